@@ -1,0 +1,130 @@
+//! The HTTP adapter: JSON over HTTP with reqwest, the protocol in [`crate::protocol`] that the
+//! bundled simulator speaks.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::{Client, StatusCode};
+
+use crate::protocol::{ErrorBody, EventsResponse, SubmitResponse, Transfer};
+use crate::{EventBatch, EventCursor, MssAdapter, MssError, Submitted};
+
+/// An adapter for an MSS reached at a base URL such as `http://127.0.0.1:7070`.
+#[derive(Debug, Clone)]
+pub struct HttpAdapter {
+    base: String,
+    client: Client,
+    timeout: Duration,
+}
+
+impl HttpAdapter {
+    /// `timeout` bounds every call except event polls, which get their wait on top.
+    pub fn new(base: &str, timeout: Duration) -> Result<HttpAdapter, MssError> {
+        let client = Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| MssError::Protocol(format!("cannot build http client: {e}")))?;
+        Ok(HttpAdapter {
+            base: base.trim_end_matches('/').to_string(),
+            client,
+            timeout,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+}
+
+#[async_trait]
+impl MssAdapter for HttpAdapter {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    async fn submit(&self, transfer: &Transfer) -> Result<Submitted, MssError> {
+        let resp = self
+            .client
+            .post(format!("{}/v1/transfers", self.base))
+            .timeout(self.timeout)
+            .json(transfer)
+            .send()
+            .await
+            .map_err(transport)?;
+        let body: SubmitResponse = decode(resp).await?;
+        Ok(Submitted {
+            mss_id: body.mss_id,
+            duplicate: body.duplicate,
+        })
+    }
+
+    async fn cancel(&self, key: &str) -> Result<(), MssError> {
+        let resp = self
+            .client
+            .delete(format!("{}/v1/transfers/{}", self.base, key))
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(status_error(resp).await)
+    }
+
+    async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {
+        let resp = self
+            .client
+            .get(format!("{}/v1/events", self.base))
+            .query(&[
+                ("epoch", cursor.epoch.clone()),
+                ("after", cursor.after.to_string()),
+                ("wait_ms", wait.as_millis().to_string()),
+            ])
+            .timeout(self.timeout + wait)
+            .send()
+            .await
+            .map_err(transport)?;
+        let body: EventsResponse = decode(resp).await?;
+        let restarted = body.epoch != cursor.epoch;
+        let base = if restarted { 0 } else { cursor.after };
+        let after = body.events.iter().map(|e| e.seq).max().unwrap_or(base);
+        Ok(EventBatch {
+            cursor: EventCursor {
+                epoch: body.epoch,
+                after,
+            },
+            events: body.events,
+        })
+    }
+}
+
+fn transport(e: reqwest::Error) -> MssError {
+    MssError::Unavailable(e.to_string())
+}
+
+async fn decode<T: serde::de::DeserializeOwned>(resp: reqwest::Response) -> Result<T, MssError> {
+    if !resp.status().is_success() {
+        return Err(status_error(resp).await);
+    }
+    resp.json::<T>()
+        .await
+        .map_err(|e| MssError::Protocol(format!("bad answer: {e}")))
+}
+
+async fn status_error(resp: reqwest::Response) -> MssError {
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<ErrorBody>(&text)
+        .map(|b| b.error)
+        .unwrap_or(text);
+    let message = format!("{status}: {message}");
+    if status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+    {
+        MssError::Unavailable(message)
+    } else {
+        MssError::Rejected(message)
+    }
+}

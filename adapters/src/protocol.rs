@@ -1,0 +1,126 @@
+//! The JSON wire protocol between the HTTP adapter and an MSS that speaks it (the simulator).
+//!
+//! `POST /v1/transfers` submits, `DELETE /v1/transfers/{key}` cancels, `GET /v1/transfers/{key}`
+//! reads one transfer, `GET /v1/events?epoch=E&after=N&wait_ms=W` long-polls the event log and
+//! `GET /v1/received` lists every submission the MSS accepted (for tests and audits).
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a transfer reads from tape (stage) or writes to it (store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    #[default]
+    Read,
+    Write,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Read => "read",
+            Direction::Write => "write",
+        }
+    }
+}
+
+/// One transfer as the broker hands it to the MSS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transfer {
+    /// The broker's request id: the idempotency key.
+    pub key: String,
+    /// Which attempt this is; a transfer that failed may be submitted again with a higher one.
+    pub attempt: u32,
+    pub file: String,
+    pub size_bytes: u64,
+    /// MSS priority: higher runs first.
+    pub priority: i64,
+    /// Tape label, when the station knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// The broker's accounting group, for MSS-side bookkeeping.
+    pub group: String,
+    #[serde(default)]
+    pub direction: Direction,
+}
+
+/// What happened to a transfer at the MSS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum EventKind {
+    Started,
+    Done { bytes: u64 },
+    Failed { reason: String, retryable: bool },
+    Cancelled,
+}
+
+/// One event of one transfer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MssEvent {
+    /// Position in the MSS's event log; strictly increasing within one epoch.
+    pub seq: u64,
+    pub key: String,
+    pub attempt: u32,
+    /// MSS time of the event, milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Where a reader of the event log is. The epoch changes when the MSS's log starts over (a
+/// restarted simulator), in which case the reader starts again from the beginning.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EventCursor {
+    pub epoch: String,
+    pub after: u64,
+}
+
+/// Answer to `POST /v1/transfers`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    pub mss_id: String,
+    pub duplicate: bool,
+}
+
+/// Answer to `GET /v1/events`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventsResponse {
+    pub epoch: String,
+    pub events: Vec<MssEvent>,
+}
+
+/// Answer to `GET /v1/transfers/{key}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TransferState {
+    pub key: String,
+    pub attempt: u32,
+    pub mss_id: String,
+    pub priority: i64,
+    pub state: String,
+    pub bytes_done: u64,
+}
+
+/// One accepted submission, as recorded by the MSS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Received {
+    pub key: String,
+    pub attempt: u32,
+    pub priority: i64,
+    pub size_bytes: u64,
+    pub group: String,
+}
+
+/// Answer to `GET /v1/received`: every submission accepted, in arrival order, and how many
+/// submissions were answered as duplicates.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReceivedResponse {
+    pub received: Vec<Received>,
+    pub duplicates: u64,
+}
+
+/// Error body of every non-2xx answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

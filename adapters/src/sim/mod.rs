@@ -1,0 +1,8 @@
+//! The Enstore-like MSS simulator: a pure library model ([`library`]) and the HTTP server that
+//! runs it on a scaled wall clock and speaks the HTTP adapter's protocol ([`server`]).
+
+pub mod library;
+pub mod server;
+
+pub use library::{Library, LibraryConfig};
+pub use server::{run, SimConfig};

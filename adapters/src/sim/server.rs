@@ -1,0 +1,257 @@
+//! The simulator as an HTTP server. It runs the pure [`Library`] on the wall clock multiplied by
+//! a time scale (so an hour of tape work can take a second), keeps an event log that clients
+//! long-poll with a cursor, and records every submission it accepted, keyed by the idempotency
+//! key, so tests can prove nothing reached the MSS twice.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+use super::library::{CancelOutcome, Library, LibraryConfig, LibraryEvent, Micros};
+use crate::protocol::{
+    ErrorBody, EventsResponse, MssEvent, ReceivedResponse, SubmitResponse, Transfer, TransferState,
+};
+
+/// Simulator settings.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub library: LibraryConfig,
+    /// Virtual seconds per wall-clock second.
+    pub time_scale: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            library: LibraryConfig::default(),
+            time_scale: 1.0,
+        }
+    }
+}
+
+/// Most events one poll returns.
+const MAX_EVENTS_PER_POLL: usize = 10_000;
+/// Longest a poll may wait.
+const MAX_WAIT_MS: u64 = 30_000;
+
+struct Sim {
+    library: Library,
+    log: Vec<MssEvent>,
+}
+
+struct Shared {
+    sim: Mutex<Sim>,
+    epoch: String,
+    started: Instant,
+    started_wall_ms: i64,
+    time_scale: f64,
+    /// Wakes the driver when a submission or cancellation may change the schedule.
+    kick: Notify,
+    /// The last sequence number in the log.
+    last_seq: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Sim> {
+        // A panic while holding the lock would be a bug in the pure model; keep serving.
+        self.sim.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn virtual_now(&self) -> Micros {
+        let real = self.started.elapsed().as_secs_f64();
+        (real * self.time_scale * 1e6) as Micros
+    }
+
+    fn wall_ms(&self, at: Micros) -> i64 {
+        self.started_wall_ms + (at as f64 / 1e3 / self.time_scale) as i64
+    }
+
+    /// Append library events to the log and wake pollers.
+    fn publish(&self, sim: &mut Sim, events: Vec<LibraryEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        for e in events {
+            let seq = sim.log.len() as u64 + 1;
+            sim.log.push(MssEvent {
+                seq,
+                key: e.key,
+                attempt: e.attempt,
+                at_ms: self.wall_ms(e.at),
+                kind: e.kind,
+            });
+        }
+        self.last_seq.send_replace(sim.log.len() as u64);
+    }
+}
+
+/// Serve the simulator on `listener` until `shutdown` completes.
+pub async fn run(
+    listener: TcpListener,
+    cfg: SimConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let now_wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let shared = Arc::new(Shared {
+        sim: Mutex::new(Sim {
+            library: Library::new(cfg.library.clone()),
+            log: Vec::new(),
+        }),
+        epoch: format!("{}-{}", now_wall.as_nanos(), std::process::id()),
+        started: Instant::now(),
+        started_wall_ms: now_wall.as_millis() as i64,
+        time_scale: if cfg.time_scale > 0.0 {
+            cfg.time_scale
+        } else {
+            1.0
+        },
+        kick: Notify::new(),
+        last_seq: watch::channel(0).0,
+    });
+    let driver = tokio::spawn(drive(shared.clone()));
+    let result = axum::serve(listener, router(shared))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    driver.abort();
+    result
+}
+
+/// The simulator's routes.
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/transfers", post(submit))
+        .route("/v1/transfers/{key}", get(transfer).delete(cancel))
+        .route("/v1/events", get(events))
+        .route("/v1/received", get(received))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(shared)
+}
+
+/// Advance the library as virtual time passes, sleeping until the next transfer ends or a
+/// submission arrives.
+async fn drive(shared: Arc<Shared>) {
+    loop {
+        let next = {
+            let mut sim = shared.lock();
+            let mut out = Vec::new();
+            let now = shared.virtual_now();
+            sim.library.advance(now, &mut out);
+            shared.publish(&mut sim, out);
+            sim.library.next_wakeup().map(|at| at.saturating_sub(now))
+        };
+        let sleep = match next {
+            Some(v) => Duration::from_secs_f64(v as f64 / 1e6 / shared.time_scale),
+            None => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = shared.kick.notified() => {}
+        }
+    }
+}
+
+async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    let transfer: Transfer = match serde_json::from_slice(&body) {
+        Ok(t) => t,
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    let admission = shared.lock().library.submit(transfer);
+    shared.kick.notify_one();
+    let status = if admission.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let body = SubmitResponse {
+        mss_id: admission.mss_id,
+        duplicate: admission.duplicate,
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn cancel(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+    let outcome = {
+        let mut sim = shared.lock();
+        let mut out = Vec::new();
+        let outcome = sim.library.cancel(&key, shared.virtual_now(), &mut out);
+        shared.publish(&mut sim, out);
+        outcome
+    };
+    shared.kick.notify_one();
+    match outcome {
+        CancelOutcome::Cancelled => StatusCode::NO_CONTENT.into_response(),
+        CancelOutcome::TooLate(phase) => error(
+            StatusCode::CONFLICT,
+            format!("transfer is {}, not pending", phase.as_str()),
+        ),
+        CancelOutcome::Unknown => error(StatusCode::NOT_FOUND, "no such transfer".to_string()),
+    }
+}
+
+async fn transfer(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+    let sim = shared.lock();
+    match sim.library.job(&key) {
+        Some(job) => Json(TransferState {
+            key: key.clone(),
+            attempt: job.transfer.attempt,
+            mss_id: job.mss_id.clone(),
+            priority: job.transfer.priority,
+            state: job.phase.as_str().to_string(),
+            bytes_done: job.bytes_done,
+        })
+        .into_response(),
+        None => error(StatusCode::NOT_FOUND, "no such transfer".to_string()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    epoch: String,
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+async fn events(State(shared): State<Arc<Shared>>, Query(q): Query<EventsQuery>) -> Response {
+    let after = if q.epoch == shared.epoch { q.after } else { 0 };
+    let mut seen = shared.last_seq.subscribe();
+    if q.wait_ms > 0 {
+        let wait = Duration::from_millis(q.wait_ms.min(MAX_WAIT_MS));
+        // Time out or sender gone both just mean "answer with what there is".
+        let _ = tokio::time::timeout(wait, seen.wait_for(|&last| last > after)).await;
+    }
+    let sim = shared.lock();
+    let from = (after as usize).min(sim.log.len());
+    let to = (from + MAX_EVENTS_PER_POLL).min(sim.log.len());
+    Json(EventsResponse {
+        epoch: shared.epoch.clone(),
+        events: sim.log[from..to].to_vec(),
+    })
+    .into_response()
+}
+
+async fn received(State(shared): State<Arc<Shared>>) -> Response {
+    let sim = shared.lock();
+    Json(ReceivedResponse {
+        received: sim.library.received().to_vec(),
+        duplicates: sim.library.duplicates(),
+    })
+    .into_response()
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(ErrorBody { error: message })).into_response()
+}

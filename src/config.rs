@@ -1,0 +1,1088 @@
+//! Configuration: the TOML file is read into raw structs, then validated into typed [`Settings`].
+//! Every validation error names the key it is about. The shipped `config/broker.toml` is also
+//! embedded in the binary, so `mssbroker serve` runs with no file at all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::domain::{Fraction, GroupPath};
+
+/// The shipped configuration, used when no file is given and `config/broker.toml` is absent.
+pub const EMBEDDED: &str = include_str!("../config/broker.toml");
+/// Where `serve` looks for a configuration file when none is named.
+pub const DEFAULT_PATH: &str = "config/broker.toml";
+
+/// One thing wrong with a configuration, and the key it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}: not valid TOML for this configuration: {message}")]
+    Syntax { origin: String, message: String },
+    #[error("{origin}: {} problem(s):\n{}", issues.len(), issues.iter().map(|i| format!("  {i}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        origin: String,
+        issues: Vec<ConfigIssue>,
+    },
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validated settings
+// ---------------------------------------------------------------------------------------------
+
+/// Everything the broker needs, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the configuration came from (a path, or "embedded").
+    pub origin: String,
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub policy: Arc<PolicySettings>,
+    pub limits: InputLimits,
+    pub mss: MssSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseSettings {
+    pub path: PathBuf,
+    /// Most commands one group commit takes.
+    pub commit_batch_max: usize,
+}
+
+/// Bounds on what a station may send.
+#[derive(Debug, Clone)]
+pub struct InputLimits {
+    pub max_body_bytes: usize,
+    pub max_batch: usize,
+    pub max_size_bytes: u64,
+    pub max_string_len: usize,
+    pub max_path_len: usize,
+}
+
+/// How requests are classified, charged and prioritised. Pure data: the policy functions read it.
+#[derive(Debug, Clone)]
+pub struct PolicySettings {
+    pub p_front: i64,
+    pub p_back: i64,
+    pub benefit: Benefit,
+    /// Every accounting group: priority classes first (in configured order), then share leaves.
+    pub groups: Vec<GroupInfo>,
+    pub tree: ShareTree,
+    pub rules: Vec<Rule>,
+    /// Group of requests no rule matches, or `None` to refuse them.
+    pub default_group: Option<GroupId>,
+    by_path: HashMap<String, GroupId>,
+    class_by_mode: HashMap<String, GroupId>,
+}
+
+impl PolicySettings {
+    pub fn group(&self, id: GroupId) -> &GroupInfo {
+        &self.groups[id.0]
+    }
+
+    pub fn group_by_path(&self, path: &str) -> Option<GroupId> {
+        self.by_path.get(path).copied()
+    }
+
+    /// The priority class an access mode belongs to, if it is one.
+    pub fn priority_class(&self, access_mode: &str) -> Option<GroupId> {
+        self.class_by_mode.get(access_mode).copied()
+    }
+
+    pub fn group_ids(&self) -> impl Iterator<Item = GroupId> {
+        (0..self.groups.len()).map(GroupId)
+    }
+}
+
+/// Index of a group in [`PolicySettings::groups`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupId(pub usize);
+
+/// One accounting group.
+#[derive(Debug, Clone)]
+pub struct GroupInfo {
+    pub path: GroupPath,
+    pub kind: GroupKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    /// A priority class with its MSS priority; `rank` 0 is the highest class.
+    Priority { rank: usize, mss_priority: i64 },
+    /// A fair-share leaf with its allotted fraction of all fair-share benefit.
+    FairShare { share: Fraction },
+}
+
+/// What a request's run is worth to its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Benefit {
+    Bytes,
+    Files,
+    /// Bytes times an integer weight per access mode (1 when the mode is not listed).
+    WeightedBytes(BTreeMap<String, u64>),
+}
+
+impl Benefit {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Benefit::Bytes => "bytes",
+            Benefit::Files => "files",
+            Benefit::WeightedBytes(_) => "weighted_bytes",
+        }
+    }
+}
+
+/// The share tree: relative shares at each level, any depth.
+#[derive(Debug, Clone)]
+pub struct ShareTree {
+    pub nodes: Vec<ShareNode>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ShareNode {
+    pub path: GroupPath,
+    pub shares: u64,
+    pub parent: Option<usize>,
+    pub children: Vec<usize>,
+    /// This node's fraction of the whole fair-share tree: the product down its path.
+    pub fraction: Fraction,
+}
+
+impl ShareNode {
+    pub fn is_leaf(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+/// A classification rule: every field given must match; the first rule that matches wins.
+#[derive(Debug, Clone, Default)]
+pub struct Rule {
+    pub access_mode: Option<String>,
+    pub physics_group: Option<String>,
+    pub station: Option<String>,
+    pub user: Option<String>,
+    pub path_prefix: Option<String>,
+    pub group: GroupId,
+}
+
+impl Default for GroupId {
+    fn default() -> Self {
+        GroupId(0)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct MssSettings {
+    pub adapter: AdapterSettings,
+    pub timeout: Duration,
+    pub submit_rate_per_sec: u32,
+    pub submit_burst: u32,
+    pub submit_batch: usize,
+    pub retry: RetrySettings,
+    pub event_wait: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum AdapterSettings {
+    /// JSON over HTTP at `url`, or at the embedded simulator when `simulator` is set.
+    Http {
+        url: Option<String>,
+        simulator: Option<SimulatorSettings>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct SimulatorSettings {
+    pub listen: SocketAddr,
+    pub drives: usize,
+    pub mount_seconds: f64,
+    pub bytes_per_sec: u64,
+    pub time_scale: f64,
+    pub failure_rate: f64,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RetrySettings {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl RetrySettings {
+    /// Delay before attempt `attempt + 1`, doubling from `base` up to `max`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.base.saturating_mul(factor).min(self.max)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+impl Settings {
+    /// Read and validate a file.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Settings::parse(&text, &path.display().to_string())
+    }
+
+    /// The named file, else `config/broker.toml` if present, else the embedded copy.
+    pub fn load_default(path: Option<&Path>) -> Result<Settings, ConfigError> {
+        match path {
+            Some(p) => Settings::load(p),
+            None if Path::new(DEFAULT_PATH).exists() => Settings::load(Path::new(DEFAULT_PATH)),
+            None => Settings::parse(EMBEDDED, "embedded config/broker.toml"),
+        }
+    }
+
+    /// Validate TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Settings, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let mut issues = Issues::default();
+        let settings = validate(raw, origin, &mut issues);
+        match settings {
+            Some(s) if issues.0.is_empty() => Ok(s),
+            _ => Err(ConfigError::Invalid {
+                origin: origin.to_string(),
+                issues: issues.0,
+            }),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Issues(Vec<ConfigIssue>);
+
+impl Issues {
+    fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigIssue {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw TOML
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    database: RawDatabase,
+    policy: RawPolicy,
+    #[serde(default)]
+    priority_classes: Vec<RawPriorityClass>,
+    shares: toml::Table,
+    #[serde(default)]
+    classification: RawClassification,
+    #[serde(default)]
+    limits: RawLimits,
+    mss: RawMss,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    #[serde(default = "default_listen")]
+    listen: String,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: default_listen(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDatabase {
+    #[serde(default = "default_db")]
+    path: String,
+    #[serde(default = "default_commit_batch")]
+    commit_batch_max: i64,
+}
+
+impl Default for RawDatabase {
+    fn default() -> Self {
+        RawDatabase {
+            path: default_db(),
+            commit_batch_max: default_commit_batch(),
+        }
+    }
+}
+
+fn default_db() -> String {
+    "data/mssbroker.db".into()
+}
+
+fn default_commit_batch() -> i64 {
+    8192
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    p_front: i64,
+    p_back: i64,
+    #[serde(default = "default_benefit")]
+    benefit: String,
+    #[serde(default)]
+    benefit_weights: BTreeMap<String, i64>,
+}
+
+fn default_benefit() -> String {
+    "bytes".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPriorityClass {
+    access_mode: String,
+    mss_priority: i64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClassification {
+    #[serde(default)]
+    default_group: Option<String>,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    access_mode: Option<String>,
+    physics_group: Option<String>,
+    station: Option<String>,
+    user: Option<String>,
+    path_prefix: Option<String>,
+    group: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default = "d_body")]
+    max_body_bytes: i64,
+    #[serde(default = "d_batch")]
+    max_batch: i64,
+    #[serde(default = "d_size")]
+    max_size_bytes: i64,
+    #[serde(default = "d_str")]
+    max_string_len: i64,
+    #[serde(default = "d_path")]
+    max_path_len: i64,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        RawLimits {
+            max_body_bytes: d_body(),
+            max_batch: d_batch(),
+            max_size_bytes: d_size(),
+            max_string_len: d_str(),
+            max_path_len: d_path(),
+        }
+    }
+}
+
+fn d_body() -> i64 {
+    16 * 1024 * 1024
+}
+fn d_batch() -> i64 {
+    10_000
+}
+fn d_size() -> i64 {
+    100_000_000_000_000
+}
+fn d_str() -> i64 {
+    256
+}
+fn d_path() -> i64 {
+    4096
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMss {
+    adapter: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default = "d_timeout")]
+    timeout_ms: i64,
+    #[serde(default = "d_rate")]
+    submit_rate_per_sec: i64,
+    #[serde(default = "d_burst")]
+    submit_burst: i64,
+    #[serde(default = "d_submit_batch")]
+    submit_batch: i64,
+    #[serde(default = "d_attempts")]
+    retry_max_attempts: i64,
+    #[serde(default = "d_retry_base")]
+    retry_base_ms: i64,
+    #[serde(default = "d_retry_max")]
+    retry_max_ms: i64,
+    #[serde(default = "d_event_wait")]
+    event_wait_ms: i64,
+    #[serde(default)]
+    simulator: Option<RawSimulator>,
+}
+
+fn d_timeout() -> i64 {
+    10_000
+}
+fn d_rate() -> i64 {
+    5_000
+}
+fn d_burst() -> i64 {
+    500
+}
+fn d_submit_batch() -> i64 {
+    256
+}
+fn d_attempts() -> i64 {
+    5
+}
+fn d_retry_base() -> i64 {
+    500
+}
+fn d_retry_max() -> i64 {
+    60_000
+}
+fn d_event_wait() -> i64 {
+    1_000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSimulator {
+    #[serde(default = "d_true")]
+    enabled: bool,
+    #[serde(default = "d_sim_listen")]
+    listen: String,
+    #[serde(default = "d_drives")]
+    drives: i64,
+    #[serde(default = "d_mount")]
+    mount_seconds: f64,
+    #[serde(default = "d_mbps")]
+    rate_mb_per_sec: f64,
+    #[serde(default = "d_scale")]
+    time_scale: f64,
+    #[serde(default)]
+    failure_rate: f64,
+    #[serde(default = "d_seed")]
+    seed: i64,
+}
+
+fn d_true() -> bool {
+    true
+}
+fn d_sim_listen() -> String {
+    "127.0.0.1:0".into()
+}
+fn d_drives() -> i64 {
+    4
+}
+fn d_mount() -> f64 {
+    60.0
+}
+fn d_mbps() -> f64 {
+    300.0
+}
+fn d_scale() -> f64 {
+    1.0
+}
+fn d_seed() -> i64 {
+    1
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------------
+
+/// Largest denominator a leaf's fraction may have, so exact share comparisons stay in u128.
+const MAX_SHARE_DEN: u128 = 1 << 48;
+
+fn validate(raw: RawConfig, origin: &str, issues: &mut Issues) -> Option<Settings> {
+    let listen = parse_addr(&raw.server.listen, "server.listen", issues);
+    let database = DatabaseSettings {
+        path: PathBuf::from(&raw.database.path),
+        commit_batch_max: positive(
+            raw.database.commit_batch_max,
+            "database.commit_batch_max",
+            issues,
+        ),
+    };
+    if raw.database.path.is_empty() {
+        issues.add("database.path", "may not be empty");
+    }
+    let limits = validate_limits(&raw.limits, issues);
+    let policy = validate_policy(&raw, issues);
+    let mss = validate_mss(raw.mss, issues);
+    Some(Settings {
+        origin: origin.to_string(),
+        server: ServerSettings { listen: listen? },
+        database,
+        policy: Arc::new(policy?),
+        limits,
+        mss: mss?,
+    })
+}
+
+fn parse_addr(s: &str, key: &str, issues: &mut Issues) -> Option<SocketAddr> {
+    match s.parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            issues.add(
+                key,
+                format!("`{s}` is not an address such as 127.0.0.1:8080"),
+            );
+            None
+        }
+    }
+}
+
+fn positive(v: i64, key: &str, issues: &mut Issues) -> usize {
+    if v <= 0 {
+        issues.add(key, format!("must be a positive integer, got {v}"));
+        return 1;
+    }
+    v as usize
+}
+
+fn validate_limits(raw: &RawLimits, issues: &mut Issues) -> InputLimits {
+    InputLimits {
+        max_body_bytes: positive(raw.max_body_bytes, "limits.max_body_bytes", issues),
+        max_batch: positive(raw.max_batch, "limits.max_batch", issues),
+        max_size_bytes: positive(raw.max_size_bytes, "limits.max_size_bytes", issues) as u64,
+        max_string_len: positive(raw.max_string_len, "limits.max_string_len", issues),
+        max_path_len: positive(raw.max_path_len, "limits.max_path_len", issues),
+    }
+}
+
+fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySettings> {
+    let p = &raw.policy;
+    let benefit = match p.benefit.as_str() {
+        "bytes" | "files" if !p.benefit_weights.is_empty() => {
+            issues.add(
+                "policy.benefit_weights",
+                "only used with benefit = \"weighted_bytes\"",
+            );
+            None
+        }
+        "bytes" => Some(Benefit::Bytes),
+        "files" => Some(Benefit::Files),
+        "weighted_bytes" => {
+            let mut w = BTreeMap::new();
+            for (mode, &v) in &p.benefit_weights {
+                if v <= 0 {
+                    issues.add(
+                        format!("policy.benefit_weights.{mode}"),
+                        format!("must be a positive integer, got {v}"),
+                    );
+                }
+                w.insert(mode.clone(), v.max(1) as u64);
+            }
+            Some(Benefit::WeightedBytes(w))
+        }
+        other => {
+            issues.add(
+                "policy.benefit",
+                format!("`{other}` is not one of bytes, files, weighted_bytes"),
+            );
+            None
+        }
+    };
+
+    let mut groups = Vec::new();
+    let mut by_path = HashMap::new();
+    let mut class_by_mode = HashMap::new();
+    let mut last_priority: Option<i64> = None;
+    for (rank, class) in raw.priority_classes.iter().enumerate() {
+        let key = format!("priority_classes[{rank}]");
+        let Ok(path) = GroupPath::parse(&class.access_mode) else {
+            issues.add(
+                format!("{key}.access_mode"),
+                format!(
+                    "`{}` must be a lower-case name (a-z, 0-9, _, -, .)",
+                    class.access_mode
+                ),
+            );
+            continue;
+        };
+        if class_by_mode.contains_key(&class.access_mode) {
+            issues.add(
+                format!("{key}.access_mode"),
+                format!("`{}` is listed twice", class.access_mode),
+            );
+            continue;
+        }
+        if let Some(prev) = last_priority {
+            if class.mss_priority >= prev {
+                issues.add(
+                    format!("{key}.mss_priority"),
+                    format!(
+                        "classes are listed highest first: {} must be below the previous class's {prev}",
+                        class.mss_priority
+                    ),
+                );
+            }
+        }
+        last_priority = Some(class.mss_priority);
+        let id = GroupId(groups.len());
+        class_by_mode.insert(class.access_mode.clone(), id);
+        by_path.insert(path.as_str().to_string(), id);
+        groups.push(GroupInfo {
+            path,
+            kind: GroupKind::Priority {
+                rank,
+                mss_priority: class.mss_priority,
+            },
+        });
+    }
+    if let Some(p0) = raw.priority_classes.iter().map(|c| c.mss_priority).min() {
+        if p.p_front >= p0 {
+            issues.add(
+                "policy.p_front",
+                format!("must be below every priority class's mss_priority (lowest is {p0}), got {}", p.p_front),
+            );
+        }
+    }
+    if p.p_back >= p.p_front {
+        issues.add(
+            "policy.p_back",
+            format!(
+                "must be below policy.p_front ({}), got {}",
+                p.p_front, p.p_back
+            ),
+        );
+    }
+
+    let tree = build_tree(&raw.shares, issues)?;
+    for node in tree.nodes.iter().filter(|n| n.is_leaf()) {
+        if by_path.contains_key(node.path.as_str()) {
+            issues.add(
+                format!("shares.\"{}\"", node.path),
+                "has the name of a priority class",
+            );
+            continue;
+        }
+        by_path.insert(node.path.as_str().to_string(), GroupId(groups.len()));
+        groups.push(GroupInfo {
+            path: node.path.clone(),
+            kind: GroupKind::FairShare {
+                share: node.fraction,
+            },
+        });
+    }
+
+    let leaf = |name: &str, key: String, issues: &mut Issues| -> Option<GroupId> {
+        match by_path.get(name) {
+            Some(&id) => Some(id),
+            None => {
+                issues.add(
+                    key,
+                    format!("`{name}` is not a priority class or a leaf of [shares]"),
+                );
+                None
+            }
+        }
+    };
+    let mut rules = Vec::new();
+    for (i, r) in raw.classification.rules.iter().enumerate() {
+        let key = format!("classification.rules[{i}]");
+        let all_empty = r.access_mode.is_none()
+            && r.physics_group.is_none()
+            && r.station.is_none()
+            && r.user.is_none()
+            && r.path_prefix.is_none();
+        if all_empty {
+            issues.add(
+                key.clone(),
+                "matches everything: give at least one of access_mode, physics_group, station, user, path_prefix (or use classification.default_group)",
+            );
+        }
+        if let Some(group) = leaf(&r.group, format!("{key}.group"), issues) {
+            rules.push(Rule {
+                access_mode: r.access_mode.clone(),
+                physics_group: r.physics_group.clone(),
+                station: r.station.clone(),
+                user: r.user.clone(),
+                path_prefix: r.path_prefix.clone(),
+                group,
+            });
+        }
+    }
+    let default_group = match raw.classification.default_group.as_deref() {
+        None | Some("") => None,
+        Some(g) => leaf(g, "classification.default_group".into(), issues),
+    };
+
+    Some(PolicySettings {
+        p_front: p.p_front,
+        p_back: p.p_back,
+        benefit: benefit?,
+        groups,
+        tree,
+        rules,
+        default_group,
+        by_path,
+        class_by_mode,
+    })
+}
+
+fn build_tree(table: &toml::Table, issues: &mut Issues) -> Option<ShareTree> {
+    let mut nodes: Vec<ShareNode> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut entries: Vec<(GroupPath, u64)> = Vec::new();
+    for (key, value) in table {
+        let qkey = format!("shares.\"{key}\"");
+        let path = match GroupPath::parse(key) {
+            Ok(p) => p,
+            Err(e) => {
+                issues.add(qkey, e);
+                continue;
+            }
+        };
+        match value.as_integer() {
+            Some(v) if v >= 0 => entries.push((path, v as u64)),
+            _ => issues.add(
+                qkey,
+                format!("relative shares must be a non-negative integer, got {value}"),
+            ),
+        }
+    }
+    // Parents before children, whatever order the file lists them in.
+    entries.sort_by_key(|(p, _)| p.depth());
+    for (path, shares) in entries {
+        let parent = match path.parent() {
+            None => None,
+            Some(pp) => match index.get(pp.as_str()) {
+                Some(&i) => Some(i),
+                None => {
+                    issues.add(
+                        format!("shares.\"{path}\""),
+                        format!("its parent `{pp}` is not listed in [shares]"),
+                    );
+                    continue;
+                }
+            },
+        };
+        let i = nodes.len();
+        index.insert(path.as_str().to_string(), i);
+        if let Some(p) = parent {
+            nodes[p].children.push(i);
+        }
+        nodes.push(ShareNode {
+            path,
+            shares,
+            parent,
+            children: Vec::new(),
+            fraction: Fraction::new(0, 1)?,
+        });
+    }
+    if nodes.is_empty() {
+        issues.add("shares", "at least one fair-share group is needed");
+        return None;
+    }
+    // Fractions top-down: a node's share of its siblings times its parent's fraction.
+    for i in 0..nodes.len() {
+        let siblings: u64 = match nodes[i].parent {
+            Some(p) => nodes[p].children.iter().map(|&c| nodes[c].shares).sum(),
+            None => nodes
+                .iter()
+                .filter(|n| n.parent.is_none())
+                .map(|n| n.shares)
+                .sum(),
+        };
+        let parent_fraction = match nodes[i].parent {
+            Some(p) => nodes[p].fraction,
+            None => Fraction::new(1, 1)?,
+        };
+        let key = format!("shares.\"{}\"", nodes[i].path);
+        if siblings == 0 {
+            issues.add(key, "it and all its siblings have 0 shares");
+            return None;
+        }
+        let own = Fraction::new(u128::from(nodes[i].shares), u128::from(siblings))?;
+        match parent_fraction.checked_mul(own) {
+            Some(f) if f.den() <= MAX_SHARE_DEN => nodes[i].fraction = f,
+            _ => {
+                issues.add(key, "share fractions too fine: use smaller share numbers");
+                return None;
+            }
+        }
+    }
+    Some(ShareTree { nodes })
+}
+
+fn validate_mss(raw: RawMss, issues: &mut Issues) -> Option<MssSettings> {
+    let simulator = match raw.simulator {
+        Some(s) if s.enabled => validate_simulator(&s, issues),
+        _ => None,
+    };
+    let adapter = match raw.adapter.as_str() {
+        "http" => {
+            if raw.url.is_none() && simulator.is_none() {
+                issues.add(
+                    "mss.url",
+                    "needed for adapter \"http\" unless [mss.simulator] is enabled",
+                );
+            }
+            if let Some(u) = &raw.url {
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    issues.add("mss.url", format!("`{u}` must start with http:// or https://"));
+                }
+            }
+            AdapterSettings::Http {
+                url: raw.url.clone(),
+                simulator,
+            }
+        }
+        other => {
+            issues.add(
+                "mss.adapter",
+                format!("`{other}` is not a known adapter (known: http)"),
+            );
+            return None;
+        }
+    };
+    let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
+    let batch = positive(raw.submit_batch, "mss.submit_batch", issues);
+    let retry = RetrySettings {
+        max_attempts: positive(raw.retry_max_attempts, "mss.retry_max_attempts", issues) as u32,
+        base: Duration::from_millis(positive(raw.retry_base_ms, "mss.retry_base_ms", issues) as u64),
+        max: Duration::from_millis(positive(raw.retry_max_ms, "mss.retry_max_ms", issues) as u64),
+    };
+    if retry.max < retry.base {
+        issues.add("mss.retry_max_ms", "must not be below mss.retry_base_ms");
+    }
+    Some(MssSettings {
+        adapter,
+        timeout: Duration::from_millis(positive(raw.timeout_ms, "mss.timeout_ms", issues) as u64),
+        submit_rate_per_sec: positive(raw.submit_rate_per_sec, "mss.submit_rate_per_sec", issues)
+            as u32,
+        submit_burst: burst,
+        submit_batch: batch.min(burst as usize),
+        retry,
+        event_wait: Duration::from_millis(
+            positive(raw.event_wait_ms, "mss.event_wait_ms", issues) as u64,
+        ),
+    })
+}
+
+fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<SimulatorSettings> {
+    let listen = parse_addr(&s.listen, "mss.simulator.listen", issues)?;
+    if !(s.mount_seconds >= 0.0 && s.mount_seconds.is_finite()) {
+        issues.add("mss.simulator.mount_seconds", "must be 0 or more");
+    }
+    if !(s.rate_mb_per_sec > 0.0 && s.rate_mb_per_sec.is_finite()) {
+        issues.add("mss.simulator.rate_mb_per_sec", "must be above 0");
+    }
+    if !(s.time_scale > 0.0 && s.time_scale.is_finite()) {
+        issues.add("mss.simulator.time_scale", "must be above 0");
+    }
+    if !(0.0..=1.0).contains(&s.failure_rate) {
+        issues.add("mss.simulator.failure_rate", "must be between 0 and 1");
+    }
+    Some(SimulatorSettings {
+        listen,
+        drives: positive(s.drives, "mss.simulator.drives", issues),
+        mount_seconds: s.mount_seconds,
+        bytes_per_sec: (s.rate_mb_per_sec * 1e6) as u64,
+        time_scale: s.time_scale,
+        failure_rate: s.failure_rate,
+        seed: s.seed as u64,
+    })
+}
+
+/// A human-readable view of the validated tree for `check-config`.
+pub fn describe(settings: &Settings) -> String {
+    let p = &settings.policy;
+    let mut out = format!("configuration {} is valid\n\n", settings.origin);
+    out.push_str("priority classes (strictly ahead of all fair-share requests):\n");
+    for g in &p.groups {
+        if let GroupKind::Priority { mss_priority, .. } = g.kind {
+            out.push_str(&format!("  {:<30} mss_priority {mss_priority}\n", g.path));
+        }
+    }
+    out.push_str(&format!(
+        "fair share: front at mss_priority {}, back at {}; benefit = {}\n\nshare tree (shares, fraction of all fair-share benefit):\n",
+        p.p_front, p.p_back, p.benefit.name()
+    ));
+    for node in &p.tree.nodes {
+        let indent = "  ".repeat(node.path.depth());
+        let label = format!("{indent}{}", node.path.name());
+        let leaf = if node.is_leaf() { "  leaf" } else { "" };
+        out.push_str(&format!(
+            "{label:<32} {:>6}  {:>8.4}%  ({}){leaf}\n",
+            node.shares,
+            node.fraction.to_f64() * 100.0,
+            node.fraction
+        ));
+    }
+    out.push_str(&format!(
+        "\nclassification: {} rule(s), then access_mode/physics_group, then {}\n",
+        p.rules.len(),
+        match p.default_group {
+            Some(g) => format!("default group {}", p.group(g).path),
+            None => "refuse".to_string(),
+        }
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> String {
+        r#"
+[policy]
+p_front = 20
+p_back = 10
+
+[[priority_classes]]
+access_mode = "datataking"
+mss_priority = 100
+
+[shares]
+analysis = 40
+"analysis/higgs" = 1
+"analysis/top" = 3
+reprocessing = 30
+mc = 30
+
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:7070"
+"#
+        .to_string()
+    }
+
+    fn issues(text: &str) -> Vec<String> {
+        match Settings::parse(text, "test") {
+            Ok(_) => vec![],
+            Err(ConfigError::Invalid { issues, .. }) => {
+                issues.iter().map(|i| i.to_string()).collect()
+            }
+            Err(e) => vec![e.to_string()],
+        }
+    }
+
+    #[test]
+    fn shipped_config_is_valid() {
+        let s = Settings::parse(EMBEDDED, "embedded").expect("shipped config must validate");
+        assert!(!s.policy.groups.is_empty());
+    }
+
+    #[test]
+    fn leaf_fractions_are_products_down_the_path() {
+        let s = Settings::parse(&base(), "t").unwrap();
+        let frac = |p: &str| match s.policy.group(s.policy.group_by_path(p).unwrap()).kind {
+            GroupKind::FairShare { share } => (share.num(), share.den()),
+            _ => panic!("not fair share"),
+        };
+        assert_eq!(frac("analysis/higgs"), (1, 10));
+        assert_eq!(frac("analysis/top"), (3, 10));
+        assert_eq!(frac("mc"), (3, 10));
+        assert!(s.policy.group_by_path("analysis").is_none(), "inner node");
+    }
+
+    #[test]
+    fn priorities_must_be_ordered() {
+        let t = base().replace("p_front = 20", "p_front = 100");
+        let found = issues(&t);
+        assert!(found.iter().any(|i| i.starts_with("policy.p_front:")), "{found:?}");
+        let t = base().replace("p_back = 10", "p_back = 20");
+        assert!(issues(&t).iter().any(|i| i.starts_with("policy.p_back:")));
+    }
+
+    #[test]
+    fn errors_name_their_keys() {
+        let t = base()
+            .replace("\"analysis/top\" = 3", "\"analysis/top\" = -3\n\"x/y\" = 1")
+            .replace("url = \"http://127.0.0.1:7070\"", "url = \"ftp://x\"");
+        let found = issues(&t);
+        assert!(found.iter().any(|i| i.starts_with("shares.\"analysis/top\":")), "{found:?}");
+        assert!(found.iter().any(|i| i.starts_with("shares.\"x/y\": its parent")), "{found:?}");
+        assert!(found.iter().any(|i| i.starts_with("mss.url:")), "{found:?}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let t = base().replace("[policy]", "[policy]\nfrobnicate = 1");
+        let found = issues(&t);
+        assert!(found.iter().any(|i| i.contains("frobnicate")), "{found:?}");
+    }
+
+    #[test]
+    fn rules_must_name_a_leaf() {
+        let t = format!("{}\n[[classification.rules]]\nstation = \"s\"\ngroup = \"analysis\"\n", base());
+        let found = issues(&t);
+        assert!(
+            found.iter().any(|i| i.starts_with("classification.rules[0].group:")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let r = RetrySettings {
+            max_attempts: 5,
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(350),
+        };
+        assert_eq!(r.backoff(1), Duration::from_millis(100));
+        assert_eq!(r.backoff(2), Duration::from_millis(200));
+        assert_eq!(r.backoff(3), Duration::from_millis(350));
+        assert_eq!(r.backoff(40), Duration::from_millis(350));
+    }
+}

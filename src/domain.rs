@@ -1,0 +1,220 @@
+//! Typed values the rest of the broker can trust: built once from input by a `parse` constructor
+//! and never wrong afterwards.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A group path such as `analysis/higgs`: one or more segments of lower-case letters, digits,
+/// `_`, `-` and `.`, joined by `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct GroupPath(String);
+
+impl GroupPath {
+    pub fn parse(s: &str) -> Result<GroupPath, String> {
+        if s.is_empty() {
+            return Err("a group path may not be empty".into());
+        }
+        if s.len() > 200 {
+            return Err("a group path may be at most 200 characters".into());
+        }
+        for seg in s.split('/') {
+            if seg.is_empty() {
+                return Err(format!("group path `{s}` has an empty segment"));
+            }
+            let ok = seg
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.".contains(&b));
+            if !ok {
+                return Err(format!(
+                    "group path `{s}` may only use a-z, 0-9, `_`, `-`, `.` between `/`"
+                ));
+            }
+        }
+        Ok(GroupPath(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The path one level up, if any.
+    pub fn parent(&self) -> Option<GroupPath> {
+        self.0.rsplit_once('/').map(|(p, _)| GroupPath(p.to_string()))
+    }
+
+    pub fn depth(&self) -> usize {
+        self.0.split('/').count()
+    }
+
+    /// The last segment.
+    pub fn name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for GroupPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An exact non-negative fraction `num / den` with `den > 0`, kept in lowest terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fraction {
+    num: u128,
+    den: u128,
+}
+
+impl Fraction {
+    /// `None` when `den` is zero.
+    pub fn new(num: u128, den: u128) -> Option<Fraction> {
+        if den == 0 {
+            return None;
+        }
+        let g = gcd(num, den).max(1);
+        Some(Fraction {
+            num: num / g,
+            den: den / g,
+        })
+    }
+
+    pub fn num(self) -> u128 {
+        self.num
+    }
+
+    pub fn den(self) -> u128 {
+        self.den
+    }
+
+    /// Product of two fractions, `None` on overflow.
+    pub fn checked_mul(self, other: Fraction) -> Option<Fraction> {
+        let a = gcd(self.num, other.den).max(1);
+        let b = gcd(other.num, self.den).max(1);
+        let num = (self.num / a).checked_mul(other.num / b)?;
+        let den = (self.den / b).checked_mul(other.den / a)?;
+        Fraction::new(num, den)
+    }
+
+    pub fn to_f64(self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+}
+
+impl fmt::Display for Fraction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.num, self.den)
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Where a request stands. Terminal states never change again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestState {
+    /// Committed, waiting to be submitted to the MSS (also after a retryable failure).
+    Accepted,
+    /// Queued at the MSS.
+    Submitted,
+    /// The MSS is transferring it.
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl RequestState {
+    pub const ALL: [RequestState; 6] = [
+        RequestState::Accepted,
+        RequestState::Submitted,
+        RequestState::Running,
+        RequestState::Done,
+        RequestState::Failed,
+        RequestState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestState::Accepted => "accepted",
+            RequestState::Submitted => "submitted",
+            RequestState::Running => "running",
+            RequestState::Done => "done",
+            RequestState::Failed => "failed",
+            RequestState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RequestState> {
+        RequestState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RequestState::Done | RequestState::Failed | RequestState::Cancelled
+        )
+    }
+}
+
+/// How a request entered the MSS queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// A priority class (data taking): ahead of every fair-share request.
+    Priority,
+    /// Fair share, group under its share: front of the fair-share queue.
+    Front,
+    /// Fair share, group at or over its share: back of the queue.
+    Back,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Priority => "priority",
+            Class::Front => "front",
+            Class::Back => "back",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Class> {
+        [Class::Priority, Class::Front, Class::Back]
+            .into_iter()
+            .find(|c| c.as_str() == s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_paths() {
+        assert!(GroupPath::parse("analysis/higgs").is_ok());
+        assert!(GroupPath::parse("mc").is_ok());
+        for bad in ["", "a//b", "/a", "a/", "A", "a b", "a/é"] {
+            assert!(GroupPath::parse(bad).is_err(), "{bad:?}");
+        }
+        let p = GroupPath::parse("a/b/c").unwrap();
+        assert_eq!(p.parent().unwrap().as_str(), "a/b");
+        assert_eq!(p.name(), "c");
+        assert_eq!(p.depth(), 3);
+    }
+
+    #[test]
+    fn fractions_reduce_and_multiply() {
+        let a = Fraction::new(40, 100).unwrap();
+        assert_eq!((a.num(), a.den()), (2, 5));
+        let b = Fraction::new(3, 4).unwrap();
+        let p = a.checked_mul(b).unwrap();
+        assert_eq!((p.num(), p.den()), (3, 10));
+        assert!(Fraction::new(1, 0).is_none());
+    }
+}

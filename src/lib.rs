@@ -1,0 +1,6 @@
+//! mssbroker: a fair-share broker for file-transfer requests in front of a tape mass storage
+//! system. See ARCHITECTURE.md for the map.
+
+pub mod config;
+pub mod domain;
+pub mod policy;
