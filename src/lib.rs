@@ -4,3 +4,5 @@
 pub mod config;
 pub mod domain;
 pub mod policy;
+pub mod clock;
+pub mod ledger;

@@ -1,0 +1,296 @@
+//! The ledger: SQLite, the broker's source of truth and the only module that writes SQL.
+//!
+//! One writer thread owns the write connection. Callers send it commands over a channel; it takes
+//! whatever is waiting (up to `commit_batch_max`) and runs it as one transaction, so many
+//! requests share one fsync (group commit). A caller's answer is sent only after the commit: a
+//! 202 is never sent for a request that is not on disk. The writer also keeps every group's usage
+//! in memory, so a decision costs a comparison, not a query; on start it is loaded from the
+//! `groups` table, which is kept in the same transactions as the requests, so a restart changes
+//! no decision.
+//!
+//! Reads (request lookups, the dispatcher's queue, group figures) use a small pool of read-only
+//! connections; WAL lets them run beside the writer.
+
+mod read;
+mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mss_adapters::{EventCursor, MssEvent};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::clock::Clock;
+use crate::config::{GroupId, PolicySettings, RetrySettings};
+use crate::domain::{Class, RequestState};
+
+pub use read::{GroupRow, RequestRecord, ToSubmit};
+
+/// Why the ledger could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// SQLite failed (busy, disk full, I/O): nothing of the command was committed.
+    #[error("database error: {0}")]
+    Storage(String),
+    /// The writer has stopped (shutdown or a fatal error).
+    #[error("the ledger writer is not running")]
+    Closed,
+    #[error("cannot open the database at {path}: {message}")]
+    Open { path: PathBuf, message: String },
+}
+
+impl From<rusqlite::Error> for LedgerError {
+    fn from(e: rusqlite::Error) -> Self {
+        LedgerError::Storage(e.to_string())
+    }
+}
+
+/// A validated, classified request on its way into the ledger. The decision is made by the
+/// writer, in commit order, so it sees every earlier request's charge.
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    pub station: String,
+    pub client_request_id: String,
+    pub user: String,
+    pub file: String,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub volume: Option<String>,
+    pub direction: mss_adapters::Direction,
+    pub group: GroupId,
+    pub benefit: u64,
+}
+
+/// What the ledger answered to one new request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    pub id: i64,
+    pub group: String,
+    pub class: Class,
+    pub mss_priority: i64,
+    pub state: RequestState,
+    /// True when the station already sent this `client_request_id`: nothing new was created.
+    pub duplicate: bool,
+}
+
+/// One transfer the MSS took.
+#[derive(Debug, Clone)]
+pub struct SubmittedTransfer {
+    pub id: i64,
+    pub attempt: u32,
+    pub mss_id: String,
+}
+
+/// What to do after recording a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterSubmit {
+    Recorded,
+    /// The request was cancelled while it was being submitted: cancel it at the MSS too.
+    CancelAtMss,
+}
+
+/// What a cancellation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// It had not reached the MSS: cancelled and refunded now.
+    Cancelled,
+    /// It is at the MSS: the MSS is asked to drop it; a `cancelled` event settles it.
+    Requested(RequestState),
+    /// Already done, failed or cancelled.
+    AlreadyFinal(RequestState),
+    NotFound,
+}
+
+pub(crate) enum Command {
+    Accept {
+        items: Vec<NewRequest>,
+        reply: oneshot::Sender<Result<Vec<Accepted>, LedgerError>>,
+    },
+    Submitted {
+        items: Vec<SubmittedTransfer>,
+        reply: oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>,
+    },
+    Rejected {
+        id: i64,
+        attempt: u32,
+        reason: String,
+        reply: oneshot::Sender<Result<(), LedgerError>>,
+    },
+    Events {
+        events: Vec<MssEvent>,
+        cursor: EventCursor,
+        reply: oneshot::Sender<Result<usize, LedgerError>>,
+    },
+    Cancel {
+        id: i64,
+        reply: oneshot::Sender<Result<CancelOutcome, LedgerError>>,
+    },
+}
+
+/// Settings of the ledger.
+#[derive(Debug, Clone)]
+pub struct LedgerOptions {
+    pub path: PathBuf,
+    pub commit_batch_max: usize,
+    pub retry: RetrySettings,
+}
+
+/// A handle to the ledger; cheap to clone.
+#[derive(Clone)]
+pub struct Ledger {
+    tx: mpsc::Sender<Command>,
+    reads: Arc<read::ReadPool>,
+    /// Notified after a commit that made requests ready to submit.
+    ready: Arc<Notify>,
+    policy: Arc<PolicySettings>,
+}
+
+impl Ledger {
+    /// Open (creating if needed) the database, load usage, and start the writer thread.
+    pub fn open(
+        options: &LedgerOptions,
+        policy: Arc<PolicySettings>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
+        let conn = schema::open_writer(&options.path)?;
+        let ready = Arc::new(Notify::new());
+        let (tx, rx) = mpsc::channel(options.commit_batch_max.max(64));
+        let state = writer::Writer::load(conn, policy.clone(), clock, options, ready.clone())?;
+        let handle = std::thread::Builder::new()
+            .name("ledger-writer".into())
+            .spawn(move || state.run(rx))
+            .map_err(|e| LedgerError::Open {
+                path: options.path.clone(),
+                message: format!("cannot start the writer thread: {e}"),
+            })?;
+        let reads = Arc::new(read::ReadPool::new(&options.path));
+        Ok((
+            Ledger {
+                tx,
+                reads,
+                ready,
+                policy,
+            },
+            handle,
+        ))
+    }
+
+    pub fn policy(&self) -> &Arc<PolicySettings> {
+        &self.policy
+    }
+
+    /// Wait for a commit that made requests ready to submit.
+    pub fn ready(&self) -> &Arc<Notify> {
+        &self.ready
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, LedgerError>>) -> Command,
+    ) -> Result<T, LedgerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| LedgerError::Closed)?;
+        rx.await.map_err(|_| LedgerError::Closed)?
+    }
+
+    /// Decide, charge and commit new requests; answers come back in order, after the commit.
+    pub async fn accept(&self, items: Vec<NewRequest>) -> Result<Vec<Accepted>, LedgerError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.call(|reply| Command::Accept { items, reply }).await
+    }
+
+    /// Record that the MSS took these transfers.
+    pub async fn submitted(
+        &self,
+        items: Vec<SubmittedTransfer>,
+    ) -> Result<Vec<AfterSubmit>, LedgerError> {
+        self.call(|reply| Command::Submitted { items, reply }).await
+    }
+
+    /// The MSS refused a submission for good: fail the request and refund it.
+    pub async fn rejected(&self, id: i64, attempt: u32, reason: String) -> Result<(), LedgerError> {
+        self.call(|reply| Command::Rejected {
+            id,
+            attempt,
+            reason,
+            reply,
+        })
+        .await
+    }
+
+    /// Apply MSS events and move the event cursor, in one transaction. Returns how many events
+    /// changed a request (duplicates and stale events change nothing).
+    pub async fn apply_events(
+        &self,
+        events: Vec<MssEvent>,
+        cursor: EventCursor,
+    ) -> Result<usize, LedgerError> {
+        self.call(|reply| Command::Events {
+            events,
+            cursor,
+            reply,
+        })
+        .await
+    }
+
+    pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {
+        self.call(|reply| Command::Cancel { id, reply }).await
+    }
+
+    pub async fn request(&self, id: i64) -> Result<Option<RequestRecord>, LedgerError> {
+        self.reads.run(move |c| read::request(c, id)).await
+    }
+
+    /// Requests ready to submit (state accepted, retry time reached), in decision order.
+    pub async fn to_submit(
+        &self,
+        after_id: i64,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ToSubmit>, LedgerError> {
+        self.reads
+            .run(move |c| read::to_submit(c, after_id, now_ms, limit))
+            .await
+    }
+
+    /// When the earliest waiting retry becomes due, if any.
+    pub async fn next_retry_ms(&self) -> Result<Option<i64>, LedgerError> {
+        self.reads.run(read::next_retry_ms).await
+    }
+
+    /// Requests at the MSS whose cancellation has been asked for.
+    pub async fn cancelling(&self) -> Result<Vec<i64>, LedgerError> {
+        self.reads.run(read::cancelling).await
+    }
+
+    pub async fn groups(&self) -> Result<Vec<GroupRow>, LedgerError> {
+        self.reads.run(read::groups).await
+    }
+
+    pub async fn event_cursor(&self) -> Result<EventCursor, LedgerError> {
+        self.reads.run(read::event_cursor).await
+    }
+
+    /// Number of requests in each state.
+    pub async fn state_counts(&self) -> Result<Vec<(RequestState, u64)>, LedgerError> {
+        self.reads.run(read::state_counts).await
+    }
+}
+
+/// Create the parent directory of a database path.
+pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => std::fs::create_dir_all(p),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,253 @@
+//! Read-only queries, on a small pool of connections used from blocking threads.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use mss_adapters::{Direction, EventCursor};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::{schema, LedgerError};
+use crate::domain::{Class, RequestState};
+
+pub(super) struct ReadPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 8;
+
+impl ReadPool {
+    pub fn new(path: &Path) -> ReadPool {
+        ReadPool {
+            path: path.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Run `f` on a pooled connection in a blocking thread.
+    pub async fn run<T, F>(self: &std::sync::Arc<Self>, f: F) -> Result<T, LedgerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let pool = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = match pool.take() {
+                Some(c) => c,
+                None => schema::open_reader(&pool.path)?,
+            };
+            let out = f(&conn);
+            pool.give_back(conn);
+            Ok(out?)
+        })
+        .await
+        .map_err(|_| LedgerError::Closed)?
+    }
+
+    fn take(&self) -> Option<Connection> {
+        self.idle.lock().ok()?.pop()
+    }
+
+    fn give_back(&self, conn: Connection) {
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
+        }
+    }
+}
+
+/// A request as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    pub id: i64,
+    pub station: String,
+    pub client_request_id: String,
+    pub user: String,
+    pub file: String,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub volume: Option<String>,
+    pub direction: Direction,
+    pub group: String,
+    pub class: Class,
+    pub mss_priority: i64,
+    pub charged: u64,
+    pub state: RequestState,
+    pub attempt: u32,
+    pub mss_id: Option<String>,
+    pub bytes_done: u64,
+    pub cancel_requested: bool,
+    pub last_error: Option<String>,
+    pub created_ms: i64,
+    pub submitted_ms: Option<i64>,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+}
+
+const RECORD_COLUMNS: &str = "id, station, client_request_id, user_name, file, size_bytes, \
+     access_mode, physics_group, volume, direction, group_path, class, mss_priority, charged, \
+     state, attempt, mss_id, bytes_done, cancel_requested, last_error, created_ms, submitted_ms, \
+     started_ms, finished_ms";
+
+fn bad_column(i: usize, what: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        i,
+        rusqlite::types::Type::Text,
+        format!("unknown {what}").into(),
+    )
+}
+
+pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
+    RequestState::parse(s).ok_or_else(|| bad_column(i, "state"))
+}
+
+fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
+    let direction: String = row.get(9)?;
+    let class: String = row.get(11)?;
+    let state: String = row.get(14)?;
+    Ok(RequestRecord {
+        id: row.get(0)?,
+        station: row.get(1)?,
+        client_request_id: row.get(2)?,
+        user: row.get(3)?,
+        file: row.get(4)?,
+        size_bytes: row.get::<_, i64>(5)? as u64,
+        access_mode: row.get(6)?,
+        physics_group: row.get(7)?,
+        volume: row.get(8)?,
+        direction: if direction == "write" {
+            Direction::Write
+        } else {
+            Direction::Read
+        },
+        group: row.get(10)?,
+        class: Class::parse(&class).ok_or_else(|| bad_column(11, "class"))?,
+        mss_priority: row.get(12)?,
+        charged: row.get::<_, i64>(13)? as u64,
+        state: parse_state(14, &state)?,
+        attempt: row.get::<_, i64>(15)? as u32,
+        mss_id: row.get(16)?,
+        bytes_done: row.get::<_, i64>(17)? as u64,
+        cancel_requested: row.get::<_, i64>(18)? != 0,
+        last_error: row.get(19)?,
+        created_ms: row.get(20)?,
+        submitted_ms: row.get(21)?,
+        started_ms: row.get(22)?,
+        finished_ms: row.get(23)?,
+    })
+}
+
+pub(super) fn request(c: &Connection, id: i64) -> rusqlite::Result<Option<RequestRecord>> {
+    c.prepare_cached(&format!(
+        "SELECT {RECORD_COLUMNS} FROM requests WHERE id = ?1"
+    ))?
+    .query_row([id], record)
+    .optional()
+}
+
+/// What the dispatcher needs to submit one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToSubmit {
+    pub id: i64,
+    pub attempt: u32,
+    pub file: String,
+    pub size_bytes: u64,
+    pub mss_priority: i64,
+    pub volume: Option<String>,
+    pub group: String,
+    pub direction: Direction,
+}
+
+pub(super) fn to_submit(
+    c: &Connection,
+    after_id: i64,
+    now_ms: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<ToSubmit>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction \
+         FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
+         ORDER BY id LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
+        let direction: String = row.get(7)?;
+        Ok(ToSubmit {
+            id: row.get(0)?,
+            attempt: row.get::<_, i64>(1)? as u32,
+            file: row.get(2)?,
+            size_bytes: row.get::<_, i64>(3)? as u64,
+            mss_priority: row.get(4)?,
+            volume: row.get(5)?,
+            group: row.get(6)?,
+            direction: if direction == "write" {
+                Direction::Write
+            } else {
+                Direction::Read
+            },
+        })
+    })?;
+    rows.collect()
+}
+
+pub(super) fn next_retry_ms(c: &Connection) -> rusqlite::Result<Option<i64>> {
+    c.prepare_cached("SELECT MIN(next_attempt_ms) FROM requests WHERE state = 'accepted'")?
+        .query_row([], |r| r.get(0))
+}
+
+pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id FROM requests WHERE cancel_requested = 1 AND state IN ('submitted', 'running') \
+         ORDER BY id",
+    )?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// A group's maintained figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRow {
+    pub path: String,
+    pub usage: u64,
+    pub usage_bytes: u64,
+    pub pending: u64,
+}
+
+pub(super) fn groups(c: &Connection) -> rusqlite::Result<Vec<GroupRow>> {
+    let mut stmt =
+        c.prepare_cached("SELECT path, usage, usage_bytes, pending FROM groups ORDER BY path")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(GroupRow {
+            path: r.get(0)?,
+            usage: r.get::<_, i64>(1)?.max(0) as u64,
+            usage_bytes: r.get::<_, i64>(2)?.max(0) as u64,
+            pending: r.get::<_, i64>(3)?.max(0) as u64,
+        })
+    })?;
+    rows.collect()
+}
+
+pub(super) fn event_cursor(c: &Connection) -> rusqlite::Result<EventCursor> {
+    let get = |key: &str| -> rusqlite::Result<Option<String>> {
+        c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+            .query_row([key], |r| r.get(0))
+            .optional()
+    };
+    Ok(EventCursor {
+        epoch: get("mss_event_epoch")?.unwrap_or_default(),
+        after: get("mss_event_after")?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    })
+}
+
+pub(super) fn state_counts(c: &Connection) -> rusqlite::Result<Vec<(RequestState, u64)>> {
+    let mut stmt = c.prepare_cached("SELECT state, COUNT(*) FROM requests GROUP BY state")?;
+    let rows = stmt.query_map([], |r| {
+        let s: String = r.get(0)?;
+        Ok((parse_state(0, &s)?, r.get::<_, i64>(1)? as u64))
+    })?;
+    rows.collect()
+}

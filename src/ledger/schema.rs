@@ -1,0 +1,93 @@
+//! The SQLite schema and connection settings.
+//!
+//! Request ids are the table's integer rowid: sequential, so inserts append to the b-tree
+//! (random UUID keys measured ~8x slower here). `groups` holds the maintained per-group
+//! aggregates (usage, bytes, pending), updated in the same transaction as the requests, so no
+//! read ever sums history.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::LedgerError;
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS requests (
+    id                INTEGER PRIMARY KEY,
+    station           TEXT    NOT NULL,
+    client_request_id TEXT    NOT NULL,
+    user_name         TEXT    NOT NULL,
+    file              TEXT    NOT NULL,
+    size_bytes        INTEGER NOT NULL,
+    access_mode       TEXT    NOT NULL,
+    physics_group     TEXT    NOT NULL,
+    volume            TEXT,
+    direction         TEXT    NOT NULL,
+    group_path        TEXT    NOT NULL,
+    class             TEXT    NOT NULL,
+    mss_priority      INTEGER NOT NULL,
+    -- benefit and bytes currently charged to the group: the estimate, then the actual, then 0
+    -- after a refund
+    charged           INTEGER NOT NULL,
+    charged_bytes     INTEGER NOT NULL,
+    state             TEXT    NOT NULL,
+    attempt           INTEGER NOT NULL DEFAULT 1,
+    mss_id            TEXT,
+    bytes_done        INTEGER NOT NULL DEFAULT 0,
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    last_error        TEXT,
+    created_ms        INTEGER NOT NULL,
+    submitted_ms      INTEGER,
+    started_ms        INTEGER,
+    finished_ms       INTEGER,
+    next_attempt_ms   INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (station, client_request_id)
+);
+CREATE INDEX IF NOT EXISTS requests_to_submit ON requests(id) WHERE state = 'accepted';
+CREATE INDEX IF NOT EXISTS requests_cancelling ON requests(id)
+    WHERE cancel_requested = 1 AND state IN ('submitted', 'running');
+CREATE TABLE IF NOT EXISTS groups (
+    path        TEXT PRIMARY KEY,
+    usage       INTEGER NOT NULL DEFAULT 0,
+    usage_bytes INTEGER NOT NULL DEFAULT 0,
+    pending     INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"#;
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // FULL: a commit is on disk before the writer answers, so a 202 survives power loss.
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// The writer's connection: schema created, WAL on.
+pub fn open_writer(path: &Path) -> Result<Connection, LedgerError> {
+    let open_err = |message: String| LedgerError::Open {
+        path: path.to_path_buf(),
+        message,
+    };
+    super::ensure_parent(path).map_err(|e| open_err(e.to_string()))?;
+    let conn = Connection::open(path).map_err(|e| open_err(e.to_string()))?;
+    configure(&conn).map_err(|e| open_err(e.to_string()))?;
+    conn.execute_batch(SCHEMA)
+        .map_err(|e| open_err(e.to_string()))?;
+    Ok(conn)
+}
+
+/// A read connection.
+pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}

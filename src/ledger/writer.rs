@@ -1,0 +1,523 @@
+//! The writer thread: the one owner of the write connection. It takes every command waiting on
+//! its channel, applies them in one transaction (group commit), and answers only after COMMIT.
+//! If anything fails, the whole group is rolled back, the in-memory usage is put back as it was,
+//! and every caller gets the error: no partial state, no answer for anything not on disk.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mss_adapters::{EventCursor, EventKind, MssEvent};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tracing::{debug, error, info, warn};
+
+use super::read::parse_state;
+use super::{
+    Accepted, AfterSubmit, CancelOutcome, Command, LedgerError, LedgerOptions, NewRequest,
+    SubmittedTransfer,
+};
+use crate::clock::Clock;
+use crate::config::{PolicySettings, RetrySettings};
+use crate::domain::{Class, RequestState};
+use crate::policy::{self, Usage};
+
+pub(super) struct Writer {
+    conn: Connection,
+    policy: Arc<PolicySettings>,
+    clock: Arc<dyn Clock>,
+    usage: Usage,
+    batch_max: usize,
+    retry: RetrySettings,
+    ready: Arc<Notify>,
+}
+
+/// Per-group changes of one transaction, written to `groups` once before COMMIT.
+#[derive(Default)]
+struct Deltas(HashMap<String, (i128, i128, i64)>);
+
+impl Deltas {
+    fn add(&mut self, path: &str, usage: i128, bytes: i128, pending: i64) {
+        let e = self.0.entry(path.to_string()).or_default();
+        e.0 += usage;
+        e.1 += bytes;
+        e.2 += pending;
+    }
+}
+
+/// What one transaction is working with.
+struct Ctx<'a> {
+    policy: &'a PolicySettings,
+    usage: &'a mut Usage,
+    deltas: Deltas,
+    retry: &'a RetrySettings,
+    now: i64,
+    /// Some request became ready to submit.
+    ready: bool,
+}
+
+impl Ctx<'_> {
+    /// Change a group's charge by `usage` benefit and `bytes` bytes, and its pending count.
+    fn charge(&mut self, path: &str, usage: i128, bytes: i128, pending: i64) {
+        if let Some(g) = self.policy.group_by_path(path) {
+            self.usage.add(self.policy, g, usage);
+        }
+        self.deltas.add(path, usage, bytes, pending);
+    }
+}
+
+/// A caller's answer, held until the transaction's fate is known.
+enum Reply {
+    Accept(oneshot::Sender<Result<Vec<Accepted>, LedgerError>>, Vec<Accepted>),
+    Submitted(oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>, Vec<AfterSubmit>),
+    Rejected(oneshot::Sender<Result<(), LedgerError>>),
+    Events(oneshot::Sender<Result<usize, LedgerError>>, usize),
+    Cancel(oneshot::Sender<Result<CancelOutcome, LedgerError>>, CancelOutcome),
+}
+
+impl Reply {
+    // A caller that went away (client disconnected) needs no answer: send errors are ignored.
+    fn ok(self) {
+        let _ = match self {
+            Reply::Accept(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Submitted(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Rejected(tx) => tx.send(Ok(())).map_err(drop),
+            Reply::Events(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Cancel(tx, v) => tx.send(Ok(v)).map_err(drop),
+        };
+    }
+
+    fn err(self, message: &str) {
+        let e = || LedgerError::Storage(message.to_string());
+        let _ = match self {
+            Reply::Accept(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Submitted(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Rejected(tx) => tx.send(Err(e())).map_err(drop),
+            Reply::Events(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Cancel(tx, _) => tx.send(Err(e())).map_err(drop),
+        };
+    }
+}
+
+impl Writer {
+    /// Make sure every configured group has a row, and load usage from the stored aggregates.
+    pub fn load(
+        mut conn: Connection,
+        policy: Arc<PolicySettings>,
+        clock: Arc<dyn Clock>,
+        options: &LedgerOptions,
+        ready: Arc<Notify>,
+    ) -> Result<Writer, LedgerError> {
+        let tx = conn.transaction()?;
+        for g in &policy.groups {
+            tx.execute(
+                "INSERT OR IGNORE INTO groups(path) VALUES (?1)",
+                [g.path.as_str()],
+            )?;
+        }
+        tx.commit()?;
+        let mut amounts = Vec::new();
+        {
+            let mut stmt = conn.prepare("SELECT path, usage FROM groups")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            for row in rows {
+                let (path, usage) = row?;
+                match policy.group_by_path(&path) {
+                    Some(g) => amounts.push((g, usage.max(0) as u64)),
+                    None if usage != 0 => warn!(
+                        group = %path,
+                        usage,
+                        "stored usage of a group that is no longer configured is kept but not used"
+                    ),
+                    None => {}
+                }
+            }
+        }
+        let usage = Usage::from_amounts(&policy, amounts);
+        info!(fair_total = %usage.fair_total(), "ledger usage loaded");
+        Ok(Writer {
+            conn,
+            policy,
+            clock,
+            usage,
+            batch_max: options.commit_batch_max.max(1),
+            retry: options.retry.clone(),
+            ready,
+        })
+    }
+
+    /// Serve commands until every sender is gone.
+    pub fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+        while let Some(first) = rx.blocking_recv() {
+            let mut commands = vec![first];
+            while commands.len() < self.batch_max {
+                match rx.try_recv() {
+                    Ok(c) => commands.push(c),
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(commands);
+        }
+        debug!("ledger writer stopped");
+    }
+
+    fn commit_group(&mut self, commands: Vec<Command>) {
+        let saved = self.usage.clone();
+        let mut ctx = Ctx {
+            policy: &self.policy,
+            usage: &mut self.usage,
+            deltas: Deltas::default(),
+            retry: &self.retry,
+            now: self.clock.now_ms(),
+            ready: false,
+        };
+        let mut replies = Vec::with_capacity(commands.len());
+        let outcome = (|| -> rusqlite::Result<()> {
+            let tx = self.conn.transaction()?;
+            let mut first_error = None;
+            for command in commands {
+                let (reply, result) = handle(&tx, &mut ctx, command);
+                replies.push(reply);
+                if let Err(e) = result {
+                    first_error = Some(e);
+                    break;
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+            flush_deltas(&tx, &ctx.deltas)?;
+            tx.commit()
+        })();
+        let ready = ctx.ready;
+        match outcome {
+            Ok(()) => {
+                for r in replies {
+                    r.ok();
+                }
+                if ready {
+                    self.ready.notify_one();
+                }
+            }
+            Err(e) => {
+                error!(error = %e, commands = replies.len(), "ledger transaction rolled back");
+                self.usage = saved;
+                let message = e.to_string();
+                for r in replies {
+                    r.err(&message);
+                }
+            }
+        }
+    }
+}
+
+/// Apply one command inside the transaction. The reply carries the answer to send on commit.
+fn handle(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, command: Command) -> (Reply, rusqlite::Result<()>) {
+    match command {
+        Command::Accept { items, reply } => {
+            let mut out = Vec::with_capacity(items.len());
+            let r = items
+                .iter()
+                .try_for_each(|item| accept_one(tx, ctx, item).map(|a| out.push(a)));
+            (Reply::Accept(reply, out), r)
+        }
+        Command::Submitted { items, reply } => {
+            let mut out = Vec::with_capacity(items.len());
+            let r = items
+                .iter()
+                .try_for_each(|item| submitted_one(tx, ctx, item).map(|a| out.push(a)));
+            (Reply::Submitted(reply, out), r)
+        }
+        Command::Rejected {
+            id,
+            attempt,
+            reason,
+            reply,
+        } => (Reply::Rejected(reply), rejected(tx, ctx, id, attempt, &reason)),
+        Command::Events {
+            events,
+            cursor,
+            reply,
+        } => {
+            let mut changed = 0;
+            let r = events
+                .iter()
+                .try_for_each(|e| apply_event(tx, ctx, e).map(|c| changed += usize::from(c)))
+                .and_then(|()| store_cursor(tx, &cursor));
+            (Reply::Events(reply, changed), r)
+        }
+        Command::Cancel { id, reply } => match cancel(tx, ctx, id) {
+            Ok(o) => (Reply::Cancel(reply, o), Ok(())),
+            Err(e) => (Reply::Cancel(reply, CancelOutcome::NotFound), Err(e)),
+        },
+    }
+}
+
+fn accept_one(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, item: &NewRequest) -> rusqlite::Result<Accepted> {
+    let existing = tx
+        .prepare_cached(
+            "SELECT id, group_path, class, mss_priority, state FROM requests \
+             WHERE station = ?1 AND client_request_id = ?2",
+        )?
+        .query_row(params![item.station, item.client_request_id], |r| {
+            let class: String = r.get(2)?;
+            let state: String = r.get(4)?;
+            Ok(Accepted {
+                id: r.get(0)?,
+                group: r.get(1)?,
+                class: Class::parse(&class).unwrap_or(Class::Back),
+                mss_priority: r.get(3)?,
+                state: parse_state(4, &state)?,
+                duplicate: true,
+            })
+        })
+        .optional()?;
+    if let Some(a) = existing {
+        return Ok(a);
+    }
+    let decision = policy::decide(ctx.policy, ctx.usage, item.group, item.benefit);
+    let path = ctx.policy.group(item.group).path.as_str();
+    tx.prepare_cached(
+        "INSERT INTO requests (station, client_request_id, user_name, file, size_bytes, \
+         access_mode, physics_group, volume, direction, group_path, class, mss_priority, \
+         charged, charged_bytes, state, created_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 'accepted', ?15)",
+    )?
+    .execute(params![
+        item.station,
+        item.client_request_id,
+        item.user,
+        item.file,
+        item.size_bytes as i64,
+        item.access_mode,
+        item.physics_group,
+        item.volume,
+        item.direction.as_str(),
+        path,
+        decision.class.as_str(),
+        decision.mss_priority,
+        item.benefit as i64,
+        item.size_bytes as i64,
+        ctx.now,
+    ])?;
+    let id = tx.last_insert_rowid();
+    ctx.charge(path, i128::from(item.benefit), i128::from(item.size_bytes), 1);
+    ctx.ready = true;
+    Ok(Accepted {
+        id,
+        group: path.to_string(),
+        class: decision.class,
+        mss_priority: decision.mss_priority,
+        state: RequestState::Accepted,
+        duplicate: false,
+    })
+}
+
+/// The columns finalising needs.
+struct Charged {
+    state: RequestState,
+    attempt: u32,
+    group: String,
+    access_mode: String,
+    charged: i64,
+    charged_bytes: i64,
+}
+
+fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charged>> {
+    tx.prepare_cached(
+        "SELECT state, attempt, group_path, access_mode, charged, charged_bytes \
+         FROM requests WHERE id = ?1",
+    )?
+    .query_row([id], |r| {
+        let state: String = r.get(0)?;
+        Ok(Charged {
+            state: parse_state(0, &state)?,
+            attempt: r.get::<_, i64>(1)? as u32,
+            group: r.get(2)?,
+            access_mode: r.get(3)?,
+            charged: r.get(4)?,
+            charged_bytes: r.get(5)?,
+        })
+    })
+    .optional()
+}
+
+/// Move a request to a terminal state and settle its charge: `actual` bytes replace the
+/// estimate (done), or the charge is refunded (failed, cancelled).
+fn finalize(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    id: i64,
+    row: &Charged,
+    state: RequestState,
+    actual_bytes: Option<u64>,
+    error: Option<&str>,
+) -> rusqlite::Result<()> {
+    let (benefit, bytes) = match actual_bytes {
+        Some(b) => (
+            policy::benefit(ctx.policy, &row.access_mode, b) as i64,
+            b as i64,
+        ),
+        None => (0, 0),
+    };
+    tx.prepare_cached(
+        "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, bytes_done = ?5, \
+         finished_ms = ?6, last_error = COALESCE(?7, last_error) WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        state.as_str(),
+        benefit,
+        bytes,
+        bytes,
+        ctx.now,
+        error
+    ])?;
+    ctx.charge(
+        &row.group,
+        i128::from(benefit) - i128::from(row.charged),
+        i128::from(bytes) - i128::from(row.charged_bytes),
+        -1,
+    );
+    Ok(())
+}
+
+fn submitted_one(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    item: &SubmittedTransfer,
+) -> rusqlite::Result<AfterSubmit> {
+    let Some(row) = load_charged(tx, item.id)? else {
+        return Ok(AfterSubmit::Recorded);
+    };
+    if row.attempt != item.attempt {
+        return Ok(AfterSubmit::Recorded);
+    }
+    let new_state = match row.state {
+        RequestState::Accepted => RequestState::Submitted,
+        other => other,
+    };
+    tx.prepare_cached(
+        "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
+         submitted_ms = COALESCE(submitted_ms, ?4) WHERE id = ?1",
+    )?
+    .execute(params![item.id, new_state.as_str(), item.mss_id, ctx.now])?;
+    Ok(if row.state == RequestState::Cancelled {
+        AfterSubmit::CancelAtMss
+    } else {
+        AfterSubmit::Recorded
+    })
+}
+
+fn rejected(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    id: i64,
+    attempt: u32,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    match load_charged(tx, id)? {
+        Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => finalize(
+            tx,
+            ctx,
+            id,
+            &row,
+            RequestState::Failed,
+            None,
+            Some(reason),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Apply one MSS event. Events of another attempt, of unknown requests, or of requests already
+/// final change nothing, so a duplicated or replayed event is harmless. Returns whether it
+/// changed the request.
+fn apply_event(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, event: &MssEvent) -> rusqlite::Result<bool> {
+    let Ok(id) = event.key.parse::<i64>() else {
+        warn!(key = %event.key, "event for a key this broker never issued");
+        return Ok(false);
+    };
+    let Some(row) = load_charged(tx, id)? else {
+        warn!(request_id = id, "event for an unknown request");
+        return Ok(false);
+    };
+    if row.attempt != event.attempt || row.state.is_terminal() {
+        return Ok(false);
+    }
+    match &event.kind {
+        EventKind::Started => {
+            if !matches!(row.state, RequestState::Accepted | RequestState::Submitted) {
+                return Ok(false);
+            }
+            tx.prepare_cached(
+                "UPDATE requests SET state = 'running', started_ms = ?2, \
+                 submitted_ms = COALESCE(submitted_ms, ?2) WHERE id = ?1",
+            )?
+            .execute(params![id, ctx.now])?;
+        }
+        EventKind::Done { bytes } => {
+            finalize(tx, ctx, id, &row, RequestState::Done, Some(*bytes), None)?;
+        }
+        EventKind::Failed { reason, retryable } => {
+            if *retryable && row.attempt < ctx.retry.max_attempts {
+                let delay = ctx.retry.backoff(row.attempt).as_millis() as i64;
+                tx.prepare_cached(
+                    "UPDATE requests SET state = 'accepted', attempt = attempt + 1, \
+                     mss_id = NULL, next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
+                )?
+                .execute(params![id, ctx.now + delay, reason])?;
+                ctx.ready = true;
+            } else {
+                let why = format!("{reason} (attempt {} of {})", row.attempt, ctx.retry.max_attempts);
+                finalize(tx, ctx, id, &row, RequestState::Failed, None, Some(&why))?;
+            }
+        }
+        EventKind::Cancelled => {
+            finalize(tx, ctx, id, &row, RequestState::Cancelled, None, None)?;
+        }
+    }
+    Ok(true)
+}
+
+fn store_cursor(tx: &Transaction<'_>, cursor: &EventCursor) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO meta(key, value) VALUES (?1, ?2) \
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+    )?;
+    stmt.execute(params!["mss_event_epoch", cursor.epoch])?;
+    stmt.execute(params!["mss_event_after", cursor.after.to_string()])?;
+    Ok(())
+}
+
+fn cancel(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, id: i64) -> rusqlite::Result<CancelOutcome> {
+    let Some(row) = load_charged(tx, id)? else {
+        return Ok(CancelOutcome::NotFound);
+    };
+    match row.state {
+        s if s.is_terminal() => Ok(CancelOutcome::AlreadyFinal(s)),
+        RequestState::Accepted => {
+            finalize(tx, ctx, id, &row, RequestState::Cancelled, None, None)?;
+            Ok(CancelOutcome::Cancelled)
+        }
+        s => {
+            tx.prepare_cached("UPDATE requests SET cancel_requested = 1 WHERE id = ?1")?
+                .execute([id])?;
+            Ok(CancelOutcome::Requested(s))
+        }
+    }
+}
+
+fn flush_deltas(tx: &Transaction<'_>, deltas: &Deltas) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO groups(path, usage, usage_bytes, pending) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT(path) DO UPDATE SET usage = usage + excluded.usage, \
+         usage_bytes = usage_bytes + excluded.usage_bytes, pending = pending + excluded.pending",
+    )?;
+    for (path, (usage, bytes, pending)) in &deltas.0 {
+        if *usage == 0 && *bytes == 0 && *pending == 0 {
+            continue;
+        }
+        stmt.execute(params![path, *usage as i64, *bytes as i64, pending])?;
+    }
+    Ok(())
+}
