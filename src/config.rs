@@ -175,6 +175,26 @@ pub struct ShareNode {
     pub fraction: Fraction,
 }
 
+impl ShareTree {
+    /// Node indices depth first, siblings in the order the file lists them.
+    pub fn depth_first(&self) -> Vec<usize> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        let mut stack: Vec<usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.parent.is_none())
+            .map(|(i, _)| i)
+            .rev()
+            .collect();
+        while let Some(i) = stack.pop() {
+            out.push(i);
+            stack.extend(self.nodes[i].children.iter().rev());
+        }
+        out
+    }
+}
+
 impl ShareNode {
     pub fn is_leaf(&self) -> bool {
         self.children.is_empty()
@@ -239,7 +259,9 @@ pub struct RetrySettings {
 impl RetrySettings {
     /// Delay before attempt `attempt + 1`, doubling from `base` up to `max`.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
         self.base.saturating_mul(factor).min(self.max)
     }
 }
@@ -691,7 +713,10 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
         if p.p_front >= p0 {
             issues.add(
                 "policy.p_front",
-                format!("must be below every priority class's mss_priority (lowest is {p0}), got {}", p.p_front),
+                format!(
+                    "must be below every priority class's mss_priority (lowest is {p0}), got {}",
+                    p.p_front
+                ),
             );
         }
     }
@@ -706,7 +731,12 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
     }
 
     let tree = build_tree(&raw.shares, issues)?;
-    for node in tree.nodes.iter().filter(|n| n.is_leaf()) {
+    for node in tree
+        .depth_first()
+        .into_iter()
+        .map(|i| &tree.nodes[i])
+        .filter(|n| n.is_leaf())
+    {
         if by_path.contains_key(node.path.as_str()) {
             issues.add(
                 format!("shares.\"{}\"", node.path),
@@ -878,7 +908,10 @@ fn validate_mss(raw: RawMss, issues: &mut Issues) -> Option<MssSettings> {
             }
             if let Some(u) = &raw.url {
                 if !(u.starts_with("http://") || u.starts_with("https://")) {
-                    issues.add("mss.url", format!("`{u}` must start with http:// or https://"));
+                    issues.add(
+                        "mss.url",
+                        format!("`{u}` must start with http:// or https://"),
+                    );
                 }
             }
             AdapterSettings::Http {
@@ -913,7 +946,7 @@ fn validate_mss(raw: RawMss, issues: &mut Issues) -> Option<MssSettings> {
         submit_batch: batch.min(burst as usize),
         retry,
         event_wait: Duration::from_millis(
-            positive(raw.event_wait_ms, "mss.event_wait_ms", issues) as u64,
+            positive(raw.event_wait_ms, "mss.event_wait_ms", issues) as u64
         ),
     })
 }
@@ -957,7 +990,7 @@ pub fn describe(settings: &Settings) -> String {
         "fair share: front at mss_priority {}, back at {}; benefit = {}\n\nshare tree (shares, fraction of all fair-share benefit):\n",
         p.p_front, p.p_back, p.benefit.name()
     ));
-    for node in &p.tree.nodes {
+    for node in p.tree.depth_first().into_iter().map(|i| &p.tree.nodes[i]) {
         let indent = "  ".repeat(node.path.depth());
         let label = format!("{indent}{}", node.path.name());
         let leaf = if node.is_leaf() { "  leaf" } else { "" };
@@ -1040,7 +1073,10 @@ url = "http://127.0.0.1:7070"
     fn priorities_must_be_ordered() {
         let t = base().replace("p_front = 20", "p_front = 100");
         let found = issues(&t);
-        assert!(found.iter().any(|i| i.starts_with("policy.p_front:")), "{found:?}");
+        assert!(
+            found.iter().any(|i| i.starts_with("policy.p_front:")),
+            "{found:?}"
+        );
         let t = base().replace("p_back = 10", "p_back = 20");
         assert!(issues(&t).iter().any(|i| i.starts_with("policy.p_back:")));
     }
@@ -1051,8 +1087,18 @@ url = "http://127.0.0.1:7070"
             .replace("\"analysis/top\" = 3", "\"analysis/top\" = -3\n\"x/y\" = 1")
             .replace("url = \"http://127.0.0.1:7070\"", "url = \"ftp://x\"");
         let found = issues(&t);
-        assert!(found.iter().any(|i| i.starts_with("shares.\"analysis/top\":")), "{found:?}");
-        assert!(found.iter().any(|i| i.starts_with("shares.\"x/y\": its parent")), "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|i| i.starts_with("shares.\"analysis/top\":")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|i| i.starts_with("shares.\"x/y\": its parent")),
+            "{found:?}"
+        );
         assert!(found.iter().any(|i| i.starts_with("mss.url:")), "{found:?}");
     }
 
@@ -1065,10 +1111,15 @@ url = "http://127.0.0.1:7070"
 
     #[test]
     fn rules_must_name_a_leaf() {
-        let t = format!("{}\n[[classification.rules]]\nstation = \"s\"\ngroup = \"analysis\"\n", base());
+        let t = format!(
+            "{}\n[[classification.rules]]\nstation = \"s\"\ngroup = \"analysis\"\n",
+            base()
+        );
         let found = issues(&t);
         assert!(
-            found.iter().any(|i| i.starts_with("classification.rules[0].group:")),
+            found
+                .iter()
+                .any(|i| i.starts_with("classification.rules[0].group:")),
             "{found:?}"
         );
     }

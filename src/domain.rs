@@ -41,7 +41,9 @@ impl GroupPath {
 
     /// The path one level up, if any.
     pub fn parent(&self) -> Option<GroupPath> {
-        self.0.rsplit_once('/').map(|(p, _)| GroupPath(p.to_string()))
+        self.0
+            .rsplit_once('/')
+            .map(|(p, _)| GroupPath(p.to_string()))
     }
 
     pub fn depth(&self) -> usize {

@@ -1,8 +1,13 @@
 //! mssbroker: a fair-share broker for file-transfer requests in front of a tape mass storage
 //! system. See ARCHITECTURE.md for the map.
 
-pub mod config;
-pub mod domain;
-pub mod policy;
+pub mod api;
+pub mod cli;
 pub mod clock;
+pub mod config;
+pub mod dispatcher;
+pub mod domain;
 pub mod ledger;
+pub mod policy;
+pub mod startup;
+pub mod telemetry;

@@ -6,7 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::{Client, StatusCode};
 
-use crate::protocol::{ErrorBody, EventsResponse, SubmitResponse, Transfer};
+use crate::protocol::{
+    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventsResponse, SubmitResponse, Transfer,
+};
 use crate::{EventBatch, EventCursor, MssAdapter, MssError, Submitted};
 
 /// An adapter for an MSS reached at a base URL such as `http://127.0.0.1:7070`.
@@ -56,6 +58,46 @@ impl MssAdapter for HttpAdapter {
             mss_id: body.mss_id,
             duplicate: body.duplicate,
         })
+    }
+
+    async fn submit_batch(&self, transfers: &[Transfer]) -> Vec<Result<Submitted, MssError>> {
+        let all = |e: &MssError| transfers.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
+        let body = BatchRequest {
+            transfers: transfers.to_vec(),
+        };
+        let sent = self
+            .client
+            .post(format!("{}/v1/transfers/batch", self.base))
+            .timeout(self.timeout)
+            .json(&body)
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => return all(&transport(e)),
+        };
+        let answer: BatchResponse = match decode(resp).await {
+            Ok(a) => a,
+            Err(e) => return all(&e),
+        };
+        if answer.results.len() != transfers.len() {
+            return all(&MssError::Protocol(format!(
+                "{} answers to {} transfers",
+                answer.results.len(),
+                transfers.len()
+            )));
+        }
+        answer
+            .results
+            .into_iter()
+            .map(|item| match item {
+                BatchItem::Ok(s) => Ok(Submitted {
+                    mss_id: s.mss_id,
+                    duplicate: s.duplicate,
+                }),
+                BatchItem::Err(e) => Err(MssError::Rejected(e.error)),
+            })
+            .collect()
     }
 
     async fn cancel(&self, key: &str) -> Result<(), MssError> {

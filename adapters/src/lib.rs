@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use protocol::{Direction, EventCursor, EventKind, MssEvent, Transfer};
 
 /// What went wrong talking to an MSS, split by what the caller should do about it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum MssError {
     /// The MSS could not be reached or answered with a server error: try again later.
     #[error("mss unavailable: {0}")]
@@ -68,6 +68,16 @@ pub trait MssAdapter: Send + Sync + 'static {
     /// Queue a transfer at the MSS. Submitting the same `key` and `attempt` twice must not
     /// create a second transfer.
     async fn submit(&self, transfer: &Transfer) -> Result<Submitted, MssError>;
+
+    /// Queue several transfers, in order: the MSS sees them arrive in the order given. One
+    /// answer per transfer. The default submits them one by one.
+    async fn submit_batch(&self, transfers: &[Transfer]) -> Vec<Result<Submitted, MssError>> {
+        let mut out = Vec::with_capacity(transfers.len());
+        for t in transfers {
+            out.push(self.submit(t).await);
+        }
+        out
+    }
 
     /// Ask the MSS to drop a queued transfer. A `cancelled` event follows if it could.
     async fn cancel(&self, key: &str) -> Result<(), MssError>;

@@ -1,6 +1,6 @@
 //! The JSON wire protocol between the HTTP adapter and an MSS that speaks it (the simulator).
 //!
-//! `POST /v1/transfers` submits, `DELETE /v1/transfers/{key}` cancels, `GET /v1/transfers/{key}`
+//! `POST /v1/transfers` submits one, `POST /v1/transfers/batch` several in order, `DELETE /v1/transfers/{key}` cancels, `GET /v1/transfers/{key}`
 //! reads one transfer, `GET /v1/events?epoch=E&after=N&wait_ms=W` long-polls the event log and
 //! `GET /v1/received` lists every submission the MSS accepted (for tests and audits).
 
@@ -81,6 +81,26 @@ pub struct EventCursor {
 pub struct SubmitResponse {
     pub mss_id: String,
     pub duplicate: bool,
+}
+
+/// Body of `POST /v1/transfers/batch`: transfers queued in the order given.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchRequest {
+    pub transfers: Vec<Transfer>,
+}
+
+/// One answer of a batch: the submission's result or why it was refused.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BatchItem {
+    Ok(SubmitResponse),
+    Err(ErrorBody),
+}
+
+/// Answer to `POST /v1/transfers/batch`, one item per transfer, in order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchResponse {
+    pub results: Vec<BatchItem>,
 }
 
 /// Answer to `GET /v1/events`.

@@ -55,7 +55,12 @@ impl Fixture {
                 max: Duration::from_millis(1000),
             },
         };
-        Ledger::open(&options, self.settings.policy.clone(), Arc::new(self.clock.clone())).unwrap()
+        Ledger::open(
+            &options,
+            self.settings.policy.clone(),
+            Arc::new(self.clock.clone()),
+        )
+        .unwrap()
     }
 
     fn request(&self, crid: &str, mode: &str, group: &str, size: u64) -> NewRequest {
@@ -111,7 +116,12 @@ async fn restart_restores_every_groups_usage_and_decisions() {
     let ledger = opened.0.clone();
     let mut items = Vec::new();
     for i in 0..60u64 {
-        let (mode, group) = [("analysis", "higgs"), ("analysis", "top"), ("mc", "x"), ("datataking", "x")][(i % 4) as usize];
+        let (mode, group) = [
+            ("analysis", "higgs"),
+            ("analysis", "top"),
+            ("mc", "x"),
+            ("datataking", "x"),
+        ][(i % 4) as usize];
         items.push(f.request(&format!("r{i}"), mode, group, 1_000 + i * 37));
     }
     let (first, second) = items.split_at(30);
@@ -130,7 +140,11 @@ async fn restart_restores_every_groups_usage_and_decisions() {
     let twin = straight_f.open();
     twin.0.accept(first.to_vec()).await.unwrap();
     let straight = twin.0.accept(second.to_vec()).await.unwrap();
-    let decisions = |v: &[Accepted]| v.iter().map(|a| (a.class, a.mss_priority)).collect::<Vec<_>>();
+    let decisions = |v: &[Accepted]| {
+        v.iter()
+            .map(|a| (a.class, a.mss_priority))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(decisions(&restarted), decisions(&straight));
     // Both fronts and backs occurred, so the comparison means something.
     assert!(restarted.iter().any(|a| a.class == Class::Front));
@@ -144,14 +158,24 @@ async fn resubmission_is_idempotent() {
     let f = Fixture::new();
     let opened = f.open();
     let l = &opened.0;
-    let a = l.accept(vec![f.request("same", "mc", "x", 500)]).await.unwrap();
+    let a = l
+        .accept(vec![f.request("same", "mc", "x", 500)])
+        .await
+        .unwrap();
     let b = l
-        .accept(vec![f.request("same", "mc", "x", 500), f.request("same", "mc", "x", 999)])
+        .accept(vec![
+            f.request("same", "mc", "x", 500),
+            f.request("same", "mc", "x", 999),
+        ])
         .await
         .unwrap();
     assert!(!a[0].duplicate);
     assert!(b.iter().all(|x| x.duplicate && x.id == a[0].id));
-    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (500, 1), "charged once");
+    assert_eq!(
+        usage_of(&l.groups().await.unwrap(), "mc"),
+        (500, 1),
+        "charged once"
+    );
     close(opened);
 }
 
@@ -160,7 +184,9 @@ async fn a_request_and_its_charge_are_never_committed_apart() {
     let f = Fixture::new();
     let opened = f.open();
     let l = opened.0.clone();
-    l.accept(vec![f.request("ok", "mc", "x", 100)]).await.unwrap();
+    l.accept(vec![f.request("ok", "mc", "x", 100)])
+        .await
+        .unwrap();
     // Make the groups update fail, after the request row was inserted in the same transaction.
     let side = rusqlite::Connection::open(&f.path).unwrap();
     side.execute_batch(
@@ -168,14 +194,23 @@ async fn a_request_and_its_charge_are_never_committed_apart() {
          BEGIN SELECT RAISE(ABORT, 'disk full (simulated)'); END;",
     )
     .unwrap();
-    let err = l.accept(vec![f.request("big", "mc", "x", 5_000)]).await.unwrap_err();
+    let err = l
+        .accept(vec![f.request("big", "mc", "x", 5_000)])
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("disk full"), "{err}");
     let counts = l.state_counts().await.unwrap();
-    assert_eq!(counts, vec![(RequestState::Accepted, 1)], "the request row was rolled back");
+    assert_eq!(
+        counts,
+        vec![(RequestState::Accepted, 1)],
+        "the request row was rolled back"
+    );
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (100, 1));
     // The in-memory usage was rolled back too: the next decision sees 100, not 5100.
     side.execute_batch("DROP TRIGGER boom").unwrap();
-    l.accept(vec![f.request("big", "mc", "x", 5_000)]).await.unwrap();
+    l.accept(vec![f.request("big", "mc", "x", 5_000)])
+        .await
+        .unwrap();
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (5_100, 2));
     // And the other way round: the request insert fails, so no charge lands.
     side.execute_batch(
@@ -183,8 +218,18 @@ async fn a_request_and_its_charge_are_never_committed_apart() {
          BEGIN SELECT RAISE(ABORT, 'io error (simulated)'); END;",
     )
     .unwrap();
-    assert!(l.accept(vec![f.request("x1", "mc", "x", 10), f.request("x2", "mc", "x", 777)]).await.is_err());
-    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (5_100, 2), "neither item landed");
+    assert!(l
+        .accept(vec![
+            f.request("x1", "mc", "x", 10),
+            f.request("x2", "mc", "x", 777)
+        ])
+        .await
+        .is_err());
+    assert_eq!(
+        usage_of(&l.groups().await.unwrap(), "mc"),
+        (5_100, 2),
+        "neither item landed"
+    );
     drop(l);
     close(opened);
 }
@@ -204,7 +249,10 @@ async fn completion_reconciles_and_failure_refunds() {
         .unwrap();
     let (a, b, c) = (acc[0].id, acc[1].id, acc[2].id);
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (7_000, 3));
-    let cursor = EventCursor { epoch: "e1".into(), after: 6 };
+    let cursor = EventCursor {
+        epoch: "e1".into(),
+        after: 6,
+    };
     let events = vec![
         event(a, 1, 1, EventKind::Started),
         // Actual bytes replace the estimate.
@@ -212,9 +260,25 @@ async fn completion_reconciles_and_failure_refunds() {
         // A duplicated event changes nothing.
         event(a, 1, 3, EventKind::Done { bytes: 900 }),
         // Not retryable: failed and refunded.
-        event(b, 1, 4, EventKind::Failed { reason: "bad file".into(), retryable: false }),
+        event(
+            b,
+            1,
+            4,
+            EventKind::Failed {
+                reason: "bad file".into(),
+                retryable: false,
+            },
+        ),
         // Retryable: back to accepted, attempt 2, charge kept.
-        event(c, 1, 5, EventKind::Failed { reason: "drive".into(), retryable: true }),
+        event(
+            c,
+            1,
+            5,
+            EventKind::Failed {
+                reason: "drive".into(),
+                retryable: true,
+            },
+        ),
         // An event of an old attempt is stale.
         event(c, 1, 6, EventKind::Done { bytes: 4_000 }),
     ];
@@ -224,12 +288,34 @@ async fn completion_reconciles_and_failure_refunds() {
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (900 + 4_000, 1));
     let rc = l.request(c).await.unwrap().unwrap();
     assert_eq!((rc.state, rc.attempt), (RequestState::Accepted, 2));
-    assert!(l.to_submit(0, f.clock.now_ms(), 10).await.unwrap().is_empty(), "backoff not over");
+    assert!(
+        l.to_submit(0, f.clock.now_ms(), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "backoff not over"
+    );
     f.clock.advance_ms(100);
     assert_eq!(l.to_submit(0, f.clock.now_ms(), 10).await.unwrap().len(), 1);
     // Attempt 2 of 2 fails retryably: no attempts left, failed and refunded.
-    let ev = vec![event(c, 2, 7, EventKind::Failed { reason: "drive".into(), retryable: true })];
-    l.apply_events(ev, EventCursor { epoch: "e1".into(), after: 7 }).await.unwrap();
+    let ev = vec![event(
+        c,
+        2,
+        7,
+        EventKind::Failed {
+            reason: "drive".into(),
+            retryable: true,
+        },
+    )];
+    l.apply_events(
+        ev,
+        EventCursor {
+            epoch: "e1".into(),
+            after: 7,
+        },
+    )
+    .await
+    .unwrap();
     let rc = l.request(c).await.unwrap().unwrap();
     assert_eq!(rc.state, RequestState::Failed);
     assert!(rc.last_error.unwrap().contains("attempt 2 of 2"));
@@ -245,20 +331,47 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
     let opened = f.open();
     let l = &opened.0;
     let acc = l
-        .accept(vec![f.request("a", "mc", "x", 100), f.request("b", "mc", "x", 200)])
+        .accept(vec![
+            f.request("a", "mc", "x", 100),
+            f.request("b", "mc", "x", 200),
+        ])
         .await
         .unwrap();
     let (a, b) = (acc[0].id, acc[1].id);
     assert_eq!(l.cancel(a).await.unwrap(), CancelOutcome::Cancelled);
-    assert_eq!(l.cancel(a).await.unwrap(), CancelOutcome::AlreadyFinal(RequestState::Cancelled));
+    assert_eq!(
+        l.cancel(a).await.unwrap(),
+        CancelOutcome::AlreadyFinal(RequestState::Cancelled)
+    );
     assert_eq!(l.cancel(9_999).await.unwrap(), CancelOutcome::NotFound);
-    l.submitted(vec![SubmittedTransfer { id: b, attempt: 1, mss_id: "m".into() }]).await.unwrap();
-    assert_eq!(l.cancel(b).await.unwrap(), CancelOutcome::Requested(RequestState::Submitted));
+    l.submitted(vec![SubmittedTransfer {
+        id: b,
+        attempt: 1,
+        mss_id: "m".into(),
+    }])
+    .await
+    .unwrap();
+    assert_eq!(
+        l.cancel(b).await.unwrap(),
+        CancelOutcome::Requested(RequestState::Submitted)
+    );
     assert_eq!(l.cancelling().await.unwrap(), vec![b]);
     // A submission that raced with a cancellation is cancelled at the MSS.
-    let after = l.submitted(vec![SubmittedTransfer { id: a, attempt: 1, mss_id: "m2".into() }]).await.unwrap();
+    let after = l
+        .submitted(vec![SubmittedTransfer {
+            id: a,
+            attempt: 1,
+            mss_id: "m2".into(),
+        }])
+        .await
+        .unwrap();
     assert_eq!(after, vec![AfterSubmit::CancelAtMss]);
-    l.apply_events(vec![event(b, 1, 1, EventKind::Cancelled)], EventCursor::default()).await.unwrap();
+    l.apply_events(
+        vec![event(b, 1, 1, EventKind::Cancelled)],
+        EventCursor::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (0, 0));
     assert!(l.cancelling().await.unwrap().is_empty());
     close(opened);

@@ -67,11 +67,20 @@ impl Ctx<'_> {
 
 /// A caller's answer, held until the transaction's fate is known.
 enum Reply {
-    Accept(oneshot::Sender<Result<Vec<Accepted>, LedgerError>>, Vec<Accepted>),
-    Submitted(oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>, Vec<AfterSubmit>),
+    Accept(
+        oneshot::Sender<Result<Vec<Accepted>, LedgerError>>,
+        Vec<Accepted>,
+    ),
+    Submitted(
+        oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>,
+        Vec<AfterSubmit>,
+    ),
     Rejected(oneshot::Sender<Result<(), LedgerError>>),
     Events(oneshot::Sender<Result<usize, LedgerError>>, usize),
-    Cancel(oneshot::Sender<Result<CancelOutcome, LedgerError>>, CancelOutcome),
+    Cancel(
+        oneshot::Sender<Result<CancelOutcome, LedgerError>>,
+        CancelOutcome,
+    ),
 }
 
 impl Reply {
@@ -211,7 +220,11 @@ impl Writer {
 }
 
 /// Apply one command inside the transaction. The reply carries the answer to send on commit.
-fn handle(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, command: Command) -> (Reply, rusqlite::Result<()>) {
+fn handle(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    command: Command,
+) -> (Reply, rusqlite::Result<()>) {
     match command {
         Command::Accept { items, reply } => {
             let mut out = Vec::with_capacity(items.len());
@@ -232,7 +245,10 @@ fn handle(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, command: Command) -> (Reply, 
             attempt,
             reason,
             reply,
-        } => (Reply::Rejected(reply), rejected(tx, ctx, id, attempt, &reason)),
+        } => (
+            Reply::Rejected(reply),
+            rejected(tx, ctx, id, attempt, &reason),
+        ),
         Command::Events {
             events,
             cursor,
@@ -252,7 +268,11 @@ fn handle(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, command: Command) -> (Reply, 
     }
 }
 
-fn accept_one(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, item: &NewRequest) -> rusqlite::Result<Accepted> {
+fn accept_one(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    item: &NewRequest,
+) -> rusqlite::Result<Accepted> {
     let existing = tx
         .prepare_cached(
             "SELECT id, group_path, class, mss_priority, state FROM requests \
@@ -300,7 +320,12 @@ fn accept_one(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, item: &NewRequest) -> rus
         ctx.now,
     ])?;
     let id = tx.last_insert_rowid();
-    ctx.charge(path, i128::from(item.benefit), i128::from(item.size_bytes), 1);
+    ctx.charge(
+        path,
+        i128::from(item.benefit),
+        i128::from(item.size_bytes),
+        1,
+    );
     ctx.ready = true;
     Ok(Accepted {
         id,
@@ -416,15 +441,9 @@ fn rejected(
     reason: &str,
 ) -> rusqlite::Result<()> {
     match load_charged(tx, id)? {
-        Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => finalize(
-            tx,
-            ctx,
-            id,
-            &row,
-            RequestState::Failed,
-            None,
-            Some(reason),
-        ),
+        Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => {
+            finalize(tx, ctx, id, &row, RequestState::Failed, None, Some(reason))
+        }
         _ => Ok(()),
     }
 }
@@ -432,7 +451,11 @@ fn rejected(
 /// Apply one MSS event. Events of another attempt, of unknown requests, or of requests already
 /// final change nothing, so a duplicated or replayed event is harmless. Returns whether it
 /// changed the request.
-fn apply_event(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, event: &MssEvent) -> rusqlite::Result<bool> {
+fn apply_event(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    event: &MssEvent,
+) -> rusqlite::Result<bool> {
     let Ok(id) = event.key.parse::<i64>() else {
         warn!(key = %event.key, "event for a key this broker never issued");
         return Ok(false);
@@ -468,7 +491,10 @@ fn apply_event(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, event: &MssEvent) -> rus
                 .execute(params![id, ctx.now + delay, reason])?;
                 ctx.ready = true;
             } else {
-                let why = format!("{reason} (attempt {} of {})", row.attempt, ctx.retry.max_attempts);
+                let why = format!(
+                    "{reason} (attempt {} of {})",
+                    row.attempt, ctx.retry.max_attempts
+                );
                 finalize(tx, ctx, id, &row, RequestState::Failed, None, Some(&why))?;
             }
         }

@@ -33,10 +33,12 @@ pub fn classify(policy: &PolicySettings, r: &RequestFields<'_>) -> Result<GroupI
     let natural = policy
         .group_by_path(&natural)
         .or_else(|| policy.group_by_path(r.access_mode));
-    natural.or(policy.default_group).ok_or_else(|| ClassifyError {
-        access_mode: r.access_mode.to_string(),
-        physics_group: r.physics_group.to_string(),
-    })
+    natural
+        .or(policy.default_group)
+        .ok_or_else(|| ClassifyError {
+            access_mode: r.access_mode.to_string(),
+            physics_group: r.physics_group.to_string(),
+        })
 }
 
 fn matches(rule: &Rule, r: &RequestFields<'_>) -> bool {
@@ -96,7 +98,10 @@ url = "http://127.0.0.1:1"
     #[test]
     fn natural_mapping_priority_class_and_refusal() {
         let p = policy("");
-        assert_eq!(path(&p, req("analysis", "higgs")).unwrap(), "analysis/higgs");
+        assert_eq!(
+            path(&p, req("analysis", "higgs")).unwrap(),
+            "analysis/higgs"
+        );
         assert_eq!(path(&p, req("mc", "anything")).unwrap(), "mc");
         assert_eq!(path(&p, req("datataking", "higgs")).unwrap(), "datataking");
         let e = path(&p, req("analysis", "susy")).unwrap_err();
@@ -119,7 +124,11 @@ group = "analysis/higgs"
 "#,
         );
         let mut r = req("analysis", "top");
-        assert_eq!(path(&p, r).unwrap(), "analysis/higgs", "rule 2 beats natural");
+        assert_eq!(
+            path(&p, r).unwrap(),
+            "analysis/higgs",
+            "rule 2 beats natural"
+        );
         r.file = "/pnfs/top/f";
         assert_eq!(path(&p, r).unwrap(), "analysis/top", "rule 1 first");
         assert_eq!(path(&p, req("reco", "x")).unwrap(), "mc", "default");

@@ -189,7 +189,12 @@ url = "http://127.0.0.1:1"
         for &(ua, ub, ud, g, bj, want) in table {
             let usage = Usage::from_amounts(&p, [(a, ua), (b, ub), (daq, ud)]);
             let d = decide(&p, &usage, g, bj);
-            assert_eq!(d.class, want, "a={ua} b={ub} daq={ud} {} +{bj}", p.group(g).path);
+            assert_eq!(
+                d.class,
+                want,
+                "a={ua} b={ub} daq={ud} {} +{bj}",
+                p.group(g).path
+            );
             let want_priority = match (want, p.group(g).path.as_str()) {
                 (Class::Front, _) => 20,
                 (Class::Back, _) => 10,
@@ -246,43 +251,54 @@ url = "http://127.0.0.1:1"
         });
         let mut usage = Usage::new(&p);
         let mut next = 0usize;
-                let mut submit = |g: usize, usage: &mut Usage, lib: &mut Library| {
+        let mut now = 0;
+        let mut submit = |g: usize, usage: &mut Usage, lib: &mut Library, now: u64| {
             let gid = id(&p, &format!("g{g}"));
             let size = sizes[next % sizes.len()];
             let d = decide(&p, usage, gid, size);
             usage.add(&p, gid, i128::from(size));
             let key = format!("{g}:{next}");
             next += 1;
-            lib.submit(Transfer {
-                key,
-                attempt: 1,
-                file: String::new(),
-                size_bytes: size,
-                priority: d.mss_priority,
-                volume: None,
-                group: String::new(),
-                direction: Direction::Read,
-            });
+            let mut started = Vec::new();
+            lib.submit(
+                Transfer {
+                    key,
+                    attempt: 1,
+                    file: String::new(),
+                    size_bytes: size,
+                    priority: d.mss_priority,
+                    volume: None,
+                    group: String::new(),
+                    direction: Direction::Read,
+                },
+                now,
+                &mut started,
+            );
         };
         for g in 0..shares.len() {
             for _ in 0..window {
-                submit(g, &mut usage, &mut lib);
+                submit(g, &mut usage, &mut lib, now);
             }
         }
         let mut done = vec![0u64; shares.len()];
         let mut completions = 0;
         let mut events = Vec::new();
-        lib.advance(0, &mut events);
         while completions < steps {
             let Some(t) = lib.next_wakeup() else { break };
+            now = t;
             events.clear();
             lib.advance(t, &mut events);
             for e in &events {
                 if let EventKind::Done { bytes } = e.kind {
-                    let g: usize = e.key.split(':').next().and_then(|g| g.parse().ok()).unwrap();
+                    let g: usize = e
+                        .key
+                        .split(':')
+                        .next()
+                        .and_then(|g| g.parse().ok())
+                        .unwrap();
                     done[g] += bytes;
                     completions += 1;
-                    submit(g, &mut usage, &mut lib);
+                    submit(g, &mut usage, &mut lib, now);
                 }
             }
         }

@@ -118,6 +118,8 @@ pub struct Library {
     received: Vec<Received>,
     duplicates: u64,
     mounts: u64,
+    /// The time the library has been advanced to.
+    now: Micros,
 }
 
 impl Library {
@@ -132,12 +134,26 @@ impl Library {
             received: Vec::new(),
             duplicates: 0,
             mounts: 0,
+            now: 0,
         }
     }
 
-    /// Queue a transfer. The same key is a duplicate unless its earlier attempt failed or was
-    /// cancelled and this one has a higher attempt number.
-    pub fn submit(&mut self, transfer: Transfer) -> Admission {
+    /// Queue a transfer arriving at `now` (the library is first advanced to `now`, so the
+    /// transfer never starts before it arrived). The same key is a duplicate unless its earlier
+    /// attempt failed or was cancelled and this one has a higher attempt number.
+    pub fn submit(
+        &mut self,
+        transfer: Transfer,
+        now: Micros,
+        out: &mut Vec<LibraryEvent>,
+    ) -> Admission {
+        self.advance(now, out);
+        let admission = self.enqueue(transfer);
+        self.start_pending(self.now, out);
+        admission
+    }
+
+    fn enqueue(&mut self, transfer: Transfer) -> Admission {
         if let Some(job) = self.jobs.get(&transfer.key) {
             let again = job.phase.is_final_failure() && transfer.attempt > job.transfer.attempt;
             if !again {
@@ -178,6 +194,7 @@ impl Library {
 
     /// Drop a pending transfer.
     pub fn cancel(&mut self, key: &str, now: Micros, out: &mut Vec<LibraryEvent>) -> CancelOutcome {
+        self.advance(now, out);
         let Some(job) = self.jobs.get_mut(key) else {
             return CancelOutcome::Unknown;
         };
@@ -198,7 +215,8 @@ impl Library {
     /// Run the library up to `now`: finish transfers whose time has come, in time order, and
     /// start pending ones on free drives. Events are appended to `out` in the order they happen.
     pub fn advance(&mut self, now: Micros, out: &mut Vec<LibraryEvent>) {
-        self.start_pending(0, out);
+        let now = now.max(self.now);
+        self.start_pending(self.now, out);
         while let Some((drive, end)) = self.earliest_completion() {
             if end > now {
                 break;
@@ -206,6 +224,7 @@ impl Library {
             self.complete(drive, end, out);
             self.start_pending(end, out);
         }
+        self.now = now;
         self.start_pending(now, out);
     }
 
@@ -386,12 +405,11 @@ mod tests {
         let mut lib = Library::new(one_drive());
         let mut ev = Vec::new();
         // "a" starts at once on the free drive; the rest queue behind it.
-        lib.submit(transfer("a", 1, 100, None));
-        lib.advance(0, &mut ev);
-        lib.submit(transfer("b", 1, 100, None));
-        lib.submit(transfer("c", 5, 100, None));
-        lib.submit(transfer("d", 5, 100, None));
-        lib.submit(transfer("e", 3, 100, None));
+        lib.submit(transfer("a", 1, 100, None), 0, &mut ev);
+        lib.submit(transfer("b", 1, 100, None), 0, &mut ev);
+        lib.submit(transfer("c", 5, 100, None), 1, &mut ev);
+        lib.submit(transfer("d", 5, 100, None), 1, &mut ev);
+        lib.submit(transfer("e", 3, 100, None), 2, &mut ev);
         lib.advance(u64::MAX / 2, &mut ev);
         assert_eq!(done_order(&ev), ["a", "c", "d", "e", "b"]);
     }
@@ -400,9 +418,9 @@ mod tests {
     fn mount_only_when_volume_changes() {
         let mut lib = Library::new(one_drive());
         let mut ev = Vec::new();
-        lib.submit(transfer("a", 1, 1_000_000, Some("V1")));
-        lib.submit(transfer("b", 1, 1_000_000, Some("V1")));
-        lib.submit(transfer("c", 1, 1_000_000, Some("V2")));
+        lib.submit(transfer("a", 1, 1_000_000, Some("V1")), 0, &mut ev);
+        lib.submit(transfer("b", 1, 1_000_000, Some("V1")), 0, &mut ev);
+        lib.submit(transfer("c", 1, 1_000_000, Some("V2")), 0, &mut ev);
         lib.advance(10_000_000, &mut ev);
         assert_eq!(lib.mounts(), 2);
         let done: Vec<Micros> = ev
@@ -415,10 +433,24 @@ mod tests {
     }
 
     #[test]
+    fn a_transfer_never_starts_before_it_arrives() {
+        let mut lib = Library::new(one_drive());
+        let mut ev = Vec::new();
+        lib.submit(transfer("late", 1, 1_000_000, None), 5_000_000, &mut ev);
+        lib.advance(20_000_000, &mut ev);
+        let times: Vec<(Micros, bool)> = ev
+            .iter()
+            .map(|e| (e.at, matches!(e.kind, EventKind::Done { .. })))
+            .collect();
+        assert_eq!(times, [(5_000_000, false), (6_000_010, true)]);
+    }
+
+    #[test]
     fn duplicate_submission_creates_nothing() {
         let mut lib = Library::new(one_drive());
-        let first = lib.submit(transfer("a", 1, 10, None));
-        let again = lib.submit(transfer("a", 1, 10, None));
+        let mut ev = Vec::new();
+        let first = lib.submit(transfer("a", 1, 10, None), 0, &mut ev);
+        let again = lib.submit(transfer("a", 1, 10, None), 0, &mut ev);
         assert!(!first.duplicate);
         assert!(again.duplicate);
         assert_eq!(first.mss_id, again.mss_id);
@@ -432,13 +464,19 @@ mod tests {
         cfg.failure_rate = 1.0;
         let mut lib = Library::new(cfg);
         let mut ev = Vec::new();
-        lib.submit(transfer("a", 1, 10, None));
+        lib.submit(transfer("a", 1, 10, None), 0, &mut ev);
         lib.advance(1_000_000, &mut ev);
-        assert!(matches!(ev.last().map(|e| &e.kind), Some(EventKind::Failed { .. })));
+        assert!(matches!(
+            ev.last().map(|e| &e.kind),
+            Some(EventKind::Failed { .. })
+        ));
         let mut retry = transfer("a", 1, 10, None);
-        assert!(lib.submit(retry.clone()).duplicate, "same attempt is a duplicate");
+        assert!(
+            lib.submit(retry.clone(), 1_000_000, &mut ev).duplicate,
+            "same attempt is a duplicate"
+        );
         retry.attempt = 2;
-        assert!(!lib.submit(retry).duplicate);
+        assert!(!lib.submit(retry, 1_000_000, &mut ev).duplicate);
         assert_eq!(lib.received().len(), 2);
     }
 
@@ -446,22 +484,25 @@ mod tests {
     fn cancel_only_pending() {
         let mut lib = Library::new(one_drive());
         let mut ev = Vec::new();
-        lib.submit(transfer("a", 1, 1_000_000, None));
-        lib.submit(transfer("b", 1, 1_000_000, None));
-        lib.advance(0, &mut ev);
-        assert_eq!(lib.cancel("a", 0, &mut ev), CancelOutcome::TooLate(Phase::Running));
+        lib.submit(transfer("a", 1, 1_000_000, None), 0, &mut ev);
+        lib.submit(transfer("b", 1, 1_000_000, None), 0, &mut ev);
+        assert_eq!(
+            lib.cancel("a", 0, &mut ev),
+            CancelOutcome::TooLate(Phase::Running)
+        );
         assert_eq!(lib.cancel("b", 0, &mut ev), CancelOutcome::Cancelled);
         assert_eq!(lib.cancel("zz", 0, &mut ev), CancelOutcome::Unknown);
         assert_eq!(lib.pending(), 0);
-        assert_eq!(ev.last().map(|e| e.kind.clone()), Some(EventKind::Cancelled));
+        assert_eq!(
+            ev.last().map(|e| e.kind.clone()),
+            Some(EventKind::Cancelled)
+        );
     }
 
     #[test]
     fn failure_coin_is_reproducible_and_near_its_rate() {
         let n = 20_000;
-        let hits = (0..n)
-            .filter(|i| fails(7, &i.to_string(), 1, 0.1))
-            .count();
+        let hits = (0..n).filter(|i| fails(7, &i.to_string(), 1, 0.1)).count();
         assert!((1_600..2_400).contains(&hits), "{hits} of {n}");
         assert_eq!(fails(7, "x", 1, 0.5), fails(7, "x", 1, 0.5));
     }

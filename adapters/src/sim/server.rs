@@ -18,7 +18,8 @@ use tokio::sync::{watch, Notify};
 
 use super::library::{CancelOutcome, Library, LibraryConfig, LibraryEvent, Micros};
 use crate::protocol::{
-    ErrorBody, EventsResponse, MssEvent, ReceivedResponse, SubmitResponse, Transfer, TransferState,
+    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventsResponse, MssEvent, ReceivedResponse,
+    SubmitResponse, Transfer, TransferState,
 };
 
 /// Simulator settings.
@@ -131,6 +132,7 @@ pub async fn run(
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/transfers", post(submit))
+        .route("/v1/transfers/batch", post(submit_batch))
         .route("/v1/transfers/{key}", get(transfer).delete(cancel))
         .route("/v1/events", get(events))
         .route("/v1/received", get(received))
@@ -166,7 +168,13 @@ async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
         Ok(t) => t,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
-    let admission = shared.lock().library.submit(transfer);
+    let admission = {
+        let mut sim = shared.lock();
+        let mut out = Vec::new();
+        let admission = sim.library.submit(transfer, shared.virtual_now(), &mut out);
+        shared.publish(&mut sim, out);
+        admission
+    };
     shared.kick.notify_one();
     let status = if admission.duplicate {
         StatusCode::OK
@@ -178,6 +186,33 @@ async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
         duplicate: admission.duplicate,
     };
     (status, Json(body)).into_response()
+}
+
+async fn submit_batch(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    let batch: BatchRequest = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    let results = {
+        let mut sim = shared.lock();
+        let mut out = Vec::new();
+        let now = shared.virtual_now();
+        let results = batch
+            .transfers
+            .into_iter()
+            .map(|t| {
+                let a = sim.library.submit(t, now, &mut out);
+                BatchItem::Ok(SubmitResponse {
+                    mss_id: a.mss_id,
+                    duplicate: a.duplicate,
+                })
+            })
+            .collect();
+        shared.publish(&mut sim, out);
+        results
+    };
+    shared.kick.notify_one();
+    Json(BatchResponse { results }).into_response()
 }
 
 async fn cancel(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {

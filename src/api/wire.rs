@@ -1,0 +1,463 @@
+//! The JSON wire types of the API, and the parsing of request bodies into typed input. Only this
+//! module knows the JSON shapes. Parsing walks the JSON object field by field so every refusal
+//! names the field and what is wrong with it.
+
+use mss_adapters::Direction;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use crate::config::InputLimits;
+use crate::domain::{Class, RequestState};
+use crate::ledger::{Accepted, RequestRecord};
+
+/// A request body, parsed: every field present, of its type and within bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestInput {
+    pub client_request_id: String,
+    pub station: String,
+    pub user: String,
+    pub file: String,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub volume: Option<String>,
+    pub direction: Direction,
+}
+
+const FIELDS: [&str; 9] = [
+    "client_request_id",
+    "station",
+    "user",
+    "file",
+    "size_bytes",
+    "access_mode",
+    "physics_group",
+    "volume",
+    "direction",
+];
+
+/// Parse raw bytes as a JSON value; syntax errors are the body's fault, not a field's.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            Some("body"),
+            format!("body is not valid JSON: {e}"),
+        )
+    })
+}
+
+impl RequestInput {
+    /// Parse one request object. `prefix` is put before field names (`requests[3].`).
+    pub fn parse(
+        value: &Value,
+        limits: &InputLimits,
+        prefix: &str,
+    ) -> Result<RequestInput, ApiError> {
+        let name = |f: &str| format!("{prefix}{f}");
+        let Value::Object(obj) = value else {
+            let field = if prefix.is_empty() {
+                "body".to_string()
+            } else {
+                prefix.trim_end_matches('.').to_string()
+            };
+            return Err(ApiError::field(&field, "must be a JSON object"));
+        };
+        if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(ApiError::field(
+                &name(unknown),
+                format!(
+                    "unknown field `{unknown}`; known fields: {}",
+                    FIELDS.join(", ")
+                ),
+            ));
+        }
+        let text = |f: &str, max: usize| required_text(obj, f, &name(f), max);
+        let n = limits.max_string_len;
+        Ok(RequestInput {
+            client_request_id: text("client_request_id", n)?,
+            station: text("station", n)?,
+            user: text("user", n)?,
+            file: text("file", limits.max_path_len)?,
+            size_bytes: size(obj, &name("size_bytes"), limits.max_size_bytes)?,
+            access_mode: text("access_mode", n)?,
+            physics_group: text("physics_group", n)?,
+            volume: match obj.get("volume") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(text("volume", n)?),
+            },
+            direction: match obj.get("direction") {
+                None | Some(Value::Null) => Direction::Read,
+                Some(Value::String(s)) if s == "read" => Direction::Read,
+                Some(Value::String(s)) if s == "write" => Direction::Write,
+                Some(_) => {
+                    return Err(ApiError::field(
+                        &name("direction"),
+                        "must be \"read\" or \"write\"",
+                    ))
+                }
+            },
+        })
+    }
+}
+
+fn required_text(
+    obj: &Map<String, Value>,
+    key: &str,
+    field: &str,
+    max: usize,
+) -> Result<String, ApiError> {
+    let value = match obj.get(key) {
+        None | Some(Value::Null) => return Err(ApiError::field(field, "is required")),
+        Some(Value::String(s)) => s,
+        Some(other) => {
+            return Err(ApiError::field(
+                field,
+                format!("must be a string, got {}", kind(other)),
+            ))
+        }
+    };
+    if value.is_empty() {
+        return Err(ApiError::field(field, "may not be empty"));
+    }
+    if value.chars().count() > max {
+        return Err(ApiError::field(
+            field,
+            format!("may be at most {max} characters"),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ApiError::field(field, "may not contain control characters"));
+    }
+    Ok(value.clone())
+}
+
+fn size(obj: &Map<String, Value>, field: &str, max: u64) -> Result<u64, ApiError> {
+    match obj.get("size_bytes") {
+        None | Some(Value::Null) => Err(ApiError::field(field, "is required")),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(0) => Err(ApiError::field(field, "must be greater than 0")),
+            Some(v) if v > max => Err(ApiError::field(field, format!("may be at most {max}"))),
+            Some(v) => Ok(v),
+            None if n.is_i64() => Err(ApiError::field(field, "must be greater than 0")),
+            None => Err(ApiError::field(field, "must be a whole number of bytes")),
+        },
+        Some(other) => Err(ApiError::field(
+            field,
+            format!("must be an integer, got {}", kind(other)),
+        )),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Parse a batch body: `{"requests": [...]}`. The items are returned raw, to be parsed one by one.
+pub fn parse_batch(value: Value, limits: &InputLimits) -> Result<Vec<Value>, ApiError> {
+    let Value::Object(mut obj) = value else {
+        return Err(ApiError::field(
+            "body",
+            "must be a JSON object with a `requests` array",
+        ));
+    };
+    if let Some(unknown) = obj.keys().find(|k| k.as_str() != "requests") {
+        return Err(ApiError::field(
+            unknown,
+            format!("unknown field `{unknown}`; the batch body has only `requests`"),
+        ));
+    }
+    match obj.remove("requests") {
+        Some(Value::Array(items)) if items.is_empty() => {
+            Err(ApiError::field("requests", "may not be empty"))
+        }
+        Some(Value::Array(items)) if items.len() > limits.max_batch => Err(ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            Some("requests"),
+            format!(
+                "at most {} requests per batch, got {}",
+                limits.max_batch,
+                items.len()
+            ),
+        )),
+        Some(Value::Array(items)) => Ok(items),
+        None | Some(Value::Null) => Err(ApiError::field("requests", "is required")),
+        Some(other) => Err(ApiError::field(
+            "requests",
+            format!("must be an array, got {}", kind(&other)),
+        )),
+    }
+}
+
+/// The answer to an accepted (or replayed) request.
+#[derive(Debug, Serialize)]
+pub struct AcceptedBody {
+    pub id: i64,
+    pub group: String,
+    pub class: Class,
+    pub mss_priority: i64,
+    pub state: RequestState,
+    pub duplicate: bool,
+}
+
+impl From<Accepted> for AcceptedBody {
+    fn from(a: Accepted) -> Self {
+        AcceptedBody {
+            id: a.id,
+            group: a.group,
+            class: a.class,
+            mss_priority: a.mss_priority,
+            state: a.state,
+            duplicate: a.duplicate,
+        }
+    }
+}
+
+/// One result of a batch: accepted, or refused with the field at fault.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum BatchResult {
+    Accepted(AcceptedBody),
+    Refused {
+        error: String,
+        field: Option<String>,
+    },
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchBody {
+    pub results: Vec<BatchResult>,
+    pub accepted: usize,
+    pub refused: usize,
+}
+
+/// `GET /v1/requests/{id}`.
+#[derive(Debug, Serialize)]
+pub struct RequestBody {
+    pub id: i64,
+    pub client_request_id: String,
+    pub station: String,
+    pub user: String,
+    pub file: String,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub volume: Option<String>,
+    pub direction: Direction,
+    pub group: String,
+    pub class: Class,
+    pub mss_priority: i64,
+    pub state: RequestState,
+    pub attempt: u32,
+    pub mss_id: Option<String>,
+    pub bytes_done: u64,
+    pub charged: u64,
+    pub cancel_requested: bool,
+    pub last_error: Option<String>,
+    pub created_ms: i64,
+    pub submitted_ms: Option<i64>,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+}
+
+impl From<RequestRecord> for RequestBody {
+    fn from(r: RequestRecord) -> Self {
+        RequestBody {
+            id: r.id,
+            client_request_id: r.client_request_id,
+            station: r.station,
+            user: r.user,
+            file: r.file,
+            size_bytes: r.size_bytes,
+            access_mode: r.access_mode,
+            physics_group: r.physics_group,
+            volume: r.volume,
+            direction: r.direction,
+            group: r.group,
+            class: r.class,
+            mss_priority: r.mss_priority,
+            state: r.state,
+            attempt: r.attempt,
+            mss_id: r.mss_id,
+            bytes_done: r.bytes_done,
+            charged: r.charged,
+            cancel_requested: r.cancel_requested,
+            last_error: r.last_error,
+            created_ms: r.created_ms,
+            submitted_ms: r.submitted_ms,
+            started_ms: r.started_ms,
+            finished_ms: r.finished_ms,
+        }
+    }
+}
+
+/// `DELETE /v1/requests/{id}`.
+#[derive(Debug, Serialize)]
+pub struct CancelBody {
+    pub id: i64,
+    pub state: RequestState,
+    pub cancel_requested: bool,
+}
+
+/// `GET /v1/groups`.
+#[derive(Debug, Serialize)]
+pub struct GroupsBody {
+    pub benefit: &'static str,
+    /// `U`: the usage of all fair-share groups.
+    pub fair_share_usage: u64,
+    pub groups: Vec<GroupBody>,
+    pub priority_classes: Vec<PriorityClassBody>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GroupBody {
+    pub path: String,
+    pub target_share: f64,
+    /// The exact target as a fraction, e.g. "3/10".
+    pub target_fraction: String,
+    pub usage: u64,
+    pub usage_bytes: u64,
+    pub usage_share: f64,
+    pub pending: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PriorityClassBody {
+    pub path: String,
+    pub mss_priority: i64,
+    pub usage: u64,
+    pub usage_bytes: u64,
+    pub pending: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn limits() -> InputLimits {
+        InputLimits {
+            max_body_bytes: 1 << 20,
+            max_batch: 10,
+            max_size_bytes: 1 << 40,
+            max_string_len: 16,
+            max_path_len: 64,
+        }
+    }
+
+    fn good() -> Value {
+        json!({"client_request_id": "c1", "station": "s", "user": "u", "file": "/f",
+               "size_bytes": 10, "access_mode": "mc", "physics_group": "top"})
+    }
+
+    fn field_of(v: Value) -> String {
+        RequestInput::parse(&v, &limits(), "")
+            .unwrap_err()
+            .field
+            .unwrap()
+    }
+
+    #[test]
+    fn parses_a_good_request() {
+        let r = RequestInput::parse(&good(), &limits(), "").unwrap();
+        assert_eq!(r.size_bytes, 10);
+        assert_eq!(r.direction, Direction::Read);
+        assert_eq!(r.volume, None);
+    }
+
+    #[test]
+    fn every_refusal_names_its_field() {
+        let with = |k: &str, v: Value| {
+            let mut g = good();
+            g[k] = v;
+            g
+        };
+        let without = |k: &str| {
+            let mut g = good();
+            g.as_object_mut().unwrap().remove(k);
+            g
+        };
+        assert_eq!(field_of(without("station")), "station");
+        assert_eq!(field_of(with("size_bytes", json!(0))), "size_bytes");
+        assert_eq!(field_of(with("size_bytes", json!(-5))), "size_bytes");
+        assert_eq!(field_of(with("size_bytes", json!(1.5))), "size_bytes");
+        assert_eq!(field_of(with("size_bytes", json!("10"))), "size_bytes");
+        assert_eq!(
+            field_of(with("size_bytes", json!(1u64 << 41))),
+            "size_bytes"
+        );
+        assert_eq!(field_of(with("user", json!(""))), "user");
+        assert_eq!(field_of(with("user", json!("a\u{7}b"))), "user");
+        assert_eq!(field_of(with("user", json!("x".repeat(17)))), "user");
+        assert_eq!(field_of(with("file", json!(7))), "file");
+        assert_eq!(field_of(with("direction", json!("sideways"))), "direction");
+        assert_eq!(field_of(with("bogus", json!(1))), "bogus");
+        let e = RequestInput::parse(&good(), &limits(), "requests[2].");
+        assert!(e.is_ok());
+        let e =
+            RequestInput::parse(&with("user", json!(null)), &limits(), "requests[2].").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("requests[2].user"));
+    }
+
+    #[test]
+    fn batch_bounds() {
+        assert!(parse_batch(json!({"requests": []}), &limits()).is_err());
+        let many = json!({"requests": vec![good(); 11]});
+        assert_eq!(
+            parse_batch(many, &limits()).unwrap_err().status.as_u16(),
+            413
+        );
+        assert_eq!(
+            parse_batch(json!({"requests": 1}), &limits())
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("requests")
+        );
+        assert_eq!(
+            parse_batch(json!({"x": []}), &limits())
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("x")
+        );
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the parser and every refusal names a field.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            match parse_json(&bytes) {
+                Err(e) => prop_assert_eq!(e.field.as_deref(), Some("body")),
+                Ok(v) => {
+                    if let Err(e) = RequestInput::parse(&v, &limits(), "") {
+                        prop_assert!(e.field.is_some());
+                    }
+                }
+            }
+        }
+
+        /// Arbitrary JSON objects with the right keys but random values never panic.
+        #[test]
+        fn arbitrary_values_never_panic(
+            values in proptest::collection::vec(prop_oneof![
+                Just(Value::Null), any::<bool>().prop_map(Value::Bool), any::<i64>().prop_map(|i| json!(i)),
+                any::<f64>().prop_map(|f| json!(f)), ".{0,20}".prop_map(Value::String),
+            ], 9)
+        ) {
+            let obj: Map<String, Value> = FIELDS.iter().map(|f| f.to_string()).zip(values).collect();
+            if let Err(e) = RequestInput::parse(&Value::Object(obj), &limits(), "") {
+                prop_assert!(FIELDS.contains(&e.field.as_deref().unwrap_or("")));
+            }
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The `mssbroker` command line: raw flags (clap) turned into settings and actions. This is the
+//! binary's edge, so errors are `anyhow` with context, printed once by `main`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use mss_adapters::sim::{self, LibraryConfig, SimConfig};
+use serde_json::{json, Value};
+
+use crate::config::{self, ConfigError, Settings};
+use crate::startup::Application;
+use crate::telemetry;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mssbroker",
+    version,
+    about = "Fair-share broker for file-transfer requests in front of a tape mass storage system"
+)]
+pub struct Cli {
+    /// Log as JSON lines instead of text (filter with RUST_LOG).
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker: API, ledger, dispatcher and (if configured) the embedded MSS simulator.
+    Serve {
+        /// Configuration file [default: config/broker.toml, else the embedded copy].
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on, overriding server.listen (port 0: any free port).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// SQLite database file, overriding database.path.
+        #[arg(long)]
+        db: Option<PathBuf>,
+    },
+    /// Submit a request (from flags, or a JSON file) to a running broker.
+    Submit(SubmitArgs),
+    /// Show a request of a running broker.
+    Status {
+        /// Request id.
+        id: i64,
+        #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+    },
+    /// Run the Enstore-like MSS simulator as its own HTTP server.
+    MssSim(SimArgs),
+    /// Validate a configuration file and print its share tree, or every problem (exit 1).
+    CheckConfig {
+        /// Configuration file [default: config/broker.toml, else the embedded copy].
+        path: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct SubmitArgs {
+    /// Broker base URL.
+    #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Read the request from this JSON file ("-" for stdin); `{"requests": [...]}` is sent as a batch.
+    #[arg(long, conflicts_with_all = ["client_request_id", "station", "user", "file", "size_bytes", "access_mode", "physics_group"])]
+    json: Option<PathBuf>,
+    #[arg(long)]
+    client_request_id: Option<String>,
+    #[arg(long)]
+    station: Option<String>,
+    #[arg(long)]
+    user: Option<String>,
+    /// Path of the file to stage or store.
+    #[arg(long)]
+    file: Option<String>,
+    #[arg(long)]
+    size_bytes: Option<u64>,
+    #[arg(long)]
+    access_mode: Option<String>,
+    #[arg(long)]
+    physics_group: Option<String>,
+    /// Tape label, if known.
+    #[arg(long)]
+    volume: Option<String>,
+    /// read (stage from tape) or write (store to tape).
+    #[arg(long)]
+    direction: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct SimArgs {
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    #[arg(long, default_value_t = 4)]
+    drives: usize,
+    #[arg(long, default_value_t = 60.0)]
+    mount_seconds: f64,
+    #[arg(long, default_value_t = 300.0)]
+    rate_mb_per_sec: f64,
+    /// Virtual seconds per real second.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Fraction of transfers that fail (retryably), 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    failure_rate: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Parse the command line and run it.
+pub fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { path } => check_config(path),
+        command => {
+            telemetry::init(cli.log_json);
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime.block_on(run_async(command))
+        }
+    }
+}
+
+async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve { config, listen, db } => serve(config, listen, db).await,
+        Command::Submit(args) => submit(args).await,
+        Command::Status { id, url } => {
+            let resp = reqwest::Client::new()
+                .get(format!("{}/v1/requests/{id}", url.trim_end_matches('/')))
+                .send()
+                .await
+                .with_context(|| format!("cannot reach the broker at {url}"))?;
+            print_response(resp).await
+        }
+        Command::MssSim(args) => mss_sim(args).await,
+        Command::CheckConfig { .. } => unreachable!("handled without a runtime"),
+    }
+}
+
+fn check_config(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    match Settings::load_default(path.as_deref()) {
+        Ok(settings) => {
+            print!("{}", config::describe(&settings));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+async fn serve(
+    config: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    db: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let mut settings = match Settings::load_default(config.as_deref()) {
+        Ok(s) => s,
+        Err(
+            e @ (ConfigError::Invalid { .. }
+            | ConfigError::Syntax { .. }
+            | ConfigError::Read { .. }),
+        ) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if let Some(l) = listen {
+        settings.server.listen = l;
+    }
+    if let Some(d) = db {
+        settings.database.path = d;
+    }
+    let app = Application::build(&settings)
+        .await
+        .with_context(|| format!("cannot start with {}", settings.origin))?;
+    let mut out = std::io::stdout();
+    writeln!(out, "mssbroker listening on http://{}", app.local_addr())?;
+    writeln!(
+        out,
+        "mss at {} (config {}, database {})",
+        app.mss_url(),
+        settings.origin,
+        settings.database.path.display()
+    )?;
+    out.flush()?;
+    app.run_until_stopped(shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let body: Value = match &args.json {
+        Some(path) => {
+            let text = if path.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
+            } else {
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?
+            };
+            serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", path.display()))?
+        }
+        None => {
+            let need = |v: &Option<String>, flag: &str| -> anyhow::Result<String> {
+                v.clone()
+                    .with_context(|| format!("--{flag} is required (or give --json FILE)"))
+            };
+            let mut body = json!({
+                "client_request_id": need(&args.client_request_id, "client-request-id")?,
+                "station": need(&args.station, "station")?,
+                "user": need(&args.user, "user")?,
+                "file": need(&args.file, "file")?,
+                "size_bytes": args.size_bytes.context("--size-bytes is required (or give --json FILE)")?,
+                "access_mode": need(&args.access_mode, "access-mode")?,
+                "physics_group": need(&args.physics_group, "physics-group")?,
+            });
+            if let Some(v) = &args.volume {
+                body["volume"] = json!(v);
+            }
+            if let Some(d) = &args.direction {
+                body["direction"] = json!(d);
+            }
+            body
+        }
+    };
+    let endpoint = if body.get("requests").is_some() {
+        "/v1/requests/batch"
+    } else {
+        "/v1/requests"
+    };
+    let url = format!("{}{endpoint}", args.url.trim_end_matches('/'));
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the broker at {}", args.url))?;
+    print_response(resp).await
+}
+
+async fn print_response(resp: reqwest::Response) -> anyhow::Result<ExitCode> {
+    let status = resp.status();
+    let text = resp
+        .text()
+        .await
+        .context("cannot read the broker's answer")?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(v) => println!("{}", serde_json::to_string_pretty(&v)?),
+        Err(_) => println!("{text}"),
+    }
+    if status.is_success() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("broker answered {status}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
+    if !(args.time_scale > 0.0)
+        || !(0.0..=1.0).contains(&args.failure_rate)
+        || args.rate_mb_per_sec <= 0.0
+    {
+        bail!("--time-scale and --rate-mb-per-sec must be above 0, --failure-rate within 0..1");
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let cfg = SimConfig {
+        library: LibraryConfig {
+            drives: args.drives.max(1),
+            mount_micros: (args.mount_seconds.max(0.0) * 1e6) as u64,
+            bytes_per_sec: (args.rate_mb_per_sec * 1e6) as u64,
+            failure_rate: args.failure_rate,
+            seed: args.seed,
+        },
+        time_scale: args.time_scale,
+    };
+    println!("mss simulator listening on http://{addr}");
+    std::io::stdout().flush()?;
+    sim::run(listener, cfg, shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,290 @@
+//! The dispatcher: moves committed requests to the MSS and MSS events back into the ledger.
+//!
+//! Three loops, all restartable from the ledger alone:
+//! - **submit**: takes ready requests in decision order, waits for the governor rate limiter, and
+//!   sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
+//!   idempotency key, so a request re-sent after a crash is answered "duplicate" by the MSS and
+//!   never queued twice. When the MSS is unreachable, the loop backs off (capped exponential,
+//!   with jitter) instead of hammering it, and picks up where it was when the MSS returns.
+//! - **events**: long-polls the adapter from the cursor stored in the ledger and applies each
+//!   batch of events together with the new cursor in one transaction.
+//! - **cancel**: carries cancellations of requests already at the MSS to the adapter.
+//!
+//! Each loop's body is a `*_once` step a test can call directly.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use mss_adapters::{MssAdapter, MssError, Transfer};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::clock::Clock;
+use crate::config::MssSettings;
+use crate::ledger::{AfterSubmit, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
+
+/// Longest the submit loop sleeps when idle before looking again (a safety net: commits notify).
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// What one step of a loop found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Did some work: go again at once.
+    Worked(usize),
+    /// Nothing to do.
+    Idle,
+    /// The MSS (or the ledger) is not answering: back off.
+    Unavailable,
+}
+
+/// The dispatcher's parts.
+pub struct Dispatcher {
+    ledger: Ledger,
+    adapter: Arc<dyn MssAdapter>,
+    limiter: DefaultDirectRateLimiter,
+    settings: MssSettings,
+    clock: Arc<dyn Clock>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        ledger: Ledger,
+        adapter: Arc<dyn MssAdapter>,
+        settings: MssSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Dispatcher {
+        let rate = NonZeroU32::new(settings.submit_rate_per_sec).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(settings.submit_burst).unwrap_or(NonZeroU32::MIN);
+        Dispatcher {
+            ledger,
+            adapter,
+            limiter: RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)),
+            settings,
+            clock,
+        }
+    }
+
+    /// Start the three loops on `tasks`.
+    pub fn spawn(self, cancels: mpsc::UnboundedReceiver<i64>, tasks: &mut JoinSet<()>) {
+        let this = Arc::new(self);
+        tasks.spawn(this.clone().submit_loop());
+        tasks.spawn(this.clone().event_loop());
+        tasks.spawn(this.cancel_loop(cancels));
+    }
+
+    /// Submit one batch of ready requests.
+    pub async fn submit_once(&self) -> Result<Step, LedgerError> {
+        let now = self.clock.now_ms();
+        let ready = self
+            .ledger
+            .to_submit(0, now, self.settings.submit_batch)
+            .await?;
+        if ready.is_empty() {
+            return Ok(Step::Idle);
+        }
+        let n = NonZeroU32::new(ready.len() as u32).unwrap_or(NonZeroU32::MIN);
+        // Cannot fail: submit_batch is capped at the burst size when the config is validated.
+        let _ = self.limiter.until_n_ready(n).await;
+        let transfers: Vec<Transfer> = ready.iter().map(transfer).collect();
+        let results = self.adapter.submit_batch(&transfers).await;
+        let mut taken = Vec::new();
+        let mut unavailable = false;
+        for (r, result) in ready.iter().zip(results) {
+            match result {
+                Ok(s) => {
+                    if s.duplicate {
+                        debug!(request_id = r.id, "mss already had this transfer");
+                    }
+                    taken.push(SubmittedTransfer {
+                        id: r.id,
+                        attempt: r.attempt,
+                        mss_id: s.mss_id,
+                    });
+                }
+                Err(e) if e.is_retryable() => unavailable = true,
+                Err(e) => {
+                    warn!(request_id = r.id, error = %e, "mss refused the transfer");
+                    self.ledger.rejected(r.id, r.attempt, e.to_string()).await?;
+                }
+            }
+        }
+        let count = taken.len();
+        if !taken.is_empty() {
+            let keys: Vec<i64> = taken.iter().map(|t| t.id).collect();
+            let after = self.ledger.submitted(taken).await?;
+            for (id, a) in keys.into_iter().zip(after) {
+                if a == AfterSubmit::CancelAtMss {
+                    self.cancel_at_mss(id).await;
+                }
+            }
+        }
+        if unavailable && count == 0 {
+            return Ok(Step::Unavailable);
+        }
+        Ok(Step::Worked(count))
+    }
+
+    /// Fetch and apply one batch of MSS events.
+    pub async fn events_once(&self, wait: Duration) -> Result<Step, LedgerError> {
+        let cursor = self.ledger.event_cursor().await?;
+        let batch = match self.adapter.events(&cursor, wait).await {
+            Ok(b) => b,
+            Err(e) => {
+                debug!(error = %e, "cannot read mss events");
+                return Ok(Step::Unavailable);
+            }
+        };
+        if batch.events.is_empty() && batch.cursor == cursor {
+            return Ok(Step::Idle);
+        }
+        let n = batch.events.len();
+        self.ledger.apply_events(batch.events, batch.cursor).await?;
+        Ok(Step::Worked(n))
+    }
+
+    async fn cancel_at_mss(&self, id: i64) {
+        match self.adapter.cancel(&id.to_string()).await {
+            Ok(()) => debug!(request_id = id, "cancel sent to the mss"),
+            // Too late (running or finished) or unknown: the transfer's own event settles it.
+            Err(MssError::Rejected(why)) => debug!(request_id = id, %why, "mss did not cancel"),
+            Err(e) => {
+                warn!(request_id = id, error = %e, "cannot reach the mss to cancel; will retry")
+            }
+        }
+    }
+
+    async fn submit_loop(self: Arc<Self>) {
+        let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
+        loop {
+            match self.submit_once().await {
+                Ok(Step::Worked(_)) => backoff.reset(),
+                Ok(Step::Idle) => {
+                    backoff.reset();
+                    let wait = self.idle_wait().await;
+                    let _ = tokio::time::timeout(wait, self.ledger.ready().notified()).await;
+                }
+                Ok(Step::Unavailable) => {
+                    let d = backoff.next();
+                    warn!(
+                        retry_in_ms = d.as_millis() as u64,
+                        "mss unavailable; holding submissions"
+                    );
+                    tokio::time::sleep(d).await;
+                }
+                Err(e) => {
+                    let d = backoff.next();
+                    warn!(error = %e, retry_in_ms = d.as_millis() as u64, "ledger error in the submit loop");
+                    tokio::time::sleep(d).await;
+                }
+            }
+        }
+    }
+
+    /// How long to sleep when idle: until the next retry is due, at most `IDLE_POLL`.
+    async fn idle_wait(&self) -> Duration {
+        match self.ledger.next_retry_ms().await {
+            Ok(Some(at)) => {
+                let ms = (at - self.clock.now_ms()).clamp(1, IDLE_POLL.as_millis() as i64);
+                Duration::from_millis(ms as u64)
+            }
+            _ => IDLE_POLL,
+        }
+    }
+
+    async fn event_loop(self: Arc<Self>) {
+        let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
+        loop {
+            match self.events_once(self.settings.event_wait).await {
+                Ok(Step::Worked(_)) | Ok(Step::Idle) => backoff.reset(),
+                Ok(Step::Unavailable) => tokio::time::sleep(backoff.next()).await,
+                Err(e) => {
+                    warn!(error = %e, "ledger error applying mss events");
+                    tokio::time::sleep(backoff.next()).await;
+                }
+            }
+        }
+    }
+
+    async fn cancel_loop(self: Arc<Self>, mut cancels: mpsc::UnboundedReceiver<i64>) {
+        // Cancellations asked for before a restart are carried over from the ledger.
+        match self.ledger.cancelling().await {
+            Ok(ids) => {
+                if !ids.is_empty() {
+                    info!(count = ids.len(), "resending cancellations");
+                }
+                for id in ids {
+                    self.cancel_at_mss(id).await;
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot read pending cancellations"),
+        }
+        while let Some(id) = cancels.recv().await {
+            self.cancel_at_mss(id).await;
+        }
+    }
+}
+
+fn transfer(r: &ToSubmit) -> Transfer {
+    Transfer {
+        key: r.id.to_string(),
+        attempt: r.attempt,
+        file: r.file.clone(),
+        size_bytes: r.size_bytes,
+        priority: r.mss_priority,
+        volume: r.volume.clone(),
+        group: r.group.clone(),
+        direction: r.direction,
+    }
+}
+
+/// Capped exponential backoff with jitter (up to a quarter of the delay on top).
+struct Backoff {
+    base: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    fn new(base: Duration, max: Duration) -> Backoff {
+        Backoff {
+            base,
+            max,
+            current: base,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.current = self.base;
+    }
+
+    fn next(&mut self) -> Duration {
+        let d = self.current;
+        self.current = (self.current * 2).min(self.max);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.subsec_nanos())
+            .unwrap_or(0);
+        let jitter = d.mul_f64(f64::from(nanos % 1000) / 4000.0);
+        d + jitter
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_bounded_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+        let seen: Vec<Duration> = (0..6).map(|_| b.next()).collect();
+        for (d, want) in seen.iter().zip([100u64, 200, 400, 800, 800, 800]) {
+            let want = Duration::from_millis(want);
+            assert!(*d >= want && *d <= want.mul_f64(1.25), "{d:?} vs {want:?}");
+        }
+        b.reset();
+        assert!(b.next() <= Duration::from_millis(125));
+    }
+}

@@ -1,0 +1,189 @@
+//! Putting the broker together: open the ledger, start the embedded simulator if configured,
+//! build the adapter, the dispatcher and the API, and bind the listener. `Application::build`
+//! binds (port 0 allowed) and exposes the bound address, so tests start a whole broker in three
+//! lines; `run_until_stopped` serves until the given shutdown future completes.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mss_adapters::http::HttpAdapter;
+use mss_adapters::sim::{self, LibraryConfig, SimConfig};
+use mss_adapters::{MssAdapter, MssError};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tracing::info;
+
+use crate::api::{self, AppState};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{AdapterSettings, Settings, SimulatorSettings};
+use crate::dispatcher::Dispatcher;
+use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("cannot set up the mss adapter: {0}")]
+    Mss(#[from] MssError),
+    #[error("the http server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// A built, bound, not yet serving broker.
+pub struct Application {
+    listener: TcpListener,
+    addr: SocketAddr,
+    mss_url: String,
+    state: AppState,
+    dispatcher: Dispatcher,
+    cancels: mpsc::UnboundedReceiver<i64>,
+    writer: std::thread::JoinHandle<()>,
+    simulator: Option<(
+        oneshot::Sender<()>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    )>,
+}
+
+impl Application {
+    /// Build with the wall clock.
+    pub async fn build(settings: &Settings) -> Result<Application, StartupError> {
+        Application::build_with_clock(settings, Arc::new(SystemClock)).await
+    }
+
+    pub async fn build_with_clock(
+        settings: &Settings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Application, StartupError> {
+        let AdapterSettings::Http { url, simulator } = &settings.mss.adapter;
+        let (mss_url, simulator) = match simulator {
+            Some(sim) => {
+                let (url, handle) = start_simulator(sim).await?;
+                (url, Some(handle))
+            }
+            None => (url.clone().unwrap_or_default(), None),
+        };
+        let adapter: Arc<dyn MssAdapter> =
+            Arc::new(HttpAdapter::new(&mss_url, settings.mss.timeout)?);
+        let options = LedgerOptions {
+            path: settings.database.path.clone(),
+            commit_batch_max: settings.database.commit_batch_max,
+            retry: settings.mss.retry.clone(),
+        };
+        let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
+        let (cancel_tx, cancels) = mpsc::unbounded_channel();
+        let state = AppState {
+            ledger: ledger.clone(),
+            policy: settings.policy.clone(),
+            limits: settings.limits.clone(),
+            cancels: cancel_tx,
+        };
+        let dispatcher = Dispatcher::new(ledger, adapter, settings.mss.clone(), clock);
+        let listen = settings.server.listen;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| StartupError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartupError::Bind {
+            addr: listen,
+            source,
+        })?;
+        Ok(Application {
+            listener,
+            addr,
+            mss_url,
+            state,
+            dispatcher,
+            cancels,
+            writer,
+            simulator,
+        })
+    }
+
+    /// The address the API is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Base URL of the MSS in use (the embedded simulator's when it runs).
+    pub fn mss_url(&self) -> &str {
+        &self.mss_url
+    }
+
+    /// Serve until `shutdown` completes, then stop the loops, let the ledger writer finish what
+    /// it has, and stop the embedded simulator.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartupError> {
+        let mut tasks = JoinSet::new();
+        self.dispatcher.spawn(self.cancels, &mut tasks);
+        info!(addr = %self.addr, mss = %self.mss_url, "mssbroker serving");
+        let served = axum::serve(self.listener, api::router(self.state))
+            .with_graceful_shutdown(shutdown)
+            .await;
+        tasks.shutdown().await;
+        // Every ledger handle is gone with the router and the loops: the writer drains and exits.
+        let writer = self.writer;
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        if let Some((stop, handle)) = self.simulator {
+            let _ = stop.send(());
+            let _ = handle.await;
+        }
+        served.map_err(StartupError::Serve)
+    }
+}
+
+/// Start the bundled simulator on its configured address; returns its URL and a stop handle.
+async fn start_simulator(
+    sim: &SimulatorSettings,
+) -> Result<
+    (
+        String,
+        (
+            oneshot::Sender<()>,
+            tokio::task::JoinHandle<std::io::Result<()>>,
+        ),
+    ),
+    StartupError,
+> {
+    let listener = TcpListener::bind(sim.listen)
+        .await
+        .map_err(|source| StartupError::Bind {
+            addr: sim.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartupError::Bind {
+        addr: sim.listen,
+        source,
+    })?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(sim::run(listener, sim_config(sim), async {
+        let _ = stopped.await;
+    }));
+    info!(%addr, "embedded mss simulator started");
+    Ok((format!("http://{addr}"), (stop, handle)))
+}
+
+/// The simulator's settings from the broker's `[mss.simulator]` table.
+pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
+    SimConfig {
+        library: LibraryConfig {
+            drives: sim.drives,
+            mount_micros: (sim.mount_seconds * 1e6) as u64,
+            bytes_per_sec: sim.bytes_per_sec,
+            failure_rate: sim.failure_rate,
+            seed: sim.seed,
+        },
+        time_scale: sim.time_scale,
+    }
+}
