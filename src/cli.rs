@@ -286,9 +286,10 @@ async fn print_response(resp: reqwest::Response) -> anyhow::Result<ExitCode> {
 }
 
 async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
-    if !(args.time_scale > 0.0)
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(args.time_scale)
+        || !positive(args.rate_mb_per_sec)
         || !(0.0..=1.0).contains(&args.failure_rate)
-        || args.rate_mb_per_sec <= 0.0
     {
         bail!("--time-scale and --rate-mb-per-sec must be above 0, --failure-rate within 0..1");
     }

@@ -202,7 +202,7 @@ impl ShareNode {
 }
 
 /// A classification rule: every field given must match; the first rule that matches wins.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Rule {
     pub access_mode: Option<String>,
     pub physics_group: Option<String>,
@@ -210,12 +210,6 @@ pub struct Rule {
     pub user: Option<String>,
     pub path_prefix: Option<String>,
     pub group: GroupId,
-}
-
-impl Default for GroupId {
-    fn default() -> Self {
-        GroupId(0)
-    }
 }
 
 #[derive(Debug, Clone)]

@@ -58,7 +58,7 @@ impl GroupPath {
 
 impl fmt::Display for GroupPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 

@@ -1,1 +1,5 @@
+//! Integration tests: the real broker over HTTP, with its own SQLite file and a real simulator.
 
+mod bad_input;
+mod end_to_end;
+mod helpers;

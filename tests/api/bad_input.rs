@@ -1,0 +1,173 @@
+//! Bad input gets a 4xx naming the field and changes nothing.
+
+use serde_json::{json, Value};
+
+use crate::helpers::{open_db, request, test_config, SimProcess, TestApp};
+
+fn with(mut v: Value, key: &str, value: Value) -> Value {
+    v[key] = value;
+    v
+}
+
+fn without(mut v: Value, key: &str) -> Value {
+    v.as_object_mut().unwrap().remove(key);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_get_4xx_naming_the_field_and_change_nothing() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (s, _) = app
+        .post("/v1/requests", &request("ok", "mc", "top", 10))
+        .await;
+    assert_eq!(s, 202);
+    let (_, groups_before) = app.get("/v1/groups").await;
+    let good = request("bad", "mc", "top", 10);
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (
+            without(good.clone(), "client_request_id"),
+            422,
+            "client_request_id",
+        ),
+        (without(good.clone(), "station"), 422, "station"),
+        (
+            with(good.clone(), "size_bytes", json!(0)),
+            422,
+            "size_bytes",
+        ),
+        (
+            with(good.clone(), "size_bytes", json!(-1)),
+            422,
+            "size_bytes",
+        ),
+        (
+            with(good.clone(), "size_bytes", json!("12")),
+            422,
+            "size_bytes",
+        ),
+        (
+            with(good.clone(), "size_bytes", json!(2.5)),
+            422,
+            "size_bytes",
+        ),
+        (
+            with(good.clone(), "size_bytes", json!(10_000_000_000_000u64)),
+            422,
+            "size_bytes",
+        ),
+        (with(good.clone(), "user", json!(42)), 422, "user"),
+        (with(good.clone(), "file", json!("/a\nb")), 422, "file"),
+        (with(good.clone(), "station", json!("")), 422, "station"),
+        // `mc` is a leaf, so any physics group of mode mc goes to it; `analysis/susy` is nothing.
+        (
+            with(
+                with(good.clone(), "access_mode", json!("analysis")),
+                "physics_group",
+                json!("susy"),
+            ),
+            422,
+            "physics_group",
+        ),
+        (
+            with(good.clone(), "access_mode", json!("nonsense")),
+            422,
+            "physics_group",
+        ),
+        (with(good.clone(), "surprise", json!(1)), 422, "surprise"),
+        (
+            with(good.clone(), "direction", json!("up")),
+            422,
+            "direction",
+        ),
+        (json!([1, 2]), 422, "body"),
+    ];
+    for (body, want, field) in cases {
+        let (status, answer) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, want, "{body} -> {answer}");
+        assert_eq!(answer["field"], field, "{body} -> {answer}");
+        assert!(answer["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+    let (status, answer) = app
+        .post_raw("/v1/requests", "application/json", b"{not json".to_vec())
+        .await;
+    assert_eq!((status, answer["field"].as_str()), (400, Some("body")));
+    let (status, answer) = app
+        .post_raw(
+            "/v1/requests",
+            "text/plain",
+            serde_json::to_vec(&good).unwrap(),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (415, Some("content-type"))
+    );
+    let (status, answer) = app
+        .post("/v1/requests/batch", &json!({"requests": "no"}))
+        .await;
+    assert_eq!((status, answer["field"].as_str()), (422, Some("requests")));
+    let (status, answer) = app
+        .post(
+            "/v1/requests/batch",
+            &json!({"requests": vec![good.clone(); 501]}),
+        )
+        .await;
+    assert_eq!((status, answer["field"].as_str()), (413, Some("requests")));
+    let (status, answer) = app
+        .post(
+            "/v1/requests/batch",
+            &json!({"requests": [without(good.clone(), "user")]}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(answer["results"][0]["field"], "requests[0].user");
+    let (status, answer) = app.get("/v1/requests/abc").await;
+    assert_eq!((status, answer["field"].as_str()), (400, Some("id")));
+    let (status, _) = app.get("/v1/requests/424242").await;
+    assert_eq!(status, 404);
+
+    // Nothing changed: one request on disk, usage as before.
+    let (_, groups_after) = app.get("/v1/groups").await;
+    assert_eq!(
+        groups_before["fair_share_usage"],
+        groups_after["fair_share_usage"]
+    );
+    let count: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 1);
+    // And the service still answers.
+    let (status, _) = app.get("/healthz").await;
+    assert_eq!(status, 200);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_accepts_its_valid_items_in_order() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let items = json!({"requests": [
+        request("b0", "mc", "top", 10),
+        with(request("b1", "mc", "top", 10), "size_bytes", json!(0)),
+        request("b2", "datataking", "daq", 10),
+        request("b0", "mc", "top", 10),
+    ]});
+    let (status, body) = app.post("/v1/requests/batch", &items).await;
+    assert_eq!(status, 202, "{body}");
+    let r = body["results"].as_array().unwrap();
+    assert_eq!(r.len(), 4);
+    assert_eq!(r[0]["group"], "mc");
+    assert_eq!(r[1]["field"], "requests[1].size_bytes");
+    assert_eq!(r[2]["class"], "priority");
+    assert_eq!(
+        r[3]["id"], r[0]["id"],
+        "a repeat inside the batch is the same request"
+    );
+    assert_eq!(r[3]["duplicate"], true);
+    assert_eq!(
+        (body["accepted"].as_u64(), body["refused"].as_u64()),
+        (Some(3), Some(1))
+    );
+    app.stop().await;
+}

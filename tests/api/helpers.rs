@@ -1,0 +1,277 @@
+//! Test helpers: a real broker on port 0 with its own SQLite file, talking over HTTP to a real
+//! simulator process (`mssbroker mss-sim`) or to the broker's embedded simulator.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mss_adapters::protocol::ReceivedResponse;
+use mssbroker::config::Settings;
+use mssbroker::startup::Application;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_mssbroker");
+
+/// A configuration for tests: the shipped shape, fast retries, and the MSS at `mss_url` or,
+/// when `None`, the embedded simulator at a high time scale.
+pub fn test_config(mss_url: Option<&str>) -> String {
+    let mss = match mss_url {
+        Some(url) => format!("url = \"{url}\"\n"),
+        None => "[mss.simulator]\nlisten = \"127.0.0.1:0\"\ndrives = 4\nmount_seconds = 5.0\nrate_mb_per_sec = 500.0\ntime_scale = 1000.0\n".to_string(),
+    };
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+
+[policy]
+p_front = 20
+p_back = 10
+
+[[priority_classes]]
+access_mode = "datataking"
+mss_priority = 100
+
+[shares]
+analysis = 40
+"analysis/higgs" = 1
+"analysis/top" = 3
+reprocessing = 30
+mc = 30
+
+[limits]
+max_batch = 500
+max_size_bytes = 1000000000000
+
+[mss]
+adapter = "http"
+retry_base_ms = 50
+retry_max_ms = 500
+event_wait_ms = 200
+{mss}
+"#
+    )
+}
+
+/// A simulator running as its own process.
+pub struct SimProcess {
+    child: Child,
+    pub url: String,
+}
+
+impl SimProcess {
+    /// Start `mssbroker mss-sim` on a free port and wait for its address: 4 drives, 5 s mounts,
+    /// 500 MB/s, 1000 virtual seconds per second.
+    pub fn start() -> SimProcess {
+        SimProcess::start_with(4, 1000.0)
+    }
+
+    pub fn start_with(drives: usize, time_scale: f64) -> SimProcess {
+        let mut child = Command::new(BIN)
+            .args([
+                "mss-sim",
+                "--listen",
+                "127.0.0.1:0",
+                "--mount-seconds",
+                "5",
+                "--rate-mb-per-sec",
+                "500",
+            ])
+            .args([
+                "--drives",
+                &drives.to_string(),
+                "--time-scale",
+                &time_scale.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mss-sim");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read address");
+        let url = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .expect("address in the first line")
+            .to_string();
+        assert!(url.starts_with("http://"), "unexpected first line {line:?}");
+        SimProcess { child, url }
+    }
+
+    pub async fn received(&self) -> ReceivedResponse {
+        reqwest::get(format!("{}/v1/received", self.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A broker running in this test's runtime.
+pub struct TestApp {
+    pub base: String,
+    pub db: PathBuf,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestApp {
+    /// Start a broker on `config` with a fresh database.
+    pub async fn spawn(config: &str) -> TestApp {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("broker.db");
+        let mut app = TestApp::spawn_on(config, db).await;
+        app._dir = Some(dir);
+        app
+    }
+
+    /// Start a broker on `config` with the database at `db` (kept by the caller).
+    pub async fn spawn_on(config: &str, db: PathBuf) -> TestApp {
+        let mut settings = Settings::parse(config, "test").expect("test config");
+        settings.database.path = db.clone();
+        let app = Application::build(&settings).await.expect("build broker");
+        let addr: SocketAddr = app.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            app.run_until_stopped(async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("broker run");
+        });
+        TestApp {
+            base: format!("http://{addr}"),
+            db,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            handle: Some(handle),
+            _dir: None,
+        }
+    }
+
+    /// Stop serving and wait until the ledger is closed.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            h.await.unwrap();
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post_raw(&self, path: &str, content_type: &str, body: Vec<u8>) -> (u16, Value) {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Poll until every id is in a terminal state; panics after `limit`.
+    pub async fn wait_final(&self, ids: &[i64], limit: Duration) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let mut all = Vec::with_capacity(ids.len());
+            for id in ids {
+                let (status, body) = self.get(&format!("/v1/requests/{id}")).await;
+                assert_eq!(status, 200, "request {id}: {body}");
+                all.push(body);
+            }
+            let pending = all
+                .iter()
+                .filter(|r| !matches!(r["state"].as_str(), Some("done" | "failed" | "cancelled")))
+                .count();
+            if pending == 0 {
+                return all;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{pending} of {} requests not final after {limit:?}",
+                ids.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// A request body.
+pub fn request(crid: &str, mode: &str, group: &str, size: u64) -> Value {
+    json!({
+        "client_request_id": crid,
+        "station": "station-a",
+        "user": "alice",
+        "file": format!("/pnfs/test/{crid}"),
+        "size_bytes": size,
+        "access_mode": mode,
+        "physics_group": group,
+    })
+}
+
+/// Open the broker's SQLite file directly, read-only, to check what is on disk.
+pub fn open_db(path: &std::path::Path) -> rusqlite::Connection {
+    rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap()
+}
