@@ -54,6 +54,20 @@ enum Command {
     },
     /// Run the Enstore-like MSS simulator as its own HTTP server.
     MssSim(SimArgs),
+    /// Measure the acceptance path: a broker on a temporary database under concurrent HTTP load.
+    Bench {
+        /// Concurrent keep-alive clients.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Seconds per round.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Requests per POST (1: single requests; more: /v1/requests/batch).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+    },
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
@@ -139,6 +153,21 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             print_response(resp).await
         }
         Command::MssSim(args) => mss_sim(args).await,
+        Command::Bench {
+            connections,
+            seconds,
+            rounds,
+            batch,
+        } => {
+            let options = crate::bench::BenchOptions {
+                connections: connections.max(1),
+                seconds,
+                rounds: rounds.max(1),
+                batch: batch.max(1),
+            };
+            crate::bench::run(&options).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig { .. } => unreachable!("handled without a runtime"),
     }
 }

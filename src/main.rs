@@ -2,6 +2,11 @@
 
 use std::process::ExitCode;
 
+// Many threads (HTTP workers, the ledger writer) allocate and free small JSON and SQL buffers;
+// mimalloc's per-thread heaps avoid glibc malloc's contention there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     match mssbroker::cli::run() {
         Ok(code) => code,
