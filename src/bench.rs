@@ -26,6 +26,8 @@ pub struct BenchOptions {
     pub rounds: usize,
     /// Requests per POST: 1 posts to /v1/requests, more to /v1/requests/batch.
     pub batch: usize,
+    /// Skip HTTP: `connections` tasks call the ledger directly (the writer's ceiling).
+    pub direct: bool,
 }
 
 /// One round's figures.
@@ -51,7 +53,11 @@ pub async fn run(options: &BenchOptions) -> anyhow::Result<Vec<Round>> {
             .unwrap_or(1)
     );
     for round in 0..options.rounds {
-        let r = one_round(options, round).await?;
+        let r = if options.direct {
+            direct_round(options, round).await?
+        } else {
+            one_round(options, round).await?
+        };
         println!(
             "round {}: {} requests, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms",
             round + 1,
@@ -114,6 +120,10 @@ async fn one_round(options: &BenchOptions, round: usize) -> anyhow::Result<Round
     let _ = stop.send(());
     server.await??;
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(summarise(requests, elapsed, latencies))
+}
+
+fn summarise(requests: u64, elapsed: f64, mut latencies: Vec<u64>) -> Round {
     latencies.sort_unstable();
     let pct = |p: f64| -> f64 {
         if latencies.is_empty() {
@@ -122,12 +132,85 @@ async fn one_round(options: &BenchOptions, round: usize) -> anyhow::Result<Round
         let i = ((latencies.len() as f64 * p) as usize).min(latencies.len() - 1);
         latencies[i] as f64 / 1000.0
     };
-    Ok(Round {
+    Round {
         requests,
         per_sec: requests as f64 / elapsed,
         p50_ms: pct(0.50),
         p99_ms: pct(0.99),
-    })
+    }
+}
+
+/// The ledger alone: tasks call `Ledger::accept` with one request each, as handlers do.
+async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Round> {
+    use crate::ledger::{Ledger, LedgerOptions, NewRequest};
+    let dir = scratch_dir(round)?;
+    let settings = Settings::parse(crate::config::EMBEDDED, "embedded")?;
+    let ledger_options = LedgerOptions {
+        path: dir.join("bench.db"),
+        commit_batch_max: settings.database.commit_batch_max,
+        retry: settings.mss.retry.clone(),
+    };
+    let clock = Arc::new(crate::clock::SystemClock);
+    let (ledger, writer) = Ledger::open(&ledger_options, settings.policy.clone(), clock)?;
+    let policy = settings.policy.clone();
+    let running = Arc::new(AtomicBool::new(true));
+    let mut tasks = Vec::new();
+    for c in 0..options.connections {
+        let (ledger, policy, running) = (ledger.clone(), policy.clone(), running.clone());
+        let batch = options.batch;
+        tasks.push(tokio::spawn(async move {
+            let modes = [("analysis", "higgs"), ("mc", "top"), ("datataking", "daq")];
+            let mut lat = Vec::new();
+            let mut n = 0u64;
+            while running.load(Ordering::Relaxed) {
+                let items: Vec<NewRequest> = (0..batch)
+                    .map(|_| {
+                        n += 1;
+                        let (mode, group) = modes[(n % 3) as usize];
+                        let fields = crate::policy::RequestFields {
+                            access_mode: mode,
+                            physics_group: group,
+                            station: "s",
+                            user: "u",
+                            file: "/f",
+                        };
+                        NewRequest {
+                            station: format!("station-{c}"),
+                            client_request_id: format!("d-{n}"),
+                            user: "bench".into(),
+                            file: format!("/pnfs/bench/{c}/{n}"),
+                            size_bytes: 1_000_000_000 + n,
+                            access_mode: mode.into(),
+                            physics_group: group.into(),
+                            volume: None,
+                            direction: mss_adapters::Direction::Read,
+                            group: crate::policy::classify(&policy, &fields)
+                                .unwrap_or(crate::config::GroupId(0)),
+                            benefit: 1_000_000_000 + n,
+                        }
+                    })
+                    .collect();
+                let t = Instant::now();
+                ledger.accept(items).await?;
+                lat.push(t.elapsed().as_micros() as u64);
+            }
+            anyhow::Ok((n, lat))
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(options.seconds)).await;
+    running.store(false, Ordering::Relaxed);
+    let (mut requests, mut latencies) = (0, Vec::new());
+    for t in tasks {
+        let (n, lat) = t.await??;
+        requests += n;
+        latencies.extend(lat);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(ledger);
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(summarise(requests, elapsed, latencies))
 }
 
 /// One keep-alive client posting until told to stop; returns requests accepted and each POST's

@@ -67,6 +67,9 @@ enum Command {
         /// Requests per POST (1: single requests; more: /v1/requests/batch).
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// Skip HTTP and drive the ledger directly (the writer's ceiling).
+        #[arg(long)]
+        direct: bool,
     },
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
@@ -158,12 +161,14 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             seconds,
             rounds,
             batch,
+            direct,
         } => {
             let options = crate::bench::BenchOptions {
                 connections: connections.max(1),
                 seconds,
                 rounds: rounds.max(1),
                 batch: batch.max(1),
+                direct,
             };
             crate::bench::run(&options).await?;
             Ok(ExitCode::SUCCESS)
