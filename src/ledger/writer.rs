@@ -679,3 +679,33 @@ fn flush_deltas(tx: &Transaction<'_>, deltas: &Deltas) -> rusqlite::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_are_stable_and_separate_the_fields() {
+        // Stored on disk: this value must never change.
+        assert_eq!(fingerprint("st", "c1"), fingerprint("st", "c1"));
+        assert_ne!(fingerprint("ab", "c"), fingerprint("a", "bc"));
+        assert_ne!(fingerprint("st", "c1"), fingerprint("st", "c2"));
+        // Golden value, computed independently (Python) from the definition.
+        assert_eq!(fingerprint("station-a", "req-1"), 0xfb5991509a323d33);
+    }
+
+    #[test]
+    fn colliding_fingerprints_keep_every_id_and_undo_cleanly() {
+        let mut m = Idempotency::default();
+        m.insert(7, 1);
+        m.insert(7, 2);
+        m.insert(7, 3);
+        assert_eq!(m.candidates(7).collect::<Vec<_>>(), [1, 2, 3]);
+        m.remove(7, 2);
+        assert_eq!(m.candidates(7).collect::<Vec<_>>(), [1, 3]);
+        m.remove(7, 3);
+        m.remove(7, 1);
+        assert_eq!(m.candidates(7).count(), 0);
+        assert!(m.more.is_empty() && m.first.is_empty());
+    }
+}
