@@ -53,11 +53,8 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Check the content type and read the body as JSON.
-fn json_body(
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<serde_json::Value, ApiError> {
+/// Check the content type and read the body.
+fn json_bytes(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -70,17 +67,11 @@ fn json_body(
             format!("expected content-type application/json, got `{content_type}`"),
         ));
     }
-    let bytes = body.map_err(|e| ApiError::new(e.status(), Some("body"), e.body_text()))?;
-    wire::parse_json(&bytes)
+    body.map_err(|e| ApiError::new(e.status(), Some("body"), e.body_text()))
 }
 
-/// Parse and classify one request object into what the ledger takes.
-fn prepare(
-    state: &AppState,
-    value: &serde_json::Value,
-    prefix: &str,
-) -> Result<NewRequest, ApiError> {
-    let input = RequestInput::parse(value, &state.limits, prefix)?;
+/// Classify a parsed request into what the ledger takes.
+fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewRequest, ApiError> {
     let fields = RequestFields {
         access_mode: &input.access_mode,
         physics_group: &input.physics_group,
@@ -111,8 +102,9 @@ async fn submit_one(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let value = json_body(&headers, body)?;
-    let item = prepare(&state, &value, "")?;
+    let bytes = json_bytes(&headers, body)?;
+    let input = RequestInput::from_slice(&bytes, &state.limits)?;
+    let item = prepare(&state, input, "")?;
     let mut accepted = state.ledger.accept(vec![item]).await?;
     let a = accepted.pop().ok_or_else(|| {
         ApiError::new(
@@ -130,12 +122,15 @@ async fn submit_batch(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let value = json_body(&headers, body)?;
+    let value = wire::parse_json(&json_bytes(&headers, body)?)?;
     let items = wire::parse_batch(value, &state.limits)?;
     let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
     for (i, raw) in items.iter().enumerate() {
-        match prepare(&state, raw, &format!("requests[{i}].")) {
+        let prefix = format!("requests[{i}].");
+        let parsed = RequestInput::parse(raw, &state.limits, &prefix)
+            .and_then(|input| prepare(&state, input, &prefix));
+        match parsed {
             Ok(item) => {
                 valid.push(item);
                 results.push(None);

@@ -381,18 +381,28 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
 async fn a_replay_after_restart_is_still_a_duplicate() {
     let f = Fixture::new();
     let opened = f.open();
-    let first = opened.0.accept(vec![f.request("keep", "mc", "x", 300)]).await.unwrap();
+    let first = opened
+        .0
+        .accept(vec![f.request("keep", "mc", "x", 300)])
+        .await
+        .unwrap();
     close(opened);
     let reopened = f.open();
     let again = reopened
         .0
-        .accept(vec![f.request("keep", "mc", "x", 300), f.request("new", "mc", "x", 5)])
+        .accept(vec![
+            f.request("keep", "mc", "x", 300),
+            f.request("new", "mc", "x", 5),
+        ])
         .await
         .unwrap();
     assert!(again[0].duplicate);
     assert_eq!(again[0].id, first[0].id);
     assert!(!again[1].duplicate);
-    assert_eq!(usage_of(&reopened.0.groups().await.unwrap(), "mc"), (305, 2));
+    assert_eq!(
+        usage_of(&reopened.0.groups().await.unwrap(), "mc"),
+        (305, 2)
+    );
     // The same client_request_id from another station is another request.
     let mut other = f.request("keep", "mc", "x", 7);
     other.station = "st2".into();
