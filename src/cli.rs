@@ -215,18 +215,22 @@ async fn serve(
     let app = Application::build(&settings)
         .await
         .with_context(|| format!("cannot start with {}", settings.origin))?;
-    let mut out = std::io::stdout();
-    writeln!(out, "mssbroker listening on http://{}", app.local_addr())?;
-    writeln!(
-        out,
-        "mss at {} (config {}, database {})",
+    banner(&format!(
+        "mssbroker listening on http://{}\nmss at {} (config {}, database {})\n",
+        app.local_addr(),
         app.mss_url(),
         settings.origin,
         settings.database.path.display()
-    )?;
-    out.flush()?;
+    ));
     app.run_until_stopped(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Print a start-up banner. It is for whoever reads stdout; a closed stdout (a supervisor that
+/// read the address and went away) must not stop the server, so write errors are ignored.
+fn banner(text: &str) {
+    let mut out = std::io::stdout();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// Completes on Ctrl-C or SIGTERM.
@@ -341,8 +345,7 @@ async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
         },
         time_scale: args.time_scale,
     };
-    println!("mss simulator listening on http://{addr}");
-    std::io::stdout().flush()?;
+    banner(&format!("mss simulator listening on http://{addr}\n"));
     sim::run(listener, cfg, shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -70,6 +70,15 @@ impl SimProcess {
     }
 
     pub fn start_with(drives: usize, time_scale: f64) -> SimProcess {
+        SimProcess::spawn(drives, time_scale, &[])
+    }
+
+    /// The default simulator with extra flags (ones the defaults do not set).
+    pub fn start_with_args(extra: &[&str]) -> SimProcess {
+        SimProcess::spawn(4, 1000.0, extra)
+    }
+
+    fn spawn(drives: usize, time_scale: f64, extra: &[&str]) -> SimProcess {
         let mut child = Command::new(BIN)
             .args([
                 "mss-sim",
@@ -86,6 +95,7 @@ impl SimProcess {
                 "--time-scale",
                 &time_scale.to_string(),
             ])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

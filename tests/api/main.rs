@@ -1,5 +1,7 @@
 //! Integration tests: the real broker over HTTP, with its own SQLite file and a real simulator.
 
 mod bad_input;
+mod cli;
 mod end_to_end;
+mod failures;
 mod helpers;

@@ -1,0 +1,120 @@
+//! The command line: check-config, submit and status against a running `serve`.
+
+use std::process::{Command, Stdio};
+
+use crate::helpers::BIN;
+
+#[test]
+fn check_config_prints_the_tree_or_names_the_keys() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/broker.toml");
+    let out = Command::new(BIN)
+        .args(["check-config", shipped])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("higgs") && text.contains("(1/15)"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    let broken = std::fs::read_to_string(shipped)
+        .unwrap()
+        .replace("p_back = 10", "p_back = 50");
+    std::fs::write(&bad, broken).unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("policy.p_back"), "{err}");
+}
+
+#[test]
+fn submit_and_status_talk_to_a_running_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("b.db"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(serve.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    let out = Command::new(BIN)
+        .args([
+            "submit",
+            "--url",
+            &url,
+            "--client-request-id",
+            "cli-1",
+            "--station",
+            "s",
+            "--user",
+            "u",
+        ])
+        .args([
+            "--file",
+            "/pnfs/x",
+            "--size-bytes",
+            "1000",
+            "--access-mode",
+            "datataking",
+            "--physics-group",
+            "daq",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["class"], "priority");
+    let id = answer["id"].as_i64().unwrap();
+    let out = Command::new(BIN)
+        .args(["status", &id.to_string(), "--url", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["client_request_id"], "cli-1");
+    // A refused submission exits 1 and prints the broker's error naming the field.
+    let out = Command::new(BIN)
+        .args([
+            "submit",
+            "--url",
+            &url,
+            "--client-request-id",
+            "cli-2",
+            "--station",
+            "s",
+            "--user",
+            "u",
+        ])
+        .args([
+            "--file",
+            "/pnfs/x",
+            "--size-bytes",
+            "0",
+            "--access-mode",
+            "mc",
+            "--physics-group",
+            "top",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["field"], "size_bytes");
+    let _ = serve.kill();
+    let _ = serve.wait();
+}

@@ -1,0 +1,68 @@
+//! Transfers that fail at the MSS: retried as new attempts, then failed and refunded.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{request, SimProcess, TestApp};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_transfers_are_retried_then_refunded_with_exact_accounting() {
+    let sim = SimProcess::start_with_args(&["--failure-rate", "0.5", "--seed", "7"]);
+    let config = crate::helpers::test_config(Some(&sim.url)).replace(
+        "adapter = \"http\"",
+        "adapter = \"http\"\nretry_max_attempts = 3",
+    );
+    let app = TestApp::spawn(&config).await;
+    let items: Vec<Value> = (0..60u64)
+        .map(|i| request(&format!("f{i}"), "mc", "top", 1_000_000 + i))
+        .collect();
+    let (status, body) = app
+        .post("/v1/requests/batch", &json!({ "requests": items }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let ids: Vec<i64> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    let finals = app.wait_final(&ids, Duration::from_secs(60)).await;
+
+    let done: Vec<&Value> = finals.iter().filter(|r| r["state"] == "done").collect();
+    let failed: Vec<&Value> = finals.iter().filter(|r| r["state"] == "failed").collect();
+    assert_eq!(done.len() + failed.len(), 60);
+    // With a 50% coin over three attempts, both outcomes occur (seed 7 is reproducible).
+    assert!(
+        !done.is_empty() && !failed.is_empty(),
+        "done {} failed {}",
+        done.len(),
+        failed.len()
+    );
+    for f in &failed {
+        assert_eq!(f["attempt"], 3, "{f}");
+        assert_eq!(f["charged"], 0, "refunded: {f}");
+        assert!(f["last_error"].as_str().unwrap().contains("attempt 3 of 3"));
+    }
+    assert!(
+        done.iter().any(|d| d["attempt"].as_u64().unwrap() > 1),
+        "some succeeded on a retry"
+    );
+    // Usage is exactly the bytes of what was done.
+    let want: u64 = done.iter().map(|d| d["bytes_done"].as_u64().unwrap()).sum();
+    let (_, groups) = app.get("/v1/groups").await;
+    let mc = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == "mc")
+        .unwrap();
+    assert_eq!(mc["usage_bytes"].as_u64().unwrap(), want);
+    assert_eq!(mc["pending"], 0);
+    // The MSS saw each attempt exactly once.
+    let attempts: u64 = finals.iter().map(|r| r["attempt"].as_u64().unwrap()).sum();
+    let received = sim.received().await;
+    assert_eq!(received.received.len() as u64, attempts);
+    assert_eq!(received.duplicates, 0);
+    app.stop().await;
+}
