@@ -16,6 +16,15 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// `"read"` or `"write"`.
+    pub fn parse(s: &str) -> Option<Direction> {
+        match s {
+            "read" => Some(Direction::Read),
+            "write" => Some(Direction::Write),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Direction::Read => "read",

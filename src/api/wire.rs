@@ -107,10 +107,10 @@ impl RequestInput {
             access_mode: text("access_mode", f.access_mode, n)?,
             physics_group: text("physics_group", f.physics_group, n)?,
             volume: f.volume.map(|v| text("volume", v, n)).transpose()?,
-            direction: match f.direction.as_deref() {
-                None | Some("read") => Direction::Read,
-                Some("write") => Direction::Write,
-                Some(_) => {
+            direction: match f.direction.as_deref().map(Direction::parse) {
+                None => Direction::Read,
+                Some(Some(d)) => d,
+                Some(None) => {
                     return Err(ApiError::field(
                         "direction",
                         "must be \"read\" or \"write\"",
@@ -160,14 +160,9 @@ impl RequestInput {
             },
             direction: match obj.get("direction") {
                 None | Some(Value::Null) => Direction::Read,
-                Some(Value::String(s)) if s == "read" => Direction::Read,
-                Some(Value::String(s)) if s == "write" => Direction::Write,
-                Some(_) => {
-                    return Err(ApiError::field(
-                        &name("direction"),
-                        "must be \"read\" or \"write\"",
-                    ))
-                }
+                Some(v) => v.as_str().and_then(Direction::parse).ok_or_else(|| {
+                    ApiError::field(&name("direction"), "must be \"read\" or \"write\"")
+                })?,
             },
         })
     }

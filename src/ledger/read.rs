@@ -100,6 +100,10 @@ fn bad_column(i: usize, what: &str) -> rusqlite::Error {
     )
 }
 
+fn stored_direction(i: usize, s: &str) -> rusqlite::Result<Direction> {
+    Direction::parse(s).ok_or_else(|| bad_column(i, "direction"))
+}
+
 pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
     RequestState::parse(s).ok_or_else(|| bad_column(i, "state"))
 }
@@ -118,11 +122,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         access_mode: row.get(6)?,
         physics_group: row.get(7)?,
         volume: row.get(8)?,
-        direction: if direction == "write" {
-            Direction::Write
-        } else {
-            Direction::Read
-        },
+        direction: stored_direction(9, &direction)?,
         group: row.get(10)?,
         class: Class::parse(&class).ok_or_else(|| bad_column(11, "class"))?,
         mss_priority: row.get(12)?,
@@ -182,11 +182,7 @@ pub(super) fn to_submit(
             mss_priority: row.get(4)?,
             volume: row.get(5)?,
             group: row.get(6)?,
-            direction: if direction == "write" {
-                Direction::Write
-            } else {
-                Direction::Read
-            },
+            direction: stored_direction(7, &direction)?,
         })
     })?;
     rows.collect()
