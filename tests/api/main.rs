@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod cli;
+mod crash;
 mod end_to_end;
 mod failures;
 mod helpers;

@@ -1,0 +1,230 @@
+//! Nothing lost: the real `mssbroker serve` process is killed with SIGKILL at random moments
+//! under concurrent submissions, restarted on the same database, and checked. Rounds:
+//! `MSSBROKER_KILL_ROUNDS` (default 3; the README's soak command sets more).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::helpers::{open_db, request, test_config, SimProcess, BIN};
+
+struct Broker {
+    child: Child,
+    base: String,
+}
+
+fn start_broker(config: &Path, db: &Path) -> Broker {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .arg("--db")
+        .arg(db)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("banner");
+    let base = line.trim().rsplit(' ').next().expect("address").to_string();
+    assert!(base.starts_with("http://"), "banner {line:?}");
+    Broker { child, base }
+}
+
+/// A small deterministic generator, so a failing round can be replayed from its seed.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
+    let rounds: usize = std::env::var("MSSBROKER_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let sim = SimProcess::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
+    let db = dir.path().join("broker.db");
+    // crid -> id for every request that got a 202.
+    let acknowledged: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
+    let modes = [
+        ("analysis", "higgs"),
+        ("analysis", "top"),
+        ("mc", "x"),
+        ("datataking", "daq"),
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut counter = 0u64;
+
+    for round in 0..rounds {
+        let broker = start_broker(&config, &db);
+        let mut workers = Vec::new();
+        for w in 0..8 {
+            let (base, acks) = (broker.base.clone(), acknowledged.clone());
+            let start = counter + w * 100_000;
+            workers.push(tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut n = start;
+                loop {
+                    n += 1;
+                    let (mode, group) = modes[(n % 4) as usize];
+                    let crid = format!("k{round}-{n}");
+                    let body = request(&crid, mode, group, 1_000_000_000 + n % 977);
+                    let Ok(resp) = client
+                        .post(format!("{base}/v1/requests"))
+                        .json(&body)
+                        .send()
+                        .await
+                    else {
+                        return;
+                    };
+                    if resp.status().as_u16() != 202 {
+                        return;
+                    }
+                    let Ok(v) = resp.json::<Value>().await else {
+                        return;
+                    };
+                    acks.lock().unwrap().insert(crid, v["id"].as_i64().unwrap());
+                }
+            }));
+        }
+        counter += 1_000_000;
+        let delay = 150 + next(&mut seed) % 600;
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let in_flight_before = acknowledged.lock().unwrap().len();
+        let mut child = broker.child;
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        for w in workers {
+            w.await.unwrap();
+        }
+        eprintln!("round {round}: killed after {delay} ms, {in_flight_before} acknowledged so far");
+    }
+
+    // Restart, replay a sample of acknowledged requests (clients retrying after the crash), and
+    // let the load drain.
+    let broker = start_broker(&config, &db);
+    let client = reqwest::Client::new();
+    let acks = acknowledged.lock().unwrap().clone();
+    assert!(
+        acks.len() > 50,
+        "the load produced {} acknowledged requests",
+        acks.len()
+    );
+    for (crid, id) in acks.iter().take(50) {
+        let n: u64 = crid.split('-').nth(1).unwrap().parse().unwrap();
+        let (mode, group) = modes[(n % 4) as usize];
+        let v: Value = client
+            .post(format!("{}/v1/requests", broker.base))
+            .json(&request(crid, mode, group, 1_000_000_000 + n % 977))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            v["id"].as_i64(),
+            Some(*id),
+            "a replay after the crash returns the first id"
+        );
+        assert_eq!(v["duplicate"], true);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let stuck: i64 = open_db(&db)
+            .query_row(
+                "SELECT COUNT(*) FROM requests WHERE state NOT IN ('done', 'failed', 'cancelled')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if stuck == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{stuck} requests still not final"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let conn = open_db(&db);
+    // Every 202 exists exactly once, under its id, with its client_request_id.
+    for (crid, id) in &acks {
+        let (count, stored): (i64, Option<i64>) = conn
+            .query_row(
+                "SELECT COUNT(*), MIN(id) FROM requests WHERE client_request_id = ?1",
+                [crid],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((count, stored), (1, Some(*id)), "request {crid}");
+    }
+    let total: i64 = conn
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    let distinct: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM (SELECT DISTINCT station, client_request_id FROM requests)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        total, distinct,
+        "no (station, client_request_id) stored twice"
+    );
+    // Everything finished (no simulated failures here), each at the MSS once per attempt.
+    let not_done: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM requests WHERE state != 'done'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(not_done, 0);
+    let received = sim.received().await;
+    let keys: HashSet<(String, u32)> = received
+        .received
+        .iter()
+        .map(|r| (r.key.clone(), r.attempt))
+        .collect();
+    assert_eq!(
+        keys.len(),
+        received.received.len(),
+        "the MSS never queued a key and attempt twice"
+    );
+    assert_eq!(
+        received.received.len() as i64,
+        total,
+        "every stored request reached the MSS once"
+    );
+    // Each group's usage equals the sum of its completed requests.
+    let mut stmt = conn
+        .prepare("SELECT g.path, g.usage, g.pending, COALESCE(SUM(r.bytes_done), 0) FROM groups g LEFT JOIN requests r ON r.group_path = g.path GROUP BY g.path")
+        .unwrap();
+    let rows: Vec<(String, i64, i64, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (path, usage, pending, done) in rows {
+        assert_eq!((usage, pending), (done, 0), "group {path}");
+    }
+    eprintln!("{rounds} kill rounds: {} acknowledged, {total} stored, {} submissions answered as duplicates by the MSS", acks.len(), received.duplicates);
+    let mut child = broker.child;
+    let _ = child.kill();
+    let _ = child.wait();
+}
