@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use mss_adapters::{MssAdapter, MssError, Transfer};
+use mss_adapters::{MssAdapter, MssError, MssEvent, Progress, Transfer};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -140,9 +140,67 @@ impl Dispatcher {
         if batch.events.is_empty() && batch.cursor == cursor {
             return Ok(Step::Idle);
         }
+        if batch.cursor.epoch != cursor.epoch {
+            // The MSS's event log started over: events of transfers it had may be gone with the
+            // old log, and transfers it had may be gone too. Settle every in-flight request from
+            // the MSS's own status before the new cursor is stored, so a failure here is retried
+            // on the next poll instead of forgotten.
+            if !self.recover_in_flight(&cursor).await? {
+                return Ok(Step::Unavailable);
+            }
+        }
         let n = batch.events.len();
         self.ledger.apply_events(batch.events, batch.cursor).await?;
         Ok(Step::Worked(n))
+    }
+
+    /// Ask the MSS where each in-flight request stands: finished ones are settled from its
+    /// status, unknown ones (or an older attempt) are submitted again as a new attempt. Returns
+    /// false if the MSS could not answer.
+    pub async fn recover_in_flight(
+        &self,
+        cursor: &mss_adapters::EventCursor,
+    ) -> Result<bool, LedgerError> {
+        let in_flight = self.ledger.in_flight().await?;
+        let (mut resubmitted, mut settled) = (0usize, 0usize);
+        for (id, attempt) in in_flight {
+            let status = match self.adapter.status(&id.to_string()).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(request_id = id, error = %e, "cannot ask the mss for a transfer's state");
+                    return Ok(false);
+                }
+            };
+            match status {
+                Some(s) if s.attempt == attempt => {
+                    if let Progress::Finished(kind) = s.progress {
+                        let event = MssEvent {
+                            seq: 0,
+                            key: id.to_string(),
+                            attempt,
+                            at_ms: self.clock.now_ms(),
+                            kind,
+                        };
+                        // The stored cursor is kept: these events are not from the log.
+                        settled += self
+                            .ledger
+                            .apply_events(vec![event], cursor.clone())
+                            .await?;
+                    }
+                }
+                _ => {
+                    let reason = "the mss no longer knows this transfer (its queue was lost); submitted again".to_string();
+                    resubmitted += usize::from(self.ledger.lost(id, attempt, reason).await?);
+                }
+            }
+        }
+        if resubmitted + settled > 0 {
+            info!(
+                resubmitted,
+                settled, "recovered in-flight requests after the mss event log started over"
+            );
+        }
+        Ok(true)
     }
 
     async fn cancel_at_mss(&self, id: i64) {

@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use reqwest::{Client, StatusCode};
 
 use crate::protocol::{
-    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventsResponse, SubmitResponse, Transfer,
+    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventKind, EventsResponse, SubmitResponse,
+    Transfer, TransferState,
 };
-use crate::{EventBatch, EventCursor, MssAdapter, MssError, Submitted};
+use crate::{EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferStatus};
 
 /// An adapter for an MSS reached at a base URL such as `http://127.0.0.1:7070`.
 #[derive(Debug, Clone)]
@@ -112,6 +113,41 @@ impl MssAdapter for HttpAdapter {
             return Ok(());
         }
         Err(status_error(resp).await)
+    }
+
+    async fn status(&self, key: &str) -> Result<Option<TransferStatus>, MssError> {
+        let resp = self
+            .client
+            .get(format!("{}/v1/transfers/{}", self.base, key))
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let t: TransferState = decode(resp).await?;
+        let progress = match t.state.as_str() {
+            "pending" => Progress::Queued,
+            "running" => Progress::Running,
+            "done" => Progress::Finished(EventKind::Done {
+                bytes: t.bytes_done,
+            }),
+            "failed" => Progress::Finished(EventKind::Failed {
+                reason: "failed at the mss (found by a status query)".to_string(),
+                retryable: true,
+            }),
+            "cancelled" => Progress::Finished(EventKind::Cancelled),
+            other => {
+                return Err(MssError::Protocol(format!(
+                    "unknown transfer state `{other}`"
+                )))
+            }
+        };
+        Ok(Some(TransferStatus {
+            attempt: t.attempt,
+            progress,
+        }))
     }
 
     async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {

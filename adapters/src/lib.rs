@@ -47,6 +47,22 @@ pub struct Submitted {
     pub duplicate: bool,
 }
 
+/// Where one transfer stands at the MSS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    Queued,
+    Running,
+    /// Finished: what its final event would have said.
+    Finished(EventKind),
+}
+
+/// The answer to a status query: which attempt the MSS has, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferStatus {
+    pub attempt: u32,
+    pub progress: Progress,
+}
+
 /// A batch of events and the cursor to ask from next time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventBatch {
@@ -81,6 +97,10 @@ pub trait MssAdapter: Send + Sync + 'static {
 
     /// Ask the MSS to drop a queued transfer. A `cancelled` event follows if it could.
     async fn cancel(&self, key: &str) -> Result<(), MssError>;
+
+    /// Where the transfer with this key stands, or `None` if the MSS does not know it (it lost
+    /// it, for instance in a restart). Used to recover after the event log started over.
+    async fn status(&self, key: &str) -> Result<Option<TransferStatus>, MssError>;
 
     /// Events after `cursor`, waiting up to `wait` for the first one.
     async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError>;

@@ -118,6 +118,12 @@ pub(crate) enum Command {
         reason: String,
         reply: oneshot::Sender<Result<(), LedgerError>>,
     },
+    Lost {
+        id: i64,
+        attempt: u32,
+        reason: String,
+        reply: oneshot::Sender<Result<bool, LedgerError>>,
+    },
     Events {
         events: Vec<MssEvent>,
         cursor: EventCursor,
@@ -238,6 +244,23 @@ impl Ledger {
             reply,
         })
         .await
+    }
+
+    /// The MSS no longer knows this attempt (it lost its queue): submit the request again as a
+    /// new attempt, keeping its charge. Returns whether the request was in flight.
+    pub async fn lost(&self, id: i64, attempt: u32, reason: String) -> Result<bool, LedgerError> {
+        self.call(|reply| Command::Lost {
+            id,
+            attempt,
+            reason,
+            reply,
+        })
+        .await
+    }
+
+    /// Requests at the MSS (submitted or running), with their attempt.
+    pub async fn in_flight(&self) -> Result<Vec<(i64, u32)>, LedgerError> {
+        self.reads.run(read::in_flight).await
     }
 
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {

@@ -193,6 +193,14 @@ pub(super) fn next_retry_ms(c: &Connection) -> rusqlite::Result<Option<i64>> {
         .query_row([], |r| r.get(0))
 }
 
+pub(super) fn in_flight(c: &Connection) -> rusqlite::Result<Vec<(i64, u32)>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id, attempt FROM requests WHERE state IN ('submitted', 'running') ORDER BY id",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u32)))?;
+    rows.collect()
+}
+
 pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<i64>> {
     let mut stmt = c.prepare_cached(
         "SELECT id FROM requests WHERE cancel_requested = 1 AND state IN ('submitted', 'running') \

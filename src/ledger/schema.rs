@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS idempotency (
     fingerprint INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS requests_to_submit ON requests(id) WHERE state = 'accepted';
+CREATE INDEX IF NOT EXISTS requests_in_flight ON requests(id)
+    WHERE state IN ('submitted', 'running');
 CREATE INDEX IF NOT EXISTS requests_cancelling ON requests(id)
     WHERE cancel_requested = 1 AND state IN ('submitted', 'running');
 CREATE TABLE IF NOT EXISTS groups (

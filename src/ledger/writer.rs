@@ -145,6 +145,7 @@ enum Reply {
         Vec<AfterSubmit>,
     ),
     Rejected(oneshot::Sender<Result<(), LedgerError>>),
+    Lost(oneshot::Sender<Result<bool, LedgerError>>, bool),
     Events(oneshot::Sender<Result<usize, LedgerError>>, usize),
     Cancel(
         oneshot::Sender<Result<CancelOutcome, LedgerError>>,
@@ -159,6 +160,7 @@ impl Reply {
             Reply::Accept(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Submitted(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Rejected(tx) => tx.send(Ok(())).map_err(drop),
+            Reply::Lost(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Events(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Cancel(tx, v) => tx.send(Ok(v)).map_err(drop),
         };
@@ -170,6 +172,7 @@ impl Reply {
             Reply::Accept(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Submitted(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Rejected(tx) => tx.send(Err(e())).map_err(drop),
+            Reply::Lost(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Events(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Cancel(tx, _) => tx.send(Err(e())).map_err(drop),
         };
@@ -365,6 +368,15 @@ fn handle(
             Reply::Rejected(reply),
             rejected(tx, ctx, id, attempt, &reason),
         ),
+        Command::Lost {
+            id,
+            attempt,
+            reason,
+            reply,
+        } => match lost(tx, ctx, id, attempt, &reason) {
+            Ok(v) => (Reply::Lost(reply, v), Ok(())),
+            Err(e) => (Reply::Lost(reply, false), Err(e)),
+        },
         Command::Events {
             events,
             cursor,
@@ -578,6 +590,30 @@ fn rejected(
         }
         _ => Ok(()),
     }
+}
+
+/// The MSS lost an in-flight attempt: back to `accepted` as the next attempt, at once.
+fn lost(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    id: i64,
+    attempt: u32,
+    reason: &str,
+) -> rusqlite::Result<bool> {
+    let in_flight = matches!(
+        load_charged(tx, id)?,
+        Some(row) if row.attempt == attempt
+            && matches!(row.state, RequestState::Submitted | RequestState::Running)
+    );
+    if in_flight {
+        tx.prepare_cached(
+            "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
+             next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
+        )?
+        .execute(params![id, ctx.now, reason])?;
+        ctx.ready = true;
+    }
+    Ok(in_flight)
 }
 
 /// Apply one MSS event. Events of another attempt, of unknown requests, or of requests already

@@ -66,3 +66,70 @@ async fn failed_transfers_are_retried_then_refunded_with_exact_accounting() {
     assert_eq!(received.duplicates, 0);
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mss_that_restarts_and_loses_its_queue_loses_no_request() {
+    // A slow library: one drive, real time, so the requests are still queued when it dies.
+    let sim = SimProcess::start_with(1, 1.0);
+    let listen = sim.url.trim_start_matches("http://").to_string();
+    let app = TestApp::spawn(&crate::helpers::test_config(Some(&sim.url))).await;
+    let items: Vec<Value> = (0..6u64)
+        .map(|i| request(&format!("q{i}"), "mc", "top", 50_000_000_000 + i))
+        .collect();
+    let (status, body) = app
+        .post("/v1/requests/batch", &json!({ "requests": items }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let ids: Vec<i64> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    // Wait until all six are at the MSS (one running, five queued).
+    let start = std::time::Instant::now();
+    loop {
+        let mut at_mss = 0;
+        for id in &ids {
+            let (_, r) = app.get(&format!("/v1/requests/{id}")).await;
+            at_mss += usize::from(matches!(r["state"].as_str(), Some("submitted" | "running")));
+        }
+        if at_mss == ids.len() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "requests never reached the mss"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // The MSS dies with its queue and comes back empty, fast this time, on the same address.
+    drop(sim);
+    let sim = SimProcess::start_on(&listen, 2, 1000.0);
+    let finals = app.wait_final(&ids, Duration::from_secs(60)).await;
+    for r in &finals {
+        assert_eq!(r["state"], "done", "{r}");
+        assert_eq!(r["attempt"], 2, "submitted again as a new attempt: {r}");
+    }
+    let received = sim.received().await;
+    assert_eq!(
+        received.received.len(),
+        6,
+        "the new MSS got each request once"
+    );
+    let (_, groups) = app.get("/v1/groups").await;
+    let mc = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == "mc")
+        .unwrap();
+    let want: u64 = (0..6u64).map(|i| 50_000_000_000 + i).sum();
+    assert_eq!(
+        mc["usage_bytes"].as_u64().unwrap(),
+        want,
+        "charged once each"
+    );
+    assert_eq!(mc["pending"], 0);
+    app.stop().await;
+}

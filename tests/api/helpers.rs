@@ -70,25 +70,23 @@ impl SimProcess {
     }
 
     pub fn start_with(drives: usize, time_scale: f64) -> SimProcess {
-        SimProcess::spawn(drives, time_scale, &[])
+        SimProcess::spawn("127.0.0.1:0", drives, time_scale, &[])
+    }
+
+    /// A simulator on a given address (to replace one that was stopped).
+    pub fn start_on(listen: &str, drives: usize, time_scale: f64) -> SimProcess {
+        SimProcess::spawn(listen, drives, time_scale, &[])
     }
 
     /// The default simulator with extra flags (ones the defaults do not set).
     pub fn start_with_args(extra: &[&str]) -> SimProcess {
-        SimProcess::spawn(4, 1000.0, extra)
+        SimProcess::spawn("127.0.0.1:0", 4, 1000.0, extra)
     }
 
-    fn spawn(drives: usize, time_scale: f64, extra: &[&str]) -> SimProcess {
+    fn spawn(listen: &str, drives: usize, time_scale: f64, extra: &[&str]) -> SimProcess {
         let mut child = Command::new(BIN)
-            .args([
-                "mss-sim",
-                "--listen",
-                "127.0.0.1:0",
-                "--mount-seconds",
-                "5",
-                "--rate-mb-per-sec",
-                "500",
-            ])
+            .args(["mss-sim", "--listen", listen])
+            .args(["--mount-seconds", "5", "--rate-mb-per-sec", "500"])
             .args([
                 "--drives",
                 &drives.to_string(),
