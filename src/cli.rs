@@ -127,6 +127,18 @@ struct SimArgs {
     failure_rate: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Fraction of submission calls answered 503, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    submit_failure_rate: f64,
+    /// Milliseconds every call waits before answering.
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u64,
+    /// Fraction of events never written to the event log, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    drop_event_rate: f64,
+    /// Fraction of events written to the event log twice, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate_event_rate: f64,
 }
 
 /// Parse the command line and run it.
@@ -327,9 +339,16 @@ async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
     let positive = |v: f64| v.is_finite() && v > 0.0;
     if !positive(args.time_scale)
         || !positive(args.rate_mb_per_sec)
-        || !(0.0..=1.0).contains(&args.failure_rate)
+        || ![
+            args.failure_rate,
+            args.submit_failure_rate,
+            args.drop_event_rate,
+            args.duplicate_event_rate,
+        ]
+        .iter()
+        .all(|r| (0.0..=1.0).contains(r))
     {
-        bail!("--time-scale and --rate-mb-per-sec must be above 0, --failure-rate within 0..1");
+        bail!("--time-scale and --rate-mb-per-sec must be above 0, every --*-rate within 0..1");
     }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -344,6 +363,13 @@ async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             seed: args.seed,
         },
         time_scale: args.time_scale,
+        faults: mss_adapters::protocol::Faults {
+            submit_failure_rate: args.submit_failure_rate,
+            down_for_ms: 0,
+            delay_ms: args.delay_ms,
+            drop_event_rate: args.drop_event_rate,
+            duplicate_event_rate: args.duplicate_event_rate,
+        },
     };
     banner(&format!("mss simulator listening on http://{addr}\n"));
     sim::run(listener, cfg, shutdown_signal()).await?;

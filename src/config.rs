@@ -221,6 +221,8 @@ pub struct MssSettings {
     pub submit_batch: usize,
     pub retry: RetrySettings,
     pub event_wait: Duration,
+    /// After this long without news of an in-flight request, ask the MSS for its status.
+    pub stale_after: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -487,6 +489,8 @@ struct RawMss {
     retry_max_ms: i64,
     #[serde(default = "d_event_wait")]
     event_wait_ms: i64,
+    #[serde(default = "d_stale")]
+    stale_after_ms: i64,
     #[serde(default)]
     simulator: Option<RawSimulator>,
 }
@@ -514,6 +518,9 @@ fn d_retry_max() -> i64 {
 }
 fn d_event_wait() -> i64 {
     1_000
+}
+fn d_stale() -> i64 {
+    600_000
 }
 
 #[derive(Debug, Deserialize)]
@@ -942,6 +949,11 @@ fn validate_mss(raw: RawMss, issues: &mut Issues) -> Option<MssSettings> {
         event_wait: Duration::from_millis(
             positive(raw.event_wait_ms, "mss.event_wait_ms", issues) as u64
         ),
+        stale_after: Duration::from_millis(positive(
+            raw.stale_after_ms,
+            "mss.stale_after_ms",
+            issues,
+        ) as u64),
     })
 }
 

@@ -1,6 +1,6 @@
 //! The dispatcher: moves committed requests to the MSS and MSS events back into the ledger.
 //!
-//! Three loops, all restartable from the ledger alone:
+//! Four loops, all restartable from the ledger alone:
 //! - **submit**: takes ready requests in decision order, waits for the governor rate limiter, and
 //!   sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
 //!   idempotency key, so a request re-sent after a crash is answered "duplicate" by the MSS and
@@ -9,6 +9,9 @@
 //! - **events**: long-polls the adapter from the cursor stored in the ledger and applies each
 //!   batch of events together with the new cursor in one transaction.
 //! - **cancel**: carries cancellations of requests already at the MSS to the adapter.
+//! - **stale**: asks the MSS for the status of in-flight requests it has said nothing of for a
+//!   while, which recovers lost events and transfers the MSS lost. The same settling runs for
+//!   every in-flight request when the MSS's event log starts over (a new epoch).
 //!
 //! Each loop's body is a `*_once` step a test can call directly.
 
@@ -25,6 +28,9 @@ use tracing::{debug, info, warn};
 use crate::clock::Clock;
 use crate::config::MssSettings;
 use crate::ledger::{AfterSubmit, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
+
+/// Most stale requests one sweep checks.
+const STALE_BATCH: usize = 500;
 
 /// Longest the submit loop sleeps when idle before looking again (a safety net: commits notify).
 const IDLE_POLL: Duration = Duration::from_secs(1);
@@ -72,6 +78,7 @@ impl Dispatcher {
         let this = Arc::new(self);
         tasks.spawn(this.clone().submit_loop());
         tasks.spawn(this.clone().event_loop());
+        tasks.spawn(this.clone().stale_loop());
         tasks.spawn(this.cancel_loop(cancels));
     }
 
@@ -145,7 +152,7 @@ impl Dispatcher {
             // old log, and transfers it had may be gone too. Settle every in-flight request from
             // the MSS's own status before the new cursor is stored, so a failure here is retried
             // on the next poll instead of forgotten.
-            if !self.recover_in_flight(&cursor).await? {
+            if !self.recover_in_flight().await? {
                 return Ok(Step::Unavailable);
             }
         }
@@ -154,26 +161,44 @@ impl Dispatcher {
         Ok(Step::Worked(n))
     }
 
-    /// Ask the MSS where each in-flight request stands: finished ones are settled from its
-    /// status, unknown ones (or an older attempt) are submitted again as a new attempt. Returns
-    /// false if the MSS could not answer.
-    pub async fn recover_in_flight(
-        &self,
-        cursor: &mss_adapters::EventCursor,
-    ) -> Result<bool, LedgerError> {
+    /// Ask the MSS where each in-flight request stands and settle it. Returns false if the MSS
+    /// could not answer.
+    pub async fn recover_in_flight(&self) -> Result<bool, LedgerError> {
         let in_flight = self.ledger.in_flight().await?;
-        let (mut resubmitted, mut settled) = (0usize, 0usize);
-        for (id, attempt) in in_flight {
+        self.settle_all(&in_flight, "the mss event log started over")
+            .await
+    }
+
+    /// Status-check in-flight requests the MSS has said nothing of for `mss.stale_after_ms`: a
+    /// lost event is found this way, and a transfer the MSS lost is submitted again.
+    pub async fn check_stale_once(&self) -> Result<Step, LedgerError> {
+        let before = self.clock.now_ms() - self.settings.stale_after.as_millis() as i64;
+        let stale = self.ledger.stale(before, STALE_BATCH).await?;
+        if stale.is_empty() {
+            return Ok(Step::Idle);
+        }
+        if !self.settle_all(&stale, "no news from the mss").await? {
+            return Ok(Step::Unavailable);
+        }
+        Ok(Step::Worked(stale.len()))
+    }
+
+    async fn settle_all(&self, requests: &[(i64, u32)], why: &str) -> Result<bool, LedgerError> {
+        let (mut resubmitted, mut settled, mut still) = (0usize, 0usize, Vec::new());
+        for &(id, attempt) in requests {
             let status = match self.adapter.status(&id.to_string()).await {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(request_id = id, error = %e, "cannot ask the mss for a transfer's state");
+                    if !still.is_empty() {
+                        self.ledger.checked(still).await?;
+                    }
                     return Ok(false);
                 }
             };
             match status {
-                Some(s) if s.attempt == attempt => {
-                    if let Progress::Finished(kind) = s.progress {
+                Some(s) if s.attempt == attempt => match s.progress {
+                    Progress::Finished(kind) => {
                         let event = MssEvent {
                             seq: 0,
                             key: id.to_string(),
@@ -181,26 +206,40 @@ impl Dispatcher {
                             at_ms: self.clock.now_ms(),
                             kind,
                         };
-                        // The stored cursor is kept: these events are not from the log.
-                        settled += self
-                            .ledger
-                            .apply_events(vec![event], cursor.clone())
-                            .await?;
+                        settled += self.ledger.apply_status_events(vec![event]).await?;
                     }
-                }
+                    Progress::Queued | Progress::Running => still.push(id),
+                },
                 _ => {
-                    let reason = "the mss no longer knows this transfer (its queue was lost); submitted again".to_string();
+                    let reason =
+                        format!("{why}; the mss no longer knows this transfer, submitted again");
                     resubmitted += usize::from(self.ledger.lost(id, attempt, reason).await?);
                 }
             }
         }
+        if !still.is_empty() {
+            self.ledger.checked(still).await?;
+        }
         if resubmitted + settled > 0 {
             info!(
                 resubmitted,
-                settled, "recovered in-flight requests after the mss event log started over"
+                settled, why, "settled in-flight requests from the mss's status"
             );
         }
         Ok(true)
+    }
+
+    async fn stale_loop(self: Arc<Self>) {
+        let period = (self.settings.stale_after / 2)
+            .clamp(Duration::from_millis(50), Duration::from_secs(30));
+        loop {
+            match self.check_stale_once().await {
+                Ok(Step::Worked(_)) => continue,
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "ledger error checking stale requests"),
+            }
+            tokio::time::sleep(period).await;
+        }
     }
 
     async fn cancel_at_mss(&self, id: i64) {

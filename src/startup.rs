@@ -185,5 +185,6 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
             seed: sim.seed,
         },
         time_scale: sim.time_scale,
+        faults: Default::default(),
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! `POST /v1/transfers` submits one, `POST /v1/transfers/batch` several in order, `DELETE /v1/transfers/{key}` cancels, `GET /v1/transfers/{key}`
 //! reads one transfer, `GET /v1/events?epoch=E&after=N&wait_ms=W` long-polls the event log and
-//! `GET /v1/received` lists every submission the MSS accepted (for tests and audits).
+//! `GET /v1/received` lists every submission the MSS accepted (for tests and audits);
+//! `PUT /v1/faults` sets the faults the simulator injects.
 
 use serde::{Deserialize, Serialize};
 
@@ -146,10 +147,35 @@ pub struct Received {
 pub struct ReceivedResponse {
     pub received: Vec<Received>,
     pub duplicates: u64,
+    /// Calls answered with an injected failure (outage or failed submission).
+    #[serde(default)]
+    pub refused: u64,
 }
 
 /// Error body of every non-2xx answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: String,
+}
+
+/// Faults the simulator injects, set with `PUT /v1/faults` (tests) or `mss-sim` flags. Rates are
+/// probabilities in [0, 1].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Faults {
+    /// A submission call answers 503 instead of queueing.
+    #[serde(default)]
+    pub submit_failure_rate: f64,
+    /// Every call answers 503 for this long from now.
+    #[serde(default)]
+    pub down_for_ms: u64,
+    /// Every call waits this long before answering.
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// An event is never written to the log.
+    #[serde(default)]
+    pub drop_event_rate: f64,
+    /// An event is written to the log twice.
+    #[serde(default)]
+    pub duplicate_event_rate: f64,
 }

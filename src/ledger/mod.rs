@@ -126,8 +126,13 @@ pub(crate) enum Command {
     },
     Events {
         events: Vec<MssEvent>,
-        cursor: EventCursor,
+        /// The cursor to store with them; `None` for events that did not come from the log.
+        cursor: Option<EventCursor>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
+    },
+    Checked {
+        ids: Vec<i64>,
+        reply: oneshot::Sender<Result<(), LedgerError>>,
     },
     Cancel {
         id: i64,
@@ -240,10 +245,36 @@ impl Ledger {
     ) -> Result<usize, LedgerError> {
         self.call(|reply| Command::Events {
             events,
-            cursor,
+            cursor: Some(cursor),
             reply,
         })
         .await
+    }
+
+    /// Apply events learnt from status queries; the stored event cursor is left as it is.
+    pub async fn apply_status_events(&self, events: Vec<MssEvent>) -> Result<usize, LedgerError> {
+        self.call(|reply| Command::Events {
+            events,
+            cursor: None,
+            reply,
+        })
+        .await
+    }
+
+    /// The MSS confirmed these in-flight requests are still queued or running.
+    pub async fn checked(&self, ids: Vec<i64>) -> Result<(), LedgerError> {
+        self.call(|reply| Command::Checked { ids, reply }).await
+    }
+
+    /// In-flight requests the MSS has said nothing of since `before_ms`.
+    pub async fn stale(
+        &self,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, u32)>, LedgerError> {
+        self.reads
+            .run(move |c| read::stale(c, before_ms, limit))
+            .await
     }
 
     /// The MSS no longer knows this attempt (it lost its queue): submit the request again as a

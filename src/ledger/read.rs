@@ -201,6 +201,22 @@ pub(super) fn in_flight(c: &Connection) -> rusqlite::Result<Vec<(i64, u32)>> {
     rows.collect()
 }
 
+/// In-flight requests the MSS has said nothing of since `before_ms` (no event, no status).
+pub(super) fn stale(
+    c: &Connection,
+    before_ms: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<(i64, u32)>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id, attempt FROM requests WHERE state IN ('submitted', 'running') \
+         AND COALESCE(checked_ms, started_ms, submitted_ms, created_ms) <= ?1 ORDER BY id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![before_ms, limit as i64], |r| {
+        Ok((r.get(0)?, r.get::<_, i64>(1)? as u32))
+    })?;
+    rows.collect()
+}
+
 pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<i64>> {
     let mut stmt = c.prepare_cached(
         "SELECT id FROM requests WHERE cancel_requested = 1 AND state IN ('submitted', 'running') \

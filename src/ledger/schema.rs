@@ -41,7 +41,9 @@ CREATE TABLE IF NOT EXISTS requests (
     submitted_ms      INTEGER,
     started_ms        INTEGER,
     finished_ms       INTEGER,
-    next_attempt_ms   INTEGER NOT NULL DEFAULT 0
+    next_attempt_ms   INTEGER NOT NULL DEFAULT 0,
+    -- last time the MSS confirmed an in-flight request by a status query
+    checked_ms        INTEGER
 );
 -- Idempotency: a 64-bit fingerprint of (station, client_request_id) per request, appended in id
 -- order. The writer loads it into memory at start and checks replays there, confirming a hit

@@ -146,6 +146,7 @@ enum Reply {
     ),
     Rejected(oneshot::Sender<Result<(), LedgerError>>),
     Lost(oneshot::Sender<Result<bool, LedgerError>>, bool),
+    Checked(oneshot::Sender<Result<(), LedgerError>>),
     Events(oneshot::Sender<Result<usize, LedgerError>>, usize),
     Cancel(
         oneshot::Sender<Result<CancelOutcome, LedgerError>>,
@@ -161,6 +162,7 @@ impl Reply {
             Reply::Submitted(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Rejected(tx) => tx.send(Ok(())).map_err(drop),
             Reply::Lost(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Checked(tx) => tx.send(Ok(())).map_err(drop),
             Reply::Events(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Cancel(tx, v) => tx.send(Ok(v)).map_err(drop),
         };
@@ -173,6 +175,7 @@ impl Reply {
             Reply::Submitted(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Rejected(tx) => tx.send(Err(e())).map_err(drop),
             Reply::Lost(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Checked(tx) => tx.send(Err(e())).map_err(drop),
             Reply::Events(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Cancel(tx, _) => tx.send(Err(e())).map_err(drop),
         };
@@ -386,8 +389,16 @@ fn handle(
             let r = events
                 .iter()
                 .try_for_each(|e| apply_event(tx, ctx, e).map(|c| changed += usize::from(c)))
-                .and_then(|()| store_cursor(tx, &cursor));
+                .and_then(|()| cursor.as_ref().map_or(Ok(()), |c| store_cursor(tx, c)));
             (Reply::Events(reply, changed), r)
+        }
+        Command::Checked { ids, reply } => {
+            let r = ids.iter().try_for_each(|id| {
+                tx.prepare_cached("UPDATE requests SET checked_ms = ?2 WHERE id = ?1")?
+                    .execute(params![id, ctx.now])
+                    .map(drop)
+            });
+            (Reply::Checked(reply), r)
         }
         Command::Cancel { id, reply } => match cancel(tx, ctx, id) {
             Ok(o) => (Reply::Cancel(reply, o), Ok(())),

@@ -51,6 +51,7 @@ adapter = "http"
 retry_base_ms = 50
 retry_max_ms = 500
 event_wait_ms = 200
+stale_after_ms = 400
 {mss}
 "#
     )

@@ -5,4 +5,5 @@ mod cli;
 mod crash;
 mod end_to_end;
 mod failures;
+mod faults;
 mod helpers;

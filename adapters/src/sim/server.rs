@@ -18,8 +18,8 @@ use tokio::sync::{watch, Notify};
 
 use super::library::{CancelOutcome, Library, LibraryConfig, LibraryEvent, Micros};
 use crate::protocol::{
-    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventsResponse, MssEvent, ReceivedResponse,
-    SubmitResponse, Transfer, TransferState,
+    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventsResponse, Faults, MssEvent,
+    ReceivedResponse, SubmitResponse, Transfer, TransferState,
 };
 
 /// Simulator settings.
@@ -28,6 +28,8 @@ pub struct SimConfig {
     pub library: LibraryConfig,
     /// Virtual seconds per wall-clock second.
     pub time_scale: f64,
+    /// Faults injected from the start (tests change them with `PUT /v1/faults`).
+    pub faults: Faults,
 }
 
 impl Default for SimConfig {
@@ -35,6 +37,7 @@ impl Default for SimConfig {
         SimConfig {
             library: LibraryConfig::default(),
             time_scale: 1.0,
+            faults: Faults::default(),
         }
     }
 }
@@ -47,6 +50,25 @@ const MAX_WAIT_MS: u64 = 30_000;
 struct Sim {
     library: Library,
     log: Vec<MssEvent>,
+    faults: Faults,
+    down_until: Option<Instant>,
+    /// xorshift state for the fault coins: reproducible from the library seed.
+    coin: u64,
+    /// Calls refused by an injected fault.
+    refused: u64,
+}
+
+impl Sim {
+    /// A coin that lands true with probability `p`.
+    fn coin(&mut self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        self.coin ^= self.coin << 13;
+        self.coin ^= self.coin >> 7;
+        self.coin ^= self.coin << 17;
+        (self.coin >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
 }
 
 struct Shared {
@@ -76,22 +98,56 @@ impl Shared {
         self.started_wall_ms + (at as f64 / 1e3 / self.time_scale) as i64
     }
 
-    /// Append library events to the log and wake pollers.
+    /// Append library events to the log (dropping or doubling some when told to) and wake
+    /// pollers.
     fn publish(&self, sim: &mut Sim, events: Vec<LibraryEvent>) {
         if events.is_empty() {
             return;
         }
         for e in events {
-            let seq = sim.log.len() as u64 + 1;
-            sim.log.push(MssEvent {
-                seq,
-                key: e.key,
-                attempt: e.attempt,
-                at_ms: self.wall_ms(e.at),
-                kind: e.kind,
-            });
+            let (drop_rate, dup_rate) =
+                (sim.faults.drop_event_rate, sim.faults.duplicate_event_rate);
+            if sim.coin(drop_rate) {
+                continue;
+            }
+            let copies = if sim.coin(dup_rate) { 2 } else { 1 };
+            for _ in 0..copies {
+                let seq = sim.log.len() as u64 + 1;
+                sim.log.push(MssEvent {
+                    seq,
+                    key: e.key.clone(),
+                    attempt: e.attempt,
+                    at_ms: self.wall_ms(e.at),
+                    kind: e.kind.clone(),
+                });
+            }
         }
         self.last_seq.send_replace(sim.log.len() as u64);
+    }
+
+    /// Apply the injected delay and outage to a call: `Some(answer)` when it must fail.
+    async fn gate(&self, submission: bool) -> Option<Response> {
+        let delay = self.lock().faults.delay_ms;
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        let mut sim = self.lock();
+        if sim.down_until.is_some_and(|t| Instant::now() < t) {
+            sim.refused += 1;
+            return Some(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "mss is down (injected)".into(),
+            ));
+        }
+        let rate = sim.faults.submit_failure_rate;
+        if submission && sim.coin(rate) {
+            sim.refused += 1;
+            return Some(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "submission failed (injected)".into(),
+            ));
+        }
+        None
     }
 }
 
@@ -108,6 +164,11 @@ pub async fn run(
         sim: Mutex::new(Sim {
             library: Library::new(cfg.library.clone()),
             log: Vec::new(),
+            down_until: (cfg.faults.down_for_ms > 0)
+                .then(|| Instant::now() + Duration::from_millis(cfg.faults.down_for_ms)),
+            faults: cfg.faults.clone(),
+            coin: cfg.library.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            refused: 0,
         }),
         epoch: format!("{}-{}", now_wall.as_nanos(), std::process::id()),
         started: Instant::now(),
@@ -136,6 +197,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/transfers/{key}", get(transfer).delete(cancel))
         .route("/v1/events", get(events))
         .route("/v1/received", get(received))
+        .route("/v1/faults", axum::routing::put(set_faults).get(get_faults))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(shared)
 }
@@ -164,6 +226,9 @@ async fn drive(shared: Arc<Shared>) {
 }
 
 async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    if let Some(refused) = shared.gate(true).await {
+        return refused;
+    }
     let transfer: Transfer = match serde_json::from_slice(&body) {
         Ok(t) => t,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -189,6 +254,9 @@ async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
 }
 
 async fn submit_batch(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    if let Some(refused) = shared.gate(true).await {
+        return refused;
+    }
     let batch: BatchRequest = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -216,6 +284,9 @@ async fn submit_batch(State(shared): State<Arc<Shared>>, body: axum::body::Bytes
 }
 
 async fn cancel(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+    if let Some(refused) = shared.gate(false).await {
+        return refused;
+    }
     let outcome = {
         let mut sim = shared.lock();
         let mut out = Vec::new();
@@ -235,6 +306,9 @@ async fn cancel(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> R
 }
 
 async fn transfer(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+    if let Some(refused) = shared.gate(false).await {
+        return refused;
+    }
     let sim = shared.lock();
     match sim.library.job(&key) {
         Some(job) => Json(TransferState {
@@ -261,6 +335,9 @@ struct EventsQuery {
 }
 
 async fn events(State(shared): State<Arc<Shared>>, Query(q): Query<EventsQuery>) -> Response {
+    if let Some(refused) = shared.gate(false).await {
+        return refused;
+    }
     let after = if q.epoch == shared.epoch { q.after } else { 0 };
     let mut seen = shared.last_seq.subscribe();
     if q.wait_ms > 0 {
@@ -283,8 +360,25 @@ async fn received(State(shared): State<Arc<Shared>>) -> Response {
     Json(ReceivedResponse {
         received: sim.library.received().to_vec(),
         duplicates: sim.library.duplicates(),
+        refused: sim.refused,
     })
     .into_response()
+}
+
+async fn set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    let faults: Faults = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    let mut sim = shared.lock();
+    sim.down_until = (faults.down_for_ms > 0)
+        .then(|| Instant::now() + Duration::from_millis(faults.down_for_ms));
+    sim.faults = faults.clone();
+    Json(faults).into_response()
+}
+
+async fn get_faults(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.lock().faults.clone()).into_response()
 }
 
 fn error(status: StatusCode, message: String) -> Response {

@@ -1,0 +1,119 @@
+//! MSS faults injected by the simulator: failing and slow submissions, an outage, lost and
+//! duplicated events. Each run must end with every request done, each attempt queued at the MSS
+//! once, and usage equal to the bytes done.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{request, test_config, SimProcess, TestApp};
+
+async fn submit(app: &TestApp, prefix: &str, n: u64) -> Vec<i64> {
+    let items: Vec<Value> = (0..n)
+        .map(|i| request(&format!("{prefix}{i}"), "mc", "top", 1_000_000 + i))
+        .collect();
+    let (status, body) = app
+        .post("/v1/requests/batch", &json!({ "requests": items }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect()
+}
+
+/// Everything done, each (key, attempt) queued once, usage exact.
+async fn assert_settled(app: &TestApp, sim: &SimProcess, ids: &[i64]) {
+    let finals = app.wait_final(ids, Duration::from_secs(60)).await;
+    assert!(finals.iter().all(|r| r["state"] == "done"), "{finals:?}");
+    let received = sim.received().await;
+    let keys: HashSet<(String, u32)> = received
+        .received
+        .iter()
+        .map(|r| (r.key.clone(), r.attempt))
+        .collect();
+    assert_eq!(
+        keys.len(),
+        received.received.len(),
+        "a key and attempt queued twice"
+    );
+    let (_, groups) = app.get("/v1/groups").await;
+    let mc = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == "mc")
+        .unwrap();
+    let want: u64 = finals
+        .iter()
+        .map(|r| r["bytes_done"].as_u64().unwrap())
+        .sum();
+    assert_eq!(mc["usage_bytes"].as_u64().unwrap(), want);
+    assert_eq!(mc["pending"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_and_slow_submissions_are_retried_without_duplicates() {
+    let sim = SimProcess::start_with_args(&["--submit-failure-rate", "0.5", "--delay-ms", "20"]);
+    // Five transfers per submission call: at least sixteen calls, each a coin.
+    let config = test_config(Some(&sim.url))
+        .replace("adapter = \"http\"", "adapter = \"http\"\nsubmit_batch = 5");
+    let app = TestApp::spawn(&config).await;
+    let ids = submit(&app, "s", 80).await;
+    assert_settled(&app, &sim, &ids).await;
+    let received = sim.received().await;
+    assert!(received.refused > 0, "the fault was injected");
+    assert_eq!(
+        received.received.len(),
+        80,
+        "no transfer failed, so one attempt each"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_holds_submissions_without_hammering_and_they_catch_up() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let client = reqwest::Client::new();
+    let down = json!({"down_for_ms": 2000});
+    assert!(client
+        .put(format!("{}/v1/faults", sim.url))
+        .json(&down)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let ids = submit(&app, "o", 50).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    for id in &ids {
+        let (_, r) = app.get(&format!("/v1/requests/{id}")).await;
+        assert_eq!(r["state"], "accepted", "held while the MSS is down");
+    }
+    assert_settled(&app, &sim, &ids).await;
+    // Backoff (50 ms doubling to 500 ms in the test config) across the submit, event and stale
+    // loops: a dozen or two calls in two seconds, not thousands.
+    let refused = sim.received().await.refused;
+    assert!(
+        (1..100).contains(&refused),
+        "{refused} calls refused during the outage"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_and_duplicated_events_are_recovered_and_change_nothing() {
+    let sim =
+        SimProcess::start_with_args(&["--drop-event-rate", "0.3", "--duplicate-event-rate", "0.3"]);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let ids = submit(&app, "e", 60).await;
+    // Dropped `done` events are found by the stale sweep (400 ms in the test config).
+    assert_settled(&app, &sim, &ids).await;
+    let received = sim.received().await;
+    assert_eq!(received.received.len(), 60);
+    app.stop().await;
+}
