@@ -19,7 +19,8 @@ function request()
   local body = string.format(
     '{"client_request_id":"w%s-%d","station":"station-%d","user":"bench","file":"/pnfs/bench/%d","size_bytes":%d,"access_mode":"%s","physics_group":"%s"}',
     prefix, counter, tid, counter, 1000000000 + (counter % 1000) * 1000000, m[1], m[2])
-  return wrk.format("POST", "/v1/requests", {["Content-Type"] = "application/json"}, body)
+  -- The shipped demo operator token; operators may submit for any station.
+  return wrk.format("POST", "/v1/requests", {["Content-Type"] = "application/json", ["Authorization"] = "Bearer demo-operator"}, body)
 end
 
 function response(status, headers, body)

@@ -263,7 +263,13 @@ async fn client(
             )
         };
         let t = Instant::now();
-        let resp = http.post(&url).json(&body).send().await?;
+        // The shipped config's demo operator token (not rate limited like a station's).
+        let resp = http
+            .post(&url)
+            .bearer_auth("demo-operator")
+            .json(&body)
+            .send()
+            .await?;
         let status = resp.status();
         let _ = resp.bytes().await?;
         latencies.push(t.elapsed().as_micros() as u64);

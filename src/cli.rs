@@ -51,6 +51,9 @@ enum Command {
         id: i64,
         #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
         url: String,
+        /// Bearer token.
+        #[arg(long, env = "MSSBROKER_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Run the Enstore-like MSS simulator as its own HTTP server.
     MssSim(SimArgs),
@@ -83,6 +86,9 @@ struct SubmitArgs {
     /// Broker base URL.
     #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
     url: String,
+    /// Bearer token.
+    #[arg(long, env = "MSSBROKER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Read the request from this JSON file ("-" for stdin); `{"requests": [...]}` is sent as a batch.
     #[arg(long, conflicts_with_all = ["client_request_id", "station", "user", "file", "size_bytes", "access_mode", "physics_group"])]
     json: Option<PathBuf>,
@@ -159,12 +165,15 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve { config, listen, db } => serve(config, listen, db).await,
         Command::Submit(args) => submit(args).await,
-        Command::Status { id, url } => {
-            let resp = reqwest::Client::new()
-                .get(format!("{}/v1/requests/{id}", url.trim_end_matches('/')))
-                .send()
-                .await
-                .with_context(|| format!("cannot reach the broker at {url}"))?;
+        Command::Status { id, url, token } => {
+            let resp = with_token(
+                reqwest::Client::new()
+                    .get(format!("{}/v1/requests/{id}", url.trim_end_matches('/'))),
+                token.as_deref(),
+            )
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the broker at {url}"))?;
             print_response(resp).await
         }
         Command::MssSim(args) => mss_sim(args).await,
@@ -308,13 +317,19 @@ async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         "/v1/requests"
     };
     let url = format!("{}{endpoint}", args.url.trim_end_matches('/'));
-    let resp = reqwest::Client::new()
-        .post(&url)
+    let resp = with_token(reqwest::Client::new().post(&url), args.token.as_deref())
         .json(&body)
         .send()
         .await
         .with_context(|| format!("cannot reach the broker at {}", args.url))?;
     print_response(resp).await
+}
+
+fn with_token(req: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
+    match token {
+        Some(t) => req.bearer_auth(t),
+        None => req,
+    }
 }
 
 async fn print_response(resp: reqwest::Response) -> anyhow::Result<ExitCode> {

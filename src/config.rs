@@ -57,6 +57,9 @@ pub enum ConfigError {
 pub struct Settings {
     /// Where the configuration came from (a path, or "embedded").
     pub origin: String,
+    /// The token file (`[auth] token_file`, relative to the configuration's directory); `None`
+    /// turns authentication off.
+    pub token_file: Option<PathBuf>,
     pub server: ServerSettings,
     pub database: DatabaseSettings,
     pub policy: Arc<PolicySettings>,
@@ -79,6 +82,9 @@ pub struct DatabaseSettings {
 /// Bounds on what a station may send.
 #[derive(Debug, Clone)]
 pub struct InputLimits {
+    /// Requests per second and burst of one station token (a batch counts its items).
+    pub station_rate_per_sec: u32,
+    pub station_burst: u32,
     pub max_body_bytes: usize,
     pub max_batch: usize,
     pub max_size_bytes: u64,
@@ -273,7 +279,14 @@ impl Settings {
             path: path.to_path_buf(),
             source,
         })?;
-        Settings::parse(&text, &path.display().to_string())
+        let mut settings = Settings::parse(&text, &path.display().to_string())?;
+        // A relative token file is next to the configuration, wherever serve is started.
+        if let (Some(file), Some(dir)) = (&settings.token_file, path.parent()) {
+            if file.is_relative() {
+                settings.token_file = Some(dir.join(file));
+            }
+        }
+        Ok(settings)
     }
 
     /// The named file, else `config/broker.toml` if present, else the embedded copy.
@@ -335,6 +348,14 @@ struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     mss: RawMss,
+    #[serde(default)]
+    auth: Option<RawAuth>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    token_file: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -427,6 +448,10 @@ struct RawRule {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
+    #[serde(default = "d_station_rate")]
+    station_rate_per_sec: i64,
+    #[serde(default = "d_station_burst")]
+    station_burst: i64,
     #[serde(default = "d_body")]
     max_body_bytes: i64,
     #[serde(default = "d_batch")]
@@ -442,6 +467,8 @@ struct RawLimits {
 impl Default for RawLimits {
     fn default() -> Self {
         RawLimits {
+            station_rate_per_sec: d_station_rate(),
+            station_burst: d_station_burst(),
             max_body_bytes: d_body(),
             max_batch: d_batch(),
             max_size_bytes: d_size(),
@@ -451,6 +478,12 @@ impl Default for RawLimits {
     }
 }
 
+fn d_station_rate() -> i64 {
+    5_000
+}
+fn d_station_burst() -> i64 {
+    20_000
+}
 fn d_body() -> i64 {
     16 * 1024 * 1024
 }
@@ -589,8 +622,20 @@ fn validate(raw: RawConfig, origin: &str, issues: &mut Issues) -> Option<Setting
     let limits = validate_limits(&raw.limits, issues);
     let policy = validate_policy(&raw, issues);
     let mss = validate_mss(raw.mss, issues);
+    let token_file = match raw.auth {
+        Some(a) if a.token_file.is_empty() => {
+            issues.add(
+                "auth.token_file",
+                "may not be empty (remove [auth] to turn authentication off)",
+            );
+            None
+        }
+        Some(a) => Some(PathBuf::from(a.token_file)),
+        None => None,
+    };
     Some(Settings {
         origin: origin.to_string(),
+        token_file,
         server: ServerSettings { listen: listen? },
         database,
         policy: Arc::new(policy?),
@@ -621,13 +666,31 @@ fn positive(v: i64, key: &str, issues: &mut Issues) -> usize {
 }
 
 fn validate_limits(raw: &RawLimits, issues: &mut Issues) -> InputLimits {
-    InputLimits {
+    let limits = InputLimits {
+        station_rate_per_sec: positive(
+            raw.station_rate_per_sec,
+            "limits.station_rate_per_sec",
+            issues,
+        )
+        .min(u32::MAX as usize) as u32,
+        station_burst: positive(raw.station_burst, "limits.station_burst", issues)
+            .min(u32::MAX as usize) as u32,
         max_body_bytes: positive(raw.max_body_bytes, "limits.max_body_bytes", issues),
         max_batch: positive(raw.max_batch, "limits.max_batch", issues),
         max_size_bytes: positive(raw.max_size_bytes, "limits.max_size_bytes", issues) as u64,
         max_string_len: positive(raw.max_string_len, "limits.max_string_len", issues),
         max_path_len: positive(raw.max_path_len, "limits.max_path_len", issues),
+    };
+    if (limits.station_burst as usize) < limits.max_batch {
+        issues.add(
+            "limits.station_burst",
+            format!(
+                "must be at least limits.max_batch ({}), or a full batch could never pass",
+                limits.max_batch
+            ),
+        );
     }
+    limits
 }
 
 fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySettings> {

@@ -2,6 +2,7 @@
 //! system. See ARCHITECTURE.md for the map.
 
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod clock;

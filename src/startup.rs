@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use tracing::info;
 
 use crate::api::{self, AppState};
+use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{AdapterSettings, Settings, SimulatorSettings};
 use crate::dispatcher::Dispatcher;
@@ -35,6 +36,10 @@ pub enum StartupError {
     Mss(#[from] MssError),
     #[error("the http server failed: {0}")]
     Serve(std::io::Error),
+    #[error(transparent)]
+    Tokens(#[from] crate::auth::TokenFileError),
+    #[error("refusing to listen on {addr}: {why}; listen on a loopback address (127.0.0.1) or configure your own token file")]
+    Exposed { addr: SocketAddr, why: &'static str },
 }
 
 /// A built, bound, not yet serving broker.
@@ -62,6 +67,7 @@ impl Application {
         settings: &Settings,
         clock: Arc<dyn Clock>,
     ) -> Result<Application, StartupError> {
+        let tokens = load_tokens(settings)?;
         let AdapterSettings::Http { url, simulator } = &settings.mss.adapter;
         let (mss_url, simulator) = match simulator {
             Some(sim) => {
@@ -84,6 +90,8 @@ impl Application {
             policy: settings.policy.clone(),
             limits: settings.limits.clone(),
             cancels: cancel_tx,
+            tokens,
+            station_limits: api::station_limiter(&settings.limits),
         };
         let dispatcher = Dispatcher::new(ledger, adapter, settings.mss.clone(), clock);
         let listen = settings.server.listen;
@@ -141,6 +149,30 @@ impl Application {
         }
         served.map_err(StartupError::Serve)
     }
+}
+
+/// Load the token file, and refuse to expose publicly known tokens (or none) beyond loopback.
+fn load_tokens(settings: &Settings) -> Result<Option<Arc<TokenTable>>, StartupError> {
+    let addr = settings.server.listen;
+    let exposed = !addr.ip().is_loopback();
+    let Some(path) = &settings.token_file else {
+        if exposed {
+            return Err(StartupError::Exposed {
+                addr,
+                why: "authentication is off ([auth] is not configured)",
+            });
+        }
+        return Ok(None);
+    };
+    let table = TokenTable::load(path)?;
+    if table.demo && exposed {
+        return Err(StartupError::Exposed {
+            addr,
+            why: "the configured tokens are the public demo tokens",
+        });
+    }
+    info!(file = %path.display(), demo = table.demo, "bearer tokens loaded");
+    Ok(Some(Arc::new(table)))
 }
 
 /// Start the bundled simulator on its configured address; returns its URL and a stop handle.

@@ -14,6 +14,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub field: Option<String>,
+    /// Seconds for a `Retry-After` header (429, 503).
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -28,7 +30,29 @@ impl ApiError {
             status,
             message: message.into(),
             field: field.map(str::to_string),
+            retry_after: None,
         }
+    }
+
+    /// 401: no token, or one the broker does not know.
+    pub fn unauthenticated() -> ApiError {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            Some("authorization"),
+            "a known bearer token is required (Authorization: Bearer TOKEN)",
+        )
+    }
+
+    /// 403: the token's role may not do this.
+    pub fn forbidden(field: &str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, Some(field), message)
+    }
+
+    /// 429 with the seconds to wait.
+    pub fn too_many(field: &str, message: impl Into<String>, retry_after: u64) -> ApiError {
+        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, Some(field), message);
+        e.retry_after = Some(retry_after.max(1));
+        e
     }
 
     /// 422: a field is missing, of the wrong type or out of bounds.
@@ -44,11 +68,13 @@ impl ApiError {
 impl From<LedgerError> for ApiError {
     fn from(e: LedgerError) -> Self {
         error!(error = %e, "ledger error answered with 503");
-        ApiError::new(
+        let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             None,
             "the ledger could not commit; nothing was changed, try again",
-        )
+        );
+        e.retry_after = Some(1);
+        e
     }
 }
 
@@ -58,9 +84,17 @@ impl IntoResponse for ApiError {
             error: &self.message,
             field: self.field.as_deref(),
         });
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            return (self.status, [(header::RETRY_AFTER, "1")], body).into_response();
+        let mut response = (self.status, body).into_response();
+        let headers = response.headers_mut();
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, secs.into());
         }
-        (self.status, body).into_response()
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }

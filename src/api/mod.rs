@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::mpsc;
 
+use crate::auth::{Principal, Role, TokenTable};
 use crate::config::{GroupKind, InputLimits, PolicySettings};
 use crate::domain::RequestState;
 use crate::ledger::{CancelOutcome, Ledger, NewRequest};
@@ -34,6 +35,106 @@ pub struct AppState {
     pub limits: InputLimits,
     /// Ids whose cancellation the dispatcher must carry to the MSS.
     pub cancels: mpsc::UnboundedSender<i64>,
+    /// `None`: authentication is off and every caller is an operator.
+    pub tokens: Option<Arc<TokenTable>>,
+    /// Per station token: requests per second and burst.
+    pub station_limits: Arc<governor::DefaultKeyedRateLimiter<String>>,
+}
+
+/// A keyed limiter for station tokens.
+pub fn station_limiter(limits: &InputLimits) -> Arc<governor::DefaultKeyedRateLimiter<String>> {
+    let rate =
+        std::num::NonZeroU32::new(limits.station_rate_per_sec).unwrap_or(std::num::NonZeroU32::MIN);
+    let burst =
+        std::num::NonZeroU32::new(limits.station_burst).unwrap_or(std::num::NonZeroU32::MIN);
+    Arc::new(governor::RateLimiter::keyed(
+        governor::Quota::per_second(rate).allow_burst(burst),
+    ))
+}
+
+/// The authenticated caller of a request.
+pub struct Caller(pub Principal);
+
+impl axum::extract::FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(tokens) = &state.tokens else {
+            return Ok(Caller(Principal::anonymous_operator()));
+        };
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        match token.and_then(|t| tokens.authenticate(t)) {
+            Some(p) => Ok(Caller(p.clone())),
+            None => Err(ApiError::unauthenticated()),
+        }
+    }
+}
+
+impl Caller {
+    /// 403 unless the caller has one of `roles`.
+    fn require(&self, roles: &[&str], what: &str) -> Result<(), ApiError> {
+        if roles.contains(&self.0.role.name()) {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(
+            "authorization",
+            format!("a {} token may not {what}", self.0.role.name()),
+        ))
+    }
+
+    /// Charge `n` requests to a station token's rate limit (other roles are not limited).
+    fn charge(&self, state: &AppState, n: usize) -> Result<(), ApiError> {
+        if !matches!(self.0.role, Role::Station(_)) {
+            return Ok(());
+        }
+        let cost = std::num::NonZeroU32::new(n.min(u32::MAX as usize) as u32)
+            .unwrap_or(std::num::NonZeroU32::MIN);
+        match state.station_limits.check_key_n(&self.0.name, cost) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => {
+                let now = governor::clock::Clock::now(&governor::clock::DefaultClock::default());
+                let wait = not_until.wait_time_from(now);
+                Err(ApiError::too_many(
+                    "authorization",
+                    format!(
+                        "this station token is over its request rate; retry in {:.1} s",
+                        wait.as_secs_f64()
+                    ),
+                    wait.as_secs_f64().ceil() as u64,
+                ))
+            }
+            Err(_) => Err(ApiError::too_many(
+                "requests",
+                format!(
+                    "a batch of {n} is more than this token's burst ({})",
+                    state.limits.station_burst
+                ),
+                1,
+            )),
+        }
+    }
+
+    /// 403 unless the caller may submit for `station`.
+    fn may_submit_for(&self, station: &str, field: &str) -> Result<(), ApiError> {
+        if self.0.may_act_for(station) {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(
+            field,
+            format!("this token may not submit for station `{station}`"),
+        ))
+    }
 }
 
 /// The API's routes.
@@ -99,11 +200,15 @@ fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewReq
 
 async fn submit_one(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(&["station", "operator"], "submit requests")?;
+    caller.charge(&state, 1)?;
     let bytes = json_bytes(&headers, body)?;
     let input = RequestInput::from_slice(&bytes, &state.limits)?;
+    caller.may_submit_for(&input.station, "station")?;
     let item = prepare(&state, input, "")?;
     let mut accepted = state.ledger.accept(vec![item]).await?;
     let a = accepted.pop().ok_or_else(|| {
@@ -119,15 +224,23 @@ async fn submit_one(
 
 async fn submit_batch(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(&["station", "operator"], "submit requests")?;
     let value = wire::parse_json(&json_bytes(&headers, body)?)?;
     let items = wire::parse_batch(value, &state.limits)?;
+    caller.charge(&state, items.len())?;
     let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
     for (i, raw) in items.iter().enumerate() {
         let prefix = format!("requests[{i}].");
+        // Another station's request in a station's batch refuses the whole batch: it is a
+        // client error, and nothing of the batch is committed.
+        if let Some(station) = raw.get("station").and_then(|v| v.as_str()) {
+            caller.may_submit_for(station, &format!("{prefix}station"))?;
+        }
         let parsed = RequestInput::parse(raw, &state.limits, &prefix)
             .and_then(|input| prepare(&state, input, &prefix));
         match parsed {
@@ -185,20 +298,31 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
 
 async fn get_request(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
+    caller.require(&["station", "operator"], "read requests")?;
     let id = parse_id(&raw)?;
     match state.ledger.request(id).await? {
-        Some(r) => Ok(Json(RequestBody::from(r)).into_response()),
-        None => Err(ApiError::not_found(format!("no request {id}"))),
+        // Another station's request answers as if it did not exist: ids do not leak.
+        Some(r) if caller.0.may_act_for(&r.station) => {
+            Ok(Json(RequestBody::from(r)).into_response())
+        }
+        _ => Err(ApiError::not_found(format!("no request {id}"))),
     }
 }
 
 async fn cancel_request(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
+    caller.require(&["station", "operator"], "cancel requests")?;
     let id = parse_id(&raw)?;
+    match state.ledger.request(id).await? {
+        Some(r) if caller.0.may_act_for(&r.station) => {}
+        _ => return Err(ApiError::not_found(format!("no request {id}"))),
+    }
     match state.ledger.cancel(id).await? {
         CancelOutcome::Cancelled => Ok(Json(CancelBody {
             id,
@@ -228,7 +352,8 @@ async fn cancel_request(
     }
 }
 
-async fn groups(State(state): State<AppState>) -> Result<Response, ApiError> {
+async fn groups(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    caller.require(&["reader", "operator"], "read group figures")?;
     let rows = state.ledger.groups().await?;
     let row = |path: &str| rows.iter().find(|r| r.path == path);
     let policy = &state.policy;

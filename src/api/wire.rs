@@ -417,6 +417,8 @@ mod tests {
 
     fn limits() -> InputLimits {
         InputLimits {
+            station_rate_per_sec: 100,
+            station_burst: 100,
             max_body_bytes: 1 << 20,
             max_batch: 10,
             max_size_bytes: 1 << 40,

@@ -49,6 +49,7 @@ fn submit_and_status_talk_to_a_running_broker() {
     .unwrap();
     let url = line.trim().rsplit(' ').next().unwrap().to_string();
     let out = Command::new(BIN)
+        .env("MSSBROKER_TOKEN", "demo-station-fnal-cms")
         .args([
             "submit",
             "--url",
@@ -56,7 +57,7 @@ fn submit_and_status_talk_to_a_running_broker() {
             "--client-request-id",
             "cli-1",
             "--station",
-            "s",
+            "fnal-cms",
             "--user",
             "u",
         ])
@@ -82,13 +83,24 @@ fn submit_and_status_talk_to_a_running_broker() {
     let id = answer["id"].as_i64().unwrap();
     let out = Command::new(BIN)
         .args(["status", &id.to_string(), "--url", &url])
+        .args(["--token", "demo-station-fnal-cms"])
         .output()
         .unwrap();
     assert!(out.status.success());
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["client_request_id"], "cli-1");
+    // Without a token the broker answers 401 and the command exits 1.
+    let out = Command::new(BIN)
+        .args(["status", &id.to_string(), "--url", &url])
+        .env_remove("MSSBROKER_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["field"], "authorization");
     // A refused submission exits 1 and prints the broker's error naming the field.
     let out = Command::new(BIN)
+        .env("MSSBROKER_TOKEN", "demo-station-fnal-cms")
         .args([
             "submit",
             "--url",
@@ -96,7 +108,7 @@ fn submit_and_status_talk_to_a_running_broker() {
             "--client-request-id",
             "cli-2",
             "--station",
-            "s",
+            "fnal-cms",
             "--user",
             "u",
         ])

@@ -329,6 +329,7 @@ async fn serve_binary_runs_on_the_shipped_config() {
     let client = reqwest::Client::new();
     let resp = client
         .post(format!("{base}/v1/requests"))
+        .bearer_auth("demo-operator")
         .json(&request("x", "datataking", "daq", 1_000_000))
         .send()
         .await
@@ -339,6 +340,7 @@ async fn serve_binary_runs_on_the_shipped_config() {
     for _ in 0..400 {
         let r: Value = client
             .get(format!("{base}/v1/requests/{id}"))
+            .bearer_auth("demo-operator")
             .send()
             .await
             .unwrap()

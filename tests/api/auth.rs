@@ -1,0 +1,243 @@
+//! Authentication and authorisation over every endpoint and role, per-token rate limits, and
+//! the refusal to expose demo tokens.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::{request, test_config, SimProcess, TestApp, BIN};
+
+const TOKENS: [(&str, &str, &str, Option<&str>); 5] = [
+    ("station a", "tok-a", "station", Some("station-a")),
+    ("station b", "tok-b", "station", Some("station-b")),
+    ("mss", "tok-mss", "mss", None),
+    ("reader", "tok-reader", "reader", None),
+    ("operator", "tok-op", "operator", None),
+];
+
+fn token_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut text = String::new();
+    for (name, token, role, station) in TOKENS {
+        text.push_str(&format!(
+            "[[tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nrole = \"{role}\"\n{}",
+            mssbroker::auth::sha256_hex(token),
+            station
+                .map(|s| format!("station = \"{s}\"\n"))
+                .unwrap_or_default()
+        ));
+    }
+    let path = dir.join("tokens.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn call(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let url = format!("{}{path}", app.base);
+    let mut req = match method {
+        "GET" => app.client.get(url),
+        "POST" => app.client.post(url),
+        _ => app.client.delete(url),
+    };
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    if status == 401 {
+        assert_eq!(
+            resp.headers()
+                .get("www-authenticate")
+                .map(|v| v.to_str().unwrap()),
+            Some("Bearer")
+        );
+    }
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_role_on_every_endpoint() {
+    let sim = SimProcess::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}\n[auth]\ntoken_file = {:?}\n",
+        test_config(Some(&sim.url)),
+        token_file(dir.path())
+    );
+    let app = TestApp::spawn(&config).await;
+    let mut a = request("r1", "mc", "top", 10);
+    a["station"] = json!("station-a");
+    let (s, body) = call(&app, "POST", "/v1/requests", Some("tok-a"), Some(&a)).await;
+    assert_eq!(s, 202, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    let req_path = format!("/v1/requests/{id}");
+    let mut a2 = a.clone();
+    a2["client_request_id"] = json!("r2");
+    let batch_a = json!({"requests": [a2]});
+
+    // (method, path, body, [none, unknown, station a, station b, mss, reader, operator])
+    let table: Vec<(&str, &str, Option<&Value>, [u16; 7])> = vec![
+        (
+            "POST",
+            "/v1/requests",
+            Some(&a),
+            [401, 401, 202, 403, 403, 403, 202],
+        ),
+        (
+            "POST",
+            "/v1/requests/batch",
+            Some(&batch_a),
+            [401, 401, 202, 403, 403, 403, 202],
+        ),
+        ("GET", &req_path, None, [401, 401, 200, 404, 403, 403, 200]),
+        (
+            "GET",
+            "/v1/groups",
+            None,
+            [401, 401, 403, 403, 403, 200, 200],
+        ),
+        ("GET", "/healthz", None, [200, 200, 200, 200, 200, 200, 200]),
+        ("DELETE", &req_path, None, [401, 401, 0, 404, 403, 403, 0]),
+    ];
+    let callers = [
+        None,
+        Some("not-a-token"),
+        Some("tok-a"),
+        Some("tok-b"),
+        Some("tok-mss"),
+        Some("tok-reader"),
+        Some("tok-op"),
+    ];
+    for (method, path, body, want) in &table {
+        for (caller, &expect) in callers.iter().zip(want) {
+            if expect == 0 {
+                continue; // checked below: a cancel succeeds once
+            }
+            let (status, answer) = call(&app, method, path, *caller, *body).await;
+            assert_eq!(status, expect, "{method} {path} as {caller:?}: {answer}");
+            if status >= 400 {
+                assert!(
+                    answer["field"].is_string(),
+                    "{method} {path} as {caller:?}: {answer}"
+                );
+            }
+        }
+    }
+    // Station b's refusal names the field; nothing of its batch was committed.
+    let (_, answer) = call(
+        &app,
+        "POST",
+        "/v1/requests/batch",
+        Some("tok-b"),
+        Some(&batch_a),
+    )
+    .await;
+    assert_eq!(answer["field"], "requests[0].station");
+    // The owner may cancel its request; the operator may cancel anyone's. Authorised means the
+    // broker acted on the request's state: cancelled (200), asked the MSS (202), or already
+    // finished (409) since these small transfers end fast; never 403 or 404.
+    let authorised = |s: u16| matches!(s, 200 | 202 | 409);
+    let (s, _) = call(&app, "DELETE", &req_path, Some("tok-a"), None).await;
+    assert!(authorised(s), "{s}");
+    let (_, other) = call(
+        &app,
+        "POST",
+        "/v1/requests",
+        Some("tok-op"),
+        Some(&json!({
+        "client_request_id": "op1", "station": "station-b", "user": "u", "file": "/f",
+        "size_bytes": 5, "access_mode": "mc", "physics_group": "x"})),
+    )
+    .await;
+    let (s, _) = call(
+        &app,
+        "DELETE",
+        &format!("/v1/requests/{}", other["id"]),
+        Some("tok-op"),
+        None,
+    )
+    .await;
+    assert!(s == 200 || s == 202, "{s}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_station_over_its_rate_gets_429_with_retry_after() {
+    let sim = SimProcess::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}\n[auth]\ntoken_file = {:?}\n",
+        test_config(Some(&sim.url)),
+        token_file(dir.path())
+    )
+    .replace(
+        "max_batch = 500",
+        "max_batch = 5\nstation_rate_per_sec = 1\nstation_burst = 5",
+    );
+    let app = TestApp::spawn(&config).await;
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for i in 0..8 {
+        let mut r = request(&format!("rl{i}"), "mc", "top", 10);
+        r["station"] = json!("station-a");
+        let resp = app
+            .client
+            .post(format!("{}/v1/requests", app.base))
+            .bearer_auth("tok-a")
+            .json(&r)
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+            retry_after = resp
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string());
+        }
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(&statuses[..5], &[202; 5], "the burst passes");
+    assert!(statuses[5..].contains(&429), "{statuses:?}");
+    assert!(retry_after.is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
+    // Another token has its own budget; operators are not limited.
+    let mut r = request("rl-b", "mc", "top", 10);
+    r["station"] = json!("station-b");
+    let (s, _) = call(&app, "POST", "/v1/requests", Some("tok-b"), Some(&r)).await;
+    assert_eq!(s, 202);
+    for i in 0..8 {
+        let (s, _) = call(
+            &app,
+            "POST",
+            "/v1/requests",
+            Some("tok-op"),
+            Some(&request(&format!("op{i}"), "mc", "top", 10)),
+        )
+        .await;
+        assert_eq!(s, 202);
+    }
+    app.stop().await;
+}
+
+#[test]
+fn serve_refuses_to_expose_the_demo_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "0.0.0.0:0", "--db"])
+        .arg(dir.path().join("b.db"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to listen on 0.0.0.0") && err.contains("demo"),
+        "{err}"
+    );
+}
