@@ -1205,4 +1205,58 @@ url = "http://127.0.0.1:7070"
         assert_eq!(r.backoff(3), Duration::from_millis(350));
         assert_eq!(r.backoff(40), Duration::from_millis(350));
     }
+
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn check(text: &str) -> Result<(), TestCaseError> {
+            match Settings::parse(text, "fuzz") {
+                Ok(_) => {}
+                Err(ConfigError::Invalid { issues, .. }) => {
+                    prop_assert!(!issues.is_empty());
+                    for i in issues {
+                        prop_assert!(!i.key.is_empty() && !i.message.is_empty(), "{:?}", i);
+                    }
+                }
+                Err(ConfigError::Syntax { message, .. }) => prop_assert!(!message.is_empty()),
+                Err(e) => prop_assert!(false, "unexpected error {}", e),
+            }
+            Ok(())
+        }
+
+        proptest! {
+            /// Arbitrary text never panics the parser.
+            #[test]
+            fn arbitrary_text(text in "\\PC{0,400}") {
+                check(&text)?;
+            }
+
+            /// The shipped config with random values put in place of its numbers is either valid
+            /// or refused with every problem naming its key.
+            #[test]
+            fn shipped_config_with_random_numbers(
+                values in proptest::collection::vec(prop_oneof![
+                    any::<i64>().prop_map(|v| v.to_string()),
+                    (-3i64..3).prop_map(|v| v.to_string()),
+                    any::<f64>().prop_map(|v| format!("{v:?}")),
+                    Just("\"text\"".to_string()),
+                ], 40)
+            ) {
+                let mut values = values.into_iter();
+                let text: String = EMBEDDED
+                    .lines()
+                    .map(|line| {
+                        let is_number = line.split_once(" = ").is_some_and(|(_, v)| v.parse::<f64>().is_ok());
+                        match (is_number, line.split_once(" = ")) {
+                            (true, Some((k, _))) => format!("{k} = {}", values.next().unwrap_or_default()),
+                            _ => line.to_string(),
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                check(&text)?;
+            }
+        }
+    }
 }

@@ -228,3 +228,73 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_zero_and_a_restart_picks_up_where_it_stopped() {
+    // A slow library so that work is still queued when the broker stops.
+    let sim = SimProcess::start_with(1, 50.0);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
+    let db = dir.path().join("broker.db");
+    let broker = start_broker(&config, &db);
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for i in 0..30u64 {
+        let v: Value = client
+            .post(format!("{}/v1/requests", broker.base))
+            .json(&request(&format!("t{i}"), "mc", "x", 200_000_000))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ids.push(v["id"].as_i64().unwrap());
+    }
+    let mut child = broker.child;
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "SIGTERM is a clean stop");
+    let unfinished: i64 = open_db(&db)
+        .query_row(
+            "SELECT COUNT(*) FROM requests WHERE state NOT IN ('done', 'failed', 'cancelled')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(unfinished > 0, "work was still queued when it stopped");
+    // The restart finishes everything, each once.
+    let broker = start_broker(&config, &db);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done: i64 = open_db(&db)
+            .query_row(
+                "SELECT COUNT(*) FROM requests WHERE state = 'done'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if done == 30 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{done} of 30 done");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let received = sim.received().await;
+    let keys: HashSet<(String, u32)> = received
+        .received
+        .iter()
+        .map(|r| (r.key.clone(), r.attempt))
+        .collect();
+    assert_eq!(keys.len(), received.received.len());
+    assert_eq!(received.received.len(), 30);
+    let mut child = broker.child;
+    let _ = child.kill();
+    let _ = child.wait();
+}
