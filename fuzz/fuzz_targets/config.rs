@@ -7,9 +7,14 @@ use mssbroker::auth::TokenTable;
 use mssbroker::config::{ConfigError, Settings};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Err(ConfigError::Invalid { issues, .. }) = Settings::parse(text, "fuzz") {
-        assert!(issues.iter().all(|i| !i.key.is_empty()), "an issue without a key");
+        assert!(
+            issues.iter().all(|i| !i.key.is_empty()),
+            "an issue without a key"
+        );
     }
     let _ = TokenTable::parse(text, "fuzz");
 });
