@@ -338,9 +338,16 @@ async fn print_response(resp: reqwest::Response) -> anyhow::Result<ExitCode> {
         .text()
         .await
         .context("cannot read the broker's answer")?;
-    match serde_json::from_str::<Value>(&text) {
-        Ok(v) => println!("{}", serde_json::to_string_pretty(&v)?),
-        Err(_) => println!("{text}"),
+    let shown = match serde_json::from_str::<Value>(&text) {
+        Ok(v) => serde_json::to_string_pretty(&v)?,
+        Err(_) => text,
+    };
+    // A reader that went away (`| head`) is not an error worth a panic.
+    let mut out = std::io::stdout();
+    if let Err(e) = writeln!(out, "{shown}").and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
     }
     if status.is_success() {
         Ok(ExitCode::SUCCESS)
