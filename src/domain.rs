@@ -118,7 +118,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 }
 
 /// Where a request stands. Terminal states never change again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestState {
     /// Committed, waiting to be submitted to the MSS (also after a retryable failure).
@@ -166,7 +166,7 @@ impl RequestState {
 }
 
 /// How a request entered the MSS queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Class {
     /// A priority class (data taking): ahead of every fair-share request.

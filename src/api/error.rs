@@ -18,10 +18,11 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct ErrorBody<'a> {
-    pub error: &'a str,
-    pub field: Option<&'a str>,
+/// Every refusal: what is wrong, and the field (or header) at fault.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: String,
+    pub field: Option<String>,
 }
 
 impl ApiError {
@@ -81,8 +82,8 @@ impl From<LedgerError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Json(ErrorBody {
-            error: &self.message,
-            field: self.field.as_deref(),
+            error: self.message,
+            field: self.field,
         });
         let mut response = (self.status, body).into_response();
         let headers = response.headers_mut();

@@ -12,7 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use tokio::sync::mpsc;
 
@@ -137,22 +137,66 @@ impl Caller {
     }
 }
 
-/// The API's routes.
-pub fn router(state: AppState) -> Router {
+/// The API's routes and its OpenAPI document, built together from the handlers' `#[utoipa::path]`
+/// attributes, so neither can drift from the other.
+pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
     let body_limit = state.limits.max_body_bytes;
-    Router::new()
-        .route("/v1/requests", post(submit_one))
-        .route("/v1/requests/batch", post(submit_batch))
-        .route("/v1/requests/{id}", get(get_request).delete(cancel_request))
-        .route("/v1/groups", get(groups))
+    let (router, mut api) = utoipa_axum::router::OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(utoipa_axum::routes!(submit_one))
+        .routes(utoipa_axum::routes!(submit_batch))
+        .routes(utoipa_axum::routes!(get_request, cancel_request))
+        .routes(utoipa_axum::routes!(groups))
+        .routes(utoipa_axum::routes!(healthz))
+        .split_for_parts();
+    api.info.version = env!("CARGO_PKG_VERSION").to_string();
+    let document = Arc::new(api.to_json().unwrap_or_default());
+    let router = router
         .route(
-            "/healthz",
-            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+            "/v1/openapi.json",
+            get(move || {
+                let document = document.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "application/json")],
+                        (*document).clone(),
+                    )
+                }
+            }),
         )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, None, "no such endpoint") })
         .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+        .with_state(state);
+    (router, api)
 }
+
+/// The API's routes.
+pub fn router(state: AppState) -> Router {
+    router_and_openapi(state).0
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "mssbroker", description = "Fair-share broker for file-transfer requests in front of a tape mass storage system"),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    components(schemas(error::ErrorBody))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = api.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+use utoipa::OpenApi as _;
 
 /// Check the content type and read the body.
 fn json_bytes(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -198,6 +242,14 @@ fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewReq
     })
 }
 
+/// Submit one request.
+#[utoipa::path(post, path = "/v1/requests", request_body = wire::SubmitRequest, responses(
+    (status = 202, description = "committed (or a replay of a committed request)", body = AcceptedBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
+    (status = 415, body = error::ErrorBody), (status = 422, body = wire::Unprocessable),
+    (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+))]
 async fn submit_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -222,6 +274,14 @@ async fn submit_one(
     Ok((StatusCode::ACCEPTED, Json(AcceptedBody::from(a))).into_response())
 }
 
+/// Submit a batch; answers in order, one result per request.
+#[utoipa::path(post, path = "/v1/requests/batch", request_body = wire::SubmitBatch, responses(
+    (status = 202, description = "the valid requests are committed", body = BatchBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
+    (status = 415, body = error::ErrorBody), (status = 422, body = wire::Unprocessable),
+    (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+))]
 async fn submit_batch(
     State(state): State<AppState>,
     caller: Caller,
@@ -296,6 +356,21 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
     }
 }
 
+/// Liveness; needs no token.
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = wire::Health)))]
+async fn healthz() -> Json<wire::Health> {
+    Json(wire::Health {
+        status: "ok".into(),
+    })
+}
+
+/// A request's state.
+#[utoipa::path(get, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
+    (status = 200, body = RequestBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
 async fn get_request(
     State(state): State<AppState>,
     caller: Caller,
@@ -312,6 +387,14 @@ async fn get_request(
     }
 }
 
+/// Cancel a request.
+#[utoipa::path(delete, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
+    (status = 200, description = "cancelled and refunded", body = CancelBody),
+    (status = 202, description = "queued at the MSS: the MSS is asked to drop it", body = CancelBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
+    (status = 409, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+))]
 async fn cancel_request(
     State(state): State<AppState>,
     caller: Caller,
@@ -352,6 +435,12 @@ async fn cancel_request(
     }
 }
 
+/// Every group's target share, usage and pending requests.
+#[utoipa::path(get, path = "/v1/groups", responses(
+    (status = 200, body = GroupsBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
 async fn groups(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     caller.require(&["reader", "operator"], "read group figures")?;
     let rows = state.ledger.groups().await?;

@@ -268,8 +268,41 @@ pub fn parse_batch(value: Value, limits: &InputLimits) -> Result<Vec<Value>, Api
     }
 }
 
+/// A request body (documentation of what `RequestInput` parses).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct SubmitRequest {
+    /// The station's own id for the request: the same station and id again is a replay.
+    client_request_id: String,
+    station: String,
+    user: String,
+    /// Path of the file to stage or store.
+    file: String,
+    #[schema(minimum = 1)]
+    size_bytes: u64,
+    access_mode: String,
+    physics_group: String,
+    /// Tape label, if known.
+    volume: Option<String>,
+    /// `read` (default) or `write`.
+    direction: Option<String>,
+}
+
+/// A batch body.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct SubmitBatch {
+    requests: Vec<SubmitRequest>,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
 /// The answer to an accepted (or replayed) request.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AcceptedBody {
     pub id: i64,
     pub group: String,
@@ -292,8 +325,17 @@ impl From<Accepted> for AcceptedBody {
     }
 }
 
+/// A 422: a refused request, or a batch none of whose items was accepted.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum Unprocessable {
+    Refused(super::error::ErrorBody),
+    Batch(BatchBody),
+}
+
 /// One result of a batch: accepted, or refused with the field at fault.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum BatchResult {
     Accepted(AcceptedBody),
@@ -303,7 +345,7 @@ pub enum BatchResult {
     },
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BatchBody {
     pub results: Vec<BatchResult>,
     pub accepted: usize,
@@ -311,7 +353,7 @@ pub struct BatchBody {
 }
 
 /// `GET /v1/requests/{id}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RequestBody {
     pub id: i64,
     pub client_request_id: String,
@@ -322,6 +364,7 @@ pub struct RequestBody {
     pub access_mode: String,
     pub physics_group: String,
     pub volume: Option<String>,
+    #[schema(value_type = String)]
     pub direction: Direction,
     pub group: String,
     pub class: Class,
@@ -371,7 +414,7 @@ impl From<RequestRecord> for RequestBody {
 }
 
 /// `DELETE /v1/requests/{id}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CancelBody {
     pub id: i64,
     pub state: RequestState,
@@ -379,7 +422,7 @@ pub struct CancelBody {
 }
 
 /// `GET /v1/groups`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct GroupsBody {
     pub benefit: &'static str,
     /// `U`: the usage of all fair-share groups.
@@ -388,7 +431,7 @@ pub struct GroupsBody {
     pub priority_classes: Vec<PriorityClassBody>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct GroupBody {
     pub path: String,
     pub target_share: f64,
@@ -400,7 +443,7 @@ pub struct GroupBody {
     pub pending: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PriorityClassBody {
     pub path: String,
     pub mss_priority: i64,

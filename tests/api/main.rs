@@ -8,3 +8,4 @@ mod end_to_end;
 mod failures;
 mod faults;
 mod helpers;
+mod openapi;

@@ -1,0 +1,58 @@
+//! The OpenAPI document served at /v1/openapi.json matches the router: every documented
+//! operation reaches a handler, and every handler is documented.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::helpers::{test_config, SimProcess, TestApp};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_document_matches_the_router() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (status, doc) = app.get("/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    let expected: BTreeSet<(String, String)> = [
+        ("POST", "/v1/requests"),
+        ("POST", "/v1/requests/batch"),
+        ("GET", "/v1/requests/{id}"),
+        ("DELETE", "/v1/requests/{id}"),
+        ("GET", "/v1/groups"),
+        ("GET", "/healthz"),
+    ]
+    .iter()
+    .map(|(m, p)| (m.to_string(), p.to_string()))
+    .collect();
+    assert_eq!(documented, expected);
+    // Each documented operation is served by a handler, not the fallback.
+    for (method, path) in &documented {
+        let url = format!("{}{}", app.base, path.replace("{id}", "1"));
+        let req = match method.as_str() {
+            "GET" => app.client.get(url),
+            "POST" => app
+                .client
+                .post(url)
+                .header("content-type", "application/json")
+                .body("{}"),
+            _ => app.client.delete(url),
+        };
+        let resp = req.send().await.unwrap();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_ne!(body["error"], "no such endpoint", "{method} {path}");
+    }
+    // And an undocumented path is the fallback.
+    let (status, body) = app.get("/v1/nothing").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("no such endpoint"))
+    );
+    app.stop().await;
+}
