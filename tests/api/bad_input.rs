@@ -171,3 +171,54 @@ async fn a_batch_accepts_its_valid_items_in_order() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_is_413_and_a_database_failure_is_503_with_retry_after() {
+    let sim = SimProcess::start();
+    let config = test_config(Some(&sim.url))
+        .replace("max_batch = 500", "max_batch = 500\nmax_body_bytes = 4096");
+    let app = TestApp::spawn(&config).await;
+    let big = request(&"x".repeat(200), "mc", "top", 10);
+    let items = json!({"requests": vec![big; 40]});
+    let (status, answer) = app.post("/v1/requests/batch", &items).await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (413, Some("body")),
+        "{answer}"
+    );
+
+    // The disk fails under the ledger: 503 with Retry-After, and nothing is stored.
+    let side = rusqlite::Connection::open(&app.db).unwrap();
+    side.execute_batch("CREATE TRIGGER full BEFORE INSERT ON requests BEGIN SELECT RAISE(ABORT, 'disk full (simulated)'); END;")
+        .unwrap();
+    let resp = app
+        .client
+        .post(format!("{}/v1/requests", app.base))
+        .json(&request("d1", "mc", "top", 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        !body["error"].as_str().unwrap().contains("disk full"),
+        "internals are not sent: {body}"
+    );
+    let count: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 0);
+    // The disk recovers; the client's retry succeeds.
+    side.execute_batch("DROP TRIGGER full").unwrap();
+    let (status, _) = app
+        .post("/v1/requests", &request("d1", "mc", "top", 10))
+        .await;
+    assert_eq!(status, 202);
+    app.stop().await;
+}

@@ -74,6 +74,7 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
             let (base, acks) = (broker.base.clone(), acknowledged.clone());
             let start = counter + w * 100_000;
             workers.push(tokio::spawn(async move {
+                // Returns whether a request was in flight when the broker died.
                 let client = reqwest::Client::new();
                 let mut n = start;
                 loop {
@@ -87,13 +88,13 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
                         .send()
                         .await
                     else {
-                        return;
+                        return true;
                     };
                     if resp.status().as_u16() != 202 {
-                        return;
+                        return true;
                     }
                     let Ok(v) = resp.json::<Value>().await else {
-                        return;
+                        return true;
                     };
                     acks.lock().unwrap().insert(crid, v["id"].as_i64().unwrap());
                 }
@@ -106,10 +107,11 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
         let mut child = broker.child;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
+        let mut in_flight = 0;
         for w in workers {
-            w.await.unwrap();
+            in_flight += usize::from(w.await.unwrap());
         }
-        eprintln!("round {round}: killed after {delay} ms, {in_flight_before} acknowledged so far");
+        eprintln!("round {round}: killed after {delay} ms with {in_flight} requests in flight, {in_flight_before} acknowledged so far");
     }
 
     // Restart, replay a sample of acknowledged requests (clients retrying after the crash), and
