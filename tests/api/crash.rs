@@ -2,16 +2,18 @@
 //! under concurrent submissions, restarted on the same database, and checked. Rounds:
 //! `MSSBROKER_KILL_ROUNDS` (default 3; the README's soak command sets more).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{open_db, request, test_config, SimProcess, BIN};
+use crate::helpers::{
+    assert_each_attempt_once, open_db, request, test_config, wait_for_count, SimProcess, BIN,
+};
 
 struct Broker {
     child: Child,
@@ -143,24 +145,13 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
         );
         assert_eq!(v["duplicate"], true);
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let stuck: i64 = open_db(&db)
-            .query_row(
-                "SELECT COUNT(*) FROM requests WHERE state NOT IN ('done', 'failed', 'cancelled')",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        if stuck == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{stuck} requests still not final"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_count(
+        &db,
+        "SELECT COUNT(*) FROM requests WHERE state NOT IN ('done', 'failed', 'cancelled')",
+        0,
+        Duration::from_secs(120),
+    )
+    .await;
 
     let conn = open_db(&db);
     // Every 202 exists exactly once, under its id, with its client_request_id.
@@ -198,16 +189,7 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
         .unwrap();
     assert_eq!(not_done, 0);
     let received = sim.received().await;
-    let keys: HashSet<(String, u32)> = received
-        .received
-        .iter()
-        .map(|r| (r.key.clone(), r.attempt))
-        .collect();
-    assert_eq!(
-        keys.len(),
-        received.received.len(),
-        "the MSS never queued a key and attempt twice"
-    );
+    assert_each_attempt_once(&received);
     assert_eq!(
         received.received.len() as i64,
         total,
@@ -273,28 +255,15 @@ async fn sigterm_exits_zero_and_a_restart_picks_up_where_it_stopped() {
     assert!(unfinished > 0, "work was still queued when it stopped");
     // The restart finishes everything, each once.
     let broker = start_broker(&config, &db);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let done: i64 = open_db(&db)
-            .query_row(
-                "SELECT COUNT(*) FROM requests WHERE state = 'done'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        if done == 30 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{done} of 30 done");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_count(
+        &db,
+        "SELECT COUNT(*) FROM requests WHERE state = 'done'",
+        30,
+        Duration::from_secs(60),
+    )
+    .await;
     let received = sim.received().await;
-    let keys: HashSet<(String, u32)> = received
-        .received
-        .iter()
-        .map(|r| (r.key.clone(), r.attempt))
-        .collect();
-    assert_eq!(keys.len(), received.received.len());
+    assert_each_attempt_once(&received);
     assert_eq!(received.received.len(), 30);
     let mut child = broker.child;
     let _ = child.kill();

@@ -291,13 +291,7 @@ async fn cancel_before_and_at_the_mss() {
     assert_eq!(status, 404);
     let (_, ra) = app.get(&format!("/v1/requests/{a}")).await;
     assert_eq!(ra["state"], "running");
-    let (_, groups) = app.get("/v1/groups").await;
-    let mc = groups["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["path"] == "mc")
-        .unwrap();
+    let mc = app.group("mc").await;
     assert_eq!(
         mc["usage_bytes"], 500_000_000_000u64,
         "only the running request is charged"

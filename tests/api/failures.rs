@@ -50,13 +50,7 @@ async fn failed_transfers_are_retried_then_refunded_with_exact_accounting() {
     );
     // Usage is exactly the bytes of what was done.
     let want: u64 = done.iter().map(|d| d["bytes_done"].as_u64().unwrap()).sum();
-    let (_, groups) = app.get("/v1/groups").await;
-    let mc = groups["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["path"] == "mc")
-        .unwrap();
+    let mc = app.group("mc").await;
     assert_eq!(mc["usage_bytes"].as_u64().unwrap(), want);
     assert_eq!(mc["pending"], 0);
     // The MSS saw each attempt exactly once.
@@ -117,13 +111,7 @@ async fn an_mss_that_restarts_and_loses_its_queue_loses_no_request() {
         6,
         "the new MSS got each request once"
     );
-    let (_, groups) = app.get("/v1/groups").await;
-    let mc = groups["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["path"] == "mc")
-        .unwrap();
+    let mc = app.group("mc").await;
     let want: u64 = (0..6u64).map(|i| 50_000_000_000 + i).sum();
     assert_eq!(
         mc["usage_bytes"].as_u64().unwrap(),

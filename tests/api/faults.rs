@@ -2,12 +2,11 @@
 //! duplicated events. Each run must end with every request done, each attempt queued at the MSS
 //! once, and usage equal to the bytes done.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{request, test_config, SimProcess, TestApp};
+use crate::helpers::{assert_each_attempt_once, request, test_config, SimProcess, TestApp};
 
 async fn submit(app: &TestApp, prefix: &str, n: u64) -> Vec<i64> {
     let items: Vec<Value> = (0..n)
@@ -30,23 +29,8 @@ async fn assert_settled(app: &TestApp, sim: &SimProcess, ids: &[i64]) {
     let finals = app.wait_final(ids, Duration::from_secs(60)).await;
     assert!(finals.iter().all(|r| r["state"] == "done"), "{finals:?}");
     let received = sim.received().await;
-    let keys: HashSet<(String, u32)> = received
-        .received
-        .iter()
-        .map(|r| (r.key.clone(), r.attempt))
-        .collect();
-    assert_eq!(
-        keys.len(),
-        received.received.len(),
-        "a key and attempt queued twice"
-    );
-    let (_, groups) = app.get("/v1/groups").await;
-    let mc = groups["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["path"] == "mc")
-        .unwrap();
+    assert_each_attempt_once(&received);
+    let mc = app.group("mc").await;
     let want: u64 = finals
         .iter()
         .map(|r| r["bytes_done"].as_u64().unwrap())

@@ -232,6 +232,19 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// One group's figures from `GET /v1/groups`.
+    pub async fn group(&self, path: &str) -> Value {
+        let (status, groups) = self.get("/v1/groups").await;
+        assert_eq!(status, 200, "{groups}");
+        groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["path"] == path)
+            .unwrap_or_else(|| panic!("no group {path} in {groups}"))
+            .clone()
+    }
+
     /// Poll until every id is in a terminal state; panics after `limit`.
     pub async fn wait_final(&self, ids: &[i64], limit: Duration) -> Vec<Value> {
         let start = Instant::now();
@@ -278,6 +291,36 @@ pub fn request(crid: &str, mode: &str, group: &str, size: u64) -> Value {
         "access_mode": mode,
         "physics_group": group,
     })
+}
+
+/// The MSS never queued the same key and attempt twice.
+pub fn assert_each_attempt_once(received: &ReceivedResponse) {
+    let keys: std::collections::HashSet<(&str, u32)> = received
+        .received
+        .iter()
+        .map(|r| (r.key.as_str(), r.attempt))
+        .collect();
+    assert_eq!(
+        keys.len(),
+        received.received.len(),
+        "the MSS queued a key and attempt twice"
+    );
+}
+
+/// Poll the database file until `sql` (a single count) returns `want`; panics after `limit`.
+pub async fn wait_for_count(db: &std::path::Path, sql: &str, want: i64, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let got: i64 = open_db(db).query_row(sql, [], |r| r.get(0)).unwrap();
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{sql}: {got}, want {want} after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Open the broker's SQLite file directly, read-only, to check what is on disk.
