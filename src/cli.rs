@@ -74,6 +74,9 @@ enum Command {
         #[arg(long)]
         direct: bool,
     },
+    /// Show every group's target, usage under the configured model, Fair Tree rank, SAM class
+    /// and cap state: from a ledger database, or from usage given in a JSON file.
+    Shares(SharesArgs),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
@@ -116,6 +119,32 @@ struct SubmitArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["db", "usage"]))]
+struct SharesArgs {
+    /// Configuration file [default: config/broker.toml, else the embedded copy].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A broker's SQLite database (read only; the broker may be running).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// JSON usage: {"usage": {"<group path>": <amount> | [<window 0>, <window 1>, ...]}}.
+    #[arg(long)]
+    usage: Option<PathBuf>,
+    /// The instant to compute for: RFC 3339 (2026-11-22T08:00:00Z) or epoch milliseconds
+    /// [default: now].
+    #[arg(long)]
+    at: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
 struct SimArgs {
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
@@ -147,11 +176,53 @@ struct SimArgs {
     duplicate_event_rate: f64,
 }
 
+fn shares(args: SharesArgs) -> anyhow::Result<ExitCode> {
+    use crate::clock::Clock;
+    use crate::shares::{input, view};
+    let settings = Settings::load_default(args.config.as_deref())?;
+    let policy = &settings.policy;
+    let at_ms = match args.at.as_deref() {
+        Some(s) => crate::clock::parse_instant(s).map_err(|e| anyhow::anyhow!("--at: {e}"))?,
+        None => crate::clock::SystemClock.now_ms(),
+    };
+    let shown = match (&args.db, &args.usage) {
+        (Some(db), _) => {
+            if !db.exists() {
+                bail!("--db: no database at {}", db.display());
+            }
+            let conn = crate::ledger::open_read_only(db)?;
+            crate::ledger::read_shares(&conn, policy, at_ms)
+                .with_context(|| format!("cannot read usage from {}", db.display()))?
+        }
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let doc: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", file.display()))?;
+            let usage = input::effective_from_json(policy, &doc)
+                .with_context(|| format!("{}", file.display()))?;
+            view::build(policy, &usage, at_ms, None)
+        }
+        (None, None) => bail!("give --db or --usage"),
+    };
+    let out = match args.format {
+        Format::Json => serde_json::to_string_pretty(&shown)? + "\n",
+        Format::Table => view::render_table(&shown),
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(out.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Parse the command line and run it.
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { path } => check_config(path),
+        Command::Shares(args) => shares(args),
         command => {
             telemetry::init(cli.log_json);
             let runtime =
@@ -194,7 +265,9 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             crate::bench::run(&options).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CheckConfig { .. } => unreachable!("handled without a runtime"),
+        Command::CheckConfig { .. } | Command::Shares(_) => {
+            unreachable!("handled without a runtime")
+        }
     }
 }
 

@@ -42,3 +42,30 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// An instant given by a person: RFC 3339 (`2026-11-22T08:00:00Z`), or milliseconds since the
+/// Unix epoch.
+pub fn parse_instant(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    s.parse::<jiff::Timestamp>()
+        .map(|t| t.as_millisecond())
+        .map_err(|e| {
+            format!("`{s}` is not an RFC 3339 time such as 2026-11-22T08:00:00Z, nor milliseconds since 1970 ({e})")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants() {
+        assert_eq!(parse_instant("1700000000000"), Ok(1_700_000_000_000));
+        assert_eq!(parse_instant("1970-01-01T00:00:01Z"), Ok(1_000));
+        assert_eq!(parse_instant("1970-01-01T01:00:01+01:00"), Ok(1_000));
+        assert!(parse_instant("yesterday").unwrap_err().contains("RFC 3339"));
+    }
+}

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::domain::{Fraction, GroupPath};
+use crate::shares::model::{UsageModel, MAX_WINDOW_UNIT};
 
 /// The shipped configuration, used when no file is given and `config/broker.toml` is absent.
 pub const EMBEDDED: &str = include_str!("../config/broker.toml");
@@ -98,6 +99,12 @@ pub struct PolicySettings {
     pub p_front: i64,
     pub p_back: i64,
     pub benefit: Benefit,
+    /// How usage forgets (`[usage]`).
+    pub usage_model: UsageModel,
+    /// The form of the fair-share delta reported per node (and used by factor policies).
+    pub fs_delta: DeltaForm,
+    /// How often held requests are checked against their feasibility caps.
+    pub held_recheck: Duration,
     /// Every accounting group: priority classes first (in configured order), then share leaves.
     pub groups: Vec<GroupInfo>,
     pub tree: ShareTree,
@@ -127,6 +134,24 @@ impl PolicySettings {
     }
 }
 
+/// Maui's two forms of the fair-share delta of a node with target `t` and usage share `u`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaForm {
+    /// `t - u` (Maui's default).
+    Difference,
+    /// `1 - u / t` (Maui's `%` FSPOLICY).
+    Percent,
+}
+
+impl DeltaForm {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeltaForm::Difference => "difference",
+            DeltaForm::Percent => "percent",
+        }
+    }
+}
+
 /// Index of a group in [`PolicySettings::groups`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupId(pub usize);
@@ -136,6 +161,8 @@ pub struct GroupId(pub usize);
 pub struct GroupInfo {
     pub path: GroupPath,
     pub kind: GroupKind,
+    /// Fair-share groups: the tree nodes from the top level down to the group's own leaf.
+    pub ancestors: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +206,33 @@ pub struct ShareNode {
     pub children: Vec<usize>,
     /// This node's fraction of the whole fair-share tree: the product down its path.
     pub fraction: Fraction,
+    /// Floors and caps set on this node (`[targets."path"]`).
+    pub limits: NodeLimits,
+    /// The accounting groups at or below this node.
+    pub leaves: Vec<GroupId>,
+}
+
+/// Maui's floors and caps on one tree node. Percentages are of all fair-share usage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// Under this share of usage the node's requests go front (only raises).
+    pub floor: Option<Fraction>,
+    /// At or over this share of usage its requests go back (only lowers).
+    pub cap: Option<Fraction>,
+    /// At or over this usage (benefit units, current window) its new requests are held.
+    pub feasibility_cap: Option<u64>,
+    /// At or over this share of the current window's usage its new requests are held.
+    pub feasibility_cap_percent: Option<Fraction>,
+}
+
+impl NodeLimits {
+    pub fn is_empty(&self) -> bool {
+        *self == NodeLimits::default()
+    }
+
+    pub fn has_feasibility_cap(&self) -> bool {
+        self.feasibility_cap.is_some() || self.feasibility_cap_percent.is_some()
+    }
 }
 
 impl ShareTree {
@@ -342,7 +396,11 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     priority_classes: Vec<RawPriorityClass>,
+    #[serde(default)]
+    usage: RawUsage,
     shares: toml::Table,
+    #[serde(default)]
+    targets: BTreeMap<String, RawTarget>,
     #[serde(default)]
     classification: RawClassification,
     #[serde(default)]
@@ -412,6 +470,55 @@ struct RawPolicy {
     benefit: String,
     #[serde(default)]
     benefit_weights: BTreeMap<String, i64>,
+    #[serde(default = "d_delta")]
+    fairshare_delta: String,
+}
+
+fn d_delta() -> String {
+    "difference".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUsage {
+    #[serde(default = "d_model")]
+    model: String,
+    half_life_secs: Option<i64>,
+    interval_secs: Option<i64>,
+    depth: Option<i64>,
+    decay: Option<f64>,
+    #[serde(default = "d_recheck")]
+    held_recheck_ms: i64,
+}
+
+fn d_recheck() -> i64 {
+    1_000
+}
+
+impl Default for RawUsage {
+    fn default() -> Self {
+        RawUsage {
+            model: d_model(),
+            half_life_secs: None,
+            interval_secs: None,
+            depth: None,
+            decay: None,
+            held_recheck_ms: d_recheck(),
+        }
+    }
+}
+
+fn d_model() -> String {
+    "half_life".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    floor_percent: Option<f64>,
+    cap_percent: Option<f64>,
+    feasibility_cap: Option<i64>,
+    feasibility_cap_percent: Option<f64>,
 }
 
 fn default_benefit() -> String {
@@ -771,6 +878,7 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
                 rank,
                 mss_priority: class.mss_priority,
             },
+            ancestors: Vec::new(),
         });
     }
     if let Some(p0) = raw.priority_classes.iter().map(|c| c.mss_priority).min() {
@@ -794,13 +902,12 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
         );
     }
 
-    let tree = build_tree(&raw.shares, issues)?;
-    for node in tree
-        .depth_first()
-        .into_iter()
-        .map(|i| &tree.nodes[i])
-        .filter(|n| n.is_leaf())
-    {
+    let mut tree = build_tree(&raw.shares, issues)?;
+    for i in tree.depth_first() {
+        let node = &tree.nodes[i];
+        if !node.is_leaf() {
+            continue;
+        }
         if by_path.contains_key(node.path.as_str()) {
             issues.add(
                 format!("shares.\"{}\"", node.path),
@@ -808,14 +915,37 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
             );
             continue;
         }
-        by_path.insert(node.path.as_str().to_string(), GroupId(groups.len()));
+        let id = GroupId(groups.len());
+        by_path.insert(node.path.as_str().to_string(), id);
+        let mut ancestors = vec![i];
+        while let Some(p) = tree.nodes[*ancestors.last().unwrap_or(&i)].parent {
+            ancestors.push(p);
+        }
+        ancestors.reverse();
+        for &a in &ancestors {
+            tree.nodes[a].leaves.push(id);
+        }
         groups.push(GroupInfo {
-            path: node.path.clone(),
+            path: tree.nodes[i].path.clone(),
             kind: GroupKind::FairShare {
-                share: node.fraction,
+                share: tree.nodes[i].fraction,
             },
+            ancestors,
         });
     }
+    validate_targets(&raw.targets, &mut tree, issues);
+    let usage_model = validate_usage(&raw.usage, issues);
+    let fs_delta = match p.fairshare_delta.as_str() {
+        "difference" => DeltaForm::Difference,
+        "percent" => DeltaForm::Percent,
+        other => {
+            issues.add(
+                "policy.fairshare_delta",
+                format!("`{other}` is not one of difference, percent"),
+            );
+            DeltaForm::Difference
+        }
+    };
 
     let leaf = |name: &str, key: String, issues: &mut Issues| -> Option<GroupId> {
         match by_path.get(name) {
@@ -863,6 +993,13 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
         p_front: p.p_front,
         p_back: p.p_back,
         benefit: benefit?,
+        usage_model: usage_model?,
+        fs_delta,
+        held_recheck: Duration::from_millis(positive(
+            raw.usage.held_recheck_ms,
+            "usage.held_recheck_ms",
+            issues,
+        ) as u64),
         groups,
         tree,
         rules,
@@ -920,6 +1057,8 @@ fn build_tree(table: &toml::Table, issues: &mut Issues) -> Option<ShareTree> {
             parent,
             children: Vec::new(),
             fraction: Fraction::new(0, 1)?,
+            limits: NodeLimits::default(),
+            leaves: Vec::new(),
         });
     }
     if nodes.is_empty() {
@@ -955,6 +1094,156 @@ fn build_tree(table: &toml::Table, issues: &mut Issues) -> Option<ShareTree> {
         }
     }
     Some(ShareTree { nodes })
+}
+
+fn validate_usage(raw: &RawUsage, issues: &mut Issues) -> Option<UsageModel> {
+    let secs_ms = |v: i64, key: &str, issues: &mut Issues| -> i64 {
+        if v <= 0 || v > 100 * 365 * 86_400 {
+            issues.add(
+                key,
+                format!("must be a number of seconds from 1 to 100 years, got {v}"),
+            );
+            return 1_000;
+        }
+        v * 1_000
+    };
+    let unused = |given: bool, key: &str, issues: &mut Issues| {
+        if given {
+            issues.add(
+                key,
+                format!(
+                    "only used with usage.model = \"{}\"",
+                    if key == "usage.half_life_secs" {
+                        "half_life"
+                    } else {
+                        "windows"
+                    }
+                ),
+            );
+        }
+    };
+    match raw.model.as_str() {
+        "none" | "half_life" => {
+            unused(raw.interval_secs.is_some(), "usage.interval_secs", issues);
+            unused(raw.depth.is_some(), "usage.depth", issues);
+            unused(raw.decay.is_some(), "usage.decay", issues);
+            if raw.model == "none" {
+                unused(raw.half_life_secs.is_some(), "usage.half_life_secs", issues);
+                return Some(UsageModel::Cumulative);
+            }
+            Some(UsageModel::HalfLife {
+                half_life_ms: secs_ms(
+                    raw.half_life_secs.unwrap_or(7 * 86_400),
+                    "usage.half_life_secs",
+                    issues,
+                ),
+            })
+        }
+        "windows" => {
+            unused(raw.half_life_secs.is_some(), "usage.half_life_secs", issues);
+            let interval_ms = secs_ms(
+                raw.interval_secs.unwrap_or(12 * 3_600),
+                "usage.interval_secs",
+                issues,
+            );
+            let depth = raw.depth.unwrap_or(8);
+            if !(1..=64).contains(&depth) {
+                issues.add(
+                    "usage.depth",
+                    format!("must be 1 to 64 windows, got {depth}"),
+                );
+                return None;
+            }
+            let decay_value = raw.decay.unwrap_or(1.0);
+            let decay = match Fraction::from_decimal(decay_value, 6) {
+                Some(d) if d.num() > 0 && d.num() <= d.den() => d,
+                _ => {
+                    issues.add(
+                        "usage.decay",
+                        format!("must be above 0 and at most 1, with at most 6 decimals, got {decay_value}"),
+                    );
+                    return None;
+                }
+            };
+            let model = UsageModel::Windows {
+                interval_ms,
+                depth: depth as usize,
+                decay,
+            };
+            let exact_unit = (1..depth).try_fold(1u128, |acc, _| acc.checked_mul(decay.den()));
+            match exact_unit {
+                Some(u) if u <= MAX_WINDOW_UNIT => Some(model),
+                _ => {
+                    issues.add(
+                        "usage.decay",
+                        format!("decay {decay_value} ({decay}) over depth {depth} needs more precision than exact sums allow: use fewer decimals or a smaller depth"),
+                    );
+                    None
+                }
+            }
+        }
+        other => {
+            issues.add(
+                "usage.model",
+                format!("`{other}` is not one of none, half_life, windows"),
+            );
+            None
+        }
+    }
+}
+
+fn validate_targets(raw: &BTreeMap<String, RawTarget>, tree: &mut ShareTree, issues: &mut Issues) {
+    for (path, t) in raw {
+        let key = format!("targets.\"{path}\"");
+        let Some(i) = tree.nodes.iter().position(|n| n.path.as_str() == path) else {
+            issues.add(
+                key,
+                "is not a node of [shares] (floors and caps apply to fair-share groups)",
+            );
+            continue;
+        };
+        let percent = |v: Option<f64>, name: &str, issues: &mut Issues| -> Option<Fraction> {
+            let v = v?;
+            match Fraction::from_decimal(v, 4).and_then(|f| Fraction::new(f.num(), f.den() * 100)) {
+                Some(f) if v > 0.0 && v <= 100.0 => Some(f),
+                _ => {
+                    issues.add(format!("{key}.{name}"), format!("must be a percentage above 0 and at most 100 with at most 4 decimals, got {v}"));
+                    None
+                }
+            }
+        };
+        let limits = NodeLimits {
+            floor: percent(t.floor_percent, "floor_percent", issues),
+            cap: percent(t.cap_percent, "cap_percent", issues),
+            feasibility_cap_percent: percent(
+                t.feasibility_cap_percent,
+                "feasibility_cap_percent",
+                issues,
+            ),
+            feasibility_cap: match t.feasibility_cap {
+                Some(v) if v <= 0 => {
+                    issues.add(
+                        format!("{key}.feasibility_cap"),
+                        format!("must be a positive amount of benefit, got {v}"),
+                    );
+                    None
+                }
+                v => v.map(|v| v as u64),
+            },
+        };
+        if let (Some(f), Some(c)) = (limits.floor, limits.cap) {
+            if f.num() * c.den() > c.num() * f.den() {
+                issues.add(
+                    format!("{key}.floor_percent"),
+                    "must not be above cap_percent",
+                );
+            }
+        }
+        if limits.is_empty() {
+            issues.add(key, "sets nothing: give floor_percent, cap_percent, feasibility_cap or feasibility_cap_percent");
+        }
+        tree.nodes[i].limits = limits;
+    }
 }
 
 fn validate_mss(raw: RawMss, issues: &mut Issues) -> Option<MssSettings> {

@@ -1,6 +1,6 @@
 //! The dispatcher: moves committed requests to the MSS and MSS events back into the ledger.
 //!
-//! Four loops, all restartable from the ledger alone:
+//! Five loops, all restartable from the ledger alone:
 //! - **submit**: takes ready requests in decision order, waits for the governor rate limiter, and
 //!   sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
 //!   idempotency key, so a request re-sent after a crash is answered "duplicate" by the MSS and
@@ -9,6 +9,9 @@
 //! - **events**: long-polls the adapter from the cursor stored in the ledger and applies each
 //!   batch of events together with the new cursor in one transaction.
 //! - **cancel**: carries cancellations of requests already at the MSS to the adapter.
+//! - **release**: every `usage.held_recheck_ms`, asks the ledger to release requests held by a
+//!   feasibility cap whose group's usage has fallen below it (decay and window roll-over lower
+//!   usage with no event at all, so this runs on a timer).
 //! - **stale**: asks the MSS for the status of in-flight requests it has said nothing of for a
 //!   while, which recovers lost events and transfers the MSS lost. The same settling runs for
 //!   every in-flight request when the MSS's event log starts over (a new epoch).
@@ -73,13 +76,26 @@ impl Dispatcher {
         }
     }
 
-    /// Start the three loops on `tasks`.
+    /// Start the loops on `tasks`.
     pub fn spawn(self, cancels: mpsc::UnboundedReceiver<i64>, tasks: &mut JoinSet<()>) {
         let this = Arc::new(self);
+        tasks.spawn(this.clone().release_loop());
         tasks.spawn(this.clone().submit_loop());
         tasks.spawn(this.clone().event_loop());
         tasks.spawn(this.clone().stale_loop());
         tasks.spawn(this.cancel_loop(cancels));
+    }
+
+    async fn release_loop(self: Arc<Self>) {
+        let period = self.ledger.policy().held_recheck;
+        loop {
+            tokio::time::sleep(period).await;
+            match self.ledger.release_held().await {
+                Ok(0) => {}
+                Ok(n) => info!(released = n, "held requests released"),
+                Err(e) => warn!(error = %e, "releasing held requests failed; will retry"),
+            }
+        }
     }
 
     /// Submit one batch of ready requests.

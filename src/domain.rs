@@ -82,6 +82,28 @@ impl Fraction {
         })
     }
 
+    /// The exact value of a decimal number with at most `max_decimals` digits after the point,
+    /// as written in a configuration file: 0.8 is 4/5, not the double nearest to it.
+    pub fn from_decimal(v: f64, max_decimals: usize) -> Option<Fraction> {
+        if !v.is_finite() || v < 0.0 {
+            return None;
+        }
+        // Rust prints the shortest decimal that reads back as `v`: what the file said.
+        let text = format!("{v}");
+        let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+        if frac.len() > max_decimals {
+            return None;
+        }
+        let den = 10u128.checked_pow(frac.len() as u32)?;
+        let int: u128 = int.parse().ok()?;
+        let frac: u128 = if frac.is_empty() {
+            0
+        } else {
+            frac.parse().ok()?
+        };
+        Fraction::new(int.checked_mul(den)?.checked_add(frac)?, den)
+    }
+
     pub fn num(self) -> u128 {
         self.num
     }
@@ -121,6 +143,9 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestState {
+    /// Committed, held by a feasibility cap: not charged, not submitted, until its group's
+    /// usage falls below the cap.
+    Held,
     /// Committed, waiting to be submitted to the MSS (also after a retryable failure).
     Accepted,
     /// Queued at the MSS.
@@ -133,7 +158,8 @@ pub enum RequestState {
 }
 
 impl RequestState {
-    pub const ALL: [RequestState; 6] = [
+    pub const ALL: [RequestState; 7] = [
+        RequestState::Held,
         RequestState::Accepted,
         RequestState::Submitted,
         RequestState::Running,
@@ -144,6 +170,7 @@ impl RequestState {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            RequestState::Held => "held",
             RequestState::Accepted => "accepted",
             RequestState::Submitted => "submitted",
             RequestState::Running => "running",
@@ -218,5 +245,17 @@ mod tests {
         let p = a.checked_mul(b).unwrap();
         assert_eq!((p.num(), p.den()), (3, 10));
         assert!(Fraction::new(1, 0).is_none());
+    }
+
+    #[test]
+    fn decimals_are_read_exactly() {
+        let f = |v, d| Fraction::from_decimal(v, d).map(|f| (f.num(), f.den()));
+        assert_eq!(f(0.8, 6), Some((4, 5)));
+        assert_eq!(f(0.5, 6), Some((1, 2)));
+        assert_eq!(f(12.5, 4), Some((25, 2)));
+        assert_eq!(f(1.0, 0), Some((1, 1)));
+        assert_eq!(f(0.1234567, 6), None, "too many decimals");
+        assert_eq!(f(-0.5, 6), None);
+        assert_eq!(f(f64::NAN, 6), None);
     }
 }

@@ -11,5 +11,6 @@ pub mod dispatcher;
 pub mod domain;
 pub mod ledger;
 pub mod policy;
+pub mod shares;
 pub mod startup;
 pub mod telemetry;

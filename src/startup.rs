@@ -87,6 +87,7 @@ impl Application {
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
         let state = AppState {
             ledger: ledger.clone(),
+            clock: clock.clone(),
             policy: settings.policy.clone(),
             limits: settings.limits.clone(),
             cancels: cancel_tx,

@@ -8,8 +8,8 @@ pub mod wire;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -17,20 +17,20 @@ use axum::{Json, Router};
 use tokio::sync::mpsc;
 
 use crate::auth::{Principal, Role, TokenTable};
-use crate::config::{GroupKind, InputLimits, PolicySettings};
+use crate::config::{InputLimits, PolicySettings};
 use crate::domain::RequestState;
 use crate::ledger::{CancelOutcome, Ledger, NewRequest};
 use crate::policy::{self, RequestFields};
+use crate::shares::view::SharesView;
 use error::ApiError;
-use wire::{
-    AcceptedBody, BatchBody, BatchResult, CancelBody, GroupBody, GroupsBody, PriorityClassBody,
-    RequestBody, RequestInput,
-};
+use wire::{AcceptedBody, BatchBody, BatchResult, CancelBody, RequestBody, RequestInput};
 
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
     pub ledger: Ledger,
+    /// The broker's clock: share figures are computed for its now.
+    pub clock: Arc<dyn crate::clock::Clock>,
     pub policy: Arc<PolicySettings>,
     pub limits: InputLimits,
     /// Ids whose cancellation the dispatcher must carry to the MSS.
@@ -435,58 +435,34 @@ async fn cancel_request(
     }
 }
 
-/// Every group's target share, usage and pending requests.
-#[utoipa::path(get, path = "/v1/groups", responses(
-    (status = 200, body = GroupsBody),
+/// `GET /v1/groups` query.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct GroupsQuery {
+    /// The instant to compute the figures for (RFC 3339 or epoch milliseconds); default now.
+    pub at: Option<String>,
+}
+
+/// The share tree with every node's target, usage under the configured model, Fair Tree rank,
+/// SAM class and cap state: the figures of `mssbroker shares`.
+#[utoipa::path(get, path = "/v1/groups", params(GroupsQuery), responses(
+    (status = 200, body = SharesView),
+    (status = 400, body = error::ErrorBody),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
     (status = 503, body = error::ErrorBody),
 ))]
-async fn groups(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+async fn groups(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<GroupsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
     caller.require(&["reader", "operator"], "read group figures")?;
-    let rows = state.ledger.groups().await?;
-    let row = |path: &str| rows.iter().find(|r| r.path == path);
-    let policy = &state.policy;
-    let fair_total: u64 = policy
-        .groups
-        .iter()
-        .filter(|g| matches!(g.kind, GroupKind::FairShare { .. }))
-        .filter_map(|g| row(g.path.as_str()))
-        .map(|r| r.usage)
-        .sum();
-    let mut body = GroupsBody {
-        benefit: policy.benefit.name(),
-        fair_share_usage: fair_total,
-        groups: Vec::new(),
-        priority_classes: Vec::new(),
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, Some("at"), m);
+    let Query(query) = query.map_err(|e| bad(e.body_text()))?;
+    let at_ms = match query.at.as_deref() {
+        None => state.clock.now_ms(),
+        Some(s) => crate::clock::parse_instant(s).map_err(bad)?,
     };
-    for g in &policy.groups {
-        let (usage, usage_bytes, pending) = row(g.path.as_str())
-            .map(|r| (r.usage, r.usage_bytes, r.pending))
-            .unwrap_or_default();
-        match g.kind {
-            GroupKind::Priority { mss_priority, .. } => {
-                body.priority_classes.push(PriorityClassBody {
-                    path: g.path.to_string(),
-                    mss_priority,
-                    usage,
-                    usage_bytes,
-                    pending,
-                })
-            }
-            GroupKind::FairShare { share } => body.groups.push(GroupBody {
-                path: g.path.to_string(),
-                target_share: share.to_f64(),
-                target_fraction: share.to_string(),
-                usage,
-                usage_bytes,
-                usage_share: if fair_total == 0 {
-                    0.0
-                } else {
-                    usage as f64 / fair_total as f64
-                },
-                pending,
-            }),
-        }
-    }
-    Ok(Json(body).into_response())
+    let view = state.ledger.shares(at_ms).await?;
+    Ok(Json(view).into_response())
 }

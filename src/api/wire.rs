@@ -310,6 +310,10 @@ pub struct AcceptedBody {
     pub mss_priority: i64,
     pub state: RequestState,
     pub duplicate: bool,
+    /// Why the request is held (state `held`): a feasibility cap of its group is reached. Its
+    /// class and MSS priority are decided when it is released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_reason: Option<String>,
 }
 
 impl From<Accepted> for AcceptedBody {
@@ -321,6 +325,7 @@ impl From<Accepted> for AcceptedBody {
             mss_priority: a.mss_priority,
             state: a.state,
             duplicate: a.duplicate,
+            held_reason: a.held_reason,
         }
     }
 }
@@ -376,6 +381,8 @@ pub struct RequestBody {
     pub charged: u64,
     pub cancel_requested: bool,
     pub last_error: Option<String>,
+    /// Why the request is held (state `held`).
+    pub held_reason: Option<String>,
     pub created_ms: i64,
     pub submitted_ms: Option<i64>,
     pub started_ms: Option<i64>,
@@ -405,6 +412,7 @@ impl From<RequestRecord> for RequestBody {
             charged: r.charged,
             cancel_requested: r.cancel_requested,
             last_error: r.last_error,
+            held_reason: r.held_reason,
             created_ms: r.created_ms,
             submitted_ms: r.submitted_ms,
             started_ms: r.started_ms,
@@ -422,36 +430,6 @@ pub struct CancelBody {
 }
 
 /// `GET /v1/groups`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct GroupsBody {
-    pub benefit: &'static str,
-    /// `U`: the usage of all fair-share groups.
-    pub fair_share_usage: u64,
-    pub groups: Vec<GroupBody>,
-    pub priority_classes: Vec<PriorityClassBody>,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct GroupBody {
-    pub path: String,
-    pub target_share: f64,
-    /// The exact target as a fraction, e.g. "3/10".
-    pub target_fraction: String,
-    pub usage: u64,
-    pub usage_bytes: u64,
-    pub usage_share: f64,
-    pub pending: u64,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct PriorityClassBody {
-    pub path: String,
-    pub mss_priority: i64,
-    pub usage: u64,
-    pub usage_bytes: u64,
-    pub pending: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@
 
 mod read;
 mod schema;
+mod usage;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::clock::Clock;
 use crate::config::{GroupId, PolicySettings, RetrySettings};
 use crate::domain::{Class, RequestState};
+use crate::shares::view::SharesView;
 
 pub use read::{GroupRow, RequestRecord, ToSubmit};
 
@@ -73,6 +75,8 @@ pub struct Accepted {
     pub state: RequestState,
     /// True when the station already sent this `client_request_id`: nothing new was created.
     pub duplicate: bool,
+    /// Why the request is held (state `held`).
+    pub held_reason: Option<String>,
 }
 
 /// One transfer the MSS took.
@@ -137,6 +141,9 @@ pub(crate) enum Command {
     Cancel {
         id: i64,
         reply: oneshot::Sender<Result<CancelOutcome, LedgerError>>,
+    },
+    Release {
+        reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
 }
 
@@ -294,6 +301,12 @@ impl Ledger {
         self.reads.run(read::in_flight).await
     }
 
+    /// Release held requests whose groups are now under their feasibility caps. Returns how
+    /// many were released.
+    pub async fn release_held(&self) -> Result<usize, LedgerError> {
+        self.call(|reply| Command::Release { reply }).await
+    }
+
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {
         self.call(|reply| Command::Cancel { id, reply }).await
     }
@@ -328,6 +341,14 @@ impl Ledger {
         self.reads.run(read::groups).await
     }
 
+    /// The share view at `at_ms`, from the committed aggregates.
+    pub async fn shares(&self, at_ms: i64) -> Result<SharesView, LedgerError> {
+        let policy = self.policy.clone();
+        self.reads
+            .run(move |c| read_shares(c, &policy, at_ms))
+            .await
+    }
+
     pub async fn event_cursor(&self) -> Result<EventCursor, LedgerError> {
         self.reads.run(read::event_cursor).await
     }
@@ -336,6 +357,32 @@ impl Ledger {
     pub async fn state_counts(&self) -> Result<Vec<(RequestState, u64)>, LedgerError> {
         self.reads.run(read::state_counts).await
     }
+}
+
+/// The share view of the database behind `c` at `at_ms` (used by `GET /v1/groups` and by
+/// `mssbroker shares --db`).
+pub fn read_shares(
+    c: &rusqlite::Connection,
+    policy: &PolicySettings,
+    at_ms: i64,
+) -> rusqlite::Result<SharesView> {
+    let loaded = usage::load_book(c, policy, at_ms)?;
+    let counts = usage::group_counts(c, policy)?;
+    let snapshot = loaded.book.snapshot(at_ms);
+    Ok(crate::shares::view::build(
+        policy,
+        &snapshot,
+        at_ms,
+        Some(&counts),
+    ))
+}
+
+/// Open a database read-only (for `mssbroker shares --db` and reports).
+pub fn open_read_only(path: &Path) -> Result<rusqlite::Connection, LedgerError> {
+    schema::open_reader(path).map_err(|e| LedgerError::Open {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 /// Create the parent directory of a database path.

@@ -81,6 +81,7 @@ pub struct RequestRecord {
     pub bytes_done: u64,
     pub cancel_requested: bool,
     pub last_error: Option<String>,
+    pub held_reason: Option<String>,
     pub created_ms: i64,
     pub submitted_ms: Option<i64>,
     pub started_ms: Option<i64>,
@@ -90,7 +91,7 @@ pub struct RequestRecord {
 const RECORD_COLUMNS: &str = "id, station, client_request_id, user_name, file, size_bytes, \
      access_mode, physics_group, volume, direction, group_path, class, mss_priority, charged, \
      state, attempt, mss_id, bytes_done, cancel_requested, last_error, created_ms, submitted_ms, \
-     started_ms, finished_ms";
+     started_ms, finished_ms, held_reason";
 
 fn bad_column(i: usize, what: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
@@ -137,6 +138,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         submitted_ms: row.get(21)?,
         started_ms: row.get(22)?,
         finished_ms: row.get(23)?,
+        held_reason: row.get(24)?,
     })
 }
 

@@ -43,7 +43,12 @@ CREATE TABLE IF NOT EXISTS requests (
     finished_ms       INTEGER,
     next_attempt_ms   INTEGER NOT NULL DEFAULT 0,
     -- last time the MSS confirmed an in-flight request by a status query
-    checked_ms        INTEGER
+    checked_ms        INTEGER,
+    -- the date of the current charge (usage decays and windows count from it): the decision,
+    -- then the completion; NULL while held (nothing charged)
+    charged_ms        INTEGER,
+    -- why a request is held (state 'held'), until it is released
+    held_reason       TEXT
 );
 -- Idempotency: a 64-bit fingerprint of (station, client_request_id) per request, appended in id
 -- order. The writer loads it into memory at start and checks replays there, confirming a hit
@@ -58,11 +63,23 @@ CREATE INDEX IF NOT EXISTS requests_in_flight ON requests(id)
     WHERE state IN ('submitted', 'running');
 CREATE INDEX IF NOT EXISTS requests_cancelling ON requests(id)
     WHERE cancel_requested = 1 AND state IN ('submitted', 'running');
+CREATE INDEX IF NOT EXISTS requests_held ON requests(group_path, id) WHERE state = 'held';
+-- Per group: cumulative benefit and bytes charged, requests not final and held, and the
+-- half-life accumulator S (usage at time t is S * 2^(-(t - t0)/H), t0 in meta).
 CREATE TABLE IF NOT EXISTS groups (
     path        TEXT PRIMARY KEY,
     usage       INTEGER NOT NULL DEFAULT 0,
     usage_bytes INTEGER NOT NULL DEFAULT 0,
-    pending     INTEGER NOT NULL DEFAULT 0
+    pending     INTEGER NOT NULL DEFAULT 0,
+    held        INTEGER NOT NULL DEFAULT 0,
+    decayed     REAL    NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+-- Benefit charged per group per usage window (windows model), kept for history.
+CREATE TABLE IF NOT EXISTS usage_windows (
+    path   TEXT    NOT NULL,
+    window INTEGER NOT NULL,
+    usage  INTEGER NOT NULL,
+    PRIMARY KEY (path, window)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -88,9 +105,40 @@ pub fn open_writer(path: &Path) -> Result<Connection, LedgerError> {
     super::ensure_parent(path).map_err(|e| open_err(e.to_string()))?;
     let conn = Connection::open(path).map_err(|e| open_err(e.to_string()))?;
     configure(&conn).map_err(|e| open_err(e.to_string()))?;
+    migrate(&conn).map_err(|e| open_err(e.to_string()))?;
     conn.execute_batch(SCHEMA)
         .map_err(|e| open_err(e.to_string()))?;
     Ok(conn)
+}
+
+/// Columns added after the first schema, for databases created before them.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("requests", "charged_ms", "INTEGER"),
+    ("requests", "held_reason", "TEXT"),
+    ("groups", "held", "INTEGER NOT NULL DEFAULT 0"),
+    ("groups", "decayed", "REAL NOT NULL DEFAULT 0"),
+];
+
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    for (table, column, decl) in ADDED_COLUMNS {
+        let exists: bool = conn.query_row(
+            "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            continue; // created whole by SCHEMA
+        }
+        let has: bool = conn.query_row(
+            &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
+            [column],
+            |r| r.get(0),
+        )?;
+        if !has {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// A read connection.

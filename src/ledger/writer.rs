@@ -3,7 +3,7 @@
 //! If anything fails, the whole group is rolled back, the in-memory usage is put back as it was,
 //! and every caller gets the error: no partial state, no answer for anything not on disk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use mss_adapters::{EventCursor, EventKind, MssEvent};
@@ -12,20 +12,26 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, error, info, warn};
 
 use super::read::parse_state;
+use super::usage;
 use super::{
     Accepted, AfterSubmit, CancelOutcome, Command, LedgerError, LedgerOptions, NewRequest,
     SubmittedTransfer,
 };
 use crate::clock::Clock;
-use crate::config::{PolicySettings, RetrySettings};
+use crate::config::{GroupId, GroupKind, PolicySettings, RetrySettings};
 use crate::domain::{Class, RequestState};
-use crate::policy::{self, Usage};
+use crate::policy;
+use crate::shares::limits::held_by;
+use crate::shares::UsageBook;
 
 pub(super) struct Writer {
     conn: Connection,
     policy: Arc<PolicySettings>,
     clock: Arc<dyn Clock>,
-    usage: Usage,
+    /// Every group's usage under the configured model.
+    usage: UsageBook,
+    /// Held requests per group (by group id).
+    held: Vec<u64>,
     idempotency: Idempotency,
     batch_max: usize,
     retry: RetrySettings,
@@ -37,17 +43,15 @@ const GATHER_MAX_WAIT: std::time::Duration = std::time::Duration::from_micros(30
 /// How often it looks while waiting.
 const GATHER_POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Per-group changes of one transaction, written to `groups` once before COMMIT.
+/// Per-group changes of one transaction, written once before COMMIT.
 #[derive(Default)]
-struct Deltas(HashMap<String, (i128, i128, i64)>);
-
-impl Deltas {
-    fn add(&mut self, path: &str, usage: i128, bytes: i128, pending: i64) {
-        let e = self.0.entry(path.to_string()).or_default();
-        e.0 += usage;
-        e.1 += bytes;
-        e.2 += pending;
-    }
+struct Deltas {
+    /// path -> (usage, bytes, pending, held)
+    groups: HashMap<String, (i128, i128, i64, i64)>,
+    /// (path, window) -> usage, for the windows model
+    windows: HashMap<(String, i64), i128>,
+    /// Groups whose half-life accumulator changed (written as absolute values).
+    decayed: BTreeSet<GroupId>,
 }
 
 /// Fingerprint -> request ids, for replays of (station, client_request_id). Almost every
@@ -113,7 +117,8 @@ pub(super) fn fingerprint(station: &str, client_request_id: &str) -> u64 {
 /// What one transaction is working with.
 struct Ctx<'a> {
     policy: &'a PolicySettings,
-    usage: &'a mut Usage,
+    usage: &'a mut UsageBook,
+    held: &'a mut Vec<u64>,
     idempotency: &'a mut Idempotency,
     /// Fingerprints added in this transaction, removed again if it rolls back.
     added: Vec<(u64, i64)>,
@@ -124,13 +129,48 @@ struct Ctx<'a> {
     ready: bool,
 }
 
+/// One change to a group's figures.
+#[derive(Default, Clone, Copy)]
+struct Charge {
+    /// Benefit charged (negative: refunded) ...
+    usage: i128,
+    /// ... dated (a refund names the date of the charge it takes back).
+    at_ms: i64,
+    bytes: i128,
+    pending: i64,
+    held: i64,
+}
+
 impl Ctx<'_> {
-    /// Change a group's charge by `usage` benefit and `bytes` bytes, and its pending count.
-    fn charge(&mut self, path: &str, usage: i128, bytes: i128, pending: i64) {
+    /// Change a group's usage, bytes and counts, in memory and in this transaction's deltas.
+    fn charge(&mut self, path: &str, c: Charge) {
         if let Some(g) = self.policy.group_by_path(path) {
-            self.usage.add(self.policy, g, usage);
+            if c.usage != 0 {
+                self.usage.add(g, c.usage, c.at_ms);
+                match self.policy.usage_model {
+                    crate::shares::UsageModel::HalfLife { .. } => {
+                        self.deltas.decayed.insert(g);
+                    }
+                    crate::shares::UsageModel::Windows { .. } => {
+                        let w = self.policy.usage_model.window_of(c.at_ms);
+                        *self
+                            .deltas
+                            .windows
+                            .entry((path.to_string(), w))
+                            .or_default() += c.usage;
+                    }
+                    crate::shares::UsageModel::Cumulative => {}
+                }
+            }
+            if let Some(h) = self.held.get_mut(g.0) {
+                *h = h.saturating_add_signed(c.held);
+            }
         }
-        self.deltas.add(path, usage, bytes, pending);
+        let e = self.deltas.groups.entry(path.to_string()).or_default();
+        e.0 += c.usage;
+        e.1 += c.bytes;
+        e.2 += c.pending;
+        e.3 += c.held;
     }
 }
 
@@ -152,6 +192,7 @@ enum Reply {
         oneshot::Sender<Result<CancelOutcome, LedgerError>>,
         CancelOutcome,
     ),
+    Release(oneshot::Sender<Result<usize, LedgerError>>, usize),
 }
 
 impl Reply {
@@ -165,6 +206,7 @@ impl Reply {
             Reply::Checked(tx) => tx.send(Ok(())).map_err(drop),
             Reply::Events(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Cancel(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Release(tx, v) => tx.send(Ok(v)).map_err(drop),
         };
     }
 
@@ -178,6 +220,7 @@ impl Reply {
             Reply::Checked(tx) => tx.send(Err(e())).map_err(drop),
             Reply::Events(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Cancel(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Release(tx, _) => tx.send(Err(e())).map_err(drop),
         };
     }
 }
@@ -199,24 +242,40 @@ impl Writer {
             )?;
         }
         tx.commit()?;
-        let mut amounts = Vec::new();
         {
-            let mut stmt = conn.prepare("SELECT path, usage FROM groups")?;
+            let mut stmt = conn.prepare("SELECT path, usage FROM groups WHERE usage != 0")?;
             let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
             for row in rows {
                 let (path, usage) = row?;
-                match policy.group_by_path(&path) {
-                    Some(g) => amounts.push((g, usage.max(0) as u64)),
-                    None if usage != 0 => warn!(
+                if policy.group_by_path(&path).is_none() {
+                    warn!(
                         group = %path,
                         usage,
                         "stored usage of a group that is no longer configured is kept but not used"
-                    ),
-                    None => {}
+                    );
                 }
             }
         }
-        let usage = Usage::from_amounts(&policy, amounts);
+        let now = clock.now_ms();
+        let started = std::time::Instant::now();
+        let loaded = usage::load_book(&conn, &policy, now)?;
+        let usage = loaded.book;
+        let tx = conn.transaction()?;
+        if loaded.rebuilt {
+            usage::persist_rebuilt(&tx, &policy, &usage)?;
+            info!(
+                model = %policy.usage_model.describe(),
+                millis = started.elapsed().as_millis() as u64,
+                "usage aggregates rebuilt from the requests for a changed usage model"
+            );
+        } else {
+            usage::store_model(&tx, &policy, &usage)?;
+        }
+        tx.commit()?;
+        let held = usage::group_counts(&conn, &policy)?
+            .into_iter()
+            .map(|c| c.held)
+            .collect();
         let mut idempotency = Idempotency::default();
         {
             let mut stmt = conn.prepare("SELECT id, fingerprint FROM idempotency")?;
@@ -226,12 +285,16 @@ impl Writer {
                 idempotency.insert(fp as u64, id);
             }
         }
-        info!(fair_total = %usage.fair_total(), requests = idempotency.first.len(), "ledger usage loaded");
+        {
+            use crate::shares::UsageLookup;
+            info!(fair_total = %usage.at(now).fair_total(), model = policy.usage_model.name(), requests = idempotency.first.len(), "ledger usage loaded");
+        }
         Ok(Writer {
             conn,
             policy,
             clock,
             usage,
+            held,
             idempotency,
             batch_max: options.commit_batch_max.max(1),
             retry: options.retry.clone(),
@@ -281,20 +344,28 @@ impl Writer {
     fn commit_group(&mut self, commands: Vec<Command>) {
         let started = std::time::Instant::now();
         let count = commands.len();
-        let saved = self.usage.clone();
+        let saved = (self.usage.clone(), self.held.clone());
+        let now = self.clock.now_ms();
+        let rebase = self.usage.rebase(now);
+        self.usage.roll(now);
         let mut ctx = Ctx {
             policy: &self.policy,
             usage: &mut self.usage,
+            held: &mut self.held,
             idempotency: &mut self.idempotency,
             added: Vec::new(),
             deltas: Deltas::default(),
             retry: &self.retry,
-            now: self.clock.now_ms(),
+            now,
             ready: false,
         };
         let mut replies = Vec::with_capacity(commands.len());
         let outcome = (|| -> rusqlite::Result<()> {
             let tx = self.conn.transaction()?;
+            if let Some(factor) = rebase {
+                tx.execute("UPDATE groups SET decayed = decayed * ?1", [factor])?;
+                usage::store_model(&tx, ctx.policy, ctx.usage)?;
+            }
             let mut first_error = None;
             for command in commands {
                 let (reply, result) = handle(&tx, &mut ctx, command);
@@ -307,7 +378,7 @@ impl Writer {
             if let Some(e) = first_error {
                 return Err(e);
             }
-            flush_deltas(&tx, &ctx.deltas)?;
+            flush_deltas(&tx, &ctx)?;
             tx.commit()
         })();
         let ready = ctx.ready;
@@ -328,7 +399,7 @@ impl Writer {
             }
             Err(e) => {
                 error!(error = %e, commands = replies.len(), "ledger transaction rolled back");
-                self.usage = saved;
+                (self.usage, self.held) = saved;
                 for (fp, id) in added {
                     self.idempotency.remove(fp, id);
                 }
@@ -400,6 +471,10 @@ fn handle(
             });
             (Reply::Checked(reply), r)
         }
+        Command::Release { reply } => match release_held(tx, ctx) {
+            Ok(n) => (Reply::Release(reply, n), Ok(())),
+            Err(e) => (Reply::Release(reply, 0), Err(e)),
+        },
         Command::Cancel { id, reply } => match cancel(tx, ctx, id) {
             Ok(o) => (Reply::Cancel(reply, o), Ok(())),
             Err(e) => (Reply::Cancel(reply, CancelOutcome::NotFound), Err(e)),
@@ -419,13 +494,33 @@ fn accept_one(
             return Ok(a);
         }
     }
-    let decision = policy::decide(ctx.policy, ctx.usage, item.group, item.benefit);
     let path = ctx.policy.group(item.group).path.as_str();
+    let held_reason = hold_reason(ctx, item.group);
+    let (decision, state, benefit, bytes, charged_ms) = match &held_reason {
+        // Held: nothing charged, nothing decided until it is released.
+        Some(_) => (
+            policy::Decision {
+                class: Class::Back,
+                mss_priority: ctx.policy.p_back,
+            },
+            RequestState::Held,
+            0,
+            0,
+            None,
+        ),
+        None => (
+            policy::decide(ctx.policy, &ctx.usage.at(ctx.now), item.group, item.benefit),
+            RequestState::Accepted,
+            item.benefit,
+            item.size_bytes,
+            Some(ctx.now),
+        ),
+    };
     tx.prepare_cached(
         "INSERT INTO requests (station, client_request_id, user_name, file, size_bytes, \
          access_mode, physics_group, volume, direction, group_path, class, mss_priority, \
-         charged, charged_bytes, state, created_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 'accepted', ?15)",
+         charged, charged_bytes, state, created_ms, charged_ms, held_reason) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
     )?
     .execute(params![
         item.station,
@@ -440,29 +535,56 @@ fn accept_one(
         path,
         decision.class.as_str(),
         decision.mss_priority,
-        item.benefit as i64,
-        item.size_bytes as i64,
+        benefit as i64,
+        bytes as i64,
+        state.as_str(),
         ctx.now,
+        charged_ms,
+        held_reason,
     ])?;
     let id = tx.last_insert_rowid();
     tx.prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
         .execute(params![id, fp as i64])?;
     ctx.idempotency.insert(fp, id);
     ctx.added.push((fp, id));
+    let held = i64::from(state == RequestState::Held);
     ctx.charge(
         path,
-        i128::from(item.benefit),
-        i128::from(item.size_bytes),
-        1,
+        Charge {
+            usage: i128::from(benefit),
+            at_ms: ctx.now,
+            bytes: i128::from(bytes),
+            pending: 1,
+            held,
+        },
     );
-    ctx.ready = true;
+    ctx.ready |= held == 0;
     Ok(Accepted {
         id,
         group: path.to_string(),
         class: decision.class,
         mss_priority: decision.mss_priority,
-        state: RequestState::Accepted,
+        state,
         duplicate: false,
+        held_reason,
+    })
+}
+
+/// Why a new request of group `g` is held: a feasibility cap on its path is reached, or
+/// earlier requests of the group are held (they are released first, in order).
+fn hold_reason(ctx: &Ctx<'_>, g: GroupId) -> Option<String> {
+    if !matches!(ctx.policy.group(g).kind, GroupKind::FairShare { .. }) {
+        return None; // priority classes are never held
+    }
+    if let Some(reason) = held_by(ctx.policy, &ctx.usage.at(ctx.now), g) {
+        return Some(reason);
+    }
+    let waiting = ctx.held.get(g.0).copied().unwrap_or(0);
+    (waiting > 0).then(|| {
+        format!(
+            "behind {waiting} held request(s) of `{}`, released in order",
+            ctx.policy.group(g).path
+        )
     })
 }
 
@@ -474,7 +596,7 @@ fn replayed(
     item: &NewRequest,
 ) -> rusqlite::Result<Option<Accepted>> {
     tx.prepare_cached(
-        "SELECT id, group_path, class, mss_priority, state FROM requests \
+        "SELECT id, group_path, class, mss_priority, state, held_reason FROM requests \
          WHERE id = ?1 AND station = ?2 AND client_request_id = ?3",
     )?
     .query_row(params![id, item.station, item.client_request_id], |r| {
@@ -487,6 +609,7 @@ fn replayed(
             mss_priority: r.get(3)?,
             state: parse_state(4, &state)?,
             duplicate: true,
+            held_reason: r.get(5)?,
         })
     })
     .optional()
@@ -500,12 +623,13 @@ struct Charged {
     access_mode: String,
     charged: i64,
     charged_bytes: i64,
+    charged_ms: i64,
 }
 
 fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charged>> {
     tx.prepare_cached(
-        "SELECT state, attempt, group_path, access_mode, charged, charged_bytes \
-         FROM requests WHERE id = ?1",
+        "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
+         COALESCE(charged_ms, created_ms) FROM requests WHERE id = ?1",
     )?
     .query_row([id], |r| {
         let state: String = r.get(0)?;
@@ -516,6 +640,7 @@ fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charge
             access_mode: r.get(3)?,
             charged: r.get(4)?,
             charged_bytes: r.get(5)?,
+            charged_ms: r.get(6)?,
         })
     })
     .optional()
@@ -541,7 +666,8 @@ fn finalize(
     };
     tx.prepare_cached(
         "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, bytes_done = ?5, \
-         finished_ms = ?6, last_error = COALESCE(?7, last_error) WHERE id = ?1",
+         finished_ms = ?6, last_error = COALESCE(?7, last_error), \
+         charged_ms = CASE WHEN ?3 != 0 THEN ?6 END, held_reason = NULL WHERE id = ?1",
     )?
     .execute(params![
         id,
@@ -552,11 +678,26 @@ fn finalize(
         ctx.now,
         error
     ])?;
+    // The estimate is taken back at its own date; the actual is charged now, when it was
+    // received.
     ctx.charge(
         &row.group,
-        i128::from(benefit) - i128::from(row.charged),
-        i128::from(bytes) - i128::from(row.charged_bytes),
-        -1,
+        Charge {
+            usage: -i128::from(row.charged),
+            at_ms: row.charged_ms,
+            bytes: -i128::from(row.charged_bytes),
+            pending: -1,
+            held: -i64::from(row.state == RequestState::Held),
+        },
+    );
+    ctx.charge(
+        &row.group,
+        Charge {
+            usage: i128::from(benefit),
+            at_ms: ctx.now,
+            bytes: i128::from(bytes),
+            ..Charge::default()
+        },
     );
     Ok(())
 }
@@ -643,7 +784,7 @@ fn apply_event(
         warn!(request_id = id, "event for an unknown request");
         return Ok(false);
     };
-    if row.attempt != event.attempt || row.state.is_terminal() {
+    if row.attempt != event.attempt || row.state.is_terminal() || row.state == RequestState::Held {
         return Ok(false);
     }
     match &event.kind {
@@ -700,7 +841,7 @@ fn cancel(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, id: i64) -> rusqlite::Result<
     };
     match row.state {
         s if s.is_terminal() => Ok(CancelOutcome::AlreadyFinal(s)),
-        RequestState::Accepted => {
+        RequestState::Accepted | RequestState::Held => {
             finalize(tx, ctx, id, &row, RequestState::Cancelled, None, None)?;
             Ok(CancelOutcome::Cancelled)
         }
@@ -712,17 +853,100 @@ fn cancel(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, id: i64) -> rusqlite::Result<
     }
 }
 
-fn flush_deltas(tx: &Transaction<'_>, deltas: &Deltas) -> rusqlite::Result<()> {
+/// Release held requests, oldest first per group, while their group is under every feasibility
+/// cap on its path; each is decided and charged as it is released. Returns how many.
+fn release_held(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usize> {
+    let waiting: Vec<GroupId> = ctx
+        .held
+        .iter()
+        .enumerate()
+        .filter(|(_, &h)| h > 0)
+        .map(|(i, _)| GroupId(i))
+        .collect();
+    let mut released = 0;
+    for g in waiting {
+        let path = ctx.policy.group(g).path.to_string();
+        'group: loop {
+            let batch: Vec<(i64, u64, String)> = tx
+                .prepare_cached(
+                    "SELECT id, size_bytes, access_mode FROM requests \
+                     WHERE state = 'held' AND group_path = ?1 ORDER BY id LIMIT 64",
+                )?
+                .query_map([&path], |r| {
+                    Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            if batch.is_empty() {
+                break;
+            }
+            for (id, size, mode) in batch {
+                if held_by(ctx.policy, &ctx.usage.at(ctx.now), g).is_some() {
+                    break 'group;
+                }
+                let benefit = policy::benefit(ctx.policy, &mode, size);
+                let d = policy::decide(ctx.policy, &ctx.usage.at(ctx.now), g, benefit);
+                tx.prepare_cached(
+                    "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
+                     charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL \
+                     WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    d.class.as_str(),
+                    d.mss_priority,
+                    benefit as i64,
+                    size as i64,
+                    ctx.now
+                ])?;
+                ctx.charge(
+                    &path,
+                    Charge {
+                        usage: i128::from(benefit),
+                        at_ms: ctx.now,
+                        bytes: i128::from(size),
+                        pending: 0,
+                        held: -1,
+                    },
+                );
+                ctx.ready = true;
+                released += 1;
+            }
+        }
+    }
+    Ok(released)
+}
+
+fn flush_deltas(tx: &Transaction<'_>, ctx: &Ctx<'_>) -> rusqlite::Result<()> {
+    let deltas = &ctx.deltas;
     let mut stmt = tx.prepare_cached(
-        "INSERT INTO groups(path, usage, usage_bytes, pending) VALUES (?1, ?2, ?3, ?4) \
+        "INSERT INTO groups(path, usage, usage_bytes, pending, held) VALUES (?1, ?2, ?3, ?4, ?5) \
          ON CONFLICT(path) DO UPDATE SET usage = usage + excluded.usage, \
-         usage_bytes = usage_bytes + excluded.usage_bytes, pending = pending + excluded.pending",
+         usage_bytes = usage_bytes + excluded.usage_bytes, pending = pending + excluded.pending, \
+         held = held + excluded.held",
     )?;
-    for (path, (usage, bytes, pending)) in &deltas.0 {
-        if *usage == 0 && *bytes == 0 && *pending == 0 {
+    for (path, (usage, bytes, pending, held)) in &deltas.groups {
+        if *usage == 0 && *bytes == 0 && *pending == 0 && *held == 0 {
             continue;
         }
-        stmt.execute(params![path, *usage as i64, *bytes as i64, pending])?;
+        stmt.execute(params![path, *usage as i64, *bytes as i64, pending, held])?;
+    }
+    // The accumulator is written whole: the stored value is bit for bit the one in memory, so
+    // a restart reads back exactly what the decisions used.
+    let mut stmt = tx.prepare_cached("UPDATE groups SET decayed = ?2 WHERE path = ?1")?;
+    for &g in &deltas.decayed {
+        stmt.execute(params![
+            ctx.policy.group(g).path.as_str(),
+            ctx.usage.decayed(g)
+        ])?;
+    }
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO usage_windows(path, window, usage) VALUES (?1, ?2, ?3) \
+         ON CONFLICT(path, window) DO UPDATE SET usage = usage + excluded.usage",
+    )?;
+    for ((path, window), usage) in &deltas.windows {
+        if *usage != 0 {
+            stmt.execute(params![path, window, *usage as i64])?;
+        }
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ pub mod classify;
 pub mod sam;
 
 pub use classify::{classify, ClassifyError, RequestFields};
-pub use sam::{decide, Decision, Usage};
+pub use sam::{decide, Decision};
 
 use crate::config::{Benefit, PolicySettings};
 

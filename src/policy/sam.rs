@@ -10,66 +10,8 @@
 
 use crate::config::{GroupId, GroupKind, PolicySettings};
 use crate::domain::Class;
-
-/// Cumulative benefit charged to each group, and the fair-share total `U`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Usage {
-    by_group: Vec<u64>,
-    fair_total: u128,
-}
-
-impl Usage {
-    /// Zero usage for every group of `policy`.
-    pub fn new(policy: &PolicySettings) -> Usage {
-        Usage {
-            by_group: vec![0; policy.groups.len()],
-            fair_total: 0,
-        }
-    }
-
-    /// Usage from stored per-group amounts (a restart).
-    pub fn from_amounts(
-        policy: &PolicySettings,
-        amounts: impl IntoIterator<Item = (GroupId, u64)>,
-    ) -> Usage {
-        let mut u = Usage::new(policy);
-        for (g, amount) in amounts {
-            u.add(policy, g, i128::from(amount));
-        }
-        u
-    }
-
-    pub fn get(&self, g: GroupId) -> u64 {
-        self.by_group.get(g.0).copied().unwrap_or(0)
-    }
-
-    /// `U`: the usage of all fair-share groups.
-    pub fn fair_total(&self) -> u128 {
-        self.fair_total
-    }
-
-    /// Charge (positive) or refund (negative) a group. Usage never goes below zero.
-    pub fn add(&mut self, policy: &PolicySettings, g: GroupId, delta: i128) {
-        let Some(slot) = self.by_group.get_mut(g.0) else {
-            return;
-        };
-        let before = *slot;
-        let after = (i128::from(before) + delta).clamp(0, i128::from(u64::MAX)) as u64;
-        *slot = after;
-        if matches!(policy.group(g).kind, GroupKind::FairShare { .. }) {
-            self.fair_total = self.fair_total - u128::from(before) + u128::from(after);
-        }
-    }
-
-    /// A group's fraction of fair-share usage, for reports.
-    pub fn share_of_fair(&self, g: GroupId) -> f64 {
-        if self.fair_total == 0 {
-            0.0
-        } else {
-            self.get(g) as f64 / self.fair_total as f64
-        }
-    }
-}
+use crate::shares::limits::floor_or_cap;
+use crate::shares::UsageLookup;
 
 /// Where a request enters the MSS queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,33 +21,51 @@ pub struct Decision {
 }
 
 /// Decide the class and MSS priority of a request of `group` worth `benefit`, given the usage
-/// before it. The caller charges `benefit` to `group` afterwards (same transaction).
-pub fn decide(policy: &PolicySettings, usage: &Usage, group: GroupId, benefit: u64) -> Decision {
+/// before it (effective usage under the configured model, at the decision's instant). The
+/// caller charges `benefit` to `group` afterwards (same transaction).
+///
+/// A floor or cap on the group's path decides first (caps lower, then floors raise; see
+/// [`crate::shares::limits`]); otherwise the group's own fraction of usage, this request
+/// included, is compared with its target.
+pub fn decide(
+    policy: &PolicySettings,
+    usage: &impl UsageLookup,
+    group: GroupId,
+    benefit: u64,
+) -> Decision {
+    let front = Decision {
+        class: Class::Front,
+        mss_priority: policy.p_front,
+    };
+    let back = Decision {
+        class: Class::Back,
+        mss_priority: policy.p_back,
+    };
     match policy.group(group).kind {
         GroupKind::Priority { mss_priority, .. } => Decision {
             class: Class::Priority,
             mss_priority,
         },
         GroupKind::FairShare { share } => {
-            let mine = u128::from(usage.get(group)) + u128::from(benefit);
-            let all = usage.fair_total() + u128::from(benefit);
-            if less_than(mine, all, share.num(), share.den()) {
-                Decision {
-                    class: Class::Front,
-                    mss_priority: policy.p_front,
-                }
+            let add = u128::from(benefit).saturating_mul(usage.unit());
+            match floor_or_cap(policy, usage, group, add) {
+                Some((Class::Front, _)) => return front,
+                Some(_) => return back,
+                None => {}
+            }
+            let mine = usage.value(group) + add;
+            let all = usage.fair_total() + add;
+            if all > 0 && less_than(mine, all, share.num(), share.den()) {
+                front
             } else {
-                Decision {
-                    class: Class::Back,
-                    mss_priority: policy.p_back,
-                }
+                back
             }
         }
     }
 }
 
 /// `a / b < c / d` exactly, for `b, d > 0`.
-fn less_than(a: u128, b: u128, c: u128, d: u128) -> bool {
+pub(crate) fn less_than(a: u128, b: u128, c: u128, d: u128) -> bool {
     match (a.checked_mul(d), c.checked_mul(b)) {
         (Some(lhs), Some(rhs)) => lhs < rhs,
         // Only past 2^80 bytes of usage; compare the integer parts then the remainders.
@@ -131,8 +91,18 @@ fn less_than(a: u128, b: u128, c: u128, d: u128) -> bool {
 mod tests {
     use super::*;
     use crate::config::Settings;
+    use crate::shares::UsageBook;
     use proptest::prelude::*;
     use std::sync::Arc;
+
+    /// A cumulative book holding `amounts`.
+    fn book(p: &PolicySettings, amounts: impl IntoIterator<Item = (GroupId, u64)>) -> UsageBook {
+        let mut b = UsageBook::new(p, 0);
+        for (g, a) in amounts {
+            b.add(g, i128::from(a), 0);
+        }
+        b
+    }
 
     /// Fair-share groups a (1/4), b (3/4) and the priority classes daq (100), cal (90).
     fn policy() -> Arc<PolicySettings> {
@@ -140,6 +110,8 @@ mod tests {
 [policy]
 p_front = 20
 p_back = 10
+[usage]
+model = "none"
 [[priority_classes]]
 access_mode = "daq"
 mss_priority = 100
@@ -187,8 +159,8 @@ url = "http://127.0.0.1:1"
             (0, 0, 0, cal, 5, Class::Priority),
         ];
         for &(ua, ub, ud, g, bj, want) in table {
-            let usage = Usage::from_amounts(&p, [(a, ua), (b, ub), (daq, ud)]);
-            let d = decide(&p, &usage, g, bj);
+            let usage = book(&p, [(a, ua), (b, ub), (daq, ud)]);
+            let d = decide(&p, &usage.at(0), g, bj);
             assert_eq!(
                 d.class,
                 want,
@@ -209,14 +181,18 @@ url = "http://127.0.0.1:1"
     fn refunds_and_fair_total() {
         let p = policy();
         let (a, daq) = (id(&p, "a"), id(&p, "daq"));
-        let mut u = Usage::new(&p);
-        u.add(&p, a, 500);
-        u.add(&p, daq, 700);
-        assert_eq!(u.fair_total(), 500);
-        u.add(&p, a, -200);
-        assert_eq!((u.get(a), u.fair_total()), (300, 300));
-        u.add(&p, a, -1_000);
-        assert_eq!((u.get(a), u.fair_total()), (0, 0), "never below zero");
+        let mut u = UsageBook::new(&p, 0);
+        u.add(a, 500, 0);
+        u.add(daq, 700, 0);
+        assert_eq!(u.at(0).fair_total(), 500);
+        u.add(a, -200, 0);
+        assert_eq!((u.at(0).value(a), u.at(0).fair_total()), (300, 300));
+        u.add(a, -1_000, 0);
+        assert_eq!(
+            (u.at(0).value(a), u.at(0).fair_total()),
+            (0, 0),
+            "never below zero"
+        );
     }
 
     #[test]
@@ -236,7 +212,9 @@ url = "http://127.0.0.1:1"
     fn closed_loop(shares: &[u64], sizes: &[u64], window: usize, steps: usize) -> Vec<u64> {
         use mss_adapters::protocol::{Direction, EventKind, Transfer};
         use mss_adapters::sim::library::{Library, LibraryConfig};
-        let mut text = String::from("[policy]\np_front = 20\np_back = 10\n[shares]\n");
+        let mut text = String::from(
+            "[policy]\np_front = 20\np_back = 10\n[usage]\nmodel = \"none\"\n[shares]\n",
+        );
         for (i, s) in shares.iter().enumerate() {
             text.push_str(&format!("g{i} = {s}\n"));
         }
@@ -249,14 +227,14 @@ url = "http://127.0.0.1:1"
             failure_rate: 0.0,
             seed: 1,
         });
-        let mut usage = Usage::new(&p);
+        let mut usage = UsageBook::new(&p, 0);
         let mut next = 0usize;
         let mut now = 0;
-        let mut submit = |g: usize, usage: &mut Usage, lib: &mut Library, now: u64| {
+        let mut submit = |g: usize, usage: &mut UsageBook, lib: &mut Library, now: u64| {
             let gid = id(&p, &format!("g{g}"));
             let size = sizes[next % sizes.len()];
-            let d = decide(&p, usage, gid, size);
-            usage.add(&p, gid, i128::from(size));
+            let d = decide(&p, &usage.at(0), gid, size);
+            usage.add(gid, i128::from(size), 0);
             let key = format!("{g}:{next}");
             next += 1;
             let mut started = Vec::new();
@@ -324,7 +302,8 @@ url = "http://127.0.0.1:1"
         ) {
             let p = policy();
             let ids: Vec<GroupId> = p.group_ids().collect();
-            let usage = Usage::from_amounts(&p, ids.iter().copied().zip(usages));
+            let usage = book(&p, ids.iter().copied().zip(usages));
+            let usage = usage.at(0);
             let fair_max = ["a", "b"].iter().map(|g| decide(&p, &usage, id(&p, g), benefit).mss_priority).max().unwrap();
             for class in ["daq", "cal"] {
                 let d = decide(&p, &usage, id(&p, class), benefit);

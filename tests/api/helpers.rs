@@ -5,9 +5,11 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mss_adapters::protocol::ReceivedResponse;
+use mssbroker::clock::{Clock, SystemClock};
 use mssbroker::config::Settings;
 use mssbroker::startup::Application;
 use serde_json::{json, Value};
@@ -153,9 +155,16 @@ impl TestApp {
 
     /// Start a broker on `config` with the database at `db` (kept by the caller).
     pub async fn spawn_on(config: &str, db: PathBuf) -> TestApp {
+        TestApp::spawn_with_clock(config, db, Arc::new(SystemClock)).await
+    }
+
+    /// Start a broker whose ledger and dispatcher read `clock`.
+    pub async fn spawn_with_clock(config: &str, db: PathBuf, clock: Arc<dyn Clock>) -> TestApp {
         let mut settings = Settings::parse(config, "test").expect("test config");
         settings.database.path = db.clone();
-        let app = Application::build(&settings).await.expect("build broker");
+        let app = Application::build_with_clock(&settings, clock)
+            .await
+            .expect("build broker");
         let addr: SocketAddr = app.local_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(async move {

@@ -9,3 +9,4 @@ mod failures;
 mod faults;
 mod helpers;
 mod openapi;
+mod shares;

@@ -1,0 +1,257 @@
+//! Maui's floors, caps and feasibility caps on tree nodes (seed 004), as pure checks.
+//!
+//! - A **cap** only lowers: when a node's share of fair-share usage (this request included) is
+//!   at or over its cap, requests under it go back.
+//! - A **floor** only raises: when a node's share is under its floor, requests under it go
+//!   front (unless a cap lowers them: caps are checked first).
+//! - A **feasibility cap** holds: when a node's usage in the current window (or its share of the
+//!   window's usage) is at or over the cap, new requests under it are held, not refused, until
+//!   usage falls below.
+//!
+//! Shares are compared exactly, as fractions of integers; equality counts as reaching a cap, and
+//! as not being under a floor, as SAM's equality goes back.
+
+use crate::config::{GroupId, NodeLimits, PolicySettings};
+use crate::domain::{Class, Fraction};
+use crate::policy::sam::less_than;
+
+use super::book::UsageLookup;
+
+/// A node's usage: the sum of its groups'.
+pub fn node_value(policy: &PolicySettings, usage: &impl UsageLookup, node: usize) -> u128 {
+    policy.tree.nodes[node]
+        .leaves
+        .iter()
+        .map(|&g| usage.value(g))
+        .sum()
+}
+
+fn node_measure(policy: &PolicySettings, usage: &impl UsageLookup, node: usize) -> u128 {
+    policy.tree.nodes[node]
+        .leaves
+        .iter()
+        .map(|&g| usage.measure(g))
+        .sum()
+}
+
+/// `part / all < f`; an empty total counts as a share of 0.
+fn share_below(part: u128, all: u128, f: Fraction) -> bool {
+    if all == 0 {
+        return f.num() > 0;
+    }
+    less_than(part, all, f.num(), f.den())
+}
+
+/// Whether a floor or cap on the path of group `g` decides a request adding `add` weighted
+/// units: `Some((class, node))` names the class and the node that decided it.
+pub fn floor_or_cap(
+    policy: &PolicySettings,
+    usage: &impl UsageLookup,
+    g: GroupId,
+    add: u128,
+) -> Option<(Class, usize)> {
+    let path = &policy.group(g).ancestors;
+    if path.iter().all(|&n| {
+        let l = &policy.tree.nodes[n].limits;
+        l.floor.is_none() && l.cap.is_none()
+    }) {
+        return None;
+    }
+    let all = usage.fair_total() + add;
+    let share = |n: usize| node_value(policy, usage, n) + add;
+    for &n in path {
+        if let Some(cap) = policy.tree.nodes[n].limits.cap {
+            if !share_below(share(n), all, cap) {
+                return Some((Class::Back, n));
+            }
+        }
+    }
+    for &n in path {
+        if let Some(floor) = policy.tree.nodes[n].limits.floor {
+            if share_below(share(n), all, floor) {
+                return Some((Class::Front, n));
+            }
+        }
+    }
+    None
+}
+
+/// Why a new request of group `g` must be held now (a feasibility cap on its path is reached),
+/// or `None`.
+pub fn held_by(policy: &PolicySettings, usage: &impl UsageLookup, g: GroupId) -> Option<String> {
+    policy
+        .group(g)
+        .ancestors
+        .iter()
+        .find_map(|&n| over_feasibility(policy, usage, n))
+}
+
+/// Why node `node` is at or over a feasibility cap, or `None`.
+pub fn over_feasibility(
+    policy: &PolicySettings,
+    usage: &impl UsageLookup,
+    node: usize,
+) -> Option<String> {
+    let limits: &NodeLimits = &policy.tree.nodes[node].limits;
+    if !limits.has_feasibility_cap() {
+        return None;
+    }
+    let path = &policy.tree.nodes[node].path;
+    let used = node_measure(policy, usage, node);
+    let window = match policy.usage_model {
+        crate::shares::UsageModel::Windows { .. } => "in the current usage window",
+        _ => "of effective usage",
+    };
+    if let Some(cap) = limits.feasibility_cap {
+        if used >= u128::from(cap) {
+            return Some(format!(
+                "feasibility cap of `{path}` reached: {used} used {window}, cap {cap}"
+            ));
+        }
+    }
+    if let Some(pct) = limits.feasibility_cap_percent {
+        let all = usage.fair_measure_total();
+        if all > 0 && !less_than(used, all, pct.num(), pct.den()) {
+            return Some(format!(
+                "feasibility cap of `{path}` reached: {used} of {all} used {window}, cap {}%",
+                pct.to_f64() * 100.0
+            ));
+        }
+    }
+    None
+}
+
+/// Where a node stands against its floor and caps, for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapState {
+    /// No floor or cap set on the node.
+    None,
+    /// Set, and none of them acts now.
+    Ok,
+    /// Under its floor: its requests go front.
+    Floor,
+    /// At or over its cap: its requests go back.
+    Capped,
+    /// At or over a feasibility cap: its new requests are held.
+    Held,
+}
+
+impl CapState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapState::None => "none",
+            CapState::Ok => "ok",
+            CapState::Floor => "floor",
+            CapState::Capped => "capped",
+            CapState::Held => "held",
+        }
+    }
+}
+
+/// A node's own cap state at the usage given (no request added).
+pub fn cap_state(policy: &PolicySettings, usage: &impl UsageLookup, node: usize) -> CapState {
+    let limits = &policy.tree.nodes[node].limits;
+    if limits.is_empty() {
+        return CapState::None;
+    }
+    if over_feasibility(policy, usage, node).is_some() {
+        return CapState::Held;
+    }
+    let mine = node_value(policy, usage, node);
+    let all = usage.fair_total();
+    if let Some(cap) = limits.cap {
+        if all > 0 && !share_below(mine, all, cap) {
+            return CapState::Capped;
+        }
+    }
+    if let Some(floor) = limits.floor {
+        if share_below(mine, all, floor) {
+            return CapState::Floor;
+        }
+    }
+    CapState::Ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::shares::Effective;
+
+    fn policy(targets: &str) -> std::sync::Arc<PolicySettings> {
+        let text = format!(
+            "[policy]\np_front = 20\np_back = 10\n[usage]\nmodel = \"none\"\n[shares]\na = 1\n\"a/x\" = 1\n\"a/y\" = 1\nb = 1\n{targets}\n[mss]\nadapter = \"http\"\nurl = \"http://127.0.0.1:1\"\n"
+        );
+        Settings::parse(&text, "t").unwrap().policy
+    }
+
+    fn usage(p: &PolicySettings, values: &[(&str, u128)]) -> Effective {
+        let mut v = vec![0u128; p.groups.len()];
+        for (path, u) in values {
+            v[p.group_by_path(path).unwrap().0] = *u;
+        }
+        Effective {
+            measures: v.clone(),
+            cumulative: v.iter().map(|&x| x as u64).collect(),
+            fair: vec![true; v.len()],
+            values: v,
+            unit: 1,
+            windows: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn caps_lower_floors_raise_caps_first() {
+        let p = policy("[targets.a]\ncap_percent = 60\n[targets.\"a/x\"]\nfloor_percent = 10");
+        let x = p.group_by_path("a/x").unwrap();
+        let node_a = p.group(x).ancestors[0];
+        let node_x = p.group(x).ancestors[1];
+        // a has 50 of 100; a request of 10 makes it 60/110 < 60%: the cap does not act; x has
+        // 0 + 10 of 110 = 9.1% < 10%: the floor raises it.
+        let u = usage(&p, &[("a/y", 50), ("b", 50)]);
+        assert_eq!(floor_or_cap(&p, &u, x, 10), Some((Class::Front, node_x)));
+        // A request of 30: a = 80/130 = 61.5%, at or over the cap: back, floor or not.
+        assert_eq!(floor_or_cap(&p, &u, x, 30), Some((Class::Back, node_a)));
+        // Exactly at the cap counts as reached: a = 60 + 15 = 75 of 125 = 60%.
+        let u = usage(&p, &[("a/y", 60), ("b", 50)]);
+        assert_eq!(floor_or_cap(&p, &u, x, 15), Some((Class::Back, node_a)));
+        // x over its floor, a under its cap: nothing decides.
+        let u = usage(&p, &[("a/x", 20), ("b", 80)]);
+        assert_eq!(floor_or_cap(&p, &u, x, 1), None);
+        assert_eq!(cap_state(&p, &u, node_a), CapState::Ok);
+        assert_eq!(cap_state(&p, &u, node_x), CapState::Ok);
+        let u = usage(&p, &[("a/x", 5), ("b", 95)]);
+        assert_eq!(cap_state(&p, &u, node_x), CapState::Floor);
+        let u = usage(&p, &[("a/x", 60), ("b", 40)]);
+        assert_eq!(cap_state(&p, &u, node_a), CapState::Capped);
+        let b = p.group(p.group_by_path("b").unwrap()).ancestors[0];
+        assert_eq!(cap_state(&p, &u, b), CapState::None);
+    }
+
+    #[test]
+    fn feasibility_caps_hold_at_or_over() {
+        let p =
+            policy("[targets.a]\nfeasibility_cap = 100\n[targets.b]\nfeasibility_cap_percent = 50");
+        let (x, b) = (
+            p.group_by_path("a/x").unwrap(),
+            p.group_by_path("b").unwrap(),
+        );
+        assert_eq!(held_by(&p, &usage(&p, &[("a/y", 99)]), x), None);
+        let reason = held_by(&p, &usage(&p, &[("a/y", 100)]), x).unwrap();
+        assert!(reason.contains("`a`") && reason.contains("100"), "{reason}");
+        // b: 50 of 100 is 50%: held; 49 of 99 is under.
+        assert!(held_by(&p, &usage(&p, &[("a/x", 50), ("b", 50)]), b).is_some());
+        assert_eq!(held_by(&p, &usage(&p, &[("a/x", 50), ("b", 49)]), b), None);
+        // No usage at all: nothing is over a percentage.
+        assert_eq!(held_by(&p, &usage(&p, &[]), b), None);
+    }
+
+    #[test]
+    fn targets_must_name_tree_nodes_and_be_percentages() {
+        let text = "[policy]\np_front = 20\np_back = 10\n[shares]\na = 1\n[targets.zz]\ncap_percent = 5\n[targets.a]\nfloor_percent = 150\ncap_percent = 0\n[mss]\nadapter = \"http\"\nurl = \"http://127.0.0.1:1\"\n";
+        let err = Settings::parse(text, "t").unwrap_err().to_string();
+        assert!(err.contains("targets.\"zz\": is not a node"), "{err}");
+        assert!(err.contains("targets.\"a\".floor_percent"), "{err}");
+        assert!(err.contains("targets.\"a\".cap_percent"), "{err}");
+    }
+}

@@ -1,0 +1,327 @@
+//! The operator's view of the shares: one row per tree node with its target, usage, Fair Tree
+//! level fair-share and rank, the SAM class a new request would get, and its floor/cap state.
+//! `mssbroker shares` prints it as a table or JSON; `GET /v1/groups` serves the same rows.
+
+use serde::Serialize;
+
+use super::book::{Effective, UsageLookup};
+use super::fairtree::fair_tree;
+use super::limits::{cap_state, node_value, over_feasibility};
+use crate::config::{DeltaForm, GroupKind, PolicySettings};
+use crate::domain::Class;
+use crate::policy::sam::decide;
+
+/// Figures the ledger keeps per group besides usage (present when read from a database).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct GroupCounts {
+    /// Benefit of requests not yet final (accepted, held, at the MSS).
+    pub pending: u64,
+    /// Requests held by a feasibility cap.
+    pub held: u64,
+    /// Bytes charged: done bytes plus estimates of requests not yet final.
+    pub usage_bytes: u64,
+}
+
+/// Everything `mssbroker shares` shows.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct SharesView {
+    /// The instant the figures are for, RFC 3339 UTC.
+    pub at: String,
+    pub at_ms: i64,
+    /// `none`, `half_life` or `windows`.
+    pub usage_model: String,
+    /// The model's parameters, for people.
+    pub usage_model_detail: String,
+    pub benefit: String,
+    pub fairshare_delta: String,
+    /// `U`: effective usage of all fair-share groups.
+    pub fair_share_usage: f64,
+    /// One per node of the share tree, depth first in configuration order.
+    pub groups: Vec<NodeRow>,
+    pub priority_classes: Vec<ClassRow>,
+}
+
+/// One node of the share tree.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct NodeRow {
+    pub path: String,
+    pub leaf: bool,
+    /// Relative shares among its siblings.
+    pub shares: u64,
+    /// Its fraction of all fair-share benefit: the product of `shares / siblings' shares` down
+    /// its path.
+    pub target_share: f64,
+    /// `target_share` exactly, e.g. "3/10".
+    pub target_fraction: String,
+    /// All-time cumulative benefit charged (never decayed).
+    pub usage: u64,
+    /// Usage under the configured model (decayed or window-weighted), in benefit units.
+    pub effective_usage: f64,
+    /// `effective_usage` over the fair-share total.
+    pub usage_share: f64,
+    /// Fair Tree `LF = S / U` at its level; null when infinite (shares, no usage).
+    pub level_fairshare: Option<f64>,
+    /// `level_fairshare` exactly, e.g. "225/299", or "inf".
+    pub level_fairshare_exact: String,
+    /// Leaves: Fair Tree rank, from N (the most under-served) down to 1.
+    pub fairtree_rank: Option<u32>,
+    /// Leaves: `fairtree_rank / N`.
+    pub fairshare: Option<f64>,
+    /// Leaves: the SAM class a new request of one benefit unit would get now.
+    pub sam_class: Option<Class>,
+    /// `none`, `ok`, `floor`, `capped` or `held` (see the configuration's `[targets]`).
+    pub cap_state: String,
+    /// Why new requests under this node are held, when `cap_state` is `held`.
+    pub held_reason: Option<String>,
+    /// Maui's fair-share delta: `target - usage_share`, or `1 - usage_share / target` with
+    /// `policy.fairshare_delta = "percent"` (null for a zero target).
+    pub fs_delta: Option<f64>,
+    /// Windows model: usage per window, current first (benefit units).
+    pub windows: Option<Vec<f64>>,
+    /// Ledger figures, when read from a database or a running broker.
+    #[serde(flatten)]
+    pub counts: Option<GroupCounts>,
+}
+
+/// A priority class: not part of the fair-share tree.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ClassRow {
+    pub path: String,
+    pub mss_priority: i64,
+    pub usage: u64,
+    pub effective_usage: f64,
+    #[serde(flatten)]
+    pub counts: Option<GroupCounts>,
+}
+
+/// Build the view of `usage` at `at_ms`; `counts` is indexed by group id.
+pub fn build(
+    policy: &PolicySettings,
+    usage: &Effective,
+    at_ms: i64,
+    counts: Option<&[GroupCounts]>,
+) -> SharesView {
+    let tree = &policy.tree;
+    let unit = usage.unit.max(1) as f64;
+    let mut leaf_usage = vec![0u128; tree.nodes.len()];
+    for g in policy.group_ids() {
+        if let Some(&leaf) = policy.group(g).ancestors.last() {
+            leaf_usage[leaf] = usage.value(g);
+        }
+    }
+    let ft = fair_tree(tree, &leaf_usage);
+    let fair_total = usage.fair_total();
+    let sum_counts = |node: usize| -> Option<GroupCounts> {
+        let counts = counts?;
+        let mut c = GroupCounts::default();
+        for g in &tree.nodes[node].leaves {
+            let x = counts.get(g.0).copied().unwrap_or_default();
+            c.pending += x.pending;
+            c.held += x.held;
+            c.usage_bytes += x.usage_bytes;
+        }
+        Some(c)
+    };
+    let mut groups = Vec::with_capacity(tree.nodes.len());
+    for i in tree.depth_first() {
+        let node = &tree.nodes[i];
+        let value = node_value(policy, usage, i);
+        let share = if fair_total == 0 {
+            0.0
+        } else {
+            value as f64 / fair_total as f64
+        };
+        let target = node.fraction.to_f64();
+        let leaf_group = node
+            .is_leaf()
+            .then(|| node.leaves.first().copied())
+            .flatten();
+        let state = cap_state(policy, usage, i);
+        groups.push(NodeRow {
+            path: node.path.to_string(),
+            leaf: node.is_leaf(),
+            shares: node.shares,
+            target_share: target,
+            target_fraction: node.fraction.to_string(),
+            usage: node.leaves.iter().map(|&g| usage.cumulative[g.0]).sum(),
+            effective_usage: value as f64 / unit,
+            usage_share: share,
+            level_fairshare: ft.level_fs[i].to_f64(),
+            level_fairshare_exact: ft.level_fs[i].exact(),
+            fairtree_rank: ft.rank[i],
+            fairshare: ft.fairshare(i),
+            sam_class: leaf_group.map(|g| decide(policy, usage, g, 1).class),
+            cap_state: state.as_str().to_string(),
+            held_reason: over_feasibility(policy, usage, i),
+            fs_delta: match policy.fs_delta {
+                DeltaForm::Difference => Some(target - share),
+                DeltaForm::Percent if target > 0.0 => Some(1.0 - share / target),
+                DeltaForm::Percent => None,
+            },
+            windows: (!usage.windows.is_empty()).then(|| {
+                let depth = usage.windows.first().map_or(0, Vec::len);
+                (0..depth)
+                    .map(|w| {
+                        node.leaves
+                            .iter()
+                            .map(|g| usage.windows[g.0][w] as f64)
+                            .sum()
+                    })
+                    .collect()
+            }),
+            counts: sum_counts(i),
+        });
+    }
+    let priority_classes = policy
+        .group_ids()
+        .filter_map(|g| match policy.group(g).kind {
+            GroupKind::Priority { mss_priority, .. } => Some(ClassRow {
+                path: policy.group(g).path.to_string(),
+                mss_priority,
+                usage: usage.cumulative[g.0],
+                effective_usage: usage.value(g) as f64 / unit,
+                counts: counts.map(|c| c.get(g.0).copied().unwrap_or_default()),
+            }),
+            GroupKind::FairShare { .. } => None,
+        })
+        .collect();
+    SharesView {
+        at: format_ms(at_ms),
+        at_ms,
+        usage_model: policy.usage_model.name().to_string(),
+        usage_model_detail: policy.usage_model.describe(),
+        benefit: policy.benefit.name().to_string(),
+        fairshare_delta: policy.fs_delta.name().to_string(),
+        fair_share_usage: fair_total as f64 / unit,
+        groups,
+        priority_classes,
+    }
+}
+
+/// RFC 3339 UTC, to the millisecond.
+pub fn format_ms(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|t| format!("{t:.3}"))
+        .unwrap_or_else(|_| format!("{ms} ms"))
+}
+
+/// The table for people: the same figures as the JSON.
+pub fn render_table(view: &SharesView) -> String {
+    let mut out = format!(
+        "shares at {}  usage model: {}  benefit: {}  fair-share usage U = {}\n\n",
+        view.at,
+        view.usage_model_detail,
+        view.benefit,
+        num(view.fair_share_usage)
+    );
+    let header = [
+        "group",
+        "shares",
+        "target",
+        "usage",
+        "effective",
+        "share",
+        "LF",
+        "rank",
+        "fairshare",
+        "sam",
+        "cap",
+    ];
+    let mut rows: Vec<[String; 11]> = Vec::new();
+    for r in &view.groups {
+        let depth = r.path.matches('/').count();
+        let name = r.path.rsplit('/').next().unwrap_or(&r.path);
+        rows.push([
+            format!("{}{name}", "  ".repeat(depth)),
+            r.shares.to_string(),
+            pct(r.target_share),
+            num(r.usage as f64),
+            num(r.effective_usage),
+            pct(r.usage_share),
+            r.level_fairshare
+                .map_or("inf".into(), |v| format!("{v:.4}")),
+            r.fairtree_rank.map_or(String::new(), |v| v.to_string()),
+            r.fairshare.map_or(String::new(), |v| format!("{v:.3}")),
+            r.sam_class
+                .map_or(String::new(), |c| c.as_str().to_string()),
+            if r.cap_state == "none" {
+                String::new()
+            } else {
+                r.cap_state.clone()
+            },
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([header[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| -> String {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                if c == 0 {
+                    format!("{v:<w$}", w = widths[c])
+                } else {
+                    format!("{v:>w$}", w = widths[c])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    out.push_str(&line(header.to_vec()));
+    out.push('\n');
+    for r in &rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    for r in view.groups.iter().filter(|r| r.held_reason.is_some()) {
+        out.push_str(&format!(
+            "\nheld: {}",
+            r.held_reason.as_deref().unwrap_or_default()
+        ));
+    }
+    if view.groups.iter().any(|r| r.windows.is_some()) {
+        out.push_str("\nusage per window (current first):\n");
+        for r in &view.groups {
+            if let Some(w) = &r.windows {
+                let cells: Vec<String> = w.iter().map(|v| num(*v)).collect();
+                out.push_str(&format!("  {:<24} {}\n", r.path, cells.join("  ")));
+            }
+        }
+    }
+    if !view.priority_classes.is_empty() {
+        out.push_str("\npriority classes (not part of U):\n");
+        for c in &view.priority_classes {
+            out.push_str(&format!(
+                "  {:<24} mss_priority {:>5}  usage {}  effective {}\n",
+                c.path,
+                c.mss_priority,
+                num(c.usage as f64),
+                num(c.effective_usage)
+            ));
+        }
+    }
+    out
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.2}%", v * 100.0)
+}
+
+/// Whole numbers without decimals, others with up to 4.
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e18 {
+        format!("{}", v as i128)
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
