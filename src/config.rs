@@ -1334,6 +1334,28 @@ fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<Simulator
     })
 }
 
+fn describe_limits(l: &NodeLimits) -> String {
+    let pct = |f: Fraction| f.to_f64() * 100.0;
+    let mut parts = Vec::new();
+    if let Some(f) = l.floor {
+        parts.push(format!("floor {}%", pct(f)));
+    }
+    if let Some(c) = l.cap {
+        parts.push(format!("cap {}%", pct(c)));
+    }
+    if let Some(c) = l.feasibility_cap {
+        parts.push(format!("holds at {c}"));
+    }
+    if let Some(c) = l.feasibility_cap_percent {
+        parts.push(format!("holds at {}%", pct(c)));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  [{}]", parts.join(", "))
+    }
+}
+
 /// A human-readable view of the validated tree for `check-config`.
 pub fn describe(settings: &Settings) -> String {
     let p = &settings.policy;
@@ -1345,18 +1367,19 @@ pub fn describe(settings: &Settings) -> String {
         }
     }
     out.push_str(&format!(
-        "fair share: front at mss_priority {}, back at {}; benefit = {}\n\nshare tree (shares, fraction of all fair-share benefit):\n",
-        p.p_front, p.p_back, p.benefit.name()
+        "fair share: front at mss_priority {}, back at {}; benefit = {}\nusage: {}\n\nshare tree (shares, fraction of all fair-share benefit):\n",
+        p.p_front, p.p_back, p.benefit.name(), p.usage_model.describe()
     ));
     for node in p.tree.depth_first().into_iter().map(|i| &p.tree.nodes[i]) {
         let indent = "  ".repeat(node.path.depth());
         let label = format!("{indent}{}", node.path.name());
         let leaf = if node.is_leaf() { "  leaf" } else { "" };
         out.push_str(&format!(
-            "{label:<32} {:>6}  {:>8.4}%  ({}){leaf}\n",
+            "{label:<32} {:>6}  {:>8.4}%  ({}){leaf}{}\n",
             node.shares,
             node.fraction.to_f64() * 100.0,
-            node.fraction
+            node.fraction,
+            describe_limits(&node.limits)
         ));
     }
     out.push_str(&format!(

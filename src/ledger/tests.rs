@@ -35,12 +35,16 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::with_config(CONFIG)
+    }
+
+    fn with_config(text: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         Fixture {
             _dir: dir,
             path,
-            settings: Settings::parse(CONFIG, "test").unwrap(),
+            settings: Settings::parse(text, "test").unwrap(),
             clock: ManualClock::new(1_000_000),
         }
     }
@@ -409,4 +413,108 @@ async fn a_replay_after_restart_is_still_a_duplicate() {
     let o = reopened.0.accept(vec![other]).await.unwrap();
     assert!(!o[0].duplicate);
     close(reopened);
+}
+
+/// Half-life usage has no drift across restarts: a ledger restarted before every step (charges,
+/// completions with actual bytes, refunds, time passing) decides every request as one that ran
+/// straight through, and reports bit-for-bit the same figures, which match the closed form
+/// `sum b * 0.5^((t - t_j) / H)` of the charges as dated.
+#[tokio::test]
+async fn half_life_usage_has_no_drift_across_restarts() {
+    let config = CONFIG.replace(
+        "[shares]",
+        "[usage]\nmodel = \"half_life\"\nhalf_life_secs = 60\n[shares]",
+    );
+    let restarted = Fixture::with_config(&config);
+    let straight = Fixture::with_config(&config);
+    let twin = straight.open();
+    let mut decisions = (Vec::new(), Vec::new());
+    let mut seq = 0;
+    for step in 0..12u64 {
+        let items: Vec<NewRequest> = (0..5)
+            .map(|i| {
+                let (mode, group) = [("analysis", "higgs"), ("analysis", "top"), ("mc", "x")]
+                    [((step + i) % 3) as usize];
+                restarted.request(
+                    &format!("s{step}-{i}"),
+                    mode,
+                    group,
+                    1_000_003 * (step + 1) + i * 7_919,
+                )
+            })
+            .collect();
+        let opened = restarted.open();
+        let a = opened.0.accept(items.clone()).await.unwrap();
+        let b = twin.0.accept(items).await.unwrap();
+        // Complete the first two at a different size, cancel the third (a refund).
+        for (ledger, accepted) in [(&opened.0, &a), (&twin.0, &b)] {
+            seq += 1;
+            let done = |k: usize, bytes| event(accepted[k].id, 1, seq, EventKind::Done { bytes });
+            ledger
+                .apply_status_events(vec![done(0, 999_999), done(1, 2_000_017)])
+                .await
+                .unwrap();
+            ledger.cancel(accepted[2].id).await.unwrap();
+        }
+        decisions
+            .0
+            .extend(a.iter().map(|x| (x.class, x.mss_priority)));
+        decisions
+            .1
+            .extend(b.iter().map(|x| (x.class, x.mss_priority)));
+        close(opened);
+        // Time passes: 17 s, about a quarter of a half-life.
+        restarted.clock.advance_ms(17_000);
+        straight.clock.advance_ms(17_000);
+    }
+    assert_eq!(decisions.0, decisions.1);
+    assert!(decisions.0.iter().any(|d| d.0 == Class::Front));
+    assert!(decisions.0.iter().any(|d| d.0 == Class::Back));
+    let at = restarted.clock.now_ms();
+    let reopened = restarted.open();
+    let view_a = serde_json::to_value(reopened.0.shares(at).await.unwrap()).unwrap();
+    let view_b = serde_json::to_value(twin.0.shares(at).await.unwrap()).unwrap();
+    assert_eq!(view_a, view_b);
+    let stored = |path: &std::path::Path| -> Vec<(String, f64)> {
+        let c = rusqlite::Connection::open(path).unwrap();
+        let mut st = c
+            .prepare("SELECT path, decayed FROM groups ORDER BY path")
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(
+        stored(&restarted.path),
+        stored(&straight.path),
+        "bit for bit"
+    );
+    // The closed form from the requests as stored: each current charge dated by charged_ms.
+    let c = rusqlite::Connection::open(&restarted.path).unwrap();
+    let mut st = c
+        .prepare("SELECT charged, charged_ms FROM requests WHERE group_path = 'mc/x' OR group_path = 'mc'")
+        .unwrap();
+    let closed: f64 = st
+        .query_map([], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .filter_map(|(b, t)| t.map(|t| b as f64 * (-((at - t) as f64) / 60_000.0).exp2()))
+        .sum();
+    let mc = view_a["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == "mc")
+        .unwrap();
+    let got = mc["effective_usage"].as_f64().unwrap();
+    assert!(closed > 1e6, "the check must weigh something: {closed}");
+    assert!(
+        (got - closed).abs() <= 1.0,
+        "effective {got} vs closed form {closed}"
+    );
+    close(reopened);
+    close(twin);
 }

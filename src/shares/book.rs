@@ -179,15 +179,19 @@ impl UsageBook {
 
     /// The book read at `now_ms`.
     pub fn at(&self, now_ms: i64) -> BookAt<'_> {
-        BookAt { book: self, now_ms }
+        BookAt {
+            book: self,
+            now_ms,
+            decay: self.half.map_or(1.0, |acc| acc.factor_at(now_ms)),
+        }
     }
 
-    fn value_at(&self, g: GroupId, now_ms: i64) -> u128 {
-        match (&self.model, self.half) {
-            (UsageModel::Cumulative, _) => u128::from(self.cumulative(g)),
-            (UsageModel::HalfLife { .. }, Some(acc)) => acc.units_at(self.decayed(g), now_ms),
-            (UsageModel::HalfLife { .. }, None) => 0,
-            (UsageModel::Windows { .. }, _) => {
+    /// `decay`: the half-life factor at `now_ms`, computed once per reading.
+    fn value_at(&self, g: GroupId, now_ms: i64, decay: f64) -> u128 {
+        match &self.model {
+            UsageModel::Cumulative => u128::from(self.cumulative(g)),
+            UsageModel::HalfLife { .. } => HalfLifeAcc::units(self.decayed(g) * decay),
+            UsageModel::Windows { .. } => {
                 let c = self.model.window_of(now_ms);
                 (0..self.model.depth())
                     .map(|i| self.window(g, c - i as i64) * self.model.window_weight(i))
@@ -236,11 +240,13 @@ impl UsageBook {
 pub struct BookAt<'a> {
     book: &'a UsageBook,
     now_ms: i64,
+    /// Half-life model: `2^(-(now - t0) / H)`.
+    decay: f64,
 }
 
 impl UsageLookup for BookAt<'_> {
     fn value(&self, g: GroupId) -> u128 {
-        self.book.value_at(g, self.now_ms)
+        self.book.value_at(g, self.now_ms, self.decay)
     }
 
     fn fair_total(&self) -> u128 {

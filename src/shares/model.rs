@@ -154,14 +154,19 @@ impl HalfLifeAcc {
         amount * ((at_ms - self.t0_ms) as f64 / self.half_life_ms as f64).exp2()
     }
 
-    /// The decayed value of `s` at `now_ms`.
-    pub fn value_at(&self, s: f64, now_ms: i64) -> f64 {
-        (s * (-((now_ms - self.t0_ms) as f64) / self.half_life_ms as f64).exp2()).max(0.0)
+    /// What `S` is multiplied by to read it at `now_ms`: `2^(-(now - t0) / H)`.
+    pub fn factor_at(&self, now_ms: i64) -> f64 {
+        (-((now_ms - self.t0_ms) as f64) / self.half_life_ms as f64).exp2()
     }
 
-    /// The decayed value at `now_ms`, rounded to a whole benefit unit.
-    pub fn units_at(&self, s: f64, now_ms: i64) -> u128 {
-        let v = self.value_at(s, now_ms).round();
+    /// The decayed value of `s` at `now_ms`.
+    pub fn value_at(&self, s: f64, now_ms: i64) -> f64 {
+        (s * self.factor_at(now_ms)).max(0.0)
+    }
+
+    /// A decayed value rounded to a whole benefit unit.
+    pub fn units(value: f64) -> u128 {
+        let v = value.max(0.0).round();
         if v.is_finite() {
             v as u128
         } else {
