@@ -181,9 +181,10 @@ fn shares(args: SharesArgs) -> anyhow::Result<ExitCode> {
     use crate::shares::{input, view};
     let settings = Settings::load_default(args.config.as_deref())?;
     let policy = &settings.policy;
+    let now = crate::clock::SystemClock.now_ms();
     let at_ms = match args.at.as_deref() {
         Some(s) => crate::clock::parse_instant(s).map_err(|e| anyhow::anyhow!("--at: {e}"))?,
-        None => crate::clock::SystemClock.now_ms(),
+        None => now,
     };
     let shown = match (&args.db, &args.usage) {
         (Some(db), _) => {
@@ -191,7 +192,7 @@ fn shares(args: SharesArgs) -> anyhow::Result<ExitCode> {
                 bail!("--db: no database at {}", db.display());
             }
             let conn = crate::ledger::open_read_only(db)?;
-            crate::ledger::read_shares(&conn, policy, at_ms)
+            crate::ledger::read_shares(&conn, policy, at_ms, now)
                 .with_context(|| format!("cannot read usage from {}", db.display()))?
         }
         (None, Some(file)) => {

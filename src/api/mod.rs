@@ -459,10 +459,11 @@ async fn groups(
     caller.require(&["reader", "operator"], "read group figures")?;
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, Some("at"), m);
     let Query(query) = query.map_err(|e| bad(e.body_text()))?;
+    let now = state.clock.now_ms();
     let at_ms = match query.at.as_deref() {
-        None => state.clock.now_ms(),
+        None => now,
         Some(s) => crate::clock::parse_instant(s).map_err(bad)?,
     };
-    let view = state.ledger.shares(at_ms).await?;
+    let view = state.ledger.shares(at_ms, now).await?;
     Ok(Json(view).into_response())
 }

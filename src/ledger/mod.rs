@@ -341,11 +341,12 @@ impl Ledger {
         self.reads.run(read::groups).await
     }
 
-    /// The share view at `at_ms`, from the committed aggregates.
-    pub async fn shares(&self, at_ms: i64) -> Result<SharesView, LedgerError> {
+    /// The share view at `at_ms`, from the committed aggregates (`now_ms`: the present; an
+    /// earlier `at_ms` is replayed from the requests).
+    pub async fn shares(&self, at_ms: i64, now_ms: i64) -> Result<SharesView, LedgerError> {
         let policy = self.policy.clone();
         self.reads
-            .run(move |c| read_shares(c, &policy, at_ms))
+            .run(move |c| read_shares(c, &policy, at_ms, now_ms))
             .await
     }
 
@@ -360,15 +361,22 @@ impl Ledger {
 }
 
 /// The share view of the database behind `c` at `at_ms` (used by `GET /v1/groups` and by
-/// `mssbroker shares --db`).
+/// `mssbroker shares --db`). The stored aggregates hold the present (`now_ms`) and can be read
+/// at any later instant; an instant in the past is replayed from the requests charged up to it
+/// (a full scan). The ledger counts (pending, held) are always the present ones.
 pub fn read_shares(
     c: &rusqlite::Connection,
     policy: &PolicySettings,
     at_ms: i64,
+    now_ms: i64,
 ) -> rusqlite::Result<SharesView> {
-    let loaded = usage::load_book(c, policy, at_ms)?;
+    let book = if at_ms < now_ms {
+        usage::book_as_of(c, policy, at_ms)?
+    } else {
+        usage::load_book(c, policy, at_ms)?.book
+    };
     let counts = usage::group_counts(c, policy)?;
-    let snapshot = loaded.book.snapshot(at_ms);
+    let snapshot = book.snapshot(at_ms);
     Ok(crate::shares::view::build(
         policy,
         &snapshot,

@@ -472,8 +472,8 @@ async fn half_life_usage_has_no_drift_across_restarts() {
     assert!(decisions.0.iter().any(|d| d.0 == Class::Back));
     let at = restarted.clock.now_ms();
     let reopened = restarted.open();
-    let view_a = serde_json::to_value(reopened.0.shares(at).await.unwrap()).unwrap();
-    let view_b = serde_json::to_value(twin.0.shares(at).await.unwrap()).unwrap();
+    let view_a = serde_json::to_value(reopened.0.shares(at, at).await.unwrap()).unwrap();
+    let view_b = serde_json::to_value(twin.0.shares(at, at).await.unwrap()).unwrap();
     assert_eq!(view_a, view_b);
     let stored = |path: &std::path::Path| -> Vec<(String, f64)> {
         let c = rusqlite::Connection::open(path).unwrap();

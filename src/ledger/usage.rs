@@ -42,6 +42,16 @@ pub struct Loaded {
     pub rebuilt: bool,
 }
 
+/// The book for an instant in the past: the current charges dated up to `at_ms`, replayed from
+/// the requests (a full scan; the stored aggregates hold the present).
+pub fn book_as_of(
+    c: &Connection,
+    policy: &PolicySettings,
+    at_ms: i64,
+) -> rusqlite::Result<UsageBook> {
+    rebuild_book(c, policy, default_t0(policy, at_ms), at_ms, Some(at_ms))
+}
+
 /// The book as stored, or rebuilt in memory from the requests if the stored aggregates are for
 /// another model. Reads only.
 pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqlite::Result<Loaded> {
@@ -94,7 +104,7 @@ pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqli
         });
     }
     Ok(Loaded {
-        book: rebuild_book(c, policy, default_t0(policy, now_ms), now_ms)?,
+        book: rebuild_book(c, policy, default_t0(policy, now_ms), now_ms, None)?,
         rebuilt: true,
     })
 }
@@ -114,18 +124,20 @@ fn default_t0(policy: &PolicySettings, now_ms: i64) -> i64 {
     }
 }
 
-/// Replay every current charge, dated, into a new book.
+/// Replay every current charge, dated (up to `until_ms` if given), into a new book.
 fn rebuild_book(
     c: &Connection,
     policy: &PolicySettings,
     t0: i64,
     now_ms: i64,
+    until_ms: Option<i64>,
 ) -> rusqlite::Result<UsageBook> {
     let mut book = UsageBook::new(policy, t0);
     let mut stmt = c.prepare(&format!(
-        "SELECT group_path, charged, {CHARGE_DATE} FROM requests WHERE charged != 0 ORDER BY id"
+        "SELECT group_path, charged, {CHARGE_DATE} FROM requests \
+         WHERE charged != 0 AND {CHARGE_DATE} <= ?1 ORDER BY id"
     ))?;
-    let mut rows = stmt.query([])?;
+    let mut rows = stmt.query([until_ms.unwrap_or(i64::MAX)])?;
     while let Some(r) = rows.next()? {
         let path: String = r.get(0)?;
         if let Some(g) = policy.group_by_path(&path) {

@@ -877,6 +877,19 @@ fn release_held(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usi
                 })?
                 .collect::<rusqlite::Result<_>>()?;
             if batch.is_empty() {
+                // The count said some were held but none are: put the count right rather than
+                // hold the group's new requests behind nothing.
+                let stale = ctx.held.get(g.0).copied().unwrap_or(0);
+                if stale > 0 {
+                    warn!(group = %path, count = stale, "held count without held requests; reset");
+                    ctx.charge(
+                        &path,
+                        Charge {
+                            held: -(stale as i64),
+                            ..Charge::default()
+                        },
+                    );
+                }
                 break;
             }
             for (id, size, mode) in batch {

@@ -111,6 +111,15 @@ async fn a_restart_across_a_window_boundary_reports_what_running_through_does() 
         node(&later, "analysis/higgs")["effective_usage"],
         1_250_000_000.0
     );
+    // An instant in the past is replayed from the requests: at START only the first round
+    // counted, all in the current window.
+    let (_, past) = restarted.get(&format!("/v1/groups?at={START}")).await;
+    assert_eq!(node(&past, "analysis/higgs")["effective_usage"], 1e9);
+    assert_eq!(
+        node(&past, "analysis/top")["windows"],
+        serde_json::json!([8e9, 0.0, 0.0])
+    );
+    assert_eq!(past["fair_share_usage"], 27e9);
     let (status, bad) = restarted.get("/v1/groups?at=yesterday").await;
     assert_eq!((status, bad["field"].as_str()), (400, Some("at")), "{bad}");
     restarted.stop().await;
