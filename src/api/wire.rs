@@ -381,7 +381,7 @@ pub struct RequestBody {
     pub charged: u64,
     pub cancel_requested: bool,
     pub last_error: Option<String>,
-    /// Why the request is held (state `held`).
+    /// Why the request is held (state `held`), or was when it was cancelled while held.
     pub held_reason: Option<String>,
     pub created_ms: i64,
     pub submitted_ms: Option<i64>,

@@ -11,6 +11,7 @@
 //! Reads (request lookups, the dispatcher's queue, group figures) use a small pool of read-only
 //! connections; WAL lets them run beside the writer.
 
+pub mod aggregates;
 mod read;
 mod schema;
 mod usage;

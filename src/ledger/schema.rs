@@ -47,8 +47,10 @@ CREATE TABLE IF NOT EXISTS requests (
     -- the date of the current charge (usage decays and windows count from it): the decision,
     -- then the completion; NULL while held (nothing charged)
     charged_ms        INTEGER,
-    -- why a request is held (state 'held'), until it is released
-    held_reason       TEXT
+    -- why a request was held (kept after a cancellation; cleared when released)
+    held_reason       TEXT,
+    -- when a held request was released (decided and charged)
+    released_ms       INTEGER
 );
 -- Idempotency: a 64-bit fingerprint of (station, client_request_id) per request, appended in id
 -- order. The writer loads it into memory at start and checks replays there, confirming a hit
@@ -80,6 +82,34 @@ CREATE TABLE IF NOT EXISTS usage_windows (
     window INTEGER NOT NULL,
     usage  INTEGER NOT NULL,
     PRIMARY KEY (path, window)
+) WITHOUT ROWID;
+-- Report aggregates per group per hour (see ledger/aggregates.rs), and the wait-time histogram.
+CREATE TABLE IF NOT EXISTS report_hours (
+    path                  TEXT    NOT NULL,
+    hour                  INTEGER NOT NULL,
+    accepted              INTEGER NOT NULL DEFAULT 0,
+    held                  INTEGER NOT NULL DEFAULT 0,
+    released              INTEGER NOT NULL DEFAULT 0,
+    held_cancelled        INTEGER NOT NULL DEFAULT 0,
+    front                 INTEGER NOT NULL DEFAULT 0,
+    back                  INTEGER NOT NULL DEFAULT 0,
+    priority              INTEGER NOT NULL DEFAULT 0,
+    started               INTEGER NOT NULL DEFAULT 0,
+    wait_ms_sum           INTEGER NOT NULL DEFAULT 0,
+    done                  INTEGER NOT NULL DEFAULT 0,
+    failed                INTEGER NOT NULL DEFAULT 0,
+    cancelled             INTEGER NOT NULL DEFAULT 0,
+    bytes_done            INTEGER NOT NULL DEFAULT 0,
+    benefit_done          INTEGER NOT NULL DEFAULT 0,
+    started_over_priority INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (path, hour)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS report_waits (
+    path  TEXT    NOT NULL,
+    hour  INTEGER NOT NULL,
+    bin   INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (path, hour, bin)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -115,6 +145,7 @@ pub fn open_writer(path: &Path) -> Result<Connection, LedgerError> {
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("requests", "charged_ms", "INTEGER"),
     ("requests", "held_reason", "TEXT"),
+    ("requests", "released_ms", "INTEGER"),
     ("groups", "held", "INTEGER NOT NULL DEFAULT 0"),
     ("groups", "decayed", "REAL NOT NULL DEFAULT 0"),
 ];

@@ -518,3 +518,244 @@ async fn half_life_usage_has_no_drift_across_restarts() {
     close(reopened);
     close(twin);
 }
+
+/// Per (group, hour) aggregate columns, and per (group, hour, bin) wait counts.
+type Aggregates = (Vec<(String, i64, [i64; 15])>, Vec<(String, i64, i64, i64)>);
+
+/// The report aggregates recomputed from the request rows: per (group, hour) the same columns
+/// as `report_hours` (but `started_over_priority`, which depends on what else was waiting), and
+/// the wait histogram.
+fn recompute_aggregates(path: &std::path::Path) -> Aggregates {
+    use super::aggregates::{hour_of, wait_bin};
+    use std::collections::BTreeMap;
+    let c = rusqlite::Connection::open(path).unwrap();
+    let mut rows: BTreeMap<(String, i64), [i64; 15]> = BTreeMap::new();
+    let mut waits: BTreeMap<(String, i64, i64), i64> = BTreeMap::new();
+    let mut st = c
+        .prepare(
+            "SELECT group_path, state, class, created_ms, started_ms, finished_ms, released_ms, \
+             held_reason, bytes_done, charged FROM requests",
+        )
+        .unwrap();
+    let mut q = st.query([]).unwrap();
+    while let Some(r) = q.next().unwrap() {
+        let path: String = r.get(0).unwrap();
+        let state: String = r.get(1).unwrap();
+        let class: String = r.get(2).unwrap();
+        let created: i64 = r.get(3).unwrap();
+        let started: Option<i64> = r.get(4).unwrap();
+        let finished: Option<i64> = r.get(5).unwrap();
+        let released: Option<i64> = r.get(6).unwrap();
+        let held_reason: Option<String> = r.get(7).unwrap();
+        let bytes: i64 = r.get(8).unwrap();
+        let charged: i64 = r.get(9).unwrap();
+        let held_cancelled = state == "cancelled" && held_reason.is_some() && released.is_none();
+        let was_held = state == "held" || released.is_some() || held_cancelled;
+        let mut at = |ms: i64, col: usize, v: i64| {
+            rows.entry((path.clone(), hour_of(ms))).or_default()[col] += v;
+        };
+        // Columns: accepted, held, released, held_cancelled, front, back, priority, started,
+        // wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, (unused).
+        at(created, 0, 1);
+        if was_held {
+            at(created, 1, 1);
+        }
+        if let Some(t) = released {
+            at(t, 2, 1);
+        }
+        let decided = if was_held { released } else { Some(created) };
+        if let Some(t) = decided {
+            let col = match class.as_str() {
+                "front" => 4,
+                "back" => 5,
+                _ => 6,
+            };
+            at(t, col, 1);
+        }
+        if let Some(t) = started {
+            at(t, 7, 1);
+            at(t, 8, t - created);
+            *waits
+                .entry((path.clone(), hour_of(t), wait_bin(t - created)))
+                .or_default() += 1;
+        }
+        if let Some(t) = finished {
+            match state.as_str() {
+                "done" => {
+                    at(t, 9, 1);
+                    at(t, 12, bytes);
+                    at(t, 13, charged);
+                }
+                "failed" => at(t, 10, 1),
+                "cancelled" => {
+                    at(t, 11, 1);
+                    if held_cancelled {
+                        at(t, 3, 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    (
+        rows.into_iter().map(|((p, h), v)| (p, h, v)).collect(),
+        waits
+            .into_iter()
+            .map(|((p, h, b), n)| (p, h, b, n))
+            .collect(),
+    )
+}
+
+/// The maintained aggregates, in the shape of [`recompute_aggregates`].
+fn stored_aggregates(path: &std::path::Path) -> Aggregates {
+    let c = rusqlite::Connection::open(path).unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT path, hour, accepted, held, released, held_cancelled, front, back, priority, \
+             started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done \
+             FROM report_hours ORDER BY path, hour",
+        )
+        .unwrap();
+    let rows = st
+        .query_map([], |r| {
+            let mut v = [0i64; 15];
+            for (i, slot) in v.iter_mut().enumerate().take(14) {
+                *slot = r.get(i + 2)?;
+            }
+            Ok((r.get(0)?, r.get(1)?, v))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        // A row can be all zeros only if nothing happened: the recomputation has none.
+        .filter(|(_, _, v): &(String, i64, [i64; 15])| v.iter().any(|x| *x != 0))
+        .collect();
+    let mut st = c
+        .prepare("SELECT path, hour, bin, count FROM report_waits ORDER BY path, hour, bin")
+        .unwrap();
+    let waits = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (rows, waits)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Accept { group: usize, size: u64 },
+    Start(usize),
+    Done(usize, u64),
+    Fail(usize, bool),
+    Cancel(usize),
+    Release,
+    Wait(i64),
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0usize..4, 1u64..3_000).prop_map(|(group, size)| Op::Accept { group, size }),
+        3 => any::<usize>().prop_map(Op::Start),
+        3 => (any::<usize>(), 1u64..3_000).prop_map(|(i, b)| Op::Done(i, b)),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(i, r)| Op::Fail(i, r)),
+        2 => any::<usize>().prop_map(Op::Cancel),
+        1 => Just(Op::Release),
+        2 => (0i64..2 * 3_600_000).prop_map(Op::Wait),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// After any sequence of accepts (some held by a feasibility cap), starts, completions,
+    /// failures (retried or final), cancellations, releases and time passing across hours, the
+    /// maintained report aggregates equal a full recomputation from the request rows.
+    #[test]
+    fn report_aggregates_equal_a_recomputation(ops in proptest::collection::vec(op(), 1..80)) {
+        let config = CONFIG.replace(
+            "[mss]",
+            "[usage]\nmodel = \"windows\"\ninterval_secs = 3600\ndepth = 1\n[targets.mc]\nfeasibility_cap = 1500\n[mss]",
+        );
+        let f = Fixture::with_config(&config);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let opened = f.open();
+            let l = &opened.0;
+            let mut ids: Vec<i64> = Vec::new();
+            let mut seq = 0u64;
+            for (n, op) in ops.iter().enumerate() {
+                let pick = |i: &usize| ids.get(i % ids.len().max(1)).copied();
+                match op {
+                    Op::Accept { group, size } => {
+                        let (mode, g) = [("analysis", "higgs"), ("analysis", "top"), ("mc", "x"), ("datataking", "x")][*group];
+                        let a = l.accept(vec![f.request(&format!("r{n}"), mode, g, *size)]).await.unwrap();
+                        ids.push(a[0].id);
+                    }
+                    Op::Start(i) | Op::Done(i, _) | Op::Fail(i, _) => {
+                        let Some(id) = pick(i) else { continue };
+                        let r = l.request(id).await.unwrap().unwrap();
+                        seq += 1;
+                        let kind = match op {
+                            Op::Start(_) => EventKind::Started,
+                            Op::Done(_, b) => EventKind::Done { bytes: *b },
+                            Op::Fail(_, retryable) => EventKind::Failed { reason: "x".into(), retryable: *retryable },
+                            _ => unreachable!(),
+                        };
+                        l.apply_status_events(vec![event(id, r.attempt, seq, kind)]).await.unwrap();
+                    }
+                    Op::Cancel(i) => {
+                        let Some(id) = pick(i) else { continue };
+                        l.cancel(id).await.unwrap();
+                    }
+                    Op::Release => {
+                        l.release_held().await.unwrap();
+                    }
+                    Op::Wait(ms) => f.clock.advance_ms(*ms),
+                }
+            }
+            close(opened);
+        });
+        let (stored, stored_waits) = stored_aggregates(&f.path);
+        let (recomputed, recomputed_waits) = recompute_aggregates(&f.path);
+        proptest::prop_assert_eq!(stored, recomputed);
+        proptest::prop_assert_eq!(stored_waits, recomputed_waits);
+    }
+}
+
+/// A fair-share request that starts while a priority-class request waits is counted (the
+/// report's "data taking held back" figure); once the priority request runs, none is.
+#[tokio::test]
+async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let daq = l
+        .accept(vec![f.request("d", "datataking", "x", 10)])
+        .await
+        .unwrap()[0]
+        .id;
+    let a = l.accept(vec![f.request("a", "mc", "x", 10)]).await.unwrap()[0].id;
+    let b = l.accept(vec![f.request("b", "mc", "x", 10)]).await.unwrap()[0].id;
+    let start = |id, seq| event(id, 1, seq, EventKind::Started);
+    l.apply_status_events(vec![start(a, 1)]).await.unwrap();
+    f.clock.advance_ms(250);
+    l.apply_status_events(vec![start(daq, 2), start(b, 3)])
+        .await
+        .unwrap();
+    close(opened);
+    let c = rusqlite::Connection::open(&f.path).unwrap();
+    let over = |p: &str| -> (i64, i64, i64) {
+        c.query_row(
+            "SELECT SUM(started_over_priority), SUM(started), SUM(wait_ms_sum) FROM report_hours WHERE path = ?1",
+            [p],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        over("mc"),
+        (1, 2, 250),
+        "a started over the waiting daq; b after it ran"
+    );
+    assert_eq!(over("datataking"), (0, 1, 250));
+}

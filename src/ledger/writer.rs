@@ -11,6 +11,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, error, info, warn};
 
+use super::aggregates::{HourRow, ReportDeltas};
 use super::read::parse_state;
 use super::usage;
 use super::{
@@ -32,6 +33,8 @@ pub(super) struct Writer {
     usage: UsageBook,
     /// Held requests per group (by group id).
     held: Vec<u64>,
+    /// Priority-class requests waiting (accepted or submitted, not yet running).
+    priority_waiting: i64,
     idempotency: Idempotency,
     batch_max: usize,
     retry: RetrySettings,
@@ -119,6 +122,8 @@ struct Ctx<'a> {
     policy: &'a PolicySettings,
     usage: &'a mut UsageBook,
     held: &'a mut Vec<u64>,
+    priority_waiting: &'a mut i64,
+    report: ReportDeltas,
     idempotency: &'a mut Idempotency,
     /// Fingerprints added in this transaction, removed again if it rolls back.
     added: Vec<(u64, i64)>,
@@ -142,6 +147,18 @@ struct Charge {
 }
 
 impl Ctx<'_> {
+    /// A request of `class` moves from `from` to `to`: keep the count of waiting priority-class
+    /// requests.
+    fn moved(&mut self, class: Class, from: Option<RequestState>, to: RequestState) {
+        if class != Class::Priority {
+            return;
+        }
+        let waiting = |s: Option<RequestState>| {
+            matches!(s, Some(RequestState::Accepted | RequestState::Submitted))
+        };
+        *self.priority_waiting += i64::from(waiting(Some(to))) - i64::from(waiting(from));
+    }
+
     /// Change a group's usage, bytes and counts, in memory and in this transaction's deltas.
     fn charge(&mut self, path: &str, c: Charge) {
         if let Some(g) = self.policy.group_by_path(path) {
@@ -276,6 +293,14 @@ impl Writer {
             .into_iter()
             .map(|c| c.held)
             .collect();
+        // Both counts use the partial indexes on state.
+        let priority_waiting: i64 = conn.query_row(
+            "SELECT (SELECT COUNT(*) FROM requests WHERE state = 'accepted' AND class = 'priority') \
+             + (SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
+                AND state = 'submitted' AND class = 'priority')",
+            [],
+            |r| r.get(0),
+        )?;
         let mut idempotency = Idempotency::default();
         {
             let mut stmt = conn.prepare("SELECT id, fingerprint FROM idempotency")?;
@@ -295,6 +320,7 @@ impl Writer {
             clock,
             usage,
             held,
+            priority_waiting,
             idempotency,
             batch_max: options.commit_batch_max.max(1),
             retry: options.retry.clone(),
@@ -344,7 +370,7 @@ impl Writer {
     fn commit_group(&mut self, commands: Vec<Command>) {
         let started = std::time::Instant::now();
         let count = commands.len();
-        let saved = (self.usage.clone(), self.held.clone());
+        let saved = (self.usage.clone(), self.held.clone(), self.priority_waiting);
         let now = self.clock.now_ms();
         let rebase = self.usage.rebase(now);
         self.usage.roll(now);
@@ -352,6 +378,8 @@ impl Writer {
             policy: &self.policy,
             usage: &mut self.usage,
             held: &mut self.held,
+            priority_waiting: &mut self.priority_waiting,
+            report: ReportDeltas::default(),
             idempotency: &mut self.idempotency,
             added: Vec::new(),
             deltas: Deltas::default(),
@@ -379,6 +407,7 @@ impl Writer {
                 return Err(e);
             }
             flush_deltas(&tx, &ctx)?;
+            ctx.report.flush(&tx)?;
             tx.commit()
         })();
         let ready = ctx.ready;
@@ -399,7 +428,7 @@ impl Writer {
             }
             Err(e) => {
                 error!(error = %e, commands = replies.len(), "ledger transaction rolled back");
-                (self.usage, self.held) = saved;
+                (self.usage, self.held, self.priority_waiting) = saved;
                 for (fp, id) in added {
                     self.idempotency.remove(fp, id);
                 }
@@ -548,6 +577,17 @@ fn accept_one(
     ctx.idempotency.insert(fp, id);
     ctx.added.push((fp, id));
     let held = i64::from(state == RequestState::Held);
+    let row = HourRow {
+        accepted: 1,
+        held,
+        ..HourRow::default()
+    };
+    if held == 0 {
+        ctx.report.add(path, ctx.now, row.decided(decision.class));
+        ctx.moved(decision.class, None, RequestState::Accepted);
+    } else {
+        ctx.report.add(path, ctx.now, row);
+    }
     ctx.charge(
         path,
         Charge {
@@ -624,12 +664,16 @@ struct Charged {
     charged: i64,
     charged_bytes: i64,
     charged_ms: i64,
+    class: Class,
+    created_ms: i64,
+    started_ms: Option<i64>,
 }
 
 fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charged>> {
     tx.prepare_cached(
         "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
-         COALESCE(charged_ms, created_ms) FROM requests WHERE id = ?1",
+         COALESCE(charged_ms, created_ms), class, created_ms, started_ms \
+         FROM requests WHERE id = ?1",
     )?
     .query_row([id], |r| {
         let state: String = r.get(0)?;
@@ -641,6 +685,9 @@ fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charge
             charged: r.get(4)?,
             charged_bytes: r.get(5)?,
             charged_ms: r.get(6)?,
+            class: Class::parse(&r.get::<_, String>(7)?).unwrap_or(Class::Back),
+            created_ms: r.get(8)?,
+            started_ms: r.get(9)?,
         })
     })
     .optional()
@@ -667,7 +714,7 @@ fn finalize(
     tx.prepare_cached(
         "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, bytes_done = ?5, \
          finished_ms = ?6, last_error = COALESCE(?7, last_error), \
-         charged_ms = CASE WHEN ?3 != 0 THEN ?6 END, held_reason = NULL WHERE id = ?1",
+         charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
     )?
     .execute(params![
         id,
@@ -678,6 +725,20 @@ fn finalize(
         ctx.now,
         error
     ])?;
+    ctx.report.add(
+        &row.group,
+        ctx.now,
+        HourRow {
+            done: i64::from(state == RequestState::Done),
+            failed: i64::from(state == RequestState::Failed),
+            cancelled: i64::from(state == RequestState::Cancelled),
+            held_cancelled: i64::from(row.state == RequestState::Held),
+            bytes_done: bytes,
+            benefit_done: benefit,
+            ..HourRow::default()
+        },
+    );
+    ctx.moved(row.class, Some(row.state), state);
     // The estimate is taken back at its own date; the actual is charged now, when it was
     // received.
     ctx.charge(
@@ -752,12 +813,14 @@ fn lost(
     attempt: u32,
     reason: &str,
 ) -> rusqlite::Result<bool> {
+    let row = load_charged(tx, id)?;
     let in_flight = matches!(
-        load_charged(tx, id)?,
+        &row,
         Some(row) if row.attempt == attempt
             && matches!(row.state, RequestState::Submitted | RequestState::Running)
     );
-    if in_flight {
+    if let (true, Some(row)) = (in_flight, &row) {
+        ctx.moved(row.class, Some(row.state), RequestState::Accepted);
         tx.prepare_cached(
             "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
              next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
@@ -792,11 +855,18 @@ fn apply_event(
             if !matches!(row.state, RequestState::Accepted | RequestState::Submitted) {
                 return Ok(false);
             }
+            // started_ms is the first start: a report's wait is from queueing to first start.
             tx.prepare_cached(
-                "UPDATE requests SET state = 'running', started_ms = ?2, \
+                "UPDATE requests SET state = 'running', started_ms = COALESCE(started_ms, ?2), \
                  submitted_ms = COALESCE(submitted_ms, ?2) WHERE id = ?1",
             )?
             .execute(params![id, ctx.now])?;
+            if row.started_ms.is_none() {
+                let over_priority = row.class != Class::Priority && *ctx.priority_waiting > 0;
+                ctx.report
+                    .started(&row.group, ctx.now, ctx.now - row.created_ms, over_priority);
+            }
+            ctx.moved(row.class, Some(row.state), RequestState::Running);
         }
         EventKind::Done { bytes } => {
             finalize(tx, ctx, id, &row, RequestState::Done, Some(*bytes), None)?;
@@ -809,6 +879,7 @@ fn apply_event(
                      mss_id = NULL, next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
                 )?
                 .execute(params![id, ctx.now + delay, reason])?;
+                ctx.moved(row.class, Some(row.state), RequestState::Accepted);
                 ctx.ready = true;
             } else {
                 let why = format!(
@@ -900,8 +971,8 @@ fn release_held(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usi
                 let d = policy::decide(ctx.policy, &ctx.usage.at(ctx.now), g, benefit);
                 tx.prepare_cached(
                     "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
-                     charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL \
-                     WHERE id = ?1",
+                     charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
+                     released_ms = ?6 WHERE id = ?1",
                 )?
                 .execute(params![
                     id,
@@ -921,6 +992,11 @@ fn release_held(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usi
                         held: -1,
                     },
                 );
+                let row = HourRow {
+                    released: 1,
+                    ..HourRow::default()
+                };
+                ctx.report.add(&path, ctx.now, row.decided(d.class));
                 ctx.ready = true;
                 released += 1;
             }

@@ -274,8 +274,11 @@ mod tests {
         /// end is the closed form `sum b * 0.5^((end - t_j)/H)`, to 1e-12 relative.
         #[test]
         fn half_life_once_or_in_steps(
-            half_life_ms in 1_000i64..1_000_000_000,
-            charges in proptest::collection::vec((0u64..1 << 40, 0i64..10_000_000_000), 1..20),
+            (half_life_ms, charges) in (1_000i64..1_000_000_000).prop_flat_map(|h| (
+                Just(h),
+                // Within 400 half-lives of t0: the writer moves t0 on after 600 (see rebase).
+                proptest::collection::vec((0u64..1 << 40, 0i64..400 * h), 1..20),
+            )),
             steps in proptest::collection::vec(0i64..1_000_000_000, 1..10),
         ) {
             let acc = HalfLifeAcc { half_life_ms, t0_ms: 0 };
