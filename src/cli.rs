@@ -77,6 +77,8 @@ enum Command {
     /// Show every group's target, usage under the configured model, Fair Tree rank, SAM class
     /// and cap state: from a ledger database, or from usage given in a JSON file.
     Shares(SharesArgs),
+    /// The share report over a time range: from a running broker (--url) or a database (--db).
+    Report(ReportArgs),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
@@ -145,6 +147,40 @@ enum Format {
 }
 
 #[derive(Debug, Args)]
+struct ReportArgs {
+    /// Read this database directly (read only) instead of asking a broker.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Configuration file, with --db [default: config/broker.toml, else the embedded copy].
+    #[arg(long, requires = "db")]
+    config: Option<PathBuf>,
+    /// Broker base URL (without --db).
+    #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Bearer token (a reader or operator).
+    #[arg(long, env = "MSSBROKER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Start: RFC 3339 or epoch ms [default: 7 days before --until].
+    #[arg(long)]
+    since: Option<String>,
+    /// End (exclusive) [default: now].
+    #[arg(long)]
+    until: Option<String>,
+    /// hour, day or week [default: by the range's length].
+    #[arg(long)]
+    bucket: Option<String>,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    format: ReportFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReportFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Debug, Args)]
 struct SimArgs {
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
@@ -174,6 +210,66 @@ struct SimArgs {
     /// Fraction of events written to the event log twice, 0..1.
     #[arg(long, default_value_t = 0.0)]
     duplicate_event_rate: f64,
+}
+
+async fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    use crate::clock::Clock;
+    let now = crate::clock::SystemClock.now_ms();
+    let report: crate::report::Report = match &args.db {
+        Some(db) => {
+            let settings = Settings::load_default(args.config.as_deref())?;
+            let range = crate::report::parse_range(
+                args.since.as_deref(),
+                args.until.as_deref(),
+                args.bucket.as_deref(),
+                now,
+            )
+            .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            if !db.exists() {
+                bail!("--db: no database at {}", db.display());
+            }
+            let conn = crate::ledger::open_read_only(db)?;
+            crate::ledger::read_report(&conn, &settings.policy, range, now)
+                .with_context(|| format!("cannot read the report from {}", db.display()))?
+        }
+        None => {
+            let mut query = Vec::new();
+            for (k, v) in [
+                ("since", &args.since),
+                ("until", &args.until),
+                ("bucket", &args.bucket),
+            ] {
+                if let Some(v) = v {
+                    query.push((k, v.clone()));
+                }
+            }
+            let url = format!("{}/v1/report", args.url.trim_end_matches('/'));
+            let resp = with_token(
+                reqwest::Client::new().get(&url).query(&query),
+                args.token.as_deref(),
+            )
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the broker at {}", args.url))?;
+            if !resp.status().is_success() {
+                return print_response(resp).await;
+            }
+            resp.json()
+                .await
+                .context("the broker's report is not what this version reads")?
+        }
+    };
+    let out = match args.format {
+        ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        ReportFormat::Table => crate::report::render::table(&report),
+        ReportFormat::Csv => crate::report::render::csv(&report),
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(out.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn shares(args: SharesArgs) -> anyhow::Result<ExitCode> {
@@ -249,6 +345,7 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             print_response(resp).await
         }
         Command::MssSim(args) => mss_sim(args).await,
+        Command::Report(args) => report(args).await,
         Command::Bench {
             connections,
             seconds,

@@ -11,6 +11,7 @@ pub mod dispatcher;
 pub mod domain;
 pub mod ledger;
 pub mod policy;
+pub mod report;
 pub mod shares;
 pub mod startup;
 pub mod telemetry;

@@ -146,6 +146,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         .routes(utoipa_axum::routes!(submit_batch))
         .routes(utoipa_axum::routes!(get_request, cancel_request))
         .routes(utoipa_axum::routes!(groups))
+        .routes(utoipa_axum::routes!(report))
         .routes(utoipa_axum::routes!(healthz))
         .split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
@@ -466,4 +467,44 @@ async fn groups(
     };
     let view = state.ledger.shares(at_ms, now).await?;
     Ok(Json(view).into_response())
+}
+
+/// `GET /v1/report` query.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReportQuery {
+    /// Start (RFC 3339 or epoch ms); default 7 days before `until`. Widened to a whole hour.
+    pub since: Option<String>,
+    /// End (exclusive); default now.
+    pub until: Option<String>,
+    /// `hour`, `day` or `week`; default by the range's length.
+    pub bucket: Option<String>,
+}
+
+/// The share report over a time range: per group and tree node, target vs achieved share,
+/// requests by outcome, pending and held, front/back, wait percentiles; per priority class the
+/// same; the same per bucket; and the current usage windows (`diagnose`).
+#[utoipa::path(get, path = "/v1/report", params(ReportQuery), responses(
+    (status = 200, body = crate::report::Report),
+    (status = 400, body = error::ErrorBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+async fn report(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ReportQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(&["reader", "operator"], "read reports")?;
+    let Query(q) =
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, None, e.body_text()))?;
+    let now = state.clock.now_ms();
+    let range = crate::report::parse_range(
+        q.since.as_deref(),
+        q.until.as_deref(),
+        q.bucket.as_deref(),
+        now,
+    )
+    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
+    Ok(Json(state.ledger.report(range, now).await?).into_response())
 }

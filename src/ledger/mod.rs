@@ -342,6 +342,18 @@ impl Ledger {
         self.reads.run(read::groups).await
     }
 
+    /// A report over `range` (see [`read_report`]).
+    pub async fn report(
+        &self,
+        range: crate::report::ReportRange,
+        now_ms: i64,
+    ) -> Result<crate::report::Report, LedgerError> {
+        let policy = self.policy.clone();
+        self.reads
+            .run(move |c| read_report(c, &policy, range, now_ms))
+            .await
+    }
+
     /// The share view at `at_ms`, from the committed aggregates (`now_ms`: the present; an
     /// earlier `at_ms` is replayed from the requests).
     pub async fn shares(&self, at_ms: i64, now_ms: i64) -> Result<SharesView, LedgerError> {
@@ -384,6 +396,77 @@ pub fn read_shares(
         at_ms,
         Some(&counts),
     ))
+}
+
+/// The aggregates a report over `range` needs: a few thousand rows for months of history.
+pub fn report_rows(
+    c: &rusqlite::Connection,
+    range: &crate::report::ReportRange,
+) -> rusqlite::Result<crate::report::ReportRows> {
+    use aggregates::HourRow;
+    const COLS: &str = "accepted, held, released, held_cancelled, front, back, priority, started, \
+        wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority";
+    let row = |r: &rusqlite::Row<'_>, o: usize| -> rusqlite::Result<HourRow> {
+        Ok(HourRow {
+            accepted: r.get(o)?,
+            held: r.get(o + 1)?,
+            released: r.get(o + 2)?,
+            held_cancelled: r.get(o + 3)?,
+            front: r.get(o + 4)?,
+            back: r.get(o + 5)?,
+            priority: r.get(o + 6)?,
+            started: r.get(o + 7)?,
+            wait_ms_sum: r.get(o + 8)?,
+            done: r.get(o + 9)?,
+            failed: r.get(o + 10)?,
+            cancelled: r.get(o + 11)?,
+            bytes_done: r.get(o + 12)?,
+            benefit_done: r.get(o + 13)?,
+            started_over_priority: r.get(o + 14)?,
+        })
+    };
+    let (since, until) = (range.since_hour(), range.until_hour());
+    let mut out = crate::report::ReportRows::default();
+    let sums = COLS
+        .split(", ")
+        .map(|c| format!("SUM({c})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut st = c.prepare(&format!(
+        "SELECT path, {sums} FROM report_hours WHERE hour < ?1 GROUP BY path"
+    ))?;
+    for r in st.query_map([since], |r| Ok((r.get::<_, String>(0)?, row(r, 1)?)))? {
+        let (path, sum) = r?;
+        out.before.insert(path, sum);
+    }
+    let mut st = c.prepare(&format!(
+        "SELECT path, hour, {COLS} FROM report_hours WHERE hour >= ?1 AND hour < ?2"
+    ))?;
+    for r in st.query_map([since, until], |r| Ok((r.get(0)?, r.get(1)?, row(r, 2)?)))? {
+        out.hours.push(r?);
+    }
+    let mut st = c.prepare(
+        "SELECT path, hour, bin, count FROM report_waits WHERE hour >= ?1 AND hour < ?2",
+    )?;
+    for r in st.query_map([since, until], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })? {
+        out.waits.push(r?);
+    }
+    Ok(out)
+}
+
+/// A whole report from the database behind `c`; the `diagnose` section is the share view at
+/// the end of the range, or now if that is later.
+pub fn read_report(
+    c: &rusqlite::Connection,
+    policy: &PolicySettings,
+    range: crate::report::ReportRange,
+    now_ms: i64,
+) -> rusqlite::Result<crate::report::Report> {
+    let rows = report_rows(c, &range)?;
+    let diagnose = read_shares(c, policy, range.until_ms.min(now_ms), now_ms)?;
+    Ok(crate::report::build(policy, &rows, range, diagnose))
 }
 
 /// Open a database read-only (for `mssbroker shares --db` and reports).

@@ -2,7 +2,7 @@
 //! level fair-share and rank, the SAM class a new request would get, and its floor/cap state.
 //! `mssbroker shares` prints it as a table or JSON; `GET /v1/groups` serves the same rows.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::book::{Effective, UsageLookup};
 use super::fairtree::fair_tree;
@@ -12,7 +12,7 @@ use crate::domain::Class;
 use crate::policy::sam::decide;
 
 /// Figures the ledger keeps per group besides usage (present when read from a database).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GroupCounts {
     /// Benefit of requests not yet final (accepted, held, at the MSS).
     pub pending: u64,
@@ -23,7 +23,7 @@ pub struct GroupCounts {
 }
 
 /// Everything `mssbroker shares` shows.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SharesView {
     /// The instant the figures are for, RFC 3339 UTC.
     pub at: String,
@@ -42,7 +42,7 @@ pub struct SharesView {
 }
 
 /// One node of the share tree.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeRow {
     pub path: String,
     pub leaf: bool,
@@ -84,7 +84,7 @@ pub struct NodeRow {
 }
 
 /// A priority class: not part of the fair-share tree.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClassRow {
     pub path: String,
     pub mss_priority: i64,

@@ -9,4 +9,5 @@ mod failures;
 mod faults;
 mod helpers;
 mod openapi;
+mod report;
 mod shares;

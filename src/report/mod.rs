@@ -1,0 +1,487 @@
+//! Share reports, pure: from the ledger's hourly aggregates (see `ledger::aggregates`) to what
+//! an operator reads: per group and tree node, target vs achieved share of bytes and files,
+//! what was accepted, done, failed, cancelled, pending and held, front/back decisions, wait
+//! time percentiles, the deviation from target; per priority class the same, plus every hour a
+//! fair-share request started while a priority-class request waited; and the same figures per
+//! bucket (hour, day, week) as a time series. `mssbroker report`, `GET /v1/report` and the HTML
+//! page all render a [`Report`].
+
+pub mod render;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{GroupKind, PolicySettings};
+use crate::ledger::aggregates::{bin_upper_ms, HourRow, HOUR_MS};
+use crate::shares::view::{format_ms, SharesView};
+
+/// Bucket size of a report's time series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Bucket {
+    Hour,
+    Day,
+    Week,
+}
+
+impl Bucket {
+    pub fn parse(s: &str) -> Option<Bucket> {
+        match s {
+            "hour" => Some(Bucket::Hour),
+            "day" => Some(Bucket::Day),
+            "week" => Some(Bucket::Week),
+            _ => None,
+        }
+    }
+
+    /// The start (hour index) of the bucket hour `h` falls in. Days are UTC days; weeks start
+    /// on Monday 00:00 UTC (1970-01-01 was a Thursday).
+    pub fn start_of(self, h: i64) -> i64 {
+        match self {
+            Bucket::Hour => h,
+            Bucket::Day => h.div_euclid(24) * 24,
+            Bucket::Week => {
+                let day = h.div_euclid(24);
+                (day - (day + 3).rem_euclid(7)) * 24
+            }
+        }
+    }
+
+    pub fn hours(self) -> i64 {
+        match self {
+            Bucket::Hour => 1,
+            Bucket::Day => 24,
+            Bucket::Week => 168,
+        }
+    }
+}
+
+/// What a report covers: `[since, until)`, widened to whole hours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportRange {
+    pub since_ms: i64,
+    pub until_ms: i64,
+    pub bucket: Bucket,
+}
+
+impl ReportRange {
+    pub fn since_hour(&self) -> i64 {
+        self.since_ms.div_euclid(HOUR_MS)
+    }
+
+    pub fn until_hour(&self) -> i64 {
+        // The hour containing until-1 ms, exclusive end.
+        (self.until_ms - 1).div_euclid(HOUR_MS) + 1
+    }
+}
+
+/// Why a report's range cannot be used, naming the parameter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RangeError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// Most buckets one report may have.
+pub const MAX_BUCKETS: i64 = 20_000;
+
+/// The range of `since` / `until` / `bucket` as given (RFC 3339 or epoch ms; bucket `hour`,
+/// `day` or `week`). Defaults: until now, since 7 days before until, the bucket by the range's
+/// length (hour up to 2 days, day up to 90 days, week beyond).
+pub fn parse_range(
+    since: Option<&str>,
+    until: Option<&str>,
+    bucket: Option<&str>,
+    now_ms: i64,
+) -> Result<ReportRange, RangeError> {
+    let time = |field: &'static str, v: &str| {
+        crate::clock::parse_instant(v).map_err(|message| RangeError { field, message })
+    };
+    let until_ms = match until {
+        Some(v) => time("until", v)?,
+        None => now_ms,
+    };
+    let since_ms = match since {
+        Some(v) => time("since", v)?,
+        None => until_ms - 7 * 24 * HOUR_MS,
+    };
+    if since_ms >= until_ms {
+        return Err(RangeError {
+            field: "since",
+            message: format!(
+                "must be before until ({} is not before {})",
+                format_ms(since_ms),
+                format_ms(until_ms)
+            ),
+        });
+    }
+    let hours = (until_ms - since_ms) / HOUR_MS + 1;
+    let bucket = match bucket {
+        Some(b) => Bucket::parse(b).ok_or_else(|| RangeError {
+            field: "bucket",
+            message: format!("`{b}` is not one of hour, day, week"),
+        })?,
+        None if hours <= 48 => Bucket::Hour,
+        None if hours <= 90 * 24 => Bucket::Day,
+        None => Bucket::Week,
+    };
+    if hours / bucket.hours() > MAX_BUCKETS {
+        return Err(RangeError {
+            field: "bucket",
+            message: format!(
+                "{} buckets of one {bucket:?} is more than {MAX_BUCKETS}: use a larger bucket or a shorter range",
+                hours / bucket.hours()
+            )
+            .to_lowercase(),
+        });
+    }
+    Ok(ReportRange {
+        since_ms,
+        until_ms,
+        bucket,
+    })
+}
+
+/// Counts that carry over from before the range (for pending and held at each instant).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Carry {
+    pub accepted: i64,
+    pub finished: i64,
+    pub held: i64,
+    pub unheld: i64,
+}
+
+impl Carry {
+    fn add(&mut self, r: &HourRow) {
+        self.accepted += r.accepted;
+        self.finished += r.done + r.failed + r.cancelled;
+        self.held += r.held;
+        self.unheld += r.released + r.held_cancelled;
+    }
+
+    fn pending(&self) -> i64 {
+        (self.accepted - self.finished).max(0)
+    }
+
+    fn held_now(&self) -> i64 {
+        (self.held - self.unheld).max(0)
+    }
+}
+
+/// What the ledger gives a report: the aggregates before the range (summed) and within it.
+#[derive(Debug, Clone, Default)]
+pub struct ReportRows {
+    /// Per group path: everything before the range.
+    pub before: HashMap<String, HourRow>,
+    /// (path, hour, row) within the range.
+    pub hours: Vec<(String, i64, HourRow)>,
+    /// (path, hour, bin, count) within the range.
+    pub waits: Vec<(String, i64, i64, i64)>,
+}
+
+/// One group, tree node or class over a range (or one bucket).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Figures {
+    pub path: String,
+    /// `fair_share` (a tree node), `priority` (a priority class), or `all_fair_share`.
+    pub kind: String,
+    pub leaf: bool,
+    /// Target share of fair-share benefit (null for priority classes).
+    pub target_share: Option<f64>,
+    /// Share of all fair-share bytes done in the range (null for priority classes).
+    pub achieved_share_bytes: Option<f64>,
+    /// Share of all fair-share files done in the range.
+    pub achieved_share_files: Option<f64>,
+    /// `(achieved_share_bytes - target_share) * 100`, percentage points.
+    pub deviation_pp: Option<f64>,
+    pub bytes_done: i64,
+    pub files_done: i64,
+    pub accepted: i64,
+    pub done: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+    /// Requests not final at the end of the range (held included).
+    pub pending: i64,
+    /// Requests held by a feasibility cap at the end of the range.
+    pub held: i64,
+    pub front: i64,
+    pub back: i64,
+    /// Requests that started (first start) in the range, and their wait from queueing.
+    pub started: i64,
+    /// Median wait, queue to first start, ms (upper edge of its histogram bin: within 19%).
+    pub wait_median_ms: Option<f64>,
+    pub wait_p95_ms: Option<f64>,
+    /// Fair-share requests that started while a priority-class request was waiting.
+    pub started_over_priority: i64,
+}
+
+/// One bucket of the time series.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BucketFigures {
+    pub start: String,
+    pub start_ms: i64,
+    /// Every group, tree node and class, as in [`Report::groups`].
+    pub groups: Vec<Figures>,
+}
+
+/// A whole report.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Report {
+    pub since: String,
+    pub until: String,
+    pub since_ms: i64,
+    pub until_ms: i64,
+    pub bucket: Bucket,
+    /// Tree nodes depth first, then priority classes, then `all_fair_share`.
+    pub groups: Vec<Figures>,
+    pub series: Vec<BucketFigures>,
+    /// Hours (start, RFC 3339) in which a fair-share request started while a priority-class
+    /// request waited: should be none.
+    pub priority_held_back: Vec<String>,
+    /// The current share view: each group's usage windows or decayed sum (`diagnose -f`).
+    pub diagnose: SharesView,
+}
+
+/// Rows of one group summed, with its waits.
+#[derive(Default, Clone)]
+struct Acc {
+    row: HourRow,
+    waits: BTreeMap<i64, i64>,
+}
+
+impl Acc {
+    fn add(&mut self, r: &HourRow) {
+        add_row(&mut self.row, r);
+    }
+}
+
+fn add_row(a: &mut HourRow, r: &HourRow) {
+    a.accepted += r.accepted;
+    a.held += r.held;
+    a.released += r.released;
+    a.held_cancelled += r.held_cancelled;
+    a.front += r.front;
+    a.back += r.back;
+    a.priority += r.priority;
+    a.started += r.started;
+    a.wait_ms_sum += r.wait_ms_sum;
+    a.done += r.done;
+    a.failed += r.failed;
+    a.cancelled += r.cancelled;
+    a.bytes_done += r.bytes_done;
+    a.benefit_done += r.benefit_done;
+    a.started_over_priority += r.started_over_priority;
+}
+
+/// The `q` quantile (0..1) of a histogram, as its bin's upper edge.
+fn quantile(waits: &BTreeMap<i64, i64>, q: f64) -> Option<f64> {
+    let total: i64 = waits.values().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q * total as f64).ceil() as i64).max(1);
+    let mut seen = 0;
+    for (bin, n) in waits {
+        seen += n;
+        if seen >= rank {
+            return Some(bin_upper_ms(*bin).round());
+        }
+    }
+    None
+}
+
+/// Build a report. `diagnose` is the share view at `until` (or now).
+pub fn build(
+    policy: &PolicySettings,
+    rows: &ReportRows,
+    range: ReportRange,
+    diagnose: SharesView,
+) -> Report {
+    let since_h = range.since_hour();
+    let until_h = range.until_hour();
+    // Per bucket start -> per path -> accumulated rows.
+    let mut buckets: BTreeMap<i64, HashMap<&str, Acc>> = BTreeMap::new();
+    let mut b = range.bucket.start_of(since_h);
+    while b < until_h {
+        buckets.entry(b).or_default();
+        b += range.bucket.hours();
+    }
+    for (path, hour, row) in &rows.hours {
+        let start = range.bucket.start_of(*hour);
+        buckets
+            .entry(start)
+            .or_default()
+            .entry(path.as_str())
+            .or_default()
+            .add(row);
+    }
+    for (path, hour, bin, n) in &rows.waits {
+        let start = range.bucket.start_of(*hour);
+        *buckets
+            .entry(start)
+            .or_default()
+            .entry(path.as_str())
+            .or_default()
+            .waits
+            .entry(*bin)
+            .or_default() += n;
+    }
+    let mut held_back: Vec<i64> = rows
+        .hours
+        .iter()
+        .filter(|(_, _, r)| r.started_over_priority > 0)
+        .map(|(_, h, _)| *h)
+        .collect();
+    held_back.sort_unstable();
+    held_back.dedup();
+
+    // Running carry per path, bucket by bucket.
+    let mut carry: HashMap<&str, Carry> = HashMap::new();
+    for (path, row) in &rows.before {
+        carry.entry(path.as_str()).or_default().add(row);
+    }
+    let mut total: HashMap<&str, Acc> = HashMap::new();
+    let mut series = Vec::with_capacity(buckets.len());
+    for (start, accs) in &buckets {
+        for (path, acc) in accs {
+            carry.entry(path).or_default().add(&acc.row);
+            let t = total.entry(path).or_default();
+            t.add(&acc.row);
+            for (bin, n) in &acc.waits {
+                *t.waits.entry(*bin).or_default() += n;
+            }
+        }
+        series.push(BucketFigures {
+            start: format_ms(start * HOUR_MS),
+            start_ms: start * HOUR_MS,
+            groups: figures(policy, accs, &carry),
+        });
+    }
+    Report {
+        since: format_ms(since_h * HOUR_MS),
+        until: format_ms(until_h * HOUR_MS),
+        since_ms: since_h * HOUR_MS,
+        until_ms: until_h * HOUR_MS,
+        bucket: range.bucket,
+        groups: figures(policy, &total, &carry),
+        series,
+        priority_held_back: held_back
+            .into_iter()
+            .map(|h| format_ms(h * HOUR_MS))
+            .collect(),
+        diagnose,
+    }
+}
+
+/// Figures of every tree node, priority class and the fair-share total, from per-path sums.
+fn figures(
+    policy: &PolicySettings,
+    accs: &HashMap<&str, Acc>,
+    carry: &HashMap<&str, Carry>,
+) -> Vec<Figures> {
+    let leaf_acc = |path: &str| accs.get(path).cloned().unwrap_or_default();
+    let leaf_carry = |path: &str| carry.get(path).copied().unwrap_or_default();
+    let sum = |paths: &mut dyn Iterator<Item = &str>| -> (Acc, Carry) {
+        let mut a = Acc::default();
+        let mut c = Carry::default();
+        for p in paths {
+            let x = leaf_acc(p);
+            a.add(&x.row);
+            for (bin, n) in x.waits {
+                *a.waits.entry(bin).or_default() += n;
+            }
+            let y = leaf_carry(p);
+            c.accepted += y.accepted;
+            c.finished += y.finished;
+            c.held += y.held;
+            c.unheld += y.unheld;
+        }
+        (a, c)
+    };
+    let fair_paths: Vec<&str> = policy
+        .groups
+        .iter()
+        .filter(|g| matches!(g.kind, GroupKind::FairShare { .. }))
+        .map(|g| g.path.as_str())
+        .collect();
+    let (fair, fair_carry) = sum(&mut fair_paths.iter().copied());
+    let share = |part: i64, all: i64| (all > 0).then(|| part as f64 / all as f64);
+    let make = |path: &str, kind: &str, leaf: bool, target: Option<f64>, a: &Acc, c: &Carry| {
+        let fair_share = kind != "priority";
+        let achieved = if fair_share {
+            share(a.row.bytes_done, fair.row.bytes_done)
+        } else {
+            None
+        };
+        Figures {
+            path: path.to_string(),
+            kind: kind.to_string(),
+            leaf,
+            target_share: target,
+            achieved_share_bytes: achieved,
+            achieved_share_files: if fair_share {
+                share(a.row.done, fair.row.done)
+            } else {
+                None
+            },
+            deviation_pp: match (achieved, target) {
+                (Some(x), Some(t)) => Some((x - t) * 100.0),
+                _ => None,
+            },
+            bytes_done: a.row.bytes_done,
+            files_done: a.row.done,
+            accepted: a.row.accepted,
+            done: a.row.done,
+            failed: a.row.failed,
+            cancelled: a.row.cancelled,
+            pending: c.pending(),
+            held: c.held_now(),
+            front: a.row.front,
+            back: a.row.back,
+            started: a.row.started,
+            wait_median_ms: quantile(&a.waits, 0.5),
+            wait_p95_ms: quantile(&a.waits, 0.95),
+            started_over_priority: a.row.started_over_priority,
+        }
+    };
+    let mut out = Vec::new();
+    for i in policy.tree.depth_first() {
+        let node = &policy.tree.nodes[i];
+        let (a, c) = sum(&mut node.leaves.iter().map(|g| policy.group(*g).path.as_str()));
+        out.push(make(
+            node.path.as_str(),
+            "fair_share",
+            node.is_leaf(),
+            Some(node.fraction.to_f64()),
+            &a,
+            &c,
+        ));
+    }
+    for g in &policy.groups {
+        if let GroupKind::Priority { .. } = g.kind {
+            let path = g.path.as_str();
+            out.push(make(
+                path,
+                "priority",
+                true,
+                None,
+                &leaf_acc(path),
+                &leaf_carry(path),
+            ));
+        }
+    }
+    out.push(make(
+        "(all fair share)",
+        "all_fair_share",
+        false,
+        Some(1.0),
+        &fair,
+        &fair_carry,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests;

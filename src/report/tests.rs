@@ -1,0 +1,271 @@
+//! A report worked by hand, on a real ledger file with a manual clock, across an hour (and
+//! usage window) boundary.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mss_adapters::{EventKind, MssEvent};
+
+use super::*;
+use crate::clock::{Clock, ManualClock};
+use crate::config::{RetrySettings, Settings};
+use crate::ledger::aggregates::wait_bin;
+use crate::ledger::{Ledger, LedgerOptions, NewRequest};
+
+const CONFIG: &str = r#"
+[policy]
+p_front = 20
+p_back = 10
+[usage]
+model = "windows"
+interval_secs = 3600
+depth = 2
+decay = 0.5
+[[priority_classes]]
+access_mode = "daq"
+mss_priority = 100
+[shares]
+a = 1
+b = 3
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:1"
+"#;
+
+const MIN: i64 = 60_000;
+const H0: i64 = 1_000 * HOUR_MS;
+
+fn request(policy: &PolicySettings, crid: &str, group: &str, size: u64) -> NewRequest {
+    let mode = if group == "daq" { "daq" } else { group };
+    NewRequest {
+        station: "st".into(),
+        client_request_id: crid.into(),
+        user: "u".into(),
+        file: format!("/f/{crid}"),
+        size_bytes: size,
+        access_mode: mode.into(),
+        physics_group: "x".into(),
+        volume: None,
+        direction: mss_adapters::Direction::Read,
+        group: policy.group_by_path(group).unwrap(),
+        benefit: size,
+    }
+}
+
+fn ev(id: i64, seq: u64, kind: EventKind) -> MssEvent {
+    MssEvent {
+        seq,
+        key: id.to_string(),
+        attempt: 1,
+        at_ms: 0,
+        kind,
+    }
+}
+
+fn fig<'a>(groups: &'a [Figures], path: &str) -> &'a Figures {
+    groups.iter().find(|f| f.path == path).unwrap()
+}
+
+fn upper(wait_ms: i64) -> Option<f64> {
+    Some(bin_upper_ms(wait_bin(wait_ms)).round())
+}
+
+#[tokio::test]
+async fn a_hand_worked_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings::parse(CONFIG, "t").unwrap();
+    let policy = settings.policy.clone();
+    let clock = ManualClock::new(H0 + 10 * MIN);
+    let options = LedgerOptions {
+        path: dir.path().join("r.db"),
+        commit_batch_max: 64,
+        retry: RetrySettings {
+            max_attempts: 1,
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(10),
+        },
+    };
+    let (l, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone())).unwrap();
+    let p = &policy;
+    let ids: Vec<i64> = l
+        .accept(vec![
+            request(p, "a1", "a", 1000),
+            request(p, "a2", "a", 3000),
+            request(p, "b1", "b", 2000),
+            request(p, "d1", "daq", 500),
+        ])
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.id)
+        .collect();
+    let (a1, a2, b1, d1) = (ids[0], ids[1], ids[2], ids[3]);
+    clock.advance_ms(5 * MIN); // H0 + 15m
+    l.apply_status_events(vec![
+        ev(a1, 1, EventKind::Started),
+        ev(b1, 2, EventKind::Started),
+    ])
+    .await
+    .unwrap();
+    clock.advance_ms(15 * MIN); // H0 + 30m
+    l.apply_status_events(vec![
+        ev(a1, 3, EventKind::Done { bytes: 1000 }),
+        ev(b1, 4, EventKind::Done { bytes: 2000 }),
+    ])
+    .await
+    .unwrap();
+    clock.advance_ms(35 * MIN); // H0 + 65m: the next hour
+    l.apply_status_events(vec![
+        ev(a2, 5, EventKind::Started),
+        ev(d1, 6, EventKind::Started),
+    ])
+    .await
+    .unwrap();
+    clock.advance_ms(5 * MIN); // H0 + 70m
+    l.apply_status_events(vec![
+        ev(a2, 7, EventKind::Done { bytes: 3000 }),
+        ev(d1, 8, EventKind::Done { bytes: 500 }),
+    ])
+    .await
+    .unwrap();
+    clock.advance_ms(5 * MIN); // H0 + 75m
+    let more = l
+        .accept(vec![
+            request(p, "b2", "b", 4000),
+            request(p, "b3", "b", 1000),
+        ])
+        .await
+        .unwrap();
+    clock.advance_ms(5 * MIN); // H0 + 80m
+    l.apply_status_events(vec![ev(
+        more[0].id,
+        9,
+        EventKind::Failed {
+            reason: "bad tape".into(),
+            retryable: false,
+        },
+    )])
+    .await
+    .unwrap();
+    l.cancel(more[1].id).await.unwrap();
+
+    let range = ReportRange {
+        since_ms: H0,
+        until_ms: H0 + 2 * HOUR_MS,
+        bucket: Bucket::Hour,
+    };
+    let r = l.report(range, clock.now_ms()).await.unwrap();
+    drop(l);
+    writer.join().unwrap();
+
+    // Whole range. Fair-share bytes done: a 1000 + 3000, b 2000.
+    let a = fig(&r.groups, "a");
+    let b = fig(&r.groups, "b");
+    assert_eq!((a.bytes_done, a.files_done, a.accepted), (4000, 2, 2));
+    assert_eq!(a.achieved_share_bytes, Some(4000.0 / 6000.0));
+    assert_eq!(a.achieved_share_files, Some(2.0 / 3.0));
+    assert_eq!(a.target_share, Some(0.25));
+    assert!((a.deviation_pp.unwrap() - (4000.0 / 6000.0 - 0.25) * 100.0).abs() < 1e-9);
+    assert!((b.deviation_pp.unwrap() - (2000.0 / 6000.0 - 0.75) * 100.0).abs() < 1e-9);
+    assert_eq!(
+        (b.accepted, b.done, b.failed, b.cancelled, b.pending, b.held),
+        (3, 1, 1, 1, 0, 0)
+    );
+    // SAM: a1 and a2 were the first usage of all (share 1): back; every b went front.
+    assert_eq!((a.front, a.back, b.front, b.back), (0, 2, 3, 0));
+    // Waits: a1 5 min, a2 55 min; b1 5 min; d1 55 min.
+    assert_eq!(a.started, 2);
+    assert_eq!(a.wait_median_ms, upper(5 * MIN));
+    assert_eq!(a.wait_p95_ms, upper(55 * MIN));
+    assert_eq!(b.wait_median_ms, upper(5 * MIN));
+    let daq = fig(&r.groups, "daq");
+    assert_eq!(
+        (
+            daq.kind.as_str(),
+            daq.target_share,
+            daq.achieved_share_bytes
+        ),
+        ("priority", None, None)
+    );
+    assert_eq!((daq.bytes_done, daq.wait_median_ms), (500, upper(55 * MIN)));
+    // d1 (data taking) waited from H0 + 10m to H0 + 65m: a1 and b1 (H0 + 15m) and a2 (H0 + 65m,
+    // just before d1) all started while it waited, in both hours.
+    assert_eq!((a.started_over_priority, b.started_over_priority), (2, 1));
+    assert_eq!(daq.started_over_priority, 0);
+    assert_eq!(
+        r.priority_held_back,
+        [format_ms(H0), format_ms(H0 + HOUR_MS)]
+    );
+    let all = fig(&r.groups, "(all fair share)");
+    assert_eq!(
+        (all.bytes_done, all.accepted, all.achieved_share_bytes),
+        (6000, 5, Some(1.0))
+    );
+
+    // Per hour.
+    assert_eq!(r.series.len(), 2);
+    let h0 = &r.series[0].groups;
+    assert_eq!(
+        (fig(h0, "a").bytes_done, fig(h0, "a").pending),
+        (1000, 1),
+        "a2 still pending"
+    );
+    assert_eq!(fig(h0, "a").achieved_share_bytes, Some(1000.0 / 3000.0));
+    assert_eq!(fig(h0, "daq").pending, 1);
+    let h1 = &r.series[1].groups;
+    assert_eq!(fig(h1, "a").achieved_share_bytes, Some(1.0));
+    assert_eq!(
+        (
+            fig(h1, "b").accepted,
+            fig(h1, "b").failed,
+            fig(h1, "b").cancelled,
+            fig(h1, "b").pending
+        ),
+        (2, 1, 1, 0)
+    );
+
+    // Diagnose: usage per window at the end (now, H0 + 80m), current window first: a2's 3000
+    // was charged when it finished (this hour), a1's 1000 last hour; b's failed and cancelled
+    // requests were refunded.
+    let win = |path: &str| {
+        r.diagnose
+            .groups
+            .iter()
+            .find(|g| g.path == path)
+            .unwrap()
+            .windows
+            .clone()
+    };
+    assert_eq!(win("a"), Some(vec![3000.0, 1000.0]));
+    assert_eq!(win("b"), Some(vec![0.0, 2000.0]));
+
+    // The renderings carry the same figures.
+    let table = render::table(&r);
+    assert!(
+        table.contains("+41.67") && table.contains("-41.67"),
+        "{table}"
+    );
+    assert!(table.contains("a fair-share request started while a priority-class request waited"));
+    let csv = render::csv(&r);
+    // a, b, daq and the fair-share total, per bucket and for the range.
+    assert_eq!(
+        csv.lines().count(),
+        1 + 2 * 4 + 4,
+        "header, 2 buckets x 4 rows, totals"
+    );
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("total,a,fair_share,0.25,")),
+        "{csv}"
+    );
+}
+
+#[test]
+fn buckets_align_to_utc_days_and_monday_weeks() {
+    // Hour 0 is Thursday 1970-01-01 00:00; the Monday before is 1969-12-29, hour -72.
+    assert_eq!(Bucket::Week.start_of(0), -72);
+    assert_eq!(Bucket::Week.start_of(4 * 24), 4 * 24, "Monday 1970-01-05");
+    assert_eq!(Bucket::Week.start_of(4 * 24 + 167), 4 * 24);
+    assert_eq!(Bucket::Day.start_of(47), 24);
+    assert_eq!(Bucket::Hour.start_of(47), 47);
+}
