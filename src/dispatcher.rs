@@ -56,6 +56,7 @@ pub struct Dispatcher {
     limiter: DefaultDirectRateLimiter,
     settings: MssSettings,
     clock: Arc<dyn Clock>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Dispatcher {
@@ -64,6 +65,7 @@ impl Dispatcher {
         adapter: Arc<dyn MssAdapter>,
         settings: MssSettings,
         clock: Arc<dyn Clock>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Dispatcher {
         let rate = NonZeroU32::new(settings.submit_rate_per_sec).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(settings.submit_burst).unwrap_or(NonZeroU32::MIN);
@@ -73,6 +75,7 @@ impl Dispatcher {
             limiter: RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)),
             settings,
             clock,
+            metrics,
         }
     }
 
@@ -112,7 +115,11 @@ impl Dispatcher {
         // Cannot fail: submit_batch is capped at the burst size when the config is validated.
         let _ = self.limiter.until_n_ready(n).await;
         let transfers: Vec<Transfer> = ready.iter().map(transfer).collect();
+        let started = std::time::Instant::now();
         let results = self.adapter.submit_batch(&transfers).await;
+        let ok = results.iter().all(|r| r.is_ok());
+        self.metrics
+            .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());
         let mut taken = Vec::new();
         let mut unavailable = false;
         for (r, result) in ready.iter().zip(results) {
@@ -150,10 +157,26 @@ impl Dispatcher {
         Ok(Step::Worked(count))
     }
 
+    /// Await an adapter call and record its latency and outcome.
+    async fn timed<T>(
+        &self,
+        call: &str,
+        fut: impl std::future::Future<Output = Result<T, MssError>>,
+    ) -> Result<T, MssError> {
+        let started = std::time::Instant::now();
+        let out = fut.await;
+        self.metrics
+            .mss_call(call, out.is_ok(), started.elapsed().as_secs_f64());
+        out
+    }
+
     /// Fetch and apply one batch of MSS events.
     pub async fn events_once(&self, wait: Duration) -> Result<Step, LedgerError> {
         let cursor = self.ledger.event_cursor().await?;
-        let batch = match self.adapter.events(&cursor, wait).await {
+        let batch = match self
+            .timed("events", self.adapter.events(&cursor, wait))
+            .await
+        {
             Ok(b) => b,
             Err(e) => {
                 debug!(error = %e, "cannot read mss events");
@@ -202,7 +225,10 @@ impl Dispatcher {
     async fn settle_all(&self, requests: &[(i64, u32)], why: &str) -> Result<bool, LedgerError> {
         let (mut resubmitted, mut settled, mut still) = (0usize, 0usize, Vec::new());
         for &(id, attempt) in requests {
-            let status = match self.adapter.status(&id.to_string()).await {
+            let status = match self
+                .timed("status", self.adapter.status(&id.to_string()))
+                .await
+            {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(request_id = id, error = %e, "cannot ask the mss for a transfer's state");
@@ -259,7 +285,10 @@ impl Dispatcher {
     }
 
     async fn cancel_at_mss(&self, id: i64) {
-        match self.adapter.cancel(&id.to_string()).await {
+        match self
+            .timed("cancel", self.adapter.cancel(&id.to_string()))
+            .await
+        {
             Ok(()) => debug!(request_id = id, "cancel sent to the mss"),
             // Too late (running or finished) or unknown: the transfer's own event settles it.
             Err(MssError::Rejected(why)) => debug!(request_id = id, %why, "mss did not cancel"),

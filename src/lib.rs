@@ -10,6 +10,7 @@ pub mod config;
 pub mod dispatcher;
 pub mod domain;
 pub mod ledger;
+pub mod metrics;
 pub mod policy;
 pub mod report;
 pub mod shares;

@@ -78,23 +78,26 @@ impl Application {
         };
         let adapter: Arc<dyn MssAdapter> =
             Arc::new(HttpAdapter::new(&mss_url, settings.mss.timeout)?);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let options = LedgerOptions {
             path: settings.database.path.clone(),
             commit_batch_max: settings.database.commit_batch_max,
             retry: settings.mss.retry.clone(),
+            metrics: metrics.clone(),
         };
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
         let state = AppState {
             ledger: ledger.clone(),
             clock: clock.clone(),
+            metrics: metrics.clone(),
             policy: settings.policy.clone(),
             limits: settings.limits.clone(),
             cancels: cancel_tx,
             tokens,
             station_limits: api::station_limiter(&settings.limits),
         };
-        let dispatcher = Dispatcher::new(ledger, adapter, settings.mss.clone(), clock);
+        let dispatcher = Dispatcher::new(ledger, adapter, settings.mss.clone(), clock, metrics);
         let listen = settings.server.listen;
         let listener = TcpListener::bind(listen)
             .await

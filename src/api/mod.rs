@@ -31,6 +31,8 @@ pub struct AppState {
     pub ledger: Ledger,
     /// The broker's clock: share figures are computed for its now.
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// In-process metrics, exposed with the ledger's figures at `/metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub policy: Arc<PolicySettings>,
     pub limits: InputLimits,
     /// Ids whose cancellation the dispatcher must carry to the MSS.
@@ -147,6 +149,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         .routes(utoipa_axum::routes!(get_request, cancel_request))
         .routes(utoipa_axum::routes!(groups))
         .routes(utoipa_axum::routes!(report))
+        .routes(utoipa_axum::routes!(metrics))
         .routes(utoipa_axum::routes!(healthz))
         .split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
@@ -507,4 +510,28 @@ async fn report(
     )
     .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
     Ok(Json(state.ledger.report(range, now).await?).into_response())
+}
+
+/// Prometheus metrics (OpenMetrics text): per group requests by state and bytes done
+/// (counters), pending and held requests, usage and target share (gauges); ledger commit
+/// latency and batch size and MSS call latency (histograms).
+#[utoipa::path(get, path = "/metrics", responses(
+    (status = 200, content_type = "application/openmetrics-text", body = String),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+async fn metrics(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    caller.require(&["reader", "operator"], "read metrics")?;
+    let text = state
+        .ledger
+        .metrics_text(state.metrics.clone(), state.clock.now_ms())
+        .await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
 }

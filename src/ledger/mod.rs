@@ -154,6 +154,8 @@ pub struct LedgerOptions {
     pub path: PathBuf,
     pub commit_batch_max: usize,
     pub retry: RetrySettings,
+    /// Where commit latency and batch size are recorded.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// A handle to the ledger; cheap to clone.
@@ -342,6 +344,22 @@ impl Ledger {
         self.reads.run(read::groups).await
     }
 
+    /// The Prometheus exposition: in-process metrics and the ledger's figures now.
+    pub async fn metrics_text(
+        &self,
+        metrics: Arc<crate::metrics::Metrics>,
+        now_ms: i64,
+    ) -> Result<String, LedgerError> {
+        let policy = self.policy.clone();
+        self.reads
+            .run(move |c| {
+                let totals = totals_before(c, i64::MAX)?;
+                let shares = read_shares(c, &policy, now_ms, now_ms)?;
+                Ok(metrics.encode(&totals, &shares))
+            })
+            .await
+    }
+
     /// A report over `range` (see [`read_report`]).
     pub async fn report(
         &self,
@@ -398,51 +416,62 @@ pub fn read_shares(
     ))
 }
 
+const AGG_COLS: &str = "accepted, held, released, held_cancelled, front, back, priority, \
+    started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority";
+
+fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<aggregates::HourRow> {
+    Ok(aggregates::HourRow {
+        accepted: r.get(o)?,
+        held: r.get(o + 1)?,
+        released: r.get(o + 2)?,
+        held_cancelled: r.get(o + 3)?,
+        front: r.get(o + 4)?,
+        back: r.get(o + 5)?,
+        priority: r.get(o + 6)?,
+        started: r.get(o + 7)?,
+        wait_ms_sum: r.get(o + 8)?,
+        done: r.get(o + 9)?,
+        failed: r.get(o + 10)?,
+        cancelled: r.get(o + 11)?,
+        bytes_done: r.get(o + 12)?,
+        benefit_done: r.get(o + 13)?,
+        started_over_priority: r.get(o + 14)?,
+    })
+}
+
+/// Per group path, the aggregates summed over every hour before `hour` (`i64::MAX`: all).
+pub fn totals_before(
+    c: &rusqlite::Connection,
+    hour: i64,
+) -> rusqlite::Result<Vec<(String, aggregates::HourRow)>> {
+    let sums = AGG_COLS
+        .split(", ")
+        .map(|c| format!("SUM({c})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut st = c.prepare_cached(&format!(
+        "SELECT path, {sums} FROM report_hours WHERE hour < ?1 GROUP BY path ORDER BY path"
+    ))?;
+    let rows = st.query_map([hour], |r| Ok((r.get::<_, String>(0)?, agg_row(r, 1)?)))?;
+    rows.collect()
+}
+
 /// The aggregates a report over `range` needs: a few thousand rows for months of history.
 pub fn report_rows(
     c: &rusqlite::Connection,
     range: &crate::report::ReportRange,
 ) -> rusqlite::Result<crate::report::ReportRows> {
-    use aggregates::HourRow;
-    const COLS: &str = "accepted, held, released, held_cancelled, front, back, priority, started, \
-        wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority";
-    let row = |r: &rusqlite::Row<'_>, o: usize| -> rusqlite::Result<HourRow> {
-        Ok(HourRow {
-            accepted: r.get(o)?,
-            held: r.get(o + 1)?,
-            released: r.get(o + 2)?,
-            held_cancelled: r.get(o + 3)?,
-            front: r.get(o + 4)?,
-            back: r.get(o + 5)?,
-            priority: r.get(o + 6)?,
-            started: r.get(o + 7)?,
-            wait_ms_sum: r.get(o + 8)?,
-            done: r.get(o + 9)?,
-            failed: r.get(o + 10)?,
-            cancelled: r.get(o + 11)?,
-            bytes_done: r.get(o + 12)?,
-            benefit_done: r.get(o + 13)?,
-            started_over_priority: r.get(o + 14)?,
-        })
-    };
     let (since, until) = (range.since_hour(), range.until_hour());
-    let mut out = crate::report::ReportRows::default();
-    let sums = COLS
-        .split(", ")
-        .map(|c| format!("SUM({c})"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut out = crate::report::ReportRows {
+        before: totals_before(c, since)?.into_iter().collect(),
+        ..Default::default()
+    };
     let mut st = c.prepare(&format!(
-        "SELECT path, {sums} FROM report_hours WHERE hour < ?1 GROUP BY path"
+        "SELECT path, hour, {AGG_COLS} FROM report_hours WHERE hour >= ?1 AND hour < ?2"
     ))?;
-    for r in st.query_map([since], |r| Ok((r.get::<_, String>(0)?, row(r, 1)?)))? {
-        let (path, sum) = r?;
-        out.before.insert(path, sum);
-    }
-    let mut st = c.prepare(&format!(
-        "SELECT path, hour, {COLS} FROM report_hours WHERE hour >= ?1 AND hour < ?2"
-    ))?;
-    for r in st.query_map([since, until], |r| Ok((r.get(0)?, r.get(1)?, row(r, 2)?)))? {
+    for r in st.query_map([since, until], |r| {
+        Ok((r.get(0)?, r.get(1)?, agg_row(r, 2)?))
+    })? {
         out.hours.push(r?);
     }
     let mut st = c.prepare(

@@ -58,6 +58,7 @@ impl Fixture {
                 base: Duration::from_millis(100),
                 max: Duration::from_millis(1000),
             },
+            metrics: Arc::default(),
         };
         Ledger::open(
             &options,

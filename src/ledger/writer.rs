@@ -39,6 +39,7 @@ pub(super) struct Writer {
     batch_max: usize,
     retry: RetrySettings,
     ready: Arc<Notify>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -325,6 +326,7 @@ impl Writer {
             batch_max: options.commit_batch_max.max(1),
             retry: options.retry.clone(),
             ready,
+            metrics: options.metrics.clone(),
         })
     }
 
@@ -412,9 +414,12 @@ impl Writer {
         })();
         let ready = ctx.ready;
         let added = std::mem::take(&mut ctx.added);
+        let elapsed = started.elapsed();
+        self.metrics.commit_seconds.observe(elapsed.as_secs_f64());
+        self.metrics.commit_commands.observe(count as f64);
         debug!(
             commands = count,
-            micros = started.elapsed().as_micros() as u64,
+            micros = elapsed.as_micros() as u64,
             "group commit"
         );
         match outcome {

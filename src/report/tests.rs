@@ -84,6 +84,7 @@ async fn a_hand_worked_report() {
             base: Duration::from_millis(10),
             max: Duration::from_millis(10),
         },
+        metrics: Arc::default(),
     };
     let (l, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone())).unwrap();
     let p = &policy;

@@ -109,6 +109,7 @@ async fn every_role_on_every_endpoint() {
             None,
             [401, 401, 403, 403, 403, 200, 200],
         ),
+        ("GET", "/metrics", None, [401, 401, 403, 403, 403, 200, 200]),
         ("GET", "/healthz", None, [200, 200, 200, 200, 200, 200, 200]),
         ("DELETE", &req_path, None, [401, 401, 0, 404, 403, 403, 0]),
     ];

@@ -8,6 +8,7 @@ mod end_to_end;
 mod failures;
 mod faults;
 mod helpers;
+mod metrics;
 mod openapi;
 mod report;
 mod shares;

@@ -27,6 +27,7 @@ async fn the_served_document_matches_the_router() {
         ("DELETE", "/v1/requests/{id}"),
         ("GET", "/v1/groups"),
         ("GET", "/v1/report"),
+        ("GET", "/metrics"),
         ("GET", "/healthz"),
     ]
     .iter()

@@ -1,0 +1,212 @@
+//! Prometheus metrics (`GET /metrics`, OpenMetrics text). Two kinds:
+//!
+//! - **in-process** histograms, observed as things happen: ledger commit latency and batch
+//!   size, MSS call latency by call; held in [`Metrics`], shared by the writer, the dispatcher
+//!   and the API;
+//! - **ledger figures**, read at scrape time from the maintained aggregates (never from
+//!   history): per group requests by state and bytes done (counters), pending and held
+//!   requests, usage and target share (gauges). A restart does not reset them: they are the
+//!   ledger's own totals.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::ledger::aggregates::HourRow;
+use crate::shares::view::SharesView;
+
+/// Labels of an MSS call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// `submit_batch`, `events`, `status`, `cancel`.
+    pub call: String,
+    /// `ok` or `error`.
+    pub outcome: String,
+}
+
+/// Labels of a group.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    group: String,
+    /// `fair_share` or `priority`.
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    group: String,
+    kind: String,
+    state: String,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 50 µs .. ~100 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 22))
+}
+
+/// The in-process metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    pub commit_seconds: Histogram,
+    pub commit_commands: Histogram,
+    pub mss_call_seconds: Family<CallLabels, Histogram>,
+    registry: Registry,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let commit_seconds = seconds_histogram();
+        let commit_commands = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        let mss_call_seconds =
+            Family::<CallLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
+        let mut registry = Registry::default();
+        // Histograms carry the unit in the name only: OpenMetrics parsers differ on whether a
+        // histogram may have a UNIT line.
+        registry.register(
+            "mssbroker_ledger_commit_seconds",
+            "Time of one ledger group commit (one transaction, one fsync)",
+            commit_seconds.clone(),
+        );
+        registry.register(
+            "mssbroker_ledger_commit_batch_size",
+            "Commands (requests, batches, event sets) carried by one ledger commit",
+            commit_commands.clone(),
+        );
+        registry.register(
+            "mssbroker_mss_call_seconds",
+            "Time of one call to the MSS adapter, by call and outcome (events is a long poll)",
+            mss_call_seconds.clone(),
+        );
+        Metrics {
+            commit_seconds,
+            commit_commands,
+            mss_call_seconds,
+            registry,
+        }
+    }
+
+    /// Record one MSS call.
+    pub fn mss_call(&self, call: &str, ok: bool, seconds: f64) {
+        self.mss_call_seconds
+            .get_or_create(&CallLabels {
+                call: call.to_string(),
+                outcome: if ok { "ok" } else { "error" }.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// The exposition: the in-process metrics, then the ledger's figures.
+    pub fn encode(&self, totals: &[(String, HourRow)], shares: &SharesView) -> String {
+        let mut figures = Registry::default();
+        let requests = Family::<StateLabels, Counter>::default();
+        let bytes = Family::<GroupLabels, Counter>::default();
+        let pending = Family::<GroupLabels, Gauge>::default();
+        let held = Family::<GroupLabels, Gauge>::default();
+        let usage_share = Family::<GroupLabels, Gauge<f64, AtomicU64>>::default();
+        let target_share = Family::<GroupLabels, Gauge<f64, AtomicU64>>::default();
+        let fair_kind = |path: &str| {
+            if shares.priority_classes.iter().any(|c| c.path == path) {
+                "priority"
+            } else {
+                "fair_share"
+            }
+        };
+        for (path, r) in totals {
+            let kind = fair_kind(path).to_string();
+            for (state, n) in [
+                ("accepted", r.accepted),
+                ("held", r.held),
+                ("done", r.done),
+                ("failed", r.failed),
+                ("cancelled", r.cancelled),
+            ] {
+                requests
+                    .get_or_create(&StateLabels {
+                        group: path.clone(),
+                        kind: kind.clone(),
+                        state: state.to_string(),
+                    })
+                    .inc_by(n.max(0) as u64);
+            }
+            bytes
+                .get_or_create(&GroupLabels {
+                    group: path.clone(),
+                    kind,
+                })
+                .inc_by(r.bytes_done.max(0) as u64);
+        }
+        for g in shares.groups.iter().filter(|g| g.leaf) {
+            let labels = GroupLabels {
+                group: g.path.clone(),
+                kind: "fair_share".into(),
+            };
+            if let Some(c) = g.counts {
+                pending.get_or_create(&labels).set(c.pending as i64);
+                held.get_or_create(&labels).set(c.held as i64);
+            }
+            usage_share.get_or_create(&labels).set(g.usage_share);
+            target_share.get_or_create(&labels).set(g.target_share);
+        }
+        for c in &shares.priority_classes {
+            let labels = GroupLabels {
+                group: c.path.clone(),
+                kind: "priority".into(),
+            };
+            if let Some(n) = c.counts {
+                pending.get_or_create(&labels).set(n.pending as i64);
+                held.get_or_create(&labels).set(n.held as i64);
+            }
+        }
+        figures.register(
+            "mssbroker_group_requests",
+            "Requests of a group by what happened to them (accepted, held at acceptance, done, failed, cancelled)",
+            requests,
+        );
+        figures.register_with_unit(
+            "mssbroker_group_done",
+            "Bytes of a group's completed transfers",
+            Unit::Bytes,
+            bytes,
+        );
+        figures.register(
+            "mssbroker_group_pending",
+            "Requests of a group not yet final (held included)",
+            pending,
+        );
+        figures.register(
+            "mssbroker_group_held",
+            "Requests of a group held by a feasibility cap",
+            held,
+        );
+        figures.register_with_unit(
+            "mssbroker_group_usage_share",
+            "A group's share of fair-share usage under the configured usage model",
+            Unit::Ratios,
+            usage_share,
+        );
+        figures.register_with_unit(
+            "mssbroker_group_target_share",
+            "A group's target share of fair-share benefit",
+            Unit::Ratios,
+            target_share,
+        );
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &figures);
+        let _ = encode_eof(&mut out);
+        out
+    }
+}
