@@ -73,6 +73,9 @@ enum Command {
         /// Skip HTTP and drive the ledger directly (the writer's ceiling).
         #[arg(long)]
         direct: bool,
+        /// Instead: fill a ledger with this many requests over 90 days and time reports on it.
+        #[arg(long)]
+        report_requests: Option<usize>,
     },
     /// Show every group's target, usage under the configured model, Fair Tree rank, SAM class
     /// and cap state: from a ledger database, or from usage given in a JSON file.
@@ -352,6 +355,19 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             rounds,
             batch,
             direct,
+            report_requests: Some(n),
+        } => {
+            let _ = (connections, seconds, batch, direct);
+            crate::bench_report::run(n, rounds).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            connections,
+            seconds,
+            rounds,
+            batch,
+            direct,
+            report_requests: None,
         } => {
             let options = crate::bench::BenchOptions {
                 connections: connections.max(1),

@@ -1,8 +1,9 @@
 //! The dispatcher: moves committed requests to the MSS and MSS events back into the ledger.
 //!
 //! Five loops, all restartable from the ledger alone:
-//! - **submit**: takes ready requests in decision order, waits for the governor rate limiter, and
-//!   sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
+//! - **submit**: takes ready requests, highest MSS priority first (data taking never waits in
+//!   the broker behind fair-share requests) and then in decision order, waits for the governor
+//!   rate limiter, and sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
 //!   idempotency key, so a request re-sent after a crash is answered "duplicate" by the MSS and
 //!   never queued twice. When the MSS is unreachable, the loop backs off (capped exponential,
 //!   with jitter) instead of hammering it, and picks up where it was when the MSS returns.

@@ -93,7 +93,7 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(
                 header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
+                header::HeaderValue::from_static("Bearer, Basic realm=\"mssbroker\""),
             );
         }
         response

@@ -67,20 +67,37 @@ impl axum::extract::FromRequestParts<AppState> for Caller {
         let Some(tokens) = &state.tokens else {
             return Ok(Caller(Principal::anonymous_operator()));
         };
-        let token = parts
+        let header = parts
             .headers
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        match token.and_then(|t| tokens.authenticate(t)) {
+            .and_then(|v| v.to_str().ok());
+        let token = header.and_then(bearer_or_basic_token);
+        match token.as_deref().and_then(|t| tokens.authenticate(t)) {
             Some(p) => Ok(Caller(p.clone())),
             None => Err(ApiError::unauthenticated()),
         }
     }
+}
+
+/// The token of an `Authorization` header: `Bearer TOKEN`, or `Basic` with the token as the
+/// password (any user name), so a browser's login prompt can open the HTML report.
+fn bearer_or_basic_token(h: &str) -> Option<String> {
+    use base64::Engine as _;
+    if let Some(t) = h
+        .strip_prefix("Bearer ")
+        .or_else(|| h.strip_prefix("bearer "))
+    {
+        return Some(t.trim().to_string());
+    }
+    let encoded = h
+        .strip_prefix("Basic ")
+        .or_else(|| h.strip_prefix("basic "))?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_, password) = text.split_once(':')?;
+    Some(password.to_string())
 }
 
 impl Caller {
@@ -150,6 +167,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         .routes(utoipa_axum::routes!(groups))
         .routes(utoipa_axum::routes!(report))
         .routes(utoipa_axum::routes!(metrics))
+        .routes(utoipa_axum::routes!(report_page))
         .routes(utoipa_axum::routes!(healthz))
         .split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
@@ -534,4 +552,41 @@ async fn metrics(State(state): State<AppState>, caller: Caller) -> Result<Respon
         text,
     )
         .into_response())
+}
+
+/// The share report as an HTML page for people: the table, charts of share, bytes, pending
+/// requests and waits over time, and the usage windows. Same parameters as `/v1/report`.
+/// Browsers may log in with HTTP Basic: any user name, the token as the password.
+#[utoipa::path(get, path = "/report", params(ReportQuery), responses(
+    (status = 200, content_type = "text/html", body = String),
+    (status = 400, body = error::ErrorBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+async fn report_page(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ReportQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(&["reader", "operator"], "read reports")?;
+    let Query(q) =
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, None, e.body_text()))?;
+    let now = state.clock.now_ms();
+    let range = crate::report::parse_range(
+        q.since.as_deref(),
+        q.until.as_deref(),
+        q.bucket.as_deref(),
+        now,
+    )
+    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
+    let report = state.ledger.report(range, now).await?;
+    let html = crate::report::html::page(&report, now).map_err(|e| {
+        tracing::error!(error = %e, "report page not rendered");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            "report page not rendered",
+        )
+    })?;
+    Ok(axum::response::Html(html).into_response())
 }

@@ -47,7 +47,7 @@ pub struct HourRow {
     pub cancelled: i64,
     pub bytes_done: i64,
     pub benefit_done: i64,
-    /// Fair-share requests that started while a priority-class request was waiting.
+    /// Fair-share requests that started while a priority-class request was queued at the MSS.
     pub started_over_priority: i64,
 }
 

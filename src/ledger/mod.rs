@@ -318,7 +318,8 @@ impl Ledger {
         self.reads.run(move |c| read::request(c, id)).await
     }
 
-    /// Requests ready to submit (state accepted, retry time reached), in decision order.
+    /// Requests ready to submit (state accepted, retry time reached): highest MSS priority
+    /// first, then in decision order.
     pub async fn to_submit(
         &self,
         after_id: i64,

@@ -60,7 +60,10 @@ CREATE TABLE IF NOT EXISTS idempotency (
     id          INTEGER PRIMARY KEY,
     fingerprint INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS requests_to_submit ON requests(id) WHERE state = 'accepted';
+-- Ready requests by MSS priority, then decision order: data taking is always submitted before
+-- any fair-share request waiting beside it.
+DROP INDEX IF EXISTS requests_to_submit;
+CREATE INDEX IF NOT EXISTS requests_ready ON requests(mss_priority DESC, id) WHERE state = 'accepted';
 CREATE INDEX IF NOT EXISTS requests_in_flight ON requests(id)
     WHERE state IN ('submitted', 'running');
 CREATE INDEX IF NOT EXISTS requests_cancelling ON requests(id)

@@ -738,15 +738,25 @@ async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
     let a = l.accept(vec![f.request("a", "mc", "x", 10)]).await.unwrap()[0].id;
     let b = l.accept(vec![f.request("b", "mc", "x", 10)]).await.unwrap()[0].id;
     let start = |id, seq| event(id, 1, seq, EventKind::Started);
+    // While daq is still in the broker, a start does not count: daq goes to the MSS first.
     l.apply_status_events(vec![start(a, 1)]).await.unwrap();
+    let at_mss = |id: i64| SubmittedTransfer {
+        id,
+        attempt: 1,
+        mss_id: format!("m{id}"),
+    };
+    l.submitted(vec![at_mss(daq), at_mss(b)]).await.unwrap();
+    // Queued at the MSS, daq waits: c starting now is an inversion.
+    let c = l.accept(vec![f.request("c", "mc", "x", 10)]).await.unwrap()[0].id;
+    l.apply_status_events(vec![start(c, 2)]).await.unwrap();
     f.clock.advance_ms(250);
-    l.apply_status_events(vec![start(daq, 2), start(b, 3)])
+    l.apply_status_events(vec![start(daq, 3), start(b, 4)])
         .await
         .unwrap();
     close(opened);
-    let c = rusqlite::Connection::open(&f.path).unwrap();
+    let conn = rusqlite::Connection::open(&f.path).unwrap();
     let over = |p: &str| -> (i64, i64, i64) {
-        c.query_row(
+        conn.query_row(
             "SELECT SUM(started_over_priority), SUM(started), SUM(wait_ms_sum) FROM report_hours WHERE path = ?1",
             [p],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -755,8 +765,8 @@ async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
     };
     assert_eq!(
         over("mc"),
-        (1, 2, 250),
-        "a started over the waiting daq; b after it ran"
+        (1, 3, 250),
+        "c started while daq was queued at the MSS; a before daq got there; b after it ran"
     );
     assert_eq!(over("datataking"), (0, 1, 250));
 }

@@ -33,7 +33,7 @@ pub(super) struct Writer {
     usage: UsageBook,
     /// Held requests per group (by group id).
     held: Vec<u64>,
-    /// Priority-class requests waiting (accepted or submitted, not yet running).
+    /// Priority-class requests queued at the MSS (submitted, not yet running).
     priority_waiting: i64,
     idempotency: Idempotency,
     batch_max: usize,
@@ -148,15 +148,15 @@ struct Charge {
 }
 
 impl Ctx<'_> {
-    /// A request of `class` moves from `from` to `to`: keep the count of waiting priority-class
-    /// requests.
+    /// A request of `class` moves from `from` to `to`: keep the count of priority-class
+    /// requests queued at the MSS. (One still in the broker is submitted before any fair-share
+    /// request, so only the MSS can start a fair-share request over it; counting the moments
+    /// between its commit and its submission would count the submit loop's latency.)
     fn moved(&mut self, class: Class, from: Option<RequestState>, to: RequestState) {
         if class != Class::Priority {
             return;
         }
-        let waiting = |s: Option<RequestState>| {
-            matches!(s, Some(RequestState::Accepted | RequestState::Submitted))
-        };
+        let waiting = |s: Option<RequestState>| matches!(s, Some(RequestState::Submitted));
         *self.priority_waiting += i64::from(waiting(Some(to))) - i64::from(waiting(from));
     }
 
@@ -294,11 +294,10 @@ impl Writer {
             .into_iter()
             .map(|c| c.held)
             .collect();
-        // Both counts use the partial indexes on state.
+        // Uses the partial index on in-flight requests.
         let priority_waiting: i64 = conn.query_row(
-            "SELECT (SELECT COUNT(*) FROM requests WHERE state = 'accepted' AND class = 'priority') \
-             + (SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
-                AND state = 'submitted' AND class = 'priority')",
+            "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
+             AND state = 'submitted' AND class = 'priority'",
             [],
             |r| r.get(0),
         )?;
@@ -788,6 +787,7 @@ fn submitted_one(
          submitted_ms = COALESCE(submitted_ms, ?4) WHERE id = ?1",
     )?
     .execute(params![item.id, new_state.as_str(), item.mss_id, ctx.now])?;
+    ctx.moved(row.class, Some(row.state), new_state);
     Ok(if row.state == RequestState::Cancelled {
         AfterSubmit::CancelAtMss
     } else {

@@ -6,6 +6,8 @@
 //! bucket (hour, day, week) as a time series. `mssbroker report`, `GET /v1/report` and the HTML
 //! page all render a [`Report`].
 
+pub mod charts;
+pub mod html;
 pub mod render;
 
 use std::collections::{BTreeMap, HashMap};

@@ -101,6 +101,18 @@ async fn a_hand_worked_report() {
         .map(|a| a.id)
         .collect();
     let (a1, a2, b1, d1) = (ids[0], ids[1], ids[2], ids[3]);
+    // Everything reaches the MSS at once.
+    l.submitted(
+        ids.iter()
+            .map(|&id| crate::ledger::SubmittedTransfer {
+                id,
+                attempt: 1,
+                mss_id: format!("m{id}"),
+            })
+            .collect(),
+    )
+    .await
+    .unwrap();
     clock.advance_ms(5 * MIN); // H0 + 15m
     l.apply_status_events(vec![
         ev(a1, 1, EventKind::Started),
@@ -189,8 +201,8 @@ async fn a_hand_worked_report() {
         ("priority", None, None)
     );
     assert_eq!((daq.bytes_done, daq.wait_median_ms), (500, upper(55 * MIN)));
-    // d1 (data taking) waited from H0 + 10m to H0 + 65m: a1 and b1 (H0 + 15m) and a2 (H0 + 65m,
-    // just before d1) all started while it waited, in both hours.
+    // d1 (data taking) was queued at the MSS from H0 + 10m to H0 + 65m: a1 and b1 (H0 + 15m)
+    // and a2 (H0 + 65m, just before d1) all started over it, in both hours.
     assert_eq!((a.started_over_priority, b.started_over_priority), (2, 1));
     assert_eq!(daq.started_over_priority, 0);
     assert_eq!(

@@ -56,7 +56,7 @@ async fn call(
             resp.headers()
                 .get("www-authenticate")
                 .map(|v| v.to_str().unwrap()),
-            Some("Bearer")
+            Some("Bearer, Basic realm=\"mssbroker\"")
         );
     }
     (status, resp.json().await.unwrap_or(Value::Null))
@@ -110,6 +110,7 @@ async fn every_role_on_every_endpoint() {
             [401, 401, 403, 403, 403, 200, 200],
         ),
         ("GET", "/metrics", None, [401, 401, 403, 403, 403, 200, 200]),
+        ("GET", "/report", None, [401, 401, 403, 403, 403, 200, 200]),
         ("GET", "/healthz", None, [200, 200, 200, 200, 200, 200, 200]),
         ("DELETE", &req_path, None, [401, 401, 0, 404, 403, 403, 0]),
     ];
@@ -135,6 +136,24 @@ async fn every_role_on_every_endpoint() {
                     "{method} {path} as {caller:?}: {answer}"
                 );
             }
+        }
+    }
+    // A browser logs in to the HTML report with HTTP Basic: any user, the token as password.
+    for (password, want) in [("tok-reader", 200), ("tok-a", 403), ("wrong", 401)] {
+        let resp = app
+            .client
+            .get(format!("{}/report", app.base))
+            .basic_auth("operator-on-a-laptop", Some(password))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), want, "basic auth with {password}");
+        if want == 200 {
+            assert!(resp
+                .text()
+                .await
+                .unwrap()
+                .contains("mssbroker share report"));
         }
     }
     // Station b's refusal names the field; nothing of its batch was committed.

@@ -2,6 +2,7 @@
 
 mod auth;
 mod bad_input;
+mod browser;
 mod cli;
 mod crash;
 mod end_to_end;

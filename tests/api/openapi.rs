@@ -28,6 +28,7 @@ async fn the_served_document_matches_the_router() {
         ("GET", "/v1/groups"),
         ("GET", "/v1/report"),
         ("GET", "/metrics"),
+        ("GET", "/report"),
         ("GET", "/healthz"),
     ]
     .iter()
