@@ -43,18 +43,26 @@ impl Clock for ManualClock {
     }
 }
 
+/// Latest instant accepted from people: 9999-12-31T23:59:59.999Z.
+pub const MAX_INSTANT_MS: i64 = 253_402_300_799_999;
+
 /// An instant given by a person: RFC 3339 (`2026-11-22T08:00:00Z`), or milliseconds since the
-/// Unix epoch.
+/// Unix epoch; between 1970 and the year 9999.
 pub fn parse_instant(s: &str) -> Result<i64, String> {
     let s = s.trim();
-    if let Ok(ms) = s.parse::<i64>() {
-        return Ok(ms);
+    let ms = match s.parse::<i64>() {
+        Ok(ms) => ms,
+        Err(_) => s
+            .parse::<jiff::Timestamp>()
+            .map(|t| t.as_millisecond())
+            .map_err(|e| {
+                format!("`{s}` is not an RFC 3339 time such as 2026-11-22T08:00:00Z, nor milliseconds since 1970 ({e})")
+            })?,
+    };
+    if !(0..=MAX_INSTANT_MS).contains(&ms) {
+        return Err(format!("`{s}` is outside 1970 to 9999"));
     }
-    s.parse::<jiff::Timestamp>()
-        .map(|t| t.as_millisecond())
-        .map_err(|e| {
-            format!("`{s}` is not an RFC 3339 time such as 2026-11-22T08:00:00Z, nor milliseconds since 1970 ({e})")
-        })
+    Ok(ms)
 }
 
 #[cfg(test)]
@@ -67,5 +75,7 @@ mod tests {
         assert_eq!(parse_instant("1970-01-01T00:00:01Z"), Ok(1_000));
         assert_eq!(parse_instant("1970-01-01T01:00:01+01:00"), Ok(1_000));
         assert!(parse_instant("yesterday").unwrap_err().contains("RFC 3339"));
+        assert!(parse_instant("-1").unwrap_err().contains("outside"));
+        assert!(parse_instant("9223372036854775807").unwrap_err().contains("outside"));
     }
 }
