@@ -76,6 +76,8 @@ mod tests {
         assert_eq!(parse_instant("1970-01-01T01:00:01+01:00"), Ok(1_000));
         assert!(parse_instant("yesterday").unwrap_err().contains("RFC 3339"));
         assert!(parse_instant("-1").unwrap_err().contains("outside"));
-        assert!(parse_instant("9223372036854775807").unwrap_err().contains("outside"));
+        assert!(parse_instant("9223372036854775807")
+            .unwrap_err()
+            .contains("outside"));
     }
 }
