@@ -4,6 +4,7 @@
 //! the same decisions on the same inputs.
 
 pub mod classify;
+pub mod multifactor;
 pub mod sam;
 
 pub use classify::{classify, ClassifyError, RequestFields};

@@ -1,0 +1,211 @@
+//! The multi-factor priority of seed 002 (Flux's job priority plugin), pure:
+//!
+//! ```text
+//! priority = wait_weight * wait + fair_share_weight * fair_share + qos_weight * qos
+//!          + queue_weight * queue + size_weight * size + user_weight * user
+//! ```
+//!
+//! every factor normalised to [0, 1]: wait = waited / max_wait (capped at 1); fair share = the
+//! group's Fair Tree `fairshare` (rank / N: 1 the most under-served); QoS = 1 expedite, 0.5
+//! normal, 0 standby; queue = a configured factor per access mode; size = bytes / size_ref
+//! (capped at 1), or one minus that when small requests are favoured; user = what the submitter
+//! asked for, which can only lower it (1 by default). The weighted sum, over the sum of the
+//! weights, maps onto the band of MSS priorities `[band_low, band_high]` below the priority
+//! classes.
+//!
+//! Groundwork for the policies issue: not yet selectable in the configuration.
+
+/// Relative importance a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qos {
+    Expedite,
+    Normal,
+    Standby,
+}
+
+impl Qos {
+    pub fn factor(self) -> f64 {
+        match self {
+            Qos::Expedite => 1.0,
+            Qos::Normal => 0.5,
+            Qos::Standby => 0.0,
+        }
+    }
+}
+
+/// Which requests the size factor favours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeFavours {
+    Large,
+    Small,
+}
+
+/// The weights and normalisers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Multifactor {
+    pub wait_weight: f64,
+    pub fair_share_weight: f64,
+    pub qos_weight: f64,
+    pub queue_weight: f64,
+    pub size_weight: f64,
+    pub user_weight: f64,
+    pub max_wait_ms: i64,
+    pub size_ref_bytes: u64,
+    pub size_favours: SizeFavours,
+    pub band_low: i64,
+    pub band_high: i64,
+}
+
+/// What the factors are computed from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Inputs {
+    pub waited_ms: i64,
+    /// The group's Fair Tree fairshare, rank / N.
+    pub fairshare: f64,
+    pub qos: Qos,
+    /// The configured factor of the request's queue (access mode), [0, 1].
+    pub queue: f64,
+    pub size_bytes: u64,
+    /// The submitter's factor, [0, 1]; 1 leaves the priority as it is.
+    pub user: f64,
+}
+
+/// The normalised factors and their weighted values, for `explain`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Factors {
+    pub wait: f64,
+    pub fair_share: f64,
+    pub qos: f64,
+    pub queue: f64,
+    pub size: f64,
+    pub user: f64,
+}
+
+fn unit(v: f64) -> f64 {
+    if v.is_nan() {
+        0.0
+    } else {
+        v.clamp(0.0, 1.0)
+    }
+}
+
+impl Multifactor {
+    pub fn factors(&self, i: &Inputs) -> Factors {
+        let size = unit(i.size_bytes as f64 / self.size_ref_bytes.max(1) as f64);
+        Factors {
+            wait: unit(i.waited_ms as f64 / self.max_wait_ms.max(1) as f64),
+            fair_share: unit(i.fairshare),
+            qos: i.qos.factor(),
+            queue: unit(i.queue),
+            size: match self.size_favours {
+                SizeFavours::Large => size,
+                SizeFavours::Small => 1.0 - size,
+            },
+            user: unit(i.user),
+        }
+    }
+
+    /// The weighted sum.
+    pub fn score(&self, f: &Factors) -> f64 {
+        self.wait_weight * f.wait
+            + self.fair_share_weight * f.fair_share
+            + self.qos_weight * f.qos
+            + self.queue_weight * f.queue
+            + self.size_weight * f.size
+            + self.user_weight * f.user
+    }
+
+    fn total_weight(&self) -> f64 {
+        self.wait_weight
+            + self.fair_share_weight
+            + self.qos_weight
+            + self.queue_weight
+            + self.size_weight
+            + self.user_weight
+    }
+
+    /// The integer MSS priority of a score: its fraction of the total weight, onto the band.
+    pub fn mss_priority(&self, score: f64) -> i64 {
+        let total = self.total_weight();
+        let x = if total > 0.0 {
+            unit(score / total)
+        } else {
+            0.0
+        };
+        self.band_low + ((self.band_high - self.band_low) as f64 * x).round() as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Multifactor {
+        Multifactor {
+            wait_weight: 1000.0,
+            fair_share_weight: 10_000.0,
+            qos_weight: 2000.0,
+            queue_weight: 0.0,
+            size_weight: 500.0,
+            user_weight: 1000.0,
+            max_wait_ms: 86_400_000,
+            size_ref_bytes: 100_000_000_000,
+            size_favours: SizeFavours::Large,
+            band_low: 11,
+            band_high: 39,
+        }
+    }
+
+    /// Worked by hand: 6 h of a 24 h max wait (0.25 x 1000 = 250), fairshare 0.75 (7500),
+    /// expedite (2000), 50 GB of 100 GB favouring large (0.5 x 500 = 250), user 1 (1000): 11000
+    /// of 14500, 0.7586 of the band 11..39 = 11 + 21.24 -> 32.
+    #[test]
+    fn hand_worked_priority() {
+        let p = policy();
+        let f = p.factors(&Inputs {
+            waited_ms: 6 * 3_600_000,
+            fairshare: 0.75,
+            qos: Qos::Expedite,
+            queue: 0.3,
+            size_bytes: 50_000_000_000,
+            user: 1.0,
+        });
+        assert_eq!(
+            (f.wait, f.fair_share, f.qos, f.size, f.user),
+            (0.25, 0.75, 1.0, 0.5, 1.0)
+        );
+        assert_eq!(p.score(&f), 11_000.0);
+        assert_eq!(p.mss_priority(p.score(&f)), 32);
+    }
+
+    #[test]
+    fn factors_stay_in_range_and_the_user_can_only_lower() {
+        let p = policy();
+        let base = Inputs {
+            waited_ms: 10 * 86_400_000,
+            fairshare: 1.7,
+            qos: Qos::Standby,
+            queue: -3.0,
+            size_bytes: u64::MAX,
+            user: 5.0,
+        };
+        let f = p.factors(&base);
+        assert_eq!(
+            (f.wait, f.fair_share, f.queue, f.size, f.user),
+            (1.0, 1.0, 0.0, 1.0, 1.0)
+        );
+        let lowered = p.factors(&Inputs { user: 0.2, ..base });
+        assert!(p.score(&lowered) < p.score(&f));
+        assert_eq!(p.mss_priority(f64::MAX), 39);
+        assert_eq!(p.mss_priority(-1.0), 11);
+        let small = Multifactor {
+            size_favours: SizeFavours::Small,
+            ..policy()
+        };
+        let tiny = small.factors(&Inputs {
+            size_bytes: 0,
+            ..base
+        });
+        assert_eq!(tiny.size, 1.0);
+    }
+}
