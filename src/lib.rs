@@ -17,3 +17,4 @@ pub mod report;
 pub mod shares;
 pub mod startup;
 pub mod telemetry;
+pub mod text_table;

@@ -502,6 +502,24 @@ pub struct ReportQuery {
     pub bucket: Option<String>,
 }
 
+/// The range a report query asks for, and the broker's now.
+fn report_range(
+    state: &AppState,
+    query: Result<Query<ReportQuery>, QueryRejection>,
+) -> Result<(crate::report::ReportRange, i64), ApiError> {
+    let Query(q) =
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, None, e.body_text()))?;
+    let now = state.clock.now_ms();
+    let range = crate::report::parse_range(
+        q.since.as_deref(),
+        q.until.as_deref(),
+        q.bucket.as_deref(),
+        now,
+    )
+    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
+    Ok((range, now))
+}
+
 /// The share report over a time range: per group and tree node, target vs achieved share,
 /// requests by outcome, pending and held, front/back, wait percentiles; per priority class the
 /// same; the same per bucket; and the current usage windows (`diagnose`).
@@ -517,16 +535,7 @@ async fn report(
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&["reader", "operator"], "read reports")?;
-    let Query(q) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, None, e.body_text()))?;
-    let now = state.clock.now_ms();
-    let range = crate::report::parse_range(
-        q.since.as_deref(),
-        q.until.as_deref(),
-        q.bucket.as_deref(),
-        now,
-    )
-    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
+    let (range, now) = report_range(&state, query)?;
     Ok(Json(state.ledger.report(range, now).await?).into_response())
 }
 
@@ -569,16 +578,7 @@ async fn report_page(
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&["reader", "operator"], "read reports")?;
-    let Query(q) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, None, e.body_text()))?;
-    let now = state.clock.now_ms();
-    let range = crate::report::parse_range(
-        q.since.as_deref(),
-        q.until.as_deref(),
-        q.bucket.as_deref(),
-        now,
-    )
-    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
+    let (range, now) = report_range(&state, query)?;
     let report = state.ledger.report(range, now).await?;
     let html = crate::report::html::page(&report, now).map_err(|e| {
         tracing::error!(error = %e, "report page not rendered");

@@ -82,31 +82,6 @@ const HEADER: [&str; 14] = [
 /// The table: totals over the range, then what to look at.
 pub fn table(r: &Report) -> String {
     let rows: Vec<Vec<String>> = r.groups.iter().map(row).collect();
-    let widths: Vec<usize> = (0..HEADER.len())
-        .map(|c| {
-            rows.iter()
-                .map(|x| x[c].chars().count())
-                .chain([HEADER[c].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: &[String]| -> String {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(c, v)| {
-                if c == 0 {
-                    format!("{v:<w$}", w = widths[c])
-                } else {
-                    format!("{v:>w$}", w = widths[c])
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
     let mut out = format!(
         "report {} .. {}  ({} buckets of one {:?})\n\n",
         r.since,
@@ -115,12 +90,7 @@ pub fn table(r: &Report) -> String {
         r.bucket
     )
     .to_lowercase();
-    out.push_str(&line(&HEADER.map(String::from)));
-    out.push('\n');
-    for x in &rows {
-        out.push_str(&line(x));
-        out.push('\n');
-    }
+    out.push_str(&crate::text_table::aligned(&HEADER, &rows));
     out.push('\n');
     if r.priority_held_back.is_empty() {
         out.push_str("data taking: never behind a fair-share request in this range\n");

@@ -227,11 +227,11 @@ pub fn render_table(view: &SharesView) -> String {
         "sam",
         "cap",
     ];
-    let mut rows: Vec<[String; 11]> = Vec::new();
+    let mut rows: Vec<Vec<String>> = Vec::new();
     for r in &view.groups {
         let depth = r.path.matches('/').count();
         let name = r.path.rsplit('/').next().unwrap_or(&r.path);
-        rows.push([
+        rows.push(vec![
             format!("{}{name}", "  ".repeat(depth)),
             r.shares.to_string(),
             pct(r.target_share),
@@ -251,37 +251,7 @@ pub fn render_table(view: &SharesView) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| {
-            rows.iter()
-                .map(|r| r[c].chars().count())
-                .chain([header[c].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<&str>| -> String {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(c, v)| {
-                if c == 0 {
-                    format!("{v:<w$}", w = widths[c])
-                } else {
-                    format!("{v:>w$}", w = widths[c])
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    out.push_str(&line(header.to_vec()));
-    out.push('\n');
-    for r in &rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-        out.push('\n');
-    }
+    out.push_str(&crate::text_table::aligned(&header, &rows));
     for r in view.groups.iter().filter(|r| r.held_reason.is_some()) {
         out.push_str(&format!(
             "\nheld: {}",
