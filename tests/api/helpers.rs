@@ -336,3 +336,17 @@ pub async fn wait_for_count(db: &std::path::Path, sql: &str, want: i64, limit: D
 pub fn open_db(path: &std::path::Path) -> rusqlite::Connection {
     rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap()
 }
+
+/// Run `mssbroker ARGS`, insist it succeeds, and return what it printed.
+pub fn run_ok(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run mssbroker");
+    assert!(
+        out.status.success(),
+        "mssbroker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}

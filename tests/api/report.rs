@@ -2,12 +2,11 @@
 //! against its database file.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{request, test_config, TestApp, BIN};
+use crate::helpers::{request, run_ok, test_config, TestApp};
 
 fn figures<'a>(report: &'a Value, path: &str) -> &'a Value {
     report["groups"]
@@ -101,18 +100,9 @@ async fn report_over_http_and_from_the_database() {
     }
 
     // The CLI asks the broker...
-    let out = Command::new(BIN)
-        .args([
-            "report", "--url", &app.base, "--format", "csv", "--bucket", "hour",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let csv = String::from_utf8(out.stdout).unwrap();
+    let csv = run_ok(&[
+        "report", "--url", &app.base, "--format", "csv", "--bucket", "hour",
+    ]);
     assert!(csv.starts_with("bucket,group,kind,target_share,"), "{csv}");
     assert!(
         csv.lines()
@@ -125,36 +115,13 @@ async fn report_over_http_and_from_the_database() {
     // ...or reads the database, with the same figures.
     let cfg = dir.path().join("broker.toml");
     std::fs::write(&cfg, &config).unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "report",
-            "--db",
-            db.to_str().unwrap(),
-            "--config",
-            cfg.to_str().unwrap(),
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let from_db: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (db, cfg) = (db.to_str().unwrap(), cfg.to_str().unwrap());
+    let from_db: Value = serde_json::from_str(&run_ok(&[
+        "report", "--db", db, "--config", cfg, "--format", "json",
+    ]))
+    .unwrap();
     assert_eq!(from_db["groups"], report["groups"]);
-    let out = Command::new(BIN)
-        .args([
-            "report",
-            "--db",
-            db.to_str().unwrap(),
-            "--config",
-            cfg.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let table = String::from_utf8(out.stdout).unwrap();
+    let table = run_ok(&["report", "--db", db, "--config", cfg]);
     assert!(
         table.contains("higgs") && table.contains("wait p95"),
         "{table}"

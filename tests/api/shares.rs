@@ -9,7 +9,7 @@ use std::time::Duration;
 use mssbroker::clock::ManualClock;
 use serde_json::Value;
 
-use crate::helpers::{request, test_config, wait_for_count, TestApp, BIN};
+use crate::helpers::{request, run_ok, test_config, wait_for_count, TestApp, BIN};
 
 const HOUR_MS: i64 = 3_600_000;
 /// A window start well after 1970, plus one second.
@@ -149,13 +149,10 @@ fn path(p: &Path) -> &str {
 
 /// Run `mssbroker shares ARGS` and parse its JSON.
 fn shares_cli(args: &[&str]) -> Value {
-    let out = Command::new(BIN).arg("shares").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let args: Vec<&str> = std::iter::once("shares")
+        .chain(args.iter().copied())
+        .collect();
+    serde_json::from_str(&run_ok(&args)).unwrap()
 }
 
 /// A group at its feasibility cap has its new requests held (202, state `held`, reason given),
