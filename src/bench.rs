@@ -188,6 +188,7 @@ async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Ro
                             group: crate::policy::classify(&policy, &fields)
                                 .unwrap_or(crate::config::GroupId(0)),
                             benefit: 1_000_000_000 + n,
+                            extras: Default::default(),
                         }
                     })
                     .collect();

@@ -61,6 +61,7 @@ pub async fn run(requests: usize, rounds: usize) -> anyhow::Result<()> {
                     direction: mss_adapters::Direction::Read,
                     group: g,
                     benefit: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
+                    extras: Default::default(),
                 }
             })
             .collect();

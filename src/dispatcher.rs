@@ -1,6 +1,6 @@
 //! The dispatcher: moves committed requests to the MSS and MSS events back into the ledger.
 //!
-//! Five loops, all restartable from the ledger alone:
+//! Six loops, all restartable from the ledger alone:
 //! - **submit**: takes ready requests, highest MSS priority first (data taking never waits in
 //!   the broker behind fair-share requests) and then in decision order, waits for the governor
 //!   rate limiter, and sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
@@ -13,6 +13,10 @@
 //! - **release**: every `usage.held_recheck_ms`, asks the ledger to release requests held by a
 //!   feasibility cap whose group's usage has fallen below it (decay and window roll-over lower
 //!   usage with no event at all, so this runs on a timer).
+//! - **reprioritise**: every `policy.reprioritise_secs`, recomputes the priorities of requests
+//!   queued at the MSS (wait time and decayed usage change with time alone; the starvation
+//!   bound lifts a request that waited `policy.max_wait_secs`) and sends the changes through
+//!   the adapter, when the MSS can take them.
 //! - **stale**: asks the MSS for the status of in-flight requests it has said nothing of for a
 //!   while, which recovers lost events and transfers the MSS lost. The same settling runs for
 //!   every in-flight request when the MSS's event log starts over (a new epoch).
@@ -32,6 +36,9 @@ use tracing::{debug, info, warn};
 use crate::clock::Clock;
 use crate::config::MssSettings;
 use crate::ledger::{AfterSubmit, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
+
+/// Most priority changes one re-prioritisation pass sends.
+const REPRIORITISE_BATCH: usize = 10_000;
 
 /// Most stale requests one sweep checks.
 const STALE_BATCH: usize = 500;
@@ -84,6 +91,7 @@ impl Dispatcher {
     pub fn spawn(self, cancels: mpsc::UnboundedReceiver<i64>, tasks: &mut JoinSet<()>) {
         let this = Arc::new(self);
         tasks.spawn(this.clone().release_loop());
+        tasks.spawn(this.clone().reprioritise_loop());
         tasks.spawn(this.clone().submit_loop());
         tasks.spawn(this.clone().event_loop());
         tasks.spawn(this.clone().stale_loop());
@@ -100,6 +108,59 @@ impl Dispatcher {
                 Err(e) => warn!(error = %e, "releasing held requests failed; will retry"),
             }
         }
+    }
+
+    async fn reprioritise_loop(self: Arc<Self>) {
+        let Some(period) = self.ledger.policy().order.reprioritise else {
+            return;
+        };
+        if !self.adapter.can_reprioritize() {
+            info!(
+                adapter = self.adapter.name(),
+                "the mss cannot change priorities: requests already there keep theirs"
+            );
+            return;
+        }
+        loop {
+            tokio::time::sleep(period).await;
+            match self.reprioritise_once().await {
+                Ok(0) => {}
+                Ok(n) => info!(changed = n, "re-prioritised requests queued at the mss"),
+                Err(e) => warn!(error = %e, "re-prioritising failed; will retry"),
+            }
+        }
+    }
+
+    /// Recompute the priorities of requests queued at the MSS and send the ones that changed.
+    /// The ledger records a new priority only once the MSS took it. Returns how many changed.
+    pub async fn reprioritise_once(&self) -> Result<usize, LedgerError> {
+        let changes = self.ledger.reprioritise(REPRIORITISE_BATCH).await?;
+        let mut taken = Vec::with_capacity(changes.len());
+        for c in changes {
+            let key = c.id.to_string();
+            match self
+                .timed(
+                    "reprioritize",
+                    self.adapter.reprioritize(&key, c.attempt, c.mss_priority),
+                )
+                .await
+            {
+                Ok(()) => taken.push(c),
+                // Started meanwhile, or gone: its own events settle it.
+                Err(MssError::Rejected(why)) => {
+                    debug!(request_id = c.id, %why, "mss kept the old priority")
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot reach the mss to re-prioritise; next period");
+                    break;
+                }
+            }
+        }
+        let n = taken.len();
+        if n > 0 {
+            self.ledger.reprioritised(taken).await?;
+        }
+        Ok(n)
     }
 
     /// Submit one batch of ready requests.

@@ -146,6 +146,9 @@ pub enum RequestState {
     /// Committed, held by a feasibility cap: not charged, not submitted, until its group's
     /// usage falls below the cap.
     Held,
+    /// Committed, waiting in the broker's own queue (held release mode) for room at the MSS:
+    /// not charged, not decided until released.
+    Queued,
     /// Committed, waiting to be submitted to the MSS (also after a retryable failure).
     Accepted,
     /// Queued at the MSS.
@@ -158,8 +161,9 @@ pub enum RequestState {
 }
 
 impl RequestState {
-    pub const ALL: [RequestState; 7] = [
+    pub const ALL: [RequestState; 8] = [
         RequestState::Held,
+        RequestState::Queued,
         RequestState::Accepted,
         RequestState::Submitted,
         RequestState::Running,
@@ -171,6 +175,7 @@ impl RequestState {
     pub fn as_str(self) -> &'static str {
         match self {
             RequestState::Held => "held",
+            RequestState::Queued => "queued",
             RequestState::Accepted => "accepted",
             RequestState::Submitted => "submitted",
             RequestState::Running => "running",

@@ -115,6 +115,25 @@ impl MssAdapter for HttpAdapter {
         Err(status_error(resp).await)
     }
 
+    fn can_reprioritize(&self) -> bool {
+        true
+    }
+
+    async fn reprioritize(&self, key: &str, attempt: u32, priority: i64) -> Result<(), MssError> {
+        let resp = self
+            .client
+            .put(format!("{}/v1/transfers/{}/priority", self.base, key))
+            .json(&crate::protocol::PriorityChange { attempt, priority })
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(status_error(resp).await)
+    }
+
     async fn status(&self, key: &str) -> Result<Option<TransferStatus>, MssError> {
         let resp = self
             .client

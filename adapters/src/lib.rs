@@ -98,6 +98,21 @@ pub trait MssAdapter: Send + Sync + 'static {
     /// Ask the MSS to drop a queued transfer. A `cancelled` event follows if it could.
     async fn cancel(&self, key: &str) -> Result<(), MssError>;
 
+    /// Whether [`MssAdapter::reprioritize`] can work.
+    fn can_reprioritize(&self) -> bool {
+        false
+    }
+
+    /// Give attempt `attempt` of a transfer still queued at the MSS a new priority. An MSS that
+    /// cannot is `Rejected`; a transfer already running is `Rejected` too (too late).
+    async fn reprioritize(&self, key: &str, attempt: u32, priority: i64) -> Result<(), MssError> {
+        let _ = (key, attempt, priority);
+        Err(MssError::Rejected(format!(
+            "the {} adapter cannot change priorities",
+            self.name()
+        )))
+    }
+
     /// Where the transfer with this key stands, or `None` if the MSS does not know it (it lost
     /// it, for instance in a restart). Used to recover after the event log started over.
     async fn status(&self, key: &str) -> Result<Option<TransferStatus>, MssError>;

@@ -179,3 +179,10 @@ pub struct Faults {
     #[serde(default)]
     pub duplicate_event_rate: f64,
 }
+
+/// A new priority for a queued transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorityChange {
+    pub attempt: u32,
+    pub priority: i64,
+}

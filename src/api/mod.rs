@@ -261,6 +261,11 @@ fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewReq
         direction: input.direction,
         group,
         benefit,
+        extras: crate::ledger::RequestExtras {
+            library: input.library.unwrap_or_default(),
+            qos: input.qos,
+            user_factor: input.user_factor,
+        },
     })
 }
 
@@ -403,7 +408,20 @@ async fn get_request(
     match state.ledger.request(id).await? {
         // Another station's request answers as if it did not exist: ids do not leak.
         Some(r) if caller.0.may_act_for(&r.station) => {
-            Ok(Json(RequestBody::from(r)).into_response())
+            let queued = r.state == crate::domain::RequestState::Queued;
+            let mut body = RequestBody::from(r);
+            if queued {
+                // Its place changes with every release: ask the writer where it stands now.
+                if let Some(q) = state.ledger.explain_queued(id).await? {
+                    let mut v = serde_json::to_value(&q.explain).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("position".into(), q.position.into());
+                        o.insert("waiting".into(), q.waiting.into());
+                    }
+                    body.explain = Some(v);
+                }
+            }
+            Ok(Json(body).into_response())
         }
         _ => Err(ApiError::not_found(format!("no request {id}"))),
     }

@@ -12,9 +12,10 @@ use super::error::ApiError;
 use crate::config::InputLimits;
 use crate::domain::{Class, RequestState};
 use crate::ledger::{Accepted, RequestRecord};
+use crate::policy::multifactor::Qos;
 
 /// A request body, parsed: every field present, of its type and within bounds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RequestInput {
     pub client_request_id: String,
     pub station: String,
@@ -25,9 +26,14 @@ pub struct RequestInput {
     pub physics_group: String,
     pub volume: Option<String>,
     pub direction: Direction,
+    /// The MSS library the transfer needs (the held release mode limits each library).
+    pub library: Option<String>,
+    pub qos: Option<Qos>,
+    /// The submitter's own factor in [0, 1]: it can only lower the request's priority.
+    pub user_factor: Option<f64>,
 }
 
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 12] = [
     "client_request_id",
     "station",
     "user",
@@ -37,6 +43,9 @@ const FIELDS: [&str; 9] = [
     "physics_group",
     "volume",
     "direction",
+    "library",
+    "qos",
+    "user_factor",
 ];
 
 /// Parse raw bytes as a JSON value; syntax errors are the body's fault, not a field's.
@@ -72,6 +81,12 @@ struct Fast<'a> {
     volume: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     direction: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    library: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    qos: Option<Cow<'a, str>>,
+    #[serde(default)]
+    user_factor: Option<f64>,
 }
 
 impl RequestInput {
@@ -117,6 +132,15 @@ impl RequestInput {
                     ))
                 }
             },
+            library: f.library.map(|v| text("library", v, n)).transpose()?,
+            qos: f
+                .qos
+                .map(|q| Qos::parse(&q).ok_or_else(|| ApiError::field("qos", QOS_VALUES)))
+                .transpose()?,
+            user_factor: f
+                .user_factor
+                .map(|u| user_factor(u).map_err(|m| ApiError::field("user_factor", m)))
+                .transpose()?,
         })
     }
 
@@ -164,7 +188,44 @@ impl RequestInput {
                     ApiError::field(&name("direction"), "must be \"read\" or \"write\"")
                 })?,
             },
+            library: match obj.get("library") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(text("library", n)?),
+            },
+            qos: match obj.get("qos") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(
+                    v.as_str()
+                        .and_then(Qos::parse)
+                        .ok_or_else(|| ApiError::field(&name("qos"), QOS_VALUES))?,
+                ),
+            },
+            user_factor: match obj.get("user_factor") {
+                None | Some(Value::Null) => None,
+                Some(Value::Number(x)) => Some(
+                    user_factor(x.as_f64().unwrap_or(f64::NAN))
+                        .map_err(|m| ApiError::field(&name("user_factor"), m))?,
+                ),
+                Some(other) => {
+                    return Err(ApiError::field(
+                        &name("user_factor"),
+                        format!("must be a number, got {}", kind(other)),
+                    ))
+                }
+            },
         })
+    }
+}
+
+const QOS_VALUES: &str = "must be \"expedite\", \"normal\" or \"standby\"";
+
+fn user_factor(u: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&u) {
+        Ok(u)
+    } else {
+        Err(format!(
+            "must be a number from 0 to 1 (it can only lower the priority), got {u}"
+        ))
     }
 }
 
@@ -286,6 +347,16 @@ pub struct SubmitRequest {
     volume: Option<String>,
     /// `read` (default) or `write`.
     direction: Option<String>,
+    /// The MSS library the transfer needs; the held release mode keeps each library's
+    /// outstanding transfers under its limit.
+    library: Option<String>,
+    /// `expedite`, `normal` or `standby` (the multifactor policy's QoS factor); default: the
+    /// access mode's, from the configuration.
+    qos: Option<String>,
+    /// The submitter's factor in [0, 1] (multifactor): 1 (default) leaves the priority as it
+    /// is, lower values lower it.
+    #[schema(minimum = 0, maximum = 1)]
+    user_factor: Option<f64>,
 }
 
 /// A batch body.
@@ -387,6 +458,19 @@ pub struct RequestBody {
     pub submitted_ms: Option<i64>,
     pub started_ms: Option<i64>,
     pub finished_ms: Option<i64>,
+    /// The MSS library ('' the default one).
+    pub library: String,
+    pub qos: Option<String>,
+    pub user_factor: Option<f64>,
+    /// Why the request has its place: the policy (`sam`, `fair_tree`, `multifactor`, `fbsng`),
+    /// the release mode, the MSS priority, how long it had waited, the starvation bound if it
+    /// decided, and the policy's own figures in `detail` (SAM's usage and share with the
+    /// request, Fair Tree's rank, multifactor's factors and weighted values, FBSNG's queue
+    /// priorities). Computed now for a `queued` request, with its `position` in the release
+    /// order and how many are `waiting`; as decided (or last re-prioritised) otherwise; absent
+    /// while `held`.
+    #[schema(value_type = Option<Object>)]
+    pub explain: Option<Value>,
 }
 
 impl From<RequestRecord> for RequestBody {
@@ -417,6 +501,10 @@ impl From<RequestRecord> for RequestBody {
             submitted_ms: r.submitted_ms,
             started_ms: r.started_ms,
             finished_ms: r.finished_ms,
+            library: r.library,
+            qos: r.qos,
+            user_factor: r.user_factor,
+            explain: r.explain.and_then(|e| serde_json::from_str(&e).ok()),
         }
     }
 }

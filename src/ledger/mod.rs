@@ -64,6 +64,17 @@ pub struct NewRequest {
     pub direction: mss_adapters::Direction,
     pub group: GroupId,
     pub benefit: u64,
+    /// What the ordering policies read besides the above.
+    pub extras: RequestExtras,
+}
+
+/// A request's optional ordering inputs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestExtras {
+    /// The MSS library ('' the default one).
+    pub library: String,
+    pub qos: Option<crate::policy::multifactor::Qos>,
+    pub user_factor: Option<f64>,
 }
 
 /// What the ledger answered to one new request.
@@ -146,6 +157,41 @@ pub(crate) enum Command {
     Release {
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
+    /// Where a queued request stands now (answered from memory, no transaction).
+    Explain {
+        id: i64,
+        reply: oneshot::Sender<Result<Option<QueuedExplain>, LedgerError>>,
+    },
+    /// New priorities for requests queued at the MSS whose placement changed (computed, not
+    /// written: the dispatcher tells the MSS first, then `Reprioritised` records them).
+    Reprioritise {
+        max: usize,
+        reply: oneshot::Sender<Result<Vec<NewPriority>, LedgerError>>,
+    },
+    Reprioritised {
+        items: Vec<NewPriority>,
+        reply: oneshot::Sender<Result<usize, LedgerError>>,
+    },
+}
+
+/// A queued request's live placement.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueuedExplain {
+    pub explain: crate::policy::order::Explain,
+    /// 1-based place in its library's release order if nothing changed.
+    pub position: usize,
+    /// Requests waiting in its library.
+    pub waiting: usize,
+}
+
+/// A request at the MSS whose priority the policy now puts elsewhere.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewPriority {
+    pub id: i64,
+    pub attempt: u32,
+    pub old_priority: i64,
+    pub mss_priority: i64,
+    pub explain: String,
 }
 
 /// Settings of the ledger.
@@ -308,6 +354,24 @@ impl Ledger {
     /// many were released.
     pub async fn release_held(&self) -> Result<usize, LedgerError> {
         self.call(|reply| Command::Release { reply }).await
+    }
+
+    /// The live placement of a queued request (`None` when it is not queued).
+    pub async fn explain_queued(&self, id: i64) -> Result<Option<QueuedExplain>, LedgerError> {
+        self.call(|reply| Command::Explain { id, reply }).await
+    }
+
+    /// Requests at the MSS (not yet running) whose priority the policy now puts elsewhere, at
+    /// most `max`.
+    pub async fn reprioritise(&self, max: usize) -> Result<Vec<NewPriority>, LedgerError> {
+        self.call(|reply| Command::Reprioritise { max, reply })
+            .await
+    }
+
+    /// Record priorities the MSS has taken.
+    pub async fn reprioritised(&self, items: Vec<NewPriority>) -> Result<usize, LedgerError> {
+        self.call(|reply| Command::Reprioritised { items, reply })
+            .await
     }
 
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {

@@ -59,7 +59,7 @@ impl ReadPool {
 }
 
 /// A request as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {
     pub id: i64,
     pub station: String,
@@ -86,12 +86,17 @@ pub struct RequestRecord {
     pub submitted_ms: Option<i64>,
     pub started_ms: Option<i64>,
     pub finished_ms: Option<i64>,
+    pub library: String,
+    pub qos: Option<String>,
+    pub user_factor: Option<f64>,
+    /// The stored explanation of its placement (JSON).
+    pub explain: Option<String>,
 }
 
 const RECORD_COLUMNS: &str = "id, station, client_request_id, user_name, file, size_bytes, \
      access_mode, physics_group, volume, direction, group_path, class, mss_priority, charged, \
      state, attempt, mss_id, bytes_done, cancel_requested, last_error, created_ms, submitted_ms, \
-     started_ms, finished_ms, held_reason";
+     started_ms, finished_ms, held_reason, library, qos, user_factor, explain";
 
 fn bad_column(i: usize, what: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
@@ -139,6 +144,10 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         started_ms: row.get(22)?,
         finished_ms: row.get(23)?,
         held_reason: row.get(24)?,
+        library: row.get(25)?,
+        qos: row.get(26)?,
+        user_factor: row.get(27)?,
+        explain: row.get(28)?,
     })
 }
 

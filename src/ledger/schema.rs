@@ -50,7 +50,18 @@ CREATE TABLE IF NOT EXISTS requests (
     -- why a request was held (kept after a cancellation; cleared when released)
     held_reason       TEXT,
     -- when a held request was released (decided and charged)
-    released_ms       INTEGER
+    released_ms       INTEGER,
+    -- the MSS library it needs ('' the default); the held release mode limits each library
+    library           TEXT    NOT NULL DEFAULT '',
+    -- slots of the library's limit it takes while outstanding (release.slot_bytes)
+    slots             INTEGER NOT NULL DEFAULT 1,
+    -- what the request asked for: QoS (expedite, normal, standby) and its factor in [0, 1]
+    qos               TEXT,
+    user_factor       REAL,
+    -- FBSNG section priority: later requests of its group released while it waited
+    passed            INTEGER NOT NULL DEFAULT 0,
+    -- why it has its place (JSON, written with each decision or re-prioritisation)
+    explain           TEXT
 );
 -- Idempotency: a 64-bit fingerprint of (station, client_request_id) per request, appended in id
 -- order. The writer loads it into memory at start and checks replays there, confirming a hit
@@ -69,6 +80,7 @@ CREATE INDEX IF NOT EXISTS requests_in_flight ON requests(id)
 CREATE INDEX IF NOT EXISTS requests_cancelling ON requests(id)
     WHERE cancel_requested = 1 AND state IN ('submitted', 'running');
 CREATE INDEX IF NOT EXISTS requests_held ON requests(group_path, id) WHERE state = 'held';
+CREATE INDEX IF NOT EXISTS requests_queued ON requests(id) WHERE state = 'queued';
 -- Per group: cumulative benefit and bytes charged, requests not final and held, and the
 -- half-life accumulator S (usage at time t is S * 2^(-(t - t0)/H), t0 in meta).
 CREATE TABLE IF NOT EXISTS groups (
@@ -77,7 +89,9 @@ CREATE TABLE IF NOT EXISTS groups (
     usage_bytes INTEGER NOT NULL DEFAULT 0,
     pending     INTEGER NOT NULL DEFAULT 0,
     held        INTEGER NOT NULL DEFAULT 0,
-    decayed     REAL    NOT NULL DEFAULT 0
+    decayed     REAL    NOT NULL DEFAULT 0,
+    -- FBSNG queue priority (NULL: never started from, so at its qp_min)
+    queue_priority INTEGER
 ) WITHOUT ROWID;
 -- Benefit charged per group per usage window (windows model), kept for history.
 CREATE TABLE IF NOT EXISTS usage_windows (
@@ -151,6 +165,13 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("requests", "released_ms", "INTEGER"),
     ("groups", "held", "INTEGER NOT NULL DEFAULT 0"),
     ("groups", "decayed", "REAL NOT NULL DEFAULT 0"),
+    ("requests", "library", "TEXT NOT NULL DEFAULT ''"),
+    ("requests", "slots", "INTEGER NOT NULL DEFAULT 1"),
+    ("requests", "qos", "TEXT"),
+    ("requests", "user_factor", "REAL"),
+    ("requests", "passed", "INTEGER NOT NULL DEFAULT 0"),
+    ("requests", "explain", "TEXT"),
+    ("groups", "queue_priority", "INTEGER"),
 ];
 
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {

@@ -90,6 +90,7 @@ impl Fixture {
             direction: Direction::Read,
             group: group_id,
             benefit: crate::policy::benefit(policy, mode, size),
+            extras: Default::default(),
         }
     }
 }

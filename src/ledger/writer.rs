@@ -15,13 +15,16 @@ use super::aggregates::{HourRow, ReportDeltas};
 use super::read::parse_state;
 use super::usage;
 use super::{
-    Accepted, AfterSubmit, CancelOutcome, Command, LedgerError, LedgerOptions, NewRequest,
-    SubmittedTransfer,
+    Accepted, AfterSubmit, CancelOutcome, Command, LedgerError, LedgerOptions, NewPriority,
+    NewRequest, QueuedExplain, SubmittedTransfer,
 };
 use crate::clock::Clock;
 use crate::config::{GroupId, GroupKind, PolicySettings, RetrySettings};
 use crate::domain::{Class, RequestState};
 use crate::policy;
+use crate::policy::fbsng::Queues;
+use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
+use crate::policy::queue::HeldQueue;
 use crate::shares::limits::held_by;
 use crate::shares::UsageBook;
 
@@ -35,6 +38,12 @@ pub(super) struct Writer {
     held: Vec<u64>,
     /// Priority-class requests queued at the MSS (submitted, not yet running).
     priority_waiting: i64,
+    /// The held release mode's queue (rows in state `queued`).
+    queue: HeldQueue,
+    /// Slots taken at the MSS per library (requests accepted, submitted or running).
+    outstanding: HashMap<String, u32>,
+    /// FBSNG queue priorities per group.
+    queues: Queues,
     idempotency: Idempotency,
     batch_max: usize,
     retry: RetrySettings,
@@ -124,6 +133,12 @@ struct Ctx<'a> {
     usage: &'a mut UsageBook,
     held: &'a mut Vec<u64>,
     priority_waiting: &'a mut i64,
+    queue: &'a mut HeldQueue,
+    /// How to put the queue back if the transaction rolls back.
+    queue_undo: Vec<QueueUndo>,
+    outstanding: &'a mut HashMap<String, u32>,
+    queues: &'a mut Queues,
+    queues_changed: bool,
     report: ReportDeltas,
     idempotency: &'a mut Idempotency,
     /// Fingerprints added in this transaction, removed again if it rolls back.
@@ -133,6 +148,13 @@ struct Ctx<'a> {
     now: i64,
     /// Some request became ready to submit.
     ready: bool,
+}
+
+/// One change to the in-memory queue, to undo on rollback.
+enum QueueUndo {
+    Pushed(i64),
+    Removed(Candidate),
+    Passed(i64),
 }
 
 /// One change to a group's figures.
@@ -148,6 +170,42 @@ struct Charge {
 }
 
 impl Ctx<'_> {
+    fn enqueue(&mut self, c: Candidate) {
+        self.queue_undo.push(QueueUndo::Pushed(c.id));
+        self.queue.push(c);
+    }
+
+    fn dequeue(&mut self, id: i64) {
+        if let Some(c) = self.queue.remove(id) {
+            self.queue_undo.push(QueueUndo::Removed(c));
+        }
+    }
+
+    /// Slots a request takes at the MSS from now (`+`) or no longer (`-`).
+    fn occupy(&mut self, library: &str, slots: u32, taken: bool) {
+        let e = self.outstanding.entry(library.to_string()).or_default();
+        *e = if taken {
+            e.saturating_add(slots)
+        } else {
+            e.saturating_sub(slots)
+        };
+    }
+
+    /// FBSNG: a request of `group` started (held mode: was released).
+    fn fbsng_started(&mut self, group: GroupId) {
+        if self.policy.order.algorithm != Algorithm::Fbsng || !is_fair(self.policy, group) {
+            return;
+        }
+        let fair: Vec<bool> = self
+            .policy
+            .group_ids()
+            .map(|g| is_fair(self.policy, g))
+            .collect();
+        self.queues
+            .started(&self.policy.order.fbsng, &fair, group.0);
+        self.queues_changed = true;
+    }
+
     /// A request of `class` moves from `from` to `to`: keep the count of priority-class
     /// requests queued at the MSS. (One still in the broker is submitted before any fair-share
     /// request, so only the MSS can start a fair-share request over it; counting the moments
@@ -314,6 +372,14 @@ impl Writer {
             use crate::shares::UsageLookup;
             info!(fair_total = %usage.at(now).fair_total(), model = policy.usage_model.name(), requests = idempotency.first.len(), "ledger usage loaded");
         }
+        let (queue, outstanding, queues) = load_order_state(&conn, &policy)?;
+        if !queue.is_empty() {
+            info!(
+                queued = queue.len(),
+                mode = policy.order.release.mode.name(),
+                "held release queue loaded"
+            );
+        }
         Ok(Writer {
             conn,
             policy,
@@ -321,6 +387,9 @@ impl Writer {
             usage,
             held,
             priority_waiting,
+            queue,
+            outstanding,
+            queues,
             idempotency,
             batch_max: options.commit_batch_max.max(1),
             retry: options.retry.clone(),
@@ -369,9 +438,18 @@ impl Writer {
     }
 
     fn commit_group(&mut self, commands: Vec<Command>) {
+        // Questions answered from memory, without a transaction.
+        let commands: Vec<Command> = commands
+            .into_iter()
+            .filter_map(|c| self.answer_from_memory(c))
+            .collect();
+        if commands.is_empty() {
+            return;
+        }
         // The release timer's command when nothing is held: answer without a transaction (and
         // without counting a commit that wrote nothing).
         if self.held.iter().all(|&h| h == 0)
+            && self.queue.is_empty()
             && commands
                 .iter()
                 .all(|c| matches!(c, Command::Release { .. }))
@@ -385,7 +463,13 @@ impl Writer {
         }
         let started = std::time::Instant::now();
         let count = commands.len();
-        let saved = (self.usage.clone(), self.held.clone(), self.priority_waiting);
+        let saved = (
+            self.usage.clone(),
+            self.held.clone(),
+            self.priority_waiting,
+            self.outstanding.clone(),
+            self.queues.clone(),
+        );
         let now = self.clock.now_ms();
         let rebase = self.usage.rebase(now);
         self.usage.roll(now);
@@ -394,6 +478,11 @@ impl Writer {
             usage: &mut self.usage,
             held: &mut self.held,
             priority_waiting: &mut self.priority_waiting,
+            queue: &mut self.queue,
+            queue_undo: Vec::new(),
+            outstanding: &mut self.outstanding,
+            queues: &mut self.queues,
+            queues_changed: false,
             report: ReportDeltas::default(),
             idempotency: &mut self.idempotency,
             added: Vec::new(),
@@ -421,12 +510,14 @@ impl Writer {
             if let Some(e) = first_error {
                 return Err(e);
             }
+            release_queued(&tx, &mut ctx)?;
             flush_deltas(&tx, &ctx)?;
             ctx.report.flush(&tx)?;
             tx.commit()
         })();
         let ready = ctx.ready;
         let added = std::mem::take(&mut ctx.added);
+        let undo = std::mem::take(&mut ctx.queue_undo);
         let elapsed = started.elapsed();
         self.metrics.commit_seconds.observe(elapsed.as_secs_f64());
         self.metrics.commit_commands.observe(count as f64);
@@ -446,7 +537,26 @@ impl Writer {
             }
             Err(e) => {
                 error!(error = %e, commands = replies.len(), "ledger transaction rolled back");
-                (self.usage, self.held, self.priority_waiting) = saved;
+                (
+                    self.usage,
+                    self.held,
+                    self.priority_waiting,
+                    self.outstanding,
+                    self.queues,
+                ) = saved;
+                for op in undo.into_iter().rev() {
+                    match op {
+                        QueueUndo::Pushed(id) => {
+                            self.queue.remove(id);
+                        }
+                        QueueUndo::Removed(c) => self.queue.push(c),
+                        QueueUndo::Passed(id) => {
+                            if let Some(c) = self.queue.get_mut(id) {
+                                c.passed = c.passed.saturating_sub(1);
+                            }
+                        }
+                    }
+                }
                 for (fp, id) in added {
                     self.idempotency.remove(fp, id);
                 }
@@ -457,6 +567,89 @@ impl Writer {
             }
         }
     }
+}
+
+impl Writer {
+    /// Answer a question that needs no transaction; hand anything else back.
+    fn answer_from_memory(&mut self, c: Command) -> Option<Command> {
+        match c {
+            Command::Explain { id, reply } => {
+                let now = self.clock.now_ms();
+                self.usage.roll(now);
+                let _ = reply.send(Ok(self.explain_queued(id, now)));
+                None
+            }
+            Command::Reprioritise { max, reply } => {
+                let now = self.clock.now_ms();
+                self.usage.roll(now);
+                let _ = reply.send(self.reprioritise(max, now).map_err(LedgerError::from));
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    fn explain_queued(&self, id: i64, now: i64) -> Option<QueuedExplain> {
+        let c = self.queue.get(id)?;
+        let order = &self.policy.order;
+        let standing = Standing::new(&self.policy, self.usage.at(now), &self.queues);
+        let placement = place(order, &standing, c, now);
+        let position = self.queue.position(order, &standing, id, now)?;
+        Some(QueuedExplain {
+            explain: placement.explain,
+            position,
+            waiting: self.queue.library_len(&c.library),
+        })
+    }
+
+    /// Requests queued at the MSS whose priority the policy now puts elsewhere. Their charge is
+    /// already in the usage, so they are placed with no benefit of their own.
+    fn reprioritise(&self, max: usize, now: i64) -> rusqlite::Result<Vec<NewPriority>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class FROM requests \
+             WHERE state IN ('submitted', 'running') AND state = 'submitted' \
+             AND class != 'priority' ORDER BY id"
+        ))?;
+        let standing = Standing::new(&self.policy, self.usage.at(now), &self.queues);
+        let mut out = Vec::new();
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let Some(mut c) = read_candidate(&self.policy, r)? else {
+                continue;
+            };
+            c.benefit = 0;
+            let attempt = r.get::<_, i64>(10)?.max(0) as u32;
+            let old: i64 = r.get(11)?;
+            let p = place(&self.policy.order, &standing, &c, now);
+            if p.mss_priority != old {
+                out.push(NewPriority {
+                    id: c.id,
+                    attempt,
+                    old_priority: old,
+                    mss_priority: p.mss_priority,
+                    explain: explain_text(&p).unwrap_or_default(),
+                });
+                if out.len() >= max {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Record priorities the MSS took (for the attempt still at the MSS, not yet running).
+fn reprioritised(tx: &Transaction<'_>, items: &[NewPriority]) -> rusqlite::Result<usize> {
+    let mut n = 0;
+    for i in items {
+        n += tx
+            .prepare_cached(
+                "UPDATE requests SET mss_priority = ?3, explain = ?4 \
+                 WHERE id = ?1 AND attempt = ?2 AND state = 'submitted'",
+            )?
+            .execute(params![i.id, i.attempt, i.mss_priority, i.explain])?;
+    }
+    Ok(n)
 }
 
 /// Apply one command inside the transaction. The reply carries the answer to send on commit.
@@ -518,6 +711,19 @@ fn handle(
             });
             (Reply::Checked(reply), r)
         }
+        Command::Reprioritised { items, reply } => match reprioritised(tx, &items) {
+            Ok(n) => (Reply::Release(reply, n), Ok(())),
+            Err(e) => (Reply::Release(reply, 0), Err(e)),
+        },
+        // Answered from memory before the transaction; nothing to do here.
+        Command::Explain { reply, .. } => {
+            let _ = reply.send(Ok(None));
+            (Reply::Checked(oneshot::channel().0), Ok(()))
+        }
+        Command::Reprioritise { reply, .. } => {
+            let _ = reply.send(Ok(Vec::new()));
+            (Reply::Checked(oneshot::channel().0), Ok(()))
+        }
         Command::Release { reply } => match release_held(tx, ctx) {
             Ok(n) => (Reply::Release(reply, n), Ok(())),
             Err(e) => (Reply::Release(reply, 0), Err(e)),
@@ -542,32 +748,53 @@ fn accept_one(
         }
     }
     let path = ctx.policy.group(item.group).path.as_str();
+    let order = &ctx.policy.order;
     let held_reason = hold_reason(ctx, item.group);
-    let (decision, state, benefit, bytes, charged_ms) = match &held_reason {
-        // Held: nothing charged, nothing decided until it is released.
-        Some(_) => (
+    let slots = order.release.slots(&item.extras.library, item.size_bytes);
+    let mut candidate = Candidate {
+        id: 0,
+        group: item.group,
+        library: item.extras.library.clone(),
+        created_ms: ctx.now,
+        size_bytes: item.size_bytes,
+        benefit: item.benefit,
+        qos: order.qos(item.extras.qos, &item.access_mode),
+        user: item.extras.user_factor.unwrap_or(1.0),
+        queue: order.queue_factor(&item.access_mode),
+        slots,
+        passed: 0,
+    };
+    // Held (feasibility cap) and queued (held release mode) requests are neither decided nor
+    // charged until released; their class and priority are provisional.
+    let provisional = policy::Decision {
+        class: Class::Back,
+        mss_priority: ctx.policy.p_back,
+    };
+    let (decision, state, benefit, bytes, charged_ms, explain) = if held_reason.is_some() {
+        (provisional, RequestState::Held, 0, 0, None, None)
+    } else if order.held() && is_fair(ctx.policy, item.group) {
+        (provisional, RequestState::Queued, 0, 0, None, None)
+    } else {
+        let p = placement(ctx, &candidate);
+        (
             policy::Decision {
-                class: Class::Back,
-                mss_priority: ctx.policy.p_back,
+                class: p.class,
+                mss_priority: p.mss_priority,
             },
-            RequestState::Held,
-            0,
-            0,
-            None,
-        ),
-        None => (
-            policy::decide(ctx.policy, &ctx.usage.at(ctx.now), item.group, item.benefit),
             RequestState::Accepted,
             item.benefit,
             item.size_bytes,
             Some(ctx.now),
-        ),
+            explain_text(&p),
+        )
     };
     tx.prepare_cached(
         "INSERT INTO requests (station, client_request_id, user_name, file, size_bytes, \
          access_mode, physics_group, volume, direction, group_path, class, mss_priority, \
-         charged, charged_bytes, state, created_ms, charged_ms, held_reason) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+         charged, charged_bytes, state, created_ms, charged_ms, held_reason, library, slots, \
+         qos, user_factor, explain) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+         ?18, ?19, ?20, ?21, ?22, ?23)",
     )?
     .execute(params![
         item.station,
@@ -588,6 +815,11 @@ fn accept_one(
         ctx.now,
         charged_ms,
         held_reason,
+        item.extras.library,
+        slots,
+        item.extras.qos.map(|q| q.as_str()),
+        item.extras.user_factor,
+        explain,
     ])?;
     let id = tx.last_insert_rowid();
     tx.prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
@@ -600,11 +832,18 @@ fn accept_one(
         held,
         ..HourRow::default()
     };
-    if held == 0 {
-        ctx.report.add(path, ctx.now, row.decided(decision.class));
-        ctx.moved(decision.class, None, RequestState::Accepted);
-    } else {
-        ctx.report.add(path, ctx.now, row);
+    match state {
+        RequestState::Accepted => {
+            ctx.report.add(path, ctx.now, row.decided(decision.class));
+            ctx.moved(decision.class, None, RequestState::Accepted);
+            ctx.occupy(&item.extras.library, slots, true);
+        }
+        RequestState::Queued => {
+            ctx.report.add(path, ctx.now, row);
+            candidate.id = id;
+            ctx.enqueue(candidate);
+        }
+        _ => ctx.report.add(path, ctx.now, row),
     }
     ctx.charge(
         path,
@@ -616,7 +855,7 @@ fn accept_one(
             held,
         },
     );
-    ctx.ready |= held == 0;
+    ctx.ready |= state == RequestState::Accepted;
     Ok(Accepted {
         id,
         group: path.to_string(),
@@ -626,6 +865,17 @@ fn accept_one(
         duplicate: false,
         held_reason,
     })
+}
+
+/// Where request `c` goes now, under the configured policy.
+fn placement(ctx: &Ctx<'_>, c: &Candidate) -> Placement {
+    let standing = Standing::new(ctx.policy, ctx.usage.at(ctx.now), ctx.queues);
+    place(&ctx.policy.order, &standing, c, ctx.now)
+}
+
+/// The explanation stored with a decision.
+fn explain_text(p: &Placement) -> Option<String> {
+    serde_json::to_string(&p.explain).ok()
 }
 
 /// Why a new request of group `g` is held: a feasibility cap on its path is reached, or
@@ -685,12 +935,24 @@ struct Charged {
     class: Class,
     created_ms: i64,
     started_ms: Option<i64>,
+    library: String,
+    slots: u32,
+}
+
+impl Charged {
+    /// Whether it holds slots at the MSS (released and not finished).
+    fn outstanding(&self) -> bool {
+        matches!(
+            self.state,
+            RequestState::Accepted | RequestState::Submitted | RequestState::Running
+        )
+    }
 }
 
 fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charged>> {
     tx.prepare_cached(
         "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
-         COALESCE(charged_ms, created_ms), class, created_ms, started_ms \
+         COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, slots \
          FROM requests WHERE id = ?1",
     )?
     .query_row([id], |r| {
@@ -706,6 +968,8 @@ fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charge
             class: Class::parse(&r.get::<_, String>(7)?).unwrap_or(Class::Back),
             created_ms: r.get(8)?,
             started_ms: r.get(9)?,
+            library: r.get(10)?,
+            slots: r.get::<_, i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
         })
     })
     .optional()
@@ -757,6 +1021,12 @@ fn finalize(
         },
     );
     ctx.moved(row.class, Some(row.state), state);
+    if row.outstanding() {
+        ctx.occupy(&row.library, row.slots, false);
+    }
+    if row.state == RequestState::Queued {
+        ctx.dequeue(id);
+    }
     // The estimate is taken back at its own date; the actual is charged now, when it was
     // received.
     ctx.charge(
@@ -866,7 +1136,10 @@ fn apply_event(
         warn!(request_id = id, "event for an unknown request");
         return Ok(false);
     };
-    if row.attempt != event.attempt || row.state.is_terminal() || row.state == RequestState::Held {
+    if row.attempt != event.attempt
+        || row.state.is_terminal()
+        || matches!(row.state, RequestState::Held | RequestState::Queued)
+    {
         return Ok(false);
     }
     match &event.kind {
@@ -884,6 +1157,12 @@ fn apply_event(
                 let over_priority = row.class != Class::Priority && *ctx.priority_waiting > 0;
                 ctx.report
                     .started(&row.group, ctx.now, ctx.now - row.created_ms, over_priority);
+                // FBSNG in pass-through mode: the MSS started it (held mode counts releases).
+                if !ctx.policy.order.held() {
+                    if let Some(g) = ctx.policy.group_by_path(&row.group) {
+                        ctx.fbsng_started(g);
+                    }
+                }
             }
             ctx.moved(row.class, Some(row.state), RequestState::Running);
         }
@@ -931,7 +1210,7 @@ fn cancel(tx: &Transaction<'_>, ctx: &mut Ctx<'_>, id: i64) -> rusqlite::Result<
     };
     match row.state {
         s if s.is_terminal() => Ok(CancelOutcome::AlreadyFinal(s)),
-        RequestState::Accepted | RequestState::Held => {
+        RequestState::Accepted | RequestState::Held | RequestState::Queued => {
             finalize(tx, ctx, id, &row, RequestState::Cancelled, None, None)?;
             Ok(CancelOutcome::Cancelled)
         }
@@ -953,18 +1232,17 @@ fn release_held(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usi
         .filter(|(_, &h)| h > 0)
         .map(|(i, _)| GroupId(i))
         .collect();
-    let mut released = 0;
+    let mut released_count = 0;
     for g in waiting {
         let path = ctx.policy.group(g).path.to_string();
         'group: loop {
-            let batch: Vec<(i64, u64, String)> = tx
-                .prepare_cached(
-                    "SELECT id, size_bytes, access_mode FROM requests \
-                     WHERE state = 'held' AND group_path = ?1 ORDER BY id LIMIT 64",
-                )?
-                .query_map([&path], |r| {
-                    Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?))
-                })?
+            let batch: Vec<Candidate> = tx
+                .prepare_cached(&format!(
+                    "SELECT {CANDIDATE_COLUMNS} FROM requests \
+                     WHERE state = 'held' AND group_path = ?1 ORDER BY id LIMIT 64"
+                ))?
+                .query_map([&path], |r| read_candidate(ctx.policy, r))?
+                .filter_map(Result::transpose)
                 .collect::<rusqlite::Result<_>>()?;
             if batch.is_empty() {
                 // The count said some were held but none are: put the count right rather than
@@ -982,46 +1260,227 @@ fn release_held(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usi
                 }
                 break;
             }
-            for (id, size, mode) in batch {
+            for c in batch {
                 if held_by(ctx.policy, &ctx.usage.at(ctx.now), g).is_some() {
                     break 'group;
                 }
-                let benefit = policy::benefit(ctx.policy, &mode, size);
-                let d = policy::decide(ctx.policy, &ctx.usage.at(ctx.now), g, benefit);
-                tx.prepare_cached(
-                    "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
-                     charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
-                     released_ms = ?6 WHERE id = ?1",
-                )?
-                .execute(params![
-                    id,
-                    d.class.as_str(),
-                    d.mss_priority,
-                    benefit as i64,
-                    size as i64,
-                    ctx.now
-                ])?;
-                ctx.charge(
-                    &path,
-                    Charge {
-                        usage: i128::from(benefit),
-                        at_ms: ctx.now,
-                        bytes: i128::from(size),
-                        pending: 0,
-                        held: -1,
-                    },
-                );
-                let row = HourRow {
+                let released = HourRow {
                     released: 1,
                     ..HourRow::default()
                 };
-                ctx.report.add(&path, ctx.now, row.decided(d.class));
-                ctx.ready = true;
-                released += 1;
+                if ctx.policy.order.held() {
+                    // Into the broker's queue: decided and charged when the queue releases it.
+                    tx.prepare_cached(
+                        "UPDATE requests SET state = 'queued', held_reason = NULL, \
+                         released_ms = ?2 WHERE id = ?1",
+                    )?
+                    .execute(params![c.id, ctx.now])?;
+                    ctx.charge(
+                        &path,
+                        Charge {
+                            held: -1,
+                            ..Charge::default()
+                        },
+                    );
+                    ctx.report.add(&path, ctx.now, released);
+                    ctx.enqueue(c);
+                } else {
+                    let p = placement(ctx, &c);
+                    decide_and_charge(tx, ctx, &c, &p)?;
+                    ctx.charge(
+                        &path,
+                        Charge {
+                            held: -1,
+                            ..Charge::default()
+                        },
+                    );
+                    ctx.report.add(&path, ctx.now, released.decided(p.class));
+                }
+                released_count += 1;
             }
         }
     }
+    Ok(released_count)
+}
+
+/// Columns [`read_candidate`] reads.
+const CANDIDATE_COLUMNS: &str = "id, group_path, library, created_ms, size_bytes, access_mode, \
+                                 qos, user_factor, slots, passed";
+
+/// A request row as the ordering sees it (`None` for a group no longer configured).
+fn read_candidate(
+    policy: &PolicySettings,
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<Option<Candidate>> {
+    let path: String = r.get(1)?;
+    let Some(group) = policy.group_by_path(&path) else {
+        return Ok(None);
+    };
+    let size: i64 = r.get(4)?;
+    let mode: String = r.get(5)?;
+    let qos: Option<String> = r.get(6)?;
+    let user: Option<f64> = r.get(7)?;
+    let order = &policy.order;
+    Ok(Some(Candidate {
+        id: r.get(0)?,
+        group,
+        library: r.get(2)?,
+        created_ms: r.get(3)?,
+        size_bytes: size.max(0) as u64,
+        benefit: policy::benefit(policy, &mode, size.max(0) as u64),
+        qos: order.qos(
+            qos.as_deref().and_then(policy::multifactor::Qos::parse),
+            &mode,
+        ),
+        user: user.unwrap_or(1.0),
+        queue: order.queue_factor(&mode),
+        slots: r.get::<_, i64>(8)?.clamp(1, i64::from(u32::MAX)) as u32,
+        passed: r.get::<_, i64>(9)?.clamp(0, i64::from(u32::MAX)) as u32,
+    }))
+}
+
+/// Decide a released request at `p`, charge it and make it ready to submit.
+fn decide_and_charge(
+    tx: &Transaction<'_>,
+    ctx: &mut Ctx<'_>,
+    c: &Candidate,
+    p: &Placement,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
+         charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
+         released_ms = ?6, explain = ?7 WHERE id = ?1",
+    )?
+    .execute(params![
+        c.id,
+        p.class.as_str(),
+        p.mss_priority,
+        c.benefit as i64,
+        c.size_bytes as i64,
+        ctx.now,
+        explain_text(p),
+    ])?;
+    let path = ctx.policy.group(c.group).path.to_string();
+    ctx.charge(
+        &path,
+        Charge {
+            usage: i128::from(c.benefit),
+            at_ms: ctx.now,
+            bytes: i128::from(c.size_bytes),
+            ..Charge::default()
+        },
+    );
+    ctx.occupy(&c.library, c.slots, true);
+    ctx.ready = true;
+    Ok(())
+}
+
+/// Release queued requests while their library has free slots (all of them when the mode is
+/// no longer `held`), each the policy's first at this instant; each is decided and charged as
+/// it goes, so the next choice sees it. A request whose group is now over a feasibility cap
+/// goes back to `held`.
+fn release_queued(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usize> {
+    if ctx.queue.is_empty() {
+        return Ok(0);
+    }
+    let policy = ctx.policy;
+    let order = &policy.order;
+    let mut released = 0;
+    for lib in ctx.queue.libraries() {
+        loop {
+            let limit = if order.held() {
+                order.release.limit_of(&lib)
+            } else {
+                u32::MAX
+            };
+            let used = ctx.outstanding.get(&lib).copied().unwrap_or(0);
+            let free = limit.saturating_sub(used);
+            if free == 0 {
+                break;
+            }
+            let pick = {
+                let standing = Standing::new(policy, ctx.usage.at(ctx.now), ctx.queues);
+                ctx.queue.pick(order, &standing, &lib, free, ctx.now)
+            };
+            let Some(pick) = pick else { break };
+            let c = &pick.candidate;
+            ctx.dequeue(c.id);
+            let path = policy.group(c.group).path.to_string();
+            if let Some(reason) = held_by(policy, &ctx.usage.at(ctx.now), c.group) {
+                tx.prepare_cached(
+                    "UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1",
+                )?
+                .execute(params![c.id, reason])?;
+                ctx.charge(
+                    &path,
+                    Charge {
+                        held: 1,
+                        ..Charge::default()
+                    },
+                );
+                continue;
+            }
+            decide_and_charge(tx, ctx, c, &pick.placement)?;
+            let row = HourRow::default();
+            ctx.report
+                .add(&path, ctx.now, row.decided(pick.placement.class));
+            if order.held() {
+                ctx.fbsng_started(c.group);
+            }
+            for &id in &pick.passed_over {
+                tx.prepare_cached("UPDATE requests SET passed = passed + 1 WHERE id = ?1")?
+                    .execute([id])?;
+                if let Some(w) = ctx.queue.get_mut(id) {
+                    w.passed = w.passed.saturating_add(1);
+                    ctx.queue_undo.push(QueueUndo::Passed(id));
+                }
+            }
+            released += 1;
+        }
+    }
     Ok(released)
+}
+
+/// The held release queue, the slots outstanding per library and the FBSNG queue priorities,
+/// from the rows.
+fn load_order_state(
+    conn: &Connection,
+    policy: &PolicySettings,
+) -> Result<(HeldQueue, HashMap<String, u32>, Queues), LedgerError> {
+    let mut queue = HeldQueue::default();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued' ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([], |r| read_candidate(policy, r))?;
+    for c in rows {
+        match c? {
+            Some(c) => queue.push(c),
+            None => warn!("a queued request of a group no longer configured stays queued"),
+        }
+    }
+    let mut outstanding = HashMap::new();
+    let mut stmt = conn.prepare(
+        "SELECT library, SUM(slots) FROM requests \
+         WHERE state IN ('accepted', 'submitted', 'running') GROUP BY library",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (lib, n) = row?;
+        outstanding.insert(lib, n.clamp(0, i64::from(u32::MAX)) as u32);
+    }
+    let mut queues = Queues::new(&policy.order.fbsng);
+    let mut stmt =
+        conn.prepare("SELECT path, queue_priority FROM groups WHERE queue_priority IS NOT NULL")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (path, p) = row?;
+        if let Some(g) = policy.group_by_path(&path) {
+            if let Some(slot) = queues.priority.get_mut(g.0) {
+                *slot = p;
+            }
+        }
+    }
+    Ok((queue, outstanding, queues))
 }
 
 fn flush_deltas(tx: &Transaction<'_>, ctx: &Ctx<'_>) -> rusqlite::Result<()> {
@@ -1046,6 +1505,16 @@ fn flush_deltas(tx: &Transaction<'_>, ctx: &Ctx<'_>) -> rusqlite::Result<()> {
             ctx.policy.group(g).path.as_str(),
             ctx.usage.decayed(g)
         ])?;
+    }
+    if ctx.queues_changed {
+        let mut stmt =
+            tx.prepare_cached("UPDATE groups SET queue_priority = ?2 WHERE path = ?1")?;
+        for g in ctx.policy.group_ids().filter(|&g| is_fair(ctx.policy, g)) {
+            stmt.execute(params![
+                ctx.policy.group(g).path.as_str(),
+                ctx.queues.get(g.0)
+            ])?;
+        }
     }
     let mut stmt = tx.prepare_cached(
         "INSERT INTO usage_windows(path, window, usage) VALUES (?1, ?2, ?3) \

@@ -4,7 +4,11 @@
 //! the same decisions on the same inputs.
 
 pub mod classify;
+pub mod fbsng;
+pub mod harness;
 pub mod multifactor;
+pub mod order;
+pub mod queue;
 pub mod sam;
 
 pub use classify::{classify, ClassifyError, RequestFields};

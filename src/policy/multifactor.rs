@@ -13,10 +13,11 @@
 //! weights, maps onto the band of MSS priorities `[band_low, band_high]` below the priority
 //! classes.
 //!
-//! Groundwork for the policies issue: not yet selectable in the configuration.
+//! Selected with `[policy] algorithm = "multifactor"`; see [`super::order`].
 
 /// Relative importance a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Qos {
     Expedite,
     Normal,
@@ -24,6 +25,23 @@ pub enum Qos {
 }
 
 impl Qos {
+    pub fn parse(s: &str) -> Option<Qos> {
+        match s {
+            "expedite" => Some(Qos::Expedite),
+            "normal" => Some(Qos::Normal),
+            "standby" => Some(Qos::Standby),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Qos::Expedite => "expedite",
+            Qos::Normal => "normal",
+            Qos::Standby => "standby",
+        }
+    }
+
     pub fn factor(self) -> f64 {
         match self {
             Qos::Expedite => 1.0,
@@ -70,8 +88,8 @@ pub struct Inputs {
     pub user: f64,
 }
 
-/// The normalised factors and their weighted values, for `explain`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The normalised factors (or their weighted values), for `explain`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Factors {
     pub wait: f64,
     pub fair_share: f64,
@@ -105,6 +123,18 @@ impl Multifactor {
         }
     }
 
+    /// Each factor times its weight.
+    pub fn weighted(&self, f: &Factors) -> Factors {
+        Factors {
+            wait: self.wait_weight * f.wait,
+            fair_share: self.fair_share_weight * f.fair_share,
+            qos: self.qos_weight * f.qos,
+            queue: self.queue_weight * f.queue,
+            size: self.size_weight * f.size,
+            user: self.user_weight * f.user,
+        }
+    }
+
     /// The weighted sum.
     pub fn score(&self, f: &Factors) -> f64 {
         self.wait_weight * f.wait
@@ -115,7 +145,7 @@ impl Multifactor {
             + self.user_weight * f.user
     }
 
-    fn total_weight(&self) -> f64 {
+    pub fn total_weight(&self) -> f64 {
         self.wait_weight
             + self.fair_share_weight
             + self.qos_weight

@@ -49,6 +49,7 @@ fn request(policy: &PolicySettings, crid: &str, group: &str, size: u64) -> NewRe
         direction: mss_adapters::Direction::Read,
         group: policy.group_by_path(group).unwrap(),
         benefit: size,
+        extras: Default::default(),
     }
 }
 

@@ -81,9 +81,10 @@ pub struct Admission {
     pub duplicate: bool,
 }
 
-/// What the library said to a cancellation.
+/// What the library said to a cancellation (or a priority change).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
+    /// Done: cancelled (or re-prioritised).
     Cancelled,
     /// Already running or finished: nothing to cancel.
     TooLate(Phase),
@@ -118,6 +119,7 @@ pub struct Library {
     received: Vec<Received>,
     duplicates: u64,
     mounts: u64,
+    reprioritised: u64,
     /// The time the library has been advanced to.
     now: Micros,
 }
@@ -134,6 +136,7 @@ impl Library {
             received: Vec::new(),
             duplicates: 0,
             mounts: 0,
+            reprioritised: 0,
             now: 0,
         }
     }
@@ -210,6 +213,39 @@ impl Library {
             kind: EventKind::Cancelled,
         });
         CancelOutcome::Cancelled
+    }
+
+    /// Give a pending transfer (this attempt) a new priority; it keeps its arrival, so among
+    /// equal priorities it stays where it was. Running or finished transfers are too late.
+    pub fn set_priority(
+        &mut self,
+        key: &str,
+        attempt: u32,
+        priority: i64,
+        now: Micros,
+        out: &mut Vec<LibraryEvent>,
+    ) -> CancelOutcome {
+        self.advance(now, out);
+        let Some(job) = self.jobs.get_mut(key) else {
+            return CancelOutcome::Unknown;
+        };
+        if job.transfer.attempt != attempt {
+            return CancelOutcome::Unknown;
+        }
+        if job.phase != Phase::Pending {
+            return CancelOutcome::TooLate(job.phase);
+        }
+        if let Some(k) = self.queue.remove(&(-job.transfer.priority, job.arrival)) {
+            self.queue.insert((-priority, job.arrival), k);
+        }
+        job.transfer.priority = priority;
+        self.reprioritised += 1;
+        CancelOutcome::Cancelled
+    }
+
+    /// Priority changes taken.
+    pub fn reprioritised(&self) -> u64 {
+        self.reprioritised
     }
 
     /// Run the library up to `now`: finish transfers whose time has come, in time order, and
@@ -478,6 +514,30 @@ mod tests {
         retry.attempt = 2;
         assert!(!lib.submit(retry, 1_000_000, &mut ev).duplicate);
         assert_eq!(lib.received().len(), 2);
+    }
+
+    #[test]
+    fn a_new_priority_reorders_a_pending_transfer() {
+        let mut lib = Library::new(one_drive());
+        let mut ev = Vec::new();
+        lib.submit(transfer("a", 1, 100, None), 0, &mut ev);
+        lib.submit(transfer("b", 1, 100, None), 0, &mut ev);
+        lib.submit(transfer("c", 1, 100, None), 0, &mut ev);
+        assert_eq!(
+            lib.set_priority("c", 1, 9, 0, &mut ev),
+            CancelOutcome::Cancelled
+        );
+        assert_eq!(
+            lib.set_priority("a", 1, 9, 0, &mut ev),
+            CancelOutcome::TooLate(Phase::Running)
+        );
+        assert_eq!(
+            lib.set_priority("b", 2, 9, 0, &mut ev),
+            CancelOutcome::Unknown
+        );
+        lib.advance(u64::MAX / 2, &mut ev);
+        assert_eq!(done_order(&ev), ["a", "c", "b"]);
+        assert_eq!(lib.reprioritised(), 1);
     }
 
     #[test]

@@ -195,6 +195,10 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/transfers", post(submit))
         .route("/v1/transfers/batch", post(submit_batch))
         .route("/v1/transfers/{key}", get(transfer).delete(cancel))
+        .route(
+            "/v1/transfers/{key}/priority",
+            axum::routing::put(set_priority),
+        )
         .route("/v1/events", get(events))
         .route("/v1/received", get(received))
         .route("/v1/faults", axum::routing::put(set_faults).get(get_faults))
@@ -302,6 +306,46 @@ async fn cancel(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> R
             format!("transfer is {}, not pending", phase.as_str()),
         ),
         CancelOutcome::Unknown => error(StatusCode::NOT_FOUND, "no such transfer".to_string()),
+    }
+}
+
+/// `PUT /v1/transfers/{key}/priority` with `{"attempt": n, "priority": p}`.
+async fn set_priority(
+    State(shared): State<Arc<Shared>>,
+    Path(key): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Some(refused) = shared.gate(false).await {
+        return refused;
+    }
+    let change: crate::protocol::PriorityChange = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad body: {e}")),
+    };
+    let outcome = {
+        let mut sim = shared.lock();
+        let mut out = Vec::new();
+        let outcome = sim.library.set_priority(
+            &key,
+            change.attempt,
+            change.priority,
+            shared.virtual_now(),
+            &mut out,
+        );
+        shared.publish(&mut sim, out);
+        outcome
+    };
+    shared.kick.notify_one();
+    match outcome {
+        CancelOutcome::Cancelled => StatusCode::NO_CONTENT.into_response(),
+        CancelOutcome::TooLate(phase) => error(
+            StatusCode::CONFLICT,
+            format!("transfer is {}, not pending", phase.as_str()),
+        ),
+        CancelOutcome::Unknown => error(
+            StatusCode::NOT_FOUND,
+            "no such transfer attempt".to_string(),
+        ),
     }
 }
 

@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod order;
+
 use crate::domain::{Fraction, GroupPath};
+use crate::policy::order::OrderSettings;
 use crate::shares::model::{UsageModel, MAX_WINDOW_UNIT};
 
 /// The shipped configuration, used when no file is given and `config/broker.toml` is absent.
-pub const EMBEDDED: &str = include_str!("../config/broker.toml");
+pub const EMBEDDED: &str = include_str!("../../config/broker.toml");
 /// Where `serve` looks for a configuration file when none is named.
 pub const DEFAULT_PATH: &str = "config/broker.toml";
 
@@ -105,6 +108,8 @@ pub struct PolicySettings {
     pub fs_delta: DeltaForm,
     /// How often held requests are checked against their feasibility caps.
     pub held_recheck: Duration,
+    /// The ordering policy and release mode.
+    pub order: OrderSettings,
     /// Every accounting group: priority classes first (in configured order), then share leaves.
     pub groups: Vec<GroupInfo>,
     pub tree: ShareTree,
@@ -408,6 +413,8 @@ struct RawConfig {
     mss: RawMss,
     #[serde(default)]
     auth: Option<RawAuth>,
+    #[serde(default)]
+    release: order::RawRelease,
 }
 
 #[derive(Debug, Deserialize)]
@@ -472,6 +479,23 @@ struct RawPolicy {
     benefit_weights: BTreeMap<String, i64>,
     #[serde(default = "d_delta")]
     fairshare_delta: String,
+    #[serde(default = "order::d_algorithm")]
+    algorithm: String,
+    band_low: Option<i64>,
+    band_high: Option<i64>,
+    starved_priority: Option<i64>,
+    #[serde(default)]
+    max_wait_secs: i64,
+    #[serde(default)]
+    reprioritise_secs: i64,
+    #[serde(default)]
+    multifactor: order::RawMultifactor,
+    #[serde(default)]
+    qos: BTreeMap<String, String>,
+    #[serde(default)]
+    queue_factors: BTreeMap<String, f64>,
+    #[serde(default)]
+    fbsng: BTreeMap<String, order::RawFbsng>,
 }
 
 fn d_delta() -> String {
@@ -989,7 +1013,10 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
         Some(g) => leaf(g, "classification.default_group".into(), issues),
     };
 
+    let p0 = raw.priority_classes.iter().map(|c| c.mss_priority).min();
+    let order = order::validate_order(p, &raw.release, &groups, &by_path, p0, issues);
     Some(PolicySettings {
+        order,
         p_front: p.p_front,
         p_back: p.p_back,
         benefit: benefit?,

@@ -1,0 +1,364 @@
+//! `[policy]`'s ordering keys, `[policy.multifactor]`, `[policy.qos]`, `[policy.queue_factors]`,
+//! `[policy.fbsng."group"]` and `[release]`, validated into [`OrderSettings`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{GroupInfo, GroupKind, Issues, RawPolicy};
+use crate::policy::fbsng::QueueParams;
+use crate::policy::multifactor::{Multifactor, Qos, SizeFavours};
+use crate::policy::order::{Algorithm, OrderSettings, Release, ReleaseMode};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMultifactor {
+    #[serde(default = "d_wait_w")]
+    wait_weight: f64,
+    #[serde(default = "d_fs_w")]
+    fair_share_weight: f64,
+    #[serde(default = "d_qos_w")]
+    qos_weight: f64,
+    #[serde(default)]
+    queue_weight: f64,
+    #[serde(default = "d_size_w")]
+    size_weight: f64,
+    #[serde(default = "d_user_w")]
+    user_weight: f64,
+    #[serde(default = "d_wait_cap")]
+    wait_cap_secs: i64,
+    #[serde(default = "d_size_ref")]
+    size_ref_bytes: i64,
+    #[serde(default = "d_favours")]
+    size_favours: String,
+}
+
+fn d_wait_w() -> f64 {
+    1000.0
+}
+fn d_fs_w() -> f64 {
+    10_000.0
+}
+fn d_qos_w() -> f64 {
+    2000.0
+}
+fn d_size_w() -> f64 {
+    500.0
+}
+fn d_user_w() -> f64 {
+    1000.0
+}
+fn d_wait_cap() -> i64 {
+    86_400
+}
+fn d_size_ref() -> i64 {
+    100_000_000_000
+}
+fn d_favours() -> String {
+    "large".into()
+}
+
+impl Default for RawMultifactor {
+    fn default() -> Self {
+        RawMultifactor {
+            wait_weight: d_wait_w(),
+            fair_share_weight: d_fs_w(),
+            qos_weight: d_qos_w(),
+            queue_weight: 0.0,
+            size_weight: d_size_w(),
+            user_weight: d_user_w(),
+            wait_cap_secs: d_wait_cap(),
+            size_ref_bytes: d_size_ref(),
+            size_favours: d_favours(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFbsng {
+    qp_min: Option<i64>,
+    qp_max: Option<i64>,
+    qpi: Option<i64>,
+    qpd: Option<i64>,
+    qpg: Option<i64>,
+    spg: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRelease {
+    #[serde(default = "d_mode")]
+    mode: String,
+    #[serde(default = "d_limit")]
+    limit: i64,
+    #[serde(default)]
+    slot_bytes: i64,
+    #[serde(default)]
+    libraries: BTreeMap<String, i64>,
+}
+
+fn d_mode() -> String {
+    "pass_through".into()
+}
+fn d_limit() -> i64 {
+    8
+}
+
+impl Default for RawRelease {
+    fn default() -> Self {
+        RawRelease {
+            mode: d_mode(),
+            limit: d_limit(),
+            slot_bytes: 0,
+            libraries: BTreeMap::new(),
+        }
+    }
+}
+
+pub(super) fn d_algorithm() -> String {
+    "sam".into()
+}
+
+/// Validate the ordering settings. `p0` is the lowest priority class's MSS priority.
+pub(super) fn validate_order(
+    p: &RawPolicy,
+    release: &RawRelease,
+    groups: &[GroupInfo],
+    by_path: &HashMap<String, super::GroupId>,
+    p0: Option<i64>,
+    issues: &mut Issues,
+) -> OrderSettings {
+    let mut o = OrderSettings::seed(p.p_front, p.p_back, groups.len());
+    o.band_low = p.band_low.unwrap_or(p.p_back);
+    o.band_high = p.band_high.unwrap_or(p.p_front);
+    if o.band_low >= o.band_high {
+        issues.add(
+            "policy.band_high",
+            format!(
+                "must be above policy.band_low ({}), got {}",
+                o.band_low, o.band_high
+            ),
+        );
+    }
+    let top = o.band_high.max(p.p_front);
+    o.starved_priority = p
+        .starved_priority
+        .unwrap_or_else(|| p0.map_or(top + 1, |p0| p0 - 1));
+    if let Some(p0) = p0 {
+        if top >= p0 {
+            issues.add(
+                "policy.band_high",
+                format!(
+                    "must be below every priority class's mss_priority (lowest is {p0}), got {top}"
+                ),
+            );
+        }
+    }
+    if p.max_wait_secs < 0 {
+        issues.add(
+            "policy.max_wait_secs",
+            format!("must be 0 (off) or positive, got {}", p.max_wait_secs),
+        );
+    }
+    if p.max_wait_secs > 0 {
+        o.max_wait_ms = Some(p.max_wait_secs.saturating_mul(1000));
+        let below_classes = p0.is_none_or(|p0| o.starved_priority < p0);
+        if o.starved_priority <= top || !below_classes {
+            issues.add(
+                "policy.starved_priority",
+                format!(
+                    "must be above policy.p_front and policy.band_high ({top}) and below every priority class, got {} (lower p_front/band_high or set it)",
+                    o.starved_priority
+                ),
+            );
+        }
+    }
+    match p.reprioritise_secs {
+        0 => {}
+        s if s > 0 => o.reprioritise = Some(Duration::from_secs(s as u64)),
+        s => issues.add(
+            "policy.reprioritise_secs",
+            format!("must be 0 (off) or positive, got {s}"),
+        ),
+    }
+    o.algorithm = match p.algorithm.as_str() {
+        "sam" => Algorithm::Sam,
+        "fair_tree" => Algorithm::FairTree,
+        "fbsng" => Algorithm::Fbsng,
+        "multifactor" => Algorithm::Multifactor(multifactor(&p.multifactor, &o, issues)),
+        other => {
+            issues.add(
+                "policy.algorithm",
+                format!("`{other}` is not one of sam, fair_tree, multifactor, fbsng"),
+            );
+            Algorithm::Sam
+        }
+    };
+    for (mode, q) in &p.qos {
+        match Qos::parse(q) {
+            Some(q) => {
+                o.qos_by_mode.insert(mode.clone(), q);
+            }
+            None => issues.add(
+                format!("policy.qos.{mode}"),
+                format!("`{q}` is not one of expedite, normal, standby"),
+            ),
+        }
+    }
+    for (mode, &f) in &p.queue_factors {
+        if !(0.0..=1.0).contains(&f) {
+            issues.add(
+                format!("policy.queue_factors.{mode}"),
+                format!("must be in [0, 1], got {f}"),
+            );
+        }
+        o.queue_factor_by_mode
+            .insert(mode.clone(), f.clamp(0.0, 1.0));
+    }
+    for (path, raw) in &p.fbsng {
+        let key = format!("policy.fbsng.\"{path}\"");
+        match by_path.get(path.as_str()) {
+            Some(g) if matches!(groups[g.0].kind, GroupKind::FairShare { .. }) => {
+                o.fbsng[g.0] = queue_params(raw, &key, issues);
+            }
+            _ => issues.add(key, "is not a leaf of [shares]"),
+        }
+    }
+    o.release = validate_release(release, issues);
+    o
+}
+
+fn multifactor(raw: &RawMultifactor, o: &OrderSettings, issues: &mut Issues) -> Multifactor {
+    let weights = [
+        ("wait_weight", raw.wait_weight),
+        ("fair_share_weight", raw.fair_share_weight),
+        ("qos_weight", raw.qos_weight),
+        ("queue_weight", raw.queue_weight),
+        ("size_weight", raw.size_weight),
+        ("user_weight", raw.user_weight),
+    ];
+    for (k, w) in weights {
+        if !(w.is_finite() && w >= 0.0) {
+            issues.add(
+                format!("policy.multifactor.{k}"),
+                format!("must be a non-negative number, got {w}"),
+            );
+        }
+    }
+    if weights.iter().map(|(_, w)| w.max(0.0)).sum::<f64>() <= 0.0 {
+        issues.add("policy.multifactor", "at least one weight must be positive");
+    }
+    let size_favours = match raw.size_favours.as_str() {
+        "large" => SizeFavours::Large,
+        "small" => SizeFavours::Small,
+        other => {
+            issues.add(
+                "policy.multifactor.size_favours",
+                format!("`{other}` is not one of large, small"),
+            );
+            SizeFavours::Large
+        }
+    };
+    for (k, v) in [
+        ("wait_cap_secs", raw.wait_cap_secs),
+        ("size_ref_bytes", raw.size_ref_bytes),
+    ] {
+        if v <= 0 {
+            issues.add(
+                format!("policy.multifactor.{k}"),
+                format!("must be positive, got {v}"),
+            );
+        }
+    }
+    Multifactor {
+        wait_weight: raw.wait_weight.max(0.0),
+        fair_share_weight: raw.fair_share_weight.max(0.0),
+        qos_weight: raw.qos_weight.max(0.0),
+        queue_weight: raw.queue_weight.max(0.0),
+        size_weight: raw.size_weight.max(0.0),
+        user_weight: raw.user_weight.max(0.0),
+        max_wait_ms: raw.wait_cap_secs.max(1).saturating_mul(1000),
+        size_ref_bytes: raw.size_ref_bytes.max(1) as u64,
+        size_favours,
+        band_low: o.band_low,
+        band_high: o.band_high,
+    }
+}
+
+fn queue_params(raw: &RawFbsng, key: &str, issues: &mut Issues) -> QueueParams {
+    let d = QueueParams::default();
+    let q = QueueParams {
+        qp_min: raw.qp_min.unwrap_or(d.qp_min),
+        qp_max: raw.qp_max.unwrap_or(d.qp_max),
+        qpi: raw.qpi.unwrap_or(d.qpi),
+        qpd: raw.qpd.unwrap_or(d.qpd),
+        qpg: raw.qpg.unwrap_or(d.qpg),
+        spg: raw.spg.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32,
+    };
+    if q.qp_max < q.qp_min {
+        issues.add(
+            format!("{key}.qp_max"),
+            format!("must be at least qp_min ({}), got {}", q.qp_min, q.qp_max),
+        );
+    }
+    for (k, v) in [
+        ("qpi", q.qpi),
+        ("qpd", q.qpd),
+        ("qpg", q.qpg),
+        ("spg", raw.spg.unwrap_or(0)),
+    ] {
+        if v < 0 {
+            issues.add(
+                format!("{key}.{k}"),
+                format!("must not be negative, got {v}"),
+            );
+        }
+    }
+    q
+}
+
+fn validate_release(raw: &RawRelease, issues: &mut Issues) -> Release {
+    let mode = match raw.mode.as_str() {
+        "pass_through" => ReleaseMode::PassThrough,
+        "held" => ReleaseMode::Held,
+        other => {
+            issues.add(
+                "release.mode",
+                format!("`{other}` is not one of pass_through, held"),
+            );
+            ReleaseMode::PassThrough
+        }
+    };
+    let positive = |v: i64, key: String, issues: &mut Issues| -> u32 {
+        if v <= 0 || v > i64::from(u32::MAX) {
+            issues.add(key, format!("must be a positive integer, got {v}"));
+            return 1;
+        }
+        v as u32
+    };
+    let limit = positive(raw.limit, "release.limit".into(), issues);
+    let libraries = raw
+        .libraries
+        .iter()
+        .map(|(name, &v)| {
+            (
+                name.clone(),
+                positive(v, format!("release.libraries.\"{name}\""), issues),
+            )
+        })
+        .collect();
+    if raw.slot_bytes < 0 {
+        issues.add(
+            "release.slot_bytes",
+            format!("must be 0 (off) or positive, got {}", raw.slot_bytes),
+        );
+    }
+    Release {
+        mode,
+        limit,
+        libraries,
+        slot_bytes: raw.slot_bytes.max(0) as u64,
+    }
+}

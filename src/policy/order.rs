@@ -1,0 +1,453 @@
+//! Where a fair-share request goes, under the configured ordering policy: its MSS priority, its
+//! place in the broker's own queue (held release mode) and the explanation `GET
+//! /v1/requests/{id}` shows. Pure: usage, queue priorities and the time are passed in, so the
+//! live broker, the virtual-time harness ([`super::harness`]) and tests run the same code.
+//!
+//! - `sam`: the seed's front or back ([`super::sam`]).
+//! - `fair_tree`: the group's Fair Tree rank `r` of `N` leaves onto the band:
+//!   `band_low + round((r - 1) * (band_high - band_low) / (N - 1))` (rank N, the most
+//!   under-served, gets `band_high`).
+//! - `multifactor`: seed 002's weighted factors ([`super::multifactor`]) onto the band.
+//! - `fbsng`: the group's queue priority above the lowest queue's, from `band_low`, capped at
+//!   `band_high` ([`super::fbsng`]); in held mode the FBSNG scheduler picks what starts.
+//!
+//! Whatever the policy, a request that has waited `max_wait` goes to `starved_priority` (pass
+//! through) or is released before anything else, oldest first (held).
+
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::fbsng::{QueueParams, Queues};
+use super::multifactor::{Factors, Inputs, Multifactor, Qos};
+use crate::config::{GroupId, GroupKind, PolicySettings};
+use crate::domain::Class;
+use crate::shares::fairtree::{fair_tree, FairTree};
+use crate::shares::UsageLookup;
+
+/// Which ordering policy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Algorithm {
+    Sam,
+    FairTree,
+    Multifactor(Multifactor),
+    Fbsng,
+}
+
+impl Algorithm {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Sam => "sam",
+            Algorithm::FairTree => "fair_tree",
+            Algorithm::Multifactor(_) => "multifactor",
+            Algorithm::Fbsng => "fbsng",
+        }
+    }
+}
+
+/// When fair-share requests go to the MSS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseMode {
+    /// On decision (the seed).
+    PassThrough,
+    /// The broker keeps them and releases the policy's first whenever the MSS has room.
+    Held,
+}
+
+impl ReleaseMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReleaseMode::PassThrough => "pass_through",
+            ReleaseMode::Held => "held",
+        }
+    }
+}
+
+/// The held release mode's limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    pub mode: ReleaseMode,
+    /// Slots outstanding at the MSS per library (released, not finished).
+    pub limit: u32,
+    /// Per named library, instead of `limit`.
+    pub libraries: BTreeMap<String, u32>,
+    /// A request takes `ceil(size / slot_bytes)` slots (at least 1, at most the library's
+    /// limit); 0: every request one slot.
+    pub slot_bytes: u64,
+}
+
+impl Release {
+    pub fn limit_of(&self, library: &str) -> u32 {
+        self.libraries.get(library).copied().unwrap_or(self.limit)
+    }
+
+    pub fn slots(&self, library: &str, size_bytes: u64) -> u32 {
+        if self.slot_bytes == 0 {
+            return 1;
+        }
+        let n = size_bytes.div_ceil(self.slot_bytes).max(1);
+        n.min(u64::from(self.limit_of(library).max(1))) as u32
+    }
+}
+
+/// Everything about ordering, validated from `[policy]`, `[policy.*]` and `[release]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrderSettings {
+    pub algorithm: Algorithm,
+    pub release: Release,
+    /// MSS priorities the `fair_tree`, `multifactor` and `fbsng` policies map onto.
+    pub band_low: i64,
+    pub band_high: i64,
+    /// Priority of a pass-through request that has waited `max_wait_ms`.
+    pub starved_priority: i64,
+    /// The starvation bound (None: off).
+    pub max_wait_ms: Option<i64>,
+    /// How often time-dependent priorities are recomputed (None: never).
+    pub reprioritise: Option<Duration>,
+    /// QoS per access mode (requests may name their own); unlisted modes are normal.
+    pub qos_by_mode: HashMap<String, Qos>,
+    /// Multifactor queue factor per access mode, [0, 1]; unlisted modes 0.
+    pub queue_factor_by_mode: HashMap<String, f64>,
+    /// FBSNG parameters per group (`GroupId.0`; priority classes carry defaults).
+    pub fbsng: Vec<QueueParams>,
+}
+
+impl OrderSettings {
+    /// The seed's behaviour: SAM, pass through, no starvation bound, no re-prioritisation.
+    pub fn seed(p_front: i64, p_back: i64, groups: usize) -> OrderSettings {
+        OrderSettings {
+            algorithm: Algorithm::Sam,
+            release: Release {
+                mode: ReleaseMode::PassThrough,
+                limit: 8,
+                libraries: BTreeMap::new(),
+                slot_bytes: 0,
+            },
+            band_low: p_back,
+            band_high: p_front,
+            starved_priority: p_front + 1,
+            max_wait_ms: None,
+            reprioritise: None,
+            qos_by_mode: HashMap::new(),
+            queue_factor_by_mode: HashMap::new(),
+            fbsng: vec![QueueParams::default(); groups],
+        }
+    }
+
+    pub fn held(&self) -> bool {
+        self.release.mode == ReleaseMode::Held
+    }
+
+    /// The QoS of a request: its own, else its access mode's, else normal.
+    pub fn qos(&self, asked: Option<Qos>, access_mode: &str) -> Qos {
+        asked
+            .or_else(|| self.qos_by_mode.get(access_mode).copied())
+            .unwrap_or(Qos::Normal)
+    }
+
+    pub fn queue_factor(&self, access_mode: &str) -> f64 {
+        self.queue_factor_by_mode
+            .get(access_mode)
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
+/// What the ordering knows about one fair-share request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub id: i64,
+    pub group: GroupId,
+    pub library: String,
+    pub created_ms: i64,
+    pub size_bytes: u64,
+    pub benefit: u64,
+    pub qos: Qos,
+    /// The submitter's factor, [0, 1].
+    pub user: f64,
+    /// The access mode's queue factor, [0, 1].
+    pub queue: f64,
+    pub slots: u32,
+    /// FBSNG section priority.
+    pub passed: u32,
+}
+
+/// The group-level figures one ordering reads at one instant. The Fair Tree is computed on
+/// first use.
+pub struct Standing<'a, U: UsageLookup> {
+    pub policy: &'a PolicySettings,
+    pub usage: U,
+    pub queues: &'a Queues,
+    tree: OnceCell<FairTree>,
+}
+
+impl<'a, U: UsageLookup> Standing<'a, U> {
+    pub fn new(policy: &'a PolicySettings, usage: U, queues: &'a Queues) -> Self {
+        Standing {
+            policy,
+            usage,
+            queues,
+            tree: OnceCell::new(),
+        }
+    }
+
+    fn tree(&self) -> &FairTree {
+        self.tree.get_or_init(|| {
+            let mut leaf = vec![0u128; self.policy.tree.nodes.len()];
+            for g in self.policy.group_ids() {
+                if let Some(&node) = self.policy.group(g).ancestors.last() {
+                    if let Some(v) = leaf.get_mut(node) {
+                        *v = self.usage.value(g);
+                    }
+                }
+            }
+            fair_tree(&self.policy.tree, &leaf)
+        })
+    }
+
+    /// A group's Fair Tree rank (N is the most under-served) and N.
+    pub fn rank(&self, g: GroupId) -> (u32, u32) {
+        let t = self.tree();
+        let rank = self
+            .policy
+            .group(g)
+            .ancestors
+            .last()
+            .and_then(|&n| t.rank.get(n).copied().flatten())
+            .unwrap_or(1);
+        (rank, t.leaves.max(1))
+    }
+
+    /// The lowest queue priority among fair-share groups.
+    fn lowest_queue(&self) -> i64 {
+        self.policy
+            .group_ids()
+            .filter(|&g| is_fair(self.policy, g))
+            .map(|g| self.queues.get(g.0))
+            .min()
+            .unwrap_or(0)
+    }
+}
+
+pub fn is_fair(policy: &PolicySettings, g: GroupId) -> bool {
+    matches!(policy.group(g).kind, GroupKind::FairShare { .. })
+}
+
+/// Where a request goes, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    pub class: Class,
+    pub mss_priority: i64,
+    /// In held mode, higher is released first.
+    pub score: f64,
+    pub starved: bool,
+    pub explain: Explain,
+}
+
+/// Why a request has its place: what `GET /v1/requests/{id}` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explain {
+    pub policy: &'static str,
+    pub release_mode: &'static str,
+    /// When this placement was computed (ms since the epoch).
+    pub at_ms: i64,
+    pub mss_priority: i64,
+    pub waited_ms: i64,
+    /// Present when the starvation bound decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub starved: Option<Starved>,
+    pub detail: Detail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Starved {
+    pub max_wait_ms: i64,
+    pub starved_priority: i64,
+}
+
+/// The policy's own figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Detail {
+    /// A priority class: always ahead of fair share.
+    PriorityClass { class_priority: i64 },
+    /// The SAM comparison `(usage + benefit) / (total + benefit) < target`, in weighted units.
+    Sam {
+        group_usage: String,
+        fair_total: String,
+        request_benefit: String,
+        share_with_request: f64,
+        target: f64,
+        front: bool,
+    },
+    /// The group's Fair Tree rank onto the band.
+    FairTree {
+        rank: u32,
+        leaves: u32,
+        fairshare: f64,
+        band: [i64; 2],
+    },
+    /// Seed 002's factors (each in [0, 1]), their weighted values and the sum.
+    Multifactor {
+        factors: Factors,
+        weighted: Factors,
+        score: f64,
+        total_weight: f64,
+        band: [i64; 2],
+    },
+    /// FBSNG: the group's queue priority, the lowest queue's, and the request's section
+    /// priority.
+    Fbsng {
+        queue_priority: i64,
+        lowest_queue_priority: i64,
+        section_priority: u32,
+        band: [i64; 2],
+    },
+}
+
+/// Where request `c` goes now.
+pub fn place<U: UsageLookup>(
+    order: &OrderSettings,
+    standing: &Standing<'_, U>,
+    c: &Candidate,
+    now_ms: i64,
+) -> Placement {
+    let policy = standing.policy;
+    let waited_ms = (now_ms - c.created_ms).max(0);
+    let explain = |mss_priority, detail| Explain {
+        policy: order.algorithm.name(),
+        release_mode: order.release.mode.name(),
+        at_ms: now_ms,
+        mss_priority,
+        waited_ms,
+        starved: None,
+        detail,
+    };
+    if let GroupKind::Priority { mss_priority, .. } = policy.group(c.group).kind {
+        return Placement {
+            class: Class::Priority,
+            mss_priority,
+            score: f64::INFINITY,
+            starved: false,
+            explain: explain(
+                mss_priority,
+                Detail::PriorityClass {
+                    class_priority: mss_priority,
+                },
+            ),
+        };
+    }
+    let sam = super::sam::decide(policy, &standing.usage, c.group, c.benefit);
+    let band = [order.band_low, order.band_high];
+    let (mss_priority, score, detail) = match &order.algorithm {
+        Algorithm::Sam => {
+            let unit = standing.usage.unit();
+            let add = u128::from(c.benefit).saturating_mul(unit);
+            let mine = standing.usage.value(c.group).saturating_add(add);
+            let all = standing.usage.fair_total().saturating_add(add);
+            let target = match policy.group(c.group).kind {
+                GroupKind::FairShare { share } => share.num() as f64 / share.den() as f64,
+                GroupKind::Priority { .. } => 0.0,
+            };
+            let front = sam.class == Class::Front;
+            (
+                sam.mss_priority,
+                f64::from(u8::from(front)),
+                Detail::Sam {
+                    group_usage: standing.usage.value(c.group).to_string(),
+                    fair_total: standing.usage.fair_total().to_string(),
+                    request_benefit: add.to_string(),
+                    share_with_request: if all == 0 {
+                        0.0
+                    } else {
+                        mine as f64 / all as f64
+                    },
+                    target,
+                    front,
+                },
+            )
+        }
+        Algorithm::FairTree => {
+            let (rank, leaves) = standing.rank(c.group);
+            let span = order.band_high - order.band_low;
+            let step = i128::from(rank.saturating_sub(1)) * i128::from(span);
+            let denom = i128::from(leaves.saturating_sub(1).max(1));
+            let p = order.band_low + ((2 * step + denom) / (2 * denom)) as i64;
+            (
+                p.min(order.band_high),
+                f64::from(rank) / f64::from(leaves),
+                Detail::FairTree {
+                    rank,
+                    leaves,
+                    fairshare: f64::from(rank) / f64::from(leaves),
+                    band,
+                },
+            )
+        }
+        Algorithm::Multifactor(m) => {
+            let (rank, leaves) = standing.rank(c.group);
+            let factors = m.factors(&Inputs {
+                waited_ms,
+                fairshare: f64::from(rank) / f64::from(leaves),
+                qos: c.qos,
+                queue: c.queue,
+                size_bytes: c.size_bytes,
+                user: c.user,
+            });
+            let score = m.score(&factors);
+            (
+                m.mss_priority(score),
+                score,
+                Detail::Multifactor {
+                    factors,
+                    weighted: m.weighted(&factors),
+                    score,
+                    total_weight: m.total_weight(),
+                    band,
+                },
+            )
+        }
+        Algorithm::Fbsng => {
+            let qp = standing.queues.get(c.group.0);
+            let low = standing.lowest_queue();
+            let p = order
+                .band_low
+                .saturating_add(qp.saturating_sub(low))
+                .min(order.band_high);
+            (
+                p,
+                qp as f64,
+                Detail::Fbsng {
+                    queue_priority: qp,
+                    lowest_queue_priority: low,
+                    section_priority: c.passed,
+                    band,
+                },
+            )
+        }
+    };
+    let starved = order.max_wait_ms.is_some_and(|m| waited_ms >= m);
+    let mut e = explain(mss_priority, detail);
+    let mss_priority = if starved {
+        e.mss_priority = order.starved_priority;
+        e.starved = order.max_wait_ms.map(|m| Starved {
+            max_wait_ms: m,
+            starved_priority: order.starved_priority,
+        });
+        order.starved_priority
+    } else {
+        mss_priority
+    };
+    Placement {
+        class: sam.class,
+        mss_priority,
+        score,
+        starved,
+        explain: e,
+    }
+}
+
+#[cfg(test)]
+mod tests;
