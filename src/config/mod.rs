@@ -1394,8 +1394,31 @@ pub fn describe(settings: &Settings) -> String {
         }
     }
     out.push_str(&format!(
-        "fair share: front at mss_priority {}, back at {}; benefit = {}\nusage: {}\n\nshare tree (shares, fraction of all fair-share benefit):\n",
-        p.p_front, p.p_back, p.benefit.name(), p.usage_model.describe()
+        "fair share: front at mss_priority {}, back at {}; benefit = {}\nusage: {}\n",
+        p.p_front,
+        p.p_back,
+        p.benefit.name(),
+        p.usage_model.describe()
+    ));
+    let o = &p.order;
+    out.push_str(&format!(
+        "ordering: policy {}, band {}..{}; release {}{}; starvation bound {}; re-prioritise {}\n\nshare tree (shares, fraction of all fair-share benefit):\n",
+        o.algorithm.name(),
+        o.band_low,
+        o.band_high,
+        o.release.mode.name(),
+        if o.held() {
+            format!(" (limit {} per library, slot_bytes {})", o.release.limit, o.release.slot_bytes)
+        } else {
+            String::new()
+        },
+        o.max_wait_ms.map_or("off".to_string(), |m| format!(
+            "{} s (then mss_priority {})",
+            m / 1000,
+            o.starved_priority
+        )),
+        o.reprioritise
+            .map_or("never".to_string(), |d| format!("every {} s", d.as_secs())),
     ));
     for node in p.tree.depth_first().into_iter().map(|i| &p.tree.nodes[i]) {
         let indent = "  ".repeat(node.path.depth());

@@ -11,5 +11,6 @@ mod faults;
 mod helpers;
 mod metrics;
 mod openapi;
+mod policies;
 mod report;
 mod shares;

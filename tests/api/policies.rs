@@ -1,0 +1,172 @@
+//! Release modes and ordering policies through the real service and the real simulator
+//! process: the held queue survives a restart in its order, data taking never waits behind the
+//! hold, a queued request explains its place, and pass-through requests waiting at the MSS are
+//! re-prioritised through the adapter once they reach the starvation bound.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{open_db, request, test_config, wait_for_count, SimProcess, TestApp};
+
+fn count(db: &std::path::Path, sql: &str) -> i64 {
+    open_db(db).query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// Every queued request's position in the release order, by id.
+async fn positions(app: &TestApp, ids: &[i64]) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    for &id in ids {
+        let (status, body) = app.get(&format!("/v1/requests/{id}")).await;
+        assert_eq!(status, 200);
+        if body["state"] == "queued" {
+            let e = &body["explain"];
+            assert_eq!(e["release_mode"], "held", "{body}");
+            assert_eq!(e["policy"], "sam");
+            assert!(e["detail"]["sam"]["target"].as_f64().is_some(), "{e}");
+            out.push((id, e["position"].as_i64().unwrap()));
+        }
+    }
+    out.sort_by_key(|&(_, p)| p);
+    out
+}
+
+#[tokio::test]
+async fn held_queue_survives_a_restart_in_order_and_data_taking_never_waits() {
+    // One slow drive: 10 GB at 500 MB/s is 20 s, so nothing finishes during the test.
+    let sim = SimProcess::start_with(1, 1.0);
+    let config = format!(
+        "{}\n[release]\nmode = \"held\"\nlimit = 2\n",
+        test_config(Some(&sim.url))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("broker.db");
+    let app = TestApp::spawn_on(&config, db.clone()).await;
+    let groups = [
+        "reprocessing",
+        "analysis",
+        "mc",
+        "analysis",
+        "reprocessing",
+        "mc",
+    ];
+    let mut ids = Vec::new();
+    for (i, g) in groups.iter().cycle().take(12).enumerate() {
+        let body = request(&format!("q{i}"), g, "higgs", 10_000_000_000);
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+        ids.push(r["id"].as_i64().unwrap());
+    }
+    // Two released (the limit), ten kept by the broker, uncharged.
+    wait_for_count(
+        &db,
+        "SELECT COUNT(*) FROM requests WHERE state = 'queued'",
+        10,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM requests WHERE state = 'queued' AND charged != 0"
+        ),
+        0
+    );
+    wait_for_count(
+        &db,
+        "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running')",
+        2,
+        Duration::from_secs(10),
+    )
+    .await;
+    // Data taking goes straight through, past the limit, and is at the MSS at once.
+    let (status, daq) = app
+        .post(
+            "/v1/requests",
+            &request("daq-1", "datataking", "higgs", 1_000_000),
+        )
+        .await;
+    assert_eq!(status, 202);
+    assert_eq!(daq["state"], "accepted", "{daq}");
+    let daq_id = daq["id"].to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let received = sim.received().await;
+        if let Some(t) = received.received.iter().find(|t| t.key == daq_id) {
+            assert_eq!(t.priority, 100);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "data taking never reached the mss"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM requests WHERE state = 'queued'"),
+        10,
+        "nothing fair-share was released past the limit"
+    );
+
+    let before = positions(&app, &ids).await;
+    assert_eq!(before.len(), 10);
+    assert_eq!(
+        before.iter().map(|&(_, p)| p).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<i64>>()
+    );
+    app.stop().await;
+
+    let app = TestApp::spawn_on(&config, db.clone()).await;
+    let after = positions(&app, &ids).await;
+    assert_eq!(after, before, "the queue and its order survive the restart");
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM requests WHERE state = 'queued'"),
+        10
+    );
+    // Cancelling a queued request takes it out of the line; the rest keep their order.
+    let last = before[9].0;
+    let (status, _) = app.delete(&format!("/v1/requests/{last}")).await;
+    assert_eq!(status, 200);
+    let after = positions(&app, &ids).await;
+    assert_eq!(after, before[..9].to_vec());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn pass_through_requests_at_the_mss_are_re_prioritised_at_the_starvation_bound() {
+    let sim = SimProcess::start_with(1, 1.0);
+    let config = test_config(Some(&sim.url)).replace(
+        "p_back = 10\n",
+        "p_back = 10\nmax_wait_secs = 2\nreprioritise_secs = 1\n",
+    );
+    let app = TestApp::spawn(&config).await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let body = request(&format!("s{i}"), "mc", "higgs", 10_000_000_000);
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+        ids.push(r["id"].as_i64().unwrap());
+    }
+    // The last one waits at the MSS behind the running one; after 2 s it is starved and the
+    // next re-prioritisation pass lifts it to the starved priority, at the MSS first.
+    let last = *ids.last().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let body: Value = loop {
+        let (_, body) = app.get(&format!("/v1/requests/{last}")).await;
+        if body["mss_priority"] == 99 {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never re-prioritised: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(body["state"], "submitted", "{body}");
+    let e = &body["explain"];
+    assert_eq!(e["starved"]["max_wait_ms"], 2000, "{e}");
+    assert_eq!(e["mss_priority"], 99);
+    assert!(e["waited_ms"].as_i64().unwrap() >= 2000);
+    assert_eq!(e["policy"], "sam");
+    app.stop().await;
+}
