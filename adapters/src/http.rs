@@ -109,10 +109,7 @@ impl MssAdapter for HttpAdapter {
             .send()
             .await
             .map_err(transport)?;
-        if resp.status().is_success() {
-            return Ok(());
-        }
-        Err(status_error(resp).await)
+        no_content(resp).await
     }
 
     fn can_reprioritize(&self) -> bool {
@@ -128,10 +125,7 @@ impl MssAdapter for HttpAdapter {
             .send()
             .await
             .map_err(transport)?;
-        if resp.status().is_success() {
-            return Ok(());
-        }
-        Err(status_error(resp).await)
+        no_content(resp).await
     }
 
     async fn status(&self, key: &str) -> Result<Option<TransferStatus>, MssError> {
@@ -207,6 +201,14 @@ async fn decode<T: serde::de::DeserializeOwned>(resp: reqwest::Response) -> Resu
     resp.json::<T>()
         .await
         .map_err(|e| MssError::Protocol(format!("bad answer: {e}")))
+}
+
+/// Success with nothing to read, or the error the status says.
+async fn no_content(resp: reqwest::Response) -> Result<(), MssError> {
+    if resp.status().is_success() {
+        return Ok(());
+    }
+    Err(status_error(resp).await)
 }
 
 async fn status_error(resp: reqwest::Response) -> MssError {

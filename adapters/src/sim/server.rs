@@ -299,13 +299,18 @@ async fn cancel(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> R
         outcome
     };
     shared.kick.notify_one();
+    pending_only(outcome, "no such transfer")
+}
+
+/// The answer to a change only a pending transfer can take (cancel, new priority).
+fn pending_only(outcome: CancelOutcome, unknown: &str) -> Response {
     match outcome {
         CancelOutcome::Cancelled => StatusCode::NO_CONTENT.into_response(),
         CancelOutcome::TooLate(phase) => error(
             StatusCode::CONFLICT,
             format!("transfer is {}, not pending", phase.as_str()),
         ),
-        CancelOutcome::Unknown => error(StatusCode::NOT_FOUND, "no such transfer".to_string()),
+        CancelOutcome::Unknown => error(StatusCode::NOT_FOUND, unknown.to_string()),
     }
 }
 
@@ -336,17 +341,7 @@ async fn set_priority(
         outcome
     };
     shared.kick.notify_one();
-    match outcome {
-        CancelOutcome::Cancelled => StatusCode::NO_CONTENT.into_response(),
-        CancelOutcome::TooLate(phase) => error(
-            StatusCode::CONFLICT,
-            format!("transfer is {}, not pending", phase.as_str()),
-        ),
-        CancelOutcome::Unknown => error(
-            StatusCode::NOT_FOUND,
-            "no such transfer attempt".to_string(),
-        ),
-    }
+    pending_only(outcome, "no such transfer attempt")
 }
 
 async fn transfer(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
