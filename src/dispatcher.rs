@@ -2,8 +2,9 @@
 //!
 //! Six loops, all restartable from the ledger alone:
 //! - **submit**: takes ready requests, highest MSS priority first (data taking never waits in
-//!   the broker behind fair-share requests) and then in decision order, waits for the governor
-//!   rate limiter, and sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
+//!   the broker behind fair-share requests) and then in decision order, no more than the
+//!   adapter has room for (an `encp` adapter runs a bounded number of processes), waits for the
+//!   governor rate limiter, and sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
 //!   idempotency key, so a request re-sent after a crash is answered "duplicate" by the MSS and
 //!   never queued twice. When the MSS is unreachable, the loop backs off (capped exponential,
 //!   with jitter) instead of hammering it, and picks up where it was when the MSS returns.
@@ -28,14 +29,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use mss_adapters::{MssAdapter, MssError, MssEvent, Progress, Transfer};
+use mss_adapters::{MssAdapter, MssError, MssEvent, Progress, Transfer, TransferRef};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
 use crate::config::MssSettings;
-use crate::ledger::{AfterSubmit, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
+use crate::ledger::{AfterSubmit, InFlight, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
 
 /// Most priority changes one re-prioritisation pass sends.
 const REPRIORITISE_BATCH: usize = 10_000;
@@ -55,6 +56,8 @@ pub enum Step {
     Idle,
     /// The MSS (or the ledger) is not answering: back off.
     Unavailable,
+    /// The MSS has no room for another transfer: wait until one ends.
+    Full,
 }
 
 /// The dispatcher's parts.
@@ -114,7 +117,7 @@ impl Dispatcher {
         let Some(period) = self.ledger.policy().order.reprioritise else {
             return;
         };
-        if !self.adapter.can_reprioritize() {
+        if !self.adapter.capabilities().reprioritize {
             info!(
                 adapter = self.adapter.name(),
                 "the mss cannot change priorities: requests already there keep theirs"
@@ -137,11 +140,10 @@ impl Dispatcher {
         let changes = self.ledger.reprioritise(REPRIORITISE_BATCH).await?;
         let mut taken = Vec::with_capacity(changes.len());
         for c in changes {
-            let key = c.id.to_string();
             match self
                 .timed(
                     "reprioritize",
-                    self.adapter.reprioritize(&key, c.attempt, c.mss_priority),
+                    self.adapter.reprioritize(&c.transfer, c.mss_priority),
                 )
                 .await
             {
@@ -163,13 +165,17 @@ impl Dispatcher {
         Ok(n)
     }
 
-    /// Submit one batch of ready requests.
+    /// Submit one batch of ready requests, as many as the adapter has room for.
     pub async fn submit_once(&self) -> Result<Step, LedgerError> {
+        let room = self.adapter.room();
+        if room == Some(0) {
+            return Ok(Step::Full);
+        }
+        let limit = room.map_or(self.settings.submit_batch, |r| {
+            r.min(self.settings.submit_batch)
+        });
         let now = self.clock.now_ms();
-        let ready = self
-            .ledger
-            .to_submit(0, now, self.settings.submit_batch)
-            .await?;
+        let ready = self.ledger.to_submit(0, now, limit).await?;
         if ready.is_empty() {
             return Ok(Step::Idle);
         }
@@ -183,6 +189,7 @@ impl Dispatcher {
         self.metrics
             .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());
         let mut taken = Vec::new();
+        let mut refs = Vec::new();
         let mut unavailable = false;
         for (r, result) in ready.iter().zip(results) {
             match result {
@@ -190,6 +197,13 @@ impl Dispatcher {
                     if s.duplicate {
                         debug!(request_id = r.id, "mss already had this transfer");
                     }
+                    refs.push(TransferRef {
+                        key: r.id.to_string(),
+                        attempt: r.attempt,
+                        mss_id: Some(s.mss_id.clone()),
+                        file: r.file.clone(),
+                        size_bytes: r.size_bytes,
+                    });
                     taken.push(SubmittedTransfer {
                         id: r.id,
                         attempt: r.attempt,
@@ -205,11 +219,10 @@ impl Dispatcher {
         }
         let count = taken.len();
         if !taken.is_empty() {
-            let keys: Vec<i64> = taken.iter().map(|t| t.id).collect();
             let after = self.ledger.submitted(taken).await?;
-            for (id, a) in keys.into_iter().zip(after) {
+            for (t, a) in refs.iter().zip(after) {
                 if a == AfterSubmit::CancelAtMss {
-                    self.cancel_at_mss(id).await;
+                    self.cancel_at_mss(t).await;
                 }
             }
         }
@@ -284,13 +297,11 @@ impl Dispatcher {
         Ok(Step::Worked(stale.len()))
     }
 
-    async fn settle_all(&self, requests: &[(i64, u32)], why: &str) -> Result<bool, LedgerError> {
+    async fn settle_all(&self, requests: &[InFlight], why: &str) -> Result<bool, LedgerError> {
         let (mut resubmitted, mut settled, mut still) = (0usize, 0usize, Vec::new());
-        for &(id, attempt) in requests {
-            let status = match self
-                .timed("status", self.adapter.status(&id.to_string()))
-                .await
-            {
+        for r in requests {
+            let (id, attempt) = (r.id, r.attempt);
+            let status = match self.timed("status", self.adapter.status(&r.transfer)).await {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(request_id = id, error = %e, "cannot ask the mss for a transfer's state");
@@ -346,11 +357,9 @@ impl Dispatcher {
         }
     }
 
-    async fn cancel_at_mss(&self, id: i64) {
-        match self
-            .timed("cancel", self.adapter.cancel(&id.to_string()))
-            .await
-        {
+    async fn cancel_at_mss(&self, t: &TransferRef) {
+        let id = &t.key;
+        match self.timed("cancel", self.adapter.cancel(t)).await {
             Ok(()) => debug!(request_id = id, "cancel sent to the mss"),
             // Too late (running or finished) or unknown: the transfer's own event settles it.
             Err(MssError::Rejected(why)) => debug!(request_id = id, %why, "mss did not cancel"),
@@ -378,6 +387,10 @@ impl Dispatcher {
                     );
                     tokio::time::sleep(d).await;
                 }
+                Ok(Step::Full) => {
+                    backoff.reset();
+                    let _ = tokio::time::timeout(IDLE_POLL, self.adapter.room_freed()).await;
+                }
                 Err(e) => {
                     let d = backoff.next();
                     warn!(error = %e, retry_in_ms = d.as_millis() as u64, "ledger error in the submit loop");
@@ -402,7 +415,7 @@ impl Dispatcher {
         let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
         loop {
             match self.events_once(self.settings.event_wait).await {
-                Ok(Step::Worked(_)) | Ok(Step::Idle) => backoff.reset(),
+                Ok(Step::Worked(_)) | Ok(Step::Idle) | Ok(Step::Full) => backoff.reset(),
                 Ok(Step::Unavailable) => tokio::time::sleep(backoff.next()).await,
                 Err(e) => {
                     warn!(error = %e, "ledger error applying mss events");
@@ -419,14 +432,18 @@ impl Dispatcher {
                 if !ids.is_empty() {
                     info!(count = ids.len(), "resending cancellations");
                 }
-                for id in ids {
-                    self.cancel_at_mss(id).await;
+                for r in ids {
+                    self.cancel_at_mss(&r.transfer).await;
                 }
             }
             Err(e) => warn!(error = %e, "cannot read pending cancellations"),
         }
         while let Some(id) = cancels.recv().await {
-            self.cancel_at_mss(id).await;
+            match self.ledger.request(id).await {
+                Ok(Some(r)) => self.cancel_at_mss(&r.transfer_ref()).await,
+                Ok(None) => {}
+                Err(e) => warn!(request_id = id, error = %e, "cannot read the request to cancel"),
+            }
         }
     }
 }
@@ -441,6 +458,8 @@ fn transfer(r: &ToSubmit) -> Transfer {
         volume: r.volume.clone(),
         group: r.group.clone(),
         direction: r.direction,
+        local_file: r.local_file.clone(),
+        bfid: r.bfid.clone(),
     }
 }
 

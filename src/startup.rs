@@ -7,13 +7,16 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use mss_adapters::encp::EncpAdapter;
+use mss_adapters::fts3::Fts3Adapter;
 use mss_adapters::http::HttpAdapter;
 use mss_adapters::sim::{self, LibraryConfig, SimConfig};
+use mss_adapters::tape_rest::TapeRestAdapter;
 use mss_adapters::{MssAdapter, MssError};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::api::{self, AppState};
 use crate::auth::TokenTable;
@@ -51,10 +54,7 @@ pub struct Application {
     dispatcher: Dispatcher,
     cancels: mpsc::UnboundedReceiver<i64>,
     writer: std::thread::JoinHandle<()>,
-    simulator: Option<(
-        oneshot::Sender<()>,
-        tokio::task::JoinHandle<std::io::Result<()>>,
-    )>,
+    simulator: Option<SimulatorHandle>,
 }
 
 impl Application {
@@ -68,16 +68,9 @@ impl Application {
         clock: Arc<dyn Clock>,
     ) -> Result<Application, StartupError> {
         let tokens = load_tokens(settings)?;
-        let AdapterSettings::Http { url, simulator } = &settings.mss.adapter;
-        let (mss_url, simulator) = match simulator {
-            Some(sim) => {
-                let (url, handle) = start_simulator(sim).await?;
-                (url, Some(handle))
-            }
-            None => (url.clone().unwrap_or_default(), None),
-        };
-        let adapter: Arc<dyn MssAdapter> =
-            Arc::new(HttpAdapter::new(&mss_url, settings.mss.timeout)?);
+        for note in &settings.notes {
+            warn!(note = %note, "configuration note");
+        }
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let options = LedgerOptions {
             path: settings.database.path.clone(),
@@ -86,6 +79,7 @@ impl Application {
             metrics: metrics.clone(),
         };
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
+        let (adapter, mss_url, simulator) = build_adapter(settings, ledger.instance()).await?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
         let state = AppState {
             ledger: ledger.clone(),
@@ -96,6 +90,7 @@ impl Application {
             cancels: cancel_tx,
             tokens,
             station_limits: api::station_limiter(&settings.limits),
+            mss: adapter.clone(),
         };
         let dispatcher = Dispatcher::new(ledger, adapter, settings.mss.clone(), clock, metrics);
         let listen = settings.server.listen;
@@ -155,6 +150,45 @@ impl Application {
     }
 }
 
+type SimulatorHandle = (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+);
+
+/// The configured adapter, the address it talks to, and the embedded simulator if it runs.
+async fn build_adapter(
+    settings: &Settings,
+    instance: &str,
+) -> Result<(Arc<dyn MssAdapter>, String, Option<SimulatorHandle>), StartupError> {
+    Ok(match &settings.mss.adapter {
+        AdapterSettings::Http { url, simulator } => {
+            let (url, handle) = match simulator {
+                Some(sim) => {
+                    let (url, handle) = start_simulator(sim).await?;
+                    (url, Some(handle))
+                }
+                None => (url.clone().unwrap_or_default(), None),
+            };
+            let adapter = Arc::new(HttpAdapter::new(&url, settings.mss.timeout)?);
+            (adapter, url, handle)
+        }
+        AdapterSettings::Encp(c) => {
+            let what = format!("encp: {}", c.command.display());
+            (Arc::new(EncpAdapter::new(c.clone())), what, None)
+        }
+        AdapterSettings::Fts3(c) => (
+            Arc::new(Fts3Adapter::new(c.clone(), instance)?),
+            c.url.clone(),
+            None,
+        ),
+        AdapterSettings::TapeRest(c) => (
+            Arc::new(TapeRestAdapter::new(c.clone())?),
+            c.url.clone(),
+            None,
+        ),
+    })
+}
+
 /// Load the token file, and refuse to expose publicly known tokens (or none) beyond loopback.
 fn load_tokens(settings: &Settings) -> Result<Option<Arc<TokenTable>>, StartupError> {
     let addr = settings.server.listen;
@@ -182,16 +216,7 @@ fn load_tokens(settings: &Settings) -> Result<Option<Arc<TokenTable>>, StartupEr
 /// Start the bundled simulator on its configured address; returns its URL and a stop handle.
 async fn start_simulator(
     sim: &SimulatorSettings,
-) -> Result<
-    (
-        String,
-        (
-            oneshot::Sender<()>,
-            tokio::task::JoinHandle<std::io::Result<()>>,
-        ),
-    ),
-    StartupError,
-> {
+) -> Result<(String, SimulatorHandle), StartupError> {
     let listener = TcpListener::bind(sim.listen)
         .await
         .map_err(|source| StartupError::Bind {

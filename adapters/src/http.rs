@@ -7,10 +7,14 @@ use async_trait::async_trait;
 use reqwest::{Client, StatusCode};
 
 use crate::protocol::{
-    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventKind, EventsResponse, SubmitResponse,
-    Transfer, TransferState,
+    BatchItem, BatchRequest, BatchResponse, EventKind, EventsResponse, SubmitResponse, Transfer,
+    TransferState,
 };
-use crate::{EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferStatus};
+use crate::rest::{decode, no_content, transport};
+use crate::{
+    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
+    TransferStatus,
+};
 
 /// An adapter for an MSS reached at a base URL such as `http://127.0.0.1:7070`.
 #[derive(Debug, Clone)]
@@ -43,6 +47,10 @@ impl HttpAdapter {
 impl MssAdapter for HttpAdapter {
     fn name(&self) -> &'static str {
         "http"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
     }
 
     async fn submit(&self, transfer: &Transfer) -> Result<Submitted, MssError> {
@@ -101,10 +109,10 @@ impl MssAdapter for HttpAdapter {
             .collect()
     }
 
-    async fn cancel(&self, key: &str) -> Result<(), MssError> {
+    async fn cancel(&self, t: &TransferRef) -> Result<(), MssError> {
         let resp = self
             .client
-            .delete(format!("{}/v1/transfers/{}", self.base, key))
+            .delete(format!("{}/v1/transfers/{}", self.base, t.key))
             .timeout(self.timeout)
             .send()
             .await
@@ -112,15 +120,14 @@ impl MssAdapter for HttpAdapter {
         no_content(resp).await
     }
 
-    fn can_reprioritize(&self) -> bool {
-        true
-    }
-
-    async fn reprioritize(&self, key: &str, attempt: u32, priority: i64) -> Result<(), MssError> {
+    async fn reprioritize(&self, t: &TransferRef, priority: i64) -> Result<(), MssError> {
         let resp = self
             .client
-            .put(format!("{}/v1/transfers/{}/priority", self.base, key))
-            .json(&crate::protocol::PriorityChange { attempt, priority })
+            .put(format!("{}/v1/transfers/{}/priority", self.base, t.key))
+            .json(&crate::protocol::PriorityChange {
+                attempt: t.attempt,
+                priority,
+            })
             .timeout(self.timeout)
             .send()
             .await
@@ -128,10 +135,10 @@ impl MssAdapter for HttpAdapter {
         no_content(resp).await
     }
 
-    async fn status(&self, key: &str) -> Result<Option<TransferStatus>, MssError> {
+    async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
         let resp = self
             .client
-            .get(format!("{}/v1/transfers/{}", self.base, key))
+            .get(format!("{}/v1/transfers/{}", self.base, t.key))
             .timeout(self.timeout)
             .send()
             .await
@@ -187,43 +194,5 @@ impl MssAdapter for HttpAdapter {
             },
             events: body.events,
         })
-    }
-}
-
-fn transport(e: reqwest::Error) -> MssError {
-    MssError::Unavailable(e.to_string())
-}
-
-async fn decode<T: serde::de::DeserializeOwned>(resp: reqwest::Response) -> Result<T, MssError> {
-    if !resp.status().is_success() {
-        return Err(status_error(resp).await);
-    }
-    resp.json::<T>()
-        .await
-        .map_err(|e| MssError::Protocol(format!("bad answer: {e}")))
-}
-
-/// Success with nothing to read, or the error the status says.
-async fn no_content(resp: reqwest::Response) -> Result<(), MssError> {
-    if resp.status().is_success() {
-        return Ok(());
-    }
-    Err(status_error(resp).await)
-}
-
-async fn status_error(resp: reqwest::Response) -> MssError {
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    let message = serde_json::from_str::<ErrorBody>(&text)
-        .map(|b| b.error)
-        .unwrap_or(text);
-    let message = format!("{status}: {message}");
-    if status.is_server_error()
-        || status == StatusCode::TOO_MANY_REQUESTS
-        || status == StatusCode::REQUEST_TIMEOUT
-    {
-        MssError::Unavailable(message)
-    } else {
-        MssError::Rejected(message)
     }
 }

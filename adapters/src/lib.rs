@@ -1,14 +1,23 @@
-//! The MSS side of mssbroker: the adapter interface the broker's dispatcher talks to, the HTTP
-//! adapter, and an Enstore-like simulator that speaks the HTTP adapter's protocol.
+//! The MSS side of mssbroker: the adapter interface the broker's dispatcher talks to, the
+//! adapters for real systems (Enstore's `encp`, FTS3, the WLCG Tape REST API), the HTTP adapter
+//! and the Enstore-like simulator that speaks its protocol, and stand-ins of the real interfaces
+//! for tests.
 //!
 //! This crate never depends on the broker. The broker hands an adapter a [`Transfer`] with its
 //! MSS priority already decided and its request id as the idempotency key; the adapter reports
 //! back [`MssEvent`]s. Everything about a particular MSS (wire format, retries it can't make
-//! sense of, its notion of a queue) stays behind [`MssAdapter`].
+//! sense of, its notion of a queue) stays behind [`MssAdapter`], and what it can do is declared
+//! in its [`Capabilities`], so the broker's configuration check can refuse what cannot work.
 
+pub mod encp;
+pub mod event_log;
+pub mod fts3;
 pub mod http;
 pub mod protocol;
+pub mod rest;
 pub mod sim;
+pub mod standin;
+pub mod tape_rest;
 
 use std::time::Duration;
 
@@ -63,6 +72,107 @@ pub struct TransferStatus {
     pub progress: Progress,
 }
 
+/// How an MSS orders its queue, which decides what the broker's priorities mean there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PriorityScale {
+    /// The MSS takes no priority (the WLCG Tape REST API): the broker must order requests
+    /// itself, in `held` release mode.
+    None,
+    /// The MSS takes the broker's priority as it is, within `min..=max` (Enstore's `encp
+    /// --priority`).
+    Direct { min: i64, max: i64 },
+    /// The MSS has a few levels (FTS3's 1..5); the adapter maps the broker's priorities onto
+    /// them by bands: a priority gets the level of the last band whose `from` it reaches.
+    Bands(Vec<Band>),
+}
+
+/// One band of a [`PriorityScale::Bands`] mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Band {
+    /// The lowest broker priority in the band.
+    pub from: i64,
+    /// The MSS's level for it.
+    pub level: i64,
+}
+
+impl PriorityScale {
+    /// The MSS's priority for a broker priority, or `None` when the MSS cannot take it.
+    pub fn map(&self, priority: i64) -> Option<i64> {
+        match self {
+            PriorityScale::None => None,
+            PriorityScale::Direct { min, max } => {
+                (*min..=*max).contains(&priority).then_some(priority)
+            }
+            PriorityScale::Bands(bands) => bands
+                .iter()
+                .rev()
+                .find(|b| priority >= b.from)
+                .map(|b| b.level),
+        }
+    }
+}
+
+/// What an adapter's MSS can do. Declared from configuration alone, so the broker checks a
+/// configuration against it before anything starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Whether and how the MSS orders by priority.
+    pub priority: PriorityScale,
+    /// Whether the priority of a transfer still queued at the MSS can be changed.
+    pub reprioritize: bool,
+    /// Whether a queued (or running) transfer can be cancelled.
+    pub cancel: bool,
+    /// Whether a finished read's disk copy can be released (unpinned) through the MSS.
+    pub release: bool,
+    /// Whether the MSS stores files (writes) as well as staging them (reads).
+    pub writes: bool,
+    /// Whether a read needs the request's `local_file` (where the file goes).
+    pub reads_need_local_file: bool,
+    /// Whether a write needs the request's `local_file` (the file to store).
+    pub writes_need_local_file: bool,
+    /// Whether a read can name the file by Enstore's bit-file id (`bfid`).
+    pub bfid: bool,
+    /// Most transfers that may be outstanding at the MSS at once (`None`: no limit).
+    pub max_outstanding: Option<usize>,
+}
+
+impl Capabilities {
+    /// The capabilities of an MSS that takes any priority and can do everything, with no limit
+    /// (the simulator).
+    pub fn full() -> Capabilities {
+        Capabilities {
+            priority: PriorityScale::Direct {
+                min: i64::MIN,
+                max: i64::MAX,
+            },
+            reprioritize: true,
+            cancel: true,
+            release: false,
+            writes: true,
+            reads_need_local_file: false,
+            writes_need_local_file: false,
+            bfid: false,
+            max_outstanding: None,
+        }
+    }
+}
+
+/// Which transfer a call is about: everything the broker knows of it. Adapters whose MSS names
+/// transfers by its own id (FTS3 job ids, Tape REST request ids) find it in `mss_id`, so they
+/// answer for transfers submitted before a restart of the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferRef {
+    /// The broker's request id: the idempotency key.
+    pub key: String,
+    pub attempt: u32,
+    /// The MSS's id for this attempt, as it answered the submission (if it was recorded).
+    pub mss_id: Option<String>,
+    /// The MSS-side file name.
+    pub file: String,
+    /// Declared size, for MSS interfaces that report no bytes.
+    pub size_bytes: u64,
+}
+
 /// A batch of events and the cursor to ask from next time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventBatch {
@@ -95,27 +205,47 @@ pub trait MssAdapter: Send + Sync + 'static {
         out
     }
 
-    /// Ask the MSS to drop a queued transfer. A `cancelled` event follows if it could.
-    async fn cancel(&self, key: &str) -> Result<(), MssError>;
+    /// What this MSS can do.
+    fn capabilities(&self) -> Capabilities;
 
-    /// Whether [`MssAdapter::reprioritize`] can work.
-    fn can_reprioritize(&self) -> bool {
-        false
+    /// How many more transfers the MSS may take now (`None`: no limit). The dispatcher submits
+    /// no more than this; a bounded adapter refuses the surplus as `Unavailable`.
+    fn room(&self) -> Option<usize> {
+        None
     }
 
-    /// Give attempt `attempt` of a transfer still queued at the MSS a new priority. An MSS that
-    /// cannot is `Rejected`; a transfer already running is `Rejected` too (too late).
-    async fn reprioritize(&self, key: &str, attempt: u32, priority: i64) -> Result<(), MssError> {
-        let _ = (key, attempt, priority);
+    /// Completes when room may have freed (a transfer ended). Unbounded adapters never free
+    /// room because they never run out; the default waits forever.
+    async fn room_freed(&self) {
+        std::future::pending::<()>().await
+    }
+
+    /// Ask the MSS to drop a transfer. A `cancelled` event follows if it could.
+    async fn cancel(&self, transfer: &TransferRef) -> Result<(), MssError>;
+
+    /// Give a transfer still queued at the MSS a new (broker) priority. An MSS that cannot is
+    /// `Rejected`; a transfer already running is `Rejected` too (too late).
+    async fn reprioritize(&self, transfer: &TransferRef, priority: i64) -> Result<(), MssError> {
+        let _ = (transfer, priority);
         Err(MssError::Rejected(format!(
             "the {} adapter cannot change priorities",
             self.name()
         )))
     }
 
-    /// Where the transfer with this key stands, or `None` if the MSS does not know it (it lost
-    /// it, for instance in a restart). Used to recover after the event log started over.
-    async fn status(&self, key: &str) -> Result<Option<TransferStatus>, MssError>;
+    /// Release the disk copy a finished read left pinned at the MSS.
+    async fn release(&self, transfer: &TransferRef) -> Result<(), MssError> {
+        let _ = transfer;
+        Err(MssError::Rejected(format!(
+            "the {} adapter keeps no disk copies to release",
+            self.name()
+        )))
+    }
+
+    /// Where the transfer stands, or `None` if the MSS does not know this attempt (it lost it,
+    /// for instance in a restart). Used to recover after the event log started over and for
+    /// transfers with no news for a long time.
+    async fn status(&self, transfer: &TransferRef) -> Result<Option<TransferStatus>, MssError>;
 
     /// Events after `cursor`, waiting up to `wait` for the first one.
     async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError>;

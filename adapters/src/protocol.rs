@@ -49,10 +49,17 @@ pub struct Transfer {
     /// Tape label, when the station knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
-    /// The broker's accounting group, for MSS-side bookkeeping.
+    /// The broker's accounting group, for MSS-side bookkeeping (FTS3's activity).
     pub group: String,
     #[serde(default)]
     pub direction: Direction,
+    /// The station-side copy: where a read puts the file, what a write stores (a path for
+    /// `encp`, a URL for FTS3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_file: Option<String>,
+    /// Enstore's bit-file id, when the station knows it (reads through `encp --get-bfid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bfid: Option<String>,
 }
 
 /// What happened to a transfer at the MSS.

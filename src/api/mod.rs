@@ -41,6 +41,8 @@ pub struct AppState {
     pub tokens: Option<Arc<TokenTable>>,
     /// Per station token: requests per second and burst.
     pub station_limits: Arc<governor::DefaultKeyedRateLimiter<String>>,
+    /// The MSS adapter: what it can do decides what a request may ask for.
+    pub mss: Arc<dyn mss_adapters::MssAdapter>,
 }
 
 /// A keyed limiter for station tokens.
@@ -164,6 +166,8 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         .routes(utoipa_axum::routes!(submit_one))
         .routes(utoipa_axum::routes!(submit_batch))
         .routes(utoipa_axum::routes!(get_request, cancel_request))
+        .routes(utoipa_axum::routes!(release_request))
+        .routes(utoipa_axum::routes!(mss))
         .routes(utoipa_axum::routes!(groups))
         .routes(utoipa_axum::routes!(report))
         .routes(utoipa_axum::routes!(metrics))
@@ -248,6 +252,7 @@ fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewReq
     };
     let group = policy::classify(&state.policy, &fields)
         .map_err(|e| ApiError::field(&format!("{prefix}physics_group"), e.to_string()))?;
+    mss_can_take(state.mss.as_ref(), &input, prefix)?;
     let benefit = policy::benefit(&state.policy, &input.access_mode, input.size_bytes);
     Ok(NewRequest {
         station: input.station,
@@ -265,8 +270,51 @@ fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewReq
             library: input.library.unwrap_or_default(),
             qos: input.qos,
             user_factor: input.user_factor,
+            local_file: input.local_file,
+            bfid: input.bfid,
         },
     })
+}
+
+/// Refuse what the configured MSS cannot do with this request, naming the field: a write to an
+/// MSS that only stages, a missing `local_file` the adapter needs, a bfid it cannot use.
+fn mss_can_take(
+    mss: &dyn mss_adapters::MssAdapter,
+    input: &RequestInput,
+    prefix: &str,
+) -> Result<(), ApiError> {
+    use mss_adapters::Direction;
+    let caps = mss.capabilities();
+    let name = mss.name();
+    let field = |f: &str, m: String| Err(ApiError::field(&format!("{prefix}{f}"), m));
+    match input.direction {
+        Direction::Write if !caps.writes => {
+            return field(
+                "direction",
+                format!("the {name} adapter's MSS only stages files: \"read\" only"),
+            )
+        }
+        Direction::Read if caps.reads_need_local_file && input.local_file.is_none() => {
+            return field(
+                "local_file",
+                format!("is required for a read with the {name} adapter: where the file goes"),
+            )
+        }
+        Direction::Write if caps.writes_need_local_file && input.local_file.is_none() => {
+            return field(
+                "local_file",
+                format!("is required for a write with the {name} adapter: the file to store"),
+            )
+        }
+        _ => {}
+    }
+    if input.bfid.is_some() && !caps.bfid {
+        return field(
+            "bfid",
+            format!("the {name} adapter names files by path and cannot use a bfid"),
+        );
+    }
+    Ok(())
 }
 
 /// Submit one request.
@@ -473,6 +521,79 @@ async fn cancel_request(
         )),
         CancelOutcome::NotFound => Err(ApiError::not_found(format!("no request {id}"))),
     }
+}
+
+/// Release the disk copy of a staged file at the MSS.
+#[utoipa::path(post, path = "/v1/requests/{id}/release", params(("id" = i64, Path, description = "request id")), responses(
+    (status = 200, description = "the MSS released the disk copy", body = wire::ReleaseBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
+    (status = 409, body = error::ErrorBody), (status = 502, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+async fn release_request(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+) -> Result<Json<wire::ReleaseBody>, ApiError> {
+    caller.require(&["station", "operator"], "release staged files")?;
+    let id = parse_id(&raw)?;
+    let r = match state.ledger.request(id).await? {
+        Some(r) if caller.0.may_act_for(&r.station) => r,
+        _ => return Err(ApiError::not_found(format!("no request {id}"))),
+    };
+    let conflict = |m: String| ApiError::new(StatusCode::CONFLICT, Some("id"), m);
+    if !state.mss.capabilities().release {
+        return Err(conflict(format!(
+            "the {} adapter keeps no disk copies to release",
+            state.mss.name()
+        )));
+    }
+    if r.state != RequestState::Done || r.direction != mss_adapters::Direction::Read {
+        return Err(conflict(format!(
+            "request {id} is a {} {}: only a finished read has a disk copy to release",
+            r.direction.as_str(),
+            r.state.as_str()
+        )));
+    }
+    match state.mss.release(&r.transfer_ref()).await {
+        Ok(()) => Ok(Json(wire::ReleaseBody { id, released: true })),
+        Err(mss_adapters::MssError::Rejected(m)) => Err(conflict(format!("the mss refused: {m}"))),
+        Err(mss_adapters::MssError::Unavailable(m)) => {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the mss cannot be reached: {m}"),
+            );
+            e.retry_after = Some(5);
+            Err(e)
+        }
+        Err(mss_adapters::MssError::Protocol(m)) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            None,
+            format!("the mss answered something unexpected: {m}"),
+        )),
+    }
+}
+
+/// The MSS adapter and what it can do.
+#[utoipa::path(get, path = "/v1/mss", responses(
+    (status = 200, body = wire::MssBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+))]
+async fn mss(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<wire::MssBody>, ApiError> {
+    caller.require(
+        &["station", "reader", "operator"],
+        "read the mss capabilities",
+    )?;
+    Ok(Json(wire::MssBody::new(
+        state.mss.name(),
+        &state.mss.capabilities(),
+        state.mss.room(),
+    )))
 }
 
 /// `GET /v1/groups` query.

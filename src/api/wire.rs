@@ -31,9 +31,13 @@ pub struct RequestInput {
     pub qos: Option<Qos>,
     /// The submitter's own factor in [0, 1]: it can only lower the request's priority.
     pub user_factor: Option<f64>,
+    /// The station-side copy: where a read puts the file, what a write stores.
+    pub local_file: Option<String>,
+    /// Enstore's bit-file id of the file to read.
+    pub bfid: Option<String>,
 }
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 14] = [
     "client_request_id",
     "station",
     "user",
@@ -46,6 +50,8 @@ const FIELDS: [&str; 12] = [
     "library",
     "qos",
     "user_factor",
+    "local_file",
+    "bfid",
 ];
 
 /// Parse raw bytes as a JSON value; syntax errors are the body's fault, not a field's.
@@ -87,15 +93,30 @@ struct Fast<'a> {
     qos: Option<Cow<'a, str>>,
     #[serde(default)]
     user_factor: Option<f64>,
+    #[serde(borrow, default)]
+    local_file: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    bfid: Option<Cow<'a, str>>,
 }
 
 impl RequestInput {
     /// Parse a request body: one pass for a good body, a field-by-field walk to explain a bad one.
     pub fn from_slice(bytes: &[u8], limits: &InputLimits) -> Result<RequestInput, ApiError> {
         match serde_json::from_slice::<Fast<'_>>(bytes) {
-            Ok(fast) => RequestInput::from_fast(fast, limits),
+            Ok(fast) => RequestInput::from_fast(fast, limits)?.checked(""),
             Err(_) => RequestInput::parse(&parse_json(bytes)?, limits, ""),
         }
+    }
+
+    /// Checks across fields, after every field was parsed.
+    fn checked(self, prefix: &str) -> Result<RequestInput, ApiError> {
+        if self.bfid.is_some() && self.direction == Direction::Write {
+            return Err(ApiError::field(
+                &format!("{prefix}bfid"),
+                "only a read names a bfid (a write has none yet)",
+            ));
+        }
+        Ok(self)
     }
 
     fn from_fast(f: Fast<'_>, limits: &InputLimits) -> Result<RequestInput, ApiError> {
@@ -141,6 +162,11 @@ impl RequestInput {
                 .user_factor
                 .map(|u| user_factor(u).map_err(|m| ApiError::field("user_factor", m)))
                 .transpose()?,
+            local_file: f
+                .local_file
+                .map(|v| text("local_file", v, limits.max_path_len))
+                .transpose()?,
+            bfid: f.bfid.map(|v| text("bfid", v, n)).transpose()?,
         })
     }
 
@@ -170,7 +196,7 @@ impl RequestInput {
         }
         let text = |f: &str, max: usize| required_text(obj, f, prefix, max);
         let n = limits.max_string_len;
-        Ok(RequestInput {
+        RequestInput {
             client_request_id: text("client_request_id", n)?,
             station: text("station", n)?,
             user: text("user", n)?,
@@ -213,7 +239,16 @@ impl RequestInput {
                     ))
                 }
             },
-        })
+            local_file: match obj.get("local_file") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(text("local_file", limits.max_path_len)?),
+            },
+            bfid: match obj.get("bfid") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(text("bfid", n)?),
+            },
+        }
+        .checked(prefix)
     }
 }
 
@@ -357,6 +392,12 @@ pub struct SubmitRequest {
     /// is, lower values lower it.
     #[schema(minimum = 0, maximum = 1)]
     user_factor: Option<f64>,
+    /// The station-side copy: where a read puts the file (a path for the encp adapter, a URL
+    /// for FTS3), or the file a write stores. Required where the configured MSS adapter needs
+    /// it (see `GET /v1/mss`).
+    local_file: Option<String>,
+    /// Enstore's bit-file id of the file to read (encp `--get-bfid`); reads only.
+    bfid: Option<String>,
 }
 
 /// A batch body.
@@ -471,6 +512,8 @@ pub struct RequestBody {
     /// while `held`.
     #[schema(value_type = Option<Object>)]
     pub explain: Option<Value>,
+    pub local_file: Option<String>,
+    pub bfid: Option<String>,
 }
 
 impl From<RequestRecord> for RequestBody {
@@ -505,6 +548,82 @@ impl From<RequestRecord> for RequestBody {
             qos: r.qos,
             user_factor: r.user_factor,
             explain: r.explain.and_then(|e| serde_json::from_str(&e).ok()),
+            local_file: r.local_file,
+            bfid: r.bfid,
+        }
+    }
+}
+
+/// `POST /v1/requests/{id}/release`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReleaseBody {
+    pub id: i64,
+    pub released: bool,
+}
+
+/// `GET /v1/mss`: the adapter and its capabilities.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MssBody {
+    pub adapter: String,
+    /// `none` (the MSS takes no priority: held release mode), `direct` (the broker's priority,
+    /// within `min..max`) or `bands` (mapped onto the MSS's levels).
+    pub priority: String,
+    pub min_priority: Option<i64>,
+    pub max_priority: Option<i64>,
+    /// For `bands`: broker priorities from `from` up get the MSS's `level`.
+    pub bands: Vec<BandBody>,
+    pub reprioritize: bool,
+    pub cancel: bool,
+    pub release: bool,
+    pub writes: bool,
+    pub bfid: bool,
+    pub reads_need_local_file: bool,
+    pub writes_need_local_file: bool,
+    /// Most transfers outstanding at once (`null`: no limit).
+    pub max_outstanding: Option<usize>,
+    /// Transfers it may take now (`null`: no limit).
+    pub room: Option<usize>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BandBody {
+    pub from: i64,
+    pub level: i64,
+}
+
+impl MssBody {
+    pub fn new(adapter: &str, c: &mss_adapters::Capabilities, room: Option<usize>) -> MssBody {
+        use mss_adapters::PriorityScale;
+        let (kind, min, max, bands) = match &c.priority {
+            PriorityScale::None => ("none", None, None, Vec::new()),
+            PriorityScale::Direct { min, max } => ("direct", Some(*min), Some(*max), Vec::new()),
+            PriorityScale::Bands(b) => (
+                "bands",
+                None,
+                None,
+                b.iter()
+                    .map(|b| BandBody {
+                        from: b.from,
+                        level: b.level,
+                    })
+                    .collect(),
+            ),
+        };
+        MssBody {
+            adapter: adapter.to_string(),
+            priority: kind.to_string(),
+            min_priority: min,
+            max_priority: max,
+            bands,
+            reprioritize: c.reprioritize,
+            cancel: c.cancel,
+            release: c.release,
+            writes: c.writes,
+            bfid: c.bfid,
+            reads_need_local_file: c.reads_need_local_file,
+            writes_need_local_file: c.writes_need_local_file,
+            max_outstanding: c.max_outstanding,
+            room,
         }
     }
 }

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod mss;
 mod order;
+
+pub use mss::{AdapterSettings, MssSettings, RetrySettings, SimulatorSettings};
 
 use crate::domain::{Fraction, GroupPath};
 use crate::policy::order::OrderSettings;
@@ -69,6 +72,9 @@ pub struct Settings {
     pub policy: Arc<PolicySettings>,
     pub limits: InputLimits,
     pub mss: MssSettings,
+    /// What works, but with less than the configuration seems to ask (shown by `check-config`,
+    /// logged by `serve`).
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -277,56 +283,6 @@ pub struct Rule {
     pub group: GroupId,
 }
 
-#[derive(Debug, Clone)]
-pub struct MssSettings {
-    pub adapter: AdapterSettings,
-    pub timeout: Duration,
-    pub submit_rate_per_sec: u32,
-    pub submit_burst: u32,
-    pub submit_batch: usize,
-    pub retry: RetrySettings,
-    pub event_wait: Duration,
-    /// After this long without news of an in-flight request, ask the MSS for its status.
-    pub stale_after: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub enum AdapterSettings {
-    /// JSON over HTTP at `url`, or at the embedded simulator when `simulator` is set.
-    Http {
-        url: Option<String>,
-        simulator: Option<SimulatorSettings>,
-    },
-}
-
-#[derive(Debug, Clone)]
-pub struct SimulatorSettings {
-    pub listen: SocketAddr,
-    pub drives: usize,
-    pub mount_seconds: f64,
-    pub bytes_per_sec: u64,
-    pub time_scale: f64,
-    pub failure_rate: f64,
-    pub seed: u64,
-}
-
-#[derive(Debug, Clone)]
-pub struct RetrySettings {
-    pub max_attempts: u32,
-    pub base: Duration,
-    pub max: Duration,
-}
-
-impl RetrySettings {
-    /// Delay before attempt `attempt + 1`, doubling from `base` up to `max`.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.base.saturating_mul(factor).min(self.max)
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Loading
 // ---------------------------------------------------------------------------------------------
@@ -338,7 +294,8 @@ impl Settings {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut settings = Settings::parse(&text, &path.display().to_string())?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut settings = Settings::parse_in(&text, &path.display().to_string(), base)?;
         // A relative token file is next to the configuration, wherever serve is started.
         if let (Some(file), Some(dir)) = (&settings.token_file, path.parent()) {
             if file.is_relative() {
@@ -357,14 +314,20 @@ impl Settings {
         }
     }
 
-    /// Validate TOML text; `origin` names it in errors.
+    /// Validate TOML text; `origin` names it in errors. Files it names are taken from the
+    /// working directory.
     pub fn parse(text: &str, origin: &str) -> Result<Settings, ConfigError> {
+        Settings::parse_in(text, origin, Path::new("."))
+    }
+
+    /// Validate TOML text whose relative file names are taken from `base`.
+    pub fn parse_in(text: &str, origin: &str, base: &Path) -> Result<Settings, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
             origin: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
         let mut issues = Issues::default();
-        let settings = validate(raw, origin, &mut issues);
+        let settings = validate(raw, origin, base, &mut issues);
         match settings {
             Some(s) if issues.0.is_empty() => Ok(s),
             _ => Err(ConfigError::Invalid {
@@ -410,7 +373,7 @@ struct RawConfig {
     classification: RawClassification,
     #[serde(default)]
     limits: RawLimits,
-    mss: RawMss,
+    mss: mss::RawMss,
     #[serde(default)]
     auth: Option<RawAuth>,
     #[serde(default)]
@@ -631,105 +594,6 @@ fn d_path() -> i64 {
     4096
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMss {
-    adapter: String,
-    #[serde(default)]
-    url: Option<String>,
-    #[serde(default = "d_timeout")]
-    timeout_ms: i64,
-    #[serde(default = "d_rate")]
-    submit_rate_per_sec: i64,
-    #[serde(default = "d_burst")]
-    submit_burst: i64,
-    #[serde(default = "d_submit_batch")]
-    submit_batch: i64,
-    #[serde(default = "d_attempts")]
-    retry_max_attempts: i64,
-    #[serde(default = "d_retry_base")]
-    retry_base_ms: i64,
-    #[serde(default = "d_retry_max")]
-    retry_max_ms: i64,
-    #[serde(default = "d_event_wait")]
-    event_wait_ms: i64,
-    #[serde(default = "d_stale")]
-    stale_after_ms: i64,
-    #[serde(default)]
-    simulator: Option<RawSimulator>,
-}
-
-fn d_timeout() -> i64 {
-    10_000
-}
-fn d_rate() -> i64 {
-    5_000
-}
-fn d_burst() -> i64 {
-    500
-}
-fn d_submit_batch() -> i64 {
-    256
-}
-fn d_attempts() -> i64 {
-    5
-}
-fn d_retry_base() -> i64 {
-    500
-}
-fn d_retry_max() -> i64 {
-    60_000
-}
-fn d_event_wait() -> i64 {
-    1_000
-}
-fn d_stale() -> i64 {
-    600_000
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSimulator {
-    #[serde(default = "d_true")]
-    enabled: bool,
-    #[serde(default = "d_sim_listen")]
-    listen: String,
-    #[serde(default = "d_drives")]
-    drives: i64,
-    #[serde(default = "d_mount")]
-    mount_seconds: f64,
-    #[serde(default = "d_mbps")]
-    rate_mb_per_sec: f64,
-    #[serde(default = "d_scale")]
-    time_scale: f64,
-    #[serde(default)]
-    failure_rate: f64,
-    #[serde(default = "d_seed")]
-    seed: i64,
-}
-
-fn d_true() -> bool {
-    true
-}
-fn d_sim_listen() -> String {
-    "127.0.0.1:0".into()
-}
-fn d_drives() -> i64 {
-    4
-}
-fn d_mount() -> f64 {
-    60.0
-}
-fn d_mbps() -> f64 {
-    300.0
-}
-fn d_scale() -> f64 {
-    1.0
-}
-fn d_seed() -> i64 {
-    1
-}
-
 // ---------------------------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------------------------
@@ -737,7 +601,7 @@ fn d_seed() -> i64 {
 /// Largest denominator a leaf's fraction may have, so exact share comparisons stay in u128.
 const MAX_SHARE_DEN: u128 = 1 << 48;
 
-fn validate(raw: RawConfig, origin: &str, issues: &mut Issues) -> Option<Settings> {
+fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> Option<Settings> {
     let listen = parse_addr(&raw.server.listen, "server.listen", issues);
     let database = DatabaseSettings {
         path: PathBuf::from(&raw.database.path),
@@ -752,7 +616,15 @@ fn validate(raw: RawConfig, origin: &str, issues: &mut Issues) -> Option<Setting
     }
     let limits = validate_limits(&raw.limits, issues);
     let policy = validate_policy(&raw, issues);
-    let mss = validate_mss(raw.mss, issues);
+    let bands = mss::default_bands(
+        raw.policy.p_front,
+        raw.priority_classes.iter().map(|c| c.mss_priority).min(),
+    );
+    let mss = mss::validate_mss(raw.mss, base, bands, issues);
+    let mut notes = Vec::new();
+    if let (Some(m), Some(p)) = (&mss, &policy) {
+        mss::check_against_policy(m, p, issues, &mut notes);
+    }
     let token_file = match raw.auth {
         Some(a) if a.token_file.is_empty() => {
             issues.add(
@@ -772,6 +644,7 @@ fn validate(raw: RawConfig, origin: &str, issues: &mut Issues) -> Option<Setting
         policy: Arc::new(policy?),
         limits,
         mss: mss?,
+        notes,
     })
 }
 
@@ -1273,94 +1146,6 @@ fn validate_targets(raw: &BTreeMap<String, RawTarget>, tree: &mut ShareTree, iss
     }
 }
 
-fn validate_mss(raw: RawMss, issues: &mut Issues) -> Option<MssSettings> {
-    let simulator = match raw.simulator {
-        Some(s) if s.enabled => validate_simulator(&s, issues),
-        _ => None,
-    };
-    let adapter = match raw.adapter.as_str() {
-        "http" => {
-            if raw.url.is_none() && simulator.is_none() {
-                issues.add(
-                    "mss.url",
-                    "needed for adapter \"http\" unless [mss.simulator] is enabled",
-                );
-            }
-            if let Some(u) = &raw.url {
-                if !(u.starts_with("http://") || u.starts_with("https://")) {
-                    issues.add(
-                        "mss.url",
-                        format!("`{u}` must start with http:// or https://"),
-                    );
-                }
-            }
-            AdapterSettings::Http {
-                url: raw.url.clone(),
-                simulator,
-            }
-        }
-        other => {
-            issues.add(
-                "mss.adapter",
-                format!("`{other}` is not a known adapter (known: http)"),
-            );
-            return None;
-        }
-    };
-    let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
-    let batch = positive(raw.submit_batch, "mss.submit_batch", issues);
-    let retry = RetrySettings {
-        max_attempts: positive(raw.retry_max_attempts, "mss.retry_max_attempts", issues) as u32,
-        base: Duration::from_millis(positive(raw.retry_base_ms, "mss.retry_base_ms", issues) as u64),
-        max: Duration::from_millis(positive(raw.retry_max_ms, "mss.retry_max_ms", issues) as u64),
-    };
-    if retry.max < retry.base {
-        issues.add("mss.retry_max_ms", "must not be below mss.retry_base_ms");
-    }
-    Some(MssSettings {
-        adapter,
-        timeout: Duration::from_millis(positive(raw.timeout_ms, "mss.timeout_ms", issues) as u64),
-        submit_rate_per_sec: positive(raw.submit_rate_per_sec, "mss.submit_rate_per_sec", issues)
-            as u32,
-        submit_burst: burst,
-        submit_batch: batch.min(burst as usize),
-        retry,
-        event_wait: Duration::from_millis(
-            positive(raw.event_wait_ms, "mss.event_wait_ms", issues) as u64
-        ),
-        stale_after: Duration::from_millis(positive(
-            raw.stale_after_ms,
-            "mss.stale_after_ms",
-            issues,
-        ) as u64),
-    })
-}
-
-fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<SimulatorSettings> {
-    let listen = parse_addr(&s.listen, "mss.simulator.listen", issues)?;
-    if !(s.mount_seconds >= 0.0 && s.mount_seconds.is_finite()) {
-        issues.add("mss.simulator.mount_seconds", "must be 0 or more");
-    }
-    if !(s.rate_mb_per_sec > 0.0 && s.rate_mb_per_sec.is_finite()) {
-        issues.add("mss.simulator.rate_mb_per_sec", "must be above 0");
-    }
-    if !(s.time_scale > 0.0 && s.time_scale.is_finite()) {
-        issues.add("mss.simulator.time_scale", "must be above 0");
-    }
-    if !(0.0..=1.0).contains(&s.failure_rate) {
-        issues.add("mss.simulator.failure_rate", "must be between 0 and 1");
-    }
-    Some(SimulatorSettings {
-        listen,
-        drives: positive(s.drives, "mss.simulator.drives", issues),
-        mount_seconds: s.mount_seconds,
-        bytes_per_sec: (s.rate_mb_per_sec * 1e6) as u64,
-        time_scale: s.time_scale,
-        failure_rate: s.failure_rate,
-        seed: s.seed as u64,
-    })
-}
-
 fn describe_limits(l: &NodeLimits) -> String {
     let pct = |f: Fraction| f.to_f64() * 100.0;
     let mut parts = Vec::new();
@@ -1440,6 +1225,13 @@ pub fn describe(settings: &Settings) -> String {
             None => "refuse".to_string(),
         }
     ));
+    out.push_str(&mss::describe(&settings.mss));
+    if !settings.notes.is_empty() {
+        out.push_str("\nnotes:\n");
+        for n in &settings.notes {
+            out.push_str(&format!("  - {n}\n"));
+        }
+    }
     out
 }
 

@@ -28,7 +28,7 @@ use crate::config::{GroupId, PolicySettings, RetrySettings};
 use crate::domain::{Class, RequestState};
 use crate::shares::view::SharesView;
 
-pub use read::{GroupRow, RequestRecord, ToSubmit};
+pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 
 /// Why the ledger could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -68,13 +68,17 @@ pub struct NewRequest {
     pub extras: RequestExtras,
 }
 
-/// A request's optional ordering inputs.
+/// A request's optional fields: ordering inputs and what the MSS adapter needs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestExtras {
     /// The MSS library ('' the default one).
     pub library: String,
     pub qos: Option<crate::policy::multifactor::Qos>,
     pub user_factor: Option<f64>,
+    /// The station-side copy: where a read goes, what a write stores.
+    pub local_file: Option<String>,
+    /// Enstore's bit-file id of the file to read.
+    pub bfid: Option<String>,
 }
 
 /// What the ledger answered to one new request.
@@ -189,6 +193,8 @@ pub struct QueuedExplain {
 pub struct NewPriority {
     pub id: i64,
     pub attempt: u32,
+    /// Which transfer at the MSS (for the adapter).
+    pub transfer: mss_adapters::TransferRef,
     pub old_priority: i64,
     pub mss_priority: i64,
     pub explain: String,
@@ -212,6 +218,7 @@ pub struct Ledger {
     /// Notified after a commit that made requests ready to submit.
     ready: Arc<Notify>,
     policy: Arc<PolicySettings>,
+    instance: Arc<str>,
 }
 
 impl Ledger {
@@ -222,6 +229,10 @@ impl Ledger {
         clock: Arc<dyn Clock>,
     ) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
         let conn = schema::open_writer(&options.path)?;
+        let instance = schema::instance(&conn).map_err(|e| LedgerError::Open {
+            path: options.path.clone(),
+            message: e.to_string(),
+        })?;
         let ready = Arc::new(Notify::new());
         let (tx, rx) = mpsc::channel(options.commit_batch_max.max(64));
         let state = writer::Writer::load(conn, policy.clone(), clock, options, ready.clone())?;
@@ -239,6 +250,7 @@ impl Ledger {
                 reads,
                 ready,
                 policy,
+                instance: instance.into(),
             },
             handle,
         ))
@@ -246,6 +258,12 @@ impl Ledger {
 
     pub fn policy(&self) -> &Arc<PolicySettings> {
         &self.policy
+    }
+
+    /// This database's random identity, made when it was created: names the broker's
+    /// transfers at an MSS (FTS3 submission ids), so a wiped database never reuses them.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// Wait for a commit that made requests ready to submit.
@@ -323,11 +341,7 @@ impl Ledger {
     }
 
     /// In-flight requests the MSS has said nothing of since `before_ms`.
-    pub async fn stale(
-        &self,
-        before_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, u32)>, LedgerError> {
+    pub async fn stale(&self, before_ms: i64, limit: usize) -> Result<Vec<InFlight>, LedgerError> {
         self.reads
             .run(move |c| read::stale(c, before_ms, limit))
             .await
@@ -345,8 +359,8 @@ impl Ledger {
         .await
     }
 
-    /// Requests at the MSS (submitted or running), with their attempt.
-    pub async fn in_flight(&self) -> Result<Vec<(i64, u32)>, LedgerError> {
+    /// Requests at the MSS (submitted or running).
+    pub async fn in_flight(&self) -> Result<Vec<InFlight>, LedgerError> {
         self.reads.run(read::in_flight).await
     }
 
@@ -401,7 +415,7 @@ impl Ledger {
     }
 
     /// Requests at the MSS whose cancellation has been asked for.
-    pub async fn cancelling(&self) -> Result<Vec<i64>, LedgerError> {
+    pub async fn cancelling(&self) -> Result<Vec<InFlight>, LedgerError> {
         self.reads.run(read::cancelling).await
     }
 

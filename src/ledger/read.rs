@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use mss_adapters::{Direction, EventCursor};
+use mss_adapters::{Direction, EventCursor, TransferRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{schema, LedgerError};
@@ -91,12 +91,27 @@ pub struct RequestRecord {
     pub user_factor: Option<f64>,
     /// The stored explanation of its placement (JSON).
     pub explain: Option<String>,
+    pub local_file: Option<String>,
+    pub bfid: Option<String>,
+}
+
+impl RequestRecord {
+    /// The request as the MSS adapter names its current attempt.
+    pub fn transfer_ref(&self) -> TransferRef {
+        TransferRef {
+            key: self.id.to_string(),
+            attempt: self.attempt,
+            mss_id: self.mss_id.clone(),
+            file: self.file.clone(),
+            size_bytes: self.size_bytes,
+        }
+    }
 }
 
 const RECORD_COLUMNS: &str = "id, station, client_request_id, user_name, file, size_bytes, \
      access_mode, physics_group, volume, direction, group_path, class, mss_priority, charged, \
      state, attempt, mss_id, bytes_done, cancel_requested, last_error, created_ms, submitted_ms, \
-     started_ms, finished_ms, held_reason, library, qos, user_factor, explain";
+     started_ms, finished_ms, held_reason, library, qos, user_factor, explain, local_file, bfid";
 
 fn bad_column(i: usize, what: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
@@ -148,6 +163,8 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         qos: row.get(26)?,
         user_factor: row.get(27)?,
         explain: row.get(28)?,
+        local_file: row.get(29)?,
+        bfid: row.get(30)?,
     })
 }
 
@@ -170,6 +187,8 @@ pub struct ToSubmit {
     pub volume: Option<String>,
     pub group: String,
     pub direction: Direction,
+    pub local_file: Option<String>,
+    pub bfid: Option<String>,
 }
 
 pub(super) fn to_submit(
@@ -179,8 +198,8 @@ pub(super) fn to_submit(
     limit: usize,
 ) -> rusqlite::Result<Vec<ToSubmit>> {
     let mut stmt = c.prepare_cached(
-        "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction \
-         FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
+        "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction, \
+         local_file, bfid FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
          ORDER BY mss_priority DESC, id LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
@@ -194,6 +213,8 @@ pub(super) fn to_submit(
             volume: row.get(5)?,
             group: row.get(6)?,
             direction: stored_direction(7, &direction)?,
+            local_file: row.get(8)?,
+            bfid: row.get(9)?,
         })
     })?;
     rows.collect()
@@ -204,11 +225,38 @@ pub(super) fn next_retry_ms(c: &Connection) -> rusqlite::Result<Option<i64>> {
         .query_row([], |r| r.get(0))
 }
 
-pub(super) fn in_flight(c: &Connection) -> rusqlite::Result<Vec<(i64, u32)>> {
-    let mut stmt = c.prepare_cached(
-        "SELECT id, attempt FROM requests WHERE state IN ('submitted', 'running') ORDER BY id",
-    )?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u32)))?;
+/// A request at the MSS, as the adapter names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlight {
+    pub id: i64,
+    pub attempt: u32,
+    pub transfer: TransferRef,
+}
+
+const IN_FLIGHT_COLUMNS: &str = "id, attempt, mss_id, file, size_bytes";
+
+fn in_flight_row(r: &Row<'_>) -> rusqlite::Result<InFlight> {
+    let id: i64 = r.get(0)?;
+    let attempt = r.get::<_, i64>(1)? as u32;
+    Ok(InFlight {
+        id,
+        attempt,
+        transfer: TransferRef {
+            key: id.to_string(),
+            attempt,
+            mss_id: r.get(2)?,
+            file: r.get(3)?,
+            size_bytes: r.get::<_, i64>(4)?.max(0) as u64,
+        },
+    })
+}
+
+pub(super) fn in_flight(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
+         ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([], in_flight_row)?;
     rows.collect()
 }
 
@@ -217,23 +265,21 @@ pub(super) fn stale(
     c: &Connection,
     before_ms: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<(i64, u32)>> {
-    let mut stmt = c.prepare_cached(
-        "SELECT id, attempt FROM requests WHERE state IN ('submitted', 'running') \
-         AND COALESCE(checked_ms, started_ms, submitted_ms, created_ms) <= ?1 ORDER BY id LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![before_ms, limit as i64], |r| {
-        Ok((r.get(0)?, r.get::<_, i64>(1)? as u32))
-    })?;
+) -> rusqlite::Result<Vec<InFlight>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
+         AND COALESCE(checked_ms, started_ms, submitted_ms, created_ms) <= ?1 ORDER BY id LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![before_ms, limit as i64], in_flight_row)?;
     rows.collect()
 }
 
-pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<i64>> {
-    let mut stmt = c.prepare_cached(
-        "SELECT id FROM requests WHERE cancel_requested = 1 AND state IN ('submitted', 'running') \
-         ORDER BY id",
-    )?;
-    let rows = stmt.query_map([], |r| r.get(0))?;
+pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE cancel_requested = 1 \
+         AND state IN ('submitted', 'running') ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([], in_flight_row)?;
     rows.collect()
 }
 

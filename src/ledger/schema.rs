@@ -61,7 +61,10 @@ CREATE TABLE IF NOT EXISTS requests (
     -- FBSNG section priority: later requests of its group released while it waited
     passed            INTEGER NOT NULL DEFAULT 0,
     -- why it has its place (JSON, written with each decision or re-prioritisation)
-    explain           TEXT
+    explain           TEXT,
+    -- the station-side copy (where a read goes, what a write stores) and Enstore's bfid
+    local_file        TEXT,
+    bfid              TEXT
 );
 -- Idempotency: a 64-bit fingerprint of (station, client_request_id) per request, appended in id
 -- order. The writer loads it into memory at start and checks replays there, confirming a hit
@@ -172,6 +175,8 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("requests", "passed", "INTEGER NOT NULL DEFAULT 0"),
     ("requests", "explain", "TEXT"),
     ("groups", "queue_priority", "INTEGER"),
+    ("requests", "local_file", "TEXT"),
+    ("requests", "bfid", "TEXT"),
 ];
 
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
@@ -194,6 +199,25 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The database's identity: a random id made once, when the database is created.
+pub fn instance(conn: &Connection) -> rusqlite::Result<String> {
+    use sha2::{Digest, Sha256};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let seed = format!("{now}-{}-{:p}", std::process::id(), conn);
+    let digest = Sha256::digest(seed.as_bytes());
+    let fresh: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    conn.execute(
+        "INSERT OR IGNORE INTO meta(key, value) VALUES ('instance', ?1)",
+        [&fresh],
+    )?;
+    conn.query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+        r.get(0)
+    })
 }
 
 /// A read connection.

@@ -361,7 +361,20 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
         l.cancel(b).await.unwrap(),
         CancelOutcome::Requested(RequestState::Submitted)
     );
-    assert_eq!(l.cancelling().await.unwrap(), vec![b]);
+    // The dispatcher gets what the adapter needs to name the transfer at the MSS.
+    let cancelling = l.cancelling().await.unwrap();
+    assert_eq!(cancelling.len(), 1);
+    assert_eq!(cancelling[0].id, b);
+    assert_eq!(
+        cancelling[0].transfer,
+        mss_adapters::TransferRef {
+            key: b.to_string(),
+            attempt: 1,
+            mss_id: Some("m".into()),
+            file: "/pnfs/b".into(),
+            size_bytes: 200,
+        }
+    );
     // A submission that raced with a cancellation is cancelled at the MSS.
     let after = l
         .submitted(vec![SubmittedTransfer {

@@ -606,7 +606,7 @@ impl Writer {
     /// already in the usage, so they are placed with no benefit of their own.
     fn reprioritise(&self, max: usize, now: i64) -> rusqlite::Result<Vec<NewPriority>> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class FROM requests \
+            "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class, mss_id, file FROM requests \
              WHERE state IN ('submitted', 'running') AND state = 'submitted' \
              AND class != 'priority' ORDER BY id"
         ))?;
@@ -620,11 +620,19 @@ impl Writer {
             c.benefit = 0;
             let attempt = r.get::<_, i64>(10)?.max(0) as u32;
             let old: i64 = r.get(11)?;
+            let transfer = mss_adapters::TransferRef {
+                key: c.id.to_string(),
+                attempt,
+                mss_id: r.get(13)?,
+                file: r.get(14)?,
+                size_bytes: c.size_bytes,
+            };
             let p = place(&self.policy.order, &standing, &c, now);
             if p.mss_priority != old {
                 out.push(NewPriority {
                     id: c.id,
                     attempt,
+                    transfer,
                     old_priority: old,
                     mss_priority: p.mss_priority,
                     explain: explain_text(&p).unwrap_or_default(),
@@ -792,9 +800,9 @@ fn accept_one(
         "INSERT INTO requests (station, client_request_id, user_name, file, size_bytes, \
          access_mode, physics_group, volume, direction, group_path, class, mss_priority, \
          charged, charged_bytes, state, created_ms, charged_ms, held_reason, library, slots, \
-         qos, user_factor, explain) \
+         qos, user_factor, explain, local_file, bfid) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21, ?22, ?23)",
+         ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
     )?
     .execute(params![
         item.station,
@@ -820,6 +828,8 @@ fn accept_one(
         item.extras.qos.map(|q| q.as_str()),
         item.extras.user_factor,
         explain,
+        item.extras.local_file,
+        item.extras.bfid,
     ])?;
     let id = tx.last_insert_rowid();
     tx.prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?

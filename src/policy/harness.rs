@@ -189,6 +189,8 @@ impl Run<'_> {
             volume,
             group: String::new(),
             direction: Direction::Read,
+            local_file: None,
+            bfid: None,
         };
         let mut events = Vec::new();
         self.lib.submit(t, self.now, &mut events);

@@ -248,6 +248,8 @@ url = "http://127.0.0.1:1"
                     volume: None,
                     group: String::new(),
                     direction: Direction::Read,
+                    local_file: None,
+                    bfid: None,
                 },
                 now,
                 &mut started,

@@ -25,6 +25,8 @@ async fn the_served_document_matches_the_router() {
         ("POST", "/v1/requests/batch"),
         ("GET", "/v1/requests/{id}"),
         ("DELETE", "/v1/requests/{id}"),
+        ("POST", "/v1/requests/{id}/release"),
+        ("GET", "/v1/mss"),
         ("GET", "/v1/groups"),
         ("GET", "/v1/report"),
         ("GET", "/metrics"),

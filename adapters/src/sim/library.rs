@@ -415,6 +415,8 @@ mod tests {
             volume: volume.map(str::to_string),
             group: "g".to_string(),
             direction: Direction::Read,
+            local_file: None,
+            bfid: None,
         }
     }
 

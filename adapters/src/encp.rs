@@ -1,0 +1,1165 @@
+//! The Enstore adapter: one `encp` process per transfer.
+//!
+//! `encp` blocks until its transfer ends, so the adapter runs at most `max_processes` of them at
+//! once and tells the dispatcher how much room is left. Each runs with the broker's priority as
+//! `--priority N` and `--delpri 0 --age-time 0` (the SAM design: no aging inside the MSS, the
+//! broker's order stands), the configured Enstore options (`--storage-group`, `--file-family`,
+//! `--library` for writes, `--delayed-dismount`), then the files: `SRC DEST` for reads and
+//! writes, `--get-bfid BFID DEST` for a read whose bfid the station gave.
+//!
+//! What happened is read from the process:
+//! - a line of its standard output containing `started_pattern` (encp prints "Mover called
+//!   back" once a mover has connected, at `--verbose` 2 and above) means the transfer started;
+//! - exit 0 is done, with the bytes of the file on the local side (the declared size if it
+//!   cannot be read);
+//! - anything else failed, with the last lines of its standard error as the reason. It is
+//!   retryable unless Enstore says a person must act: exit code 2 (encp's exit status for a
+//!   non-retriable error) or a line naming one of Enstore's non-retriable errors, except those
+//!   that only mean encp gave up for now (too many retries, a locked library);
+//! - a transfer past `timeout_secs` is stopped (SIGTERM, then SIGKILL after
+//!   `kill_grace_secs`) and fails retryably; a cancelled one is stopped the same way.
+//!
+//! Enstore grants *admin* priority (its library manager serves the admin queue before any
+//! regular request) in two ways, both available per priority class in `classes`: a library
+//! manager `adminpri` rule matching fields of the request ticket (a site setting in Enstore's
+//! configuration; the broker can only send matching fields, through `args` such as
+//! `--storage-group`), or `ENCP_DAQ` set in encp's environment together with a regular priority
+//! of 1000001 or more, which the library manager caps at 1000001 and turns the excess into
+//! admin priority `priority / 1000001 - 1`.
+//!
+//! Every child gets SIGTERM when the broker dies (Linux `PR_SET_PDEATHSIG`): a transfer the
+//! broker no longer watches is stopped, and the broker submits it again as a new attempt after
+//! its restart, so it is never run twice at once.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tracing::{debug, info, warn};
+
+use crate::event_log::EventLog;
+use crate::protocol::{Direction, EventKind, Transfer};
+use crate::rest::Issue;
+use crate::{
+    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, PriorityScale, Progress,
+    Submitted, TransferRef, TransferStatus,
+};
+
+/// The largest regular priority Enstore's library manager keeps (`MAX_REG_PRIORITY`); above it,
+/// only `ENCP_DAQ` turns the excess into admin priority.
+pub const MAX_REGULAR_PRIORITY: i64 = 1_000_001;
+
+/// Finished transfers remembered for status queries.
+const FINISHED_KEPT: usize = 65_536;
+
+/// Enstore's non-retriable errors (`e_errors.non_retriable_errors` and the alarm errors) that
+/// need a person: a request failing with one of them is failed, not retried.
+pub const DEFAULT_FATAL_PATTERNS: &[&str] = &[
+    "NOACCESS",
+    "NOTALLOWED",
+    "USERERROR",
+    "UNKNOWNMEDIATYPE",
+    "NOVOLUME",
+    "DELETED",
+    "STORAGE_QUOTA_EXCEEDED",
+    "MALFORMED REQUEST",
+    "VERSION MISMATCH",
+    "NOSPACE",
+    "CRC MISMATCH",
+    "CRC ENCP MISMATCH",
+    "CRC ECRC MISMATCH",
+    "FILE WAS MODIFIED",
+    "CONFLICT",
+];
+
+/// Errors Enstore calls non-retriable (encp exits 2) that only mean encp gave up for now: the
+/// broker tries again later, within its own retry limit.
+pub const DEFAULT_RETRYABLE_PATTERNS: &[&str] = &[
+    "TOO MANY RETRIES",
+    "TOO_MANY_RESUBMITS",
+    "is locked",
+    "is ignoring read requests",
+    "is ignoring write requests",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------------
+
+/// `[mss.encp]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEncpConfig {
+    #[serde(default = "d_command")]
+    pub command: String,
+    #[serde(default = "d_max_processes")]
+    pub max_processes: i64,
+    #[serde(default = "d_timeout")]
+    pub timeout_secs: i64,
+    #[serde(default = "d_grace")]
+    pub kill_grace_secs: i64,
+    #[serde(default = "d_verbose")]
+    pub verbose: i64,
+    #[serde(default = "d_started")]
+    pub started_pattern: String,
+    #[serde(default)]
+    pub storage_group: Option<String>,
+    #[serde(default)]
+    pub file_family: Option<String>,
+    #[serde(default)]
+    pub library: Option<String>,
+    #[serde(default)]
+    pub delayed_dismount_minutes: Option<i64>,
+    #[serde(default)]
+    pub read_dir: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default = "d_fatal_codes")]
+    pub fatal_exit_codes: Vec<i64>,
+    #[serde(default = "d_fatal_patterns")]
+    pub fatal_patterns: Vec<String>,
+    #[serde(default = "d_retryable_patterns")]
+    pub retryable_patterns: Vec<String>,
+    #[serde(default = "d_stderr_lines")]
+    pub stderr_lines: i64,
+    #[serde(default)]
+    pub reprioritize_command: Option<Vec<String>>,
+    #[serde(default)]
+    pub classes: BTreeMap<String, RawClass>,
+}
+
+impl Default for RawEncpConfig {
+    fn default() -> Self {
+        RawEncpConfig {
+            command: d_command(),
+            max_processes: d_max_processes(),
+            timeout_secs: d_timeout(),
+            kill_grace_secs: d_grace(),
+            verbose: d_verbose(),
+            started_pattern: d_started(),
+            storage_group: None,
+            file_family: None,
+            library: None,
+            delayed_dismount_minutes: None,
+            read_dir: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            fatal_exit_codes: d_fatal_codes(),
+            fatal_patterns: d_fatal_patterns(),
+            retryable_patterns: d_retryable_patterns(),
+            stderr_lines: d_stderr_lines(),
+            reprioritize_command: None,
+            classes: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[mss.encp.classes."<priority class>"]`: how a priority class's transfers are run.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClass {
+    /// `--priority` for this class instead of the broker's.
+    #[serde(default)]
+    pub priority: Option<i64>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+fn d_command() -> String {
+    "encp".into()
+}
+fn d_max_processes() -> i64 {
+    8
+}
+fn d_timeout() -> i64 {
+    86_400
+}
+fn d_grace() -> i64 {
+    10
+}
+fn d_verbose() -> i64 {
+    4
+}
+fn d_started() -> String {
+    "Mover called back".into()
+}
+fn d_fatal_codes() -> Vec<i64> {
+    vec![2]
+}
+fn d_fatal_patterns() -> Vec<String> {
+    DEFAULT_FATAL_PATTERNS
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+fn d_retryable_patterns() -> Vec<String> {
+    DEFAULT_RETRYABLE_PATTERNS
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+fn d_stderr_lines() -> i64 {
+    20
+}
+
+/// A validated `[mss.encp]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncpConfig {
+    pub command: PathBuf,
+    pub max_processes: usize,
+    pub timeout: Duration,
+    pub kill_grace: Duration,
+    pub verbose: u32,
+    /// Empty: never report a start.
+    pub started_pattern: String,
+    pub storage_group: Option<String>,
+    pub file_family: Option<String>,
+    pub library: Option<String>,
+    pub delayed_dismount_minutes: Option<u32>,
+    pub read_dir: Option<PathBuf>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub fatal_exit_codes: Vec<i32>,
+    pub fatal_patterns: Vec<String>,
+    pub retryable_patterns: Vec<String>,
+    pub stderr_lines: usize,
+    pub reprioritize_command: Option<Vec<String>>,
+    pub classes: BTreeMap<String, ClassSettings>,
+}
+
+/// How one priority class's transfers are run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassSettings {
+    pub priority: Option<i64>,
+    pub env: BTreeMap<String, String>,
+    pub args: Vec<String>,
+}
+
+impl RawEncpConfig {
+    /// Validate; relative paths are taken from `base` (the configuration's directory) when they
+    /// name a file there, else looked up on `PATH` at run time (a bare `encp`).
+    pub fn validate(&self, base: &Path) -> Result<EncpConfig, Vec<Issue>> {
+        let mut issues = Vec::new();
+        let positive = |v: i64, key: &str, issues: &mut Vec<Issue>| -> u64 {
+            if v <= 0 {
+                issues.push(Issue::new(
+                    key,
+                    format!("must be a positive integer, got {v}"),
+                ));
+                1
+            } else {
+                v as u64
+            }
+        };
+        if self.command.is_empty() {
+            issues.push(Issue::new("command", "may not be empty"));
+        }
+        let command = if self.command.contains('/') {
+            base.join(&self.command)
+        } else {
+            PathBuf::from(&self.command)
+        };
+        let max_processes = positive(self.max_processes, "max_processes", &mut issues) as usize;
+        let timeout = Duration::from_secs(positive(self.timeout_secs, "timeout_secs", &mut issues));
+        let kill_grace = Duration::from_secs(positive(
+            self.kill_grace_secs,
+            "kill_grace_secs",
+            &mut issues,
+        ));
+        if !(0..=10).contains(&self.verbose) {
+            issues.push(Issue::new("verbose", "must be 0 (not passed) to 10"));
+        }
+        let delayed = match self.delayed_dismount_minutes {
+            Some(m) if m < 0 => {
+                issues.push(Issue::new("delayed_dismount_minutes", "must be 0 or more"));
+                None
+            }
+            Some(m) => Some(m as u32),
+            None => None,
+        };
+        for (key, v) in [
+            ("storage_group", &self.storage_group),
+            ("file_family", &self.file_family),
+            ("library", &self.library),
+        ] {
+            if v.as_deref().is_some_and(str::is_empty) {
+                issues.push(Issue::new(key, "may not be empty (leave it out instead)"));
+            }
+        }
+        let read_dir = self.read_dir.as_ref().map(|d| base.join(d));
+        if let Some(d) = &read_dir {
+            if !d.is_dir() {
+                issues.push(Issue::new(
+                    "read_dir",
+                    format!("`{}` is not a directory", d.display()),
+                ));
+            }
+        }
+        let fatal_exit_codes = self
+            .fatal_exit_codes
+            .iter()
+            .filter_map(|&c| match c {
+                1..=255 => Some(c as i32),
+                _ => {
+                    issues.push(Issue::new(
+                        "fatal_exit_codes",
+                        format!("{c} is not an exit code (1..255)"),
+                    ));
+                    None
+                }
+            })
+            .collect();
+        for (key, list) in [
+            ("fatal_patterns", &self.fatal_patterns),
+            ("retryable_patterns", &self.retryable_patterns),
+        ] {
+            if list.iter().any(String::is_empty) {
+                issues.push(Issue::new(key, "an empty pattern would match everything"));
+            }
+        }
+        let stderr_lines = positive(self.stderr_lines, "stderr_lines", &mut issues) as usize;
+        if let Some(cmd) = &self.reprioritize_command {
+            if cmd.first().is_none_or(|c| c.is_empty()) {
+                issues.push(Issue::new(
+                    "reprioritize_command",
+                    "must name a program first, e.g. [\"enstore-reprioritize\", \"{pid}\", \"{priority}\"]",
+                ));
+            }
+            if !cmd.iter().any(|a| a.contains("{priority}")) {
+                issues.push(Issue::new(
+                    "reprioritize_command",
+                    "must pass the new priority ({priority})",
+                ));
+            }
+        }
+        let mut classes = BTreeMap::new();
+        for (name, c) in &self.classes {
+            let key = format!("classes.\"{name}\".priority");
+            if let Some(p) = c.priority {
+                if p < 1 {
+                    issues.push(Issue::new(
+                        &key,
+                        "must be 1 or more (encp's lowest priority is 1)",
+                    ));
+                } else if p > MAX_REGULAR_PRIORITY
+                    && !c.env.contains_key("ENCP_DAQ")
+                    && !self.env.contains_key("ENCP_DAQ")
+                {
+                    issues.push(Issue::new(
+                        &key,
+                        format!(
+                            "{p} is above Enstore's largest regular priority {MAX_REGULAR_PRIORITY}: \
+                             the library manager caps it unless ENCP_DAQ is set, which turns the \
+                             excess into admin priority; set env.ENCP_DAQ for this class"
+                        ),
+                    ));
+                }
+            }
+            classes.insert(
+                name.clone(),
+                ClassSettings {
+                    priority: c.priority,
+                    env: c.env.clone(),
+                    args: c.args.clone(),
+                },
+            );
+        }
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        Ok(EncpConfig {
+            command,
+            max_processes,
+            timeout,
+            kill_grace,
+            verbose: self.verbose.clamp(0, 10) as u32,
+            started_pattern: self.started_pattern.clone(),
+            storage_group: self.storage_group.clone(),
+            file_family: self.file_family.clone(),
+            library: self.library.clone(),
+            delayed_dismount_minutes: delayed,
+            read_dir,
+            args: self.args.clone(),
+            env: self.env.clone(),
+            fatal_exit_codes,
+            fatal_patterns: self.fatal_patterns.clone(),
+            retryable_patterns: self.retryable_patterns.clone(),
+            stderr_lines,
+            reprioritize_command: self.reprioritize_command.clone(),
+            classes,
+        })
+    }
+}
+
+impl EncpConfig {
+    /// What Enstore through `encp` can do under this configuration.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            priority: PriorityScale::Direct {
+                min: 1,
+                max: MAX_REGULAR_PRIORITY,
+            },
+            reprioritize: self.reprioritize_command.is_some(),
+            cancel: true,
+            release: false,
+            writes: true,
+            reads_need_local_file: self.read_dir.is_none(),
+            writes_need_local_file: true,
+            bfid: true,
+            max_outstanding: Some(self.max_processes),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line and the outcome: pure
+// ---------------------------------------------------------------------------------------------
+
+/// One `encp` run: what to execute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// The file on the local side (the destination of a read, the source of a write): its size
+    /// after a success is the bytes transferred.
+    pub local: PathBuf,
+}
+
+/// The `encp` command line for a transfer.
+pub fn invocation(cfg: &EncpConfig, t: &Transfer) -> Result<Invocation, MssError> {
+    let class = cfg.classes.get(&t.group);
+    let priority = class.and_then(|c| c.priority).unwrap_or(t.priority);
+    let mut args = vec![
+        "--priority".to_string(),
+        priority.to_string(),
+        "--delpri".into(),
+        "0".into(),
+        "--age-time".into(),
+        "0".into(),
+    ];
+    if let Some(m) = cfg.delayed_dismount_minutes {
+        args.extend(["--delayed-dismount".into(), m.to_string()]);
+    }
+    if cfg.verbose > 0 {
+        args.extend(["--verbose".into(), cfg.verbose.to_string()]);
+    }
+    if t.direction == Direction::Write {
+        for (flag, v) in [
+            ("--storage-group", &cfg.storage_group),
+            ("--file-family", &cfg.file_family),
+            ("--library", &cfg.library),
+        ] {
+            if let Some(v) = v {
+                args.extend([flag.to_string(), v.clone()]);
+            }
+        }
+    }
+    args.extend(cfg.args.iter().cloned());
+    if let Some(c) = class {
+        args.extend(c.args.iter().cloned());
+    }
+    let local = match t.direction {
+        Direction::Read => {
+            let dest =
+                match (&t.local_file, &cfg.read_dir) {
+                    (Some(f), _) => PathBuf::from(f),
+                    (None, Some(dir)) => dir.join(basename(&t.file)),
+                    (None, None) => return Err(MssError::Rejected(
+                        "a read needs local_file (where to put it): mss.encp.read_dir is not set"
+                            .into(),
+                    )),
+                };
+            match &t.bfid {
+                Some(bfid) => args.extend(["--get-bfid".into(), bfid.clone()]),
+                None => args.push(t.file.clone()),
+            }
+            args.push(dest.display().to_string());
+            dest
+        }
+        Direction::Write => {
+            let Some(src) = &t.local_file else {
+                return Err(MssError::Rejected(
+                    "a write needs local_file (the file to store)".into(),
+                ));
+            };
+            args.extend([src.clone(), t.file.clone()]);
+            PathBuf::from(src)
+        }
+    };
+    let mut env = cfg.env.clone();
+    if let Some(c) = class {
+        env.extend(c.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    Ok(Invocation {
+        program: cfg.command.clone(),
+        args,
+        env,
+        local,
+    })
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').find(|s| !s.is_empty()).unwrap_or(path)
+}
+
+/// How an `encp` run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal (not by the adapter).
+    Signal(i32),
+    /// Stopped by the adapter after `timeout_secs`.
+    TimedOut,
+    /// Stopped by the adapter on cancellation.
+    Cancelled,
+}
+
+/// What an ended run means for the transfer. `bytes` is the local file's size after a success.
+pub fn outcome(cfg: &EncpConfig, exit: Exit, stderr_tail: &str, bytes: u64) -> EventKind {
+    let reason = |what: String| {
+        if stderr_tail.trim().is_empty() {
+            what
+        } else {
+            format!("{what}: {}", stderr_tail.trim())
+        }
+    };
+    match exit {
+        Exit::Code(0) => EventKind::Done { bytes },
+        Exit::Cancelled => EventKind::Cancelled,
+        Exit::TimedOut => EventKind::Failed {
+            reason: reason(format!(
+                "encp timed out after {} s and was stopped",
+                cfg.timeout.as_secs()
+            )),
+            retryable: true,
+        },
+        Exit::Signal(sig) => EventKind::Failed {
+            reason: reason(format!("encp was killed by signal {sig}")),
+            retryable: true,
+        },
+        Exit::Code(code) => {
+            let matches = |patterns: &[String]| patterns.iter().any(|p| stderr_tail.contains(p));
+            let retryable = if matches(&cfg.retryable_patterns) {
+                true
+            } else {
+                !(cfg.fatal_exit_codes.contains(&code) || matches(&cfg.fatal_patterns))
+            };
+            EventKind::Failed {
+                reason: reason(format!("encp exited with status {code}")),
+                retryable,
+            }
+        }
+    }
+}
+
+/// The last `n` lines of a stream, kept as they arrive.
+#[derive(Debug, Default)]
+struct Tail {
+    lines: VecDeque<String>,
+}
+
+impl Tail {
+    fn push(&mut self, line: String, n: usize) {
+        if self.lines.len() == n {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+
+    fn text(&self) -> String {
+        self.lines.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The adapter
+// ---------------------------------------------------------------------------------------------
+
+/// The Enstore adapter.
+pub struct EncpAdapter {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    cfg: EncpConfig,
+    log: EventLog,
+    slots: Arc<Semaphore>,
+    room: Notify,
+    procs: Mutex<Procs>,
+}
+
+#[derive(Default)]
+struct Procs {
+    running: HashMap<String, Proc>,
+    finished: HashMap<String, (u32, EventKind)>,
+    finished_order: VecDeque<String>,
+}
+
+struct Proc {
+    attempt: u32,
+    pid: u32,
+    started: bool,
+    file: String,
+    stop: Arc<Notify>,
+}
+
+impl EncpAdapter {
+    pub fn new(cfg: EncpConfig) -> EncpAdapter {
+        let slots = Arc::new(Semaphore::new(cfg.max_processes));
+        EncpAdapter {
+            shared: Arc::new(Shared {
+                cfg,
+                log: EventLog::new("encp"),
+                slots,
+                room: Notify::new(),
+                procs: Mutex::new(Procs::default()),
+            }),
+        }
+    }
+
+    /// Processes running now.
+    pub fn running(&self) -> usize {
+        self.shared.lock().running.len()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Procs> {
+        self.procs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record the end of a run and publish it.
+    fn finish(&self, key: &str, attempt: u32, kind: EventKind) {
+        {
+            let mut p = self.lock();
+            p.running.remove(key);
+            if p.finished
+                .insert(key.to_string(), (attempt, kind.clone()))
+                .is_none()
+            {
+                p.finished_order.push_back(key.to_string());
+            }
+            while p.finished_order.len() > FINISHED_KEPT {
+                if let Some(old) = p.finished_order.pop_front() {
+                    p.finished.remove(&old);
+                }
+            }
+        }
+        self.log.push(key, attempt, kind);
+    }
+}
+
+#[async_trait]
+impl MssAdapter for EncpAdapter {
+    fn name(&self) -> &'static str {
+        "encp"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.shared.cfg.capabilities()
+    }
+
+    fn room(&self) -> Option<usize> {
+        Some(self.shared.slots.available_permits())
+    }
+
+    async fn room_freed(&self) {
+        self.shared.room.notified().await
+    }
+
+    async fn submit(&self, t: &Transfer) -> Result<Submitted, MssError> {
+        let sh = &self.shared;
+        // Checked and started under one lock (spawning does not wait), so one key never runs
+        // twice at once.
+        let mut p = sh.lock();
+        if let Some(run) = p.running.get(&t.key) {
+            if run.attempt == t.attempt {
+                return Ok(Submitted {
+                    mss_id: format!("encp:{}", run.pid),
+                    duplicate: true,
+                });
+            }
+            return Err(MssError::Unavailable(format!(
+                "attempt {} of this transfer is still running",
+                run.attempt
+            )));
+        }
+        if p.finished.get(&t.key).is_some_and(|(a, _)| *a >= t.attempt) {
+            return Ok(Submitted {
+                mss_id: "encp:finished".into(),
+                duplicate: true,
+            });
+        }
+        let inv = invocation(&sh.cfg, t)?;
+        let permit = sh.slots.clone().try_acquire_owned().map_err(|_| {
+            MssError::Unavailable(format!(
+                "all {} encp processes are busy",
+                sh.cfg.max_processes
+            ))
+        })?;
+        let child = spawn(&inv).map_err(|e| {
+            MssError::Unavailable(format!("cannot run {}: {e}", inv.program.display()))
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let stop = Arc::new(Notify::new());
+        p.running.insert(
+            t.key.clone(),
+            Proc {
+                attempt: t.attempt,
+                pid,
+                started: false,
+                file: t.file.clone(),
+                stop: stop.clone(),
+            },
+        );
+        drop(p);
+        debug!(key = %t.key, attempt = t.attempt, pid, args = ?inv.args, "encp started");
+        tokio::spawn(watch(sh.clone(), child, t.clone(), inv.local, stop, permit));
+        Ok(Submitted {
+            mss_id: format!("encp:{pid}"),
+            duplicate: false,
+        })
+    }
+
+    async fn cancel(&self, t: &TransferRef) -> Result<(), MssError> {
+        let p = self.shared.lock();
+        match p.running.get(&t.key) {
+            Some(run) if run.attempt == t.attempt => {
+                run.stop.notify_one();
+                Ok(())
+            }
+            _ => Err(MssError::Rejected(
+                "no encp of this transfer is running".into(),
+            )),
+        }
+    }
+
+    async fn reprioritize(&self, t: &TransferRef, priority: i64) -> Result<(), MssError> {
+        let Some(template) = &self.shared.cfg.reprioritize_command else {
+            return Err(MssError::Rejected(
+                "mss.encp.reprioritize_command is not set".into(),
+            ));
+        };
+        let (pid, file) = {
+            let p = self.shared.lock();
+            match p.running.get(&t.key) {
+                Some(run) if run.attempt == t.attempt && !run.started => {
+                    (run.pid, run.file.clone())
+                }
+                Some(run) if run.attempt == t.attempt => {
+                    return Err(MssError::Rejected("the transfer has started".into()))
+                }
+                _ => {
+                    return Err(MssError::Rejected(
+                        "no encp of this transfer is running".into(),
+                    ))
+                }
+            }
+        };
+        let args: Vec<String> = template
+            .iter()
+            .map(|a| {
+                a.replace("{pid}", &pid.to_string())
+                    .replace("{priority}", &priority.to_string())
+                    .replace("{key}", &t.key)
+                    .replace("{attempt}", &t.attempt.to_string())
+                    .replace("{file}", &file)
+            })
+            .collect();
+        let out = Command::new(&args[0])
+            .args(&args[1..])
+            .envs(&self.shared.cfg.env)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(60), out)
+            .await
+            .map_err(|_| MssError::Unavailable("the re-prioritisation command timed out".into()))?
+            .map_err(|e| MssError::Unavailable(format!("cannot run {}: {e}", args[0])))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(MssError::Rejected(format!(
+                "{} exited with {}: {}",
+                args[0],
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )))
+        }
+    }
+
+    async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
+        let p = self.shared.lock();
+        if let Some(run) = p.running.get(&t.key) {
+            return Ok(Some(TransferStatus {
+                attempt: run.attempt,
+                progress: if run.started {
+                    Progress::Running
+                } else {
+                    Progress::Queued
+                },
+            }));
+        }
+        Ok(p.finished
+            .get(&t.key)
+            .map(|(attempt, kind)| TransferStatus {
+                attempt: *attempt,
+                progress: Progress::Finished(kind.clone()),
+            }))
+    }
+
+    async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {
+        Ok(self.shared.log.read(cursor, wait).await)
+    }
+}
+
+/// Start `encp` in its own process group, with SIGTERM on the broker's death.
+fn spawn(inv: &Invocation) -> std::io::Result<Child> {
+    let mut cmd = Command::new(&inv.program);
+    cmd.args(&inv.args)
+        .envs(&inv.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    die_with_parent(&mut cmd);
+    cmd.spawn()
+}
+
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: runs in the forked child before exec; prctl and getppid are async-signal-safe
+    // and touch no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl: then nobody would stop this child.
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::other(
+                    "the broker exited before encp started",
+                ));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut Command) {}
+
+/// Watch one run to its end: report a start, enforce the timeout and cancellation, then
+/// publish the outcome and free the slot.
+async fn watch(
+    sh: Arc<Shared>,
+    mut child: Child,
+    t: Transfer,
+    local: PathBuf,
+    stop: Arc<Notify>,
+    permit: OwnedSemaphorePermit,
+) {
+    let lines = sh.cfg.stderr_lines;
+    let stdout = child.stdout.take().map(|out| {
+        let sh = sh.clone();
+        let key = t.key.clone();
+        let attempt = t.attempt;
+        tokio::spawn(read_lines(out, lines, move |line| {
+            if !sh.cfg.started_pattern.is_empty() && line.contains(&sh.cfg.started_pattern) {
+                let first = {
+                    let mut p = sh.lock();
+                    match p.running.get_mut(&key) {
+                        Some(run) if run.attempt == attempt && !run.started => {
+                            run.started = true;
+                            true
+                        }
+                        _ => false,
+                    }
+                };
+                if first {
+                    sh.log.push(&key, attempt, EventKind::Started);
+                }
+            }
+        }))
+    });
+    let stderr = child
+        .stderr
+        .take()
+        .map(|err| tokio::spawn(read_lines(err, lines, |_| {})));
+    let exit = tokio::select! {
+        status = child.wait() => exit_of(status),
+        _ = stop.notified() => {
+            terminate(&mut child, sh.cfg.kill_grace).await;
+            Exit::Cancelled
+        }
+        _ = tokio::time::sleep(sh.cfg.timeout) => {
+            terminate(&mut child, sh.cfg.kill_grace).await;
+            Exit::TimedOut
+        }
+    };
+    let err_tail = match stderr {
+        Some(h) => h.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    let out_tail = match stdout {
+        Some(h) => h.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    let tail = if err_tail.trim().is_empty() {
+        out_tail
+    } else {
+        err_tail
+    };
+    let bytes = match exit {
+        Exit::Code(0) => std::fs::metadata(&local)
+            .map(|m| m.len())
+            .unwrap_or(t.size_bytes),
+        _ => 0,
+    };
+    let kind = outcome(&sh.cfg, exit, &tail, bytes);
+    match &kind {
+        EventKind::Failed { reason, retryable } => {
+            warn!(key = %t.key, attempt = t.attempt, %reason, retryable, "encp failed")
+        }
+        EventKind::Done { bytes } => info!(key = %t.key, attempt = t.attempt, bytes, "encp done"),
+        _ => info!(key = %t.key, attempt = t.attempt, outcome = ?kind, "encp ended"),
+    }
+    sh.finish(&t.key, t.attempt, kind);
+    drop(permit);
+    sh.room.notify_one();
+}
+
+fn exit_of(status: std::io::Result<ExitStatus>) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(sig)) => Exit::Signal(sig),
+            (None, None) => Exit::Signal(0),
+        },
+        // The wait itself failed: the process is beyond reach; treat it as lost to a signal.
+        Err(_) => Exit::Signal(0),
+    }
+}
+
+/// SIGTERM to the process group (encp cleans up on it), then SIGKILL after the grace period.
+async fn terminate(child: &mut Child, grace: Duration) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) on the child's own process group; no memory is touched.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGTERM);
+        }
+        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+            return;
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
+    }
+    let _ = child.kill().await;
+}
+
+/// Read a stream line by line, calling `each` on every line; returns the last `n` lines.
+async fn read_lines<R: AsyncRead + Unpin>(
+    stream: R,
+    n: usize,
+    mut each: impl FnMut(&str),
+) -> String {
+    let mut tail = Tail::default();
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        each(&line);
+        tail.push(line, n);
+    }
+    tail.text()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> EncpConfig {
+        let raw: RawEncpConfig = toml_like(
+            r#"{"storage_group": "cms", "file_family": "raw", "library": "LTO8",
+                "delayed_dismount_minutes": 5, "args": ["--threaded"],
+                "classes": {"datataking": {"priority": 2000002, "env": {"ENCP_DAQ": "1"},
+                                           "args": ["--ignore-fair-share"]}}}"#,
+        );
+        raw.validate(Path::new("/")).unwrap()
+    }
+
+    fn toml_like(json: &str) -> RawEncpConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn transfer(direction: Direction) -> Transfer {
+        Transfer {
+            key: "42".into(),
+            attempt: 1,
+            file: "/pnfs/cms/run42/f1.root".into(),
+            size_bytes: 100,
+            priority: 20,
+            volume: None,
+            group: "analysis/higgs".into(),
+            direction,
+            local_file: Some("/data/stage/f1.root".into()),
+            bfid: None,
+        }
+    }
+
+    #[test]
+    fn a_read_passes_the_priority_no_aging_and_source_then_destination() {
+        let inv = invocation(&cfg(), &transfer(Direction::Read)).unwrap();
+        assert_eq!(
+            inv.args,
+            [
+                "--priority",
+                "20",
+                "--delpri",
+                "0",
+                "--age-time",
+                "0",
+                "--delayed-dismount",
+                "5",
+                "--verbose",
+                "4",
+                "--threaded",
+                "/pnfs/cms/run42/f1.root",
+                "/data/stage/f1.root"
+            ]
+        );
+        assert_eq!(inv.local, PathBuf::from("/data/stage/f1.root"));
+        assert!(inv.env.is_empty());
+    }
+
+    #[test]
+    fn a_write_adds_the_enstore_tags_and_stores_the_local_file() {
+        let inv = invocation(&cfg(), &transfer(Direction::Write)).unwrap();
+        let tail: Vec<&str> = inv.args.iter().map(String::as_str).skip(10).collect();
+        assert_eq!(
+            tail,
+            [
+                "--storage-group",
+                "cms",
+                "--file-family",
+                "raw",
+                "--library",
+                "LTO8",
+                "--threaded",
+                "/data/stage/f1.root",
+                "/pnfs/cms/run42/f1.root"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bfid_read_uses_get_bfid() {
+        let mut t = transfer(Direction::Read);
+        t.bfid = Some("CDMS105770745000000".into());
+        let inv = invocation(&cfg(), &t).unwrap();
+        let n = inv.args.len();
+        assert_eq!(
+            inv.args[n - 3..],
+            ["--get-bfid", "CDMS105770745000000", "/data/stage/f1.root"]
+        );
+    }
+
+    #[test]
+    fn a_priority_class_gets_its_own_priority_environment_and_options() {
+        let mut t = transfer(Direction::Read);
+        t.group = "datataking".into();
+        t.priority = 100;
+        let inv = invocation(&cfg(), &t).unwrap();
+        assert_eq!(inv.args[1], "2000002");
+        assert_eq!(inv.env.get("ENCP_DAQ").map(String::as_str), Some("1"));
+        assert!(inv.args.contains(&"--ignore-fair-share".to_string()));
+    }
+
+    #[test]
+    fn a_read_without_a_destination_uses_read_dir_or_is_refused() {
+        let mut t = transfer(Direction::Read);
+        t.local_file = None;
+        let err = invocation(&cfg(), &t).unwrap_err();
+        assert!(matches!(err, MssError::Rejected(ref m) if m.contains("local_file")));
+        let mut c = cfg();
+        c.read_dir = Some(PathBuf::from("/stage"));
+        let inv = invocation(&c, &t).unwrap();
+        assert_eq!(inv.args.last().unwrap(), "/stage/f1.root");
+        assert!(!c.capabilities().reads_need_local_file);
+    }
+
+    #[test]
+    fn exit_statuses_and_stderr_decide_retries() {
+        let c = cfg();
+        assert_eq!(
+            outcome(&c, Exit::Code(0), "", 7),
+            EventKind::Done { bytes: 7 }
+        );
+        let failed = |exit, err: &str| match outcome(&c, exit, err, 0) {
+            EventKind::Failed { retryable, reason } => (retryable, reason),
+            other => panic!("{other:?}"),
+        };
+        // Exit 1 is encp's transient failure.
+        assert!(failed(Exit::Code(1), "ERROR: NET_ERROR mover timed out").0);
+        // Exit 2 is encp's non-retriable failure...
+        assert!(!failed(Exit::Code(2), "ERROR: NOACCESS volume VR1234").0);
+        // ...unless encp only gave up for now.
+        assert!(failed(Exit::Code(2), "ERROR: TOO MANY RETRIES").0);
+        // A fatal error name with another status is fatal too.
+        assert!(!failed(Exit::Code(1), "ERROR: USERERROR no such file").0);
+        let (retryable, reason) = failed(Exit::TimedOut, "last line");
+        assert!(retryable);
+        assert!(reason.contains("timed out after 86400 s"), "{reason}");
+        assert!(reason.ends_with("last line"));
+        assert!(failed(Exit::Signal(9), "").0);
+        assert_eq!(outcome(&c, Exit::Cancelled, "", 0), EventKind::Cancelled);
+    }
+
+    #[test]
+    fn validation_names_the_key_at_fault() {
+        let raw = toml_like(
+            r#"{"max_processes": 0, "verbose": 11,
+                "classes": {"datataking": {"priority": 3000003}},
+                "reprioritize_command": ["x"], "fatal_exit_codes": [300]}"#,
+        );
+        let issues = raw.validate(Path::new("/")).unwrap_err();
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "max_processes",
+                "verbose",
+                "fatal_exit_codes",
+                "reprioritize_command",
+                "classes.\"datataking\".priority"
+            ],
+            "{issues:?}"
+        );
+        assert!(issues[4].message.contains("ENCP_DAQ"));
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_lines() {
+        let mut t = Tail::default();
+        for i in 0..5 {
+            t.push(format!("line {i}"), 2);
+        }
+        assert_eq!(t.text(), "line 3\nline 4");
+    }
+}

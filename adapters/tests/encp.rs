@@ -1,0 +1,470 @@
+//! The encp adapter against the stand-in `encp` script (tests/stand-ins/encp): real processes,
+//! their recorded argv and environment, exit statuses, timeouts, cancellation and the process
+//! limit.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mss_adapters::encp::{EncpAdapter, EncpConfig, RawEncpConfig};
+use mss_adapters::{
+    Direction, EventCursor, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer,
+    TransferRef,
+};
+
+fn stand_in() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins/encp")
+}
+
+/// A directory for the stand-in's records and controls, and an adapter running it.
+struct Bench {
+    dir: tempfile::TempDir,
+    adapter: EncpAdapter,
+    cursor: EventCursor,
+    /// Every event read so far.
+    seen: Vec<MssEvent>,
+}
+
+impl Bench {
+    fn new(tweak: impl FnOnce(&mut RawEncpConfig)) -> Bench {
+        let dir = tempfile::tempdir().unwrap();
+        let mut raw = RawEncpConfig {
+            command: stand_in().display().to_string(),
+            storage_group: Some("cms".into()),
+            file_family: Some("raw".into()),
+            ..RawEncpConfig::default()
+        };
+        raw.env
+            .insert("ENCP_STANDIN_DIR".into(), dir.path().display().to_string());
+        raw.env
+            .insert("ENSTORE_CONFIG_HOST".into(), "enstore.example".into());
+        tweak(&mut raw);
+        let cfg: EncpConfig = raw.validate(Path::new("/")).unwrap();
+        std::fs::create_dir_all(dir.path().join("control")).unwrap();
+        Bench {
+            dir,
+            adapter: EncpAdapter::new(cfg),
+            cursor: EventCursor::default(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Tell the stand-in how the run for file `name` behaves.
+    fn control(&self, name: &str, lines: &str) {
+        std::fs::write(self.dir.path().join("control").join(name), lines).unwrap();
+    }
+
+    fn local(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    fn read(&self, key: &str, name: &str, priority: i64) -> Transfer {
+        Transfer {
+            key: key.into(),
+            attempt: 1,
+            file: format!("/pnfs/cms/run1/{name}"),
+            size_bytes: 5_000,
+            priority,
+            volume: Some("VR1234".into()),
+            group: "analysis/higgs".into(),
+            direction: Direction::Read,
+            local_file: Some(self.local(&format!("{name}.out"))),
+            bfid: None,
+        }
+    }
+
+    /// Every run record: (args, env, end line).
+    fn runs(&self) -> Vec<Run> {
+        let mut names: Vec<_> = std::fs::read_dir(self.dir.path().join("runs"))
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+            .iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(p).unwrap();
+                let mut run = Run::default();
+                for line in text.lines() {
+                    let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
+                    match tag {
+                        "arg" => run.args.push(rest.to_string()),
+                        "env" => {
+                            let (k, v) = rest.split_once('=').unwrap();
+                            run.env.insert(k.to_string(), v.to_string());
+                        }
+                        "exit" | "killed" => run.end = Some(line.to_string()),
+                        _ => {}
+                    }
+                }
+                run
+            })
+            .collect()
+    }
+
+    /// Wait until `n` runs have recorded their start (the process is past its startup).
+    async fn wait_for_runs(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while self.runs().len() < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "runs: {:?}",
+                self.runs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Every event read so far, once `done` says enough (failing after 20 s).
+    async fn events_until(&mut self, done: impl Fn(&[MssEvent]) -> bool) -> Vec<MssEvent> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !done(&self.seen) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "events so far: {:?}",
+                self.seen
+            );
+            let batch = self
+                .adapter
+                .events(&self.cursor, Duration::from_millis(200))
+                .await
+                .unwrap();
+            self.cursor = batch.cursor;
+            self.seen.extend(batch.events);
+        }
+        self.seen.clone()
+    }
+
+    async fn final_event(&mut self, key: &str) -> EventKind {
+        let events = self
+            .events_until(|e| e.iter().any(|e| e.key == key && is_final(&e.kind)))
+            .await;
+        events
+            .into_iter()
+            .find(|e| e.key == key && is_final(&e.kind))
+            .unwrap()
+            .kind
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Run {
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    end: Option<String>,
+}
+
+fn is_final(k: &EventKind) -> bool {
+    !matches!(k, EventKind::Started)
+}
+
+fn reference(t: &Transfer) -> TransferRef {
+    TransferRef {
+        key: t.key.clone(),
+        attempt: t.attempt,
+        mss_id: None,
+        file: t.file.clone(),
+        size_bytes: t.size_bytes,
+    }
+}
+
+#[tokio::test]
+async fn a_read_runs_encp_with_the_priority_no_aging_and_reports_start_and_bytes() {
+    let mut b = Bench::new(|_| {});
+    b.control("f1.root", "bytes 4321\nqueued 0.2\n");
+    let t = b.read("7", "f1.root", 20);
+    let s = b.adapter.submit(&t).await.unwrap();
+    assert!(s.mss_id.starts_with("encp:") && !s.duplicate, "{s:?}");
+    let events = b
+        .events_until(|e| e.iter().any(|e| is_final(&e.kind)))
+        .await;
+    let kinds: Vec<&EventKind> = events.iter().map(|e| &e.kind).collect();
+    assert_eq!(
+        kinds,
+        [&EventKind::Started, &EventKind::Done { bytes: 4321 }],
+        "the bytes are the destination file's size, not the declared 5000"
+    );
+    let runs = b.runs();
+    assert_eq!(runs.len(), 1);
+    let want: Vec<String> = [
+        "--priority",
+        "20",
+        "--delpri",
+        "0",
+        "--age-time",
+        "0",
+        "--verbose",
+        "4",
+        "/pnfs/cms/run1/f1.root",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([b.local("f1.root.out")])
+    .collect();
+    assert_eq!(
+        runs[0].args, want,
+        "storage group and family are for writes only"
+    );
+    assert_eq!(
+        runs[0].env.get("ENSTORE_CONFIG_HOST").map(String::as_str),
+        Some("enstore.example")
+    );
+    assert!(!runs[0].env.contains_key("ENCP_DAQ"));
+    assert_eq!(runs[0].end.as_deref(), Some("exit 0"));
+}
+
+#[tokio::test]
+async fn a_write_stores_the_local_file_with_the_enstore_tags() {
+    let mut b = Bench::new(|_| {});
+    let src = b.local("upload.dat");
+    std::fs::write(&src, vec![7u8; 777]).unwrap();
+    let t = Transfer {
+        direction: Direction::Write,
+        file: "/pnfs/cms/raw/upload.dat".into(),
+        local_file: Some(src.clone()),
+        ..b.read("8", "x", 15)
+    };
+    b.adapter.submit(&t).await.unwrap();
+    assert_eq!(b.final_event("8").await, EventKind::Done { bytes: 777 });
+    let args = &b.runs()[0].args;
+    let n = args.len();
+    assert_eq!(
+        args[n - 6..],
+        [
+            "--storage-group",
+            "cms",
+            "--file-family",
+            "raw",
+            src.as_str(),
+            "/pnfs/cms/raw/upload.dat"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_priority_class_runs_with_encp_daq_and_its_admin_priority() {
+    let mut b = Bench::new(|raw| {
+        let mut class = mss_adapters::encp::RawClass {
+            priority: Some(2_000_002),
+            ..Default::default()
+        };
+        class.env.insert("ENCP_DAQ".into(), "1".into());
+        raw.classes.insert("datataking".into(), class);
+    });
+    let mut t = b.read("9", "raw9.dat", 100);
+    t.group = "datataking".into();
+    b.adapter.submit(&t).await.unwrap();
+    b.final_event("9").await;
+    let run = &b.runs()[0];
+    assert_eq!(run.args[..2], ["--priority", "2000002"]);
+    assert_eq!(run.env.get("ENCP_DAQ").map(String::as_str), Some("1"));
+}
+
+#[tokio::test]
+async fn a_bfid_read_uses_get_bfid() {
+    let mut b = Bench::new(|_| {});
+    let mut t = b.read("10", "ignored", 10);
+    t.bfid = Some("CDMS105770745000000".into());
+    b.control("CDMS105770745000000", "bytes 12\n");
+    b.adapter.submit(&t).await.unwrap();
+    assert_eq!(b.final_event("10").await, EventKind::Done { bytes: 12 });
+    let args = &b.runs()[0].args;
+    let n = args.len();
+    assert_eq!(args[n - 3..n - 1], ["--get-bfid", "CDMS105770745000000"]);
+}
+
+#[tokio::test]
+async fn exit_statuses_and_stderr_decide_whether_a_failure_is_retried() {
+    let mut b = Bench::new(|_| {});
+    b.control(
+        "noaccess",
+        "stderr ERROR: NOACCESS volume VR1234 is marked NOACCESS\nexit 2\n",
+    );
+    b.control(
+        "retries",
+        "stderr ERROR: TOO MANY RETRIES mover errors\nexit 2\n",
+    );
+    b.control(
+        "transient",
+        "stderr ERROR: NET_ERROR mover timed out\nexit 1\n",
+    );
+    for (key, name) in [("1", "noaccess"), ("2", "retries"), ("3", "transient")] {
+        b.adapter.submit(&b.read(key, name, 10)).await.unwrap();
+    }
+    let mut outcomes = BTreeMap::new();
+    for key in ["1", "2", "3"] {
+        outcomes.insert(key, b.final_event(key).await);
+    }
+    let failed = |k: &str| match &outcomes[k] {
+        EventKind::Failed { reason, retryable } => (reason.clone(), *retryable),
+        other => panic!("{other:?}"),
+    };
+    let (reason, retryable) = failed("1");
+    assert!(!retryable, "exit 2 with NOACCESS needs a person");
+    assert_eq!(
+        reason,
+        "encp exited with status 2: ERROR: NOACCESS volume VR1234 is marked NOACCESS"
+    );
+    assert!(
+        failed("2").1,
+        "encp gave up for now: the broker retries later"
+    );
+    assert!(failed("3").1, "exit 1 is transient");
+}
+
+#[tokio::test]
+async fn a_run_past_its_timeout_is_stopped_and_fails_retryably() {
+    let mut b = Bench::new(|raw| {
+        raw.timeout_secs = 1;
+        raw.kill_grace_secs = 5;
+    });
+    b.control("slow", "sleep 30\n");
+    b.adapter.submit(&b.read("4", "slow", 10)).await.unwrap();
+    match b.final_event("4").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(retryable);
+            assert!(reason.starts_with("encp timed out after 1 s"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.runs()[0].end.as_deref(), Some("killed TERM"));
+}
+
+#[tokio::test]
+async fn cancelling_stops_the_process_and_frees_its_slot() {
+    let mut b = Bench::new(|raw| raw.max_processes = 1);
+    b.control("long", "queued 30\n");
+    let t = b.read("5", "long", 10);
+    b.adapter.submit(&t).await.unwrap();
+    assert_eq!(b.adapter.room(), Some(0));
+    // Queued at the library manager: no mover has called back.
+    let st = b.adapter.status(&reference(&t)).await.unwrap().unwrap();
+    assert_eq!(st.progress, Progress::Queued);
+    b.wait_for_runs(1).await;
+    b.adapter.cancel(&reference(&t)).await.unwrap();
+    assert_eq!(b.final_event("5").await, EventKind::Cancelled);
+    assert_eq!(b.runs()[0].end.as_deref(), Some("killed TERM"));
+    assert_eq!(b.adapter.room(), Some(1));
+    let st = b.adapter.status(&reference(&t)).await.unwrap().unwrap();
+    assert_eq!(st.progress, Progress::Finished(EventKind::Cancelled));
+    // Cancelling again is refused: nothing runs.
+    assert!(matches!(
+        b.adapter.cancel(&reference(&t)).await,
+        Err(MssError::Rejected(_))
+    ));
+}
+
+#[tokio::test]
+async fn no_more_than_max_processes_run_and_room_frees_when_one_ends() {
+    let mut b = Bench::new(|raw| raw.max_processes = 2);
+    b.control("a", "queued 0.3\n");
+    b.control("b", "queued 30\n");
+    b.adapter.submit(&b.read("1", "a", 10)).await.unwrap();
+    b.adapter.submit(&b.read("2", "b", 10)).await.unwrap();
+    assert_eq!(b.adapter.room(), Some(0));
+    match b.adapter.submit(&b.read("3", "c", 10)).await {
+        Err(MssError::Unavailable(m)) => assert!(m.contains("all 2 encp processes are busy")),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::timeout(Duration::from_secs(10), b.adapter.room_freed())
+        .await
+        .expect("room freed when the first run ended");
+    assert_eq!(b.adapter.room(), Some(1));
+    b.adapter.submit(&b.read("3", "c", 10)).await.unwrap();
+    assert_eq!(b.final_event("3").await, EventKind::Done { bytes: 1000 });
+    b.wait_for_runs(3).await;
+    b.adapter
+        .cancel(&reference(&b.read("2", "b", 10)))
+        .await
+        .unwrap();
+    b.final_event("2").await;
+    assert_eq!(b.runs().len(), 3, "the refused submission ran nothing");
+}
+
+#[tokio::test]
+async fn the_same_key_and_attempt_never_runs_twice() {
+    let mut b = Bench::new(|_| {});
+    b.control("once", "queued 0.3\n");
+    let t = b.read("6", "once", 10);
+    let first = b.adapter.submit(&t).await.unwrap();
+    let again = b.adapter.submit(&t).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.mss_id, first.mss_id);
+    b.final_event("6").await;
+    assert!(
+        b.adapter.submit(&t).await.unwrap().duplicate,
+        "finished too"
+    );
+    assert_eq!(b.runs().len(), 1);
+    // A higher attempt runs again.
+    let mut next = t.clone();
+    next.attempt = 2;
+    assert!(!b.adapter.submit(&next).await.unwrap().duplicate);
+    b.events_until(|e| e.iter().any(|e| e.attempt == 2 && is_final(&e.kind)))
+        .await;
+    assert_eq!(b.runs().len(), 2);
+    assert_eq!(
+        b.adapter.status(&reference(&t)).await.unwrap(),
+        Some(mss_adapters::TransferStatus {
+            attempt: 2,
+            progress: Progress::Finished(EventKind::Done { bytes: 1000 })
+        })
+    );
+    let unknown = TransferRef {
+        key: "404".into(),
+        ..reference(&t)
+    };
+    assert_eq!(b.adapter.status(&unknown).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_missing_encp_is_unavailable_so_the_broker_keeps_the_request() {
+    let b = Bench::new(|raw| raw.command = "/nonexistent/encp".into());
+    match b.adapter.submit(&b.read("1", "x", 10)).await {
+        Err(MssError::Unavailable(m)) => assert!(m.contains("cannot run /nonexistent/encp"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.adapter.room(), Some(8), "the slot was given back");
+}
+
+#[tokio::test]
+async fn reprioritisation_runs_the_configured_command_for_a_queued_transfer() {
+    let script_dir = tempfile::tempdir().unwrap();
+    let record = script_dir.path().join("reprio.log");
+    let script = script_dir.path().join("reprio");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", record.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut b = Bench::new(|raw| {
+        raw.reprioritize_command = Some(vec![
+            script.display().to_string(),
+            "--pid".into(),
+            "{pid}".into(),
+            "--priority".into(),
+            "{priority}".into(),
+            "{file}".into(),
+        ])
+    });
+    assert!(b.adapter.capabilities().reprioritize);
+    b.control("q", "queued 30\n");
+    let t = b.read("11", "q", 10);
+    let s = b.adapter.submit(&t).await.unwrap();
+    b.wait_for_runs(1).await;
+    let pid = s.mss_id.trim_start_matches("encp:");
+    b.adapter.reprioritize(&reference(&t), 99).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap().trim(),
+        format!("--pid {pid} --priority 99 /pnfs/cms/run1/q")
+    );
+    b.adapter.cancel(&reference(&t)).await.unwrap();
+    b.final_event("11").await;
+    // Without a command the adapter says it cannot.
+    let plain = Bench::new(|_| {});
+    assert!(!plain.adapter.capabilities().reprioritize);
+    assert!(matches!(
+        plain.adapter.reprioritize(&reference(&t), 5).await,
+        Err(MssError::Rejected(_))
+    ));
+}

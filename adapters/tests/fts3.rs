@@ -1,0 +1,374 @@
+//! The FTS3 adapter against the stand-in FTS3 server: what it submits (checked by the stand-in
+//! against the fields FTS3 accepts), deterministic ids across a lost answer, polling into
+//! events, re-prioritisation by bands, cancellation, recovery after a restart, and
+//! authentication.
+
+use std::path::Path;
+use std::time::Duration;
+
+use mss_adapters::fts3::{job_id, Fts3Adapter, Fts3Config, RawFts3Config};
+use mss_adapters::standin::{Fts3Standin, Plan};
+use mss_adapters::{
+    Direction, EventCursor, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer,
+    TransferRef,
+};
+use serde_json::{json, Value};
+
+const VO: &str = "cms";
+
+fn quick() -> Plan {
+    Plan {
+        queued: Duration::from_millis(100),
+        active: Duration::from_millis(100),
+    }
+}
+
+struct Bench {
+    standin: Fts3Standin,
+    dir: tempfile::TempDir,
+    adapter: Fts3Adapter,
+    cursor: EventCursor,
+    seen: Vec<MssEvent>,
+}
+
+impl Bench {
+    /// A stand-in and an adapter authenticating as `auth` (`"none"`: certificate-like, staging
+    /// allowed; `"bearer"`: a token, no tape).
+    async fn new(auth: &str) -> Bench {
+        let token = (auth == "bearer").then_some("tok-1");
+        let standin = Fts3Standin::start(VO, token, quick()).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "tok-1\n").unwrap();
+        let adapter = Fts3Adapter::new(config(&standin, dir.path(), auth), "abc123").unwrap();
+        Bench {
+            standin,
+            dir,
+            adapter,
+            cursor: EventCursor::default(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// A second adapter on the same stand-in: the broker after a restart.
+    fn restarted(&self, auth: &str) -> Fts3Adapter {
+        Fts3Adapter::new(config(&self.standin, self.dir.path(), auth), "abc123").unwrap()
+    }
+
+    async fn events_until(&mut self, done: impl Fn(&[MssEvent]) -> bool) -> Vec<MssEvent> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !done(&self.seen) {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", self.seen);
+            let b = self
+                .adapter
+                .events(&self.cursor, Duration::from_millis(200))
+                .await
+                .unwrap();
+            self.cursor = b.cursor;
+            self.seen.extend(b.events);
+        }
+        self.seen.clone()
+    }
+
+    async fn final_event(&mut self, key: &str) -> EventKind {
+        let final_of = |e: &MssEvent| e.key == key && e.kind != EventKind::Started;
+        let events = self.events_until(|e| e.iter().any(final_of)).await;
+        events.into_iter().find(final_of).unwrap().kind
+    }
+
+    fn submissions(&self) -> Vec<Value> {
+        self.standin
+            .calls()
+            .into_iter()
+            .filter(|c| c.method == "POST" && c.path == "/jobs")
+            .filter_map(|c| c.body)
+            .collect()
+    }
+}
+
+fn config(standin: &Fts3Standin, dir: &Path, auth: &str) -> Fts3Config {
+    let tape = auth != "bearer";
+    let raw: RawFts3Config = serde_json::from_value(json!({
+        "url": standin.url,
+        "vo": VO,
+        "tape_endpoint": "davs://tape.example.org:2880",
+        "read_destination": "davs://disk.example.org:2880/stage",
+        "bring_online_secs": if tape { 3600 } else { 0 },
+        "archive_timeout_secs": if tape { 7200 } else { 0 },
+        "priority_bands": [{"from": 0, "priority": 1}, {"from": 20, "priority": 3},
+                           {"from": 100, "priority": 5}],
+        "poll_ms": 50,
+        "auth": {"method": auth, "token_file": "token"},
+    }))
+    .unwrap();
+    raw.validate(dir, Vec::new()).unwrap()
+}
+
+fn read(key: &str, path: &str, priority: i64) -> Transfer {
+    Transfer {
+        key: key.into(),
+        attempt: 1,
+        file: path.into(),
+        size_bytes: 2_000_000,
+        priority,
+        volume: None,
+        group: "analysis/higgs".into(),
+        direction: Direction::Read,
+        local_file: None,
+        bfid: None,
+    }
+}
+
+fn reference(t: &Transfer, mss_id: Option<&str>) -> TransferRef {
+    TransferRef {
+        key: t.key.clone(),
+        attempt: t.attempt,
+        mss_id: mss_id.map(str::to_string),
+        file: t.file.clone(),
+        size_bytes: t.size_bytes,
+    }
+}
+
+#[tokio::test]
+async fn a_stage_is_one_fts3_job_with_the_group_as_activity_and_a_banded_priority() {
+    let mut b = Bench::new("none").await;
+    let t = read("42", "/cms/run42/f1.root", 20);
+    let s = b.adapter.submit(&t).await.unwrap();
+    assert_eq!(s.mss_id, job_id(VO, "mssbroker-abc123-42-1"));
+    assert!(!s.duplicate);
+    let events = b
+        .events_until(|e| e.iter().any(|e| e.kind != EventKind::Started))
+        .await;
+    let kinds: Vec<&EventKind> = events.iter().map(|e| &e.kind).collect();
+    assert_eq!(
+        kinds,
+        [&EventKind::Started, &EventKind::Done { bytes: 2_000_000 }]
+    );
+    let sent = b.submissions();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0],
+        json!({
+            "files": [{
+                "sources": ["davs://tape.example.org:2880/cms/run42/f1.root"],
+                "destinations": ["davs://disk.example.org:2880/stage/cms/run42/f1.root"],
+                "filesize": 2_000_000,
+                "activity": "analysis/higgs",
+                "metadata": {"mssbroker_key": "42", "attempt": 1},
+            }],
+            "params": {
+                "priority": 3,
+                "id_generator": "deterministic",
+                "sid": "mssbroker-abc123-42-1",
+                "retry": 0,
+                "job_metadata": {"mssbroker_key": "42", "attempt": 1},
+                "bring_online": 3600,
+                "copy_pin_lifetime": 86400,
+            }
+        })
+    );
+    let job = &b.standin.jobs()[0];
+    assert_eq!((job.priority, job.staging), (3, true));
+    // Polls ask for the file fields by job id.
+    let poll = b
+        .standin
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "GET")
+        .unwrap();
+    assert_eq!(poll.path, format!("/jobs/{}", s.mss_id));
+    assert_eq!(
+        poll.query.get("files").map(String::as_str),
+        Some("file_state,filesize,user_filesize,reason,recoverable")
+    );
+}
+
+#[tokio::test]
+async fn data_taking_reaches_fts3_at_the_top_priority_and_a_write_archives_to_tape() {
+    let mut b = Bench::new("none").await;
+    let mut t = read("1", "/cms/raw/r1.dat", 100);
+    t.group = "datataking".into();
+    t.direction = Direction::Write;
+    t.local_file = Some("https://daq.example.org/buffer/r1.dat".into());
+    b.adapter.submit(&t).await.unwrap();
+    b.final_event("1").await;
+    let sent = &b.submissions()[0];
+    assert_eq!(sent["params"]["priority"], 5);
+    assert_eq!(sent["params"]["archive_timeout"], 7200);
+    assert!(sent["params"].get("bring_online").is_none());
+    assert_eq!(
+        sent["files"][0]["sources"][0],
+        "https://daq.example.org/buffer/r1.dat"
+    );
+    assert_eq!(
+        sent["files"][0]["destinations"][0],
+        "davs://tape.example.org:2880/cms/raw/r1.dat"
+    );
+}
+
+#[tokio::test]
+async fn a_submission_whose_answer_was_lost_is_recognised_not_queued_twice() {
+    let b = Bench::new("none").await;
+    let t = read("7", "/cms/hold/f7", 10);
+    let first = b.adapter.submit(&t).await.unwrap();
+    // The broker crashed before recording the answer; the restarted one submits again.
+    let again = b.restarted("none").submit(&t).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.mss_id, first.mss_id);
+    assert_eq!(b.standin.jobs().len(), 1);
+    assert_eq!(b.submissions().len(), 2, "FTS3 refused the second with 409");
+}
+
+#[tokio::test]
+async fn re_prioritisation_changes_the_fts3_priority_only_across_bands() {
+    let b = Bench::new("none").await;
+    let t = read("3", "/cms/hold/f3", 10);
+    let s = b.adapter.submit(&t).await.unwrap();
+    let r = reference(&t, Some(&s.mss_id));
+    let modifies = || {
+        b.standin
+            .calls()
+            .into_iter()
+            .filter(|c| c.method == "POST" && c.path != "/jobs")
+            .count()
+    };
+    // 10 -> 15 is the same band (1): nothing to send.
+    b.adapter.reprioritize(&r, 15).await.unwrap();
+    assert_eq!(modifies(), 0);
+    // 10 -> 25 is band 3.
+    b.adapter.reprioritize(&r, 25).await.unwrap();
+    assert_eq!(modifies(), 1);
+    assert_eq!(b.standin.jobs()[0].priority, 3);
+    let call = b
+        .standin
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "POST" && c.path != "/jobs")
+        .unwrap();
+    assert_eq!(call.path, format!("/jobs/{}", s.mss_id));
+    assert_eq!(call.body, Some(json!({"params": {"priority": 3}})));
+}
+
+#[tokio::test]
+async fn cancelling_deletes_the_job_and_the_poll_reports_it() {
+    let mut b = Bench::new("none").await;
+    let t = read("5", "/cms/hold/f5", 10);
+    let s = b.adapter.submit(&t).await.unwrap();
+    b.adapter
+        .cancel(&reference(&t, Some(&s.mss_id)))
+        .await
+        .unwrap();
+    assert_eq!(b.final_event("5").await, EventKind::Cancelled);
+    assert!(b
+        .standin
+        .calls()
+        .iter()
+        .any(|c| c.method == "DELETE" && c.path == format!("/jobs/{}", s.mss_id)));
+    // A finished job cannot be cancelled.
+    assert!(matches!(
+        b.adapter.cancel(&reference(&t, Some(&s.mss_id))).await,
+        Err(MssError::Rejected(m)) if m.contains("CANCELED")
+    ));
+}
+
+#[tokio::test]
+async fn failures_are_retryable_unless_fts3_marks_them_unrecoverable() {
+    let mut b = Bench::new("none").await;
+    b.adapter
+        .submit(&read("1", "/cms/fail/a", 10))
+        .await
+        .unwrap();
+    b.adapter
+        .submit(&read("2", "/cms/fatal/b", 10))
+        .await
+        .unwrap();
+    match b.final_event("1").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(retryable);
+            assert_eq!(
+                reason,
+                "fts3 job failed: TRANSFER [110] Connection timed out"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        b.final_event("2").await,
+        EventKind::Failed {
+            retryable: false,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn after_a_restart_a_job_is_found_by_its_id_and_followed_again() {
+    let b = Bench::new("none").await;
+    let t = read("9", "/cms/run9/f9", 10);
+    let s = b.adapter.submit(&t).await.unwrap();
+    drop(b.adapter);
+    let standin = b.standin;
+    let adapter = Fts3Adapter::new(config(&standin, b.dir.path(), "none"), "abc123").unwrap();
+    let st = adapter
+        .status(&reference(&t, Some(&s.mss_id)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(st.progress, Progress::Finished(EventKind::Cancelled));
+    // Followed from now on: its end arrives as an event of the new epoch.
+    let mut cursor = EventCursor::default();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !seen
+        .iter()
+        .any(|e: &MssEvent| e.kind == EventKind::Done { bytes: 2_000_000 })
+    {
+        assert!(tokio::time::Instant::now() < deadline, "{seen:?}");
+        let batch = adapter
+            .events(&cursor, Duration::from_millis(200))
+            .await
+            .unwrap();
+        cursor = batch.cursor;
+        seen.extend(batch.events);
+    }
+    // A job FTS3 no longer has is unknown: the broker submits it again.
+    standin.forget_jobs();
+    assert_eq!(
+        adapter
+            .status(&reference(&t, Some(&s.mss_id)))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn the_bearer_token_is_read_at_every_call_and_an_outage_is_unavailable() {
+    let b = Bench::new("bearer").await;
+    b.adapter
+        .submit(&read("1", "/cms/hold/a", 10))
+        .await
+        .unwrap();
+    let auth: Vec<Option<String>> = b
+        .standin
+        .calls()
+        .into_iter()
+        .map(|c| c.authorization)
+        .collect();
+    assert_eq!(auth, [Some("Bearer tok-1".to_string())]);
+    // Rotated by an external refresher: the stand-in still wants tok-1, so a call with the
+    // new token is refused, which proves the file was read again.
+    std::fs::write(b.dir.path().join("token"), "tok-2\n").unwrap();
+    match b.adapter.submit(&read("2", "/cms/hold/b", 10)).await {
+        Err(MssError::Rejected(m)) => assert!(m.starts_with("401"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        b.standin.calls().last().unwrap().authorization.as_deref(),
+        Some("Bearer tok-2")
+    );
+    b.standin.set_down(true);
+    assert!(matches!(
+        b.adapter.submit(&read("3", "/cms/hold/c", 10)).await,
+        Err(MssError::Unavailable(_))
+    ));
+}

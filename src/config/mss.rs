@@ -1,0 +1,612 @@
+//! `[mss]`: the adapter, its table (`[mss.encp]`, `[mss.fts3]`, `[mss.tape_rest]` or the
+//! bundled simulator's `[mss.simulator]`), the dispatcher's rates and retries; and the checks of
+//! the adapter's capabilities against the ordering policy, which refuse combinations that
+//! cannot work (a pass-through policy with an MSS that takes no priority, priorities the MSS
+//! cannot take, more outstanding transfers than the adapter runs) with a message that says what
+//! to change.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use mss_adapters::encp::{EncpConfig, RawEncpConfig};
+use mss_adapters::fts3::{Fts3Config, RawFts3Config};
+use mss_adapters::rest::Issue;
+use mss_adapters::tape_rest::{RawTapeRestConfig, TapeRestConfig};
+use mss_adapters::{Band, Capabilities, PriorityScale};
+use serde::Deserialize;
+
+use super::{parse_addr, positive, GroupKind, Issues, PolicySettings};
+use crate::policy::order::Algorithm;
+
+#[derive(Debug, Clone)]
+pub struct MssSettings {
+    pub adapter: AdapterSettings,
+    pub timeout: Duration,
+    pub submit_rate_per_sec: u32,
+    pub submit_burst: u32,
+    pub submit_batch: usize,
+    pub retry: RetrySettings,
+    pub event_wait: Duration,
+    /// After this long without news of an in-flight request, ask the MSS for its status.
+    pub stale_after: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum AdapterSettings {
+    /// JSON over HTTP at `url`, or at the embedded simulator when `simulator` is set.
+    Http {
+        url: Option<String>,
+        simulator: Option<SimulatorSettings>,
+    },
+    /// Enstore through its `encp` command line.
+    Encp(EncpConfig),
+    /// FTS3's REST interface.
+    Fts3(Fts3Config),
+    /// The WLCG Tape REST API.
+    TapeRest(TapeRestConfig),
+}
+
+impl AdapterSettings {
+    /// The adapter's name, as `mss.adapter` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AdapterSettings::Http { .. } => "http",
+            AdapterSettings::Encp(_) => "encp",
+            AdapterSettings::Fts3(_) => "fts3",
+            AdapterSettings::TapeRest(_) => "tape_rest",
+        }
+    }
+
+    /// What the configured MSS can do.
+    pub fn capabilities(&self) -> Capabilities {
+        match self {
+            AdapterSettings::Http { .. } => Capabilities::full(),
+            AdapterSettings::Encp(c) => c.capabilities(),
+            AdapterSettings::Fts3(c) => c.capabilities(),
+            AdapterSettings::TapeRest(c) => c.capabilities(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SimulatorSettings {
+    pub listen: SocketAddr,
+    pub drives: usize,
+    pub mount_seconds: f64,
+    pub bytes_per_sec: u64,
+    pub time_scale: f64,
+    pub failure_rate: f64,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RetrySettings {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl RetrySettings {
+    /// Delay before attempt `attempt + 1`, doubling from `base` up to `max`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.base.saturating_mul(factor).min(self.max)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMss {
+    adapter: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default = "d_timeout")]
+    timeout_ms: i64,
+    #[serde(default = "d_rate")]
+    submit_rate_per_sec: i64,
+    #[serde(default = "d_burst")]
+    submit_burst: i64,
+    #[serde(default = "d_submit_batch")]
+    submit_batch: i64,
+    #[serde(default = "d_attempts")]
+    retry_max_attempts: i64,
+    #[serde(default = "d_retry_base")]
+    retry_base_ms: i64,
+    #[serde(default = "d_retry_max")]
+    retry_max_ms: i64,
+    #[serde(default = "d_event_wait")]
+    event_wait_ms: i64,
+    #[serde(default = "d_stale")]
+    stale_after_ms: i64,
+    #[serde(default)]
+    simulator: Option<RawSimulator>,
+    #[serde(default)]
+    encp: Option<RawEncpConfig>,
+    #[serde(default)]
+    fts3: Option<RawFts3Config>,
+    #[serde(default)]
+    tape_rest: Option<RawTapeRestConfig>,
+}
+
+fn d_timeout() -> i64 {
+    10_000
+}
+fn d_rate() -> i64 {
+    5_000
+}
+fn d_burst() -> i64 {
+    500
+}
+fn d_submit_batch() -> i64 {
+    256
+}
+fn d_attempts() -> i64 {
+    5
+}
+fn d_retry_base() -> i64 {
+    500
+}
+fn d_retry_max() -> i64 {
+    60_000
+}
+fn d_event_wait() -> i64 {
+    1_000
+}
+fn d_stale() -> i64 {
+    600_000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSimulator {
+    #[serde(default = "d_true")]
+    enabled: bool,
+    #[serde(default = "d_sim_listen")]
+    listen: String,
+    #[serde(default = "d_drives")]
+    drives: i64,
+    #[serde(default = "d_mount")]
+    mount_seconds: f64,
+    #[serde(default = "d_mbps")]
+    rate_mb_per_sec: f64,
+    #[serde(default = "d_scale")]
+    time_scale: f64,
+    #[serde(default)]
+    failure_rate: f64,
+    #[serde(default = "d_seed")]
+    seed: i64,
+}
+
+fn d_true() -> bool {
+    true
+}
+fn d_sim_listen() -> String {
+    "127.0.0.1:0".into()
+}
+fn d_drives() -> i64 {
+    4
+}
+fn d_mount() -> f64 {
+    60.0
+}
+fn d_mbps() -> f64 {
+    300.0
+}
+fn d_scale() -> f64 {
+    1.0
+}
+fn d_seed() -> i64 {
+    1
+}
+
+/// Validate `[mss]`. Files named in adapter tables are resolved against `base` (the
+/// configuration's directory); `default_bands` is FTS3's mapping when none is configured.
+pub(super) fn validate_mss(
+    raw: RawMss,
+    base: &Path,
+    default_bands: Vec<Band>,
+    issues: &mut Issues,
+) -> Option<MssSettings> {
+    let simulator = match &raw.simulator {
+        Some(s) if s.enabled => validate_simulator(s, issues),
+        _ => None,
+    };
+    let name = raw.adapter.as_str();
+    for (table, present) in [
+        ("encp", raw.encp.is_some()),
+        ("fts3", raw.fts3.is_some()),
+        ("tape_rest", raw.tape_rest.is_some()),
+    ] {
+        if present && table != name {
+            issues.add(
+                format!("mss.{table}"),
+                format!("is set, but mss.adapter is \"{name}\": remove the table or set mss.adapter = \"{table}\""),
+            );
+        }
+    }
+    if name != "http" {
+        if simulator.is_some() {
+            issues.add(
+                "mss.simulator",
+                format!("only the http adapter talks to the bundled simulator; with adapter \"{name}\" remove [mss.simulator] or set enabled = false"),
+            );
+        }
+        if raw.url.is_some() {
+            issues.add(
+                "mss.url",
+                format!(
+                    "is for the http adapter; the {name} adapter takes its address in [mss.{name}]"
+                ),
+            );
+        }
+    }
+    let adapter_issues = |table: &str, found: Vec<Issue>, issues: &mut Issues| {
+        for i in found {
+            issues.add(format!("mss.{table}.{}", i.key), i.message);
+        }
+    };
+    let adapter = match name {
+        "http" => {
+            if raw.url.is_none() && simulator.is_none() {
+                issues.add(
+                    "mss.url",
+                    "needed for adapter \"http\" unless [mss.simulator] is enabled",
+                );
+            }
+            if let Some(u) = &raw.url {
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    issues.add(
+                        "mss.url",
+                        format!("`{u}` must start with http:// or https://"),
+                    );
+                }
+            }
+            AdapterSettings::Http {
+                url: raw.url.clone(),
+                simulator,
+            }
+        }
+        "encp" => {
+            let table = raw.encp.clone().unwrap_or_default();
+            match table.validate(base) {
+                Ok(c) => AdapterSettings::Encp(c),
+                Err(found) => {
+                    adapter_issues("encp", found, issues);
+                    return None;
+                }
+            }
+        }
+        "fts3" => match &raw.fts3 {
+            None => {
+                issues.add(
+                    "mss.fts3",
+                    "needed for adapter \"fts3\": at least url, vo and tape_endpoint",
+                );
+                return None;
+            }
+            Some(t) => match t.validate(base, default_bands) {
+                Ok(c) => AdapterSettings::Fts3(c),
+                Err(found) => {
+                    adapter_issues("fts3", found, issues);
+                    return None;
+                }
+            },
+        },
+        "tape_rest" => match &raw.tape_rest {
+            None => {
+                issues.add(
+                    "mss.tape_rest",
+                    "needed for adapter \"tape_rest\": at least url",
+                );
+                return None;
+            }
+            Some(t) => match t.validate(base) {
+                Ok(c) => AdapterSettings::TapeRest(c),
+                Err(found) => {
+                    adapter_issues("tape_rest", found, issues);
+                    return None;
+                }
+            },
+        },
+        other => {
+            issues.add(
+                "mss.adapter",
+                format!("`{other}` is not a known adapter (known: http, encp, fts3, tape_rest)"),
+            );
+            return None;
+        }
+    };
+    let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
+    let batch = positive(raw.submit_batch, "mss.submit_batch", issues);
+    let retry = RetrySettings {
+        max_attempts: positive(raw.retry_max_attempts, "mss.retry_max_attempts", issues) as u32,
+        base: Duration::from_millis(positive(raw.retry_base_ms, "mss.retry_base_ms", issues) as u64),
+        max: Duration::from_millis(positive(raw.retry_max_ms, "mss.retry_max_ms", issues) as u64),
+    };
+    if retry.max < retry.base {
+        issues.add("mss.retry_max_ms", "must not be below mss.retry_base_ms");
+    }
+    Some(MssSettings {
+        adapter,
+        timeout: Duration::from_millis(positive(raw.timeout_ms, "mss.timeout_ms", issues) as u64),
+        submit_rate_per_sec: positive(raw.submit_rate_per_sec, "mss.submit_rate_per_sec", issues)
+            as u32,
+        submit_burst: burst,
+        submit_batch: batch.min(burst as usize),
+        retry,
+        event_wait: Duration::from_millis(
+            positive(raw.event_wait_ms, "mss.event_wait_ms", issues) as u64
+        ),
+        stale_after: Duration::from_millis(positive(
+            raw.stale_after_ms,
+            "mss.stale_after_ms",
+            issues,
+        ) as u64),
+    })
+}
+
+fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<SimulatorSettings> {
+    let listen = parse_addr(&s.listen, "mss.simulator.listen", issues)?;
+    if !(s.mount_seconds >= 0.0 && s.mount_seconds.is_finite()) {
+        issues.add("mss.simulator.mount_seconds", "must be 0 or more");
+    }
+    if !(s.rate_mb_per_sec > 0.0 && s.rate_mb_per_sec.is_finite()) {
+        issues.add("mss.simulator.rate_mb_per_sec", "must be above 0");
+    }
+    if !(s.time_scale > 0.0 && s.time_scale.is_finite()) {
+        issues.add("mss.simulator.time_scale", "must be above 0");
+    }
+    if !(0.0..=1.0).contains(&s.failure_rate) {
+        issues.add("mss.simulator.failure_rate", "must be between 0 and 1");
+    }
+    Some(SimulatorSettings {
+        listen,
+        drives: positive(s.drives, "mss.simulator.drives", issues),
+        mount_seconds: s.mount_seconds,
+        bytes_per_sec: (s.rate_mb_per_sec * 1e6) as u64,
+        time_scale: s.time_scale,
+        failure_rate: s.failure_rate,
+        seed: s.seed as u64,
+    })
+}
+
+/// FTS3's priority bands when none are configured: fair-share `back` requests at 1, `front`
+/// (and every priority up to the classes) at 3, priority classes at 5.
+pub(super) fn default_bands(p_front: i64, lowest_class: Option<i64>) -> Vec<Band> {
+    let mut bands = vec![
+        Band {
+            from: i64::MIN,
+            level: 1,
+        },
+        Band {
+            from: p_front,
+            level: 3,
+        },
+    ];
+    if let Some(p0) = lowest_class.filter(|&p| p > p_front) {
+        bands.push(Band { from: p0, level: 5 });
+    }
+    bands
+}
+
+/// Check the adapter's capabilities against the ordering policy: refuse what cannot work,
+/// each issue naming the key to change; note what works with less than the policy asks.
+pub(super) fn check_against_policy(
+    mss: &MssSettings,
+    policy: &PolicySettings,
+    issues: &mut Issues,
+    notes: &mut Vec<String>,
+) {
+    let caps = mss.adapter.capabilities();
+    let name = mss.adapter.name();
+    let order = &policy.order;
+    let held = order.held();
+    let classes: Vec<(usize, &str, i64)> = policy
+        .groups
+        .iter()
+        .filter_map(|g| match g.kind {
+            GroupKind::Priority { rank, mss_priority } => {
+                Some((rank, g.path.as_str(), mss_priority))
+            }
+            GroupKind::FairShare { .. } => None,
+        })
+        .collect();
+    if let AdapterSettings::Encp(c) = &mss.adapter {
+        for class in c.classes.keys() {
+            if !classes.iter().any(|(_, path, _)| path == class) {
+                let known: Vec<&str> = classes.iter().map(|(_, p, _)| *p).collect();
+                issues.add(
+                    format!("mss.encp.classes.\"{class}\""),
+                    format!("is not a priority class (known: {})", known.join(", ")),
+                );
+            }
+        }
+    }
+    // Priorities the broker may send: (key, value, is a priority class).
+    let mut sent: Vec<(String, i64, bool)> = classes
+        .iter()
+        .filter(|(_, path, _)| match &mss.adapter {
+            AdapterSettings::Encp(c) => c.classes.get(*path).and_then(|k| k.priority).is_none(),
+            _ => true,
+        })
+        .map(|(rank, _, p)| (format!("priority_classes[{rank}].mss_priority"), *p, true))
+        .collect();
+    match order.algorithm {
+        Algorithm::Sam => {
+            sent.push(("policy.p_front".into(), policy.p_front, false));
+            sent.push(("policy.p_back".into(), policy.p_back, false));
+        }
+        _ => {
+            sent.push(("policy.band_low".into(), order.band_low, false));
+            sent.push(("policy.band_high".into(), order.band_high, false));
+        }
+    }
+    if order.max_wait_ms.is_some() && !held {
+        sent.push((
+            "policy.starved_priority".into(),
+            order.starved_priority,
+            false,
+        ));
+    }
+    match &caps.priority {
+        PriorityScale::None => {
+            if !held {
+                issues.add(
+                    "release.mode",
+                    format!(
+                        "the {name} adapter's MSS takes no priority, so \"pass_through\" could not order \
+                         anything there: set release.mode = \"held\" (the broker then orders requests \
+                         itself and keeps at most release.limit outstanding per library)"
+                    ),
+                );
+            }
+        }
+        PriorityScale::Direct { min, max } => {
+            for (key, p, _) in &sent {
+                if !(*min..=*max).contains(p) {
+                    issues.add(
+                        key.clone(),
+                        format!("{p} is outside the priorities the {name} adapter's MSS takes ({min} to {max})"),
+                    );
+                }
+            }
+        }
+        PriorityScale::Bands(bands) => check_bands(&caps.priority, bands, &sent, order, issues),
+    }
+    if let Some(max) = caps.max_outstanding {
+        if held {
+            let key = match &mss.adapter {
+                AdapterSettings::Encp(_) => "mss.encp.max_processes",
+                AdapterSettings::Fts3(_) => "mss.fts3.max_outstanding",
+                AdapterSettings::TapeRest(_) => "mss.tape_rest.max_outstanding",
+                AdapterSettings::Http { .. } => "mss",
+            };
+            let limits = std::iter::once(("release.limit".to_string(), order.release.limit)).chain(
+                order
+                    .release
+                    .libraries
+                    .iter()
+                    .map(|(lib, n)| (format!("release.libraries.\"{lib}\""), *n)),
+            );
+            for (lkey, limit) in limits {
+                if limit as usize > max {
+                    issues.add(
+                        lkey,
+                        format!(
+                            "lets {limit} transfers be outstanding, but the {name} adapter takes at most \
+                             {max} at once ({key}): lower it below {max}, leaving room for priority classes"
+                        ),
+                    );
+                } else if limit as usize == max && !classes.is_empty() {
+                    notes.push(format!(
+                        "{lkey} equals {key} ({max}): when every slot is taken, a priority class's \
+                         request waits for a running transfer to end; a lower limit keeps room for it"
+                    ));
+                }
+            }
+        }
+    }
+    if order.reprioritise.is_some() && !caps.reprioritize && caps.priority != PriorityScale::None {
+        let how = match &mss.adapter {
+            AdapterSettings::Encp(_) => " (set mss.encp.reprioritize_command)",
+            _ => "",
+        };
+        notes.push(format!(
+            "policy.reprioritise_secs is set, but the {name} adapter cannot change priorities at the \
+             MSS{how}: requests keep the priority they were submitted with"
+        ));
+    }
+}
+
+/// With a few MSS levels: every priority must map, priority classes must stay strictly above
+/// every fair-share priority, and in pass-through SAM's front must stay above back.
+fn check_bands(
+    scale: &PriorityScale,
+    bands: &[Band],
+    sent: &[(String, i64, bool)],
+    order: &crate::policy::order::OrderSettings,
+    issues: &mut Issues,
+) {
+    let mut fair_max: Option<(String, i64, i64)> = None;
+    for (key, p, class) in sent {
+        let Some(level) = scale.map(*p) else {
+            issues.add(
+                key.clone(),
+                format!(
+                    "{p} is below the first of mss.fts3.priority_bands (from = {})",
+                    bands.first().map_or(0, |b| b.from)
+                ),
+            );
+            continue;
+        };
+        if !class && fair_max.as_ref().is_none_or(|(_, _, l)| level > *l) {
+            fair_max = Some((key.clone(), *p, level));
+        }
+    }
+    if let Some((fkey, fp, flevel)) = &fair_max {
+        for (key, p, class) in sent.iter().filter(|s| s.2) {
+            let _ = class;
+            if scale.map(*p).is_some_and(|l| l <= *flevel) {
+                issues.add(
+                    "mss.fts3.priority_bands",
+                    format!(
+                        "{key} ({p}) reaches FTS3 at priority {} like {fkey} ({fp}): data taking would \
+                         not be ahead of fair share there; give priority classes a band of their own",
+                        scale.map(*p).unwrap_or(0)
+                    ),
+                );
+            }
+        }
+    }
+    if order.algorithm == Algorithm::Sam && !order.held() {
+        let front = sent.iter().find(|s| s.0 == "policy.p_front").map(|s| s.1);
+        let back = sent.iter().find(|s| s.0 == "policy.p_back").map(|s| s.1);
+        if let (Some(f), Some(b)) = (front, back) {
+            if scale.map(f).is_some() && scale.map(f) == scale.map(b) {
+                issues.add(
+                    "mss.fts3.priority_bands",
+                    format!(
+                        "policy.p_front ({f}) and policy.p_back ({b}) reach FTS3 at the same priority: \
+                         SAM's front and back would mean nothing there; put p_front in a higher band"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The adapter and what it can do, for `check-config`.
+pub(super) fn describe(mss: &MssSettings) -> String {
+    let caps = mss.adapter.capabilities();
+    let priority = match &caps.priority {
+        PriorityScale::None => "none (the broker orders requests: held mode)".to_string(),
+        PriorityScale::Direct { min, max } if *min == i64::MIN => "any".to_string(),
+        PriorityScale::Direct { min, max } => format!("{min} to {max}"),
+        PriorityScale::Bands(b) => b
+            .iter()
+            .map(|b| {
+                if b.from == i64::MIN {
+                    format!("lower -> {}", b.level)
+                } else {
+                    format!("{}+ -> {}", b.from, b.level)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    format!(
+        "\nmss: adapter {}; priority {priority}; re-prioritise {}, cancel {}, release {}, writes {}; \
+         outstanding {}\n",
+        mss.adapter.name(),
+        yes(caps.reprioritize),
+        yes(caps.cancel),
+        yes(caps.release),
+        yes(caps.writes),
+        caps.max_outstanding
+            .map_or("unlimited".to_string(), |n| format!("at most {n}")),
+    )
+}
