@@ -834,7 +834,9 @@ fn spawn(inv: &Invocation) -> std::io::Result<Child> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
+        // On Linux the parent-death signal stops it with SIGTERM, so encp can clean up;
+        // elsewhere, a run whose watcher is dropped (the broker exiting) is killed.
+        .kill_on_drop(!cfg!(target_os = "linux"))
         .process_group(0);
     die_with_parent(&mut cmd);
     cmd.spawn()

@@ -3,18 +3,15 @@
 //! limit.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use mss_adapters::encp::{EncpAdapter, EncpConfig, RawEncpConfig};
+use mss_adapters::standin::encp::{self as encp_standin, Run};
 use mss_adapters::{
     Direction, EventCursor, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer,
     TransferRef,
 };
-
-fn stand_in() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins/encp")
-}
 
 /// A directory for the stand-in's records and controls, and an adapter running it.
 struct Bench {
@@ -29,7 +26,7 @@ impl Bench {
     fn new(tweak: impl FnOnce(&mut RawEncpConfig)) -> Bench {
         let dir = tempfile::tempdir().unwrap();
         let mut raw = RawEncpConfig {
-            command: stand_in().display().to_string(),
+            command: encp_standin::script().display().to_string(),
             storage_group: Some("cms".into()),
             file_family: Some("raw".into()),
             ..RawEncpConfig::default()
@@ -40,7 +37,6 @@ impl Bench {
             .insert("ENSTORE_CONFIG_HOST".into(), "enstore.example".into());
         tweak(&mut raw);
         let cfg: EncpConfig = raw.validate(Path::new("/")).unwrap();
-        std::fs::create_dir_all(dir.path().join("control")).unwrap();
         Bench {
             dir,
             adapter: EncpAdapter::new(cfg),
@@ -51,7 +47,7 @@ impl Bench {
 
     /// Tell the stand-in how the run for file `name` behaves.
     fn control(&self, name: &str, lines: &str) {
-        std::fs::write(self.dir.path().join("control").join(name), lines).unwrap();
+        encp_standin::control(self.dir.path(), name, lines).unwrap();
     }
 
     fn local(&self, name: &str) -> String {
@@ -73,32 +69,8 @@ impl Bench {
         }
     }
 
-    /// Every run record: (args, env, end line).
     fn runs(&self) -> Vec<Run> {
-        let mut names: Vec<_> = std::fs::read_dir(self.dir.path().join("runs"))
-            .map(|d| d.map(|e| e.unwrap().path()).collect())
-            .unwrap_or_default();
-        names.sort();
-        names
-            .iter()
-            .map(|p| {
-                let text = std::fs::read_to_string(p).unwrap();
-                let mut run = Run::default();
-                for line in text.lines() {
-                    let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
-                    match tag {
-                        "arg" => run.args.push(rest.to_string()),
-                        "env" => {
-                            let (k, v) = rest.split_once('=').unwrap();
-                            run.env.insert(k.to_string(), v.to_string());
-                        }
-                        "exit" | "killed" => run.end = Some(line.to_string()),
-                        _ => {}
-                    }
-                }
-                run
-            })
-            .collect()
+        encp_standin::runs(self.dir.path())
     }
 
     /// Wait until `n` runs have recorded their start (the process is past its startup).
@@ -144,13 +116,6 @@ impl Bench {
             .unwrap()
             .kind
     }
-}
-
-#[derive(Debug, Default, Clone)]
-struct Run {
-    args: Vec<String>,
-    env: BTreeMap<String, String>,
-    end: Option<String>,
 }
 
 fn is_final(k: &EventKind) -> bool {

@@ -1,5 +1,6 @@
 //! Integration tests: the real broker over HTTP, with its own SQLite file and a real simulator.
 
+mod adapters;
 mod auth;
 mod bad_input;
 mod browser;

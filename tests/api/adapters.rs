@@ -1,0 +1,473 @@
+//! The real MSS adapters through the real broker: the stand-in `encp` script run by the encp
+//! adapter (in process, and by the real `serve` binary killed mid-transfer), and the FTS3 and
+//! WLCG Tape REST stand-in servers. What each stand-in received is checked against what the
+//! broker decided.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mss_adapters::standin::encp::{self as encp_standin, Run};
+use mss_adapters::standin::{Fts3Standin, Plan, TapeRestStandin};
+use serde_json::{json, Value};
+
+use crate::helpers::{open_db, request, test_config, TestApp, BIN};
+
+/// The test configuration with `mss` as its `[mss]` section.
+fn config_with(mss: &str) -> String {
+    let base = test_config(Some("http://127.0.0.1:9"));
+    let head = &base[..base.find("[mss]").expect("an [mss] section")];
+    format!(
+        "{head}[mss]\nretry_base_ms = 50\nretry_max_ms = 500\nevent_wait_ms = 200\n\
+         stale_after_ms = 400\n{mss}"
+    )
+}
+
+/// `[mss]` for the stand-in encp, its records in `dir`.
+fn encp_mss(dir: &Path, max_processes: usize) -> String {
+    format!(
+        r#"adapter = "encp"
+[mss.encp]
+command = "{script}"
+max_processes = {max_processes}
+read_dir = "{stage}"
+storage_group = "cms"
+env = {{ ENCP_STANDIN_DIR = "{dir}" }}
+[mss.encp.classes."datataking"]
+priority = 2000002
+env = {{ ENCP_DAQ = "1" }}
+"#,
+        script = encp_standin::script().display(),
+        stage = dir.join("stage").display(),
+        dir = dir.display(),
+    )
+}
+
+fn with(base: Value, extra: Value) -> Value {
+    let mut v = base;
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+/// Poll until `f` holds, failing after `limit`.
+async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "{what} after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encp_runs_each_transfer_at_the_brokers_priority_and_reports_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let app = TestApp::spawn(&config_with(&encp_mss(dir.path(), 3))).await;
+    let (status, mss) = app.get("/v1/mss").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (mss["adapter"].as_str(), mss["priority"].as_str()),
+        (Some("encp"), Some("direct"))
+    );
+    assert_eq!(
+        (mss["min_priority"].clone(), mss["max_priority"].clone()),
+        (json!(1), json!(1_000_001))
+    );
+    assert_eq!(mss["max_outstanding"], 3);
+    assert_eq!(mss["reads_need_local_file"], false, "read_dir is set");
+
+    // What the encp adapter cannot take is refused before anything is stored.
+    let src = dir.path().join("up.dat");
+    std::fs::write(&src, vec![1u8; 2_222]).unwrap();
+    let write = with(request("w0", "mc", "x", 100), json!({"direction": "write"}));
+    let (status, body) = app.post("/v1/requests", &write).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("local_file")),
+        "{body}"
+    );
+    let (status, body) = app
+        .post(
+            "/v1/requests",
+            &with(
+                write.clone(),
+                json!({"local_file": src.display().to_string(), "bfid": "B1"}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("bfid")),
+        "{body}"
+    );
+    let stored: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, 0);
+
+    encp_standin::control(dir.path(), "daq1", "bytes 4000\n").unwrap();
+    encp_standin::control(dir.path(), "an1", "bytes 3000\n").unwrap();
+    let items = [
+        request("daq1", "datataking", "cms", 4_000),
+        request("an1", "analysis", "higgs", 3_000),
+        with(
+            request("w1", "mc", "x", 2_222),
+            json!({"direction": "write", "local_file": src.display().to_string()}),
+        ),
+    ];
+    let mut ids = Vec::new();
+    for item in &items {
+        let (status, body) = app.post("/v1/requests", item).await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    let done = app.wait_final(&ids, Duration::from_secs(30)).await;
+    let bytes: Vec<u64> = done
+        .iter()
+        .map(|r| r["bytes_done"].as_u64().unwrap())
+        .collect();
+    assert_eq!(bytes, [4_000, 3_000, 2_222], "{done:?}");
+    assert!(done.iter().all(|r| r["state"] == "done"));
+    assert!(done
+        .iter()
+        .all(|r| r["mss_id"].as_str().unwrap().starts_with("encp:")));
+
+    let runs = encp_standin::runs(dir.path());
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let run_of = |source: &str| -> &Run {
+        runs.iter()
+            .find(|r| r.source() == Some(source))
+            .unwrap_or_else(|| panic!("no run of {source}: {runs:?}"))
+    };
+    // Data taking: its class's admin priority through ENCP_DAQ.
+    let daq = run_of("/pnfs/test/daq1");
+    assert_eq!(daq.priority(), Some(2_000_002));
+    assert_eq!(daq.env.get("ENCP_DAQ").map(String::as_str), Some("1"));
+    // Fair share: exactly the priority the broker decided and recorded.
+    let an = run_of("/pnfs/test/an1");
+    assert_eq!(an.priority(), done[1]["mss_priority"].as_i64());
+    assert!(!an.env.contains_key("ENCP_DAQ"));
+    assert_eq!(
+        an.args.last().map(String::as_str),
+        Some(dir.path().join("stage/an1").to_str().unwrap()),
+        "a read without local_file goes to read_dir"
+    );
+    let w = run_of(src.to_str().unwrap());
+    assert!(w.args.windows(2).any(|p| p == ["--storage-group", "cms"]));
+    assert_eq!(w.args.last().map(String::as_str), Some("/pnfs/test/w1"));
+    // A staged file has nothing to release through encp.
+    let (status, body) = app
+        .post(&format!("/v1/requests/{}/release", ids[1]), &json!({}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .contains("keeps no disk copies"));
+    app.stop().await;
+}
+
+struct Serve {
+    child: Child,
+    base: String,
+}
+
+impl Serve {
+    fn start(config: &Path, db: &Path) -> Serve {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(config)
+            .arg("--db")
+            .arg(db)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("banner");
+        let base = line.trim().rsplit(' ').next().unwrap().to_string();
+        assert!(base.starts_with("http://"), "banner {line:?}");
+        Serve { child, base }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, config_with(&encp_mss(dir.path(), 3))).unwrap();
+    let db = dir.path().join("broker.db");
+    let names = ["k1", "k2", "k3", "k4"];
+    for n in names {
+        // Queued at the "library manager" far longer than the test.
+        encp_standin::control(dir.path(), n, "queued 60\n").unwrap();
+    }
+    let serve = Serve::start(&config, &db);
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for n in names {
+        let resp = client
+            .post(format!("{}/v1/requests", serve.base))
+            .json(&request(n, "analysis", "higgs", 1_000))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+        let body: Value = resp.json().await.unwrap();
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    until(Duration::from_secs(20), "three encp runs", || {
+        encp_standin::runs(dir.path()).len() == 3
+    })
+    .await;
+    // No more than max_processes: the fourth waits in the broker.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(encp_standin::runs(dir.path()).len(), 3);
+    serve.kill();
+    // The broker is gone: each of its encp runs got SIGTERM and stopped.
+    until(Duration::from_secs(20), "the orphans stopped", || {
+        let runs = encp_standin::runs(dir.path());
+        runs.len() == 3 && runs.iter().all(|r| r.end.as_deref() == Some("killed TERM"))
+    })
+    .await;
+    for n in names {
+        encp_standin::control(dir.path(), n, "bytes 1000\n").unwrap();
+    }
+    let serve = Serve::start(&config, &db);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let final_states = loop {
+        let mut states = Vec::new();
+        for id in &ids {
+            let r: Value = client
+                .get(format!("{}/v1/requests/{id}", serve.base))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            states.push(r);
+        }
+        if states.iter().all(|r| r["state"] == "done") {
+            break states;
+        }
+        assert!(Instant::now() < deadline, "{states:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let runs = encp_standin::runs(dir.path());
+    for n in names {
+        let source = format!("/pnfs/test/{n}");
+        let mine: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.source() == Some(&source))
+            .collect();
+        let ok = mine
+            .iter()
+            .filter(|r| r.end.as_deref() == Some("exit 0"))
+            .count();
+        assert_eq!(ok, 1, "{n} ran to completion exactly once: {mine:?}");
+    }
+    let attempts: Vec<i64> = final_states
+        .iter()
+        .map(|r| r["attempt"].as_i64().unwrap())
+        .collect();
+    let mut sorted = attempts.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        [1, 2, 2, 2],
+        "the three stopped runs were new attempts"
+    );
+    // Charged once: the group's usage is exactly the bytes done.
+    let usage: i64 = open_db(&db)
+        .query_row(
+            "SELECT usage_bytes FROM groups WHERE path = 'analysis/higgs'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(usage, 4_000);
+    drop(serve);
+}
+
+fn fts3_mss(url: &str) -> String {
+    format!(
+        r#"adapter = "fts3"
+[mss.fts3]
+url = "{url}"
+vo = "cms"
+tape_endpoint = "davs://tape.example.org:2880"
+read_destination = "davs://disk.example.org:2880/stage"
+poll_ms = 50
+auth = {{ method = "none" }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fts3_gets_one_job_per_request_at_the_banded_priority_and_cancels_reach_it() {
+    let standin = Fts3Standin::start(
+        "cms",
+        None,
+        Plan {
+            queued: Duration::from_millis(100),
+            active: Duration::from_millis(100),
+        },
+    )
+    .await
+    .unwrap();
+    let app = TestApp::spawn(&config_with(&fts3_mss(&standin.url))).await;
+    let (_, mss) = app.get("/v1/mss").await;
+    assert_eq!(mss["priority"], "bands");
+    let levels: Vec<i64> = mss["bands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["level"].as_i64().unwrap())
+        .collect();
+    assert_eq!(levels, [1, 3, 5], "the default bands: back, front, classes");
+    let mut ids = Vec::new();
+    for item in [
+        request("d1", "datataking", "cms", 5_000),
+        request("a1", "analysis", "higgs", 6_000),
+        request("a2", "analysis", "higgs", 7_000),
+    ] {
+        let (status, body) = app.post("/v1/requests", &item).await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    let done = app.wait_final(&ids, Duration::from_secs(30)).await;
+    assert!(done.iter().all(|r| r["state"] == "done"), "{done:?}");
+    let jobs = standin.jobs();
+    assert_eq!(jobs.len(), 3);
+    for (r, job) in done.iter().zip(&jobs) {
+        assert_eq!(r["mss_id"].as_str(), Some(job.job_id.as_str()));
+        assert_eq!(r["bytes_done"].as_u64(), Some(job.filesize));
+        let want = match r["mss_priority"].as_i64().unwrap() {
+            100 => 5,
+            20 => 3,
+            10 => 1,
+            other => panic!("priority {other}"),
+        };
+        assert_eq!(job.priority, want, "{r}");
+        assert_eq!(job.activity, r["group"].as_str().unwrap());
+    }
+    // A request held at FTS3 is cancelled there and refunded.
+    let (status, body) = app
+        .post(
+            "/v1/requests",
+            &with(
+                request("h1", "analysis", "top", 9_000),
+                json!({"file": "/pnfs/hold/h1"}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    until(Duration::from_secs(20), "the job at FTS3", || {
+        standin.jobs().len() == 4
+    })
+    .await;
+    let (status, _) = app.delete(&format!("/v1/requests/{id}")).await;
+    assert_eq!(status, 202);
+    let r = &app.wait_final(&[id], Duration::from_secs(20)).await[0];
+    assert_eq!(
+        (r["state"].as_str(), r["charged"].as_u64()),
+        (Some("cancelled"), Some(0))
+    );
+    assert_eq!(
+        standin.job_state(&standin.jobs()[3].job_id).as_deref(),
+        Some("CANCELED")
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tape_rest_stages_in_held_mode_refuses_writes_and_releases_staged_files() {
+    let standin = TapeRestStandin::start(
+        None,
+        Plan {
+            queued: Duration::from_millis(100),
+            active: Duration::from_millis(100),
+        },
+    )
+    .await
+    .unwrap();
+    let mss = format!(
+        "adapter = \"tape_rest\"\n[mss.tape_rest]\nurl = \"{}\"\npoll_ms = 50\n\
+         auth = {{ method = \"none\" }}\n",
+        standin.url
+    );
+    let config =
+        config_with(&mss).replace("[mss]", "[release]\nmode = \"held\"\nlimit = 2\n\n[mss]");
+    let app = TestApp::spawn(&config).await;
+    let write = with(request("w", "mc", "x", 10), json!({"direction": "write"}));
+    let (status, body) = app.post("/v1/requests", &write).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("direction")),
+        "{body}"
+    );
+    let mut ids = Vec::new();
+    for crid in ["s1", "s2", "s3", "s4"] {
+        let (status, body) = app
+            .post("/v1/requests", &request(crid, "analysis", "top", 1_500))
+            .await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    let done = app.wait_final(&ids, Duration::from_secs(30)).await;
+    assert!(done.iter().all(|r| r["state"] == "done"), "{done:?}");
+    assert!(done.iter().all(|r| r["bytes_done"] == 1_500));
+    // Held mode with limit 2: never more than two files staged in one request.
+    let requests = standin.requests();
+    assert!(requests.iter().all(|r| r.files.len() <= 2), "{requests:?}");
+    let staged: usize = requests.iter().map(|r| r.files.len()).sum();
+    assert_eq!(staged, 4);
+    assert!(requests[0].files[0]["targetedMetadata"]["127.0.0.1"]["activity"] == "analysis/top");
+    // Release the first file's disk copy.
+    let (status, body) = app
+        .post(&format!("/v1/requests/{}/release", ids[0]), &json!({}))
+        .await;
+    assert_eq!(
+        (status, &body),
+        (200, &json!({"id": ids[0], "released": true}))
+    );
+    let released: Vec<String> = standin
+        .requests()
+        .iter()
+        .flat_map(|r| r.released.iter().cloned())
+        .collect();
+    assert_eq!(released, ["/pnfs/test/s1"]);
+    // A request that is not a finished read has nothing to release.
+    let (status, body) = app
+        .post(
+            "/v1/requests",
+            &with(request("h", "mc", "x", 5), json!({"file": "/pnfs/hold/h"})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = app
+        .post(&format!("/v1/requests/{}/release", body["id"]), &json!({}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    app.stop().await;
+}
