@@ -834,10 +834,10 @@ auth = { method = "certificate", certificate = "token", key = "token" }
 
     #[test]
     fn adapter_tables_must_match_the_adapter() {
-        let found = issues(&format!(
+        let found = issues(
             "[mss]\nadapter = \"encp\"\nurl = \"http://x:1\"\n[mss.simulator]\nenabled = true\n\
-             [mss.fts3]\nurl = \"https://f\"\nvo = \"v\"\ntape_endpoint = \"davs://t/\"\n"
-        ));
+             [mss.fts3]\nurl = \"https://f\"\nvo = \"v\"\ntape_endpoint = \"davs://t/\"\n",
+        );
         for key in ["mss.fts3", "mss.simulator", "mss.url"] {
             assert!(has(&found, key, ""), "{key}: {found:?}");
         }
