@@ -917,4 +917,47 @@ auth = { method = "certificate", certificate = "token", key = "token" }
             "data taking at FTS3's top priority"
         );
     }
+
+    /// Merge `over` into `base`, tables key by key, `over` winning.
+    fn merge(base: &mut toml::Table, over: toml::Table) {
+        for (k, v) in over {
+            match (base.get_mut(&k), v) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+                (_, v) => {
+                    base.insert(k, v);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_readmes_adapter_examples_are_valid_on_the_shipped_config() {
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme.find("## MSS adapters").expect("the section")..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+        for f in ["fts3-cert.pem", "fts3-key.pem", "tape-token"] {
+            std::fs::write(dir.path().join(f), "placeholder").unwrap();
+        }
+        let mut checked = Vec::new();
+        for block in section.split("```toml\n").skip(1) {
+            let snippet = &block[..block.find("```").expect("a closed block")];
+            let snippet =
+                snippet.replace("/data/stage", dir.path().join("stage").to_str().unwrap());
+            let mut config: toml::Table = toml::from_str(super::super::EMBEDDED).unwrap();
+            merge(
+                &mut config,
+                toml::from_str(&snippet).expect("a TOML snippet"),
+            );
+            if let Some(toml::Value::Table(mss)) = config.get_mut("mss") {
+                mss.remove("simulator");
+            }
+            let text = toml::to_string(&config).unwrap();
+            let s = Settings::parse_in(&text, "README example", dir.path())
+                .unwrap_or_else(|e| panic!("README example\n{snippet}\n{e}"));
+            checked.push(s.mss.adapter.name());
+        }
+        assert_eq!(checked, ["encp", "fts3", "tape_rest"]);
+    }
 }
