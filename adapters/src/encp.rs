@@ -120,6 +120,8 @@ pub struct RawEncpConfig {
     #[serde(default)]
     pub read_dir: Option<String>,
     #[serde(default)]
+    pub local_roots: Vec<String>,
+    #[serde(default)]
     pub args: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -151,6 +153,7 @@ impl Default for RawEncpConfig {
             library: None,
             delayed_dismount_minutes: None,
             read_dir: None,
+            local_roots: Vec::new(),
             args: Vec::new(),
             env: BTreeMap::new(),
             fatal_exit_codes: d_fatal_codes(),
@@ -228,6 +231,8 @@ pub struct EncpConfig {
     pub library: Option<String>,
     pub delayed_dismount_minutes: Option<u32>,
     pub read_dir: Option<PathBuf>,
+    /// Directories a request's `local_file` must be under (empty: any absolute path).
+    pub local_roots: Vec<PathBuf>,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub fatal_exit_codes: Vec<i32>,
@@ -303,6 +308,15 @@ impl RawEncpConfig {
                 issues.push(Issue::new(
                     "read_dir",
                     format!("`{}` is not a directory", d.display()),
+                ));
+            }
+        }
+        let local_roots: Vec<PathBuf> = self.local_roots.iter().map(PathBuf::from).collect();
+        for root in &local_roots {
+            if !root.is_absolute() || has_parent_dir(root) {
+                issues.push(Issue::new(
+                    "local_roots",
+                    format!("`{}` must be an absolute directory", root.display()),
                 ));
             }
         }
@@ -390,6 +404,7 @@ impl RawEncpConfig {
             library: self.library.clone(),
             delayed_dismount_minutes: delayed,
             read_dir,
+            local_roots,
             args: self.args.clone(),
             env: self.env.clone(),
             fatal_exit_codes,
@@ -403,6 +418,27 @@ impl RawEncpConfig {
 }
 
 impl EncpConfig {
+    /// Whether a station may name this local file: an absolute path with no `..`, under one
+    /// of `local_roots` when any are set.
+    pub fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        let path = Path::new(local_file);
+        if !path.is_absolute() || has_parent_dir(path) {
+            return Err("must be an absolute path without `..`".into());
+        }
+        if self.local_roots.is_empty() || self.local_roots.iter().any(|r| path.starts_with(r)) {
+            return Ok(());
+        }
+        let roots: Vec<String> = self
+            .local_roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect();
+        Err(format!(
+            "must be under one of {} (mss.encp.local_roots)",
+            roots.join(", ")
+        ))
+    }
+
     /// What Enstore through `encp` can do under this configuration.
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -508,6 +544,11 @@ pub fn invocation(cfg: &EncpConfig, t: &Transfer) -> Result<Invocation, MssError
         env,
         local,
     })
+}
+
+fn has_parent_dir(path: &Path) -> bool {
+    path.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
 fn basename(path: &str) -> &str {
@@ -674,6 +715,10 @@ impl MssAdapter for EncpAdapter {
 
     fn room(&self) -> Option<usize> {
         Some(self.shared.slots.available_permits())
+    }
+
+    fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        self.shared.cfg.check_local_file(local_file)
     }
 
     async fn room_freed(&self) {
@@ -1154,6 +1199,23 @@ mod tests {
             "{issues:?}"
         );
         assert!(issues[4].message.contains("ENCP_DAQ"));
+    }
+
+    #[test]
+    fn local_files_are_absolute_and_under_the_configured_roots() {
+        let mut c = cfg();
+        assert!(c.check_local_file("/anywhere/f").is_ok());
+        assert!(c.check_local_file("relative/f").is_err());
+        assert!(c.check_local_file("/data/stage/../../etc/passwd").is_err());
+        c.local_roots = vec![PathBuf::from("/data/stage"), PathBuf::from("/scratch")];
+        assert!(c.check_local_file("/data/stage/run1/f").is_ok());
+        assert!(c.check_local_file("/scratch/f").is_ok());
+        let err = c.check_local_file("/data/stagefoo/f").unwrap_err();
+        assert_eq!(
+            err,
+            "must be under one of /data/stage, /scratch (mss.encp.local_roots)"
+        );
+        assert!(c.check_local_file("/etc/passwd").is_err());
     }
 
     #[test]

@@ -292,6 +292,21 @@ fn validate_bands(raw: &[RawBand], issues: &mut Vec<Issue>) -> Vec<Band> {
 }
 
 impl Fts3Config {
+    /// A station-side copy must be a URL FTS3 takes: a scheme other than `file`, a host and a
+    /// path.
+    pub fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        let Some((scheme, rest)) = local_file.split_once("://") else {
+            return Err(
+                "must be a URL such as davs://host/path (FTS3 moves between storages)".into(),
+            );
+        };
+        let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if scheme.is_empty() || scheme == "file" || host.is_empty() || path.len() < 2 {
+            return Err("must be a URL with a scheme other than file, a host and a path".into());
+        }
+        Ok(())
+    }
+
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
             priority: PriorityScale::Bands(self.bands.clone()),
@@ -616,6 +631,10 @@ impl MssAdapter for Fts3Adapter {
             .map(|max| max.saturating_sub(self.shared.lock().len()))
     }
 
+    fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        self.shared.cfg.check_local_file(local_file)
+    }
+
     async fn submit(&self, t: &Transfer) -> Result<Submitted, MssError> {
         let sh = &self.shared;
         if let Some(track) = sh.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
@@ -830,6 +849,23 @@ mod tests {
         );
         assert_eq!(body["params"]["archive_timeout"], 86_400);
         assert!(body["params"].get("bring_online").is_none());
+    }
+
+    #[test]
+    fn local_files_must_be_urls_fts3_takes() {
+        let c = cfg();
+        assert!(c
+            .check_local_file("davs://disk.example.org/stage/f")
+            .is_ok());
+        for bad in [
+            "/data/f",
+            "file:///data/f",
+            "davs:///f",
+            "davs://host",
+            "davs://host/",
+        ] {
+            assert!(c.check_local_file(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

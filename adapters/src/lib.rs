@@ -220,6 +220,13 @@ pub trait MssAdapter: Send + Sync + 'static {
         std::future::pending::<()>().await
     }
 
+    /// Whether a request's `local_file` is one this adapter may use (checked when the request
+    /// arrives, so a bad one is refused before anything is stored); the error says why not.
+    fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        let _ = local_file;
+        Ok(())
+    }
+
     /// Ask the MSS to drop a transfer. A `cancelled` event follows if it could.
     async fn cancel(&self, transfer: &TransferRef) -> Result<(), MssError>;
 

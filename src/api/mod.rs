@@ -308,6 +308,11 @@ fn mss_can_take(
         }
         _ => {}
     }
+    if let Some(f) = &input.local_file {
+        if let Err(why) = mss.check_local_file(f) {
+            return field("local_file", format!("{why} for the {name} adapter"));
+        }
+    }
     if input.bfid.is_some() && !caps.bfid {
         return field(
             "bfid",

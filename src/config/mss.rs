@@ -415,6 +415,14 @@ pub(super) fn check_against_policy(
         })
         .collect();
     if let AdapterSettings::Encp(c) = &mss.adapter {
+        if c.local_roots.is_empty() {
+            notes.push(
+                "mss.encp.local_roots is empty: a station may name any absolute path the broker's \
+                 user can write (a read's local_file) or read (a write's); set the directories \
+                 stations may use"
+                    .into(),
+            );
+        }
         for class in c.classes.keys() {
             if !classes.iter().any(|(_, path, _)| path == class) {
                 let known: Vec<&str> = classes.iter().map(|(_, p, _)| *p).collect();
@@ -674,7 +682,8 @@ auth = { method = "none" }
 
     #[test]
     fn encp_takes_priorities_from_1_and_at_most_max_processes_outstanding() {
-        let encp = "[mss]\nadapter = \"encp\"\n[mss.encp]\nmax_processes = 4\n";
+        let encp =
+            "[mss]\nadapter = \"encp\"\n[mss.encp]\nmax_processes = 4\nlocal_roots = [\"/data\"]\n";
         assert_eq!(issues(encp), Vec::<String>::new());
         let dir = tempfile::tempdir().unwrap();
         let back_0 = format!("{POLICY}\n{encp}").replace("p_back = 10", "p_back = 0");
@@ -742,7 +751,8 @@ auth = { method = "none" }
             ),
             "{found:?}"
         );
-        let ok = "[mss]\nadapter = \"encp\"\n[mss.encp.classes.\"datataking\"]\n\
+        let ok = "[mss]\nadapter = \"encp\"\n[mss.encp]\nlocal_roots = [\"/data\"]\n\
+                  [mss.encp.classes.\"datataking\"]\n\
                   priority = 2000002\nenv = { ENCP_DAQ = \"1\" }\n";
         assert_eq!(issues(ok), Vec::<String>::new());
     }

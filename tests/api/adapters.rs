@@ -32,6 +32,7 @@ fn encp_mss(dir: &Path, max_processes: usize) -> String {
 command = "{script}"
 max_processes = {max_processes}
 read_dir = "{stage}"
+local_roots = ["{dir}"]
 storage_group = "cms"
 env = {{ ENCP_STANDIN_DIR = "{dir}" }}
 [mss.encp.classes."datataking"]
@@ -101,6 +102,25 @@ async fn encp_runs_each_transfer_at_the_brokers_priority_and_reports_its_bytes()
     assert_eq!(
         (status, body["field"].as_str()),
         (422, Some("bfid")),
+        "{body}"
+    );
+    // A station may not point encp at files outside local_roots.
+    let (status, body) = app
+        .post(
+            "/v1/requests",
+            &with(write.clone(), json!({"local_file": "/etc/passwd"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("local_file")),
+        "{body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("mss.encp.local_roots"),
         "{body}"
     );
     let stored: i64 = open_db(&app.db)
