@@ -103,6 +103,22 @@ impl Fts3Standin {
     pub async fn start(vo: &str, token: Option<&str>, plan: Plan) -> std::io::Result<Fts3Standin> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
+        Ok(Fts3Standin::serve(listener, url, vo, token, plan))
+    }
+
+    /// Serve on any listener (a TLS one that requires client certificates, say), reachable
+    /// at `url`.
+    pub fn serve<L>(
+        listener: L,
+        url: String,
+        vo: &str,
+        token: Option<&str>,
+        plan: Plan,
+    ) -> Fts3Standin
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
         let state = Arc::new(Mutex::new(Inner {
             vo: vo.to_string(),
             token: token.map(str::to_string),
@@ -122,7 +138,7 @@ impl Fts3Standin {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Fts3Standin { url, state, task })
+        Fts3Standin { url, state, task }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
