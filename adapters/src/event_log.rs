@@ -15,10 +15,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use crate::protocol::{EventCursor, EventKind, MssEvent};
-use crate::EventBatch;
+use crate::{EventBatch, Progress};
 
 /// Most events one read returns.
 const MAX_EVENTS_PER_READ: usize = 10_000;
+
+/// What a polled state changed for a transfer the adapter follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Nothing new (still queued, or running as already reported).
+    Nothing,
+    /// It started: mark it started.
+    Started,
+    /// It ended: stop following it.
+    Final,
+}
 
 /// A log of [`MssEvent`]s, long-polled with a cursor.
 #[derive(Debug)]
@@ -73,6 +84,27 @@ impl EventLog {
             seq
         };
         self.last.send_replace(seq);
+    }
+
+    /// Publish what a poll saw of a followed transfer: its start once, then its end. A transfer
+    /// that finished between two polls before its start was seen still reports a start before
+    /// it is done, so the broker's waits and starts are counted.
+    pub fn observe(&self, key: &str, attempt: u32, started: bool, progress: Progress) -> Seen {
+        match progress {
+            Progress::Queued => Seen::Nothing,
+            Progress::Running if started => Seen::Nothing,
+            Progress::Running => {
+                self.push(key, attempt, EventKind::Started);
+                Seen::Started
+            }
+            Progress::Finished(kind) => {
+                if !started && matches!(kind, EventKind::Done { .. }) {
+                    self.push(key, attempt, EventKind::Started);
+                }
+                self.push(key, attempt, kind);
+                Seen::Final
+            }
+        }
     }
 
     /// Events after `cursor`, waiting up to `wait` for the first one. Events at or before the
@@ -161,6 +193,39 @@ mod tests {
         assert_eq!(batch.events.len(), 1);
         assert_eq!(batch.events[0].seq, 1);
         assert_ne!(batch.cursor.epoch, old.epoch);
+    }
+
+    #[tokio::test]
+    async fn observing_reports_a_start_once_then_the_end() {
+        let log = EventLog::new("t");
+        assert_eq!(log.observe("1", 1, false, Progress::Queued), Seen::Nothing);
+        assert_eq!(log.observe("1", 1, false, Progress::Running), Seen::Started);
+        assert_eq!(log.observe("1", 1, true, Progress::Running), Seen::Nothing);
+        let done = Progress::Finished(EventKind::Done { bytes: 3 });
+        assert_eq!(log.observe("1", 1, true, done.clone()), Seen::Final);
+        // Done before a start was seen: the start is reported first.
+        assert_eq!(log.observe("2", 1, false, done), Seen::Final);
+        // A cancellation before it started is just that.
+        let cancelled = Progress::Finished(EventKind::Cancelled);
+        assert_eq!(log.observe("3", 1, false, cancelled), Seen::Final);
+        let kinds: Vec<(String, EventKind)> = log
+            .read(&EventCursor::default(), Duration::ZERO)
+            .await
+            .events
+            .into_iter()
+            .map(|e| (e.key, e.kind))
+            .collect();
+        let k = |key: &str, kind| (key.to_string(), kind);
+        assert_eq!(
+            kinds,
+            [
+                k("1", EventKind::Started),
+                k("1", EventKind::Done { bytes: 3 }),
+                k("2", EventKind::Started),
+                k("2", EventKind::Done { bytes: 3 }),
+                k("3", EventKind::Cancelled),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use crate::event_log::EventLog;
+use crate::event_log::{EventLog, Seen};
 use crate::protocol::{Direction, EventKind, Transfer};
 use crate::rest::{self, Issue, RawAuth, RestAuth};
 use crate::{
@@ -560,22 +560,18 @@ impl Shared {
         let Some(progress) = progress_of(job, track.size_bytes) else {
             return;
         };
-        match progress {
-            Progress::Queued => {}
-            Progress::Running => {
-                if !track.started {
-                    if let Some(t) = self.lock().get_mut(key) {
-                        t.started = true;
-                    }
-                    self.log.push(key, track.attempt, EventKind::Started);
+        match self
+            .log
+            .observe(key, track.attempt, track.started, progress)
+        {
+            Seen::Nothing => {}
+            Seen::Started => {
+                if let Some(t) = self.lock().get_mut(key) {
+                    t.started = true;
                 }
             }
-            Progress::Finished(kind) => {
+            Seen::Final => {
                 self.lock().remove(key);
-                if !track.started && matches!(kind, EventKind::Done { .. }) {
-                    self.log.push(key, track.attempt, EventKind::Started);
-                }
-                self.log.push(key, track.attempt, kind);
             }
         }
     }

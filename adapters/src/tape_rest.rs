@@ -28,7 +28,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use crate::event_log::EventLog;
+use crate::event_log::{EventLog, Seen};
 use crate::protocol::{Direction, EventKind, Transfer};
 use crate::rest::{self, Issue, RawAuth, RestAuth};
 use crate::{
@@ -386,22 +386,22 @@ impl Shared {
             return;
         };
         for (key, track) in mine {
-            match file_progress(&self.cfg, request, &track.path, track.size_bytes) {
-                None | Some(Progress::Queued) => {}
-                Some(Progress::Running) => {
-                    if !track.started {
-                        if let Some(t) = self.lock().get_mut(&key) {
-                            t.started = true;
-                        }
-                        self.log.push(&key, track.attempt, EventKind::Started);
+            let Some(progress) = file_progress(&self.cfg, request, &track.path, track.size_bytes)
+            else {
+                continue;
+            };
+            match self
+                .log
+                .observe(&key, track.attempt, track.started, progress)
+            {
+                Seen::Nothing => {}
+                Seen::Started => {
+                    if let Some(t) = self.lock().get_mut(&key) {
+                        t.started = true;
                     }
                 }
-                Some(Progress::Finished(kind)) => {
+                Seen::Final => {
                     self.lock().remove(&key);
-                    if !track.started && matches!(kind, EventKind::Done { .. }) {
-                        self.log.push(&key, track.attempt, EventKind::Started);
-                    }
-                    self.log.push(&key, track.attempt, kind);
                 }
             }
         }

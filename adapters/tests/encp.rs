@@ -8,18 +8,16 @@ use std::time::Duration;
 
 use mss_adapters::encp::{EncpAdapter, EncpConfig, RawEncpConfig};
 use mss_adapters::standin::encp::{self as encp_standin, Run};
+use mss_adapters::standin::EventReader;
 use mss_adapters::{
-    Direction, EventCursor, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer,
-    TransferRef,
+    Direction, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer, TransferRef,
 };
 
 /// A directory for the stand-in's records and controls, and an adapter running it.
 struct Bench {
     dir: tempfile::TempDir,
     adapter: EncpAdapter,
-    cursor: EventCursor,
-    /// Every event read so far.
-    seen: Vec<MssEvent>,
+    events: EventReader,
 }
 
 impl Bench {
@@ -40,8 +38,7 @@ impl Bench {
         Bench {
             dir,
             adapter: EncpAdapter::new(cfg),
-            cursor: EventCursor::default(),
-            seen: Vec::new(),
+            events: EventReader::new(),
         }
     }
 
@@ -86,35 +83,12 @@ impl Bench {
         }
     }
 
-    /// Every event read so far, once `done` says enough (failing after 20 s).
     async fn events_until(&mut self, done: impl Fn(&[MssEvent]) -> bool) -> Vec<MssEvent> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !done(&self.seen) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "events so far: {:?}",
-                self.seen
-            );
-            let batch = self
-                .adapter
-                .events(&self.cursor, Duration::from_millis(200))
-                .await
-                .unwrap();
-            self.cursor = batch.cursor;
-            self.seen.extend(batch.events);
-        }
-        self.seen.clone()
+        self.events.until(&self.adapter, done).await.to_vec()
     }
 
     async fn final_event(&mut self, key: &str) -> EventKind {
-        let events = self
-            .events_until(|e| e.iter().any(|e| e.key == key && is_final(&e.kind)))
-            .await;
-        events
-            .into_iter()
-            .find(|e| e.key == key && is_final(&e.kind))
-            .unwrap()
-            .kind
+        self.events.final_event(&self.adapter, key).await
     }
 }
 

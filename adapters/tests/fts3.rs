@@ -7,10 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use mss_adapters::fts3::{job_id, Fts3Adapter, Fts3Config, RawFts3Config};
-use mss_adapters::standin::{Fts3Standin, Plan};
+use mss_adapters::standin::{EventReader, Fts3Standin, Plan};
 use mss_adapters::{
-    Direction, EventCursor, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer,
-    TransferRef,
+    Direction, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer, TransferRef,
 };
 use serde_json::{json, Value};
 
@@ -27,8 +26,7 @@ struct Bench {
     standin: Fts3Standin,
     dir: tempfile::TempDir,
     adapter: Fts3Adapter,
-    cursor: EventCursor,
-    seen: Vec<MssEvent>,
+    events: EventReader,
 }
 
 impl Bench {
@@ -44,8 +42,7 @@ impl Bench {
             standin,
             dir,
             adapter,
-            cursor: EventCursor::default(),
-            seen: Vec::new(),
+            events: EventReader::new(),
         }
     }
 
@@ -55,24 +52,11 @@ impl Bench {
     }
 
     async fn events_until(&mut self, done: impl Fn(&[MssEvent]) -> bool) -> Vec<MssEvent> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !done(&self.seen) {
-            assert!(tokio::time::Instant::now() < deadline, "{:?}", self.seen);
-            let b = self
-                .adapter
-                .events(&self.cursor, Duration::from_millis(200))
-                .await
-                .unwrap();
-            self.cursor = b.cursor;
-            self.seen.extend(b.events);
-        }
-        self.seen.clone()
+        self.events.until(&self.adapter, done).await.to_vec()
     }
 
     async fn final_event(&mut self, key: &str) -> EventKind {
-        let final_of = |e: &MssEvent| e.key == key && e.kind != EventKind::Started;
-        let events = self.events_until(|e| e.iter().any(final_of)).await;
-        events.into_iter().find(final_of).unwrap().kind
+        self.events.final_event(&self.adapter, key).await
     }
 
     fn submissions(&self) -> Vec<Value> {
@@ -315,21 +299,10 @@ async fn after_a_restart_a_job_is_found_by_its_id_and_followed_again() {
         .unwrap();
     assert_ne!(st.progress, Progress::Finished(EventKind::Cancelled));
     // Followed from now on: its end arrives as an event of the new epoch.
-    let mut cursor = EventCursor::default();
-    let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !seen
-        .iter()
-        .any(|e: &MssEvent| e.kind == EventKind::Done { bytes: 2_000_000 })
-    {
-        assert!(tokio::time::Instant::now() < deadline, "{seen:?}");
-        let batch = adapter
-            .events(&cursor, Duration::from_millis(200))
-            .await
-            .unwrap();
-        cursor = batch.cursor;
-        seen.extend(batch.events);
-    }
+    assert_eq!(
+        EventReader::new().final_event(&adapter, "9").await,
+        EventKind::Done { bytes: 2_000_000 }
+    );
     // A job FTS3 no longer has is unknown: the broker submits it again.
     standin.forget_jobs();
     assert_eq!(

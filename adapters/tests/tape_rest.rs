@@ -5,20 +5,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use mss_adapters::standin::{Plan, TapeRestStandin};
+use mss_adapters::standin::{EventReader, Plan, TapeRestStandin};
 use mss_adapters::tape_rest::{RawTapeRestConfig, TapeRestAdapter, TapeRestConfig};
-use mss_adapters::{
-    Direction, EventCursor, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer,
-    TransferRef,
-};
+use mss_adapters::{Direction, EventKind, MssAdapter, MssError, Progress, Transfer, TransferRef};
 use serde_json::json;
 
 struct Bench {
     standin: TapeRestStandin,
     dir: tempfile::TempDir,
     adapter: TapeRestAdapter,
-    cursor: EventCursor,
-    seen: Vec<MssEvent>,
+    events: EventReader,
 }
 
 fn config(url: &str, dir: &Path) -> TapeRestConfig {
@@ -49,30 +45,12 @@ impl Bench {
             standin,
             dir,
             adapter,
-            cursor: EventCursor::default(),
-            seen: Vec::new(),
+            events: EventReader::new(),
         }
-    }
-
-    async fn events_until(&mut self, done: impl Fn(&[MssEvent]) -> bool) -> Vec<MssEvent> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !done(&self.seen) {
-            assert!(tokio::time::Instant::now() < deadline, "{:?}", self.seen);
-            let b = self
-                .adapter
-                .events(&self.cursor, Duration::from_millis(200))
-                .await
-                .unwrap();
-            self.cursor = b.cursor;
-            self.seen.extend(b.events);
-        }
-        self.seen.clone()
     }
 
     async fn final_event(&mut self, key: &str) -> EventKind {
-        let final_of = |e: &MssEvent| e.key == key && e.kind != EventKind::Started;
-        let events = self.events_until(|e| e.iter().any(final_of)).await;
-        events.into_iter().find(final_of).unwrap().kind
+        self.events.final_event(&self.adapter, key).await
     }
 }
 
@@ -128,7 +106,8 @@ async fn a_batch_is_staged_in_requests_of_distinct_paths_and_reported_done() {
         assert_eq!(b.final_event(key).await, EventKind::Done { bytes: 3_000 });
     }
     let starts = b
-        .seen
+        .events
+        .seen()
         .iter()
         .filter(|e| e.kind == EventKind::Started)
         .count();
@@ -226,23 +205,10 @@ async fn after_a_restart_a_file_is_found_in_its_stage_request_and_followed() {
     assert_eq!(st.progress, Progress::Queued);
     // Followed by the new adapter: a cancellation now reaches its event log.
     again.cancel(&reference(&t, &id)).await.unwrap();
-    let mut cursor = EventCursor::default();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        assert!(tokio::time::Instant::now() < deadline);
-        let batch = again
-            .events(&cursor, Duration::from_millis(200))
-            .await
-            .unwrap();
-        cursor = batch.cursor;
-        if batch
-            .events
-            .iter()
-            .any(|e| e.key == "4" && e.kind == EventKind::Cancelled)
-        {
-            break;
-        }
-    }
+    assert_eq!(
+        EventReader::new().final_event(&again, "4").await,
+        EventKind::Cancelled
+    );
     // No stage request on record: unknown.
     let mut lost = reference(&t, "stage-9999");
     assert_eq!(again.status(&lost).await.unwrap(), None);

@@ -3,16 +3,14 @@
 //! WLCG Tape REST stand-in servers. What each stand-in received is checked against what the
 //! broker decided.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mss_adapters::standin::encp::{self as encp_standin, Run};
 use mss_adapters::standin::{Fts3Standin, Plan, TapeRestStandin};
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, TestApp, BIN};
+use crate::helpers::{open_db, request, test_config, ServeProcess, TestApp};
 
 /// The test configuration with `mss` as its `[mss]` section.
 fn config_with(mss: &str) -> String {
@@ -84,45 +82,32 @@ async fn encp_runs_each_transfer_at_the_brokers_priority_and_reports_its_bytes()
     let src = dir.path().join("up.dat");
     std::fs::write(&src, vec![1u8; 2_222]).unwrap();
     let write = with(request("w0", "mc", "x", 100), json!({"direction": "write"}));
-    let (status, body) = app.post("/v1/requests", &write).await;
-    assert_eq!(
-        (status, body["field"].as_str()),
-        (422, Some("local_file")),
-        "{body}"
-    );
-    let (status, body) = app
-        .post(
-            "/v1/requests",
-            &with(
-                write.clone(),
-                json!({"local_file": src.display().to_string(), "bfid": "B1"}),
-            ),
-        )
-        .await;
-    assert_eq!(
-        (status, body["field"].as_str()),
-        (422, Some("bfid")),
-        "{body}"
-    );
-    // A station may not point encp at files outside local_roots.
-    let (status, body) = app
-        .post(
-            "/v1/requests",
-            &with(write.clone(), json!({"local_file": "/etc/passwd"})),
-        )
-        .await;
-    assert_eq!(
-        (status, body["field"].as_str()),
-        (422, Some("local_file")),
-        "{body}"
-    );
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("mss.encp.local_roots"),
-        "{body}"
-    );
+    let src_path = src.display().to_string();
+    let refused = [
+        // A write needs the file to store.
+        (write.clone(), "local_file", "is required for a write"),
+        // A write has no bfid yet.
+        (
+            with(write.clone(), json!({"local_file": src_path, "bfid": "B1"})),
+            "bfid",
+            "only a read",
+        ),
+        // A station may not point encp at files outside local_roots.
+        (
+            with(write.clone(), json!({"local_file": "/etc/passwd"})),
+            "local_file",
+            "mss.encp.local_roots",
+        ),
+    ];
+    for (body, field, why) in refused {
+        let (status, answer) = app.post("/v1/requests", &body).await;
+        assert_eq!(
+            (status, answer["field"].as_str()),
+            (422, Some(field)),
+            "{answer}"
+        );
+        assert!(answer["error"].as_str().unwrap().contains(why), "{answer}");
+    }
     let stored: i64 = open_db(&app.db)
         .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
         .unwrap();
@@ -190,44 +175,6 @@ async fn encp_runs_each_transfer_at_the_brokers_priority_and_reports_its_bytes()
     app.stop().await;
 }
 
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Serve {
-    fn start(config: &Path, db: &Path) -> Serve {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-            .arg(config)
-            .arg("--db")
-            .arg(db)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("banner");
-        let base = line.trim().rsplit(' ').next().unwrap().to_string();
-        assert!(base.starts_with("http://"), "banner {line:?}");
-        Serve { child, base }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -240,7 +187,7 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
         // Queued at the "library manager" far longer than the test.
         encp_standin::control(dir.path(), n, "queued 60\n").unwrap();
     }
-    let serve = Serve::start(&config, &db);
+    let mut serve = ServeProcess::start(&config, &db);
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for n in names {
@@ -271,7 +218,7 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
     for n in names {
         encp_standin::control(dir.path(), n, "bytes 1000\n").unwrap();
     }
-    let serve = Serve::start(&config, &db);
+    let serve = ServeProcess::start(&config, &db);
     let deadline = Instant::now() + Duration::from_secs(30);
     let final_states = loop {
         let mut states = Vec::new();

@@ -3,41 +3,16 @@
 //! `MSSBROKER_KILL_ROUNDS` (default 3; the README's soak command sets more).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::helpers::{
-    assert_each_attempt_once, open_db, request, test_config, wait_for_count, SimProcess, BIN,
+    assert_each_attempt_once, open_db, request, test_config, wait_for_count, ServeProcess,
+    SimProcess,
 };
-
-struct Broker {
-    child: Child,
-    base: String,
-}
-
-fn start_broker(config: &Path, db: &Path) -> Broker {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("banner");
-    let base = line.trim().rsplit(' ').next().expect("address").to_string();
-    assert!(base.starts_with("http://"), "banner {line:?}");
-    Broker { child, base }
-}
 
 /// A small deterministic generator, so a failing round can be replayed from its seed.
 fn next(seed: &mut u64) -> u64 {
@@ -70,7 +45,7 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
     let mut counter = 0u64;
 
     for round in 0..rounds {
-        let broker = start_broker(&config, &db);
+        let broker = ServeProcess::start(&config, &db);
         let mut workers = Vec::new();
         for w in 0..8 {
             let (base, acks) = (broker.base.clone(), acknowledged.clone());
@@ -106,9 +81,8 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
         let delay = 150 + next(&mut seed) % 600;
         tokio::time::sleep(Duration::from_millis(delay)).await;
         let in_flight_before = acknowledged.lock().unwrap().len();
-        let mut child = broker.child;
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        let mut broker = broker;
+        broker.kill(); // SIGKILL
         let mut in_flight = 0;
         for w in workers {
             in_flight += usize::from(w.await.unwrap());
@@ -118,7 +92,7 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
 
     // Restart, replay a sample of acknowledged requests (clients retrying after the crash), and
     // let the load drain.
-    let broker = start_broker(&config, &db);
+    let broker = ServeProcess::start(&config, &db);
     let client = reqwest::Client::new();
     let acks = acknowledged.lock().unwrap().clone();
     assert!(
@@ -208,9 +182,7 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
         assert_eq!((usage, pending), (done, 0), "group {path}");
     }
     eprintln!("{rounds} kill rounds: {} acknowledged, {total} stored, {} submissions answered as duplicates by the MSS", acks.len(), received.duplicates);
-    let mut child = broker.child;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(broker);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,7 +193,7 @@ async fn sigterm_exits_zero_and_a_restart_picks_up_where_it_stopped() {
     let config = dir.path().join("broker.toml");
     std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
     let db = dir.path().join("broker.db");
-    let broker = start_broker(&config, &db);
+    let broker = ServeProcess::start(&config, &db);
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for i in 0..30u64 {
@@ -236,14 +208,14 @@ async fn sigterm_exits_zero_and_a_restart_picks_up_where_it_stopped() {
             .unwrap();
         ids.push(v["id"].as_i64().unwrap());
     }
-    let mut child = broker.child;
-    let pid = child.id().to_string();
+    let mut broker = broker;
+    let pid = broker.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap()
         .success());
-    let status = child.wait().unwrap();
+    let status = broker.child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "SIGTERM is a clean stop");
     let unfinished: i64 = open_db(&db)
         .query_row(
@@ -254,7 +226,7 @@ async fn sigterm_exits_zero_and_a_restart_picks_up_where_it_stopped() {
         .unwrap();
     assert!(unfinished > 0, "work was still queued when it stopped");
     // The restart finishes everything, each once.
-    let broker = start_broker(&config, &db);
+    let broker = ServeProcess::start(&config, &db);
     wait_for_count(
         &db,
         "SELECT COUNT(*) FROM requests WHERE state = 'done'",
@@ -265,7 +237,5 @@ async fn sigterm_exits_zero_and_a_restart_picks_up_where_it_stopped() {
     let received = sim.received().await;
     assert_each_attempt_once(&received);
     assert_eq!(received.received.len(), 30);
-    let mut child = broker.child;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(broker);
 }

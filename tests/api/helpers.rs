@@ -133,6 +133,46 @@ impl Drop for SimProcess {
     }
 }
 
+/// The real `mssbroker serve` binary on a free loopback port, with `config` and `db`. It is
+/// killed and reaped when dropped.
+pub struct ServeProcess {
+    pub child: Child,
+    pub base: String,
+}
+
+impl ServeProcess {
+    pub fn start(config: &std::path::Path, db: &std::path::Path) -> ServeProcess {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(config)
+            .arg("--db")
+            .arg(db)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("banner");
+        let base = line.trim().rsplit(' ').next().expect("address").to_string();
+        assert!(base.starts_with("http://"), "banner {line:?}");
+        ServeProcess { child, base }
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A broker running in this test's runtime.
 pub struct TestApp {
     pub base: String,

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -27,33 +27,8 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
 
+use super::{Call, Caller, Desk, Plan};
 use crate::fts3::job_id;
-
-/// How long stand-in jobs take.
-#[derive(Debug, Clone, Copy)]
-pub struct Plan {
-    pub queued: Duration,
-    pub active: Duration,
-}
-
-impl Default for Plan {
-    fn default() -> Self {
-        Plan {
-            queued: Duration::from_millis(150),
-            active: Duration::from_millis(150),
-        }
-    }
-}
-
-/// One call the stand-in received.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Call {
-    pub method: String,
-    pub path: String,
-    pub query: HashMap<String, String>,
-    pub authorization: Option<String>,
-    pub body: Option<Value>,
-}
 
 /// A job as the stand-in keeps it.
 #[derive(Debug, Clone)]
@@ -73,14 +48,11 @@ pub struct Job {
 
 struct Inner {
     vo: String,
-    token: Option<String>,
+    desk: Desk,
     plan: Plan,
-    calls: Vec<Call>,
     jobs: HashMap<String, Job>,
     /// Job ids in submission order.
     order: Vec<String>,
-    /// Answer every call with 503 while set.
-    down: bool,
 }
 
 /// A running stand-in FTS3 server.
@@ -121,12 +93,10 @@ impl Fts3Standin {
     {
         let state = Arc::new(Mutex::new(Inner {
             vo: vo.to_string(),
-            token: token.map(str::to_string),
+            desk: Desk::new(token),
             plan,
-            calls: Vec::new(),
             jobs: HashMap::new(),
             order: Vec::new(),
-            down: false,
         }));
         let app = Router::new()
             .route("/jobs", post(submit))
@@ -147,7 +117,7 @@ impl Fts3Standin {
 
     /// Every call received, in order.
     pub fn calls(&self) -> Vec<Call> {
-        self.lock().calls.clone()
+        self.lock().desk.calls.clone()
     }
 
     /// Every job created, in submission order.
@@ -169,7 +139,7 @@ impl Fts3Standin {
 
     /// Answer every call with 503 (an FTS3 outage) or serve again.
     pub fn set_down(&self, down: bool) {
-        self.lock().down = down;
+        self.lock().desk.down = down;
     }
 
     /// Forget every job (a database wiped, jobs archived away).
@@ -204,43 +174,9 @@ fn error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-/// Record the call, then check the service is up and the caller authenticated. Returns the
-/// authentication method (`oauth2` or `certificate`) or the refusal.
-fn admit(
-    state: &Mutex<Inner>,
-    method: &str,
-    path: String,
-    query: HashMap<String, String>,
-    headers: &HeaderMap,
-    body: Option<Value>,
-) -> Result<&'static str, Refusal> {
-    let authorization = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let mut s = lock(state);
-    s.calls.push(Call {
-        method: method.to_string(),
-        path,
-        query,
-        authorization: authorization.clone(),
-        body,
-    });
-    if s.down {
-        return Err(Refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "stand-in is down".into(),
-        ));
-    }
-    match (&s.token, authorization) {
-        (Some(want), Some(got)) if got == format!("Bearer {want}") => Ok("oauth2"),
-        (Some(_), _) => Err(Refusal(
-            StatusCode::UNAUTHORIZED,
-            "invalid or missing token".into(),
-        )),
-        (None, Some(_)) => Ok("oauth2"),
-        (None, None) => Ok("certificate"),
-    }
+/// Record the call, then check the service is up and the caller authenticated.
+fn admit(state: &Mutex<Inner>, call: Call) -> Result<Caller, Refusal> {
+    lock(state).desk.admit(call).map_err(|(s, m)| Refusal(s, m))
 }
 
 const FILE_KEYS: &[&str] = &[
@@ -411,11 +347,13 @@ async fn submit(
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     let method = match admit(
         &state,
-        "POST",
-        "/jobs".into(),
-        HashMap::new(),
-        &headers,
-        parsed.as_ref().ok().cloned(),
+        Call::new(
+            "POST",
+            "/jobs".into(),
+            HashMap::new(),
+            &headers,
+            parsed.as_ref().ok().cloned(),
+        ),
     ) {
         Ok(m) => m,
         Err(r) => return r.into_response(),
@@ -428,13 +366,13 @@ async fn submit(
         Err(m) => return error(StatusCode::BAD_REQUEST, &m),
     };
     let int = |k: &str| params.get(k).and_then(Value::as_i64).unwrap_or(0);
-    if method == "oauth2" && int("archive_timeout") > 0 {
+    if method == Caller::Token && int("archive_timeout") > 0 {
         return error(
             StatusCode::BAD_REQUEST,
             "Requests to archive to tape using token authentication are not supported",
         );
     }
-    if method == "oauth2" && int("bring_online") > 0 {
+    if method == Caller::Token && int("bring_online") > 0 {
         return error(
             StatusCode::BAD_REQUEST,
             "Requests to retrieve from tape using token authentication are not supported",
@@ -620,11 +558,7 @@ async fn get_jobs(
 ) -> Response {
     if let Err(r) = admit(
         &state,
-        "GET",
-        format!("/jobs/{ids}"),
-        query.clone(),
-        &headers,
-        None,
+        Call::new("GET", format!("/jobs/{ids}"), query.clone(), &headers, None),
     ) {
         return r.into_response();
     }
@@ -641,11 +575,13 @@ async fn cancel(
 ) -> Response {
     if let Err(r) = admit(
         &state,
-        "DELETE",
-        format!("/jobs/{ids}"),
-        HashMap::new(),
-        &headers,
-        None,
+        Call::new(
+            "DELETE",
+            format!("/jobs/{ids}"),
+            HashMap::new(),
+            &headers,
+            None,
+        ),
     ) {
         return r.into_response();
     }
@@ -668,11 +604,13 @@ async fn modify(
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
     if let Err(r) = admit(
         &state,
-        "POST",
-        format!("/jobs/{ids}"),
-        HashMap::new(),
-        &headers,
-        parsed.clone(),
+        Call::new(
+            "POST",
+            format!("/jobs/{ids}"),
+            HashMap::new(),
+            &headers,
+            parsed.clone(),
+        ),
     ) {
         return r.into_response();
     }

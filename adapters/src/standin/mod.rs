@@ -5,8 +5,104 @@
 //! broker's own tests drive them too.
 
 pub mod encp;
+pub mod events;
 pub mod fts3;
 pub mod tape_rest;
 
-pub use fts3::{Call, Fts3Standin, Plan};
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+pub use events::EventReader;
+pub use fts3::Fts3Standin;
 pub use tape_rest::TapeRestStandin;
+
+/// How long stand-in transfers take: queued, then active, then done.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub queued: Duration,
+    pub active: Duration,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan {
+            queued: Duration::from_millis(150),
+            active: Duration::from_millis(150),
+        }
+    }
+}
+
+/// One call a stand-in received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub query: HashMap<String, String>,
+    pub authorization: Option<String>,
+    pub body: Option<Value>,
+}
+
+impl Call {
+    pub(crate) fn new(
+        method: &str,
+        path: String,
+        query: HashMap<String, String>,
+        headers: &HeaderMap,
+        body: Option<Value>,
+    ) -> Call {
+        Call {
+            method: method.to_string(),
+            path,
+            query,
+            authorization: headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+            body,
+        }
+    }
+}
+
+/// How a caller authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// A bearer token.
+    Token,
+    /// No token: taken as authenticated by its TLS client certificate.
+    Certificate,
+}
+
+/// What every stand-in does before it answers: record the call, refuse while down (503),
+/// check the bearer token when one is required (401).
+#[derive(Debug, Default)]
+pub(crate) struct Desk {
+    pub token: Option<String>,
+    pub calls: Vec<Call>,
+    pub down: bool,
+}
+
+impl Desk {
+    pub fn new(token: Option<&str>) -> Desk {
+        Desk {
+            token: token.map(str::to_string),
+            ..Desk::default()
+        }
+    }
+
+    pub fn admit(&mut self, call: Call) -> Result<Caller, (StatusCode, String)> {
+        let authorization = call.authorization.clone();
+        self.calls.push(call);
+        if self.down {
+            return Err((StatusCode::SERVICE_UNAVAILABLE, "stand-in is down".into()));
+        }
+        match (&self.token, authorization) {
+            (Some(want), Some(got)) if got == format!("Bearer {want}") => Ok(Caller::Token),
+            (Some(_), _) => Err((StatusCode::UNAUTHORIZED, "invalid or missing token".into())),
+            (None, Some(_)) => Ok(Caller::Token),
+            (None, None) => Ok(Caller::Certificate),
+        }
+    }
+}

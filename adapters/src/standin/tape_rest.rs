@@ -23,7 +23,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-pub use super::fts3::{Call, Plan};
+use super::{Call, Desk, Plan};
 
 /// A stage request as the stand-in keeps it.
 #[derive(Debug, Clone)]
@@ -38,13 +38,11 @@ pub struct StageRequest {
 }
 
 struct Inner {
-    token: Option<String>,
+    desk: Desk,
     plan: Plan,
-    calls: Vec<Call>,
     requests: HashMap<String, StageRequest>,
     order: Vec<String>,
     next: u64,
-    down: bool,
 }
 
 /// A running stand-in Tape REST endpoint; its API base is `url`.
@@ -67,13 +65,11 @@ impl TapeRestStandin {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/api/v1/tape", listener.local_addr()?);
         let state = Arc::new(Mutex::new(Inner {
-            token: token.map(str::to_string),
+            desk: Desk::new(token),
             plan,
-            calls: Vec::new(),
             requests: HashMap::new(),
             order: Vec::new(),
             next: 1,
-            down: false,
         }));
         let api = Router::new()
             .route("/stage", post(stage))
@@ -97,7 +93,7 @@ impl TapeRestStandin {
     }
 
     pub fn calls(&self) -> Vec<Call> {
-        self.lock().calls.clone()
+        self.lock().desk.calls.clone()
     }
 
     /// Every stage request created, in order.
@@ -110,7 +106,7 @@ impl TapeRestStandin {
     }
 
     pub fn set_down(&self, down: bool) {
-        self.lock().down = down;
+        self.lock().desk.down = down;
     }
 }
 
@@ -138,6 +134,7 @@ fn error(status: StatusCode, detail: &str) -> Response {
         .into_response()
 }
 
+/// Record the call, then check the service is up and the caller authenticated.
 fn admit(
     state: &Mutex<Inner>,
     method: &str,
@@ -145,31 +142,12 @@ fn admit(
     headers: &HeaderMap,
     body: Option<Value>,
 ) -> Result<(), Refusal> {
-    let authorization = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let mut s = lock(state);
-    s.calls.push(Call {
-        method: method.into(),
-        path,
-        query: HashMap::new(),
-        authorization: authorization.clone(),
-        body,
-    });
-    if s.down {
-        return Err(Refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "stand-in is down".into(),
-        ));
-    }
-    match &s.token {
-        Some(want) if authorization.as_deref() != Some(&format!("Bearer {want}")) => Err(Refusal(
-            StatusCode::UNAUTHORIZED,
-            "invalid or missing token".into(),
-        )),
-        _ => Ok(()),
-    }
+    let call = Call::new(method, path, HashMap::new(), headers, body);
+    lock(state)
+        .desk
+        .admit(call)
+        .map(|_| ())
+        .map_err(|(s, m)| Refusal(s, m))
 }
 
 /// Check a stage submission against the specification; the files or the 400's detail.
@@ -368,36 +346,46 @@ fn request_paths(s: &Inner, id: &str, body: &Option<Value>) -> Result<Vec<String
     Ok(paths)
 }
 
+/// `POST {what}` of request `id` with `{"paths": [...]}`, all of the request: `apply` them.
+async fn on_paths(
+    state: &Mutex<Inner>,
+    what: String,
+    id: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    apply: impl FnOnce(&mut StageRequest, Vec<String>, &Plan),
+) -> Response {
+    let body: Option<Value> = serde_json::from_slice(body).ok();
+    if let Err(r) = admit(state, "POST", what, headers, body.clone()) {
+        return r.into_response();
+    }
+    let mut s = lock(state);
+    let paths = match request_paths(&s, id, &body) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let plan = s.plan;
+    if let Some(r) = s.requests.get_mut(id) {
+        apply(r, paths, &plan);
+    }
+    StatusCode::OK.into_response()
+}
+
 async fn cancel(
     State(state): State<Arc<Mutex<Inner>>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let body: Option<Value> = serde_json::from_slice(&body).ok();
-    if let Err(r) = admit(
-        &state,
-        "POST",
-        format!("/stage/{id}/cancel"),
-        &headers,
-        body.clone(),
-    ) {
-        return r.into_response();
-    }
-    let mut s = lock(&state);
-    let paths = match request_paths(&s, &id, &body) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
-    let plan = s.plan;
-    if let Some(r) = s.requests.get_mut(&id) {
+    let what = format!("/stage/{id}/cancel");
+    on_paths(&state, what, &id, &headers, &body, |r, paths, plan| {
         for p in paths {
-            if !matches!(file_state(r, &p, &plan).0, "COMPLETED" | "FAILED") {
+            if !matches!(file_state(r, &p, plan).0, "COMPLETED" | "FAILED") {
                 r.cancelled.insert(p);
             }
         }
-    }
-    StatusCode::OK.into_response()
+    })
+    .await
 }
 
 async fn release(
@@ -406,25 +394,11 @@ async fn release(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let body: Option<Value> = serde_json::from_slice(&body).ok();
-    if let Err(r) = admit(
-        &state,
-        "POST",
-        format!("/release/{id}"),
-        &headers,
-        body.clone(),
-    ) {
-        return r.into_response();
-    }
-    let mut s = lock(&state);
-    let paths = match request_paths(&s, &id, &body) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
-    if let Some(r) = s.requests.get_mut(&id) {
-        r.released.extend(paths);
-    }
-    StatusCode::OK.into_response()
+    let what = format!("/release/{id}");
+    on_paths(&state, what, &id, &headers, &body, |r, paths, _| {
+        r.released.extend(paths)
+    })
+    .await
 }
 
 async fn archive_info(
