@@ -78,6 +78,8 @@ async fn every_role_on_every_endpoint() {
     assert_eq!(s, 202, "{body}");
     let id = body["id"].as_i64().unwrap();
     let req_path = format!("/v1/requests/{id}");
+    let release_path = format!("/v1/requests/{id}/release");
+    let empty = json!({});
     let mut a2 = a.clone();
     a2["client_request_id"] = json!("r2");
     let batch_a = json!({"requests": [a2]});
@@ -112,6 +114,14 @@ async fn every_role_on_every_endpoint() {
         ("GET", "/metrics", None, [401, 401, 403, 403, 403, 200, 200]),
         ("GET", "/report", None, [401, 401, 403, 403, 403, 200, 200]),
         ("GET", "/healthz", None, [200, 200, 200, 200, 200, 200, 200]),
+        ("GET", "/v1/mss", None, [401, 401, 200, 200, 403, 200, 200]),
+        // The simulator keeps no disk copies: the owner and the operator get 409, not 403.
+        (
+            "POST",
+            &release_path,
+            Some(&empty),
+            [401, 401, 409, 404, 403, 403, 409],
+        ),
         ("DELETE", &req_path, None, [401, 401, 0, 404, 403, 403, 0]),
     ];
     let callers = [
