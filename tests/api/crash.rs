@@ -44,56 +44,99 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut counter = 0u64;
 
+    // One client for all the load: building one loads the system's TLS roots, tens of ms of
+    // CPU each in a debug build, which on a busy machine ate the whole round before a request
+    // was sent.
+    let client = reqwest::Client::new();
+    // Answers other than 202 while the broker is up: none are expected.
+    let unexpected: Arc<Mutex<Vec<String>>> = Arc::default();
+
     for round in 0..rounds {
         let broker = ServeProcess::start(&config, &db);
+        let before = acknowledged.lock().unwrap().len();
         let mut workers = Vec::new();
         for w in 0..8 {
-            let (base, acks) = (broker.base.clone(), acknowledged.clone());
+            let (base, acks, client) = (broker.base.clone(), acknowledged.clone(), client.clone());
+            let unexpected = unexpected.clone();
             let start = counter + w * 100_000;
             workers.push(tokio::spawn(async move {
-                // Returns whether a request was in flight when the broker died.
-                let client = reqwest::Client::new();
+                // Runs until the broker dies; returns whether a request was in flight then.
                 let mut n = start;
                 loop {
                     n += 1;
                     let (mode, group) = modes[(n % 4) as usize];
                     let crid = format!("k{round}-{n}");
                     let body = request(&crid, mode, group, 1_000_000_000 + n % 977);
-                    let Ok(resp) = client
-                        .post(format!("{base}/v1/requests"))
-                        .json(&body)
-                        .send()
-                        .await
-                    else {
-                        return true;
-                    };
-                    if resp.status().as_u16() != 202 {
-                        return true;
+                    loop {
+                        let Ok(resp) = client
+                            .post(format!("{base}/v1/requests"))
+                            .json(&body)
+                            .send()
+                            .await
+                        else {
+                            return true;
+                        };
+                        let status = resp.status().as_u16();
+                        let Ok(v) = resp.json::<Value>().await else {
+                            return true;
+                        };
+                        match status {
+                            202 => {
+                                acks.lock().unwrap().insert(crid, v["id"].as_i64().unwrap());
+                                break;
+                            }
+                            // Busy: a client retries the same request, as a station would.
+                            503 => tokio::time::sleep(Duration::from_millis(20)).await,
+                            _ => {
+                                unexpected
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("{crid}: {status} {v}"));
+                                break;
+                            }
+                        }
                     }
-                    let Ok(v) = resp.json::<Value>().await else {
-                        return true;
-                    };
-                    acks.lock().unwrap().insert(crid, v["id"].as_i64().unwrap());
                 }
             }));
         }
         counter += 1_000_000;
-        let delay = 150 + next(&mut seed) % 600;
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        let in_flight_before = acknowledged.lock().unwrap().len();
+        // Kill at a seeded point of the load, counted in acknowledgements rather than time so
+        // that a slow machine is killed as deep into the load as a fast one, plus a seeded few
+        // milliseconds so the kill does not land just after an answer.
+        let target = 30 + (next(&mut seed) % 170) as usize;
+        let extra = next(&mut seed) % 40;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = acknowledged.lock().unwrap().len() - before;
+            if got >= target {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "round {round}: only {got} of {target} requests acknowledged in 60 s; unexpected answers: {:?}",
+                unexpected.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(extra)).await;
+        let at_kill = acknowledged.lock().unwrap().len();
         let mut broker = broker;
         broker.kill(); // SIGKILL
         let mut in_flight = 0;
         for w in workers {
             in_flight += usize::from(w.await.unwrap());
         }
-        eprintln!("round {round}: killed after {delay} ms with {in_flight} requests in flight, {in_flight_before} acknowledged so far");
+        eprintln!("round {round}: killed {extra} ms after the {target}th acknowledgement of the round, with {in_flight} requests in flight, {at_kill} acknowledged so far");
     }
+    assert_eq!(
+        unexpected.lock().unwrap().as_slice(),
+        &[] as &[String],
+        "every submission to a live broker is acknowledged"
+    );
 
     // Restart, replay a sample of acknowledged requests (clients retrying after the crash), and
     // let the load drain.
     let broker = ServeProcess::start(&config, &db);
-    let client = reqwest::Client::new();
     let acks = acknowledged.lock().unwrap().clone();
     assert!(
         acks.len() > 50,
