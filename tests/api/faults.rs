@@ -63,7 +63,9 @@ async fn an_outage_holds_submissions_without_hammering_and_they_catch_up() {
     let sim = SimProcess::start();
     let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
     let client = reqwest::Client::new();
-    let down = json!({"down_for_ms": 2000});
+    // Down for three seconds: the check below comes a second after the 50 submissions, which
+    // leaves room for a loaded machine to be slow at submitting them.
+    let down = json!({"down_for_ms": 3000});
     assert!(client
         .put(format!("{}/v1/faults", sim.url))
         .json(&down)
@@ -80,7 +82,7 @@ async fn an_outage_holds_submissions_without_hammering_and_they_catch_up() {
     }
     assert_settled(&app, &sim, &ids).await;
     // Backoff (50 ms doubling to 500 ms in the test config) across the submit, event and stale
-    // loops: a dozen or two calls in two seconds, not thousands.
+    // loops: a few dozen calls in three seconds, not thousands.
     let refused = sim.received().await.refused;
     assert!(
         (1..100).contains(&refused),
