@@ -126,7 +126,7 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
         for w in workers {
             in_flight += usize::from(w.await.unwrap());
         }
-        eprintln!("round {round}: killed {extra} ms after the {target}th acknowledgement of the round, with {in_flight} requests in flight, {at_kill} acknowledged so far");
+        eprintln!("round {round}: killed {extra} ms after {target} acknowledgements in the round, with {in_flight} requests in flight, {at_kill} acknowledged so far");
     }
     assert_eq!(
         unexpected.lock().unwrap().as_slice(),
