@@ -10,7 +10,7 @@ use mss_adapters::standin::encp::{self as encp_standin, Run};
 use mss_adapters::standin::{Fts3Standin, Plan, TapeRestStandin};
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, ServeProcess, TestApp};
+use crate::helpers::{open_db, request, test_config, wait_final, ServeProcess, TestApp};
 
 /// The test configuration with `mss` as its `[mss]` section.
 fn config_with(mss: &str) -> String {
@@ -219,26 +219,11 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
         encp_standin::control(dir.path(), n, "bytes 1000\n").unwrap();
     }
     let serve = ServeProcess::start(&config, &db);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let final_states = loop {
-        let mut states = Vec::new();
-        for id in &ids {
-            let r: Value = client
-                .get(format!("{}/v1/requests/{id}", serve.base))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            states.push(r);
-        }
-        if states.iter().all(|r| r["state"] == "done") {
-            break states;
-        }
-        assert!(Instant::now() < deadline, "{states:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let final_states = wait_final(&client, &serve.base, &ids, Duration::from_secs(30)).await;
+    assert!(
+        final_states.iter().all(|r| r["state"] == "done"),
+        "{final_states:?}"
+    );
     let runs = encp_standin::runs(dir.path());
     for n in names {
         let source = format!("/pnfs/test/{n}");

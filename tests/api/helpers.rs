@@ -296,28 +296,45 @@ impl TestApp {
 
     /// Poll until every id is in a terminal state; panics after `limit`.
     pub async fn wait_final(&self, ids: &[i64], limit: Duration) -> Vec<Value> {
-        let start = Instant::now();
-        loop {
-            let mut all = Vec::with_capacity(ids.len());
-            for id in ids {
-                let (status, body) = self.get(&format!("/v1/requests/{id}")).await;
-                assert_eq!(status, 200, "request {id}: {body}");
-                all.push(body);
-            }
-            let pending = all
-                .iter()
-                .filter(|r| !matches!(r["state"].as_str(), Some("done" | "failed" | "cancelled")))
-                .count();
-            if pending == 0 {
-                return all;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "{pending} of {} requests not final after {limit:?}",
-                ids.len()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        wait_final(&self.client, &self.base, ids, limit).await
+    }
+}
+
+/// Poll the broker at `base` until every id is in a terminal state (done, failed or
+/// cancelled), and return the requests; panics after `limit`.
+pub async fn wait_final(
+    client: &reqwest::Client,
+    base: &str,
+    ids: &[i64],
+    limit: Duration,
+) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let mut all = Vec::with_capacity(ids.len());
+        for id in ids {
+            let resp = client
+                .get(format!("{base}/v1/requests/{id}"))
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let body = resp.json().await.unwrap_or(Value::Null);
+            assert_eq!(status, 200, "request {id}: {body}");
+            all.push(body);
         }
+        let pending = all
+            .iter()
+            .filter(|r| !matches!(r["state"].as_str(), Some("done" | "failed" | "cancelled")))
+            .count();
+        if pending == 0 {
+            return all;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{pending} of {} requests not final after {limit:?}",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
