@@ -191,6 +191,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, None, "no such endpoint") })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::map_response(error::json_errors))
         .with_state(state);
     (router, api)
 }
@@ -369,21 +370,20 @@ async fn submit_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&["station", "operator"], "submit requests")?;
-    let value = wire::parse_json(&json_bytes(&headers, body)?)?;
-    let items = wire::parse_batch(value, &state.limits)?;
+    let bytes = json_bytes(&headers, body)?;
+    let items = wire::batch_items(&bytes, &state.limits)?;
     caller.charge(&state, items.len())?;
     let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
     for (i, raw) in items.iter().enumerate() {
         let prefix = format!("requests[{i}].");
+        let parsed = RequestInput::from_slice_at(raw.get().as_bytes(), &state.limits, &prefix);
         // Another station's request in a station's batch refuses the whole batch: it is a
         // client error, and nothing of the batch is committed.
-        if let Some(station) = raw.get("station").and_then(|v| v.as_str()) {
-            caller.may_submit_for(station, &format!("{prefix}station"))?;
+        if let Some(station) = station_of(&parsed, raw) {
+            caller.may_submit_for(&station, &format!("{prefix}station"))?;
         }
-        let parsed = RequestInput::parse(raw, &state.limits, &prefix)
-            .and_then(|input| prepare(&state, input, &prefix));
-        match parsed {
+        match parsed.and_then(|input| prepare(&state, input, &prefix)) {
             Ok(item) => {
                 valid.push(item);
                 results.push(None);
@@ -425,9 +425,30 @@ async fn submit_batch(
     Ok((status, Json(body)).into_response())
 }
 
+/// The station a batch item names: parsed, or read alone from an item refused for another field.
+fn station_of(
+    parsed: &Result<RequestInput, ApiError>,
+    raw: &serde_json::value::RawValue,
+) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Station<'a> {
+        #[serde(borrow)]
+        station: Option<std::borrow::Cow<'a, str>>,
+    }
+    match parsed {
+        Ok(input) => Some(input.station.clone()),
+        Err(_) => serde_json::from_str::<Station<'_>>(raw.get())
+            .ok()
+            .and_then(|s| s.station.map(|s| s.into_owned())),
+    }
+}
+
+/// A request id in a path: ASCII digits only, without a sign or leading zeros, so one request
+/// has one spelling (`+1` and `01` are not request 1).
 fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    let canonical = raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0');
     match raw.parse::<i64>() {
-        Ok(id) if id > 0 => Ok(id),
+        Ok(id) if canonical && id > 0 => Ok(id),
         _ => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             Some("id"),
@@ -659,6 +680,7 @@ fn report_range(
         q.until.as_deref(),
         q.bucket.as_deref(),
         now,
+        state.limits.max_report_buckets,
     )
     .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
     Ok((range, now))

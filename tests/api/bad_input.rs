@@ -222,3 +222,131 @@ async fn an_oversized_body_is_413_and_a_database_failure_is_503_with_retry_after
     assert_eq!(status, 202);
     app.stop().await;
 }
+
+/// Issue 13, item 11: repeated keys, hidden characters and blank names, ids spelled with a sign
+/// or leading zeros, and the refusals axum makes itself (405, 413) all get a 4xx naming the
+/// field in the `{error, field}` shape, and store nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_keys_hidden_characters_odd_ids_and_axum_refusals_name_their_field() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (s, first) = app
+        .post("/v1/requests", &request("ok", "mc", "top", 10))
+        .await;
+    assert_eq!(s, 202);
+    let good = request("bad", "mc", "top", 10);
+
+    // The same key twice: the last one used to win.
+    let text = serde_json::to_string(&good).unwrap();
+    let twice = format!("{},\"user\":\"mallory\"}}", text.trim_end_matches('}'));
+    let (status, answer) = app
+        .post_raw(
+            "/v1/requests",
+            "application/json",
+            twice.clone().into_bytes(),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (422, Some("user")),
+        "{answer}"
+    );
+    let zero = with(good.clone(), "size_bytes", json!(0));
+    let batch = format!("{{\"requests\": [{zero}, {twice}]}}");
+    let (status, answer) = app
+        .post_raw("/v1/requests/batch", "application/json", batch.into_bytes())
+        .await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["results"][1]["field"], "requests[1].user");
+
+    // Names that hide or reorder text, and blank names.
+    for (key, value) in [
+        ("station", "cms\u{2028}fake log line"),
+        ("user", "alice\u{202e}txt.exe"),
+        ("user", "   "),
+        ("physics_group", "to\u{200b}p"),
+    ] {
+        let (status, answer) = app
+            .post("/v1/requests", &with(good.clone(), key, json!(value)))
+            .await;
+        assert_eq!(
+            (status, answer["field"].as_str()),
+            (422, Some(key)),
+            "{value:?}: {answer}"
+        );
+    }
+
+    // One spelling per id.
+    let id = first["id"].as_i64().unwrap();
+    for spelled in [
+        format!("+{id}"),
+        format!("0{id}"),
+        format!("{id}%20"),
+        format!("%2B{id}"),
+    ] {
+        let (status, answer) = app.get(&format!("/v1/requests/{spelled}")).await;
+        assert_eq!(
+            (status, answer["field"].as_str()),
+            (400, Some("id")),
+            "{spelled}: {answer}"
+        );
+    }
+    let (status, _) = app.get(&format!("/v1/requests/{id}")).await;
+    assert_eq!(status, 200);
+
+    // A method the path does not take: axum's 405, in the shape of every other refusal.
+    let resp = app
+        .client
+        .put(format!("{}/v1/requests", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    assert!(
+        resp.headers().get("allow").is_some(),
+        "the Allow header is kept"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["field"], "method", "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("Allow")),
+        "{body}"
+    );
+
+    let count: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 1, "nothing refused was stored");
+    app.stop().await;
+}
+
+/// Issue 13, item 7: a report of more buckets than `limits.max_report_buckets` is a 400 naming
+/// the field and the limit (it was 71 MB of JSON for 1972 to now by day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_of_too_many_buckets_is_refused_with_the_limit() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (status, answer) = app
+        .get("/v1/report?since=1972-03-01T00:00:00Z&bucket=day")
+        .await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (400, Some("bucket")),
+        "{answer}"
+    );
+    assert!(
+        answer["error"].as_str().unwrap().contains("2000"),
+        "{answer}"
+    );
+    let (status, answer) = app.get("/v1/report?since=1972-03-01T00:00:00Z").await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (400, Some("since")),
+        "{answer}"
+    );
+    let (status, answer) = app
+        .get("/v1/report?since=2025-01-01T00:00:00Z&until=2026-01-01T00:00:00Z&bucket=day")
+        .await;
+    assert_eq!(status, 200, "a year by day is within the limit: {answer}");
+    app.stop().await;
+}
