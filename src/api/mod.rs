@@ -310,7 +310,7 @@ fn mss_can_take(
         _ => {}
     }
     if let Some(f) = &input.local_file {
-        if let Err(why) = mss.check_local_file(f) {
+        if let Err(why) = mss.check_local_file_for(&input.station, f) {
             return field("local_file", format!("{why} for the {name} adapter"));
         }
     }
