@@ -40,7 +40,7 @@ impl ApiError {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             Some("authorization"),
-            "a known bearer token is required (Authorization: Bearer TOKEN)",
+            "a known token is required (Authorization: Bearer TOKEN, or HTTP Basic with the token as the password)",
         )
     }
 

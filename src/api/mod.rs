@@ -82,7 +82,8 @@ impl axum::extract::FromRequestParts<AppState> for Caller {
 }
 
 /// The token of an `Authorization` header: `Bearer TOKEN`, or `Basic` with the token as the
-/// password (any user name), so a browser's login prompt can open the HTML report.
+/// password (any user name), so a browser's login prompt can open the HTML report. Both are
+/// accepted on every endpoint, with the same roles (README, Authentication).
 fn bearer_or_basic_token(h: &str) -> Option<String> {
     use base64::Engine as _;
     if let Some(t) = h

@@ -265,6 +265,12 @@ async fn repeated_keys_hidden_characters_odd_ids_and_axum_refusals_name_their_fi
         ("user", "alice\u{202e}txt.exe"),
         ("user", "   "),
         ("physics_group", "to\u{200b}p"),
+        // Item 6: operands of the MSS's command line.
+        ("file", "--library=EVIL"),
+        ("file", "--get-bfid"),
+        ("file", "/pnfs/cms/x/.."),
+        ("file", "/"),
+        ("bfid", "-x"),
     ] {
         let (status, answer) = app
             .post("/v1/requests", &with(good.clone(), key, json!(value)))
@@ -348,5 +354,18 @@ async fn a_report_of_too_many_buckets_is_refused_with_the_limit() {
         .get("/v1/report?since=2025-01-01T00:00:00Z&until=2026-01-01T00:00:00Z&bucket=day")
         .await;
     assert_eq!(status, 200, "a year by day is within the limit: {answer}");
+    // The same limit for `mssbroker report` from the database file.
+    let db = app.db.display().to_string();
+    let out = std::process::Command::new(crate::helpers::BIN)
+        .args(["report", "--db", &db, "--since", "1972-03-01T00:00:00Z"])
+        .args(["--bucket", "day"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--bucket") && stderr.contains("2000"),
+        "{stderr}"
+    );
     app.stop().await;
 }
