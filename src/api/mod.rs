@@ -674,7 +674,7 @@ fn report_range(
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<(crate::report::ReportRange, i64), ApiError> {
     let Query(q) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, None, e.body_text()))?;
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some("query"), e.body_text()))?;
     let now = state.clock.now_ms();
     let range = crate::report::parse_range(
         q.since.as_deref(),

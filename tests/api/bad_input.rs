@@ -354,6 +354,12 @@ async fn a_report_of_too_many_buckets_is_refused_with_the_limit() {
         .get("/v1/report?since=2025-01-01T00:00:00Z&until=2026-01-01T00:00:00Z&bucket=day")
         .await;
     assert_eq!(status, 200, "a year by day is within the limit: {answer}");
+    let (status, answer) = app.get("/v1/report?buckets=day").await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (400, Some("query")),
+        "{answer}"
+    );
     // The same limit for `mssbroker report` from the database file.
     let db = app.db.display().to_string();
     let out = std::process::Command::new(crate::helpers::BIN)
