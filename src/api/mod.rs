@@ -206,7 +206,7 @@ pub fn router(state: AppState) -> Router {
 #[openapi(
     info(title = "mssbroker", description = "Fair-share broker for file-transfer requests in front of a tape mass storage system"),
     modifiers(&BearerAuth),
-    security(("bearer" = [])),
+    security(("bearer" = []), ("basic" = [])),
     components(schemas(error::ErrorBody))
 )]
 struct ApiDoc;
@@ -220,6 +220,11 @@ impl utoipa::Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        // Any user name, the token as the password: accepted wherever a bearer token is.
+        components.add_security_scheme(
+            "basic",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Basic).build()),
         );
     }
 }

@@ -184,6 +184,11 @@ async fn every_role_on_every_endpoint() {
             .unwrap();
         assert_eq!(resp.status().as_u16(), want, "{path} basic {password}");
     }
+    let (_, doc) = app.get("/v1/openapi.json").await;
+    assert_eq!(
+        doc["components"]["securitySchemes"]["basic"]["scheme"],
+        "basic"
+    );
     // Station b's refusal names the field; nothing of its batch was committed.
     let (_, answer) = call(
         &app,
