@@ -375,3 +375,50 @@ async fn a_report_of_too_many_buckets_is_refused_with_the_limit() {
     );
     app.stop().await;
 }
+
+/// Issue 13, item 6 through the broker: with `{station}` in encp's `local_roots`, a request may
+/// name a local file only in its own station's area; a link there that leads out, and a
+/// directory, are refused too, with a 422 naming `local_file`, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encp_local_files_stay_in_the_stations_own_area() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let own = dir.path().join("station-a");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::create_dir_all(dir.path().join("station-b")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), own.join("out")).unwrap();
+    let base = test_config(Some("http://127.0.0.1:9"));
+    let head = &base[..base.find("[mss]").unwrap()];
+    let config = format!(
+        "{head}[mss]\nadapter = \"encp\"\n[mss.encp]\ncommand = \"{script}\"\n\
+         local_roots = [\"{root}/{{station}}\"]\nenv = {{ ENCP_STANDIN_DIR = \"{root}\" }}\n",
+        script = mss_adapters::standin::encp::script().display(),
+        root = dir.path().display(),
+    );
+    let app = TestApp::spawn(&config).await;
+    let at = |p: &std::path::Path| {
+        let mut r = request("l1", "mc", "top", 10);
+        r["local_file"] = json!(p.display().to_string());
+        r
+    };
+    for (path, why) in [
+        (dir.path().join("station-b/f"), "local_roots"),
+        (own.join("out/f"), "leads to"),
+        (own.clone(), "directory"),
+    ] {
+        let (status, answer) = app.post("/v1/requests", &at(&path)).await;
+        assert_eq!(
+            (status, answer["field"].as_str()),
+            (422, Some("local_file")),
+            "{path:?}: {answer}"
+        );
+        assert!(answer["error"].as_str().unwrap().contains(why), "{answer}");
+    }
+    let count: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 0);
+    let (status, answer) = app.post("/v1/requests", &at(&own.join("f"))).await;
+    assert_eq!(status, 202, "its own area: {answer}");
+    app.stop().await;
+}
