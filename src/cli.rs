@@ -226,6 +226,7 @@ async fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
                 args.until.as_deref(),
                 args.bucket.as_deref(),
                 now,
+                settings.limits.max_report_buckets,
             )
             .map_err(|e| anyhow::anyhow!("--{e}"))?;
             if !db.exists() {

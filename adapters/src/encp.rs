@@ -313,7 +313,8 @@ impl RawEncpConfig {
         }
         let local_roots: Vec<PathBuf> = self.local_roots.iter().map(PathBuf::from).collect();
         for root in &local_roots {
-            if !root.is_absolute() || has_parent_dir(root) {
+            let text = root.to_string_lossy();
+            if !root.is_absolute() || has_parent_dir(root) || has_dot_segment(&text) {
                 issues.push(Issue::new(
                     "local_roots",
                     format!("`{}` must be an absolute directory", root.display()),
@@ -418,14 +419,46 @@ impl RawEncpConfig {
 }
 
 impl EncpConfig {
-    /// Whether a station may name this local file: an absolute path with no `..`, under one
-    /// of `local_roots` when any are set.
-    pub fn check_local_file(&self, local_file: &str) -> Result<(), String> {
-        let path = Path::new(local_file);
-        if !path.is_absolute() || has_parent_dir(path) {
-            return Err("must be an absolute path without `..`".into());
+    /// Whether `station` may name this local file: an absolute path without `.` or `..`
+    /// segments that, with its symbolic links resolved, is under one of `local_roots` (where
+    /// `{station}` is the station's own name) when any are set, and is not a directory.
+    pub fn check_local_file_for(&self, station: &str, local_file: &str) -> Result<(), String> {
+        if station.contains('/') || station == "." || station == ".." {
+            return Err("cannot be placed: the station's name is not a directory name".into());
         }
-        if self.local_roots.is_empty() || self.local_roots.iter().any(|r| path.starts_with(r)) {
+        self.check_local(local_file, Some(station))
+    }
+
+    /// The same check when the station is not known (a transfer about to run): a `{station}`
+    /// segment of a root then matches any one directory. Run again before every `encp`, since a
+    /// symbolic link may have changed since the request arrived.
+    pub fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        self.check_local(local_file, None)
+    }
+
+    fn check_local(&self, local_file: &str, station: Option<&str>) -> Result<(), String> {
+        let path = Path::new(local_file);
+        if !path.is_absolute() || has_dot_segment(local_file) {
+            return Err("must be an absolute path without `.` or `..` segments".into());
+        }
+        let resolved = resolve(path)?;
+        if resolved.is_dir() {
+            return Err(format!(
+                "`{}` is a directory: name a file",
+                resolved.display()
+            ));
+        }
+        if self.local_roots.is_empty() {
+            return Ok(());
+        }
+        let under = |root: &PathBuf| {
+            let root = match station {
+                Some(st) => PathBuf::from(root.to_string_lossy().replace(STATION, st)),
+                None => root.clone(),
+            };
+            under_root(&resolved, &root)
+        };
+        if self.local_roots.iter().any(under) {
             return Ok(());
         }
         let roots: Vec<String> = self
@@ -433,8 +466,13 @@ impl EncpConfig {
             .iter()
             .map(|r| r.display().to_string())
             .collect();
+        let shown = if resolved == path {
+            String::new()
+        } else {
+            format!(" (it leads to {})", resolved.display())
+        };
         Err(format!(
-            "must be under one of {} (mss.encp.local_roots)",
+            "must be under one of {}{shown} (mss.encp.local_roots)",
             roots.join(", ")
         ))
     }
@@ -518,10 +556,10 @@ pub fn invocation(cfg: &EncpConfig, t: &Transfer) -> Result<Invocation, MssError
                     )),
                 };
             match &t.bfid {
-                Some(bfid) => args.extend(["--get-bfid".into(), bfid.clone()]),
-                None => args.push(t.file.clone()),
+                Some(bfid) => args.extend(["--get-bfid".into(), operand("bfid", bfid)?]),
+                None => args.push(operand("file", &t.file)?),
             }
-            args.push(dest.display().to_string());
+            args.push(operand("local_file", &dest.display().to_string())?);
             dest
         }
         Direction::Write => {
@@ -530,7 +568,7 @@ pub fn invocation(cfg: &EncpConfig, t: &Transfer) -> Result<Invocation, MssError
                     "a write needs local_file (the file to store)".into(),
                 ));
             };
-            args.extend([src.clone(), t.file.clone()]);
+            args.extend([operand("local_file", src)?, operand("file", &t.file)?]);
             PathBuf::from(src)
         }
     };
@@ -549,6 +587,94 @@ pub fn invocation(cfg: &EncpConfig, t: &Transfer) -> Result<Invocation, MssError
 fn has_parent_dir(path: &Path) -> bool {
     path.components()
         .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// The placeholder of a `local_roots` entry for the requesting station's name.
+pub const STATION: &str = "{station}";
+
+/// Whether a path has a `.` or `..` segment (`Path::components` drops inner `.` segments, so
+/// the text is read).
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|seg| seg == "." || seg == "..")
+}
+
+/// A path with its symbolic links resolved: the longest prefix that exists, canonicalized, then
+/// the rest as written. An entry that exists but cannot be resolved (a link to nothing, which
+/// encp would write through wherever it points later) is refused.
+fn resolve(path: &Path) -> Result<PathBuf, String> {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return Ok(rest.iter().rev().fold(real, |p, name| p.join(name)));
+        }
+        if existing.symlink_metadata().is_ok() {
+            return Err(format!(
+                "`{}` is a symbolic link that leads nowhere, or cannot be read",
+                existing.display()
+            ));
+        }
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = parent.to_path_buf();
+            }
+            _ => return Ok(path.to_path_buf()),
+        }
+    }
+}
+
+/// Whether `path` (resolved) is under `root`, whose existing part is resolved too (a root may
+/// itself be a symbolic link); a segment of `root` with `{station}` matches any one name.
+fn under_root(path: &Path, root: &Path) -> bool {
+    let segments: Vec<String> = root
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let fixed = segments
+        .iter()
+        .position(|s| s.contains(STATION))
+        .unwrap_or(segments.len());
+    let literal: PathBuf = segments[..fixed].iter().collect();
+    let head = resolve(&literal).unwrap_or(literal);
+    let pattern: Vec<String> = head
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .chain(segments[fixed..].iter().cloned())
+        .collect();
+    let mut names = path
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    pattern.iter().all(|want| {
+        names
+            .next()
+            .is_some_and(|name| segment_matches(want, &name))
+    })
+}
+
+/// One root segment against one path segment: equal, or `pre{station}post` around a name.
+fn segment_matches(want: &str, name: &str) -> bool {
+    match want.split_once(STATION) {
+        None => want == name,
+        Some((pre, post)) => {
+            name.len() > pre.len() + post.len() && name.starts_with(pre) && name.ends_with(post)
+        }
+    }
+}
+
+/// An operand of the command line: encp's option parser (Enstore's `src/option.py`,
+/// `Interface.parse_options`) does not honour `--`: `split_on_equals` splits every argument
+/// that looks like an option before `getopt` runs, and after `getopt` stops at `--`, the loop
+/// parses a following argument that starts with `-` as an option again. So nothing that starts
+/// with `-` may reach the command line as a file or bfid; the broker refuses it on arrival, and
+/// this refuses it again here.
+fn operand(what: &str, value: &str) -> Result<String, MssError> {
+    if value.starts_with('-') || has_dot_segment(value) || value.is_empty() {
+        return Err(MssError::Rejected(format!(
+            "{what} `{value}` would be read by encp as an option or leaves its directory"
+        )));
+    }
+    Ok(value.to_string())
 }
 
 fn basename(path: &str) -> &str {
@@ -604,6 +730,21 @@ pub fn outcome(cfg: &EncpConfig, exit: Exit, stderr_tail: &str, bytes: u64) -> E
             }
         }
     }
+}
+
+/// A successful run whose local side is a directory did not transfer a file (its 4,096 bytes
+/// are the directory's own): failed, and not retried, since it would end the same way.
+pub fn done_unless_directory(local: &Path, is_dir: bool, bytes: u64) -> EventKind {
+    if is_dir {
+        return EventKind::Failed {
+            reason: format!(
+                "encp exited 0 but the local side `{}` is a directory, not the file",
+                local.display()
+            ),
+            retryable: false,
+        };
+    }
+    EventKind::Done { bytes }
 }
 
 /// The last `n` lines of a stream, kept as they arrive.
@@ -721,6 +862,10 @@ impl MssAdapter for EncpAdapter {
         self.shared.cfg.check_local_file(local_file)
     }
 
+    fn check_local_file_for(&self, station: &str, local_file: &str) -> Result<(), String> {
+        self.shared.cfg.check_local_file_for(station, local_file)
+    }
+
     async fn room_freed(&self) {
         self.shared.room.notified().await
     }
@@ -749,6 +894,13 @@ impl MssAdapter for EncpAdapter {
             });
         }
         let inv = invocation(&sh.cfg, t)?;
+        if let Some(f) = &t.local_file {
+            // Links may have changed since the request arrived: the file must still be where
+            // the roots allow, and not a directory.
+            sh.cfg
+                .check_local_file(f)
+                .map_err(|why| MssError::Rejected(format!("local_file `{f}` {why}")))?;
+        }
         let permit = sh.slots.clone().try_acquire_owned().map_err(|_| {
             MssError::Unavailable(format!(
                 "all {} encp processes are busy",
@@ -972,13 +1124,13 @@ async fn watch(
     } else {
         err_tail
     };
-    let bytes = match exit {
-        Exit::Code(0) => std::fs::metadata(&local)
-            .map(|m| m.len())
-            .unwrap_or(t.size_bytes),
-        _ => 0,
+    let kind = match exit {
+        Exit::Code(0) => match std::fs::metadata(&local) {
+            Ok(m) => done_unless_directory(&local, m.is_dir(), m.len()),
+            Err(_) => outcome(&sh.cfg, exit, &tail, t.size_bytes),
+        },
+        _ => outcome(&sh.cfg, exit, &tail, 0),
     };
-    let kind = outcome(&sh.cfg, exit, &tail, bytes);
     match &kind {
         EventKind::Failed { reason, retryable } => {
             warn!(key = %t.key, attempt = t.attempt, %reason, retryable, "encp failed")

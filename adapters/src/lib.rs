@@ -227,6 +227,13 @@ pub trait MssAdapter: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The same for a request of `station`, for adapters whose allowed places depend on the
+    /// station (encp's `{station}` in `local_roots`); the default ignores the station.
+    fn check_local_file_for(&self, station: &str, local_file: &str) -> Result<(), String> {
+        let _ = station;
+        self.check_local_file(local_file)
+    }
+
     /// Ask the MSS to drop a transfer. A `cancelled` event follows if it could.
     async fn cancel(&self, transfer: &TransferRef) -> Result<(), MssError>;
 

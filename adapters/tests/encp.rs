@@ -407,3 +407,106 @@ async fn reprioritisation_runs_the_configured_command_for_a_queued_transfer() {
         Err(MssError::Rejected(_))
     ));
 }
+
+/// Issue 13, item 6: nothing a station gives reaches encp's command line as an option, whatever
+/// path checks the caller made: the adapter refuses it and runs nothing.
+#[tokio::test]
+async fn a_file_or_bfid_that_looks_like_an_option_runs_nothing() {
+    let b = Bench::new(|_| {});
+    let mut by_file = b.read("1", "f.root", 10);
+    by_file.file = "--library=EVIL".into();
+    let mut by_bfid = b.read("2", "f.root", 10);
+    by_bfid.bfid = Some("--verbose".into());
+    let mut climbing = b.read("3", "f.root", 10);
+    climbing.file = "/pnfs/cms/x/..".into();
+    let mut write = b.read("4", "f.root", 10);
+    write.direction = Direction::Write;
+    write.local_file = Some("-".into());
+    for t in [by_file, by_bfid, climbing, write] {
+        match b.adapter.submit(&t).await {
+            Err(MssError::Rejected(why)) => assert!(why.contains("option"), "{why}"),
+            other => panic!("{t:?}: {other:?}"),
+        }
+    }
+    assert!(b.runs().is_empty(), "no encp ran: {:?}", b.runs());
+}
+
+/// Issue 13, item 6: a destination that is a directory when encp exits (here it became one
+/// while the run waited) is a failure, not `done` with the directory's 4,096 bytes.
+#[tokio::test]
+async fn a_directory_destination_is_not_recorded_done() {
+    let mut b = Bench::new(|_| {});
+    let go = b.local("go");
+    b.control("d.root", &format!("wait_for {go}\n"));
+    let t = b.read("5", "d.root", 10);
+    b.adapter.submit(&t).await.unwrap();
+    b.wait_for_runs(1).await;
+    std::fs::create_dir(t.local_file.as_deref().unwrap()).unwrap();
+    std::fs::write(&go, "").unwrap();
+    match b.final_event("5").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(reason.contains("directory"), "{reason}");
+            assert!(!retryable);
+        }
+        other => panic!("a directory recorded as {other:?}"),
+    }
+}
+
+/// Issue 13, item 6: a symbolic link under a root that leads out of it is refused on arrival
+/// and again when the transfer is about to run; `{station}` in a root is the station's own
+/// area, so one station cannot name another's staged copy.
+#[tokio::test]
+async fn links_out_of_the_roots_and_other_stations_areas_are_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    let stage = tempfile::tempdir().unwrap();
+    let root = format!("{}/{{station}}", stage.path().display());
+    let b = Bench::new(|raw| raw.local_roots = vec![root.clone()]);
+    let mine = stage.path().join("cms");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::create_dir(stage.path().join("cdf")).unwrap();
+    let own = mine.join("f.out").display().to_string();
+    assert_eq!(b.adapter.check_local_file_for("cms", &own), Ok(()));
+    let theirs = stage.path().join("cdf/f.out").display().to_string();
+    let e = b.adapter.check_local_file_for("cms", &theirs).unwrap_err();
+    assert!(e.contains("local_roots"), "{e}");
+    assert!(b.adapter.check_local_file_for("../cdf", &theirs).is_err());
+    // A directory is not a file to write.
+    assert!(b
+        .adapter
+        .check_local_file_for("cms", &mine.display().to_string())
+        .unwrap_err()
+        .contains("directory"));
+
+    // A link in the station's own area that leads outside.
+    let link = mine.join("out");
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+    let through = link.join("f.out").display().to_string();
+    let e = b.adapter.check_local_file_for("cms", &through).unwrap_err();
+    assert!(e.contains("leads to"), "{e}");
+    // A link to nothing: encp would write wherever it points.
+    let dangling = mine.join("dangling");
+    std::os::unix::fs::symlink(outside.path().join("nothing"), &dangling).unwrap();
+    let e = b
+        .adapter
+        .check_local_file_for("cms", &dangling.display().to_string())
+        .unwrap_err();
+    assert!(e.contains("symbolic link"), "{e}");
+
+    // Accepted on arrival, then the directory is swapped for a link before encp runs.
+    let later = mine.join("later");
+    std::fs::create_dir(&later).unwrap();
+    let mut t = b.read("6", "f.root", 10);
+    t.local_file = Some(later.join("f.out").display().to_string());
+    assert_eq!(
+        b.adapter
+            .check_local_file_for("cms", t.local_file.as_deref().unwrap()),
+        Ok(())
+    );
+    std::fs::remove_dir(&later).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &later).unwrap();
+    match b.adapter.submit(&t).await {
+        Err(MssError::Rejected(why)) => assert!(why.contains("local_roots"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(b.runs().is_empty());
+}

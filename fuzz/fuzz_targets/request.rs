@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mssbroker::api::wire::{parse_batch, parse_json, RequestInput};
+use mssbroker::api::wire::{batch_items, RequestInput};
 use mssbroker::config::InputLimits;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,14 +14,18 @@ fuzz_target!(|data: &[u8]| {
         max_size_bytes: 1 << 40,
         max_string_len: 64,
         max_path_len: 256,
+        max_report_buckets: 100,
     };
     if let Err(e) = RequestInput::from_slice(data, &limits) {
         assert!(e.field.is_some(), "a refusal without a field: {e:?}");
     }
-    if let Ok(value) = parse_json(data) {
-        if let Ok(items) = parse_batch(value, &limits) {
+    match batch_items(data, &limits) {
+        Err(e) => assert!(e.field.is_some(), "a refusal without a field: {e:?}"),
+        Ok(items) => {
             for (i, item) in items.iter().enumerate() {
-                if let Err(e) = RequestInput::parse(item, &limits, &format!("requests[{i}].")) {
+                let prefix = format!("requests[{i}].");
+                if let Err(e) = RequestInput::from_slice_at(item.get().as_bytes(), &limits, &prefix)
+                {
                     assert!(e.field.is_some(), "a refusal without a field: {e:?}");
                 }
             }

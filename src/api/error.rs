@@ -40,7 +40,7 @@ impl ApiError {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             Some("authorization"),
-            "a known bearer token is required (Authorization: Bearer TOKEN)",
+            "a known token is required (Authorization: Bearer TOKEN, or HTTP Basic with the token as the password)",
         )
     }
 
@@ -59,6 +59,22 @@ impl ApiError {
     /// 422: a field is missing, of the wrong type or out of bounds.
     pub fn field(field: &str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, Some(field), message)
+    }
+
+    /// The same refusal for a field inside a batch item: `prefix` (`requests[3].`) before it.
+    pub fn prefixed(mut self, prefix: &str) -> ApiError {
+        if let Some(f) = &self.field {
+            self.field = Some(format!("{prefix}{f}"));
+        }
+        self
+    }
+
+    /// A refusal of a whole body, said of a batch item (`requests[3]`) when `prefix` is set.
+    pub fn prefixed_body(mut self, prefix: &str) -> ApiError {
+        if !prefix.is_empty() {
+            self.field = Some(prefix.trim_end_matches('.').to_string());
+        }
+        self
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
@@ -98,4 +114,48 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// Give a refusal made by axum itself (405 for a method a path does not take, 413 for a body
+/// over the limit, 415, a path or query it could not read) the `{"error", "field"}` shape of
+/// every other answer, keeping its status and headers (`Allow` of a 405). Answers that are
+/// already JSON, and successes, pass unchanged.
+pub async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let field = match status {
+        StatusCode::METHOD_NOT_ALLOWED => Some("method"),
+        StatusCode::PAYLOAD_TOO_LARGE => Some("body"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => Some("content-type"),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => Some("headers"),
+        _ => None,
+    };
+    let reason = status
+        .canonical_reason()
+        .unwrap_or("refused")
+        .to_lowercase();
+    let message = match (status, text.trim()) {
+        // axum adds the `Allow` header after this layer, so it is not read here.
+        (StatusCode::METHOD_NOT_ALLOWED, _) => {
+            "this path does not take this method; the Allow header lists those it takes".into()
+        }
+        (_, "") => reason,
+        (_, t) => format!("{reason}: {t}"),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    let fresh = ApiError::new(status, field, message).into_response();
+    let (fresh_parts, body) = fresh.into_parts();
+    parts.headers.extend(fresh_parts.headers);
+    Response::from_parts(parts, body)
 }

@@ -82,7 +82,8 @@ impl axum::extract::FromRequestParts<AppState> for Caller {
 }
 
 /// The token of an `Authorization` header: `Bearer TOKEN`, or `Basic` with the token as the
-/// password (any user name), so a browser's login prompt can open the HTML report.
+/// password (any user name), so a browser's login prompt can open the HTML report. Both are
+/// accepted on every endpoint, with the same roles (README, Authentication).
 fn bearer_or_basic_token(h: &str) -> Option<String> {
     use base64::Engine as _;
     if let Some(t) = h
@@ -191,6 +192,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, None, "no such endpoint") })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::map_response(error::json_errors))
         .with_state(state);
     (router, api)
 }
@@ -204,7 +206,7 @@ pub fn router(state: AppState) -> Router {
 #[openapi(
     info(title = "mssbroker", description = "Fair-share broker for file-transfer requests in front of a tape mass storage system"),
     modifiers(&BearerAuth),
-    security(("bearer" = [])),
+    security(("bearer" = []), ("basic" = [])),
     components(schemas(error::ErrorBody))
 )]
 struct ApiDoc;
@@ -218,6 +220,11 @@ impl utoipa::Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        // Any user name, the token as the password: accepted wherever a bearer token is.
+        components.add_security_scheme(
+            "basic",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Basic).build()),
         );
     }
 }
@@ -309,7 +316,7 @@ fn mss_can_take(
         _ => {}
     }
     if let Some(f) = &input.local_file {
-        if let Err(why) = mss.check_local_file(f) {
+        if let Err(why) = mss.check_local_file_for(&input.station, f) {
             return field("local_file", format!("{why} for the {name} adapter"));
         }
     }
@@ -369,21 +376,20 @@ async fn submit_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&["station", "operator"], "submit requests")?;
-    let value = wire::parse_json(&json_bytes(&headers, body)?)?;
-    let items = wire::parse_batch(value, &state.limits)?;
+    let bytes = json_bytes(&headers, body)?;
+    let items = wire::batch_items(&bytes, &state.limits)?;
     caller.charge(&state, items.len())?;
     let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
     for (i, raw) in items.iter().enumerate() {
         let prefix = format!("requests[{i}].");
+        let parsed = RequestInput::from_slice_at(raw.get().as_bytes(), &state.limits, &prefix);
         // Another station's request in a station's batch refuses the whole batch: it is a
         // client error, and nothing of the batch is committed.
-        if let Some(station) = raw.get("station").and_then(|v| v.as_str()) {
-            caller.may_submit_for(station, &format!("{prefix}station"))?;
+        if let Some(station) = station_of(&parsed, raw) {
+            caller.may_submit_for(&station, &format!("{prefix}station"))?;
         }
-        let parsed = RequestInput::parse(raw, &state.limits, &prefix)
-            .and_then(|input| prepare(&state, input, &prefix));
-        match parsed {
+        match parsed.and_then(|input| prepare(&state, input, &prefix)) {
             Ok(item) => {
                 valid.push(item);
                 results.push(None);
@@ -425,9 +431,30 @@ async fn submit_batch(
     Ok((status, Json(body)).into_response())
 }
 
+/// The station a batch item names: parsed, or read alone from an item refused for another field.
+fn station_of(
+    parsed: &Result<RequestInput, ApiError>,
+    raw: &serde_json::value::RawValue,
+) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Station<'a> {
+        #[serde(borrow)]
+        station: Option<std::borrow::Cow<'a, str>>,
+    }
+    match parsed {
+        Ok(input) => Some(input.station.clone()),
+        Err(_) => serde_json::from_str::<Station<'_>>(raw.get())
+            .ok()
+            .and_then(|s| s.station.map(|s| s.into_owned())),
+    }
+}
+
+/// A request id in a path: ASCII digits only, without a sign or leading zeros, so one request
+/// has one spelling (`+1` and `01` are not request 1).
 fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    let canonical = raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0');
     match raw.parse::<i64>() {
-        Ok(id) if id > 0 => Ok(id),
+        Ok(id) if canonical && id > 0 => Ok(id),
         _ => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             Some("id"),
@@ -652,13 +679,14 @@ fn report_range(
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<(crate::report::ReportRange, i64), ApiError> {
     let Query(q) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, None, e.body_text()))?;
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some("query"), e.body_text()))?;
     let now = state.clock.now_ms();
     let range = crate::report::parse_range(
         q.since.as_deref(),
         q.until.as_deref(),
         q.bucket.as_deref(),
         now,
+        state.limits.max_report_buckets,
     )
     .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
     Ok((range, now))

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 
 use mss_adapters::Direction;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -102,9 +103,31 @@ struct Fast<'a> {
 impl RequestInput {
     /// Parse a request body: one pass for a good body, a field-by-field walk to explain a bad one.
     pub fn from_slice(bytes: &[u8], limits: &InputLimits) -> Result<RequestInput, ApiError> {
+        RequestInput::from_slice_at(bytes, limits, "")
+    }
+
+    /// Parse one request's JSON text; `prefix` is put before field names (`requests[3].`). The
+    /// one-pass reader refuses a repeated key; the walk then names it (a `Value` keeps only the
+    /// last of two equal keys, so it is looked for in the text first).
+    pub fn from_slice_at(
+        bytes: &[u8],
+        limits: &InputLimits,
+        prefix: &str,
+    ) -> Result<RequestInput, ApiError> {
         match serde_json::from_slice::<Fast<'_>>(bytes) {
-            Ok(fast) => RequestInput::from_fast(fast, limits)?.checked(""),
-            Err(_) => RequestInput::parse(&parse_json(bytes)?, limits, ""),
+            Ok(fast) => RequestInput::from_fast(fast, limits)
+                .map_err(|e| e.prefixed(prefix))?
+                .checked(prefix),
+            Err(_) => {
+                let value = parse_json(bytes).map_err(|e| e.prefixed_body(prefix))?;
+                if let Some(key) = first_repeated_key(bytes) {
+                    return Err(ApiError::field(
+                        &format!("{prefix}{key}"),
+                        format!("`{key}` is given more than once"),
+                    ));
+                }
+                RequestInput::parse(&value, limits, prefix)
+            }
         }
     }
 
@@ -122,7 +145,7 @@ impl RequestInput {
     fn from_fast(f: Fast<'_>, limits: &InputLimits) -> Result<RequestInput, ApiError> {
         let n = limits.max_string_len;
         let text = |field: &str, v: Cow<'_, str>, max: usize| -> Result<String, ApiError> {
-            check_text(&v, max).map_err(|m| ApiError::field(field, m))?;
+            check_value(field, &v, max).map_err(|m| ApiError::field(field, m))?;
             Ok(v.into_owned())
         };
         let size = |v: u64| match v {
@@ -264,18 +287,99 @@ fn user_factor(u: f64) -> Result<f64, String> {
     }
 }
 
-/// Check a text field's value; the error is the message, the caller names the field.
+/// The fields that end up as operands of an MSS command line (encp's `SRC DEST`,
+/// `--get-bfid BFID`): they may not look like an option or climb out of a directory.
+const OPERANDS: [&str; 3] = ["file", "local_file", "bfid"];
+
+/// Check a text field's value (`key` without prefix); the error is the message, the caller
+/// names the field.
+fn check_value(key: &str, value: &str, max: usize) -> Result<(), String> {
+    check_text(value, max)?;
+    if OPERANDS.contains(&key) {
+        check_operand(value)?;
+    }
+    Ok(())
+}
+
+/// Every station-given string: not blank, not too long, and nothing that hides or reorders
+/// text in a log line or a table: control characters, Unicode format characters (Cf: bidi
+/// overrides such as U+202E, zero-width characters) and line or paragraph separators (Zl, Zp).
 fn check_text(value: &str, max: usize) -> Result<(), String> {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
     if value.is_empty() {
         return Err("may not be empty".into());
     }
     if value.len() > max && value.chars().count() > max {
         return Err(format!("may be at most {max} characters"));
     }
+    if value.chars().all(char::is_whitespace) {
+        return Err("may not be blank".into());
+    }
     if value.chars().any(char::is_control) {
         return Err("may not contain control characters".into());
     }
+    let hidden = |c: &char| {
+        matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
+    };
+    if let Some(c) = value.chars().find(hidden) {
+        return Err(format!(
+            "may not contain U+{:04X} (Unicode format characters and line or paragraph \
+             separators are refused)",
+            c as u32
+        ));
+    }
     Ok(())
+}
+
+/// A path or id handed to the MSS as a command-line operand: no leading `-` (an option to
+/// encp), no `.` or `..` segment, and not a directory (a trailing `/`).
+fn check_operand(value: &str) -> Result<(), String> {
+    if value.starts_with('-') {
+        return Err("may not start with `-` (it would be read as an option)".into());
+    }
+    if value.split('/').any(|seg| seg == "." || seg == "..") {
+        return Err("may not have `.` or `..` segments".into());
+    }
+    if value.ends_with('/') {
+        return Err("must name a file, not a directory (it ends with `/`)".into());
+    }
+    Ok(())
+}
+
+/// The first key given twice at the top level of a JSON object, if any (`None` for anything
+/// that is not an object).
+fn first_repeated_key(bytes: &[u8]) -> Option<String> {
+    struct Scan;
+    impl<'de> serde::de::Visitor<'de> for Scan {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Option<String>, A::Error> {
+            // Read to the end even after a repeat: the deserializer refuses an object left open.
+            let mut seen = std::collections::HashSet::new();
+            let mut repeated = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if repeated.is_none() && !seen.insert(key.clone()) {
+                    repeated = Some(key.into_owned());
+                }
+            }
+            Ok(repeated)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde::Deserializer::deserialize_map(&mut de, Scan)
+        .ok()
+        .flatten()
 }
 
 fn required_text(
@@ -295,7 +399,7 @@ fn required_text(
             ))
         }
     };
-    check_text(value, max).map_err(|m| ApiError::field(&field(), m))?;
+    check_value(key, value, max).map_err(|m| ApiError::field(&field(), m))?;
     Ok(value.clone())
 }
 
@@ -328,39 +432,143 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-/// Parse a batch body: `{"requests": [...]}`. The items are returned raw, to be parsed one by one.
-pub fn parse_batch(value: Value, limits: &InputLimits) -> Result<Vec<Value>, ApiError> {
-    let Value::Object(mut obj) = value else {
-        return Err(ApiError::field(
-            "body",
-            "must be a JSON object with a `requests` array",
-        ));
-    };
-    if let Some(unknown) = obj.keys().find(|k| k.as_str() != "requests") {
-        return Err(ApiError::field(
-            unknown,
-            format!("unknown field `{unknown}`; the batch body has only `requests`"),
-        ));
+/// Read a batch body, `{"requests": [...]}`, without building a tree of it: each item stays a
+/// slice of the body, parsed one by one later, and reading stops with a 413 at the first item
+/// past `limits.max_batch`. Memory is the body plus two words per item, where a `Value` tree of
+/// a 16 MB body took more than 200 MB.
+pub fn batch_items<'a>(
+    bytes: &'a [u8],
+    limits: &InputLimits,
+) -> Result<Vec<&'a RawValue>, ApiError> {
+    use serde::de::DeserializeSeed as _;
+    let mut refusal = None;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let read = BatchSeed {
+        max: limits.max_batch,
+        refusal: &mut refusal,
     }
-    match obj.remove("requests") {
-        Some(Value::Array(items)) if items.is_empty() => {
-            Err(ApiError::field("requests", "may not be empty"))
+    .deserialize(&mut de)
+    .and_then(|items| de.end().map(|()| items));
+    match read {
+        Ok(items) => Ok(items),
+        Err(e) if e.is_data() => Err(refusal.unwrap_or_else(|| {
+            ApiError::field("body", "must be a JSON object with a `requests` array")
+        })),
+        Err(e) => Err(ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            Some("body"),
+            format!("body is not valid JSON: {e}"),
+        )),
+    }
+}
+
+/// The batch object; a refusal is left in `refusal` and the read stopped with a data error.
+struct BatchSeed<'s> {
+    max: usize,
+    refusal: &'s mut Option<ApiError>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BatchSeed<'_> {
+    type Value = Vec<&'de RawValue>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BatchSeed<'_> {
+    type Value = Vec<&'de RawValue>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object with a `requests` array")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error as _;
+        let mut items: Option<Vec<&'de RawValue>> = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let refuse = |e: ApiError| (Some(e), A::Error::custom("refused"));
+            let (refusal, error) = match key.as_ref() {
+                "requests" if items.is_some() => refuse(ApiError::field(
+                    "requests",
+                    "`requests` is given more than once",
+                )),
+                "requests" => {
+                    let seed = ItemsSeed {
+                        max: self.max,
+                        refusal: &mut *self.refusal,
+                    };
+                    match map.next_value_seed(seed) {
+                        Ok(read) => {
+                            items = Some(read);
+                            continue;
+                        }
+                        Err(e) if self.refusal.is_some() => (None, e),
+                        // A type error is the field's fault; a syntax error stays one.
+                        Err(e) => (
+                            Some(ApiError::field(
+                                "requests",
+                                format!("must be an array of request objects ({e})"),
+                            )),
+                            e,
+                        ),
+                    }
+                }
+                unknown => refuse(ApiError::field(
+                    unknown,
+                    format!("unknown field `{unknown}`; the batch body has only `requests`"),
+                )),
+            };
+            if refusal.is_some() {
+                *self.refusal = refusal;
+            }
+            return Err(error);
         }
-        Some(Value::Array(items)) if items.len() > limits.max_batch => Err(ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            Some("requests"),
-            format!(
-                "at most {} requests per batch, got {}",
-                limits.max_batch,
-                items.len()
-            ),
-        )),
-        Some(Value::Array(items)) => Ok(items),
-        None | Some(Value::Null) => Err(ApiError::field("requests", "is required")),
-        Some(other) => Err(ApiError::field(
-            "requests",
-            format!("must be an array, got {}", kind(&other)),
-        )),
+        let mut refuse = |e: ApiError| {
+            *self.refusal = Some(e);
+            Err(A::Error::custom("refused"))
+        };
+        match items {
+            None => refuse(ApiError::field("requests", "is required")),
+            Some(v) if v.is_empty() => refuse(ApiError::field("requests", "may not be empty")),
+            Some(v) => Ok(v),
+        }
+    }
+}
+
+/// The `requests` array: counted while it is read, each item kept as its slice of the body.
+struct ItemsSeed<'s> {
+    max: usize,
+    refusal: &'s mut Option<ApiError>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeed<'_> {
+    type Value = Vec<&'de RawValue>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
+    type Value = Vec<&'de RawValue>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an array")
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        *self.refusal = Some(ApiError::field("requests", "is required"));
+        Err(E::custom("refused"))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            if items.len() == self.max {
+                *self.refusal = Some(ApiError::new(
+                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                    Some("requests"),
+                    format!("at most {} requests per batch, got more", self.max),
+                ));
+                return Err(serde::de::Error::custom("refused"));
+            }
+            items.push(item);
+        }
+        Ok(items)
     }
 }
 
@@ -652,6 +860,7 @@ mod tests {
             max_size_bytes: 1 << 40,
             max_string_len: 16,
             max_path_len: 64,
+            max_report_buckets: 100,
         }
     }
 
@@ -709,28 +918,105 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("requests[2].user"));
     }
 
+    fn batch(v: Value) -> Result<usize, ApiError> {
+        batch_items(&serde_json::to_vec(&v).unwrap(), &limits()).map(|items| items.len())
+    }
+
     #[test]
     fn batch_bounds() {
-        assert!(parse_batch(json!({"requests": []}), &limits()).is_err());
+        assert_eq!(batch(json!({"requests": [good(), 1]})).unwrap(), 2);
+        assert!(batch(json!({"requests": []})).is_err());
         let many = json!({"requests": vec![good(); 11]});
+        assert_eq!(batch(many).unwrap_err().status.as_u16(), 413);
+        let field = |v: Value| batch(v).unwrap_err().field.unwrap();
+        assert_eq!(field(json!({"requests": 1})), "requests");
+        assert_eq!(field(json!({"requests": {"a": 1}})), "requests");
+        assert_eq!(field(json!({"requests": null})), "requests");
+        assert_eq!(field(json!({})), "requests");
+        assert_eq!(field(json!({"x": []})), "x");
+        assert_eq!(field(json!([good()])), "body");
+        let e = batch_items(b"{\"requests\": [{}, ", &limits()).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.field.as_deref()), (400, Some("body")));
+        let twice = br#"{"requests": [{}], "requests": [{}]}"#;
+        let e = batch_items(twice, &limits()).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("requests"));
+    }
+
+    #[test]
+    fn the_batch_is_counted_while_it_is_read() {
+        // The 11th item is refused before the rest of the body is even looked at: what
+        // follows it is not valid JSON, and the answer is still the 413.
+        let mut body = br#"{"requests": ["#.to_vec();
+        body.extend(b"{},".repeat(11));
+        body.extend(b"!!! not json");
+        let e = batch_items(&body, &limits()).unwrap_err();
         assert_eq!(
-            parse_batch(many, &limits()).unwrap_err().status.as_u16(),
-            413
+            (e.status.as_u16(), e.field.as_deref()),
+            (413, Some("requests"))
         );
-        assert_eq!(
-            parse_batch(json!({"requests": 1}), &limits())
-                .unwrap_err()
-                .field
-                .as_deref(),
-            Some("requests")
-        );
-        assert_eq!(
-            parse_batch(json!({"x": []}), &limits())
-                .unwrap_err()
-                .field
-                .as_deref(),
-            Some("x")
-        );
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_by_both_passes() {
+        let body = br#"{"client_request_id": "c1", "station": "s", "user": "u", "file": "/f",
+            "size_bytes": 10, "access_mode": "mc", "physics_group": "top", "user": "v"}"#;
+        let e = RequestInput::from_slice(body, &limits()).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("user"));
+        let e = RequestInput::from_slice_at(body, &limits(), "requests[4].").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("requests[4].user"));
+    }
+
+    #[test]
+    fn hidden_characters_and_blank_names_are_refused() {
+        let with = |k: &str, v: &str| {
+            let mut g = good();
+            g[k] = json!(v);
+            g
+        };
+        for (k, v) in [
+            ("user", "   "),
+            ("user", "\u{3000}"),
+            ("station", "a\u{2028}b"),
+            ("station", "a\u{2029}b"),
+            ("physics_group", "top\u{202e}"),
+            ("client_request_id", "c\u{200b}1"),
+            ("user", "\u{feff}u"),
+            ("file", "/f\u{202e}"),
+        ] {
+            assert_eq!(field_of(with(k, v)), k, "{k} = {v:?}");
+            let bytes = serde_json::to_vec(&with(k, v)).unwrap();
+            let e = RequestInput::from_slice(&bytes, &limits()).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(k), "{k} = {v:?}");
+        }
+        // Letters of any script are names.
+        assert!(RequestInput::parse(&with("user", "Łukasz Müller"), &limits(), "").is_ok());
+    }
+
+    #[test]
+    fn operands_cannot_be_options_or_climb_out() {
+        for (k, v) in [
+            ("file", "--library=EVIL"),
+            ("file", "--get-bfid"),
+            ("file", "-"),
+            ("file", "/pnfs/cms/x/.."),
+            ("file", "/pnfs/./x"),
+            ("file", "/"),
+            ("file", "/pnfs/cms/"),
+            ("local_file", "-o"),
+            ("local_file", "/data/stage/../etc/f"),
+            ("bfid", "--verbose"),
+            ("bfid", ".."),
+        ] {
+            let mut g = good();
+            g[k] = json!(v);
+            assert_eq!(field_of(g.clone()), k, "{k} = {v:?}");
+            let bytes = serde_json::to_vec(&g).unwrap();
+            let e = RequestInput::from_slice(&bytes, &limits()).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(k), "{k} = {v:?}");
+        }
+        let mut g = good();
+        g["file"] = json!("/pnfs/cms/a-b/.hidden/x..y");
+        assert!(RequestInput::parse(&g, &limits(), "").is_ok());
     }
 
     proptest! {

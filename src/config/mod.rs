@@ -100,6 +100,8 @@ pub struct InputLimits {
     pub max_size_bytes: u64,
     pub max_string_len: usize,
     pub max_path_len: usize,
+    /// Most buckets one report may have (`/v1/report`, `/report`, `mssbroker report`).
+    pub max_report_buckets: usize,
 }
 
 /// How requests are classified, charged and prioritised. Pure data: the policy functions read it.
@@ -556,6 +558,8 @@ struct RawLimits {
     max_string_len: i64,
     #[serde(default = "d_path")]
     max_path_len: i64,
+    #[serde(default = "d_report_buckets")]
+    max_report_buckets: i64,
 }
 
 impl Default for RawLimits {
@@ -568,6 +572,7 @@ impl Default for RawLimits {
             max_size_bytes: d_size(),
             max_string_len: d_str(),
             max_path_len: d_path(),
+            max_report_buckets: d_report_buckets(),
         }
     }
 }
@@ -592,6 +597,9 @@ fn d_str() -> i64 {
 }
 fn d_path() -> i64 {
     4096
+}
+fn d_report_buckets() -> i64 {
+    2_000
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -684,6 +692,7 @@ fn validate_limits(raw: &RawLimits, issues: &mut Issues) -> InputLimits {
         max_size_bytes: positive(raw.max_size_bytes, "limits.max_size_bytes", issues) as u64,
         max_string_len: positive(raw.max_string_len, "limits.max_string_len", issues),
         max_path_len: positive(raw.max_path_len, "limits.max_path_len", issues),
+        max_report_buckets: positive(raw.max_report_buckets, "limits.max_report_buckets", issues),
     };
     if (limits.station_burst as usize) < limits.max_batch {
         issues.add(

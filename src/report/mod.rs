@@ -86,17 +86,17 @@ pub struct RangeError {
     pub message: String,
 }
 
-/// Most buckets one report may have.
-pub const MAX_BUCKETS: i64 = 20_000;
-
 /// The range of `since` / `until` / `bucket` as given (RFC 3339 or epoch ms; bucket `hour`,
 /// `day` or `week`). Defaults: until now, since 7 days before until, the bucket by the range's
-/// length (hour up to 2 days, day up to 90 days, week beyond).
+/// length (hour up to 2 days, day up to 90 days, week beyond). More than `max_buckets`
+/// buckets (`limits.max_report_buckets`) is refused, naming `bucket`, or `since` if the
+/// bucket was not given.
 pub fn parse_range(
     since: Option<&str>,
     until: Option<&str>,
     bucket: Option<&str>,
     now_ms: i64,
+    max_buckets: usize,
 ) -> Result<ReportRange, RangeError> {
     let time = |field: &'static str, v: &str| {
         crate::clock::parse_instant(v).map_err(|message| RangeError { field, message })
@@ -120,6 +120,7 @@ pub fn parse_range(
         });
     }
     let hours = (until_ms - since_ms) / HOUR_MS + 1;
+    let field = if bucket.is_some() { "bucket" } else { "since" };
     let bucket = match bucket {
         Some(b) => Bucket::parse(b).ok_or_else(|| RangeError {
             field: "bucket",
@@ -129,14 +130,15 @@ pub fn parse_range(
         None if hours <= 90 * 24 => Bucket::Day,
         None => Bucket::Week,
     };
-    if hours / bucket.hours() > MAX_BUCKETS {
+    let buckets = (hours + bucket.hours() - 1) / bucket.hours();
+    if buckets > i64::try_from(max_buckets).unwrap_or(i64::MAX) {
         return Err(RangeError {
-            field: "bucket",
+            field,
             message: format!(
-                "{} buckets of one {bucket:?} is more than {MAX_BUCKETS}: use a larger bucket or a shorter range",
-                hours / bucket.hours()
-            )
-            .to_lowercase(),
+                "{buckets} buckets of one {} is more than the limit of {max_buckets} \
+                 (limits.max_report_buckets): use a larger bucket or a shorter range",
+                format!("{bucket:?}").to_lowercase()
+            ),
         });
     }
     Ok(ReportRange {

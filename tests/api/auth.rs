@@ -166,6 +166,29 @@ async fn every_role_on_every_endpoint() {
                 .contains("mssbroker share report"));
         }
     }
+    // HTTP Basic is documented for every endpoint (README, Authentication), with the same roles
+    // as the bearer token.
+    for (path, password, want) in [
+        ("/v1/groups", "tok-reader", 200),
+        ("/v1/groups", "tok-a", 403),
+        ("/metrics", "tok-op", 200),
+        ("/v1/mss", "tok-a", 200),
+        ("/v1/mss", "wrong", 401),
+    ] {
+        let resp = app
+            .client
+            .get(format!("{}{path}", app.base))
+            .basic_auth("any", Some(password))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), want, "{path} basic {password}");
+    }
+    let (_, doc) = app.get("/v1/openapi.json").await;
+    assert_eq!(
+        doc["components"]["securitySchemes"]["basic"]["scheme"],
+        "basic"
+    );
     // Station b's refusal names the field; nothing of its batch was committed.
     let (_, answer) = call(
         &app,

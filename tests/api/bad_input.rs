@@ -222,3 +222,203 @@ async fn an_oversized_body_is_413_and_a_database_failure_is_503_with_retry_after
     assert_eq!(status, 202);
     app.stop().await;
 }
+
+/// Issue 13, item 11: repeated keys, hidden characters and blank names, ids spelled with a sign
+/// or leading zeros, and the refusals axum makes itself (405, 413) all get a 4xx naming the
+/// field in the `{error, field}` shape, and store nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_keys_hidden_characters_odd_ids_and_axum_refusals_name_their_field() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (s, first) = app
+        .post("/v1/requests", &request("ok", "mc", "top", 10))
+        .await;
+    assert_eq!(s, 202);
+    let good = request("bad", "mc", "top", 10);
+
+    // The same key twice: the last one used to win.
+    let text = serde_json::to_string(&good).unwrap();
+    let twice = format!("{},\"user\":\"mallory\"}}", text.trim_end_matches('}'));
+    let (status, answer) = app
+        .post_raw(
+            "/v1/requests",
+            "application/json",
+            twice.clone().into_bytes(),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (422, Some("user")),
+        "{answer}"
+    );
+    let zero = with(good.clone(), "size_bytes", json!(0));
+    let batch = format!("{{\"requests\": [{zero}, {twice}]}}");
+    let (status, answer) = app
+        .post_raw("/v1/requests/batch", "application/json", batch.into_bytes())
+        .await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["results"][1]["field"], "requests[1].user");
+
+    // Names that hide or reorder text, and blank names.
+    for (key, value) in [
+        ("station", "cms\u{2028}fake log line"),
+        ("user", "alice\u{202e}txt.exe"),
+        ("user", "   "),
+        ("physics_group", "to\u{200b}p"),
+        // Item 6: operands of the MSS's command line.
+        ("file", "--library=EVIL"),
+        ("file", "--get-bfid"),
+        ("file", "/pnfs/cms/x/.."),
+        ("file", "/"),
+        ("bfid", "-x"),
+    ] {
+        let (status, answer) = app
+            .post("/v1/requests", &with(good.clone(), key, json!(value)))
+            .await;
+        assert_eq!(
+            (status, answer["field"].as_str()),
+            (422, Some(key)),
+            "{value:?}: {answer}"
+        );
+    }
+
+    // One spelling per id.
+    let id = first["id"].as_i64().unwrap();
+    for spelled in [
+        format!("+{id}"),
+        format!("0{id}"),
+        format!("{id}%20"),
+        format!("%2B{id}"),
+    ] {
+        let (status, answer) = app.get(&format!("/v1/requests/{spelled}")).await;
+        assert_eq!(
+            (status, answer["field"].as_str()),
+            (400, Some("id")),
+            "{spelled}: {answer}"
+        );
+    }
+    let (status, _) = app.get(&format!("/v1/requests/{id}")).await;
+    assert_eq!(status, 200);
+
+    // A method the path does not take: axum's 405, in the shape of every other refusal.
+    let resp = app
+        .client
+        .put(format!("{}/v1/requests", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    assert!(
+        resp.headers().get("allow").is_some(),
+        "the Allow header is kept"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["field"], "method", "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("Allow")),
+        "{body}"
+    );
+
+    let count: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 1, "nothing refused was stored");
+    app.stop().await;
+}
+
+/// Issue 13, item 7: a report of more buckets than `limits.max_report_buckets` is a 400 naming
+/// the field and the limit (it was 71 MB of JSON for 1972 to now by day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_of_too_many_buckets_is_refused_with_the_limit() {
+    let sim = SimProcess::start();
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (status, answer) = app
+        .get("/v1/report?since=1972-03-01T00:00:00Z&bucket=day")
+        .await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (400, Some("bucket")),
+        "{answer}"
+    );
+    assert!(
+        answer["error"].as_str().unwrap().contains("2000"),
+        "{answer}"
+    );
+    let (status, answer) = app.get("/v1/report?since=1972-03-01T00:00:00Z").await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (400, Some("since")),
+        "{answer}"
+    );
+    let (status, answer) = app
+        .get("/v1/report?since=2025-01-01T00:00:00Z&until=2026-01-01T00:00:00Z&bucket=day")
+        .await;
+    assert_eq!(status, 200, "a year by day is within the limit: {answer}");
+    let (status, answer) = app.get("/v1/report?buckets=day").await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (400, Some("query")),
+        "{answer}"
+    );
+    // The same limit for `mssbroker report` from the database file.
+    let db = app.db.display().to_string();
+    let out = std::process::Command::new(crate::helpers::BIN)
+        .args(["report", "--db", &db, "--since", "1972-03-01T00:00:00Z"])
+        .args(["--bucket", "day"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--bucket") && stderr.contains("2000"),
+        "{stderr}"
+    );
+    app.stop().await;
+}
+
+/// Issue 13, item 6 through the broker: with `{station}` in encp's `local_roots`, a request may
+/// name a local file only in its own station's area; a link there that leads out, and a
+/// directory, are refused too, with a 422 naming `local_file`, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encp_local_files_stay_in_the_stations_own_area() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let own = dir.path().join("station-a");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::create_dir_all(dir.path().join("station-b")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), own.join("out")).unwrap();
+    let base = test_config(Some("http://127.0.0.1:9"));
+    let head = &base[..base.find("[mss]").unwrap()];
+    let config = format!(
+        "{head}[mss]\nadapter = \"encp\"\n[mss.encp]\ncommand = \"{script}\"\n\
+         local_roots = [\"{root}/{{station}}\"]\nenv = {{ ENCP_STANDIN_DIR = \"{root}\" }}\n",
+        script = mss_adapters::standin::encp::script().display(),
+        root = dir.path().display(),
+    );
+    let app = TestApp::spawn(&config).await;
+    let at = |p: &std::path::Path| {
+        let mut r = request("l1", "mc", "top", 10);
+        r["local_file"] = json!(p.display().to_string());
+        r
+    };
+    for (path, why) in [
+        (dir.path().join("station-b/f"), "local_roots"),
+        (own.join("out/f"), "leads to"),
+        (own.clone(), "directory"),
+    ] {
+        let (status, answer) = app.post("/v1/requests", &at(&path)).await;
+        assert_eq!(
+            (status, answer["field"].as_str()),
+            (422, Some("local_file")),
+            "{path:?}: {answer}"
+        );
+        assert!(answer["error"].as_str().unwrap().contains(why), "{answer}");
+    }
+    let count: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 0);
+    let (status, answer) = app.post("/v1/requests", &at(&own.join("f"))).await;
+    assert_eq!(status, 202, "its own area: {answer}");
+    app.stop().await;
+}
