@@ -422,6 +422,12 @@ async fn serve(
     }
     // Before anything can take long: from here on SIGHUP no longer kills the process.
     carry_on_after_sighup()?;
+    match crate::server::fds::raise_nofile() {
+        Ok((before, after)) => {
+            tracing::info!(before, after, "file-descriptor limit (soft RLIMIT_NOFILE)")
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot raise the file-descriptor limit"),
+    }
     let app = Application::build(&settings)
         .await
         .with_context(|| format!("cannot start with {}", settings.origin))?;

@@ -147,3 +147,158 @@ async fn a_deleted_database_makes_submissions_answer_503_and_is_logged() {
     let text = wait_for_text(&log, "no longer the file at", Duration::from_secs(10)).await;
     assert!(text.contains(&setup.db.display().to_string()), "{text}");
 }
+
+const LIMITS: &str = "max_connections = 4\nheader_read_timeout_ms = 1500\nidle_timeout_ms = 2000\nbody_timeout_ms = 1000\n";
+const HEADER: Duration = Duration::from_millis(1500);
+/// What the tests allow beyond a configured timeout (a loaded machine).
+const SLACK: Duration = Duration::from_secs(3);
+
+/// The address of `base` ("http://127.0.0.1:port").
+fn addr(base: &str) -> String {
+    base.trim_start_matches("http://").to_string()
+}
+
+/// A client that closes its connection after each answer, so it holds no slot afterwards.
+fn one_shot_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// Read from `stream` until the server closes it (EOF or reset); what was read. Panics if it is
+/// still open after `limit`.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read_all = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    assert!(
+        tokio::time::timeout(limit, read_all).await.is_ok(),
+        "the server kept the connection open longer than {limit:?}"
+    );
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_excess_connections_are_bounded_and_a_normal_client_is_served() {
+    use tokio::net::TcpStream;
+    let setup = Setup::new(LIMITS);
+    let broker = setup.start(&setup.log("serve.log"));
+    let addr = addr(&broker.base);
+    let client = one_shot_client();
+
+    // Three idle connections leave a slot: a normal client is served beside them.
+    let opened = Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let resp = client
+        .get(format!("{}/healthz", broker.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    // Every slot taken (by the idle ones, and perhaps the first extra while the client's
+    // connection is being released): the excess is answered 503 and closed at once.
+    let mut extras = Vec::new();
+    for _ in 0..3 {
+        extras.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let mut refused = 0;
+    for extra in &mut extras {
+        let answer = read_until_closed(extra, HEADER + SLACK).await;
+        if answer.starts_with("HTTP/1.1 503") {
+            assert!(answer.contains("max_connections"), "{answer}");
+            refused += 1;
+        } else {
+            assert_eq!(answer, "", "an idle connection is closed without an answer");
+        }
+    }
+    assert!(
+        refused >= 2,
+        "{refused} of 3 connections beyond the limit refused"
+    );
+    // The idle ones are closed by the server within the header-read timeout.
+    for stream in &mut idle {
+        let left = (opened + HEADER + SLACK).saturating_duration_since(Instant::now());
+        read_until_closed(stream, left).await;
+    }
+    // And the slots are free again.
+    let deadline = Instant::now() + SLACK;
+    loop {
+        let status = client
+            .get(format!("{}/healthz", broker.base))
+            .send()
+            .await
+            .map(|r| r.status().as_u16());
+        if let Ok(200) = status {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slots not freed: {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_header_is_closed_within_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let setup = Setup::new(LIMITS);
+    let broker = setup.start(&setup.log("serve.log"));
+    let mut stream = tokio::net::TcpStream::connect(addr(&broker.base))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    // One header byte every 100 ms: the head is never complete, but bytes keep coming.
+    let mut buf = [0u8; 256];
+    let closed = loop {
+        assert!(
+            started.elapsed() < HEADER + SLACK,
+            "a trickled header kept the connection open"
+        );
+        if stream.write_all(b"X").await.is_err() {
+            break started.elapsed();
+        }
+        match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf)).await {
+            Ok(Ok(_) | Err(_)) => break started.elapsed(),
+            Err(_) => {}
+        }
+    };
+    assert!(
+        closed >= Duration::from_millis(900),
+        "closed early: {closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_gets_408_and_the_connection_closed() {
+    use tokio::io::AsyncWriteExt;
+    let setup = Setup::new(LIMITS);
+    let broker = setup.start(&setup.log("serve.log"));
+    let mut stream = tokio::net::TcpStream::connect(addr(&broker.base))
+        .await
+        .unwrap();
+    // A 100 KB body announced, 10 bytes sent, then nothing.
+    let head = "POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                content-length: 100000\r\n\r\n{\"client_";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = read_until_closed(&mut stream, Duration::from_millis(1000) + SLACK).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"field\":\"body\""), "{answer}");
+    // Nothing was stored, and the broker still serves.
+    let (status, _) = submit(&broker.base, "after-stall").await;
+    assert_eq!(status, 202);
+}
