@@ -1,11 +1,16 @@
 //! The process's file-descriptor limit: `serve` raises its soft `RLIMIT_NOFILE` to the hard
 //! limit (systemd's default soft limit is 1024), and the server checks its connection cap
-//! against what it got.
+//! against what it got. (`rlim_t` is `u64` on the 64-bit Linux the broker runs on.)
 
 use std::io;
 
 /// The soft and hard `RLIMIT_NOFILE`.
 pub fn nofile() -> io::Result<(u64, u64)> {
+    let lim = get()?;
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+fn get() -> io::Result<libc::rlimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -14,19 +19,17 @@ pub fn nofile() -> io::Result<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+    Ok(lim)
 }
 
 /// Raise the soft limit to the hard one; returns the soft limit before and after.
 pub fn raise_nofile() -> io::Result<(u64, u64)> {
-    let (soft, hard) = nofile()?;
-    if soft >= hard {
+    let mut lim = get()?;
+    let soft = lim.rlim_cur;
+    if lim.rlim_cur >= lim.rlim_max {
         return Ok((soft, soft));
     }
-    let lim = libc::rlimit {
-        rlim_cur: hard as libc::rlim_t,
-        rlim_max: hard as libc::rlim_t,
-    };
+    lim.rlim_cur = lim.rlim_max;
     // SAFETY: setrlimit reads the struct we own; raising the soft limit up to the hard one is
     // always permitted.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
