@@ -28,9 +28,10 @@ use tracing::{debug, info, warn};
 use crate::config::ServerSettings;
 
 /// Connections being answered 503 at once; beyond this the excess is closed unanswered.
-const REFUSING_AT_ONCE: usize = 64;
-/// Longest a refused connection is kept to deliver its 503.
-const REFUSAL_TIME: Duration = Duration::from_secs(1);
+const REFUSING_AT_ONCE: usize = 128;
+/// Longest a refused connection is kept to deliver its 503 (short: an idle client holding it
+/// would keep later ones from being answered).
+const REFUSAL_TIME: Duration = Duration::from_millis(250);
 /// Pause after an accept error (out of file descriptors), so the loop does not spin.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// Descriptors kept for everything but connections (database, MSS client, logs).
