@@ -303,3 +303,84 @@ async fn a_stalled_body_gets_408_and_the_connection_closed() {
     let (status, _) = submit(&broker.base, "after-stall").await;
     assert_eq!(status, 202);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let setup = Setup::new(LIMITS);
+    let broker = setup.start(&setup.log("serve.log"));
+    let one = one_shot_client()
+        .get(format!("{}/v1/openapi.json", broker.base))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .len();
+    // Far more answers than the socket buffers hold, asked for at once and never read: the
+    // server's writes stall, and after idle_timeout_ms (2 s) it closes the connection.
+    let asked = (64 << 20) / one + 1;
+    let mut stream = tokio::net::TcpStream::connect(addr(&broker.base))
+        .await
+        .unwrap();
+    let one_request = "GET /v1/openapi.json HTTP/1.1\r\nhost: x\r\n\r\n";
+    stream
+        .write_all(one_request.repeat(asked).as_bytes())
+        .await
+        .unwrap();
+    // Poll the kernel's view of this connection until it is no longer established (the server
+    // closed it: FIN or reset), without reading, which would let the server's writes go on.
+    let (local, server) = (
+        stream.local_addr().unwrap().port(),
+        stream.peer_addr().unwrap().port(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(2) + SLACK;
+    while tcp_state(local, server) == Some(ESTABLISHED) {
+        assert!(
+            Instant::now() < deadline,
+            "a connection whose client stopped reading is still open after the idle timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // What the buffers held is drained, and the stream ends well short of every answer.
+    let mut buf = vec![0u8; 1 << 16];
+    let mut read = 0usize;
+    let drained = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    assert!(
+        tokio::time::timeout(SLACK, drained).await.is_ok(),
+        "the stream did not end"
+    );
+    assert!(
+        read < asked * one,
+        "read {read} bytes of {} before the close",
+        asked * one
+    );
+}
+
+const ESTABLISHED: u8 = 0x01;
+
+/// The TCP state of the loopback connection from `local` to `remote` (ports), from
+/// `/proc/net/tcp`; `None` once the kernel has dropped it.
+fn tcp_state(local: u16, remote: u16) -> Option<u8> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = |field: &str| {
+        field
+            .rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 3 && port(f[1]) == Some(local) && port(f[2]) == Some(remote))
+            .then(|| u8::from_str_radix(f[3], 16).ok())
+            .flatten()
+    })
+}
