@@ -421,6 +421,14 @@ async fn serve(
     if let Some(d) = db {
         settings.database.path = d;
     }
+    // Before anything can take long: from here on SIGHUP no longer kills the process.
+    carry_on_after_sighup()?;
+    match crate::server::fds::raise_nofile() {
+        Ok((before, after)) => {
+            tracing::info!(before, after, "file-descriptor limit (soft RLIMIT_NOFILE)")
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot raise the file-descriptor limit"),
+    }
     let app = Application::build(&settings)
         .await
         .with_context(|| format!("cannot start with {}", settings.origin))?;
@@ -440,6 +448,24 @@ async fn serve(
 fn banner(text: &str) {
     let mut out = std::io::stdout();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Install the SIGHUP handler: it will trigger a configuration reload; until then it logs and
+/// the broker carries on (without one, SIGHUP's default action ends the process).
+fn carry_on_after_sighup() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::warn!(
+                    "SIGHUP received; configuration reload is not implemented yet, carrying on"
+                );
+            }
+        });
+    }
+    Ok(())
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod policy;
 pub mod report;
+pub mod server;
 pub mod shares;
 pub mod startup;
 pub mod telemetry;

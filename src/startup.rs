@@ -55,6 +55,7 @@ pub struct Application {
     cancels: mpsc::UnboundedReceiver<i64>,
     writer: std::thread::JoinHandle<()>,
     simulator: Option<SimulatorHandle>,
+    server: crate::config::ServerSettings,
 }
 
 impl Application {
@@ -113,6 +114,7 @@ impl Application {
             cancels,
             writer,
             simulator,
+            server: settings.server.clone(),
         })
     }
 
@@ -135,9 +137,8 @@ impl Application {
         let mut tasks = JoinSet::new();
         self.dispatcher.spawn(self.cancels, &mut tasks);
         info!(addr = %self.addr, mss = %self.mss_url, "mssbroker serving");
-        let served = axum::serve(self.listener, api::router(self.state))
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let router = api::router(self.state);
+        let served = crate::server::serve(self.listener, router, &self.server, shutdown).await;
         tasks.shutdown().await;
         // Every ledger handle is gone with the router and the loops: the writer drains and exits.
         let writer = self.writer;

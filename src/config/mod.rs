@@ -80,6 +80,15 @@ pub struct Settings {
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
     pub listen: SocketAddr,
+    /// Connections served at once; the excess is answered 503 and closed.
+    pub max_connections: usize,
+    /// A connection waiting for a request (new, or kept alive after one) must send the whole
+    /// request head within this.
+    pub header_read_timeout: Duration,
+    /// A connection that reads and writes nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// A request's whole body must arrive within this (else 408, connection closed).
+    pub body_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -393,14 +402,86 @@ struct RawAuth {
 struct RawServer {
     #[serde(default = "default_listen")]
     listen: String,
+    #[serde(default = "default_max_connections")]
+    max_connections: i64,
+    #[serde(default = "default_header_read_timeout_ms")]
+    header_read_timeout_ms: i64,
+    #[serde(default = "default_idle_timeout_ms")]
+    idle_timeout_ms: i64,
+    #[serde(default = "default_body_timeout_ms")]
+    body_timeout_ms: i64,
 }
 
 impl Default for RawServer {
     fn default() -> Self {
         RawServer {
             listen: default_listen(),
+            max_connections: default_max_connections(),
+            header_read_timeout_ms: default_header_read_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            body_timeout_ms: default_body_timeout_ms(),
         }
     }
+}
+
+fn default_max_connections() -> i64 {
+    512
+}
+
+fn default_header_read_timeout_ms() -> i64 {
+    10_000
+}
+
+fn default_idle_timeout_ms() -> i64 {
+    60_000
+}
+
+fn default_body_timeout_ms() -> i64 {
+    30_000
+}
+
+/// `[server]` validated; every refusal names its key.
+fn validate_server(raw: &RawServer, issues: &mut Issues) -> Option<ServerSettings> {
+    let listen = parse_addr(&raw.listen, "server.listen", issues);
+    let mut within = |v: i64, key: &str, max: i64, unit: &str| -> i64 {
+        if !(1..=max).contains(&v) {
+            issues.add(key, format!("must be within 1..={max}{unit}, got {v}"));
+        }
+        v.clamp(1, max)
+    };
+    let max_connections = within(raw.max_connections, "server.max_connections", 1_000_000, "");
+    let ms = |v: i64| Duration::from_millis(v as u64);
+    let header_read_timeout = ms(within(
+        raw.header_read_timeout_ms,
+        "server.header_read_timeout_ms",
+        3_600_000,
+        " ms",
+    ));
+    let idle_timeout = ms(within(
+        raw.idle_timeout_ms,
+        "server.idle_timeout_ms",
+        3_600_000,
+        " ms",
+    ));
+    let body_timeout = ms(within(
+        raw.body_timeout_ms,
+        "server.body_timeout_ms",
+        3_600_000,
+        " ms",
+    ));
+    if idle_timeout < header_read_timeout {
+        issues.add(
+            "server.idle_timeout_ms",
+            "may not be below server.header_read_timeout_ms (it would cut a request head short)",
+        );
+    }
+    Some(ServerSettings {
+        listen: listen?,
+        max_connections: max_connections as usize,
+        header_read_timeout,
+        idle_timeout,
+        body_timeout,
+    })
 }
 
 fn default_listen() -> String {
@@ -610,7 +691,7 @@ fn d_report_buckets() -> i64 {
 const MAX_SHARE_DEN: u128 = 1 << 48;
 
 fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> Option<Settings> {
-    let listen = parse_addr(&raw.server.listen, "server.listen", issues);
+    let server = validate_server(&raw.server, issues);
     let database = DatabaseSettings {
         path: PathBuf::from(&raw.database.path),
         commit_batch_max: positive(
@@ -647,7 +728,7 @@ fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> O
     Some(Settings {
         origin: origin.to_string(),
         token_file,
-        server: ServerSettings { listen: listen? },
+        server: server?,
         database,
         policy: Arc::new(policy?),
         limits,
@@ -1299,6 +1380,33 @@ url = "http://127.0.0.1:7070"
         assert_eq!(frac("analysis/top"), (3, 10));
         assert_eq!(frac("mc"), (3, 10));
         assert!(s.policy.group_by_path("analysis").is_none(), "inner node");
+    }
+
+    #[test]
+    fn server_limits_out_of_range_are_refused_naming_the_key() {
+        let t = format!(
+            "[server]\nmax_connections = 0\nheader_read_timeout_ms = 0\n\
+             idle_timeout_ms = -5\nbody_timeout_ms = 99999999999\n{}",
+            base()
+        );
+        let found = issues(&t);
+        for key in [
+            "server.max_connections:",
+            "server.header_read_timeout_ms:",
+            "server.idle_timeout_ms:",
+            "server.body_timeout_ms:",
+        ] {
+            assert!(found.iter().any(|i| i.starts_with(key)), "{key} {found:?}");
+        }
+        let t = format!(
+            "[server]\nheader_read_timeout_ms = 5000\nidle_timeout_ms = 1000\n{}",
+            base()
+        );
+        assert!(issues(&t)
+            .iter()
+            .any(|i| i.starts_with("server.idle_timeout_ms: may not be below")));
+        let s = Settings::parse(&base(), "t").unwrap();
+        assert_eq!(s.server.max_connections, 512);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! connections; WAL lets them run beside the writer.
 
 pub mod aggregates;
+pub mod identity;
+pub mod lock;
 mod read;
 mod schema;
 mod usage;
@@ -41,6 +43,13 @@ pub enum LedgerError {
     Closed,
     #[error("cannot open the database at {path}: {message}")]
     Open { path: PathBuf, message: String },
+    /// Another process writes this database (its lock file is locked).
+    #[error("the database {path} is in use by another broker (pid {holder}; lock file {lock})")]
+    Locked {
+        path: PathBuf,
+        lock: PathBuf,
+        holder: String,
+    },
 }
 
 impl From<rusqlite::Error> for LedgerError {
@@ -228,6 +237,8 @@ impl Ledger {
         policy: Arc<PolicySettings>,
         clock: Arc<dyn Clock>,
     ) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
+        // Before the database is opened: a second writer must not even migrate it.
+        let lock = lock::DbLock::acquire(&options.path)?;
         let conn = schema::open_writer(&options.path)?;
         let instance = schema::instance(&conn).map_err(|e| LedgerError::Open {
             path: options.path.clone(),
@@ -238,7 +249,11 @@ impl Ledger {
         let state = writer::Writer::load(conn, policy.clone(), clock, options, ready.clone())?;
         let handle = std::thread::Builder::new()
             .name("ledger-writer".into())
-            .spawn(move || state.run(rx))
+            .spawn(move || {
+                state.run(rx);
+                // Released only once the writer (and its connection) is done.
+                drop(lock);
+            })
             .map_err(|e| LedgerError::Open {
                 path: options.path.clone(),
                 message: format!("cannot start the writer thread: {e}"),

@@ -49,6 +49,8 @@ pub(super) struct Writer {
     retry: RetrySettings,
     ready: Arc<Notify>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The database file as opened: checked before every COMMIT (see `ledger::identity`).
+    file: super::identity::DbFile,
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -310,6 +312,7 @@ impl Writer {
         options: &LedgerOptions,
         ready: Arc<Notify>,
     ) -> Result<Writer, LedgerError> {
+        let file = super::identity::DbFile::of(&options.path)?;
         let tx = conn.transaction()?;
         for g in &policy.groups {
             tx.execute(
@@ -395,6 +398,7 @@ impl Writer {
             retry: options.retry.clone(),
             ready,
             metrics: options.metrics.clone(),
+            file,
         })
     }
 
@@ -513,6 +517,7 @@ impl Writer {
             release_queued(&tx, &mut ctx)?;
             flush_deltas(&tx, &ctx)?;
             ctx.report.flush(&tx)?;
+            self.file.check()?;
             tx.commit()
         })();
         let ready = ctx.ready;

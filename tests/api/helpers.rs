@@ -407,3 +407,56 @@ pub fn run_ok(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
+
+impl ServeProcess {
+    /// Like `start`, with the process's stderr (its log) written to `log`.
+    pub fn start_logged(
+        config: &std::path::Path,
+        db: &std::path::Path,
+        log: &std::path::Path,
+    ) -> ServeProcess {
+        let stderr = std::fs::File::create(log).expect("create the log file");
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(config)
+            .arg("--db")
+            .arg(db)
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("start serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("banner");
+        let base = line.trim().rsplit(' ').next().expect("address").to_string();
+        assert!(base.starts_with("http://"), "banner {line:?}");
+        ServeProcess { child, base }
+    }
+
+    /// Send the process a signal (`kill -SIG pid`).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{sig}"), self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig} failed");
+    }
+}
+
+/// Poll `file` until it contains `needle`; panics after `limit` with what it holds.
+pub async fn wait_for_text(file: &std::path::Path, needle: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{needle:?} not in {} after {limit:?}: {text}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -13,5 +13,6 @@ mod helpers;
 mod metrics;
 mod openapi;
 mod policies;
+mod process;
 mod report;
 mod shares;
