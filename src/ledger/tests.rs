@@ -95,7 +95,7 @@ impl Fixture {
     }
 }
 
-fn usage_of(groups: &[GroupRow], path: &str) -> (u64, u64) {
+fn usage_of(groups: &[GroupRow], path: &str) -> (u128, u64) {
     let g = groups.iter().find(|g| g.path == path).unwrap();
     (g.usage, g.pending)
 }
@@ -623,7 +623,7 @@ fn recompute_aggregates(path: &std::path::Path) -> Aggregates {
 
 /// The maintained aggregates, in the shape of [`recompute_aggregates`].
 fn stored_aggregates(path: &std::path::Path) -> Aggregates {
-    let c = rusqlite::Connection::open(path).unwrap();
+    let c = super::schema::open_reader(path).unwrap();
     let mut st = c
         .prepare(
             "SELECT path, hour, accepted, held, released, held_cancelled, front, back, priority, \
@@ -635,7 +635,9 @@ fn stored_aggregates(path: &std::path::Path) -> Aggregates {
         .query_map([], |r| {
             let mut v = [0i64; 15];
             for (i, slot) in v.iter_mut().enumerate().take(14) {
-                *slot = r.get(i + 2)?;
+                // bytes_done and benefit_done are wide decimals; the rest plain integers.
+                let wide: super::schema::Wide = r.get(i + 2)?;
+                *slot = i64::try_from(wide.0).unwrap();
             }
             Ok((r.get(0)?, r.get(1)?, v))
         })

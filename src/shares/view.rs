@@ -18,8 +18,9 @@ pub struct GroupCounts {
     pub pending: u64,
     /// Requests held by a feasibility cap.
     pub held: u64,
-    /// Bytes charged: done bytes plus estimates of requests not yet final.
-    pub usage_bytes: u64,
+    /// Bytes charged: done bytes plus estimates of requests not yet final (exact; may exceed
+    /// 2^64).
+    pub usage_bytes: u128,
 }
 
 /// Everything `mssbroker shares` shows.
@@ -53,8 +54,8 @@ pub struct NodeRow {
     pub target_share: f64,
     /// `target_share` exactly, e.g. "3/10".
     pub target_fraction: String,
-    /// All-time cumulative benefit charged (never decayed).
-    pub usage: u64,
+    /// All-time cumulative benefit charged (never decayed; exact, may exceed 2^64).
+    pub usage: u128,
     /// Usage under the configured model (decayed or window-weighted), in benefit units.
     pub effective_usage: f64,
     /// `effective_usage` over the fair-share total.
@@ -88,7 +89,8 @@ pub struct NodeRow {
 pub struct ClassRow {
     pub path: String,
     pub mss_priority: i64,
-    pub usage: u64,
+    /// All-time cumulative benefit charged (exact, may exceed 2^64).
+    pub usage: u128,
     pub effective_usage: f64,
     #[serde(flatten)]
     pub counts: Option<GroupCounts>,
