@@ -21,7 +21,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::LedgerError;
 
-const SCHEMA: &str = r#"
+pub(super) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS requests (
     id                INTEGER PRIMARY KEY,
     station           TEXT    NOT NULL,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::helpers::{request, test_config, ServeProcess, TestApp};
+use crate::helpers::{request, run_ok, test_config, ServeProcess, TestApp};
 
 /// 4 * 10^18 bytes: a few of these pass i64::MAX (~9.22 * 10^18) and u64::MAX (~1.84 * 10^19).
 const SIZE: u64 = 4_000_000_000_000_000_000;
@@ -156,4 +156,35 @@ async fn usage_past_two_to_the_63_reads_back_exactly_and_survives_a_restart() {
     std::fs::write(&config_file, &config).unwrap();
     let serve = ServeProcess::start(&config_file, &db);
     check_figures(&serve.base).await;
+
+    // The CLI: `report` from the broker and from the file, `shares` from the file.
+    let (db, cfg) = (db.to_str().unwrap(), config_file.to_str().unwrap());
+    let from_url: Report = serde_json::from_str(&run_ok(&[
+        "report",
+        "--url",
+        &serve.base,
+        "--format",
+        "json",
+    ]))
+    .unwrap();
+    let from_db: Report = serde_json::from_str(&run_ok(&[
+        "report", "--db", db, "--config", cfg, "--format", "json",
+    ]))
+    .unwrap();
+    let shares: Groups = serde_json::from_str(&run_ok(&[
+        "shares", "--db", db, "--config", cfg, "--format", "json",
+    ]))
+    .unwrap();
+    for (path, usage, files) in expected() {
+        for report in [&from_url, &from_db] {
+            let f = report.groups.iter().find(|f| f.path == path).unwrap();
+            assert_eq!(
+                (f.bytes_done, f.files_done),
+                (usage as i128, files),
+                "{path}"
+            );
+        }
+        let g = shares.groups.iter().find(|g| g.path == path).unwrap();
+        assert_eq!((g.usage, g.usage_bytes), (usage, usage), "shares of {path}");
+    }
 }
