@@ -251,6 +251,9 @@ fn set_aside_narrow(conn: &Connection) -> rusqlite::Result<Vec<&'static str>> {
 
 /// Copy the rows of the tables set aside into their new shape, the wide columns as exact
 /// decimals (a REAL, left by the overflow this replaces, as its nearest integer), and drop them.
+/// Sums that had overflowed are recomputed exactly from the request rows where they can be:
+/// `groups` at once, `usage_windows` by the next load (its model is forgotten, so it is
+/// rebuilt); `report_hours` keeps the nearest integer.
 fn copy_widened(conn: &Connection, tables: &[&str]) -> rusqlite::Result<()> {
     for table in tables {
         let wide = WIDE_COLUMNS
@@ -258,6 +261,7 @@ fn copy_widened(conn: &Connection, tables: &[&str]) -> rusqlite::Result<()> {
             .find(|(t, _)| t == table)
             .map_or(&[][..], |(_, c)| *c);
         let old = format!("{table}{NARROW}");
+        let overflowed = has_reals(conn, &old, wide)?;
         let columns: Vec<String> = conn
             .prepare(&format!("SELECT name FROM pragma_table_info('{old}')"))?
             .query_map([], |r| r.get(0))?
@@ -280,6 +284,52 @@ fn copy_widened(conn: &Connection, tables: &[&str]) -> rusqlite::Result<()> {
             columns.join(", "),
             values.join(", ")
         ))?;
+        match *table {
+            "groups" if overflowed => recount_groups(conn)?,
+            "usage_windows" if overflowed => {
+                conn.execute("DELETE FROM meta WHERE key = 'usage_model'", [])?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether a wide column of `table` holds a REAL: a sum that overflowed i64.
+fn has_reals(conn: &Connection, table: &str, wide: &[&str]) -> rusqlite::Result<bool> {
+    if wide.is_empty() {
+        return Ok(false);
+    }
+    let any = wide
+        .iter()
+        .map(|c| format!("typeof({c}) = 'real'"))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    conn.query_row(
+        &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE {any})"),
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// Every group's usage and bytes, exactly, from the request rows (`groups.usage` is the sum of
+/// `requests.charged`, `usage_bytes` of `charged_bytes`).
+fn recount_groups(conn: &Connection) -> rusqlite::Result<()> {
+    let mut sums: std::collections::BTreeMap<String, (i128, i128)> = Default::default();
+    let mut stmt = conn.prepare("SELECT group_path, charged, charged_bytes FROM requests")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let e = sums.entry(r.get(0)?).or_default();
+        e.0 += i128::from(r.get::<_, i64>(1)?);
+        e.1 += i128::from(r.get::<_, i64>(2)?);
+    }
+    conn.execute("UPDATE groups SET usage = '0', usage_bytes = '0'", [])?;
+    let mut upsert = conn.prepare(
+        "INSERT INTO groups(path, usage, usage_bytes) VALUES (?1, ?2, ?3) \
+         ON CONFLICT(path) DO UPDATE SET usage = excluded.usage, usage_bytes = excluded.usage_bytes",
+    )?;
+    for (path, (usage, bytes)) in sums {
+        upsert.execute(rusqlite::params![path, Wide(usage), Wide(bytes)])?;
     }
     Ok(())
 }

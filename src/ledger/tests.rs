@@ -875,8 +875,8 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
 }
 
 /// A database written by the schema before the wide columns (INTEGER sums, one of them already
-/// overflowed into a REAL) opens: the columns become TEXT with the same figures, and charges
-/// add to them exactly.
+/// overflowed into a REAL) opens: the columns become TEXT with the same figures (the
+/// overflowed group's recomputed exactly from its requests), and charges add to them exactly.
 #[tokio::test]
 async fn an_old_shape_database_is_migrated() {
     let f = Fixture::new();
@@ -890,6 +890,15 @@ async fn an_old_shape_database_is_migrated() {
         c.execute_batch(
             "INSERT INTO groups(path, usage, usage_bytes, pending) VALUES ('mc', 1234, 5678, 0), \
              ('analysis/top', 1.0e19, 1.0e19, 0); \
+             INSERT INTO requests(station, client_request_id, user_name, file, size_bytes, \
+             access_mode, physics_group, direction, group_path, class, mss_priority, charged, \
+             charged_bytes, state, created_ms) VALUES \
+             ('s', 'a', 'u', '/a', 5000000000000000001, 'analysis', 'top', 'read', \
+              'analysis/top', 'back', 10, 5000000000000000001, 5000000000000000001, 'done', 1), \
+             ('s', 'b', 'u', '/b', 5000000000000000002, 'analysis', 'top', 'read', \
+              'analysis/top', 'back', 10, 5000000000000000002, 5000000000000000002, 'done', 1), \
+             ('s', 'c', 'u', '/c', 1234, 'mc', 'x', 'read', 'mc', 'back', 10, 1234, 5678, \
+              'done', 1); \
              INSERT INTO usage_windows(path, window, usage) VALUES ('mc', 0, 1234); \
              INSERT INTO report_hours(path, hour, done, bytes_done, benefit_done) \
              VALUES ('mc', 0, 1, 5678, 1234);",
@@ -910,8 +919,9 @@ async fn an_old_shape_database_is_migrated() {
     assert_eq!(usage_of(&groups, "mc"), (1234, 0));
     let top = groups.iter().find(|g| g.path == "analysis/top").unwrap();
     assert_eq!(
-        top.usage, 10_000_000_000_000_000_000,
-        "the REAL as its integer"
+        (top.usage, top.usage_bytes),
+        (10_000_000_000_000_000_003, 10_000_000_000_000_000_003),
+        "the overflowed REAL recomputed from the requests"
     );
     l.accept(vec![f.request("a", "mc", "x", 100)])
         .await
