@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use rusqlite::{params, Transaction};
 
-use super::schema::Wide;
+use super::wide::Wide;
 use crate::domain::Class;
 
 pub const HOUR_MS: i64 = 3_600_000;
@@ -46,7 +46,7 @@ pub struct HourRow {
     pub done: i64,
     pub failed: i64,
     pub cancelled: i64,
-    /// Sums past `i64` are possible: stored as wide decimals (`schema::Wide`).
+    /// Sums past `i64` are possible: stored as wide decimals (`wide::Wide`).
     pub bytes_done: i128,
     pub benefit_done: i128,
     /// Fair-share requests that started while a priority-class request was queued at the MSS.

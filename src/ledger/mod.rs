@@ -15,6 +15,7 @@ pub mod aggregates;
 mod read;
 mod schema;
 mod usage;
+mod wide;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -512,8 +513,8 @@ fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<aggregates::Hour
         done: r.get(o + 9)?,
         failed: r.get(o + 10)?,
         cancelled: r.get(o + 11)?,
-        bytes_done: r.get::<_, schema::Wide>(o + 12)?.0,
-        benefit_done: r.get::<_, schema::Wide>(o + 13)?.0,
+        bytes_done: r.get::<_, wide::Wide>(o + 12)?.0,
+        benefit_done: r.get::<_, wide::Wide>(o + 13)?.0,
         started_over_priority: r.get(o + 14)?,
     })
 }

@@ -6,7 +6,8 @@ use std::sync::Mutex;
 use mss_adapters::{Direction, EventCursor, TransferRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::schema::{self, Wide};
+use super::schema;
+use super::wide::Wide;
 use super::LedgerError;
 use crate::domain::{Class, RequestState};
 

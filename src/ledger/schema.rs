@@ -8,17 +8,15 @@
 //!
 //! Sums a client's input can drive past `i64` (`groups.usage`, `groups.usage_bytes`,
 //! `usage_windows.usage`, `report_hours.bytes_done` and `benefit_done`) are TEXT columns holding
-//! the exact decimal of an `i128` ([`Wide`]): SQLite's INTEGER is `i64`, and a larger integer
-//! (or integer-looking text in an INTEGER column) silently becomes a REAL. They are added with
-//! the SQL functions `wide_add` and `wide_sum` registered on every connection, never `+` or
-//! `SUM()`.
+//! the exact decimal of an `i128` ([`Wide`], in `wide.rs`): SQLite's INTEGER is `i64`, and a
+//! larger integer (or integer-looking text in an INTEGER column) silently becomes a REAL. They
+//! are added with the SQL functions `wide_add` and `wide_sum`, never `+` or `SUM()`.
 
 use std::path::Path;
 
-use rusqlite::functions::{Aggregate, Context, FunctionFlags};
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
 
+use super::wide::{self, Wide};
 use super::LedgerError;
 
 pub(super) const SCHEMA: &str = r#"
@@ -147,7 +145,7 @@ CREATE TABLE IF NOT EXISTS meta (
 "#;
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    register_wide(conn)?;
+    wide::register(conn)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL: a commit is on disk before the writer answers, so a 202 survives power loss.
@@ -334,71 +332,6 @@ fn recount_groups(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// An exact sum stored in a TEXT column as its decimal (read back from an INTEGER too, so a
-/// value written before the columns were widened still reads).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Wide(pub i128);
-
-impl FromSql for Wide {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        match value {
-            ValueRef::Integer(i) => Ok(Wide(i128::from(i))),
-            ValueRef::Text(t) => std::str::from_utf8(t)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .map(Wide)
-                .ok_or(FromSqlError::InvalidType),
-            _ => Err(FromSqlError::InvalidType),
-        }
-    }
-}
-
-impl ToSql for Wide {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::from(self.0.to_string()))
-    }
-}
-
-fn wide_arg(ctx: &Context<'_>, i: usize) -> rusqlite::Result<i128> {
-    Ok(ctx.get::<Wide>(i)?.0)
-}
-
-fn wide_overflow() -> rusqlite::Error {
-    rusqlite::Error::UserFunctionError("wide sum overflows i128".into())
-}
-
-/// `wide_sum(x)`: the exact sum of wide values (`'0'` over no rows).
-struct WideSum;
-
-impl Aggregate<i128, Wide> for WideSum {
-    fn init(&self, _: &mut Context<'_>) -> rusqlite::Result<i128> {
-        Ok(0)
-    }
-
-    fn step(&self, ctx: &mut Context<'_>, acc: &mut i128) -> rusqlite::Result<()> {
-        *acc = acc
-            .checked_add(wide_arg(ctx, 0)?)
-            .ok_or_else(wide_overflow)?;
-        Ok(())
-    }
-
-    fn finalize(&self, _: &mut Context<'_>, acc: Option<i128>) -> rusqlite::Result<Wide> {
-        Ok(Wide(acc.unwrap_or(0)))
-    }
-}
-
-/// Register `wide_add(a, b)` and `wide_sum(x)` on a connection.
-fn register_wide(conn: &Connection) -> rusqlite::Result<()> {
-    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
-    conn.create_scalar_function("wide_add", 2, flags, |ctx| {
-        wide_arg(ctx, 0)?
-            .checked_add(wide_arg(ctx, 1)?)
-            .map(Wide)
-            .ok_or_else(wide_overflow)
-    })?;
-    conn.create_aggregate_function("wide_sum", 1, flags, WideSum)
-}
-
 /// The database's identity: a random id made once, when the database is created.
 pub fn instance(conn: &Connection) -> rusqlite::Result<String> {
     use sha2::{Digest, Sha256};
@@ -424,7 +357,7 @@ pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
         path,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    register_wide(&conn)?;
+    wide::register(&conn)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)

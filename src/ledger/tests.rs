@@ -636,7 +636,7 @@ fn stored_aggregates(path: &std::path::Path) -> Aggregates {
             let mut v = [0i64; 15];
             for (i, slot) in v.iter_mut().enumerate().take(14) {
                 // bytes_done and benefit_done are wide decimals; the rest plain integers.
-                let wide: super::schema::Wide = r.get(i + 2)?;
+                let wide: super::wide::Wide = r.get(i + 2)?;
                 *slot = i64::try_from(wide.0).unwrap();
             }
             Ok((r.get(0)?, r.get(1)?, v))

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use super::schema::Wide;
+use super::wide::Wide;
 
 use crate::config::{GroupId, PolicySettings};
 use crate::shares::view::GroupCounts;

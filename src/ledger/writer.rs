@@ -13,8 +13,8 @@ use tracing::{debug, error, info, warn};
 
 use super::aggregates::{HourRow, ReportDeltas};
 use super::read::parse_state;
-use super::schema::Wide;
 use super::usage;
+use super::wide::Wide;
 use super::{
     Accepted, AfterSubmit, CancelOutcome, Command, LedgerError, LedgerOptions, NewPriority,
     NewRequest, QueuedExplain, SubmittedTransfer,
