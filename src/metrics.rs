@@ -6,7 +6,9 @@
 //! - **ledger figures**, read at scrape time from the maintained aggregates (never from
 //!   history): per group requests by state and bytes done (counters), pending and held
 //!   requests, usage and target share (gauges). A restart does not reset them: they are the
-//!   ledger's own totals.
+//!   ledger's own totals. Prometheus samples are float64: bytes done is a float counter
+//!   because the exact sum may pass `u64`, and past 2^53 it is approximate; the exact figures
+//!   are in `GET /v1/groups` and `GET /v1/report`.
 
 use std::sync::atomic::AtomicU64;
 
@@ -111,7 +113,8 @@ impl Metrics {
     pub fn encode(&self, totals: &[(String, HourRow)], shares: &SharesView) -> String {
         let mut figures = Registry::default();
         let requests = Family::<StateLabels, Counter>::default();
-        let bytes = Family::<GroupLabels, Counter>::default();
+        // A float counter: the exact sum may pass u64 (Prometheus samples are floats anyway).
+        let bytes = Family::<GroupLabels, Counter<f64, AtomicU64>>::default();
         let pending = Family::<GroupLabels, Gauge>::default();
         let held = Family::<GroupLabels, Gauge>::default();
         let usage_share = Family::<GroupLabels, Gauge<f64, AtomicU64>>::default();
@@ -145,7 +148,7 @@ impl Metrics {
                     group: path.clone(),
                     kind,
                 })
-                .inc_by(r.bytes_done.max(0) as u64);
+                .inc_by(r.bytes_done.max(0) as f64);
         }
         for g in shares.groups.iter().filter(|g| g.leaf) {
             let labels = GroupLabels {

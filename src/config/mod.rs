@@ -787,6 +787,24 @@ fn validate_limits(raw: &RawLimits, issues: &mut Issues) -> InputLimits {
     limits
 }
 
+/// A request's benefit is stored as an i64 (`requests.charged`): refuse a weight for which the
+/// largest request allowed (`limits.max_size_bytes`) would be worth more.
+fn check_weight_bound(mode: &str, weight: i64, max_size_bytes: i64, issues: &mut Issues) {
+    if weight <= 0 || max_size_bytes <= 0 {
+        return; // reported as not positive
+    }
+    let max_weight = i64::MAX / max_size_bytes;
+    if weight > max_weight {
+        issues.add(
+            format!("policy.benefit_weights.{mode}"),
+            format!(
+                "{weight} times limits.max_size_bytes ({max_size_bytes}) exceeds the largest \
+                 benefit a request may have (2^63 - 1); at most {max_weight}"
+            ),
+        );
+    }
+}
+
 fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySettings> {
     let p = &raw.policy;
     let benefit = match p.benefit.as_str() {
@@ -808,6 +826,7 @@ fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<PolicySetting
                         format!("must be a positive integer, got {v}"),
                     );
                 }
+                check_weight_bound(mode, v, raw.limits.max_size_bytes, issues);
                 w.insert(mode.clone(), v.max(1) as u64);
             }
             Some(Benefit::WeightedBytes(w))
@@ -1367,6 +1386,35 @@ url = "http://127.0.0.1:7070"
     fn shipped_config_is_valid() {
         let s = Settings::parse(EMBEDDED, "embedded").expect("shipped config must validate");
         assert!(!s.policy.groups.is_empty());
+    }
+
+    #[test]
+    fn a_weight_that_could_overflow_a_request_benefit_is_refused() {
+        let with = |weight: i64, max_size: i64| {
+            base().replace(
+                "p_back = 10",
+                &format!(
+                    "p_back = 10\nbenefit = \"weighted_bytes\"\n\
+                     [policy.benefit_weights]\nreprocessing = {weight}\n\
+                     [limits]\nmax_size_bytes = {max_size}"
+                ),
+            )
+        };
+        // 10^14 bytes (the shipped maximum): 92233 * 10^14 < 2^63 <= 92234 * 10^14.
+        assert_eq!(
+            issues(&with(92_233, 100_000_000_000_000)),
+            Vec::<String>::new()
+        );
+        let found = issues(&with(92_234, 100_000_000_000_000));
+        assert!(
+            found
+                .iter()
+                .any(|i| i.starts_with("policy.benefit_weights.reprocessing:")
+                    && i.contains("at most 92233")),
+            "{found:?}"
+        );
+        assert_eq!(issues(&with(1, i64::MAX)), Vec::<String>::new());
+        assert_eq!(issues(&with(2, i64::MAX)).len(), 1);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use rusqlite::{params, Transaction};
 
+use super::wide::Wide;
 use crate::domain::Class;
 
 pub const HOUR_MS: i64 = 3_600_000;
@@ -45,8 +46,9 @@ pub struct HourRow {
     pub done: i64,
     pub failed: i64,
     pub cancelled: i64,
-    pub bytes_done: i64,
-    pub benefit_done: i64,
+    /// Sums past `i64` are possible: stored as wide decimals (`wide::Wide`).
+    pub bytes_done: i128,
+    pub benefit_done: i128,
     /// Fair-share requests that started while a priority-class request was queued at the MSS.
     pub started_over_priority: i64,
 }
@@ -140,8 +142,8 @@ impl ReportDeltas {
              priority = priority + excluded.priority, started = started + excluded.started, \
              wait_ms_sum = wait_ms_sum + excluded.wait_ms_sum, done = done + excluded.done, \
              failed = failed + excluded.failed, cancelled = cancelled + excluded.cancelled, \
-             bytes_done = bytes_done + excluded.bytes_done, \
-             benefit_done = benefit_done + excluded.benefit_done, \
+             bytes_done = wide_add(bytes_done, excluded.bytes_done), \
+             benefit_done = wide_add(benefit_done, excluded.benefit_done), \
              started_over_priority = started_over_priority + excluded.started_over_priority",
         )?;
         for (path, hour, r) in self
@@ -167,8 +169,8 @@ impl ReportDeltas {
                 r.done,
                 r.failed,
                 r.cancelled,
-                r.bytes_done,
-                r.benefit_done,
+                Wide(r.bytes_done),
+                Wide(r.benefit_done),
                 r.started_over_priority
             ])?;
         }

@@ -17,6 +17,7 @@ pub mod lock;
 mod read;
 mod schema;
 mod usage;
+mod wide;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -527,8 +528,8 @@ fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<aggregates::Hour
         done: r.get(o + 9)?,
         failed: r.get(o + 10)?,
         cancelled: r.get(o + 11)?,
-        bytes_done: r.get(o + 12)?,
-        benefit_done: r.get(o + 13)?,
+        bytes_done: r.get::<_, wide::Wide>(o + 12)?.0,
+        benefit_done: r.get::<_, wide::Wide>(o + 13)?.0,
         started_over_priority: r.get(o + 14)?,
     })
 }
@@ -540,7 +541,11 @@ pub fn totals_before(
 ) -> rusqlite::Result<Vec<(String, aggregates::HourRow)>> {
     let sums = AGG_COLS
         .split(", ")
-        .map(|c| format!("SUM({c})"))
+        .map(|c| match c {
+            // Exact past i64, where SUM() raises "integer overflow".
+            "bytes_done" | "benefit_done" => format!("wide_sum({c})"),
+            _ => format!("SUM({c})"),
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let mut st = c.prepare_cached(&format!(

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use mss_adapters::{Direction, EventCursor, TransferRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{schema, LedgerError};
+use super::schema;
+use super::wide::Wide;
+use super::LedgerError;
 use crate::domain::{Class, RequestState};
 
 pub(super) struct ReadPool {
@@ -287,8 +289,8 @@ pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupRow {
     pub path: String,
-    pub usage: u64,
-    pub usage_bytes: u64,
+    pub usage: u128,
+    pub usage_bytes: u128,
     pub pending: u64,
 }
 
@@ -298,8 +300,8 @@ pub(super) fn groups(c: &Connection) -> rusqlite::Result<Vec<GroupRow>> {
     let rows = stmt.query_map([], |r| {
         Ok(GroupRow {
             path: r.get(0)?,
-            usage: r.get::<_, i64>(1)?.max(0) as u64,
-            usage_bytes: r.get::<_, i64>(2)?.max(0) as u64,
+            usage: r.get::<_, Wide>(1)?.0.max(0) as u128,
+            usage_bytes: r.get::<_, Wide>(2)?.0.max(0) as u128,
             pending: r.get::<_, i64>(3)?.max(0) as u64,
         })
     })?;

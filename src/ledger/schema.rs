@@ -5,14 +5,21 @@
 //! anything but the id, for the same reason. `groups` holds the maintained per-group
 //! aggregates (usage, bytes, pending), updated in the same transaction as the requests, so no
 //! read ever sums history.
+//!
+//! Sums a client's input can drive past `i64` (`groups.usage`, `groups.usage_bytes`,
+//! `usage_windows.usage`, `report_hours.bytes_done` and `benefit_done`) are TEXT columns holding
+//! the exact decimal of an `i128` ([`Wide`], in `wide.rs`): SQLite's INTEGER is `i64`, and a
+//! larger integer (or integer-looking text in an INTEGER column) silently becomes a REAL. They
+//! are added with the SQL functions `wide_add` and `wide_sum`, never `+` or `SUM()`.
 
 use std::path::Path;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
+use super::wide::{self, Wide};
 use super::LedgerError;
 
-const SCHEMA: &str = r#"
+pub(super) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS requests (
     id                INTEGER PRIMARY KEY,
     station           TEXT    NOT NULL,
@@ -84,12 +91,12 @@ CREATE INDEX IF NOT EXISTS requests_cancelling ON requests(id)
     WHERE cancel_requested = 1 AND state IN ('submitted', 'running');
 CREATE INDEX IF NOT EXISTS requests_held ON requests(group_path, id) WHERE state = 'held';
 CREATE INDEX IF NOT EXISTS requests_queued ON requests(id) WHERE state = 'queued';
--- Per group: cumulative benefit and bytes charged, requests not final and held, and the
+-- Per group (usage and usage_bytes: wide decimals, see Wide): cumulative benefit and bytes charged, requests not final and held, and the
 -- half-life accumulator S (usage at time t is S * 2^(-(t - t0)/H), t0 in meta).
 CREATE TABLE IF NOT EXISTS groups (
     path        TEXT PRIMARY KEY,
-    usage       INTEGER NOT NULL DEFAULT 0,
-    usage_bytes INTEGER NOT NULL DEFAULT 0,
+    usage       TEXT    NOT NULL DEFAULT '0',
+    usage_bytes TEXT    NOT NULL DEFAULT '0',
     pending     INTEGER NOT NULL DEFAULT 0,
     held        INTEGER NOT NULL DEFAULT 0,
     decayed     REAL    NOT NULL DEFAULT 0,
@@ -100,7 +107,7 @@ CREATE TABLE IF NOT EXISTS groups (
 CREATE TABLE IF NOT EXISTS usage_windows (
     path   TEXT    NOT NULL,
     window INTEGER NOT NULL,
-    usage  INTEGER NOT NULL,
+    usage  TEXT    NOT NULL,
     PRIMARY KEY (path, window)
 ) WITHOUT ROWID;
 -- Report aggregates per group per hour (see ledger/aggregates.rs), and the wait-time histogram.
@@ -119,8 +126,8 @@ CREATE TABLE IF NOT EXISTS report_hours (
     done                  INTEGER NOT NULL DEFAULT 0,
     failed                INTEGER NOT NULL DEFAULT 0,
     cancelled             INTEGER NOT NULL DEFAULT 0,
-    bytes_done            INTEGER NOT NULL DEFAULT 0,
-    benefit_done          INTEGER NOT NULL DEFAULT 0,
+    bytes_done            TEXT    NOT NULL DEFAULT '0',
+    benefit_done          TEXT    NOT NULL DEFAULT '0',
     started_over_priority INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (path, hour)
 ) WITHOUT ROWID;
@@ -138,6 +145,7 @@ CREATE TABLE IF NOT EXISTS meta (
 "#;
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    wide::register(conn)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL: a commit is on disk before the writer answers, so a 202 survives power loss.
@@ -153,12 +161,20 @@ pub fn open_writer(path: &Path) -> Result<Connection, LedgerError> {
         message,
     };
     super::ensure_parent(path).map_err(|e| open_err(e.to_string()))?;
-    let conn = Connection::open(path).map_err(|e| open_err(e.to_string()))?;
+    let mut conn = Connection::open(path).map_err(|e| open_err(e.to_string()))?;
     configure(&conn).map_err(|e| open_err(e.to_string()))?;
-    migrate(&conn).map_err(|e| open_err(e.to_string()))?;
-    conn.execute_batch(SCHEMA)
-        .map_err(|e| open_err(e.to_string()))?;
+    create(&mut conn).map_err(|e| open_err(e.to_string()))?;
     Ok(conn)
+}
+
+/// Create the schema, migrating an older one, in one transaction.
+fn create(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    migrate(&tx)?;
+    let narrow = set_aside_narrow(&tx)?;
+    tx.execute_batch(SCHEMA)?;
+    copy_widened(&tx, &narrow)?;
+    tx.commit()
 }
 
 /// Columns added after the first schema, for databases created before them.
@@ -201,6 +217,121 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Columns that hold wide sums, per table (TEXT since the overflow fix; INTEGER before).
+const WIDE_COLUMNS: &[(&str, &[&str])] = &[
+    ("groups", &["usage", "usage_bytes"]),
+    ("usage_windows", &["usage"]),
+    ("report_hours", &["bytes_done", "benefit_done"]),
+];
+
+/// Suffix of a table set aside while its wide columns are re-declared.
+const NARROW: &str = "_narrow";
+
+/// Rename every table whose wide columns are still declared INTEGER (SQLite cannot change a
+/// column's type in place), so SCHEMA creates it anew; returns the tables renamed.
+fn set_aside_narrow(conn: &Connection) -> rusqlite::Result<Vec<&'static str>> {
+    let mut out = Vec::new();
+    for (table, columns) in WIDE_COLUMNS {
+        let declared: Option<String> = conn
+            .query_row(
+                &format!("SELECT type FROM pragma_table_info('{table}') WHERE name = ?1"),
+                [columns[0]],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if declared.is_some_and(|t| !t.eq_ignore_ascii_case("TEXT")) {
+            conn.execute_batch(&format!("ALTER TABLE {table} RENAME TO {table}{NARROW}"))?;
+            out.push(*table);
+        }
+    }
+    Ok(out)
+}
+
+/// Copy the rows of the tables set aside into their new shape, the wide columns as exact
+/// decimals (a REAL, left by the overflow this replaces, as its nearest integer), and drop them.
+/// Sums that had overflowed are recomputed exactly from the request rows where they can be:
+/// `groups` at once, `usage_windows` by the next load (its model is forgotten, so it is
+/// rebuilt); `report_hours` keeps the nearest integer.
+fn copy_widened(conn: &Connection, tables: &[&str]) -> rusqlite::Result<()> {
+    for table in tables {
+        let wide = WIDE_COLUMNS
+            .iter()
+            .find(|(t, _)| t == table)
+            .map_or(&[][..], |(_, c)| *c);
+        let old = format!("{table}{NARROW}");
+        let overflowed = has_reals(conn, &old, wide)?;
+        let columns: Vec<String> = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{old}')"))?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let values: Vec<String> = columns
+            .iter()
+            .map(|c| {
+                if wide.contains(&c.as_str()) {
+                    format!(
+                        "CASE typeof({c}) WHEN 'real' THEN printf('%.0f', {c}) \
+                         ELSE CAST({c} AS TEXT) END"
+                    )
+                } else {
+                    c.clone()
+                }
+            })
+            .collect();
+        conn.execute_batch(&format!(
+            "INSERT INTO {table} ({}) SELECT {} FROM {old}; DROP TABLE {old};",
+            columns.join(", "),
+            values.join(", ")
+        ))?;
+        match *table {
+            "groups" if overflowed => recount_groups(conn)?,
+            "usage_windows" if overflowed => {
+                conn.execute("DELETE FROM meta WHERE key = 'usage_model'", [])?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether a wide column of `table` holds a REAL: a sum that overflowed i64.
+fn has_reals(conn: &Connection, table: &str, wide: &[&str]) -> rusqlite::Result<bool> {
+    if wide.is_empty() {
+        return Ok(false);
+    }
+    let any = wide
+        .iter()
+        .map(|c| format!("typeof({c}) = 'real'"))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    conn.query_row(
+        &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE {any})"),
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// Every group's usage and bytes, exactly, from the request rows (`groups.usage` is the sum of
+/// `requests.charged`, `usage_bytes` of `charged_bytes`).
+fn recount_groups(conn: &Connection) -> rusqlite::Result<()> {
+    let mut sums: std::collections::BTreeMap<String, (i128, i128)> = Default::default();
+    let mut stmt = conn.prepare("SELECT group_path, charged, charged_bytes FROM requests")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let e = sums.entry(r.get(0)?).or_default();
+        e.0 += i128::from(r.get::<_, i64>(1)?);
+        e.1 += i128::from(r.get::<_, i64>(2)?);
+    }
+    conn.execute("UPDATE groups SET usage = '0', usage_bytes = '0'", [])?;
+    let mut upsert = conn.prepare(
+        "INSERT INTO groups(path, usage, usage_bytes) VALUES (?1, ?2, ?3) \
+         ON CONFLICT(path) DO UPDATE SET usage = excluded.usage, usage_bytes = excluded.usage_bytes",
+    )?;
+    for (path, (usage, bytes)) in sums {
+        upsert.execute(rusqlite::params![path, Wide(usage), Wide(bytes)])?;
+    }
+    Ok(())
+}
+
 /// The database's identity: a random id made once, when the database is created.
 pub fn instance(conn: &Connection) -> rusqlite::Result<String> {
     use sha2::{Digest, Sha256};
@@ -226,6 +357,7 @@ pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
         path,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
+    wide::register(&conn)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)

@@ -95,7 +95,7 @@ impl Fixture {
     }
 }
 
-fn usage_of(groups: &[GroupRow], path: &str) -> (u64, u64) {
+fn usage_of(groups: &[GroupRow], path: &str) -> (u128, u64) {
     let g = groups.iter().find(|g| g.path == path).unwrap();
     (g.usage, g.pending)
 }
@@ -196,7 +196,7 @@ async fn a_request_and_its_charge_are_never_committed_apart() {
     // Make the groups update fail, after the request row was inserted in the same transaction.
     let side = rusqlite::Connection::open(&f.path).unwrap();
     side.execute_batch(
-        "CREATE TRIGGER boom BEFORE UPDATE ON groups WHEN NEW.usage > 1000 \
+        "CREATE TRIGGER boom BEFORE UPDATE ON groups WHEN CAST(NEW.usage AS INTEGER) > 1000 \
          BEGIN SELECT RAISE(ABORT, 'disk full (simulated)'); END;",
     )
     .unwrap();
@@ -623,7 +623,7 @@ fn recompute_aggregates(path: &std::path::Path) -> Aggregates {
 
 /// The maintained aggregates, in the shape of [`recompute_aggregates`].
 fn stored_aggregates(path: &std::path::Path) -> Aggregates {
-    let c = rusqlite::Connection::open(path).unwrap();
+    let c = super::schema::open_reader(path).unwrap();
     let mut st = c
         .prepare(
             "SELECT path, hour, accepted, held, released, held_cancelled, front, back, priority, \
@@ -635,7 +635,9 @@ fn stored_aggregates(path: &std::path::Path) -> Aggregates {
         .query_map([], |r| {
             let mut v = [0i64; 15];
             for (i, slot) in v.iter_mut().enumerate().take(14) {
-                *slot = r.get(i + 2)?;
+                // bytes_done and benefit_done are wide decimals; the rest plain integers.
+                let wide: super::wide::Wide = r.get(i + 2)?;
+                *slot = i64::try_from(wide.0).unwrap();
             }
             Ok((r.get(0)?, r.get(1)?, v))
         })
@@ -783,4 +785,180 @@ async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
         "c started while daq was queued at the MSS; a before daq got there; b after it ran"
     );
     assert_eq!(over("datataking"), (0, 1, 250));
+}
+
+/// Usage past i64 (and past u64) under the windows model: the group sums, the window sums and
+/// the report's bytes and benefit done are exact, in memory and on disk, and a restart loads
+/// the same book (SQLite's INTEGER is i64; these are wide decimals).
+#[tokio::test]
+async fn sums_past_i64_are_exact_and_survive_a_restart() {
+    const SIZE: u64 = 4_000_000_000_000_000_000;
+    let config = CONFIG.replace(
+        "[mss]",
+        "[usage]\nmodel = \"windows\"\ninterval_secs = 3600\ndepth = 2\n[mss]",
+    );
+    let f = Fixture::with_config(&config);
+    let opened = f.open();
+    let l = &opened.0;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let a = l
+            .accept(vec![f.request(&format!("r{i}"), "mc", "x", SIZE)])
+            .await
+            .unwrap();
+        ids.push(a[0].id);
+    }
+    let want = 5 * u128::from(SIZE);
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (want, 5));
+    // Three complete an hour later (re-dated into the next window), two stay accepted.
+    f.clock.advance_ms(3_600_000);
+    let done = |seq: u64, id: i64| event(id, 1, seq, EventKind::Done { bytes: SIZE });
+    l.apply_status_events(vec![done(1, ids[0]), done(2, ids[1]), done(3, ids[2])])
+        .await
+        .unwrap();
+    let now = f.clock.now_ms();
+    let before = l.shares(now, now).await.unwrap();
+    let mc = |v: &SharesView| {
+        let g = v.groups.iter().find(|g| g.path == "mc").unwrap().clone();
+        (g.usage, g.counts.unwrap().usage_bytes, g.windows.unwrap())
+    };
+    assert_eq!(mc(&before).0, want);
+    assert_eq!(mc(&before).1, want);
+    let groups = l.groups().await.unwrap();
+    close(opened);
+
+    let reopened = f.open();
+    assert_eq!(reopened.0.groups().await.unwrap(), groups);
+    assert_eq!(mc(&reopened.0.shares(now, now).await.unwrap()), mc(&before));
+    close(reopened);
+
+    let c = super::schema::open_reader(&f.path).unwrap();
+    let text = |sql: &str| -> Vec<String> {
+        c.prepare(sql)
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(
+        text("SELECT usage FROM usage_windows WHERE path = 'mc' ORDER BY window"),
+        [
+            (2 * u128::from(SIZE)).to_string(),
+            (3 * u128::from(SIZE)).to_string()
+        ],
+        "two estimates in the first window, three actuals in the second"
+    );
+    let report = report_rows(
+        &c,
+        &crate::report::ReportRange {
+            since_ms: 0,
+            until_ms: now + 3_600_000,
+            bucket: crate::report::Bucket::Hour,
+        },
+    )
+    .unwrap();
+    let (bytes, benefit) = report
+        .hours
+        .iter()
+        .filter(|(p, _, _)| p == "mc")
+        .fold((0, 0), |(b, n), (_, _, r)| {
+            (b + r.bytes_done, n + r.benefit_done)
+        });
+    assert_eq!(
+        (bytes, benefit),
+        (3 * i128::from(SIZE), 3 * i128::from(SIZE))
+    );
+    let totals = totals_before(&c, i64::MAX).unwrap();
+    let mc_total = &totals.iter().find(|(p, _)| p == "mc").unwrap().1;
+    assert_eq!(mc_total.bytes_done, 3 * i128::from(SIZE));
+}
+
+/// A database written by the schema before the wide columns (INTEGER sums, one of them already
+/// overflowed into a REAL) opens: the columns become TEXT with the same figures (the
+/// overflowed group's recomputed exactly from its requests), and charges add to them exactly.
+#[tokio::test]
+async fn an_old_shape_database_is_migrated() {
+    let f = Fixture::new();
+    {
+        let old = super::schema::SCHEMA
+            .replace("TEXT    NOT NULL DEFAULT '0'", "INTEGER NOT NULL DEFAULT 0")
+            .replace("usage  TEXT    NOT NULL", "usage  INTEGER NOT NULL");
+        assert!(!old.contains("TEXT    NOT NULL DEFAULT '0'"));
+        let c = rusqlite::Connection::open(&f.path).unwrap();
+        c.execute_batch(&old).unwrap();
+        c.execute_batch(
+            "INSERT INTO groups(path, usage, usage_bytes, pending) VALUES ('mc', 1234, 5678, 0), \
+             ('analysis/top', 1.0e19, 1.0e19, 0); \
+             INSERT INTO requests(station, client_request_id, user_name, file, size_bytes, \
+             access_mode, physics_group, direction, group_path, class, mss_priority, charged, \
+             charged_bytes, state, created_ms) VALUES \
+             ('s', 'a', 'u', '/a', 5000000000000000001, 'analysis', 'top', 'read', \
+              'analysis/top', 'back', 10, 5000000000000000001, 5000000000000000001, 'done', 1), \
+             ('s', 'b', 'u', '/b', 5000000000000000002, 'analysis', 'top', 'read', \
+              'analysis/top', 'back', 10, 5000000000000000002, 5000000000000000002, 'done', 1), \
+             ('s', 'c', 'u', '/c', 1234, 'mc', 'x', 'read', 'mc', 'back', 10, 1234, 5678, \
+              'done', 1); \
+             INSERT INTO usage_windows(path, window, usage) VALUES ('mc', 0, 1234); \
+             INSERT INTO report_hours(path, hour, done, bytes_done, benefit_done) \
+             VALUES ('mc', 0, 1, 5678, 1234);",
+        )
+        .unwrap();
+        let declared: String = c
+            .query_row(
+                "SELECT type FROM pragma_table_info('groups') WHERE name = 'usage'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(declared, "INTEGER");
+    }
+    let opened = f.open();
+    let l = &opened.0;
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "mc"), (1234, 0));
+    let top = groups.iter().find(|g| g.path == "analysis/top").unwrap();
+    assert_eq!(
+        (top.usage, top.usage_bytes),
+        (10_000_000_000_000_000_003, 10_000_000_000_000_000_003),
+        "the overflowed REAL recomputed from the requests"
+    );
+    l.accept(vec![f.request("a", "mc", "x", 100)])
+        .await
+        .unwrap();
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (1334, 1));
+    close(opened);
+    let c = super::schema::open_reader(&f.path).unwrap();
+    for (table, column) in [
+        ("groups", "usage"),
+        ("groups", "usage_bytes"),
+        ("usage_windows", "usage"),
+        ("report_hours", "bytes_done"),
+        ("report_hours", "benefit_done"),
+    ] {
+        let declared: String = c
+            .query_row(
+                &format!("SELECT type FROM pragma_table_info('{table}') WHERE name = ?1"),
+                [column],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(declared, "TEXT", "{table}.{column}");
+    }
+    let stored: (String, String, i64) = c
+        .query_row(
+            "SELECT bytes_done, benefit_done, done FROM report_hours WHERE path = 'mc'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(stored, ("5678".into(), "1234".into(), 1));
+    let tables: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE '%_narrow'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "the set-aside tables are dropped");
 }

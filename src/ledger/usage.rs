@@ -7,7 +7,11 @@
 //! configuration names another (a new half-life or interval), they are rebuilt from the
 //! requests, each charge dated by `charged_ms`.
 
+use std::collections::BTreeMap;
+
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use super::wide::Wide;
 
 use crate::config::{GroupId, PolicySettings};
 use crate::shares::view::GroupCounts;
@@ -67,14 +71,14 @@ pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqli
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
+                r.get::<_, Wide>(1)?,
                 r.get::<_, f64>(2)?,
             ))
         })?;
         for row in rows {
-            let (path, usage, decayed) = row?;
+            let (path, Wide(usage), decayed) = row?;
             if let Some(g) = policy.group_by_path(&path) {
-                book.load_cumulative(g, usage.max(0) as u64);
+                book.load_cumulative(g, usage.max(0) as u128);
                 book.load_decayed(g, decayed);
             }
         }
@@ -87,13 +91,13 @@ pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqli
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
+                    r.get::<_, Wide>(2)?,
                 ))
             })?;
             for row in rows {
-                let (path, window, usage) = row?;
+                let (path, window, Wide(usage)) = row?;
                 if let Some(g) = policy.group_by_path(&path) {
-                    book.load_window(g, window, i128::from(usage));
+                    book.load_window(g, window, usage);
                 }
             }
         }
@@ -159,17 +163,32 @@ pub fn persist_rebuilt(
             .execute(params![policy.group(g).path.as_str(), book.decayed(g)])?;
     }
     tx.execute("DELETE FROM usage_windows", [])?;
-    if let UsageModel::Windows { interval_ms, .. } = policy.usage_model {
-        tx.execute(
-            &format!(
-                "INSERT INTO usage_windows(path, window, usage) \
-                 SELECT group_path, {CHARGE_DATE} / ?1 - ({CHARGE_DATE} % ?1 < 0), SUM(charged) \
-                 FROM requests WHERE charged != 0 GROUP BY 1, 2"
-            ),
-            [interval_ms],
-        )?;
+    if let UsageModel::Windows { .. } = policy.usage_model {
+        let mut insert = tx
+            .prepare_cached("INSERT INTO usage_windows(path, window, usage) VALUES (?1, ?2, ?3)")?;
+        for ((path, window), usage) in window_sums(tx, &policy.usage_model)? {
+            insert.execute(params![path, window, Wide(usage)])?;
+        }
     }
     store_model(tx, policy, book)
+}
+
+/// Every current charge summed per group and window, in Rust: SQL's `SUM()` raises "integer
+/// overflow" past `i64`.
+fn window_sums(
+    c: &Connection,
+    model: &UsageModel,
+) -> rusqlite::Result<BTreeMap<(String, i64), i128>> {
+    let mut sums = BTreeMap::new();
+    let mut stmt = c.prepare(&format!(
+        "SELECT group_path, {CHARGE_DATE}, charged FROM requests WHERE charged != 0"
+    ))?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let key = (r.get::<_, String>(0)?, model.window_of(r.get(1)?));
+        *sums.entry(key).or_default() += i128::from(r.get::<_, i64>(2)?);
+    }
+    Ok(sums)
 }
 
 /// Record which model the aggregates are kept for, and the half-life reference time.
@@ -194,16 +213,16 @@ pub fn group_counts(c: &Connection, policy: &PolicySettings) -> rusqlite::Result
             r.get::<_, String>(0)?,
             r.get::<_, i64>(1)?,
             r.get::<_, i64>(2)?,
-            r.get::<_, i64>(3)?,
+            r.get::<_, Wide>(3)?,
         ))
     })?;
     for row in rows {
-        let (path, pending, held, bytes) = row?;
+        let (path, pending, held, Wide(bytes)) = row?;
         if let Some(GroupId(i)) = policy.group_by_path(&path) {
             out[i] = GroupCounts {
                 pending: pending.max(0) as u64,
                 held: held.max(0) as u64,
-                usage_bytes: bytes.max(0) as u64,
+                usage_bytes: bytes.max(0) as u128,
             };
         }
     }

@@ -14,6 +14,7 @@ use tracing::{debug, error, info, warn};
 use super::aggregates::{HourRow, ReportDeltas};
 use super::read::parse_state;
 use super::usage;
+use super::wide::Wide;
 use super::{
     Accepted, AfterSubmit, CancelOutcome, Command, LedgerError, LedgerOptions, NewPriority,
     NewRequest, QueuedExplain, SubmittedTransfer,
@@ -322,14 +323,15 @@ impl Writer {
         }
         tx.commit()?;
         {
-            let mut stmt = conn.prepare("SELECT path, usage FROM groups WHERE usage != 0")?;
-            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            let mut stmt = conn.prepare("SELECT path, usage FROM groups")?;
+            let rows =
+                stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Wide>(1)?)))?;
             for row in rows {
-                let (path, usage) = row?;
-                if policy.group_by_path(&path).is_none() {
+                let (path, Wide(usage)) = row?;
+                if usage != 0 && policy.group_by_path(&path).is_none() {
                     warn!(
                         group = %path,
-                        usage,
+                        usage = %usage,
                         "stored usage of a group that is no longer configured is kept but not used"
                     );
                 }
@@ -1001,11 +1003,14 @@ fn finalize(
     actual_bytes: Option<u64>,
     error: Option<&str>,
 ) -> rusqlite::Result<()> {
+    // What the MSS reports is not bounded by `limits.max_size_bytes`: a per-request figure
+    // stays an i64 column, so an absurd report saturates instead of wrapping negative.
     let (benefit, bytes) = match actual_bytes {
-        Some(b) => (
-            policy::benefit(ctx.policy, &row.access_mode, b) as i64,
-            b as i64,
-        ),
+        Some(b) => {
+            let b = b.min(i64::MAX as u64);
+            let benefit = policy::benefit(ctx.policy, &row.access_mode, b);
+            (i64::try_from(benefit).unwrap_or(i64::MAX), b as i64)
+        }
         None => (0, 0),
     };
     tx.prepare_cached(
@@ -1030,8 +1035,8 @@ fn finalize(
             failed: i64::from(state == RequestState::Failed),
             cancelled: i64::from(state == RequestState::Cancelled),
             held_cancelled: i64::from(row.state == RequestState::Held),
-            bytes_done: bytes,
-            benefit_done: benefit,
+            bytes_done: i128::from(bytes),
+            benefit_done: i128::from(benefit),
             ..HourRow::default()
         },
     );
@@ -1502,15 +1507,16 @@ fn flush_deltas(tx: &Transaction<'_>, ctx: &Ctx<'_>) -> rusqlite::Result<()> {
     let deltas = &ctx.deltas;
     let mut stmt = tx.prepare_cached(
         "INSERT INTO groups(path, usage, usage_bytes, pending, held) VALUES (?1, ?2, ?3, ?4, ?5) \
-         ON CONFLICT(path) DO UPDATE SET usage = usage + excluded.usage, \
-         usage_bytes = usage_bytes + excluded.usage_bytes, pending = pending + excluded.pending, \
+         ON CONFLICT(path) DO UPDATE SET usage = wide_add(usage, excluded.usage), \
+         usage_bytes = wide_add(usage_bytes, excluded.usage_bytes), \
+         pending = pending + excluded.pending, \
          held = held + excluded.held",
     )?;
     for (path, (usage, bytes, pending, held)) in &deltas.groups {
         if *usage == 0 && *bytes == 0 && *pending == 0 && *held == 0 {
             continue;
         }
-        stmt.execute(params![path, *usage as i64, *bytes as i64, pending, held])?;
+        stmt.execute(params![path, Wide(*usage), Wide(*bytes), pending, held])?;
     }
     // The accumulator is written whole: the stored value is bit for bit the one in memory, so
     // a restart reads back exactly what the decisions used.
@@ -1533,11 +1539,11 @@ fn flush_deltas(tx: &Transaction<'_>, ctx: &Ctx<'_>) -> rusqlite::Result<()> {
     }
     let mut stmt = tx.prepare_cached(
         "INSERT INTO usage_windows(path, window, usage) VALUES (?1, ?2, ?3) \
-         ON CONFLICT(path, window) DO UPDATE SET usage = usage + excluded.usage",
+         ON CONFLICT(path, window) DO UPDATE SET usage = wide_add(usage, excluded.usage)",
     )?;
     for ((path, window), usage) in &deltas.windows {
         if *usage != 0 {
-            stmt.execute(params![path, window, *usage as i64])?;
+            stmt.execute(params![path, window, Wide(*usage)])?;
         }
     }
     Ok(())

@@ -207,7 +207,7 @@ pub fn charts(r: &Report) -> Vec<(&'static str, &'static str, String)> {
             "chart-bytes",
             "Cumulative bytes done per group",
             line_chart("cumulative bytes", &cumulative, &[], "bytes", &|v: &f64| {
-                super::render::bytes(*v as i64)
+                super::render::bytes(*v as i128)
             }),
         ),
         (

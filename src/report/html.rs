@@ -120,7 +120,7 @@ pub fn page(r: &Report, now_ms: i64) -> Result<String, askama::Error> {
             (
                 g.path.clone(),
                 pct(Some(g.target_share)),
-                bytes(g.effective_usage as i64),
+                bytes(g.effective_usage as i128),
                 pct(Some(g.usage_share)),
                 g.fairtree_rank.map_or(String::new(), |v| v.to_string()),
                 g.sam_class
@@ -128,7 +128,7 @@ pub fn page(r: &Report, now_ms: i64) -> Result<String, askama::Error> {
                 g.cap_state.clone(),
                 g.windows.as_ref().map_or("–".into(), |w| {
                     w.iter()
-                        .map(|v| bytes(*v as i64))
+                        .map(|v| bytes(*v as i128))
                         .collect::<Vec<_>>()
                         .join(" · ")
                 }),

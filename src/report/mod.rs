@@ -200,7 +200,8 @@ pub struct Figures {
     pub achieved_share_files: Option<f64>,
     /// `(achieved_share_bytes - target_share) * 100`, percentage points.
     pub deviation_pp: Option<f64>,
-    pub bytes_done: i64,
+    /// Exact; may exceed 2^64.
+    pub bytes_done: i128,
     pub files_done: i64,
     pub accepted: i64,
     pub done: i64,
@@ -411,7 +412,7 @@ fn figures(
         .map(|g| g.path.as_str())
         .collect();
     let (fair, fair_carry) = sum(&mut fair_paths.iter().copied());
-    let share = |part: i64, all: i64| (all > 0).then(|| part as f64 / all as f64);
+    let share = |part: i128, all: i128| (all > 0).then(|| part as f64 / all as f64);
     let make = |path: &str, kind: &str, leaf: bool, target: Option<f64>, a: &Acc, c: &Carry| {
         let fair_share = kind != "priority";
         let achieved = if fair_share {
@@ -426,7 +427,7 @@ fn figures(
             target_share: target,
             achieved_share_bytes: achieved,
             achieved_share_files: if fair_share {
-                share(a.row.done, fair.row.done)
+                share(i128::from(a.row.done), i128::from(fair.row.done))
             } else {
                 None
             },

@@ -17,8 +17,9 @@ fn ms(v: Option<f64>) -> String {
 }
 
 /// Bytes with a unit (decimal, as tape sites count).
-pub fn bytes(v: i64) -> String {
+pub fn bytes(v: i128) -> String {
     let units = [
+        (1e18, "EB"),
         (1e15, "PB"),
         (1e12, "TB"),
         (1e9, "GB"),

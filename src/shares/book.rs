@@ -30,7 +30,7 @@ pub trait UsageLookup {
 pub struct UsageBook {
     model: UsageModel,
     fair: Vec<bool>,
-    cumulative: Vec<u64>,
+    cumulative: Vec<u128>,
     half: Option<HalfLifeAcc>,
     decayed: Vec<f64>,
     /// Per group, window index -> usage; only windows that can still count are kept.
@@ -77,7 +77,7 @@ impl UsageBook {
     }
 
     /// Stored aggregates, on load.
-    pub fn load_cumulative(&mut self, g: GroupId, amount: u64) {
+    pub fn load_cumulative(&mut self, g: GroupId, amount: u128) {
         if let Some(slot) = self.cumulative.get_mut(g.0) {
             *slot = amount;
         }
@@ -99,7 +99,7 @@ impl UsageBook {
         let Some(c) = self.cumulative.get_mut(g.0) else {
             return;
         };
-        *c = (i128::from(*c) + delta).clamp(0, i128::from(u64::MAX)) as u64;
+        *c = c.saturating_add_signed(delta);
         match (&self.model, self.half) {
             (UsageModel::HalfLife { .. }, Some(acc)) => {
                 let s = &mut self.decayed[g.0];
@@ -160,7 +160,7 @@ impl UsageBook {
         }
     }
 
-    pub fn cumulative(&self, g: GroupId) -> u64 {
+    pub fn cumulative(&self, g: GroupId) -> u128 {
         self.cumulative.get(g.0).copied().unwrap_or(0)
     }
 
@@ -189,7 +189,7 @@ impl UsageBook {
     /// `decay`: the half-life factor at `now_ms`, computed once per reading.
     fn value_at(&self, g: GroupId, now_ms: i64, decay: f64) -> u128 {
         match &self.model {
-            UsageModel::Cumulative => u128::from(self.cumulative(g)),
+            UsageModel::Cumulative => self.cumulative(g),
             UsageModel::HalfLife { .. } => HalfLifeAcc::units(self.decayed(g) * decay),
             UsageModel::Windows { .. } => {
                 let c = self.model.window_of(now_ms);
@@ -297,8 +297,8 @@ pub struct Effective {
     pub values: Vec<u128>,
     /// Feasibility measure per group, benefit units.
     pub measures: Vec<u128>,
-    /// All-time cumulative benefit per group.
-    pub cumulative: Vec<u64>,
+    /// All-time cumulative benefit per group (past `u64` after enough heavy use).
+    pub cumulative: Vec<u128>,
     pub fair: Vec<bool>,
     pub unit: u128,
     /// Windows model only: per group, usage of window 0 (current), 1, ... depth-1.

@@ -128,7 +128,7 @@ pub fn effective_from_json(
             .map(|(w, a)| a * model.window_weight(w))
             .sum();
         e.measures[i] = amounts.first().copied().unwrap_or(0) / SCALE;
-        e.cumulative[i] = (amounts.iter().sum::<u128>() / SCALE).min(u128::from(u64::MAX)) as u64;
+        e.cumulative[i] = amounts.iter().sum::<u128>() / SCALE;
         if windowed {
             for (w, a) in amounts.iter().enumerate() {
                 e.windows[i][w] = a / SCALE;

@@ -192,7 +192,7 @@ mod tests {
         }
         Effective {
             measures: v.clone(),
-            cumulative: v.iter().map(|&x| x as u64).collect(),
+            cumulative: v.clone(),
             fair: vec![true; v.len()],
             values: v,
             unit: 1,

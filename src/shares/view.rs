@@ -18,8 +18,11 @@ pub struct GroupCounts {
     pub pending: u64,
     /// Requests held by a feasibility cap.
     pub held: u64,
-    /// Bytes charged: done bytes plus estimates of requests not yet final.
-    pub usage_bytes: u64,
+    /// Bytes charged: done bytes plus estimates of requests not yet final (exact; may exceed
+    /// 2^64). Served as the row's own `usage_bytes`, not through the flattened counts: serde
+    /// buffers flattened fields, and its buffer cannot hold an integer past u64.
+    #[serde(skip)]
+    pub usage_bytes: u128,
 }
 
 /// Everything `mssbroker shares` shows.
@@ -53,8 +56,8 @@ pub struct NodeRow {
     pub target_share: f64,
     /// `target_share` exactly, e.g. "3/10".
     pub target_fraction: String,
-    /// All-time cumulative benefit charged (never decayed).
-    pub usage: u64,
+    /// All-time cumulative benefit charged (never decayed; exact, may exceed 2^64).
+    pub usage: u128,
     /// Usage under the configured model (decayed or window-weighted), in benefit units.
     pub effective_usage: f64,
     /// `effective_usage` over the fair-share total.
@@ -81,6 +84,9 @@ pub struct NodeRow {
     /// Ledger figures, when read from a database or a running broker.
     #[serde(flatten)]
     pub counts: Option<GroupCounts>,
+    /// `counts.usage_bytes`, present with the counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_bytes: Option<u128>,
 }
 
 /// A priority class: not part of the fair-share tree.
@@ -88,10 +94,14 @@ pub struct NodeRow {
 pub struct ClassRow {
     pub path: String,
     pub mss_priority: i64,
-    pub usage: u64,
+    /// All-time cumulative benefit charged (exact, may exceed 2^64).
+    pub usage: u128,
     pub effective_usage: f64,
     #[serde(flatten)]
     pub counts: Option<GroupCounts>,
+    /// `counts.usage_bytes`, present with the counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_bytes: Option<u128>,
 }
 
 /// Build the view of `usage` at `at_ms`; `counts` is indexed by group id.
@@ -137,6 +147,7 @@ pub fn build(
             .then(|| node.leaves.first().copied())
             .flatten();
         let state = cap_state(policy, usage, i);
+        let node_counts = sum_counts(i);
         groups.push(NodeRow {
             path: node.path.to_string(),
             leaf: node.is_leaf(),
@@ -169,7 +180,8 @@ pub fn build(
                     })
                     .collect()
             }),
-            counts: sum_counts(i),
+            counts: node_counts,
+            usage_bytes: node_counts.map(|c| c.usage_bytes),
         });
     }
     let priority_classes = policy
@@ -181,6 +193,7 @@ pub fn build(
                 usage: usage.cumulative[g.0],
                 effective_usage: usage.value(g) as f64 / unit,
                 counts: counts.map(|c| c.get(g.0).copied().unwrap_or_default()),
+                usage_bytes: counts.map(|c| c.get(g.0).map_or(0, |x| x.usage_bytes)),
             }),
             GroupKind::FairShare { .. } => None,
         })

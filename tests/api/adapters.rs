@@ -251,7 +251,7 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
     // Charged once: the group's usage is exactly the bytes done.
     let usage: i64 = open_db(&db)
         .query_row(
-            "SELECT usage_bytes FROM groups WHERE path = 'analysis/higgs'",
+            "SELECT CAST(usage_bytes AS INTEGER) FROM groups WHERE path = 'analysis/higgs'",
             [],
             |r| r.get(0),
         )

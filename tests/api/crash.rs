@@ -214,7 +214,7 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
     );
     // Each group's usage equals the sum of its completed requests.
     let mut stmt = conn
-        .prepare("SELECT g.path, g.usage, g.pending, COALESCE(SUM(r.bytes_done), 0) FROM groups g LEFT JOIN requests r ON r.group_path = g.path GROUP BY g.path")
+        .prepare("SELECT g.path, CAST(g.usage AS INTEGER), g.pending, COALESCE(SUM(r.bytes_done), 0) FROM groups g LEFT JOIN requests r ON r.group_path = g.path GROUP BY g.path")
         .unwrap();
     let rows: Vec<(String, i64, i64, i64)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))

@@ -146,7 +146,7 @@ async fn mixed_load_completes_with_exact_accounting() {
     );
     // ...and on disk.
     let db = open_db(&app.db);
-    let mut stmt = db.prepare("SELECT g.path, g.usage, COALESCE(SUM(r.bytes_done), 0) FROM groups g LEFT JOIN requests r ON r.group_path = g.path GROUP BY g.path").unwrap();
+    let mut stmt = db.prepare("SELECT g.path, CAST(g.usage AS INTEGER), COALESCE(SUM(r.bytes_done), 0) FROM groups g LEFT JOIN requests r ON r.group_path = g.path GROUP BY g.path").unwrap();
     let rows: Vec<(String, i64, i64)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .unwrap()
@@ -243,7 +243,7 @@ async fn restart_keeps_usage_and_finishes_the_work() {
     };
     let stored: Vec<(String, i64)> = {
         let db = open_db(&db);
-        let mut st = db.prepare("SELECT path, usage FROM groups WHERE path IN ('analysis/higgs', 'analysis/top', 'reprocessing', 'mc') ORDER BY path").unwrap();
+        let mut st = db.prepare("SELECT path, CAST(usage AS INTEGER) FROM groups WHERE path IN ('analysis/higgs', 'analysis/top', 'reprocessing', 'mc') ORDER BY path").unwrap();
         st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
             .map(Result::unwrap)

@@ -12,6 +12,7 @@ mod faults;
 mod helpers;
 mod metrics;
 mod openapi;
+mod overflow;
 mod policies;
 mod process;
 mod report;
