@@ -13,9 +13,8 @@ use tracing::warn;
 
 use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use super::{Command, Ledger, LedgerError};
-use crate::config::PolicySettings;
 use crate::policy::order::Standing;
-use crate::policy::queue::{Place, Ranking};
+use crate::policy::queue::{Place, Ranking, RankingBuilder};
 
 /// A ranking is reused for at least this long.
 const REUSE_MIN: Duration = Duration::from_secs(1);
@@ -107,14 +106,19 @@ impl Ledger {
         let ranking = self
             .reads
             .run(move |conn| {
-                let waiting = queued(conn, &policy)?;
                 let standing = Standing::new(&policy, inputs.usage, &inputs.queues);
-                Ok(Ranking::new(
-                    &policy.order,
-                    &standing,
-                    &waiting,
-                    inputs.now_ms,
-                ))
+                let mut ranking = RankingBuilder::new(&policy.order, &standing, inputs.now_ms);
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued'"
+                ))?;
+                let mut rows = stmt.query([])?;
+                while let Some(row) = rows.next()? {
+                    // A group no longer configured: the writer does not queue it either.
+                    if let Some(c) = read_candidate(&policy, row)? {
+                        ranking.push(&c);
+                    }
+                }
+                Ok(ranking.finish())
             })
             .await?;
         let built = Arc::new(Built {
@@ -125,20 +129,4 @@ impl Ledger {
         self.ranker.store(built.clone());
         Ok(built)
     }
-}
-
-/// Every queued request of a configured group, from one read snapshot.
-fn queued(
-    conn: &rusqlite::Connection,
-    policy: &PolicySettings,
-) -> rusqlite::Result<Vec<crate::policy::order::Candidate>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued' ORDER BY id"
-    ))?;
-    let rows = stmt.query_map([], |r| read_candidate(policy, r))?;
-    let mut out = Vec::new();
-    for c in rows {
-        out.extend(c?);
-    }
-    Ok(out)
 }

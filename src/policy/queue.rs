@@ -259,34 +259,11 @@ impl Ranking {
         waiting: &[Candidate],
         now_ms: i64,
     ) -> Ranking {
-        let mut libs: HashMap<&str, Vec<RankKey>> = HashMap::new();
+        let mut b = RankingBuilder::new(order, standing, now_ms);
         for c in waiting {
-            let p = place(order, standing, c, now_ms);
-            libs.entry(c.library.as_str()).or_default().push(RankKey {
-                id: c.id,
-                starved: p.starved,
-                created_ms: c.created_ms,
-                score: p.score,
-            });
+            b.push(c);
         }
-        let mut places = HashMap::with_capacity(waiting.len());
-        for keys in libs.values_mut() {
-            keys.sort_unstable_by(release_order);
-            let n = keys.len();
-            for (i, k) in keys.iter().enumerate() {
-                places.insert(
-                    k.id,
-                    Place {
-                        position: i + 1,
-                        waiting: n,
-                    },
-                );
-            }
-        }
-        Ranking {
-            at_ms: now_ms,
-            places,
-        }
+        b.finish()
     }
 
     /// Where request `id` stood (`None`: it was not waiting when ranked).
@@ -300,5 +277,61 @@ impl Ranking {
 
     pub fn is_empty(&self) -> bool {
         self.places.is_empty()
+    }
+}
+
+/// A [`Ranking`] built one request at a time (so the whole queue need not be in memory at once).
+pub struct RankingBuilder<'s, 'a, U: UsageLookup> {
+    order: &'s OrderSettings,
+    standing: &'s Standing<'a, U>,
+    now_ms: i64,
+    libs: HashMap<String, Vec<RankKey>>,
+}
+
+impl<'s, 'a, U: UsageLookup> RankingBuilder<'s, 'a, U> {
+    pub fn new(order: &'s OrderSettings, standing: &'s Standing<'a, U>, now_ms: i64) -> Self {
+        RankingBuilder {
+            order,
+            standing,
+            now_ms,
+            libs: HashMap::new(),
+        }
+    }
+
+    pub fn push(&mut self, c: &Candidate) {
+        let p = place(self.order, self.standing, c, self.now_ms);
+        let key = RankKey {
+            id: c.id,
+            starved: p.starved,
+            created_ms: c.created_ms,
+            score: p.score,
+        };
+        match self.libs.get_mut(c.library.as_str()) {
+            Some(keys) => keys.push(key),
+            None => {
+                self.libs.insert(c.library.clone(), vec![key]);
+            }
+        }
+    }
+
+    pub fn finish(mut self) -> Ranking {
+        let mut places = HashMap::with_capacity(self.libs.values().map(Vec::len).sum());
+        for keys in self.libs.values_mut() {
+            keys.sort_unstable_by(release_order);
+            let n = keys.len();
+            for (i, k) in keys.iter().enumerate() {
+                places.insert(
+                    k.id,
+                    Place {
+                        position: i + 1,
+                        waiting: n,
+                    },
+                );
+            }
+        }
+        Ranking {
+            at_ms: self.now_ms,
+            places,
+        }
     }
 }
