@@ -264,3 +264,33 @@ async fn pass_through_requests_at_the_mss_are_re_prioritised_at_the_starvation_b
     assert_eq!(e["policy"], "sam");
     app.stop().await;
 }
+
+/// `mssbroker bench --explain-queued` (the figures of issue 13's item 5) keeps working on the
+/// shipped configuration: it queues, polls and posts, and every queued request it asked about
+/// had a position (the benchmark fails otherwise).
+#[test]
+fn the_explain_benchmark_runs_on_the_shipped_configuration() {
+    let out = crate::helpers::run_ok(&[
+        "bench",
+        "--explain-queued",
+        "300",
+        "--pollers",
+        "4",
+        "--seconds",
+        "0.5",
+    ]);
+    assert!(out.contains("300 queued"), "{out}");
+    let calls = |prefix: &str| -> u64 {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} line in {out}"));
+        line.split(": ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    assert!(calls("GET ") > 0, "{out}");
+    assert!(calls("POST ") > 0, "{out}");
+}
