@@ -76,6 +76,13 @@ enum Command {
         /// Instead: fill a ledger with this many requests over 90 days and time reports on it.
         #[arg(long)]
         report_requests: Option<usize>,
+        /// Instead: queue this many requests (held mode), then time explains of queued
+        /// requests by `--pollers` clients while another station posts (for `--seconds`).
+        #[arg(long)]
+        explain_queued: Option<usize>,
+        /// Clients polling queued requests (with --explain-queued).
+        #[arg(long, default_value_t = 200)]
+        pollers: usize,
     },
     /// Show every group's target, usage under the configured model, Fair Tree rank, SAM class
     /// and cap state: from a ledger database, or from usage given in a JSON file.
@@ -357,6 +364,7 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             batch,
             direct,
             report_requests: Some(n),
+            ..
         } => {
             let _ = (connections, seconds, batch, direct);
             crate::bench_report::run(n, rounds).await?;
@@ -369,6 +377,27 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             batch,
             direct,
             report_requests: None,
+            explain_queued: Some(queued),
+            pollers,
+        } => {
+            let _ = (connections, rounds, batch, direct);
+            let options = crate::bench_explain::ExplainOptions {
+                queued: queued.max(1),
+                pollers: pollers.max(1),
+                seconds,
+            };
+            crate::bench_explain::run(&options).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            connections,
+            seconds,
+            rounds,
+            batch,
+            direct,
+            report_requests: None,
+            explain_queued: None,
+            ..
         } => {
             let options = crate::bench::BenchOptions {
                 connections: connections.max(1),

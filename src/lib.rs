@@ -4,6 +4,7 @@
 pub mod api;
 pub mod auth;
 pub mod bench;
+pub mod bench_explain;
 pub mod bench_report;
 pub mod cli;
 pub mod clock;

@@ -491,12 +491,14 @@ async fn get_request(
             let queued = r.state == crate::domain::RequestState::Queued;
             let mut body = RequestBody::from(r);
             if queued {
-                // Its place changes with every release: ask the writer where it stands now.
+                // Its placement now (the writer: one placement) and its position in the latest
+                // ranking of the queue (built off the writer).
                 if let Some(q) = state.ledger.explain_queued(id).await? {
                     let mut v = serde_json::to_value(&q.explain).unwrap_or_default();
                     if let Some(o) = v.as_object_mut() {
                         o.insert("position".into(), q.position.into());
                         o.insert("waiting".into(), q.waiting.into());
+                        o.insert("ranked_at_ms".into(), q.ranked_at_ms.into());
                     }
                     body.explain = Some(v);
                 }

@@ -715,9 +715,11 @@ pub struct RequestBody {
     /// the release mode, the MSS priority, how long it had waited, the starvation bound if it
     /// decided, and the policy's own figures in `detail` (SAM's usage and share with the
     /// request, Fair Tree's rank, multifactor's factors and weighted values, FBSNG's queue
-    /// priorities). Computed now for a `queued` request, with its `position` in the release
-    /// order and how many are `waiting`; as decided (or last re-prioritised) otherwise; absent
-    /// while `held`.
+    /// priorities). Computed now for a `queued` request, with its `position` (1-based) in its
+    /// library's release order and how many are `waiting` as of `ranked_at_ms`: taken from the
+    /// latest ranking of the whole queue (reused for at least 1 s; an estimate, since every
+    /// release changes usage); as decided (or last re-prioritised) otherwise; absent while
+    /// `held`.
     #[schema(value_type = Option<Object>)]
     pub explain: Option<Value>,
     pub local_file: Option<String>,

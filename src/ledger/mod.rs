@@ -14,6 +14,7 @@
 pub mod aggregates;
 pub mod identity;
 pub mod lock;
+mod rank;
 mod read;
 mod schema;
 mod usage;
@@ -171,10 +172,15 @@ pub(crate) enum Command {
     Release {
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
-    /// Where a queued request stands now (answered from memory, no transaction).
+    /// A queued request's placement now (answered from memory, no transaction; one placement,
+    /// not a walk of the queue).
     Explain {
         id: i64,
-        reply: oneshot::Sender<Result<Option<QueuedExplain>, LedgerError>>,
+        reply: oneshot::Sender<Result<Option<QueuedPlacement>, LedgerError>>,
+    },
+    /// Usage and queue priorities now, for a ranking built off the writer (from memory).
+    RankInputs {
+        reply: oneshot::Sender<Result<RankInputs, LedgerError>>,
     },
     /// New priorities for requests queued at the MSS whose placement changed (computed, not
     /// written: the dispatcher tells the MSS first, then `Reprioritised` records them).
@@ -188,14 +194,31 @@ pub(crate) enum Command {
     },
 }
 
-/// A queued request's live placement.
+/// A queued request's live placement, as the writer computes it.
+#[derive(Debug, Clone)]
+pub struct QueuedPlacement {
+    pub explain: crate::policy::order::Explain,
+}
+
+/// What ranking the queue needs from the writer's memory.
+#[derive(Debug, Clone)]
+pub struct RankInputs {
+    pub usage: crate::shares::book::Effective,
+    pub queues: crate::policy::fbsng::Queues,
+    pub now_ms: i64,
+}
+
+/// A queued request's live placement and its place in the latest ranking.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct QueuedExplain {
     pub explain: crate::policy::order::Explain,
-    /// 1-based place in its library's release order if nothing changed.
-    pub position: usize,
-    /// Requests waiting in its library.
-    pub waiting: usize,
+    /// 1-based place in its library's release order as ranked at `ranked_at_ms`, if nothing
+    /// changed (`None`: it left the queue before a ranking saw it).
+    pub position: Option<usize>,
+    /// Requests waiting in its library at `ranked_at_ms`.
+    pub waiting: Option<usize>,
+    /// When the ranking was computed (ms since the epoch).
+    pub ranked_at_ms: i64,
 }
 
 /// A request at the MSS whose priority the policy now puts elsewhere.
@@ -229,6 +252,8 @@ pub struct Ledger {
     ready: Arc<Notify>,
     policy: Arc<PolicySettings>,
     instance: Arc<str>,
+    /// The latest ranking of the held queue, for explain's positions.
+    ranker: Arc<rank::Ranker>,
 }
 
 impl Ledger {
@@ -267,6 +292,7 @@ impl Ledger {
                 ready,
                 policy,
                 instance: instance.into(),
+                ranker: Arc::default(),
             },
             handle,
         ))
@@ -386,9 +412,21 @@ impl Ledger {
         self.call(|reply| Command::Release { reply }).await
     }
 
-    /// The live placement of a queued request (`None` when it is not queued).
+    /// The live placement of a queued request (`None` when it is not queued) and its place in
+    /// the latest ranking of the queue (see `rank`): the writer computes one placement; the
+    /// position is looked up in a ranking built off the writer.
     pub async fn explain_queued(&self, id: i64) -> Result<Option<QueuedExplain>, LedgerError> {
-        self.call(|reply| Command::Explain { id, reply }).await
+        let asked = std::time::Instant::now();
+        let Some(live) = self.call(|reply| Command::Explain { id, reply }).await? else {
+            return Ok(None);
+        };
+        let (place, ranked_at_ms) = self.ranked_place(id, asked).await?;
+        Ok(Some(QueuedExplain {
+            explain: live.explain,
+            position: place.map(|p| p.position),
+            waiting: place.map(|p| p.waiting),
+            ranked_at_ms,
+        }))
     }
 
     /// Requests at the MSS (not yet running) whose priority the policy now puts elsewhere, at

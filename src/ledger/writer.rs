@@ -17,7 +17,7 @@ use super::usage;
 use super::wide::Wide;
 use super::{
     Accepted, AfterSubmit, CancelOutcome, Command, LedgerError, LedgerOptions, NewPriority,
-    NewRequest, QueuedExplain, SubmittedTransfer,
+    NewRequest, QueuedPlacement, RankInputs, SubmittedTransfer,
 };
 use crate::clock::Clock;
 use crate::config::{GroupId, GroupKind, PolicySettings, RetrySettings};
@@ -586,6 +586,12 @@ impl Writer {
                 let _ = reply.send(Ok(self.explain_queued(id, now)));
                 None
             }
+            Command::RankInputs { reply } => {
+                let now = self.clock.now_ms();
+                self.usage.roll(now);
+                let _ = reply.send(Ok(self.rank_inputs(now)));
+                None
+            }
             Command::Reprioritise { max, reply } => {
                 let now = self.clock.now_ms();
                 self.usage.roll(now);
@@ -596,17 +602,24 @@ impl Writer {
         }
     }
 
-    fn explain_queued(&self, id: i64, now: i64) -> Option<QueuedExplain> {
-        let c = self.queue.get(id)?;
-        let order = &self.policy.order;
+    /// One placement, whatever the queue's length: the position comes from a ranking built off
+    /// the writer (`ledger::rank`).
+    fn explain_queued(&self, id: i64, now: i64) -> Option<QueuedPlacement> {
         let standing = Standing::new(&self.policy, self.usage.at(now), &self.queues);
-        let placement = place(order, &standing, c, now);
-        let position = self.queue.position(order, &standing, id, now)?;
-        Some(QueuedExplain {
-            explain: placement.explain,
-            position,
-            waiting: self.queue.library_len(&c.library),
-        })
+        let p = self
+            .queue
+            .placement(&self.policy.order, &standing, id, now)?;
+        Some(QueuedPlacement { explain: p.explain })
+    }
+
+    /// What a ranking of the queue needs from memory: usage frozen now and the FBSNG queue
+    /// priorities (O(groups); the queued rows are read from a snapshot off the writer).
+    fn rank_inputs(&self, now: i64) -> RankInputs {
+        RankInputs {
+            usage: self.usage.snapshot(now),
+            queues: self.queues.clone(),
+            now_ms: now,
+        }
     }
 
     /// Requests queued at the MSS whose priority the policy now puts elsewhere. Their charge is
@@ -735,6 +748,7 @@ fn handle(
             let _ = reply.send(Ok(None));
             (Reply::Checked(oneshot::channel().0), Ok(()))
         }
+        Command::RankInputs { .. } => (Reply::Checked(oneshot::channel().0), Ok(())),
         Command::Reprioritise { reply, .. } => {
             let _ = reply.send(Ok(Vec::new()));
             (Reply::Checked(oneshot::channel().0), Ok(()))
@@ -1324,11 +1338,12 @@ fn release_held(tx: &Transaction<'_>, ctx: &mut Ctx<'_>) -> rusqlite::Result<usi
 }
 
 /// Columns [`read_candidate`] reads.
-const CANDIDATE_COLUMNS: &str = "id, group_path, library, created_ms, size_bytes, access_mode, \
+pub(super) const CANDIDATE_COLUMNS: &str =
+    "id, group_path, library, created_ms, size_bytes, access_mode, \
                                  qos, user_factor, slots, passed";
 
 /// A request row as the ordering sees it (`None` for a group no longer configured).
-fn read_candidate(
+pub(super) fn read_candidate(
     policy: &PolicySettings,
     r: &rusqlite::Row<'_>,
 ) -> rusqlite::Result<Option<Candidate>> {

@@ -1,7 +1,8 @@
 //! The broker's own queue in the held release mode: fair-share requests waiting for room at the
 //! MSS, per library and group in arrival order, and the choice of which one goes next. Pure: the
 //! ledger writer keeps one (the rows in SQLite are the durable copy) and the virtual-time
-//! harness keeps another, and both ask [`HeldQueue::pick`].
+//! harness keeps another, and both ask [`HeldQueue::pick`]. [`Ranking`] orders a snapshot of the
+//! queue for explain's positions.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -183,38 +184,16 @@ impl HeldQueue {
         None
     }
 
-    /// 1-based position of a waiting request in its library's release order if nothing changed
-    /// (an estimate for `explain`: FBSNG's order changes with every start).
-    pub fn position<U: UsageLookup>(
+    /// Where waiting request `id` goes now: one placement, whatever the queue's length (what
+    /// the writer computes for an explain; its position comes from a [`Ranking`]).
+    pub fn placement<U: UsageLookup>(
         &self,
         order: &OrderSettings,
         standing: &Standing<'_, U>,
         id: i64,
         now_ms: i64,
-    ) -> Option<usize> {
-        let (lib, _) = self.index.get(&id)?;
-        let groups = self.libs.get(lib)?;
-        let key = |c: &Candidate| {
-            let p = place(order, standing, c, now_ms);
-            (p.starved, if p.starved { 0.0 } else { p.score })
-        };
-        let me = self.get(id)?;
-        let (my_starved, my_score) = key(me);
-        let ahead = groups
-            .values()
-            .flat_map(|reqs| reqs.values())
-            .filter(|c| c.id != id)
-            .filter(|c| {
-                let (s, score) = key(c);
-                match (s, my_starved) {
-                    (true, false) => true,
-                    (false, true) => false,
-                    (true, true) => (c.created_ms, c.id) < (me.created_ms, me.id),
-                    (false, false) => score > my_score || (score == my_score && c.id < id),
-                }
-            })
-            .count();
-        Some(ahead + 1)
+    ) -> Option<Placement> {
+        Some(place(order, standing, self.get(id)?, now_ms))
     }
 }
 
@@ -229,5 +208,130 @@ fn pick_of<U: UsageLookup>(
         candidate: c.clone(),
         placement: place(order, standing, c, now_ms),
         passed_over,
+    }
+}
+
+/// A waiting request's place in a [`Ranking`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// 1-based position in its library's release order.
+    pub position: usize,
+    /// Requests waiting in its library.
+    pub waiting: usize,
+}
+
+/// Every waiting request's position in its library's release order at one instant, if nothing
+/// changed after: starved requests first (oldest first), then by the policy's score (highest
+/// first), oldest first on a tie. An estimate of what [`HeldQueue::pick`] will do: each release
+/// changes usage (and FBSNG's queue priorities), and the group-level policies release a group's
+/// requests in arrival order. Built in `O(n log n)` off the ledger writer, from a read snapshot
+/// of the queued rows; the writer never walks the queue for an explain.
+#[derive(Debug, Clone, Default)]
+pub struct Ranking {
+    /// The instant (ms since the epoch) the order was computed for.
+    pub at_ms: i64,
+    places: HashMap<i64, Place>,
+}
+
+/// What orders one request in a [`Ranking`].
+struct RankKey {
+    id: i64,
+    starved: bool,
+    created_ms: i64,
+    score: f64,
+}
+
+fn release_order(a: &RankKey, b: &RankKey) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a.starved, b.starved) {
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (true, true) => (a.created_ms, a.id).cmp(&(b.created_ms, b.id)),
+        (false, false) => b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)),
+    }
+}
+
+impl Ranking {
+    /// Rank `waiting` (any order) at `now_ms`.
+    pub fn new<U: UsageLookup>(
+        order: &OrderSettings,
+        standing: &Standing<'_, U>,
+        waiting: &[Candidate],
+        now_ms: i64,
+    ) -> Ranking {
+        let mut b = RankingBuilder::new(order, standing, now_ms);
+        for c in waiting {
+            b.push(c);
+        }
+        b.finish()
+    }
+
+    /// Where request `id` stood (`None`: it was not waiting when ranked).
+    pub fn get(&self, id: i64) -> Option<Place> {
+        self.places.get(&id).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.places.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.places.is_empty()
+    }
+}
+
+/// A [`Ranking`] built one request at a time (so the whole queue need not be in memory at once).
+pub struct RankingBuilder<'s, 'a, U: UsageLookup> {
+    order: &'s OrderSettings,
+    standing: &'s Standing<'a, U>,
+    now_ms: i64,
+    libs: HashMap<String, Vec<RankKey>>,
+}
+
+impl<'s, 'a, U: UsageLookup> RankingBuilder<'s, 'a, U> {
+    pub fn new(order: &'s OrderSettings, standing: &'s Standing<'a, U>, now_ms: i64) -> Self {
+        RankingBuilder {
+            order,
+            standing,
+            now_ms,
+            libs: HashMap::new(),
+        }
+    }
+
+    pub fn push(&mut self, c: &Candidate) {
+        let p = place(self.order, self.standing, c, self.now_ms);
+        let key = RankKey {
+            id: c.id,
+            starved: p.starved,
+            created_ms: c.created_ms,
+            score: p.score,
+        };
+        match self.libs.get_mut(c.library.as_str()) {
+            Some(keys) => keys.push(key),
+            None => {
+                self.libs.insert(c.library.clone(), vec![key]);
+            }
+        }
+    }
+
+    pub fn finish(mut self) -> Ranking {
+        let mut places = HashMap::with_capacity(self.libs.values().map(Vec::len).sum());
+        for keys in self.libs.values_mut() {
+            keys.sort_unstable_by(release_order);
+            let n = keys.len();
+            for (i, k) in keys.iter().enumerate() {
+                places.insert(
+                    k.id,
+                    Place {
+                        position: i + 1,
+                        waiting: n,
+                    },
+                );
+            }
+        }
+        Ranking {
+            at_ms: self.now_ms,
+            places,
+        }
     }
 }

@@ -132,6 +132,100 @@ async fn held_queue_survives_a_restart_in_order_and_data_taking_never_waits() {
     app.stop().await;
 }
 
+/// `position`, `waiting` and `ranked_at_ms` of a queued request (`None` once it is not queued).
+async fn place_of(app: &TestApp, id: i64) -> Option<(i64, i64, i64)> {
+    let (status, body) = app.get(&format!("/v1/requests/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    if body["state"] != "queued" {
+        return None;
+    }
+    let e = &body["explain"];
+    let field = |k: &str| e[k].as_i64().unwrap_or_else(|| panic!("no {k} in {e}"));
+    Some((field("position"), field("waiting"), field("ranked_at_ms")))
+}
+
+#[tokio::test]
+async fn queued_requests_explain_their_place_while_another_station_submits() {
+    // One slow drive and a limit of one: everything after the first request stays queued.
+    let sim = SimProcess::start_with(1, 1.0);
+    let config = format!(
+        "{}\n[release]\nmode = \"held\"\nlimit = 1\n",
+        test_config(Some(&sim.url))
+    );
+    let app = TestApp::spawn(&config).await;
+    let groups = ["reprocessing", "mc", "analysis"];
+    let batch: Vec<Value> = (0..400)
+        .map(|i| request(&format!("q{i}"), groups[i % 3], "higgs", 10_000_000_000))
+        .collect();
+    let (status, r) = app
+        .post(
+            "/v1/requests/batch",
+            &serde_json::json!({ "requests": batch }),
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let queued: Vec<i64> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["state"] == "queued")
+        .map(|x| x["id"].as_i64().unwrap())
+        .collect();
+    assert!(queued.len() >= 398, "{r}");
+
+    // 20 clients poll queued requests while another station submits, one request at a time;
+    // every submission is acknowledged and asked about at once (queued after any ranking).
+    let app = std::sync::Arc::new(app);
+    let mut pollers = Vec::new();
+    for p in 0..20 {
+        let (app, ids) = (app.clone(), queued.clone());
+        pollers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for k in 0..20 {
+                let id = ids[(p * 37 + k * 11) % ids.len()];
+                seen.extend(place_of(&app, id).await.map(|x| (id, x)));
+            }
+            seen
+        }));
+    }
+    let mut fresh = Vec::new();
+    for i in 0..30 {
+        let mut body = request(&format!("b{i}"), "mc", "top", 10_000_000_000);
+        body["station"] = "station-b".into();
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+        assert_eq!(r["state"], "queued", "{r}");
+        let id = r["id"].as_i64().unwrap();
+        let (position, waiting, _) = place_of(&app, id).await.expect("still queued");
+        assert!((1..=waiting).contains(&position), "{position} of {waiting}");
+        assert!(waiting as usize > queued.len() - 2, "{waiting}");
+        fresh.push(id);
+    }
+    // Within one ranking, positions are distinct and within the queue.
+    let mut by_ranking: std::collections::BTreeMap<i64, std::collections::BTreeMap<i64, i64>> =
+        Default::default();
+    for p in pollers {
+        for (id, (position, waiting, at)) in p.await.unwrap() {
+            assert!((1..=waiting).contains(&position), "{position} of {waiting}");
+            let ranked = by_ranking.entry(at).or_default();
+            if let Some(&other) = ranked.get(&id) {
+                assert_eq!(other, position, "one ranking, one position for {id}");
+            }
+            ranked.insert(id, position);
+        }
+    }
+    assert!(!by_ranking.is_empty());
+    for ranked in by_ranking.values() {
+        let distinct: std::collections::BTreeSet<i64> = ranked.values().copied().collect();
+        assert_eq!(distinct.len(), ranked.len(), "{ranked:?}");
+    }
+    // The latest ranking knows the fresh requests and the old ones alike.
+    let last = *fresh.last().unwrap();
+    let (_, _, at) = place_of(&app, last).await.unwrap();
+    let (_, _, at_first) = place_of(&app, queued[queued.len() - 1]).await.unwrap();
+    assert!(at_first >= at, "{at_first} < {at}");
+}
+
 #[tokio::test]
 async fn pass_through_requests_at_the_mss_are_re_prioritised_at_the_starvation_bound() {
     let sim = SimProcess::start_with(1, 1.0);
@@ -169,4 +263,34 @@ async fn pass_through_requests_at_the_mss_are_re_prioritised_at_the_starvation_b
     assert!(e["waited_ms"].as_i64().unwrap() >= 2000);
     assert_eq!(e["policy"], "sam");
     app.stop().await;
+}
+
+/// `mssbroker bench --explain-queued` (the figures of issue 13's item 5) keeps working on the
+/// shipped configuration: it queues, polls and posts, and every queued request it asked about
+/// had a position (the benchmark fails otherwise).
+#[test]
+fn the_explain_benchmark_runs_on_the_shipped_configuration() {
+    let out = crate::helpers::run_ok(&[
+        "bench",
+        "--explain-queued",
+        "300",
+        "--pollers",
+        "4",
+        "--seconds",
+        "0.5",
+    ]);
+    assert!(out.contains("300 queued"), "{out}");
+    let calls = |prefix: &str| -> u64 {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} line in {out}"));
+        line.split(": ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    assert!(calls("GET ") > 0, "{out}");
+    assert!(calls("POST ") > 0, "{out}");
 }

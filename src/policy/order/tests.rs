@@ -8,7 +8,7 @@ use mss_adapters::sim::library::LibraryConfig;
 use super::*;
 use crate::config::Settings;
 use crate::policy::harness::{run, Arrival, Outcome};
-use crate::policy::queue::HeldQueue;
+use crate::policy::queue::{HeldQueue, Ranking};
 use crate::shares::UsageBook;
 
 fn settings(policy_keys: &str, shares: &str, extra: &str) -> Arc<PolicySettings> {
@@ -213,13 +213,163 @@ fn held_queue_releases_front_before_back_then_oldest_and_starved_first() {
     // b is under its 3/4 (front), a over its 1/4: b first although it came last.
     let first = held.pick(&p.order, &s, "", 1, 60_000).unwrap();
     assert_eq!(first.candidate.id, 3);
-    assert_eq!(held.position(&p.order, &s, 3, 60_000), Some(1));
+    let waiting: Vec<Candidate> = [1, 2, 3].map(|id| held.get(id).unwrap().clone()).to_vec();
+    let ranking = Ranking::new(&p.order, &s, &waiting, 60_000);
+    assert_eq!(ranking.get(3).map(|r| r.position), Some(1));
     // No free slot: nothing.
     assert!(held.pick(&p.order, &s, "", 0, 60_000).is_none());
     // After 100 s, a's oldest is starved: released first, at the starved priority.
     let starved = held.pick(&p.order, &s, "", 1, 100_000).unwrap();
     assert_eq!(starved.candidate.id, 1);
     assert_eq!(starved.placement.mss_priority, p.order.starved_priority);
+}
+
+/// A usage lookup that counts how often it is read: what a placement costs.
+struct Counting<'a> {
+    inner: crate::shares::book::BookAt<'a>,
+    reads: std::cell::Cell<usize>,
+}
+
+impl crate::shares::UsageLookup for Counting<'_> {
+    fn value(&self, g: GroupId) -> u128 {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.value(g)
+    }
+    fn fair_total(&self) -> u128 {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.fair_total()
+    }
+    fn unit(&self) -> u128 {
+        self.inner.unit()
+    }
+    fn measure(&self, g: GroupId) -> u128 {
+        self.inner.measure(g)
+    }
+    fn fair_measure_total(&self) -> u128 {
+        self.inner.fair_measure_total()
+    }
+}
+
+/// A queue of `n` requests over groups a, b, c, d, one every second.
+fn queue_of(p: &PolicySettings, n: i64) -> HeldQueue {
+    let mut held = HeldQueue::default();
+    for id in 1..=n {
+        let group = ["a", "b", "c", "d"][(id % 4) as usize];
+        held.push(cand(p, id, group, id * 1000, 1 + (id as u64 * 7919) % 1000));
+    }
+    held
+}
+
+/// The writer's share of an explain is one placement: it reads usage as often for a request
+/// among 10 000 waiting as among 10 (before, it placed every waiting request to count those
+/// ahead).
+#[test]
+fn an_explain_on_the_writer_places_one_request_whatever_the_queue_length() {
+    for algo in ["sam", "fair_tree", "multifactor", "fbsng"] {
+        let p = settings(
+            &format!("algorithm = \"{algo}\""),
+            ABCD,
+            "[release]\nmode = \"held\"",
+        );
+        let q = Queues::new(&p.order.fbsng);
+        let b = book(&p, &[("a", 10), ("b", 20), ("c", 30)]);
+        let reads = |n: i64| {
+            let held = queue_of(&p, n);
+            let usage = Counting {
+                inner: b.at(0),
+                reads: std::cell::Cell::new(0),
+            };
+            let s = Standing::new(&p, usage, &q);
+            let placed = held.placement(&p.order, &s, 7, n * 1000);
+            assert!(placed.is_some(), "{algo}");
+            s.usage.reads.get()
+        };
+        let (small, large) = (reads(10), reads(10_000));
+        assert!(small > 0, "{algo}: the placement reads usage");
+        assert_eq!(small, large, "{algo}: work grows with the queue");
+    }
+}
+
+/// The position a request is ranked at, the slow way: one plus the requests placed ahead of it.
+fn position_by_walk(
+    p: &PolicySettings,
+    s: &Standing<'_, impl crate::shares::UsageLookup>,
+    all: &[Candidate],
+    me: &Candidate,
+    now: i64,
+) -> usize {
+    let key = |c: &Candidate| {
+        let x = place(&p.order, s, c, now);
+        (x.starved, if x.starved { 0.0 } else { x.score })
+    };
+    let (my_starved, my_score) = key(me);
+    1 + all
+        .iter()
+        .filter(|c| c.id != me.id && c.library == me.library)
+        .filter(|c| {
+            let (st, score) = key(c);
+            match (st, my_starved) {
+                (true, false) => true,
+                (false, true) => false,
+                (true, true) => (c.created_ms, c.id) < (me.created_ms, me.id),
+                (false, false) => score > my_score || (score == my_score && c.id < me.id),
+            }
+        })
+        .count()
+}
+
+/// A ranking puts every waiting request where counting those ahead of it does, per library,
+/// under every policy, with starved requests first.
+#[test]
+fn a_ranking_agrees_with_counting_the_requests_ahead() {
+    for algo in ["sam", "fair_tree", "multifactor", "fbsng"] {
+        let p = settings(
+            &format!("algorithm = \"{algo}\"\nmax_wait_secs = 100"),
+            ABCD,
+            "[release]\nmode = \"held\"",
+        );
+        let mut q = Queues::new(&p.order.fbsng);
+        q.priority[g(&p, "b").0] = 3;
+        let b = book(&p, &[("a", 400), ("b", 20), ("c", 30)]);
+        let s = Standing::new(&p, b.at(0), &q);
+        let mut all: Vec<Candidate> = (1..=300)
+            .map(|id| {
+                let group = ["a", "b", "c", "d"][(id % 4) as usize];
+                let mut c = cand(&p, id, group, id * 1000, 1 + (id as u64 * 7919) % 1000);
+                c.library = if id % 3 == 0 {
+                    "lto9".into()
+                } else {
+                    String::new()
+                };
+                c.user = (id % 5) as f64 / 4.0;
+                c
+            })
+            .collect();
+        all.reverse();
+        // At 250 s, requests created up to 150 s have waited max_wait.
+        let now = 250_000;
+        let ranking = Ranking::new(&p.order, &s, &all, now);
+        assert_eq!(ranking.len(), all.len());
+        for c in &all {
+            let r = ranking.get(c.id).unwrap();
+            assert_eq!(
+                r.position,
+                position_by_walk(&p, &s, &all, c, now),
+                "{algo} {}",
+                c.id
+            );
+            assert_eq!(
+                r.waiting,
+                all.iter().filter(|o| o.library == c.library).count()
+            );
+        }
+        assert_eq!(
+            ranking.get(1).map(|r| r.position),
+            Some(1),
+            "{algo}: oldest starved first"
+        );
+        assert!(ranking.get(301).is_none());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
