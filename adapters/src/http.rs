@@ -1,16 +1,17 @@
 //! The HTTP adapter: JSON over HTTP with reqwest, the protocol in [`crate::protocol`] that the
-//! bundled simulator speaks.
+//! bundled simulator speaks. Answers are read bounded ([`crate::answer`]); a refusal is the
+//! simulator's own JSON error, and an answer that cannot be read is an unknown outcome.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::{Client, StatusCode};
+use reqwest::Client;
 
 use crate::protocol::{
     BatchItem, BatchRequest, BatchResponse, EventKind, EventsResponse, SubmitResponse, Transfer,
     TransferState,
 };
-use crate::rest::{decode, no_content, transport};
+use crate::rest::{decode, no_content, transport, Answer};
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
     TransferStatus,
@@ -90,7 +91,9 @@ impl MssAdapter for HttpAdapter {
             Err(e) => return all(&e),
         };
         if answer.results.len() != transfers.len() {
-            return all(&MssError::Protocol(format!(
+            // The MSS may have queued some of them: an unknown outcome, retried with the same
+            // keys.
+            return all(&MssError::Unknown(format!(
                 "{} answers to {} transfers",
                 answer.results.len(),
                 transfers.len()
@@ -143,10 +146,14 @@ impl MssAdapter for HttpAdapter {
             .send()
             .await
             .map_err(transport)?;
-        if resp.status() == StatusCode::NOT_FOUND {
+        let answer = Answer::read(resp).await?;
+        if answer.not_found() {
             return Ok(None);
         }
-        let t: TransferState = decode(resp).await?;
+        if !answer.status.is_success() {
+            return Err(answer.error());
+        }
+        let t: TransferState = answer.json()?;
         let progress = match t.state.as_str() {
             "pending" => Progress::Queued,
             "running" => Progress::Running,
