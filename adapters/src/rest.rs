@@ -254,8 +254,9 @@ impl Answer {
         answer::clip(text.trim(), MAX_MESSAGE_CHARS).into_owned()
     }
 
-    /// The message of the server's own JSON error body (`error`, FTS3's `message`, RFC 7807's
-    /// `detail` or `title`), clipped; `None` when the body is not one (a proxy's page).
+    /// The message of the server's own JSON error body (`error`, FTS3's `message` or
+    /// `http_message`, RFC 7807's `detail` or `title`), clipped; `None` when the body is not
+    /// one (a proxy's page).
     pub fn server_error(&self) -> Option<String> {
         error_message(&self.body).map(|m| answer::clip(&m, MAX_MESSAGE_CHARS).into_owned())
     }
@@ -322,7 +323,7 @@ fn error_message(body: &[u8]) -> Option<String> {
         return Some(b.error);
     }
     let v = serde_json::from_slice::<serde_json::Value>(body).ok()?;
-    ["message", "detail", "title"]
+    ["message", "http_message", "detail", "title"]
         .iter()
         .find_map(|field| v.get(field).and_then(|m| m.as_str()))
         .map(str::to_string)
