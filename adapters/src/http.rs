@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::Client;
 
+use crate::answer::{clip, MAX_MESSAGE_CHARS};
 use crate::protocol::{
     BatchItem, BatchRequest, BatchResponse, EventKind, EventsResponse, SubmitResponse, Transfer,
     TransferState,
@@ -107,7 +108,9 @@ impl MssAdapter for HttpAdapter {
                     mss_id: s.mss_id,
                     duplicate: s.duplicate,
                 }),
-                BatchItem::Err(e) => Err(MssError::Rejected(e.error)),
+                BatchItem::Err(e) => Err(MssError::Rejected(
+                    clip(&e.error, MAX_MESSAGE_CHARS).into_owned(),
+                )),
             })
             .collect()
     }
