@@ -4,7 +4,7 @@
 //! stored clipped in `last_error` and never forges a line of the real `serve` process's log.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mss_adapters::protocol::{BadAnswer, Faults};
@@ -147,13 +147,26 @@ async fn an_over_size_answer_is_unknown_not_a_refusal() {
     run_case(BadAnswer::Oversized { bytes: 1 << 30 }, true).await;
 }
 
+/// The real `serve` binary, killed and reaped when dropped.
+struct Serve {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The real `serve` binary against `sim`, its log (stderr, text, no colours) in `log`.
-fn serve_logging_to(dir: &Path, sim: &SimProcess, log: &Path) -> crate::helpers::ServeProcess {
-    let config = dir.join("broker.toml");
-    std::fs::write(&config, config_text(sim)).unwrap();
+fn serve_logging_to(dir: &Path, sim: &SimProcess, log: &Path) -> Serve {
+    let config_file = dir.join("broker.toml");
+    std::fs::write(&config_file, config(sim)).unwrap();
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
+        .arg(&config_file)
         .arg("--db")
         .arg(dir.join("broker.db"))
         .env("NO_COLOR", "1")
@@ -170,11 +183,7 @@ fn serve_logging_to(dir: &Path, sim: &SimProcess, log: &Path) -> crate::helpers:
     .unwrap();
     let base = line.trim().rsplit(' ').next().unwrap().to_string();
     assert!(base.starts_with("http://"), "banner {line:?}");
-    crate::helpers::ServeProcess { child, base }
-}
-
-fn config_text(sim: &SimProcess) -> String {
-    config(sim)
+    Serve { child, base }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +196,7 @@ async fn a_huge_mss_error_body_is_stored_clipped_and_forges_no_log_line() {
     set_faults(&sim, &bad(refusal, false)).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
-    let mut serve = serve_logging_to(dir.path(), &sim, &log);
+    let serve = serve_logging_to(dir.path(), &sim, &log);
     let ids = submit(&serve.base, "e", 5).await;
     // The MSS itself refused them (its JSON error on a 422): failed, with its reason clipped.
     let client = reqwest::Client::new();
@@ -204,7 +213,7 @@ async fn a_huge_mss_error_body_is_stored_clipped_and_forges_no_log_line() {
         );
         assert!(last_error.contains("bytes cut]"), "{last_error}");
     }
-    serve.kill();
+    drop(serve);
     let text = std::fs::read_to_string(&log).unwrap();
     let refusals: Vec<&str> = text
         .lines()
