@@ -634,6 +634,7 @@ async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             delay_ms: args.delay_ms,
             drop_event_rate: args.drop_event_rate,
             duplicate_event_rate: args.duplicate_event_rate,
+            ..Default::default()
         },
     };
     banner(&format!("mss simulator listening on http://{addr}\n"));

@@ -7,7 +7,10 @@
 //!   governor rate limiter, and sends them in one ordered batch. Every transfer carries the request id (and attempt) as its
 //!   idempotency key, so a request re-sent after a crash is answered "duplicate" by the MSS and
 //!   never queued twice. When the MSS is unreachable, the loop backs off (capped exponential,
-//!   with jitter) instead of hammering it, and picks up where it was when the MSS returns.
+//!   with jitter, never above `mss.retry_max_ms`) instead of hammering it, and picks up where it
+//!   was when the MSS returns. An answer that cannot be read (`MssError::Unknown`) is treated
+//!   the same way: the requests stay ready and are resent with the same key and attempt; only
+//!   the MSS's own refusal fails a request.
 //! - **events**: long-polls the adapter from the cursor stored in the ledger and applies each
 //!   batch of events together with the new cursor in one transaction.
 //! - **cancel**: carries cancellations of requests already at the MSS to the adapter.
@@ -191,6 +194,7 @@ impl Dispatcher {
         let mut taken = Vec::new();
         let mut refs = Vec::new();
         let mut unavailable = false;
+        let mut unknown = None;
         for (r, result) in ready.iter().zip(results) {
             match result {
                 Ok(s) => {
@@ -210,12 +214,22 @@ impl Dispatcher {
                         mss_id: s.mss_id,
                     });
                 }
-                Err(e) if e.is_retryable() => unavailable = true,
+                Err(e) if e.is_retryable() => {
+                    if matches!(e, MssError::Unknown(_)) && unknown.is_none() {
+                        unknown = Some(e);
+                    }
+                    unavailable = true;
+                }
                 Err(e) => {
                     warn!(request_id = r.id, error = %e, "mss refused the transfer");
                     self.ledger.rejected(r.id, r.attempt, e.to_string()).await?;
                 }
             }
+        }
+        if let Some(e) = unknown {
+            // Not refused: the MSS may have queued them. They stay ready and are sent again with
+            // the same key and attempt, which the MSS answers as a duplicate if it did.
+            warn!(error = %e, "the mss's answer to a submission could not be read; will resend");
         }
         let count = taken.len();
         if !taken.is_empty() {
@@ -463,7 +477,8 @@ fn transfer(r: &ToSubmit) -> Transfer {
     }
 }
 
-/// Capped exponential backoff with jitter (up to a quarter of the delay on top).
+/// Capped exponential backoff with jitter: the delay doubles from `base` up to `max`, and up to
+/// a quarter of it is taken off at random so brokers do not retry in step. Never above `max`.
 struct Backoff {
     base: Duration,
     max: Duration,
@@ -475,24 +490,29 @@ impl Backoff {
         Backoff {
             base,
             max,
-            current: base,
+            current: base.min(max),
         }
     }
 
     fn reset(&mut self) {
-        self.current = self.base;
+        self.current = self.base.min(self.max);
     }
 
     fn next(&mut self) -> Duration {
         let d = self.current;
-        self.current = (self.current * 2).min(self.max);
+        self.current = self.current.saturating_mul(2).min(self.max);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|t| t.subsec_nanos())
             .unwrap_or(0);
-        let jitter = d.mul_f64(f64::from(nanos % 1000) / 4000.0);
-        d + jitter
+        jittered(d, self.max, f64::from(nanos % 1000) / 1000.0)
     }
+}
+
+/// `delay` (capped at `max`) less `jitter` (0..=1) times a quarter of it.
+fn jittered(delay: Duration, max: Duration, jitter: f64) -> Duration {
+    let d = delay.min(max);
+    d.saturating_sub(d.mul_f64(jitter.clamp(0.0, 1.0) / 4.0))
 }
 
 #[cfg(test)]
@@ -505,9 +525,29 @@ mod tests {
         let seen: Vec<Duration> = (0..6).map(|_| b.next()).collect();
         for (d, want) in seen.iter().zip([100u64, 200, 400, 800, 800, 800]) {
             let want = Duration::from_millis(want);
-            assert!(*d >= want && *d <= want.mul_f64(1.25), "{d:?} vs {want:?}");
+            assert!(*d <= want && *d >= want.mul_f64(0.75), "{d:?} vs {want:?}");
         }
         b.reset();
-        assert!(b.next() <= Duration::from_millis(125));
+        assert!(b.next() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn backoff_never_exceeds_its_max_whatever_the_jitter() {
+        // The shipped figures: 500 ms doubling to 60 s (64 s uncapped), where 69.6 s and
+        // 72.6 s were seen.
+        for (base, max) in [(500, 60_000), (100, 800), (700, 700), (1, 86_400_000)] {
+            let (base, max) = (Duration::from_millis(base), Duration::from_millis(max));
+            for jitter in [0.0, 0.001, 0.25, 0.5, 0.999, 1.0, 7.0, -1.0] {
+                let mut delay = base;
+                for _ in 0..80 {
+                    let d = jittered(delay, max, jitter);
+                    assert!(d <= max, "{d:?} over {max:?} (jitter {jitter})");
+                    assert!(d >= delay.min(max).mul_f64(0.75), "{d:?}");
+                    delay = delay.saturating_mul(2);
+                }
+            }
+            let mut b = Backoff::new(base, max);
+            assert!((0..200).map(|_| b.next()).all(|d| d <= max));
+        }
     }
 }

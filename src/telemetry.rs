@@ -1,5 +1,15 @@
 //! Logging: structured `tracing` output to stderr, filtered by `RUST_LOG` (default `info`).
+//!
+//! Every field value of the text output goes through [`escaping_fields`], which escapes control
+//! characters (newline, carriage return, ESC, ...), so text from outside (an MSS's error body, a
+//! station's file name) can never forge a log line or a terminal sequence, whatever the call
+//! site. The JSON output escapes them itself.
 
+use std::fmt::{self, Write};
+
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::format::{self, Writer};
+use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::EnvFilter;
 
 /// Install the global subscriber; `json` switches to one JSON object per line.
@@ -12,6 +22,81 @@ pub fn init(json: bool) {
     let _ = if json {
         builder.json().try_init()
     } else {
-        builder.try_init()
+        builder.fmt_fields(escaping_fields()).try_init()
     };
+}
+
+/// The text output's field formatter: `name=value` pairs (the message bare), separated by
+/// spaces, with control characters in names and values escaped.
+pub fn escaping_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+    format::debug_fn(
+        |w: &mut Writer<'_>, field: &tracing::field::Field, value: &dyn fmt::Debug| {
+            let mut out = Escaping(w);
+            if field.name() == "message" {
+                write!(out, "{value:?}")
+            } else {
+                write!(out, "{field}={value:?}")
+            }
+        },
+    )
+    .delimited(" ")
+}
+
+/// A writer that escapes control characters as Rust does (`\n`, `\r`, `\u{1b}`).
+struct Escaping<'a, 'w>(&'a mut Writer<'w>);
+
+impl Write for Escaping<'_, '_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut rest = s;
+        while let Some(at) = rest.find(char::is_control) {
+            self.0.write_str(&rest[..at])?;
+            let c = rest[at..].chars().next().unwrap_or_default();
+            write!(self.0, "{}", c.escape_default())?;
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn control_characters_in_any_field_are_escaped() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .fmt_fields(escaping_fields())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let from_mss = "refused\n2026-01-01T00:00:00Z  INFO forged\r\u{1b}[2K";
+            tracing::warn!(error = %from_mss, file = from_mss, "mss said {from_mss}");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains(['\r', '\u{1b}']), "{text:?}");
+        assert!(
+            text.contains(r"error=refused\n2026-01-01T00:00:00Z  INFO forged\r\u{1b}[2K"),
+            "{text}"
+        );
+        assert!(text.contains(r"mss said refused\n2026"), "{text}");
+    }
 }

@@ -322,6 +322,11 @@ impl Fts3Config {
     }
 }
 
+/// A JSON answer as text for a message, clipped.
+fn clip_json(v: &Value) -> String {
+    crate::answer::clip(&v.to_string(), crate::answer::MAX_MESSAGE_CHARS).into_owned()
+}
+
 /// The deterministic FTS3 job id of a submission id: `uuid5(uuid5(BASE_ID, vo), sid)`.
 pub fn job_id(vo: &str, sid: &str) -> String {
     let vo_id = uuid::Uuid::new_v5(&BASE_ID, vo.as_bytes());
@@ -523,20 +528,18 @@ impl Shared {
         let rb = self
             .request(reqwest::Method::GET, &format!("/jobs/{}", ids.join(",")))?
             .query(&[("files", FILE_FIELDS)]);
-        let resp = rest::send(rb, self.cfg.timeout).await?;
-        let status = resp.status();
-        if status == StatusCode::NOT_FOUND && ids.len() == 1 {
+        let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
+        // Only FTS3's own 404 (its JSON error) says the job is unknown, not a proxy's page.
+        if answer.not_found() && ids.len() == 1 {
             return Ok(vec![
                 json!({"job_id": ids[0], "http_status": "404 Not Found"}),
             ]);
         }
+        let status = answer.status;
         if !(status.is_success() || status == StatusCode::MULTI_STATUS) {
-            return Err(rest::status_error(resp).await);
+            return Err(answer.error());
         }
-        let body: Value = resp
-            .json()
-            .await
-            .map_err(|e| MssError::Protocol(format!("bad answer to GET /jobs: {e}")))?;
+        let body: Value = answer.json()?;
         Ok(match body {
             Value::Array(items) => items,
             one => vec![one],
@@ -652,7 +655,8 @@ impl MssAdapter for Fts3Adapter {
             let id = answer
                 .get("job_id")
                 .and_then(Value::as_str)
-                .ok_or_else(|| MssError::Protocol(format!("no job_id in {answer}")))?;
+                // FTS3 may have created the job: retried, it answers 409 (same sid).
+                .ok_or_else(|| MssError::Unknown(format!("no job_id in {}", clip_json(&answer))))?;
             (id.to_string(), false)
         };
         sh.lock().insert(

@@ -1,16 +1,18 @@
 //! The HTTP adapter: JSON over HTTP with reqwest, the protocol in [`crate::protocol`] that the
-//! bundled simulator speaks.
+//! bundled simulator speaks. Answers are read bounded ([`crate::answer`]); a refusal is the
+//! simulator's own JSON error, and an answer that cannot be read is an unknown outcome.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::{Client, StatusCode};
+use reqwest::Client;
 
+use crate::answer::{clip, MAX_MESSAGE_CHARS};
 use crate::protocol::{
     BatchItem, BatchRequest, BatchResponse, EventKind, EventsResponse, SubmitResponse, Transfer,
     TransferState,
 };
-use crate::rest::{decode, no_content, transport};
+use crate::rest::{decode, no_content, transport, Answer};
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
     TransferStatus,
@@ -90,7 +92,9 @@ impl MssAdapter for HttpAdapter {
             Err(e) => return all(&e),
         };
         if answer.results.len() != transfers.len() {
-            return all(&MssError::Protocol(format!(
+            // The MSS may have queued some of them: an unknown outcome, retried with the same
+            // keys.
+            return all(&MssError::Unknown(format!(
                 "{} answers to {} transfers",
                 answer.results.len(),
                 transfers.len()
@@ -104,7 +108,9 @@ impl MssAdapter for HttpAdapter {
                     mss_id: s.mss_id,
                     duplicate: s.duplicate,
                 }),
-                BatchItem::Err(e) => Err(MssError::Rejected(e.error)),
+                BatchItem::Err(e) => Err(MssError::Rejected(
+                    clip(&e.error, MAX_MESSAGE_CHARS).into_owned(),
+                )),
             })
             .collect()
     }
@@ -143,10 +149,14 @@ impl MssAdapter for HttpAdapter {
             .send()
             .await
             .map_err(transport)?;
-        if resp.status() == StatusCode::NOT_FOUND {
+        let answer = Answer::read(resp).await?;
+        if answer.not_found() {
             return Ok(None);
         }
-        let t: TransferState = decode(resp).await?;
+        if !answer.status.is_success() {
+            return Err(answer.error());
+        }
+        let t: TransferState = answer.json()?;
         let progress = match t.state.as_str() {
             "pending" => Progress::Queued,
             "running" => Progress::Running,

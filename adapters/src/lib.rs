@@ -9,6 +9,7 @@
 //! sense of, its notion of a queue) stays behind [`MssAdapter`], and what it can do is declared
 //! in its [`Capabilities`], so the broker's configuration check can refuse what cannot work.
 
+pub mod answer;
 pub mod encp;
 pub mod event_log;
 pub mod fts3;
@@ -32,6 +33,11 @@ pub enum MssError {
     /// The MSS could not be reached or answered with a server error: try again later.
     #[error("mss unavailable: {0}")]
     Unavailable(String),
+    /// The answer could not be read (garbled, stalled, too large, a proxy's page instead of the
+    /// MSS's): the call may or may not have taken effect. Retryable with the same idempotency
+    /// key and attempt, which the MSS answers as a duplicate if it did.
+    #[error("mss outcome unknown: {0}")]
+    Unknown(String),
     /// The MSS refused the call: retrying the same call will not help.
     #[error("mss rejected the call: {0}")]
     Rejected(String),
@@ -41,9 +47,10 @@ pub enum MssError {
 }
 
 impl MssError {
-    /// Whether the same call may succeed if made again later.
+    /// Whether the same call may succeed if made again later (an unknown outcome included: the
+    /// same key and attempt is never queued twice).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, MssError::Unavailable(_))
+        matches!(self, MssError::Unavailable(_) | MssError::Unknown(_))
     }
 }
 

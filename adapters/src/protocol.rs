@@ -157,6 +157,10 @@ pub struct ReceivedResponse {
     /// Calls answered with an injected failure (outage or failed submission).
     #[serde(default)]
     pub refused: u64,
+    /// Bytes of `BadAnswer` bodies actually sent (an over-size body stops when the caller stops
+    /// reading).
+    #[serde(default)]
+    pub bad_answer_bytes: u64,
 }
 
 /// Error body of every non-2xx answer.
@@ -185,6 +189,31 @@ pub struct Faults {
     /// An event is written to the log twice.
     #[serde(default)]
     pub duplicate_event_rate: f64,
+    /// Every submission call (single or batch) gets this answer instead of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_answer: Option<BadAnswer>,
+    /// With `submit_answer`: queue the transfers before answering badly (the MSS did take them)
+    /// instead of leaving them out.
+    #[serde(default)]
+    pub queue_before_bad_answer: bool,
+}
+
+/// An answer the simulator gives instead of its own (`Faults::submit_answer`): what a broken MSS
+/// or a proxy in front of it sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BadAnswer {
+    /// 200 with a body that is not the JSON asked for.
+    Garbled,
+    /// 200 and the start of a body, then nothing more (until the caller gives up).
+    Stalled,
+    /// 404 with an HTML page, as a proxy answers for a path it does not route.
+    ProxyNotFound,
+    /// 200 with a body of this many bytes, streamed (never held in memory).
+    Oversized { bytes: u64 },
+    /// This status with the simulator's JSON error body, its message `bytes` long and full of
+    /// newlines that try to forge log lines.
+    ErrorBody { status: u16, bytes: usize },
 }
 
 /// A new priority for a queued transfer.

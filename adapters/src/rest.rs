@@ -1,7 +1,9 @@
 //! What the REST adapters share: authentication (a bearer token read from a file at every call,
 //! so an external refresher can rotate it, or an X.509 client certificate), the reqwest client,
 //! and how an HTTP answer maps to [`MssError`]: 5xx, 408 and 429 are `Unavailable` (try again
-//! later), any other refusal is `Rejected`.
+//! later), another refusal is `Rejected` when the server's own JSON error says so, and an answer
+//! that cannot be read (a proxy's page, a garbled, stalled or over-size body) is `Unknown`.
+//! Bodies are read through [`Answer`], bounded by [`MAX_ANSWER_BYTES`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use reqwest::{Client, RequestBuilder, StatusCode};
 use serde::Deserialize;
 
+use crate::answer::{self, MAX_ANSWER_BYTES, MAX_MESSAGE_CHARS};
 use crate::protocol::ErrorBody;
 use crate::MssError;
 
@@ -219,16 +222,84 @@ pub fn transport(e: reqwest::Error) -> MssError {
     MssError::Unavailable(e.to_string())
 }
 
+/// An MSS answer read whole (within [`MAX_ANSWER_BYTES`]): its status and body.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// Read `resp`'s body; `Unknown` when it is too large or cannot be read.
+    pub async fn read(resp: reqwest::Response) -> Result<Answer, MssError> {
+        let status = resp.status();
+        let body = answer::read_body(resp, MAX_ANSWER_BYTES).await?;
+        Ok(Answer { status, body })
+    }
+
+    /// The body as `T`; a body that does not parse is an `Unknown` outcome.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, MssError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            MssError::Unknown(format!(
+                "{}: unreadable answer ({e}): {}",
+                self.status,
+                self.text()
+            ))
+        })
+    }
+
+    /// The body as text, clipped for messages and logs.
+    pub fn text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.body);
+        answer::clip(text.trim(), MAX_MESSAGE_CHARS).into_owned()
+    }
+
+    /// The message of the server's own JSON error body (`error`, FTS3's `message` or
+    /// `http_message`, RFC 7807's `detail` or `title`), clipped; `None` when the body is not
+    /// one (a proxy's page).
+    pub fn server_error(&self) -> Option<String> {
+        error_message(&self.body).map(|m| answer::clip(&m, MAX_MESSAGE_CHARS).into_owned())
+    }
+
+    /// Whether this is the server itself saying it has no such thing (404 with its JSON error
+    /// body), as opposed to a proxy's 404 page.
+    pub fn not_found(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND && self.server_error().is_some()
+    }
+
+    /// The error an unsuccessful answer means: 5xx, 408 and 429 are `Unavailable`; another
+    /// refusal is `Rejected` only when the server's own JSON error says so, otherwise (a
+    /// proxy's page, anything unreadable) the outcome is `Unknown`.
+    pub fn error(&self) -> MssError {
+        let status = self.status;
+        if status.is_server_error()
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status == StatusCode::REQUEST_TIMEOUT
+        {
+            let message = self.server_error().unwrap_or_else(|| self.text());
+            return MssError::Unavailable(format!("{status}: {message}"));
+        }
+        match self.server_error() {
+            Some(message) if status.is_client_error() => {
+                MssError::Rejected(format!("{status}: {message}"))
+            }
+            _ => MssError::Unknown(format!(
+                "{status} without the server's error: {}",
+                self.text()
+            )),
+        }
+    }
+}
+
 /// The body of a successful answer, or the error its status says.
 pub async fn decode<T: serde::de::DeserializeOwned>(
     resp: reqwest::Response,
 ) -> Result<T, MssError> {
-    if !resp.status().is_success() {
-        return Err(status_error(resp).await);
+    let answer = Answer::read(resp).await?;
+    if !answer.status.is_success() {
+        return Err(answer.error());
     }
-    resp.json::<T>()
-        .await
-        .map_err(|e| MssError::Protocol(format!("bad answer: {e}")))
+    answer.json()
 }
 
 /// Success with nothing to read, or the error the status says.
@@ -239,52 +310,78 @@ pub async fn no_content(resp: reqwest::Response) -> Result<(), MssError> {
     Err(status_error(resp).await)
 }
 
-/// The error an unsuccessful answer means: its status and the message in its body (the
-/// `error` field of a JSON body, FTS3's `message`, or the text).
+/// The error an unsuccessful answer means (see [`Answer::error`]).
 pub async fn status_error(resp: reqwest::Response) -> MssError {
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    let message = error_message(&text);
-    let message = format!("{status}: {message}");
-    if status.is_server_error()
-        || status == StatusCode::TOO_MANY_REQUESTS
-        || status == StatusCode::REQUEST_TIMEOUT
-    {
-        MssError::Unavailable(message)
-    } else {
-        MssError::Rejected(message)
+    match Answer::read(resp).await {
+        Ok(answer) => answer.error(),
+        Err(e) => e,
     }
 }
 
-fn error_message(text: &str) -> String {
-    if let Ok(b) = serde_json::from_str::<ErrorBody>(text) {
-        return b.error;
+fn error_message(body: &[u8]) -> Option<String> {
+    if let Ok(b) = serde_json::from_slice::<ErrorBody>(body) {
+        return Some(b.error);
     }
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-        for field in ["message", "detail", "title"] {
-            if let Some(m) = v.get(field).and_then(|m| m.as_str()) {
-                return m.to_string();
-            }
-        }
-    }
-    text.trim().to_string()
+    let v = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    ["message", "http_message", "detail", "title"]
+        .iter()
+        .find_map(|field| v.get(field).and_then(|m| m.as_str()))
+        .map(str::to_string)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
     #[test]
     fn error_messages_come_from_each_servers_own_field() {
         assert_eq!(
-            error_message(r#"{"error": "no such transfer"}"#),
-            "no such transfer"
+            error_message(br#"{"error": "no such transfer"}"#).as_deref(),
+            Some("no such transfer")
         );
         assert_eq!(
-            error_message(r#"{"status": "400 Bad Request", "message": "Missing path"}"#),
-            "Missing path"
+            error_message(br#"{"status": "400 Bad Request", "message": "Missing path"}"#)
+                .as_deref(),
+            Some("Missing path")
         );
-        assert_eq!(error_message(" plain text \n"), "plain text");
+        assert_eq!(error_message(b" plain text \n"), None);
+    }
+
+    #[test]
+    fn only_the_servers_own_refusal_refuses() {
+        let refused = answer(422, r#"{"error": "bad transfer"}"#).error();
+        assert!(matches!(&refused, MssError::Rejected(m) if m.contains("bad transfer")));
+        let proxy = answer(404, "<html><body>Not Found</body></html>");
+        assert!(
+            matches!(proxy.error(), MssError::Unknown(_)),
+            "{:?}",
+            proxy.error()
+        );
+        assert!(!proxy.not_found());
+        assert!(answer(404, r#"{"error": "no such transfer"}"#).not_found());
+        assert!(matches!(
+            answer(503, "down").error(),
+            MssError::Unavailable(_)
+        ));
+        let garbled = answer(200, "{\"mss_id\": ").json::<crate::protocol::SubmitResponse>();
+        assert!(matches!(garbled, Err(MssError::Unknown(_))), "{garbled:?}");
+    }
+
+    #[test]
+    fn a_long_error_body_is_clipped() {
+        let long = format!(r#"{{"error": "{}"}}"#, "x\\n".repeat(100_000));
+        let MssError::Rejected(m) = answer(422, &long).error() else {
+            panic!("a refusal")
+        };
+        assert!(m.len() < 400, "{} chars", m.len());
+        assert!(m.ends_with("bytes cut]"), "{m}");
     }
 
     #[test]

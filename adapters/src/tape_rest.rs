@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::{Client, Method, StatusCode};
+use reqwest::{Client, Method};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
@@ -340,11 +340,15 @@ impl Shared {
     /// `GET /stage/{id}`, or `None` when the server does not know the request.
     async fn stage_request(&self, id: &str) -> Result<Option<Value>, MssError> {
         let rb = self.request(Method::GET, &format!("/stage/{id}"))?;
-        let resp = rest::send(rb, self.cfg.timeout).await?;
-        if resp.status() == StatusCode::NOT_FOUND {
+        let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
+        // Only the server's own 404 (its JSON problem) says the request is unknown.
+        if answer.not_found() {
             return Ok(None);
         }
-        rest::decode(resp).await.map(Some)
+        if !answer.status.is_success() {
+            return Err(answer.error());
+        }
+        answer.json().map(Some)
     }
 
     /// The stage request a transfer is in: followed, or recorded by the broker.
@@ -561,7 +565,12 @@ impl TapeRestAdapter {
         let id = answer
             .get("requestId")
             .and_then(Value::as_str)
-            .ok_or_else(|| MssError::Protocol(format!("no requestId in {answer}")))?;
+            .ok_or_else(|| {
+                let text =
+                    crate::answer::clip(&answer.to_string(), crate::answer::MAX_MESSAGE_CHARS)
+                        .into_owned();
+                MssError::Unknown(format!("no requestId in {text}"))
+            })?;
         Ok(Submitted {
             mss_id: id.to_string(),
             duplicate: false,

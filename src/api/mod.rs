@@ -602,11 +602,13 @@ async fn release_request(
             e.retry_after = Some(5);
             Err(e)
         }
-        Err(mss_adapters::MssError::Protocol(m)) => Err(ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            None,
-            format!("the mss answered something unexpected: {m}"),
-        )),
+        Err(mss_adapters::MssError::Protocol(m) | mss_adapters::MssError::Unknown(m)) => {
+            Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                None,
+                format!("the mss answered something unexpected: {m}"),
+            ))
+        }
     }
 }
 

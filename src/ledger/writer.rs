@@ -1006,6 +1006,12 @@ fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charge
     .optional()
 }
 
+/// What is stored of an error text (often the MSS's): a few hundred characters at most (room
+/// for an adapter's message around the MSS text it already clipped).
+fn clip_error(text: &str) -> std::borrow::Cow<'_, str> {
+    mss_adapters::answer::clip(text, 500)
+}
+
 /// Move a request to a terminal state and settle its charge: `actual` bytes replace the
 /// estimate (done), or the charge is refunded (failed, cancelled).
 fn finalize(
@@ -1039,7 +1045,7 @@ fn finalize(
         bytes,
         bytes,
         ctx.now,
-        error
+        error.map(clip_error)
     ])?;
     ctx.report.add(
         &row.group,
@@ -1210,7 +1216,7 @@ fn apply_event(
                     "UPDATE requests SET state = 'accepted', attempt = attempt + 1, \
                      mss_id = NULL, next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
                 )?
-                .execute(params![id, ctx.now + delay, reason])?;
+                .execute(params![id, ctx.now + delay, clip_error(reason)])?;
                 ctx.moved(row.class, Some(row.state), RequestState::Accepted);
                 ctx.ready = true;
             } else {

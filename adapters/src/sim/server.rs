@@ -1,9 +1,11 @@
 //! The simulator as an HTTP server. It runs the pure [`Library`] on the wall clock multiplied by
 //! a time scale (so an hour of tape work can take a second), keeps an event log that clients
 //! long-poll with a cursor, and records every submission it accepted, keyed by the idempotency
-//! key, so tests can prove nothing reached the MSS twice.
+//! key, so tests can prove nothing reached the MSS twice. Faults (`PUT /v1/faults`) make calls
+//! fail, slow or answer badly ([`super::bad_answer`]).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,9 +18,10 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
+use super::bad_answer;
 use super::library::{CancelOutcome, Library, LibraryConfig, LibraryEvent, Micros};
 use crate::protocol::{
-    BatchItem, BatchRequest, BatchResponse, ErrorBody, EventsResponse, Faults, MssEvent,
+    BadAnswer, BatchItem, BatchRequest, BatchResponse, ErrorBody, EventsResponse, Faults, MssEvent,
     ReceivedResponse, SubmitResponse, Transfer, TransferState,
 };
 
@@ -81,6 +84,8 @@ struct Shared {
     kick: Notify,
     /// The last sequence number in the log.
     last_seq: watch::Sender<u64>,
+    /// Body bytes of bad answers sent.
+    bad_answer_bytes: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -149,6 +154,29 @@ impl Shared {
         }
         None
     }
+
+    /// The bad answer to give a submission instead of its own, if one is set, and whether to
+    /// queue the transfers first.
+    fn bad_answer(&self) -> Option<(BadAnswer, bool)> {
+        let mut sim = self.lock();
+        let bad = sim.faults.submit_answer.clone()?;
+        sim.refused += 1;
+        Some((bad, sim.faults.queue_before_bad_answer))
+    }
+
+    /// Answer a submission: its own `answer` (computed only when the transfers are to be
+    /// queued) or the bad answer set in the faults.
+    fn submission_answer(&self, answer: impl FnOnce() -> Response) -> Response {
+        match self.bad_answer() {
+            None => answer(),
+            Some((bad, queue)) => {
+                if queue {
+                    let _ = answer();
+                }
+                bad_answer::respond(&bad, self.bad_answer_bytes.clone())
+            }
+        }
+    }
 }
 
 /// Serve the simulator on `listener` until `shutdown` completes.
@@ -180,6 +208,7 @@ pub async fn run(
         },
         kick: Notify::new(),
         last_seq: watch::channel(0).0,
+        bad_answer_bytes: Arc::new(AtomicU64::new(0)),
     });
     let driver = tokio::spawn(drive(shared.clone()));
     let result = axum::serve(listener, router(shared))
@@ -233,7 +262,11 @@ async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
     if let Some(refused) = shared.gate(true).await {
         return refused;
     }
-    let transfer: Transfer = match serde_json::from_slice(&body) {
+    shared.submission_answer(|| submit_one(&shared, &body))
+}
+
+fn submit_one(shared: &Shared, body: &[u8]) -> Response {
+    let transfer: Transfer = match serde_json::from_slice(body) {
         Ok(t) => t,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
@@ -261,7 +294,11 @@ async fn submit_batch(State(shared): State<Arc<Shared>>, body: axum::body::Bytes
     if let Some(refused) = shared.gate(true).await {
         return refused;
     }
-    let batch: BatchRequest = match serde_json::from_slice(&body) {
+    shared.submission_answer(|| submit_many(&shared, &body))
+}
+
+fn submit_many(shared: &Shared, body: &[u8]) -> Response {
+    let batch: BatchRequest = match serde_json::from_slice(body) {
         Ok(b) => b,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
@@ -400,6 +437,7 @@ async fn received(State(shared): State<Arc<Shared>>) -> Response {
         received: sim.library.received().to_vec(),
         duplicates: sim.library.duplicates(),
         refused: sim.refused,
+        bad_answer_bytes: shared.bad_answer_bytes.load(Ordering::Relaxed),
     })
     .into_response()
 }

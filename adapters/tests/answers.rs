@@ -1,0 +1,156 @@
+//! The HTTP adapter against the real simulator answering badly: an answer that cannot be read is
+//! an unknown outcome (retryable, the same key and attempt deduplicated), an over-size answer is
+//! refused without being read whole, and only the simulator's own refusal is `Rejected`.
+
+use std::time::Duration;
+
+use mss_adapters::http::HttpAdapter;
+use mss_adapters::protocol::{BadAnswer, Faults, ReceivedResponse};
+use mss_adapters::sim::{self, SimConfig};
+use mss_adapters::{MssAdapter, MssError, Transfer};
+
+/// A simulator on a loopback port, stopped when the test's runtime ends.
+async fn simulator() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(sim::run(
+        listener,
+        SimConfig::default(),
+        std::future::pending(),
+    ));
+    url
+}
+
+async fn set_faults(url: &str, faults: &Faults) {
+    let resp = reqwest::Client::new()
+        .put(format!("{url}/v1/faults"))
+        .json(faults)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+}
+
+async fn received(url: &str) -> ReceivedResponse {
+    reqwest::get(format!("{url}/v1/received"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn transfers(n: usize) -> Vec<Transfer> {
+    (0..n)
+        .map(|i| Transfer {
+            key: (i + 1).to_string(),
+            attempt: 1,
+            file: format!("/pnfs/test/f{i}"),
+            size_bytes: 1_000_000,
+            priority: 1,
+            volume: None,
+            group: "mc".into(),
+            direction: Default::default(),
+            local_file: None,
+            bfid: None,
+        })
+        .collect()
+}
+
+fn bad(answer: BadAnswer, queue: bool) -> Faults {
+    Faults {
+        submit_answer: Some(answer),
+        queue_before_bad_answer: queue,
+        ..Faults::default()
+    }
+}
+
+#[tokio::test]
+async fn unreadable_answers_are_unknown_and_a_resend_is_deduplicated() {
+    for answer in [
+        BadAnswer::Garbled,
+        BadAnswer::Stalled,
+        BadAnswer::ProxyNotFound,
+    ] {
+        for queue in [false, true] {
+            let url = simulator().await;
+            let adapter = HttpAdapter::new(&url, Duration::from_millis(500)).unwrap();
+            set_faults(&url, &bad(answer.clone(), queue)).await;
+            let batch = transfers(3);
+            for r in adapter.submit_batch(&batch).await {
+                match r {
+                    Err(e @ MssError::Unknown(_)) => assert!(e.is_retryable()),
+                    other => panic!("{answer:?}: {other:?}"),
+                }
+            }
+            set_faults(&url, &Faults::default()).await;
+            let again = adapter.submit_batch(&batch).await;
+            assert!(
+                again
+                    .iter()
+                    .all(|r| r.as_ref().is_ok_and(|s| s.duplicate == queue)),
+                "{answer:?} queue={queue}: {again:?}"
+            );
+            let got = received(&url).await;
+            assert_eq!(
+                got.received.len(),
+                3,
+                "{answer:?}: each transfer queued once"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_over_size_answer_is_refused_without_reading_it_all() {
+    let url = simulator().await;
+    let adapter = HttpAdapter::new(&url, Duration::from_secs(30)).unwrap();
+    let gib = 1u64 << 30;
+    set_faults(&url, &bad(BadAnswer::Oversized { bytes: gib }, true)).await;
+    let results = adapter.submit_batch(&transfers(2)).await;
+    for r in &results {
+        match r {
+            Err(MssError::Unknown(m)) => assert!(m.contains("too large"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The adapter stopped reading at its cap: the simulator got to send little more than that
+    // (what the sockets' buffers took), not the gigabyte.
+    let sent = received(&url).await.bad_answer_bytes;
+    let cap = mss_adapters::answer::MAX_ANSWER_BYTES as u64;
+    assert!(sent >= cap && sent < 4 * cap, "{sent} bytes sent");
+}
+
+#[tokio::test]
+async fn only_the_simulators_own_refusal_is_rejected_and_its_text_is_clipped() {
+    let url = simulator().await;
+    let adapter = HttpAdapter::new(&url, Duration::from_secs(5)).unwrap();
+    let body = BadAnswer::ErrorBody {
+        status: 422,
+        bytes: 200_000,
+    };
+    set_faults(&url, &bad(body, false)).await;
+    let results = adapter.submit_batch(&transfers(2)).await;
+    for r in &results {
+        match r {
+            Err(MssError::Rejected(m)) => {
+                assert!(m.starts_with("422"), "{m}");
+                assert!(m.contains("refused\n2026"), "{m}");
+                assert!(m.len() < 400, "{} chars kept", m.len());
+                assert!(m.ends_with("bytes cut]"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The same error body on a 503 is the MSS saying it is unavailable: retryable.
+    let unavailable = BadAnswer::ErrorBody {
+        status: 503,
+        bytes: 1000,
+    };
+    set_faults(&url, &bad(unavailable, false)).await;
+    let results = adapter.submit_batch(&transfers(1)).await;
+    assert!(
+        matches!(&results[0], Err(MssError::Unavailable(_))),
+        "{results:?}"
+    );
+}
