@@ -2,6 +2,7 @@
 //! writer (so JSON and classification cost the writer nothing), then hand typed requests to the
 //! ledger and answer 202 only after the commit.
 
+mod body_budget;
 pub mod error;
 pub mod wire;
 
@@ -163,6 +164,7 @@ impl Caller {
 /// attributes, so neither can drift from the other.
 pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
     let body_limit = state.limits.max_body_bytes;
+    let budget = body_budget::BodyBudget::new(state.limits.max_bodies_in_memory_bytes, body_limit);
     let (router, mut api) = utoipa_axum::router::OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(utoipa_axum::routes!(submit_one))
         .routes(utoipa_axum::routes!(submit_batch))
@@ -192,6 +194,10 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, None, "no such endpoint") })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            budget,
+            body_budget::bounded,
+        ))
         .layer(axum::middleware::map_response(error::json_errors))
         .with_state(state);
     (router, api)

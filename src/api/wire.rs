@@ -305,7 +305,6 @@ fn check_value(key: &str, value: &str, max: usize) -> Result<(), String> {
 /// text in a log line or a table: control characters, Unicode format characters (Cf: bidi
 /// overrides such as U+202E, zero-width characters) and line or paragraph separators (Zl, Zp).
 fn check_text(value: &str, max: usize) -> Result<(), String> {
-    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
     if value.is_empty() {
         return Err("may not be empty".into());
     }
@@ -318,15 +317,7 @@ fn check_text(value: &str, max: usize) -> Result<(), String> {
     if value.chars().any(char::is_control) {
         return Err("may not contain control characters".into());
     }
-    let hidden = |c: &char| {
-        matches!(
-            c.general_category(),
-            GeneralCategory::Format
-                | GeneralCategory::LineSeparator
-                | GeneralCategory::ParagraphSeparator
-        )
-    };
-    if let Some(c) = value.chars().find(hidden) {
+    if let Some(c) = value.chars().find(|c| crate::hidden_text::is_hiding(*c)) {
         return Err(format!(
             "may not contain U+{:04X} (Unicode format characters and line or paragraph \
              separators are refused)",
@@ -863,6 +854,7 @@ mod tests {
             max_string_len: 16,
             max_path_len: 64,
             max_report_buckets: 100,
+            max_bodies_in_memory_bytes: 1 << 24,
         }
     }
 

@@ -111,6 +111,8 @@ pub struct InputLimits {
     pub max_path_len: usize,
     /// Most buckets one report may have (`/v1/report`, `/report`, `mssbroker report`).
     pub max_report_buckets: usize,
+    /// What all request bodies being read may take together (`api::body_budget`).
+    pub max_bodies_in_memory_bytes: usize,
 }
 
 /// How requests are classified, charged and prioritised. Pure data: the policy functions read it.
@@ -641,6 +643,8 @@ struct RawLimits {
     max_path_len: i64,
     #[serde(default = "d_report_buckets")]
     max_report_buckets: i64,
+    #[serde(default = "d_bodies_in_memory")]
+    max_bodies_in_memory_bytes: i64,
 }
 
 impl Default for RawLimits {
@@ -654,6 +658,7 @@ impl Default for RawLimits {
             max_string_len: d_str(),
             max_path_len: d_path(),
             max_report_buckets: d_report_buckets(),
+            max_bodies_in_memory_bytes: d_bodies_in_memory(),
         }
     }
 }
@@ -681,6 +686,10 @@ fn d_path() -> i64 {
 }
 fn d_report_buckets() -> i64 {
     2_000
+}
+
+fn d_bodies_in_memory() -> i64 {
+    256 << 20
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -774,7 +783,21 @@ fn validate_limits(raw: &RawLimits, issues: &mut Issues) -> InputLimits {
         max_string_len: positive(raw.max_string_len, "limits.max_string_len", issues),
         max_path_len: positive(raw.max_path_len, "limits.max_path_len", issues),
         max_report_buckets: positive(raw.max_report_buckets, "limits.max_report_buckets", issues),
+        max_bodies_in_memory_bytes: positive(
+            raw.max_bodies_in_memory_bytes,
+            "limits.max_bodies_in_memory_bytes",
+            issues,
+        ),
     };
+    if limits.max_bodies_in_memory_bytes < limits.max_body_bytes {
+        issues.add(
+            "limits.max_bodies_in_memory_bytes",
+            format!(
+                "must be at least limits.max_body_bytes ({}), or the largest body could never                  be read",
+                limits.max_body_bytes
+            ),
+        );
+    }
     if (limits.station_burst as usize) < limits.max_batch {
         issues.add(
             "limits.station_burst",

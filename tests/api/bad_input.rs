@@ -1,5 +1,7 @@
 //! Bad input gets a 4xx naming the field and changes nothing.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::helpers::{open_db, request, test_config, SimProcess, TestApp};
@@ -420,5 +422,74 @@ async fn encp_local_files_stay_in_the_stations_own_area() {
     assert_eq!(count, 0);
     let (status, answer) = app.post("/v1/requests", &at(&own.join("f"))).await;
     assert_eq!(status, 202, "its own area: {answer}");
+    app.stop().await;
+}
+
+/// Bodies being read share one memory budget: while stalled bodies hold it all, another body
+/// is answered 503 naming `body` (after a short wait) and stores nothing; once they are gone,
+/// the same request is accepted.
+#[tokio::test]
+async fn request_bodies_share_a_bounded_memory_budget() {
+    use tokio::io::AsyncWriteExt;
+    let config = test_config(None).replace(
+        "[limits]\n",
+        "[limits]\nmax_body_bytes = 65536\nmax_bodies_in_memory_bytes = 131072\n",
+    );
+    let app = TestApp::spawn(&config).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    // Two clients announce 64 KiB bodies and send a few bytes of each: the budget is spent.
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = "POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                    content-length: 65536\r\n\r\n{\"client_";
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    // A small request waits for room in vain; the answer names the body, and that request is
+    // not stored. (The stalled heads may reach the broker after the first tries: until they
+    // do, a try is accepted.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut tries = 0;
+    let refused = loop {
+        tries += 1;
+        let crid = format!("budget-{tries}");
+        let (status, body) = app
+            .post("/v1/requests", &request(&crid, "mc", "top", 1))
+            .await;
+        match status {
+            503 => break (crid, body),
+            202 => assert!(
+                std::time::Instant::now() < deadline,
+                "still accepted while two stalled bodies hold the whole budget"
+            ),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    };
+    assert_eq!(refused.1["field"], "body", "{}", refused.1);
+    let stored: i64 = open_db(&app.db)
+        .query_row(
+            "SELECT COUNT(*) FROM requests WHERE client_request_id = ?1",
+            [&refused.0],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, 0);
+    // The stalled clients go: their room comes back, and the request is taken.
+    drop(stalled);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = app
+            .post("/v1/requests", &request("after", "mc", "top", 1))
+            .await;
+        if status == 202 {
+            break;
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "room never came back: {body}"
+        );
+    }
     app.stop().await;
 }
