@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod dispatcher;
 pub mod domain;
+pub mod hidden_text;
 pub mod ledger;
 pub mod metrics;
 pub mod policy;

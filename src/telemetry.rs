@@ -48,7 +48,8 @@ struct Escaping<'a, 'w>(&'a mut Writer<'w>);
 impl Write for Escaping<'_, '_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let mut rest = s;
-        while let Some(at) = rest.find(char::is_control) {
+        while let Some(at) = rest.find(|c: char| c.is_control() || crate::hidden_text::is_hiding(c))
+        {
             self.0.write_str(&rest[..at])?;
             let c = rest[at..].chars().next().unwrap_or_default();
             write!(self.0, "{}", c.escape_default())?;
@@ -98,5 +99,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r"mss said refused\n2026"), "{text}");
+    }
+
+    #[test]
+    fn characters_that_hide_text_are_escaped_too() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .fmt_fields(escaping_fields())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let from_mss = "ok\u{2028}forged\u{202E}desrever";
+            tracing::warn!(error = %from_mss, "mss said {from_mss}");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains(['\u{2028}', '\u{202E}']), "{text:?}");
+        assert!(
+            text.contains(r"error=ok\u{2028}forged\u{202e}desrever"),
+            "{text}"
+        );
     }
 }

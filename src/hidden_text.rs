@@ -1,0 +1,31 @@
+//! Characters that hide or reorder text where a person reads it (a log line, a table, a page):
+//! Unicode format characters (Cf: bidi overrides such as U+202E, zero-width characters) and
+//! line or paragraph separators (Zl, Zp). Station strings containing them are refused
+//! (`api::wire`); text from elsewhere (an MSS's answer) has them escaped in logs (`telemetry`).
+
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+
+/// Whether `c` is a Unicode format character or a line or paragraph separator.
+pub fn is_hiding(c: char) -> bool {
+    matches!(
+        c.general_category(),
+        GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_and_separator_characters_hide_text() {
+        for c in ['\u{202E}', '\u{200B}', '\u{2028}', '\u{2029}', '\u{FEFF}'] {
+            assert!(is_hiding(c), "U+{:04X}", c as u32);
+        }
+        for c in ['a', ' ', 'é', '\n'] {
+            assert!(!is_hiding(c), "U+{:04X}", c as u32);
+        }
+    }
+}
