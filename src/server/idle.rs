@@ -5,7 +5,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,11 +13,24 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-/// When a stream last moved a byte, in milliseconds since `start`.
+/// When a stream last moved a byte, in milliseconds since `start`, and how many of its requests
+/// the broker is still handling (a connection waiting for its answer is not idle: a release
+/// waiting on a slow MSS, a submission while the writer is busy).
 #[derive(Clone)]
 pub struct Activity {
     start: Instant,
     last_ms: Arc<AtomicU64>,
+    handling: Arc<AtomicUsize>,
+}
+
+/// Held while a request is being handled; dropping it counts as activity.
+pub struct Handling(Activity);
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        self.0.stamp();
+        self.0.handling.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Activity {
@@ -25,17 +38,27 @@ impl Activity {
         Activity {
             start: Instant::now(),
             last_ms: Arc::new(AtomicU64::new(0)),
+            handling: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     fn stamp(&self) {
-        let ms = self.start.elapsed().as_millis() as u64;
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// Completes once nothing has moved for `limit`.
+    /// The connection is busy until the guard is dropped.
+    pub fn handling(&self) -> Handling {
+        self.handling.fetch_add(1, Ordering::Relaxed);
+        Handling(self.clone())
+    }
+
+    /// Completes once nothing has moved for `limit` while no request was being handled.
     pub async fn idle_for(&self, limit: Duration) {
         loop {
+            if self.handling.load(Ordering::Relaxed) > 0 {
+                self.stamp();
+            }
             let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
             let deadline = self.start + last + limit;
             if Instant::now() >= deadline {
@@ -135,5 +158,24 @@ mod tests {
         });
         assert!(idle_at >= last_byte + limit - Duration::from_millis(2));
         assert!(idle_at < last_byte + limit + Duration::from_secs(5));
+    }
+
+    /// A request being handled keeps the connection from going idle, however long it takes;
+    /// the limit counts from when its handling ended.
+    #[tokio::test]
+    async fn a_request_being_handled_is_not_idle() {
+        let limit = Duration::from_millis(100);
+        let activity = Activity::new();
+        let guard = activity.handling();
+        let handled = async {
+            tokio::time::sleep(limit * 4).await;
+            drop(guard);
+            Instant::now()
+        };
+        let (done, idle_at) = tokio::join!(handled, async {
+            activity.idle_for(limit).await;
+            Instant::now()
+        });
+        assert!(idle_at >= done + limit - Duration::from_millis(2));
     }
 }

@@ -2,7 +2,8 @@
 //! hostage. At most `max_connections` are served at once (the excess gets a short 503 and is
 //! closed, itself bounded); a connection must send each request head within
 //! `header_read_timeout` (idle and trickling clients are dropped), each body within
-//! `body_timeout` (else 408), and one that moves no byte for `idle_timeout` is closed. Accept
+//! `body_timeout` (else 408), and one that moves no byte for `idle_timeout` while none of its
+//! requests is being handled is closed. Accept
 //! errors (`EMFILE`) pause the loop briefly and are logged at most every few seconds. On
 //! shutdown the listener closes, idle connections close and requests in flight finish.
 
@@ -15,7 +16,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::extract::Request;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -23,6 +26,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
 use crate::config::ServerSettings;
@@ -102,7 +106,17 @@ impl Connection {
     fn spawn(self, http: &http1::Builder, app: Router, graceful: &GracefulShutdown) {
         let activity = idle::Activity::new();
         let io = TokioIo::new(idle::Tracked::new(self.stream, activity.clone()));
-        let served = graceful.watch(http.serve_connection(io, TowerToHyperService::new(app)));
+        let handling = activity.clone();
+        let service = tower::service_fn(move |request: Request<Incoming>| {
+            let busy = handling.handling();
+            let answer = app.clone().oneshot(request);
+            async move {
+                let answer = answer.await;
+                drop(busy);
+                answer
+            }
+        });
+        let served = graceful.watch(http.serve_connection(io, TowerToHyperService::new(service)));
         let (slot, idle) = (self.slot, self.idle);
         tokio::spawn(async move {
             tokio::select! {
