@@ -16,22 +16,40 @@ pub struct DbLock {
     _file: File,
 }
 
-/// Where the lock of the database at `db` is.
+/// Where the lock of the database at `db` is: beside the file the path resolves to (symlinks
+/// and `..` resolved, in the directory and in the name), so two brokers given a link and its
+/// target take the same lock. (Two hard links to one file are not told apart.)
 pub fn lock_path(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
+    let resolved = std::fs::canonicalize(db).unwrap_or_else(|_| resolved_parent(db));
+    let mut name = resolved.into_os_string();
     name.push(".lock");
     PathBuf::from(name)
+}
+
+/// `db` with its directory resolved, for a database file not created yet.
+fn resolved_parent(db: &Path) -> PathBuf {
+    let parent = match db.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(parent), db.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => db.to_path_buf(),
+    }
 }
 
 impl DbLock {
     /// Take the lock of the database at `db`, or say who holds it.
     pub fn acquire(db: &Path) -> Result<DbLock, LedgerError> {
+        super::ensure_parent(db).map_err(|e| LedgerError::Open {
+            path: db.to_path_buf(),
+            message: format!("cannot create its directory: {e}"),
+        })?;
         let lock = lock_path(db);
         let open_err = |e: std::io::Error| LedgerError::Open {
             path: db.to_path_buf(),
             message: format!("cannot lock {}: {e}", lock.display()),
         };
-        super::ensure_parent(db).map_err(open_err)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -83,5 +101,23 @@ mod tests {
         assert!(text.contains(&db.display().to_string()), "{text}");
         drop(first);
         DbLock::acquire(&db).unwrap();
+    }
+
+    #[test]
+    fn a_link_to_a_locked_database_is_refused_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::write(real.join("l.db"), b"").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("dirlink")).unwrap();
+        std::os::unix::fs::symlink(real.join("l.db"), dir.path().join("filelink.db")).unwrap();
+        let _held = DbLock::acquire(&real.join("l.db")).unwrap();
+        for other in ["dirlink/l.db", "filelink.db", "real/../real/l.db"] {
+            let refused = DbLock::acquire(&dir.path().join(other));
+            assert!(
+                matches!(refused, Err(LedgerError::Locked { .. })),
+                "{other}: {refused:?}"
+            );
+        }
     }
 }
