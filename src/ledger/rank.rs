@@ -4,7 +4,8 @@
 //! priorities (`Command::RankInputs`, O(groups)). A ranking is reused while it is younger than
 //! [`reuse_for`] (then the next explain refreshes it in the background, answering from the old
 //! one); a request the latest ranking does not know (queued after it) waits for a ranking that
-//! started after its explain was asked, shared by every explain waiting for one.
+//! started after its explain was asked, shared by every explain waiting for one and started no
+//! sooner than the latest one's reuse window ends (at most one build per window).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -74,12 +75,19 @@ impl Ledger {
     }
 
     /// A ranking whose build started at or after `asked`: one another caller built meanwhile,
-    /// or a new one.
+    /// or a new one, started no earlier than the latest one's reuse window allows, so clients
+    /// that ask about each request right after its 202 cannot make the queue be ranked back to
+    /// back: at most one build per window, whatever they ask.
     async fn ranking_since(&self, asked: Instant) -> Result<Arc<Built>, LedgerError> {
         let _one_at_a_time = self.ranker.building.lock().await;
         if let Some(built) = self.ranker.latest() {
             if built.started >= asked {
                 return Ok(built);
+            }
+            let window = reuse_for(built.took);
+            let age = built.started.elapsed();
+            if age < window {
+                tokio::time::sleep(window - age).await;
             }
         }
         self.build_ranking().await
