@@ -76,6 +76,14 @@ impl ReportRange {
         // The hour containing until-1 ms, exclusive end.
         (self.until_ms - 1).div_euclid(HOUR_MS) + 1
     }
+
+    /// How many buckets `build` makes: from the start of the bucket `since` falls in (buckets
+    /// are aligned to UTC days and Mondays) to the one holding `until`.
+    pub fn bucket_count(&self) -> i64 {
+        let first = self.bucket.start_of(self.since_hour());
+        let span = self.until_hour() - first;
+        (span + self.bucket.hours() - 1).div_euclid(self.bucket.hours())
+    }
 }
 
 /// Why a report's range cannot be used, naming the parameter.
@@ -130,7 +138,12 @@ pub fn parse_range(
         None if hours <= 90 * 24 => Bucket::Day,
         None => Bucket::Week,
     };
-    let buckets = (hours + bucket.hours() - 1) / bucket.hours();
+    let range = ReportRange {
+        since_ms,
+        until_ms,
+        bucket,
+    };
+    let buckets = range.bucket_count();
     if buckets > i64::try_from(max_buckets).unwrap_or(i64::MAX) {
         return Err(RangeError {
             field,
@@ -141,11 +154,7 @@ pub fn parse_range(
             ),
         });
     }
-    Ok(ReportRange {
-        since_ms,
-        until_ms,
-        bucket,
-    })
+    Ok(range)
 }
 
 /// Counts that carry over from before the range (for pending and held at each instant).

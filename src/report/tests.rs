@@ -283,3 +283,34 @@ fn buckets_align_to_utc_days_and_monday_weeks() {
     assert_eq!(Bucket::Day.start_of(47), 24);
     assert_eq!(Bucket::Hour.start_of(47), 47);
 }
+
+#[test]
+fn the_bucket_limit_counts_the_aligned_buckets_a_report_makes() {
+    // 1970-01-01 23:30 to 1970-01-02 00:30: two hours, but two UTC days.
+    let since = "1970-01-01T23:30:00Z";
+    let until = "1970-01-02T00:30:00Z";
+    let refused = parse_range(Some(since), Some(until), Some("day"), 0, 1)
+        .expect_err("two day buckets are over a limit of one");
+    assert_eq!(refused.field, "bucket");
+    assert!(refused.message.contains("2 buckets"), "{}", refused.message);
+    let range = parse_range(Some(since), Some(until), Some("day"), 0, 2).expect("two fit");
+    assert_eq!(range.bucket_count(), 2);
+    // The count is what `build` walks, for unaligned ranges of every bucket.
+    for (since, until, bucket) in [
+        ("1970-01-01T00:10:00Z", "1970-01-01T05:00:00Z", "hour"),
+        ("1970-01-03T13:00:00Z", "1970-01-19T01:00:00Z", "day"),
+        ("1970-01-03T13:00:00Z", "1970-03-02T01:00:00Z", "week"),
+    ] {
+        let range = parse_range(Some(since), Some(until), Some(bucket), 0, 10_000).expect("valid");
+        let mut walked = 0;
+        let mut b = range.bucket.start_of(range.since_hour());
+        while b < range.until_hour() {
+            walked += 1;
+            b += range.bucket.hours();
+        }
+        assert_eq!(range.bucket_count(), walked, "{since}..{until} by {bucket}");
+        let at_limit = usize::try_from(walked).expect("small");
+        assert!(parse_range(Some(since), Some(until), Some(bucket), 0, at_limit).is_ok());
+        assert!(parse_range(Some(since), Some(until), Some(bucket), 0, at_limit - 1).is_err());
+    }
+}
