@@ -150,6 +150,13 @@ async fn a_deleted_database_makes_submissions_answer_503_and_is_logged() {
 
 const LIMITS: &str = "max_connections = 4\nheader_read_timeout_ms = 1500\nidle_timeout_ms = 2000\nbody_timeout_ms = 1000\n";
 const HEADER: Duration = Duration::from_millis(1500);
+/// For the connection limit: idle sockets must still hold their slots when the extra
+/// connections arrive, however slow the machine, so the header timeout is long here.
+const SLOTS: &str = "max_connections = 4\nheader_read_timeout_ms = 4000\nidle_timeout_ms = 5000\nbody_timeout_ms = 1000\n";
+const SLOTS_HEADER: Duration = Duration::from_millis(4000);
+/// For the body deadline: the idle timer far beyond it, so a 408 written late on a loaded
+/// machine is still written, not cut off by the idle close.
+const BODY: &str = "max_connections = 4\nheader_read_timeout_ms = 1500\nidle_timeout_ms = 10000\nbody_timeout_ms = 1000\n";
 /// What the tests allow beyond a configured timeout (a loaded machine).
 const SLACK: Duration = Duration::from_secs(3);
 
@@ -191,7 +198,7 @@ async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_excess_connections_are_bounded_and_a_normal_client_is_served() {
     use tokio::net::TcpStream;
-    let setup = Setup::new(LIMITS);
+    let setup = Setup::new(SLOTS);
     let broker = setup.start(&setup.log("serve.log"));
     let addr = addr(&broker.base);
     let client = one_shot_client();
@@ -216,7 +223,7 @@ async fn idle_and_excess_connections_are_bounded_and_a_normal_client_is_served()
     }
     let mut refused = 0;
     for extra in &mut extras {
-        let answer = read_until_closed(extra, HEADER + SLACK).await;
+        let answer = read_until_closed(extra, SLOTS_HEADER + SLACK).await;
         if answer.starts_with("HTTP/1.1 503") {
             assert!(answer.contains("max_connections"), "{answer}");
             refused += 1;
@@ -230,7 +237,7 @@ async fn idle_and_excess_connections_are_bounded_and_a_normal_client_is_served()
     );
     // The idle ones are closed by the server within the header-read timeout.
     for stream in &mut idle {
-        let left = (opened + HEADER + SLACK).saturating_duration_since(Instant::now());
+        let left = (opened + SLOTS_HEADER + SLACK).saturating_duration_since(Instant::now());
         read_until_closed(stream, left).await;
     }
     // And the slots are free again.
@@ -287,7 +294,7 @@ async fn a_trickled_header_is_closed_within_the_header_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_body_gets_408_and_the_connection_closed() {
     use tokio::io::AsyncWriteExt;
-    let setup = Setup::new(LIMITS);
+    let setup = Setup::new(BODY);
     let broker = setup.start(&setup.log("serve.log"));
     let mut stream = tokio::net::TcpStream::connect(addr(&broker.base))
         .await
