@@ -80,6 +80,11 @@ async fn encp_runs_each_transfer_at_the_brokers_priority_and_reports_its_bytes()
     );
     assert_eq!(mss["max_outstanding"], 3);
     assert_eq!(mss["reads_need_local_file"], false, "read_dir is set");
+    // Stopping encp leaves its ticket queued at the library manager: no cancel_command.
+    assert_eq!(
+        (mss["cancel"].clone(), mss["cancel_reaches_mss"].clone()),
+        (json!(true), json!(false))
+    );
 
     // What the encp adapter cannot take is refused before anything is stored.
     let src = dir.path().join("up.dat");
@@ -360,7 +365,12 @@ async fn a_noaccess_status_fails_at_once_while_a_retryable_status_is_retried() {
         "status NOACCESS\nmessage volume VR1234 is NOACCESS\n",
     )
     .unwrap();
-    encp_standin::control(standin, "flakyDELETED", "status NET_ERROR\nmessage mover gone\n").unwrap();
+    encp_standin::control(
+        standin,
+        "flakyDELETED",
+        "status NET_ERROR\nmessage mover gone\n",
+    )
+    .unwrap();
     let mut ids = Vec::new();
     for crid in ["fatal1", "flakyDELETED"] {
         let (status, body) = app
@@ -392,6 +402,95 @@ async fn a_noaccess_status_fails_at_once_while_a_retryable_status_is_retried() {
     assert_eq!(runs_of("fatal1"), 1);
     assert_eq!(done[1]["state"], "done", "{done:?}");
     assert!(done[1]["attempt"].as_i64().unwrap() >= 3, "{done:?}");
+    app.stop().await;
+}
+
+/// Issue 18, items 7 and 8: "Mover called back" needs `--verbose` 4, and `ENCP_DAQ` gives admin
+/// priority to every run that has it, so `check-config` refuses verbose 1 to 3 and a global
+/// `ENCP_DAQ`, naming the key and why.
+#[test]
+fn check_config_refuses_a_verbose_that_hides_the_start_and_a_global_encp_daq() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let mss = encp_mss(dir.path(), 2).replace(
+        "env = { ENCP_STANDIN_DIR",
+        "verbose = 2\nenv = { ENCP_DAQ = \"1\", ENCP_STANDIN_DIR",
+    );
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, config_with(&mss)).unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = |key: &str| {
+        err.lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key}: {err}"))
+            .to_string()
+    };
+    assert!(
+        line("mss.encp.verbose").contains("--verbose 4 and above"),
+        "{err}"
+    );
+    assert!(line("mss.encp.env").contains("per priority class"), "{err}");
+}
+
+/// Issue 18, item 9: with `cancel_command` (the admin build), cancelling a request whose encp
+/// waits in the library manager's queue stops encp and deletes its ticket there, by the unique
+/// id encp printed; `GET /v1/mss` says the cancel reaches the MSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_queued_encp_request_deletes_its_ticket_at_the_library_manager() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let record = dir.path().join("delete-work.log");
+    let script = dir.path().join("enstore");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", record.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mss = encp_mss(dir.path(), 2).replace(
+        "build = \"admin\"\n",
+        &format!(
+            "build = \"admin\"\nverbose = 11\ncancel_command = [\"{}\", \"library\", \
+             \"--delete-work\", \"{{unique_id}}\", \"{{library}}\"]\n",
+            script.display()
+        ),
+    );
+    let app = TestApp::spawn(&config_with(&mss)).await;
+    let (_, caps) = app.get("/v1/mss").await;
+    assert_eq!(caps["cancel_reaches_mss"], true, "{caps}");
+    encp_standin::control(dir.path(), "q1", "queued 60\nlibrary CD-LTO8F1\n").unwrap();
+    let (status, body) = app
+        .post("/v1/requests", &request("q1", "analysis", "higgs", 1_000))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    until(
+        Duration::from_secs(20),
+        "the ticket at the library manager",
+        || {
+            encp_standin::runs(dir.path())
+                .first()
+                .is_some_and(|r| r.ticket.is_some())
+        },
+    )
+    .await;
+    let (status, _) = app.delete(&format!("/v1/requests/{id}")).await;
+    assert_eq!(status, 202);
+    let r = &app.wait_final(&[id], Duration::from_secs(20)).await[0];
+    assert_eq!(r["state"], "cancelled", "{r}");
+    let run = &encp_standin::runs(dir.path())[0];
+    assert_eq!(run.end.as_deref(), Some("killed TERM"));
+    let ticket = run.ticket.clone().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap().trim(),
+        format!("library --delete-work {ticket} CD-LTO8F1")
+    );
     app.stop().await;
 }
 
