@@ -405,6 +405,45 @@ async fn a_noaccess_status_fails_at_once_while_a_retryable_status_is_retried() {
     app.stop().await;
 }
 
+/// Issue 18, item 2: a bfid read needs `--get-bfid`, which the user build refuses: with the
+/// default build, `GET /v1/mss` says so and such a request is refused before anything is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_build_takes_no_bfid_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let user = encp_mss(dir.path(), 2)
+        .replace("build = \"admin\"\n", "")
+        .replace("storage_group = \"cms\"\n", "")
+        .replace(
+            "ENCP_STANDIN_BUILD = \"admin\"",
+            "ENCP_STANDIN_BUILD = \"user\"",
+        );
+    let app = TestApp::spawn(&config_with(&user)).await;
+    let (_, caps) = app.get("/v1/mss").await;
+    assert_eq!(caps["bfid"], false, "{caps}");
+    let read = with(
+        request("b1", "analysis", "higgs", 1_000),
+        json!({"bfid": "CDMS105770745000000"}),
+    );
+    let (status, answer) = app.post("/v1/requests", &read).await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (422, Some("bfid")),
+        "{answer}"
+    );
+    // A plain read runs with the user build's options only.
+    encp_standin::control(dir.path(), "p1", "bytes 1000\n").unwrap();
+    let (status, body) = app
+        .post("/v1/requests", &request("p1", "analysis", "higgs", 1_000))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let done = app
+        .wait_final(&[body["id"].as_i64().unwrap()], Duration::from_secs(20))
+        .await;
+    assert_eq!(done[0]["state"], "done", "{done:?}");
+    app.stop().await;
+}
+
 /// Issue 18, items 7 and 8: "Mover called back" needs `--verbose` 4, and `ENCP_DAQ` gives admin
 /// priority to every run that has it, so `check-config` refuses verbose 1 to 3 and a global
 /// `ENCP_DAQ`, naming the key and why.
