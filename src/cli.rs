@@ -626,6 +626,7 @@ async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             bytes_per_sec: (args.rate_mb_per_sec * 1e6) as u64,
             failure_rate: args.failure_rate,
             seed: args.seed,
+            aging: None,
         },
         time_scale: args.time_scale,
         faults: mss_adapters::protocol::Faults {

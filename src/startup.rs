@@ -245,6 +245,7 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
             bytes_per_sec: sim.bytes_per_sec,
             failure_rate: sim.failure_rate,
             seed: sim.seed,
+            aging: sim.aging,
         },
         time_scale: sim.time_scale,
         faults: Default::default(),

@@ -2,22 +2,35 @@
 //!
 //! `encp` blocks until its transfer ends, so the adapter runs at most `max_processes` of them at
 //! once and tells the dispatcher how much room is left. Each runs with the broker's priority as
-//! `--priority N` and `--delpri 0 --age-time 0` (the SAM design: no aging inside the MSS, the
-//! broker's order stands), the configured Enstore options (`--storage-group`, `--file-family`,
-//! `--library` for writes, `--delayed-dismount`), then the files: `SRC DEST` for reads and
-//! writes, `--get-bfid BFID DEST` for a read whose bfid the station gave.
+//! `--priority N` and `--delpri 0 --age-time 0`, the configured Enstore options
+//! (`--storage-group`, `--file-family`, `--library` for writes, `--delayed-dismount`), then the
+//! files: `SRC DEST` for reads and writes, `--get-bfid BFID DEST` for a read whose bfid the
+//! station gave. The library manager ignores the ticket's `--delpri`/`--age-time`: it ages
+//! each of its queues by `DELTA_PRI` = 1 every `AGE_TIME` = 30 minutes (Enstore-org/enstore
+//! `src/manage_queue.py`, `SortedList`), so the MSS does age, slowly.
+//!
+//! Which options a run may have depends on the encp build (`build`: see [`build`]); a
+//! configuration passing one the build refuses is refused at load, naming it.
 //!
 //! What happened is read from the process:
 //! - a line of its standard output containing `started_pattern` (encp prints "Mover called
-//!   back" once a mover has connected, at `--verbose` 2 and above) means the transfer started;
+//!   back" once a mover has connected, at `--verbose` 4 and above: `TRANSFER_LEVEL` in
+//!   `src/encp.py`) means the transfer started;
 //! - exit 0 is done, with the bytes of the file on the local side (the declared size if it
 //!   cannot be read);
-//! - anything else failed, with the last lines of its standard error as the reason. It is
-//!   retryable unless Enstore says a person must act: exit code 2 (encp's exit status for a
-//!   non-retriable error) or a line naming one of Enstore's non-retriable errors, except those
-//!   that only mean encp gave up for now (too many retries, a locked library);
+//! - anything else failed. encp exits 1 for every ordinary failure, so whether it is retried
+//!   comes from the `STATUS=<name>` line it writes on standard error (see [`status`]): a name
+//!   in `fatal_statuses` fails the request, any other is retried. Without a STATUS line, an
+//!   option the build refused is fatal, an exit code in `fatal_exit_codes` too, anything else
+//!   is retried;
 //! - a transfer past `timeout_secs` is stopped (SIGTERM, then SIGKILL after
 //!   `kill_grace_secs`) and fails retryably; a cancelled one is stopped the same way.
+//!
+//! Stopping encp does not take its ticket out of the library manager's queue (its SIGTERM
+//! handler only exits: `src/delete_at_exit.py`). With `cancel_command` (an admin command, e.g.
+//! `enstore library --delete-work {unique_id} {library}`: `src/library_manager_client.py`),
+//! a cancelled run still queued is also deleted there; its unique id is read from the ticket
+//! encp prints at `--verbose` 11 (`TICKET_1_LEVEL`, "LM SUBMISSION TICKET").
 //!
 //! Enstore grants *admin* priority (its library manager serves the admin queue before any
 //! regular request) in two ways, both available per priority class in `classes`: a library
@@ -25,11 +38,18 @@
 //! configuration; the broker can only send matching fields, through `args` such as
 //! `--storage-group`), or `ENCP_DAQ` set in encp's environment together with a regular priority
 //! of 1000001 or more, which the library manager caps at 1000001 and turns the excess into
-//! admin priority `priority / 1000001 - 1`.
+//! admin priority `priority / 1000001 - 1`. The latter works only where the library manager
+//! has an entry in Enstore's `priority` configuration (without one `PriSelector.priority`
+//! returns the ticket's priorities untouched: `src/priority_selector.py`), and any non-empty
+//! `ENCP_DAQ` enables it (encp sends its value, the selector tests it for truth; "0" enables
+//! it too). So `ENCP_DAQ` is set only per priority class, never for every run.
 //!
 //! Every child gets SIGTERM when the broker dies (Linux `PR_SET_PDEATHSIG`): a transfer the
 //! broker no longer watches is stopped, and the broker submits it again as a new attempt after
 //! its restart, so it is never run twice at once.
+
+pub mod build;
+pub mod status;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -59,35 +79,18 @@ pub const MAX_REGULAR_PRIORITY: i64 = 1_000_001;
 /// Finished transfers remembered for status queries.
 const FINISHED_KEPT: usize = 65_536;
 
-/// Enstore's non-retriable errors (`e_errors.non_retriable_errors` and the alarm errors) that
-/// need a person: a request failing with one of them is failed, not retried.
-pub const DEFAULT_FATAL_PATTERNS: &[&str] = &[
-    "NOACCESS",
-    "NOTALLOWED",
-    "USERERROR",
-    "UNKNOWNMEDIATYPE",
-    "NOVOLUME",
-    "DELETED",
-    "STORAGE_QUOTA_EXCEEDED",
-    "MALFORMED REQUEST",
-    "VERSION MISMATCH",
-    "NOSPACE",
-    "CRC MISMATCH",
-    "CRC ENCP MISMATCH",
-    "CRC ECRC MISMATCH",
-    "FILE WAS MODIFIED",
-    "CONFLICT",
-];
+pub use build::Build;
+pub use status::DEFAULT_FATAL_STATUSES;
 
-/// Errors Enstore calls non-retriable (encp exits 2) that only mean encp gave up for now: the
-/// broker tries again later, within its own retry limit.
-pub const DEFAULT_RETRYABLE_PATTERNS: &[&str] = &[
-    "TOO MANY RETRIES",
-    "TOO_MANY_RESUBMITS",
-    "is locked",
-    "is ignoring read requests",
-    "is ignoring write requests",
-];
+/// encp's verbosity at which it prints "Mover called back" (`TRANSFER_LEVEL`, `src/encp.py`).
+pub const MOVER_CALLBACK_VERBOSE: i64 = 4;
+
+/// encp's verbosity at which it prints the ticket sent to the library manager, with its
+/// `unique_id` (`TICKET_1_LEVEL`, `src/encp.py`).
+pub const TICKET_VERBOSE: i64 = 11;
+
+/// The highest verbosity encp has a level for (`TRANS_ID_LEVEL`).
+const MAX_VERBOSE: i64 = 13;
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -99,6 +102,9 @@ pub const DEFAULT_RETRYABLE_PATTERNS: &[&str] = &[
 pub struct RawEncpConfig {
     #[serde(default = "d_command")]
     pub command: String,
+    /// The encp build the site runs: which options it takes.
+    #[serde(default)]
+    pub build: Build,
     #[serde(default = "d_max_processes")]
     pub max_processes: i64,
     #[serde(default = "d_timeout")]
@@ -127,14 +133,14 @@ pub struct RawEncpConfig {
     pub env: BTreeMap<String, String>,
     #[serde(default = "d_fatal_codes")]
     pub fatal_exit_codes: Vec<i64>,
-    #[serde(default = "d_fatal_patterns")]
-    pub fatal_patterns: Vec<String>,
-    #[serde(default = "d_retryable_patterns")]
-    pub retryable_patterns: Vec<String>,
+    #[serde(default = "d_fatal_statuses")]
+    pub fatal_statuses: Vec<String>,
     #[serde(default = "d_stderr_lines")]
     pub stderr_lines: i64,
     #[serde(default)]
     pub reprioritize_command: Option<Vec<String>>,
+    #[serde(default)]
+    pub cancel_command: Option<Vec<String>>,
     #[serde(default)]
     pub classes: BTreeMap<String, RawClass>,
 }
@@ -143,6 +149,7 @@ impl Default for RawEncpConfig {
     fn default() -> Self {
         RawEncpConfig {
             command: d_command(),
+            build: Build::default(),
             max_processes: d_max_processes(),
             timeout_secs: d_timeout(),
             kill_grace_secs: d_grace(),
@@ -157,10 +164,10 @@ impl Default for RawEncpConfig {
             args: Vec::new(),
             env: BTreeMap::new(),
             fatal_exit_codes: d_fatal_codes(),
-            fatal_patterns: d_fatal_patterns(),
-            retryable_patterns: d_retryable_patterns(),
+            fatal_statuses: d_fatal_statuses(),
             stderr_lines: d_stderr_lines(),
             reprioritize_command: None,
+            cancel_command: None,
             classes: BTreeMap::new(),
         }
     }
@@ -200,14 +207,8 @@ fn d_started() -> String {
 fn d_fatal_codes() -> Vec<i64> {
     vec![2]
 }
-fn d_fatal_patterns() -> Vec<String> {
-    DEFAULT_FATAL_PATTERNS
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-}
-fn d_retryable_patterns() -> Vec<String> {
-    DEFAULT_RETRYABLE_PATTERNS
+fn d_fatal_statuses() -> Vec<String> {
+    DEFAULT_FATAL_STATUSES
         .iter()
         .map(|s| s.to_string())
         .collect()
@@ -220,6 +221,7 @@ fn d_stderr_lines() -> i64 {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EncpConfig {
     pub command: PathBuf,
+    pub build: Build,
     pub max_processes: usize,
     pub timeout: Duration,
     pub kill_grace: Duration,
@@ -236,10 +238,11 @@ pub struct EncpConfig {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub fatal_exit_codes: Vec<i32>,
-    pub fatal_patterns: Vec<String>,
-    pub retryable_patterns: Vec<String>,
+    /// `STATUS=` names that fail a request for good; any other is retried.
+    pub fatal_statuses: Vec<String>,
     pub stderr_lines: usize,
     pub reprioritize_command: Option<Vec<String>>,
+    pub cancel_command: Option<Vec<String>>,
     pub classes: BTreeMap<String, ClassSettings>,
 }
 
@@ -282,9 +285,10 @@ impl RawEncpConfig {
             "kill_grace_secs",
             &mut issues,
         ));
-        if !(0..=10).contains(&self.verbose) {
-            issues.push(Issue::new("verbose", "must be 0 (not passed) to 10"));
-        }
+        self.check_verbose(&mut issues);
+        self.check_build(&mut issues);
+        self.check_daq(&mut issues);
+        self.check_cancel_command(&mut issues);
         let delayed = match self.delayed_dismount_minutes {
             Some(m) if m < 0 => {
                 issues.push(Issue::new("delayed_dismount_minutes", "must be 0 or more"));
@@ -335,13 +339,11 @@ impl RawEncpConfig {
                 }
             })
             .collect();
-        for (key, list) in [
-            ("fatal_patterns", &self.fatal_patterns),
-            ("retryable_patterns", &self.retryable_patterns),
-        ] {
-            if list.iter().any(String::is_empty) {
-                issues.push(Issue::new(key, "an empty pattern would match everything"));
-            }
+        if self.fatal_statuses.iter().any(String::is_empty) {
+            issues.push(Issue::new(
+                "fatal_statuses",
+                "an empty name matches no STATUS line: leave it out",
+            ));
         }
         let stderr_lines = positive(self.stderr_lines, "stderr_lines", &mut issues) as usize;
         if let Some(cmd) = &self.reprioritize_command {
@@ -367,10 +369,7 @@ impl RawEncpConfig {
                         &key,
                         "must be 1 or more (encp's lowest priority is 1)",
                     ));
-                } else if p > MAX_REGULAR_PRIORITY
-                    && !c.env.contains_key("ENCP_DAQ")
-                    && !self.env.contains_key("ENCP_DAQ")
-                {
+                } else if p > MAX_REGULAR_PRIORITY && !c.env.contains_key("ENCP_DAQ") {
                     issues.push(Issue::new(
                         &key,
                         format!(
@@ -395,10 +394,11 @@ impl RawEncpConfig {
         }
         Ok(EncpConfig {
             command,
+            build: self.build,
             max_processes,
             timeout,
             kill_grace,
-            verbose: self.verbose.clamp(0, 10) as u32,
+            verbose: self.verbose.clamp(0, MAX_VERBOSE) as u32,
             started_pattern: self.started_pattern.clone(),
             storage_group: self.storage_group.clone(),
             file_family: self.file_family.clone(),
@@ -409,14 +409,132 @@ impl RawEncpConfig {
             args: self.args.clone(),
             env: self.env.clone(),
             fatal_exit_codes,
-            fatal_patterns: self.fatal_patterns.clone(),
-            retryable_patterns: self.retryable_patterns.clone(),
+            fatal_statuses: self.fatal_statuses.clone(),
             stderr_lines,
             reprioritize_command: self.reprioritize_command.clone(),
+            cancel_command: self.cancel_command.clone(),
             classes,
         })
     }
 }
+
+impl RawEncpConfig {
+    /// encp prints "Mover called back" only at `--verbose` 4 and above, so 1 to 3 would never
+    /// report a start (0 passes no `--verbose`; the start is then never reported either, which
+    /// an empty `started_pattern` says on purpose).
+    fn check_verbose(&self, issues: &mut Vec<Issue>) {
+        if !(0..=MAX_VERBOSE).contains(&self.verbose) {
+            issues.push(Issue::new(
+                "verbose",
+                format!("must be 0 (not passed) to {MAX_VERBOSE}"),
+            ));
+        } else if (1..MOVER_CALLBACK_VERBOSE).contains(&self.verbose)
+            && !self.started_pattern.is_empty()
+        {
+            issues.push(Issue::new(
+                "verbose",
+                format!(
+                    "{} is below {MOVER_CALLBACK_VERBOSE}: encp prints \"Mover called back\" only at \
+                     --verbose {MOVER_CALLBACK_VERBOSE} and above (TRANSFER_LEVEL), so no start would \
+                     ever be seen; use {MOVER_CALLBACK_VERBOSE} or more (or set started_pattern = \"\")",
+                    self.verbose
+                ),
+            ));
+        }
+    }
+
+    /// Every option a run would pass must be one the configured encp build takes.
+    fn check_build(&self, issues: &mut Vec<Issue>) {
+        let mut refuse = |key: String, option: &str| {
+            issues.push(Issue::new(
+                &key,
+                format!(
+                    "passes {option}, which the {} build of encp refuses (\"option {option} is an \
+                     administrator option\"): remove it, or set build = \"{}\" if the site runs \
+                     that build",
+                    self.build.as_str(),
+                    build::level_of(option).unwrap_or(Build::Admin).as_str()
+                ),
+            ))
+        };
+        for (key, flag, value) in [
+            ("storage_group", "--storage-group", &self.storage_group),
+            ("library", "--library", &self.library),
+        ] {
+            if value.is_some() && !build::refused(self.build, &[flag.to_string()]).is_empty() {
+                refuse(key.to_string(), flag);
+            }
+        }
+        for option in build::refused(self.build, &self.args) {
+            refuse("args".into(), option);
+        }
+        for (name, c) in &self.classes {
+            for option in build::refused(self.build, &c.args) {
+                refuse(format!("classes.\"{name}\".args"), option);
+            }
+        }
+    }
+
+    /// `ENCP_DAQ` turns a priority of 1000001 or more into admin priority for every run that
+    /// has it, whatever its value (`src/priority_selector.py` tests it for truth): only a
+    /// priority class may set it, and to something non-empty (empty is off).
+    fn check_daq(&self, issues: &mut Vec<Issue>) {
+        if self.env.contains_key("ENCP_DAQ") {
+            issues.push(Issue::new(
+                "env",
+                "may not set ENCP_DAQ: it would give every run admin priority where the library \
+                 manager has a priority configuration; set it per priority class \
+                 (classes.\"<class>\".env)",
+            ));
+        }
+        for (name, c) in &self.classes {
+            if c.env.get("ENCP_DAQ").is_some_and(String::is_empty) {
+                issues.push(Issue::new(
+                    &format!("classes.\"{name}\".env"),
+                    "sets ENCP_DAQ empty, which Enstore reads as unset: any non-empty value \
+                     (\"0\" included) enables it",
+                ));
+            }
+        }
+    }
+
+    /// `enstore library --delete-work` is an admin option (`src/library_manager_client.py`), and
+    /// the unique id of a run is known only from the ticket encp prints at `--verbose` 11.
+    fn check_cancel_command(&self, issues: &mut Vec<Issue>) {
+        let Some(cmd) = &self.cancel_command else {
+            return;
+        };
+        if cmd.first().is_none_or(|c| c.is_empty()) {
+            issues.push(Issue::new(
+                "cancel_command",
+                "must name a program first, e.g. [\"enstore\", \"library\", \"--delete-work\", \
+                 \"{unique_id}\", \"{library}\"]",
+            ));
+        }
+        if self.build != Build::Admin {
+            issues.push(Issue::new(
+                "cancel_command",
+                "deletes work from the library manager's queue, an administrator command: it \
+                 needs build = \"admin\"",
+            ));
+        }
+        let uses = |p: &str| cmd.iter().any(|a| a.contains(p));
+        if (uses(UNIQUE_ID) || uses(LIBRARY)) && self.verbose < TICKET_VERBOSE {
+            issues.push(Issue::new(
+                "cancel_command",
+                format!(
+                    "uses {UNIQUE_ID} or {LIBRARY}, which encp prints only at --verbose \
+                     {TICKET_VERBOSE} and above (its LM submission ticket): set verbose = \
+                     {TICKET_VERBOSE}"
+                ),
+            ));
+        }
+    }
+}
+
+/// The placeholders of `cancel_command` read from encp's ticket.
+const UNIQUE_ID: &str = "{unique_id}";
+const LIBRARY: &str = "{library}";
 
 impl EncpConfig {
     /// Whether `station` may name this local file: an absolute path without `.` or `..`
@@ -490,7 +608,8 @@ impl EncpConfig {
             writes: true,
             reads_need_local_file: self.read_dir.is_none(),
             writes_need_local_file: true,
-            bfid: true,
+            // `--get-bfid` is a user2 option.
+            bfid: self.build.allows(Build::User2),
             max_outstanding: Some(self.max_processes),
         }
     }
@@ -694,41 +813,64 @@ pub enum Exit {
     Cancelled,
 }
 
+/// What a run said, read from its output as it ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Said {
+    /// The name on its last `STATUS=` line (standard error).
+    pub status: Option<String>,
+    /// The lines after that STATUS line (encp's message).
+    pub message: String,
+    /// The line refusing an option of the build (standard output), if any.
+    pub refused: Option<String>,
+    /// The last lines of standard error (of standard output if stderr was empty).
+    pub tail: String,
+}
+
 /// What an ended run means for the transfer. `bytes` is the local file's size after a success.
-pub fn outcome(cfg: &EncpConfig, exit: Exit, stderr_tail: &str, bytes: u64) -> EventKind {
-    let reason = |what: String| {
-        if stderr_tail.trim().is_empty() {
+pub fn outcome(cfg: &EncpConfig, exit: Exit, said: &Said, bytes: u64) -> EventKind {
+    let reason = |what: String, text: &str| {
+        if text.trim().is_empty() {
             what
         } else {
-            format!("{what}: {}", stderr_tail.trim())
+            format!("{what}: {}", text.trim())
         }
     };
+    let tail = said.tail.as_str();
     match exit {
         Exit::Code(0) => EventKind::Done { bytes },
         Exit::Cancelled => EventKind::Cancelled,
         Exit::TimedOut => EventKind::Failed {
-            reason: reason(format!(
-                "encp timed out after {} s and was stopped",
-                cfg.timeout.as_secs()
-            )),
+            reason: reason(
+                format!(
+                    "encp timed out after {} s and was stopped",
+                    cfg.timeout.as_secs()
+                ),
+                tail,
+            ),
             retryable: true,
         },
         Exit::Signal(sig) => EventKind::Failed {
-            reason: reason(format!("encp was killed by signal {sig}")),
+            reason: reason(format!("encp was killed by signal {sig}"), tail),
             retryable: true,
         },
-        Exit::Code(code) => {
-            let matches = |patterns: &[String]| patterns.iter().any(|p| stderr_tail.contains(p));
-            let retryable = if matches(&cfg.retryable_patterns) {
-                true
-            } else {
-                !(cfg.fatal_exit_codes.contains(&code) || matches(&cfg.fatal_patterns))
-            };
-            EventKind::Failed {
-                reason: reason(format!("encp exited with status {code}")),
-                retryable,
-            }
-        }
+        Exit::Code(code) => match (&said.status, &said.refused) {
+            (Some(status), _) => EventKind::Failed {
+                reason: reason(
+                    format!("encp exited with status {code}, STATUS={status}"),
+                    &said.message,
+                ),
+                retryable: !cfg.fatal_statuses.iter().any(|f| f == status),
+            },
+            // The same command line would be refused again.
+            (None, Some(line)) => EventKind::Failed {
+                reason: format!("encp exited with status {code}: {line}"),
+                retryable: false,
+            },
+            (None, None) => EventKind::Failed {
+                reason: reason(format!("encp exited with status {code}"), tail),
+                retryable: !cfg.fatal_exit_codes.contains(&code),
+            },
+        },
     }
 }
 
@@ -794,6 +936,9 @@ struct Proc {
     attempt: u32,
     pid: u32,
     started: bool,
+    /// The library manager's id of its ticket, and its library (from the printed ticket).
+    unique_id: Option<String>,
+    library: Option<String>,
     file: String,
     stop: Arc<Notify>,
 }
@@ -852,6 +997,10 @@ impl MssAdapter for EncpAdapter {
 
     fn capabilities(&self) -> Capabilities {
         self.shared.cfg.capabilities()
+    }
+
+    fn cancel_reaches_mss(&self) -> bool {
+        self.shared.cfg.cancel_command.is_some()
     }
 
     fn room(&self) -> Option<usize> {
@@ -918,6 +1067,8 @@ impl MssAdapter for EncpAdapter {
                 attempt: t.attempt,
                 pid,
                 started: false,
+                unique_id: None,
+                library: None,
                 file: t.file.clone(),
                 stop: stop.clone(),
             },
@@ -935,6 +1086,7 @@ impl MssAdapter for EncpAdapter {
         let p = self.shared.lock();
         match p.running.get(&t.key) {
             Some(run) if run.attempt == t.attempt => {
+                // The watcher stops encp, then deletes its ticket (`cancel_command`).
                 run.stop.notify_one();
                 Ok(())
             }
@@ -976,26 +1128,7 @@ impl MssAdapter for EncpAdapter {
                     .replace("{file}", &file)
             })
             .collect();
-        let out = Command::new(&args[0])
-            .args(&args[1..])
-            .envs(&self.shared.cfg.env)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(60), out)
-            .await
-            .map_err(|_| MssError::Unavailable("the re-prioritisation command timed out".into()))?
-            .map_err(|e| MssError::Unavailable(format!("cannot run {}: {e}", args[0])))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(MssError::Rejected(format!(
-                "{} exited with {}: {}",
-                args[0],
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )))
-        }
+        run_command(&args, &self.shared.cfg.env).await
     }
 
     async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
@@ -1020,6 +1153,74 @@ impl MssAdapter for EncpAdapter {
 
     async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {
         Ok(self.shared.log.read(cursor, wait).await)
+    }
+}
+
+/// After a cancelled run is stopped (first: left waiting, encp would resubmit a deleted
+/// ticket), delete its ticket from the library manager's queue with `cancel_command`, if it
+/// was still queued there: encp printed its ticket (read to the end of its output, so a
+/// ticket printed just before the stop is known) and no mover called back.
+async fn delete_ticket(sh: &Shared, t: &Transfer) {
+    let Some(template) = &sh.cfg.cancel_command else {
+        return;
+    };
+    let queued = {
+        let p = sh.lock();
+        p.running
+            .get(&t.key)
+            .filter(|run| run.attempt == t.attempt && !run.started)
+            .and_then(|run| Some((run.unique_id.clone()?, run.library.clone())))
+    };
+    let Some((unique_id, library)) = queued else {
+        return;
+    };
+    let library = library
+        .or_else(|| sh.cfg.library.clone())
+        .unwrap_or_default();
+    let args: Vec<String> = template
+        .iter()
+        .map(|a| {
+            a.replace(UNIQUE_ID, &unique_id)
+                .replace(LIBRARY, &library)
+                .replace("{key}", &t.key)
+                .replace("{attempt}", &t.attempt.to_string())
+                .replace("{file}", &t.file)
+        })
+        .collect();
+    match run_command(&args, &sh.cfg.env).await {
+        Ok(()) => {
+            info!(key = %t.key, %unique_id, %library, "encp ticket deleted from the library manager's queue")
+        }
+        // The ticket stays until a mover takes it and finds no encp to call back.
+        Err(e) => {
+            warn!(key = %t.key, %unique_id, error = %e, "cancel_command failed: the ticket stays in the library manager's queue")
+        }
+    }
+}
+
+/// Run a site command (re-prioritisation, cancellation) to its end, within a minute.
+async fn run_command(args: &[String], env: &BTreeMap<String, String>) -> Result<(), MssError> {
+    let Some((program, rest)) = args.split_first() else {
+        return Err(MssError::Rejected("an empty command".into()));
+    };
+    let out = Command::new(program)
+        .args(rest)
+        .envs(env)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .map_err(|_| MssError::Unavailable(format!("{program} timed out")))?
+        .map_err(|e| MssError::Unavailable(format!("cannot run {program}: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(MssError::Rejected(format!(
+            "{program} exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
     }
 }
 
@@ -1076,30 +1277,18 @@ async fn watch(
     let lines = sh.cfg.stderr_lines;
     let stdout = child.stdout.take().map(|out| {
         let sh = sh.clone();
-        let key = t.key.clone();
-        let attempt = t.attempt;
+        let (key, attempt) = (t.key.clone(), t.attempt);
         tokio::spawn(read_lines(out, lines, move |line| {
-            if !sh.cfg.started_pattern.is_empty() && line.contains(&sh.cfg.started_pattern) {
-                let first = {
-                    let mut p = sh.lock();
-                    match p.running.get_mut(&key) {
-                        Some(run) if run.attempt == attempt && !run.started => {
-                            run.started = true;
-                            true
-                        }
-                        _ => false,
-                    }
-                };
-                if first {
-                    sh.log.push(&key, attempt, EventKind::Started);
-                }
-            }
+            on_stdout(&sh, &key, attempt, line)
         }))
     });
-    let stderr = child
-        .stderr
-        .take()
-        .map(|err| tokio::spawn(read_lines(err, lines, |_| {})));
+    let stderr = child.stderr.take().map(|err| {
+        tokio::spawn(async move {
+            let mut seen = StatusSeen::default();
+            let (_, tail) = read_lines(err, lines, |line| seen.push(line)).await;
+            (seen, tail)
+        })
+    });
     let exit = tokio::select! {
         status = child.wait() => exit_of(status),
         _ = stop.notified() => {
@@ -1111,25 +1300,33 @@ async fn watch(
             Exit::TimedOut
         }
     };
-    let err_tail = match stderr {
+    let (seen, err_tail) = match stderr {
         Some(h) => h.await.unwrap_or_default(),
-        None => String::new(),
+        None => Default::default(),
     };
-    let out_tail = match stdout {
+    let (refused, out_tail) = match stdout {
         Some(h) => h.await.unwrap_or_default(),
-        None => String::new(),
+        None => Default::default(),
     };
-    let tail = if err_tail.trim().is_empty() {
-        out_tail
-    } else {
-        err_tail
+    let said = Said {
+        status: seen.status,
+        message: seen.after.join("\n"),
+        refused,
+        tail: if err_tail.trim().is_empty() {
+            out_tail
+        } else {
+            err_tail
+        },
     };
+    if exit == Exit::Cancelled {
+        delete_ticket(&sh, &t).await;
+    }
     let kind = match exit {
         Exit::Code(0) => match std::fs::metadata(&local) {
             Ok(m) => done_unless_directory(&local, m.is_dir(), m.len()),
-            Err(_) => outcome(&sh.cfg, exit, &tail, t.size_bytes),
+            Err(_) => outcome(&sh.cfg, exit, &said, t.size_bytes),
         },
-        _ => outcome(&sh.cfg, exit, &tail, 0),
+        _ => outcome(&sh.cfg, exit, &said, 0),
     };
     match &kind {
         EventKind::Failed { reason, retryable } => {
@@ -1174,19 +1371,77 @@ async fn terminate(child: &mut Child, grace: Duration) {
     let _ = child.kill().await;
 }
 
-/// Read a stream line by line, calling `each` on every line; returns the last `n` lines.
+/// Read a stream line by line, calling `each` on every line; returns the last thing `each`
+/// returned (if any) and the last `n` lines.
 async fn read_lines<R: AsyncRead + Unpin>(
     stream: R,
     n: usize,
-    mut each: impl FnMut(&str),
-) -> String {
+    mut each: impl FnMut(&str) -> Option<String>,
+) -> (Option<String>, String) {
     let mut tail = Tail::default();
+    let mut kept = None;
     let mut lines = BufReader::new(stream).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        each(&line);
+        if let Some(v) = each(&line) {
+            kept = Some(v);
+        }
         tail.push(line, n);
     }
-    tail.text()
+    (kept, tail.text())
+}
+
+/// One line of a run's standard output: the start, the ticket's unique id and library, or an
+/// option the build refused (returned).
+fn on_stdout(sh: &Shared, key: &str, attempt: u32, line: &str) -> Option<String> {
+    if status::refused_option(line) {
+        return Some(line.to_string());
+    }
+    let started = !sh.cfg.started_pattern.is_empty() && line.contains(&sh.cfg.started_pattern);
+    let unique_id = ticket_field(line, "unique_id");
+    let library = ticket_field(line, "library");
+    if !started && unique_id.is_none() && library.is_none() {
+        return None;
+    }
+    let first_start = {
+        let mut p = sh.lock();
+        let run = p.running.get_mut(key).filter(|r| r.attempt == attempt)?;
+        run.unique_id = unique_id.or(run.unique_id.take());
+        run.library = library.or(run.library.take());
+        let first = started && !run.started;
+        run.started |= started;
+        first
+    };
+    if first_start {
+        sh.log.push(key, attempt, EventKind::Started);
+    }
+    None
+}
+
+/// The value of `'name': 'value'` in a line of a ticket encp printed with `pprint.pformat`.
+fn ticket_field(line: &str, name: &str) -> Option<String> {
+    let start = line.find(&format!("'{name}': '"))? + name.len() + 5;
+    let rest = &line[start..];
+    let value = &rest[..rest.find('\'')?];
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+/// The `STATUS=` line of a run's standard error and the message after it.
+#[derive(Debug, Default)]
+struct StatusSeen {
+    status: Option<String>,
+    after: Vec<String>,
+}
+
+impl StatusSeen {
+    fn push(&mut self, line: &str) -> Option<String> {
+        if let Some(name) = status::status_of(line) {
+            self.status = Some(name.to_string());
+            self.after.clear();
+        } else if self.status.is_some() && !line.trim().is_empty() && self.after.len() < 20 {
+            self.after.push(line.trim().to_string());
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -1195,7 +1450,7 @@ mod tests {
 
     fn cfg() -> EncpConfig {
         let raw: RawEncpConfig = toml_like(
-            r#"{"storage_group": "cms", "file_family": "raw", "library": "LTO8",
+            r#"{"build": "admin", "storage_group": "cms", "file_family": "raw", "library": "LTO8",
                 "delayed_dismount_minutes": 5, "args": ["--threaded"],
                 "classes": {"datataking": {"priority": 2000002, "env": {"ENCP_DAQ": "1"},
                                            "args": ["--ignore-fair-share"]}}}"#,
@@ -1303,37 +1558,165 @@ mod tests {
         assert!(!c.capabilities().reads_need_local_file);
     }
 
-    #[test]
-    fn exit_statuses_and_stderr_decide_retries() {
-        let c = cfg();
-        assert_eq!(
-            outcome(&c, Exit::Code(0), "", 7),
-            EventKind::Done { bytes: 7 }
-        );
-        let failed = |exit, err: &str| match outcome(&c, exit, err, 0) {
+    fn failed(c: &EncpConfig, exit: Exit, said: &Said) -> (bool, String) {
+        match outcome(c, exit, said, 0) {
             EventKind::Failed { retryable, reason } => (retryable, reason),
             other => panic!("{other:?}"),
+        }
+    }
+
+    fn status(name: &str, message: &str) -> Said {
+        Said {
+            status: Some(name.into()),
+            message: message.into(),
+            ..Said::default()
+        }
+    }
+
+    #[test]
+    fn the_status_line_decides_retries_not_the_exit_code_or_the_tail() {
+        let c = cfg();
+        let done = outcome(&c, Exit::Code(0), &Said::default(), 7);
+        assert_eq!(done, EventKind::Done { bytes: 7 });
+        // encp exits 1 for every ordinary failure: the STATUS name decides.
+        let (retryable, reason) = failed(&c, Exit::Code(1), &status("NOACCESS", "volume VR1234"));
+        assert!(!retryable);
+        assert_eq!(
+            reason,
+            "encp exited with status 1, STATUS=NOACCESS: volume VR1234"
+        );
+        assert!(!failed(&c, Exit::Code(1), &status("NO SUCH FILE/BFID", "")).0);
+        assert!(failed(&c, Exit::Code(1), &status("NET_ERROR", "mover timed out")).0);
+        assert!(failed(&c, Exit::Code(1), &status("TOO MANY RETRIES", "")).0);
+        assert!(failed(&c, Exit::Code(1), &status("locked", "")).0);
+        // A path naming an error elsewhere in the output changes nothing.
+        let mut said = status("NET_ERROR", "");
+        said.tail = "INFILE=/pnfs/DELETED/NOACCESS/f\nSTATUS=NET_ERROR".into();
+        assert!(failed(&c, Exit::Code(1), &said).0);
+        // No STATUS line: exit 2 is encp's "should never happen", the rest is retried, and an
+        // option the build refused is refused again on every try.
+        let tail = |t: &str| Said {
+            tail: t.into(),
+            ..Said::default()
         };
-        // Exit 1 is encp's transient failure.
-        assert!(failed(Exit::Code(1), "ERROR: NET_ERROR mover timed out").0);
-        // Exit 2 is encp's non-retriable failure...
-        assert!(!failed(Exit::Code(2), "ERROR: NOACCESS volume VR1234").0);
-        // ...unless encp only gave up for now.
-        assert!(failed(Exit::Code(2), "ERROR: TOO MANY RETRIES").0);
-        // A fatal error name with another status is fatal too.
-        assert!(!failed(Exit::Code(1), "ERROR: USERERROR no such file").0);
-        let (retryable, reason) = failed(Exit::TimedOut, "last line");
+        assert!(!failed(&c, Exit::Code(2), &tail("Traceback")).0);
+        assert!(failed(&c, Exit::Code(1), &tail("ERROR: DELETED")).0);
+        let refused = Said {
+            refused: Some("option --library is an administrator option".into()),
+            ..Said::default()
+        };
+        let (retryable, reason) = failed(&c, Exit::Code(1), &refused);
+        assert!(!retryable);
+        assert!(reason.ends_with("option --library is an administrator option"));
+        let (retryable, reason) = failed(&c, Exit::TimedOut, &tail("last line"));
         assert!(retryable);
         assert!(reason.contains("timed out after 86400 s"), "{reason}");
         assert!(reason.ends_with("last line"));
-        assert!(failed(Exit::Signal(9), "").0);
-        assert_eq!(outcome(&c, Exit::Cancelled, "", 0), EventKind::Cancelled);
+        assert!(failed(&c, Exit::Signal(9), &Said::default()).0);
+        let cancelled = outcome(&c, Exit::Cancelled, &Said::default(), 0);
+        assert_eq!(cancelled, EventKind::Cancelled);
+    }
+
+    #[test]
+    fn the_status_seen_is_the_last_status_line_and_the_message_after_it() {
+        let mut seen = StatusSeen::default();
+        for line in [
+            "INFILE=/pnfs/a",
+            "STATUS=USERERROR",
+            "",
+            "no such file /pnfs/a",
+        ] {
+            seen.push(line);
+        }
+        assert_eq!(seen.status.as_deref(), Some("USERERROR"));
+        assert_eq!(seen.after, ["no such file /pnfs/a"]);
+        let line = " 'unique_id': 'node1.fnal.gov-1700000000-4242-0',";
+        let id = ticket_field(line, "unique_id");
+        assert_eq!(id.as_deref(), Some("node1.fnal.gov-1700000000-4242-0"));
+        let lib = ticket_field(" 'vc': {'library': 'LTO8', 'x': 'y'},", "library");
+        assert_eq!(lib.as_deref(), Some("LTO8"));
+    }
+
+    fn issues_of(json: &str) -> Vec<(String, String)> {
+        match toml_like(json).validate(Path::new("/")) {
+            Ok(_) => Vec::new(),
+            Err(issues) => issues.into_iter().map(|i| (i.key, i.message)).collect(),
+        }
+    }
+
+    #[test]
+    fn a_user_build_refuses_the_options_it_does_not_take_naming_key_and_option() {
+        let found = issues_of(
+            r#"{"storage_group": "cms", "file_family": "raw", "library": "LTO8",
+                "args": ["--threaded", "--max-retry=5"],
+                "classes": {"datataking": {"args": ["--ignore-fair-share"]}}}"#,
+        );
+        let keys: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "storage_group",
+                "library",
+                "args",
+                "classes.\"datataking\".args"
+            ]
+        );
+        assert!(found[0].1.contains("--storage-group"), "{found:?}");
+        assert!(found[0].1.contains("build = \"user2\""), "{found:?}");
+        assert!(found[2].1.contains("--max-retry=5"), "{found:?}");
+        // The user2 build (dCache's) takes the tags but not the admin options.
+        let user2 = issues_of(r#"{"build": "user2", "storage_group": "cms", "library": "LTO8"}"#);
+        assert!(user2.is_empty(), "{user2:?}");
+        // A bfid read needs --get-bfid, a user2 option.
+        let user = toml_like("{}").validate(Path::new("/")).unwrap();
+        assert!(!user.capabilities().bfid);
+        assert!(cfg().capabilities().bfid);
+    }
+
+    #[test]
+    fn verbose_below_4_is_refused_since_no_start_would_be_seen() {
+        for v in 1..=3 {
+            let found = issues_of(&format!(r#"{{"verbose": {v}}}"#));
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert_eq!(found[0].0, "verbose");
+            assert!(found[0].1.contains("--verbose 4 and above"), "{found:?}");
+        }
+        assert!(issues_of(r#"{"verbose": 2, "started_pattern": ""}"#).is_empty());
+        assert!(issues_of(r#"{"verbose": 0}"#).is_empty());
+        assert!(issues_of(r#"{"verbose": 4}"#).is_empty());
+    }
+
+    #[test]
+    fn encp_daq_is_only_for_priority_classes_and_never_empty() {
+        let found = issues_of(r#"{"env": {"ENCP_DAQ": "1"}}"#);
+        assert_eq!(found[0].0, "env", "{found:?}");
+        assert!(found[0].1.contains("per priority class"));
+        let found = issues_of(r#"{"classes": {"dt": {"env": {"ENCP_DAQ": ""}}}}"#);
+        assert_eq!(found[0].0, "classes.\"dt\".env", "{found:?}");
+        let found =
+            issues_of(r#"{"env": {"ENCP_DAQ": "1"}, "classes": {"dt": {"priority": 2000002}}}"#);
+        let keys: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["env", "classes.\"dt\".priority"], "{found:?}");
+    }
+
+    #[test]
+    fn a_cancel_command_needs_the_admin_build_and_the_ticket_verbosity() {
+        let cmd = r#"["enstore", "library", "--delete-work", "{unique_id}", "{library}"]"#;
+        let found = issues_of(&format!(r#"{{"cancel_command": {cmd}}}"#));
+        let keys: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["cancel_command", "cancel_command"], "{found:?}");
+        assert!(found[0].1.contains("build = \"admin\""));
+        assert!(found[1].1.contains("verbose = 11"));
+        let ok = issues_of(&format!(
+            r#"{{"build": "admin", "verbose": 11, "cancel_command": {cmd}}}"#
+        ));
+        assert!(ok.is_empty(), "{ok:?}");
     }
 
     #[test]
     fn validation_names_the_key_at_fault() {
         let raw = toml_like(
-            r#"{"max_processes": 0, "verbose": 11,
+            r#"{"max_processes": 0, "verbose": 14,
                 "classes": {"datataking": {"priority": 3000003}},
                 "reprioritize_command": ["x"], "fatal_exit_codes": [300]}"#,
         );

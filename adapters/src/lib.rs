@@ -244,6 +244,14 @@ pub trait MssAdapter: Send + Sync + 'static {
     /// Ask the MSS to drop a transfer. A `cancelled` event follows if it could.
     async fn cancel(&self, transfer: &TransferRef) -> Result<(), MssError>;
 
+    /// Whether a cancel reaches the MSS itself, so its queue forgets the transfer, rather than
+    /// only stopping the broker's side of it (an encp process stopped while its ticket stays in
+    /// the library manager's queue). Kept out of [`Capabilities`] so adapters that always reach
+    /// it need not say so.
+    fn cancel_reaches_mss(&self) -> bool {
+        self.capabilities().cancel
+    }
+
     /// Give a transfer still queued at the MSS a new (broker) priority. An MSS that cannot is
     /// `Rejected`; a transfer already running is `Rejected` too (too late).
     async fn reprioritize(&self, transfer: &TransferRef, priority: i64) -> Result<(), MssError> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use mss_adapters::encp::{EncpAdapter, EncpConfig, RawEncpConfig};
+use mss_adapters::encp::{Build, EncpAdapter, EncpConfig, RawEncpConfig};
 use mss_adapters::standin::encp::{self as encp_standin, Run};
 use mss_adapters::standin::EventReader;
 use mss_adapters::{
@@ -23,8 +23,10 @@ struct Bench {
 impl Bench {
     fn new(tweak: impl FnOnce(&mut RawEncpConfig)) -> Bench {
         let dir = tempfile::tempdir().unwrap();
+        // The admin build, so the tags of writes and --get-bfid are taken.
         let mut raw = RawEncpConfig {
             command: encp_standin::script().display().to_string(),
+            build: Build::Admin,
             storage_group: Some("cms".into()),
             file_family: Some("raw".into()),
             ..RawEncpConfig::default()
@@ -33,6 +35,7 @@ impl Bench {
             .insert("ENCP_STANDIN_DIR".into(), dir.path().display().to_string());
         raw.env
             .insert("ENSTORE_CONFIG_HOST".into(), "enstore.example".into());
+        raw.env.insert("ENCP_STANDIN_BUILD".into(), "admin".into());
         tweak(&mut raw);
         let cfg: EncpConfig = raw.validate(Path::new("/")).unwrap();
         Bench {
@@ -211,43 +214,82 @@ async fn a_bfid_read_uses_get_bfid() {
     assert_eq!(args[n - 3..n - 1], ["--get-bfid", "CDMS105770745000000"]);
 }
 
+/// Issue 18, item 5: encp exits 1 for every ordinary failure; the STATUS line on its standard
+/// error says whether it is worth retrying, and nothing else in the output does.
 #[tokio::test]
-async fn exit_statuses_and_stderr_decide_whether_a_failure_is_retried() {
+async fn the_status_line_decides_whether_a_failure_is_retried() {
     let mut b = Bench::new(|_| {});
     b.control(
         "noaccess",
-        "stderr ERROR: NOACCESS volume VR1234 is marked NOACCESS\nexit 2\n",
+        "status NOACCESS\nmessage volume VR1234 is marked NOACCESS\n",
     );
-    b.control(
-        "retries",
-        "stderr ERROR: TOO MANY RETRIES mover errors\nexit 2\n",
-    );
-    b.control(
-        "transient",
-        "stderr ERROR: NET_ERROR mover timed out\nexit 1\n",
-    );
-    for (key, name) in [("1", "noaccess"), ("2", "retries"), ("3", "transient")] {
-        b.adapter.submit(&b.read(key, name, 10)).await.unwrap();
+    b.control("nofile", "status NO SUCH FILE/BFID\n");
+    b.control("retries", "status TOO MANY RETRIES\n");
+    b.control("transient", "status NET_ERROR\nmessage mover timed out\n");
+    // The file's path names a fatal error; its STATUS is a transient one.
+    b.control("DELETED", "status NET_ERROR\n");
+    let names = ["noaccess", "nofile", "retries", "transient", "DELETED"];
+    for (i, name) in names.iter().enumerate() {
+        let t = b.read(&i.to_string(), name, 10);
+        b.adapter.submit(&t).await.unwrap();
     }
     let mut outcomes = BTreeMap::new();
-    for key in ["1", "2", "3"] {
-        outcomes.insert(key, b.final_event(key).await);
+    for i in 0..names.len() {
+        let key = i.to_string();
+        let kind = b.final_event(&key).await;
+        outcomes.insert(names[i], kind);
     }
     let failed = |k: &str| match &outcomes[k] {
         EventKind::Failed { reason, retryable } => (reason.clone(), *retryable),
         other => panic!("{other:?}"),
     };
-    let (reason, retryable) = failed("1");
-    assert!(!retryable, "exit 2 with NOACCESS needs a person");
+    let (reason, retryable) = failed("noaccess");
+    assert!(!retryable, "NOACCESS needs a person");
     assert_eq!(
         reason,
-        "encp exited with status 2: ERROR: NOACCESS volume VR1234 is marked NOACCESS"
+        "encp exited with status 1, STATUS=NOACCESS: volume VR1234 is marked NOACCESS"
     );
+    assert!(!failed("nofile").1, "NO SUCH FILE/BFID will not appear");
     assert!(
-        failed("2").1,
+        failed("retries").1,
         "encp gave up for now: the broker retries later"
     );
-    assert!(failed("3").1, "exit 1 is transient");
+    assert!(failed("transient").1, "NET_ERROR is transient");
+    assert!(failed("DELETED").1, "only the STATUS line counts");
+    assert!(b.runs().iter().all(|r| r.end.as_deref() == Some("exit 1")));
+}
+
+/// Issue 18, item 2: a site whose encp is the user build refuses the admin options. The
+/// configuration check refuses them; should the site run another build than it says, the run
+/// fails at once with encp's words, not retried (the same command line would be refused again).
+#[tokio::test]
+async fn an_option_the_running_build_refuses_fails_the_transfer_for_good() {
+    let mut b = Bench::new(|raw| {
+        raw.env.insert("ENCP_STANDIN_BUILD".into(), "user".into());
+    });
+    let src = b.local("tagged.dat");
+    std::fs::write(&src, b"x").unwrap();
+    let t = Transfer {
+        direction: Direction::Write,
+        file: "/pnfs/cms/raw/tagged.dat".into(),
+        local_file: Some(src),
+        ..b.read("20", "x", 15)
+    };
+    b.adapter.submit(&t).await.unwrap();
+    match b.final_event("20").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(!retryable, "{reason}");
+            assert_eq!(
+                reason,
+                "encp exited with status 1: option --storage-group is an administrator option"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A read with the user build's options only runs.
+    b.control("plain", "bytes 10\n");
+    b.adapter.submit(&b.read("21", "plain", 15)).await.unwrap();
+    assert_eq!(b.final_event("21").await, EventKind::Done { bytes: 10 });
 }
 
 #[tokio::test]
@@ -509,4 +551,60 @@ async fn links_out_of_the_roots_and_other_stations_areas_are_refused() {
         other => panic!("{other:?}"),
     }
     assert!(b.runs().is_empty());
+}
+
+/// Issue 18, item 9: stopping encp leaves its ticket in the library manager's queue; with
+/// `cancel_command` a cancelled run still queued has its ticket deleted by the unique id encp
+/// printed (at `--verbose` 11), after the process is stopped. Without one, or once a mover
+/// called back, no command runs.
+#[tokio::test]
+async fn cancelling_a_queued_run_deletes_its_ticket_with_the_cancel_command() {
+    let script_dir = tempfile::tempdir().unwrap();
+    let record = script_dir.path().join("delete.log");
+    let script = script_dir.path().join("enstore");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", record.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut b = Bench::new(|raw| {
+        raw.verbose = 11;
+        raw.cancel_command = Some(
+            [
+                script.display().to_string().as_str(),
+                "library",
+                "--delete-work",
+                "{unique_id}",
+                "{library}",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+    });
+    assert!(b.adapter.cancel_reaches_mss());
+    b.control("q", "queued 30\nlibrary CD-LTO8F1\n");
+    let t = b.read("30", "q", 10);
+    let s = b.adapter.submit(&t).await.unwrap();
+    let pid = s.mss_id.trim_start_matches("encp:").to_string();
+    // Cancel once the ticket is at the library manager (the stand-in records it after printing).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while b.runs().first().and_then(|r| r.ticket.clone()).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", b.runs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.adapter.cancel(&reference(&t)).await.unwrap();
+    assert_eq!(b.final_event("30").await, EventKind::Cancelled);
+    let line = std::fs::read_to_string(&record).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..2], ["library", "--delete-work"], "{line}");
+    assert!(
+        words[2].ends_with(&format!("-{pid}-0")),
+        "the unique id encp made: {line}"
+    );
+    assert_eq!(Some(words[2]), b.runs()[0].ticket.as_deref());
+    assert_eq!(words[3], "CD-LTO8F1");
+    assert_eq!(b.runs()[0].end.as_deref(), Some("killed TERM"));
+    // Without the command, a cancel does not reach the library manager.
+    assert!(!Bench::new(|_| {}).adapter.cancel_reaches_mss());
 }

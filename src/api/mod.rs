@@ -631,11 +631,14 @@ async fn mss(
         &["station", "reader", "operator"],
         "read the mss capabilities",
     )?;
-    Ok(Json(wire::MssBody::new(
-        state.mss.name(),
-        &state.mss.capabilities(),
-        state.mss.room(),
-    )))
+    Ok(Json(
+        wire::MssBody::new(
+            state.mss.name(),
+            &state.mss.capabilities(),
+            state.mss.room(),
+        )
+        .cancel_reaches_mss(state.mss.cancel_reaches_mss()),
+    ))
 }
 
 /// `GET /v1/groups` query.

@@ -775,6 +775,9 @@ pub struct MssBody {
     pub bands: Vec<BandBody>,
     pub reprioritize: bool,
     pub cancel: bool,
+    /// Whether a cancel reaches the MSS's queue (false: the broker stops its side only, as an
+    /// encp run stopped without `mss.encp.cancel_command` leaves its ticket queued).
+    pub cancel_reaches_mss: bool,
     pub release: bool,
     pub writes: bool,
     pub bfid: bool,
@@ -818,6 +821,7 @@ impl MssBody {
             bands,
             reprioritize: c.reprioritize,
             cancel: c.cancel,
+            cancel_reaches_mss: c.cancel,
             release: c.release,
             writes: c.writes,
             bfid: c.bfid,
@@ -826,6 +830,12 @@ impl MssBody {
             max_outstanding: c.max_outstanding,
             room,
         }
+    }
+
+    /// Whether the adapter's cancel reaches the MSS (`MssAdapter::cancel_reaches_mss`).
+    pub fn cancel_reaches_mss(mut self, reaches: bool) -> MssBody {
+        self.cancel_reaches_mss = self.cancel && reaches;
+        self
     }
 }
 

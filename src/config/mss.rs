@@ -78,6 +78,8 @@ pub struct SimulatorSettings {
     pub time_scale: f64,
     pub failure_rate: f64,
     pub seed: u64,
+    /// Enstore's queue aging, modelled (`age_time_minutes` > 0).
+    pub aging: Option<mss_adapters::sim::library::Aging>,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +180,16 @@ struct RawSimulator {
     failure_rate: f64,
     #[serde(default = "d_seed")]
     seed: i64,
+    /// Enstore's `AGE_TIME` in (virtual) minutes; 0: no aging.
+    #[serde(default)]
+    age_time_minutes: i64,
+    /// Enstore's `DELTA_PRI`.
+    #[serde(default = "d_delta_pri")]
+    delta_pri: i64,
+}
+
+fn d_delta_pri() -> i64 {
+    1
 }
 
 fn d_true() -> bool {
@@ -370,6 +382,26 @@ fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<Simulator
         time_scale: s.time_scale,
         failure_rate: s.failure_rate,
         seed: s.seed as u64,
+        aging: sim_aging(s, issues),
+    })
+}
+
+/// `age_time_minutes` and `delta_pri` as the model's aging (off at 0 minutes).
+fn sim_aging(s: &RawSimulator, issues: &mut Issues) -> Option<mss_adapters::sim::library::Aging> {
+    if s.age_time_minutes < 0 || s.age_time_minutes > 1_000_000 {
+        issues.add(
+            "mss.simulator.age_time_minutes",
+            "must be 0 (off) to 1000000",
+        );
+        return None;
+    }
+    if s.delta_pri < 1 {
+        issues.add("mss.simulator.delta_pri", "must be 1 or more");
+        return None;
+    }
+    (s.age_time_minutes > 0).then(|| mss_adapters::sim::library::Aging {
+        delta_pri: s.delta_pri,
+        every_micros: s.age_time_minutes as u64 * 60 * 1_000_000,
     })
 }
 
@@ -755,6 +787,29 @@ auth = { method = "none" }
                   [mss.encp.classes.\"datataking\"]\n\
                   priority = 2000002\nenv = { ENCP_DAQ = \"1\" }\n";
         assert_eq!(issues(ok), Vec::<String>::new());
+    }
+
+    /// Issue 18, item 6: the simulator can age its queue as Enstore's library manager does.
+    #[test]
+    fn the_simulator_ages_as_enstore_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = |extra: &str| {
+            format!("[mss]\nadapter = \"http\"\n[mss.simulator]\nenabled = true\n{extra}")
+        };
+        let aging = |extra: &str| match parse(&sim(extra), dir.path()).unwrap().mss.adapter {
+            super::AdapterSettings::Http { simulator, .. } => simulator.unwrap().aging,
+            _ => panic!("not the simulator"),
+        };
+        assert_eq!(aging(""), None);
+        assert_eq!(
+            aging("age_time_minutes = 30\n"),
+            Some(mss_adapters::sim::library::Aging::ENSTORE)
+        );
+        let found = issues(&sim("age_time_minutes = -1\n"));
+        assert!(
+            has(&found, "mss.simulator.age_time_minutes", "0 (off)"),
+            "{found:?}"
+        );
     }
 
     #[test]

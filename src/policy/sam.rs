@@ -226,6 +226,7 @@ url = "http://127.0.0.1:1"
             bytes_per_sec: 1_000_000,
             failure_rate: 0.0,
             seed: 1,
+            aging: None,
         });
         let mut usage = UsageBook::new(&p, 0);
         let mut next = 0usize;

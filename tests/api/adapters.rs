@@ -4,13 +4,14 @@
 //! broker decided.
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mss_adapters::standin::encp::{self as encp_standin, Run};
 use mss_adapters::standin::{Fts3Standin, Plan, TapeRestStandin};
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, wait_final, ServeProcess, TestApp};
+use crate::helpers::{open_db, request, test_config, wait_final, ServeProcess, TestApp, BIN};
 
 /// The test configuration with `mss` as its `[mss]` section.
 fn config_with(mss: &str) -> String {
@@ -22,17 +23,19 @@ fn config_with(mss: &str) -> String {
     )
 }
 
-/// `[mss]` for the stand-in encp, its records in `dir`.
+/// `[mss]` for the stand-in encp, its records in `dir`: the admin build, which takes the
+/// storage group of writes.
 fn encp_mss(dir: &Path, max_processes: usize) -> String {
     format!(
         r#"adapter = "encp"
 [mss.encp]
 command = "{script}"
+build = "admin"
 max_processes = {max_processes}
 read_dir = "{stage}"
 local_roots = ["{dir}"]
 storage_group = "cms"
-env = {{ ENCP_STANDIN_DIR = "{dir}" }}
+env = {{ ENCP_STANDIN_DIR = "{dir}", ENCP_STANDIN_BUILD = "admin" }}
 [mss.encp.classes."datataking"]
 priority = 2000002
 env = {{ ENCP_DAQ = "1" }}
@@ -77,6 +80,11 @@ async fn encp_runs_each_transfer_at_the_brokers_priority_and_reports_its_bytes()
     );
     assert_eq!(mss["max_outstanding"], 3);
     assert_eq!(mss["reads_need_local_file"], false, "read_dir is set");
+    // Stopping encp leaves its ticket queued at the library manager: no cancel_command.
+    assert_eq!(
+        (mss["cancel"].clone(), mss["cancel_reaches_mss"].clone()),
+        (json!(true), json!(false))
+    );
 
     // What the encp adapter cannot take is refused before anything is stored.
     let src = dir.path().join("up.dat");
@@ -258,6 +266,271 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
         .unwrap();
     assert_eq!(usage, 4_000);
     drop(serve);
+}
+
+/// Issue 18, item 2: the `encp` users run is the user build, which refuses `--storage-group`
+/// and `--library` (user2) and `--ignore-fair-share` (admin). `check-config` and `serve` refuse
+/// a configuration passing them for the default build, naming key and option; with the build
+/// that takes them, or with `--file-family` alone, it passes.
+#[test]
+fn check_config_and_serve_refuse_options_the_encp_build_does_not_take() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let user = encp_mss(dir.path(), 2)
+        .replace("build = \"admin\"\n", "")
+        .replace(
+            "storage_group = \"cms\"",
+            "storage_group = \"cms\"\nlibrary = \"LTO8\"",
+        )
+        .replace(
+            "env = { ENCP_DAQ = \"1\" }",
+            "env = { ENCP_DAQ = \"1\" }\nargs = [\"--ignore-fair-share\"]",
+        );
+    let config = dir.path().join("user.toml");
+    std::fs::write(&config, config_with(&user)).unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for (key, option) in [
+        ("mss.encp.storage_group", "--storage-group"),
+        ("mss.encp.library", "--library"),
+        (
+            "mss.encp.classes.\"datataking\".args",
+            "--ignore-fair-share",
+        ),
+    ] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key}: {err}"));
+        assert!(
+            line.contains(option) && line.contains("user build"),
+            "{line}"
+        );
+    }
+    // serve refuses it too, before listening.
+    let mut serve = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--db")
+        .arg(dir.path().join("b.db"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = serve.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = serve.kill();
+            panic!("serve started with options the build refuses");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("mss.encp.storage_group"), "{err}");
+    // The admin build takes them; the user build takes --file-family.
+    let admin = user.replace("[mss.encp]\n", "[mss.encp]\nbuild = \"admin\"\n");
+    std::fs::write(&config, config_with(&admin)).unwrap();
+    crate::helpers::run_ok(&["check-config", config.to_str().unwrap()]);
+    let family = encp_mss(dir.path(), 2)
+        .replace("build = \"admin\"\n", "")
+        .replace("storage_group = \"cms\"", "file_family = \"raw\"");
+    std::fs::write(&config, config_with(&family)).unwrap();
+    crate::helpers::run_ok(&["check-config", config.to_str().unwrap()]);
+}
+
+/// Issue 18, item 5: encp exits 1 for every failure; the broker reads the STATUS line. A
+/// STATUS=NOACCESS run ends the request `failed` at its first attempt, with encp's message; a
+/// retryable STATUS (NET_ERROR) is retried until the run succeeds, though its path names a
+/// fatal error (only the STATUS line counts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noaccess_status_fails_at_once_while_a_retryable_status_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let mss = format!("retry_max_attempts = 50\n{}", encp_mss(dir.path(), 3));
+    let app = TestApp::spawn(&config_with(&mss)).await;
+    let standin = dir.path();
+    encp_standin::control(
+        standin,
+        "fatal1",
+        "status NOACCESS\nmessage volume VR1234 is NOACCESS\n",
+    )
+    .unwrap();
+    encp_standin::control(
+        standin,
+        "flakyDELETED",
+        "status NET_ERROR\nmessage mover gone\n",
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for crid in ["fatal1", "flakyDELETED"] {
+        let (status, body) = app
+            .post("/v1/requests", &request(crid, "analysis", "higgs", 1_000))
+            .await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    let runs_of = |name: &str| {
+        let source = format!("/pnfs/test/{name}");
+        encp_standin::runs(standin)
+            .into_iter()
+            .filter(|r| r.source() == Some(source.as_str()) && r.end.is_some())
+            .count()
+    };
+    until(Duration::from_secs(30), "flakyDELETED retried", || {
+        runs_of("flakyDELETED") >= 2
+    })
+    .await;
+    encp_standin::control(standin, "flakyDELETED", "bytes 1000\n").unwrap();
+    let done = app.wait_final(&ids, Duration::from_secs(30)).await;
+    assert_eq!(done[0]["state"], "failed", "{done:?}");
+    assert_eq!(done[0]["attempt"], 1, "not retried: {done:?}");
+    let error = done[0]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("STATUS=NOACCESS") && error.contains("volume VR1234 is NOACCESS"),
+        "{error}"
+    );
+    assert_eq!(runs_of("fatal1"), 1);
+    assert_eq!(done[1]["state"], "done", "{done:?}");
+    assert!(done[1]["attempt"].as_i64().unwrap() >= 3, "{done:?}");
+    app.stop().await;
+}
+
+/// Issue 18, item 2: a bfid read needs `--get-bfid`, which the user build refuses: with the
+/// default build, `GET /v1/mss` says so and such a request is refused before anything is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_build_takes_no_bfid_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let user = encp_mss(dir.path(), 2)
+        .replace("build = \"admin\"\n", "")
+        .replace("storage_group = \"cms\"\n", "")
+        .replace(
+            "ENCP_STANDIN_BUILD = \"admin\"",
+            "ENCP_STANDIN_BUILD = \"user\"",
+        );
+    let app = TestApp::spawn(&config_with(&user)).await;
+    let (_, caps) = app.get("/v1/mss").await;
+    assert_eq!(caps["bfid"], false, "{caps}");
+    let read = with(
+        request("b1", "analysis", "higgs", 1_000),
+        json!({"bfid": "CDMS105770745000000"}),
+    );
+    let (status, answer) = app.post("/v1/requests", &read).await;
+    assert_eq!(
+        (status, answer["field"].as_str()),
+        (422, Some("bfid")),
+        "{answer}"
+    );
+    // A plain read runs with the user build's options only.
+    encp_standin::control(dir.path(), "p1", "bytes 1000\n").unwrap();
+    let (status, body) = app
+        .post("/v1/requests", &request("p1", "analysis", "higgs", 1_000))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let done = app
+        .wait_final(&[body["id"].as_i64().unwrap()], Duration::from_secs(20))
+        .await;
+    assert_eq!(done[0]["state"], "done", "{done:?}");
+    app.stop().await;
+}
+
+/// Issue 18, items 7 and 8: "Mover called back" needs `--verbose` 4, and `ENCP_DAQ` gives admin
+/// priority to every run that has it, so `check-config` refuses verbose 1 to 3 and a global
+/// `ENCP_DAQ`, naming the key and why.
+#[test]
+fn check_config_refuses_a_verbose_that_hides_the_start_and_a_global_encp_daq() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let mss = encp_mss(dir.path(), 2).replace(
+        "env = { ENCP_STANDIN_DIR",
+        "verbose = 2\nenv = { ENCP_DAQ = \"1\", ENCP_STANDIN_DIR",
+    );
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, config_with(&mss)).unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = |key: &str| {
+        err.lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key}: {err}"))
+            .to_string()
+    };
+    assert!(
+        line("mss.encp.verbose").contains("--verbose 4 and above"),
+        "{err}"
+    );
+    assert!(line("mss.encp.env").contains("per priority class"), "{err}");
+}
+
+/// Issue 18, item 9: with `cancel_command` (the admin build), cancelling a request whose encp
+/// waits in the library manager's queue stops encp and deletes its ticket there, by the unique
+/// id encp printed; `GET /v1/mss` says the cancel reaches the MSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_queued_encp_request_deletes_its_ticket_at_the_library_manager() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let record = dir.path().join("delete-work.log");
+    let script = dir.path().join("enstore");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", record.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mss = encp_mss(dir.path(), 2).replace(
+        "build = \"admin\"\n",
+        &format!(
+            "build = \"admin\"\nverbose = 11\ncancel_command = [\"{}\", \"library\", \
+             \"--delete-work\", \"{{unique_id}}\", \"{{library}}\"]\n",
+            script.display()
+        ),
+    );
+    let app = TestApp::spawn(&config_with(&mss)).await;
+    let (_, caps) = app.get("/v1/mss").await;
+    assert_eq!(caps["cancel_reaches_mss"], true, "{caps}");
+    encp_standin::control(dir.path(), "q1", "queued 60\nlibrary CD-LTO8F1\n").unwrap();
+    let (status, body) = app
+        .post("/v1/requests", &request("q1", "analysis", "higgs", 1_000))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    until(
+        Duration::from_secs(20),
+        "the ticket at the library manager",
+        || {
+            encp_standin::runs(dir.path())
+                .first()
+                .is_some_and(|r| r.ticket.is_some())
+        },
+    )
+    .await;
+    let (status, _) = app.delete(&format!("/v1/requests/{id}")).await;
+    assert_eq!(status, 202);
+    let r = &app.wait_final(&[id], Duration::from_secs(20)).await[0];
+    assert_eq!(r["state"], "cancelled", "{r}");
+    let run = &encp_standin::runs(dir.path())[0];
+    assert_eq!(run.end.as_deref(), Some("killed TERM"));
+    let ticket = run.ticket.clone().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap().trim(),
+        format!("library --delete-work {ticket} CD-LTO8F1")
+    );
+    app.stop().await;
 }
 
 fn fts3_mss(url: &str) -> String {

@@ -1,6 +1,7 @@
 //! A pure model of an Enstore-like library manager: a queue of pending transfers ordered by
 //! priority (higher first) then arrival, N drives, a mount delay whenever a drive has to change
-//! volume, a fixed transfer rate and optional failures.
+//! volume, a fixed transfer rate and optional failures. Optionally it ages waiting transfers as
+//! Enstore's library manager does ([`Aging`]).
 //!
 //! It does no I/O and owns no clock: callers say what time it is. The simulator server drives it
 //! from the wall clock scaled by a factor; tests and the broker's policy tests drive it in virtual
@@ -24,6 +25,36 @@ pub struct LibraryConfig {
     /// Fraction of transfers that fail (retryably) at their end, in [0, 1].
     pub failure_rate: f64,
     pub seed: u64,
+    /// Raise waiting transfers' priority with time, as Enstore does (`None`: never).
+    pub aging: Option<Aging>,
+}
+
+/// Enstore's library manager ages its queues whatever the ticket asks: every `AGE_TIME` (30
+/// minutes) a waiting queue gains `DELTA_PRI` (1), and the ticket's `--delpri`/`--age-time`
+/// are not used (Enstore-org/enstore `src/manage_queue.py`, `SortedList.update`). Enstore ages
+/// a volume's list from its creation; this model ages each transfer from its arrival, which is
+/// the same for a list of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aging {
+    /// Priority gained per period (`DELTA_PRI`).
+    pub delta_pri: i64,
+    /// The period (`AGE_TIME`), in virtual microseconds.
+    pub every_micros: Micros,
+}
+
+impl Aging {
+    /// Enstore's constants: 1 every 30 minutes.
+    pub const ENSTORE: Aging = Aging {
+        delta_pri: 1,
+        every_micros: 30 * 60 * 1_000_000,
+    };
+
+    /// The priority gained after waiting `waited`.
+    pub fn gain(&self, waited: Micros) -> i64 {
+        let periods = waited / self.every_micros.max(1);
+        self.delta_pri
+            .saturating_mul(i64::try_from(periods).unwrap_or(i64::MAX))
+    }
 }
 
 impl Default for LibraryConfig {
@@ -34,6 +65,7 @@ impl Default for LibraryConfig {
             bytes_per_sec: 300_000_000,
             failure_rate: 0.0,
             seed: 1,
+            aging: None,
         }
     }
 }
@@ -71,6 +103,8 @@ pub struct Job {
     pub mss_id: String,
     pub phase: Phase,
     pub arrival: u64,
+    /// When it was queued (for aging).
+    pub queued_at: Micros,
     pub bytes_done: u64,
 }
 
@@ -186,6 +220,7 @@ impl Library {
                 mss_id: mss_id.clone(),
                 phase: Phase::Pending,
                 arrival,
+                queued_at: self.now,
                 bytes_done: 0,
             },
         );
@@ -337,13 +372,28 @@ impl Library {
             if !self.drives.iter().any(|d| d.busy.is_none()) {
                 return;
             }
-            let Some((&slot, key)) = self.queue.iter().next() else {
+            let Some((slot, key)) = self.next_pending(at) else {
                 return;
             };
-            let key = key.clone();
             self.queue.remove(&slot);
             self.start(key, at, out);
         }
+    }
+
+    /// The pending transfer to start next at `at`: the queue's first, or with aging the highest
+    /// aged priority, the earliest arrival among equals.
+    fn next_pending(&self, at: Micros) -> Option<((i64, u64), String)> {
+        let Some(aging) = self.cfg.aging else {
+            return self.queue.iter().next().map(|(s, k)| (*s, k.clone()));
+        };
+        self.queue
+            .iter()
+            .max_by_key(|((neg, arrival), key)| {
+                let queued_at = self.jobs.get(*key).map_or(at, |j| j.queued_at);
+                let aged = (-neg).saturating_add(aging.gain(at.saturating_sub(queued_at)));
+                (aged, std::cmp::Reverse(*arrival))
+            })
+            .map(|(s, k)| (*s, k.clone()))
     }
 
     fn start(&mut self, key: String, at: Micros, out: &mut Vec<LibraryEvent>) {
@@ -427,6 +477,7 @@ mod tests {
             bytes_per_sec: 1_000_000,
             failure_rate: 0.0,
             seed: 1,
+            aging: None,
         }
     }
 
@@ -450,6 +501,30 @@ mod tests {
         lib.submit(transfer("e", 3, 100, None), 2, &mut ev);
         lib.advance(u64::MAX / 2, &mut ev);
         assert_eq!(done_order(&ev), ["a", "c", "d", "e", "b"]);
+    }
+
+    /// Issue 18, item 6: Enstore's library manager ages waiting requests by 1 every 30 minutes
+    /// whatever the ticket says, so one waiting two hours (+4) passes a fresher one 2 higher.
+    #[test]
+    fn with_enstore_aging_a_long_wait_passes_a_slightly_higher_priority() {
+        const HOUR: Micros = 3_600 * 1_000_000;
+        let run = |aging| {
+            let mut lib = Library::new(LibraryConfig {
+                aging,
+                ..one_drive()
+            });
+            let mut ev = Vec::new();
+            // "a" holds the drive for two hours (1 MB/s).
+            lib.submit(transfer("a", 1, 7_200_000_000, None), 0, &mut ev);
+            lib.submit(transfer("old", 5, 100, None), 0, &mut ev);
+            lib.submit(transfer("new", 7, 100, None), HOUR + HOUR * 5 / 6, &mut ev);
+            lib.advance(3 * HOUR, &mut ev);
+            done_order(&ev)
+        };
+        assert_eq!(run(None), ["a", "new", "old"]);
+        assert_eq!(run(Some(Aging::ENSTORE)), ["a", "old", "new"]);
+        assert_eq!(Aging::ENSTORE.gain(HOUR * 2), 4);
+        assert_eq!(Aging::ENSTORE.gain(HOUR / 6), 0);
     }
 
     #[test]

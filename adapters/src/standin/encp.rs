@@ -24,6 +24,8 @@ pub struct Run {
     pub args: Vec<String>,
     /// Its `ENCP_*` and `ENSTORE_*` environment.
     pub env: BTreeMap<String, String>,
+    /// The unique id of the ticket it printed (at `--verbose` 11 and above).
+    pub ticket: Option<String>,
     /// `exit <status>` or `killed TERM`; `None` while it runs.
     pub end: Option<String>,
 }
@@ -74,6 +76,7 @@ fn parse(text: &str) -> Run {
                     run.env.insert(k.to_string(), v.to_string());
                 }
             }
+            "ticket" => run.ticket = Some(rest.to_string()),
             "exit" | "killed" => run.end = Some(line.to_string()),
             _ => {}
         }

@@ -386,6 +386,7 @@ fn drives(n: usize) -> LibraryConfig {
         bytes_per_sec: GB,
         failure_rate: 0.0,
         seed: 1,
+        aging: None,
     }
 }
 

@@ -1,0 +1,68 @@
+//! encp's `STATUS=<name>` line, and which names are worth retrying.
+//!
+//! A failed encp prints the "data access layer" block on standard error, one `KEY=value` per
+//! line ending with `STATUS=<name>`, then its message (`print_data_access_layer_format` in
+//! Enstore-org/enstore `src/encp.py`), and exits 1 whatever the error (`final_say`: exit 2 only
+//! for migration and a few internal failures). So the exit status says nothing about retrying;
+//! the name does. The names are `e_errors` constants (`src/e_errors.py`).
+
+/// Enstore's non-retriable errors (`e_errors.non_retriable_errors`, `raise_alarm_errors` and
+/// `email_alarm_errors` of `src/e_errors.py`, which `is_non_retriable` checks), less those that
+/// only mean encp or the library gave up for now (`TOO MANY RETRIES`, `TOO_MANY_RESUBMITS`, a
+/// library `locked`, `noread` or `nowrite`): a person must act on these, so the request fails.
+pub const DEFAULT_FATAL_STATUSES: &[&str] = &[
+    "NOACCESS",
+    "NOTALLOWED",
+    "USERERROR",
+    "UNKNOWNMEDIATYPE",
+    "NOVOLUME",
+    "DELETED",
+    "STORAGE_QUOTA_EXCEEDED",
+    "MALFORMED REQUEST",
+    "VERSION MISMATCH",
+    "reject",
+    "NOSPACE",
+    "CRC MISMATCH",
+    "FILE WAS MODIFIED",
+    "NO_FILES",
+    "NO SUCH FILE/BFID",
+    "NO SUCH VOLUME",
+    "BAD_FILE_SIZE",
+    "INVALID WRAPPER",
+    "CONFLICT",
+    "Filesystem is corrupt",
+    "CRC ENCP MISMATCH",
+    "CRC ECRC MISMATCH",
+    "CRC DCACHE MISMATCH",
+];
+
+/// The name on the last `STATUS=` line of `line` (a whole line of standard error), if it is one.
+pub fn status_of(line: &str) -> Option<&str> {
+    line.trim_end()
+        .strip_prefix("STATUS=")
+        .filter(|s| !s.is_empty())
+}
+
+/// What encp prints on standard output when the build refuses an option (`src/option.py`).
+pub fn refused_option(stdout_line: &str) -> bool {
+    stdout_line.starts_with("option ") && stdout_line.ends_with(" is an administrator option")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_status_line_names_a_status() {
+        assert_eq!(
+            status_of("STATUS=NO SUCH FILE/BFID"),
+            Some("NO SUCH FILE/BFID")
+        );
+        assert_eq!(status_of("INFILE=/pnfs/DELETED/f"), None);
+        assert_eq!(status_of("ERROR: STATUS=NOACCESS"), None);
+        assert_eq!(status_of("STATUS="), None);
+        assert!(refused_option(
+            "option --library is an administrator option"
+        ));
+    }
+}
