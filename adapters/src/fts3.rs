@@ -1113,6 +1113,24 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_activity_is_refused_and_one_is_lower_cased() {
+        let raw = |activity: &str| -> RawFts3Config {
+            serde_json::from_value(json!({
+                "url": "https://fts3.example.org:8446", "vo": "cms",
+                "tape_endpoint": "davs://tape.example.org:2880",
+                "activity": activity, "auth": {"method": "none"}
+            }))
+            .unwrap()
+        };
+        let issues = raw(" ").validate(Path::new("/"), Vec::new()).unwrap_err();
+        assert_eq!(issues[0].key, "activity", "{issues:?}");
+        let cfg = raw("Data Taking")
+            .validate(Path::new("/"), Vec::new())
+            .unwrap();
+        assert_eq!(cfg.activity.as_deref(), Some("data taking"));
+    }
+
+    #[test]
     fn only_the_sid_conflict_is_our_own_job() {
         assert!(conflict_is_ours(
             "The sid provided by the user is duplicated"
