@@ -396,6 +396,54 @@ async fn fts3_419_for_a_delegation_about_to_expire_is_retried_and_succeeds_once_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fts3_staging_failure_without_recoverable_is_final_when_its_reason_says_so() {
+    let standin = Fts3Standin::start(
+        "cms",
+        None,
+        Plan {
+            queued: Duration::from_millis(100),
+            active: Duration::from_millis(100),
+        },
+    )
+    .await
+    .unwrap();
+    let app = TestApp::spawn(&config_with(&fts3_mss(&standin.url))).await;
+    let mut ids = Vec::new();
+    for (cid, file) in [("m1", "/pnfs/fatal/m1"), ("t1", "/pnfs/fail/t1")] {
+        let (status, body) = app
+            .post(
+                "/v1/requests",
+                &with(
+                    request(cid, "analysis", "higgs", 5_000),
+                    json!({"file": file}),
+                ),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    let finals = app.wait_final(&ids, Duration::from_secs(60)).await;
+    // FTS3 leaves `recoverable` null for a staging failure: "No such file or directory" is
+    // final at the first attempt, "Connection timed out" is retried to the last.
+    let missing = &finals[0];
+    assert_eq!(
+        (missing["state"].as_str(), missing["attempt"].as_i64()),
+        (Some("failed"), Some(1)),
+        "{missing}"
+    );
+    assert!(
+        missing["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("No such file or directory")),
+        "{missing}"
+    );
+    let timed_out = &finals[1];
+    assert_eq!(timed_out["state"], "failed", "{timed_out}");
+    assert!(timed_out["attempt"].as_i64() > Some(1), "{timed_out}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tape_rest_stages_in_held_mode_refuses_writes_and_releases_staged_files() {
     let standin = TapeRestStandin::start(
         None,
