@@ -2,17 +2,27 @@
 //!
 //! - **Submit**: `POST /jobs` with one file (`sources`: the tape endpoint's URL of the file for a
 //!   read, the station's `local_file` for a write; `destinations` the other way round;
-//!   `activity` = the broker's group, `filesize`, `metadata`) and `params`: the priority (FTS3's
-//!   1..5, mapped from the broker's priority by `priority_bands`), `bring_online` and
-//!   `copy_pin_lifetime` for reads from tape, `archive_timeout` for writes to tape, `retry = 0`
-//!   (the broker retries) and a deterministic job id: `id_generator = "deterministic"` with
+//!   the configured `activity` if any (one for every job, lower-cased as FTS3 keeps it: with
+//!   activity shares FTS3 draws slots by weighted random, which would re-order the broker's
+//!   decisions), `filesize`, `metadata`) and `params`: the priority (FTS3's 1..5, mapped from the
+//!   broker's priority by `priority_bands`), `bring_online` and `copy_pin_lifetime` for reads
+//!   from tape, `archive_timeout` for writes to tape, `retry = -1` (no FTS3 retries: the broker
+//!   retries; 0 would mean the server's default, cern-fts/fts3 `src/db/mysql/Config.cpp`
+//!   `getRetry`) and a deterministic job id: `id_generator = "deterministic"` with
 //!   `sid = <prefix>-<key>-<attempt>`. FTS3 derives the job id as
-//!   `uuid5(uuid5(BASE_ID, vo), sid)` and answers a second submission of the same sid with 409,
-//!   so a transfer submitted again after a broker crash is recognised, never queued twice.
+//!   `uuid5(uuid5(BASE_ID, user.vos[0]), sid)`, `vos[0]` being the VO it derives from the
+//!   credential (cern-fts/fts-rest-flask `fts3rest/lib/JobBuilder.py`,
+//!   `fts3rest/lib/middleware/fts3auth/methods/ssl.py`), which the adapter reads once from
+//!   `GET /whoami` (`vos_id[0]`, `fts3rest/controllers/delegation.py`). A second submission of
+//!   the same sid is 409 "The sid provided by the user is duplicated", so a transfer submitted
+//!   again after a broker crash is recognised, never queued twice; 409 "The submission is
+//!   duplicated" (the files clash with another job) is a refusal.
 //! - **Progress**: every `poll_ms`, `GET /jobs/{id,id,...}?files=...` for the jobs in flight;
-//!   a file becoming `STARTED`, `ACTIVE` or `ARCHIVING` is a start, `FINISHED` is done with the
-//!   file's size, `FAILED` a failure (retryable unless FTS3 marked it unrecoverable),
-//!   `CANCELED` a cancellation.
+//!   a file becoming `ACTIVE` or `ARCHIVING` is a start, and so is `STARTED` for a staging job
+//!   (the bring-online request was sent; cern-fts/fts3 `src/db/mysql/MySqlAPI.cpp`),
+//!   `FINISHED` is done with the file's size, `FAILED` a failure (retryable unless FTS3 marked it
+//!   unrecoverable; FTS3 leaves `recoverable` null for staging failures, classified then by the
+//!   reason text as FTS3's own `src/url-copy/heuristics.cpp` does), `CANCELED` a cancellation.
 //! - **Priority**: `POST /jobs/{id}` with `{"params": {"priority": n}}`; **cancel**:
 //!   `DELETE /jobs/{id}`.
 //! - **Authentication**: a bearer token (read from a file at every call) or an X.509 client
@@ -66,6 +76,8 @@ pub struct RawFts3Config {
     pub read_destination: Option<String>,
     #[serde(default)]
     pub sid_prefix: Option<String>,
+    #[serde(default)]
+    pub activity: Option<String>,
     #[serde(default = "d_bring_online")]
     pub bring_online_secs: i64,
     #[serde(default = "d_pin")]
@@ -117,6 +129,8 @@ pub struct Fts3Config {
     pub read_destination: Option<String>,
     /// `None`: `mssbroker-<ledger instance>`, given at construction.
     pub sid_prefix: Option<String>,
+    /// The one activity every job gets, lower-cased; `None`: none sent (FTS3's "default").
+    pub activity: Option<String>,
     pub bring_online: u64,
     pub copy_pin_lifetime: u64,
     pub archive_timeout: u64,
@@ -145,7 +159,7 @@ impl RawFts3Config {
         if self.vo.is_empty() {
             issues.push(Issue::new(
                 "vo",
-                "may not be empty: FTS3 derives job ids from it",
+                "may not be empty: the VO the credential is expected to map to",
             ));
         }
         check_url_prefix(&self.tape_endpoint, "tape_endpoint", &mut issues);
@@ -156,6 +170,16 @@ impl RawFts3Config {
             issues.push(Issue::new(
                 "sid_prefix",
                 "may not be empty (leave it out instead)",
+            ));
+        }
+        if self
+            .activity
+            .as_deref()
+            .is_some_and(|a| a.trim().is_empty())
+        {
+            issues.push(Issue::new(
+                "activity",
+                "may not be empty (leave it out to send none)",
             ));
         }
         let non_negative = |v: i64, key: &str, issues: &mut Vec<Issue>| -> u64 {
@@ -229,6 +253,8 @@ impl RawFts3Config {
                 .as_ref()
                 .map(|d| d.trim_end_matches('/').to_string()),
             sid_prefix: self.sid_prefix.clone(),
+            // FTS3 lower-cases activity names (cern-fts/fts3 `src/db/mysql/Config.cpp`).
+            activity: self.activity.as_ref().map(|a| a.trim().to_lowercase()),
             bring_online,
             copy_pin_lifetime,
             archive_timeout,
@@ -327,10 +353,67 @@ fn clip_json(v: &Value) -> String {
     crate::answer::clip(&v.to_string(), crate::answer::MAX_MESSAGE_CHARS).into_owned()
 }
 
+/// FTS3's `vos_id` of a VO: `uuid5(BASE_ID, vo)` (fts-rest-flask `JobBuilder_utils.get_vo_id`).
+pub fn vo_id(vo: &str) -> uuid::Uuid {
+    uuid::Uuid::new_v5(&BASE_ID, vo.as_bytes())
+}
+
 /// The deterministic FTS3 job id of a submission id: `uuid5(uuid5(BASE_ID, vo), sid)`.
 pub fn job_id(vo: &str, sid: &str) -> String {
-    let vo_id = uuid::Uuid::new_v5(&BASE_ID, vo.as_bytes());
-    uuid::Uuid::new_v5(&vo_id, sid.as_bytes()).to_string()
+    job_id_in(&vo_id(vo), sid)
+}
+
+/// The deterministic FTS3 job id of a submission id under a VO id from `GET /whoami`.
+pub fn job_id_in(vo_id: &uuid::Uuid, sid: &str) -> String {
+    uuid::Uuid::new_v5(vo_id, sid.as_bytes()).to_string()
+}
+
+/// What FTS3's 409 means: our own sid again (the job exists: recover it), or "The submission
+/// is duplicated" (its files clash with another job: fts-rest-flask `controllers/jobs.py`).
+pub fn conflict_is_ours(message: &str) -> bool {
+    !message.contains("submission is duplicated")
+}
+
+/// Reason texts after which FTS3 retries a transfer, then those after which it does not
+/// (cern-fts/fts3 `src/url-copy/heuristics.cpp` `retryTransfer`), for failures whose
+/// `recoverable` FTS3 left null (staging failures).
+const REASONS_RETRYABLE: &[&str] = &[
+    "performance marker",
+    "Name or service not known",
+    "Connection timed out",
+    "end-of-file was reached",
+    "end of file occurred",
+    "SRM_INTERNAL_ERROR",
+    "was forcefully killed",
+    "operation timeout",
+];
+const REASONS_FATAL: &[&str] = &[
+    "proxy expired",
+    "with an error 550 File not found",
+    "File exists and overwrite",
+    "No such file or directory",
+    "SRM_INVALID_PATH",
+    "The certificate has expired",
+    "The available CRL has expired",
+    "SRM Authentication failed",
+    "SRM_DUPLICATION_ERROR",
+    "SRM_AUTHENTICATION_FAILURE",
+    "SRM_NO_FREE_SPACE",
+    "Permission denied",
+    "File exists",
+    "checksum do not match",
+    "CHECKSUM MISMATCH",
+    "The source file is not ONLINE",
+    "Operation not permitted",
+    "Is a directory",
+];
+
+/// Whether a failure FTS3 did not classify is worth another attempt, by its reason text.
+pub fn retryable_by_reason(reason: &str) -> bool {
+    if REASONS_RETRYABLE.iter().any(|r| reason.contains(r)) {
+        return true;
+    }
+    !REASONS_FATAL.iter().any(|r| reason.contains(r))
 }
 
 /// The body of `POST /jobs` for a transfer.
@@ -365,7 +448,8 @@ pub fn job_body(cfg: &Fts3Config, sid: &str, level: i64, t: &Transfer) -> Result
         "priority": level,
         "id_generator": "deterministic",
         "sid": sid,
-        "retry": 0,
+        // -1: no retries at FTS3 (0 would be the server's default); the broker retries.
+        "retry": -1,
         "job_metadata": metadata,
     });
     match t.direction {
@@ -378,20 +462,30 @@ pub fn job_body(cfg: &Fts3Config, sid: &str, level: i64, t: &Transfer) -> Result
         }
         _ => {}
     }
-    Ok(json!({
-        "files": [{
-            "sources": [source],
-            "destinations": [destination],
-            "filesize": t.size_bytes,
-            "activity": t.group,
-            "metadata": metadata,
-        }],
-        "params": params,
-    }))
+    let mut file = json!({
+        "sources": [source],
+        "destinations": [destination],
+        "filesize": t.size_bytes,
+        "metadata": metadata,
+    });
+    if let Some(activity) = &cfg.activity {
+        file["activity"] = json!(activity);
+    }
+    Ok(json!({"files": [file], "params": params}))
+}
+
+/// Whether a polled job stages from tape (`bring_online` set), for a job followed after a
+/// restart.
+pub fn is_staging(job: &Value) -> bool {
+    job.get("bring_online")
+        .and_then(Value::as_i64)
+        .is_some_and(|b| b > 0)
 }
 
 /// Where a job stands, from its (one) file's state, or the job's when no file is given.
-pub fn progress_of(job: &Value, declared_bytes: u64) -> Option<Progress> {
+/// `staging`: the job brings files online, so `STARTED` (the request sent to tape) is a start;
+/// for other jobs it is still queued.
+pub fn progress_of(job: &Value, declared_bytes: u64, staging: bool) -> Option<Progress> {
     let file = job.get("files").and_then(|f| f.get(0));
     let state = file
         .and_then(|f| f.get("file_state"))
@@ -399,7 +493,8 @@ pub fn progress_of(job: &Value, declared_bytes: u64) -> Option<Progress> {
         .and_then(Value::as_str)?;
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
     Some(match state {
-        "STARTED" | "ACTIVE" | "ARCHIVING" => Progress::Running,
+        "STARTED" if staging => Progress::Running,
+        "ACTIVE" | "ARCHIVING" => Progress::Running,
         "FINISHED" => {
             let size = |field| file.and_then(|f| f.get(field)).and_then(Value::as_u64);
             let bytes = size("filesize")
@@ -413,10 +508,11 @@ pub fn progress_of(job: &Value, declared_bytes: u64) -> Option<Progress> {
             if reason.is_empty() {
                 reason = text(job.get("reason"));
             }
+            // Null for staging failures: not known, so the reason text decides.
             let recoverable = file
                 .and_then(|f| f.get("recoverable"))
                 .and_then(Value::as_bool)
-                .unwrap_or(true);
+                .unwrap_or_else(|| retryable_by_reason(&reason));
             Progress::Finished(EventKind::Failed {
                 reason: format!("fts3 job failed: {reason}"),
                 retryable: recoverable,
@@ -443,6 +539,8 @@ struct Shared {
     client: Client,
     log: EventLog,
     jobs: Mutex<HashMap<String, Track>>,
+    /// The namespace of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`.
+    vo_id: tokio::sync::OnceCell<uuid::Uuid>,
 }
 
 /// A job in flight.
@@ -452,7 +550,17 @@ struct Track {
     job_id: String,
     level: i64,
     started: bool,
+    staging: bool,
     size_bytes: u64,
+}
+
+/// The part of FTS3's `GET /whoami` the adapter reads.
+#[derive(Debug, Deserialize)]
+struct WhoAmI {
+    #[serde(default)]
+    vos: Vec<String>,
+    #[serde(default)]
+    vos_id: Vec<String>,
 }
 
 impl Fts3Adapter {
@@ -470,6 +578,7 @@ impl Fts3Adapter {
             client,
             log: EventLog::new("fts3"),
             jobs: Mutex::new(HashMap::new()),
+            vo_id: tokio::sync::OnceCell::new(),
         });
         let poller = tokio::spawn(poll_loop(shared.clone()));
         Ok(Fts3Adapter { shared, poller })
@@ -496,13 +605,40 @@ impl Shared {
         format!("{}-{key}-{attempt}", self.sid_prefix)
     }
 
-    fn job_id_of(&self, t: &TransferRef) -> String {
+    async fn job_id_of(&self, t: &TransferRef) -> Result<String, MssError> {
         if let Some(track) = self.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
-            return track.job_id.clone();
+            return Ok(track.job_id.clone());
         }
-        t.mss_id
-            .clone()
-            .unwrap_or_else(|| job_id(&self.cfg.vo, &self.sid(&t.key, t.attempt)))
+        match &t.mss_id {
+            Some(id) => Ok(id.clone()),
+            None => Ok(job_id_in(
+                &self.vo_id().await?,
+                &self.sid(&t.key, t.attempt),
+            )),
+        }
+    }
+
+    /// The VO id FTS3 derives job ids from for this credential: `vos_id[0]` of `GET /whoami`,
+    /// read once (fts-rest-flask `controllers/delegation.py` `whoami`).
+    async fn vo_id(&self) -> Result<uuid::Uuid, MssError> {
+        self.vo_id
+            .get_or_try_init(|| async {
+                let rb = self.request(reqwest::Method::GET, "/whoami")?;
+                let who: WhoAmI = rest::decode(rest::send(rb, self.cfg.timeout).await?).await?;
+                let first = who.vos_id.first().ok_or_else(|| {
+                    MssError::Protocol("fts3's /whoami lists no vos_id".into())
+                })?;
+                let id = uuid::Uuid::parse_str(first).map_err(|e| {
+                    MssError::Protocol(format!("fts3's /whoami vos_id `{first}`: {e}"))
+                })?;
+                let vo = who.vos.first().map(String::as_str).unwrap_or("");
+                if vo != self.cfg.vo {
+                    warn!(configured = %self.cfg.vo, fts3 = %vo, "fts3 maps the credential to another VO than mss.fts3.vo; job ids follow fts3's");
+                }
+                Ok(id)
+            })
+            .await
+            .copied()
     }
 
     fn level(&self, priority: i64) -> i64 {
@@ -546,6 +682,19 @@ impl Shared {
         })
     }
 
+    /// The job id of a 409 answer: ours again (recover it), or a refusal.
+    async fn conflict(&self, resp: reqwest::Response, sid: &str) -> Result<String, MssError> {
+        let answer = rest::Answer::read(resp).await?;
+        let message = answer.server_error().unwrap_or_else(|| answer.text());
+        if !conflict_is_ours(&message) {
+            return Err(MssError::Rejected(format!(
+                "fts3 refuses the submission as a duplicate of another job's files (not this \
+                 transfer's own earlier submission): {message}"
+            )));
+        }
+        Ok(job_id_in(&self.vo_id().await?, sid))
+    }
+
     /// Turn a polled job into events, and stop following it once final.
     fn observe(&self, key: &str, job: &Value) {
         let Some(track) = self.lock().get(key).cloned() else {
@@ -560,7 +709,7 @@ impl Shared {
             self.lock().remove(key);
             return;
         }
-        let Some(progress) = progress_of(job, track.size_bytes) else {
+        let Some(progress) = progress_of(job, track.size_bytes, track.staging) else {
             return;
         };
         match self
@@ -582,6 +731,10 @@ impl Shared {
 
 /// Poll the jobs in flight every `poll_ms`.
 async fn poll_loop(sh: Arc<Shared>) {
+    // The credential's VO id, read at start (submissions wait for it if this fails).
+    if let Err(e) = sh.vo_id().await {
+        warn!(error = %e, "cannot read fts3's /whoami yet; retried at the first submission");
+    }
     loop {
         tokio::time::sleep(sh.cfg.poll).await;
         let tracked: Vec<(String, String)> = sh
@@ -645,11 +798,12 @@ impl MssAdapter for Fts3Adapter {
         let sid = sh.sid(&t.key, t.attempt);
         let level = sh.level(t.priority);
         let body = job_body(&sh.cfg, &sid, level, t)?;
+        let staging = body["params"].get("bring_online").is_some();
         let rb = sh.request(reqwest::Method::POST, "/jobs")?.json(&body);
         let resp = rest::send(rb, sh.cfg.timeout).await?;
         let (job_id, duplicate) = if resp.status() == StatusCode::CONFLICT {
             // FTS3 has this sid already: our earlier submission, whose answer we lost.
-            (job_id(&sh.cfg.vo, &sid), true)
+            (sh.conflict(resp, &sid).await?, true)
         } else {
             let answer: Value = rest::decode(resp).await?;
             let id = answer
@@ -666,6 +820,7 @@ impl MssAdapter for Fts3Adapter {
                 job_id: job_id.clone(),
                 level,
                 started: false,
+                staging,
                 size_bytes: t.size_bytes,
             },
         );
@@ -677,7 +832,7 @@ impl MssAdapter for Fts3Adapter {
 
     async fn cancel(&self, t: &TransferRef) -> Result<(), MssError> {
         let sh = &self.shared;
-        let id = sh.job_id_of(t);
+        let id = sh.job_id_of(t).await?;
         let rb = sh.request(reqwest::Method::DELETE, &format!("/jobs/{id}"))?;
         let job: Value = rest::decode(rest::send(rb, sh.cfg.timeout).await?).await?;
         // FTS3 answers a job already final with its state and "304 Not Modified".
@@ -706,7 +861,7 @@ impl MssAdapter for Fts3Adapter {
             // The new broker priority falls in the same FTS3 band: nothing to change there.
             return Ok(());
         }
-        let id = sh.job_id_of(t);
+        let id = sh.job_id_of(t).await?;
         let rb = sh
             .request(reqwest::Method::POST, &format!("/jobs/{id}"))?
             .json(&json!({"params": {"priority": level}}));
@@ -723,7 +878,7 @@ impl MssAdapter for Fts3Adapter {
 
     async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
         let sh = &self.shared;
-        let id = sh.job_id_of(t);
+        let id = sh.job_id_of(t).await?;
         let job = sh
             .get_jobs(std::slice::from_ref(&id))
             .await?
@@ -737,7 +892,8 @@ impl MssAdapter for Fts3Adapter {
         {
             return Ok(None);
         }
-        let Some(progress) = progress_of(&job, t.size_bytes) else {
+        let staging = is_staging(&job);
+        let Some(progress) = progress_of(&job, t.size_bytes, staging) else {
             return Err(MssError::Protocol(format!("no state in {job}")));
         };
         if !matches!(progress, Progress::Finished(_)) {
@@ -751,6 +907,7 @@ impl MssAdapter for Fts3Adapter {
                 job_id: id,
                 level,
                 started: progress == Progress::Running,
+                staging,
                 size_bytes: t.size_bytes,
             });
         }
@@ -775,6 +932,7 @@ mod tests {
             "vo": "cms",
             "tape_endpoint": "davs://tape.example.org:2880",
             "read_destination": "davs://disk.example.org:2880/stage",
+            "activity": "Tape Recall",
             "priority_bands": [{"from": 0, "priority": 1}, {"from": 20, "priority": 3},
                                {"from": 100, "priority": 5}],
             "auth": {"method": "none"}
@@ -812,7 +970,7 @@ mod tests {
     }
 
     #[test]
-    fn a_read_stages_from_the_tape_endpoint_with_the_group_as_activity() {
+    fn a_read_stages_from_the_tape_endpoint_with_the_one_activity_and_no_fts3_retries() {
         let body = job_body(&cfg(), "p-42-1", 3, &transfer(Direction::Read)).unwrap();
         let file = &body["files"][0];
         assert_eq!(
@@ -823,7 +981,18 @@ mod tests {
             file["destinations"][0],
             "davs://disk.example.org:2880/stage/cms/run42/f1.root"
         );
-        assert_eq!(file["activity"], "analysis/higgs");
+        assert_eq!(
+            file["activity"], "tape recall",
+            "lower-cased as FTS3 keeps it"
+        );
+        assert_eq!(
+            body["params"]["retry"], -1,
+            "0 would be FTS3's server default"
+        );
+        let mut none = cfg();
+        none.activity = None;
+        let body = job_body(&none, "p-42-1", 3, &transfer(Direction::Read)).unwrap();
+        assert!(body["files"][0].get("activity").is_none(), "{body}");
         assert_eq!(file["filesize"], 2_500_000_000u64);
         let params = &body["params"];
         assert_eq!(params["priority"], 3);
@@ -888,27 +1057,88 @@ mod tests {
             json!({"job_state": "ACTIVE", "files": [{"file_state": state,
             "filesize": 7, "reason": "SOURCE srm error", "recoverable": false}]})
         };
-        assert_eq!(progress_of(&job("STAGING"), 1), Some(Progress::Queued));
-        assert_eq!(progress_of(&job("ACTIVE"), 1), Some(Progress::Running));
         assert_eq!(
-            progress_of(&job("FINISHED"), 1),
+            progress_of(&job("STAGING"), 1, true),
+            Some(Progress::Queued)
+        );
+        assert_eq!(
+            progress_of(&job("STARTED"), 1, true),
+            Some(Progress::Running)
+        );
+        assert_eq!(
+            progress_of(&job("STARTED"), 1, false),
+            Some(Progress::Queued)
+        );
+        assert_eq!(
+            progress_of(&job("ACTIVE"), 1, false),
+            Some(Progress::Running)
+        );
+        assert_eq!(
+            progress_of(&job("FINISHED"), 1, false),
             Some(Progress::Finished(EventKind::Done { bytes: 7 }))
         );
         assert_eq!(
-            progress_of(&job("FAILED"), 1),
+            progress_of(&job("FAILED"), 1, false),
             Some(Progress::Finished(EventKind::Failed {
                 reason: "fts3 job failed: SOURCE srm error".into(),
                 retryable: false
             }))
         );
         assert_eq!(
-            progress_of(&job("CANCELED"), 1),
+            progress_of(&job("CANCELED"), 1, false),
             Some(Progress::Finished(EventKind::Cancelled))
         );
         assert_eq!(
-            progress_of(&json!({"job_state": "FINISHED"}), 9),
+            progress_of(&json!({"job_state": "FINISHED"}), 9, false),
             Some(Progress::Finished(EventKind::Done { bytes: 9 }))
         );
+    }
+
+    #[test]
+    fn staging_failures_without_recoverable_are_classified_by_their_reason() {
+        let failed = |reason: &str| {
+            let job = json!({"job_state": "FAILED", "files": [{"file_state": "FAILED",
+                "reason": reason, "recoverable": null}]});
+            match progress_of(&job, 1, true) {
+                Some(Progress::Finished(EventKind::Failed { retryable, .. })) => retryable,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(!failed(
+            "[gfal_http_bring_online] No such file or directory"
+        ));
+        assert!(!failed("SRM_INVALID_PATH"));
+        assert!(failed("Connection timed out"));
+        assert!(failed("Staging request expired"));
+    }
+
+    #[test]
+    fn an_empty_activity_is_refused_and_one_is_lower_cased() {
+        let raw = |activity: &str| -> RawFts3Config {
+            serde_json::from_value(json!({
+                "url": "https://fts3.example.org:8446", "vo": "cms",
+                "tape_endpoint": "davs://tape.example.org:2880",
+                "activity": activity, "auth": {"method": "none"}
+            }))
+            .unwrap()
+        };
+        let issues = raw(" ").validate(Path::new("/"), Vec::new()).unwrap_err();
+        assert_eq!(issues[0].key, "activity", "{issues:?}");
+        let cfg = raw("Data Taking")
+            .validate(Path::new("/"), Vec::new())
+            .unwrap();
+        assert_eq!(cfg.activity.as_deref(), Some("data taking"));
+    }
+
+    #[test]
+    fn only_the_sid_conflict_is_our_own_job() {
+        assert!(conflict_is_ours(
+            "The sid provided by the user is duplicated"
+        ));
+        assert!(!conflict_is_ours(
+            "The submission is duplicated (IntegrityError) Duplicate entry"
+        ));
+        assert_eq!(job_id_in(&vo_id("cms"), "x-7-2"), job_id("cms", "x-7-2"));
     }
 
     #[test]

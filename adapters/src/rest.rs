@@ -1,7 +1,8 @@
 //! What the REST adapters share: authentication (a bearer token read from a file at every call,
 //! so an external refresher can rotate it, or an X.509 client certificate), the reqwest client,
 //! and how an HTTP answer maps to [`MssError`]: 5xx, 408 and 429 are `Unavailable` (try again
-//! later), another refusal is `Rejected` when the server's own JSON error says so, and an answer
+//! later), so are 401, 403 and 419 (credentials expired or about to: an operator renews them,
+//! logged at warn with the server's text), another refusal is `Rejected` when the server's own JSON error says so, and an answer
 //! that cannot be read (a proxy's page, a garbled, stalled or over-size body) is `Unknown`.
 //! Bodies are read through [`Answer`], bounded by [`MAX_ANSWER_BYTES`].
 
@@ -14,6 +15,19 @@ use serde::Deserialize;
 use crate::answer::{self, MAX_ANSWER_BYTES, MAX_MESSAGE_CHARS};
 use crate::protocol::ErrorBody;
 use crate::MssError;
+
+/// FTS3's "Authentication Timeout": the delegated proxy is missing, expired or has under an
+/// hour left (cern-fts/fts-rest-flask `fts3rest/lib/http_exceptions.py`,
+/// `fts3rest/controllers/jobs.py` `submit`).
+pub const AUTHENTICATION_TIMEOUT: u16 = 419;
+
+/// Whether a status says the credentials are not (or no longer) good: 401 and 403 (an expired
+/// or rotated token), 419 (FTS3's delegation). Retryable: the call succeeds once renewed.
+pub fn is_credential_refusal(status: StatusCode) -> bool {
+    status == StatusCode::UNAUTHORIZED
+        || status == StatusCode::FORBIDDEN
+        || status.as_u16() == AUTHENTICATION_TIMEOUT
+}
 
 /// How a REST adapter authenticates, as configured: the `auth` sub-table (`method`,
 /// `token_file`, `certificate`, `key`, `ca_file`).
@@ -267,11 +281,22 @@ impl Answer {
         self.status == StatusCode::NOT_FOUND && self.server_error().is_some()
     }
 
-    /// The error an unsuccessful answer means: 5xx, 408 and 429 are `Unavailable`; another
+    /// The error an unsuccessful answer means: 5xx, 408 and 429 are `Unavailable`, and so are
+    /// 401, 403 and 419 (logged at warn: an operator must renew the credentials); another
     /// refusal is `Rejected` only when the server's own JSON error says so, otherwise (a
     /// proxy's page, anything unreadable) the outcome is `Unknown`.
     pub fn error(&self) -> MssError {
         let status = self.status;
+        if is_credential_refusal(status) {
+            let message = self.server_error().unwrap_or_else(|| self.text());
+            tracing::warn!(
+                status = status.as_u16(),
+                server = %message,
+                "the MSS refuses the credentials: renew them (token, certificate or FTS3 \
+                 delegation); the call is retried"
+            );
+            return MssError::Unavailable(format!("{status}: {message} (credentials to renew)"));
+        }
         if status.is_server_error()
             || status == StatusCode::TOO_MANY_REQUESTS
             || status == StatusCode::REQUEST_TIMEOUT
@@ -372,6 +397,35 @@ mod tests {
         ));
         let garbled = answer(200, "{\"mss_id\": ").json::<crate::protocol::SubmitResponse>();
         assert!(matches!(garbled, Err(MssError::Unknown(_))), "{garbled:?}");
+    }
+
+    #[test]
+    fn credential_refusals_are_retried_with_the_servers_text() {
+        for (status, body) in [
+            (
+                419,
+                r#"{"status": "419 Authentication Timeout", "message": "The delegated credentials has less than one hour left (abc)"}"#,
+            ),
+            (401, r#"{"error": "token expired"}"#),
+            (403, "<html>Forbidden</html>"),
+        ] {
+            let e = answer(status, body).error();
+            assert!(
+                matches!(&e, MssError::Unavailable(m) if m.starts_with(&status.to_string())
+                    && m.contains("credentials to renew")),
+                "{status}: {e:?}"
+            );
+        }
+        let MssError::Unavailable(m) =
+            answer(419, r#"{"message": "less than one hour left"}"#).error()
+        else {
+            panic!("retryable")
+        };
+        assert!(m.contains("less than one hour left"), "{m}");
+        assert!(matches!(
+            answer(400, r#"{"message": "bad"}"#).error(),
+            MssError::Rejected(_)
+        ));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use mss_adapters::fts3::{job_id, Fts3Adapter, Fts3Config, RawFts3Config};
+use mss_adapters::standin::fts3::Delegation;
 use mss_adapters::standin::{EventReader, Fts3Standin, Plan};
 use mss_adapters::{
     Direction, EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer, TransferRef,
@@ -113,7 +114,7 @@ fn reference(t: &Transfer, mss_id: Option<&str>) -> TransferRef {
 }
 
 #[tokio::test]
-async fn a_stage_is_one_fts3_job_with_the_group_as_activity_and_a_banded_priority() {
+async fn a_stage_is_one_fts3_job_without_activity_or_fts3_retries_at_a_banded_priority() {
     let mut b = Bench::new("none").await;
     let t = read("42", "/cms/run42/f1.root", 20);
     let s = b.adapter.submit(&t).await.unwrap();
@@ -136,14 +137,13 @@ async fn a_stage_is_one_fts3_job_with_the_group_as_activity_and_a_banded_priorit
                 "sources": ["davs://tape.example.org:2880/cms/run42/f1.root"],
                 "destinations": ["davs://disk.example.org:2880/stage/cms/run42/f1.root"],
                 "filesize": 2_000_000,
-                "activity": "analysis/higgs",
                 "metadata": {"mssbroker_key": "42", "attempt": 1},
             }],
             "params": {
                 "priority": 3,
                 "id_generator": "deterministic",
                 "sid": "mssbroker-abc123-42-1",
-                "retry": 0,
+                "retry": -1,
                 "job_metadata": {"mssbroker_key": "42", "attempt": 1},
                 "bring_online": 3600,
                 "copy_pin_lifetime": 86400,
@@ -152,12 +152,13 @@ async fn a_stage_is_one_fts3_job_with_the_group_as_activity_and_a_banded_priorit
     );
     let job = &b.standin.jobs()[0];
     assert_eq!((job.priority, job.staging), (3, true));
+    assert_eq!((job.activity.as_str(), job.retries), ("default", 0));
     // Polls ask for the file fields by job id.
     let poll = b
         .standin
         .calls()
         .into_iter()
-        .find(|c| c.method == "GET")
+        .find(|c| c.method == "GET" && c.path.starts_with("/jobs/"))
         .unwrap();
     assert_eq!(poll.path, format!("/jobs/{}", s.mss_id));
     assert_eq!(
@@ -255,7 +256,7 @@ async fn cancelling_deletes_the_job_and_the_poll_reports_it() {
 }
 
 #[tokio::test]
-async fn failures_are_retryable_unless_fts3_marks_them_unrecoverable() {
+async fn failures_are_retryable_unless_fts3_or_the_reason_of_a_staging_failure_says_not() {
     let mut b = Bench::new("none").await;
     b.adapter
         .submit(&read("1", "/cms/fail/a", 10))
@@ -275,6 +276,7 @@ async fn failures_are_retryable_unless_fts3_marks_them_unrecoverable() {
         }
         other => panic!("{other:?}"),
     }
+    // A staging failure: FTS3 leaves `recoverable` null, the reason says the file is missing.
     assert!(matches!(
         b.final_event("2").await,
         EventKind::Failed {
@@ -282,6 +284,67 @@ async fn failures_are_retryable_unless_fts3_marks_them_unrecoverable() {
             ..
         }
     ));
+    // `retry: -1`: FTS3 ran the failing transfer once (0 would be the server's default).
+    let retries: Vec<i64> = b.standin.jobs().iter().map(|j| j.retries).collect();
+    assert_eq!(retries, [0, 0]);
+}
+
+#[tokio::test]
+async fn a_lost_answer_is_recovered_under_the_vo_fts3_derives_from_the_credential() {
+    let b = Bench::new("none").await;
+    // The proxy's VOMS FQAN makes FTS3's vos[0] "cms/uscms", not the configured "cms".
+    b.standin
+        .set_fqans(&["/cms/uscms/Role=production/Capability=NULL"]);
+    let t = read("7", "/cms/hold/f7", 10);
+    let first = b.restarted("none").submit(&t).await.unwrap();
+    let jobs = b.standin.jobs();
+    assert_eq!(first.mss_id, jobs[0].job_id);
+    assert_eq!(
+        jobs[0].job_id,
+        job_id("cms/uscms", "mssbroker-abc123-7-1"),
+        "FTS3's id comes from vos[0]"
+    );
+    // The answer was lost: a restarted broker submits again, FTS3 answers 409, and the
+    // adapter follows the job that exists.
+    let again = b.restarted("none").submit(&t).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.mss_id, jobs[0].job_id);
+    assert_eq!(b.standin.jobs().len(), 1);
+}
+
+#[tokio::test]
+async fn a_submission_fts3_calls_a_duplicate_of_another_job_fails_clearly() {
+    let b = Bench::new("none").await;
+    b.standin.set_duplicates(true);
+    match b.adapter.submit(&read("8", "/cms/hold/f8", 10)).await {
+        Err(MssError::Rejected(m)) => {
+            assert!(m.contains("duplicate of another job"), "{m}");
+            assert!(m.contains("The submission is duplicated"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_delegation_about_to_expire_is_419_retried_until_renewed() {
+    let b = Bench::new("none").await;
+    for state in [Delegation::Expiring, Delegation::Missing] {
+        b.standin.set_delegation(state);
+        match b.adapter.submit(&read("9", "/cms/hold/f9", 10)).await {
+            Err(MssError::Unavailable(m)) => {
+                assert!(m.starts_with("419"), "{m}");
+                assert!(m.contains("delegation") || m.contains("delegated"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    b.standin.set_delegation(Delegation::Valid);
+    let s = b
+        .adapter
+        .submit(&read("9", "/cms/hold/f9", 10))
+        .await
+        .unwrap();
+    assert_eq!(s.mss_id, b.standin.jobs()[0].job_id);
 }
 
 #[tokio::test]
@@ -321,18 +384,26 @@ async fn the_bearer_token_is_read_at_every_call_and_an_outage_is_unavailable() {
         .submit(&read("1", "/cms/hold/a", 10))
         .await
         .unwrap();
-    let auth: Vec<Option<String>> = b
+    let auth: Vec<(String, Option<String>)> = b
         .standin
         .calls()
         .into_iter()
-        .map(|c| c.authorization)
+        .map(|c| (c.path, c.authorization))
         .collect();
-    assert_eq!(auth, [Some("Bearer tok-1".to_string())]);
+    let tok1 = Some("Bearer tok-1".to_string());
+    assert_eq!(
+        auth,
+        [
+            ("/whoami".to_string(), tok1.clone()),
+            ("/jobs".into(), tok1)
+        ]
+    );
     // Rotated by an external refresher: the stand-in still wants tok-1, so a call with the
-    // new token is refused, which proves the file was read again.
+    // new token is refused, which proves the file was read again. A 401 is retryable: the
+    // operator renews the credentials.
     std::fs::write(b.dir.path().join("token"), "tok-2\n").unwrap();
     match b.adapter.submit(&read("2", "/cms/hold/b", 10)).await {
-        Err(MssError::Rejected(m)) => assert!(m.starts_with("401"), "{m}"),
+        Err(MssError::Unavailable(m)) => assert!(m.starts_with("401"), "{m}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(

@@ -7,13 +7,22 @@
 //! `params` with FTS3's types. It is stricter than FTS3 in one way on purpose: FTS3 ignores
 //! fields it does not know, the stand-in refuses them, so a misspelt field fails a test instead
 //! of being dropped. FTS3's semantics are kept: priorities are clamped to 1..5, a deterministic
-//! id is `uuid5(uuid5(BASE_ID, vo), sid)` and a second submission of a sid is 409, tape staging
-//! or archiving with a bearer token is 400, and an unknown job is 404.
+//! id is `uuid5(uuid5(BASE_ID, vos[0]), sid)` with `vos` derived from the credential as
+//! fts-rest-flask does (`lib/middleware/fts3auth/methods/ssl.py`: each VOMS FQAN's VO and
+//! group, else the gridmap VO; served by `GET /whoami` with `vos_id`), a second submission of a
+//! sid is 409 "The sid provided by the user is duplicated", tape staging or archiving with a
+//! bearer token is 400, a certificate caller whose delegated proxy is missing or has under an
+//! hour left is 419 (`controllers/jobs.py`; [`Fts3Standin::set_delegation`] switches it, as
+//! `fts-delegation-init` would renew it), and an unknown job is 404. `retry` 0 or absent means
+//! the server's default ([`SERVER_RETRY`]), below 0 none (cern-fts/fts3
+//! `src/db/mysql/Config.cpp` `getRetry`); `activity` is lower-cased ("default" when absent).
 //!
-//! Jobs move on the wall clock: queued (`STAGING` for a staging job, else `SUBMITTED`) for
-//! `plan.queued`, `ACTIVE` for `plan.active`, then `FINISHED` with the declared size. A source
-//! or destination path containing `/hold/` stays queued until cancelled, `/fail/` fails
-//! (recoverable), `/fatal/` fails unrecoverably.
+//! Jobs move on the wall clock: queued (`SUBMITTED`; for a staging job `STAGING` then, once the
+//! bring-online request is sent, `STARTED`) for `plan.queued`, `ACTIVE` for `plan.active`, then
+//! `FINISHED` with the declared size. A source or destination path containing `/hold/` stays
+//! queued until cancelled, `/fail/` fails (recoverable: run again while FTS3 retries are left),
+//! `/fatal/` fails unrecoverably. A staging job's failure has `recoverable` null, as FTS3's
+//! bring-online path leaves it (cern-fts/fts3 `src/db/mysql/MySqlAPI.cpp`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,7 +37,21 @@ use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
 
 use super::{Call, Caller, Desk, Plan};
-use crate::fts3::job_id;
+use crate::fts3::{job_id, vo_id};
+
+/// The stand-in's server-side retry count (`t_server_config.retry`), applied when a job asks
+/// for 0.
+pub const SERVER_RETRY: i64 = 2;
+
+/// The delegated proxy of certificate callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delegation {
+    Valid,
+    /// Under an hour left: FTS3 refuses submissions with 419.
+    Expiring,
+    /// None delegated: 419 too.
+    Missing,
+}
 
 /// A job as the stand-in keeps it.
 #[derive(Debug, Clone)]
@@ -40,6 +63,9 @@ pub struct Job {
     pub source: String,
     pub destination: String,
     pub activity: String,
+    /// FTS3 retries after a recoverable failure: the job's `retry`, the server's for 0.
+    pub retries: i64,
+    pub bring_online: i64,
     pub filesize: u64,
     pub job_metadata: Value,
     created: Instant,
@@ -47,7 +73,13 @@ pub struct Job {
 }
 
 struct Inner {
+    /// The gridmap VO of a certificate without VOMS extensions, and of tokens.
     vo: String,
+    /// The certificate's VOMS FQANs (`/cms/uscms/Role=production`), if any.
+    fqans: Vec<String>,
+    delegation: Delegation,
+    /// Answer the next submissions 409 "The submission is duplicated".
+    duplicates: bool,
     desk: Desk,
     plan: Plan,
     jobs: HashMap<String, Job>,
@@ -93,6 +125,9 @@ impl Fts3Standin {
     {
         let state = Arc::new(Mutex::new(Inner {
             vo: vo.to_string(),
+            fqans: Vec::new(),
+            delegation: Delegation::Valid,
+            duplicates: false,
             desk: Desk::new(token),
             plan,
             jobs: HashMap::new(),
@@ -100,6 +135,7 @@ impl Fts3Standin {
         }));
         let app = Router::new()
             .route("/jobs", post(submit))
+            .route("/whoami", axum::routing::get(whoami))
             .route(
                 "/jobs/{ids}",
                 axum::routing::get(get_jobs).post(modify).delete(cancel),
@@ -142,6 +178,21 @@ impl Fts3Standin {
         self.lock().desk.down = down;
     }
 
+    /// The VOMS FQANs the client certificate carries: FTS3 derives the VOs from them.
+    pub fn set_fqans(&self, fqans: &[&str]) {
+        self.lock().fqans = fqans.iter().map(|f| f.to_string()).collect();
+    }
+
+    /// The state of the delegated proxy (renewed: `Delegation::Valid`).
+    pub fn set_delegation(&self, delegation: Delegation) {
+        self.lock().delegation = delegation;
+    }
+
+    /// Answer submissions 409 "The submission is duplicated" (a clash with another job).
+    pub fn set_duplicates(&self, on: bool) {
+        self.lock().duplicates = on;
+    }
+
     /// Forget every job (a database wiped, jobs archived away).
     pub fn forget_jobs(&self) {
         let mut s = self.lock();
@@ -152,6 +203,77 @@ impl Fts3Standin {
 
 fn lock(state: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The VO of a VOMS FQAN: its groups up to the first `Role=` (fts-rest-flask
+/// `credentials.vo_from_fqan`: `/dteam/cern/Role=lcgadmin` is `dteam/cern`).
+pub fn vo_from_fqan(fqan: &str) -> String {
+    fqan.split('/')
+        .skip(1)
+        .take_while(|c| !c.to_lowercase().starts_with("role="))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+impl Inner {
+    /// The caller's VOs as FTS3 derives them: for a certificate each FQAN's VO, in order and
+    /// once, else the gridmap VO; for a token the configured VO.
+    fn vos(&self, caller: Caller) -> Vec<String> {
+        let mut vos: Vec<String> = Vec::new();
+        if caller == Caller::Certificate {
+            for vo in self.fqans.iter().map(|f| vo_from_fqan(f)) {
+                if !vo.is_empty() && !vos.contains(&vo) {
+                    vos.push(vo);
+                }
+            }
+        }
+        if vos.is_empty() {
+            vos.push(self.vo.clone());
+        }
+        vos
+    }
+
+    /// FTS3's 419 for a certificate caller without a good delegated proxy.
+    fn delegation_refusal(&self, caller: Caller) -> Option<&'static str> {
+        if caller != Caller::Certificate {
+            return None;
+        }
+        match self.delegation {
+            Delegation::Valid => None,
+            Delegation::Expiring => {
+                Some("The delegated credentials has less than one hour left (standin)")
+            }
+            Delegation::Missing => Some("No delegation found for \"/DC=org/CN=standin\""),
+        }
+    }
+}
+
+async fn whoami(State(state): State<Arc<Mutex<Inner>>>, headers: HeaderMap) -> Response {
+    let caller = match admit(
+        &state,
+        Call::new("GET", "/whoami".into(), HashMap::new(), &headers, None),
+    ) {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    let s = lock(&state);
+    let vos = s.vos(caller);
+    let vos_id: Vec<String> = vos.iter().map(|v| vo_id(v).to_string()).collect();
+    let method = if caller == Caller::Token {
+        "oauth2"
+    } else {
+        "certificate"
+    };
+    Json(json!({
+        "dn": ["/DC=org/CN=standin"],
+        "user_dn": "/DC=org/CN=standin",
+        "vos": vos,
+        "vos_id": vos_id,
+        "voms_cred": s.fqans,
+        "method": method,
+        "base_id": crate::fts3::BASE_ID.to_string(),
+    }))
+    .into_response()
 }
 
 /// A refusal: its status and message, made into the server's error body when answered.
@@ -225,6 +347,7 @@ const PARAMS: &[(&str, &str)] = &[
     ("id_generator", "str"),
     ("sid", "str"),
     ("max_time_in_queue", "any"),
+    ("disable_cleanup", "bool"),
     ("s3alternate", "bool"),
     ("unmanaged_tokens", "bool"),
     ("credential", "str"),
@@ -267,8 +390,9 @@ fn check_submission(body: &Value) -> Result<(Map<String, Value>, Value), String>
     let Some(top) = body.as_object() else {
         return Err("the submission is not a JSON object".into());
     };
-    for k in top.keys() {
-        if !matches!(k.as_str(), "files" | "params") {
+    for (k, v) in top {
+        // FTS3's own client sends `"delete": null` with transfers.
+        if !(matches!(k.as_str(), "files" | "params") || (k == "delete" && v.is_null())) {
             return Err(format!("unknown top-level field `{k}`"));
         }
     }
@@ -345,7 +469,7 @@ async fn submit(
     body: axum::body::Bytes,
 ) -> Response {
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
-    let method = match admit(
+    let caller = match admit(
         &state,
         Call::new(
             "POST",
@@ -355,9 +479,15 @@ async fn submit(
             parsed.as_ref().ok().cloned(),
         ),
     ) {
-        Ok(m) => m,
+        Ok(c) => c,
         Err(r) => return r.into_response(),
     };
+    if let Some(m) = lock(&state).delegation_refusal(caller) {
+        return error(
+            StatusCode::from_u16(419).unwrap_or(StatusCode::UNAUTHORIZED),
+            m,
+        );
+    }
     let Ok(body) = parsed else {
         return error(StatusCode::BAD_REQUEST, "Badly formatted JSON request");
     };
@@ -366,13 +496,13 @@ async fn submit(
         Err(m) => return error(StatusCode::BAD_REQUEST, &m),
     };
     let int = |k: &str| params.get(k).and_then(Value::as_i64).unwrap_or(0);
-    if method == Caller::Token && int("archive_timeout") > 0 {
+    if caller == Caller::Token && int("archive_timeout") > 0 {
         return error(
             StatusCode::BAD_REQUEST,
             "Requests to archive to tape using token authentication are not supported",
         );
     }
-    if method == Caller::Token && int("bring_online") > 0 {
+    if caller == Caller::Token && int("bring_online") > 0 {
         return error(
             StatusCode::BAD_REQUEST,
             "Requests to retrieve from tape using token authentication are not supported",
@@ -385,7 +515,7 @@ async fn submit(
         .map(str::to_string);
     let id = match params.get("id_generator").and_then(Value::as_str) {
         Some("deterministic") => match &sid {
-            Some(sid) => job_id(&s.vo, sid),
+            Some(sid) => job_id(&s.vos(caller)[0], sid),
             None => {
                 return error(
                     StatusCode::BAD_REQUEST,
@@ -401,6 +531,12 @@ async fn submit(
             )
         }
     };
+    if s.duplicates {
+        return error(
+            StatusCode::CONFLICT,
+            "The submission is duplicated (IntegrityError) Duplicate entry for key 'file_hash'",
+        );
+    }
     if s.jobs.contains_key(&id) {
         return error(
             StatusCode::CONFLICT,
@@ -429,7 +565,13 @@ async fn submit(
             .get("activity")
             .and_then(Value::as_str)
             .unwrap_or("default")
-            .to_string(),
+            .to_lowercase(),
+        retries: match params.get("retry").and_then(Value::as_i64).unwrap_or(0) {
+            0 => SERVER_RETRY,
+            n if n < 0 => 0,
+            n => n,
+        },
+        bring_online: int("bring_online"),
         filesize: file.get("filesize").and_then(Value::as_u64).unwrap_or(0),
         job_metadata: params.get("job_metadata").cloned().unwrap_or(Value::Null),
         created: Instant::now(),
@@ -440,37 +582,63 @@ async fn submit(
     Json(json!({"job_id": id})).into_response()
 }
 
-/// A job's state now: `(job_state, file_state, reason, recoverable)`.
-fn state_of(job: &Job, plan: &Plan) -> (&'static str, &'static str, &'static str, bool) {
+/// A job's state now: `(job_state, file_state, reason, recoverable)`; `recoverable` is `None`
+/// (null) for a staging job's failure.
+type Shown = (&'static str, &'static str, &'static str, Option<bool>);
+
+fn state_of(job: &Job, plan: &Plan) -> Shown {
     let age = job.created.elapsed();
-    let done_at = plan.queued + plan.active;
+    let run = plan.queued + plan.active;
     let marked = |m: &str| job.source.contains(m) || job.destination.contains(m);
-    let queued = if job.staging { "STAGING" } else { "SUBMITTED" };
-    let natural = if marked("/hold/") || age < plan.queued {
-        (queued, queued, "", true)
+    // A recoverable failure is run again while FTS3 retries are left.
+    let runs = if marked("/fail/") && !marked("/fatal/") {
+        1 + job.retries.max(0) as u32
+    } else {
+        1
+    };
+    let done_at = run * runs;
+    let in_run = if age < done_at {
+        age.as_nanos() % run.as_nanos().max(1)
+    } else {
+        u128::MAX
+    };
+    let queued = if !job.staging {
+        "SUBMITTED"
+    } else if marked("/hold/") || in_run < plan.queued.as_nanos() / 2 {
+        "STAGING"
+    } else {
+        // The bring-online request has been sent.
+        "STARTED"
+    };
+    let recoverable = |r: bool| if job.staging { None } else { Some(r) };
+    let natural: Shown = if marked("/hold/") || in_run < plan.queued.as_nanos() {
+        (queued, queued, "", Some(true))
     } else if age < done_at {
-        ("ACTIVE", "ACTIVE", "", true)
+        ("ACTIVE", "ACTIVE", "", Some(true))
     } else if marked("/fatal/") {
         (
             "FAILED",
             "FAILED",
             "SOURCE [2] No such file or directory",
-            false,
+            recoverable(false),
         )
     } else if marked("/fail/") {
         (
             "FAILED",
             "FAILED",
             "TRANSFER [110] Connection timed out",
-            true,
+            recoverable(true),
         )
     } else {
-        ("FINISHED", "FINISHED", "", true)
+        ("FINISHED", "FINISHED", "", Some(true))
     };
     match job.cancelled_at {
-        Some(at) if !is_terminal(natural.0) || at < job.created + done_at => {
-            ("CANCELED", "CANCELED", "Job canceled by the user", true)
-        }
+        Some(at) if !is_terminal(natural.0) || at < job.created + done_at => (
+            "CANCELED",
+            "CANCELED",
+            "Job canceled by the user",
+            Some(true),
+        ),
         _ => natural,
     }
 }
@@ -486,6 +654,8 @@ fn job_json(job: &Job, plan: &Plan, file_fields: Option<&str>, http_status: &str
         "job_state": job_state,
         "priority": job.priority,
         "reason": reason,
+        "retry": job.retries,
+        "bring_online": job.bring_online,
         "job_metadata": job.job_metadata,
         "http_status": http_status,
     });
