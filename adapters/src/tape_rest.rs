@@ -447,18 +447,12 @@ impl Shared {
         answer.json().map(Some)
     }
 
-    /// `POST /archiveinfo` for `paths`; `None` when it cannot be had (then everything is staged).
-    async fn archive_info(&self, paths: &[String]) -> Option<Value> {
-        let result = async {
-            let rb = self
-                .request(Method::POST, "/archiveinfo")?
-                .json(&json!({ "paths": paths }));
-            rest::decode::<Value>(rest::send(rb, self.cfg.timeout).await?).await
-        }
-        .await;
-        result
-            .inspect_err(|e| debug!(error = %e, "no archiveinfo; staging every file"))
-            .ok()
+    /// `POST /archiveinfo` for `paths`.
+    async fn archive_info(&self, paths: &[String]) -> Result<Value, MssError> {
+        let rb = self
+            .request(Method::POST, "/archiveinfo")?
+            .json(&json!({ "paths": paths }));
+        rest::decode::<Value>(rest::send(rb, self.cfg.timeout).await?).await
     }
 
     /// `DELETE /stage/{id}`; done when the server no longer has it.
@@ -636,7 +630,7 @@ impl MssAdapter for TapeRestAdapter {
             return Ok(None);
         };
         if id == SETTLED_BEFORE_STAGING {
-            return Ok(self.settled_status(t).await);
+            return self.settled_status(t).await;
         }
         let Some(request) = sh.stage_request(&id).await? else {
             return Ok(None);
@@ -706,8 +700,12 @@ impl TapeRestAdapter {
             .map(|&i| paths::normal(&transfers[i].file))
             .collect();
         let wanted: Vec<String> = wanted.into_iter().collect();
-        let Some(info) = sh.archive_info(&wanted).await else {
-            return todo;
+        let info = match sh.archive_info(&wanted).await {
+            Ok(info) => info,
+            Err(e) => {
+                debug!(error = %e, "no archiveinfo; staging every file");
+                return todo;
+            }
         };
         let mut left = Vec::new();
         for i in todo {
@@ -819,16 +817,18 @@ impl TapeRestAdapter {
 
     /// The status of a transfer settled by archiveinfo: asked again (after a restart its event
     /// may be lost); `None` (resubmit) when the file now needs staging.
-    async fn settled_status(&self, t: &TransferRef) -> Option<TransferStatus> {
+    async fn settled_status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
         let sh = &self.shared;
         let info = sh.archive_info(&[paths::normal(&t.file)]).await?;
-        match archive::before_staging(&info, &t.file, t.size_bytes, |e| sh.cfg.is_fatal(e)) {
-            archive::Before::Settled(kind) => Some(TransferStatus {
-                attempt: t.attempt,
-                progress: Progress::Finished(kind),
-            }),
-            archive::Before::Stage => None,
-        }
+        Ok(
+            match archive::before_staging(&info, &t.file, t.size_bytes, |e| sh.cfg.is_fatal(e)) {
+                archive::Before::Settled(kind) => Some(TransferStatus {
+                    attempt: t.attempt,
+                    progress: Progress::Finished(kind),
+                }),
+                archive::Before::Stage => None,
+            },
+        )
     }
 }
 

@@ -558,7 +558,8 @@ async fn archive_info(
 /// One path's archive info, as dCache's `ArchiveInfoCollector` answers it.
 fn locality(s: &Inner, path: &str) -> Value {
     if path.contains("/fatal/") {
-        return json!({"path": path, "error": format!("No such file or directory {path}")});
+        // dCache's ChimeraNameSpaceProvider: FileNotFoundCacheException's message.
+        return json!({"path": path, "error": format!("No such file or directory: {path}")});
     }
     let staged = s.order.iter().filter_map(|id| s.requests.get(id)).any(|r| {
         paths_of(r).iter().any(|p| p == path) && file_state(r, path, &s.plan).0 == "COMPLETED"
