@@ -11,7 +11,7 @@ use mss_adapters::standin::tape_rest::{Form, TapeRestOptions};
 use mss_adapters::standin::{Fts3Standin, Plan, TapeRestStandin};
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, wait_final, ServeProcess, TestApp};
+use crate::helpers::{open_db, request, test_config, wait_final, ServeProcess, TestApp, BIN};
 
 /// The test configuration with `mss` as its `[mss]` section.
 fn config_with(mss: &str) -> String {
@@ -538,4 +538,39 @@ async fn archiveinfo_finishes_files_on_disk_and_fails_lost_ones_without_staging(
         .contains("No such file or directory"));
     assert!(standin.requests().is_empty(), "nothing was staged");
     app.stop().await;
+}
+
+#[test]
+fn check_config_refuses_a_disk_lifetime_dcache_cannot_parse() {
+    // dCache reads diskLifetime with Java's Duration.parse: P2W would fail every stage request.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.toml");
+    let write = |lifetime: &str| {
+        let mss = format!(
+            "adapter = \"tape_rest\"\n[mss.tape_rest]\nurl = \"https://dcache.example.org:3880/api/v1/tape\"\n\
+             disk_lifetime = \"{lifetime}\"\nauth = {{ method = \"none\" }}\n"
+        );
+        let config = config_with(&mss).replace("[mss]", "[release]\nmode = \"held\"\n\n[mss]");
+        std::fs::write(&file, config).unwrap();
+        std::process::Command::new(BIN)
+            .arg("check-config")
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = write("P2W");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mss.tape_rest.disk_lifetime")
+            && err.contains("weeks")
+            && err.contains("Duration.parse"),
+        "{err}"
+    );
+    let out = write("P14D");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
