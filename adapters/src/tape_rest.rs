@@ -34,7 +34,7 @@ mod paths;
 
 pub use paths::normal as normal_path;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -749,9 +749,12 @@ impl TapeRestAdapter {
                     }
                     continue;
                 }
-                Err(StageError::TooLarge(why)) => Err(MssError::Unavailable(format!(
-                    "413: even one file is too many for the tape endpoint: {why}"
-                ))),
+                Err(StageError::TooLarge(why)) => {
+                    warn!(server = %why, "the tape endpoint refuses even one file per stage request (413)");
+                    Err(MssError::Unavailable(format!(
+                        "413: even one file is too many for the tape endpoint: {why}"
+                    )))
+                }
                 Err(StageError::Mss(e)) => Err(e),
                 Ok(s) => Ok(s),
             };
@@ -848,15 +851,20 @@ fn lower_limit(files: usize, why: &str) -> usize {
 /// `todo` in groups of at most `max` distinct (normalised) paths, in order.
 fn group_distinct(transfers: &[Transfer], todo: &[usize], max: usize) -> VecDeque<Vec<usize>> {
     let mut groups: VecDeque<Vec<usize>> = VecDeque::new();
+    let mut in_last: HashSet<String> = HashSet::new();
     for &i in todo {
         let path = paths::normal(&transfers[i].file);
-        let fits = groups.back().is_some_and(|g| {
-            g.len() < max.max(1) && !g.iter().any(|&j| paths::normal(&transfers[j].file) == path)
-        });
+        let fits = groups
+            .back()
+            .is_some_and(|g| g.len() < max.max(1) && !in_last.contains(&path));
         match groups.back_mut() {
             Some(g) if fits => g.push(i),
-            _ => groups.push_back(vec![i]),
+            _ => {
+                groups.push_back(vec![i]);
+                in_last.clear();
+            }
         }
+        in_last.insert(path);
     }
     groups
 }
@@ -935,6 +943,26 @@ mod tests {
         assert_eq!(p("/g"), Some(Progress::Finished(EventKind::Cancelled)));
         assert_eq!(p("/zz"), None);
         assert!(c.capabilities().priority == PriorityScale::None);
+    }
+
+    #[test]
+    fn a_request_holds_distinct_normalised_paths_up_to_the_limit() {
+        let t = |file: &str| Transfer {
+            key: file.into(),
+            attempt: 1,
+            file: file.into(),
+            size_bytes: 1,
+            priority: 0,
+            volume: None,
+            group: "g".into(),
+            direction: Direction::Read,
+            local_file: None,
+            bfid: None,
+        };
+        let batch = [t("/a/b"), t("/c"), t("/a//b"), t("/d"), t("/e")];
+        let groups = group_distinct(&batch, &[0, 1, 2, 3, 4], 3);
+        assert_eq!(groups, [vec![0, 1], vec![2, 3, 4]]);
+        assert_eq!(group_distinct(&batch, &[1, 3, 4], 2), [vec![1, 3], vec![4]]);
     }
 
     #[test]
