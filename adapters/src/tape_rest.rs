@@ -9,7 +9,8 @@
 //!   paths, `{"files": [{"path", "diskLifetime", "targetedMetadata": {<sitename>:
 //!   {"activity": <group>}}}]}`; the answer (201) names the stage request (`requestId`), which is
 //!   every transfer's MSS id. A 413 (dCache: more than `bulk.limits.max.targets-per-flat-request`
-//!   files) halves the request and lowers the limit for later ones. The API only stages: writes
+//!   files) splits the request to the maximum dCache's message names (or halves it) and lowers
+//!   the limit for later ones. The API only stages: writes
 //!   are refused. Paths are sent and matched lexically normalised ([`paths`]).
 //! - **Progress**: every `poll_ms`, `GET {url}/stage/{id}` for each request with files in flight
 //!   ([`file_progress`]: dCache's `state` form and EOS-CTA's `{path, onDisk, error}` form).
@@ -19,7 +20,8 @@
 //!   disk copy once the station has it): `POST {url}/release/{id}` with `{"paths": [path]}`
 //!   (dCache unpins by the stage request's id, so a release still works after the DELETE).
 //! - **diskLifetime** must be what Java's `Duration.parse` reads ([`duration`]); EOS ignores it
-//!   (cern-eos/eos `TapeRestApiBusiness.cc` passes only paths to its prepare).
+//!   (cern-eos/eos `mgm/http/rest-api/json/tape/TapeModelBuilders.hh` reads only `path` and
+//!   the `activity` under its sitename, or under `default`).
 //! - **No priority**: the API has no priority field, so the broker must order requests itself
 //!   (`release.mode = "held"`); configuration refuses `pass_through` with this adapter.
 //!

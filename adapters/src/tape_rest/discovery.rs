@@ -3,7 +3,8 @@
 //! "metadata"}]}`. dCache serves the file `skel/var/httpd/wlcg-tape-rest-api.json`
 //! (dCache/dcache `WellKnownWlcgProducerFactory.java`), EOS builds it
 //! (cern-eos/eos `mgm/http/rest-api/json/tape/TapeJsonifiers.cc`). `targetedMetadata` is keyed
-//! by `sitename` (dCache keeps only the keys in its `supportedSitenames`); gfal2 reads the
+//! by `sitename` (dCache keeps only the keys in its `supportedSitenames`, `StageResources.java`;
+//! EOS reads the activity under its sitename or `default`, `TapeModelBuilders.hh`); gfal2 reads the
 //! document from the storage URL's origin and takes the highest endpoint version up to v1
 //! (cern-fts/gfal2 `src/plugins/http/gfal_http_plugin.cpp`, `retrieve_and_store_tape_endpoint`).
 
