@@ -574,3 +574,22 @@ fn check_config_refuses_a_disk_lifetime_dcache_cannot_parse() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_the_tape_server_normalises_is_done_at_the_first_attempt() {
+    // The server answers `/pnfs/a/b/c.root`; matched only raw, the file would be counted lost
+    // by the stale sweep and staged again, attempt after attempt.
+    let (standin, app) = tape_rest_app(TapeRestOptions::default()).await;
+    let id = post_read(&app, "n", "/pnfs/a//b/c.root").await;
+    let done = app.wait_final(&[id], Duration::from_secs(30)).await;
+    assert_eq!(
+        (done[0]["state"].as_str(), done[0]["attempt"].as_i64()),
+        (Some("done"), Some(1)),
+        "{}",
+        done[0]
+    );
+    let requests = standin.requests();
+    assert_eq!(requests.len(), 1, "staged once");
+    assert_eq!(requests[0].files[0]["path"], "/pnfs/a/b/c.root");
+    app.stop().await;
+}
