@@ -1,15 +1,27 @@
 //! The WLCG Tape REST API adapter (dCache, EOS-CTA, StoRM): staging files from tape.
 //!
-//! - **Submit**: one `POST {url}/stage` per batch, `{"files": [{"path", "diskLifetime",
-//!   "targetedMetadata": {<metadata_key>: {"activity": <group>}}}]}`; the answer (201) names the
-//!   stage request (`requestId`), which is every transfer's MSS id. The API only stages: writes
-//!   are refused.
-//! - **Progress**: every `poll_ms`, `GET {url}/stage/{id}` for each request with files in flight;
-//!   a file `STARTED` is a start, `COMPLETED` (or `onDisk: true`) is done with its declared size
-//!   (the API reports no bytes), `FAILED` a failure (retryable unless its error matches
-//!   `fatal_patterns`), `CANCELLED` a cancellation.
+//! - **Discovery**: at start, `GET {origin}/.well-known/wlcg-tape-rest-api` ([`discovery`]): its
+//!   `sitename` keys `targetedMetadata`; `metadata_key` (or the url's host) only when the site
+//!   has none.
+//! - **Submit**: first `POST {url}/archiveinfo` for the batch's paths ([`archive`]): a file on
+//!   disk is done at once, a LOST or NONE one (or an error) fails at once, UNAVAILABLE fails
+//!   retryably; the rest, one `POST {url}/stage` per at most `max_files_per_request` distinct
+//!   paths, `{"files": [{"path", "diskLifetime", "targetedMetadata": {<sitename>:
+//!   {"activity": <group>}}}]}`; the answer (201) names the stage request (`requestId`), which is
+//!   every transfer's MSS id. A 413 (dCache: more than `bulk.limits.max.targets-per-flat-request`
+//!   files) splits the request to the maximum dCache's message names (or halves it) and lowers
+//!   the limit for later ones. The API only stages: writes
+//!   are refused. Paths are sent and matched lexically normalised ([`paths`]).
+//! - **Progress**: every `poll_ms`, `GET {url}/stage/{id}` for each request with files in flight
+//!   ([`file_progress`]: dCache's `state` form and EOS-CTA's `{path, onDisk, error}` form).
+//!   Once every file of a request is final, `DELETE {url}/stage/{id}` (dCache keeps requests
+//!   for `bulk.limits.archiver-window`, 14 days, otherwise).
 //! - **Cancel**: `POST {url}/stage/{id}/cancel` with `{"paths": [path]}`; **release** (unpin the
-//!   disk copy once the station has it): `POST {url}/release/{id}` with `{"paths": [path]}`.
+//!   disk copy once the station has it): `POST {url}/release/{id}` with `{"paths": [path]}`
+//!   (dCache unpins by the stage request's id, so a release still works after the DELETE).
+//! - **diskLifetime** must be what Java's `Duration.parse` reads ([`duration`]); EOS ignores it
+//!   (cern-eos/eos `mgm/http/rest-api/json/tape/TapeModelBuilders.hh` reads only `path` and
+//!   the `activity` under its sitename, or under `default`).
 //! - **No priority**: the API has no priority field, so the broker must order requests itself
 //!   (`release.mode = "held"`); configuration refuses `pass_through` with this adapter.
 //!
@@ -17,16 +29,25 @@
 //! answer is lost to a broker crash (between the POST and the broker's commit) is staged again
 //! under a new request; the first request's pins expire after `diskLifetime`.
 
-use std::collections::{BTreeSet, HashMap};
+mod archive;
+mod discovery;
+mod duration;
+mod paths;
+
+pub use paths::normal as normal_path;
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::{Client, Method};
+use reqwest::{Client, Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tracing::{debug, warn};
+use tokio::sync::OnceCell;
+use tracing::{debug, info, warn};
 
 use crate::event_log::{EventLog, Seen};
 use crate::protocol::{Direction, EventKind, Transfer};
@@ -71,8 +92,10 @@ pub struct RawTapeRestConfig {
 fn d_lifetime() -> String {
     "P1D".into()
 }
+/// dCache's `bulk.limits.max.targets-per-flat-request` (dCache/dcache
+/// `skel/share/defaults/bulk.properties`): a stage request with more files is a 413.
 fn d_files() -> i64 {
-    1000
+    500
 }
 fn d_poll() -> i64 {
     5_000
@@ -93,6 +116,8 @@ pub struct TapeRestConfig {
     /// The API's base, e.g. `https://dcache.example.org:3880/api/v1/tape`.
     pub url: String,
     pub disk_lifetime: String,
+    /// The `targetedMetadata` key when the site's discovery document names no `sitename`: the
+    /// configured `metadata_key`, or the url's host.
     pub metadata_key: String,
     pub max_files_per_request: usize,
     pub max_outstanding: Option<usize>,
@@ -120,14 +145,8 @@ impl RawTapeRestConfig {
                 ),
             ));
         }
-        if !is_iso_duration(&self.disk_lifetime) {
-            issues.push(Issue::new(
-                "disk_lifetime",
-                format!(
-                    "`{}` is not an ISO 8601 duration such as P1D or PT12H",
-                    self.disk_lifetime
-                ),
-            ));
+        if let Some(why) = duration::lifetime_problem(&self.disk_lifetime) {
+            issues.push(Issue::new("disk_lifetime", why));
         }
         if self.metadata_key.as_deref().is_some_and(str::is_empty) {
             issues.push(Issue::new(
@@ -188,32 +207,6 @@ impl RawTapeRestConfig {
     }
 }
 
-/// A plausible ISO 8601 duration: `P`, then date parts and/or `T` with time parts.
-fn is_iso_duration(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix('P') else {
-        return false;
-    };
-    let (date, time) = match rest.split_once('T') {
-        Some((d, t)) => (d, Some(t)),
-        None => (rest, None),
-    };
-    let parts_ok = |part: &str, units: &str| {
-        let mut digits = 0;
-        for c in part.chars() {
-            if c.is_ascii_digit() {
-                digits += 1;
-            } else if units.contains(c) && digits > 0 {
-                digits = 0;
-            } else {
-                return false;
-            }
-        }
-        digits == 0
-    };
-    let has_any = !date.is_empty() || time.is_some_and(|t| !t.is_empty());
-    has_any && parts_ok(date, "YMWD") && time.is_none_or(|t| !t.is_empty() && parts_ok(t, "HMS"))
-}
-
 impl TapeRestConfig {
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -230,51 +223,91 @@ impl TapeRestConfig {
     }
 }
 
-/// The body of `POST /stage` for a set of reads (paths unique).
-pub fn stage_body(cfg: &TapeRestConfig, transfers: &[&Transfer]) -> Value {
+/// The body of `POST /stage` for a set of reads (paths unique once normalised), their
+/// `targetedMetadata` under `site` (the sitename).
+pub fn stage_body(cfg: &TapeRestConfig, site: &str, transfers: &[&Transfer]) -> Value {
     let files: Vec<Value> = transfers
         .iter()
         .map(|t| {
             json!({
-                "path": t.file,
+                "path": paths::normal(&t.file),
                 "diskLifetime": cfg.disk_lifetime,
-                "targetedMetadata": {cfg.metadata_key.clone(): {"activity": t.group}},
+                "targetedMetadata": {site: {"activity": t.group}},
             })
         })
         .collect();
     json!({ "files": files })
 }
 
-/// Where a file of a stage request stands, from the request's `GET` answer.
+/// Where a file of a stage request stands, from the request's `GET` answer, in either form the
+/// v1 specification allows (pages 11 and 14):
+///
+/// - dCache's, with `state` (`SUBMITTED`, `STARTED`, `COMPLETED`, `FAILED`, `CANCELLED`; dCache/dcache
+///   `providers/tape/StagedFileInfo.java`; gfal2 also reads `CANCELED`);
+/// - EOS-CTA's `{path, onDisk?, error?}` with no `state` and no start (cern-eos/eos
+///   `mgm/http/rest-api/json/tape/TapeJsonifiers.cc`, `GetStageBulkRequestJsonifier`).
+///
+/// As gfal2 does (cern-fts/gfal2 `src/plugins/http/gfal_http_plugin_tape.cpp`,
+/// `gfal_http_bring_online_poll_list`), any `error` fails the file (retryable unless it matches
+/// `fatal_patterns`), `onDisk: true` is done, and a file with neither is still waiting.
 pub fn file_progress(
     cfg: &TapeRestConfig,
     request: &Value,
     path: &str,
     bytes: u64,
 ) -> Option<Progress> {
-    let file = request
-        .get("files")?
-        .as_array()?
-        .iter()
-        .find(|f| f.get("path").and_then(Value::as_str) == Some(path))?;
-    let error = file.get("error").and_then(Value::as_str).unwrap_or("");
+    let want = paths::normal(path);
+    let file = request.get("files")?.as_array()?.iter().find(|f| {
+        f.get("path")
+            .and_then(Value::as_str)
+            .is_some_and(|p| paths::normal(p) == want)
+    })?;
+    let error = file
+        .get("error")
+        .and_then(Value::as_str)
+        .filter(|e| !e.is_empty());
     let state = file.get("state").and_then(Value::as_str);
-    Some(match (state, file.get("onDisk").and_then(Value::as_bool)) {
-        (Some("STARTED"), _) => Progress::Running,
-        (Some("COMPLETED"), _) | (None, Some(true)) => {
-            Progress::Finished(EventKind::Done { bytes })
+    let on_disk = file.get("onDisk").and_then(Value::as_bool);
+    Some(match (state, error) {
+        (Some("CANCELLED" | "CANCELED"), _) => Progress::Finished(EventKind::Cancelled),
+        (Some("FAILED"), _) | (_, Some(_)) => {
+            let error = error.unwrap_or("no reason given");
+            Progress::Finished(EventKind::Failed {
+                reason: format!("staging failed: {error}"),
+                retryable: !cfg.is_fatal(error),
+            })
         }
-        (Some("FAILED"), _) => Progress::Finished(EventKind::Failed {
-            reason: format!("staging failed: {error}"),
-            retryable: !cfg
-                .fatal_patterns
-                .iter()
-                .any(|p| error.contains(p.as_str())),
-        }),
-        (Some("CANCELLED"), _) => Progress::Finished(EventKind::Cancelled),
+        (Some("COMPLETED"), _) => Progress::Finished(EventKind::Done { bytes }),
+        _ if on_disk == Some(true) => Progress::Finished(EventKind::Done { bytes }),
+        (Some("STARTED"), _) => Progress::Running,
         _ => Progress::Queued,
     })
 }
+
+/// Whether every file of a polled stage request is final (so the request can be deleted).
+fn all_final(cfg: &TapeRestConfig, request: &Value) -> bool {
+    let Some(files) = request.get("files").and_then(Value::as_array) else {
+        return false;
+    };
+    files.iter().all(|f| {
+        let path = f.get("path").and_then(Value::as_str).unwrap_or("");
+        matches!(
+            file_progress(cfg, request, path, 0),
+            Some(Progress::Finished(_))
+        )
+    })
+}
+
+impl TapeRestConfig {
+    fn is_fatal(&self, error: &str) -> bool {
+        self.fatal_patterns
+            .iter()
+            .any(|p| error.contains(p.as_str()))
+    }
+}
+
+/// The MSS id of a transfer settled by `POST /archiveinfo`, with no stage request.
+pub const SETTLED_BEFORE_STAGING: &str = "archiveinfo";
 
 // ---------------------------------------------------------------------------------------------
 // The adapter
@@ -291,6 +324,12 @@ struct Shared {
     client: Client,
     log: EventLog,
     tracks: Mutex<HashMap<String, Track>>,
+    /// The `targetedMetadata` key, once the discovery document has been read.
+    site: OnceCell<String>,
+    /// Most files in one stage request now: `max_files_per_request`, lowered by a 413.
+    max_files: AtomicUsize,
+    /// Stage requests whose files are all final, to `DELETE`.
+    finished: Mutex<BTreeSet<String>>,
 }
 
 /// A file being staged for one transfer.
@@ -298,20 +337,33 @@ struct Shared {
 struct Track {
     attempt: u32,
     request_id: String,
+    /// Normalised.
     path: String,
     size_bytes: u64,
     started: bool,
 }
 
+/// Why a stage request was not created.
+enum StageError {
+    /// 413: too many files for the server in one request.
+    TooLarge(String),
+    Mss(MssError),
+}
+
 impl TapeRestAdapter {
-    /// Build the adapter and start its poller. Must run inside a tokio runtime.
+    /// Build the adapter and start its poller (which reads the discovery document first). Must
+    /// run inside a tokio runtime.
     pub fn new(cfg: TapeRestConfig) -> Result<TapeRestAdapter, MssError> {
         let client = cfg.auth.client()?;
+        let max_files = AtomicUsize::new(cfg.max_files_per_request);
         let shared = Arc::new(Shared {
             cfg,
             client,
             log: EventLog::new("tape-rest"),
             tracks: Mutex::new(HashMap::new()),
+            site: OnceCell::new(),
+            max_files,
+            finished: Mutex::new(BTreeSet::new()),
         });
         let poller = tokio::spawn(poll_loop(shared.clone()));
         Ok(TapeRestAdapter { shared, poller })
@@ -329,12 +381,58 @@ impl Shared {
         self.tracks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn finished(&self) -> MutexGuard<'_, BTreeSet<String>> {
+        self.finished.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn request(&self, method: Method, path: &str) -> Result<reqwest::RequestBuilder, MssError> {
         let rb = self
             .client
             .request(method, format!("{}{path}", self.cfg.url))
             .header("accept", "application/json");
         self.cfg.auth.authorize(rb)
+    }
+
+    /// The `targetedMetadata` key: the site's `sitename`, read once from its discovery document.
+    async fn site(&self) -> Result<String, MssError> {
+        self.site.get_or_try_init(|| self.discover()).await.cloned()
+    }
+
+    /// Read the discovery document. Unreachable or a server error: try again later; any other
+    /// answer without a `sitename`: the configured key.
+    async fn discover(&self) -> Result<String, MssError> {
+        let fallback = self.cfg.metadata_key.clone();
+        let Some(url) = discovery::document_url(&self.cfg.url) else {
+            return Ok(fallback);
+        };
+        let rb = self.client.get(&url).header("accept", "application/json");
+        let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
+        let retry_later = answer.status.is_server_error()
+            || answer.status == StatusCode::TOO_MANY_REQUESTS
+            || answer.status == StatusCode::REQUEST_TIMEOUT;
+        if retry_later {
+            return Err(answer.error());
+        }
+        let doc = answer
+            .status
+            .is_success()
+            .then(|| answer.json::<Value>().ok())
+            .flatten();
+        let found = doc.as_ref().map(discovery::read);
+        match found.as_ref().and_then(|d| d.endpoint.as_ref()) {
+            Some((uri, version)) if uri.trim_end_matches('/') != self.cfg.url => warn!(
+                %uri, %version, configured = %self.cfg.url,
+                "the site's discovery document lists another tape endpoint than the configured url"
+            ),
+            Some(_) => {}
+            None => {
+                warn!(%url, status = %answer.status, "no v1 tape endpoint in the site's discovery document")
+            }
+        }
+        let site = found.and_then(|d| d.sitename);
+        info!(%url, sitename = ?site, metadata_key = %site.as_deref().unwrap_or(&fallback),
+              "read the tape site's discovery document");
+        Ok(site.unwrap_or(fallback))
     }
 
     /// `GET /stage/{id}`, or `None` when the server does not know the request.
@@ -351,6 +449,24 @@ impl Shared {
         answer.json().map(Some)
     }
 
+    /// `POST /archiveinfo` for `paths`.
+    async fn archive_info(&self, paths: &[String]) -> Result<Value, MssError> {
+        let rb = self
+            .request(Method::POST, "/archiveinfo")?
+            .json(&json!({ "paths": paths }));
+        rest::decode::<Value>(rest::send(rb, self.cfg.timeout).await?).await
+    }
+
+    /// `DELETE /stage/{id}`; done when the server no longer has it.
+    async fn delete(&self, id: &str) -> Result<(), MssError> {
+        let rb = self.request(Method::DELETE, &format!("/stage/{id}"))?;
+        let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
+        if answer.status.is_success() || answer.not_found() {
+            return Ok(());
+        }
+        Err(answer.error())
+    }
+
     /// The stage request a transfer is in: followed, or recorded by the broker.
     fn request_id_of(&self, t: &TransferRef) -> Option<String> {
         self.lock()
@@ -362,18 +478,22 @@ impl Shared {
 
     /// `POST {path}` with `{"paths": [file]}` for a transfer's file.
     async fn paths_call(&self, path: &str, t: &TransferRef) -> Result<(), MssError> {
-        let Some(id) = self.request_id_of(t) else {
+        let Some(id) = self
+            .request_id_of(t)
+            .filter(|id| id != SETTLED_BEFORE_STAGING)
+        else {
             return Err(MssError::Rejected(
                 "no stage request is known for this transfer".into(),
             ));
         };
         let rb = self
             .request(Method::POST, &path.replace("{id}", &id))?
-            .json(&json!({"paths": [t.file]}));
+            .json(&json!({"paths": [paths::normal(&t.file)]}));
         rest::no_content(rest::send(rb, self.cfg.timeout).await?).await
     }
 
-    /// Turn one polled request into events for the transfers in it.
+    /// Turn one polled request into events for the transfers in it; a request whose files are
+    /// all final and no longer followed is marked for deletion.
     fn observe(&self, id: &str, request: Option<&Value>) {
         let mine: Vec<(String, Track)> = self
             .lock()
@@ -409,10 +529,32 @@ impl Shared {
                 }
             }
         }
+        let followed = self.lock().values().any(|t| t.request_id == id);
+        if !followed && all_final(&self.cfg, request) {
+            self.finished().insert(id.to_string());
+        }
+    }
+
+    /// Delete the stage requests that are over; a failure is tried again next period.
+    async fn delete_finished(&self) {
+        let ids: Vec<String> = self.finished().iter().cloned().collect();
+        for id in ids {
+            match self.delete(&id).await {
+                Ok(()) => {
+                    self.finished().remove(&id);
+                }
+                Err(e) => {
+                    debug!(request_id = %id, error = %e, "cannot delete the stage request; next period")
+                }
+            }
+        }
     }
 }
 
 async fn poll_loop(sh: Arc<Shared>) {
+    if let Err(e) = sh.site().await {
+        warn!(error = %e, "cannot read the tape site's discovery document; trying again at the first submission");
+    }
     loop {
         tokio::time::sleep(sh.cfg.poll).await;
         let ids: BTreeSet<String> = sh.lock().values().map(|t| t.request_id.clone()).collect();
@@ -425,6 +567,7 @@ async fn poll_loop(sh: Arc<Shared>) {
                 }
             }
         }
+        sh.delete_finished().await;
     }
 }
 
@@ -452,60 +595,21 @@ impl MssAdapter for TapeRestAdapter {
             .unwrap_or_else(|| Err(MssError::Protocol("no answer".into())))
     }
 
-    /// One stage request per group of distinct paths; writes and transfers already followed are
-    /// answered without a call.
+    /// Archive info first, then one stage request per group of distinct paths; writes and
+    /// transfers already followed are answered without a call.
     async fn submit_batch(&self, transfers: &[Transfer]) -> Vec<Result<Submitted, MssError>> {
-        let sh = &self.shared;
         let mut out: Vec<Option<Result<Submitted, MssError>>> = vec![None; transfers.len()];
-        let mut todo: Vec<usize> = Vec::new();
-        {
-            let tracks = sh.lock();
-            for (i, t) in transfers.iter().enumerate() {
-                if t.direction == Direction::Write {
-                    out[i] = Some(Err(MssError::Rejected(
-                        "the WLCG Tape REST API only stages files (reads)".into(),
-                    )));
-                } else if let Some(tr) = tracks.get(&t.key).filter(|tr| tr.attempt == t.attempt) {
-                    out[i] = Some(Ok(Submitted {
-                        mss_id: tr.request_id.clone(),
-                        duplicate: true,
-                    }));
-                } else {
-                    todo.push(i);
+        let todo = self.triage(transfers, &mut out);
+        if !todo.is_empty() {
+            match self.shared.site().await {
+                Ok(site) => {
+                    let todo = self.settle_before_staging(transfers, todo, &mut out).await;
+                    self.stage_all(transfers, todo, &site, &mut out).await;
                 }
-            }
-        }
-        // Split into requests of distinct paths, in order.
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for i in todo {
-            let fits = groups.last().is_some_and(|g| {
-                g.len() < sh.cfg.max_files_per_request
-                    && !g.iter().any(|&j| transfers[j].file == transfers[i].file)
-            });
-            match groups.last_mut() {
-                Some(g) if fits => g.push(i),
-                _ => groups.push(vec![i]),
-            }
-        }
-        for group in groups {
-            let batch: Vec<&Transfer> = group.iter().map(|&i| &transfers[i]).collect();
-            let result = self.stage(&batch).await;
-            for &i in &group {
-                out[i] = Some(result.clone());
-            }
-            if let Ok(s) = &result {
-                let mut tracks = sh.lock();
-                for t in &batch {
-                    tracks.insert(
-                        t.key.clone(),
-                        Track {
-                            attempt: t.attempt,
-                            request_id: s.mss_id.clone(),
-                            path: t.file.clone(),
-                            size_bytes: t.size_bytes,
-                            started: false,
-                        },
-                    );
+                Err(e) => {
+                    for i in todo {
+                        out[i] = Some(Err(e.clone()));
+                    }
                 }
             }
         }
@@ -527,6 +631,9 @@ impl MssAdapter for TapeRestAdapter {
         let Some(id) = sh.request_id_of(t) else {
             return Ok(None);
         };
+        if id == SETTLED_BEFORE_STAGING {
+            return self.settled_status(t).await;
+        }
         let Some(request) = sh.stage_request(&id).await? else {
             return Ok(None);
         };
@@ -538,7 +645,7 @@ impl MssAdapter for TapeRestAdapter {
             sh.lock().entry(t.key.clone()).or_insert(Track {
                 attempt: t.attempt,
                 request_id: id,
-                path: t.file.clone(),
+                path: paths::normal(&t.file),
                 size_bytes: t.size_bytes,
                 started: progress == Progress::Running,
             });
@@ -555,27 +662,213 @@ impl MssAdapter for TapeRestAdapter {
 }
 
 impl TapeRestAdapter {
+    /// Answer writes and transfers already followed; the indices left to stage.
+    fn triage(
+        &self,
+        transfers: &[Transfer],
+        out: &mut [Option<Result<Submitted, MssError>>],
+    ) -> Vec<usize> {
+        let tracks = self.shared.lock();
+        let mut todo = Vec::new();
+        for (i, t) in transfers.iter().enumerate() {
+            if t.direction == Direction::Write {
+                out[i] = Some(Err(MssError::Rejected(
+                    "the WLCG Tape REST API only stages files (reads)".into(),
+                )));
+            } else if let Some(tr) = tracks.get(&t.key).filter(|tr| tr.attempt == t.attempt) {
+                out[i] = Some(Ok(Submitted {
+                    mss_id: tr.request_id.clone(),
+                    duplicate: true,
+                }));
+            } else {
+                todo.push(i);
+            }
+        }
+        todo
+    }
+
+    /// `POST /archiveinfo` for the files to stage: those on disk are done and those lost or
+    /// missing failed at once (an event each, MSS id [`SETTLED_BEFORE_STAGING`]); the indices
+    /// still to stage.
+    async fn settle_before_staging(
+        &self,
+        transfers: &[Transfer],
+        todo: Vec<usize>,
+        out: &mut [Option<Result<Submitted, MssError>>],
+    ) -> Vec<usize> {
+        let sh = &self.shared;
+        let wanted: BTreeSet<String> = todo
+            .iter()
+            .map(|&i| paths::normal(&transfers[i].file))
+            .collect();
+        let wanted: Vec<String> = wanted.into_iter().collect();
+        let info = match sh.archive_info(&wanted).await {
+            Ok(info) => info,
+            Err(e) => {
+                debug!(error = %e, "no archiveinfo; staging every file");
+                return todo;
+            }
+        };
+        let mut left = Vec::new();
+        for i in todo {
+            let t = &transfers[i];
+            match archive::before_staging(&info, &t.file, t.size_bytes, |e| sh.cfg.is_fatal(e)) {
+                archive::Before::Stage => left.push(i),
+                archive::Before::Settled(kind) => {
+                    debug!(key = %t.key, ?kind, "settled by archiveinfo without staging");
+                    sh.log.push(&t.key, t.attempt, kind);
+                    out[i] = Some(Ok(Submitted {
+                        mss_id: SETTLED_BEFORE_STAGING.into(),
+                        duplicate: false,
+                    }));
+                }
+            }
+        }
+        left
+    }
+
+    /// Stage `todo` in requests of distinct paths, in order, halving a request the server
+    /// finds too large (413) and keeping the lower limit for later ones.
+    async fn stage_all(
+        &self,
+        transfers: &[Transfer],
+        todo: Vec<usize>,
+        site: &str,
+        out: &mut [Option<Result<Submitted, MssError>>],
+    ) {
+        let sh = &self.shared;
+        let mut groups = group_distinct(transfers, &todo, sh.max_files.load(Ordering::Relaxed));
+        while let Some(group) = groups.pop_front() {
+            let batch: Vec<&Transfer> = group.iter().map(|&i| &transfers[i]).collect();
+            let result = match self.stage(&batch, site).await {
+                Err(StageError::TooLarge(why)) if group.len() > 1 => {
+                    let limit = lower_limit(group.len(), &why);
+                    sh.max_files.fetch_min(limit, Ordering::Relaxed);
+                    warn!(files = group.len(), now = limit, server = %why,
+                          "the tape endpoint refused a stage request as too large (413); splitting it");
+                    for chunk in group.chunks(limit).rev() {
+                        groups.push_front(chunk.to_vec());
+                    }
+                    continue;
+                }
+                Err(StageError::TooLarge(why)) => {
+                    warn!(server = %why, "the tape endpoint refuses even one file per stage request (413)");
+                    Err(MssError::Unavailable(format!(
+                        "413: even one file is too many for the tape endpoint: {why}"
+                    )))
+                }
+                Err(StageError::Mss(e)) => Err(e),
+                Ok(s) => Ok(s),
+            };
+            if let Ok(s) = &result {
+                self.follow(&batch, &s.mss_id);
+            }
+            for &i in &group {
+                out[i] = Some(result.clone());
+            }
+        }
+    }
+
+    fn follow(&self, batch: &[&Transfer], request_id: &str) {
+        let mut tracks = self.shared.lock();
+        for t in batch {
+            tracks.insert(
+                t.key.clone(),
+                Track {
+                    attempt: t.attempt,
+                    request_id: request_id.to_string(),
+                    path: paths::normal(&t.file),
+                    size_bytes: t.size_bytes,
+                    started: false,
+                },
+            );
+        }
+    }
+
     /// `POST /stage` for a group of reads; their shared stage request id.
-    async fn stage(&self, batch: &[&Transfer]) -> Result<Submitted, MssError> {
+    async fn stage(&self, batch: &[&Transfer], site: &str) -> Result<Submitted, StageError> {
         let sh = &self.shared;
         let rb = sh
-            .request(Method::POST, "/stage")?
-            .json(&stage_body(&sh.cfg, batch));
-        let answer: Value = rest::decode(rest::send(rb, sh.cfg.timeout).await?).await?;
-        let id = answer
+            .request(Method::POST, "/stage")
+            .map_err(StageError::Mss)?
+            .json(&stage_body(&sh.cfg, site, batch));
+        let resp = rest::send(rb, sh.cfg.timeout)
+            .await
+            .map_err(StageError::Mss)?;
+        let answer = rest::Answer::read(resp).await.map_err(StageError::Mss)?;
+        // Before the shared classification: a 413 is not a refusal of these files.
+        if answer.status == StatusCode::PAYLOAD_TOO_LARGE {
+            return Err(StageError::TooLarge(
+                answer.server_error().unwrap_or_else(|| answer.text()),
+            ));
+        }
+        if !answer.status.is_success() {
+            return Err(StageError::Mss(answer.error()));
+        }
+        let body: Value = answer.json().map_err(StageError::Mss)?;
+        let id = body
             .get("requestId")
             .and_then(Value::as_str)
             .ok_or_else(|| {
-                let text =
-                    crate::answer::clip(&answer.to_string(), crate::answer::MAX_MESSAGE_CHARS)
-                        .into_owned();
-                MssError::Unknown(format!("no requestId in {text}"))
+                let text = crate::answer::clip(&body.to_string(), crate::answer::MAX_MESSAGE_CHARS)
+                    .into_owned();
+                StageError::Mss(MssError::Unknown(format!("no requestId in {text}")))
             })?;
         Ok(Submitted {
             mss_id: id.to_string(),
             duplicate: false,
         })
     }
+
+    /// The status of a transfer settled by archiveinfo: asked again (after a restart its event
+    /// may be lost); `None` (resubmit) when the file now needs staging.
+    async fn settled_status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
+        let sh = &self.shared;
+        let info = sh.archive_info(&[paths::normal(&t.file)]).await?;
+        Ok(
+            match archive::before_staging(&info, &t.file, t.size_bytes, |e| sh.cfg.is_fatal(e)) {
+                archive::Before::Settled(kind) => Some(TransferStatus {
+                    attempt: t.attempt,
+                    progress: Progress::Finished(kind),
+                }),
+                archive::Before::Stage => None,
+            },
+        )
+    }
+}
+
+/// The files per request to try after a 413 for `files`: the maximum dCache names in its
+/// message ("The number of targets N exceeds maximum M ...", dCache/dcache `BulkService.java`)
+/// when it gives one below `files`, otherwise half.
+fn lower_limit(files: usize, why: &str) -> usize {
+    let named = why
+        .split("maximum ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| (1..files).contains(n));
+    named.unwrap_or(files / 2).max(1)
+}
+
+/// `todo` in groups of at most `max` distinct (normalised) paths, in order.
+fn group_distinct(transfers: &[Transfer], todo: &[usize], max: usize) -> VecDeque<Vec<usize>> {
+    let mut groups: VecDeque<Vec<usize>> = VecDeque::new();
+    let mut in_last: HashSet<String> = HashSet::new();
+    for &i in todo {
+        let path = paths::normal(&transfers[i].file);
+        let fits = groups
+            .back()
+            .is_some_and(|g| g.len() < max.max(1) && !in_last.contains(&path));
+        match groups.back_mut() {
+            Some(g) if fits => g.push(i),
+            _ => {
+                groups.push_back(vec![i]);
+                in_last.clear();
+            }
+        }
+        in_last.insert(path);
+    }
+    groups
 }
 
 #[cfg(test)]
@@ -592,16 +885,6 @@ mod tests {
     }
 
     #[test]
-    fn iso_durations() {
-        for ok in ["P1D", "PT12H", "P1DT2H30M", "P2W", "PT45S"] {
-            assert!(is_iso_duration(ok), "{ok}");
-        }
-        for bad in ["1D", "P", "PT", "P1", "PD", "P1H", "PT1D", "P1DT"] {
-            assert!(!is_iso_duration(bad), "{bad}");
-        }
-    }
-
-    #[test]
     fn the_stage_body_carries_the_group_as_activity() {
         let t = Transfer {
             key: "5".into(),
@@ -615,7 +898,7 @@ mod tests {
             local_file: None,
             bfid: None,
         };
-        let body = stage_body(&cfg(), &[&t]);
+        let body = stage_body(&cfg(), "dcache.example.org", &[&t]);
         assert_eq!(
             body,
             json!({"files": [{"path": "/pnfs/fnal.gov/usr/cms/f.root", "diskLifetime": "P1D",
@@ -662,5 +945,73 @@ mod tests {
         assert_eq!(p("/g"), Some(Progress::Finished(EventKind::Cancelled)));
         assert_eq!(p("/zz"), None);
         assert!(c.capabilities().priority == PriorityScale::None);
+    }
+
+    #[test]
+    fn a_request_holds_distinct_normalised_paths_up_to_the_limit() {
+        let t = |file: &str| Transfer {
+            key: file.into(),
+            attempt: 1,
+            file: file.into(),
+            size_bytes: 1,
+            priority: 0,
+            volume: None,
+            group: "g".into(),
+            direction: Direction::Read,
+            local_file: None,
+            bfid: None,
+        };
+        let batch = [t("/a/b"), t("/c"), t("/a//b"), t("/d"), t("/e")];
+        let groups = group_distinct(&batch, &[0, 1, 2, 3, 4], 3);
+        assert_eq!(groups, [vec![0, 1], vec![2, 3, 4]]);
+        assert_eq!(group_distinct(&batch, &[1, 3, 4], 2), [vec![1, 3], vec![4]]);
+    }
+
+    #[test]
+    fn a_413_names_the_limit_or_halves() {
+        let dcache = "The number of targets 501 exceeds maximum 500 for directory expansion NONE.";
+        assert_eq!(lower_limit(501, dcache), 500);
+        assert_eq!(lower_limit(9, "Content Too Large"), 4);
+        assert_eq!(lower_limit(2, "maximum 7"), 1);
+        assert_eq!(cfg().max_files_per_request, 500, "dCache's default");
+    }
+
+    #[test]
+    fn the_eos_form_without_state_is_read_as_gfal2_reads_it() {
+        let c = cfg();
+        // cern-eos/eos GetStageBulkRequestJsonifier: path, onDisk when known, error when any.
+        let req = json!({"id": "r", "createdAt": 1, "startedAt": 1, "files": [
+            {"path": "/a", "onDisk": false},
+            {"path": "/b", "onDisk": true},
+            {"path": "/c", "onDisk": false, "error": "Retrieve failed: tape drive error"},
+            {"path": "/d", "error": "No such file or directory"},
+            {"path": "/e"},
+            {"path": "/f//g/./h", "onDisk": true}]});
+        let p = |path| file_progress(&c, &req, path, 4);
+        assert_eq!(p("/a"), Some(Progress::Queued));
+        assert_eq!(p("/e"), Some(Progress::Queued));
+        assert_eq!(
+            p("/b"),
+            Some(Progress::Finished(EventKind::Done { bytes: 4 }))
+        );
+        assert_eq!(
+            p("/c"),
+            Some(Progress::Finished(EventKind::Failed {
+                reason: "staging failed: Retrieve failed: tape drive error".into(),
+                retryable: true
+            }))
+        );
+        assert!(matches!(
+            p("/d"),
+            Some(Progress::Finished(EventKind::Failed {
+                retryable: false,
+                ..
+            }))
+        ));
+        assert_eq!(
+            p("/f/g/h"),
+            Some(Progress::Finished(EventKind::Done { bytes: 4 }))
+        );
+        assert!(!all_final(&c, &req));
     }
 }

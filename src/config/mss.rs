@@ -713,6 +713,23 @@ auth = { method = "none" }
     }
 
     #[test]
+    fn a_disk_lifetime_dcache_cannot_parse_is_refused_with_the_reason() {
+        // dCache reads diskLifetime with Java's Duration.parse: no years, months or weeks.
+        for (lifetime, unit) in [("P2W", "weeks"), ("P1Y", "years"), ("P1M", "months")] {
+            let config =
+                format!("{TAPE_REST}disk_lifetime = \"{lifetime}\"\n[release]\nmode = \"held\"\n");
+            let found = issues(&config);
+            assert!(
+                has(&found, "mss.tape_rest.disk_lifetime", unit)
+                    && has(&found, "mss.tape_rest.disk_lifetime", "Duration.parse"),
+                "{lifetime}: {found:?}"
+            );
+        }
+        let ok = format!("{TAPE_REST}disk_lifetime = \"P14D\"\n[release]\nmode = \"held\"\n");
+        assert_eq!(issues(&ok), Vec::<String>::new());
+    }
+
+    #[test]
     fn encp_takes_priorities_from_1_and_at_most_max_processes_outstanding() {
         let encp =
             "[mss]\nadapter = \"encp\"\n[mss.encp]\nmax_processes = 4\nlocal_roots = [\"/data\"]\n";

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use mss_adapters::standin::encp::{self as encp_standin, Run};
 use mss_adapters::standin::fts3::Delegation;
+use mss_adapters::standin::tape_rest::{Form, TapeRestOptions};
 use mss_adapters::standin::{Fts3Standin, Plan, TapeRestStandin};
 use serde_json::{json, Value};
 
@@ -758,7 +759,11 @@ async fn tape_rest_stages_in_held_mode_refuses_writes_and_releases_staged_files(
     assert!(requests.iter().all(|r| r.files.len() <= 2), "{requests:?}");
     let staged: usize = requests.iter().map(|r| r.files.len()).sum();
     assert_eq!(staged, 4);
-    assert!(requests[0].files[0]["targetedMetadata"]["127.0.0.1"]["activity"] == "analysis/top");
+    // Keyed by the sitename of the stand-in's discovery document.
+    assert_eq!(
+        requests[0].files[0]["targetedMetadata"],
+        json!({"standin-tape-site": {"activity": "analysis/top"}})
+    );
     // Release the first file's disk copy.
     let (status, body) = app
         .post(&format!("/v1/requests/{}/release", ids[0]), &json!({}))
@@ -785,5 +790,170 @@ async fn tape_rest_stages_in_held_mode_refuses_writes_and_releases_staged_files(
         .post(&format!("/v1/requests/{}/release", body["id"]), &json!({}))
         .await;
     assert_eq!(status, 409, "{body}");
+    app.stop().await;
+}
+
+/// A broker in held mode in front of a Tape REST stand-in started with `options`.
+async fn tape_rest_app(options: TapeRestOptions) -> (TapeRestStandin, TestApp) {
+    let plan = Plan {
+        queued: Duration::from_millis(100),
+        active: Duration::from_millis(100),
+    };
+    let standin = TapeRestStandin::start_with(None, plan, options)
+        .await
+        .unwrap();
+    let mss = format!(
+        "adapter = \"tape_rest\"\nretry_max_attempts = 3\n[mss.tape_rest]\nurl = \"{}\"\n\
+         poll_ms = 50\nauth = {{ method = \"none\" }}\n",
+        standin.url
+    );
+    let config =
+        config_with(&mss).replace("[mss]", "[release]\nmode = \"held\"\nlimit = 4\n\n[mss]");
+    (standin, TestApp::spawn(&config).await)
+}
+
+/// Post a read of `file`; its id.
+async fn post_read(app: &TestApp, crid: &str, file: &str) -> i64 {
+    let body = with(
+        request(crid, "analysis", "top", 1_500),
+        json!({"file": file}),
+    );
+    let (status, body) = app.post("/v1/requests", &body).await;
+    assert_eq!(status, 202, "{body}");
+    body["id"].as_i64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eos_recall_failure_ends_failed_with_the_servers_message() {
+    // EOS-CTA answers {path, onDisk, error} with no state: the error must fail the file, not
+    // leave it waiting forever with its slot held.
+    let (standin, app) = tape_rest_app(TapeRestOptions {
+        form: Form::Eos,
+        ..TapeRestOptions::default()
+    })
+    .await;
+    let failing = post_read(&app, "f", "/eos/fail/f.root").await;
+    let fine = post_read(&app, "ok", "/eos/cta/ok.root").await;
+    let done = app
+        .wait_final(&[failing, fine], Duration::from_secs(30))
+        .await;
+    let f = &done[0];
+    assert_eq!(
+        (
+            f["state"].as_str(),
+            f["attempt"].as_i64(),
+            f["charged"].as_u64()
+        ),
+        (Some("failed"), Some(3), Some(0)),
+        "{f}"
+    );
+    let why = f["last_error"].as_str().unwrap();
+    assert!(
+        why.contains("staging failed: tape drive error: medium error"),
+        "{why}"
+    );
+    assert_eq!(done[1]["state"], "done", "{}", done[1]);
+    // Every stage request ended: all deleted.
+    until(Duration::from_secs(10), "stage requests deleted", || {
+        standin.requests().iter().all(|r| r.deleted)
+    })
+    .await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiveinfo_finishes_files_on_disk_and_fails_lost_ones_without_staging() {
+    let (standin, app) = tape_rest_app(TapeRestOptions::default()).await;
+    let lost = post_read(&app, "l", "/pnfs/lost/l.root").await;
+    let on_disk = post_read(&app, "d", "/pnfs/disk/d.root").await;
+    let missing = post_read(&app, "m", "/pnfs/fatal/m.root").await;
+    let done = app
+        .wait_final(&[lost, on_disk, missing], Duration::from_secs(30))
+        .await;
+    let state = |r: &Value| {
+        (
+            r["state"].as_str().map(str::to_string),
+            r["attempt"].as_i64(),
+        )
+    };
+    assert_eq!(
+        state(&done[0]),
+        (Some("failed".into()), Some(1)),
+        "{}",
+        done[0]
+    );
+    assert!(done[0]["last_error"].as_str().unwrap().contains("LOST"));
+    assert_eq!(
+        state(&done[1]),
+        (Some("done".into()), Some(1)),
+        "{}",
+        done[1]
+    );
+    assert_eq!(done[1]["bytes_done"], 1_500);
+    assert_eq!(
+        state(&done[2]),
+        (Some("failed".into()), Some(1)),
+        "{}",
+        done[2]
+    );
+    assert!(done[2]["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("No such file or directory"));
+    assert!(standin.requests().is_empty(), "nothing was staged");
+    app.stop().await;
+}
+
+#[test]
+fn check_config_refuses_a_disk_lifetime_dcache_cannot_parse() {
+    // dCache reads diskLifetime with Java's Duration.parse: P2W would fail every stage request.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.toml");
+    let write = |lifetime: &str| {
+        let mss = format!(
+            "adapter = \"tape_rest\"\n[mss.tape_rest]\nurl = \"https://dcache.example.org:3880/api/v1/tape\"\n\
+             disk_lifetime = \"{lifetime}\"\nauth = {{ method = \"none\" }}\n"
+        );
+        let config = config_with(&mss).replace("[mss]", "[release]\nmode = \"held\"\n\n[mss]");
+        std::fs::write(&file, config).unwrap();
+        std::process::Command::new(BIN)
+            .arg("check-config")
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = write("P2W");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mss.tape_rest.disk_lifetime")
+            && err.contains("weeks")
+            && err.contains("Duration.parse"),
+        "{err}"
+    );
+    let out = write("P14D");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_the_tape_server_normalises_is_done_at_the_first_attempt() {
+    // The server answers `/pnfs/a/b/c.root`; matched only raw, the file would be counted lost
+    // by the stale sweep and staged again, attempt after attempt.
+    let (standin, app) = tape_rest_app(TapeRestOptions::default()).await;
+    let id = post_read(&app, "n", "/pnfs/a//b/c.root").await;
+    let done = app.wait_final(&[id], Duration::from_secs(30)).await;
+    assert_eq!(
+        (done[0]["state"].as_str(), done[0]["attempt"].as_i64()),
+        (Some("done"), Some(1)),
+        "{}",
+        done[0]
+    );
+    let requests = standin.requests();
+    assert_eq!(requests.len(), 1, "staged once");
+    assert_eq!(requests[0].files[0]["path"], "/pnfs/a/b/c.root");
     app.stop().await;
 }

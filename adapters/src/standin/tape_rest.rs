@@ -1,15 +1,27 @@
 //! A stand-in WLCG Tape REST API endpoint for tests: `POST /stage`, `GET /stage/{id}`,
-//! `POST /stage/{id}/cancel`, `DELETE /stage/{id}`, `POST /release/{id}` and
-//! `POST /archiveinfo`, answering as the API's v1 specification (and dCache) do.
+//! `POST /stage/{id}/cancel`, `DELETE /stage/{id}`, `POST /release/{id}`,
+//! `POST /archiveinfo` and the discovery document `GET /.well-known/wlcg-tape-rest-api`,
+//! answering as the API's v1 specification, dCache and EOS do.
 //!
 //! A stage submission must be `{"files": [...]}` and nothing else, each file with a `path`
 //! (absolute) and optionally `diskLifetime` (an ISO 8601 duration) and `targetedMetadata` (an
 //! object of objects); anything else is refused (400), as dCache refuses unrecognised payload
-//! elements. Cancel and release must name paths of the request.
+//! elements. More than `max_files_per_request` files is a 413 with dCache's message (dCache/dcache
+//! `BulkService.checkTargetCount`, `BulkServiceCommunicator.checkError`). Paths are kept and
+//! answered lexically normalised, as StoRM does. Cancel must name paths of the request.
 //!
 //! Files move on the wall clock: `SUBMITTED` for `plan.queued`, `STARTED` for `plan.active`,
 //! then `COMPLETED` (on disk). A path containing `/hold/` stays `SUBMITTED` until cancelled,
-//! `/fail/` fails with a drive error, `/fatal/` fails with "No such file or directory".
+//! `/fail/` fails with a drive error. In the EOS form ([`Form::Eos`]) a file is
+//! `{path, onDisk, error?}` with no state and no start (cern-eos/eos `TapeJsonifiers.cc`,
+//! `TapeRestApiBusiness.cc`: a cancelled file shows "File not requested with request ID").
+//!
+//! `POST /archiveinfo` answers `{path, locality}` or `{path, error}` as dCache's
+//! `ArchiveInfoCollector` does: `/fatal/` has no such file (an error), `/lost/` is LOST,
+//! `/none/` NONE, `/unavailable/` UNAVAILABLE, `/disk/` and anything staged DISK_AND_TAPE, the
+//! rest TAPE. `DELETE /stage/{id}` clears a request (a later GET is 404); a release still works
+//! afterwards, since dCache unpins by the request's id without looking the request up
+//! (`ReleaseResources.java` answers 200 to any well-formed release).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,6 +36,39 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use super::{Call, Desk, Plan};
+use crate::tape_rest::normal_path;
+
+/// How the stand-in answers a file's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// dCache: `{path, state, error?, startedAt?, finishedAt?}`.
+    Dcache,
+    /// EOS-CTA: `{path, onDisk, error?}`, no state, never a start.
+    Eos,
+}
+
+/// What the stand-in is like beyond its timing.
+#[derive(Debug, Clone)]
+pub struct TapeRestOptions {
+    pub form: Form,
+    /// dCache's `bulk.limits.max.targets-per-flat-request` (default 500).
+    pub max_files_per_request: usize,
+    /// The discovery document's `sitename`; `None`: no document (404).
+    pub sitename: Option<String>,
+}
+
+impl Default for TapeRestOptions {
+    fn default() -> Self {
+        TapeRestOptions {
+            form: Form::Dcache,
+            max_files_per_request: 500,
+            sitename: Some("standin-tape-site".into()),
+        }
+    }
+}
+
+/// dCache's `archiveinfo maxpaths` default: paths past it are left out of the answer.
+const ARCHIVEINFO_MAX_PATHS: usize = 10_000;
 
 /// A stage request as the stand-in keeps it.
 #[derive(Debug, Clone)]
@@ -33,6 +78,8 @@ pub struct StageRequest {
     pub files: Vec<Value>,
     pub cancelled: BTreeSet<String>,
     pub released: BTreeSet<String>,
+    /// Cleared by `DELETE /stage/{id}`.
+    pub deleted: bool,
     created: Instant,
     created_s: u64,
 }
@@ -40,6 +87,9 @@ pub struct StageRequest {
 struct Inner {
     desk: Desk,
     plan: Plan,
+    options: TapeRestOptions,
+    /// The API's base, as the discovery document lists it.
+    url: String,
     requests: HashMap<String, StageRequest>,
     order: Vec<String>,
     next: u64,
@@ -62,11 +112,22 @@ impl TapeRestStandin {
     /// Serve on a free loopback port under `/api/v1/tape`. With `token`, every call needs it
     /// as a bearer token.
     pub async fn start(token: Option<&str>, plan: Plan) -> std::io::Result<TapeRestStandin> {
+        Self::start_with(token, plan, TapeRestOptions::default()).await
+    }
+
+    /// The same, like a particular server (`options`).
+    pub async fn start_with(
+        token: Option<&str>,
+        plan: Plan,
+        options: TapeRestOptions,
+    ) -> std::io::Result<TapeRestStandin> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/api/v1/tape", listener.local_addr()?);
         let state = Arc::new(Mutex::new(Inner {
             desk: Desk::new(token),
             plan,
+            options,
+            url: url.clone(),
             requests: HashMap::new(),
             order: Vec::new(),
             next: 1,
@@ -81,7 +142,13 @@ impl TapeRestStandin {
             .route("/release/{id}", post(release))
             .route("/archiveinfo", post(archive_info))
             .with_state(state.clone());
-        let app = Router::new().nest("/api/v1/tape", api);
+        let app = Router::new()
+            .route(
+                "/.well-known/wlcg-tape-rest-api",
+                axum::routing::get(well_known),
+            )
+            .with_state(state.clone())
+            .nest("/api/v1/tape", api);
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -222,6 +289,24 @@ async fn stage(
         Err(m) => return error(StatusCode::BAD_REQUEST, &m),
     };
     let mut s = lock(&state);
+    let max = s.options.max_files_per_request;
+    if files.len() > max {
+        // dCache/dcache BulkService.TARGET_COUNT_ERROR_FORMAT, answered 413.
+        let detail = format!(
+            "The number of targets {} exceeds maximum {max} for directory expansion NONE.",
+            files.len()
+        );
+        return error(StatusCode::PAYLOAD_TOO_LARGE, &detail);
+    }
+    // Kept normalised, as StoRM keeps them (`lexically_normal()`).
+    let files: Vec<Value> = files
+        .into_iter()
+        .map(|mut f| {
+            let path = f["path"].as_str().map(normal_path).unwrap_or_default();
+            f["path"] = json!(path);
+            f
+        })
+        .collect();
     let id = format!("stage-{:04}", s.next);
     s.next += 1;
     s.requests.insert(
@@ -231,6 +316,7 @@ async fn stage(
             files,
             cancelled: BTreeSet::new(),
             released: BTreeSet::new(),
+            deleted: false,
             created: Instant::now(),
             created_s: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -273,6 +359,29 @@ fn paths_of(r: &StageRequest) -> Vec<String> {
         .collect()
 }
 
+/// A file as the configured form answers it.
+fn file_json(r: &StageRequest, path: &str, plan: &Plan, form: Form) -> Value {
+    let (state, err) = file_state(r, path, plan);
+    match form {
+        Form::Dcache => {
+            let mut f = json!({"path": path, "state": state});
+            if let Some(e) = err {
+                f["error"] = json!(e);
+            }
+            f
+        }
+        Form::Eos => {
+            let mut f = json!({"path": path, "onDisk": state == "COMPLETED"});
+            if let Some(e) = err {
+                f["error"] = json!(e);
+            } else if state == "CANCELLED" {
+                f["error"] = json!(format!("File not requested with request ID {}", r.id));
+            }
+            f
+        }
+    }
+}
+
 async fn get_request(
     State(state): State<Arc<Mutex<Inner>>>,
     Path(id): Path<String>,
@@ -282,24 +391,18 @@ async fn get_request(
         return r.into_response();
     }
     let s = lock(&state);
-    let Some(r) = s.requests.get(&id) else {
+    let Some(r) = s.requests.get(&id).filter(|r| !r.deleted) else {
         return error(StatusCode::NOT_FOUND, &format!("{id} not found"));
     };
     let files: Vec<Value> = paths_of(r)
         .into_iter()
-        .map(|p| {
-            let (st, err) = file_state(r, &p, &s.plan);
-            let mut f = json!({"path": p, "state": st});
-            if let Some(e) = err {
-                f["error"] = json!(e);
-            }
-            f
-        })
+        .map(|p| file_json(r, &p, &s.plan, s.options.form))
         .collect();
     Json(json!({"id": r.id, "createdAt": r.created_s, "startedAt": r.created_s, "files": files}))
         .into_response()
 }
 
+/// dCache's `clearRequest`: cancel what still runs, then clear; 404 once cleared.
 async fn delete_request(
     State(state): State<Arc<Mutex<Inner>>>,
     Path(id): Path<String>,
@@ -309,27 +412,27 @@ async fn delete_request(
         return r.into_response();
     }
     let mut s = lock(&state);
-    match s.requests.remove(&id) {
-        Some(_) => StatusCode::OK.into_response(),
+    let plan = s.plan;
+    match s.requests.get_mut(&id).filter(|r| !r.deleted) {
+        Some(r) => {
+            for p in paths_of(r) {
+                if !matches!(file_state(r, &p, &plan).0, "COMPLETED" | "FAILED") {
+                    r.cancelled.insert(p);
+                }
+            }
+            r.deleted = true;
+            StatusCode::OK.into_response()
+        }
         None => error(StatusCode::NOT_FOUND, &format!("{id} not found")),
     }
 }
 
 /// The `paths` of a cancel or release body, all belonging to request `id`.
 fn request_paths(s: &Inner, id: &str, body: &Option<Value>) -> Result<Vec<String>, Refusal> {
-    let Some(r) = s.requests.get(id) else {
+    let Some(r) = s.requests.get(id).filter(|r| !r.deleted) else {
         return Err(Refusal(StatusCode::NOT_FOUND, format!("{id} not found")));
     };
-    let paths: Vec<String> = body
-        .as_ref()
-        .and_then(|b| b.get("paths"))
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| p.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let paths = body_paths(body);
     if paths.is_empty() {
         return Err(Refusal(
             StatusCode::BAD_REQUEST,
@@ -344,6 +447,20 @@ fn request_paths(s: &Inner, id: &str, body: &Option<Value>) -> Result<Vec<String
         ));
     }
     Ok(paths)
+}
+
+/// The `paths` of a body, normalised.
+fn body_paths(body: &Option<Value>) -> Vec<String> {
+    body.as_ref()
+        .and_then(|b| b.get("paths"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(normal_path)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `POST {what}` of request `id` with `{"paths": [...]}`, all of the request: `apply` them.
@@ -395,6 +512,19 @@ async fn release(
     body: axum::body::Bytes,
 ) -> Response {
     let what = format!("/release/{id}");
+    let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+    let cleared = lock(&state).requests.get(&id).is_some_and(|r| r.deleted);
+    if cleared {
+        // dCache unpins by the stage request's id; the cleared request is not looked up.
+        if let Err(r) = admit(&state, "POST", what, &headers, parsed.clone()) {
+            return r.into_response();
+        }
+        let paths = body_paths(&parsed);
+        if let Some(r) = lock(&state).requests.get_mut(&id) {
+            r.released.extend(paths);
+        }
+        return StatusCode::OK.into_response();
+    }
     on_paths(&state, what, &id, &headers, &body, |r, paths, _| {
         r.released.extend(paths)
     })
@@ -416,17 +546,58 @@ async fn archive_info(
     ) {
         return r.into_response();
     }
-    let paths: Vec<Value> = body
-        .as_ref()
-        .and_then(|b| b.get("paths"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let info: Vec<Value> = paths
+    let s = lock(&state);
+    let info: Vec<Value> = body_paths(&body)
         .iter()
-        .map(|p| json!({"path": p, "locality": "TAPE"}))
+        .take(ARCHIVEINFO_MAX_PATHS)
+        .map(|p| locality(&s, p))
         .collect();
     Json(Value::Array(info)).into_response()
+}
+
+/// One path's archive info, as dCache's `ArchiveInfoCollector` answers it.
+fn locality(s: &Inner, path: &str) -> Value {
+    if path.contains("/fatal/") {
+        // dCache's ChimeraNameSpaceProvider: FileNotFoundCacheException's message.
+        return json!({"path": path, "error": format!("No such file or directory: {path}")});
+    }
+    let staged = s.order.iter().filter_map(|id| s.requests.get(id)).any(|r| {
+        paths_of(r).iter().any(|p| p == path) && file_state(r, path, &s.plan).0 == "COMPLETED"
+    });
+    let locality = if path.contains("/lost/") {
+        "LOST"
+    } else if path.contains("/none/") {
+        "NONE"
+    } else if path.contains("/unavailable/") {
+        "UNAVAILABLE"
+    } else if path.contains("/disk/") || staged {
+        "DISK_AND_TAPE"
+    } else {
+        "TAPE"
+    };
+    json!({"path": path, "locality": locality})
+}
+
+/// The discovery document, as dCache serves `wlcg-tape-rest-api.json`; 404 without a sitename.
+async fn well_known(State(state): State<Arc<Mutex<Inner>>>, headers: HeaderMap) -> Response {
+    let call = Call::new(
+        "GET",
+        "/.well-known/wlcg-tape-rest-api".into(),
+        HashMap::new(),
+        &headers,
+        None,
+    );
+    let mut s = lock(&state);
+    s.desk.calls.push(call);
+    match &s.options.sitename {
+        Some(site) => Json(json!({
+            "sitename": site,
+            "description": "stand-in WLCG Tape REST API endpoint",
+            "endpoints": [{"uri": s.url, "version": "v1", "metadata": {}}]
+        }))
+        .into_response(),
+        None => error(StatusCode::NOT_FOUND, "no discovery document"),
+    }
 }
 
 #[cfg(test)]
