@@ -59,7 +59,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
@@ -1328,6 +1328,13 @@ async fn watch(
         },
         _ => outcome(&sh.cfg, exit, &said, 0),
     };
+    let kind = match kind {
+        EventKind::Failed { reason, retryable } => EventKind::Failed {
+            reason: crate::answer::clip(&reason, crate::answer::MAX_MESSAGE_CHARS).into_owned(),
+            retryable,
+        },
+        other => other,
+    };
     match &kind {
         EventKind::Failed { reason, retryable } => {
             warn!(key = %t.key, attempt = t.attempt, %reason, retryable, "encp failed")
@@ -1371,6 +1378,10 @@ async fn terminate(child: &mut Child, grace: Duration) {
     let _ = child.kill().await;
 }
 
+/// Longest line of a run's output kept; the rest of a longer line is read and dropped, so a run
+/// that prints without newlines cannot grow the broker's memory.
+const MAX_LINE_BYTES: usize = 64 * 1024;
+
 /// Read a stream line by line, calling `each` on every line; returns the last thing `each`
 /// returned (if any) and the last `n` lines.
 async fn read_lines<R: AsyncRead + Unpin>(
@@ -1380,14 +1391,44 @@ async fn read_lines<R: AsyncRead + Unpin>(
 ) -> (Option<String>, String) {
     let mut tail = Tail::default();
     let mut kept = None;
-    let mut lines = BufReader::new(stream).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut reader = BufReader::new(stream);
+    let mut raw = Vec::new();
+    while let Ok(true) = next_line(&mut reader, &mut raw, MAX_LINE_BYTES).await {
+        let line = String::from_utf8_lossy(&raw);
+        let line = line.strip_suffix('\r').unwrap_or(&line).to_string();
         if let Some(v) = each(&line) {
             kept = Some(v);
         }
         tail.push(line, n);
     }
     (kept, tail.text())
+}
+
+/// The next line of `reader` into `line` (without its newline), at most `max` bytes of it kept;
+/// `false` at the end of the stream.
+async fn next_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<bool> {
+    line.clear();
+    let mut read_any = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(read_any);
+        }
+        read_any = true;
+        let newline = buf.iter().position(|&b| b == b'\n');
+        let chunk = &buf[..newline.unwrap_or(buf.len())];
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = newline.map_or(buf.len(), |i| i + 1);
+        reader.consume(used);
+        if newline.is_some() {
+            return Ok(true);
+        }
+    }
 }
 
 /// One line of a run's standard output: the start, the ticket's unique id and library, or an
@@ -1751,6 +1792,20 @@ mod tests {
             "must be under one of /data/stage, /scratch (mss.encp.local_roots)"
         );
         assert!(c.check_local_file("/etc/passwd").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_line_without_end_is_kept_bounded_and_the_next_read_whole() {
+        let mut long = vec![b'x'; 1 << 20];
+        long.extend_from_slice(b"\r\nSTATUS=NOACCESS\n");
+        let mut lines = Vec::new();
+        let (kept, _) = read_lines(&long[..], 5, |l| {
+            lines.push(l.len());
+            l.starts_with("STATUS=").then(|| l.to_string())
+        })
+        .await;
+        assert_eq!(lines, vec![MAX_LINE_BYTES, "STATUS=NOACCESS".len()]);
+        assert_eq!(kept.as_deref(), Some("STATUS=NOACCESS"));
     }
 
     #[test]
