@@ -35,7 +35,9 @@ pub enum MssError {
     Unavailable(String),
     /// The answer could not be read (garbled, stalled, too large, a proxy's page instead of the
     /// MSS's): the call may or may not have taken effect. Retryable with the same idempotency
-    /// key and attempt, which the MSS answers as a duplicate if it did.
+    /// key and attempt, which the simulator and FTS3 answer as a duplicate if it did (Tape REST
+    /// has none: a resend is a second stage request for the same files, one recall at the
+    /// server, a second pin until its lifetime ends).
     #[error("mss outcome unknown: {0}")]
     Unknown(String),
     /// The MSS refused the call: retrying the same call will not help.
