@@ -396,6 +396,45 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
     close(opened);
 }
 
+/// An MSS that answers a cancel with a failure (EOS lists a cancelled file with an error) must not
+/// get the request again as the next attempt: a cancel asked while it was at the MSS ends it
+/// cancelled and refunded, whatever failure comes back.
+#[tokio::test]
+async fn a_failure_after_a_cancel_is_a_cancel_not_a_retry() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let acc = l
+        .accept(vec![f.request("a", "mc", "x", 100)])
+        .await
+        .unwrap();
+    let a = acc[0].id;
+    l.submitted(vec![SubmittedTransfer {
+        id: a,
+        attempt: 1,
+        mss_id: "m".into(),
+    }])
+    .await
+    .unwrap();
+    assert_eq!(
+        l.cancel(a).await.unwrap(),
+        CancelOutcome::Requested(RequestState::Submitted)
+    );
+    let failed = EventKind::Failed {
+        reason: "File not requested with request ID m".into(),
+        retryable: true,
+    };
+    l.apply_events(vec![event(a, 1, 1, failed)], EventCursor::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        l.cancel(a).await.unwrap(),
+        CancelOutcome::AlreadyFinal(RequestState::Cancelled)
+    );
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (0, 0));
+    close(opened);
+}
+
 #[tokio::test]
 async fn a_replay_after_restart_is_still_a_duplicate() {
     let f = Fixture::new();

@@ -968,6 +968,8 @@ struct Charged {
     started_ms: Option<i64>,
     library: String,
     slots: u32,
+    /// A station or operator asked to cancel it while it was at the MSS.
+    cancel_requested: bool,
 }
 
 impl Charged {
@@ -983,8 +985,8 @@ impl Charged {
 fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charged>> {
     tx.prepare_cached(
         "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
-         COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, slots \
-         FROM requests WHERE id = ?1",
+         COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, slots, \
+         cancel_requested FROM requests WHERE id = ?1",
     )?
     .query_row([id], |r| {
         let state: String = r.get(0)?;
@@ -1001,6 +1003,7 @@ fn load_charged(tx: &Transaction<'_>, id: i64) -> rusqlite::Result<Option<Charge
             started_ms: r.get(9)?,
             library: r.get(10)?,
             slots: r.get::<_, i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
+            cancel_requested: r.get::<_, i64>(12)? != 0,
         })
     })
     .optional()
@@ -1149,6 +1152,11 @@ fn lost(
             && matches!(row.state, RequestState::Submitted | RequestState::Running)
     );
     if let (true, Some(row)) = (in_flight, &row) {
+        if row.cancel_requested {
+            // Cancelled while at the MSS, which lost it: nothing is left to cancel or resend.
+            finalize(tx, ctx, id, row, RequestState::Cancelled, None, None)?;
+            return Ok(true);
+        }
         ctx.moved(row.class, Some(row.state), RequestState::Accepted);
         tx.prepare_cached(
             "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
@@ -1208,6 +1216,11 @@ fn apply_event(
         }
         EventKind::Done { bytes } => {
             finalize(tx, ctx, id, &row, RequestState::Done, Some(*bytes), None)?;
+        }
+        // A cancel was asked while it was at the MSS, which answers with a failure (EOS lists
+        // a cancelled file with an error, not a cancelled state): cancelled, never resent.
+        EventKind::Failed { .. } if row.cancel_requested => {
+            finalize(tx, ctx, id, &row, RequestState::Cancelled, None, None)?;
         }
         EventKind::Failed { reason, retryable } => {
             if *retryable && row.attempt < ctx.retry.max_attempts {
