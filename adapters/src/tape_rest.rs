@@ -623,6 +623,10 @@ impl MssAdapter for TapeRestAdapter {
     }
 
     async fn release(&self, t: &TransferRef) -> Result<(), MssError> {
+        if self.shared.request_id_of(t).as_deref() == Some(SETTLED_BEFORE_STAGING) {
+            // Found on disk before staging: no stage request, so no pin of ours to release.
+            return Ok(());
+        }
         self.shared.paths_call("/release/{id}", t).await
     }
 

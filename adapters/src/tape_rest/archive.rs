@@ -38,23 +38,29 @@ pub fn before_staging(
     }) else {
         return Before::Stage;
     };
+    // Only what staging cannot cure settles the file here. An error that may pass (EOS lists a
+    // file with "Tape backend is unreachable" while it waits) and UNAVAILABLE (copies offline:
+    // gfal2's EAGAIN) are staged as before archiveinfo was asked: the server queues the
+    // recall and works it when it can, instead of a failure that spends an attempt each time.
     if let Some(error) = entry.get("error").and_then(Value::as_str) {
+        if !fatal(error) {
+            return Before::Stage;
+        }
         return Before::Settled(EventKind::Failed {
             reason: format!("archiveinfo: {error}"),
-            retryable: !fatal(error),
+            retryable: false,
         });
     }
-    let failed = |what: &str, retryable: bool| {
+    let failed = |what: &str| {
         Before::Settled(EventKind::Failed {
             reason: format!("archiveinfo: the file's locality is {what}"),
-            retryable,
+            retryable: false,
         })
     };
     match entry.get("locality").and_then(Value::as_str) {
         Some("DISK") | Some("DISK_AND_TAPE") => Before::Settled(EventKind::Done { bytes }),
-        Some("LOST") => failed("LOST (its only copy is gone)", false),
-        Some("NONE") => failed("NONE (no copy on disk or tape)", false),
-        Some("UNAVAILABLE") => failed("UNAVAILABLE (its copies are offline)", true),
+        Some("LOST") => failed("LOST (its only copy is gone)"),
+        Some("NONE") => failed("NONE (no copy on disk or tape)"),
         _ => Before::Stage,
     }
 }
@@ -74,6 +80,7 @@ mod tests {
             {"path": "/n", "locality": "NONE"},
             {"path": "/u", "locality": "UNAVAILABLE"},
             {"path": "/e", "error": "No such file or directory"},
+            {"path": "/w", "error": "Tape backend is unreachable"},
             {"path": "/a/b", "locality": "DISK"}
         ]);
         let b = |p| before_staging(&answer, p, 7, |e: &str| e.contains("No such"));
@@ -89,7 +96,9 @@ mod tests {
         };
         assert!(!retryable("/l"));
         assert!(!retryable("/n"));
-        assert!(retryable("/u"));
         assert!(!retryable("/e"));
+        // What staging may cure is staged: the server waits for it, no attempt is spent.
+        assert_eq!(b("/u"), Before::Stage);
+        assert_eq!(b("/w"), Before::Stage);
     }
 }
