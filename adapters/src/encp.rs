@@ -288,6 +288,7 @@ impl RawEncpConfig {
         self.check_verbose(&mut issues);
         self.check_build(&mut issues);
         self.check_daq(&mut issues);
+        self.check_status_stream(&mut issues);
         self.check_cancel_command(&mut issues);
         let delayed = match self.delayed_dismount_minutes {
             Some(m) if m < 0 => {
@@ -472,6 +473,30 @@ impl RawEncpConfig {
             for option in build::refused(self.build, &c.args) {
                 refuse(format!("classes.\"{name}\".args"), option);
             }
+        }
+    }
+
+    /// `--data-access-layer` sends encp's STATUS block to stdout, failures included
+    /// (`print_data_access_layer_format` in Enstore's `src/encp.py`: stderr only when it was
+    /// not requested), where the adapter does not read it: every fatal status would be retried.
+    fn check_status_stream(&self, issues: &mut Vec<Issue>) {
+        let dal = |args: &[String]| args.iter().any(|a| a == "--data-access-layer");
+        let mut keys = Vec::new();
+        if dal(&self.args) {
+            keys.push("args".to_string());
+        }
+        for (name, c) in &self.classes {
+            if dal(&c.args) {
+                keys.push(format!("classes.\"{name}\".args"));
+            }
+        }
+        for key in keys {
+            issues.push(Issue::new(
+                &key,
+                "may not pass --data-access-layer: encp then prints its STATUS= line on stdout, \
+                 failures included, and the adapter reads the outcome from stderr (it asks \
+                 nothing more of encp than the STATUS line it always writes there)",
+            ));
         }
     }
 
@@ -1738,6 +1763,16 @@ mod tests {
             issues_of(r#"{"env": {"ENCP_DAQ": "1"}, "classes": {"dt": {"priority": 2000002}}}"#);
         let keys: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["env", "classes.\"dt\".priority"], "{found:?}");
+    }
+
+    #[test]
+    fn the_data_access_layer_option_is_refused() {
+        let found = issues_of(r#"{"args": ["--data-access-layer"]}"#);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "args");
+        assert!(found[0].1.contains("stdout"), "{found:?}");
+        let found = issues_of(r#"{"classes": {"dt": {"args": ["--data-access-layer"]}}}"#);
+        assert_eq!(found[0].0, "classes.\"dt\".args", "{found:?}");
     }
 
     #[test]
