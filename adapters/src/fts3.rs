@@ -692,7 +692,16 @@ impl Shared {
                  transfer's own earlier submission): {message}"
             )));
         }
-        Ok(job_id_in(&self.vo_id().await?, sid))
+        // FTS3 holds this transfer's job: failing the request now would let a later request
+        // copy the file again, so a job id that cannot be derived yet is an unknown outcome
+        // (resent, answered 409 again, derived then).
+        let vo_id = self.vo_id().await.map_err(|e| match e {
+            MssError::Protocol(m) | MssError::Rejected(m) => MssError::Unknown(format!(
+                "fts3 already holds this transfer's job, but its id cannot be derived yet: {m}"
+            )),
+            other => other,
+        })?;
+        Ok(job_id_in(&vo_id, sid))
     }
 
     /// Turn a polled job into events, and stop following it once final.
