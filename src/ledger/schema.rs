@@ -243,7 +243,8 @@ fn version_1(conn: &Connection) -> rusqlite::Result<()> {
     copy_widened(conn, &narrow)
 }
 
-/// Columns added after the first schema, for databases created before them.
+/// Columns added after the first schema, for unversioned databases created before them (part of
+/// version 1: a later column is a step in `STEPS`).
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("requests", "charged_ms", "INTEGER"),
     ("requests", "held_reason", "TEXT"),
