@@ -45,6 +45,16 @@ pub enum LedgerError {
     Closed,
     #[error("cannot open the database at {path}: {message}")]
     Open { path: PathBuf, message: String },
+    /// The database was written by a newer build (its `user_version` is past this binary's).
+    #[error(
+        "the database {path} has schema version {found}, newer than this build knows ({known}): \
+         open it with a newer mssbroker"
+    )]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
     /// Another process writes this database (its lock file is locked).
     #[error("the database {path} is in use by another broker (pid {holder}; lock file {lock})")]
     Locked {
@@ -637,10 +647,12 @@ pub fn read_report(
 
 /// Open a database read-only (for `mssbroker shares --db` and reports).
 pub fn open_read_only(path: &Path) -> Result<rusqlite::Connection, LedgerError> {
-    schema::open_reader(path).map_err(|e| LedgerError::Open {
+    let conn = schema::open_reader(path).map_err(|e| LedgerError::Open {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })
+    })?;
+    schema::check_version(&conn, path)?;
+    Ok(conn)
 }
 
 /// Create the parent directory of a database path.

@@ -11,6 +11,11 @@
 //! the exact decimal of an `i128` ([`Wide`], in `wide.rs`): SQLite's INTEGER is `i64`, and a
 //! larger integer (or integer-looking text in an INTEGER column) silently becomes a REAL. They
 //! are added with the SQL functions `wide_add` and `wide_sum`, never `+` or `SUM()`.
+//!
+//! The schema is versioned by `PRAGMA user_version`: 1 is `SCHEMA` (reached from an unversioned
+//! database by the column and wide-column migrations below), later changes are the numbered
+//! `STEPS`, each applied once in the writer's opening transaction; a database newer than
+//! `LATEST` is refused.
 
 use std::path::Path;
 
@@ -154,7 +159,18 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// The writer's connection: schema created, WAL on.
+/// A later schema change: takes the database from the version before it to its own.
+type Step = fn(&Connection) -> rusqlite::Result<()>;
+
+/// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
+/// Append a step for a change; never edit a shipped one (databases already carry it).
+const STEPS: &[Step] = &[];
+
+/// The schema version this binary writes (`PRAGMA user_version`); a database at a higher one
+/// is refused.
+pub const LATEST: i64 = 1 + STEPS.len() as i64;
+
+/// The writer's connection: schema created or migrated to `LATEST`, WAL on.
 pub fn open_writer(path: &Path) -> Result<Connection, LedgerError> {
     let open_err = |message: String| LedgerError::Open {
         path: path.to_path_buf(),
@@ -162,22 +178,73 @@ pub fn open_writer(path: &Path) -> Result<Connection, LedgerError> {
     };
     super::ensure_parent(path).map_err(|e| open_err(e.to_string()))?;
     let mut conn = Connection::open(path).map_err(|e| open_err(e.to_string()))?;
+    // Before anything is written (WAL included): a newer build's database is left as it is.
+    check_version(&conn, path)?;
     configure(&conn).map_err(|e| open_err(e.to_string()))?;
-    create(&mut conn).map_err(|e| open_err(e.to_string()))?;
+    create(&mut conn, path)?;
     Ok(conn)
 }
 
-/// Create the schema, migrating an older one, in one transaction.
-fn create(conn: &mut Connection) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
-    migrate(&tx)?;
-    let narrow = set_aside_narrow(&tx)?;
-    tx.execute_batch(SCHEMA)?;
-    copy_widened(&tx, &narrow)?;
-    tx.commit()
+/// The database's schema version (0: created by a build before versions, or new).
+fn version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
 }
 
-/// Columns added after the first schema, for databases created before them.
+/// Refuse a database whose version is newer than this binary knows.
+pub(super) fn check_version(conn: &Connection, path: &Path) -> Result<i64, LedgerError> {
+    let found = version(conn).map_err(|e| LedgerError::Open {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if found > LATEST {
+        return Err(LedgerError::SchemaTooNew {
+            path: path.to_path_buf(),
+            found,
+            known: LATEST,
+        });
+    }
+    Ok(found)
+}
+
+/// Bring the schema to `LATEST` in one transaction: an unversioned database (new, or an older
+/// build's) to version 1, then each later step once.
+fn create(conn: &mut Connection, path: &Path) -> Result<(), LedgerError> {
+    let open_err = |e: rusqlite::Error| LedgerError::Open {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let tx = conn.transaction().map_err(open_err)?;
+    let from = check_version(&tx, path)?;
+    upgrade(&tx, from).map_err(open_err)?;
+    tx.commit().map_err(open_err)
+}
+
+fn upgrade(conn: &Connection, from: i64) -> rusqlite::Result<()> {
+    if from == LATEST {
+        return Ok(());
+    }
+    if from == 0 {
+        version_1(conn)?;
+    }
+    for (number, step) in (2..).zip(STEPS) {
+        if number > from {
+            step(conn)?;
+        }
+    }
+    conn.pragma_update(None, "user_version", LATEST)
+}
+
+/// Version 1: `SCHEMA`, an older build's database first given its added columns and its wide
+/// columns re-declared (a new one is created whole).
+fn version_1(conn: &Connection) -> rusqlite::Result<()> {
+    migrate(conn)?;
+    let narrow = set_aside_narrow(conn)?;
+    conn.execute_batch(SCHEMA)?;
+    copy_widened(conn, &narrow)
+}
+
+/// Columns added after the first schema, for unversioned databases created before them (part of
+/// version 1: a later column is a step in `STEPS`).
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("requests", "charged_ms", "INTEGER"),
     ("requests", "held_reason", "TEXT"),
@@ -351,7 +418,7 @@ pub fn instance(conn: &Connection) -> rusqlite::Result<String> {
     })
 }
 
-/// A read connection.
+/// A read connection (the version is checked by its openers, `open_read_only` and the writer).
 pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(
         path,

@@ -50,22 +50,7 @@ impl Fixture {
     }
 
     fn open(&self) -> (Ledger, std::thread::JoinHandle<()>) {
-        let options = LedgerOptions {
-            path: self.path.clone(),
-            commit_batch_max: 1024,
-            retry: RetrySettings {
-                max_attempts: 2,
-                base: Duration::from_millis(100),
-                max: Duration::from_millis(1000),
-            },
-            metrics: Arc::default(),
-        };
-        Ledger::open(
-            &options,
-            self.settings.policy.clone(),
-            Arc::new(self.clock.clone()),
-        )
-        .unwrap()
+        try_open(self).unwrap()
     }
 
     fn request(&self, crid: &str, mode: &str, group: &str, size: u64) -> NewRequest {
@@ -1000,4 +985,124 @@ async fn an_old_shape_database_is_migrated() {
         )
         .unwrap();
     assert_eq!(tables, 0, "the set-aside tables are dropped");
+    assert_eq!(
+        user_version(&c),
+        super::schema::LATEST,
+        "migrated to the latest version"
+    );
+}
+
+fn user_version(c: &rusqlite::Connection) -> i64 {
+    c.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Open a fixture's database, the error left to the caller.
+fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
+    let options = LedgerOptions {
+        path: f.path.clone(),
+        commit_batch_max: 1024,
+        retry: RetrySettings {
+            max_attempts: 2,
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(1000),
+        },
+        metrics: Arc::default(),
+    };
+    Ledger::open(
+        &options,
+        f.settings.policy.clone(),
+        Arc::new(f.clock.clone()),
+    )
+}
+
+#[tokio::test]
+async fn a_new_database_is_created_at_the_latest_version() {
+    let f = Fixture::new();
+    close(f.open());
+    let c = super::schema::open_reader(&f.path).unwrap();
+    assert_eq!(user_version(&c), super::schema::LATEST);
+}
+
+#[tokio::test]
+async fn an_old_database_missing_added_columns_keeps_its_rows_and_is_versioned() {
+    let f = Fixture::new();
+    {
+        // The first schema: no column added since (charged_ms ... bfid, held ... queue_priority).
+        let c = rusqlite::Connection::open(&f.path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE requests (id INTEGER PRIMARY KEY, station TEXT NOT NULL, \
+             client_request_id TEXT NOT NULL, user_name TEXT NOT NULL, file TEXT NOT NULL, \
+             size_bytes INTEGER NOT NULL, access_mode TEXT NOT NULL, physics_group TEXT NOT NULL, \
+             volume TEXT, direction TEXT NOT NULL, group_path TEXT NOT NULL, class TEXT NOT NULL, \
+             mss_priority INTEGER NOT NULL, charged INTEGER NOT NULL, \
+             charged_bytes INTEGER NOT NULL, state TEXT NOT NULL, \
+             attempt INTEGER NOT NULL DEFAULT 1, mss_id TEXT, \
+             bytes_done INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0, \
+             last_error TEXT, created_ms INTEGER NOT NULL, submitted_ms INTEGER, \
+             started_ms INTEGER, finished_ms INTEGER, next_attempt_ms INTEGER NOT NULL DEFAULT 0, \
+             checked_ms INTEGER); \
+             CREATE TABLE groups (path TEXT PRIMARY KEY, usage INTEGER NOT NULL DEFAULT 0, \
+             usage_bytes INTEGER NOT NULL DEFAULT 0, pending INTEGER NOT NULL DEFAULT 0) \
+             WITHOUT ROWID; \
+             INSERT INTO groups(path, usage, usage_bytes, pending) VALUES ('mc', 1234, 5678, 0); \
+             INSERT INTO requests(station, client_request_id, user_name, file, size_bytes, \
+             access_mode, physics_group, direction, group_path, class, mss_priority, charged, \
+             charged_bytes, state, created_ms) VALUES ('s', 'c', 'u', '/c', 5678, 'mc', 'x', \
+             'read', 'mc', 'back', 10, 1234, 5678, 'done', 1);",
+        )
+        .unwrap();
+    }
+    let opened = f.open();
+    assert_eq!(usage_of(&opened.0.groups().await.unwrap(), "mc"), (1234, 0));
+    close(opened);
+    let c = super::schema::open_reader(&f.path).unwrap();
+    let row: (String, i64, String, i64, i64) = c
+        .query_row(
+            "SELECT file, charged, library, slots, passed FROM requests WHERE client_request_id = 'c'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .unwrap();
+    assert_eq!(row, ("/c".into(), 1234, String::new(), 1, 0));
+    assert_eq!(user_version(&c), super::schema::LATEST);
+}
+
+#[tokio::test]
+async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
+    let f = Fixture::new();
+    let newer = super::schema::LATEST + 1;
+    {
+        let c = rusqlite::Connection::open(&f.path).unwrap();
+        c.execute_batch("CREATE TABLE future (x INTEGER)").unwrap();
+        c.pragma_update(None, "user_version", newer).unwrap();
+    }
+    let shown = f.path.display().to_string();
+    let written = match try_open(&f) {
+        Err(e) => e,
+        Ok(_) => panic!("the writer opened a database newer than it knows"),
+    };
+    let read = match open_read_only(&f.path) {
+        Err(e) => e,
+        Ok(_) => panic!("the reader opened a database newer than it knows"),
+    };
+    for e in [written, read] {
+        assert!(
+            matches!(&e, LedgerError::SchemaTooNew { path, found, known }
+                if *path == f.path && *found == newer && *known == super::schema::LATEST),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.contains(&shown), "{text}");
+        assert!(text.contains(&newer.to_string()), "{text}");
+    }
+    let c = rusqlite::Connection::open(&f.path).unwrap();
+    assert_eq!(user_version(&c), newer, "the version is left alone");
+    let tables: i64 = c
+        .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        tables, 1,
+        "nothing is created in a database the binary does not know"
+    );
 }
