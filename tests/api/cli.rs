@@ -130,3 +130,59 @@ fn submit_and_status_talk_to_a_running_broker() {
     let _ = serve.kill();
     let _ = serve.wait();
 }
+
+/// A database from a newer build is refused by every command that opens it, with the path and
+/// both versions, and is left as it was.
+#[test]
+fn a_database_from_a_newer_build_is_refused_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("newer.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("CREATE TABLE future (x); PRAGMA user_version = 1000;")
+            .unwrap();
+    }
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/broker.toml");
+    let db_arg = db.to_str().unwrap();
+    for args in [
+        vec!["shares", "--config", shipped, "--db", db_arg],
+        vec!["report", "--config", shipped, "--db", db_arg],
+        vec![
+            "serve",
+            "--config",
+            shipped,
+            "--listen",
+            "127.0.0.1:0",
+            "--db",
+            db_arg,
+        ],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("`{}` did not refuse the newer database", args[0]);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(!status.success(), "{}: {err}", args[0]);
+        assert!(err.contains("schema version 1000"), "{}: {err}", args[0]);
+        assert!(err.contains("newer than this build"), "{}: {err}", args[0]);
+    }
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1000, "the newer database is left as it was");
+}
