@@ -65,7 +65,7 @@ async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Poll the broker until three of `ids` are submitted, the last is still accepted and the
+/// Poll the broker until three of `ids` are submitted, the fourth is still accepted and the
 /// adapter reports no room: the process limit is what holds the fourth back.
 async fn wait_fourth_held(client: &reqwest::Client, base: &str, ids: &[i64]) {
     let start = Instant::now();
@@ -238,18 +238,26 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
     }
     let mut serve = ServeProcess::start(&config, &db);
     let client = reqwest::Client::new();
-    let mut ids = Vec::new();
-    for n in names {
-        let resp = client
-            .post(format!("{}/v1/requests", serve.base))
-            .json(&request(n, "analysis", "higgs", 1_000))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 202);
-        let body: Value = resp.json().await.unwrap();
-        ids.push(body["id"].as_i64().unwrap());
-    }
+    // One batch, one commit: the dispatcher has all four ready when it chooses, so three
+    // submitted and one accepted is the process limit choosing, not the fourth arriving late.
+    let items: Vec<Value> = names
+        .iter()
+        .map(|n| request(n, "analysis", "higgs", 1_000))
+        .collect();
+    let resp = client
+        .post(format!("{}/v1/requests/batch", serve.base))
+        .json(&json!({ "requests": items }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let body: Value = resp.json().await.unwrap();
+    let ids: Vec<i64> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
     until(Duration::from_secs(20), "three encp runs", || {
         encp_standin::runs(dir.path()).len() == 3
     })
