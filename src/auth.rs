@@ -25,13 +25,51 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn name(&self) -> &'static str {
+    /// The role without its station: what an endpoint's `require` names.
+    pub fn kind(&self) -> RoleKind {
         match self {
-            Role::Station(_) => "station",
-            Role::Mss => "mss",
-            Role::Reader => "reader",
-            Role::Operator => "operator",
+            Role::Station(_) => RoleKind::Station,
+            Role::Mss => RoleKind::Mss,
+            Role::Reader => RoleKind::Reader,
+            Role::Operator => RoleKind::Operator,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+/// A role as the token file's `role` names it, parsed once when the file is loaded, so a
+/// misspelt role is a load error and a misspelt `require` does not compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleKind {
+    Station,
+    Mss,
+    Reader,
+    Operator,
+}
+
+impl RoleKind {
+    pub const ALL: [RoleKind; 4] = [
+        RoleKind::Station,
+        RoleKind::Mss,
+        RoleKind::Reader,
+        RoleKind::Operator,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RoleKind::Station => "station",
+            RoleKind::Mss => "mss",
+            RoleKind::Reader => "reader",
+            RoleKind::Operator => "operator",
+        }
+    }
+
+    /// The role the token file's `role` string names, if any.
+    pub fn parse(s: &str) -> Option<RoleKind> {
+        RoleKind::ALL.into_iter().find(|k| k.name() == s)
     }
 }
 
@@ -139,9 +177,15 @@ impl TokenTable {
                     "{key}.sha256: must be 64 hex digits (the SHA-256 of the token)"
                 ))
             })?;
-            let role = match (t.role.as_str(), t.station) {
-                ("station", Some(s)) if !s.is_empty() => Role::Station(s),
-                ("station", _) => {
+            let kind = RoleKind::parse(&t.role).ok_or_else(|| {
+                invalid(format!(
+                    "{key}.role: `{}` is not one of station, mss, reader, operator",
+                    t.role
+                ))
+            })?;
+            let role = match (kind, t.station) {
+                (RoleKind::Station, Some(s)) if !s.is_empty() => Role::Station(s),
+                (RoleKind::Station, _) => {
                     return Err(invalid(format!(
                         "{key}.station: a station token names its station"
                     )))
@@ -151,14 +195,9 @@ impl TokenTable {
                         "{key}.station: only station tokens name a station"
                     )))
                 }
-                ("mss", None) => Role::Mss,
-                ("reader", None) => Role::Reader,
-                ("operator", None) => Role::Operator,
-                (other, None) => {
-                    return Err(invalid(format!(
-                        "{key}.role: `{other}` is not one of station, mss, reader, operator"
-                    )))
-                }
+                (RoleKind::Mss, None) => Role::Mss,
+                (RoleKind::Reader, None) => Role::Reader,
+                (RoleKind::Operator, None) => Role::Operator,
             };
             if entries.iter().any(|(h, _)| *h == hash) {
                 return Err(invalid(format!("{key}: the same token is listed twice")));
@@ -239,6 +278,27 @@ mod tests {
         .contains("tokens[0].role"));
         let twice = format!("[[tokens]]\nname = \"a\"\nsha256 = \"{h}\"\nrole = \"reader\"\n[[tokens]]\nname = \"b\"\nsha256 = \"{h}\"\nrole = \"mss\"");
         assert!(bad(&twice).contains("twice"));
+    }
+
+    #[test]
+    fn each_role_parses_from_its_own_name_and_nothing_else_does() {
+        for kind in RoleKind::ALL {
+            assert_eq!(RoleKind::parse(kind.name()), Some(kind));
+        }
+        assert_eq!(RoleKind::parse("Operator"), None);
+        assert_eq!(RoleKind::parse("operater"), None);
+        assert_eq!(Role::Station("s".into()).kind(), RoleKind::Station);
+        let h = sha256_hex("y");
+        let err = TokenTable::parse(
+            &format!("[[tokens]]\nname = \"a\"\nsha256 = \"{h}\"\nrole = \"operater\""),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("tokens[0].role") && err.contains("operater"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tokio::sync::mpsc;
 
-use crate::auth::{Principal, Role, TokenTable};
+use crate::auth::{Principal, Role, RoleKind, TokenTable};
 use crate::config::{InputLimits, PolicySettings};
 use crate::domain::RequestState;
 use crate::ledger::{CancelOutcome, Ledger, NewRequest};
@@ -106,8 +106,8 @@ fn bearer_or_basic_token(h: &str) -> Option<String> {
 
 impl Caller {
     /// 403 unless the caller has one of `roles`.
-    fn require(&self, roles: &[&str], what: &str) -> Result<(), ApiError> {
-        if roles.contains(&self.0.role.name()) {
+    fn require(&self, roles: &[RoleKind], what: &str) -> Result<(), ApiError> {
+        if roles.contains(&self.0.role.kind()) {
             return Ok(());
         }
         Err(ApiError::forbidden(
@@ -349,7 +349,7 @@ async fn submit_one(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    caller.require(&["station", "operator"], "submit requests")?;
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
     caller.charge(&state, 1)?;
     let bytes = json_bytes(&headers, body)?;
     let input = RequestInput::from_slice(&bytes, &state.limits)?;
@@ -381,7 +381,7 @@ async fn submit_batch(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    caller.require(&["station", "operator"], "submit requests")?;
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
     let bytes = json_bytes(&headers, body)?;
     let items = wire::batch_items(&bytes, &state.limits)?;
     caller.charge(&state, items.len())?;
@@ -489,7 +489,7 @@ async fn get_request(
     caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
-    caller.require(&["station", "operator"], "read requests")?;
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "read requests")?;
     let id = parse_id(&raw)?;
     match state.ledger.request(id).await? {
         // Another station's request answers as if it did not exist: ids do not leak.
@@ -528,7 +528,7 @@ async fn cancel_request(
     caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
-    caller.require(&["station", "operator"], "cancel requests")?;
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "cancel requests")?;
     let id = parse_id(&raw)?;
     match state.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => {}
@@ -576,7 +576,10 @@ async fn release_request(
     caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Json<wire::ReleaseBody>, ApiError> {
-    caller.require(&["station", "operator"], "release staged files")?;
+    caller.require(
+        &[RoleKind::Station, RoleKind::Operator],
+        "release staged files",
+    )?;
     let id = parse_id(&raw)?;
     let r = match state.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => r,
@@ -628,7 +631,7 @@ async fn mss(
     caller: Caller,
 ) -> Result<Json<wire::MssBody>, ApiError> {
     caller.require(
-        &["station", "reader", "operator"],
+        &[RoleKind::Station, RoleKind::Reader, RoleKind::Operator],
         "read the mss capabilities",
     )?;
     Ok(Json(
@@ -662,7 +665,10 @@ async fn groups(
     caller: Caller,
     query: Result<Query<GroupsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    caller.require(&["reader", "operator"], "read group figures")?;
+    caller.require(
+        &[RoleKind::Reader, RoleKind::Operator],
+        "read group figures",
+    )?;
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, Some("at"), m);
     let Query(query) = query.map_err(|e| bad(e.body_text()))?;
     let now = state.clock.now_ms();
@@ -719,7 +725,7 @@ async fn report(
     caller: Caller,
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    caller.require(&["reader", "operator"], "read reports")?;
+    caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
     let (range, now) = report_range(&state, query)?;
     Ok(Json(state.ledger.report(range, now).await?).into_response())
 }
@@ -733,7 +739,7 @@ async fn report(
     (status = 503, body = error::ErrorBody),
 ))]
 async fn metrics(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    caller.require(&["reader", "operator"], "read metrics")?;
+    caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
     let text = state
         .ledger
         .metrics_text(state.metrics.clone(), state.clock.now_ms())
@@ -762,7 +768,7 @@ async fn report_page(
     caller: Caller,
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    caller.require(&["reader", "operator"], "read reports")?;
+    caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
     let (range, now) = report_range(&state, query)?;
     let report = state.ledger.report(range, now).await?;
     let html = crate::report::html::page(&report, now).map_err(|e| {

@@ -65,6 +65,45 @@ async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Poll the broker until three of `ids` are submitted, the fourth is still accepted and the
+/// adapter reports no room: the process limit is what holds the fourth back.
+async fn wait_fourth_held(client: &reqwest::Client, base: &str, ids: &[i64]) {
+    let start = Instant::now();
+    loop {
+        let mut states = Vec::new();
+        for id in ids {
+            let r: Value = client
+                .get(format!("{base}/v1/requests/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            states.push(r["state"].as_str().unwrap_or_default().to_string());
+        }
+        let mss: Value = client
+            .get(format!("{base}/v1/mss"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let submitted = states.iter().filter(|s| *s == "submitted").count();
+        let waiting = states.iter().filter(|s| *s == "accepted").count();
+        if submitted == 3 && waiting == 1 && mss["room"] == 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the fourth request held by the process limit: {states:?}, room {}",
+            mss["room"]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encp_runs_each_transfer_at_the_brokers_priority_and_reports_its_bytes() {
     let dir = tempfile::tempdir().unwrap();
@@ -199,24 +238,33 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
     }
     let mut serve = ServeProcess::start(&config, &db);
     let client = reqwest::Client::new();
-    let mut ids = Vec::new();
-    for n in names {
-        let resp = client
-            .post(format!("{}/v1/requests", serve.base))
-            .json(&request(n, "analysis", "higgs", 1_000))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 202);
-        let body: Value = resp.json().await.unwrap();
-        ids.push(body["id"].as_i64().unwrap());
-    }
+    // One batch, one commit: the dispatcher has all four ready when it chooses, so three
+    // submitted and one accepted is the process limit choosing, not the fourth arriving late.
+    let items: Vec<Value> = names
+        .iter()
+        .map(|n| request(n, "analysis", "higgs", 1_000))
+        .collect();
+    let resp = client
+        .post(format!("{}/v1/requests/batch", serve.base))
+        .json(&json!({ "requests": items }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let body: Value = resp.json().await.unwrap();
+    let ids: Vec<i64> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
     until(Duration::from_secs(20), "three encp runs", || {
         encp_standin::runs(dir.path()).len() == 3
     })
     .await;
-    // No more than max_processes: the fourth waits in the broker.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // No more than max_processes: the fourth waits in the broker. Wait until the broker says
+    // so (three submitted, the fourth accepted, the adapter without room), then count the runs.
+    wait_fourth_held(&client, &serve.base, &ids).await;
     assert_eq!(encp_standin::runs(dir.path()).len(), 3);
     serve.kill();
     // The broker is gone: each of its encp runs got SIGTERM and stopped.

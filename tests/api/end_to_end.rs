@@ -287,11 +287,16 @@ async fn cancel_before_and_at_the_mss() {
         .await;
     let (a, b) = (a["id"].as_i64().unwrap(), b["id"].as_i64().unwrap());
     // Wait until both reached the MSS, then cancel the queued one there.
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
         let (_, rb) = app.get(&format!("/v1/requests/{b}")).await;
         if rb["state"] == "submitted" {
             break;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reached the mss: {rb}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;

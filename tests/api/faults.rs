@@ -2,7 +2,7 @@
 //! duplicated events. Each run must end with every request done, each attempt queued at the MSS
 //! once, and usage equal to the bytes done.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -39,6 +39,35 @@ async fn assert_settled(app: &TestApp, sim: &SimProcess, ids: &[i64]) {
     assert_eq!(mc["pending"], 0);
 }
 
+/// Poll the broker's `/metrics` until it counts a submission the MSS refused.
+async fn wait_submit_refused(app: &TestApp) {
+    let start = Instant::now();
+    loop {
+        let text = app
+            .client
+            .get(format!("{}/metrics", app.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let refused = text.lines().any(|l| {
+            l.starts_with("mssbroker_mss_call_seconds_count{")
+                && l.contains("call=\"submit_batch\"")
+                && l.contains("outcome=\"error\"")
+        });
+        if refused {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no refused submission in /metrics:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_and_slow_submissions_are_retried_without_duplicates() {
     let sim = SimProcess::start_with_args(&["--submit-failure-rate", "0.5", "--delay-ms", "20"]);
@@ -63,8 +92,7 @@ async fn an_outage_holds_submissions_without_hammering_and_they_catch_up() {
     let sim = SimProcess::start();
     let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
     let client = reqwest::Client::new();
-    // Down for three seconds: the check below comes a second after the 50 submissions, which
-    // leaves room for a loaded machine to be slow at submitting them.
+    // Down for three seconds: the check below comes as soon as a submission has been refused.
     let down = json!({"down_for_ms": 3000});
     assert!(client
         .put(format!("{}/v1/faults", sim.url))
@@ -75,7 +103,8 @@ async fn an_outage_holds_submissions_without_hammering_and_they_catch_up() {
         .status()
         .is_success());
     let ids = submit(&app, "o", 50).await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The dispatcher has tried to submit and been refused: only then is "held" tested.
+    wait_submit_refused(&app).await;
     for id in &ids {
         let (_, r) = app.get(&format!("/v1/requests/{id}")).await;
         assert_eq!(r["state"], "accepted", "held while the MSS is down");
