@@ -1,7 +1,7 @@
 //! The MSS side of mssbroker: the adapter interface the broker's dispatcher talks to, the
 //! adapters for real systems (Enstore's `encp`, FTS3, the WLCG Tape REST API), the HTTP adapter
-//! and the Enstore-like simulator that speaks its protocol, and stand-ins of the real interfaces
-//! for tests.
+//! and the Enstore-like simulator that speaks its protocol, and (feature `standin`, tests only)
+//! stand-ins of the real interfaces.
 //!
 //! This crate never depends on the broker. The broker hands an adapter a [`Transfer`] with its
 //! MSS priority already decided and its request id as the idempotency key; the adapter reports
@@ -17,6 +17,7 @@ pub mod http;
 pub mod protocol;
 pub mod rest;
 pub mod sim;
+#[cfg(feature = "standin")]
 pub mod standin;
 pub mod tape_rest;
 

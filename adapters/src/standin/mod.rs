@@ -1,8 +1,8 @@
 //! Stand-ins of the real MSS interfaces, for tests: servers that answer like FTS3 and the WLCG
 //! Tape REST API, check what they receive against what the real ones accept, and record every
 //! call. The stand-in `encp` is a script (`adapters/tests/stand-ins/encp`); [`encp`] finds it
-//! and reads what its runs recorded. They are part of the library, like the simulator, so the
-//! broker's own tests drive them too.
+//! and reads what its runs recorded. Compiled only with the crate's `standin` feature, which the
+//! tests of this crate and of the broker turn on as a dev-dependency: never in the product.
 
 pub mod encp;
 pub mod events;
