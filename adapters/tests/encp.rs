@@ -234,10 +234,9 @@ async fn the_status_line_decides_whether_a_failure_is_retried() {
         b.adapter.submit(&t).await.unwrap();
     }
     let mut outcomes = BTreeMap::new();
-    for i in 0..names.len() {
-        let key = i.to_string();
-        let kind = b.final_event(&key).await;
-        outcomes.insert(names[i], kind);
+    for (i, name) in names.iter().enumerate() {
+        let kind = b.final_event(&i.to_string()).await;
+        outcomes.insert(*name, kind);
     }
     let failed = |k: &str| match &outcomes[k] {
         EventKind::Failed { reason, retryable } => (reason.clone(), *retryable),
