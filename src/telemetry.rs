@@ -78,8 +78,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn control_characters_in_any_field_are_escaped() {
+    /// What the text log (with `escaping_fields`) writes while `log` runs.
+    fn text_log_of(log: impl FnOnce()) -> String {
         let buffer = Buffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -87,11 +87,17 @@ mod tests {
             .with_ansi(false)
             .fmt_fields(escaping_fields())
             .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(subscriber, log);
+        let bytes = buffer.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn control_characters_in_any_field_are_escaped() {
+        let text = text_log_of(|| {
             let from_mss = "refused\n2026-01-01T00:00:00Z  INFO forged\r\u{1b}[2K";
             tracing::warn!(error = %from_mss, file = from_mss, "mss said {from_mss}");
         });
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(!text.contains(['\r', '\u{1b}']), "{text:?}");
         assert!(
@@ -103,18 +109,10 @@ mod tests {
 
     #[test]
     fn characters_that_hide_text_are_escaped_too() {
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .fmt_fields(escaping_fields())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let text = text_log_of(|| {
             let from_mss = "ok\u{2028}forged\u{202E}desrever";
             tracing::warn!(error = %from_mss, "mss said {from_mss}");
         });
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         assert!(!text.contains(['\u{2028}', '\u{202E}']), "{text:?}");
         assert!(
             text.contains(r"error=ok\u{2028}forged\u{202e}desrever"),

@@ -13,7 +13,10 @@ use mss_adapters::standin::tape_rest::{Form, TapeRestOptions};
 use mss_adapters::standin::{Fts3Standin, Plan, TapeRestStandin};
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, wait_final, ServeProcess, TestApp, BIN};
+use crate::helpers::{
+    check_config_refusal, open_db, request, run_ok, test_config, wait_final, ServeProcess, TestApp,
+    BIN,
+};
 
 /// The test configuration with `mss` as its `[mss]` section.
 fn config_with(mss: &str) -> String {
@@ -338,13 +341,7 @@ fn check_config_and_serve_refuse_options_the_encp_build_does_not_take() {
         );
     let config = dir.path().join("user.toml");
     std::fs::write(&config, config_with(&user)).unwrap();
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_config_refusal(&config);
     for (key, option) in [
         ("mss.encp.storage_group", "--storage-group"),
         ("mss.encp.library", "--library"),
@@ -507,13 +504,7 @@ fn check_config_refuses_a_verbose_that_hides_the_start_and_a_global_encp_daq() {
     );
     let config = dir.path().join("broker.toml");
     std::fs::write(&config, config_with(&mss)).unwrap();
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_config_refusal(&config);
     let line = |key: &str| {
         err.lines()
             .find(|l| l.contains(key))
@@ -964,27 +955,16 @@ fn check_config_refuses_a_disk_lifetime_dcache_cannot_parse() {
         );
         let config = config_with(&mss).replace("[mss]", "[release]\nmode = \"held\"\n\n[mss]");
         std::fs::write(&file, config).unwrap();
-        std::process::Command::new(BIN)
-            .arg("check-config")
-            .arg(&file)
-            .output()
-            .unwrap()
+        file.to_str().unwrap().to_string()
     };
-    let out = write("P2W");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_config_refusal(Path::new(&write("P2W")));
     assert!(
         err.contains("mss.tape_rest.disk_lifetime")
             && err.contains("weeks")
             && err.contains("Duration.parse"),
         "{err}"
     );
-    let out = write("P14D");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&["check-config", &write("P14D")]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -142,13 +142,19 @@ pub struct ServeProcess {
 
 impl ServeProcess {
     pub fn start(config: &std::path::Path, db: &std::path::Path) -> ServeProcess {
+        ServeProcess::spawn(config, db, Stdio::null())
+    }
+
+    /// `serve` on port 0 with `config` and `db`, its log to `stderr`; returns once it has
+    /// printed the address it listens on.
+    fn spawn(config: &std::path::Path, db: &std::path::Path, stderr: Stdio) -> ServeProcess {
         let mut child = Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(config)
             .arg("--db")
             .arg(db)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start serve");
         let mut line = String::new();
@@ -408,6 +414,19 @@ pub fn run_ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// Run `mssbroker check-config FILE`, insist it refuses the file (exit 1), and return what it
+/// said on stderr.
+pub fn check_config_refusal(file: &std::path::Path) -> String {
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(file)
+        .output()
+        .expect("run mssbroker check-config");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "check-config {file:?}: {err}");
+    err
+}
+
 impl ServeProcess {
     /// Like `start`, with the process's stderr (its log) written to `log`.
     pub fn start_logged(
@@ -416,22 +435,7 @@ impl ServeProcess {
         log: &std::path::Path,
     ) -> ServeProcess {
         let stderr = std::fs::File::create(log).expect("create the log file");
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-            .arg(config)
-            .arg("--db")
-            .arg(db)
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("start serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("banner");
-        let base = line.trim().rsplit(' ').next().expect("address").to_string();
-        assert!(base.starts_with("http://"), "banner {line:?}");
-        ServeProcess { child, base }
+        ServeProcess::spawn(config, db, Stdio::from(stderr))
     }
 
     /// Send the process a signal (`kill -SIG pid`).
