@@ -13,6 +13,7 @@ use super::status::DEFAULT_FATAL_STATUSES;
 use crate::rest::Issue;
 use crate::{Capabilities, PriorityScale};
 
+/// The largest regular priority Enstore's library manager keeps (`MAX_REG_PRIORITY`); above it,
 /// only `ENCP_DAQ` turns the excess into admin priority.
 pub const MAX_REGULAR_PRIORITY: i64 = 1_000_001;
 

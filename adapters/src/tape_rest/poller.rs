@@ -15,6 +15,7 @@ use crate::rest;
 use crate::MssError;
 
 impl Shared {
+    /// `GET /stage/{id}`, or `None` when the server does not know the request.
     pub(super) async fn stage_request(&self, id: &str) -> Result<Option<Value>, MssError> {
         let rb = self.request(Method::GET, &format!("/stage/{id}"))?;
         let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
