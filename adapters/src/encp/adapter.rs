@@ -1,0 +1,268 @@
+//! The Enstore adapter: a semaphore of `max_processes`, the runs in memory, the `MssAdapter`
+//! calls; each run is watched to its end by `watch`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{Notify, Semaphore};
+use tracing::debug;
+
+use super::commands::run_command;
+use super::config::EncpConfig;
+use super::invocation::invocation;
+use super::watch::{spawn, watch};
+use crate::event_log::EventLog;
+use crate::protocol::{EventKind, Transfer};
+use crate::{
+    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
+    TransferStatus,
+};
+
+/// Finished transfers remembered for status queries.
+const FINISHED_KEPT: usize = 65_536;
+
+/// The Enstore adapter.
+pub struct EncpAdapter {
+    shared: Arc<Shared>,
+}
+
+pub(super) struct Shared {
+    pub(super) cfg: EncpConfig,
+    pub(super) log: EventLog,
+    slots: Arc<Semaphore>,
+    pub(super) room: Notify,
+    procs: Mutex<Procs>,
+}
+
+#[derive(Default)]
+pub(super) struct Procs {
+    pub(super) running: HashMap<String, Proc>,
+    finished: HashMap<String, (u32, EventKind)>,
+    finished_order: VecDeque<String>,
+}
+
+pub(super) struct Proc {
+    pub(super) attempt: u32,
+    pid: u32,
+    pub(super) started: bool,
+    /// The library manager's id of its ticket, and its library (from the printed ticket).
+    pub(super) unique_id: Option<String>,
+    pub(super) library: Option<String>,
+    file: String,
+    stop: Arc<Notify>,
+}
+
+impl EncpAdapter {
+    pub fn new(cfg: EncpConfig) -> EncpAdapter {
+        let slots = Arc::new(Semaphore::new(cfg.max_processes));
+        EncpAdapter {
+            shared: Arc::new(Shared {
+                cfg,
+                log: EventLog::new("encp"),
+                slots,
+                room: Notify::new(),
+                procs: Mutex::new(Procs::default()),
+            }),
+        }
+    }
+
+    /// Processes running now.
+    pub fn running(&self) -> usize {
+        self.shared.lock().running.len()
+    }
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Procs> {
+        self.procs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record the end of a run and publish it.
+    pub(super) fn finish(&self, key: &str, attempt: u32, kind: EventKind) {
+        {
+            let mut p = self.lock();
+            p.running.remove(key);
+            if p.finished
+                .insert(key.to_string(), (attempt, kind.clone()))
+                .is_none()
+            {
+                p.finished_order.push_back(key.to_string());
+            }
+            while p.finished_order.len() > FINISHED_KEPT {
+                if let Some(old) = p.finished_order.pop_front() {
+                    p.finished.remove(&old);
+                }
+            }
+        }
+        self.log.push(key, attempt, kind);
+    }
+}
+
+#[async_trait]
+impl MssAdapter for EncpAdapter {
+    fn name(&self) -> &'static str {
+        "encp"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.shared.cfg.capabilities()
+    }
+
+    fn cancel_reaches_mss(&self) -> bool {
+        self.shared.cfg.cancel_command.is_some()
+    }
+
+    fn room(&self) -> Option<usize> {
+        Some(self.shared.slots.available_permits())
+    }
+
+    fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        self.shared.cfg.check_local_file(local_file)
+    }
+
+    fn check_local_file_for(&self, station: &str, local_file: &str) -> Result<(), String> {
+        self.shared.cfg.check_local_file_for(station, local_file)
+    }
+
+    async fn room_freed(&self) {
+        self.shared.room.notified().await
+    }
+
+    async fn submit(&self, t: &Transfer) -> Result<Submitted, MssError> {
+        let sh = &self.shared;
+        // Checked and started under one lock (spawning does not wait), so one key never runs
+        // twice at once.
+        let mut p = sh.lock();
+        if let Some(run) = p.running.get(&t.key) {
+            if run.attempt == t.attempt {
+                return Ok(Submitted {
+                    mss_id: format!("encp:{}", run.pid),
+                    duplicate: true,
+                });
+            }
+            return Err(MssError::Unavailable(format!(
+                "attempt {} of this transfer is still running",
+                run.attempt
+            )));
+        }
+        if p.finished.get(&t.key).is_some_and(|(a, _)| *a >= t.attempt) {
+            return Ok(Submitted {
+                mss_id: "encp:finished".into(),
+                duplicate: true,
+            });
+        }
+        let inv = invocation(&sh.cfg, t)?;
+        if let Some(f) = &t.local_file {
+            // Links may have changed since the request arrived: the file must still be where
+            // the roots allow, and not a directory.
+            sh.cfg
+                .check_local_file(f)
+                .map_err(|why| MssError::Rejected(format!("local_file `{f}` {why}")))?;
+        }
+        let permit = sh.slots.clone().try_acquire_owned().map_err(|_| {
+            MssError::Unavailable(format!(
+                "all {} encp processes are busy",
+                sh.cfg.max_processes
+            ))
+        })?;
+        let child = spawn(&inv).map_err(|e| {
+            MssError::Unavailable(format!("cannot run {}: {e}", inv.program.display()))
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let stop = Arc::new(Notify::new());
+        p.running.insert(
+            t.key.clone(),
+            Proc {
+                attempt: t.attempt,
+                pid,
+                started: false,
+                unique_id: None,
+                library: None,
+                file: t.file.clone(),
+                stop: stop.clone(),
+            },
+        );
+        drop(p);
+        debug!(key = %t.key, attempt = t.attempt, pid, args = ?inv.args, "encp started");
+        tokio::spawn(watch(sh.clone(), child, t.clone(), inv.local, stop, permit));
+        Ok(Submitted {
+            mss_id: format!("encp:{pid}"),
+            duplicate: false,
+        })
+    }
+
+    async fn cancel(&self, t: &TransferRef) -> Result<(), MssError> {
+        let p = self.shared.lock();
+        match p.running.get(&t.key) {
+            Some(run) if run.attempt == t.attempt => {
+                // The watcher stops encp, then deletes its ticket (`cancel_command`).
+                run.stop.notify_one();
+                Ok(())
+            }
+            _ => Err(MssError::Rejected(
+                "no encp of this transfer is running".into(),
+            )),
+        }
+    }
+
+    async fn reprioritize(&self, t: &TransferRef, priority: i64) -> Result<(), MssError> {
+        let Some(template) = &self.shared.cfg.reprioritize_command else {
+            return Err(MssError::Rejected(
+                "mss.encp.reprioritize_command is not set".into(),
+            ));
+        };
+        let (pid, file) = {
+            let p = self.shared.lock();
+            match p.running.get(&t.key) {
+                Some(run) if run.attempt == t.attempt && !run.started => {
+                    (run.pid, run.file.clone())
+                }
+                Some(run) if run.attempt == t.attempt => {
+                    return Err(MssError::Rejected("the transfer has started".into()))
+                }
+                _ => {
+                    return Err(MssError::Rejected(
+                        "no encp of this transfer is running".into(),
+                    ))
+                }
+            }
+        };
+        let args: Vec<String> = template
+            .iter()
+            .map(|a| {
+                a.replace("{pid}", &pid.to_string())
+                    .replace("{priority}", &priority.to_string())
+                    .replace("{key}", &t.key)
+                    .replace("{attempt}", &t.attempt.to_string())
+                    .replace("{file}", &file)
+            })
+            .collect();
+        run_command(&args, &self.shared.cfg.env).await
+    }
+
+    async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
+        let p = self.shared.lock();
+        if let Some(run) = p.running.get(&t.key) {
+            return Ok(Some(TransferStatus {
+                attempt: run.attempt,
+                progress: if run.started {
+                    Progress::Running
+                } else {
+                    Progress::Queued
+                },
+            }));
+        }
+        Ok(p.finished
+            .get(&t.key)
+            .map(|(attempt, kind)| TransferStatus {
+                attempt: *attempt,
+                progress: Progress::Finished(kind.clone()),
+            }))
+    }
+
+    async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {
+        Ok(self.shared.log.read(cursor, wait).await)
+    }
+}

@@ -1,0 +1,340 @@
+//! The FTS3 adapter: the jobs in flight in memory, the credential's VO id read once, and the
+//! `MssAdapter` calls; `poller` follows the jobs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::{Client, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tracing::warn;
+
+use super::config::{Fts3Config, MIN_PRIORITY};
+use super::job::{conflict_is_ours, job_body, job_id_in};
+use super::poller::poll_loop;
+use super::progress::{is_staging, progress_of};
+use crate::event_log::EventLog;
+use crate::protocol::Transfer;
+use crate::rest;
+use crate::{
+    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, PriorityScale, Progress,
+    Submitted, TransferRef, TransferStatus,
+};
+
+/// The FTS3 adapter.
+pub struct Fts3Adapter {
+    shared: Arc<Shared>,
+    poller: tokio::task::JoinHandle<()>,
+}
+
+pub(super) struct Shared {
+    pub(super) cfg: Fts3Config,
+    sid_prefix: String,
+    client: Client,
+    pub(super) log: EventLog,
+    jobs: Mutex<HashMap<String, Track>>,
+    /// The namespace of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`.
+    vo_id: tokio::sync::OnceCell<uuid::Uuid>,
+}
+
+/// A job in flight.
+#[derive(Debug, Clone)]
+pub(super) struct Track {
+    pub(super) attempt: u32,
+    pub(super) job_id: String,
+    level: i64,
+    pub(super) started: bool,
+    pub(super) staging: bool,
+    pub(super) size_bytes: u64,
+}
+
+/// The part of FTS3's `GET /whoami` the adapter reads.
+#[derive(Debug, Deserialize)]
+struct WhoAmI {
+    #[serde(default)]
+    vos: Vec<String>,
+    #[serde(default)]
+    vos_id: Vec<String>,
+}
+
+impl Fts3Adapter {
+    /// Build the adapter and start its poller. `instance` names the broker's ledger (used in
+    /// the submission ids unless `sid_prefix` is set). Must run inside a tokio runtime.
+    pub fn new(cfg: Fts3Config, instance: &str) -> Result<Fts3Adapter, MssError> {
+        let client = cfg.auth.client()?;
+        let sid_prefix = cfg
+            .sid_prefix
+            .clone()
+            .unwrap_or_else(|| format!("mssbroker-{instance}"));
+        let shared = Arc::new(Shared {
+            cfg,
+            sid_prefix,
+            client,
+            log: EventLog::new("fts3"),
+            jobs: Mutex::new(HashMap::new()),
+            vo_id: tokio::sync::OnceCell::new(),
+        });
+        let poller = tokio::spawn(poll_loop(shared.clone()));
+        Ok(Fts3Adapter { shared, poller })
+    }
+
+    /// Jobs being followed.
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().len()
+    }
+}
+
+impl Drop for Fts3Adapter {
+    fn drop(&mut self) {
+        self.poller.abort();
+    }
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<String, Track>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sid(&self, key: &str, attempt: u32) -> String {
+        format!("{}-{key}-{attempt}", self.sid_prefix)
+    }
+
+    async fn job_id_of(&self, t: &TransferRef) -> Result<String, MssError> {
+        if let Some(track) = self.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
+            return Ok(track.job_id.clone());
+        }
+        match &t.mss_id {
+            Some(id) => Ok(id.clone()),
+            None => Ok(job_id_in(
+                &self.vo_id().await?,
+                &self.sid(&t.key, t.attempt),
+            )),
+        }
+    }
+
+    /// The VO id FTS3 derives job ids from for this credential: `vos_id[0]` of `GET /whoami`,
+    /// read once (fts-rest-flask `controllers/delegation.py` `whoami`).
+    pub(super) async fn vo_id(&self) -> Result<uuid::Uuid, MssError> {
+        self.vo_id
+            .get_or_try_init(|| async {
+                let rb = self.request(reqwest::Method::GET, "/whoami")?;
+                let who: WhoAmI = rest::decode(rest::send(rb, self.cfg.timeout).await?).await?;
+                let first = who.vos_id.first().ok_or_else(|| {
+                    MssError::Protocol("fts3's /whoami lists no vos_id".into())
+                })?;
+                let id = uuid::Uuid::parse_str(first).map_err(|e| {
+                    MssError::Protocol(format!("fts3's /whoami vos_id `{first}`: {e}"))
+                })?;
+                let vo = who.vos.first().map(String::as_str).unwrap_or("");
+                if vo != self.cfg.vo {
+                    warn!(configured = %self.cfg.vo, fts3 = %vo, "fts3 maps the credential to another VO than mss.fts3.vo; job ids follow fts3's");
+                }
+                Ok(id)
+            })
+            .await
+            .copied()
+    }
+
+    fn level(&self, priority: i64) -> i64 {
+        PriorityScale::Bands(self.cfg.bands.clone())
+            .map(priority)
+            .unwrap_or(MIN_PRIORITY)
+    }
+
+    pub(super) fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, MssError> {
+        let rb = self
+            .client
+            .request(method, format!("{}{path}", self.cfg.url))
+            .header("accept", "application/json");
+        self.cfg.auth.authorize(rb)
+    }
+
+    /// The job id of a 409 answer: ours again (recover it), or a refusal.
+    async fn conflict(&self, resp: reqwest::Response, sid: &str) -> Result<String, MssError> {
+        let answer = rest::Answer::read(resp).await?;
+        let message = answer.server_error().unwrap_or_else(|| answer.text());
+        if !conflict_is_ours(&message) {
+            return Err(MssError::Rejected(format!(
+                "fts3 refuses the submission as a duplicate of another job's files (not this \
+                 transfer's own earlier submission): {message}"
+            )));
+        }
+        // FTS3 holds this transfer's job: failing the request now would let a later request
+        // copy the file again, so a job id that cannot be derived yet is an unknown outcome
+        // (resent, answered 409 again, derived then).
+        let vo_id = self.vo_id().await.map_err(|e| match e {
+            MssError::Protocol(m) | MssError::Rejected(m) => MssError::Unknown(format!(
+                "fts3 already holds this transfer's job, but its id cannot be derived yet: {m}"
+            )),
+            other => other,
+        })?;
+        Ok(job_id_in(&vo_id, sid))
+    }
+}
+
+#[async_trait]
+impl MssAdapter for Fts3Adapter {
+    fn name(&self) -> &'static str {
+        "fts3"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.shared.cfg.capabilities()
+    }
+
+    fn room(&self) -> Option<usize> {
+        self.shared
+            .cfg
+            .max_outstanding
+            .map(|max| max.saturating_sub(self.shared.lock().len()))
+    }
+
+    fn check_local_file(&self, local_file: &str) -> Result<(), String> {
+        self.shared.cfg.check_local_file(local_file)
+    }
+
+    async fn submit(&self, t: &Transfer) -> Result<Submitted, MssError> {
+        let sh = &self.shared;
+        if let Some(track) = sh.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
+            return Ok(Submitted {
+                mss_id: track.job_id.clone(),
+                duplicate: true,
+            });
+        }
+        let sid = sh.sid(&t.key, t.attempt);
+        let level = sh.level(t.priority);
+        let body = job_body(&sh.cfg, &sid, level, t)?;
+        let staging = body["params"].get("bring_online").is_some();
+        let rb = sh.request(reqwest::Method::POST, "/jobs")?.json(&body);
+        let resp = rest::send(rb, sh.cfg.timeout).await?;
+        let (job_id, duplicate) = if resp.status() == StatusCode::CONFLICT {
+            // FTS3 has this sid already: our earlier submission, whose answer we lost.
+            (sh.conflict(resp, &sid).await?, true)
+        } else {
+            let answer: Value = rest::decode(resp).await?;
+            let id = answer
+                .get("job_id")
+                .and_then(Value::as_str)
+                // FTS3 may have created the job: retried, it answers 409 (same sid).
+                .ok_or_else(|| MssError::Unknown(format!("no job_id in {}", clip_json(&answer))))?;
+            (id.to_string(), false)
+        };
+        sh.lock().insert(
+            t.key.clone(),
+            Track {
+                attempt: t.attempt,
+                job_id: job_id.clone(),
+                level,
+                started: false,
+                staging,
+                size_bytes: t.size_bytes,
+            },
+        );
+        Ok(Submitted {
+            mss_id: job_id,
+            duplicate,
+        })
+    }
+
+    async fn cancel(&self, t: &TransferRef) -> Result<(), MssError> {
+        let sh = &self.shared;
+        let id = sh.job_id_of(t).await?;
+        let rb = sh.request(reqwest::Method::DELETE, &format!("/jobs/{id}"))?;
+        let job: Value = rest::decode(rest::send(rb, sh.cfg.timeout).await?).await?;
+        // FTS3 answers a job already final with its state and "304 Not Modified".
+        let unchanged = job
+            .get("http_status")
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.starts_with("304"));
+        match job.get("job_state").and_then(Value::as_str) {
+            Some("CANCELED") if !unchanged => Ok(()),
+            Some(other) => Err(MssError::Rejected(format!(
+                "the fts3 job is already {other}"
+            ))),
+            None => Err(MssError::Protocol(format!("no job_state in {job}"))),
+        }
+    }
+
+    async fn reprioritize(&self, t: &TransferRef, priority: i64) -> Result<(), MssError> {
+        let sh = &self.shared;
+        let level = sh.level(priority);
+        let current = sh
+            .lock()
+            .get(&t.key)
+            .filter(|j| j.attempt == t.attempt)
+            .map(|j| j.level);
+        if current == Some(level) {
+            // The new broker priority falls in the same FTS3 band: nothing to change there.
+            return Ok(());
+        }
+        let id = sh.job_id_of(t).await?;
+        let rb = sh
+            .request(reqwest::Method::POST, &format!("/jobs/{id}"))?
+            .json(&json!({"params": {"priority": level}}));
+        let job: Value = rest::decode(rest::send(rb, sh.cfg.timeout).await?).await?;
+        let state = job.get("job_state").and_then(Value::as_str).unwrap_or("");
+        if !matches!(state, "SUBMITTED" | "STAGING" | "READY") {
+            return Err(MssError::Rejected(format!("the fts3 job is {state}")));
+        }
+        if let Some(j) = sh.lock().get_mut(&t.key) {
+            j.level = level;
+        }
+        Ok(())
+    }
+
+    async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
+        let sh = &self.shared;
+        let id = sh.job_id_of(t).await?;
+        let job = sh
+            .get_jobs(std::slice::from_ref(&id))
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Null);
+        if job
+            .get("http_status")
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.starts_with("404"))
+        {
+            return Ok(None);
+        }
+        let staging = is_staging(&job);
+        let Some(progress) = progress_of(&job, t.size_bytes, staging) else {
+            return Err(MssError::Protocol(format!("no state in {job}")));
+        };
+        if !matches!(progress, Progress::Finished(_)) {
+            // A job submitted before a restart: follow it from now on.
+            let level = job
+                .get("priority")
+                .and_then(Value::as_i64)
+                .unwrap_or(MIN_PRIORITY);
+            sh.lock().entry(t.key.clone()).or_insert(Track {
+                attempt: t.attempt,
+                job_id: id,
+                level,
+                started: progress == Progress::Running,
+                staging,
+                size_bytes: t.size_bytes,
+            });
+        }
+        Ok(Some(TransferStatus {
+            attempt: t.attempt,
+            progress,
+        }))
+    }
+
+    async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {
+        Ok(self.shared.log.read(cursor, wait).await)
+    }
+}
+
+/// A JSON answer as text for a message, clipped.
+fn clip_json(v: &Value) -> String {
+    crate::answer::clip(&v.to_string(), crate::answer::MAX_MESSAGE_CHARS).into_owned()
+}
