@@ -14,10 +14,13 @@ use serde::Deserialize;
 mod mss;
 mod order;
 
-pub use mss::{AdapterSettings, MssSettings, RetrySettings, SimulatorSettings};
-
-use crate::domain::{Fraction, GroupPath};
-use crate::policy::order::OrderSettings;
+use crate::api::InputLimits;
+use crate::dispatcher::MssSettings;
+use crate::domain::{
+    Benefit, DeltaForm, Fraction, GroupId, GroupInfo, GroupKind, GroupPath, NodeLimits,
+    PolicySettings, Rule, ShareNode, ShareTree,
+};
+use crate::server::ServerSettings;
 use crate::shares::model::{UsageModel, MAX_WINDOW_UNIT};
 
 /// The shipped configuration, used when no file is given and `config/broker.toml` is absent.
@@ -78,222 +81,10 @@ pub struct Settings {
 }
 
 #[derive(Debug, Clone)]
-pub struct ServerSettings {
-    pub listen: SocketAddr,
-    /// Connections served at once; the excess is answered 503 and closed.
-    pub max_connections: usize,
-    /// A connection waiting for a request (new, or kept alive after one) must send the whole
-    /// request head within this.
-    pub header_read_timeout: Duration,
-    /// A connection that reads and writes nothing for this long is closed.
-    pub idle_timeout: Duration,
-    /// A request's whole body must arrive within this (else 408, connection closed).
-    pub body_timeout: Duration,
-}
-
-#[derive(Debug, Clone)]
 pub struct DatabaseSettings {
     pub path: PathBuf,
     /// Most commands one group commit takes.
     pub commit_batch_max: usize,
-}
-
-/// Bounds on what a station may send.
-#[derive(Debug, Clone)]
-pub struct InputLimits {
-    /// Requests per second and burst of one station token (a batch counts its items).
-    pub station_rate_per_sec: u32,
-    pub station_burst: u32,
-    pub max_body_bytes: usize,
-    pub max_batch: usize,
-    pub max_size_bytes: u64,
-    pub max_string_len: usize,
-    pub max_path_len: usize,
-    /// Most buckets one report may have (`/v1/report`, `/report`, `mssbroker report`).
-    pub max_report_buckets: usize,
-    /// What all request bodies being read may take together (`api::body_budget`).
-    pub max_bodies_in_memory_bytes: usize,
-}
-
-/// How requests are classified, charged and prioritised. Pure data: the policy functions read it.
-#[derive(Debug, Clone)]
-pub struct PolicySettings {
-    pub p_front: i64,
-    pub p_back: i64,
-    pub benefit: Benefit,
-    /// How usage forgets (`[usage]`).
-    pub usage_model: UsageModel,
-    /// The form of the fair-share delta reported per node (and used by factor policies).
-    pub fs_delta: DeltaForm,
-    /// How often held requests are checked against their feasibility caps.
-    pub held_recheck: Duration,
-    /// The ordering policy and release mode.
-    pub order: OrderSettings,
-    /// Every accounting group: priority classes first (in configured order), then share leaves.
-    pub groups: Vec<GroupInfo>,
-    pub tree: ShareTree,
-    pub rules: Vec<Rule>,
-    /// Group of requests no rule matches, or `None` to refuse them.
-    pub default_group: Option<GroupId>,
-    by_path: HashMap<String, GroupId>,
-    class_by_mode: HashMap<String, GroupId>,
-}
-
-impl PolicySettings {
-    pub fn group(&self, id: GroupId) -> &GroupInfo {
-        &self.groups[id.0]
-    }
-
-    pub fn group_by_path(&self, path: &str) -> Option<GroupId> {
-        self.by_path.get(path).copied()
-    }
-
-    /// The priority class an access mode belongs to, if it is one.
-    pub fn priority_class(&self, access_mode: &str) -> Option<GroupId> {
-        self.class_by_mode.get(access_mode).copied()
-    }
-
-    pub fn group_ids(&self) -> impl Iterator<Item = GroupId> {
-        (0..self.groups.len()).map(GroupId)
-    }
-}
-
-/// Maui's two forms of the fair-share delta of a node with target `t` and usage share `u`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeltaForm {
-    /// `t - u` (Maui's default).
-    Difference,
-    /// `1 - u / t` (Maui's `%` FSPOLICY).
-    Percent,
-}
-
-impl DeltaForm {
-    pub fn name(self) -> &'static str {
-        match self {
-            DeltaForm::Difference => "difference",
-            DeltaForm::Percent => "percent",
-        }
-    }
-}
-
-/// Index of a group in [`PolicySettings::groups`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct GroupId(pub usize);
-
-/// One accounting group.
-#[derive(Debug, Clone)]
-pub struct GroupInfo {
-    pub path: GroupPath,
-    pub kind: GroupKind,
-    /// Fair-share groups: the tree nodes from the top level down to the group's own leaf.
-    pub ancestors: Vec<usize>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupKind {
-    /// A priority class with its MSS priority; `rank` 0 is the highest class.
-    Priority { rank: usize, mss_priority: i64 },
-    /// A fair-share leaf with its allotted fraction of all fair-share benefit.
-    FairShare { share: Fraction },
-}
-
-/// What a request's run is worth to its group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Benefit {
-    Bytes,
-    Files,
-    /// Bytes times an integer weight per access mode (1 when the mode is not listed).
-    WeightedBytes(BTreeMap<String, u64>),
-}
-
-impl Benefit {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Benefit::Bytes => "bytes",
-            Benefit::Files => "files",
-            Benefit::WeightedBytes(_) => "weighted_bytes",
-        }
-    }
-}
-
-/// The share tree: relative shares at each level, any depth.
-#[derive(Debug, Clone)]
-pub struct ShareTree {
-    pub nodes: Vec<ShareNode>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ShareNode {
-    pub path: GroupPath,
-    pub shares: u64,
-    pub parent: Option<usize>,
-    pub children: Vec<usize>,
-    /// This node's fraction of the whole fair-share tree: the product down its path.
-    pub fraction: Fraction,
-    /// Floors and caps set on this node (`[targets."path"]`).
-    pub limits: NodeLimits,
-    /// The accounting groups at or below this node.
-    pub leaves: Vec<GroupId>,
-}
-
-/// Maui's floors and caps on one tree node. Percentages are of all fair-share usage.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeLimits {
-    /// Under this share of usage the node's requests go front (only raises).
-    pub floor: Option<Fraction>,
-    /// At or over this share of usage its requests go back (only lowers).
-    pub cap: Option<Fraction>,
-    /// At or over this usage (benefit units, current window) its new requests are held.
-    pub feasibility_cap: Option<u64>,
-    /// At or over this share of the current window's usage its new requests are held.
-    pub feasibility_cap_percent: Option<Fraction>,
-}
-
-impl NodeLimits {
-    pub fn is_empty(&self) -> bool {
-        *self == NodeLimits::default()
-    }
-
-    pub fn has_feasibility_cap(&self) -> bool {
-        self.feasibility_cap.is_some() || self.feasibility_cap_percent.is_some()
-    }
-}
-
-impl ShareTree {
-    /// Node indices depth first, siblings in the order the file lists them.
-    pub fn depth_first(&self) -> Vec<usize> {
-        let mut out = Vec::with_capacity(self.nodes.len());
-        let mut stack: Vec<usize> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.parent.is_none())
-            .map(|(i, _)| i)
-            .rev()
-            .collect();
-        while let Some(i) = stack.pop() {
-            out.push(i);
-            stack.extend(self.nodes[i].children.iter().rev());
-        }
-        out
-    }
-}
-
-impl ShareNode {
-    pub fn is_leaf(&self) -> bool {
-        self.children.is_empty()
-    }
-}
-
-/// A classification rule: every field given must match; the first rule that matches wins.
-#[derive(Debug, Clone)]
-pub struct Rule {
-    pub access_mode: Option<String>,
-    pub physics_group: Option<String>,
-    pub station: Option<String>,
-    pub user: Option<String>,
-    pub path_prefix: Option<String>,
-    pub group: GroupId,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1370,6 +1161,7 @@ pub fn describe(settings: &Settings) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::RetrySettings;
 
     fn base() -> String {
         r#"

@@ -5,99 +5,20 @@
 //! cannot take, more outstanding transfers than the adapter runs) with a message that says what
 //! to change.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use mss_adapters::encp::{EncpConfig, RawEncpConfig};
-use mss_adapters::fts3::{Fts3Config, RawFts3Config};
+use mss_adapters::encp::RawEncpConfig;
+use mss_adapters::fts3::RawFts3Config;
 use mss_adapters::rest::Issue;
-use mss_adapters::tape_rest::{RawTapeRestConfig, TapeRestConfig};
-use mss_adapters::{Band, Capabilities, PriorityScale};
+use mss_adapters::tape_rest::RawTapeRestConfig;
+use mss_adapters::{Band, PriorityScale};
 use serde::Deserialize;
 
-use super::{parse_addr, positive, GroupKind, Issues, PolicySettings};
+use super::{parse_addr, positive, Issues};
+use crate::dispatcher::{AdapterSettings, MssSettings, SimulatorSettings};
+use crate::domain::{GroupKind, PolicySettings, RetrySettings};
 use crate::policy::order::Algorithm;
-
-#[derive(Debug, Clone)]
-pub struct MssSettings {
-    pub adapter: AdapterSettings,
-    pub timeout: Duration,
-    pub submit_rate_per_sec: u32,
-    pub submit_burst: u32,
-    pub submit_batch: usize,
-    pub retry: RetrySettings,
-    pub event_wait: Duration,
-    /// After this long without news of an in-flight request, ask the MSS for its status.
-    pub stale_after: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub enum AdapterSettings {
-    /// JSON over HTTP at `url`, or at the embedded simulator when `simulator` is set.
-    Http {
-        url: Option<String>,
-        simulator: Option<SimulatorSettings>,
-    },
-    /// Enstore through its `encp` command line.
-    Encp(EncpConfig),
-    /// FTS3's REST interface.
-    Fts3(Fts3Config),
-    /// The WLCG Tape REST API.
-    TapeRest(TapeRestConfig),
-}
-
-impl AdapterSettings {
-    /// The adapter's name, as `mss.adapter` spells it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            AdapterSettings::Http { .. } => "http",
-            AdapterSettings::Encp(_) => "encp",
-            AdapterSettings::Fts3(_) => "fts3",
-            AdapterSettings::TapeRest(_) => "tape_rest",
-        }
-    }
-
-    /// What the configured MSS can do.
-    pub fn capabilities(&self) -> Capabilities {
-        match self {
-            AdapterSettings::Http { .. } => Capabilities::full(),
-            AdapterSettings::Encp(c) => c.capabilities(),
-            AdapterSettings::Fts3(c) => c.capabilities(),
-            AdapterSettings::TapeRest(c) => c.capabilities(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct SimulatorSettings {
-    pub listen: SocketAddr,
-    pub drives: usize,
-    pub mount_seconds: f64,
-    pub bytes_per_sec: u64,
-    pub time_scale: f64,
-    pub failure_rate: f64,
-    pub seed: u64,
-    /// Enstore's queue aging, modelled (`age_time_minutes` > 0).
-    pub aging: Option<mss_adapters::sim::library::Aging>,
-}
-
-#[derive(Debug, Clone)]
-pub struct RetrySettings {
-    pub max_attempts: u32,
-    pub base: Duration,
-    pub max: Duration,
-}
-
-impl RetrySettings {
-    /// Delay before attempt `attempt + 1`, doubling from `base` up to `max`.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.base.saturating_mul(factor).min(self.max)
-    }
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

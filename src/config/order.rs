@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{GroupInfo, GroupKind, Issues, RawPolicy};
+use super::{Issues, RawPolicy};
+use crate::domain::{GroupId, GroupInfo, GroupKind};
 use crate::policy::fbsng::QueueParams;
 use crate::policy::multifactor::{Multifactor, Qos, SizeFavours};
 use crate::policy::order::{Algorithm, OrderSettings, Release, ReleaseMode};
@@ -126,7 +127,7 @@ pub(super) fn validate_order(
     p: &RawPolicy,
     release: &RawRelease,
     groups: &[GroupInfo],
-    by_path: &HashMap<String, super::GroupId>,
+    by_path: &HashMap<String, GroupId>,
     p0: Option<i64>,
     issues: &mut Issues,
 ) -> OrderSettings {
