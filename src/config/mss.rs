@@ -15,6 +15,7 @@ use mss_adapters::tape_rest::RawTapeRestConfig;
 use mss_adapters::{Band, PriorityScale};
 use serde::Deserialize;
 
+use super::raw::int;
 use super::{parse_addr, positive, Issues};
 use crate::dispatcher::{AdapterSettings, MssSettings, SimulatorSettings};
 use crate::domain::{GroupKind, PolicySettings, RetrySettings};
@@ -26,23 +27,23 @@ pub(super) struct RawMss {
     adapter: String,
     #[serde(default)]
     url: Option<String>,
-    #[serde(default = "d_timeout")]
+    #[serde(default = "int::<10_000>")]
     timeout_ms: i64,
-    #[serde(default = "d_rate")]
+    #[serde(default = "int::<5_000>")]
     submit_rate_per_sec: i64,
-    #[serde(default = "d_burst")]
+    #[serde(default = "int::<500>")]
     submit_burst: i64,
-    #[serde(default = "d_submit_batch")]
+    #[serde(default = "int::<256>")]
     submit_batch: i64,
-    #[serde(default = "d_attempts")]
+    #[serde(default = "int::<5>")]
     retry_max_attempts: i64,
-    #[serde(default = "d_retry_base")]
+    #[serde(default = "int::<500>")]
     retry_base_ms: i64,
-    #[serde(default = "d_retry_max")]
+    #[serde(default = "int::<60_000>")]
     retry_max_ms: i64,
-    #[serde(default = "d_event_wait")]
+    #[serde(default = "int::<1_000>")]
     event_wait_ms: i64,
-    #[serde(default = "d_stale")]
+    #[serde(default = "int::<600_000>")]
     stale_after_ms: i64,
     #[serde(default)]
     simulator: Option<RawSimulator>,
@@ -54,85 +55,38 @@ pub(super) struct RawMss {
     tape_rest: Option<RawTapeRestConfig>,
 }
 
-fn d_timeout() -> i64 {
-    10_000
-}
-fn d_rate() -> i64 {
-    5_000
-}
-fn d_burst() -> i64 {
-    500
-}
-fn d_submit_batch() -> i64 {
-    256
-}
-fn d_attempts() -> i64 {
-    5
-}
-fn d_retry_base() -> i64 {
-    500
-}
-fn d_retry_max() -> i64 {
-    60_000
-}
-fn d_event_wait() -> i64 {
-    1_000
-}
-fn d_stale() -> i64 {
-    600_000
-}
-
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 struct RawSimulator {
-    #[serde(default = "d_true")]
     enabled: bool,
-    #[serde(default = "d_sim_listen")]
     listen: String,
-    #[serde(default = "d_drives")]
     drives: i64,
-    #[serde(default = "d_mount")]
     mount_seconds: f64,
-    #[serde(default = "d_mbps")]
     rate_mb_per_sec: f64,
-    #[serde(default = "d_scale")]
     time_scale: f64,
-    #[serde(default)]
     failure_rate: f64,
-    #[serde(default = "d_seed")]
     seed: i64,
     /// Enstore's `AGE_TIME` in (virtual) minutes; 0: no aging.
-    #[serde(default)]
     age_time_minutes: i64,
     /// Enstore's `DELTA_PRI`.
-    #[serde(default = "d_delta_pri")]
     delta_pri: i64,
 }
 
-fn d_delta_pri() -> i64 {
-    1
-}
-
-fn d_true() -> bool {
-    true
-}
-fn d_sim_listen() -> String {
-    "127.0.0.1:0".into()
-}
-fn d_drives() -> i64 {
-    4
-}
-fn d_mount() -> f64 {
-    60.0
-}
-fn d_mbps() -> f64 {
-    300.0
-}
-fn d_scale() -> f64 {
-    1.0
-}
-fn d_seed() -> i64 {
-    1
+impl Default for RawSimulator {
+    fn default() -> Self {
+        RawSimulator {
+            enabled: true,
+            listen: "127.0.0.1:0".into(),
+            drives: 4,
+            mount_seconds: 60.0,
+            rate_mb_per_sec: 300.0,
+            time_scale: 1.0,
+            failure_rate: 0.0,
+            seed: 1,
+            age_time_minutes: 0,
+            delta_pri: 1,
+        }
+    }
 }
 
 /// Validate `[mss]`. Files named in adapter tables are resolved against `base` (the

@@ -13,65 +13,31 @@ use crate::policy::multifactor::{Multifactor, Qos, SizeFavours};
 use crate::policy::order::{Algorithm, OrderSettings, Release, ReleaseMode};
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(super) struct RawMultifactor {
-    #[serde(default = "d_wait_w")]
     wait_weight: f64,
-    #[serde(default = "d_fs_w")]
     fair_share_weight: f64,
-    #[serde(default = "d_qos_w")]
     qos_weight: f64,
-    #[serde(default)]
     queue_weight: f64,
-    #[serde(default = "d_size_w")]
     size_weight: f64,
-    #[serde(default = "d_user_w")]
     user_weight: f64,
-    #[serde(default = "d_wait_cap")]
     wait_cap_secs: i64,
-    #[serde(default = "d_size_ref")]
     size_ref_bytes: i64,
-    #[serde(default = "d_favours")]
     size_favours: String,
-}
-
-fn d_wait_w() -> f64 {
-    1000.0
-}
-fn d_fs_w() -> f64 {
-    10_000.0
-}
-fn d_qos_w() -> f64 {
-    2000.0
-}
-fn d_size_w() -> f64 {
-    500.0
-}
-fn d_user_w() -> f64 {
-    1000.0
-}
-fn d_wait_cap() -> i64 {
-    86_400
-}
-fn d_size_ref() -> i64 {
-    100_000_000_000
-}
-fn d_favours() -> String {
-    "large".into()
 }
 
 impl Default for RawMultifactor {
     fn default() -> Self {
         RawMultifactor {
-            wait_weight: d_wait_w(),
-            fair_share_weight: d_fs_w(),
-            qos_weight: d_qos_w(),
+            wait_weight: 1000.0,
+            fair_share_weight: 10_000.0,
+            qos_weight: 2000.0,
             queue_weight: 0.0,
-            size_weight: d_size_w(),
-            user_weight: d_user_w(),
-            wait_cap_secs: d_wait_cap(),
-            size_ref_bytes: d_size_ref(),
-            size_favours: d_favours(),
+            size_weight: 500.0,
+            user_weight: 1000.0,
+            wait_cap_secs: 86_400,
+            size_ref_bytes: 100_000_000_000,
+            size_favours: "large".into(),
         }
     }
 }
@@ -88,38 +54,23 @@ pub(super) struct RawFbsng {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(super) struct RawRelease {
-    #[serde(default = "d_mode")]
     mode: String,
-    #[serde(default = "d_limit")]
     limit: i64,
-    #[serde(default)]
     slot_bytes: i64,
-    #[serde(default)]
     libraries: BTreeMap<String, i64>,
-}
-
-fn d_mode() -> String {
-    "pass_through".into()
-}
-fn d_limit() -> i64 {
-    8
 }
 
 impl Default for RawRelease {
     fn default() -> Self {
         RawRelease {
-            mode: d_mode(),
-            limit: d_limit(),
+            mode: "pass_through".into(),
+            limit: 8,
             slot_bytes: 0,
             libraries: BTreeMap::new(),
         }
     }
-}
-
-pub(super) fn d_algorithm() -> String {
-    "sam".into()
 }
 
 /// Validate the ordering settings. `p0` is the lowest priority class's MSS priority.
