@@ -89,6 +89,19 @@ impl Default for RawSimulator {
     }
 }
 
+/// The adapter `mss.adapter` names with its own table, and only that one: the tagged form of
+/// `[mss]`'s flat TOML. (Serde's internally tagged enums would read the same TOML, but refuse a
+/// stray table or an unknown adapter with messages that do not say what to change.)
+enum ChosenAdapter<'a> {
+    Http {
+        url: Option<&'a str>,
+        simulator: Option<SimulatorSettings>,
+    },
+    Encp(RawEncpConfig),
+    Fts3(Option<&'a RawFts3Config>),
+    TapeRest(Option<&'a RawTapeRestConfig>),
+}
+
 /// Validate `[mss]`. Files named in adapter tables are resolved against `base` (the
 /// configuration's directory); `default_bands` is FTS3's mapping when none is configured.
 pub(super) fn validate_mss(
@@ -97,6 +110,37 @@ pub(super) fn validate_mss(
     default_bands: Vec<Band>,
     issues: &mut Issues,
 ) -> Option<MssSettings> {
+    let chosen = choose_adapter(&raw, issues)?;
+    let adapter = validate_adapter(chosen, base, default_bands, issues)?;
+    let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
+    let batch = positive(raw.submit_batch, "mss.submit_batch", issues);
+    let retry = RetrySettings {
+        max_attempts: positive(raw.retry_max_attempts, "mss.retry_max_attempts", issues) as u32,
+        base: Duration::from_millis(positive(raw.retry_base_ms, "mss.retry_base_ms", issues) as u64),
+        max: Duration::from_millis(positive(raw.retry_max_ms, "mss.retry_max_ms", issues) as u64),
+    };
+    if retry.max < retry.base {
+        issues.add("mss.retry_max_ms", "must not be below mss.retry_base_ms");
+    }
+    let ms = |v: i64, key: &str, issues: &mut Issues| {
+        Duration::from_millis(positive(v, key, issues) as u64)
+    };
+    Some(MssSettings {
+        adapter,
+        timeout: ms(raw.timeout_ms, "mss.timeout_ms", issues),
+        submit_rate_per_sec: positive(raw.submit_rate_per_sec, "mss.submit_rate_per_sec", issues)
+            as u32,
+        submit_burst: burst,
+        submit_batch: batch.min(burst as usize),
+        retry,
+        event_wait: ms(raw.event_wait_ms, "mss.event_wait_ms", issues),
+        stale_after: ms(raw.stale_after_ms, "mss.stale_after_ms", issues),
+    })
+}
+
+/// Which adapter `mss.adapter` names, with its table; every key or table set for another
+/// adapter is refused, naming what to change.
+fn choose_adapter<'a>(raw: &'a RawMss, issues: &mut Issues) -> Option<ChosenAdapter<'a>> {
     let simulator = match &raw.simulator {
         Some(s) if s.enabled => validate_simulator(s, issues),
         _ => None,
@@ -130,20 +174,46 @@ pub(super) fn validate_mss(
             );
         }
     }
+    match name {
+        "http" => Some(ChosenAdapter::Http {
+            url: raw.url.as_deref(),
+            simulator,
+        }),
+        "encp" => Some(ChosenAdapter::Encp(raw.encp.clone().unwrap_or_default())),
+        "fts3" => Some(ChosenAdapter::Fts3(raw.fts3.as_ref())),
+        "tape_rest" => Some(ChosenAdapter::TapeRest(raw.tape_rest.as_ref())),
+        other => {
+            issues.add(
+                "mss.adapter",
+                format!("`{other}` is not a known adapter (known: http, encp, fts3, tape_rest)"),
+            );
+            None
+        }
+    }
+}
+
+/// The chosen adapter's table validated by the adapter itself, its issues keyed under
+/// `mss.<adapter>.`.
+fn validate_adapter(
+    chosen: ChosenAdapter<'_>,
+    base: &Path,
+    default_bands: Vec<Band>,
+    issues: &mut Issues,
+) -> Option<AdapterSettings> {
     let adapter_issues = |table: &str, found: Vec<Issue>, issues: &mut Issues| {
         for i in found {
             issues.add(format!("mss.{table}.{}", i.key), i.message);
         }
     };
-    let adapter = match name {
-        "http" => {
-            if raw.url.is_none() && simulator.is_none() {
+    match chosen {
+        ChosenAdapter::Http { url, simulator } => {
+            if url.is_none() && simulator.is_none() {
                 issues.add(
                     "mss.url",
                     "needed for adapter \"http\" unless [mss.simulator] is enabled",
                 );
             }
-            if let Some(u) = &raw.url {
+            if let Some(u) = url {
                 if !(u.starts_with("http://") || u.starts_with("https://")) {
                     issues.add(
                         "mss.url",
@@ -151,88 +221,47 @@ pub(super) fn validate_mss(
                     );
                 }
             }
-            AdapterSettings::Http {
-                url: raw.url.clone(),
+            Some(AdapterSettings::Http {
+                url: url.map(str::to_string),
                 simulator,
-            }
+            })
         }
-        "encp" => {
-            let table = raw.encp.clone().unwrap_or_default();
-            match table.validate(base) {
-                Ok(c) => AdapterSettings::Encp(c),
-                Err(found) => {
-                    adapter_issues("encp", found, issues);
-                    return None;
-                }
+        ChosenAdapter::Encp(table) => match table.validate(base) {
+            Ok(c) => Some(AdapterSettings::Encp(c)),
+            Err(found) => {
+                adapter_issues("encp", found, issues);
+                None
             }
-        }
-        "fts3" => match &raw.fts3 {
-            None => {
-                issues.add(
-                    "mss.fts3",
-                    "needed for adapter \"fts3\": at least url, vo and tape_endpoint",
-                );
-                return None;
-            }
-            Some(t) => match t.validate(base, default_bands) {
-                Ok(c) => AdapterSettings::Fts3(c),
-                Err(found) => {
-                    adapter_issues("fts3", found, issues);
-                    return None;
-                }
-            },
         },
-        "tape_rest" => match &raw.tape_rest {
-            None => {
-                issues.add(
-                    "mss.tape_rest",
-                    "needed for adapter \"tape_rest\": at least url",
-                );
-                return None;
-            }
-            Some(t) => match t.validate(base) {
-                Ok(c) => AdapterSettings::TapeRest(c),
-                Err(found) => {
-                    adapter_issues("tape_rest", found, issues);
-                    return None;
-                }
-            },
-        },
-        other => {
+        ChosenAdapter::Fts3(None) => {
             issues.add(
-                "mss.adapter",
-                format!("`{other}` is not a known adapter (known: http, encp, fts3, tape_rest)"),
+                "mss.fts3",
+                "needed for adapter \"fts3\": at least url, vo and tape_endpoint",
             );
-            return None;
+            None
         }
-    };
-    let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
-    let batch = positive(raw.submit_batch, "mss.submit_batch", issues);
-    let retry = RetrySettings {
-        max_attempts: positive(raw.retry_max_attempts, "mss.retry_max_attempts", issues) as u32,
-        base: Duration::from_millis(positive(raw.retry_base_ms, "mss.retry_base_ms", issues) as u64),
-        max: Duration::from_millis(positive(raw.retry_max_ms, "mss.retry_max_ms", issues) as u64),
-    };
-    if retry.max < retry.base {
-        issues.add("mss.retry_max_ms", "must not be below mss.retry_base_ms");
+        ChosenAdapter::Fts3(Some(t)) => match t.validate(base, default_bands) {
+            Ok(c) => Some(AdapterSettings::Fts3(c)),
+            Err(found) => {
+                adapter_issues("fts3", found, issues);
+                None
+            }
+        },
+        ChosenAdapter::TapeRest(None) => {
+            issues.add(
+                "mss.tape_rest",
+                "needed for adapter \"tape_rest\": at least url",
+            );
+            None
+        }
+        ChosenAdapter::TapeRest(Some(t)) => match t.validate(base) {
+            Ok(c) => Some(AdapterSettings::TapeRest(c)),
+            Err(found) => {
+                adapter_issues("tape_rest", found, issues);
+                None
+            }
+        },
     }
-    Some(MssSettings {
-        adapter,
-        timeout: Duration::from_millis(positive(raw.timeout_ms, "mss.timeout_ms", issues) as u64),
-        submit_rate_per_sec: positive(raw.submit_rate_per_sec, "mss.submit_rate_per_sec", issues)
-            as u32,
-        submit_burst: burst,
-        submit_batch: batch.min(burst as usize),
-        retry,
-        event_wait: Duration::from_millis(
-            positive(raw.event_wait_ms, "mss.event_wait_ms", issues) as u64
-        ),
-        stale_after: Duration::from_millis(positive(
-            raw.stale_after_ms,
-            "mss.stale_after_ms",
-            issues,
-        ) as u64),
-    })
 }
 
 fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<SimulatorSettings> {
