@@ -136,3 +136,21 @@ impl RetrySettings {
         self.base.saturating_mul(factor).min(self.max)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let r = RetrySettings {
+            max_attempts: 5,
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(350),
+        };
+        assert_eq!(r.backoff(1), Duration::from_millis(100));
+        assert_eq!(r.backoff(2), Duration::from_millis(200));
+        assert_eq!(r.backoff(3), Duration::from_millis(350));
+        assert_eq!(r.backoff(40), Duration::from_millis(350));
+    }
+}
