@@ -84,58 +84,7 @@ pub(super) fn validate_order(
     issues: &mut Issues,
 ) -> OrderSettings {
     let mut o = OrderSettings::seed(p.p_front, p.p_back, groups.len());
-    o.band_low = p.band_low.unwrap_or(p.p_back);
-    o.band_high = p.band_high.unwrap_or(p.p_front);
-    if o.band_low >= o.band_high {
-        issues.add(
-            "policy.band_high",
-            format!(
-                "must be above policy.band_low ({}), got {}",
-                o.band_low, o.band_high
-            ),
-        );
-    }
-    let top = o.band_high.max(p.p_front);
-    o.starved_priority = p
-        .starved_priority
-        .unwrap_or_else(|| p0.map_or(top + 1, |p0| p0 - 1));
-    if let Some(p0) = p0 {
-        if top >= p0 {
-            issues.add(
-                "policy.band_high",
-                format!(
-                    "must be below every priority class's mss_priority (lowest is {p0}), got {top}"
-                ),
-            );
-        }
-    }
-    if p.max_wait_secs < 0 {
-        issues.add(
-            "policy.max_wait_secs",
-            format!("must be 0 (off) or positive, got {}", p.max_wait_secs),
-        );
-    }
-    if p.max_wait_secs > 0 {
-        o.max_wait_ms = Some(p.max_wait_secs.saturating_mul(1000));
-        let below_classes = p0.is_none_or(|p0| o.starved_priority < p0);
-        if o.starved_priority <= top || !below_classes {
-            issues.add(
-                "policy.starved_priority",
-                format!(
-                    "must be above policy.p_front and policy.band_high ({top}) and below every priority class, got {} (lower p_front/band_high or set it)",
-                    o.starved_priority
-                ),
-            );
-        }
-    }
-    match p.reprioritise_secs {
-        0 => {}
-        s if s > 0 => o.reprioritise = Some(Duration::from_secs(s as u64)),
-        s => issues.add(
-            "policy.reprioritise_secs",
-            format!("must be 0 (off) or positive, got {s}"),
-        ),
-    }
+    bands_and_starvation(p, p0, &mut o, issues);
     o.algorithm = match p.algorithm.as_str() {
         "sam" => Algorithm::Sam,
         "fair_tree" => Algorithm::FairTree,
@@ -149,36 +98,8 @@ pub(super) fn validate_order(
             Algorithm::Sam
         }
     };
-    for (mode, q) in &p.qos {
-        match Qos::parse(q) {
-            Some(q) => {
-                o.qos_by_mode.insert(mode.clone(), q);
-            }
-            None => issues.add(
-                format!("policy.qos.{mode}"),
-                format!("`{q}` is not one of expedite, normal, standby"),
-            ),
-        }
-    }
-    for (mode, &f) in &p.queue_factors {
-        if !(0.0..=1.0).contains(&f) {
-            issues.add(
-                format!("policy.queue_factors.{mode}"),
-                format!("must be in [0, 1], got {f}"),
-            );
-        }
-        o.queue_factor_by_mode
-            .insert(mode.clone(), f.clamp(0.0, 1.0));
-    }
-    for (path, raw) in &p.fbsng {
-        let key = format!("policy.fbsng.\"{path}\"");
-        match by_path.get(path.as_str()) {
-            Some(g) if matches!(groups[g.0].kind, GroupKind::FairShare { .. }) => {
-                o.fbsng[g.0] = queue_params(raw, &key, issues);
-            }
-            _ => issues.add(key, "is not a leaf of [shares]"),
-        }
-    }
+    per_access_mode(p, &mut o, issues);
+    fbsng_queues(p, groups, by_path, &mut o, issues);
     o.release = validate_release(release, issues);
     o
 }
@@ -313,5 +234,111 @@ fn validate_release(raw: &RawRelease, issues: &mut Issues) -> Release {
         limit,
         libraries,
         slot_bytes: raw.slot_bytes.max(0) as u64,
+    }
+}
+
+/// The band the non-SAM policies map onto, the starvation bound and its priority, and the
+/// re-prioritisation period.
+fn bands_and_starvation(
+    p: &RawPolicy,
+    p0: Option<i64>,
+    o: &mut OrderSettings,
+    issues: &mut Issues,
+) {
+    o.band_low = p.band_low.unwrap_or(p.p_back);
+    o.band_high = p.band_high.unwrap_or(p.p_front);
+    if o.band_low >= o.band_high {
+        issues.add(
+            "policy.band_high",
+            format!(
+                "must be above policy.band_low ({}), got {}",
+                o.band_low, o.band_high
+            ),
+        );
+    }
+    let top = o.band_high.max(p.p_front);
+    o.starved_priority = p
+        .starved_priority
+        .unwrap_or_else(|| p0.map_or(top + 1, |p0| p0 - 1));
+    if let Some(p0) = p0 {
+        if top >= p0 {
+            issues.add(
+                "policy.band_high",
+                format!(
+                    "must be below every priority class's mss_priority (lowest is {p0}), got {top}"
+                ),
+            );
+        }
+    }
+    if p.max_wait_secs < 0 {
+        issues.add(
+            "policy.max_wait_secs",
+            format!("must be 0 (off) or positive, got {}", p.max_wait_secs),
+        );
+    }
+    if p.max_wait_secs > 0 {
+        o.max_wait_ms = Some(p.max_wait_secs.saturating_mul(1000));
+        let below_classes = p0.is_none_or(|p0| o.starved_priority < p0);
+        if o.starved_priority <= top || !below_classes {
+            issues.add(
+                "policy.starved_priority",
+                format!(
+                    "must be above policy.p_front and policy.band_high ({top}) and below every priority class, got {} (lower p_front/band_high or set it)",
+                    o.starved_priority
+                ),
+            );
+        }
+    }
+    match p.reprioritise_secs {
+        0 => {}
+        s if s > 0 => o.reprioritise = Some(Duration::from_secs(s as u64)),
+        s => issues.add(
+            "policy.reprioritise_secs",
+            format!("must be 0 (off) or positive, got {s}"),
+        ),
+    }
+}
+
+/// `[policy.qos]` and `[policy.queue_factors]`.
+fn per_access_mode(p: &RawPolicy, o: &mut OrderSettings, issues: &mut Issues) {
+    for (mode, q) in &p.qos {
+        match Qos::parse(q) {
+            Some(q) => {
+                o.qos_by_mode.insert(mode.clone(), q);
+            }
+            None => issues.add(
+                format!("policy.qos.{mode}"),
+                format!("`{q}` is not one of expedite, normal, standby"),
+            ),
+        }
+    }
+    for (mode, &f) in &p.queue_factors {
+        if !(0.0..=1.0).contains(&f) {
+            issues.add(
+                format!("policy.queue_factors.{mode}"),
+                format!("must be in [0, 1], got {f}"),
+            );
+        }
+        o.queue_factor_by_mode
+            .insert(mode.clone(), f.clamp(0.0, 1.0));
+    }
+}
+
+/// `[policy.fbsng."group"]`: queue parameters of fair-share leaves.
+fn fbsng_queues(
+    p: &RawPolicy,
+    groups: &[GroupInfo],
+    by_path: &HashMap<String, GroupId>,
+    o: &mut OrderSettings,
+    issues: &mut Issues,
+) {
+    for (path, raw) in &p.fbsng {
+        let key = format!("policy.fbsng.\"{path}\"");
+        match by_path.get(path.as_str()) {
+            Some(g) if matches!(groups[g.0].kind, GroupKind::FairShare { .. }) => {
+                o.fbsng[g.0] = queue_params(raw, &key, issues);
+            }
+            _ => issues.add(key, "is not a leaf of [shares]"),
+        }
     }
 }
