@@ -100,7 +100,8 @@ enum ChosenAdapter<'a> {
         url: Option<&'a str>,
         simulator: Option<SimulatorSettings>,
     },
-    Encp(RawEncpConfig),
+    /// `[mss.encp]` may be left out: every key has a default.
+    Encp(Option<&'a RawEncpConfig>),
     Fts3(Option<&'a RawFts3Config>),
     TapeRest(Option<&'a RawTapeRestConfig>),
 }
@@ -182,7 +183,7 @@ fn choose_adapter<'a>(raw: &'a RawMss, issues: &mut Issues) -> Option<ChosenAdap
             url: raw.url.as_deref(),
             simulator,
         }),
-        "encp" => Some(ChosenAdapter::Encp(raw.encp.clone().unwrap_or_default())),
+        "encp" => Some(ChosenAdapter::Encp(raw.encp.as_ref())),
         "fts3" => Some(ChosenAdapter::Fts3(raw.fts3.as_ref())),
         "tape_rest" => Some(ChosenAdapter::TapeRest(raw.tape_rest.as_ref())),
         other => {
@@ -229,7 +230,7 @@ fn validate_adapter(
                 simulator,
             })
         }
-        ChosenAdapter::Encp(table) => match table.validate(base) {
+        ChosenAdapter::Encp(table) => match table.cloned().unwrap_or_default().validate(base) {
             Ok(c) => Some(AdapterSettings::Encp(c)),
             Err(found) => {
                 adapter_issues("encp", found, issues);
