@@ -4,7 +4,7 @@
 
 use super::{Fraction, GroupPath};
 
-/// Index of a group in [`PolicySettings::groups`].
+/// Index of a group in [`super::PolicySettings::groups`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupId(pub usize);
 
