@@ -186,7 +186,7 @@ async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Ro
                             volume: None,
                             direction: mss_adapters::Direction::Read,
                             group: crate::policy::classify(&policy, &fields)
-                                .unwrap_or(crate::config::GroupId(0)),
+                                .unwrap_or(crate::domain::GroupId(0)),
                             benefit: 1_000_000_000 + n,
                             extras: Default::default(),
                         }

@@ -27,6 +27,10 @@
 //!
 //! Each loop's body is a `*_once` step a test can call directly.
 
+mod settings;
+
+pub use settings::{AdapterSettings, MssSettings, SimulatorSettings};
+
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +42,6 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
-use crate::config::MssSettings;
 use crate::ledger::{AfterSubmit, InFlight, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
 
 /// Most priority changes one re-prioritisation pass sends.

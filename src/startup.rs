@@ -21,8 +21,9 @@ use tracing::{info, warn};
 use crate::api::{self, AppState};
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{AdapterSettings, Settings, SimulatorSettings};
+use crate::config::Settings;
 use crate::dispatcher::Dispatcher;
+use crate::dispatcher::{AdapterSettings, SimulatorSettings};
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 
 /// Why the broker could not start.
@@ -55,7 +56,7 @@ pub struct Application {
     cancels: mpsc::UnboundedReceiver<i64>,
     writer: std::thread::JoinHandle<()>,
     simulator: Option<SimulatorHandle>,
-    server: crate::config::ServerSettings,
+    server: crate::server::ServerSettings,
 }
 
 impl Application {

@@ -3,7 +3,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mssbroker::api::wire::{batch_items, RequestInput};
-use mssbroker::config::InputLimits;
+use mssbroker::api::InputLimits;
 
 fuzz_target!(|data: &[u8]| {
     let limits = InputLimits {

@@ -4,7 +4,10 @@
 
 mod body_budget;
 pub mod error;
+mod limits;
 pub mod wire;
+
+pub use limits::InputLimits;
 
 use std::sync::Arc;
 
@@ -18,7 +21,7 @@ use axum::{Json, Router};
 use tokio::sync::mpsc;
 
 use crate::auth::{Principal, Role, RoleKind, TokenTable};
-use crate::config::{InputLimits, PolicySettings};
+use crate::domain::PolicySettings;
 use crate::domain::RequestState;
 use crate::ledger::{CancelOutcome, Ledger, NewRequest};
 use crate::policy::{self, RequestFields};

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::config::InputLimits;
+use crate::api::InputLimits;
 use crate::domain::{Class, RequestState};
 use crate::ledger::{Accepted, RequestRecord};
 use crate::policy::multifactor::Qos;

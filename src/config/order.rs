@@ -6,71 +6,39 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{GroupInfo, GroupKind, Issues, RawPolicy};
+use super::raw::RawPolicy;
+use super::Issues;
+use crate::domain::{GroupId, GroupInfo, GroupKind};
 use crate::policy::fbsng::QueueParams;
 use crate::policy::multifactor::{Multifactor, Qos, SizeFavours};
 use crate::policy::order::{Algorithm, OrderSettings, Release, ReleaseMode};
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(super) struct RawMultifactor {
-    #[serde(default = "d_wait_w")]
     wait_weight: f64,
-    #[serde(default = "d_fs_w")]
     fair_share_weight: f64,
-    #[serde(default = "d_qos_w")]
     qos_weight: f64,
-    #[serde(default)]
     queue_weight: f64,
-    #[serde(default = "d_size_w")]
     size_weight: f64,
-    #[serde(default = "d_user_w")]
     user_weight: f64,
-    #[serde(default = "d_wait_cap")]
     wait_cap_secs: i64,
-    #[serde(default = "d_size_ref")]
     size_ref_bytes: i64,
-    #[serde(default = "d_favours")]
     size_favours: String,
-}
-
-fn d_wait_w() -> f64 {
-    1000.0
-}
-fn d_fs_w() -> f64 {
-    10_000.0
-}
-fn d_qos_w() -> f64 {
-    2000.0
-}
-fn d_size_w() -> f64 {
-    500.0
-}
-fn d_user_w() -> f64 {
-    1000.0
-}
-fn d_wait_cap() -> i64 {
-    86_400
-}
-fn d_size_ref() -> i64 {
-    100_000_000_000
-}
-fn d_favours() -> String {
-    "large".into()
 }
 
 impl Default for RawMultifactor {
     fn default() -> Self {
         RawMultifactor {
-            wait_weight: d_wait_w(),
-            fair_share_weight: d_fs_w(),
-            qos_weight: d_qos_w(),
+            wait_weight: 1000.0,
+            fair_share_weight: 10_000.0,
+            qos_weight: 2000.0,
             queue_weight: 0.0,
-            size_weight: d_size_w(),
-            user_weight: d_user_w(),
-            wait_cap_secs: d_wait_cap(),
-            size_ref_bytes: d_size_ref(),
-            size_favours: d_favours(),
+            size_weight: 500.0,
+            user_weight: 1000.0,
+            wait_cap_secs: 86_400,
+            size_ref_bytes: 100_000_000_000,
+            size_favours: "large".into(),
         }
     }
 }
@@ -87,38 +55,23 @@ pub(super) struct RawFbsng {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(super) struct RawRelease {
-    #[serde(default = "d_mode")]
     mode: String,
-    #[serde(default = "d_limit")]
     limit: i64,
-    #[serde(default)]
     slot_bytes: i64,
-    #[serde(default)]
     libraries: BTreeMap<String, i64>,
-}
-
-fn d_mode() -> String {
-    "pass_through".into()
-}
-fn d_limit() -> i64 {
-    8
 }
 
 impl Default for RawRelease {
     fn default() -> Self {
         RawRelease {
-            mode: d_mode(),
-            limit: d_limit(),
+            mode: "pass_through".into(),
+            limit: 8,
             slot_bytes: 0,
             libraries: BTreeMap::new(),
         }
     }
-}
-
-pub(super) fn d_algorithm() -> String {
-    "sam".into()
 }
 
 /// Validate the ordering settings. `p0` is the lowest priority class's MSS priority.
@@ -126,63 +79,12 @@ pub(super) fn validate_order(
     p: &RawPolicy,
     release: &RawRelease,
     groups: &[GroupInfo],
-    by_path: &HashMap<String, super::GroupId>,
+    by_path: &HashMap<String, GroupId>,
     p0: Option<i64>,
     issues: &mut Issues,
 ) -> OrderSettings {
     let mut o = OrderSettings::seed(p.p_front, p.p_back, groups.len());
-    o.band_low = p.band_low.unwrap_or(p.p_back);
-    o.band_high = p.band_high.unwrap_or(p.p_front);
-    if o.band_low >= o.band_high {
-        issues.add(
-            "policy.band_high",
-            format!(
-                "must be above policy.band_low ({}), got {}",
-                o.band_low, o.band_high
-            ),
-        );
-    }
-    let top = o.band_high.max(p.p_front);
-    o.starved_priority = p
-        .starved_priority
-        .unwrap_or_else(|| p0.map_or(top + 1, |p0| p0 - 1));
-    if let Some(p0) = p0 {
-        if top >= p0 {
-            issues.add(
-                "policy.band_high",
-                format!(
-                    "must be below every priority class's mss_priority (lowest is {p0}), got {top}"
-                ),
-            );
-        }
-    }
-    if p.max_wait_secs < 0 {
-        issues.add(
-            "policy.max_wait_secs",
-            format!("must be 0 (off) or positive, got {}", p.max_wait_secs),
-        );
-    }
-    if p.max_wait_secs > 0 {
-        o.max_wait_ms = Some(p.max_wait_secs.saturating_mul(1000));
-        let below_classes = p0.is_none_or(|p0| o.starved_priority < p0);
-        if o.starved_priority <= top || !below_classes {
-            issues.add(
-                "policy.starved_priority",
-                format!(
-                    "must be above policy.p_front and policy.band_high ({top}) and below every priority class, got {} (lower p_front/band_high or set it)",
-                    o.starved_priority
-                ),
-            );
-        }
-    }
-    match p.reprioritise_secs {
-        0 => {}
-        s if s > 0 => o.reprioritise = Some(Duration::from_secs(s as u64)),
-        s => issues.add(
-            "policy.reprioritise_secs",
-            format!("must be 0 (off) or positive, got {s}"),
-        ),
-    }
+    bands_and_starvation(p, p0, &mut o, issues);
     o.algorithm = match p.algorithm.as_str() {
         "sam" => Algorithm::Sam,
         "fair_tree" => Algorithm::FairTree,
@@ -196,36 +98,8 @@ pub(super) fn validate_order(
             Algorithm::Sam
         }
     };
-    for (mode, q) in &p.qos {
-        match Qos::parse(q) {
-            Some(q) => {
-                o.qos_by_mode.insert(mode.clone(), q);
-            }
-            None => issues.add(
-                format!("policy.qos.{mode}"),
-                format!("`{q}` is not one of expedite, normal, standby"),
-            ),
-        }
-    }
-    for (mode, &f) in &p.queue_factors {
-        if !(0.0..=1.0).contains(&f) {
-            issues.add(
-                format!("policy.queue_factors.{mode}"),
-                format!("must be in [0, 1], got {f}"),
-            );
-        }
-        o.queue_factor_by_mode
-            .insert(mode.clone(), f.clamp(0.0, 1.0));
-    }
-    for (path, raw) in &p.fbsng {
-        let key = format!("policy.fbsng.\"{path}\"");
-        match by_path.get(path.as_str()) {
-            Some(g) if matches!(groups[g.0].kind, GroupKind::FairShare { .. }) => {
-                o.fbsng[g.0] = queue_params(raw, &key, issues);
-            }
-            _ => issues.add(key, "is not a leaf of [shares]"),
-        }
-    }
+    per_access_mode(p, &mut o, issues);
+    fbsng_queues(p, groups, by_path, &mut o, issues);
     o.release = validate_release(release, issues);
     o
 }
@@ -360,5 +234,111 @@ fn validate_release(raw: &RawRelease, issues: &mut Issues) -> Release {
         limit,
         libraries,
         slot_bytes: raw.slot_bytes.max(0) as u64,
+    }
+}
+
+/// The band the non-SAM policies map onto, the starvation bound and its priority, and the
+/// re-prioritisation period.
+fn bands_and_starvation(
+    p: &RawPolicy,
+    p0: Option<i64>,
+    o: &mut OrderSettings,
+    issues: &mut Issues,
+) {
+    o.band_low = p.band_low.unwrap_or(p.p_back);
+    o.band_high = p.band_high.unwrap_or(p.p_front);
+    if o.band_low >= o.band_high {
+        issues.add(
+            "policy.band_high",
+            format!(
+                "must be above policy.band_low ({}), got {}",
+                o.band_low, o.band_high
+            ),
+        );
+    }
+    let top = o.band_high.max(p.p_front);
+    o.starved_priority = p
+        .starved_priority
+        .unwrap_or_else(|| p0.map_or(top + 1, |p0| p0 - 1));
+    if let Some(p0) = p0 {
+        if top >= p0 {
+            issues.add(
+                "policy.band_high",
+                format!(
+                    "must be below every priority class's mss_priority (lowest is {p0}), got {top}"
+                ),
+            );
+        }
+    }
+    if p.max_wait_secs < 0 {
+        issues.add(
+            "policy.max_wait_secs",
+            format!("must be 0 (off) or positive, got {}", p.max_wait_secs),
+        );
+    }
+    if p.max_wait_secs > 0 {
+        o.max_wait_ms = Some(p.max_wait_secs.saturating_mul(1000));
+        let below_classes = p0.is_none_or(|p0| o.starved_priority < p0);
+        if o.starved_priority <= top || !below_classes {
+            issues.add(
+                "policy.starved_priority",
+                format!(
+                    "must be above policy.p_front and policy.band_high ({top}) and below every priority class, got {} (lower p_front/band_high or set it)",
+                    o.starved_priority
+                ),
+            );
+        }
+    }
+    match p.reprioritise_secs {
+        0 => {}
+        s if s > 0 => o.reprioritise = Some(Duration::from_secs(s as u64)),
+        s => issues.add(
+            "policy.reprioritise_secs",
+            format!("must be 0 (off) or positive, got {s}"),
+        ),
+    }
+}
+
+/// `[policy.qos]` and `[policy.queue_factors]`.
+fn per_access_mode(p: &RawPolicy, o: &mut OrderSettings, issues: &mut Issues) {
+    for (mode, q) in &p.qos {
+        match Qos::parse(q) {
+            Some(q) => {
+                o.qos_by_mode.insert(mode.clone(), q);
+            }
+            None => issues.add(
+                format!("policy.qos.{mode}"),
+                format!("`{q}` is not one of expedite, normal, standby"),
+            ),
+        }
+    }
+    for (mode, &f) in &p.queue_factors {
+        if !(0.0..=1.0).contains(&f) {
+            issues.add(
+                format!("policy.queue_factors.{mode}"),
+                format!("must be in [0, 1], got {f}"),
+            );
+        }
+        o.queue_factor_by_mode
+            .insert(mode.clone(), f.clamp(0.0, 1.0));
+    }
+}
+
+/// `[policy.fbsng."group"]`: queue parameters of fair-share leaves.
+fn fbsng_queues(
+    p: &RawPolicy,
+    groups: &[GroupInfo],
+    by_path: &HashMap<String, GroupId>,
+    o: &mut OrderSettings,
+    issues: &mut Issues,
+) {
+    for (path, raw) in &p.fbsng {
+        let key = format!("policy.fbsng.\"{path}\"");
+        match by_path.get(path.as_str()) {
+            Some(g) if matches!(groups[g.0].kind, GroupKind::FairShare { .. }) => {
+                o.fbsng[g.0] = queue_params(raw, &key, issues);
+            }
+            _ => issues.add(key, "is not a leaf of [shares]"),
+        }
     }
 }

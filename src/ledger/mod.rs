@@ -28,8 +28,8 @@ use mss_adapters::{EventCursor, MssEvent};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::clock::Clock;
-use crate::config::{GroupId, PolicySettings, RetrySettings};
 use crate::domain::{Class, RequestState};
+use crate::domain::{GroupId, PolicySettings, RetrySettings};
 use crate::shares::view::SharesView;
 
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};

@@ -13,7 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use super::wide::Wide;
 
-use crate::config::{GroupId, PolicySettings};
+use crate::domain::{GroupId, PolicySettings};
 use crate::shares::view::GroupCounts;
 use crate::shares::{UsageBook, UsageModel};
 

@@ -20,8 +20,8 @@ use super::{
     NewRequest, QueuedPlacement, RankInputs, SubmittedTransfer,
 };
 use crate::clock::Clock;
-use crate::config::{GroupId, GroupKind, PolicySettings, RetrySettings};
 use crate::domain::{Class, RequestState};
+use crate::domain::{GroupId, GroupKind, PolicySettings, RetrySettings};
 use crate::policy;
 use crate::policy::fbsng::Queues;
 use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};

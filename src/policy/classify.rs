@@ -1,6 +1,6 @@
 //! Classification: which accounting group a request is charged to.
 
-use crate::config::{GroupId, PolicySettings, Rule};
+use crate::domain::{GroupId, PolicySettings, Rule};
 
 /// The request fields classification looks at.
 #[derive(Debug, Clone, Copy)]

@@ -27,22 +27,7 @@
 //! `(qpd_B + qpi_A) : (qpd_A + qpi_B)`: the seed's QPD 3:7 gives 8:4, two thirds to A ("about
 //! 70/30"; exactly inverse to QPD as `qpi` becomes small against `qpd`).
 
-use serde::Serialize;
-
-/// One queue's parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct QueueParams {
-    pub qp_min: i64,
-    pub qp_max: i64,
-    /// Raise when a request starts from another queue.
-    pub qpi: i64,
-    /// Drop when a request starts from this queue.
-    pub qpd: i64,
-    /// Queue priority gap: how far above a lower queue this one must be to hold it.
-    pub qpg: i64,
-    /// Section priority gap within the queue (0: off).
-    pub spg: u32,
-}
+pub use crate::domain::order::QueueParams;
 
 impl Default for QueueParams {
     fn default() -> Self {

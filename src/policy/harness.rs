@@ -13,7 +13,7 @@ use mss_adapters::{Direction, EventKind, Transfer};
 use super::fbsng::Queues;
 use super::order::{is_fair, place, Candidate, Standing};
 use super::queue::HeldQueue;
-use crate::config::{GroupId, PolicySettings};
+use crate::domain::{GroupId, PolicySettings};
 use crate::shares::UsageBook;
 
 /// One request of the load.
@@ -57,10 +57,10 @@ impl Outcome {
             .map(|&g| {
                 let share = self.bytes[g.0] as f64 / total as f64;
                 let target = match policy.group(g).kind {
-                    crate::config::GroupKind::FairShare { share } => {
+                    crate::domain::GroupKind::FairShare { share } => {
                         share.num() as f64 / share.den() as f64
                     }
-                    crate::config::GroupKind::Priority { .. } => 0.0,
+                    crate::domain::GroupKind::Priority { .. } => 0.0,
                 };
                 (share - target).abs() * 100.0
             })

@@ -14,7 +14,7 @@ pub mod sam;
 pub use classify::{classify, ClassifyError, RequestFields};
 pub use sam::{decide, Decision};
 
-use crate::config::{Benefit, PolicySettings};
+use crate::domain::{Benefit, PolicySettings};
 
 /// What a request of `bytes` bytes in `access_mode` is worth to its group.
 pub fn benefit(policy: &PolicySettings, access_mode: &str, bytes: u64) -> u64 {

@@ -15,14 +15,7 @@
 //!
 //! Selected with `[policy] algorithm = "multifactor"`; see [`super::order`].
 
-/// Relative importance a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Qos {
-    Expedite,
-    Normal,
-    Standby,
-}
+pub use crate::domain::order::{Multifactor, Qos, SizeFavours};
 
 impl Qos {
     pub fn parse(s: &str) -> Option<Qos> {
@@ -49,29 +42,6 @@ impl Qos {
             Qos::Standby => 0.0,
         }
     }
-}
-
-/// Which requests the size factor favours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SizeFavours {
-    Large,
-    Small,
-}
-
-/// The weights and normalisers.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Multifactor {
-    pub wait_weight: f64,
-    pub fair_share_weight: f64,
-    pub qos_weight: f64,
-    pub queue_weight: f64,
-    pub size_weight: f64,
-    pub user_weight: f64,
-    pub max_wait_ms: i64,
-    pub size_ref_bytes: u64,
-    pub size_favours: SizeFavours,
-    pub band_low: i64,
-    pub band_high: i64,
 }
 
 /// What the factors are computed from.

@@ -16,25 +16,17 @@
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::domain::order::{Algorithm, OrderSettings, Release, ReleaseMode};
+
 use super::fbsng::{QueueParams, Queues};
-use super::multifactor::{Factors, Inputs, Multifactor, Qos};
-use crate::config::{GroupId, GroupKind, PolicySettings};
+use super::multifactor::{Factors, Inputs, Qos};
 use crate::domain::Class;
+use crate::domain::{GroupId, GroupKind, PolicySettings};
 use crate::shares::fairtree::{fair_tree, FairTree};
 use crate::shares::UsageLookup;
-
-/// Which ordering policy.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Algorithm {
-    Sam,
-    FairTree,
-    Multifactor(Multifactor),
-    Fbsng,
-}
 
 impl Algorithm {
     pub fn name(&self) -> &'static str {
@@ -47,15 +39,6 @@ impl Algorithm {
     }
 }
 
-/// When fair-share requests go to the MSS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseMode {
-    /// On decision (the seed).
-    PassThrough,
-    /// The broker keeps them and releases the policy's first whenever the MSS has room.
-    Held,
-}
-
 impl ReleaseMode {
     pub fn name(self) -> &'static str {
         match self {
@@ -63,19 +46,6 @@ impl ReleaseMode {
             ReleaseMode::Held => "held",
         }
     }
-}
-
-/// The held release mode's limits.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Release {
-    pub mode: ReleaseMode,
-    /// Slots outstanding at the MSS per library (released, not finished).
-    pub limit: u32,
-    /// Per named library, instead of `limit`.
-    pub libraries: BTreeMap<String, u32>,
-    /// A request takes `ceil(size / slot_bytes)` slots (at least 1, at most the library's
-    /// limit); 0: every request one slot.
-    pub slot_bytes: u64,
 }
 
 impl Release {
@@ -90,28 +60,6 @@ impl Release {
         let n = size_bytes.div_ceil(self.slot_bytes).max(1);
         n.min(u64::from(self.limit_of(library).max(1))) as u32
     }
-}
-
-/// Everything about ordering, validated from `[policy]`, `[policy.*]` and `[release]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OrderSettings {
-    pub algorithm: Algorithm,
-    pub release: Release,
-    /// MSS priorities the `fair_tree`, `multifactor` and `fbsng` policies map onto.
-    pub band_low: i64,
-    pub band_high: i64,
-    /// Priority of a pass-through request that has waited `max_wait_ms`.
-    pub starved_priority: i64,
-    /// The starvation bound (None: off).
-    pub max_wait_ms: Option<i64>,
-    /// How often time-dependent priorities are recomputed (None: never).
-    pub reprioritise: Option<Duration>,
-    /// QoS per access mode (requests may name their own); unlisted modes are normal.
-    pub qos_by_mode: HashMap<String, Qos>,
-    /// Multifactor queue factor per access mode, [0, 1]; unlisted modes 0.
-    pub queue_factor_by_mode: HashMap<String, f64>,
-    /// FBSNG parameters per group (`GroupId.0`; priority classes carry defaults).
-    pub fbsng: Vec<QueueParams>,
 }
 
 impl OrderSettings {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::fbsng::{pick_section, Section};
 use super::order::{place, Algorithm, Candidate, OrderSettings, Placement, Standing};
-use crate::config::GroupId;
+use crate::domain::GroupId;
 use crate::shares::UsageLookup;
 
 /// Waiting requests: library -> group -> id -> request.

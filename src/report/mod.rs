@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{GroupKind, PolicySettings};
+use crate::domain::{GroupKind, PolicySettings};
 use crate::ledger::aggregates::{bin_upper_ms, HourRow, HOUR_MS};
 use crate::shares::view::{format_ms, SharesView};
 

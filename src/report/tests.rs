@@ -8,7 +8,8 @@ use mss_adapters::{EventKind, MssEvent};
 
 use super::*;
 use crate::clock::{Clock, ManualClock};
-use crate::config::{RetrySettings, Settings};
+use crate::config::Settings;
+use crate::domain::RetrySettings;
 use crate::ledger::aggregates::wait_bin;
 use crate::ledger::{Ledger, LedgerOptions, NewRequest};
 

@@ -10,6 +10,9 @@
 mod body;
 pub mod fds;
 mod idle;
+mod settings;
+
+pub use settings::ServerSettings;
 
 use std::future::Future;
 use std::io;
@@ -28,8 +31,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
-
-use crate::config::ServerSettings;
 
 /// Connections being answered 503 at once; beyond this the excess is closed unanswered.
 const REFUSING_AT_ONCE: usize = 128;

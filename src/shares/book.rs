@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::model::{HalfLifeAcc, UsageModel};
-use crate::config::{GroupId, GroupKind, PolicySettings};
+use crate::domain::{GroupId, GroupKind, PolicySettings};
 
 /// What the policy reads about usage at one instant. Values are exact integers in weighted
 /// units (see [`UsageModel::unit`]).

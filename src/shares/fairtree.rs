@@ -19,7 +19,7 @@ use std::cmp::Ordering;
 use num_bigint::BigUint;
 use num_rational::Ratio;
 
-use crate::config::ShareTree;
+use crate::domain::ShareTree;
 
 /// A level fair-share value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::book::Effective;
 use super::model::UsageModel;
-use crate::config::{GroupKind, PolicySettings};
+use crate::domain::{GroupKind, PolicySettings};
 
 /// Why a usage file cannot be used; names the entry at fault.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

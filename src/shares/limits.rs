@@ -11,9 +11,9 @@
 //! Shares are compared exactly, as fractions of integers; equality counts as reaching a cap, and
 //! as not being under a floor, as SAM's equality goes back.
 
-use crate::config::{GroupId, NodeLimits, PolicySettings};
+use super::sam::less_than;
 use crate::domain::{Class, Fraction};
-use crate::policy::sam::less_than;
+use crate::domain::{GroupId, NodeLimits, PolicySettings};
 
 use super::book::UsageLookup;
 

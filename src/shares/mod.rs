@@ -7,6 +7,7 @@ pub mod fairtree;
 pub mod input;
 pub mod limits;
 pub mod model;
+pub mod sam;
 pub mod view;
 
 pub use book::{Effective, UsageBook, UsageLookup};

@@ -13,22 +13,7 @@
 //!   `sum_{i < depth} usage[c - i] * p^i * q^(depth - 1 - i)`, which is the Maui weighted sum
 //!   `sum_i usage[c - i] * decay^i` times `unit = q^(depth - 1)`, exactly.
 
-use crate::domain::Fraction;
-
-/// The configured usage model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UsageModel {
-    Cumulative,
-    HalfLife {
-        half_life_ms: i64,
-    },
-    Windows {
-        interval_ms: i64,
-        depth: usize,
-        /// FSDECAY as an exact fraction in (0, 1].
-        decay: Fraction,
-    },
-}
+pub use crate::domain::settings::UsageModel;
 
 /// Largest `q^(depth - 1)` a windows model may have, so weighted sums stay far inside u128.
 pub const MAX_WINDOW_UNIT: u128 = 1 << 40;
@@ -195,6 +180,7 @@ impl HalfLifeAcc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Fraction;
     use proptest::prelude::*;
 
     fn windows(depth: usize, num: u128, den: u128) -> UsageModel {

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use super::book::{Effective, UsageLookup};
 use super::fairtree::fair_tree;
 use super::limits::{cap_state, node_value, over_feasibility};
-use crate::config::{DeltaForm, GroupKind, PolicySettings};
+use super::sam::decide;
 use crate::domain::Class;
-use crate::policy::sam::decide;
+use crate::domain::{DeltaForm, GroupKind, PolicySettings};
 
 /// Figures the ledger keeps per group besides usage (present when read from a database).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -1,6 +1,13 @@
 //! Typed values the rest of the broker can trust: built once from input by a `parse` constructor
 //! and never wrong afterwards.
 
+pub mod order;
+pub mod settings;
+pub mod tree;
+
+pub use settings::{Benefit, DeltaForm, PolicySettings, RetrySettings, Rule, UsageModel};
+pub use tree::{GroupId, GroupInfo, GroupKind, NodeLimits, ShareNode, ShareTree};
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,93 @@
+//! `check-config`'s human-readable view of validated settings.
+
+use super::{mss, Settings};
+use crate::domain::{Fraction, GroupKind, NodeLimits};
+
+fn describe_limits(l: &NodeLimits) -> String {
+    let pct = |f: Fraction| f.to_f64() * 100.0;
+    let mut parts = Vec::new();
+    if let Some(f) = l.floor {
+        parts.push(format!("floor {}%", pct(f)));
+    }
+    if let Some(c) = l.cap {
+        parts.push(format!("cap {}%", pct(c)));
+    }
+    if let Some(c) = l.feasibility_cap {
+        parts.push(format!("holds at {c}"));
+    }
+    if let Some(c) = l.feasibility_cap_percent {
+        parts.push(format!("holds at {}%", pct(c)));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  [{}]", parts.join(", "))
+    }
+}
+
+/// A human-readable view of the validated tree for `check-config`.
+pub fn describe(settings: &Settings) -> String {
+    let p = &settings.policy;
+    let mut out = format!("configuration {} is valid\n\n", settings.origin);
+    out.push_str("priority classes (strictly ahead of all fair-share requests):\n");
+    for g in &p.groups {
+        if let GroupKind::Priority { mss_priority, .. } = g.kind {
+            out.push_str(&format!("  {:<30} mss_priority {mss_priority}\n", g.path));
+        }
+    }
+    out.push_str(&format!(
+        "fair share: front at mss_priority {}, back at {}; benefit = {}\nusage: {}\n",
+        p.p_front,
+        p.p_back,
+        p.benefit.name(),
+        p.usage_model.describe()
+    ));
+    let o = &p.order;
+    out.push_str(&format!(
+        "ordering: policy {}, band {}..{}; release {}{}; starvation bound {}; re-prioritise {}\n\nshare tree (shares, fraction of all fair-share benefit):\n",
+        o.algorithm.name(),
+        o.band_low,
+        o.band_high,
+        o.release.mode.name(),
+        if o.held() {
+            format!(" (limit {} per library, slot_bytes {})", o.release.limit, o.release.slot_bytes)
+        } else {
+            String::new()
+        },
+        o.max_wait_ms.map_or("off".to_string(), |m| format!(
+            "{} s (then mss_priority {})",
+            m / 1000,
+            o.starved_priority
+        )),
+        o.reprioritise
+            .map_or("never".to_string(), |d| format!("every {} s", d.as_secs())),
+    ));
+    for node in p.tree.depth_first().into_iter().map(|i| &p.tree.nodes[i]) {
+        let indent = "  ".repeat(node.path.depth());
+        let label = format!("{indent}{}", node.path.name());
+        let leaf = if node.is_leaf() { "  leaf" } else { "" };
+        out.push_str(&format!(
+            "{label:<32} {:>6}  {:>8.4}%  ({}){leaf}{}\n",
+            node.shares,
+            node.fraction.to_f64() * 100.0,
+            node.fraction,
+            describe_limits(&node.limits)
+        ));
+    }
+    out.push_str(&format!(
+        "\nclassification: {} rule(s), then access_mode/physics_group, then {}\n",
+        p.rules.len(),
+        match p.default_group {
+            Some(g) => format!("default group {}", p.group(g).path),
+            None => "refuse".to_string(),
+        }
+    ));
+    out.push_str(&mss::describe(&settings.mss));
+    if !settings.notes.is_empty() {
+        out.push_str("\nnotes:\n");
+        for n in &settings.notes {
+            out.push_str(&format!("  - {n}\n"));
+        }
+    }
+    out
+}

@@ -1,0 +1,218 @@
+use super::*;
+use crate::domain::GroupKind;
+
+fn base() -> String {
+    r#"
+[policy]
+p_front = 20
+p_back = 10
+
+[[priority_classes]]
+access_mode = "datataking"
+mss_priority = 100
+
+[shares]
+analysis = 40
+"analysis/higgs" = 1
+"analysis/top" = 3
+reprocessing = 30
+mc = 30
+
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:7070"
+"#
+    .to_string()
+}
+
+fn issues(text: &str) -> Vec<String> {
+    match Settings::parse(text, "test") {
+        Ok(_) => vec![],
+        Err(ConfigError::Invalid { issues, .. }) => issues.iter().map(|i| i.to_string()).collect(),
+        Err(e) => vec![e.to_string()],
+    }
+}
+
+#[test]
+fn shipped_config_is_valid() {
+    let s = Settings::parse(EMBEDDED, "embedded").expect("shipped config must validate");
+    assert!(!s.policy.groups.is_empty());
+}
+
+#[test]
+fn a_weight_that_could_overflow_a_request_benefit_is_refused() {
+    let with = |weight: i64, max_size: i64| {
+        base().replace(
+            "p_back = 10",
+            &format!(
+                "p_back = 10\nbenefit = \"weighted_bytes\"\n\
+                 [policy.benefit_weights]\nreprocessing = {weight}\n\
+                 [limits]\nmax_size_bytes = {max_size}"
+            ),
+        )
+    };
+    // 10^14 bytes (the shipped maximum): 92233 * 10^14 < 2^63 <= 92234 * 10^14.
+    assert_eq!(
+        issues(&with(92_233, 100_000_000_000_000)),
+        Vec::<String>::new()
+    );
+    let found = issues(&with(92_234, 100_000_000_000_000));
+    assert!(
+        found
+            .iter()
+            .any(|i| i.starts_with("policy.benefit_weights.reprocessing:")
+                && i.contains("at most 92233")),
+        "{found:?}"
+    );
+    assert_eq!(issues(&with(1, i64::MAX)), Vec::<String>::new());
+    assert_eq!(issues(&with(2, i64::MAX)).len(), 1);
+}
+
+#[test]
+fn leaf_fractions_are_products_down_the_path() {
+    let s = Settings::parse(&base(), "t").unwrap();
+    let frac = |p: &str| match s.policy.group(s.policy.group_by_path(p).unwrap()).kind {
+        GroupKind::FairShare { share } => (share.num(), share.den()),
+        _ => panic!("not fair share"),
+    };
+    assert_eq!(frac("analysis/higgs"), (1, 10));
+    assert_eq!(frac("analysis/top"), (3, 10));
+    assert_eq!(frac("mc"), (3, 10));
+    assert!(s.policy.group_by_path("analysis").is_none(), "inner node");
+}
+
+#[test]
+fn server_limits_out_of_range_are_refused_naming_the_key() {
+    let t = format!(
+        "[server]\nmax_connections = 0\nheader_read_timeout_ms = 0\n\
+         idle_timeout_ms = -5\nbody_timeout_ms = 99999999999\n{}",
+        base()
+    );
+    let found = issues(&t);
+    for key in [
+        "server.max_connections:",
+        "server.header_read_timeout_ms:",
+        "server.idle_timeout_ms:",
+        "server.body_timeout_ms:",
+    ] {
+        assert!(found.iter().any(|i| i.starts_with(key)), "{key} {found:?}");
+    }
+    let t = format!(
+        "[server]\nheader_read_timeout_ms = 5000\nidle_timeout_ms = 1000\n{}",
+        base()
+    );
+    assert!(issues(&t)
+        .iter()
+        .any(|i| i.starts_with("server.idle_timeout_ms: may not be below")));
+    let s = Settings::parse(&base(), "t").unwrap();
+    assert_eq!(s.server.max_connections, 512);
+}
+
+#[test]
+fn priorities_must_be_ordered() {
+    let t = base().replace("p_front = 20", "p_front = 100");
+    let found = issues(&t);
+    assert!(
+        found.iter().any(|i| i.starts_with("policy.p_front:")),
+        "{found:?}"
+    );
+    let t = base().replace("p_back = 10", "p_back = 20");
+    assert!(issues(&t).iter().any(|i| i.starts_with("policy.p_back:")));
+}
+
+#[test]
+fn errors_name_their_keys() {
+    let t = base()
+        .replace("\"analysis/top\" = 3", "\"analysis/top\" = -3\n\"x/y\" = 1")
+        .replace("url = \"http://127.0.0.1:7070\"", "url = \"ftp://x\"");
+    let found = issues(&t);
+    assert!(
+        found
+            .iter()
+            .any(|i| i.starts_with("shares.\"analysis/top\":")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|i| i.starts_with("shares.\"x/y\": its parent")),
+        "{found:?}"
+    );
+    assert!(found.iter().any(|i| i.starts_with("mss.url:")), "{found:?}");
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let t = base().replace("[policy]", "[policy]\nfrobnicate = 1");
+    let found = issues(&t);
+    assert!(found.iter().any(|i| i.contains("frobnicate")), "{found:?}");
+}
+
+#[test]
+fn rules_must_name_a_leaf() {
+    let t = format!(
+        "{}\n[[classification.rules]]\nstation = \"s\"\ngroup = \"analysis\"\n",
+        base()
+    );
+    let found = issues(&t);
+    assert!(
+        found
+            .iter()
+            .any(|i| i.starts_with("classification.rules[0].group:")),
+        "{found:?}"
+    );
+}
+
+mod fuzz {
+    use super::super::*;
+    use proptest::prelude::*;
+
+    fn check(text: &str) -> Result<(), TestCaseError> {
+        match Settings::parse(text, "fuzz") {
+            Ok(_) => {}
+            Err(ConfigError::Invalid { issues, .. }) => {
+                prop_assert!(!issues.is_empty());
+                for i in issues {
+                    prop_assert!(!i.key.is_empty() && !i.message.is_empty(), "{:?}", i);
+                }
+            }
+            Err(ConfigError::Syntax { message, .. }) => prop_assert!(!message.is_empty()),
+            Err(e) => prop_assert!(false, "unexpected error {}", e),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Arbitrary text never panics the parser.
+        #[test]
+        fn arbitrary_text(text in "\\PC{0,400}") {
+            check(&text)?;
+        }
+
+        /// The shipped config with random values put in place of its numbers is either valid
+        /// or refused with every problem naming its key.
+        #[test]
+        fn shipped_config_with_random_numbers(
+            values in proptest::collection::vec(prop_oneof![
+                any::<i64>().prop_map(|v| v.to_string()),
+                (-3i64..3).prop_map(|v| v.to_string()),
+                any::<f64>().prop_map(|v| format!("{v:?}")),
+                Just("\"text\"".to_string()),
+            ], 40)
+        ) {
+            let mut values = values.into_iter();
+            let text: String = EMBEDDED
+                .lines()
+                .map(|line| {
+                    let is_number = line.split_once(" = ").is_some_and(|(_, v)| v.parse::<f64>().is_ok());
+                    match (is_number, line.split_once(" = ")) {
+                        (true, Some((k, _))) => format!("{k} = {}", values.next().unwrap_or_default()),
+                        _ => line.to_string(),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            check(&text)?;
+        }
+    }
+}

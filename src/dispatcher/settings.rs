@@ -1,0 +1,75 @@
+//! The dispatcher's validated settings (`[mss]`): which adapter and its table, rates, retries.
+//! Built by `config`; read by the dispatcher and by start-up, which builds the adapter.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use mss_adapters::encp::EncpConfig;
+use mss_adapters::fts3::Fts3Config;
+use mss_adapters::tape_rest::TapeRestConfig;
+use mss_adapters::Capabilities;
+
+use crate::domain::settings::RetrySettings;
+
+#[derive(Debug, Clone)]
+pub struct MssSettings {
+    pub adapter: AdapterSettings,
+    pub timeout: Duration,
+    pub submit_rate_per_sec: u32,
+    pub submit_burst: u32,
+    pub submit_batch: usize,
+    pub retry: RetrySettings,
+    pub event_wait: Duration,
+    /// After this long without news of an in-flight request, ask the MSS for its status.
+    pub stale_after: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum AdapterSettings {
+    /// JSON over HTTP at `url`, or at the embedded simulator when `simulator` is set.
+    Http {
+        url: Option<String>,
+        simulator: Option<SimulatorSettings>,
+    },
+    /// Enstore through its `encp` command line.
+    Encp(EncpConfig),
+    /// FTS3's REST interface.
+    Fts3(Fts3Config),
+    /// The WLCG Tape REST API.
+    TapeRest(TapeRestConfig),
+}
+
+impl AdapterSettings {
+    /// The adapter's name, as `mss.adapter` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AdapterSettings::Http { .. } => "http",
+            AdapterSettings::Encp(_) => "encp",
+            AdapterSettings::Fts3(_) => "fts3",
+            AdapterSettings::TapeRest(_) => "tape_rest",
+        }
+    }
+
+    /// What the configured MSS can do.
+    pub fn capabilities(&self) -> Capabilities {
+        match self {
+            AdapterSettings::Http { .. } => Capabilities::full(),
+            AdapterSettings::Encp(c) => c.capabilities(),
+            AdapterSettings::Fts3(c) => c.capabilities(),
+            AdapterSettings::TapeRest(c) => c.capabilities(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SimulatorSettings {
+    pub listen: SocketAddr,
+    pub drives: usize,
+    pub mount_seconds: f64,
+    pub bytes_per_sec: u64,
+    pub time_scale: f64,
+    pub failure_rate: f64,
+    pub seed: u64,
+    /// Enstore's queue aging, modelled (`age_time_minutes` > 0).
+    pub aging: Option<mss_adapters::sim::library::Aging>,
+}
