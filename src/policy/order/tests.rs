@@ -6,21 +6,20 @@ use std::sync::Arc;
 use mss_adapters::sim::library::LibraryConfig;
 
 use super::*;
-use crate::config::Settings;
 use crate::policy::harness::{run, Arrival, Outcome};
 use crate::policy::queue::{HeldQueue, Ranking};
 use crate::shares::UsageBook;
+use crate::test_fixture::TestConfig;
 
 fn settings(policy_keys: &str, shares: &str, extra: &str) -> Arc<PolicySettings> {
-    let text = format!(
-        "[policy]\np_front = 20\np_back = 10\n{policy_keys}\n[usage]\nmodel = \"none\"\n\
-         [[priority_classes]]\naccess_mode = \"daq\"\nmss_priority = 100\n\
-         [shares]\n{shares}\n{extra}\n[mss]\nadapter = \"http\"\nurl = \"http://127.0.0.1:1\"\n"
-    );
-    match Settings::parse(&text, "t") {
-        Ok(s) => s.policy,
-        Err(e) => panic!("{e}\n{text}"),
-    }
+    TestConfig::new()
+        .with(&format!(
+            "[policy]\n{policy_keys}\n[usage]\nmodel = \"none\"\n\
+             [[priority_classes]]\naccess_mode = \"daq\"\nmss_priority = 100\n\
+             [shares]\n{shares}\n{extra}\n"
+        ))
+        .settings()
+        .policy
 }
 
 fn g(p: &PolicySettings, path: &str) -> GroupId {
