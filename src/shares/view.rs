@@ -262,30 +262,7 @@ pub fn render_table(view: &SharesView) -> String {
         "sam",
         "cap",
     ];
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    for r in &view.groups {
-        let depth = r.path.matches('/').count();
-        let name = r.path.rsplit('/').next().unwrap_or(&r.path);
-        rows.push(vec![
-            format!("{}{name}", "  ".repeat(depth)),
-            r.shares.to_string(),
-            pct(r.target_share),
-            num(r.usage as f64),
-            num(r.effective_usage),
-            pct(r.usage_share),
-            r.level_fairshare
-                .map_or("inf".into(), |v| format!("{v:.4}")),
-            r.fairtree_rank.map_or(String::new(), |v| v.to_string()),
-            r.fairshare.map_or(String::new(), |v| format!("{v:.3}")),
-            r.sam_class
-                .map_or(String::new(), |c| c.as_str().to_string()),
-            if r.cap_state == "none" {
-                String::new()
-            } else {
-                r.cap_state.clone()
-            },
-        ]);
-    }
+    let rows: Vec<Vec<String>> = view.groups.iter().map(table_row).collect();
     out.push_str(&crate::text_table::aligned(&header, &rows));
     for r in view.groups.iter().filter(|r| r.held_reason.is_some()) {
         out.push_str(&format!(
@@ -315,6 +292,31 @@ pub fn render_table(view: &SharesView) -> String {
         }
     }
     out
+}
+
+/// One node's cells in the table, its name indented by its depth.
+fn table_row(r: &NodeRow) -> Vec<String> {
+    let depth = r.path.matches('/').count();
+    let name = r.path.rsplit('/').next().unwrap_or(&r.path);
+    vec![
+        format!("{}{name}", "  ".repeat(depth)),
+        r.shares.to_string(),
+        pct(r.target_share),
+        num(r.usage as f64),
+        num(r.effective_usage),
+        pct(r.usage_share),
+        r.level_fairshare
+            .map_or("inf".into(), |v| format!("{v:.4}")),
+        r.fairtree_rank.map_or(String::new(), |v| v.to_string()),
+        r.fairshare.map_or(String::new(), |v| format!("{v:.3}")),
+        r.sam_class
+            .map_or(String::new(), |c| c.as_str().to_string()),
+        if r.cap_state == "none" {
+            String::new()
+        } else {
+            r.cap_state.clone()
+        },
+    ]
 }
 
 fn pct(v: f64) -> String {
