@@ -194,41 +194,12 @@ impl Dispatcher {
         let ok = results.iter().all(|r| r.is_ok());
         self.metrics
             .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());
-        let mut taken = Vec::new();
-        let mut refs = Vec::new();
-        let mut unavailable = false;
-        let mut unknown = None;
-        for (r, result) in ready.iter().zip(results) {
-            match result {
-                Ok(s) => {
-                    if s.duplicate {
-                        debug!(request_id = r.id, "mss already had this transfer");
-                    }
-                    refs.push(TransferRef {
-                        key: r.id.to_string(),
-                        attempt: r.attempt,
-                        mss_id: Some(s.mss_id.clone()),
-                        file: r.file.clone(),
-                        size_bytes: r.size_bytes,
-                    });
-                    taken.push(SubmittedTransfer {
-                        id: r.id,
-                        attempt: r.attempt,
-                        mss_id: s.mss_id,
-                    });
-                }
-                Err(e) if e.is_retryable() => {
-                    if matches!(e, MssError::Unknown(_)) && unknown.is_none() {
-                        unknown = Some(e);
-                    }
-                    unavailable = true;
-                }
-                Err(e) => {
-                    warn!(request_id = r.id, error = %e, "mss refused the transfer");
-                    self.ledger.rejected(r.id, r.attempt, e.to_string()).await?;
-                }
-            }
-        }
+        let BatchAnswers {
+            taken,
+            refs,
+            unavailable,
+            unknown,
+        } = self.sort_answers(&ready, results).await?;
         if let Some(e) = unknown {
             // Not refused: the MSS may have queued them. They stay ready and are sent again with
             // the same key and attempt, which the MSS answers as a duplicate if it did.
@@ -247,6 +218,48 @@ impl Dispatcher {
             return Ok(Step::Unavailable);
         }
         Ok(Step::Worked(count))
+    }
+
+    /// Sort the MSS's answers to one batch: what it took, what could not reach it (retried
+    /// later), and what it refused (recorded in the ledger now).
+    async fn sort_answers(
+        &self,
+        ready: &[ToSubmit],
+        results: Vec<Result<mss_adapters::Submitted, MssError>>,
+    ) -> Result<BatchAnswers, LedgerError> {
+        let mut answers = BatchAnswers::default();
+        for (r, result) in ready.iter().zip(results) {
+            match result {
+                Ok(s) => {
+                    if s.duplicate {
+                        debug!(request_id = r.id, "mss already had this transfer");
+                    }
+                    answers.refs.push(TransferRef {
+                        key: r.id.to_string(),
+                        attempt: r.attempt,
+                        mss_id: Some(s.mss_id.clone()),
+                        file: r.file.clone(),
+                        size_bytes: r.size_bytes,
+                    });
+                    answers.taken.push(SubmittedTransfer {
+                        id: r.id,
+                        attempt: r.attempt,
+                        mss_id: s.mss_id,
+                    });
+                }
+                Err(e) if e.is_retryable() => {
+                    if matches!(e, MssError::Unknown(_)) && answers.unknown.is_none() {
+                        answers.unknown = Some(e);
+                    }
+                    answers.unavailable = true;
+                }
+                Err(e) => {
+                    warn!(request_id = r.id, error = %e, "mss refused the transfer");
+                    self.ledger.rejected(r.id, r.attempt, e.to_string()).await?;
+                }
+            }
+        }
+        Ok(answers)
     }
 
     /// Await an adapter call and record its latency and outcome.
@@ -463,6 +476,19 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The MSS's answers to one submitted batch, sorted.
+#[derive(Default)]
+struct BatchAnswers {
+    /// The transfers it took, for the ledger ...
+    taken: Vec<SubmittedTransfer>,
+    /// ... and as the adapter names them, to cancel one at once.
+    refs: Vec<TransferRef>,
+    /// Some could not reach it (retryable).
+    unavailable: bool,
+    /// The first answer that could not be read: the MSS may have queued those.
+    unknown: Option<MssError>,
 }
 
 fn transfer(r: &ToSubmit) -> Transfer {

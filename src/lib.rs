@@ -20,4 +20,6 @@ pub mod server;
 pub mod shares;
 pub mod startup;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod test_fixture;
 pub mod text_table;

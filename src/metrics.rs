@@ -111,14 +111,34 @@ impl Metrics {
 
     /// The exposition: the in-process metrics, then the ledger's figures.
     pub fn encode(&self, totals: &[(String, HourRow)], shares: &SharesView) -> String {
-        let mut figures = Registry::default();
-        let requests = Family::<StateLabels, Counter>::default();
-        // A float counter: the exact sum may pass u64 (Prometheus samples are floats anyway).
-        let bytes = Family::<GroupLabels, Counter<f64, AtomicU64>>::default();
-        let pending = Family::<GroupLabels, Gauge>::default();
-        let held = Family::<GroupLabels, Gauge>::default();
-        let usage_share = Family::<GroupLabels, Gauge<f64, AtomicU64>>::default();
-        let target_share = Family::<GroupLabels, Gauge<f64, AtomicU64>>::default();
+        let figures = LedgerFigures::default();
+        figures.add_totals(totals, shares);
+        figures.add_shares(shares);
+        let figures = figures.registry();
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &figures);
+        let _ = encode_eof(&mut out);
+        out
+    }
+}
+
+/// The ledger's figures as metric families, filled at scrape time.
+#[derive(Default)]
+struct LedgerFigures {
+    requests: Family<StateLabels, Counter>,
+    /// A float counter: the exact sum may pass u64 (Prometheus samples are floats anyway).
+    bytes: Family<GroupLabels, Counter<f64, AtomicU64>>,
+    pending: Family<GroupLabels, Gauge>,
+    held: Family<GroupLabels, Gauge>,
+    usage_share: Family<GroupLabels, Gauge<f64, AtomicU64>>,
+    target_share: Family<GroupLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl LedgerFigures {
+    /// Requests by state and bytes done, per group, from the ledger's totals.
+    fn add_totals(&self, totals: &[(String, HourRow)], shares: &SharesView) {
         let fair_kind = |path: &str| {
             if shares.priority_classes.iter().any(|c| c.path == path) {
                 "priority"
@@ -135,7 +155,7 @@ impl Metrics {
                 ("failed", r.failed),
                 ("cancelled", r.cancelled),
             ] {
-                requests
+                self.requests
                     .get_or_create(&StateLabels {
                         group: path.clone(),
                         kind: kind.clone(),
@@ -143,24 +163,28 @@ impl Metrics {
                     })
                     .inc_by(n.max(0) as u64);
             }
-            bytes
+            self.bytes
                 .get_or_create(&GroupLabels {
                     group: path.clone(),
                     kind,
                 })
                 .inc_by(r.bytes_done.max(0) as f64);
         }
+    }
+
+    /// Pending and held requests per group and class, usage and target share per group.
+    fn add_shares(&self, shares: &SharesView) {
         for g in shares.groups.iter().filter(|g| g.leaf) {
             let labels = GroupLabels {
                 group: g.path.clone(),
                 kind: "fair_share".into(),
             };
             if let Some(c) = g.counts {
-                pending.get_or_create(&labels).set(c.pending as i64);
-                held.get_or_create(&labels).set(c.held as i64);
+                self.pending.get_or_create(&labels).set(c.pending as i64);
+                self.held.get_or_create(&labels).set(c.held as i64);
             }
-            usage_share.get_or_create(&labels).set(g.usage_share);
-            target_share.get_or_create(&labels).set(g.target_share);
+            self.usage_share.get_or_create(&labels).set(g.usage_share);
+            self.target_share.get_or_create(&labels).set(g.target_share);
         }
         for c in &shares.priority_classes {
             let labels = GroupLabels {
@@ -168,48 +192,48 @@ impl Metrics {
                 kind: "priority".into(),
             };
             if let Some(n) = c.counts {
-                pending.get_or_create(&labels).set(n.pending as i64);
-                held.get_or_create(&labels).set(n.held as i64);
+                self.pending.get_or_create(&labels).set(n.pending as i64);
+                self.held.get_or_create(&labels).set(n.held as i64);
             }
         }
+    }
+
+    /// The families registered under their names, in the exposition's order.
+    fn registry(self) -> Registry {
+        let mut figures = Registry::default();
         figures.register(
             "mssbroker_group_requests",
             "Requests of a group by what happened to them (accepted, held at acceptance, done, failed, cancelled)",
-            requests,
+            self.requests,
         );
         figures.register_with_unit(
             "mssbroker_group_done",
             "Bytes of a group's completed transfers",
             Unit::Bytes,
-            bytes,
+            self.bytes,
         );
         figures.register(
             "mssbroker_group_pending",
             "Requests of a group not yet final (held included)",
-            pending,
+            self.pending,
         );
         figures.register(
             "mssbroker_group_held",
             "Requests of a group held by a feasibility cap",
-            held,
+            self.held,
         );
         figures.register_with_unit(
             "mssbroker_group_usage_share",
             "A group's share of fair-share usage under the configured usage model",
             Unit::Ratios,
-            usage_share,
+            self.usage_share,
         );
         figures.register_with_unit(
             "mssbroker_group_target_share",
             "A group's target share of fair-share benefit",
             Unit::Ratios,
-            target_share,
+            self.target_share,
         );
-        let mut out = String::new();
-        // Writing to a String cannot fail.
-        let _ = encode_registry(&mut out, &self.registry);
-        let _ = encode_registry(&mut out, &figures);
-        let _ = encode_eof(&mut out);
-        out
+        figures
     }
 }

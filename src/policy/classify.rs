@@ -56,29 +56,15 @@ fn matches(rule: &Rule, r: &RequestFields<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
+    use crate::test_fixture::TestConfig;
 
     fn policy(extra: &str) -> std::sync::Arc<PolicySettings> {
-        let text = format!(
-            r#"
-[policy]
-p_front = 20
-p_back = 10
-[[priority_classes]]
-access_mode = "datataking"
-mss_priority = 100
-[shares]
-analysis = 1
-"analysis/higgs" = 1
-"analysis/top" = 1
-mc = 1
-{extra}
-[mss]
-adapter = "http"
-url = "http://127.0.0.1:1"
-"#
-        );
-        Settings::parse(&text, "t").unwrap().policy
+        let shares =
+            "[shares]\nanalysis = 1\n\"analysis/higgs\" = 1\n\"analysis/top\" = 1\nmc = 1\n";
+        TestConfig::new()
+            .with(&format!("{shares}{extra}"))
+            .settings()
+            .policy
     }
 
     fn req<'a>(mode: &'a str, group: &'a str) -> RequestFields<'a> {

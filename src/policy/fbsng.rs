@@ -29,6 +29,8 @@
 
 pub use crate::domain::order::QueueParams;
 
+use super::order::{Arm, Detail};
+
 impl Default for QueueParams {
     fn default() -> Self {
         QueueParams {
@@ -108,6 +110,25 @@ pub struct Section {
     pub slots: u32,
     /// Section priority: later requests of the queue that started while this one waited.
     pub passed: u32,
+}
+
+/// FBSNG's placement of a request whose group's queue has `queue_priority`: its priority
+/// above the `lowest` queue's, from the band's low end, capped at its high end; in held mode
+/// the queue priority is the score. `passed` is the request's section priority, for explain.
+pub(super) fn place(band: [i64; 2], queue_priority: i64, lowest: i64, passed: u32) -> Arm {
+    let [low, high] = band;
+    Arm {
+        mss_priority: low
+            .saturating_add(queue_priority.saturating_sub(lowest))
+            .min(high),
+        score: queue_priority as f64,
+        detail: Detail::Fbsng {
+            queue_priority,
+            lowest_queue_priority: lowest,
+            section_priority: passed,
+            band,
+        },
+    }
 }
 
 /// Within one queue, which waiting request (index in arrival order) starts with `free` slots,

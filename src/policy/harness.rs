@@ -1,9 +1,11 @@
 //! The ordering policies run against the simulator's library model in virtual time: the same
 //! placement ([`super::order::place`]), queue ([`HeldQueue::pick`]), usage book and FBSNG
 //! queues the ledger writer uses, with the ledger's bookkeeping reduced to what ordering reads
-//! (charges at decision, slots outstanding, queue priorities). Used by the policy tests (FBSNG's
-//! worked configurations, held versus pass-through share error) and `mssbroker bench
-//! --policies`. Deterministic: no clock, no randomness beyond the load given.
+//! (charges at decision, slots outstanding, queue priorities). Used today only by the policy
+//! tests (FBSNG's worked configurations, the policies' share error held and pass-through); it
+//! stays in the library, not behind `cfg(test)`, because it is to become the engine of the
+//! what-if simulator (the next issue), which will run it from the CLI. Deterministic: no
+//! clock, no randomness beyond the load given.
 
 use std::collections::HashMap;
 

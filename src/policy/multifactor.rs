@@ -17,6 +17,8 @@
 
 pub use crate::domain::order::{Multifactor, Qos, SizeFavours};
 
+use super::order::{Arm, Candidate, Detail};
+
 impl Qos {
     pub fn parse(s: &str) -> Option<Qos> {
         match s {
@@ -78,6 +80,37 @@ fn unit(v: f64) -> f64 {
 }
 
 impl Multifactor {
+    /// Multifactor's placement of request `c`: its factors (fair share from the group's Fair
+    /// Tree `rank` of `leaves`), their weighted sum onto the band.
+    pub(super) fn place(
+        &self,
+        band: [i64; 2],
+        (rank, leaves): (u32, u32),
+        c: &Candidate,
+        waited_ms: i64,
+    ) -> Arm {
+        let factors = self.factors(&Inputs {
+            waited_ms,
+            fairshare: f64::from(rank) / f64::from(leaves),
+            qos: c.qos,
+            queue: c.queue,
+            size_bytes: c.size_bytes,
+            user: c.user,
+        });
+        let score = self.score(&factors);
+        Arm {
+            mss_priority: self.mss_priority(score),
+            score,
+            detail: Detail::Multifactor {
+                factors,
+                weighted: self.weighted(&factors),
+                score,
+                total_weight: self.total_weight(),
+                band,
+            },
+        }
+    }
+
     pub fn factors(&self, i: &Inputs) -> Factors {
         let size = unit(i.size_bytes as f64 / self.size_ref_bytes.max(1) as f64);
         Factors {

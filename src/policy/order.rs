@@ -22,7 +22,7 @@ use serde::Serialize;
 pub use crate::domain::order::{Algorithm, OrderSettings, Release, ReleaseMode};
 
 use super::fbsng::{QueueParams, Queues};
-use super::multifactor::{Factors, Inputs, Qos};
+use super::multifactor::{Factors, Qos};
 use crate::domain::Class;
 use crate::domain::{GroupId, GroupKind, PolicySettings};
 use crate::shares::fairtree::{fair_tree, FairTree};
@@ -169,7 +169,7 @@ impl<'a, U: UsageLookup> Standing<'a, U> {
     }
 
     /// The lowest queue priority among fair-share groups.
-    fn lowest_queue(&self) -> i64 {
+    pub(super) fn lowest_queue(&self) -> i64 {
         self.policy
             .group_ids()
             .filter(|&g| is_fair(self.policy, g))
@@ -289,93 +289,22 @@ pub fn place<U: UsageLookup>(
     }
     let sam = super::sam::decide(policy, &standing.usage, c.group, c.benefit);
     let band = [order.band_low, order.band_high];
-    let (mss_priority, score, detail) = match &order.algorithm {
-        Algorithm::Sam => {
-            let unit = standing.usage.unit();
-            let add = u128::from(c.benefit).saturating_mul(unit);
-            let mine = standing.usage.value(c.group).saturating_add(add);
-            let all = standing.usage.fair_total().saturating_add(add);
-            let target = match policy.group(c.group).kind {
-                GroupKind::FairShare { share } => share.num() as f64 / share.den() as f64,
-                GroupKind::Priority { .. } => 0.0,
-            };
-            let front = sam.class == Class::Front;
-            (
-                sam.mss_priority,
-                f64::from(u8::from(front)),
-                Detail::Sam {
-                    group_usage: standing.usage.value(c.group).to_string(),
-                    fair_total: standing.usage.fair_total().to_string(),
-                    request_benefit: add.to_string(),
-                    share_with_request: if all == 0 {
-                        0.0
-                    } else {
-                        mine as f64 / all as f64
-                    },
-                    target,
-                    front,
-                },
-            )
-        }
-        Algorithm::FairTree => {
-            let (rank, leaves) = standing.rank(c.group);
-            let span = order.band_high - order.band_low;
-            let step = i128::from(rank.saturating_sub(1)) * i128::from(span);
-            let denom = i128::from(leaves.saturating_sub(1).max(1));
-            let p = order.band_low + ((2 * step + denom) / (2 * denom)) as i64;
-            (
-                p.min(order.band_high),
-                f64::from(rank) / f64::from(leaves),
-                Detail::FairTree {
-                    rank,
-                    leaves,
-                    fairshare: f64::from(rank) / f64::from(leaves),
-                    band,
-                },
-            )
-        }
-        Algorithm::Multifactor(m) => {
-            let (rank, leaves) = standing.rank(c.group);
-            let factors = m.factors(&Inputs {
-                waited_ms,
-                fairshare: f64::from(rank) / f64::from(leaves),
-                qos: c.qos,
-                queue: c.queue,
-                size_bytes: c.size_bytes,
-                user: c.user,
-            });
-            let score = m.score(&factors);
-            (
-                m.mss_priority(score),
-                score,
-                Detail::Multifactor {
-                    factors,
-                    weighted: m.weighted(&factors),
-                    score,
-                    total_weight: m.total_weight(),
-                    band,
-                },
-            )
-        }
-        Algorithm::Fbsng => {
-            let qp = standing.queues.get(c.group.0);
-            let low = standing.lowest_queue();
-            let p = order
-                .band_low
-                .saturating_add(qp.saturating_sub(low))
-                .min(order.band_high);
-            (
-                p,
-                qp as f64,
-                Detail::Fbsng {
-                    queue_priority: qp,
-                    lowest_queue_priority: low,
-                    section_priority: c.passed,
-                    band,
-                },
-            )
-        }
+    let arm = match &order.algorithm {
+        Algorithm::Sam => sam_arm(standing, c, sam.mss_priority, sam.class == Class::Front),
+        Algorithm::FairTree => fair_tree_arm(band, standing.rank(c.group)),
+        Algorithm::Multifactor(m) => m.place(band, standing.rank(c.group), c, waited_ms),
+        Algorithm::Fbsng => super::fbsng::place(
+            band,
+            standing.queues.get(c.group.0),
+            standing.lowest_queue(),
+            c.passed,
+        ),
     };
+    let Arm {
+        mss_priority,
+        score,
+        detail,
+    } = arm;
     let starved = order.max_wait_ms.is_some_and(|m| waited_ms >= m);
     let mut e = explain(mss_priority, detail);
     let mss_priority = if starved {
@@ -394,6 +323,66 @@ pub fn place<U: UsageLookup>(
         score,
         starved,
         explain: e,
+    }
+}
+
+/// What one policy says of a fair-share request: its MSS priority, its score in the broker's
+/// queue (held mode: higher is released first) and its figures for explain.
+pub(super) struct Arm {
+    pub mss_priority: i64,
+    pub score: f64,
+    pub detail: Detail,
+}
+
+/// SAM: front or back as [`super::sam::decide`] said, with the fractions it compared.
+fn sam_arm<U: UsageLookup>(
+    standing: &Standing<'_, U>,
+    c: &Candidate,
+    mss_priority: i64,
+    front: bool,
+) -> Arm {
+    let usage = &standing.usage;
+    let add = u128::from(c.benefit).saturating_mul(usage.unit());
+    let mine = usage.value(c.group).saturating_add(add);
+    let all = usage.fair_total().saturating_add(add);
+    let target = match standing.policy.group(c.group).kind {
+        GroupKind::FairShare { share } => share.num() as f64 / share.den() as f64,
+        GroupKind::Priority { .. } => 0.0,
+    };
+    Arm {
+        mss_priority,
+        score: f64::from(u8::from(front)),
+        detail: Detail::Sam {
+            group_usage: usage.value(c.group).to_string(),
+            fair_total: usage.fair_total().to_string(),
+            request_benefit: add.to_string(),
+            share_with_request: if all == 0 {
+                0.0
+            } else {
+                mine as f64 / all as f64
+            },
+            target,
+            front,
+        },
+    }
+}
+
+/// Fair Tree: rank `r` of `N` leaves onto the band,
+/// `band_low + round((r - 1) * (band_high - band_low) / (N - 1))`.
+fn fair_tree_arm(band: [i64; 2], (rank, leaves): (u32, u32)) -> Arm {
+    let [low, high] = band;
+    let step = i128::from(rank.saturating_sub(1)) * i128::from(high - low);
+    let denom = i128::from(leaves.saturating_sub(1).max(1));
+    let p = low + ((2 * step + denom) / (2 * denom)) as i64;
+    Arm {
+        mss_priority: p.min(high),
+        score: f64::from(rank) / f64::from(leaves),
+        detail: Detail::FairTree {
+            rank,
+            leaves,
+            fairshare: f64::from(rank) / f64::from(leaves),
+            band,
+        },
     }
 }
 

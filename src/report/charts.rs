@@ -21,33 +21,10 @@ fn line_chart(
     y_desc: &str,
     y_fmt: &dyn Fn(&f64) -> String,
 ) -> String {
-    let (Some(x0), Some(x1)) = (
-        series
-            .iter()
-            .flat_map(|s| s.points.first())
-            .map(|p| p.0)
-            .min(),
-        series
-            .iter()
-            .flat_map(|s| s.points.last())
-            .map(|p| p.0)
-            .max(),
-    ) else {
+    let Some((x0, x1)) = x_range(series) else {
         return "<p class=\"empty\">no data in this range</p>".into();
     };
-    let x1 = x1.max(x0 + 1);
-    let y_max = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .chain(targets.iter().map(|t| t.1))
-        .fold(0.0f64, f64::max);
-    // Counts and seconds get at least a few whole units of axis.
-    let y_max = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
-    let y_max = if y_desc == "share of bytes" {
-        y_max
-    } else {
-        y_max.max(5.0)
-    };
+    let y_max = y_top(series, targets, y_desc);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (760, 300)).into_drawing_area();
@@ -105,6 +82,37 @@ fn line_chart(
     svg
 }
 
+/// The first and last time of any series (at least 1 ms apart), or `None` with no points.
+fn x_range(series: &[Series]) -> Option<(i64, i64)> {
+    let x0 = series
+        .iter()
+        .flat_map(|s| s.points.first())
+        .map(|p| p.0)
+        .min()?;
+    let x1 = series
+        .iter()
+        .flat_map(|s| s.points.last())
+        .map(|p| p.0)
+        .max()?;
+    Some((x0, x1.max(x0 + 1)))
+}
+
+/// The top of the y axis: 8% over the highest point or target; counts and seconds get at
+/// least a few whole units of axis.
+fn y_top(series: &[Series], targets: &[(usize, f64)], y_desc: &str) -> f64 {
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(targets.iter().map(|t| t.1))
+        .fold(0.0f64, f64::max);
+    let y_max = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
+    if y_desc == "share of bytes" {
+        y_max
+    } else {
+        y_max.max(5.0)
+    }
+}
+
 fn short_time(ms: i64, span_ms: i64) -> String {
     let Ok(t) = jiff::Timestamp::from_millisecond(ms) else {
         return String::new();
@@ -154,43 +162,9 @@ pub fn charts(r: &Report) -> Vec<(&'static str, &'static str, String)> {
         .enumerate()
         .filter_map(|(i, g)| g.target_share.map(|t| (i, t)))
         .collect();
-    let cumulative: Vec<Series> = groups
-        .iter()
-        .map(|g| {
-            let mut sum = 0.0;
-            Series {
-                name: g.path.clone(),
-                points: per_bucket(r, &g.path, |f| {
-                    sum += f.bytes_done as f64;
-                    Some(sum)
-                }),
-            }
-        })
-        .collect();
-    let classes: Vec<Series> = r
-        .groups
-        .iter()
-        .filter(|f| f.kind != "fair_share")
-        .map(|c| Series {
-            name: if c.kind == "all_fair_share" {
-                "fair share (all groups)".into()
-            } else {
-                format!("{} (priority)", c.path)
-            },
-            points: per_bucket(r, &c.path, |f| Some(f.pending as f64)),
-        })
-        .collect();
-    let all = "(all fair share)";
-    let waits = vec![
-        Series {
-            name: "fair share p50".into(),
-            points: per_bucket(r, all, |f| f.wait_median_ms.map(|v| v / 1000.0)),
-        },
-        Series {
-            name: "fair share p95".into(),
-            points: per_bucket(r, all, |f| f.wait_p95_ms.map(|v| v / 1000.0)),
-        },
-    ];
+    let cumulative = cumulative_bytes(r, &groups);
+    let classes = pending_per_class(r);
+    let waits = fair_share_waits(r);
     vec![
         (
             "chart-share",
@@ -224,5 +198,53 @@ pub fn charts(r: &Report) -> Vec<(&'static str, &'static str, String)> {
                 format!("{v:.0}s")
             }),
         ),
+    ]
+}
+
+/// Per group, the bytes done up to the end of each bucket.
+fn cumulative_bytes(r: &Report, groups: &[&Figures]) -> Vec<Series> {
+    groups
+        .iter()
+        .map(|g| {
+            let mut sum = 0.0;
+            Series {
+                name: g.path.clone(),
+                points: per_bucket(r, &g.path, |f| {
+                    sum += f.bytes_done as f64;
+                    Some(sum)
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Pending requests per priority class and for all of fair share.
+fn pending_per_class(r: &Report) -> Vec<Series> {
+    r.groups
+        .iter()
+        .filter(|f| f.kind != "fair_share")
+        .map(|c| Series {
+            name: if c.kind == "all_fair_share" {
+                "fair share (all groups)".into()
+            } else {
+                format!("{} (priority)", c.path)
+            },
+            points: per_bucket(r, &c.path, |f| Some(f.pending as f64)),
+        })
+        .collect()
+}
+
+/// Fair share's wait p50 and p95, in seconds.
+fn fair_share_waits(r: &Report) -> Vec<Series> {
+    let all = "(all fair share)";
+    vec![
+        Series {
+            name: "fair share p50".into(),
+            points: per_bucket(r, all, |f| f.wait_median_ms.map(|v| v / 1000.0)),
+        },
+        Series {
+            name: "fair share p95".into(),
+            points: per_bucket(r, all, |f| f.wait_p95_ms.map(|v| v / 1000.0)),
+        },
     ]
 }

@@ -269,6 +269,14 @@ impl Acc {
     fn add(&mut self, r: &HourRow) {
         add_row(&mut self.row, r);
     }
+
+    /// Add another sum: its row and its waits.
+    fn merge(&mut self, other: &Acc) {
+        self.add(&other.row);
+        for (bin, n) in &other.waits {
+            *self.waits.entry(*bin).or_default() += n;
+        }
+    }
 }
 
 fn add_row(a: &mut HourRow, r: &HourRow) {
@@ -315,9 +323,50 @@ pub fn build(
 ) -> Report {
     let since_h = range.since_hour();
     let until_h = range.until_hour();
-    // Per bucket start -> per path -> accumulated rows.
+    let buckets = bucket_sums(rows, &range);
+    // Running carry per path, bucket by bucket.
+    let mut carry: HashMap<&str, Carry> = HashMap::new();
+    for (path, row) in &rows.before {
+        carry.entry(path.as_str()).or_default().add(row);
+    }
+    let mut total: HashMap<&str, Acc> = HashMap::new();
+    let mut series = Vec::with_capacity(buckets.len());
+    for (start, accs) in &buckets {
+        for (path, acc) in accs {
+            carry.entry(path).or_default().add(&acc.row);
+            total.entry(path).or_default().merge(acc);
+        }
+        series.push(BucketFigures {
+            start: format_ms(start * HOUR_MS),
+            start_ms: start * HOUR_MS,
+            groups: figures(policy, accs, &carry),
+        });
+    }
+    Report {
+        since: format_ms(since_h * HOUR_MS),
+        until: format_ms(until_h * HOUR_MS),
+        since_ms: since_h * HOUR_MS,
+        until_ms: until_h * HOUR_MS,
+        bucket: range.bucket,
+        groups: figures(policy, &total, &carry),
+        series,
+        priority_held_back: held_back_hours(rows)
+            .into_iter()
+            .map(|h| format_ms(h * HOUR_MS))
+            .collect(),
+        diagnose,
+    }
+}
+
+/// The hourly rows and wait histograms summed per bucket (every bucket of the range present,
+/// empty or not) and per path.
+fn bucket_sums<'r>(
+    rows: &'r ReportRows,
+    range: &ReportRange,
+) -> BTreeMap<i64, HashMap<&'r str, Acc>> {
     let mut buckets: BTreeMap<i64, HashMap<&str, Acc>> = BTreeMap::new();
-    let mut b = range.bucket.start_of(since_h);
+    let until_h = range.until_hour();
+    let mut b = range.bucket.start_of(range.since_hour());
     while b < until_h {
         buckets.entry(b).or_default();
         b += range.bucket.hours();
@@ -342,6 +391,11 @@ pub fn build(
             .entry(*bin)
             .or_default() += n;
     }
+    buckets
+}
+
+/// The hours in which a fair-share request started while a priority-class one waited, sorted.
+fn held_back_hours(rows: &ReportRows) -> Vec<i64> {
     let mut held_back: Vec<i64> = rows
         .hours
         .iter()
@@ -350,43 +404,7 @@ pub fn build(
         .collect();
     held_back.sort_unstable();
     held_back.dedup();
-
-    // Running carry per path, bucket by bucket.
-    let mut carry: HashMap<&str, Carry> = HashMap::new();
-    for (path, row) in &rows.before {
-        carry.entry(path.as_str()).or_default().add(row);
-    }
-    let mut total: HashMap<&str, Acc> = HashMap::new();
-    let mut series = Vec::with_capacity(buckets.len());
-    for (start, accs) in &buckets {
-        for (path, acc) in accs {
-            carry.entry(path).or_default().add(&acc.row);
-            let t = total.entry(path).or_default();
-            t.add(&acc.row);
-            for (bin, n) in &acc.waits {
-                *t.waits.entry(*bin).or_default() += n;
-            }
-        }
-        series.push(BucketFigures {
-            start: format_ms(start * HOUR_MS),
-            start_ms: start * HOUR_MS,
-            groups: figures(policy, accs, &carry),
-        });
-    }
-    Report {
-        since: format_ms(since_h * HOUR_MS),
-        until: format_ms(until_h * HOUR_MS),
-        since_ms: since_h * HOUR_MS,
-        until_ms: until_h * HOUR_MS,
-        bucket: range.bucket,
-        groups: figures(policy, &total, &carry),
-        series,
-        priority_held_back: held_back
-            .into_iter()
-            .map(|h| format_ms(h * HOUR_MS))
-            .collect(),
-        diagnose,
-    }
+    held_back
 }
 
 /// Figures of every tree node, priority class and the fair-share total, from per-path sums.
@@ -397,78 +415,25 @@ fn figures(
 ) -> Vec<Figures> {
     let leaf_acc = |path: &str| accs.get(path).cloned().unwrap_or_default();
     let leaf_carry = |path: &str| carry.get(path).copied().unwrap_or_default();
-    let sum = |paths: &mut dyn Iterator<Item = &str>| -> (Acc, Carry) {
-        let mut a = Acc::default();
-        let mut c = Carry::default();
-        for p in paths {
-            let x = leaf_acc(p);
-            a.add(&x.row);
-            for (bin, n) in x.waits {
-                *a.waits.entry(bin).or_default() += n;
-            }
-            let y = leaf_carry(p);
-            c.accepted += y.accepted;
-            c.finished += y.finished;
-            c.held += y.held;
-            c.unheld += y.unheld;
-        }
-        (a, c)
-    };
-    let fair_paths: Vec<&str> = policy
+    let fair_paths = policy
         .groups
         .iter()
         .filter(|g| matches!(g.kind, GroupKind::FairShare { .. }))
-        .map(|g| g.path.as_str())
-        .collect();
-    let (fair, fair_carry) = sum(&mut fair_paths.iter().copied());
-    let share = |part: i128, all: i128| (all > 0).then(|| part as f64 / all as f64);
-    let make = |path: &str, kind: &str, leaf: bool, target: Option<f64>, a: &Acc, c: &Carry| {
-        let fair_share = kind != "priority";
-        let achieved = if fair_share {
-            share(a.row.bytes_done, fair.row.bytes_done)
-        } else {
-            None
-        };
-        Figures {
-            path: path.to_string(),
-            kind: kind.to_string(),
-            leaf,
-            target_share: target,
-            achieved_share_bytes: achieved,
-            achieved_share_files: if fair_share {
-                share(i128::from(a.row.done), i128::from(fair.row.done))
-            } else {
-                None
-            },
-            deviation_pp: match (achieved, target) {
-                (Some(x), Some(t)) => Some((x - t) * 100.0),
-                _ => None,
-            },
-            bytes_done: a.row.bytes_done,
-            files_done: a.row.done,
-            accepted: a.row.accepted,
-            done: a.row.done,
-            failed: a.row.failed,
-            cancelled: a.row.cancelled,
-            pending: c.pending(),
-            held: c.held_now(),
-            front: a.row.front,
-            back: a.row.back,
-            started: a.row.started,
-            wait_median_ms: quantile(&a.waits, 0.5),
-            wait_p95_ms: quantile(&a.waits, 0.95),
-            started_over_priority: a.row.started_over_priority,
-        }
-    };
+        .map(|g| g.path.as_str());
+    let (fair, fair_carry) = sum_paths(accs, carry, fair_paths);
     let mut out = Vec::new();
     for i in policy.tree.depth_first() {
         let node = &policy.tree.nodes[i];
-        let (a, c) = sum(&mut node.leaves.iter().map(|g| policy.group(*g).path.as_str()));
-        out.push(make(
+        let leaves = node.leaves.iter().map(|g| policy.group(*g).path.as_str());
+        let (a, c) = sum_paths(accs, carry, leaves);
+        let kind = Kind::FairShare {
+            target: node.fraction.to_f64(),
+            fair: &fair,
+        };
+        out.push(node_figures(
             node.path.as_str(),
-            "fair_share",
+            kind,
             node.is_leaf(),
-            Some(node.fraction.to_f64()),
             &a,
             &c,
         ));
@@ -476,25 +441,86 @@ fn figures(
     for g in &policy.groups {
         if let GroupKind::Priority { .. } = g.kind {
             let path = g.path.as_str();
-            out.push(make(
-                path,
-                "priority",
-                true,
-                None,
-                &leaf_acc(path),
-                &leaf_carry(path),
-            ));
+            let (a, c) = (leaf_acc(path), leaf_carry(path));
+            out.push(node_figures(path, Kind::Priority, true, &a, &c));
         }
     }
-    out.push(make(
+    let all = Kind::AllFairShare { fair: &fair };
+    out.push(node_figures(
         "(all fair share)",
-        "all_fair_share",
+        all,
         false,
-        Some(1.0),
         &fair,
         &fair_carry,
     ));
     out
+}
+
+/// What a row of figures is: a node of the share tree (its target, and the fair-share sums its
+/// achieved shares are taken of), a priority class, or all of fair share together.
+enum Kind<'a> {
+    FairShare { target: f64, fair: &'a Acc },
+    Priority,
+    AllFairShare { fair: &'a Acc },
+}
+
+/// The sums of the given paths' rows, waits and carries.
+fn sum_paths<'p>(
+    accs: &HashMap<&str, Acc>,
+    carry: &HashMap<&str, Carry>,
+    paths: impl Iterator<Item = &'p str>,
+) -> (Acc, Carry) {
+    let mut a = Acc::default();
+    let mut c = Carry::default();
+    for p in paths {
+        if let Some(x) = accs.get(p) {
+            a.merge(x);
+        }
+        let y = carry.get(p).copied().unwrap_or_default();
+        c.accepted += y.accepted;
+        c.finished += y.finished;
+        c.held += y.held;
+        c.unheld += y.unheld;
+    }
+    (a, c)
+}
+
+/// One row of figures.
+fn node_figures(path: &str, kind: Kind<'_>, leaf: bool, a: &Acc, c: &Carry) -> Figures {
+    let share = |part: i128, all: i128| (all > 0).then(|| part as f64 / all as f64);
+    let (kind, target, fair) = match kind {
+        Kind::FairShare { target, fair } => ("fair_share", Some(target), Some(fair)),
+        Kind::Priority => ("priority", None, None),
+        Kind::AllFairShare { fair } => ("all_fair_share", Some(1.0), Some(fair)),
+    };
+    let achieved = fair.and_then(|f| share(a.row.bytes_done, f.row.bytes_done));
+    Figures {
+        path: path.to_string(),
+        kind: kind.to_string(),
+        leaf,
+        target_share: target,
+        achieved_share_bytes: achieved,
+        achieved_share_files: fair
+            .and_then(|f| share(i128::from(a.row.done), i128::from(f.row.done))),
+        deviation_pp: match (achieved, target) {
+            (Some(x), Some(t)) => Some((x - t) * 100.0),
+            _ => None,
+        },
+        bytes_done: a.row.bytes_done,
+        files_done: a.row.done,
+        accepted: a.row.accepted,
+        done: a.row.done,
+        failed: a.row.failed,
+        cancelled: a.row.cancelled,
+        pending: c.pending(),
+        held: c.held_now(),
+        front: a.row.front,
+        back: a.row.back,
+        started: a.row.started,
+        wait_median_ms: quantile(&a.waits, 0.5),
+        wait_p95_ms: quantile(&a.waits, 0.95),
+        started_over_priority: a.row.started_over_priority,
+    }
 }
 
 #[cfg(test)]

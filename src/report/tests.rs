@@ -12,11 +12,14 @@ use crate::config::Settings;
 use crate::domain::RetrySettings;
 use crate::ledger::aggregates::wait_bin;
 use crate::ledger::{Ledger, LedgerOptions, NewRequest};
+use crate::test_fixture::TestConfig;
 
-const CONFIG: &str = r#"
-[policy]
-p_front = 20
-p_back = 10
+/// The shared test configuration with windowed usage, `daq` as the priority class and two
+/// groups a (1/4) and b (3/4).
+fn config() -> Settings {
+    TestConfig::new()
+        .with(
+            r#"
 [usage]
 model = "windows"
 interval_secs = 3600
@@ -28,10 +31,10 @@ mss_priority = 100
 [shares]
 a = 1
 b = 3
-[mss]
-adapter = "http"
-url = "http://127.0.0.1:1"
-"#;
+"#,
+        )
+        .settings()
+}
 
 const MIN: i64 = 60_000;
 const H0: i64 = 1_000 * HOUR_MS;
@@ -75,7 +78,7 @@ fn upper(wait_ms: i64) -> Option<f64> {
 #[tokio::test]
 async fn a_hand_worked_report() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = Settings::parse(CONFIG, "t").unwrap();
+    let settings = config();
     let policy = settings.policy.clone();
     let clock = ManualClock::new(H0 + 10 * MIN);
     let options = LedgerOptions {

@@ -63,26 +63,9 @@ pub fn effective_from_json(
     {
         return Err(err(other.as_str(), "unknown key (only \"usage\" is read)"));
     }
-    let n = policy.groups.len();
     let model = &policy.usage_model;
     let windowed = matches!(model, UsageModel::Windows { .. });
-    let depth = model.depth();
-    let mut e = Effective {
-        values: vec![0; n],
-        measures: vec![0; n],
-        cumulative: vec![0; n],
-        fair: policy
-            .groups
-            .iter()
-            .map(|g| matches!(g.kind, GroupKind::FairShare { .. }))
-            .collect(),
-        unit: model.unit() * SCALE,
-        windows: if windowed {
-            vec![vec![0; depth]; n]
-        } else {
-            Vec::new()
-        },
-    };
+    let mut e = zero_usage(policy);
     for (path, v) in usage {
         let key = format!("usage.\"{path}\"");
         let g = policy.group_by_path(path).ok_or_else(|| {
@@ -91,36 +74,7 @@ pub fn effective_from_json(
                 "is not a group (a leaf of [shares] or a priority class)",
             )
         })?;
-        let amounts: Vec<u128> = match (v, windowed) {
-            (Value::Array(list), true) => {
-                if list.len() > depth {
-                    return Err(err(
-                        &key,
-                        format!("lists {} windows; usage.depth is {depth}", list.len()),
-                    ));
-                }
-                list.iter()
-                    .enumerate()
-                    .map(|(i, x)| amount(x, &format!("{key}[{i}]")))
-                    .collect::<Result<_, _>>()?
-            }
-            (Value::Array(_), false) => {
-                return Err(err(
-                    &key,
-                    format!(
-                        "a list of windows is only for usage.model = \"windows\" (this is \"{}\"): give one number",
-                        model.name()
-                    ),
-                ))
-            }
-            (_, true) => {
-                return Err(err(
-                    &key,
-                    "usage.model = \"windows\" needs a list of windows, current first",
-                ))
-            }
-            (x, false) => vec![amount(x, &key)?],
-        };
+        let amounts = entry_amounts(model, &key, v)?;
         let i = g.0;
         e.values[i] = amounts
             .iter()
@@ -136,6 +90,61 @@ pub fn effective_from_json(
         }
     }
     Ok(e)
+}
+
+/// Every group at zero, shaped for the policy's usage model.
+fn zero_usage(policy: &PolicySettings) -> Effective {
+    let n = policy.groups.len();
+    let model = &policy.usage_model;
+    Effective {
+        values: vec![0; n],
+        measures: vec![0; n],
+        cumulative: vec![0; n],
+        fair: policy
+            .groups
+            .iter()
+            .map(|g| matches!(g.kind, GroupKind::FairShare { .. }))
+            .collect(),
+        unit: model.unit() * SCALE,
+        windows: if matches!(model, UsageModel::Windows { .. }) {
+            vec![vec![0; model.depth()]; n]
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// One entry's amounts in millionths: one number, or under the windows model a list of at most
+/// `depth` windows, current first.
+fn entry_amounts(model: &UsageModel, key: &str, v: &Value) -> Result<Vec<u128>, UsageFileError> {
+    let windowed = matches!(model, UsageModel::Windows { .. });
+    let depth = model.depth();
+    match (v, windowed) {
+        (Value::Array(list), true) => {
+            if list.len() > depth {
+                return Err(err(
+                    key,
+                    format!("lists {} windows; usage.depth is {depth}", list.len()),
+                ));
+            }
+            list.iter()
+                .enumerate()
+                .map(|(i, x)| amount(x, &format!("{key}[{i}]")))
+                .collect()
+        }
+        (Value::Array(_), false) => Err(err(
+            key,
+            format!(
+                "a list of windows is only for usage.model = \"windows\" (this is \"{}\"): give one number",
+                model.name()
+            ),
+        )),
+        (_, true) => Err(err(
+            key,
+            "usage.model = \"windows\" needs a list of windows, current first",
+        )),
+        (x, false) => Ok(vec![amount(x, key)?]),
+    }
 }
 
 #[cfg(test)]

@@ -121,17 +121,6 @@ pub fn build(
     }
     let ft = fair_tree(tree, &leaf_usage);
     let fair_total = usage.fair_total();
-    let sum_counts = |node: usize| -> Option<GroupCounts> {
-        let counts = counts?;
-        let mut c = GroupCounts::default();
-        for g in &tree.nodes[node].leaves {
-            let x = counts.get(g.0).copied().unwrap_or_default();
-            c.pending += x.pending;
-            c.held += x.held;
-            c.usage_bytes += x.usage_bytes;
-        }
-        Some(c)
-    };
     let mut groups = Vec::with_capacity(tree.nodes.len());
     for i in tree.depth_first() {
         let node = &tree.nodes[i];
@@ -147,7 +136,7 @@ pub fn build(
             .then(|| node.leaves.first().copied())
             .flatten();
         let state = cap_state(policy, usage, i);
-        let node_counts = sum_counts(i);
+        let node_counts = node_counts(policy, counts, i);
         groups.push(NodeRow {
             path: node.path.to_string(),
             leaf: node.is_leaf(),
@@ -164,27 +153,71 @@ pub fn build(
             sam_class: leaf_group.map(|g| decide(policy, usage, g, 1).class),
             cap_state: state.as_str().to_string(),
             held_reason: over_feasibility(policy, usage, i),
-            fs_delta: match policy.fs_delta {
-                DeltaForm::Difference => Some(target - share),
-                DeltaForm::Percent if target > 0.0 => Some(1.0 - share / target),
-                DeltaForm::Percent => None,
-            },
-            windows: (!usage.windows.is_empty()).then(|| {
-                let depth = usage.windows.first().map_or(0, Vec::len);
-                (0..depth)
-                    .map(|w| {
-                        node.leaves
-                            .iter()
-                            .map(|g| usage.windows[g.0][w] as f64)
-                            .sum()
-                    })
-                    .collect()
-            }),
+            fs_delta: fs_delta(policy, target, share),
+            windows: node_windows(policy, usage, i),
             counts: node_counts,
             usage_bytes: node_counts.map(|c| c.usage_bytes),
         });
     }
-    let priority_classes = policy
+    let priority_classes = class_rows(policy, usage, counts);
+    SharesView {
+        at: format_ms(at_ms),
+        at_ms,
+        usage_model: policy.usage_model.name().to_string(),
+        usage_model_detail: policy.usage_model.describe(),
+        benefit: policy.benefit.name().to_string(),
+        fairshare_delta: policy.fs_delta.name().to_string(),
+        fair_share_usage: fair_total as f64 / unit,
+        groups,
+        priority_classes,
+    }
+}
+
+/// The ledger's counts summed over a node's leaves (none when read without a database).
+fn node_counts(
+    policy: &PolicySettings,
+    counts: Option<&[GroupCounts]>,
+    node: usize,
+) -> Option<GroupCounts> {
+    let counts = counts?;
+    let mut c = GroupCounts::default();
+    for g in &policy.tree.nodes[node].leaves {
+        let x = counts.get(g.0).copied().unwrap_or_default();
+        c.pending += x.pending;
+        c.held += x.held;
+        c.usage_bytes += x.usage_bytes;
+    }
+    Some(c)
+}
+
+/// Maui's `fs_delta` of a node: `target - usage share`, or `1 - share / target`.
+fn fs_delta(policy: &PolicySettings, target: f64, share: f64) -> Option<f64> {
+    match policy.fs_delta {
+        DeltaForm::Difference => Some(target - share),
+        DeltaForm::Percent if target > 0.0 => Some(1.0 - share / target),
+        DeltaForm::Percent => None,
+    }
+}
+
+/// A node's usage per window, summed over its leaves (only under the windows model).
+fn node_windows(policy: &PolicySettings, usage: &Effective, node: usize) -> Option<Vec<f64>> {
+    let leaves = &policy.tree.nodes[node].leaves;
+    (!usage.windows.is_empty()).then(|| {
+        let depth = usage.windows.first().map_or(0, Vec::len);
+        (0..depth)
+            .map(|w| leaves.iter().map(|g| usage.windows[g.0][w] as f64).sum())
+            .collect()
+    })
+}
+
+/// One row per priority class.
+fn class_rows(
+    policy: &PolicySettings,
+    usage: &Effective,
+    counts: Option<&[GroupCounts]>,
+) -> Vec<ClassRow> {
+    let unit = usage.unit.max(1) as f64;
+    policy
         .group_ids()
         .filter_map(|g| match policy.group(g).kind {
             GroupKind::Priority { mss_priority, .. } => Some(ClassRow {
@@ -197,18 +230,7 @@ pub fn build(
             }),
             GroupKind::FairShare { .. } => None,
         })
-        .collect();
-    SharesView {
-        at: format_ms(at_ms),
-        at_ms,
-        usage_model: policy.usage_model.name().to_string(),
-        usage_model_detail: policy.usage_model.describe(),
-        benefit: policy.benefit.name().to_string(),
-        fairshare_delta: policy.fs_delta.name().to_string(),
-        fair_share_usage: fair_total as f64 / unit,
-        groups,
-        priority_classes,
-    }
+        .collect()
 }
 
 /// RFC 3339 UTC, to the millisecond.
@@ -240,30 +262,7 @@ pub fn render_table(view: &SharesView) -> String {
         "sam",
         "cap",
     ];
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    for r in &view.groups {
-        let depth = r.path.matches('/').count();
-        let name = r.path.rsplit('/').next().unwrap_or(&r.path);
-        rows.push(vec![
-            format!("{}{name}", "  ".repeat(depth)),
-            r.shares.to_string(),
-            pct(r.target_share),
-            num(r.usage as f64),
-            num(r.effective_usage),
-            pct(r.usage_share),
-            r.level_fairshare
-                .map_or("inf".into(), |v| format!("{v:.4}")),
-            r.fairtree_rank.map_or(String::new(), |v| v.to_string()),
-            r.fairshare.map_or(String::new(), |v| format!("{v:.3}")),
-            r.sam_class
-                .map_or(String::new(), |c| c.as_str().to_string()),
-            if r.cap_state == "none" {
-                String::new()
-            } else {
-                r.cap_state.clone()
-            },
-        ]);
-    }
+    let rows: Vec<Vec<String>> = view.groups.iter().map(table_row).collect();
     out.push_str(&crate::text_table::aligned(&header, &rows));
     for r in view.groups.iter().filter(|r| r.held_reason.is_some()) {
         out.push_str(&format!(
@@ -293,6 +292,31 @@ pub fn render_table(view: &SharesView) -> String {
         }
     }
     out
+}
+
+/// One node's cells in the table, its name indented by its depth.
+fn table_row(r: &NodeRow) -> Vec<String> {
+    let depth = r.path.matches('/').count();
+    let name = r.path.rsplit('/').next().unwrap_or(&r.path);
+    vec![
+        format!("{}{name}", "  ".repeat(depth)),
+        r.shares.to_string(),
+        pct(r.target_share),
+        num(r.usage as f64),
+        num(r.effective_usage),
+        pct(r.usage_share),
+        r.level_fairshare
+            .map_or("inf".into(), |v| format!("{v:.4}")),
+        r.fairtree_rank.map_or(String::new(), |v| v.to_string()),
+        r.fairshare.map_or(String::new(), |v| format!("{v:.3}")),
+        r.sam_class
+            .map_or(String::new(), |c| c.as_str().to_string()),
+        if r.cap_state == "none" {
+            String::new()
+        } else {
+            r.cap_state.clone()
+        },
+    ]
 }
 
 fn pct(v: f64) -> String {

@@ -17,7 +17,10 @@ use tokio::sync::oneshot;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mssbroker");
 
-/// A configuration for tests: the shipped shape, fast retries, and the MSS at `mss_url` or,
+/// The base configuration every test shares (the library's unit tests start from it too).
+pub const BASE_CONFIG: &str = include_str!("../fixtures/base.toml");
+
+/// A configuration for tests: the shared base, fast retries, and the MSS at `mss_url` or,
 /// when `None`, the embedded simulator at a high time scale.
 pub fn test_config(mss_url: Option<&str>) -> String {
     let mss = match mss_url {
@@ -29,21 +32,7 @@ pub fn test_config(mss_url: Option<&str>) -> String {
 [server]
 listen = "127.0.0.1:0"
 
-[policy]
-p_front = 20
-p_back = 10
-
-[[priority_classes]]
-access_mode = "datataking"
-mss_priority = 100
-
-[shares]
-analysis = 40
-"analysis/higgs" = 1
-"analysis/top" = 3
-reprocessing = 30
-mc = 30
-
+{BASE_CONFIG}
 [limits]
 max_batch = 500
 max_size_bytes = 1000000000000
