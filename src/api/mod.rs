@@ -4,7 +4,8 @@
 
 mod body_budget;
 pub mod error;
-pub mod wire;
+pub mod request;
+pub mod responses;
 
 use std::sync::Arc;
 
@@ -24,7 +25,8 @@ use crate::ledger::{CancelOutcome, Ledger, NewRequest};
 use crate::policy::{self, RequestFields};
 use crate::shares::view::SharesView;
 use error::ApiError;
-use wire::{AcceptedBody, BatchBody, BatchResult, CancelBody, RequestBody, RequestInput};
+use request::RequestInput;
+use responses::{AcceptedBody, BatchBody, BatchResult, CancelBody, RequestBody};
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -336,11 +338,11 @@ fn mss_can_take(
 }
 
 /// Submit one request.
-#[utoipa::path(post, path = "/v1/requests", request_body = wire::SubmitRequest, responses(
+#[utoipa::path(post, path = "/v1/requests", request_body = request::SubmitRequest, responses(
     (status = 202, description = "committed (or a replay of a committed request)", body = AcceptedBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
-    (status = 415, body = error::ErrorBody), (status = 422, body = wire::Unprocessable),
+    (status = 415, body = error::ErrorBody), (status = 422, body = responses::Unprocessable),
     (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 async fn submit_one(
@@ -368,11 +370,11 @@ async fn submit_one(
 }
 
 /// Submit a batch; answers in order, one result per request.
-#[utoipa::path(post, path = "/v1/requests/batch", request_body = wire::SubmitBatch, responses(
+#[utoipa::path(post, path = "/v1/requests/batch", request_body = request::SubmitBatch, responses(
     (status = 202, description = "the valid requests are committed", body = BatchBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
-    (status = 415, body = error::ErrorBody), (status = 422, body = wire::Unprocessable),
+    (status = 415, body = error::ErrorBody), (status = 422, body = responses::Unprocessable),
     (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 async fn submit_batch(
@@ -383,7 +385,7 @@ async fn submit_batch(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
     let bytes = json_bytes(&headers, body)?;
-    let items = wire::batch_items(&bytes, &state.limits)?;
+    let items = request::batch_items(&bytes, &state.limits)?;
     caller.charge(&state, items.len())?;
     let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
@@ -470,9 +472,9 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
 }
 
 /// Liveness; needs no token.
-#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = wire::Health)))]
-async fn healthz() -> Json<wire::Health> {
-    Json(wire::Health {
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = responses::Health)))]
+async fn healthz() -> Json<responses::Health> {
+    Json(responses::Health {
         status: "ok".into(),
     })
 }
@@ -565,7 +567,7 @@ async fn cancel_request(
 
 /// Release the disk copy of a staged file at the MSS.
 #[utoipa::path(post, path = "/v1/requests/{id}/release", params(("id" = i64, Path, description = "request id")), responses(
-    (status = 200, description = "the MSS released the disk copy", body = wire::ReleaseBody),
+    (status = 200, description = "the MSS released the disk copy", body = responses::ReleaseBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
     (status = 409, body = error::ErrorBody), (status = 502, body = error::ErrorBody),
@@ -575,7 +577,7 @@ async fn release_request(
     State(state): State<AppState>,
     caller: Caller,
     Path(raw): Path<String>,
-) -> Result<Json<wire::ReleaseBody>, ApiError> {
+) -> Result<Json<responses::ReleaseBody>, ApiError> {
     caller.require(
         &[RoleKind::Station, RoleKind::Operator],
         "release staged files",
@@ -600,7 +602,7 @@ async fn release_request(
         )));
     }
     match state.mss.release(&r.transfer_ref()).await {
-        Ok(()) => Ok(Json(wire::ReleaseBody { id, released: true })),
+        Ok(()) => Ok(Json(responses::ReleaseBody { id, released: true })),
         Err(mss_adapters::MssError::Rejected(m)) => Err(conflict(format!("the mss refused: {m}"))),
         Err(mss_adapters::MssError::Unavailable(m)) => {
             let mut e = ApiError::new(
@@ -623,19 +625,19 @@ async fn release_request(
 
 /// The MSS adapter and what it can do.
 #[utoipa::path(get, path = "/v1/mss", responses(
-    (status = 200, body = wire::MssBody),
+    (status = 200, body = responses::MssBody),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
 ))]
 async fn mss(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<Json<wire::MssBody>, ApiError> {
+) -> Result<Json<responses::MssBody>, ApiError> {
     caller.require(
         &[RoleKind::Station, RoleKind::Reader, RoleKind::Operator],
         "read the mss capabilities",
     )?;
     Ok(Json(
-        wire::MssBody::new(
+        responses::MssBody::new(
             state.mss.name(),
             &state.mss.capabilities(),
             state.mss.room(),
