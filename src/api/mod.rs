@@ -6,6 +6,7 @@ mod body_budget;
 pub mod error;
 pub mod request;
 pub mod responses;
+pub mod schemas;
 
 use std::sync::Arc;
 
@@ -539,7 +540,7 @@ async fn cancel_request(
     match state.ledger.cancel(id).await? {
         CancelOutcome::Cancelled => Ok(Json(CancelBody {
             id,
-            state: RequestState::Cancelled,
+            state: RequestState::Cancelled.into(),
             cancel_requested: true,
         })
         .into_response()),
@@ -550,7 +551,7 @@ async fn cancel_request(
                 StatusCode::ACCEPTED,
                 Json(CancelBody {
                     id,
-                    state: current,
+                    state: current.into(),
                     cancel_requested: true,
                 }),
             )

@@ -5,7 +5,7 @@ use mss_adapters::Direction;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{Class, RequestState};
+use super::schemas::{ClassBody, StateBody};
 use crate::ledger::{Accepted, RequestRecord};
 
 /// `GET /healthz`.
@@ -19,9 +19,9 @@ pub struct Health {
 pub struct AcceptedBody {
     pub id: i64,
     pub group: String,
-    pub class: Class,
+    pub class: ClassBody,
     pub mss_priority: i64,
-    pub state: RequestState,
+    pub state: StateBody,
     pub duplicate: bool,
     /// Why the request is held (state `held`): a feasibility cap of its group is reached. Its
     /// class and MSS priority are decided when it is released.
@@ -34,9 +34,9 @@ impl From<Accepted> for AcceptedBody {
         AcceptedBody {
             id: a.id,
             group: a.group,
-            class: a.class,
+            class: a.class.into(),
             mss_priority: a.mss_priority,
-            state: a.state,
+            state: a.state.into(),
             duplicate: a.duplicate,
             held_reason: a.held_reason,
         }
@@ -85,9 +85,9 @@ pub struct RequestBody {
     #[schema(value_type = String)]
     pub direction: Direction,
     pub group: String,
-    pub class: Class,
+    pub class: ClassBody,
     pub mss_priority: i64,
-    pub state: RequestState,
+    pub state: StateBody,
     pub attempt: u32,
     pub mss_id: Option<String>,
     pub bytes_done: u64,
@@ -133,9 +133,9 @@ impl From<RequestRecord> for RequestBody {
             volume: r.volume,
             direction: r.direction,
             group: r.group,
-            class: r.class,
+            class: r.class.into(),
             mss_priority: r.mss_priority,
-            state: r.state,
+            state: r.state.into(),
             attempt: r.attempt,
             mss_id: r.mss_id,
             bytes_done: r.bytes_done,
@@ -245,6 +245,6 @@ impl MssBody {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CancelBody {
     pub id: i64,
-    pub state: RequestState,
+    pub state: StateBody,
     pub cancel_requested: bool,
 }
