@@ -148,7 +148,7 @@ impl From<RequestRecord> for RequestBody {
             started_ms: r.started_ms,
             finished_ms: r.finished_ms,
             library: r.library,
-            qos: r.qos,
+            qos: r.qos.map(|q| q.as_str().to_string()),
             user_factor: r.user_factor,
             explain: r.explain.and_then(|e| serde_json::from_str(&e).ok()),
             local_file: r.local_file,
