@@ -155,9 +155,7 @@ impl RequestInput {
         limits: &InputLimits,
         prefix: &str,
     ) -> Result<RequestInput, ApiError> {
-        read::submit_request(bytes, prefix)?
-            .validate(limits)
-            .map_err(|e| e.prefixed(prefix))
+        read::request_input(bytes, limits, prefix)
     }
 }
 

@@ -1,23 +1,35 @@
-//! Reading a body into a [`SubmitRequest`]: one serde pass for a well-formed body; for a refused
-//! one, the refusal is said as the API always said it: a syntax error is the body's, a key
-//! given twice is named, and any other fault names its field (found by reading the body again
-//! with `serde_path_to_error`, so the pass over good bodies tracks no path).
+//! Reading a body into a [`SubmitRequest`]: one serde pass for a well-formed body. A refused
+//! body is looked at again to name its fault as the API always has: a syntax error is the
+//! body's; then a key given twice; a body that is not an object; an unknown field (the first
+//! by name); then the first field, in [`FIELDS`] order, of the wrong JSON type, missing or out
+//! of bounds, so a body with several faults is always answered with the same one.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
-use super::{SubmitRequest, FIELDS};
+use super::{RequestInput, SubmitRequest, FIELDS};
 use crate::api::error::ApiError;
+use crate::config::InputLimits;
 
-/// Read one request's JSON text; `prefix` is put before field names (`requests[3].`).
-pub fn submit_request(bytes: &[u8], prefix: &str) -> Result<SubmitRequest, ApiError> {
-    serde_json::from_slice::<SubmitRequest>(bytes).map_err(|_| refusal(bytes, prefix))
+/// Read and validate one request's JSON text; `prefix` is put before field names
+/// (`requests[3].`).
+pub fn request_input(
+    bytes: &[u8],
+    limits: &InputLimits,
+    prefix: &str,
+) -> Result<RequestInput, ApiError> {
+    match serde_json::from_slice::<SubmitRequest>(bytes) {
+        Ok(raw) => raw.validate(limits).map_err(|e| e.prefixed(prefix)),
+        Err(_) => Err(refusal(bytes, limits, prefix)),
+    }
 }
 
-/// Why `bytes` is not a [`SubmitRequest`], in the order the API reports it.
-fn refusal(bytes: &[u8], prefix: &str) -> ApiError {
+/// Why `bytes` is not a request, in the order the API reports faults.
+fn refusal(bytes: &[u8], limits: &InputLimits, prefix: &str) -> ApiError {
     if let Err(e) = serde_json::from_slice::<IgnoredAny>(bytes) {
         return not_json(&e).prefixed_body(prefix);
     }
@@ -27,27 +39,53 @@ fn refusal(bytes: &[u8], prefix: &str) -> ApiError {
             format!("`{key}` is given more than once"),
         );
     }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let Err(e) = serde_path_to_error::deserialize::<_, SubmitRequest>(&mut de) else {
-        // Read well the second time: what is left after the object is the fault.
-        return match de.end() {
-            Err(e) => not_json(&e).prefixed_body(prefix),
-            Ok(()) => ApiError::field("body", "must be a JSON object").prefixed_body(prefix),
-        };
+    let not_object = || ApiError::field("body", "must be a JSON object").prefixed_body(prefix);
+    let Ok(given) = serde_json::from_slice::<BTreeMap<Cow<'_, str>, &RawValue>>(bytes) else {
+        return not_object();
     };
-    let key = e.path().iter().next().and_then(|segment| match segment {
-        serde_path_to_error::Segment::Map { key } => Some(key.clone()),
-        _ => None,
-    });
-    match key {
-        // A fault of the body itself: not an object.
-        None => ApiError::field("body", "must be a JSON object").prefixed_body(prefix),
-        Some(key) if !FIELDS.contains(&key.as_str()) => ApiError::field(
+    if let Some(key) = given.keys().find(|k| !FIELDS.contains(&k.as_ref())) {
+        return ApiError::field(
             &format!("{prefix}{key}"),
             format!("unknown field `{key}`; known fields: {}", FIELDS.join(", ")),
-        ),
-        Some(key) => ApiError::field(&format!("{prefix}{key}"), message(e.inner())),
+        );
     }
+    // The first field of the wrong JSON type, unless a field before it is missing or out of
+    // bounds: that one is named, as validation goes in field order.
+    let mut before: BTreeMap<&str, &RawValue> = BTreeMap::new();
+    for (i, field) in FIELDS.into_iter().enumerate() {
+        let Some(raw) = given.get(field) else {
+            continue;
+        };
+        if let Err(wrong_type) = read(&BTreeMap::from([(field, *raw)])) {
+            let earlier = read(&before)
+                .ok()
+                .and_then(|r| r.validate(limits).err())
+                .filter(|e| position(e) < i);
+            return earlier.unwrap_or(wrong_type).prefixed(prefix);
+        }
+        before.insert(field, raw);
+    }
+    not_object()
+}
+
+/// Read the given fields as a request; a refusal names the field and keeps the message of the
+/// field's deserializer.
+fn read(fields: &BTreeMap<&str, &RawValue>) -> Result<SubmitRequest, ApiError> {
+    let text = serde_json::to_vec(fields).map_err(|e| not_json(&e))?;
+    let mut de = serde_json::Deserializer::from_slice(&text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let field = e.path().to_string();
+        ApiError::field(&field, message(e.inner()))
+    })
+}
+
+/// Where a refused field comes in [`FIELDS`] (past the end for anything else).
+fn position(e: &ApiError) -> usize {
+    let field = e.field.as_deref().unwrap_or_default();
+    FIELDS
+        .iter()
+        .position(|f| *f == field)
+        .unwrap_or(FIELDS.len())
 }
 
 /// A field's refusal as its deserializer worded it, without serde_json's position.

@@ -314,5 +314,39 @@ fn a_serialised_request_reads_back() {
     };
     let bytes = serde_json::to_vec(&raw).unwrap();
     assert!(!String::from_utf8_lossy(&bytes).contains("null"));
-    assert_eq!(read::submit_request(&bytes, "").unwrap(), raw);
+    assert_eq!(
+        serde_json::from_slice::<SubmitRequest>(&bytes).unwrap(),
+        raw
+    );
+}
+
+/// A body with several faults is answered with the same one always: an unknown field (the
+/// first by name), else the first field in `FIELDS` order that is missing, of the wrong JSON
+/// type or out of bounds, wherever it stands in the body.
+#[test]
+fn of_several_faults_the_first_in_field_order_is_named() {
+    let field = |changes: Value| {
+        let mut g = good();
+        for (k, v) in changes.as_object().unwrap() {
+            match v {
+                Value::String(s) if s == "DELETE" => {
+                    g.as_object_mut().unwrap().remove(k);
+                }
+                v => g[k] = v.clone(),
+            }
+        }
+        parse(&g, &limits(), "").unwrap_err().field.unwrap()
+    };
+    assert_eq!(
+        field(json!({"size_bytes": "x", "station": "DELETE"})),
+        "station"
+    );
+    assert_eq!(field(json!({"local_file": [1], "file": ""})), "file");
+    assert_eq!(field(json!({"qos": 1.5, "direction": "up"})), "direction");
+    assert_eq!(field(json!({"bfid": {}, "zz": 1, "aa": 1})), "aa");
+    assert_eq!(
+        field(json!({"user_factor": "x", "size_bytes": 0})),
+        "size_bytes"
+    );
+    assert_eq!(field(json!({"user": 1, "size_bytes": 0})), "user");
 }
