@@ -140,8 +140,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 }
 
 /// Where a request stands. Terminal states never change again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RequestState {
     /// Committed, held by a feasibility cap: not charged, not submitted, until its group's
     /// usage falls below the cap.
