@@ -1,7 +1,6 @@
 //! The JSON answers of the API: what each endpoint returns, built from the ledger's and the
 //! MSS adapter's types.
 
-use mss_adapters::Direction;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -82,8 +81,8 @@ pub struct RequestBody {
     pub access_mode: String,
     pub physics_group: String,
     pub volume: Option<String>,
-    #[schema(value_type = String)]
-    pub direction: Direction,
+    // `read` or `write`, spelt here rather than by the adapters crate's serde.
+    pub direction: String,
     pub group: String,
     pub class: ClassBody,
     pub mss_priority: i64,
@@ -131,7 +130,7 @@ impl From<RequestRecord> for RequestBody {
             access_mode: r.access_mode,
             physics_group: r.physics_group,
             volume: r.volume,
-            direction: r.direction,
+            direction: r.direction.as_str().to_string(),
             group: r.group,
             class: r.class.into(),
             mss_priority: r.mss_priority,
