@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use mss_adapters::sim::{self, LibraryConfig, SimConfig};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::config::{self, ConfigError, Settings};
 use crate::startup::Application;
@@ -536,22 +536,22 @@ async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
                 v.clone()
                     .with_context(|| format!("--{flag} is required (or give --json FILE)"))
             };
-            let mut body = json!({
-                "client_request_id": need(&args.client_request_id, "client-request-id")?,
-                "station": need(&args.station, "station")?,
-                "user": need(&args.user, "user")?,
-                "file": need(&args.file, "file")?,
-                "size_bytes": args.size_bytes.context("--size-bytes is required (or give --json FILE)")?,
-                "access_mode": need(&args.access_mode, "access-mode")?,
-                "physics_group": need(&args.physics_group, "physics-group")?,
-            });
-            if let Some(v) = &args.volume {
-                body["volume"] = json!(v);
-            }
-            if let Some(d) = &args.direction {
-                body["direction"] = json!(d);
-            }
-            body
+            let request = crate::api::request::SubmitRequest {
+                client_request_id: Some(need(&args.client_request_id, "client-request-id")?),
+                station: Some(need(&args.station, "station")?),
+                user: Some(need(&args.user, "user")?),
+                file: Some(need(&args.file, "file")?),
+                size_bytes: Some(
+                    args.size_bytes
+                        .context("--size-bytes is required (or give --json FILE)")?,
+                ),
+                access_mode: Some(need(&args.access_mode, "access-mode")?),
+                physics_group: Some(need(&args.physics_group, "physics-group")?),
+                volume: args.volume.clone(),
+                direction: args.direction.clone(),
+                ..Default::default()
+            };
+            serde_json::to_value(&request)?
         }
     };
     let endpoint = if body.get("requests").is_some() {

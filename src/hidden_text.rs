@@ -1,7 +1,7 @@
 //! Characters that hide or reorder text where a person reads it (a log line, a table, a page):
 //! Unicode format characters (Cf: bidi overrides such as U+202E, zero-width characters) and
 //! line or paragraph separators (Zl, Zp). Station strings containing them are refused
-//! (`api::wire`); text from elsewhere (an MSS's answer) has them escaped in logs (`telemetry`).
+//! (`api::request`); text from elsewhere (an MSS's answer) has them escaped in logs (`telemetry`).
 
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 

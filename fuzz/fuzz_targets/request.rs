@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mssbroker::api::wire::{batch_items, RequestInput};
+use mssbroker::api::request::{batch_items, RequestInput};
 use mssbroker::api::InputLimits;
 
 fuzz_target!(|data: &[u8]| {

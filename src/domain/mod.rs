@@ -147,8 +147,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 }
 
 /// Where a request stands. Terminal states never change again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RequestState {
     /// Committed, held by a feasibility cap: not charged, not submitted, until its group's
     /// usage falls below the cap.
@@ -205,7 +204,7 @@ impl RequestState {
 }
 
 /// How a request entered the MSS queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Class {
     /// A priority class (data taking): ahead of every fair-share request.

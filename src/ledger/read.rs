@@ -89,7 +89,7 @@ pub struct RequestRecord {
     pub started_ms: Option<i64>,
     pub finished_ms: Option<i64>,
     pub library: String,
-    pub qos: Option<String>,
+    pub qos: Option<crate::policy::multifactor::Qos>,
     pub user_factor: Option<f64>,
     /// The stored explanation of its placement (JSON).
     pub explain: Option<String>,
@@ -162,7 +162,12 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         finished_ms: row.get(23)?,
         held_reason: row.get(24)?,
         library: row.get(25)?,
-        qos: row.get(26)?,
+        qos: row
+            .get::<_, Option<String>>(26)?
+            .map(|q| {
+                crate::policy::multifactor::Qos::parse(&q).ok_or_else(|| bad_column(26, "qos"))
+            })
+            .transpose()?,
         user_factor: row.get(27)?,
         explain: row.get(28)?,
         local_file: row.get(29)?,

@@ -1,0 +1,187 @@
+//! What readers look at: liveness, the MSS adapter, the share tree, the report (JSON and HTML)
+//! and the metrics.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::caller::Caller;
+use super::error::{self, ApiError};
+use super::responses;
+use super::AppState;
+use crate::auth::RoleKind;
+use crate::shares::view::SharesView;
+
+/// Liveness; needs no token.
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = responses::Health)))]
+pub(super) async fn healthz() -> Json<responses::Health> {
+    Json(responses::Health {
+        status: "ok".into(),
+    })
+}
+
+/// The MSS adapter and what it can do.
+#[utoipa::path(get, path = "/v1/mss", responses(
+    (status = 200, body = responses::MssBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+))]
+pub(super) async fn mss(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<responses::MssBody>, ApiError> {
+    caller.require(
+        &[RoleKind::Station, RoleKind::Reader, RoleKind::Operator],
+        "read the mss capabilities",
+    )?;
+    Ok(Json(
+        responses::MssBody::new(
+            state.mss.name(),
+            &state.mss.capabilities(),
+            state.mss.room(),
+        )
+        .cancel_reaches_mss(state.mss.cancel_reaches_mss()),
+    ))
+}
+
+/// `GET /v1/groups` query.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct GroupsQuery {
+    /// The instant to compute the figures for (RFC 3339 or epoch milliseconds); default now.
+    pub at: Option<String>,
+}
+
+/// The share tree with every node's target, usage under the configured model, Fair Tree rank,
+/// SAM class and cap state: the figures of `mssbroker shares`.
+#[utoipa::path(get, path = "/v1/groups", params(GroupsQuery), responses(
+    (status = 200, body = SharesView),
+    (status = 400, body = error::ErrorBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn groups(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<GroupsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(
+        &[RoleKind::Reader, RoleKind::Operator],
+        "read group figures",
+    )?;
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, Some("at"), m);
+    let Query(query) = query.map_err(|e| bad(e.body_text()))?;
+    let now = state.clock.now_ms();
+    let at_ms = match query.at.as_deref() {
+        None => now,
+        Some(s) => crate::clock::parse_instant(s).map_err(bad)?,
+    };
+    let view = state.ledger.shares(at_ms, now).await?;
+    Ok(Json(view).into_response())
+}
+
+/// `GET /v1/report` query.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReportQuery {
+    /// Start (RFC 3339 or epoch ms); default 7 days before `until`. Widened to a whole hour.
+    pub since: Option<String>,
+    /// End (exclusive); default now.
+    pub until: Option<String>,
+    /// `hour`, `day` or `week`; default by the range's length.
+    pub bucket: Option<String>,
+}
+
+/// The range a report query asks for, and the broker's now.
+fn report_range(
+    state: &AppState,
+    query: Result<Query<ReportQuery>, QueryRejection>,
+) -> Result<(crate::report::ReportRange, i64), ApiError> {
+    let Query(q) =
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some("query"), e.body_text()))?;
+    let now = state.clock.now_ms();
+    let range = crate::report::parse_range(
+        q.since.as_deref(),
+        q.until.as_deref(),
+        q.bucket.as_deref(),
+        now,
+        state.limits.max_report_buckets,
+    )
+    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
+    Ok((range, now))
+}
+
+/// The share report over a time range: per group and tree node, target vs achieved share,
+/// requests by outcome, pending and held, front/back, wait percentiles; per priority class the
+/// same; the same per bucket; and the current usage windows (`diagnose`).
+#[utoipa::path(get, path = "/v1/report", params(ReportQuery), responses(
+    (status = 200, body = crate::report::Report),
+    (status = 400, body = error::ErrorBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn report(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ReportQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
+    let (range, now) = report_range(&state, query)?;
+    Ok(Json(state.ledger.report(range, now).await?).into_response())
+}
+
+/// Prometheus metrics (OpenMetrics text): per group requests by state and bytes done
+/// (counters), pending and held requests, usage and target share (gauges); ledger commit
+/// latency and batch size and MSS call latency (histograms).
+#[utoipa::path(get, path = "/metrics", responses(
+    (status = 200, content_type = "application/openmetrics-text", body = String),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn metrics(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
+    let text = state
+        .ledger
+        .metrics_text(state.metrics.clone(), state.clock.now_ms())
+        .await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+/// The share report as an HTML page for people: the table, charts of share, bytes, pending
+/// requests and waits over time, and the usage windows. Same parameters as `/v1/report`.
+/// Browsers may log in with HTTP Basic: any user name, the token as the password.
+#[utoipa::path(get, path = "/report", params(ReportQuery), responses(
+    (status = 200, content_type = "text/html", body = String),
+    (status = 400, body = error::ErrorBody),
+    (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn report_page(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ReportQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
+    let (range, now) = report_range(&state, query)?;
+    let report = state.ledger.report(range, now).await?;
+    let html = crate::report::html::page(&report, now).map_err(|e| {
+        tracing::error!(error = %e, "report page not rendered");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            "report page not rendered",
+        )
+    })?;
+    Ok(axum::response::Html(html).into_response())
+}

@@ -1,0 +1,290 @@
+//! The one definition of a request on the wire: [`SubmitRequest`] is what a body is read into
+//! (serde), what the OpenAPI document shows (utoipa) and what the CLI sends (serialised).
+//! [`SubmitRequest::validate`] turns it into the typed [`RequestInput`]: every field present, of
+//! its type and within the configured bounds, every refusal naming its field.
+
+use mss_adapters::Direction;
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+use crate::api::InputLimits;
+use crate::policy::multifactor::Qos;
+
+mod batch;
+mod given;
+mod read;
+#[cfg(test)]
+mod tests;
+
+pub use batch::batch_items;
+
+// A request body as given: the raw JSON shape, of the JSON types it takes, nothing validated.
+// A required field is an `Option` here so its absence is refused by name (`is required`).
+// The doc comments below are the OpenAPI document's descriptions.
+/// A request body.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The station's own id for the request: the same station and id again is a replay.
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true)]
+    pub client_request_id: Option<String>,
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true)]
+    pub station: Option<String>,
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true)]
+    pub user: Option<String>,
+    /// Path of the file to stage or store.
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true)]
+    pub file: Option<String>,
+    #[serde(default, deserialize_with = "given::size")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = u64, required = true, minimum = 1)]
+    pub size_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true)]
+    pub access_mode: Option<String>,
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true)]
+    pub physics_group: Option<String>,
+    /// Tape label, if known.
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// `read` (default) or `write`.
+    #[serde(default, deserialize_with = "given::direction")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direction: Option<String>,
+    /// The MSS library the transfer needs; the held release mode keeps each library's
+    /// outstanding transfers under its limit.
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
+    /// `expedite`, `normal` or `standby` (the multifactor policy's QoS factor); default: the
+    /// access mode's, from the configuration.
+    #[serde(default, deserialize_with = "given::qos")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// The submitter's factor in [0, 1] (multifactor): 1 (default) leaves the priority as it
+    /// is, lower values lower it.
+    #[serde(default, deserialize_with = "given::number")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1)]
+    pub user_factor: Option<f64>,
+    /// The station-side copy: where a read puts the file (a path for the encp adapter, a URL
+    /// for FTS3), or the file a write stores. Required where the configured MSS adapter needs
+    /// it (see `GET /v1/mss`).
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_file: Option<String>,
+    /// Enstore's bit-file id of the file to read (encp `--get-bfid`); reads only.
+    #[serde(default, deserialize_with = "given::text")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bfid: Option<String>,
+}
+
+// The items are read one by one ([`batch_items`]), each as a [`SubmitRequest`].
+/// A batch body.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct SubmitBatch {
+    pub requests: Vec<SubmitRequest>,
+}
+
+/// A request body, validated: every field present, of its type and within bounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestInput {
+    pub client_request_id: String,
+    pub station: String,
+    pub user: String,
+    pub file: String,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub volume: Option<String>,
+    pub direction: Direction,
+    /// The MSS library the transfer needs (the held release mode limits each library).
+    pub library: Option<String>,
+    pub qos: Option<Qos>,
+    /// The submitter's own factor in [0, 1]: it can only lower the request's priority.
+    pub user_factor: Option<f64>,
+    /// The station-side copy: where a read puts the file, what a write stores.
+    pub local_file: Option<String>,
+    /// Enstore's bit-file id of the file to read.
+    pub bfid: Option<String>,
+}
+
+/// The fields of [`SubmitRequest`], in the order they are validated.
+pub const FIELDS: [&str; 14] = [
+    "client_request_id",
+    "station",
+    "user",
+    "file",
+    "size_bytes",
+    "access_mode",
+    "physics_group",
+    "volume",
+    "direction",
+    "library",
+    "qos",
+    "user_factor",
+    "local_file",
+    "bfid",
+];
+
+const QOS_VALUES: &str = "must be \"expedite\", \"normal\" or \"standby\"";
+const DIRECTION_VALUES: &str = "must be \"read\" or \"write\"";
+
+impl RequestInput {
+    /// Read and validate a request body.
+    pub fn from_slice(bytes: &[u8], limits: &InputLimits) -> Result<RequestInput, ApiError> {
+        RequestInput::from_slice_at(bytes, limits, "")
+    }
+
+    /// Read and validate one request's JSON text; `prefix` is put before field names
+    /// (`requests[3].`).
+    pub fn from_slice_at(
+        bytes: &[u8],
+        limits: &InputLimits,
+        prefix: &str,
+    ) -> Result<RequestInput, ApiError> {
+        read::request_input(bytes, limits, prefix)
+    }
+}
+
+impl SubmitRequest {
+    /// The typed request, or the first field (in [`FIELDS`] order) that is missing or out of
+    /// bounds. Field names carry no prefix; the caller adds one.
+    pub fn validate(self, limits: &InputLimits) -> Result<RequestInput, ApiError> {
+        let n = limits.max_string_len;
+        let text = |field: &str, v: Option<String>, max: usize| match v {
+            None => Err(ApiError::field(field, "is required")),
+            Some(v) => optional_text(field, Some(v), max).map(|v| v.unwrap_or_default()),
+        };
+        let input = RequestInput {
+            client_request_id: text("client_request_id", self.client_request_id, n)?,
+            station: text("station", self.station, n)?,
+            user: text("user", self.user, n)?,
+            file: text("file", self.file, limits.max_path_len)?,
+            size_bytes: size(self.size_bytes, limits.max_size_bytes)?,
+            access_mode: text("access_mode", self.access_mode, n)?,
+            physics_group: text("physics_group", self.physics_group, n)?,
+            volume: optional_text("volume", self.volume, n)?,
+            direction: match self.direction.as_deref() {
+                None => Direction::Read,
+                Some(d) => Direction::parse(d)
+                    .ok_or_else(|| ApiError::field("direction", DIRECTION_VALUES))?,
+            },
+            library: optional_text("library", self.library, n)?,
+            qos: self
+                .qos
+                .map(|q| Qos::parse(&q).ok_or_else(|| ApiError::field("qos", QOS_VALUES)))
+                .transpose()?,
+            user_factor: self
+                .user_factor
+                .map(|u| user_factor(u).map_err(|m| ApiError::field("user_factor", m)))
+                .transpose()?,
+            local_file: optional_text("local_file", self.local_file, limits.max_path_len)?,
+            bfid: optional_text("bfid", self.bfid, n)?,
+        };
+        // Checks across fields, after every field was validated.
+        if input.bfid.is_some() && input.direction == Direction::Write {
+            return Err(ApiError::field(
+                "bfid",
+                "only a read names a bfid (a write has none yet)",
+            ));
+        }
+        Ok(input)
+    }
+}
+
+fn optional_text(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, ApiError> {
+    if let Some(v) = &v {
+        check_value(field, v, max).map_err(|m| ApiError::field(field, m))?;
+    }
+    Ok(v)
+}
+
+fn size(v: Option<u64>, max: u64) -> Result<u64, ApiError> {
+    match v {
+        None => Err(ApiError::field("size_bytes", "is required")),
+        Some(0) => Err(ApiError::field("size_bytes", "must be greater than 0")),
+        Some(v) if v > max => Err(ApiError::field(
+            "size_bytes",
+            format!("may be at most {max}"),
+        )),
+        Some(v) => Ok(v),
+    }
+}
+
+fn user_factor(u: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&u) {
+        Ok(u)
+    } else {
+        Err(format!(
+            "must be a number from 0 to 1 (it can only lower the priority), got {u}"
+        ))
+    }
+}
+
+/// The fields that end up as operands of an MSS command line (encp's `SRC DEST`,
+/// `--get-bfid BFID`): they may not look like an option or climb out of a directory.
+const OPERANDS: [&str; 3] = ["file", "local_file", "bfid"];
+
+/// Check a text field's value (`key` without prefix); the error is the message, the caller
+/// names the field.
+fn check_value(key: &str, value: &str, max: usize) -> Result<(), String> {
+    check_text(value, max)?;
+    if OPERANDS.contains(&key) {
+        check_operand(value)?;
+    }
+    Ok(())
+}
+
+/// Every station-given string: not blank, not too long, and nothing that hides or reorders
+/// text in a log line or a table: control characters, Unicode format characters (Cf: bidi
+/// overrides such as U+202E, zero-width characters) and line or paragraph separators (Zl, Zp).
+fn check_text(value: &str, max: usize) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("may not be empty".into());
+    }
+    if value.len() > max && value.chars().count() > max {
+        return Err(format!("may be at most {max} characters"));
+    }
+    if value.chars().all(char::is_whitespace) {
+        return Err("may not be blank".into());
+    }
+    if value.chars().any(char::is_control) {
+        return Err("may not contain control characters".into());
+    }
+    if let Some(c) = value.chars().find(|c| crate::hidden_text::is_hiding(*c)) {
+        return Err(format!(
+            "may not contain U+{:04X} (Unicode format characters and line or paragraph \
+             separators are refused)",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+/// A path or id handed to the MSS as a command-line operand: no leading `-` (an option to
+/// encp), no `.` or `..` segment, and not a directory (a trailing `/`).
+fn check_operand(value: &str) -> Result<(), String> {
+    if value.starts_with('-') {
+        return Err("may not start with `-` (it would be read as an option)".into());
+    }
+    if value.split('/').any(|seg| seg == "." || seg == "..") {
+        return Err("may not have `.` or `..` segments".into());
+    }
+    if value.ends_with('/') {
+        return Err("must name a file, not a directory (it ends with `/`)".into());
+    }
+    Ok(())
+}

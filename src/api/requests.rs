@@ -1,0 +1,172 @@
+//! One request by its id: `GET`, `DELETE` (cancel) and `POST .../release`.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::caller::Caller;
+use super::error::{self, ApiError};
+use super::responses::{self, CancelBody, RequestBody};
+use super::AppState;
+use crate::auth::RoleKind;
+use crate::domain::RequestState;
+use crate::ledger::CancelOutcome;
+
+/// A request id in a path: ASCII digits only, without a sign or leading zeros, so one request
+/// has one spelling (`+1` and `01` are not request 1).
+fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    let canonical = raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0');
+    match raw.parse::<i64>() {
+        Ok(id) if canonical && id > 0 => Ok(id),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("id"),
+            format!("`{raw}` is not a request id (a positive integer)"),
+        )),
+    }
+}
+
+/// A request's state.
+#[utoipa::path(get, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
+    (status = 200, body = RequestBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn get_request(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "read requests")?;
+    let id = parse_id(&raw)?;
+    match state.ledger.request(id).await? {
+        // Another station's request answers as if it did not exist: ids do not leak.
+        Some(r) if caller.0.may_act_for(&r.station) => {
+            let queued = r.state == crate::domain::RequestState::Queued;
+            let mut body = RequestBody::from(r);
+            if queued {
+                // Its placement now (the writer: one placement) and its position in the latest
+                // ranking of the queue (built off the writer).
+                if let Some(q) = state.ledger.explain_queued(id).await? {
+                    let mut v = serde_json::to_value(&q.explain).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("position".into(), q.position.into());
+                        o.insert("waiting".into(), q.waiting.into());
+                        o.insert("ranked_at_ms".into(), q.ranked_at_ms.into());
+                    }
+                    body.explain = Some(v);
+                }
+            }
+            Ok(Json(body).into_response())
+        }
+        _ => Err(ApiError::not_found(format!("no request {id}"))),
+    }
+}
+
+/// Cancel a request.
+#[utoipa::path(delete, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
+    (status = 200, description = "cancelled and refunded", body = CancelBody),
+    (status = 202, description = "queued at the MSS: the MSS is asked to drop it", body = CancelBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
+    (status = 409, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn cancel_request(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "cancel requests")?;
+    let id = parse_id(&raw)?;
+    match state.ledger.request(id).await? {
+        Some(r) if caller.0.may_act_for(&r.station) => {}
+        _ => return Err(ApiError::not_found(format!("no request {id}"))),
+    }
+    match state.ledger.cancel(id).await? {
+        CancelOutcome::Cancelled => Ok(Json(CancelBody {
+            id,
+            state: RequestState::Cancelled.into(),
+            cancel_requested: true,
+        })
+        .into_response()),
+        CancelOutcome::Requested(current) => {
+            // The dispatcher may have stopped; the ledger keeps the flag and it is retried then.
+            let _ = state.cancels.send(id);
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(CancelBody {
+                    id,
+                    state: current.into(),
+                    cancel_requested: true,
+                }),
+            )
+                .into_response())
+        }
+        CancelOutcome::AlreadyFinal(s) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            Some("id"),
+            format!("request {id} is already {}", s.as_str()),
+        )),
+        CancelOutcome::NotFound => Err(ApiError::not_found(format!("no request {id}"))),
+    }
+}
+
+/// Release the disk copy of a staged file at the MSS.
+#[utoipa::path(post, path = "/v1/requests/{id}/release", params(("id" = i64, Path, description = "request id")), responses(
+    (status = 200, description = "the MSS released the disk copy", body = responses::ReleaseBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
+    (status = 409, body = error::ErrorBody), (status = 502, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn release_request(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+) -> Result<Json<responses::ReleaseBody>, ApiError> {
+    caller.require(
+        &[RoleKind::Station, RoleKind::Operator],
+        "release staged files",
+    )?;
+    let id = parse_id(&raw)?;
+    let r = match state.ledger.request(id).await? {
+        Some(r) if caller.0.may_act_for(&r.station) => r,
+        _ => return Err(ApiError::not_found(format!("no request {id}"))),
+    };
+    let conflict = |m: String| ApiError::new(StatusCode::CONFLICT, Some("id"), m);
+    if !state.mss.capabilities().release {
+        return Err(conflict(format!(
+            "the {} adapter keeps no disk copies to release",
+            state.mss.name()
+        )));
+    }
+    if r.state != RequestState::Done || r.direction != mss_adapters::Direction::Read {
+        return Err(conflict(format!(
+            "request {id} is a {} {}: only a finished read has a disk copy to release",
+            r.direction.as_str(),
+            r.state.as_str()
+        )));
+    }
+    match state.mss.release(&r.transfer_ref()).await {
+        Ok(()) => Ok(Json(responses::ReleaseBody { id, released: true })),
+        Err(mss_adapters::MssError::Rejected(m)) => Err(conflict(format!("the mss refused: {m}"))),
+        Err(mss_adapters::MssError::Unavailable(m)) => {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the mss cannot be reached: {m}"),
+            );
+            e.retry_after = Some(5);
+            Err(e)
+        }
+        Err(mss_adapters::MssError::Protocol(m) | mss_adapters::MssError::Unknown(m)) => {
+            Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                None,
+                format!("the mss answered something unexpected: {m}"),
+            ))
+        }
+    }
+}

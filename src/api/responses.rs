@@ -1,0 +1,249 @@
+//! The JSON answers of the API: what each endpoint returns, built from the ledger's and the
+//! MSS adapter's types.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::schemas::{ClassBody, StateBody};
+use crate::ledger::{Accepted, RequestRecord};
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
+/// The answer to an accepted (or replayed) request.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AcceptedBody {
+    pub id: i64,
+    pub group: String,
+    pub class: ClassBody,
+    pub mss_priority: i64,
+    pub state: StateBody,
+    pub duplicate: bool,
+    /// Why the request is held (state `held`): a feasibility cap of its group is reached. Its
+    /// class and MSS priority are decided when it is released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_reason: Option<String>,
+}
+
+impl From<Accepted> for AcceptedBody {
+    fn from(a: Accepted) -> Self {
+        AcceptedBody {
+            id: a.id,
+            group: a.group,
+            class: a.class.into(),
+            mss_priority: a.mss_priority,
+            state: a.state.into(),
+            duplicate: a.duplicate,
+            held_reason: a.held_reason,
+        }
+    }
+}
+
+/// A 422: a refused request, or a batch none of whose items was accepted.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum Unprocessable {
+    Refused(super::error::ErrorBody),
+    Batch(BatchBody),
+}
+
+/// One result of a batch: accepted, or refused with the field at fault.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum BatchResult {
+    Accepted(AcceptedBody),
+    Refused {
+        error: String,
+        field: Option<String>,
+    },
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BatchBody {
+    pub results: Vec<BatchResult>,
+    pub accepted: usize,
+    pub refused: usize,
+}
+
+/// `GET /v1/requests/{id}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RequestBody {
+    pub id: i64,
+    pub client_request_id: String,
+    pub station: String,
+    pub user: String,
+    pub file: String,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub volume: Option<String>,
+    // `read` or `write`, spelt here rather than by the adapters crate's serde.
+    pub direction: String,
+    pub group: String,
+    pub class: ClassBody,
+    pub mss_priority: i64,
+    pub state: StateBody,
+    pub attempt: u32,
+    pub mss_id: Option<String>,
+    pub bytes_done: u64,
+    pub charged: u64,
+    pub cancel_requested: bool,
+    pub last_error: Option<String>,
+    /// Why the request is held (state `held`), or was when it was cancelled while held.
+    pub held_reason: Option<String>,
+    pub created_ms: i64,
+    pub submitted_ms: Option<i64>,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    /// The MSS library ('' the default one).
+    pub library: String,
+    pub qos: Option<String>,
+    pub user_factor: Option<f64>,
+    /// Why the request has its place: the policy (`sam`, `fair_tree`, `multifactor`, `fbsng`),
+    /// the release mode, the MSS priority, how long it had waited, the starvation bound if it
+    /// decided, and the policy's own figures in `detail` (SAM's usage and share with the
+    /// request, Fair Tree's rank, multifactor's factors and weighted values, FBSNG's queue
+    /// priorities). Computed now for a `queued` request, with its `position` (1-based) in its
+    /// library's release order and how many are `waiting` as of `ranked_at_ms`: taken from the
+    /// latest ranking of the whole queue (reused for at least 1 s; an estimate, since every
+    /// release changes usage); as decided (or last re-prioritised) otherwise; absent while
+    /// `held`.
+    #[schema(value_type = Option<Object>)]
+    pub explain: Option<Value>,
+    pub local_file: Option<String>,
+    pub bfid: Option<String>,
+}
+
+impl From<RequestRecord> for RequestBody {
+    fn from(r: RequestRecord) -> Self {
+        RequestBody {
+            id: r.id,
+            client_request_id: r.client_request_id,
+            station: r.station,
+            user: r.user,
+            file: r.file,
+            size_bytes: r.size_bytes,
+            access_mode: r.access_mode,
+            physics_group: r.physics_group,
+            volume: r.volume,
+            direction: r.direction.as_str().to_string(),
+            group: r.group,
+            class: r.class.into(),
+            mss_priority: r.mss_priority,
+            state: r.state.into(),
+            attempt: r.attempt,
+            mss_id: r.mss_id,
+            bytes_done: r.bytes_done,
+            charged: r.charged,
+            cancel_requested: r.cancel_requested,
+            last_error: r.last_error,
+            held_reason: r.held_reason,
+            created_ms: r.created_ms,
+            submitted_ms: r.submitted_ms,
+            started_ms: r.started_ms,
+            finished_ms: r.finished_ms,
+            library: r.library,
+            qos: r.qos.map(|q| q.as_str().to_string()),
+            user_factor: r.user_factor,
+            explain: r.explain.and_then(|e| serde_json::from_str(&e).ok()),
+            local_file: r.local_file,
+            bfid: r.bfid,
+        }
+    }
+}
+
+/// `POST /v1/requests/{id}/release`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReleaseBody {
+    pub id: i64,
+    pub released: bool,
+}
+
+/// `GET /v1/mss`: the adapter and its capabilities.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MssBody {
+    pub adapter: String,
+    /// `none` (the MSS takes no priority: held release mode), `direct` (the broker's priority,
+    /// within `min..max`) or `bands` (mapped onto the MSS's levels).
+    pub priority: String,
+    pub min_priority: Option<i64>,
+    pub max_priority: Option<i64>,
+    /// For `bands`: broker priorities from `from` up get the MSS's `level`.
+    pub bands: Vec<BandBody>,
+    pub reprioritize: bool,
+    pub cancel: bool,
+    /// Whether a cancel reaches the MSS's queue (false: the broker stops its side only, as an
+    /// encp run stopped without `mss.encp.cancel_command` leaves its ticket queued).
+    pub cancel_reaches_mss: bool,
+    pub release: bool,
+    pub writes: bool,
+    pub bfid: bool,
+    pub reads_need_local_file: bool,
+    pub writes_need_local_file: bool,
+    /// Most transfers outstanding at once (`null`: no limit).
+    pub max_outstanding: Option<usize>,
+    /// Transfers it may take now (`null`: no limit).
+    pub room: Option<usize>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BandBody {
+    pub from: i64,
+    pub level: i64,
+}
+
+impl MssBody {
+    pub fn new(adapter: &str, c: &mss_adapters::Capabilities, room: Option<usize>) -> MssBody {
+        use mss_adapters::PriorityScale;
+        let (kind, min, max, bands) = match &c.priority {
+            PriorityScale::None => ("none", None, None, Vec::new()),
+            PriorityScale::Direct { min, max } => ("direct", Some(*min), Some(*max), Vec::new()),
+            PriorityScale::Bands(b) => (
+                "bands",
+                None,
+                None,
+                b.iter()
+                    .map(|b| BandBody {
+                        from: b.from,
+                        level: b.level,
+                    })
+                    .collect(),
+            ),
+        };
+        MssBody {
+            adapter: adapter.to_string(),
+            priority: kind.to_string(),
+            min_priority: min,
+            max_priority: max,
+            bands,
+            reprioritize: c.reprioritize,
+            cancel: c.cancel,
+            cancel_reaches_mss: c.cancel,
+            release: c.release,
+            writes: c.writes,
+            bfid: c.bfid,
+            reads_need_local_file: c.reads_need_local_file,
+            writes_need_local_file: c.writes_need_local_file,
+            max_outstanding: c.max_outstanding,
+            room,
+        }
+    }
+
+    /// Whether the adapter's cancel reaches the MSS (`MssAdapter::cancel_reaches_mss`).
+    pub fn cancel_reaches_mss(mut self, reaches: bool) -> MssBody {
+        self.cancel_reaches_mss = self.cancel && reaches;
+        self
+    }
+}
+
+/// `DELETE /v1/requests/{id}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CancelBody {
+    pub id: i64,
+    pub state: StateBody,
+    pub cancel_requested: bool,
+}

@@ -1,0 +1,99 @@
+//! The API's JSON shapes of the domain's enums. The domain's types carry no OpenAPI schema: the
+//! answers serialise these API-owned mirrors, built from the domain's values, and the mirrors'
+//! schemas are the ones named `Class` and `RequestState` in the OpenAPI document (also where
+//! the share view, a document shared with the CLI, names a domain `Class`).
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use utoipa::openapi::{RefOr, Schema};
+
+use crate::domain;
+
+/// How a request entered the MSS queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = Class)]
+pub enum ClassBody {
+    Priority,
+    Front,
+    Back,
+}
+
+impl From<domain::Class> for ClassBody {
+    fn from(c: domain::Class) -> Self {
+        match c {
+            domain::Class::Priority => ClassBody::Priority,
+            domain::Class::Front => ClassBody::Front,
+            domain::Class::Back => ClassBody::Back,
+        }
+    }
+}
+
+/// Where a request stands. Terminal states never change again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = RequestState)]
+pub enum StateBody {
+    Held,
+    Queued,
+    Accepted,
+    Submitted,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl From<domain::RequestState> for StateBody {
+    fn from(s: domain::RequestState) -> Self {
+        use domain::RequestState as S;
+        match s {
+            S::Held => StateBody::Held,
+            S::Queued => StateBody::Queued,
+            S::Accepted => StateBody::Accepted,
+            S::Submitted => StateBody::Submitted,
+            S::Running => StateBody::Running,
+            S::Done => StateBody::Done,
+            S::Failed => StateBody::Failed,
+            S::Cancelled => StateBody::Cancelled,
+        }
+    }
+}
+
+// The share view (`shares::view`) is a document of its own that names a domain `Class`; its
+// schema is the API's mirror's.
+impl utoipa::PartialSchema for domain::Class {
+    fn schema() -> RefOr<Schema> {
+        <ClassBody as utoipa::PartialSchema>::schema()
+    }
+}
+
+impl utoipa::ToSchema for domain::Class {
+    fn name() -> Cow<'static, str> {
+        <ClassBody as utoipa::ToSchema>::name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mirrors say each value as the domain spells it (`as_str`, the stored spelling).
+    #[test]
+    fn mirrors_spell_values_as_the_domain_does() {
+        let quoted = |s: &str| format!("\"{s}\"");
+        for s in domain::RequestState::ALL {
+            let text = serde_json::to_string(&StateBody::from(s)).unwrap();
+            assert_eq!(text, quoted(s.as_str()));
+        }
+        for c in [
+            domain::Class::Priority,
+            domain::Class::Front,
+            domain::Class::Back,
+        ] {
+            let text = serde_json::to_string(&ClassBody::from(c)).unwrap();
+            assert_eq!(text, quoted(c.as_str()));
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! `POST /v1/requests` and `POST /v1/requests/batch`: read, validate and classify requests off
+//! the ledger writer, then hand them to the ledger and answer after the commit.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::caller::Caller;
+use super::error::{self, ApiError};
+use super::request::{self, RequestInput};
+use super::responses::{self, AcceptedBody, BatchBody, BatchResult};
+use super::AppState;
+use crate::auth::RoleKind;
+use crate::ledger::NewRequest;
+use crate::policy::{self, RequestFields};
+
+/// Check the content type and read the body.
+fn json_bytes(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = content_type.split(';').next().unwrap_or("").trim();
+    if !mime.eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Some("content-type"),
+            format!("expected content-type application/json, got `{content_type}`"),
+        ));
+    }
+    body.map_err(|e| ApiError::new(e.status(), Some("body"), e.body_text()))
+}
+
+/// Classify a parsed request into what the ledger takes.
+fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewRequest, ApiError> {
+    let fields = RequestFields {
+        access_mode: &input.access_mode,
+        physics_group: &input.physics_group,
+        station: &input.station,
+        user: &input.user,
+        file: &input.file,
+    };
+    let group = policy::classify(&state.policy, &fields)
+        .map_err(|e| ApiError::field(&format!("{prefix}physics_group"), e.to_string()))?;
+    mss_can_take(state.mss.as_ref(), &input, prefix)?;
+    let benefit = policy::benefit(&state.policy, &input.access_mode, input.size_bytes);
+    Ok(NewRequest {
+        station: input.station,
+        client_request_id: input.client_request_id,
+        user: input.user,
+        file: input.file,
+        size_bytes: input.size_bytes,
+        access_mode: input.access_mode,
+        physics_group: input.physics_group,
+        volume: input.volume,
+        direction: input.direction,
+        group,
+        benefit,
+        extras: crate::ledger::RequestExtras {
+            library: input.library.unwrap_or_default(),
+            qos: input.qos,
+            user_factor: input.user_factor,
+            local_file: input.local_file,
+            bfid: input.bfid,
+        },
+    })
+}
+
+/// Refuse what the configured MSS cannot do with this request, naming the field: a write to an
+/// MSS that only stages, a missing `local_file` the adapter needs, a bfid it cannot use.
+fn mss_can_take(
+    mss: &dyn mss_adapters::MssAdapter,
+    input: &RequestInput,
+    prefix: &str,
+) -> Result<(), ApiError> {
+    use mss_adapters::Direction;
+    let caps = mss.capabilities();
+    let name = mss.name();
+    let field = |f: &str, m: String| Err(ApiError::field(&format!("{prefix}{f}"), m));
+    match input.direction {
+        Direction::Write if !caps.writes => {
+            return field(
+                "direction",
+                format!("the {name} adapter's MSS only stages files: \"read\" only"),
+            )
+        }
+        Direction::Read if caps.reads_need_local_file && input.local_file.is_none() => {
+            return field(
+                "local_file",
+                format!("is required for a read with the {name} adapter: where the file goes"),
+            )
+        }
+        Direction::Write if caps.writes_need_local_file && input.local_file.is_none() => {
+            return field(
+                "local_file",
+                format!("is required for a write with the {name} adapter: the file to store"),
+            )
+        }
+        _ => {}
+    }
+    if let Some(f) = &input.local_file {
+        if let Err(why) = mss.check_local_file_for(&input.station, f) {
+            return field("local_file", format!("{why} for the {name} adapter"));
+        }
+    }
+    if input.bfid.is_some() && !caps.bfid {
+        return field(
+            "bfid",
+            format!("the {name} adapter names files by path and cannot use a bfid"),
+        );
+    }
+    Ok(())
+}
+
+/// Submit one request.
+#[utoipa::path(post, path = "/v1/requests", request_body = request::SubmitRequest, responses(
+    (status = 202, description = "committed (or a replay of a committed request)", body = AcceptedBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
+    (status = 415, body = error::ErrorBody), (status = 422, body = responses::Unprocessable),
+    (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn submit_one(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
+    caller.charge(&state, 1)?;
+    let bytes = json_bytes(&headers, body)?;
+    let input = RequestInput::from_slice(&bytes, &state.limits)?;
+    caller.may_submit_for(&input.station, "station")?;
+    let item = prepare(&state, input, "")?;
+    let mut accepted = state.ledger.accept(vec![item]).await?;
+    let a = accepted.pop().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            "no answer from the ledger",
+        )
+    })?;
+    tracing::debug!(request_id = a.id, group = %a.group, class = a.class.as_str(), priority = a.mss_priority, "accepted");
+    Ok((StatusCode::ACCEPTED, Json(AcceptedBody::from(a))).into_response())
+}
+
+/// Submit a batch; answers in order, one result per request.
+#[utoipa::path(post, path = "/v1/requests/batch", request_body = request::SubmitBatch, responses(
+    (status = 202, description = "the valid requests are committed", body = BatchBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
+    (status = 415, body = error::ErrorBody), (status = 422, body = responses::Unprocessable),
+    (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn submit_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
+    let bytes = json_bytes(&headers, body)?;
+    let items = request::batch_items(&bytes, &state.limits)?;
+    caller.charge(&state, items.len())?;
+    let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
+    let mut valid = Vec::new();
+    for (i, raw) in items.iter().enumerate() {
+        let prefix = format!("requests[{i}].");
+        let parsed = RequestInput::from_slice_at(raw.get().as_bytes(), &state.limits, &prefix);
+        // Another station's request in a station's batch refuses the whole batch: it is a
+        // client error, and nothing of the batch is committed.
+        if let Some(station) = station_of(&parsed, raw) {
+            caller.may_submit_for(&station, &format!("{prefix}station"))?;
+        }
+        match parsed.and_then(|input| prepare(&state, input, &prefix)) {
+            Ok(item) => {
+                valid.push(item);
+                results.push(None);
+            }
+            Err(e) => results.push(Some(BatchResult::Refused {
+                error: e.message,
+                field: e.field,
+            })),
+        }
+    }
+    let accepted_count = valid.len();
+    let mut accepted = state.ledger.accept(valid).await?.into_iter();
+    let results: Vec<BatchResult> = results
+        .into_iter()
+        .map(|r| match r {
+            Some(refused) => Ok(refused),
+            None => accepted
+                .next()
+                .map(|a| BatchResult::Accepted(a.into()))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        None,
+                        "the ledger answered fewer items than sent",
+                    )
+                }),
+        })
+        .collect::<Result<_, _>>()?;
+    let body = BatchBody {
+        refused: results.len() - accepted_count,
+        accepted: accepted_count,
+        results,
+    };
+    let status = if accepted_count == 0 {
+        StatusCode::UNPROCESSABLE_ENTITY
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+/// The station a batch item names: parsed, or read alone from an item refused for another field.
+fn station_of(
+    parsed: &Result<RequestInput, ApiError>,
+    raw: &serde_json::value::RawValue,
+) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Station<'a> {
+        #[serde(borrow)]
+        station: Option<std::borrow::Cow<'a, str>>,
+    }
+    match parsed {
+        Ok(input) => Some(input.station.clone()),
+        Err(_) => serde_json::from_str::<Station<'_>>(raw.get())
+            .ok()
+            .and_then(|s| s.station.map(|s| s.into_owned())),
+    }
+}
