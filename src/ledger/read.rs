@@ -127,8 +127,14 @@ fn stored_direction(i: usize, s: &str) -> rusqlite::Result<Direction> {
     Direction::parse(s).ok_or_else(|| bad_column(i, "direction"))
 }
 
+/// A stored state; an unknown value is a corrupt row, reported as an error.
 pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
     RequestState::parse(s).ok_or_else(|| bad_column(i, "state"))
+}
+
+/// A stored class; an unknown value is a corrupt row, reported as an error.
+pub(super) fn parse_class(i: usize, s: &str) -> rusqlite::Result<Class> {
+    Class::parse(s).ok_or_else(|| bad_column(i, "class"))
 }
 
 fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
@@ -147,7 +153,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         volume: row.get(8)?,
         direction: stored_direction(9, &direction)?,
         group: row.get(10)?,
-        class: Class::parse(&class).ok_or_else(|| bad_column(11, "class"))?,
+        class: parse_class(11, &class)?,
         mss_priority: row.get(12)?,
         charged: row.get::<_, i64>(13)? as u64,
         state: parse_state(14, &state)?,

@@ -7,7 +7,8 @@ use mss_adapters::{Direction, EventCursor, EventKind, MssEvent};
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::config::Settings;
+use crate::config::{RetrySettings, Settings};
+use crate::domain::Class;
 
 const CONFIG: &str = r#"
 [policy]
