@@ -8,6 +8,7 @@ use super::state::{Charge, Txn};
 use crate::config::{GroupId, GroupKind};
 use crate::domain::{Class, RequestState};
 use crate::ledger::aggregates::HourRow;
+use crate::ledger::columns::{self, NewRow};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{Accepted, NewRequest};
 use crate::policy;
@@ -114,42 +115,22 @@ impl Txn<'_, '_> {
 
     /// The new row; returns its id.
     fn insert(&self, item: &NewRequest, e: &Entry, slots: u32) -> rusqlite::Result<i64> {
-        self.tx
-            .prepare_cached(
-                "INSERT INTO requests (station, client_request_id, user_name, file, size_bytes, \
-                 access_mode, physics_group, volume, direction, group_path, class, mss_priority, \
-                 charged, charged_bytes, state, created_ms, charged_ms, held_reason, library, \
-                 slots, qos, user_factor, explain, local_file, bfid) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
-            )?
-            .execute(params![
-                item.station,
-                item.client_request_id,
-                item.user,
-                item.file,
-                item.size_bytes as i64,
-                item.access_mode,
-                item.physics_group,
-                item.volume,
-                item.direction.as_str(),
-                self.policy.group(item.group).path.as_str(),
-                e.decision.class.as_str(),
-                e.decision.mss_priority,
-                e.benefit as i64,
-                e.bytes as i64,
-                e.state.as_str(),
-                self.now,
-                e.charged_ms,
-                e.held_reason,
-                item.extras.library,
-                slots,
-                item.extras.qos.map(|q| q.as_str()),
-                item.extras.user_factor,
-                e.explain,
-                item.extras.local_file,
-                item.extras.bfid,
-            ])?;
+        let row = NewRow {
+            item,
+            group_path: self.policy.group(item.group).path.as_str(),
+            class: e.decision.class,
+            mss_priority: e.decision.mss_priority,
+            charged: e.benefit as i64,
+            charged_bytes: e.bytes as i64,
+            state: e.state,
+            created_ms: self.now,
+            charged_ms: e.charged_ms,
+            held_reason: e.held_reason.as_deref(),
+            slots,
+            explain: e.explain.as_deref(),
+        };
+        (self.tx.prepare_cached(columns::insert_sql())?)
+            .execute(rusqlite::params_from_iter(row.values()))?;
         Ok(self.tx.last_insert_rowid())
     }
 
