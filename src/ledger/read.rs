@@ -127,6 +127,11 @@ pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
     RequestState::parse(s).ok_or_else(|| bad_column(i, "state"))
 }
 
+/// A stored QoS; an unknown value is a corrupt row, reported as an error.
+pub(super) fn stored_qos(i: usize, s: &str) -> rusqlite::Result<crate::policy::multifactor::Qos> {
+    crate::policy::multifactor::Qos::parse(s).ok_or_else(|| bad_column(i, "qos"))
+}
+
 /// A stored class; an unknown value is a corrupt row, reported as an error.
 pub(super) fn parse_class(i: usize, s: &str) -> rusqlite::Result<Class> {
     Class::parse(s).ok_or_else(|| bad_column(i, "class"))

@@ -171,6 +171,40 @@ async fn resubmission_is_idempotent() {
     close(opened);
 }
 
+/// A stored class, state or QoS this build does not know is a corrupt row: every reader of it
+/// (a record, a replay, the writer settling it) reports an error instead of a default.
+#[tokio::test]
+async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let a = l
+        .accept(vec![f.request("c1", "mc", "x", 500)])
+        .await
+        .unwrap();
+    let id = a[0].id;
+    let tamper = |sql: &str| {
+        let c = rusqlite::Connection::open(&f.path).unwrap();
+        c.execute(sql, [id]).unwrap();
+    };
+    tamper("UPDATE requests SET class = 'sideways' WHERE id = ?1");
+    let e = l.request(id).await.unwrap_err();
+    assert!(e.to_string().contains("unknown class"), "{e}");
+    let replay = l.accept(vec![f.request("c1", "mc", "x", 500)]).await;
+    assert!(replay.is_err(), "a replay of a corrupt row: {replay:?}");
+    let cancel = l.cancel(id).await;
+    assert!(cancel.is_err(), "settling a corrupt row: {cancel:?}");
+    tamper("UPDATE requests SET class = 'back', state = 'limbo' WHERE id = ?1");
+    let e = l.request(id).await.unwrap_err();
+    assert!(e.to_string().contains("unknown state"), "{e}");
+    assert!(l.cancel(id).await.is_err());
+    assert!(l.state_counts().await.is_err());
+    tamper("UPDATE requests SET state = 'queued', qos = 'urgent' WHERE id = ?1");
+    let e = l.explain_queued(id).await.unwrap_err();
+    assert!(e.to_string().contains("unknown qos"), "{e}");
+    close(opened);
+}
+
 #[tokio::test]
 async fn a_request_and_its_charge_are_never_committed_apart() {
     let f = Fixture::new();

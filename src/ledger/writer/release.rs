@@ -8,6 +8,7 @@ use tracing::warn;
 use super::state::{Charge, Txn};
 use crate::config::{GroupId, PolicySettings};
 use crate::ledger::aggregates::HourRow;
+use crate::ledger::read::stored_qos;
 use crate::policy;
 use crate::policy::order::{Candidate, Placement, Standing};
 use crate::shares::limits::held_by;
@@ -28,7 +29,10 @@ pub(in crate::ledger) fn read_candidate(
     };
     let size: i64 = r.get(4)?;
     let mode: String = r.get(5)?;
-    let qos: Option<String> = r.get(6)?;
+    let qos = match r.get::<_, Option<String>>(6)? {
+        Some(q) => Some(stored_qos(6, &q)?),
+        None => None,
+    };
     let user: Option<f64> = r.get(7)?;
     let order = &policy.order;
     Ok(Some(Candidate {
@@ -38,10 +42,7 @@ pub(in crate::ledger) fn read_candidate(
         created_ms: r.get(3)?,
         size_bytes: size.max(0) as u64,
         benefit: policy::benefit(policy, &mode, size.max(0) as u64),
-        qos: order.qos(
-            qos.as_deref().and_then(policy::multifactor::Qos::parse),
-            &mode,
-        ),
+        qos: order.qos(qos, &mode),
         user: user.unwrap_or(1.0),
         queue: order.queue_factor(&mode),
         slots: r.get::<_, i64>(8)?.clamp(1, i64::from(u32::MAX)) as u32,
