@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::writer::{explain_text, read_candidate, CANDIDATE_COLUMNS};
+use super::stored_explain::{Explanation, StoredExplain};
+use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use super::{NewPriority, QueuedPlacement, RankInputs};
 use crate::config::PolicySettings;
 use crate::policy::fbsng::Queues;
@@ -84,7 +85,9 @@ pub(super) fn explain_queued(
     let usage = memory.usage_at(now);
     let standing = Standing::new(policy, usage.at(now), &memory.queues);
     let p = place(&policy.order, &standing, &candidate, now);
-    Ok(Some(QueuedPlacement { explain: p.explain }))
+    Ok(Some(QueuedPlacement {
+        explain: Explanation::from(&p.explain),
+    }))
 }
 
 /// Requests queued at the MSS whose priority the policy now puts elsewhere, at most `max`.
@@ -127,7 +130,7 @@ pub(super) fn reprioritise(
                 transfer,
                 old_priority: old,
                 mss_priority: p.mss_priority,
-                explain: explain_text(&p).unwrap_or_default(),
+                explain: StoredExplain::from(&p.explain),
             });
             if out.len() >= max {
                 break;

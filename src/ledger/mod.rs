@@ -20,6 +20,7 @@ pub mod lock;
 mod rank;
 mod read;
 mod schema;
+pub mod stored_explain;
 mod types;
 mod usage;
 mod wide;

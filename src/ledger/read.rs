@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use mss_adapters::{Direction, EventCursor, TransferRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::stored_explain::StoredExplain;
 use super::wide::Wide;
 use super::LedgerError;
 use super::{columns, schema};
@@ -91,8 +92,8 @@ pub struct RequestRecord {
     pub library: String,
     pub qos: Option<String>,
     pub user_factor: Option<f64>,
-    /// The stored explanation of its placement (JSON).
-    pub explain: Option<String>,
+    /// The stored explanation of its placement.
+    pub explain: Option<StoredExplain>,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
 }
@@ -137,6 +138,17 @@ pub(super) fn parse_class(i: usize, s: &str) -> rusqlite::Result<Class> {
     Class::parse(s).ok_or_else(|| bad_column(i, "class"))
 }
 
+/// A record's stored explanation; one that does not read is a corrupt row.
+fn stored_explain(row: &Row<'_>) -> rusqlite::Result<Option<StoredExplain>> {
+    let Some(text) = row.get::<_, Option<String>>("explain")? else {
+        return Ok(None);
+    };
+    StoredExplain::parse(&text).map(Some).map_err(|e| {
+        let i = row.as_ref().column_index("explain").unwrap_or(0);
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+    })
+}
+
 /// A whole record, read by column name from a SELECT of [`columns::record_columns`].
 fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let text = |name: &str| -> rusqlite::Result<(usize, String)> {
@@ -177,7 +189,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         library: row.get("library")?,
         qos: row.get("qos")?,
         user_factor: row.get("user_factor")?,
-        explain: row.get("explain")?,
+        explain: stored_explain(row)?,
         local_file: row.get("local_file")?,
         bfid: row.get("bfid")?,
     })

@@ -205,6 +205,40 @@ async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default() {
     close(opened);
 }
 
+/// A decision's explain is stored in the ledger's versioned format, and a row an older build
+/// wrote (no version field) reads back as version 1 with the same figures.
+#[tokio::test]
+async fn a_stored_explain_of_an_older_build_reads_back() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let a = l
+        .accept(vec![f.request("e1", "mc", "x", 500)])
+        .await
+        .unwrap();
+    let id = a[0].id;
+    let fresh = l.request(id).await.unwrap().unwrap().explain.unwrap();
+    assert_eq!(fresh.v, stored_explain::VERSION);
+    let c = rusqlite::Connection::open(&f.path).unwrap();
+    let text: String = c
+        .query_row("SELECT explain FROM requests WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(text.starts_with(r#"{"v":1,"#), "{text}");
+    // The same explanation as an older build wrote it: the policy's type, no version.
+    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    old.as_object_mut().unwrap().remove("v");
+    c.execute(
+        "UPDATE requests SET explain = ?2 WHERE id = ?1",
+        rusqlite::params![id, old.to_string()],
+    )
+    .unwrap();
+    let read = l.request(id).await.unwrap().unwrap().explain.unwrap();
+    assert_eq!(read, fresh);
+    close(opened);
+}
+
 #[tokio::test]
 async fn a_request_and_its_charge_are_never_committed_apart() {
     let f = Fixture::new();

@@ -84,7 +84,7 @@ pub enum CancelOutcome {
 /// A queued request's live placement, as the writer computes it.
 #[derive(Debug, Clone)]
 pub struct QueuedPlacement {
-    pub explain: crate::policy::order::Explain,
+    pub explain: crate::ledger::stored_explain::Explanation,
 }
 
 /// What ranking the queue needs from the writer's memory.
@@ -96,9 +96,9 @@ pub struct RankInputs {
 }
 
 /// A queued request's live placement and its place in the latest ranking.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
 pub struct QueuedExplain {
-    pub explain: crate::policy::order::Explain,
+    pub explain: crate::ledger::stored_explain::Explanation,
     /// 1-based place in its library's release order as ranked at `ranked_at_ms`, if nothing
     /// changed (`None`: it left the queue before a ranking saw it).
     pub position: Option<usize>,
@@ -117,7 +117,7 @@ pub struct NewPriority {
     pub transfer: mss_adapters::TransferRef,
     pub old_priority: i64,
     pub mss_priority: i64,
-    pub explain: String,
+    pub explain: crate::ledger::stored_explain::StoredExplain,
 }
 
 /// Settings of the ledger.

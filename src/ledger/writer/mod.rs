@@ -26,6 +26,7 @@ pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
 
 use super::aggregates::ReportDeltas;
 use super::live::Published;
+use super::stored_explain::StoredExplain;
 use mss_adapters::{EventCursor, MssEvent};
 
 use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError};
@@ -55,9 +56,9 @@ const GATHER_MAX_WAIT: std::time::Duration = std::time::Duration::from_micros(30
 /// How often it looks while waiting.
 const GATHER_POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// The explanation stored with a decision.
+/// The explanation stored with a decision (the ledger's own format, see `stored_explain`).
 pub(super) fn explain_text(p: &Placement) -> Option<String> {
-    serde_json::to_string(&p.explain).ok()
+    Some(StoredExplain::from(&p.explain).to_text())
 }
 
 /// What the writer is asked to do: every command writes (questions are answered off the

@@ -358,7 +358,12 @@ impl Txn<'_, '_> {
                     "UPDATE requests SET mss_priority = ?3, explain = ?4 \
                      WHERE id = ?1 AND attempt = ?2 AND state = 'submitted'",
                 )?
-                .execute(params![i.id, i.attempt, i.mss_priority, i.explain])?;
+                .execute(params![
+                    i.id,
+                    i.attempt,
+                    i.mss_priority,
+                    i.explain.to_text()
+                ])?;
         }
         Ok(n)
     }
