@@ -1,18 +1,51 @@
 //! Read-side figures over the whole history: the share view at an instant, the hourly report
-//! aggregates (totals and rows over a range), and a database opened read-only.
+//! aggregates (totals and rows over a range), and [`LedgerReader`], a database opened read-only
+//! outside a running broker. The ledger hands out rows it owns ([`ReportRows`]); building a
+//! report from them is `report`'s job.
 
+use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 
-use super::{aggregates, schema, usage, wide, LedgerError};
+use rusqlite::Connection;
+
+use super::aggregates::HourRow;
+use super::{schema, usage, wide, LedgerError};
 use crate::config::PolicySettings;
 use crate::shares::view::SharesView;
+
+/// What a report is built from: the aggregates before its range (summed) and within it.
+#[derive(Debug, Clone, Default)]
+pub struct ReportRows {
+    /// Per group path: everything before the range.
+    pub before: HashMap<String, HourRow>,
+    /// (path, hour, row) within the range.
+    pub hours: Vec<(String, i64, HourRow)>,
+    /// (path, hour, bin, count) within the range.
+    pub waits: Vec<(String, i64, i64, i64)>,
+}
+
+/// A report's inputs: the rows over its hours and the share view it diagnoses.
+#[derive(Debug, Clone)]
+pub struct ReportFigures {
+    pub rows: ReportRows,
+    pub diagnose: SharesView,
+}
+
+/// The ledger's figures for the Prometheus exposition.
+#[derive(Debug, Clone)]
+pub struct MetricFigures {
+    /// Per group path, the aggregates summed over all time.
+    pub totals: Vec<(String, HourRow)>,
+    pub shares: SharesView,
+}
 
 /// The share view of the database behind `c` at `at_ms` (used by `GET /v1/groups` and by
 /// `mssbroker shares --db`). The stored aggregates hold the present (`now_ms`) and can be read
 /// at any later instant; an instant in the past is replayed from the requests charged up to it
 /// (a full scan). The ledger counts (pending, held) are always the present ones.
-pub fn read_shares(
-    c: &rusqlite::Connection,
+pub(super) fn read_shares(
+    c: &Connection,
     policy: &PolicySettings,
     at_ms: i64,
     now_ms: i64,
@@ -35,8 +68,8 @@ pub fn read_shares(
 const AGG_COLS: &str = "accepted, held, released, held_cancelled, front, back, priority, \
     started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority";
 
-fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<aggregates::HourRow> {
-    Ok(aggregates::HourRow {
+fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<HourRow> {
+    Ok(HourRow {
         accepted: r.get(o)?,
         held: r.get(o + 1)?,
         released: r.get(o + 2)?,
@@ -56,10 +89,7 @@ fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<aggregates::Hour
 }
 
 /// Per group path, the aggregates summed over every hour before `hour` (`i64::MAX`: all).
-pub fn totals_before(
-    c: &rusqlite::Connection,
-    hour: i64,
-) -> rusqlite::Result<Vec<(String, aggregates::HourRow)>> {
+pub(super) fn totals_before(c: &Connection, hour: i64) -> rusqlite::Result<Vec<(String, HourRow)>> {
     let sums = AGG_COLS
         .split(", ")
         .map(|c| match c {
@@ -76,13 +106,11 @@ pub fn totals_before(
     rows.collect()
 }
 
-/// The aggregates a report over `range` needs: a few thousand rows for months of history.
-pub fn report_rows(
-    c: &rusqlite::Connection,
-    range: &crate::report::ReportRange,
-) -> rusqlite::Result<crate::report::ReportRows> {
-    let (since, until) = (range.since_hour(), range.until_hour());
-    let mut out = crate::report::ReportRows {
+/// The aggregates a report over `hours` (hour numbers, end exclusive) needs: a few thousand
+/// rows for months of history.
+pub(super) fn report_rows(c: &Connection, hours: Range<i64>) -> rusqlite::Result<ReportRows> {
+    let (since, until) = (hours.start, hours.end);
+    let mut out = ReportRows {
         before: totals_before(c, since)?.into_iter().collect(),
         ..Default::default()
     };
@@ -105,25 +133,90 @@ pub fn report_rows(
     Ok(out)
 }
 
-/// A whole report from the database behind `c`; the `diagnose` section is the share view at
-/// the end of the range, or now if that is later.
-pub fn read_report(
-    c: &rusqlite::Connection,
+/// A report's inputs from the database behind `c`: the rows over `hours` and the share view at
+/// `diagnose_at_ms`.
+pub(super) fn report_figures(
+    c: &Connection,
     policy: &PolicySettings,
-    range: crate::report::ReportRange,
+    hours: Range<i64>,
+    diagnose_at_ms: i64,
     now_ms: i64,
-) -> rusqlite::Result<crate::report::Report> {
-    let rows = report_rows(c, &range)?;
-    let diagnose = read_shares(c, policy, range.until_ms.min(now_ms), now_ms)?;
-    Ok(crate::report::build(policy, &rows, range, diagnose))
+) -> rusqlite::Result<ReportFigures> {
+    Ok(ReportFigures {
+        rows: report_rows(c, hours)?,
+        diagnose: read_shares(c, policy, diagnose_at_ms, now_ms)?,
+    })
 }
 
-/// Open a database read-only (for `mssbroker shares --db` and reports).
-pub fn open_read_only(path: &Path) -> Result<rusqlite::Connection, LedgerError> {
-    let conn = schema::open_reader(path).map_err(|e| LedgerError::Open {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    schema::check_version(&conn, path)?;
-    Ok(conn)
+/// The ledger's figures now, for the Prometheus exposition.
+pub(super) fn metric_figures(
+    c: &Connection,
+    policy: &PolicySettings,
+    now_ms: i64,
+) -> rusqlite::Result<MetricFigures> {
+    Ok(MetricFigures {
+        totals: totals_before(c, i64::MAX)?,
+        shares: read_shares(c, policy, now_ms, now_ms)?,
+    })
+}
+
+/// A database opened read-only, outside a running broker (`mssbroker shares --db`,
+/// `report --db`, the report benchmark). Refuses a database newer than this build.
+pub struct LedgerReader {
+    conn: Connection,
+}
+
+impl LedgerReader {
+    pub fn open(path: &Path) -> Result<LedgerReader, LedgerError> {
+        let conn = schema::open_reader(path).map_err(|e| LedgerError::Open {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        schema::check_version(&conn, path)?;
+        Ok(LedgerReader { conn })
+    }
+
+    /// The share view at `at_ms` (see [`super::Ledger::shares`]).
+    pub fn shares(
+        &self,
+        policy: &PolicySettings,
+        at_ms: i64,
+        now_ms: i64,
+    ) -> Result<SharesView, LedgerError> {
+        Ok(read_shares(&self.conn, policy, at_ms, now_ms)?)
+    }
+
+    /// A report's inputs (see [`super::Ledger::report_figures`]).
+    pub fn report_figures(
+        &self,
+        policy: &PolicySettings,
+        hours: Range<i64>,
+        diagnose_at_ms: i64,
+        now_ms: i64,
+    ) -> Result<ReportFigures, LedgerError> {
+        Ok(report_figures(
+            &self.conn,
+            policy,
+            hours,
+            diagnose_at_ms,
+            now_ms,
+        )?)
+    }
+
+    /// Rows of the hourly aggregates (group x hour).
+    pub fn aggregate_rows(&self) -> Result<i64, LedgerError> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM report_hours", [], |r| r.get(0))?)
+    }
+
+    /// The naive per-group sum over every request row that the aggregates replace (for the
+    /// report benchmark's comparison). Returns how many (group, state) rows it made.
+    pub fn scan_requests_per_group(&self) -> Result<usize, LedgerError> {
+        let mut st = self.conn.prepare(
+            "SELECT group_path, state, COUNT(*), SUM(bytes_done) FROM requests GROUP BY 1, 2",
+        )?;
+        let n = st.query_map([], |r| r.get::<_, i64>(2))?.count();
+        Ok(n)
+    }
 }

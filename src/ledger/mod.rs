@@ -37,11 +37,11 @@ use crate::config::PolicySettings;
 use crate::domain::RequestState;
 use crate::shares::view::SharesView;
 
-pub use history::{open_read_only, read_report, read_shares, report_rows, totals_before};
+pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
-    Accepted, AfterSubmit, CancelOutcome, LedgerOptions, NewPriority, NewRequest, QueuedExplain,
-    QueuedPlacement, RankInputs, RequestExtras, SubmittedTransfer,
+    Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
+    NoObserver, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras, SubmittedTransfer,
 };
 use writer::Command;
 
@@ -346,31 +346,25 @@ impl Ledger {
         self.reads.run(read::groups).await
     }
 
-    /// The Prometheus exposition: in-process metrics and the ledger's figures now.
-    pub async fn metrics_text(
-        &self,
-        metrics: Arc<crate::metrics::Metrics>,
-        now_ms: i64,
-    ) -> Result<String, LedgerError> {
+    /// The ledger's figures now, for the Prometheus exposition (`metrics` encodes them).
+    pub async fn metric_figures(&self, now_ms: i64) -> Result<MetricFigures, LedgerError> {
         let policy = self.policy.clone();
         self.reads
-            .run(move |c| {
-                let totals = totals_before(c, i64::MAX)?;
-                let shares = read_shares(c, &policy, now_ms, now_ms)?;
-                Ok(metrics.encode(&totals, &shares))
-            })
+            .run(move |c| history::metric_figures(c, &policy, now_ms))
             .await
     }
 
-    /// A report over `range` (see [`read_report`]).
-    pub async fn report(
+    /// A report's inputs: the aggregates over `hours` (hour numbers, end exclusive) and the
+    /// share view at `diagnose_at_ms` (`report` builds the report from them).
+    pub async fn report_figures(
         &self,
-        range: crate::report::ReportRange,
+        hours: std::ops::Range<i64>,
+        diagnose_at_ms: i64,
         now_ms: i64,
-    ) -> Result<crate::report::Report, LedgerError> {
+    ) -> Result<ReportFigures, LedgerError> {
         let policy = self.policy.clone();
         self.reads
-            .run(move |c| read_report(c, &policy, range, now_ms))
+            .run(move |c| history::report_figures(c, &policy, hours, diagnose_at_ms, now_ms))
             .await
     }
 
@@ -379,7 +373,7 @@ impl Ledger {
     pub async fn shares(&self, at_ms: i64, now_ms: i64) -> Result<SharesView, LedgerError> {
         let policy = self.policy.clone();
         self.reads
-            .run(move |c| read_shares(c, &policy, at_ms, now_ms))
+            .run(move |c| history::read_shares(c, &policy, at_ms, now_ms))
             .await
     }
 

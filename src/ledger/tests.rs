@@ -942,15 +942,8 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
         ],
         "two estimates in the first window, three actuals in the second"
     );
-    let report = report_rows(
-        &c,
-        &crate::report::ReportRange {
-            since_ms: 0,
-            until_ms: now + 3_600_000,
-            bucket: crate::report::Bucket::Hour,
-        },
-    )
-    .unwrap();
+    let report =
+        history::report_rows(&c, 0..(now + 3_600_000 - 1).div_euclid(3_600_000) + 1).unwrap();
     let (bytes, benefit) = report
         .hours
         .iter()
@@ -962,7 +955,7 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
         (bytes, benefit),
         (3 * i128::from(SIZE), 3 * i128::from(SIZE))
     );
-    let totals = totals_before(&c, i64::MAX).unwrap();
+    let totals = history::totals_before(&c, i64::MAX).unwrap();
     let mc_total = &totals.iter().find(|(p, _)| p == "mc").unwrap().1;
     assert_eq!(mc_total.bytes_done, 3 * i128::from(SIZE));
 }
@@ -1076,7 +1069,7 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
             base: Duration::from_millis(100),
             max: Duration::from_millis(1000),
         },
-        metrics: Arc::default(),
+        metrics: Arc::new(crate::ledger::NoObserver),
     };
     Ledger::open(
         &options,
@@ -1151,7 +1144,7 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
         Err(e) => e,
         Ok(_) => panic!("the writer opened a database newer than it knows"),
     };
-    let read = match open_read_only(&f.path) {
+    let read = match LedgerReader::open(&f.path) {
         Err(e) => e,
         Ok(_) => panic!("the reader opened a database newer than it knows"),
     };

@@ -121,11 +121,26 @@ pub struct NewPriority {
 }
 
 /// Settings of the ledger.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LedgerOptions {
     pub path: PathBuf,
     pub commit_batch_max: usize,
     pub retry: RetrySettings,
-    /// Where commit latency and batch size are recorded.
-    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where commit latency and batch size are recorded (`metrics::Metrics` in the broker).
+    pub metrics: Arc<dyn CommitObserver>,
+}
+
+/// Where the writer reports each group commit: how long it took and how many commands it
+/// carried. The broker's Prometheus histograms (`metrics`) implement it; the ledger does not
+/// depend on how they are kept.
+pub trait CommitObserver: Send + Sync {
+    fn committed(&self, seconds: f64, commands: usize);
+}
+
+/// Records nothing (benchmarks and tests that do not read the histograms).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl CommitObserver for NoObserver {
+    fn committed(&self, _seconds: f64, _commands: usize) {}
 }

@@ -46,7 +46,7 @@ pub(super) struct Writer {
     ready: Arc<Notify>,
     /// Where the memory read off the writer is published after every commit.
     published: Arc<Published>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<dyn super::CommitObserver>,
     /// The database file as opened: checked before every COMMIT (see `ledger::identity`).
     file: super::identity::DbFile,
 }
@@ -285,8 +285,7 @@ impl Writer {
         let mut replies = Vec::with_capacity(count);
         let (outcome, ready) = self.transact(commands, &mut replies);
         let elapsed = started.elapsed();
-        self.metrics.commit_seconds.observe(elapsed.as_secs_f64());
-        self.metrics.commit_commands.observe(count as f64);
+        self.metrics.committed(elapsed.as_secs_f64(), count);
         debug!(
             commands = count,
             micros = elapsed.as_micros() as u64,
