@@ -60,7 +60,7 @@ async fn fill(
         path: path.to_path_buf(),
         commit_batch_max: settings.database.commit_batch_max,
         retry: settings.mss.retry.clone(),
-        metrics: Arc::new(crate::ledger::NoObserver),
+        metrics: Arc::new(crate::metrics::Metrics::default()),
     };
     let (ledger, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone()))?;
     let step = 90 * DAY_MS / (requests / BATCH).max(1) as i64;

@@ -497,7 +497,7 @@ async fn get_request(
             let queued = r.state == crate::domain::RequestState::Queued;
             let mut body = RequestBody::from(r);
             if queued {
-                // Its placement now (the writer: one placement) and its position in the latest
+                // Its placement now (one placement, off the writer) and its position in the latest
                 // ranking of the queue (built off the writer).
                 if let Some(q) = state.ledger.explain_queued(id).await? {
                     /// A queued request's explain: its live placement and its place in the
