@@ -336,3 +336,82 @@ impl Txn<'_, '_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::policy::multifactor::Qos;
+
+    const CONFIG: &str = r#"
+[policy]
+p_front = 20
+p_back = 10
+[shares]
+a = 1
+b = 1
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:1"
+"#;
+
+    fn candidate(id: i64) -> Candidate {
+        Candidate {
+            id,
+            group: GroupId(0),
+            library: String::new(),
+            created_ms: id,
+            size_bytes: 10,
+            benefit: 10,
+            qos: Qos::Normal,
+            user: 1.0,
+            queue: 1.0,
+            slots: 1,
+            passed: 0,
+        }
+    }
+
+    /// Everything a transaction changed in memory comes back at rollback: the copied figures
+    /// and, in reverse, the journalled queue and idempotency changes; `keep` forgets them.
+    #[test]
+    fn rollback_returns_to_the_checkpoint_and_keep_forgets_it() {
+        let settings = Settings::parse(CONFIG, "test").unwrap();
+        let policy = &settings.policy;
+        let mut queue = HeldQueue::default();
+        queue.push(candidate(1));
+        queue.push(candidate(2));
+        let mut st = WriterState::new(
+            UsageBook::new(policy, 0),
+            vec![0; policy.groups.len()],
+            0,
+            (queue, HashMap::new(), Queues::new(&policy.order.fbsng)),
+            Idempotency::default(),
+        );
+        st.checkpoint();
+        st.usage.add(GroupId(0), 500, 0);
+        st.held[1] = 3;
+        st.priority_waiting = 2;
+        st.outstanding.insert("lib".into(), 4);
+        st.enqueue(candidate(3));
+        st.dequeue(1);
+        st.passed_over(2);
+        st.passed_over(2);
+        st.remember(42, 3);
+        st.rollback();
+        assert_eq!(st.usage.cumulative(GroupId(0)), 0);
+        assert_eq!((st.held[1], st.priority_waiting), (0, 0));
+        assert!(st.outstanding.is_empty());
+        assert_eq!(st.queue.len(), 2);
+        assert!(st.queue.get(1).is_some() && st.queue.get(3).is_none());
+        assert_eq!(st.queue.get(2).map(|c| c.passed), Some(0));
+        assert_eq!(st.idempotency.candidates(42).count(), 0);
+
+        st.checkpoint();
+        st.enqueue(candidate(3));
+        st.remember(42, 3);
+        st.keep();
+        st.rollback(); // nothing to go back to
+        assert!(st.queue.get(3).is_some());
+        assert_eq!(st.idempotency.candidates(42).collect::<Vec<_>>(), [3]);
+    }
+}
