@@ -149,7 +149,7 @@ async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Ro
         path: dir.join("bench.db"),
         commit_batch_max: settings.database.commit_batch_max,
         retry: settings.mss.retry.clone(),
-        metrics: Arc::default(),
+        metrics: Arc::new(crate::metrics::Metrics::default()),
     };
     let clock = Arc::new(crate::clock::SystemClock);
     let (ledger, writer) = Ledger::open(&ledger_options, settings.policy.clone(), clock)?;

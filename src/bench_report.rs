@@ -4,6 +4,7 @@
 //! hour, `GET /v1/groups`' share view, and, for comparison, the naive per-group sum over every
 //! request row that the aggregates replace.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,10 +12,13 @@ use mss_adapters::{EventKind, MssEvent};
 
 use crate::clock::{Clock, ManualClock};
 use crate::config::Settings;
-use crate::ledger::{Ledger, LedgerOptions, NewRequest};
+use crate::domain::PolicySettings;
+use crate::ledger::{Accepted, Ledger, LedgerOptions, LedgerReader, NewRequest};
 use crate::report::{Bucket, ReportRange};
 
 const DAY_MS: i64 = 86_400_000;
+/// Requests accepted per ledger call while filling.
+const BATCH: usize = 1_000;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -28,96 +32,121 @@ pub async fn run(requests: usize, rounds: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("bench.db");
     let settings = Settings::parse(crate::config::EMBEDDED, "embedded")?;
-    let policy = settings.policy.clone();
     let start = 1_800_000_000_000i64 / DAY_MS * DAY_MS;
     let clock = ManualClock::new(start);
-    let options = LedgerOptions {
-        path: path.clone(),
-        commit_batch_max: settings.database.commit_batch_max,
-        retry: settings.mss.retry.clone(),
-        metrics: Arc::default(),
-    };
-    let (ledger, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone()))?;
-    let groups: Vec<_> = policy.group_ids().collect();
-    let batch = 1_000;
-    let step = 90 * DAY_MS / (requests / batch).max(1) as i64;
     let filled = Instant::now();
-    let mut seq = 0u64;
-    for b in 0..requests.div_ceil(batch) {
-        let items: Vec<NewRequest> = (0..batch.min(requests - b * batch))
-            .map(|i| {
-                let n = b * batch + i;
-                let g = groups[n % groups.len()];
-                let path = policy.group(g).path.to_string();
-                NewRequest {
-                    station: "bench".into(),
-                    client_request_id: format!("r{n}"),
-                    user: "u".into(),
-                    file: format!("/pnfs/bench/{n}"),
-                    size_bytes: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
-                    access_mode: path.split('/').next().unwrap_or("mc").to_string(),
-                    physics_group: "x".into(),
-                    volume: None,
-                    direction: mss_adapters::Direction::Read,
-                    group: g,
-                    benefit: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
-                    extras: Default::default(),
-                }
-            })
-            .collect();
-        let accepted = ledger.accept(items).await?;
-        clock.advance_ms(step / 3);
-        let mut events = Vec::with_capacity(accepted.len() * 2);
-        for a in &accepted {
-            seq += 1;
-            events.push(MssEvent {
-                seq,
-                key: a.id.to_string(),
-                attempt: 1,
-                at_ms: 0,
-                kind: EventKind::Started,
-            });
-        }
-        ledger.apply_status_events(events).await?;
-        clock.advance_ms(step / 3);
-        let events = accepted
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let kind = if i % 50 == 0 {
-                    EventKind::Failed {
-                        reason: "bench".into(),
-                        retryable: false,
-                    }
-                } else {
-                    EventKind::Done {
-                        bytes: 1_000_000_000,
-                    }
-                };
-                MssEvent {
-                    seq: seq + i as u64 + 1,
-                    key: a.id.to_string(),
-                    attempt: 1,
-                    at_ms: 0,
-                    kind,
-                }
-            })
-            .collect();
-        seq += accepted.len() as u64;
-        ledger.apply_status_events(events).await?;
-        clock.advance_ms(step - 2 * (step / 3));
-    }
-    drop(ledger);
-    let _ = writer.join();
+    fill(&settings, &path, &clock, requests).await?;
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     println!(
         "bench report: {requests} requests over 90 days written in {:.1} s; database {:.0} MB",
         filled.elapsed().as_secs_f64(),
         size as f64 / 1e6
     );
-    let conn = crate::ledger::open_read_only(&path)?;
-    let now = clock.now_ms();
-    let hours: i64 = conn.query_row("SELECT COUNT(*) FROM report_hours", [], |r| r.get(0))?;
+    let reader = LedgerReader::open(&path)?;
+    time_reads(&reader, &settings.policy, clock.now_ms(), rounds)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Write `requests` requests through the real writer, spread over 90 days of `clock`: each
+/// batch accepted, started a third of a step later, finished (one in 50 failed) a third later.
+async fn fill(
+    settings: &Settings,
+    path: &Path,
+    clock: &ManualClock,
+    requests: usize,
+) -> anyhow::Result<()> {
+    let policy = settings.policy.clone();
+    let options = LedgerOptions {
+        path: path.to_path_buf(),
+        commit_batch_max: settings.database.commit_batch_max,
+        retry: settings.mss.retry.clone(),
+        metrics: Arc::new(crate::metrics::Metrics::default()),
+    };
+    let (ledger, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone()))?;
+    let step = 90 * DAY_MS / (requests / BATCH).max(1) as i64;
+    let mut seq = 0u64;
+    for b in 0..requests.div_ceil(BATCH) {
+        let items = batch(&policy, b * BATCH, BATCH.min(requests - b * BATCH));
+        let accepted = ledger.accept(items).await?;
+        clock.advance_ms(step / 3);
+        let started = events(&accepted, &mut seq, |_| EventKind::Started);
+        ledger.apply_status_events(started).await?;
+        clock.advance_ms(step / 3);
+        let finished = events(&accepted, &mut seq, |i| {
+            if i % 50 == 0 {
+                EventKind::Failed {
+                    reason: "bench".into(),
+                    retryable: false,
+                }
+            } else {
+                EventKind::Done {
+                    bytes: 1_000_000_000,
+                }
+            }
+        });
+        ledger.apply_status_events(finished).await?;
+        clock.advance_ms(step - 2 * (step / 3));
+    }
+    drop(ledger);
+    let _ = writer.join();
+    Ok(())
+}
+
+/// Requests `first..first + count`, spread over the configured groups.
+fn batch(policy: &PolicySettings, first: usize, count: usize) -> Vec<NewRequest> {
+    let groups: Vec<_> = policy.group_ids().collect();
+    (first..first + count)
+        .map(|n| {
+            let g = groups[n % groups.len()];
+            let path = policy.group(g).path.to_string();
+            NewRequest {
+                station: "bench".into(),
+                client_request_id: format!("r{n}"),
+                user: "u".into(),
+                file: format!("/pnfs/bench/{n}"),
+                size_bytes: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
+                access_mode: path.split('/').next().unwrap_or("mc").to_string(),
+                physics_group: "x".into(),
+                volume: None,
+                direction: mss_adapters::Direction::Read,
+                group: g,
+                benefit: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
+                extras: Default::default(),
+            }
+        })
+        .collect()
+}
+
+/// One event per accepted request (the `i`-th gets `kind(i)`), numbered on from `seq`.
+fn events(
+    accepted: &[Accepted],
+    seq: &mut u64,
+    kind: impl Fn(usize) -> EventKind,
+) -> Vec<MssEvent> {
+    accepted
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            *seq += 1;
+            MssEvent {
+                seq: *seq,
+                key: a.id.to_string(),
+                attempt: 1,
+                at_ms: 0,
+                kind: kind(i),
+            }
+        })
+        .collect()
+}
+
+/// Time the reads on the filled database, `rounds` times each; prints the medians.
+fn time_reads(
+    reader: &LedgerReader,
+    policy: &PolicySettings,
+    now: i64,
+    rounds: usize,
+) -> anyhow::Result<()> {
     let time = |what: &str, f: &dyn Fn() -> anyhow::Result<()>| -> anyhow::Result<()> {
         let mut v = Vec::new();
         for _ in 0..rounds.max(1) {
@@ -132,32 +161,30 @@ pub async fn run(requests: usize, rounds: usize) -> anyhow::Result<()> {
         );
         Ok(())
     };
-    println!("  aggregate rows (group x hour): {hours}");
+    println!(
+        "  aggregate rows (group x hour): {}",
+        reader.aggregate_rows()?
+    );
     let range = |days: i64, bucket| ReportRange {
         since_ms: now - days * DAY_MS,
         until_ms: now,
         bucket,
     };
     time("report, 90 days by day", &|| {
-        crate::ledger::read_report(&conn, &policy, range(90, Bucket::Day), now)?;
+        crate::report::read_file(reader, policy, range(90, Bucket::Day), now)?;
         Ok(())
     })?;
     time("report, 7 days by hour", &|| {
-        crate::ledger::read_report(&conn, &policy, range(7, Bucket::Hour), now)?;
+        crate::report::read_file(reader, policy, range(7, Bucket::Hour), now)?;
         Ok(())
     })?;
     time("share view (GET /v1/groups)", &|| {
-        crate::ledger::read_shares(&conn, &policy, now, now)?;
+        reader.shares(policy, now, now)?;
         Ok(())
     })?;
     time("naive: SUM(bytes_done) GROUP BY over requests", &|| {
-        let mut st = conn.prepare(
-            "SELECT group_path, state, COUNT(*), SUM(bytes_done) FROM requests GROUP BY 1, 2",
-        )?;
-        let n = st.query_map([], |r| r.get::<_, i64>(2))?.count();
-        anyhow::ensure!(n > 0);
+        anyhow::ensure!(reader.scan_requests_per_group()? > 0);
         Ok(())
     })?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -239,8 +239,8 @@ async fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
             if !db.exists() {
                 bail!("--db: no database at {}", db.display());
             }
-            let conn = crate::ledger::open_read_only(db)?;
-            crate::ledger::read_report(&conn, &settings.policy, range, now)
+            let reader = crate::ledger::LedgerReader::open(db)?;
+            crate::report::read_file(&reader, &settings.policy, range, now)
                 .with_context(|| format!("cannot read the report from {}", db.display()))?
         }
         None => {
@@ -298,8 +298,8 @@ fn shares(args: SharesArgs) -> anyhow::Result<ExitCode> {
             if !db.exists() {
                 bail!("--db: no database at {}", db.display());
             }
-            let conn = crate::ledger::open_read_only(db)?;
-            crate::ledger::read_shares(&conn, policy, at_ms, now)
+            crate::ledger::LedgerReader::open(db)?
+                .shares(policy, at_ms, now)
                 .with_context(|| format!("cannot read usage from {}", db.display()))?
         }
         (None, Some(file)) => {

@@ -67,6 +67,14 @@ impl Default for Metrics {
     }
 }
 
+/// The ledger writer reports each group commit here.
+impl crate::ledger::CommitObserver for Metrics {
+    fn committed(&self, seconds: f64, commands: usize) {
+        self.commit_seconds.observe(seconds);
+        self.commit_commands.observe(commands as f64);
+    }
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
         let commit_seconds = seconds_histogram();

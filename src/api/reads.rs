@@ -128,7 +128,7 @@ pub(super) async fn report(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
     let (range, now) = report_range(&state, query)?;
-    Ok(Json(state.ledger.report(range, now).await?).into_response())
+    Ok(Json(crate::report::read(&state.ledger, range, now).await?).into_response())
 }
 
 /// Prometheus metrics (OpenMetrics text): per group requests by state and bytes done
@@ -144,10 +144,8 @@ pub(super) async fn metrics(
     caller: Caller,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
-    let text = state
-        .ledger
-        .metrics_text(state.metrics.clone(), state.clock.now_ms())
-        .await?;
+    let figures = state.ledger.metric_figures(state.clock.now_ms()).await?;
+    let text = state.metrics.encode(&figures.totals, &figures.shares);
     Ok((
         [(
             header::CONTENT_TYPE,
@@ -174,7 +172,7 @@ pub(super) async fn report_page(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
     let (range, now) = report_range(&state, query)?;
-    let report = state.ledger.report(range, now).await?;
+    let report = crate::report::read(&state.ledger, range, now).await?;
     let html = crate::report::html::page(&report, now).map_err(|e| {
         tracing::error!(error = %e, "report page not rendered");
         ApiError::new(

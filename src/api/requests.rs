@@ -50,13 +50,23 @@ pub(super) async fn get_request(
                 // Its placement now (the writer: one placement) and its position in the latest
                 // ranking of the queue (built off the writer).
                 if let Some(q) = state.ledger.explain_queued(id).await? {
-                    let mut v = serde_json::to_value(&q.explain).unwrap_or_default();
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("position".into(), q.position.into());
-                        o.insert("waiting".into(), q.waiting.into());
-                        o.insert("ranked_at_ms".into(), q.ranked_at_ms.into());
+                    /// A queued request's explain: its live placement and its place in the
+                    /// latest ranking, side by side in one object.
+                    #[derive(serde::Serialize)]
+                    struct Live<'a> {
+                        #[serde(flatten)]
+                        explain: &'a crate::ledger::stored_explain::Explanation,
+                        position: Option<usize>,
+                        waiting: Option<usize>,
+                        ranked_at_ms: i64,
                     }
-                    body.explain = Some(v);
+                    let live = Live {
+                        explain: &q.explain,
+                        position: q.position,
+                        waiting: q.waiting,
+                        ranked_at_ms: q.ranked_at_ms,
+                    };
+                    body.explain = Some(serde_json::to_value(&live).unwrap_or_default());
                 }
             }
             Ok(Json(body).into_response())

@@ -149,7 +149,7 @@ impl From<RequestRecord> for RequestBody {
             library: r.library,
             qos: r.qos.map(|q| q.as_str().to_string()),
             user_factor: r.user_factor,
-            explain: r.explain.and_then(|e| serde_json::from_str(&e).ok()),
+            explain: r.explain.and_then(|e| serde_json::to_value(e.explain).ok()),
             local_file: r.local_file,
             bfid: r.bfid,
         }

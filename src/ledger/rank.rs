@@ -1,7 +1,7 @@
 //! Explain's positions in the held queue, off the writer. The writer answers an explain with one
 //! placement; the position comes from the latest [`Ranking`] of the whole queue, built on a
 //! blocking thread from a read snapshot of the `queued` rows and the writer's usage and queue
-//! priorities (`Command::RankInputs`, O(groups)). A ranking is reused while it is younger than
+//! priorities (published by the writer after every commit, see `live`). A ranking is reused while it is younger than
 //! [`reuse_for`] (then the next explain refreshes it in the background, answering from the old
 //! one); a request the latest ranking does not know (queued after it) waits for a ranking that
 //! started after its explain was asked, shared by every explain waiting for one and started no
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::writer::{read_candidate, CANDIDATE_COLUMNS};
-use super::{Command, Ledger, LedgerError};
+use super::{Ledger, LedgerError};
 use crate::policy::order::Standing;
 use crate::policy::queue::{Place, Ranking, RankingBuilder};
 
@@ -109,7 +109,7 @@ impl Ledger {
     /// Rank the queue now. The caller holds `building`.
     async fn build_ranking(&self) -> Result<Arc<Built>, LedgerError> {
         let started = Instant::now();
-        let inputs = self.call(|reply| Command::RankInputs { reply }).await?;
+        let inputs = self.rank_inputs()?;
         let policy = self.policy.clone();
         let ranking = self
             .reads

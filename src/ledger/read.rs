@@ -6,9 +6,10 @@ use std::sync::Mutex;
 use mss_adapters::{Direction, EventCursor, TransferRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::schema;
+use super::stored_explain::StoredExplain;
 use super::wide::Wide;
 use super::LedgerError;
+use super::{columns, schema};
 use crate::domain::{Class, RequestState};
 
 pub(super) struct ReadPool {
@@ -91,8 +92,8 @@ pub struct RequestRecord {
     pub library: String,
     pub qos: Option<crate::policy::multifactor::Qos>,
     pub user_factor: Option<f64>,
-    /// The stored explanation of its placement (JSON).
-    pub explain: Option<String>,
+    /// The stored explanation of its placement.
+    pub explain: Option<StoredExplain>,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
 }
@@ -110,11 +111,6 @@ impl RequestRecord {
     }
 }
 
-const RECORD_COLUMNS: &str = "id, station, client_request_id, user_name, file, size_bytes, \
-     access_mode, physics_group, volume, direction, group_path, class, mss_priority, charged, \
-     state, attempt, mss_id, bytes_done, cancel_requested, last_error, created_ms, submitted_ms, \
-     started_ms, finished_ms, held_reason, library, qos, user_factor, explain, local_file, bfid";
-
 fn bad_column(i: usize, what: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
         i,
@@ -127,57 +123,85 @@ fn stored_direction(i: usize, s: &str) -> rusqlite::Result<Direction> {
     Direction::parse(s).ok_or_else(|| bad_column(i, "direction"))
 }
 
+/// A stored state; an unknown value is a corrupt row, reported as an error.
 pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
     RequestState::parse(s).ok_or_else(|| bad_column(i, "state"))
 }
 
+/// A stored QoS; an unknown value is a corrupt row, reported as an error.
+pub(super) fn stored_qos(i: usize, s: &str) -> rusqlite::Result<crate::policy::multifactor::Qos> {
+    crate::policy::multifactor::Qos::parse(s).ok_or_else(|| bad_column(i, "qos"))
+}
+
+/// A stored class; an unknown value is a corrupt row, reported as an error.
+pub(super) fn parse_class(i: usize, s: &str) -> rusqlite::Result<Class> {
+    Class::parse(s).ok_or_else(|| bad_column(i, "class"))
+}
+
+/// A record's stored explanation; one that does not read is a corrupt row.
+fn stored_explain(row: &Row<'_>) -> rusqlite::Result<Option<StoredExplain>> {
+    let Some(text) = row.get::<_, Option<String>>("explain")? else {
+        return Ok(None);
+    };
+    StoredExplain::parse(&text).map(Some).map_err(|e| {
+        let i = row.as_ref().column_index("explain").unwrap_or(0);
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+    })
+}
+
+/// A whole record, read by column name from a SELECT of [`columns::record_columns`].
 fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
-    let direction: String = row.get(9)?;
-    let class: String = row.get(11)?;
-    let state: String = row.get(14)?;
+    let text = |name: &str| -> rusqlite::Result<(usize, String)> {
+        Ok((row.as_ref().column_index(name)?, row.get(name)?))
+    };
+    let (i, direction) = text("direction")?;
+    let direction = stored_direction(i, &direction)?;
+    let (i, class) = text("class")?;
+    let class = parse_class(i, &class)?;
+    let (i, state) = text("state")?;
+    let state = parse_state(i, &state)?;
     Ok(RequestRecord {
-        id: row.get(0)?,
-        station: row.get(1)?,
-        client_request_id: row.get(2)?,
-        user: row.get(3)?,
-        file: row.get(4)?,
-        size_bytes: row.get::<_, i64>(5)? as u64,
-        access_mode: row.get(6)?,
-        physics_group: row.get(7)?,
-        volume: row.get(8)?,
-        direction: stored_direction(9, &direction)?,
-        group: row.get(10)?,
-        class: Class::parse(&class).ok_or_else(|| bad_column(11, "class"))?,
-        mss_priority: row.get(12)?,
-        charged: row.get::<_, i64>(13)? as u64,
-        state: parse_state(14, &state)?,
-        attempt: row.get::<_, i64>(15)? as u32,
-        mss_id: row.get(16)?,
-        bytes_done: row.get::<_, i64>(17)? as u64,
-        cancel_requested: row.get::<_, i64>(18)? != 0,
-        last_error: row.get(19)?,
-        created_ms: row.get(20)?,
-        submitted_ms: row.get(21)?,
-        started_ms: row.get(22)?,
-        finished_ms: row.get(23)?,
-        held_reason: row.get(24)?,
-        library: row.get(25)?,
+        id: row.get("id")?,
+        station: row.get("station")?,
+        client_request_id: row.get("client_request_id")?,
+        user: row.get("user_name")?,
+        file: row.get("file")?,
+        size_bytes: row.get::<_, i64>("size_bytes")? as u64,
+        access_mode: row.get("access_mode")?,
+        physics_group: row.get("physics_group")?,
+        volume: row.get("volume")?,
+        direction,
+        group: row.get("group_path")?,
+        class,
+        mss_priority: row.get("mss_priority")?,
+        charged: row.get::<_, i64>("charged")? as u64,
+        state,
+        attempt: row.get::<_, i64>("attempt")? as u32,
+        mss_id: row.get("mss_id")?,
+        bytes_done: row.get::<_, i64>("bytes_done")? as u64,
+        cancel_requested: row.get::<_, i64>("cancel_requested")? != 0,
+        last_error: row.get("last_error")?,
+        created_ms: row.get("created_ms")?,
+        submitted_ms: row.get("submitted_ms")?,
+        started_ms: row.get("started_ms")?,
+        finished_ms: row.get("finished_ms")?,
+        held_reason: row.get("held_reason")?,
+        library: row.get("library")?,
         qos: row
-            .get::<_, Option<String>>(26)?
-            .map(|q| {
-                crate::policy::multifactor::Qos::parse(&q).ok_or_else(|| bad_column(26, "qos"))
-            })
+            .get::<_, Option<String>>("qos")?
+            .map(|q| stored_qos(row.as_ref().column_index("qos")?, &q))
             .transpose()?,
-        user_factor: row.get(27)?,
-        explain: row.get(28)?,
-        local_file: row.get(29)?,
-        bfid: row.get(30)?,
+        user_factor: row.get("user_factor")?,
+        explain: stored_explain(row)?,
+        local_file: row.get("local_file")?,
+        bfid: row.get("bfid")?,
     })
 }
 
 pub(super) fn request(c: &Connection, id: i64) -> rusqlite::Result<Option<RequestRecord>> {
     c.prepare_cached(&format!(
-        "SELECT {RECORD_COLUMNS} FROM requests WHERE id = ?1"
+        "SELECT {} FROM requests WHERE id = ?1",
+        columns::record_columns()
     ))?
     .query_row([id], record)
     .optional()

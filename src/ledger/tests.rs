@@ -8,6 +8,8 @@ use mss_adapters::{Direction, EventCursor, EventKind, MssEvent};
 use super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
+use crate::domain::Class;
+use crate::domain::RetrySettings;
 
 const CONFIG: &str = r#"
 [policy]
@@ -167,6 +169,74 @@ async fn resubmission_is_idempotent() {
         (500, 1),
         "charged once"
     );
+    close(opened);
+}
+
+/// A stored class, state or QoS this build does not know is a corrupt row: every reader of it
+/// (a record, a replay, the writer settling it) reports an error instead of a default.
+#[tokio::test]
+async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let a = l
+        .accept(vec![f.request("c1", "mc", "x", 500)])
+        .await
+        .unwrap();
+    let id = a[0].id;
+    let tamper = |sql: &str| {
+        let c = rusqlite::Connection::open(&f.path).unwrap();
+        c.execute(sql, [id]).unwrap();
+    };
+    tamper("UPDATE requests SET class = 'sideways' WHERE id = ?1");
+    let e = l.request(id).await.unwrap_err();
+    assert!(e.to_string().contains("unknown class"), "{e}");
+    let replay = l.accept(vec![f.request("c1", "mc", "x", 500)]).await;
+    assert!(replay.is_err(), "a replay of a corrupt row: {replay:?}");
+    let cancel = l.cancel(id).await;
+    assert!(cancel.is_err(), "settling a corrupt row: {cancel:?}");
+    tamper("UPDATE requests SET class = 'back', state = 'limbo' WHERE id = ?1");
+    let e = l.request(id).await.unwrap_err();
+    assert!(e.to_string().contains("unknown state"), "{e}");
+    assert!(l.cancel(id).await.is_err());
+    assert!(l.state_counts().await.is_err());
+    tamper("UPDATE requests SET state = 'queued', qos = 'urgent' WHERE id = ?1");
+    let e = l.explain_queued(id).await.unwrap_err();
+    assert!(e.to_string().contains("unknown qos"), "{e}");
+    close(opened);
+}
+
+/// A decision's explain is stored in the ledger's versioned format, and a row an older build
+/// wrote (no version field) reads back as version 1 with the same figures.
+#[tokio::test]
+async fn a_stored_explain_of_an_older_build_reads_back() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let a = l
+        .accept(vec![f.request("e1", "mc", "x", 500)])
+        .await
+        .unwrap();
+    let id = a[0].id;
+    let fresh = l.request(id).await.unwrap().unwrap().explain.unwrap();
+    assert_eq!(fresh.v, stored_explain::VERSION);
+    let c = rusqlite::Connection::open(&f.path).unwrap();
+    let text: String = c
+        .query_row("SELECT explain FROM requests WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(text.starts_with(r#"{"v":1,"#), "{text}");
+    // The same explanation as an older build wrote it: the policy's type, no version.
+    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    old.as_object_mut().unwrap().remove("v");
+    c.execute(
+        "UPDATE requests SET explain = ?2 WHERE id = ?1",
+        rusqlite::params![id, old.to_string()],
+    )
+    .unwrap();
+    let read = l.request(id).await.unwrap().unwrap().explain.unwrap();
+    assert_eq!(read, fresh);
     close(opened);
 }
 
@@ -873,15 +943,8 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
         ],
         "two estimates in the first window, three actuals in the second"
     );
-    let report = report_rows(
-        &c,
-        &crate::report::ReportRange {
-            since_ms: 0,
-            until_ms: now + 3_600_000,
-            bucket: crate::report::Bucket::Hour,
-        },
-    )
-    .unwrap();
+    let report =
+        history::report_rows(&c, 0..(now + 3_600_000 - 1).div_euclid(3_600_000) + 1).unwrap();
     let (bytes, benefit) = report
         .hours
         .iter()
@@ -893,7 +956,7 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
         (bytes, benefit),
         (3 * i128::from(SIZE), 3 * i128::from(SIZE))
     );
-    let totals = totals_before(&c, i64::MAX).unwrap();
+    let totals = history::totals_before(&c, i64::MAX).unwrap();
     let mc_total = &totals.iter().find(|(p, _)| p == "mc").unwrap().1;
     assert_eq!(mc_total.bytes_done, 3 * i128::from(SIZE));
 }
@@ -1007,7 +1070,7 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
             base: Duration::from_millis(100),
             max: Duration::from_millis(1000),
         },
-        metrics: Arc::default(),
+        metrics: Arc::new(crate::ledger::NoObserver),
     };
     Ledger::open(
         &options,
@@ -1082,7 +1145,7 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
         Err(e) => e,
         Ok(_) => panic!("the writer opened a database newer than it knows"),
     };
-    let read = match open_read_only(&f.path) {
+    let read = match LedgerReader::open(&f.path) {
         Err(e) => e,
         Ok(_) => panic!("the reader opened a database newer than it knows"),
     };

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{GroupKind, PolicySettings};
 use crate::ledger::aggregates::{bin_upper_ms, HourRow, HOUR_MS};
+pub use crate::ledger::ReportRows;
+use crate::ledger::{Ledger, LedgerError, LedgerReader, ReportFigures};
 use crate::shares::view::{format_ms, SharesView};
 
 /// Bucket size of a report's time series.
@@ -183,17 +185,6 @@ impl Carry {
     }
 }
 
-/// What the ledger gives a report: the aggregates before the range (summed) and within it.
-#[derive(Debug, Clone, Default)]
-pub struct ReportRows {
-    /// Per group path: everything before the range.
-    pub before: HashMap<String, HourRow>,
-    /// (path, hour, row) within the range.
-    pub hours: Vec<(String, i64, HourRow)>,
-    /// (path, hour, bin, count) within the range.
-    pub waits: Vec<(String, i64, i64, i64)>,
-}
-
 /// One group, tree node or class over a range (or one bucket).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Figures {
@@ -312,6 +303,42 @@ fn quantile(waits: &BTreeMap<i64, i64>, q: f64) -> Option<f64> {
         }
     }
     None
+}
+
+impl ReportRange {
+    /// The hours the ledger reads for it (hour numbers, end exclusive).
+    pub fn hours(&self) -> std::ops::Range<i64> {
+        self.since_hour()..self.until_hour()
+    }
+
+    /// When its `diagnose` section is taken: the end of the range, or now if that is earlier.
+    fn diagnose_at(&self, now_ms: i64) -> i64 {
+        self.until_ms.min(now_ms)
+    }
+}
+
+/// A report over `range` from a running broker's ledger.
+pub async fn read(ledger: &Ledger, range: ReportRange, now_ms: i64) -> Result<Report, LedgerError> {
+    let figures = ledger
+        .report_figures(range.hours(), range.diagnose_at(now_ms), now_ms)
+        .await?;
+    Ok(from_figures(ledger.policy(), figures, range))
+}
+
+/// A report over `range` from a database opened read-only.
+pub fn read_file(
+    reader: &LedgerReader,
+    policy: &PolicySettings,
+    range: ReportRange,
+    now_ms: i64,
+) -> Result<Report, LedgerError> {
+    let figures =
+        reader.report_figures(policy, range.hours(), range.diagnose_at(now_ms), now_ms)?;
+    Ok(from_figures(policy, figures, range))
+}
+
+fn from_figures(policy: &PolicySettings, f: ReportFigures, range: ReportRange) -> Report {
+    build(policy, &f.rows, range, f.diagnose)
 }
 
 /// Build a report. `diagnose` is the share view at `until` (or now).

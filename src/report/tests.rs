@@ -89,7 +89,7 @@ async fn a_hand_worked_report() {
             base: Duration::from_millis(10),
             max: Duration::from_millis(10),
         },
-        metrics: Arc::default(),
+        metrics: Arc::new(crate::ledger::NoObserver),
     };
     let (l, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone())).unwrap();
     let p = &policy;
@@ -172,7 +172,7 @@ async fn a_hand_worked_report() {
         until_ms: H0 + 2 * HOUR_MS,
         bucket: Bucket::Hour,
     };
-    let r = l.report(range, clock.now_ms()).await.unwrap();
+    let r = super::read(&l, range, clock.now_ms()).await.unwrap();
     drop(l);
     writer.join().unwrap();
 

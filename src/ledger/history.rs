@@ -1,0 +1,222 @@
+//! Read-side figures over the whole history: the share view at an instant, the hourly report
+//! aggregates (totals and rows over a range), and [`LedgerReader`], a database opened read-only
+//! outside a running broker. The ledger hands out rows it owns ([`ReportRows`]); building a
+//! report from them is `report`'s job.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::aggregates::HourRow;
+use super::{schema, usage, wide, LedgerError};
+use crate::domain::PolicySettings;
+use crate::shares::view::SharesView;
+
+/// What a report is built from: the aggregates before its range (summed) and within it.
+#[derive(Debug, Clone, Default)]
+pub struct ReportRows {
+    /// Per group path: everything before the range.
+    pub before: HashMap<String, HourRow>,
+    /// (path, hour, row) within the range.
+    pub hours: Vec<(String, i64, HourRow)>,
+    /// (path, hour, bin, count) within the range.
+    pub waits: Vec<(String, i64, i64, i64)>,
+}
+
+/// A report's inputs: the rows over its hours and the share view it diagnoses.
+#[derive(Debug, Clone)]
+pub struct ReportFigures {
+    pub rows: ReportRows,
+    pub diagnose: SharesView,
+}
+
+/// The ledger's figures for the Prometheus exposition.
+#[derive(Debug, Clone)]
+pub struct MetricFigures {
+    /// Per group path, the aggregates summed over all time.
+    pub totals: Vec<(String, HourRow)>,
+    pub shares: SharesView,
+}
+
+/// The share view of the database behind `c` at `at_ms` (used by `GET /v1/groups` and by
+/// `mssbroker shares --db`). The stored aggregates hold the present (`now_ms`) and can be read
+/// at any later instant; an instant in the past is replayed from the requests charged up to it
+/// (a full scan). The ledger counts (pending, held) are always the present ones.
+pub(super) fn read_shares(
+    c: &Connection,
+    policy: &PolicySettings,
+    at_ms: i64,
+    now_ms: i64,
+) -> rusqlite::Result<SharesView> {
+    let book = if at_ms < now_ms {
+        usage::book_as_of(c, policy, at_ms)?
+    } else {
+        usage::load_book(c, policy, at_ms)?.book
+    };
+    let counts = usage::group_counts(c, policy)?;
+    let snapshot = book.snapshot(at_ms);
+    Ok(crate::shares::view::build(
+        policy,
+        &snapshot,
+        at_ms,
+        Some(&counts),
+    ))
+}
+
+const AGG_COLS: &str = "accepted, held, released, held_cancelled, front, back, priority, \
+    started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority";
+
+fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<HourRow> {
+    Ok(HourRow {
+        accepted: r.get(o)?,
+        held: r.get(o + 1)?,
+        released: r.get(o + 2)?,
+        held_cancelled: r.get(o + 3)?,
+        front: r.get(o + 4)?,
+        back: r.get(o + 5)?,
+        priority: r.get(o + 6)?,
+        started: r.get(o + 7)?,
+        wait_ms_sum: r.get(o + 8)?,
+        done: r.get(o + 9)?,
+        failed: r.get(o + 10)?,
+        cancelled: r.get(o + 11)?,
+        bytes_done: r.get::<_, wide::Wide>(o + 12)?.0,
+        benefit_done: r.get::<_, wide::Wide>(o + 13)?.0,
+        started_over_priority: r.get(o + 14)?,
+    })
+}
+
+/// Per group path, the aggregates summed over every hour before `hour` (`i64::MAX`: all).
+pub(super) fn totals_before(c: &Connection, hour: i64) -> rusqlite::Result<Vec<(String, HourRow)>> {
+    let sums = AGG_COLS
+        .split(", ")
+        .map(|c| match c {
+            // Exact past i64, where SUM() raises "integer overflow".
+            "bytes_done" | "benefit_done" => format!("wide_sum({c})"),
+            _ => format!("SUM({c})"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut st = c.prepare_cached(&format!(
+        "SELECT path, {sums} FROM report_hours WHERE hour < ?1 GROUP BY path ORDER BY path"
+    ))?;
+    let rows = st.query_map([hour], |r| Ok((r.get::<_, String>(0)?, agg_row(r, 1)?)))?;
+    rows.collect()
+}
+
+/// The aggregates a report over `hours` (hour numbers, end exclusive) needs: a few thousand
+/// rows for months of history.
+pub(super) fn report_rows(c: &Connection, hours: Range<i64>) -> rusqlite::Result<ReportRows> {
+    let (since, until) = (hours.start, hours.end);
+    let mut out = ReportRows {
+        before: totals_before(c, since)?.into_iter().collect(),
+        ..Default::default()
+    };
+    let mut st = c.prepare(&format!(
+        "SELECT path, hour, {AGG_COLS} FROM report_hours WHERE hour >= ?1 AND hour < ?2"
+    ))?;
+    for r in st.query_map([since, until], |r| {
+        Ok((r.get(0)?, r.get(1)?, agg_row(r, 2)?))
+    })? {
+        out.hours.push(r?);
+    }
+    let mut st = c.prepare(
+        "SELECT path, hour, bin, count FROM report_waits WHERE hour >= ?1 AND hour < ?2",
+    )?;
+    for r in st.query_map([since, until], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })? {
+        out.waits.push(r?);
+    }
+    Ok(out)
+}
+
+/// A report's inputs from the database behind `c`: the rows over `hours` and the share view at
+/// `diagnose_at_ms`.
+pub(super) fn report_figures(
+    c: &Connection,
+    policy: &PolicySettings,
+    hours: Range<i64>,
+    diagnose_at_ms: i64,
+    now_ms: i64,
+) -> rusqlite::Result<ReportFigures> {
+    Ok(ReportFigures {
+        rows: report_rows(c, hours)?,
+        diagnose: read_shares(c, policy, diagnose_at_ms, now_ms)?,
+    })
+}
+
+/// The ledger's figures now, for the Prometheus exposition.
+pub(super) fn metric_figures(
+    c: &Connection,
+    policy: &PolicySettings,
+    now_ms: i64,
+) -> rusqlite::Result<MetricFigures> {
+    Ok(MetricFigures {
+        totals: totals_before(c, i64::MAX)?,
+        shares: read_shares(c, policy, now_ms, now_ms)?,
+    })
+}
+
+/// A database opened read-only, outside a running broker (`mssbroker shares --db`,
+/// `report --db`, the report benchmark). Refuses a database newer than this build.
+pub struct LedgerReader {
+    conn: Connection,
+}
+
+impl LedgerReader {
+    pub fn open(path: &Path) -> Result<LedgerReader, LedgerError> {
+        let conn = schema::open_reader(path).map_err(|e| LedgerError::Open {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        schema::check_version(&conn, path)?;
+        Ok(LedgerReader { conn })
+    }
+
+    /// The share view at `at_ms` (see [`super::Ledger::shares`]).
+    pub fn shares(
+        &self,
+        policy: &PolicySettings,
+        at_ms: i64,
+        now_ms: i64,
+    ) -> Result<SharesView, LedgerError> {
+        Ok(read_shares(&self.conn, policy, at_ms, now_ms)?)
+    }
+
+    /// A report's inputs (see [`super::Ledger::report_figures`]).
+    pub fn report_figures(
+        &self,
+        policy: &PolicySettings,
+        hours: Range<i64>,
+        diagnose_at_ms: i64,
+        now_ms: i64,
+    ) -> Result<ReportFigures, LedgerError> {
+        Ok(report_figures(
+            &self.conn,
+            policy,
+            hours,
+            diagnose_at_ms,
+            now_ms,
+        )?)
+    }
+
+    /// Rows of the hourly aggregates (group x hour).
+    pub fn aggregate_rows(&self) -> Result<i64, LedgerError> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM report_hours", [], |r| r.get(0))?)
+    }
+
+    /// The naive per-group sum over every request row that the aggregates replace (for the
+    /// report benchmark's comparison). Returns how many (group, state) rows it made.
+    pub fn scan_requests_per_group(&self) -> Result<usize, LedgerError> {
+        let mut st = self.conn.prepare(
+            "SELECT group_path, state, COUNT(*), SUM(bytes_done) FROM requests GROUP BY 1, 2",
+        )?;
+        let n = st.query_map([], |r| r.get::<_, i64>(2))?.count();
+        Ok(n)
+    }
+}

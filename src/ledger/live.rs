@@ -1,0 +1,141 @@
+//! Questions about the writer's memory, answered off the writer: the writer publishes its usage
+//! and FBSNG queue priorities after every commit ([`Published`], O(groups)), and the questions
+//! run on the read pool against the committed rows: a queued request's placement now (explain),
+//! what a ranking of the queue needs, and the requests at the MSS whose priority the policy now
+//! puts elsewhere. None of them is a writer command.
+
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::stored_explain::{Explanation, StoredExplain};
+use super::writer::{read_candidate, CANDIDATE_COLUMNS};
+use super::{NewPriority, QueuedPlacement, RankInputs};
+use crate::domain::PolicySettings;
+use crate::policy::fbsng::Queues;
+use crate::policy::order::{place, Standing};
+use crate::shares::UsageBook;
+
+/// The writer's memory as of its latest commit.
+pub(super) struct Memory {
+    usage: UsageBook,
+    queues: Queues,
+}
+
+/// Where the writer publishes its memory.
+#[derive(Default)]
+pub(super) struct Published {
+    latest: Mutex<Option<Arc<Memory>>>,
+}
+
+impl Published {
+    pub fn publish(&self, usage: &UsageBook, queues: &Queues) {
+        let memory = Arc::new(Memory {
+            usage: usage.clone(),
+            queues: queues.clone(),
+        });
+        if let Ok(mut latest) = self.latest.lock() {
+            *latest = Some(memory);
+        }
+    }
+
+    /// The latest memory (`None` only before the writer loaded).
+    pub fn latest(&self) -> Option<Arc<Memory>> {
+        self.latest.lock().ok()?.clone()
+    }
+}
+
+impl Memory {
+    /// The usage rolled to `now` (windows past the depth dropped, as the writer does).
+    fn usage_at(&self, now: i64) -> UsageBook {
+        let mut usage = self.usage.clone();
+        usage.roll(now);
+        usage
+    }
+
+    /// Usage frozen at `now` and the queue priorities, for a ranking built off the writer.
+    pub fn rank_inputs(&self, now: i64) -> RankInputs {
+        RankInputs {
+            usage: self.usage_at(now).snapshot(now),
+            queues: self.queues.clone(),
+            now_ms: now,
+        }
+    }
+}
+
+/// Queued request `id`'s placement now (`None` when it is not queued): one placement, not a
+/// walk of the queue.
+pub(super) fn explain_queued(
+    c: &Connection,
+    policy: &PolicySettings,
+    memory: &Memory,
+    id: i64,
+    now: i64,
+) -> rusqlite::Result<Option<QueuedPlacement>> {
+    let candidate = c
+        .prepare_cached(&format!(
+            "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE id = ?1 AND state = 'queued'"
+        ))?
+        .query_row([id], |r| read_candidate(policy, r))
+        .optional()?
+        .flatten();
+    let Some(candidate) = candidate else {
+        return Ok(None);
+    };
+    let usage = memory.usage_at(now);
+    let standing = Standing::new(policy, usage.at(now), &memory.queues);
+    let p = place(&policy.order, &standing, &candidate, now);
+    Ok(Some(QueuedPlacement {
+        explain: Explanation::from(&p.explain),
+    }))
+}
+
+/// Requests queued at the MSS whose priority the policy now puts elsewhere, at most `max`.
+/// Their charge is already in the usage, so they are placed with no benefit of their own.
+pub(super) fn reprioritise(
+    c: &Connection,
+    policy: &PolicySettings,
+    memory: &Memory,
+    max: usize,
+    now: i64,
+) -> rusqlite::Result<Vec<NewPriority>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class, mss_id, file FROM requests \
+         WHERE state IN ('submitted', 'running') AND state = 'submitted' \
+         AND class != 'priority' ORDER BY id"
+    ))?;
+    let usage = memory.usage_at(now);
+    let standing = Standing::new(policy, usage.at(now), &memory.queues);
+    let mut out = Vec::new();
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let Some(mut c) = read_candidate(policy, r)? else {
+            continue;
+        };
+        c.benefit = 0;
+        let attempt = r.get::<_, i64>(10)?.max(0) as u32;
+        let old: i64 = r.get(11)?;
+        let transfer = mss_adapters::TransferRef {
+            key: c.id.to_string(),
+            attempt,
+            mss_id: r.get(13)?,
+            file: r.get(14)?,
+            size_bytes: c.size_bytes,
+        };
+        let p = place(&policy.order, &standing, &c, now);
+        if p.mss_priority != old {
+            out.push(NewPriority {
+                id: c.id,
+                attempt,
+                transfer,
+                old_priority: old,
+                mss_priority: p.mss_priority,
+                explain: StoredExplain::from(&p.explain),
+            });
+            if out.len() >= max {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}

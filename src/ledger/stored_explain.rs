@@ -1,0 +1,299 @@
+//! The explanation stored with a decision (`requests.explain`), in the ledger's own versioned
+//! format: a policy's [`Explain`] is converted into it ([`From`]) before it is written, and it is
+//! what a record reads back ([`StoredExplain`], typed). Renaming a field of the policy's type
+//! changes neither the stored rows nor what is read from them.
+//!
+//! Version 1 is the format every build has written; rows written before the version field
+//! existed have none and read as version 1. A row of a newer version, or one that does not
+//! parse, is a corrupt row (an error), never a silent gap.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::policy::multifactor::Factors;
+use crate::policy::order::{Detail, Explain};
+
+/// The format this build writes (and the newest it reads).
+pub const VERSION: u32 = 1;
+
+fn v1() -> u32 {
+    1
+}
+
+/// An explanation as stored: its format version and the explanation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredExplain {
+    /// The format's version (absent in rows of older builds: 1).
+    #[serde(default = "v1")]
+    pub v: u32,
+    #[serde(flatten)]
+    pub explain: Explanation,
+}
+
+/// Why a request has its place: the policy, the release mode, the MSS priority, how long it had
+/// waited, the starvation bound if it decided, and the policy's own figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub policy: String,
+    pub release_mode: String,
+    /// When this placement was computed (ms since the epoch).
+    pub at_ms: i64,
+    pub mss_priority: i64,
+    pub waited_ms: i64,
+    /// Present when the starvation bound decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starved: Option<Starved>,
+    pub detail: PolicyDetail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Starved {
+    pub max_wait_ms: i64,
+    pub starved_priority: i64,
+}
+
+/// The policy's own figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyDetail {
+    PriorityClass {
+        class_priority: i64,
+    },
+    Sam {
+        group_usage: String,
+        fair_total: String,
+        request_benefit: String,
+        share_with_request: Real,
+        target: Real,
+        front: bool,
+    },
+    FairTree {
+        rank: u32,
+        leaves: u32,
+        fairshare: Real,
+        band: [i64; 2],
+    },
+    Multifactor {
+        factors: FactorValues,
+        weighted: FactorValues,
+        score: Real,
+        total_weight: Real,
+        band: [i64; 2],
+    },
+    Fbsng {
+        queue_priority: i64,
+        lowest_queue_priority: i64,
+        section_priority: u32,
+        band: [i64; 2],
+    },
+}
+
+/// Multifactor's factors (or their weighted values).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FactorValues {
+    pub wait: Real,
+    pub fair_share: Real,
+    pub qos: Real,
+    pub queue: Real,
+    pub size: Real,
+    pub user: Real,
+}
+
+/// A figure as JSON holds it: a number, or `null` for one that is not finite (JSON has no NaN),
+/// read back as NaN.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Real(pub f64);
+
+impl Serialize for Real {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // serde_json writes a non-finite f64 as null, as the policy's own type always did.
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Real {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Real(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN)))
+    }
+}
+
+/// Why a stored explanation cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("stored explain does not parse: {0}")]
+    Parse(#[from] serde_json::Error),
+    #[error("stored explain has version {0}, newer than this build knows ({VERSION})")]
+    TooNew(u32),
+}
+
+impl StoredExplain {
+    /// The stored text (JSON).
+    pub fn to_text(&self) -> String {
+        // Every field is a string, an integer, a bool or a float: serialising cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Read a stored text.
+    pub fn parse(text: &str) -> Result<StoredExplain, ExplainError> {
+        let stored: StoredExplain = serde_json::from_str(text)?;
+        if stored.v > VERSION {
+            return Err(ExplainError::TooNew(stored.v));
+        }
+        Ok(stored)
+    }
+}
+
+impl From<&Explain> for StoredExplain {
+    fn from(e: &Explain) -> Self {
+        StoredExplain {
+            v: VERSION,
+            explain: Explanation::from(e),
+        }
+    }
+}
+
+impl From<&Explain> for Explanation {
+    fn from(e: &Explain) -> Self {
+        Explanation {
+            policy: e.policy.to_string(),
+            release_mode: e.release_mode.to_string(),
+            at_ms: e.at_ms,
+            mss_priority: e.mss_priority,
+            waited_ms: e.waited_ms,
+            starved: e.starved.map(|s| Starved {
+                max_wait_ms: s.max_wait_ms,
+                starved_priority: s.starved_priority,
+            }),
+            detail: PolicyDetail::from(&e.detail),
+        }
+    }
+}
+
+impl From<&Detail> for PolicyDetail {
+    fn from(d: &Detail) -> Self {
+        match d.clone() {
+            Detail::PriorityClass { class_priority } => {
+                PolicyDetail::PriorityClass { class_priority }
+            }
+            Detail::Sam {
+                group_usage,
+                fair_total,
+                request_benefit,
+                share_with_request,
+                target,
+                front,
+            } => PolicyDetail::Sam {
+                group_usage,
+                fair_total,
+                request_benefit,
+                share_with_request: Real(share_with_request),
+                target: Real(target),
+                front,
+            },
+            Detail::FairTree {
+                rank,
+                leaves,
+                fairshare,
+                band,
+            } => PolicyDetail::FairTree {
+                rank,
+                leaves,
+                fairshare: Real(fairshare),
+                band,
+            },
+            Detail::Multifactor {
+                factors,
+                weighted,
+                score,
+                total_weight,
+                band,
+            } => PolicyDetail::Multifactor {
+                factors: FactorValues::from(&factors),
+                weighted: FactorValues::from(&weighted),
+                score: Real(score),
+                total_weight: Real(total_weight),
+                band,
+            },
+            Detail::Fbsng {
+                queue_priority,
+                lowest_queue_priority,
+                section_priority,
+                band,
+            } => PolicyDetail::Fbsng {
+                queue_priority,
+                lowest_queue_priority,
+                section_priority,
+                band,
+            },
+        }
+    }
+}
+
+impl From<&Factors> for FactorValues {
+    fn from(f: &Factors) -> Self {
+        FactorValues {
+            wait: Real(f.wait),
+            fair_share: Real(f.fair_share),
+            qos: Real(f.qos),
+            queue: Real(f.queue),
+            size: Real(f.size),
+            user: Real(f.user),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row as builds before the version field wrote it (the policy's `Explain` serialised).
+    const OLD_ROW: &str = r#"{"policy":"multifactor","release_mode":"held","at_ms":1000,"mss_priority":37,"waited_ms":250,"starved":{"max_wait_ms":100,"starved_priority":60},"detail":{"multifactor":{"factors":{"wait":0.5,"fair_share":1.0,"qos":0.25,"queue":1.0,"size":0.0,"user":1.0},"weighted":{"wait":500.0,"fair_share":1000.0,"qos":250.0,"queue":100.0,"size":0.0,"user":1.0},"score":1851.0,"total_weight":3000.0,"band":[10,90]}}}"#;
+
+    #[test]
+    fn a_row_of_an_older_build_reads_as_version_1() {
+        let s = StoredExplain::parse(OLD_ROW).unwrap();
+        assert_eq!(s.v, 1);
+        assert_eq!(s.explain.policy, "multifactor");
+        assert_eq!(
+            s.explain.starved,
+            Some(Starved {
+                max_wait_ms: 100,
+                starved_priority: 60
+            })
+        );
+        let PolicyDetail::Multifactor { weighted, band, .. } = &s.explain.detail else {
+            panic!("{:?}", s.explain.detail);
+        };
+        assert_eq!((weighted.qos, *band), (Real(250.0), [10, 90]));
+        // The explanation reads back as the same JSON the old row held (what the API shows).
+        let old: serde_json::Value = serde_json::from_str(OLD_ROW).unwrap();
+        assert_eq!(serde_json::to_value(&s.explain).unwrap(), old);
+    }
+
+    #[test]
+    fn every_policy_detail_round_trips_with_its_version() {
+        let rows = [
+            r#"{"policy":"sam","release_mode":"pass_through","at_ms":5,"mss_priority":20,"waited_ms":0,"detail":{"sam":{"group_usage":"10","fair_total":"40","request_benefit":"5","share_with_request":null,"target":0.25,"front":true}}}"#,
+            r#"{"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#,
+            r#"{"policy":"fair_tree","release_mode":"held","at_ms":5,"mss_priority":30,"waited_ms":7,"detail":{"fair_tree":{"rank":2,"leaves":3,"fairshare":0.5,"band":[10,50]}}}"#,
+            r#"{"policy":"fbsng","release_mode":"held","at_ms":5,"mss_priority":30,"waited_ms":7,"detail":{"fbsng":{"queue_priority":3,"lowest_queue_priority":1,"section_priority":2,"band":[10,50]}}}"#,
+        ];
+        for row in rows {
+            let s = StoredExplain::parse(row).unwrap();
+            let written = s.to_text();
+            assert!(written.starts_with(r#"{"v":1,"#), "{written}");
+            let again = StoredExplain::parse(&written).unwrap();
+            let old: serde_json::Value = serde_json::from_str(row).unwrap();
+            assert_eq!(serde_json::to_value(&again.explain).unwrap(), old, "{row}");
+        }
+    }
+
+    #[test]
+    fn a_newer_version_or_a_broken_row_is_an_error() {
+        let newer = r#"{"v":2,"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#;
+        assert!(matches!(
+            StoredExplain::parse(newer),
+            Err(ExplainError::TooNew(2))
+        ));
+        assert!(StoredExplain::parse(r#"{"policy":"sam"}"#).is_err());
+    }
+}

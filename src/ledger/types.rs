@@ -1,0 +1,146 @@
+//! What goes into the ledger and what comes out: a new request, the answers to commands, the
+//! ledger's settings.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::domain::{Class, RequestState};
+use crate::domain::{GroupId, RetrySettings};
+
+/// A validated, classified request on its way into the ledger. The decision is made by the
+/// writer, in commit order, so it sees every earlier request's charge.
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    pub station: String,
+    pub client_request_id: String,
+    pub user: String,
+    pub file: String,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub volume: Option<String>,
+    pub direction: mss_adapters::Direction,
+    pub group: GroupId,
+    pub benefit: u64,
+    /// What the ordering policies read besides the above.
+    pub extras: RequestExtras,
+}
+
+/// A request's optional fields: ordering inputs and what the MSS adapter needs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestExtras {
+    /// The MSS library ('' the default one).
+    pub library: String,
+    pub qos: Option<crate::policy::multifactor::Qos>,
+    pub user_factor: Option<f64>,
+    /// The station-side copy: where a read goes, what a write stores.
+    pub local_file: Option<String>,
+    /// Enstore's bit-file id of the file to read.
+    pub bfid: Option<String>,
+}
+
+/// What the ledger answered to one new request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    pub id: i64,
+    pub group: String,
+    pub class: Class,
+    pub mss_priority: i64,
+    pub state: RequestState,
+    /// True when the station already sent this `client_request_id`: nothing new was created.
+    pub duplicate: bool,
+    /// Why the request is held (state `held`).
+    pub held_reason: Option<String>,
+}
+
+/// One transfer the MSS took.
+#[derive(Debug, Clone)]
+pub struct SubmittedTransfer {
+    pub id: i64,
+    pub attempt: u32,
+    pub mss_id: String,
+}
+
+/// What to do after recording a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterSubmit {
+    Recorded,
+    /// The request was cancelled while it was being submitted: cancel it at the MSS too.
+    CancelAtMss,
+}
+
+/// What a cancellation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// It had not reached the MSS: cancelled and refunded now.
+    Cancelled,
+    /// It is at the MSS: the MSS is asked to drop it; a `cancelled` event settles it.
+    Requested(RequestState),
+    /// Already done, failed or cancelled.
+    AlreadyFinal(RequestState),
+    NotFound,
+}
+
+/// A queued request's live placement, as the writer computes it.
+#[derive(Debug, Clone)]
+pub struct QueuedPlacement {
+    pub explain: crate::ledger::stored_explain::Explanation,
+}
+
+/// What ranking the queue needs from the writer's memory.
+#[derive(Debug, Clone)]
+pub struct RankInputs {
+    pub usage: crate::shares::book::Effective,
+    pub queues: crate::policy::fbsng::Queues,
+    pub now_ms: i64,
+}
+
+/// A queued request's live placement and its place in the latest ranking.
+#[derive(Debug, Clone)]
+pub struct QueuedExplain {
+    pub explain: crate::ledger::stored_explain::Explanation,
+    /// 1-based place in its library's release order as ranked at `ranked_at_ms`, if nothing
+    /// changed (`None`: it left the queue before a ranking saw it).
+    pub position: Option<usize>,
+    /// Requests waiting in its library at `ranked_at_ms`.
+    pub waiting: Option<usize>,
+    /// When the ranking was computed (ms since the epoch).
+    pub ranked_at_ms: i64,
+}
+
+/// A request at the MSS whose priority the policy now puts elsewhere.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewPriority {
+    pub id: i64,
+    pub attempt: u32,
+    /// Which transfer at the MSS (for the adapter).
+    pub transfer: mss_adapters::TransferRef,
+    pub old_priority: i64,
+    pub mss_priority: i64,
+    pub explain: crate::ledger::stored_explain::StoredExplain,
+}
+
+/// Settings of the ledger.
+#[derive(Clone)]
+pub struct LedgerOptions {
+    pub path: PathBuf,
+    pub commit_batch_max: usize,
+    pub retry: RetrySettings,
+    /// Where commit latency and batch size are recorded (`metrics::Metrics` in the broker).
+    pub metrics: Arc<dyn CommitObserver>,
+}
+
+/// Where the writer reports each group commit: how long it took and how many commands it
+/// carried. The broker's Prometheus histograms (`metrics`) implement it; the ledger does not
+/// depend on how they are kept.
+pub trait CommitObserver: Send + Sync {
+    fn committed(&self, seconds: f64, commands: usize);
+}
+
+/// Records nothing (benchmarks and tests that do not read the histograms).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl CommitObserver for NoObserver {
+    fn committed(&self, _seconds: f64, _commands: usize) {}
+}

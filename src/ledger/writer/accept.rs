@@ -1,0 +1,213 @@
+//! Accepting new requests: a replay answers with the stored request; otherwise the request is
+//! held (a feasibility cap), queued (the held release mode) or decided and charged now.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::idempotency::fingerprint;
+use super::state::{Charge, Txn};
+use crate::domain::{Class, RequestState};
+use crate::domain::{GroupId, GroupKind};
+use crate::ledger::aggregates::HourRow;
+use crate::ledger::columns::{self, NewRow};
+use crate::ledger::read::{parse_class, parse_state};
+use crate::ledger::{Accepted, NewRequest};
+use crate::policy;
+use crate::policy::order::{is_fair, Candidate};
+use crate::shares::limits::held_by;
+
+/// How a new request is recorded: its (possibly provisional) decision, its state and what it
+/// is charged now.
+struct Entry {
+    decision: policy::Decision,
+    state: RequestState,
+    benefit: u64,
+    bytes: u64,
+    charged_ms: Option<i64>,
+    explain: Option<String>,
+    held_reason: Option<String>,
+}
+
+impl Txn<'_, '_> {
+    pub fn accept_one(&mut self, item: &NewRequest) -> rusqlite::Result<Accepted> {
+        let fp = fingerprint(&item.station, &item.client_request_id);
+        let known: Vec<i64> = self.st.idempotency.candidates(fp).collect();
+        for id in known {
+            if let Some(a) = self.replayed(id, item)? {
+                return Ok(a);
+            }
+        }
+        let mut candidate = self.candidate(item);
+        let entry = self.entry(item, &candidate);
+        let id = self.insert(item, &entry, candidate.slots)?;
+        self.tx
+            .prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
+            .execute(params![id, fp as i64])?;
+        self.st.remember(fp, id);
+        candidate.id = id;
+        self.record_accepted(&entry, candidate);
+        Ok(Accepted {
+            id,
+            group: self.policy.group(item.group).path.to_string(),
+            class: entry.decision.class,
+            mss_priority: entry.decision.mss_priority,
+            state: entry.state,
+            duplicate: false,
+            held_reason: entry.held_reason,
+        })
+    }
+
+    /// The request as the ordering sees it (its id is not known yet).
+    fn candidate(&self, item: &NewRequest) -> Candidate {
+        let order = &self.policy.order;
+        Candidate {
+            id: 0,
+            group: item.group,
+            library: item.extras.library.clone(),
+            created_ms: self.now,
+            size_bytes: item.size_bytes,
+            benefit: item.benefit,
+            qos: order.qos(item.extras.qos, &item.access_mode),
+            user: item.extras.user_factor.unwrap_or(1.0),
+            queue: order.queue_factor(&item.access_mode),
+            slots: order.release.slots(&item.extras.library, item.size_bytes),
+            passed: 0,
+        }
+    }
+
+    /// Held (feasibility cap) and queued (held release mode) requests are neither decided nor
+    /// charged until released; their class and priority are provisional.
+    fn entry(&self, item: &NewRequest, candidate: &Candidate) -> Entry {
+        let provisional = Entry {
+            decision: policy::Decision {
+                class: Class::Back,
+                mss_priority: self.policy.p_back,
+            },
+            state: RequestState::Held,
+            benefit: 0,
+            bytes: 0,
+            charged_ms: None,
+            explain: None,
+            held_reason: self.hold_reason(item.group),
+        };
+        if provisional.held_reason.is_some() {
+            return provisional;
+        }
+        if self.policy.order.held() && is_fair(self.policy, item.group) {
+            return Entry {
+                state: RequestState::Queued,
+                ..provisional
+            };
+        }
+        let p = self.placement(candidate);
+        Entry {
+            decision: policy::Decision {
+                class: p.class,
+                mss_priority: p.mss_priority,
+            },
+            state: RequestState::Accepted,
+            benefit: item.benefit,
+            bytes: item.size_bytes,
+            charged_ms: Some(self.now),
+            explain: super::explain_text(&p),
+            held_reason: None,
+        }
+    }
+
+    /// The new row; returns its id.
+    fn insert(&self, item: &NewRequest, e: &Entry, slots: u32) -> rusqlite::Result<i64> {
+        let row = NewRow {
+            item,
+            group_path: self.policy.group(item.group).path.as_str(),
+            class: e.decision.class,
+            mss_priority: e.decision.mss_priority,
+            charged: e.benefit as i64,
+            charged_bytes: e.bytes as i64,
+            state: e.state,
+            created_ms: self.now,
+            charged_ms: e.charged_ms,
+            held_reason: e.held_reason.as_deref(),
+            slots,
+            explain: e.explain.as_deref(),
+        };
+        (self.tx.prepare_cached(columns::insert_sql())?)
+            .execute(rusqlite::params_from_iter(row.values()))?;
+        Ok(self.tx.last_insert_rowid())
+    }
+
+    /// Count, queue and charge a request just inserted.
+    fn record_accepted(&mut self, e: &Entry, candidate: Candidate) {
+        let path = self.policy.group(candidate.group).path.as_str();
+        let held = i64::from(e.state == RequestState::Held);
+        let row = HourRow {
+            accepted: 1,
+            held,
+            ..HourRow::default()
+        };
+        let (library, slots) = (candidate.library.clone(), candidate.slots);
+        match e.state {
+            RequestState::Accepted => {
+                self.report
+                    .add(path, self.now, row.decided(e.decision.class));
+                self.moved(e.decision.class, None, RequestState::Accepted);
+                self.occupy(&library, slots, true);
+            }
+            RequestState::Queued => {
+                self.report.add(path, self.now, row);
+                self.st.enqueue(candidate);
+            }
+            _ => self.report.add(path, self.now, row),
+        }
+        self.charge(
+            path,
+            Charge {
+                usage: i128::from(e.benefit),
+                at_ms: self.now,
+                bytes: i128::from(e.bytes),
+                pending: 1,
+                held,
+            },
+        );
+        self.ready |= e.state == RequestState::Accepted;
+    }
+
+    /// Why a new request of group `g` is held: a feasibility cap on its path is reached, or
+    /// earlier requests of the group are held (they are released first, in order).
+    fn hold_reason(&self, g: GroupId) -> Option<String> {
+        let policy = self.policy;
+        if !matches!(policy.group(g).kind, GroupKind::FairShare { .. }) {
+            return None; // priority classes are never held
+        }
+        if let Some(reason) = held_by(policy, &self.st.usage.at(self.now), g) {
+            return Some(reason);
+        }
+        let waiting = self.st.held.get(g.0).copied().unwrap_or(0);
+        (waiting > 0).then(|| {
+            format!(
+                "behind {waiting} held request(s) of `{}`, released in order",
+                policy.group(g).path
+            )
+        })
+    }
+
+    /// The stored request `id`, if it really is this station's `client_request_id` (a
+    /// fingerprint hit is confirmed against the row).
+    fn replayed(&self, id: i64, item: &NewRequest) -> rusqlite::Result<Option<Accepted>> {
+        self.tx
+            .prepare_cached(
+                "SELECT id, group_path, class, mss_priority, state, held_reason FROM requests \
+                 WHERE id = ?1 AND station = ?2 AND client_request_id = ?3",
+            )?
+            .query_row(params![id, item.station, item.client_request_id], |r| {
+                Ok(Accepted {
+                    id: r.get(0)?,
+                    group: r.get(1)?,
+                    class: parse_class(2, &r.get::<_, String>(2)?)?,
+                    mss_priority: r.get(3)?,
+                    state: parse_state(4, &r.get::<_, String>(4)?)?,
+                    duplicate: true,
+                    held_reason: r.get(5)?,
+                })
+            })
+            .optional()
+    }
+}

@@ -1,0 +1,177 @@
+//! Start-up: every configured group gets a row, and the writer's memory is loaded from the
+//! stored aggregates and rows (usage, held counts, the held queue, slots outstanding, FBSNG
+//! queue priorities, the idempotency map).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rusqlite::Connection;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use super::idempotency::Idempotency;
+use super::release::{read_candidate, CANDIDATE_COLUMNS};
+use super::state::WriterState;
+use super::Writer;
+use crate::clock::Clock;
+use crate::domain::PolicySettings;
+use crate::ledger::live::Published;
+use crate::ledger::wide::Wide;
+use crate::ledger::{identity, usage, LedgerError, LedgerOptions};
+use crate::policy::fbsng::Queues;
+use crate::policy::queue::HeldQueue;
+use crate::shares::{UsageBook, UsageLookup};
+
+impl Writer {
+    /// Make sure every configured group has a row, and load usage from the stored aggregates.
+    pub fn load(
+        mut conn: Connection,
+        policy: Arc<PolicySettings>,
+        clock: Arc<dyn Clock>,
+        options: &LedgerOptions,
+        (ready, published): (Arc<Notify>, Arc<Published>),
+    ) -> Result<Writer, LedgerError> {
+        let file = identity::DbFile::of(&options.path)?;
+        add_groups(&mut conn, &policy)?;
+        let now = clock.now_ms();
+        let usage = load_usage(&mut conn, &policy, now)?;
+        let held = usage::group_counts(&conn, &policy)?
+            .into_iter()
+            .map(|c| c.held)
+            .collect();
+        // Uses the partial index on in-flight requests.
+        let priority_waiting: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
+             AND state = 'submitted' AND class = 'priority'",
+            [],
+            |r| r.get(0),
+        )?;
+        let idempotency = load_idempotency(&conn)?;
+        info!(fair_total = %usage.at(now).fair_total(), model = policy.usage_model.name(),
+            requests = idempotency.len(), "ledger usage loaded");
+        let order = load_order_state(&conn, &policy)?;
+        if !order.0.is_empty() {
+            info!(
+                queued = order.0.len(),
+                mode = policy.order.release.mode.name(),
+                "held release queue loaded"
+            );
+        }
+        let state = WriterState::new(usage, held, priority_waiting, order, idempotency);
+        published.publish(&state.usage, &state.queues);
+        Ok(Writer {
+            conn,
+            policy,
+            clock,
+            state,
+            batch_max: options.commit_batch_max.max(1),
+            retry: options.retry.clone(),
+            ready,
+            published,
+            metrics: options.metrics.clone(),
+            file,
+        })
+    }
+}
+
+/// A row for every configured group; a warning for stored usage of a group no longer
+/// configured.
+fn add_groups(conn: &mut Connection, policy: &PolicySettings) -> Result<(), LedgerError> {
+    let tx = conn.transaction()?;
+    for g in &policy.groups {
+        tx.execute(
+            "INSERT OR IGNORE INTO groups(path) VALUES (?1)",
+            [g.path.as_str()],
+        )?;
+    }
+    tx.commit()?;
+    let mut stmt = conn.prepare("SELECT path, usage FROM groups")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Wide>(1)?)))?;
+    for row in rows {
+        let (path, Wide(usage)) = row?;
+        if usage != 0 && policy.group_by_path(&path).is_none() {
+            warn!(
+                group = %path,
+                usage = %usage,
+                "stored usage of a group that is no longer configured is kept but not used"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The usage book, rebuilt from the requests if the usage model changed.
+fn load_usage(
+    conn: &mut Connection,
+    policy: &PolicySettings,
+    now: i64,
+) -> Result<UsageBook, LedgerError> {
+    let started = std::time::Instant::now();
+    let loaded = usage::load_book(conn, policy, now)?;
+    let tx = conn.transaction()?;
+    if loaded.rebuilt {
+        usage::persist_rebuilt(&tx, policy, &loaded.book)?;
+        info!(
+            model = %policy.usage_model.describe(),
+            millis = started.elapsed().as_millis() as u64,
+            "usage aggregates rebuilt from the requests for a changed usage model"
+        );
+    } else {
+        usage::store_model(&tx, policy, &loaded.book)?;
+    }
+    tx.commit()?;
+    Ok(loaded.book)
+}
+
+fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
+    let mut idempotency = Idempotency::default();
+    let mut stmt = conn.prepare("SELECT id, fingerprint FROM idempotency")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (id, fp) = row?;
+        idempotency.insert(fp as u64, id);
+    }
+    Ok(idempotency)
+}
+
+/// The held release queue, the slots outstanding per library and the FBSNG queue priorities,
+/// from the rows.
+fn load_order_state(
+    conn: &Connection,
+    policy: &PolicySettings,
+) -> Result<(HeldQueue, HashMap<String, u32>, Queues), LedgerError> {
+    let mut queue = HeldQueue::default();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued' ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([], |r| read_candidate(policy, r))?;
+    for c in rows {
+        match c? {
+            Some(c) => queue.push(c),
+            None => warn!("a queued request of a group no longer configured stays queued"),
+        }
+    }
+    let mut outstanding = HashMap::new();
+    let mut stmt = conn.prepare(
+        "SELECT library, SUM(slots) FROM requests \
+         WHERE state IN ('accepted', 'submitted', 'running') GROUP BY library",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (lib, n) = row?;
+        outstanding.insert(lib, n.clamp(0, i64::from(u32::MAX)) as u32);
+    }
+    let mut queues = Queues::new(&policy.order.fbsng);
+    let mut stmt =
+        conn.prepare("SELECT path, queue_priority FROM groups WHERE queue_priority IS NOT NULL")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (path, p) = row?;
+        if let Some(g) = policy.group_by_path(&path) {
+            if let Some(slot) = queues.priority.get_mut(g.0) {
+                *slot = p;
+            }
+        }
+    }
+    Ok((queue, outstanding, queues))
+}

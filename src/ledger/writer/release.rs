@@ -1,0 +1,225 @@
+//! Holding and releasing: held requests (a feasibility cap) are released oldest first per group
+//! when their group is back under every cap; queued requests (the held release mode) are
+//! released while their library has free slots, each the policy's first at that instant.
+
+use rusqlite::params;
+use tracing::warn;
+
+use super::state::{Charge, Txn};
+use crate::domain::{GroupId, PolicySettings};
+use crate::ledger::aggregates::HourRow;
+use crate::ledger::read::stored_qos;
+use crate::policy;
+use crate::policy::order::{Candidate, Placement, Standing};
+use crate::shares::limits::held_by;
+
+/// Columns [`read_candidate`] reads.
+pub(in crate::ledger) const CANDIDATE_COLUMNS: &str =
+    "id, group_path, library, created_ms, size_bytes, access_mode, \
+     qos, user_factor, slots, passed";
+
+/// A request row as the ordering sees it (`None` for a group no longer configured).
+pub(in crate::ledger) fn read_candidate(
+    policy: &PolicySettings,
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<Option<Candidate>> {
+    let path: String = r.get(1)?;
+    let Some(group) = policy.group_by_path(&path) else {
+        return Ok(None);
+    };
+    let size: i64 = r.get(4)?;
+    let mode: String = r.get(5)?;
+    let qos = match r.get::<_, Option<String>>(6)? {
+        Some(q) => Some(stored_qos(6, &q)?),
+        None => None,
+    };
+    let user: Option<f64> = r.get(7)?;
+    let order = &policy.order;
+    Ok(Some(Candidate {
+        id: r.get(0)?,
+        group,
+        library: r.get(2)?,
+        created_ms: r.get(3)?,
+        size_bytes: size.max(0) as u64,
+        benefit: policy::benefit(policy, &mode, size.max(0) as u64),
+        qos: order.qos(qos, &mode),
+        user: user.unwrap_or(1.0),
+        queue: order.queue_factor(&mode),
+        slots: r.get::<_, i64>(8)?.clamp(1, i64::from(u32::MAX)) as u32,
+        passed: r.get::<_, i64>(9)?.clamp(0, i64::from(u32::MAX)) as u32,
+    }))
+}
+
+impl Txn<'_, '_> {
+    /// Release held requests, oldest first per group, while their group is under every
+    /// feasibility cap on its path; each is decided and charged as it is released. Returns how
+    /// many.
+    pub fn release_held(&mut self) -> rusqlite::Result<usize> {
+        let waiting: Vec<GroupId> = (self.st.held.iter().enumerate())
+            .filter(|(_, &h)| h > 0)
+            .map(|(i, _)| GroupId(i))
+            .collect();
+        let mut released = 0;
+        for g in waiting {
+            released += self.release_group(g)?;
+        }
+        Ok(released)
+    }
+
+    /// Release group `g`'s held requests, 64 rows at a time, until one is over a cap.
+    fn release_group(&mut self, g: GroupId) -> rusqlite::Result<usize> {
+        let path = self.policy.group(g).path.to_string();
+        let mut released = 0;
+        loop {
+            let batch: Vec<Candidate> = self
+                .tx
+                .prepare_cached(&format!(
+                    "SELECT {CANDIDATE_COLUMNS} FROM requests \
+                     WHERE state = 'held' AND group_path = ?1 ORDER BY id LIMIT 64"
+                ))?
+                .query_map([&path], |r| read_candidate(self.policy, r))?
+                .filter_map(Result::transpose)
+                .collect::<rusqlite::Result<_>>()?;
+            if batch.is_empty() {
+                // The count said some were held but none are: put the count right rather than
+                // hold the group's new requests behind nothing.
+                let stale = self.st.held.get(g.0).copied().unwrap_or(0);
+                if stale > 0 {
+                    warn!(group = %path, count = stale, "held count without held requests; reset");
+                    self.charge(&path, Charge::held(-(stale as i64)));
+                }
+                return Ok(released);
+            }
+            for c in batch {
+                if held_by(self.policy, &self.st.usage.at(self.now), g).is_some() {
+                    return Ok(released);
+                }
+                self.release_one(&path, c)?;
+                released += 1;
+            }
+        }
+    }
+
+    /// One held request released: into the broker's queue (held release mode: decided and
+    /// charged when the queue releases it), or decided and charged now.
+    fn release_one(&mut self, path: &str, c: Candidate) -> rusqlite::Result<()> {
+        let released = HourRow {
+            released: 1,
+            ..HourRow::default()
+        };
+        if self.policy.order.held() {
+            self.tx
+                .prepare_cached(
+                    "UPDATE requests SET state = 'queued', held_reason = NULL, \
+                     released_ms = ?2 WHERE id = ?1",
+                )?
+                .execute(params![c.id, self.now])?;
+            self.charge(path, Charge::held(-1));
+            self.report.add(path, self.now, released);
+            self.st.enqueue(c);
+        } else {
+            let p = self.placement(&c);
+            self.decide_and_charge(&c, &p)?;
+            self.charge(path, Charge::held(-1));
+            self.report.add(path, self.now, released.decided(p.class));
+        }
+        Ok(())
+    }
+
+    /// Decide a released request at `p`, charge it and make it ready to submit.
+    fn decide_and_charge(&mut self, c: &Candidate, p: &Placement) -> rusqlite::Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
+                 charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
+                 released_ms = ?6, explain = ?7 WHERE id = ?1",
+            )?
+            .execute(params![
+                c.id,
+                p.class.as_str(),
+                p.mss_priority,
+                c.benefit as i64,
+                c.size_bytes as i64,
+                self.now,
+                super::explain_text(p),
+            ])?;
+        let path = self.policy.group(c.group).path.to_string();
+        let charge = Charge {
+            usage: i128::from(c.benefit),
+            at_ms: self.now,
+            bytes: i128::from(c.size_bytes),
+            ..Charge::default()
+        };
+        self.charge(&path, charge);
+        self.occupy(&c.library, c.slots, true);
+        self.ready = true;
+        Ok(())
+    }
+
+    /// Release queued requests while their library has free slots (all of them when the mode
+    /// is no longer `held`), each the policy's first at this instant; each is decided and
+    /// charged as it goes, so the next choice sees it. A request whose group is now over a
+    /// feasibility cap goes back to `held`.
+    pub fn release_queued(&mut self) -> rusqlite::Result<usize> {
+        if self.st.queue.is_empty() {
+            return Ok(0);
+        }
+        let mut released = 0;
+        for lib in self.st.queue.libraries() {
+            while let Some(free) = self.free_slots(&lib) {
+                let order = &self.policy.order;
+                let pick = {
+                    let usage = self.st.usage.at(self.now);
+                    let standing = Standing::new(self.policy, usage, &self.st.queues);
+                    self.st.queue.pick(order, &standing, &lib, free, self.now)
+                };
+                let Some(pick) = pick else { break };
+                released += usize::from(self.release_pick(pick)?);
+            }
+        }
+        Ok(released)
+    }
+
+    /// Slots free at library `lib` (`None`: none).
+    fn free_slots(&self, lib: &str) -> Option<u32> {
+        let order = &self.policy.order;
+        let limit = if order.held() {
+            order.release.limit_of(lib)
+        } else {
+            u32::MAX
+        };
+        let used = self.st.outstanding.get(lib).copied().unwrap_or(0);
+        Some(limit.saturating_sub(used)).filter(|&free| free > 0)
+    }
+
+    /// Release the queue's pick (or hold it again if its group is now over a cap). Returns
+    /// whether it was released.
+    fn release_pick(&mut self, pick: crate::policy::queue::Pick) -> rusqlite::Result<bool> {
+        let c = &pick.candidate;
+        self.st.dequeue(c.id);
+        let path = self.policy.group(c.group).path.to_string();
+        if let Some(reason) = held_by(self.policy, &self.st.usage.at(self.now), c.group) {
+            self.tx
+                .prepare_cached(
+                    "UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1",
+                )?
+                .execute(params![c.id, reason])?;
+            self.charge(&path, Charge::held(1));
+            return Ok(false);
+        }
+        self.decide_and_charge(c, &pick.placement)?;
+        let row = HourRow::default();
+        self.report
+            .add(&path, self.now, row.decided(pick.placement.class));
+        if self.policy.order.held() {
+            self.fbsng_started(c.group);
+        }
+        for &id in &pick.passed_over {
+            self.tx
+                .prepare_cached("UPDATE requests SET passed = passed + 1 WHERE id = ?1")?
+                .execute([id])?;
+            self.st.passed_over(id);
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,370 @@
+//! What happens to a request after it is decided: the MSS took it, refused it, lost it, started,
+//! finished or failed it (its events), a caller cancelled it; and the terminal step that settles
+//! its charge ([`Txn::finalize`]).
+
+use mss_adapters::{EventCursor, EventKind, MssEvent};
+use rusqlite::{params, OptionalExtension};
+use tracing::warn;
+
+use super::state::{Charge, Txn};
+use crate::domain::{Class, RequestState};
+use crate::ledger::aggregates::HourRow;
+use crate::ledger::read::{parse_class, parse_state};
+use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
+use crate::policy;
+
+/// The columns finalising needs.
+pub(super) struct Charged {
+    state: RequestState,
+    attempt: u32,
+    group: String,
+    access_mode: String,
+    charged: i64,
+    charged_bytes: i64,
+    charged_ms: i64,
+    class: Class,
+    created_ms: i64,
+    started_ms: Option<i64>,
+    library: String,
+    slots: u32,
+    /// A station or operator asked to cancel it while it was at the MSS.
+    cancel_requested: bool,
+}
+
+impl Charged {
+    /// Whether it holds slots at the MSS (released and not finished).
+    fn outstanding(&self) -> bool {
+        matches!(
+            self.state,
+            RequestState::Accepted | RequestState::Submitted | RequestState::Running
+        )
+    }
+}
+
+/// What is stored of an error text (often the MSS's): a few hundred characters at most (room
+/// for an adapter's message around the MSS text it already clipped).
+fn clip_error(text: &str) -> std::borrow::Cow<'_, str> {
+    mss_adapters::answer::clip(text, 500)
+}
+
+impl Txn<'_, '_> {
+    fn load_charged(&self, id: i64) -> rusqlite::Result<Option<Charged>> {
+        self.tx
+            .prepare_cached(
+                "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
+                 COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
+                 slots, cancel_requested FROM requests WHERE id = ?1",
+            )?
+            .query_row([id], |r| {
+                Ok(Charged {
+                    state: parse_state(0, &r.get::<_, String>(0)?)?,
+                    attempt: r.get::<_, i64>(1)? as u32,
+                    group: r.get(2)?,
+                    access_mode: r.get(3)?,
+                    charged: r.get(4)?,
+                    charged_bytes: r.get(5)?,
+                    charged_ms: r.get(6)?,
+                    class: parse_class(7, &r.get::<_, String>(7)?)?,
+                    created_ms: r.get(8)?,
+                    started_ms: r.get(9)?,
+                    library: r.get(10)?,
+                    slots: r.get::<_, i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
+                    cancel_requested: r.get::<_, i64>(12)? != 0,
+                })
+            })
+            .optional()
+    }
+
+    /// Move a request to a terminal state and settle its charge: `actual` bytes replace the
+    /// estimate (done), or the charge is refunded (failed, cancelled).
+    fn finalize(
+        &mut self,
+        id: i64,
+        row: &Charged,
+        state: RequestState,
+        actual_bytes: Option<u64>,
+        error: Option<&str>,
+    ) -> rusqlite::Result<()> {
+        // What the MSS reports is not bounded by `limits.max_size_bytes`: a per-request figure
+        // stays an i64 column, so an absurd report saturates instead of wrapping negative.
+        let (benefit, bytes) = match actual_bytes {
+            Some(b) => {
+                let b = b.min(i64::MAX as u64);
+                let benefit = policy::benefit(self.policy, &row.access_mode, b);
+                (i64::try_from(benefit).unwrap_or(i64::MAX), b as i64)
+            }
+            None => (0, 0),
+        };
+        self.tx
+            .prepare_cached(
+                "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, \
+                 bytes_done = ?5, finished_ms = ?6, last_error = COALESCE(?7, last_error), \
+                 charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
+            )?
+            .execute(params![
+                id,
+                state.as_str(),
+                benefit,
+                bytes,
+                bytes,
+                self.now,
+                error.map(clip_error)
+            ])?;
+        self.report.add(
+            &row.group,
+            self.now,
+            HourRow {
+                done: i64::from(state == RequestState::Done),
+                failed: i64::from(state == RequestState::Failed),
+                cancelled: i64::from(state == RequestState::Cancelled),
+                held_cancelled: i64::from(row.state == RequestState::Held),
+                bytes_done: i128::from(bytes),
+                benefit_done: i128::from(benefit),
+                ..HourRow::default()
+            },
+        );
+        self.moved(row.class, Some(row.state), state);
+        if row.outstanding() {
+            self.occupy(&row.library, row.slots, false);
+        }
+        if row.state == RequestState::Queued {
+            self.st.dequeue(id);
+        }
+        // The estimate is taken back at its own date; the actual is charged now, when it was
+        // received.
+        let refund = Charge {
+            usage: -i128::from(row.charged),
+            at_ms: row.charged_ms,
+            bytes: -i128::from(row.charged_bytes),
+            pending: -1,
+            held: -i64::from(row.state == RequestState::Held),
+        };
+        self.charge(&row.group, refund);
+        let actual = Charge {
+            usage: i128::from(benefit),
+            at_ms: self.now,
+            bytes: i128::from(bytes),
+            ..Charge::default()
+        };
+        self.charge(&row.group, actual);
+        Ok(())
+    }
+
+    pub fn submitted_one(&mut self, item: &SubmittedTransfer) -> rusqlite::Result<AfterSubmit> {
+        let Some(row) = self.load_charged(item.id)? else {
+            return Ok(AfterSubmit::Recorded);
+        };
+        if row.attempt != item.attempt {
+            return Ok(AfterSubmit::Recorded);
+        }
+        let new_state = match row.state {
+            RequestState::Accepted => RequestState::Submitted,
+            other => other,
+        };
+        self.tx
+            .prepare_cached(
+                "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
+                 submitted_ms = COALESCE(submitted_ms, ?4) WHERE id = ?1",
+            )?
+            .execute(params![item.id, new_state.as_str(), item.mss_id, self.now])?;
+        self.moved(row.class, Some(row.state), new_state);
+        Ok(if row.state == RequestState::Cancelled {
+            AfterSubmit::CancelAtMss
+        } else {
+            AfterSubmit::Recorded
+        })
+    }
+
+    pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<()> {
+        match self.load_charged(id)? {
+            Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => {
+                self.finalize(id, &row, RequestState::Failed, None, Some(reason))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The MSS lost an in-flight attempt: back to `accepted` as the next attempt, at once.
+    pub fn lost(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<bool> {
+        let Some(row) = self.load_charged(id)? else {
+            return Ok(false);
+        };
+        let in_flight = row.attempt == attempt
+            && matches!(row.state, RequestState::Submitted | RequestState::Running);
+        if !in_flight {
+            return Ok(false);
+        }
+        if row.cancel_requested {
+            // Cancelled while at the MSS, which lost it: nothing is left to cancel or resend.
+            self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+            return Ok(true);
+        }
+        self.moved(row.class, Some(row.state), RequestState::Accepted);
+        self.tx
+            .prepare_cached(
+                "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
+                 next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
+            )?
+            .execute(params![id, self.now, reason])?;
+        self.ready = true;
+        Ok(true)
+    }
+
+    /// Apply one MSS event. Events of another attempt, of unknown requests, or of requests
+    /// already final change nothing, so a duplicated or replayed event is harmless. Returns
+    /// whether it changed the request.
+    pub fn apply_event(&mut self, event: &MssEvent) -> rusqlite::Result<bool> {
+        let Ok(id) = event.key.parse::<i64>() else {
+            warn!(key = %event.key, "event for a key this broker never issued");
+            return Ok(false);
+        };
+        let Some(row) = self.load_charged(id)? else {
+            warn!(request_id = id, "event for an unknown request");
+            return Ok(false);
+        };
+        if row.attempt != event.attempt
+            || row.state.is_terminal()
+            || matches!(row.state, RequestState::Held | RequestState::Queued)
+        {
+            return Ok(false);
+        }
+        match &event.kind {
+            EventKind::Started => return self.started(id, &row),
+            EventKind::Done { bytes } => {
+                self.finalize(id, &row, RequestState::Done, Some(*bytes), None)?;
+            }
+            // A cancel was asked while it was at the MSS, which answers with a failure (EOS
+            // lists a cancelled file with an error, not a cancelled state): cancelled, never
+            // resent.
+            EventKind::Failed { .. } if row.cancel_requested => {
+                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+            }
+            EventKind::Failed { reason, retryable } => {
+                self.failed(id, &row, reason, *retryable)?;
+            }
+            EventKind::Cancelled => {
+                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The MSS started the request's attempt.
+    fn started(&mut self, id: i64, row: &Charged) -> rusqlite::Result<bool> {
+        if !matches!(row.state, RequestState::Accepted | RequestState::Submitted) {
+            return Ok(false);
+        }
+        // started_ms is the first start: a report's wait is from queueing to first start.
+        self.tx
+            .prepare_cached(
+                "UPDATE requests SET state = 'running', started_ms = COALESCE(started_ms, ?2), \
+                 submitted_ms = COALESCE(submitted_ms, ?2) WHERE id = ?1",
+            )?
+            .execute(params![id, self.now])?;
+        if row.started_ms.is_none() {
+            let over_priority = row.class != Class::Priority && self.st.priority_waiting > 0;
+            self.report.started(
+                &row.group,
+                self.now,
+                self.now - row.created_ms,
+                over_priority,
+            );
+            // FBSNG in pass-through mode: the MSS started it (held mode counts releases).
+            if !self.policy.order.held() {
+                if let Some(g) = self.policy.group_by_path(&row.group) {
+                    self.fbsng_started(g);
+                }
+            }
+        }
+        self.moved(row.class, Some(row.state), RequestState::Running);
+        Ok(true)
+    }
+
+    /// The MSS failed the attempt: another attempt after a backoff, or failed for good.
+    fn failed(
+        &mut self,
+        id: i64,
+        row: &Charged,
+        reason: &str,
+        retryable: bool,
+    ) -> rusqlite::Result<()> {
+        if retryable && row.attempt < self.retry.max_attempts {
+            let delay = self.retry.backoff(row.attempt).as_millis() as i64;
+            self.tx
+                .prepare_cached(
+                    "UPDATE requests SET state = 'accepted', attempt = attempt + 1, \
+                     mss_id = NULL, next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
+                )?
+                .execute(params![id, self.now + delay, clip_error(reason)])?;
+            self.moved(row.class, Some(row.state), RequestState::Accepted);
+            self.ready = true;
+            Ok(())
+        } else {
+            let why = format!(
+                "{reason} (attempt {} of {})",
+                row.attempt, self.retry.max_attempts
+            );
+            self.finalize(id, row, RequestState::Failed, None, Some(&why))
+        }
+    }
+
+    pub fn store_cursor(&self, cursor: &EventCursor) -> rusqlite::Result<()> {
+        let mut stmt = self.tx.prepare_cached(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2) \
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        )?;
+        stmt.execute(params!["mss_event_epoch", cursor.epoch])?;
+        stmt.execute(params!["mss_event_after", cursor.after.to_string()])?;
+        Ok(())
+    }
+
+    pub fn cancel(&mut self, id: i64) -> rusqlite::Result<CancelOutcome> {
+        let Some(row) = self.load_charged(id)? else {
+            return Ok(CancelOutcome::NotFound);
+        };
+        match row.state {
+            s if s.is_terminal() => Ok(CancelOutcome::AlreadyFinal(s)),
+            RequestState::Accepted | RequestState::Held | RequestState::Queued => {
+                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+                Ok(CancelOutcome::Cancelled)
+            }
+            s => {
+                self.tx
+                    .prepare_cached("UPDATE requests SET cancel_requested = 1 WHERE id = ?1")?
+                    .execute([id])?;
+                Ok(CancelOutcome::Requested(s))
+            }
+        }
+    }
+
+    /// The MSS confirmed these in-flight requests are still queued or running.
+    pub fn checked(&self, ids: &[i64]) -> rusqlite::Result<()> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("UPDATE requests SET checked_ms = ?2 WHERE id = ?1")?;
+        for id in ids {
+            stmt.execute(params![id, self.now])?;
+        }
+        Ok(())
+    }
+
+    /// Record priorities the MSS took (for the attempt still at the MSS, not yet running).
+    pub fn reprioritised(&self, items: &[NewPriority]) -> rusqlite::Result<usize> {
+        let mut n = 0;
+        for i in items {
+            n += self
+                .tx
+                .prepare_cached(
+                    "UPDATE requests SET mss_priority = ?3, explain = ?4 \
+                     WHERE id = ?1 AND attempt = ?2 AND state = 'submitted'",
+                )?
+                .execute(params![
+                    i.id,
+                    i.attempt,
+                    i.mss_priority,
+                    i.explain.to_text()
+                ])?;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,417 @@
+//! What the writer keeps in memory between transactions ([`WriterState`]), how a transaction
+//! changes it ([`Txn`]), and how a failed transaction puts it back: [`WriterState::checkpoint`]
+//! before, then [`WriterState::keep`] after COMMIT or [`WriterState::rollback`] after a failure.
+//! The small figures are copied at the checkpoint; the large ones (the held queue, the
+//! idempotency map) record each change in a journal that a rollback undoes in reverse.
+
+use std::collections::{BTreeSet, HashMap};
+
+use rusqlite::{params, Transaction};
+
+use super::idempotency::Idempotency;
+use crate::domain::{Class, RequestState};
+use crate::domain::{GroupId, PolicySettings, RetrySettings};
+use crate::ledger::aggregates::ReportDeltas;
+use crate::ledger::wide::Wide;
+use crate::policy::fbsng::Queues;
+use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
+use crate::policy::queue::HeldQueue;
+use crate::shares::{UsageBook, UsageModel};
+
+/// The writer's memory: what a decision reads without a query.
+pub(super) struct WriterState {
+    /// Every group's usage under the configured model.
+    pub usage: UsageBook,
+    /// Held requests per group (by group id).
+    pub held: Vec<u64>,
+    /// Priority-class requests queued at the MSS (submitted, not yet running).
+    pub priority_waiting: i64,
+    /// The held release mode's queue (rows in state `queued`).
+    pub queue: HeldQueue,
+    /// Slots taken at the MSS per library (requests accepted, submitted or running).
+    pub outstanding: HashMap<String, u32>,
+    /// FBSNG queue priorities per group.
+    pub queues: Queues,
+    pub idempotency: Idempotency,
+    /// Since the last checkpoint: the copied figures and the journal of the rest.
+    checkpoint: Option<Saved>,
+}
+
+/// The figures copied at a checkpoint (O(groups + libraries)).
+struct Saved {
+    usage: UsageBook,
+    held: Vec<u64>,
+    priority_waiting: i64,
+    outstanding: HashMap<String, u32>,
+    queues: Queues,
+    journal: Vec<Undo>,
+}
+
+/// One change to the queue or the idempotency map, undone on rollback.
+enum Undo {
+    Pushed(i64),
+    Removed(Candidate),
+    Passed(i64),
+    Fingerprint(u64, i64),
+}
+
+impl WriterState {
+    pub fn new(
+        usage: UsageBook,
+        held: Vec<u64>,
+        priority_waiting: i64,
+        (queue, outstanding, queues): (HeldQueue, HashMap<String, u32>, Queues),
+        idempotency: Idempotency,
+    ) -> WriterState {
+        WriterState {
+            usage,
+            held,
+            priority_waiting,
+            queue,
+            outstanding,
+            queues,
+            idempotency,
+            checkpoint: None,
+        }
+    }
+
+    /// Nothing is held or queued: the release timer has nothing to do.
+    pub fn nothing_waiting(&self) -> bool {
+        self.held.iter().all(|&h| h == 0) && self.queue.is_empty()
+    }
+
+    /// Remember the present, so a failed transaction can come back to it.
+    pub fn checkpoint(&mut self) {
+        self.checkpoint = Some(Saved {
+            usage: self.usage.clone(),
+            held: self.held.clone(),
+            priority_waiting: self.priority_waiting,
+            outstanding: self.outstanding.clone(),
+            queues: self.queues.clone(),
+            journal: Vec::new(),
+        });
+    }
+
+    /// The transaction committed: forget the checkpoint.
+    pub fn keep(&mut self) {
+        self.checkpoint = None;
+    }
+
+    /// The transaction rolled back: back to the checkpoint.
+    pub fn rollback(&mut self) {
+        let Some(saved) = self.checkpoint.take() else {
+            return;
+        };
+        self.usage = saved.usage;
+        self.held = saved.held;
+        self.priority_waiting = saved.priority_waiting;
+        self.outstanding = saved.outstanding;
+        self.queues = saved.queues;
+        for op in saved.journal.into_iter().rev() {
+            match op {
+                Undo::Pushed(id) => {
+                    self.queue.remove(id);
+                }
+                Undo::Removed(c) => self.queue.push(c),
+                Undo::Passed(id) => {
+                    if let Some(c) = self.queue.get_mut(id) {
+                        c.passed = c.passed.saturating_sub(1);
+                    }
+                }
+                Undo::Fingerprint(fp, id) => self.idempotency.remove(fp, id),
+            }
+        }
+    }
+
+    fn journal(&mut self, op: Undo) {
+        if let Some(saved) = &mut self.checkpoint {
+            saved.journal.push(op);
+        }
+    }
+
+    pub fn enqueue(&mut self, c: Candidate) {
+        self.journal(Undo::Pushed(c.id));
+        self.queue.push(c);
+    }
+
+    pub fn dequeue(&mut self, id: i64) {
+        if let Some(c) = self.queue.remove(id) {
+            self.journal(Undo::Removed(c));
+        }
+    }
+
+    /// A queued request was passed over by another release.
+    pub fn passed_over(&mut self, id: i64) {
+        if let Some(w) = self.queue.get_mut(id) {
+            w.passed = w.passed.saturating_add(1);
+            self.journal(Undo::Passed(id));
+        }
+    }
+
+    pub fn remember(&mut self, fp: u64, id: i64) {
+        self.idempotency.insert(fp, id);
+        self.journal(Undo::Fingerprint(fp, id));
+    }
+}
+
+/// One change to a group's figures; summed per group in [`Deltas`].
+#[derive(Default, Clone, Copy)]
+pub(super) struct Charge {
+    /// Benefit charged (negative: refunded) ...
+    pub usage: i128,
+    /// ... dated (a refund names the date of the charge it takes back; unused in a sum).
+    pub at_ms: i64,
+    pub bytes: i128,
+    pub pending: i64,
+    pub held: i64,
+}
+
+impl Charge {
+    /// A change of the held count only.
+    pub fn held(n: i64) -> Charge {
+        Charge {
+            held: n,
+            ..Charge::default()
+        }
+    }
+
+    fn absorb(&mut self, c: &Charge) {
+        self.usage += c.usage;
+        self.bytes += c.bytes;
+        self.pending += c.pending;
+        self.held += c.held;
+    }
+
+    fn is_zero(&self) -> bool {
+        self.usage == 0 && self.bytes == 0 && self.pending == 0 && self.held == 0
+    }
+}
+
+/// Per-group changes of one transaction, written once before COMMIT.
+#[derive(Default)]
+pub(super) struct Deltas {
+    groups: HashMap<String, Charge>,
+    /// (path, window) -> usage, for the windows model
+    windows: HashMap<(String, i64), i128>,
+    /// Groups whose half-life accumulator changed (written as absolute values).
+    decayed: BTreeSet<GroupId>,
+    /// The FBSNG queue priorities changed.
+    queues: bool,
+}
+
+/// One transaction at work: the open SQL transaction, the writer's memory and what this
+/// transaction adds up (deltas, report aggregates, whether something became ready).
+pub(super) struct Txn<'a, 'c> {
+    pub tx: &'a Transaction<'c>,
+    pub policy: &'a PolicySettings,
+    pub retry: &'a RetrySettings,
+    pub st: &'a mut WriterState,
+    pub now: i64,
+    pub deltas: Deltas,
+    pub report: ReportDeltas,
+    /// Some request became ready to submit.
+    pub ready: bool,
+}
+
+impl Txn<'_, '_> {
+    /// Slots a request takes at the MSS from now (`+`) or no longer (`-`).
+    pub fn occupy(&mut self, library: &str, slots: u32, taken: bool) {
+        let e = self.st.outstanding.entry(library.to_string()).or_default();
+        *e = if taken {
+            e.saturating_add(slots)
+        } else {
+            e.saturating_sub(slots)
+        };
+    }
+
+    /// FBSNG: a request of `group` started (held mode: was released).
+    pub fn fbsng_started(&mut self, group: GroupId) {
+        let policy = self.policy;
+        if policy.order.algorithm != Algorithm::Fbsng || !is_fair(policy, group) {
+            return;
+        }
+        let fair: Vec<bool> = policy.group_ids().map(|g| is_fair(policy, g)).collect();
+        self.st.queues.started(&policy.order.fbsng, &fair, group.0);
+        self.deltas.queues = true;
+    }
+
+    /// A request of `class` moves from `from` to `to`: keep the count of priority-class
+    /// requests queued at the MSS. (One still in the broker is submitted before any fair-share
+    /// request, so only the MSS can start a fair-share request over it; counting the moments
+    /// between its commit and its submission would count the submit loop's latency.)
+    pub fn moved(&mut self, class: Class, from: Option<RequestState>, to: RequestState) {
+        if class != Class::Priority {
+            return;
+        }
+        let waiting = |s: Option<RequestState>| matches!(s, Some(RequestState::Submitted));
+        self.st.priority_waiting += i64::from(waiting(Some(to))) - i64::from(waiting(from));
+    }
+
+    /// Change a group's usage, bytes and counts, in memory and in this transaction's deltas.
+    pub fn charge(&mut self, path: &str, c: Charge) {
+        let policy = self.policy;
+        if let Some(g) = policy.group_by_path(path) {
+            if c.usage != 0 {
+                self.st.usage.add(g, c.usage, c.at_ms);
+                match policy.usage_model {
+                    UsageModel::HalfLife { .. } => {
+                        self.deltas.decayed.insert(g);
+                    }
+                    UsageModel::Windows { .. } => {
+                        let w = policy.usage_model.window_of(c.at_ms);
+                        *self
+                            .deltas
+                            .windows
+                            .entry((path.to_string(), w))
+                            .or_default() += c.usage;
+                    }
+                    UsageModel::Cumulative => {}
+                }
+            }
+            if let Some(h) = self.st.held.get_mut(g.0) {
+                *h = h.saturating_add_signed(c.held);
+            }
+        }
+        self.deltas
+            .groups
+            .entry(path.to_string())
+            .or_default()
+            .absorb(&c);
+    }
+
+    /// Where request `c` goes now, under the configured policy.
+    pub fn placement(&self, c: &Candidate) -> Placement {
+        let standing = Standing::new(self.policy, self.st.usage.at(self.now), &self.st.queues);
+        place(&self.policy.order, &standing, c, self.now)
+    }
+
+    /// Write the per-group deltas, the half-life accumulators and the queue priorities.
+    pub fn flush_deltas(&self) -> rusqlite::Result<()> {
+        let (tx, deltas, policy) = (self.tx, &self.deltas, self.policy);
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
+             VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT(path) DO UPDATE SET usage = wide_add(usage, excluded.usage), \
+             usage_bytes = wide_add(usage_bytes, excluded.usage_bytes), \
+             pending = pending + excluded.pending, \
+             held = held + excluded.held",
+        )?;
+        for (path, c) in deltas.groups.iter().filter(|(_, c)| !c.is_zero()) {
+            stmt.execute(params![
+                path,
+                Wide(c.usage),
+                Wide(c.bytes),
+                c.pending,
+                c.held
+            ])?;
+        }
+        // The accumulator is written whole: the stored value is bit for bit the one in memory,
+        // so a restart reads back exactly what the decisions used.
+        let mut stmt = tx.prepare_cached("UPDATE groups SET decayed = ?2 WHERE path = ?1")?;
+        for &g in &deltas.decayed {
+            stmt.execute(params![
+                policy.group(g).path.as_str(),
+                self.st.usage.decayed(g)
+            ])?;
+        }
+        if deltas.queues {
+            let mut stmt =
+                tx.prepare_cached("UPDATE groups SET queue_priority = ?2 WHERE path = ?1")?;
+            for g in policy.group_ids().filter(|&g| is_fair(policy, g)) {
+                stmt.execute(params![
+                    policy.group(g).path.as_str(),
+                    self.st.queues.get(g.0)
+                ])?;
+            }
+        }
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO usage_windows(path, window, usage) VALUES (?1, ?2, ?3) \
+             ON CONFLICT(path, window) DO UPDATE SET usage = wide_add(usage, excluded.usage)",
+        )?;
+        for ((path, window), usage) in &deltas.windows {
+            if *usage != 0 {
+                stmt.execute(params![path, window, Wide(*usage)])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::policy::multifactor::Qos;
+
+    const CONFIG: &str = r#"
+[policy]
+p_front = 20
+p_back = 10
+[shares]
+a = 1
+b = 1
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:1"
+"#;
+
+    fn candidate(id: i64) -> Candidate {
+        Candidate {
+            id,
+            group: GroupId(0),
+            library: String::new(),
+            created_ms: id,
+            size_bytes: 10,
+            benefit: 10,
+            qos: Qos::Normal,
+            user: 1.0,
+            queue: 1.0,
+            slots: 1,
+            passed: 0,
+        }
+    }
+
+    /// Everything a transaction changed in memory comes back at rollback: the copied figures
+    /// and, in reverse, the journalled queue and idempotency changes; `keep` forgets them.
+    #[test]
+    fn rollback_returns_to_the_checkpoint_and_keep_forgets_it() {
+        let settings = Settings::parse(CONFIG, "test").unwrap();
+        let policy = &settings.policy;
+        let mut queue = HeldQueue::default();
+        queue.push(candidate(1));
+        queue.push(candidate(2));
+        let mut st = WriterState::new(
+            UsageBook::new(policy, 0),
+            vec![0; policy.groups.len()],
+            0,
+            (queue, HashMap::new(), Queues::new(&policy.order.fbsng)),
+            Idempotency::default(),
+        );
+        st.checkpoint();
+        st.usage.add(GroupId(0), 500, 0);
+        st.held[1] = 3;
+        st.priority_waiting = 2;
+        st.outstanding.insert("lib".into(), 4);
+        st.enqueue(candidate(3));
+        st.dequeue(1);
+        st.passed_over(2);
+        st.passed_over(2);
+        st.remember(42, 3);
+        st.rollback();
+        assert_eq!(st.usage.cumulative(GroupId(0)), 0);
+        assert_eq!((st.held[1], st.priority_waiting), (0, 0));
+        assert!(st.outstanding.is_empty());
+        assert_eq!(st.queue.len(), 2);
+        assert!(st.queue.get(1).is_some() && st.queue.get(3).is_none());
+        assert_eq!(st.queue.get(2).map(|c| c.passed), Some(0));
+        assert_eq!(st.idempotency.candidates(42).count(), 0);
+
+        st.checkpoint();
+        st.enqueue(candidate(3));
+        st.remember(42, 3);
+        st.keep();
+        st.rollback(); // nothing to go back to
+        assert!(st.queue.get(3).is_some());
+        assert_eq!(st.idempotency.candidates(42).collect::<Vec<_>>(), [3]);
+    }
+}
