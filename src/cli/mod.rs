@@ -1,0 +1,207 @@
+//! The `mssbroker` command line: raw flags (clap) turned into settings and actions. This is the
+//! binary's edge, so errors are `anyhow` with context, printed once by `main`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, Settings};
+use crate::telemetry;
+
+mod client;
+mod mss_sim;
+mod reports;
+mod serve;
+
+use client::{print_response, submit, with_token, SubmitArgs};
+use mss_sim::{mss_sim, SimArgs};
+use reports::{report, shares, ReportArgs, SharesArgs};
+use serve::serve;
+pub use serve::shutdown_signal;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mssbroker",
+    version,
+    about = "Fair-share broker for file-transfer requests in front of a tape mass storage system"
+)]
+pub struct Cli {
+    /// Log as JSON lines instead of text (filter with RUST_LOG).
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker: API, ledger, dispatcher and (if configured) the embedded MSS simulator.
+    Serve {
+        /// Configuration file [default: config/broker.toml, else the embedded copy].
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on, overriding server.listen (port 0: any free port).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// SQLite database file, overriding database.path.
+        #[arg(long)]
+        db: Option<PathBuf>,
+    },
+    /// Submit a request (from flags, or a JSON file) to a running broker.
+    Submit(SubmitArgs),
+    /// Show a request of a running broker.
+    Status {
+        /// Request id.
+        id: i64,
+        #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// Bearer token.
+        #[arg(long, env = "MSSBROKER_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Run the Enstore-like MSS simulator as its own HTTP server.
+    MssSim(SimArgs),
+    /// Measure the acceptance path: a broker on a temporary database under concurrent HTTP load.
+    Bench {
+        /// Concurrent keep-alive clients.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Seconds per round.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Requests per POST (1: single requests; more: /v1/requests/batch).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Skip HTTP and drive the ledger directly (the writer's ceiling).
+        #[arg(long)]
+        direct: bool,
+        /// Instead: fill a ledger with this many requests over 90 days and time reports on it.
+        #[arg(long)]
+        report_requests: Option<usize>,
+        /// Instead: queue this many requests (held mode), then time explains of queued
+        /// requests by `--pollers` clients while another station posts (for `--seconds`).
+        #[arg(long)]
+        explain_queued: Option<usize>,
+        /// Clients polling queued requests (with --explain-queued).
+        #[arg(long, default_value_t = 200)]
+        pollers: usize,
+    },
+    /// Show every group's target, usage under the configured model, Fair Tree rank, SAM class
+    /// and cap state: from a ledger database, or from usage given in a JSON file.
+    Shares(SharesArgs),
+    /// The share report over a time range: from a running broker (--url) or a database (--db).
+    Report(ReportArgs),
+    /// Validate a configuration file and print its share tree, or every problem (exit 1).
+    CheckConfig {
+        /// Configuration file [default: config/broker.toml, else the embedded copy].
+        path: Option<PathBuf>,
+    },
+}
+
+/// Parse the command line and run it.
+pub fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { path } => check_config(path),
+        Command::Shares(args) => shares(args),
+        command => {
+            telemetry::init(cli.log_json);
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime.block_on(run_async(command))
+        }
+    }
+}
+
+async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve { config, listen, db } => serve(config, listen, db).await,
+        Command::Submit(args) => submit(args).await,
+        Command::Status { id, url, token } => {
+            let resp = with_token(
+                reqwest::Client::new()
+                    .get(format!("{}/v1/requests/{id}", url.trim_end_matches('/'))),
+                token.as_deref(),
+            )
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the broker at {url}"))?;
+            print_response(resp).await
+        }
+        Command::MssSim(args) => mss_sim(args).await,
+        Command::Report(args) => report(args).await,
+        Command::Bench {
+            connections,
+            seconds,
+            rounds,
+            batch,
+            direct,
+            report_requests: Some(n),
+            ..
+        } => {
+            let _ = (connections, seconds, batch, direct);
+            crate::bench_report::run(n, rounds).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            connections,
+            seconds,
+            rounds,
+            batch,
+            direct,
+            report_requests: None,
+            explain_queued: Some(queued),
+            pollers,
+        } => {
+            let _ = (connections, rounds, batch, direct);
+            let options = crate::bench_explain::ExplainOptions {
+                queued: queued.max(1),
+                pollers: pollers.max(1),
+                seconds,
+            };
+            crate::bench_explain::run(&options).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            connections,
+            seconds,
+            rounds,
+            batch,
+            direct,
+            report_requests: None,
+            explain_queued: None,
+            ..
+        } => {
+            let options = crate::bench::BenchOptions {
+                connections: connections.max(1),
+                seconds,
+                rounds: rounds.max(1),
+                batch: batch.max(1),
+                direct,
+            };
+            crate::bench::run(&options).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CheckConfig { .. } | Command::Shares(_) => {
+            unreachable!("handled without a runtime")
+        }
+    }
+}
+
+fn check_config(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    match Settings::load_default(path.as_deref()) {
+        Ok(settings) => {
+            print!("{}", config::describe(&settings));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

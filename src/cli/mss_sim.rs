@@ -1,0 +1,83 @@
+//! `mssbroker mss-sim`: the MSS simulator as a process of its own.
+
+use super::serve::{banner, shutdown_signal};
+use anyhow::{bail, Context};
+use clap::Args;
+use mss_adapters::sim::{self, LibraryConfig, SimConfig};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub(super) struct SimArgs {
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    #[arg(long, default_value_t = 4)]
+    drives: usize,
+    #[arg(long, default_value_t = 60.0)]
+    mount_seconds: f64,
+    #[arg(long, default_value_t = 300.0)]
+    rate_mb_per_sec: f64,
+    /// Virtual seconds per real second.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Fraction of transfers that fail (retryably), 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    failure_rate: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fraction of submission calls answered 503, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    submit_failure_rate: f64,
+    /// Milliseconds every call waits before answering.
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u64,
+    /// Fraction of events never written to the event log, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    drop_event_rate: f64,
+    /// Fraction of events written to the event log twice, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate_event_rate: f64,
+}
+
+pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(args.time_scale)
+        || !positive(args.rate_mb_per_sec)
+        || ![
+            args.failure_rate,
+            args.submit_failure_rate,
+            args.drop_event_rate,
+            args.duplicate_event_rate,
+        ]
+        .iter()
+        .all(|r| (0.0..=1.0).contains(r))
+    {
+        bail!("--time-scale and --rate-mb-per-sec must be above 0, every --*-rate within 0..1");
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let cfg = SimConfig {
+        library: LibraryConfig {
+            drives: args.drives.max(1),
+            mount_micros: (args.mount_seconds.max(0.0) * 1e6) as u64,
+            bytes_per_sec: (args.rate_mb_per_sec * 1e6) as u64,
+            failure_rate: args.failure_rate,
+            seed: args.seed,
+            aging: None,
+        },
+        time_scale: args.time_scale,
+        faults: mss_adapters::protocol::Faults {
+            submit_failure_rate: args.submit_failure_rate,
+            down_for_ms: 0,
+            delay_ms: args.delay_ms,
+            drop_event_rate: args.drop_event_rate,
+            duplicate_event_rate: args.duplicate_event_rate,
+            ..Default::default()
+        },
+    };
+    banner(&format!("mss simulator listening on http://{addr}\n"));
+    sim::run(listener, cfg, shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
