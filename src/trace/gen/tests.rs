@@ -332,3 +332,39 @@ proptest! {
         prop_assert_eq!(read_trace(out.as_slice()).expect("reads"), vec![record]);
     }
 }
+
+/// The shipped example cannot rot: its parameters regenerate it byte for byte. With
+/// MSSBROKER_WRITE_EXAMPLE_TRACE=1 this test writes the trace instead (after a deliberate
+/// change of the parameters or the generator).
+#[test]
+fn the_shipped_example_is_what_its_parameters_generate() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/traces");
+    let text = std::fs::read_to_string(dir.join("mixed.params.toml")).expect("params file");
+    let params: GenParams = toml::from_str(&text).expect("params parse");
+    let (out, summary) = run(&params);
+    let path = dir.join("mixed.jsonl");
+    if std::env::var_os("MSSBROKER_WRITE_EXAMPLE_TRACE").is_some() {
+        std::fs::write(&path, &out).expect("writes the example");
+    }
+    let shipped = std::fs::read(&path).expect("shipped trace");
+    assert!(
+        shipped == out,
+        "examples/traces/mixed.jsonl differs from what its parameters generate"
+    );
+    assert!(shipped.len() < 1_000_000, "{} bytes", shipped.len());
+    // Its groups are the shipped share tree's leaves (or classify into them).
+    let leaves = [
+        "analysis/higgs",
+        "analysis/top",
+        "analysis/neutrino",
+        "mc/higgs",
+        "mc/top",
+    ];
+    for g in &params.groups {
+        assert!(leaves.contains(&g.path().as_str()) || g.access_mode == "reprocessing");
+    }
+    assert_eq!(
+        summary.per_access_mode.get("datataking").copied(),
+        Some(summary.data_taking)
+    );
+}
