@@ -145,7 +145,7 @@ fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
     })?;
     de.end()
         .map_err(|e| refuse("(record)".into(), e.to_string()))?;
-    if !(record.t >= 0.0) || !record.t.is_finite() {
+    if record.t.is_nan() || record.t < 0.0 || record.t.is_infinite() {
         return Err(refuse(
             "t".into(),
             format!("{} is not a time >= 0", record.t),

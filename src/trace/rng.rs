@@ -94,13 +94,13 @@ pub(crate) fn hashed_normal(key: u64) -> f64 {
 
 const LN2: f64 = std::f64::consts::LN_2;
 /// ln 2 split so that `k * LN2_HI` is exact for |k| < 2^11 (fdlibm's constants).
-const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
 
 /// Natural logarithm of a positive finite x, to within a few ulp: x = m 2^e with m in
 /// [sqrt(1/2), sqrt(2)), ln m = 2 atanh((m - 1) / (m + 1)) by its series.
 pub(crate) fn ln(x: f64) -> f64 {
-    if !(x > 0.0) || !x.is_finite() {
+    if x.is_nan() || x <= 0.0 || x.is_infinite() {
         return if x == 0.0 {
             f64::NEG_INFINITY
         } else {
