@@ -4,48 +4,20 @@
 //! group's campaign: consecutive positions on few volumes) or a scattered recall (volume by
 //! Zipf, position uniform). A steady data-taking stream of writes is merged in time order.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
-
-use serde::Serialize;
 
 use super::format::{write_ref, Direction, RecordRef};
 use super::rng::{exp, hashed_normal, ln, Discrete, Rng, SplitMix64};
 use super::TraceError;
 
 mod params;
+mod summary;
 
 pub use params::{
     BurstParams, CampaignParams, DataTakingParams, GenParams, GroupParams, SizeParams, VolumeParams,
 };
-
-/// What a generated trace holds, for the CLI to print.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Summary {
-    /// Every record written (recalls and data-taking writes).
-    pub records: u64,
-    /// Recall requests (scattered and campaign).
-    pub recalls: u64,
-    pub scattered: u64,
-    pub campaign_requests: u64,
-    /// Campaigns opened.
-    pub campaigns: u64,
-    /// campaign_requests / recalls (0 without recalls).
-    pub campaign_share: f64,
-    /// Data-taking writes.
-    pub data_taking: u64,
-    /// Sum of size_bytes over every record (saturating).
-    pub bytes: u64,
-    /// Volumes read by recalls plus volumes written by data taking.
-    pub distinct_volumes: u64,
-    /// `t` of the last record.
-    pub duration_s: f64,
-    /// Records per group, `<access_mode>/<physics_group>` (the data-taking stream included).
-    pub per_group: BTreeMap<String, u64>,
-    /// Records per access mode.
-    pub per_access_mode: BTreeMap<String, u64>,
-}
+pub use summary::Summary;
 
 /// Writes the trace `params` describe to `out`, one JSON line per record (hand in a buffered
 /// writer), and returns its summary. Refuses parameters out of their documented bounds.

@@ -368,3 +368,22 @@ fn the_shipped_example_is_what_its_parameters_generate() {
         Some(summary.data_taking)
     );
 }
+
+#[test]
+fn the_summary_prints_its_totals_and_a_row_per_group() {
+    let (_, summary) = run(&GenParams {
+        requests: 100,
+        ..GenParams::default()
+    });
+    let text = summary.to_string();
+    assert!(
+        text.starts_with(&format!("{} records over ", summary.records)),
+        "{text}"
+    );
+    for group in summary.per_group.keys() {
+        assert!(
+            text.lines().any(|l| l.starts_with(group.as_str())),
+            "{group}: {text}"
+        );
+    }
+}
