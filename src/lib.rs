@@ -23,3 +23,4 @@ pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod test_fixture;
 pub mod text_table;
+pub mod trace;

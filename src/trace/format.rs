@@ -1,0 +1,168 @@
+//! The trace format: JSON lines, one request each (docs/traces.md). Reading is strict: unknown
+//! fields, missing fields, a negative or decreasing `t` and a zero `size_bytes` are refused,
+//! naming the line and the field.
+
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+use super::TraceError;
+
+/// A request's direction: `read` (a recall from tape, the default, not written out) or
+/// `write` (the data-taking stream).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    #[default]
+    Read,
+    Write,
+}
+
+impl Direction {
+    fn is_read(&self) -> bool {
+        *self == Direction::Read
+    }
+}
+
+/// One request of a trace, in the order its fields are written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRecord {
+    /// Seconds from the trace start, >= 0, non-decreasing along the trace.
+    pub t: f64,
+    pub client_request_id: String,
+    pub station: String,
+    pub user: String,
+    pub file: String,
+    /// Tape label.
+    pub volume: String,
+    /// Where the file is on its volume: the tape's file sequence number (the generator's, from
+    /// 1) or a byte offset.
+    pub position: u64,
+    /// > 0.
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    /// Optional, `read` when absent.
+    #[serde(default, skip_serializing_if = "Direction::is_read")]
+    pub direction: Direction,
+}
+
+/// A record with borrowed strings: what the generator writes without allocating per record.
+/// Serialises exactly as the `TraceRecord` with the same values.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct RecordRef<'a> {
+    pub t: f64,
+    pub client_request_id: &'a str,
+    pub station: &'a str,
+    pub user: &'a str,
+    pub file: &'a str,
+    pub volume: &'a str,
+    pub position: u64,
+    pub size_bytes: u64,
+    pub access_mode: &'a str,
+    pub physics_group: &'a str,
+    #[serde(skip_serializing_if = "Direction::is_read")]
+    pub direction: Direction,
+}
+
+impl TraceRecord {
+    pub(crate) fn as_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            t: self.t,
+            client_request_id: &self.client_request_id,
+            station: &self.station,
+            user: &self.user,
+            file: &self.file,
+            volume: &self.volume,
+            position: self.position,
+            size_bytes: self.size_bytes,
+            access_mode: &self.access_mode,
+            physics_group: &self.physics_group,
+            direction: self.direction,
+        }
+    }
+}
+
+/// Writes one record as one line (`buf` is scratch space, reused across calls).
+pub(crate) fn write_ref(
+    record: &RecordRef<'_>,
+    buf: &mut Vec<u8>,
+    out: &mut impl Write,
+) -> Result<(), TraceError> {
+    buf.clear();
+    serde_json::to_writer(&mut *buf, record).map_err(|e| TraceError::Io(e.into()))?;
+    buf.push(b'\n');
+    out.write_all(buf)?;
+    Ok(())
+}
+
+/// Writes one record as one JSON line.
+pub fn write_record(record: &TraceRecord, out: &mut impl Write) -> Result<(), TraceError> {
+    write_ref(&record.as_ref(), &mut Vec::with_capacity(256), out)
+}
+
+/// Reads a whole trace. Blank lines are skipped; line numbers count from 1.
+pub fn read_trace(input: impl BufRead) -> Result<Vec<TraceRecord>, TraceError> {
+    let mut records = Vec::new();
+    let mut last_t = 0.0_f64;
+    for (i, line) in input.lines().enumerate() {
+        let line_no = i + 1;
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = parse_line(&line, line_no)?;
+        if record.t < last_t {
+            return Err(TraceError::Invalid {
+                line: line_no,
+                field: "t".into(),
+                message: format!("{} is before the previous record's {last_t}", record.t),
+            });
+        }
+        last_t = record.t;
+        records.push(record);
+    }
+    Ok(records)
+}
+
+fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
+    let refuse = |field: String, message: String| TraceError::Invalid {
+        line: line_no,
+        field,
+        message,
+    };
+    let mut de = serde_json::Deserializer::from_str(line);
+    let record: TraceRecord = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let field = if path == "." {
+            named_in(&message).unwrap_or_else(|| "(record)".into())
+        } else {
+            path
+        };
+        refuse(field, message)
+    })?;
+    de.end()
+        .map_err(|e| refuse("(record)".into(), e.to_string()))?;
+    if record.t.is_nan() || record.t < 0.0 || record.t.is_infinite() {
+        return Err(refuse(
+            "t".into(),
+            format!("{} is not a time >= 0", record.t),
+        ));
+    }
+    if record.size_bytes == 0 {
+        return Err(refuse("size_bytes".into(), "must be > 0".into()));
+    }
+    Ok(record)
+}
+
+/// The field serde names in backticks ("unknown field `x`", "missing field `t`").
+fn named_in(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,109 @@
+use super::*;
+
+const GOOD: &str = r#"{"t":0.5,"client_request_id":"r1","station":"fnal-cms","user":"u","file":"/pnfs/a/1.dat","volume":"VR000001","position":7,"size_bytes":100,"access_mode":"analysis","physics_group":"higgs"}"#;
+
+fn record() -> TraceRecord {
+    TraceRecord {
+        t: 0.5,
+        client_request_id: "r1".into(),
+        station: "fnal-cms".into(),
+        user: "u".into(),
+        file: "/pnfs/a/1.dat".into(),
+        volume: "VR000001".into(),
+        position: 7,
+        size_bytes: 100,
+        access_mode: "analysis".into(),
+        physics_group: "higgs".into(),
+        direction: Direction::Read,
+    }
+}
+
+fn invalid(text: &str) -> (usize, String, String) {
+    match read_trace(text.as_bytes()) {
+        Err(TraceError::Invalid {
+            line,
+            field,
+            message,
+        }) => (line, field, message),
+        other => panic!("expected an invalid line, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_record_reads_and_writes_as_its_line() {
+    let records = read_trace(format!("{GOOD}\n\n{GOOD}\n").as_bytes()).expect("reads");
+    assert_eq!(records, vec![record(), record()]);
+    let mut out = Vec::new();
+    write_record(&record(), &mut out).expect("writes");
+    assert_eq!(String::from_utf8(out).expect("utf-8"), format!("{GOOD}\n"));
+}
+
+#[test]
+fn direction_is_written_only_for_writes() {
+    let mut r = record();
+    r.direction = Direction::Write;
+    let mut out = Vec::new();
+    write_record(&r, &mut out).expect("writes");
+    let line = String::from_utf8(out).expect("utf-8");
+    assert!(line.ends_with("\"direction\":\"write\"}\n"), "{line}");
+    assert_eq!(read_trace(line.as_bytes()).expect("reads"), vec![r]);
+}
+
+#[test]
+fn an_unknown_field_is_refused_naming_line_and_field() {
+    let text = format!(
+        "{GOOD}\n{}\n",
+        GOOD.replace("\"t\":0.5", "\"t\":0.5,\"colour\":\"red\"")
+    );
+    let (line, field, message) = invalid(&text);
+    assert_eq!((line, field.as_str()), (2, "colour"), "{message}");
+}
+
+#[test]
+fn a_missing_field_is_refused_naming_it() {
+    let text = GOOD.replace("\"volume\":\"VR000001\",", "");
+    let (line, field, _) = invalid(&text);
+    assert_eq!((line, field.as_str()), (1, "volume"));
+}
+
+#[test]
+fn a_wrong_type_names_its_field() {
+    let text = format!(
+        "{GOOD}\n{GOOD}\n{}",
+        GOOD.replace("\"position\":7", "\"position\":-7")
+    );
+    let (line, field, _) = invalid(&text);
+    assert_eq!((line, field.as_str()), (3, "position"));
+    let (_, field, _) = invalid(&GOOD.replace("\"size_bytes\":100", "\"size_bytes\":\"100\""));
+    assert_eq!(field, "size_bytes");
+}
+
+#[test]
+fn a_decreasing_t_is_refused() {
+    let text = format!("{GOOD}\n{}\n", GOOD.replace("\"t\":0.5", "\"t\":0.25"));
+    let (line, field, message) = invalid(&text);
+    assert_eq!((line, field.as_str()), (2, "t"), "{message}");
+    // Equal times are fine.
+    assert_eq!(
+        read_trace(format!("{GOOD}\n{GOOD}").as_bytes())
+            .expect("reads")
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn a_negative_t_and_a_zero_size_are_refused() {
+    let (line, field, _) = invalid(&GOOD.replace("\"t\":0.5", "\"t\":-1"));
+    assert_eq!((line, field.as_str()), (1, "t"));
+    let (_, field, _) = invalid(&GOOD.replace("\"size_bytes\":100", "\"size_bytes\":0"));
+    assert_eq!(field, "size_bytes");
+}
+
+#[test]
+fn garbage_and_trailing_text_are_refused_on_their_line() {
+    let (line, _, _) = invalid(&format!("{GOOD}\nnot json\n"));
+    assert_eq!(line, 2);
+    let (line, field, _) = invalid(&format!("{GOOD} {{}}\n"));
+    assert_eq!((line, field.as_str()), (1, "(record)"));
+}
