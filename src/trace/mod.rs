@@ -3,11 +3,11 @@
 //! in. See docs/traces.md.
 
 pub mod format;
-pub mod gen;
 mod rng;
+pub mod synth;
 
 pub use format::{read_trace, write_record, Direction, TraceRecord};
-pub use gen::{generate, GenParams, Summary};
+pub use synth::{generate, GenParams, Summary};
 
 /// What reading or generating a trace can fail with.
 #[derive(Debug, thiserror::Error)]
