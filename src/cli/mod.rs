@@ -15,12 +15,14 @@ mod client;
 mod mss_sim;
 mod reports;
 mod serve;
+mod trace;
 
 use client::{print_response, submit, with_token, SubmitArgs};
 use mss_sim::{mss_sim, SimArgs};
 use reports::{report, shares, ReportArgs, SharesArgs};
 use serve::serve;
 pub use serve::shutdown_signal;
+use trace::TraceCommand;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -96,6 +98,9 @@ enum Command {
     Shares(SharesArgs),
     /// The share report over a time range: from a running broker (--url) or a database (--db).
     Report(ReportArgs),
+    /// Request traces for the what-if simulator (docs/traces.md).
+    #[command(subcommand)]
+    Trace(TraceCommand),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
@@ -109,6 +114,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::CheckConfig { path } => check_config(path),
         Command::Shares(args) => shares(args),
+        Command::Trace(command) => trace::run(command),
         command => {
             telemetry::init(cli.log_json);
             let runtime =
@@ -187,7 +193,7 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             crate::bench::run(&options).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CheckConfig { .. } | Command::Shares(_) => {
+        Command::CheckConfig { .. } | Command::Shares(_) | Command::Trace(_) => {
             unreachable!("handled without a runtime")
         }
     }

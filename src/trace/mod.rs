@@ -1,5 +1,5 @@
 //! Request traces: the JSON-lines format (`format`) a simulation replays and `trace export`
-//! writes, and the synthetic generator (`gen`). Pure: no I/O but the `BufRead`/`Write` handed
+//! writes, and the synthetic generator (`synth`). Pure: no I/O but the `BufRead`/`Write` handed
 //! in. See docs/traces.md.
 
 pub mod format;

@@ -186,3 +186,40 @@ fn a_database_from_a_newer_build_is_refused_by_every_command() {
         .unwrap();
     assert_eq!(version, 1000, "the newer database is left as it was");
 }
+
+/// `trace gen` through the real binary: the shipped example's parameters give the shipped trace
+/// byte for byte, and a parameters file with a misspelt key is refused naming it.
+#[test]
+fn trace_gen_regenerates_the_shipped_example_and_refuses_an_unknown_key() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("mixed.jsonl");
+    let out = Command::new(BIN)
+        .args(["trace", "gen", "--summary-json", "--params"])
+        .arg(format!("{root}/examples/traces/mixed.params.toml"))
+        .arg("--out")
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shipped = std::fs::read(format!("{root}/examples/traces/mixed.jsonl")).unwrap();
+    assert_eq!(std::fs::read(&out_path).unwrap(), shipped);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
+    let lines = shipped.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert_eq!(summary["records"].as_u64(), Some(lines), "{summary}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "sede = 9\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["trace", "gen", "--params"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("sede"), "{err}");
+}
