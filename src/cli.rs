@@ -627,6 +627,7 @@ async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             failure_rate: args.failure_rate,
             seed: args.seed,
             aging: None,
+            ..Default::default()
         },
         time_scale: args.time_scale,
         faults: mss_adapters::protocol::Faults {

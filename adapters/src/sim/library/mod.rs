@@ -1,7 +1,13 @@
-//! A pure model of an Enstore-like library manager: a queue of pending transfers ordered by
-//! priority (higher first) then arrival, N drives, a mount delay whenever a drive has to change
-//! volume, a fixed transfer rate and optional failures. Optionally it ages waiting transfers as
-//! Enstore's library manager does ([`Aging`]).
+//! A pure model of an Enstore-like library manager with N drives, a fixed streaming rate and
+//! optional failures, in one of two [`Model`]s:
+//!
+//! - [`Model::Priority`] (the default): one queue of pending transfers ordered by priority
+//!   (higher first) then arrival; a free drive takes the head, preferring a drive that already
+//!   holds its volume, and pays `mount_micros` whenever it changes volume. Optionally it ages
+//!   waiting transfers ([`Aging`]).
+//! - [`Model::Enstore`]: Enstore's library manager and mover as their source shows them
+//!   (reads queued per volume in tape-position order, a drive stays on its volume while work
+//!   for it waits, a dismount delay, mount/locate/unmount times); see [`enstore`].
 //!
 //! It does no I/O and owns no clock: callers say what time it is. The simulator server drives it
 //! from the wall clock scaled by a factor; tests and the broker's policy tests drive it in virtual
@@ -11,29 +17,80 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::protocol::{EventKind, Received, Transfer};
 
+mod enstore;
+mod stats;
+
+pub use stats::{DriveTimes, LibraryStats};
+
 /// Virtual time in microseconds.
 pub type Micros = u64;
 
 /// How the simulated library behaves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LibraryConfig {
+    /// Which scheduling model (default [`Model::Priority`]).
+    pub model: Model,
     pub drives: usize,
-    /// Time to mount a volume on a drive (dismount included).
+    /// Time to mount a volume on a drive. Under [`Model::Priority`] it includes the dismount of
+    /// the volume the drive held; under [`Model::Enstore`] the dismount is `unmount_micros`.
     pub mount_micros: Micros,
     /// Transfer rate of one drive.
     pub bytes_per_sec: u64,
     /// Fraction of transfers that fail (retryably) at their end, in [0, 1].
     pub failure_rate: f64,
     pub seed: u64,
-    /// Raise waiting transfers' priority with time, as Enstore does (`None`: never).
+    /// Raise waiting transfers' priority with time, as Enstore does (`None`: never). Under
+    /// [`Model::Priority`] each transfer ages from its arrival; under [`Model::Enstore`] a
+    /// volume's best request ages from the creation of the volume's queue.
     pub aging: Option<Aging>,
+    /// [`Model::Enstore`] only: time to unmount a volume.
+    pub unmount_micros: Micros,
+    /// [`Model::Enstore`] only: the fixed part of a locate.
+    pub locate_fixed_micros: Micros,
+    /// [`Model::Enstore`] only: locate time per unit of position distance (a position is a
+    /// file sequence number or a byte offset, whichever the transfers carry).
+    pub locate_micros_per_unit: Micros,
+    /// [`Model::Enstore`] only: how long a drive with nothing more for its volume keeps it
+    /// mounted (Enstore's mover `dismount_delay`, default 60 s).
+    pub dismount_delay_micros: Micros,
+}
+
+/// The scheduling model of the simulated library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Model {
+    /// Strict priority then arrival over all pending transfers (the historical model).
+    #[default]
+    Priority,
+    /// Enstore's library manager and mover: per-volume queues in position order, a bound drive
+    /// keeps its volume while work for it waits, a dismount delay.
+    Enstore,
+}
+
+impl Model {
+    /// The name used in configuration files (`"priority"`, `"enstore"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Model::Priority => "priority",
+            Model::Enstore => "enstore",
+        }
+    }
+
+    /// The model named `name` in configuration files.
+    pub fn parse(name: &str) -> Option<Model> {
+        match name {
+            "priority" => Some(Model::Priority),
+            "enstore" => Some(Model::Enstore),
+            _ => None,
+        }
+    }
 }
 
 /// Enstore's library manager ages its queues whatever the ticket asks: every `AGE_TIME` (30
 /// minutes) a waiting queue gains `DELTA_PRI` (1), and the ticket's `--delpri`/`--age-time`
 /// are not used (Enstore-org/enstore `src/manage_queue.py`, `SortedList.update`). Enstore ages
-/// a volume's list from its creation; this model ages each transfer from its arrival, which is
-/// the same for a list of one.
+/// a volume's list from its creation and raises only the list's best request: [`Model::Enstore`]
+/// does the same, [`Model::Priority`] ages each transfer from its arrival (the same for a list
+/// of one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Aging {
     /// Priority gained per period (`DELTA_PRI`).
@@ -58,14 +115,21 @@ impl Aging {
 }
 
 impl Default for LibraryConfig {
+    /// Four drives at 300 MB/s, a 60 s mount; for the Enstore model a 60 s unmount, a locate
+    /// of 20 s plus 10 ms per position unit, and Enstore's 60 s dismount delay.
     fn default() -> Self {
         LibraryConfig {
+            model: Model::Priority,
             drives: 4,
             mount_micros: 60_000_000,
             bytes_per_sec: 300_000_000,
             failure_rate: 0.0,
             seed: 1,
             aging: None,
+            unmount_micros: 60_000_000,
+            locate_fixed_micros: 20_000_000,
+            locate_micros_per_unit: 10_000,
+            dismount_delay_micros: 60_000_000,
         }
     }
 }
@@ -139,6 +203,8 @@ struct Drive {
     volume: Option<String>,
     /// Key of the running job and when it ends.
     busy: Option<(String, Micros)>,
+    /// Mounting and streaming time of the transfers started.
+    times: DriveTimes,
 }
 
 /// The library manager.
@@ -156,12 +222,19 @@ pub struct Library {
     reprioritised: u64,
     /// The time the library has been advanced to.
     now: Micros,
+    /// The scheduler under [`Model::Enstore`] (then `queue` and `drives` stay empty/unused).
+    enstore: Option<enstore::Enstore>,
 }
 
 impl Library {
     pub fn new(cfg: LibraryConfig) -> Library {
         let drives = vec![Drive::default(); cfg.drives.max(1)];
+        let enstore = match cfg.model {
+            Model::Priority => None,
+            Model::Enstore => Some(enstore::Enstore::new(cfg.drives.max(1))),
+        };
         Library {
+            enstore,
             cfg,
             queue: BTreeMap::new(),
             jobs: HashMap::new(),
@@ -186,7 +259,10 @@ impl Library {
     ) -> Admission {
         self.advance(now, out);
         let admission = self.enqueue(transfer);
-        self.start_pending(self.now, out);
+        match &mut self.enstore {
+            Some(e) => e.advance(&self.cfg, &mut self.jobs, self.now, out),
+            None => self.start_pending(self.now, out),
+        }
         admission
     }
 
@@ -211,19 +287,22 @@ impl Library {
             size_bytes: transfer.size_bytes,
             group: transfer.group.clone(),
         });
-        self.queue
-            .insert((-transfer.priority, arrival), transfer.key.clone());
-        self.jobs.insert(
-            transfer.key.clone(),
-            Job {
-                transfer,
-                mss_id: mss_id.clone(),
-                phase: Phase::Pending,
-                arrival,
-                queued_at: self.now,
-                bytes_done: 0,
-            },
-        );
+        let job = Job {
+            transfer,
+            mss_id: mss_id.clone(),
+            phase: Phase::Pending,
+            arrival,
+            queued_at: self.now,
+            bytes_done: 0,
+        };
+        match &mut self.enstore {
+            Some(e) => e.push(&job, self.cfg.aging, self.now),
+            None => {
+                let slot = (-job.transfer.priority, arrival);
+                self.queue.insert(slot, job.transfer.key.clone());
+            }
+        }
+        self.jobs.insert(job.transfer.key.clone(), job);
         Admission {
             mss_id,
             duplicate: false,
@@ -239,7 +318,14 @@ impl Library {
         if job.phase != Phase::Pending {
             return CancelOutcome::TooLate(job.phase);
         }
-        self.queue.remove(&(-job.transfer.priority, job.arrival));
+        match &mut self.enstore {
+            Some(e) => {
+                e.remove(job, self.cfg.aging, self.now);
+            }
+            None => {
+                self.queue.remove(&(-job.transfer.priority, job.arrival));
+            }
+        }
         job.phase = Phase::Cancelled;
         out.push(LibraryEvent {
             at: now,
@@ -270,8 +356,13 @@ impl Library {
         if job.phase != Phase::Pending {
             return CancelOutcome::TooLate(job.phase);
         }
-        if let Some(k) = self.queue.remove(&(-job.transfer.priority, job.arrival)) {
-            self.queue.insert((-priority, job.arrival), k);
+        match &mut self.enstore {
+            Some(e) => e.reprioritise(job, priority, self.cfg.aging, self.now),
+            None => {
+                if let Some(k) = self.queue.remove(&(-job.transfer.priority, job.arrival)) {
+                    self.queue.insert((-priority, job.arrival), k);
+                }
+            }
         }
         job.transfer.priority = priority;
         self.reprioritised += 1;
@@ -287,6 +378,11 @@ impl Library {
     /// start pending ones on free drives. Events are appended to `out` in the order they happen.
     pub fn advance(&mut self, now: Micros, out: &mut Vec<LibraryEvent>) {
         let now = now.max(self.now);
+        if let Some(e) = &mut self.enstore {
+            e.advance(&self.cfg, &mut self.jobs, now, out);
+            self.now = now;
+            return;
+        }
         self.start_pending(self.now, out);
         while let Some((drive, end)) = self.earliest_completion() {
             if end > now {
@@ -299,9 +395,13 @@ impl Library {
         self.start_pending(now, out);
     }
 
-    /// When the next transfer ends, if any is running.
+    /// When the next transfer ends, if any is running (under [`Model::Enstore`], also when a
+    /// drive's dismount delay runs out or an unmount ends).
     pub fn next_wakeup(&self) -> Option<Micros> {
-        self.earliest_completion().map(|(_, end)| end)
+        match &self.enstore {
+            Some(e) => e.next_wakeup(),
+            None => self.earliest_completion().map(|(_, end)| end),
+        }
     }
 
     pub fn job(&self, key: &str) -> Option<&Job> {
@@ -317,15 +417,36 @@ impl Library {
     }
 
     pub fn pending(&self) -> usize {
-        self.queue.len()
+        match &self.enstore {
+            Some(e) => e.pending(),
+            None => self.queue.len(),
+        }
     }
 
     pub fn running(&self) -> usize {
-        self.drives.iter().filter(|d| d.busy.is_some()).count()
+        match &self.enstore {
+            Some(e) => e.running(),
+            None => self.drives.iter().filter(|d| d.busy.is_some()).count(),
+        }
     }
 
     pub fn mounts(&self) -> u64 {
-        self.mounts
+        match &self.enstore {
+            Some(e) => e.stats().mounts,
+            None => self.mounts,
+        }
+    }
+
+    /// Mounts, unmounts and where each drive's time went (see [`LibraryStats`]).
+    pub fn stats(&self) -> LibraryStats {
+        match &self.enstore {
+            Some(e) => e.stats().clone(),
+            None => LibraryStats {
+                mounts: self.mounts,
+                unmounts: 0,
+                drives: self.drives.iter().map(|d| d.times).collect(),
+            },
+        }
     }
 
     fn earliest_completion(&self) -> Option<(usize, Micros)> {
@@ -340,29 +461,7 @@ impl Library {
         let Some((key, _)) = self.drives[drive].busy.take() else {
             return;
         };
-        let Some(job) = self.jobs.get_mut(&key) else {
-            return;
-        };
-        let attempt = job.transfer.attempt;
-        let kind = if fails(self.cfg.seed, &key, attempt, self.cfg.failure_rate) {
-            job.phase = Phase::Failed;
-            EventKind::Failed {
-                reason: "simulated drive error".to_string(),
-                retryable: true,
-            }
-        } else {
-            job.phase = Phase::Done;
-            job.bytes_done = job.transfer.size_bytes;
-            EventKind::Done {
-                bytes: job.transfer.size_bytes,
-            }
-        };
-        out.push(LibraryEvent {
-            at,
-            key,
-            attempt,
-            kind,
-        });
+        finish(&self.cfg, &mut self.jobs, key, at, out);
     }
 
     /// Start queued transfers on free drives at time `at`, highest priority first; a drive that
@@ -418,9 +517,10 @@ impl Library {
         if mount > 0 {
             self.mounts += 1;
         }
-        let rate = self.cfg.bytes_per_sec.max(1) as u128;
-        let transfer = (job.transfer.size_bytes as u128 * 1_000_000).div_ceil(rate);
-        let end = at + mount + transfer.min(u64::MAX as u128) as u64;
+        let transfer = stream_micros(job.transfer.size_bytes, self.cfg.bytes_per_sec);
+        let end = at + mount + transfer;
+        drive.times.mounting += mount;
+        drive.times.streaming += transfer;
         drive.volume = volume;
         drive.busy = Some((key.clone(), end));
         job.phase = Phase::Running;
@@ -431,6 +531,46 @@ impl Library {
             kind: EventKind::Started,
         });
     }
+}
+
+/// A running transfer ends at `at`: done, or failed when the failure coin says so.
+fn finish(
+    cfg: &LibraryConfig,
+    jobs: &mut HashMap<String, Job>,
+    key: String,
+    at: Micros,
+    out: &mut Vec<LibraryEvent>,
+) {
+    let Some(job) = jobs.get_mut(&key) else {
+        return;
+    };
+    let attempt = job.transfer.attempt;
+    let kind = if fails(cfg.seed, &key, attempt, cfg.failure_rate) {
+        job.phase = Phase::Failed;
+        EventKind::Failed {
+            reason: "simulated drive error".to_string(),
+            retryable: true,
+        }
+    } else {
+        job.phase = Phase::Done;
+        job.bytes_done = job.transfer.size_bytes;
+        EventKind::Done {
+            bytes: job.transfer.size_bytes,
+        }
+    };
+    out.push(LibraryEvent {
+        at,
+        key,
+        attempt,
+        kind,
+    });
+}
+
+/// Time to stream `size` bytes at `bytes_per_sec`, rounded up to the microsecond.
+fn stream_micros(size: u64, bytes_per_sec: u64) -> Micros {
+    let rate = u128::from(bytes_per_sec.max(1));
+    let micros = (u128::from(size) * 1_000_000).div_ceil(rate);
+    u64::try_from(micros).unwrap_or(u64::MAX)
 }
 
 /// Whether this attempt of this transfer fails: a reproducible coin from a hash.
@@ -451,196 +591,4 @@ fn fails(seed: u64, key: &str, attempt: u32, rate: f64) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::Direction;
-
-    fn transfer(key: &str, priority: i64, size: u64, volume: Option<&str>) -> Transfer {
-        Transfer {
-            key: key.to_string(),
-            attempt: 1,
-            file: format!("/pnfs/{key}"),
-            size_bytes: size,
-            priority,
-            volume: volume.map(str::to_string),
-            group: "g".to_string(),
-            direction: Direction::Read,
-            local_file: None,
-            bfid: None,
-        }
-    }
-
-    fn one_drive() -> LibraryConfig {
-        LibraryConfig {
-            drives: 1,
-            mount_micros: 10,
-            bytes_per_sec: 1_000_000,
-            failure_rate: 0.0,
-            seed: 1,
-            aging: None,
-        }
-    }
-
-    fn done_order(events: &[LibraryEvent]) -> Vec<String> {
-        events
-            .iter()
-            .filter(|e| matches!(e.kind, EventKind::Done { .. }))
-            .map(|e| e.key.clone())
-            .collect()
-    }
-
-    #[test]
-    fn higher_priority_then_arrival_order() {
-        let mut lib = Library::new(one_drive());
-        let mut ev = Vec::new();
-        // "a" starts at once on the free drive; the rest queue behind it.
-        lib.submit(transfer("a", 1, 100, None), 0, &mut ev);
-        lib.submit(transfer("b", 1, 100, None), 0, &mut ev);
-        lib.submit(transfer("c", 5, 100, None), 1, &mut ev);
-        lib.submit(transfer("d", 5, 100, None), 1, &mut ev);
-        lib.submit(transfer("e", 3, 100, None), 2, &mut ev);
-        lib.advance(u64::MAX / 2, &mut ev);
-        assert_eq!(done_order(&ev), ["a", "c", "d", "e", "b"]);
-    }
-
-    /// Issue 18, item 6: Enstore's library manager ages waiting requests by 1 every 30 minutes
-    /// whatever the ticket says, so one waiting two hours (+4) passes a fresher one 2 higher.
-    #[test]
-    fn with_enstore_aging_a_long_wait_passes_a_slightly_higher_priority() {
-        const HOUR: Micros = 3_600 * 1_000_000;
-        let run = |aging| {
-            let mut lib = Library::new(LibraryConfig {
-                aging,
-                ..one_drive()
-            });
-            let mut ev = Vec::new();
-            // "a" holds the drive for two hours (1 MB/s).
-            lib.submit(transfer("a", 1, 7_200_000_000, None), 0, &mut ev);
-            lib.submit(transfer("old", 5, 100, None), 0, &mut ev);
-            lib.submit(transfer("new", 7, 100, None), HOUR + HOUR * 5 / 6, &mut ev);
-            lib.advance(3 * HOUR, &mut ev);
-            done_order(&ev)
-        };
-        assert_eq!(run(None), ["a", "new", "old"]);
-        assert_eq!(run(Some(Aging::ENSTORE)), ["a", "old", "new"]);
-        assert_eq!(Aging::ENSTORE.gain(HOUR * 2), 4);
-        assert_eq!(Aging::ENSTORE.gain(HOUR / 6), 0);
-    }
-
-    #[test]
-    fn mount_only_when_volume_changes() {
-        let mut lib = Library::new(one_drive());
-        let mut ev = Vec::new();
-        lib.submit(transfer("a", 1, 1_000_000, Some("V1")), 0, &mut ev);
-        lib.submit(transfer("b", 1, 1_000_000, Some("V1")), 0, &mut ev);
-        lib.submit(transfer("c", 1, 1_000_000, Some("V2")), 0, &mut ev);
-        lib.advance(10_000_000, &mut ev);
-        assert_eq!(lib.mounts(), 2);
-        let done: Vec<Micros> = ev
-            .iter()
-            .filter(|e| matches!(e.kind, EventKind::Done { .. }))
-            .map(|e| e.at)
-            .collect();
-        // mount 10 + 1 s, then 1 s on the same volume, then mount 10 + 1 s.
-        assert_eq!(done, [1_000_010, 2_000_010, 3_000_020]);
-    }
-
-    #[test]
-    fn a_transfer_never_starts_before_it_arrives() {
-        let mut lib = Library::new(one_drive());
-        let mut ev = Vec::new();
-        lib.submit(transfer("late", 1, 1_000_000, None), 5_000_000, &mut ev);
-        lib.advance(20_000_000, &mut ev);
-        let times: Vec<(Micros, bool)> = ev
-            .iter()
-            .map(|e| (e.at, matches!(e.kind, EventKind::Done { .. })))
-            .collect();
-        assert_eq!(times, [(5_000_000, false), (6_000_010, true)]);
-    }
-
-    #[test]
-    fn duplicate_submission_creates_nothing() {
-        let mut lib = Library::new(one_drive());
-        let mut ev = Vec::new();
-        let first = lib.submit(transfer("a", 1, 10, None), 0, &mut ev);
-        let again = lib.submit(transfer("a", 1, 10, None), 0, &mut ev);
-        assert!(!first.duplicate);
-        assert!(again.duplicate);
-        assert_eq!(first.mss_id, again.mss_id);
-        assert_eq!(lib.received().len(), 1);
-        assert_eq!(lib.duplicates(), 1);
-    }
-
-    #[test]
-    fn failed_attempt_may_be_retried_with_a_higher_attempt() {
-        let mut cfg = one_drive();
-        cfg.failure_rate = 1.0;
-        let mut lib = Library::new(cfg);
-        let mut ev = Vec::new();
-        lib.submit(transfer("a", 1, 10, None), 0, &mut ev);
-        lib.advance(1_000_000, &mut ev);
-        assert!(matches!(
-            ev.last().map(|e| &e.kind),
-            Some(EventKind::Failed { .. })
-        ));
-        let mut retry = transfer("a", 1, 10, None);
-        assert!(
-            lib.submit(retry.clone(), 1_000_000, &mut ev).duplicate,
-            "same attempt is a duplicate"
-        );
-        retry.attempt = 2;
-        assert!(!lib.submit(retry, 1_000_000, &mut ev).duplicate);
-        assert_eq!(lib.received().len(), 2);
-    }
-
-    #[test]
-    fn a_new_priority_reorders_a_pending_transfer() {
-        let mut lib = Library::new(one_drive());
-        let mut ev = Vec::new();
-        lib.submit(transfer("a", 1, 100, None), 0, &mut ev);
-        lib.submit(transfer("b", 1, 100, None), 0, &mut ev);
-        lib.submit(transfer("c", 1, 100, None), 0, &mut ev);
-        assert_eq!(
-            lib.set_priority("c", 1, 9, 0, &mut ev),
-            CancelOutcome::Cancelled
-        );
-        assert_eq!(
-            lib.set_priority("a", 1, 9, 0, &mut ev),
-            CancelOutcome::TooLate(Phase::Running)
-        );
-        assert_eq!(
-            lib.set_priority("b", 2, 9, 0, &mut ev),
-            CancelOutcome::Unknown
-        );
-        lib.advance(u64::MAX / 2, &mut ev);
-        assert_eq!(done_order(&ev), ["a", "c", "b"]);
-        assert_eq!(lib.reprioritised(), 1);
-    }
-
-    #[test]
-    fn cancel_only_pending() {
-        let mut lib = Library::new(one_drive());
-        let mut ev = Vec::new();
-        lib.submit(transfer("a", 1, 1_000_000, None), 0, &mut ev);
-        lib.submit(transfer("b", 1, 1_000_000, None), 0, &mut ev);
-        assert_eq!(
-            lib.cancel("a", 0, &mut ev),
-            CancelOutcome::TooLate(Phase::Running)
-        );
-        assert_eq!(lib.cancel("b", 0, &mut ev), CancelOutcome::Cancelled);
-        assert_eq!(lib.cancel("zz", 0, &mut ev), CancelOutcome::Unknown);
-        assert_eq!(lib.pending(), 0);
-        assert_eq!(
-            ev.last().map(|e| e.kind.clone()),
-            Some(EventKind::Cancelled)
-        );
-    }
-
-    #[test]
-    fn failure_coin_is_reproducible_and_near_its_rate() {
-        let n = 20_000;
-        let hits = (0..n).filter(|i| fails(7, &i.to_string(), 1, 0.1)).count();
-        assert!((1_600..2_400).contains(&hits), "{hits} of {n}");
-        assert_eq!(fails(7, "x", 1, 0.5), fails(7, "x", 1, 0.5));
-    }
-}
+mod tests;
