@@ -591,4 +591,6 @@ fn fails(seed: u64, key: &str, attempt: u32, rate: f64) -> bool {
 }
 
 #[cfg(test)]
+mod enstore_tests;
+#[cfg(test)]
 mod tests;
