@@ -16,8 +16,9 @@
 //! - Volumes rank by their best request: highest priority, then the earlier arrival
 //!   (`manage_queue.py`, `compare_priority` over `tags`). With [`Aging`], a volume's best
 //!   request gains `delta_pri` per period of the volume queue's age (from its creation, when
-//!   it last became non-empty); tags are recomputed whenever the volume's queue changes and all
-//!   of them at most once per 60 s of virtual time (`SortedList.update`, `aging_quantum`).
+//!   it last became non-empty); a tag is recomputed whenever its volume's queue changes, and
+//!   all of them at most once per 60 s of virtual time (`SortedList.update`, `aging_quantum`):
+//!   those whose gain stepped since, found in a schedule of each queue's next step.
 //!
 //! Simplifications: the library manager answers at once (Enstore's movers poll every 15 s);
 //! admin queues, writes' volume families and per-host limits are not modelled; a transfer
@@ -29,10 +30,10 @@
 //! O(drives); no event scans the pending transfers.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::{finish, stream_micros, Aging, DriveTimes, Job, LibraryConfig, LibraryEvent};
-use super::{LibraryStats, Micros, Phase};
+use super::{FastMap, LibraryStats, Micros, Phase};
 use crate::protocol::{EventKind, Transfer};
 
 /// How often all volumes' aged priorities are recomputed (Enstore's `aging_quantum`, 60 s).
@@ -79,6 +80,8 @@ struct VolQueue {
     by_pri: BTreeMap<Slot, u64>,
     /// When the queue last became non-empty (aging counts from here).
     created: Micros,
+    /// Distinguishes this queue from an earlier one of the same volume (for `steps`).
+    serial: u64,
     /// The volume's entry in the index, if any.
     tag: Option<Slot>,
 }
@@ -115,13 +118,18 @@ struct Drive {
 /// The scheduler's state; the jobs themselves stay in [`super::Library`].
 #[derive(Debug, Clone)]
 pub(super) struct Enstore {
-    volumes: HashMap<String, VolQueue>,
+    volumes: FastMap<String, VolQueue>,
     /// Tag slot -> volume: the best volume first.
     index: BTreeMap<Slot, String>,
     /// Volumes a drive holds (any state but empty) -> that drive.
-    held: HashMap<String, usize>,
+    held: FastMap<String, usize>,
     drives: Vec<Drive>,
     pending: usize,
+    /// With aging: (when a queue's gain next steps, its serial) -> volume. Entries of queues
+    /// that emptied meanwhile are dropped when they come up.
+    steps: BTreeMap<(Micros, u64), String>,
+    serials: u64,
+    /// When the aged tags were last refreshed.
     aged_at: Option<Micros>,
     /// Idle time has been counted up to here.
     clock: Micros,
@@ -135,11 +143,13 @@ impl Enstore {
             head: 0,
         };
         Enstore {
-            volumes: HashMap::new(),
+            volumes: FastMap::default(),
             index: BTreeMap::new(),
-            held: HashMap::new(),
+            held: FastMap::default(),
             drives: vec![drive; drives],
             pending: 0,
+            steps: BTreeMap::new(),
+            serials: 0,
             aged_at: None,
             clock: 0,
             stats: LibraryStats {
@@ -167,15 +177,24 @@ impl Enstore {
         let volume = volume_of(&job.transfer);
         let pos = position(&job.transfer);
         let pri = job.transfer.priority;
-        let vq = self
-            .volumes
-            .entry(volume.clone())
-            .or_insert_with(|| VolQueue {
+        if !self.volumes.contains_key(&volume) {
+            self.serials += 1;
+            if let Some(aging) = aging {
+                let step = at.saturating_add(aging.every_micros.max(1));
+                self.steps.insert((step, self.serials), volume.clone());
+            }
+            let queue = VolQueue {
                 by_pos: BTreeMap::new(),
                 by_pri: BTreeMap::new(),
                 created: at,
+                serial: self.serials,
                 tag: None,
-            });
+            };
+            self.volumes.insert(volume.clone(), queue);
+        }
+        let Some(vq) = self.volumes.get_mut(&volume) else {
+            return;
+        };
         let entry = (job.transfer.key.clone(), pri);
         vq.by_pos.insert((pos, job.arrival), entry);
         vq.by_pri.insert((Reverse(pri), job.arrival), pos);
@@ -224,7 +243,7 @@ impl Enstore {
     pub(super) fn advance(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut HashMap<String, Job>,
+        jobs: &mut FastMap<String, Job>,
         now: Micros,
         out: &mut Vec<LibraryEvent>,
     ) {
@@ -277,7 +296,7 @@ impl Enstore {
     fn fire(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut HashMap<String, Job>,
+        jobs: &mut FastMap<String, Job>,
         d: usize,
         at: Micros,
         out: &mut Vec<LibraryEvent>,
@@ -316,7 +335,7 @@ impl Enstore {
     fn dispatch(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut HashMap<String, Job>,
+        jobs: &mut FastMap<String, Job>,
         at: Micros,
         out: &mut Vec<LibraryEvent>,
     ) {
@@ -328,7 +347,7 @@ impl Enstore {
                 .aged_at
                 .is_none_or(|t| at >= t.saturating_add(AGING_QUANTUM))
             {
-                self.retag_all(aging, at);
+                self.age(aging, at);
                 self.aged_at = Some(at);
             }
         }
@@ -337,6 +356,9 @@ impl Enstore {
             let State::Bound { volume, .. } = &drive.state else {
                 continue;
             };
+            if !self.volumes.contains_key(volume) {
+                continue;
+            }
             let (volume, head) = (volume.clone(), drive.head);
             if let Some(key) = self.take(&volume, Some(head), cfg.aging, at) {
                 self.start(cfg, jobs, (d, volume, key, false), at, out);
@@ -384,7 +406,7 @@ impl Enstore {
     fn start(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut HashMap<String, Job>,
+        jobs: &mut FastMap<String, Job>,
         (d, volume, key, mount): (usize, String, String, bool),
         at: Micros,
         out: &mut Vec<LibraryEvent>,
@@ -446,14 +468,25 @@ impl Enstore {
         }
     }
 
-    /// Recompute every volume's aged tag (Enstore refreshes at most once per quantum).
-    fn retag_all(&mut self, aging: Aging, at: Micros) {
-        self.index.clear();
-        for (volume, vq) in &mut self.volumes {
-            vq.tag = tag_of(vq, Some(aging), at);
-            if let Some(slot) = vq.tag {
-                self.index.insert(slot, volume.clone());
+    /// Recompute the tags of the queues whose gain stepped by `at`, and schedule their next
+    /// step.
+    fn age(&mut self, aging: Aging, at: Micros) {
+        let every = aging.every_micros.max(1);
+        while let Some(entry) = self.steps.first_entry() {
+            let (step, serial) = *entry.key();
+            if step > at {
+                return;
             }
+            let volume = entry.remove();
+            let Some(vq) = self.volumes.get(&volume).filter(|q| q.serial == serial) else {
+                continue;
+            };
+            let periods = at.saturating_sub(vq.created) / every;
+            let next = vq
+                .created
+                .saturating_add((periods + 1).saturating_mul(every));
+            self.retag(&volume, Some(aging), at);
+            self.steps.insert((next, serial), volume);
         }
     }
 }

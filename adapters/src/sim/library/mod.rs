@@ -13,12 +13,15 @@
 //! from the wall clock scaled by a factor; tests and the broker's policy tests drive it in virtual
 //! time. Failures are decided by a hash of (seed, key, attempt), so a run is reproducible.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::protocol::{EventKind, Received, Transfer};
 
 mod enstore;
+mod hash;
 mod stats;
+
+use hash::FastMap;
 
 pub use stats::{DriveTimes, LibraryStats};
 
@@ -213,7 +216,7 @@ pub struct Library {
     cfg: LibraryConfig,
     /// (negated priority, arrival) -> key: the first entry is the next to start.
     queue: BTreeMap<(i64, u64), String>,
-    jobs: HashMap<String, Job>,
+    jobs: FastMap<String, Job>,
     drives: Vec<Drive>,
     next_arrival: u64,
     received: Vec<Received>,
@@ -237,7 +240,7 @@ impl Library {
             enstore,
             cfg,
             queue: BTreeMap::new(),
-            jobs: HashMap::new(),
+            jobs: FastMap::default(),
             drives,
             next_arrival: 0,
             received: Vec::new(),
@@ -536,7 +539,7 @@ impl Library {
 /// A running transfer ends at `at`: done, or failed when the failure coin says so.
 fn finish(
     cfg: &LibraryConfig,
-    jobs: &mut HashMap<String, Job>,
+    jobs: &mut FastMap<String, Job>,
     key: String,
     at: Micros,
     out: &mut Vec<LibraryEvent>,
