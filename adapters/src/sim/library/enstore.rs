@@ -21,8 +21,8 @@
 //!   those whose gain stepped since, found in a schedule of each queue's next step.
 //!
 //! Simplifications: the library manager answers at once (Enstore's movers poll every 15 s);
-//! admin queues, writes' volume families and per-host limits are not modelled; a transfer
-//! without a volume gets a volume of its own. A file's position is the transfer's `position`,
+//! admin queues, writes' volume families and per-host limits are not modelled (a write waits
+//! on its volume like a read); a transfer without a volume gets a volume of its own. A file's position is the transfer's `position`,
 //! else [`name_position`] of its file name.
 //!
 //! Cost: every operation is O(log n) in the pending transfers (a `BTreeMap` per volume by
