@@ -349,3 +349,17 @@ fn thread_cpu_ns() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     text.split_whitespace().next()?.parse().ok()
 }
+
+/// `position` is optional on the wire: older clients' transfers parse, and a transfer
+/// without one is sent exactly as before.
+#[test]
+fn a_transfer_position_is_optional_on_the_wire() -> Result<(), serde_json::Error> {
+    let old = r#"{"key":"k","attempt":1,"file":"/f","size_bytes":1,"priority":1,"group":"g"}"#;
+    let t: Transfer = serde_json::from_str(old)?;
+    assert_eq!(t.position, None);
+    assert!(!serde_json::to_string(&t)?.contains("position"));
+    let with = read("k", 1, "V", 42);
+    let back: Transfer = serde_json::from_str(&serde_json::to_string(&with)?)?;
+    assert_eq!(back.position, Some(42));
+    Ok(())
+}
