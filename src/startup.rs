@@ -247,6 +247,7 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
             failure_rate: sim.failure_rate,
             seed: sim.seed,
             aging: sim.aging,
+            ..Default::default()
         },
         time_scale: sim.time_scale,
         faults: Default::default(),

@@ -60,6 +60,10 @@ pub struct Transfer {
     /// Enstore's bit-file id, when the station knows it (reads through `encp --get-bfid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bfid: Option<String>,
+    /// Where the file sits on its volume (file sequence number or byte offset), when the
+    /// station knows it; the simulator's Enstore model orders a volume's reads by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
 }
 
 /// What happened to a transfer at the MSS.

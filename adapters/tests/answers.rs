@@ -53,6 +53,7 @@ fn transfers(n: usize) -> Vec<Transfer> {
             direction: Default::default(),
             local_file: None,
             bfid: None,
+            position: None,
         })
         .collect()
 }

@@ -66,6 +66,7 @@ impl Bench {
             direction: Direction::Read,
             local_file: Some(self.local(&format!("{name}.out"))),
             bfid: None,
+            position: None,
         }
     }
 

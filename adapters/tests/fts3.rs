@@ -100,6 +100,7 @@ fn read(key: &str, path: &str, priority: i64) -> Transfer {
         direction: Direction::Read,
         local_file: None,
         bfid: None,
+        position: None,
     }
 }
 

@@ -88,6 +88,7 @@ fn transfer(key: &str, file: &str, direction: Direction, local: Option<&str>) ->
         direction,
         local_file: local.map(str::to_string),
         bfid: None,
+        position: None,
     }
 }
 

@@ -106,6 +106,7 @@ fn read(key: &str) -> Transfer {
         direction: Direction::Read,
         local_file: None,
         bfid: None,
+        position: None,
     }
 }
 

@@ -73,6 +73,7 @@ fn read(key: &str, path: &str) -> Transfer {
         direction: Direction::Read,
         local_file: None,
         bfid: None,
+        position: None,
     }
 }
 

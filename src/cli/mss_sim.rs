@@ -66,6 +66,7 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             failure_rate: args.failure_rate,
             seed: args.seed,
             aging: None,
+            ..Default::default()
         },
         time_scale: args.time_scale,
         faults: mss_adapters::protocol::Faults {

@@ -193,6 +193,7 @@ impl Run<'_> {
             direction: Direction::Read,
             local_file: None,
             bfid: None,
+            position: None,
         };
         let mut events = Vec::new();
         self.lib.submit(t, self.now, &mut events);

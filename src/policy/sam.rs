@@ -157,6 +157,7 @@ url = "http://127.0.0.1:1"
             failure_rate: 0.0,
             seed: 1,
             aging: None,
+            ..Default::default()
         });
         let mut usage = UsageBook::new(&p, 0);
         let mut next = 0usize;
@@ -181,6 +182,7 @@ url = "http://127.0.0.1:1"
                     direction: Direction::Read,
                     local_file: None,
                     bfid: None,
+                    position: None,
                 },
                 now,
                 &mut started,

@@ -31,6 +31,7 @@ fn transfer(direction: Direction) -> Transfer {
         direction,
         local_file: Some("/data/stage/f1.root".into()),
         bfid: None,
+        position: None,
     }
 }
 

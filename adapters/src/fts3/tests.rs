@@ -33,6 +33,7 @@ fn transfer(direction: Direction) -> Transfer {
         direction,
         local_file: None,
         bfid: None,
+        position: None,
     }
 }
 

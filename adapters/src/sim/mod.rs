@@ -5,5 +5,5 @@ pub mod bad_answer;
 pub mod library;
 pub mod server;
 
-pub use library::{Library, LibraryConfig};
+pub use library::{Aging, Library, LibraryConfig, LibraryStats, Model};
 pub use server::{run, SimConfig};

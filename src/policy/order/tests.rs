@@ -386,6 +386,7 @@ fn drives(n: usize) -> LibraryConfig {
         failure_rate: 0.0,
         seed: 1,
         aging: None,
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,112 @@
+//! How the simulated library behaves: [`LibraryConfig`], its [`Model`] and queue [`Aging`].
+
+use super::Micros;
+
+/// How the simulated library behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LibraryConfig {
+    /// Which scheduling model (default [`Model::Priority`]).
+    pub model: Model,
+    pub drives: usize,
+    /// Time to mount a volume on a drive. Under [`Model::Priority`] it includes the dismount of
+    /// the volume the drive held; under [`Model::Enstore`] the dismount is `unmount_micros`.
+    pub mount_micros: Micros,
+    /// Transfer rate of one drive.
+    pub bytes_per_sec: u64,
+    /// Fraction of transfers that fail (retryably) at their end, in [0, 1].
+    pub failure_rate: f64,
+    pub seed: u64,
+    /// Raise waiting transfers' priority with time, as Enstore does (`None`: never). Under
+    /// [`Model::Priority`] each transfer ages from its arrival; under [`Model::Enstore`] a
+    /// volume's best request ages from the creation of the volume's queue.
+    pub aging: Option<Aging>,
+    /// [`Model::Enstore`] only: time to unmount a volume.
+    pub unmount_micros: Micros,
+    /// [`Model::Enstore`] only: the fixed part of a locate.
+    pub locate_fixed_micros: Micros,
+    /// [`Model::Enstore`] only: locate time per unit of position distance (a position is a
+    /// file sequence number or a byte offset, whichever the transfers carry).
+    pub locate_micros_per_unit: Micros,
+    /// [`Model::Enstore`] only: how long a drive with nothing more for its volume keeps it
+    /// mounted (Enstore's mover `dismount_delay`, default 60 s).
+    pub dismount_delay_micros: Micros,
+}
+
+/// The scheduling model of the simulated library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Model {
+    /// Strict priority then arrival over all pending transfers (the historical model).
+    #[default]
+    Priority,
+    /// Enstore's library manager and mover: per-volume queues in position order, a bound drive
+    /// keeps its volume while work for it waits, a dismount delay.
+    Enstore,
+}
+
+impl Model {
+    /// The name used in configuration files (`"priority"`, `"enstore"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Model::Priority => "priority",
+            Model::Enstore => "enstore",
+        }
+    }
+
+    /// The model named `name` in configuration files.
+    pub fn parse(name: &str) -> Option<Model> {
+        match name {
+            "priority" => Some(Model::Priority),
+            "enstore" => Some(Model::Enstore),
+            _ => None,
+        }
+    }
+}
+
+/// Enstore's library manager ages its queues whatever the ticket asks: every `AGE_TIME` (30
+/// minutes) a waiting queue gains `DELTA_PRI` (1), and the ticket's `--delpri`/`--age-time`
+/// are not used (Enstore-org/enstore `src/manage_queue.py`, `SortedList.update`). Enstore ages
+/// a volume's list from its creation and raises only the list's best request: [`Model::Enstore`]
+/// does the same, [`Model::Priority`] ages each transfer from its arrival (the same for a list
+/// of one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aging {
+    /// Priority gained per period (`DELTA_PRI`).
+    pub delta_pri: i64,
+    /// The period (`AGE_TIME`), in virtual microseconds.
+    pub every_micros: Micros,
+}
+
+impl Aging {
+    /// Enstore's constants: 1 every 30 minutes.
+    pub const ENSTORE: Aging = Aging {
+        delta_pri: 1,
+        every_micros: 30 * 60 * 1_000_000,
+    };
+
+    /// The priority gained after waiting `waited`.
+    pub fn gain(&self, waited: Micros) -> i64 {
+        let periods = waited / self.every_micros.max(1);
+        self.delta_pri
+            .saturating_mul(i64::try_from(periods).unwrap_or(i64::MAX))
+    }
+}
+
+impl Default for LibraryConfig {
+    /// Four drives at 300 MB/s, a 60 s mount; for the Enstore model a 60 s unmount, a locate
+    /// of 20 s plus 10 ms per position unit, and Enstore's 60 s dismount delay.
+    fn default() -> Self {
+        LibraryConfig {
+            model: Model::Priority,
+            drives: 4,
+            mount_micros: 60_000_000,
+            bytes_per_sec: 300_000_000,
+            failure_rate: 0.0,
+            seed: 1,
+            aging: None,
+            unmount_micros: 60_000_000,
+            locate_fixed_micros: 20_000_000,
+            locate_micros_per_unit: 10_000,
+            dismount_delay_micros: 60_000_000,
+        }
+    }
+}

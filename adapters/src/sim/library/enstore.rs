@@ -1,0 +1,500 @@
+//! [`super::Model::Enstore`]: Enstore's library manager and mover, as their source shows them
+//! (Enstore-org/enstore at `a154041a`; the research notes are `notes/enstore-model.md`).
+//!
+//! - Reads are queued per volume, ordered by tape position (`manage_queue.py`, `Queue.put`:
+//!   key `external_label`, `'opt'` list sorted by location cookie).
+//! - A drive that finishes a transfer keeps its volume (`HAVE_BOUND`) and takes the next
+//!   pending request for the same volume first, the first position after the head, wrapping
+//!   to the lowest (`library_manager.py`, `next_work_this_volume`; `manage_queue.py`,
+//!   `SortedList.get` with `current_location`), whatever waits for other volumes.
+//! - With nothing more for its volume it waits `dismount_delay` (mover.py,
+//!   `transfer_completed` / `check_dismount_timer`), then unmounts; work arriving for the
+//!   volume meanwhile is served with a locate and no mount (mover.py, `setup_transfer`).
+//! - An idle drive takes the best volume no other drive holds in any non-idle state, until
+//!   that drive has unmounted it (`library_manager.py`, `next_work_any_volume` with
+//!   `active_volumes`), and starts with the volume's lowest position (`read_queue.get(key)`).
+//! - Volumes rank by their best request: highest priority, then the earlier arrival
+//!   (`manage_queue.py`, `compare_priority` over `tags`). With [`Aging`], a volume's best
+//!   request gains `delta_pri` per period of the volume queue's age (from its creation, when
+//!   it last became non-empty); a tag is recomputed whenever its volume's queue changes, and
+//!   all of them at most once per 60 s of virtual time (`SortedList.update`, `aging_quantum`):
+//!   those whose gain stepped since, found in a schedule of each queue's next step.
+//!
+//! Simplifications: the library manager answers at once (Enstore's movers poll every 15 s);
+//! admin queues, writes' volume families and per-host limits are not modelled (a write waits
+//! on its volume like a read); a transfer without a volume gets a volume of its own. A file's position is the transfer's `position`,
+//! else [`name_position`] of its file name.
+//!
+//! Cost: every operation is O(log n) in the pending transfers (a `BTreeMap` per volume by
+//! position and one by priority, and one ordered index of volumes by their best request) plus
+//! O(drives); no event scans the pending transfers.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+use super::{finish, stream_micros, Aging, DriveTimes, Job, LibraryConfig, LibraryEvent};
+use super::{FastMap, LibraryStats, Micros, Phase};
+use crate::protocol::{EventKind, Transfer};
+
+/// How often all volumes' aged priorities are recomputed (Enstore's `aging_quantum`, 60 s).
+const AGING_QUANTUM: Micros = 60_000_000;
+
+/// Positions derived from file names fall in `0..POSITION_SPAN`, like the file sequence
+/// numbers of a tape holding 10,000 files.
+pub const POSITION_SPAN: u64 = 10_000;
+
+/// The position of a file with no `position`: the 64-bit FNV-1a hash of the file name's UTF-8
+/// bytes (offset basis 0xcbf29ce484222325, prime 0x100000001b3), modulo [`POSITION_SPAN`].
+/// Stable across runs and platforms, so a replay is reproducible.
+pub fn name_position(file: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in file.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % POSITION_SPAN
+}
+
+/// Where a transfer's file sits on its volume.
+pub fn position(t: &Transfer) -> u64 {
+    t.position.unwrap_or_else(|| name_position(&t.file))
+}
+
+/// The queue a transfer waits in: its volume, or one of its own when it has none.
+fn volume_of(t: &Transfer) -> String {
+    match &t.volume {
+        Some(v) => v.clone(),
+        None => format!("\u{0}file:{}", t.file),
+    }
+}
+
+/// (priority, higher first; arrival, earlier first): arrivals are unique, so slots are too.
+type Slot = (Reverse<i64>, u64);
+
+/// The pending reads of one volume.
+#[derive(Debug, Clone)]
+struct VolQueue {
+    /// (position, arrival) -> (key, priority): the C-SCAN order.
+    by_pos: BTreeMap<(u64, u64), (String, i64)>,
+    /// (priority, arrival) -> position: the volume's best request first.
+    by_pri: BTreeMap<Slot, u64>,
+    /// When the queue last became non-empty (aging counts from here).
+    created: Micros,
+    /// Distinguishes this queue from an earlier one of the same volume (for `steps`).
+    serial: u64,
+    /// The volume's entry in the index, if any.
+    tag: Option<Slot>,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Empty,
+    /// Transferring `key` (mount and locate included) until `end`.
+    Busy {
+        volume: String,
+        key: String,
+        position: u64,
+        end: Micros,
+        times: DriveTimes,
+    },
+    /// Holding `volume` with nothing to do until `until`, then unmounting.
+    Bound {
+        volume: String,
+        until: Micros,
+    },
+    Unmounting {
+        volume: String,
+        until: Micros,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Drive {
+    state: State,
+    /// Position of the last file read on the mounted volume.
+    head: u64,
+}
+
+/// The scheduler's state; the jobs themselves stay in [`super::Library`].
+#[derive(Debug, Clone)]
+pub(super) struct Enstore {
+    volumes: FastMap<String, VolQueue>,
+    /// Tag slot -> volume: the best volume first.
+    index: BTreeMap<Slot, String>,
+    /// Volumes a drive holds (any state but empty) -> that drive.
+    held: FastMap<String, usize>,
+    drives: Vec<Drive>,
+    pending: usize,
+    /// With aging: (when a queue's gain next steps, its serial) -> volume. Entries of queues
+    /// that emptied meanwhile are dropped when they come up.
+    steps: BTreeMap<(Micros, u64), String>,
+    serials: u64,
+    /// When the aged tags were last refreshed.
+    aged_at: Option<Micros>,
+    /// Idle time has been counted up to here.
+    clock: Micros,
+    stats: LibraryStats,
+}
+
+impl Enstore {
+    pub(super) fn new(drives: usize) -> Enstore {
+        let drive = Drive {
+            state: State::Empty,
+            head: 0,
+        };
+        Enstore {
+            volumes: FastMap::default(),
+            index: BTreeMap::new(),
+            held: FastMap::default(),
+            drives: vec![drive; drives],
+            pending: 0,
+            steps: BTreeMap::new(),
+            serials: 0,
+            aged_at: None,
+            clock: 0,
+            stats: LibraryStats {
+                drives: vec![DriveTimes::default(); drives],
+                ..LibraryStats::default()
+            },
+        }
+    }
+
+    pub(super) fn pending(&self) -> usize {
+        self.pending
+    }
+
+    pub(super) fn running(&self) -> usize {
+        let busy = |d: &&Drive| matches!(d.state, State::Busy { .. });
+        self.drives.iter().filter(busy).count()
+    }
+
+    pub(super) fn stats(&self) -> &LibraryStats {
+        &self.stats
+    }
+
+    /// Queue a pending job that arrived at `at`.
+    pub(super) fn push(&mut self, job: &Job, aging: Option<Aging>, at: Micros) {
+        let volume = volume_of(&job.transfer);
+        let pos = position(&job.transfer);
+        let pri = job.transfer.priority;
+        if !self.volumes.contains_key(&volume) {
+            self.serials += 1;
+            if let Some(aging) = aging {
+                let step = at.saturating_add(aging.every_micros.max(1));
+                self.steps.insert((step, self.serials), volume.clone());
+            }
+            let queue = VolQueue {
+                by_pos: BTreeMap::new(),
+                by_pri: BTreeMap::new(),
+                created: at,
+                serial: self.serials,
+                tag: None,
+            };
+            self.volumes.insert(volume.clone(), queue);
+        }
+        let Some(vq) = self.volumes.get_mut(&volume) else {
+            return;
+        };
+        let entry = (job.transfer.key.clone(), pri);
+        vq.by_pos.insert((pos, job.arrival), entry);
+        vq.by_pri.insert((Reverse(pri), job.arrival), pos);
+        self.pending += 1;
+        self.retag(&volume, aging, at);
+    }
+
+    /// Drop a pending job; false when it was not queued.
+    pub(super) fn remove(&mut self, job: &Job, aging: Option<Aging>, at: Micros) -> bool {
+        let volume = volume_of(&job.transfer);
+        let Some(vq) = self.volumes.get_mut(&volume) else {
+            return false;
+        };
+        let Some((_, pri)) = vq.by_pos.remove(&(position(&job.transfer), job.arrival)) else {
+            return false;
+        };
+        vq.by_pri.remove(&(Reverse(pri), job.arrival));
+        self.pending -= 1;
+        self.retag(&volume, aging, at);
+        true
+    }
+
+    /// Give a pending job a new priority (it keeps its arrival).
+    pub(super) fn reprioritise(&mut self, job: &Job, pri: i64, aging: Option<Aging>, at: Micros) {
+        let volume = volume_of(&job.transfer);
+        let Some(vq) = self.volumes.get_mut(&volume) else {
+            return;
+        };
+        let pos = position(&job.transfer);
+        let Some(entry) = vq.by_pos.get_mut(&(pos, job.arrival)) else {
+            return;
+        };
+        vq.by_pri.remove(&(Reverse(entry.1), job.arrival));
+        entry.1 = pri;
+        vq.by_pri.insert((Reverse(pri), job.arrival), pos);
+        self.retag(&volume, aging, at);
+    }
+
+    /// When the next drive event (transfer end, dismount timer, unmount end) happens.
+    pub(super) fn next_wakeup(&self) -> Option<Micros> {
+        self.next_event().map(|(_, at)| at)
+    }
+
+    /// Run up to `now`: drive events in time order (drive order among equal times), each
+    /// followed by a dispatch of pending work to the drives.
+    pub(super) fn advance(
+        &mut self,
+        cfg: &LibraryConfig,
+        jobs: &mut FastMap<String, Job>,
+        now: Micros,
+        out: &mut Vec<LibraryEvent>,
+    ) {
+        let now = now.max(self.clock);
+        self.dispatch(cfg, jobs, self.clock, out);
+        while let Some((d, at)) = self.next_event() {
+            if at > now {
+                break;
+            }
+            self.accrue(at);
+            self.fire(cfg, jobs, d, at, out);
+            self.dispatch(cfg, jobs, at, out);
+        }
+        self.accrue(now);
+        self.dispatch(cfg, jobs, now, out);
+    }
+
+    fn next_event(&self) -> Option<(usize, Micros)> {
+        let when = |d: &Drive| match d.state {
+            State::Empty => None,
+            State::Busy { end, .. } => Some(end),
+            State::Bound { until, .. } | State::Unmounting { until, .. } => Some(until),
+        };
+        let events = self.drives.iter().enumerate();
+        events
+            .filter_map(|(i, d)| when(d).map(|at| (i, at)))
+            .min_by_key(|&(i, at)| (at, i))
+    }
+
+    /// Count idle time from the clock up to `to`.
+    fn accrue(&mut self, to: Micros) {
+        let Some(dt) = to.checked_sub(self.clock).filter(|dt| *dt > 0) else {
+            return;
+        };
+        let with_work = self.pending > 0;
+        for (drive, times) in self.drives.iter().zip(&mut self.stats.drives) {
+            if matches!(drive.state, State::Empty | State::Bound { .. }) {
+                if with_work {
+                    times.idle_with_work += dt;
+                } else {
+                    times.idle_without_work += dt;
+                }
+            }
+        }
+        self.clock = to;
+    }
+
+    /// A drive's event at `at`: a transfer ends (the drive becomes bound), the dismount delay
+    /// runs out (it starts unmounting), or the unmount ends (the volume is free again).
+    fn fire(
+        &mut self,
+        cfg: &LibraryConfig,
+        jobs: &mut FastMap<String, Job>,
+        d: usize,
+        at: Micros,
+        out: &mut Vec<LibraryEvent>,
+    ) {
+        let drive = &mut self.drives[d];
+        match std::mem::replace(&mut drive.state, State::Empty) {
+            State::Busy {
+                volume,
+                key,
+                position,
+                times,
+                ..
+            } => {
+                self.stats.drives[d].add(&times);
+                drive.head = position;
+                let until = at.saturating_add(cfg.dismount_delay_micros);
+                drive.state = State::Bound { volume, until };
+                finish(cfg, jobs, key, at, out);
+            }
+            State::Bound { volume, .. } => {
+                self.stats.unmounts += 1;
+                let until = at.saturating_add(cfg.unmount_micros);
+                drive.state = State::Unmounting { volume, until };
+            }
+            State::Unmounting { volume, .. } => {
+                self.stats.drives[d].unmounting += cfg.unmount_micros;
+                drive.head = 0;
+                self.held.remove(&volume);
+            }
+            State::Empty => {}
+        }
+    }
+
+    /// Give pending work to drives at `at`: first every bound drive its own volume's next
+    /// request, then every empty drive the best volume nobody holds.
+    fn dispatch(
+        &mut self,
+        cfg: &LibraryConfig,
+        jobs: &mut FastMap<String, Job>,
+        at: Micros,
+        out: &mut Vec<LibraryEvent>,
+    ) {
+        if self.pending == 0 {
+            return;
+        }
+        if let Some(aging) = cfg.aging {
+            if self
+                .aged_at
+                .is_none_or(|t| at >= t.saturating_add(AGING_QUANTUM))
+            {
+                self.age(aging, at);
+                self.aged_at = Some(at);
+            }
+        }
+        for d in 0..self.drives.len() {
+            let drive = &self.drives[d];
+            let State::Bound { volume, .. } = &drive.state else {
+                continue;
+            };
+            if !self.volumes.contains_key(volume) {
+                continue;
+            }
+            let (volume, head) = (volume.clone(), drive.head);
+            if let Some(key) = self.take(&volume, Some(head), cfg.aging, at) {
+                self.start(cfg, jobs, (d, volume, key, false), at, out);
+            }
+        }
+        for d in 0..self.drives.len() {
+            if self.pending == 0 {
+                return;
+            }
+            if !matches!(self.drives[d].state, State::Empty) {
+                continue;
+            }
+            let free = self.index.values().find(|v| !self.held.contains_key(*v));
+            let Some(volume) = free.cloned() else {
+                return;
+            };
+            let Some(key) = self.take(&volume, None, cfg.aging, at) else {
+                return;
+            };
+            self.start(cfg, jobs, (d, volume, key, true), at, out);
+        }
+    }
+
+    /// Take a volume's next request: the first position after `head` (wrapping to the lowest),
+    /// or the lowest when the volume is just being mounted.
+    fn take(
+        &mut self,
+        volume: &str,
+        head: Option<u64>,
+        aging: Option<Aging>,
+        at: Micros,
+    ) -> Option<String> {
+        let vq = self.volumes.get_mut(volume)?;
+        let after = head.and_then(|h| h.checked_add(1)).map(|next| (next, 0));
+        let ahead = after.and_then(|from| vq.by_pos.range(from..).next());
+        let (&slot, _) = ahead.or_else(|| vq.by_pos.iter().next())?;
+        let (key, pri) = vq.by_pos.remove(&slot)?;
+        vq.by_pri.remove(&(Reverse(pri), slot.1));
+        self.pending -= 1;
+        self.retag(volume, aging, at);
+        Some(key)
+    }
+
+    /// Start `key` on drive `d` (mounting `volume` first when `mount`).
+    fn start(
+        &mut self,
+        cfg: &LibraryConfig,
+        jobs: &mut FastMap<String, Job>,
+        (d, volume, key, mount): (usize, String, String, bool),
+        at: Micros,
+        out: &mut Vec<LibraryEvent>,
+    ) {
+        let Some(job) = jobs.get_mut(&key) else {
+            return;
+        };
+        let pos = position(&job.transfer);
+        let from = if mount { 0 } else { self.drives[d].head };
+        let distance = cfg
+            .locate_micros_per_unit
+            .saturating_mul(pos.abs_diff(from));
+        let times = DriveTimes {
+            mounting: if mount { cfg.mount_micros } else { 0 },
+            locating: cfg.locate_fixed_micros.saturating_add(distance),
+            streaming: stream_micros(job.transfer.size_bytes, cfg.bytes_per_sec),
+            ..DriveTimes::default()
+        };
+        if mount {
+            self.stats.mounts += 1;
+            self.held.insert(volume.clone(), d);
+        }
+        job.phase = Phase::Running;
+        out.push(LibraryEvent {
+            at,
+            key: key.clone(),
+            attempt: job.transfer.attempt,
+            kind: EventKind::Started,
+        });
+        let end = at
+            .saturating_add(times.mounting)
+            .saturating_add(times.locating)
+            .saturating_add(times.streaming);
+        self.drives[d].state = State::Busy {
+            volume,
+            key,
+            position: pos,
+            end,
+            times,
+        };
+    }
+
+    /// Recompute a volume's tag from its best request (dropping the queue when empty).
+    fn retag(&mut self, volume: &str, aging: Option<Aging>, at: Micros) {
+        let Some(vq) = self.volumes.get_mut(volume) else {
+            return;
+        };
+        if let Some(old) = vq.tag.take() {
+            self.index.remove(&old);
+        }
+        match tag_of(vq, aging, at) {
+            Some(slot) => {
+                vq.tag = Some(slot);
+                self.index.insert(slot, volume.to_string());
+            }
+            None => {
+                self.volumes.remove(volume);
+            }
+        }
+    }
+
+    /// Recompute the tags of the queues whose gain stepped by `at`, and schedule their next
+    /// step.
+    fn age(&mut self, aging: Aging, at: Micros) {
+        let every = aging.every_micros.max(1);
+        while let Some(entry) = self.steps.first_entry() {
+            let (step, serial) = *entry.key();
+            if step > at {
+                return;
+            }
+            let volume = entry.remove();
+            let Some(vq) = self.volumes.get(&volume).filter(|q| q.serial == serial) else {
+                continue;
+            };
+            let periods = at.saturating_sub(vq.created) / every;
+            let next = vq
+                .created
+                .saturating_add((periods + 1).saturating_mul(every));
+            self.retag(&volume, Some(aging), at);
+            self.steps.insert((next, serial), volume);
+        }
+    }
+}
+
+/// A volume's rank: its best request's priority, aged by the queue's age, and that request's
+/// arrival (`manage_queue.py`, `Queue.update_priority`: only the list's head is aged).
+fn tag_of(vq: &VolQueue, aging: Option<Aging>, at: Micros) -> Option<Slot> {
+    let (&(Reverse(pri), arrival), _) = vq.by_pri.iter().next()?;
+    let gain = aging.map_or(0, |a| a.gain(at.saturating_sub(vq.created)));
+    Some((Reverse(pri.saturating_add(gain)), arrival))
+}

@@ -1,0 +1,365 @@
+//! [`Model::Enstore`] by hand: every expected time below is computed from the test config
+//! (mount 100 µs, unmount 50, locate 10 + 1 per position unit, dismount delay 1,000, 1 MB/s so
+//! a 1,000-byte file streams in 1,000 µs).
+
+use super::*;
+use crate::protocol::Direction;
+
+const FILE: u64 = 1_000;
+
+fn read(key: &str, priority: i64, volume: &str, position: u64) -> Transfer {
+    Transfer {
+        key: key.to_string(),
+        attempt: 1,
+        file: format!("/pnfs/{key}"),
+        size_bytes: FILE,
+        priority,
+        volume: Some(volume.to_string()),
+        group: "g".to_string(),
+        direction: Direction::Read,
+        local_file: None,
+        bfid: None,
+        position: Some(position),
+    }
+}
+
+fn enstore(drives: usize) -> LibraryConfig {
+    LibraryConfig {
+        model: Model::Enstore,
+        drives,
+        mount_micros: 100,
+        unmount_micros: 50,
+        locate_fixed_micros: 10,
+        locate_micros_per_unit: 1,
+        dismount_delay_micros: 1_000,
+        bytes_per_sec: 1_000_000,
+        failure_rate: 0.0,
+        seed: 1,
+        aging: None,
+    }
+}
+
+/// (key, time) of the events of one kind, in order.
+fn times(events: &[LibraryEvent], started: bool) -> Vec<(String, Micros)> {
+    events
+        .iter()
+        .filter(|e| match e.kind {
+            EventKind::Started => started,
+            EventKind::Done { .. } => !started,
+            _ => false,
+        })
+        .map(|e| (e.key.clone(), e.at))
+        .collect()
+}
+
+fn done(events: &[LibraryEvent]) -> Vec<(String, Micros)> {
+    times(events, false)
+}
+
+fn pairs(expected: &[(&str, Micros)]) -> Vec<(String, Micros)> {
+    expected.iter().map(|(k, t)| (k.to_string(), *t)).collect()
+}
+
+#[test]
+fn two_transfers_on_one_volume_one_mount_then_the_dismount_delay() {
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    lib.submit(read("a", 1, "V1", 5), 0, &mut ev);
+    lib.submit(read("b", 1, "V1", 7), 0, &mut ev);
+    lib.advance(4_000, &mut ev);
+    // a: mount 100 + locate 10+5 + 1,000; b: locate 10+2 from a's position + 1,000.
+    assert_eq!(done(&ev), pairs(&[("a", 1_115), ("b", 2_127)]));
+    // Bound until 3,127, unmounted at 3,177, idle the rest of the 4,000.
+    let s = lib.stats();
+    assert_eq!((s.mounts, s.unmounts), (1, 1));
+    let expected = DriveTimes {
+        streaming: 2_000,
+        mounting: 100,
+        locating: 27,
+        unmounting: 50,
+        idle_with_work: 0,
+        idle_without_work: 1_000 + 823,
+    };
+    assert_eq!(s.drives, [expected]);
+    assert_eq!(s.total().total(), 4_000);
+    assert_eq!(s.drive_efficiency(), Some(2_000.0 / 2_177.0));
+}
+
+/// The issue's case: a mounted volume's next request goes before a higher-priority request
+/// for another volume under Enstore (library_manager.py `next_work_this_volume` looks only
+/// at the bound volume), and after it under the priority model.
+#[test]
+fn a_mounted_volume_is_served_before_a_higher_priority_elsewhere_only_under_enstore() {
+    let submit_all = |lib: &mut Library, ev: &mut Vec<LibraryEvent>| {
+        lib.submit(read("a", 1, "V1", 1), 0, ev);
+        lib.submit(read("b", 9, "V2", 1), 1, ev);
+        lib.submit(read("c", 1, "V1", 2), 2, ev);
+        lib.advance(10_000, ev);
+    };
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    submit_all(&mut lib, &mut ev);
+    // a 100+11+1,000; c 11+1,000; the drive then waits out its delay (1,000) with b waiting,
+    // unmounts (50), mounts V2 (100), locates (11), streams (1,000).
+    assert_eq!(
+        done(&ev),
+        pairs(&[("a", 1_111), ("c", 2_122), ("b", 4_283)])
+    );
+    assert_eq!(lib.stats().drives[0].idle_with_work, 1_000);
+
+    let mut lib = Library::new(LibraryConfig {
+        model: Model::Priority,
+        ..enstore(1)
+    });
+    let mut ev = Vec::new();
+    submit_all(&mut lib, &mut ev);
+    // Each mount 100 (dismount included) + 1,000; b's priority wins, V1 is mounted again.
+    assert_eq!(
+        done(&ev),
+        pairs(&[("a", 1_100), ("b", 2_200), ("c", 3_300)])
+    );
+    assert_eq!(lib.mounts(), 3);
+}
+
+/// mover.py: `transfer_completed` arms `dismount_time = now + delay`; work arriving before it
+/// is served with a locate only; after it the volume is unmounted and mounted again.
+#[test]
+fn the_dismount_delay_is_honoured() {
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    lib.submit(read("a", 1, "V1", 0), 0, &mut ev);
+    // a ends at 1,110; the drive holds V1 until 2,110.
+    lib.submit(read("b", 1, "V1", 0), 2_000, &mut ev);
+    assert_eq!(lib.mounts(), 1, "b is served without a mount");
+    // b ends at 2,000 + 10 + 1,000 = 3,010; the delay runs out at 4,010.
+    lib.submit(read("c", 1, "V1", 0), 4_010, &mut ev);
+    lib.advance(10_000, &mut ev);
+    assert_eq!(
+        times(&ev, true),
+        pairs(&[("a", 0), ("b", 2_000), ("c", 4_060)])
+    );
+    // c: the rest of the unmount (50), a mount (100), a locate (10), 1,000.
+    assert_eq!(
+        done(&ev),
+        pairs(&[("a", 1_110), ("b", 3_010), ("c", 5_170)])
+    );
+    let s = lib.stats();
+    assert_eq!((s.mounts, s.unmounts), (2, 2));
+}
+
+/// manage_queue.py `SortedList.get(current_location)`: the first position after the head,
+/// wrapping to the lowest (the order the research notes verified on the real code: 10, 20, 30,
+/// then 15 and 60 queued, 50, 60, 70, 15).
+#[test]
+fn a_bound_drive_sweeps_positions_upwards_and_wraps() {
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    for (key, pos) in [
+        ("p10", 10),
+        ("p50", 50),
+        ("p20", 20),
+        ("p70", 70),
+        ("p30", 30),
+    ] {
+        lib.submit(read(key, 1, "V1", pos), 0, &mut ev);
+    }
+    lib.submit(read("p15", 1, "V1", 15), 2_500, &mut ev);
+    lib.submit(read("p60", 1, "V1", 60), 2_500, &mut ev);
+    lib.advance(10_000, &mut ev);
+    // Locates: 10+10 from the start of tape, then 10 + the distance from the last file.
+    assert_eq!(
+        done(&ev),
+        pairs(&[
+            ("p10", 1_120),
+            ("p20", 2_140),
+            ("p30", 3_160),
+            ("p50", 4_190),
+            ("p60", 5_210),
+            ("p70", 6_230),
+            ("p15", 7_295),
+        ])
+    );
+    assert_eq!(lib.mounts(), 1);
+}
+
+/// library_manager.py `next_work_any_volume` skips `active_volumes` (every non-idle mover's
+/// volume, until it reports idle after the dismount).
+#[test]
+fn an_idle_drive_does_not_mount_a_volume_another_drive_holds() {
+    let mut lib = Library::new(enstore(2));
+    let mut ev = Vec::new();
+    lib.submit(read("a", 1, "V1", 0), 0, &mut ev);
+    lib.submit(read("b", 1, "V1", 1), 0, &mut ev);
+    lib.advance(2_121, &mut ev);
+    assert_eq!(times(&ev, true), pairs(&[("a", 0), ("b", 1_110)]));
+    assert_eq!(done(&ev), pairs(&[("a", 1_110), ("b", 2_121)]));
+    let s = lib.stats();
+    assert_eq!(s.mounts, 1);
+    assert_eq!(s.drives[1].idle_with_work, 1_110);
+    assert_eq!(s.drives[1].idle_without_work, 1_011);
+    // Drive 0 dismounts at 3,121 and unmounts until 3,171: c, arriving meanwhile, waits.
+    lib.submit(read("c", 1, "V1", 0), 3_130, &mut ev);
+    assert_eq!(lib.running(), 0);
+    lib.advance(10_000, &mut ev);
+    assert_eq!(times(&ev, true).last(), Some(&("c".to_string(), 3_171)));
+    assert_eq!(lib.mounts(), 2);
+}
+
+/// manage_queue.py `SortedList.update` / `Queue.update_priority`: a volume's best request
+/// gains 1 per 30 minutes of the volume queue's age, from the queue's creation, so a request
+/// that just joined an old queue is lifted at once.
+#[test]
+fn aging_counts_from_the_volume_queue_creation() {
+    const HOUR: Micros = 3_600 * 1_000_000;
+    let run = |aging| {
+        let mut lib = Library::new(LibraryConfig {
+            aging,
+            ..enstore(1)
+        });
+        let mut ev = Vec::new();
+        // "a" holds the drive for two hours (1 MB/s).
+        let mut long = read("a", 1, "V0", 0);
+        long.size_bytes = 7_200_000_000;
+        lib.submit(long, 0, &mut ev);
+        lib.submit(read("x", 1, "V1", 2), 0, &mut ev);
+        let late = HOUR + HOUR * 5 / 6;
+        lib.submit(read("y", 5, "V1", 1), late, &mut ev);
+        lib.submit(read("new", 7, "V2", 1), late, &mut ev);
+        lib.advance(3 * HOUR, &mut ev);
+        done(&ev).into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+    };
+    // Without aging V2 (7) beats V1 (its best, y, is 5); with it V1's queue, two hours old,
+    // ranks y at 5 + 4 = 9. On V1, the lowest position (y) first, then x.
+    assert_eq!(run(None), ["a", "new", "y", "x"]);
+    assert_eq!(run(Some(Aging::ENSTORE)), ["a", "y", "x", "new"]);
+}
+
+#[test]
+fn a_position_from_the_file_name_is_stable() {
+    // FNV-1a 64 of "/pnfs/f" modulo 10,000: fixed forever, so replays are reproducible.
+    let p = enstore::name_position("/pnfs/f");
+    assert_eq!(p, enstore::name_position("/pnfs/f"));
+    assert!(p < enstore::POSITION_SPAN);
+    let mut t = read("f", 1, "V", 0);
+    t.position = None;
+    assert_eq!(enstore::position(&t), p);
+}
+
+/// Cancelling or re-prioritising a queued read keeps the per-volume queues consistent.
+#[test]
+fn cancel_and_priority_changes_reach_the_volume_queues() {
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    lib.submit(read("a", 1, "V1", 0), 0, &mut ev);
+    lib.submit(read("b", 1, "V2", 0), 0, &mut ev);
+    lib.submit(read("c", 1, "V3", 0), 0, &mut ev);
+    lib.submit(read("d", 1, "V4", 0), 0, &mut ev);
+    assert_eq!(lib.cancel("b", 1, &mut ev), CancelOutcome::Cancelled);
+    assert_eq!(
+        lib.set_priority("d", 1, 9, 1, &mut ev),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(lib.pending(), 2);
+    lib.advance(100_000, &mut ev);
+    let order: Vec<String> = done(&ev).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(order, ["a", "d", "c"]);
+    assert_eq!(lib.pending(), 0);
+}
+
+/// Issue 15's speed goal: 200k requests through the model in virtual time, every operation
+/// O(log n). No timing assertion; run with `--release -- --nocapture` to see the time.
+#[test]
+fn two_hundred_thousand_requests_go_through_and_the_counts_add_up() {
+    const N: u64 = 200_000;
+    let cfg = LibraryConfig {
+        model: Model::Enstore,
+        drives: 8,
+        aging: Some(Aging::ENSTORE),
+        ..LibraryConfig::default()
+    };
+    let started = std::time::Instant::now();
+    let cpu_before = thread_cpu_ns();
+    let mut lib = Library::new(cfg);
+    let mut ev = Vec::new();
+    let mut rng: u64 = 42;
+    let mut step = || {
+        rng = rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        rng >> 33
+    };
+    let (mut bytes, mut streamed, mut done_files, mut done_bytes) = (0, 0, 0u64, 0u64);
+    let mut count = |ev: &mut Vec<LibraryEvent>| {
+        for e in ev.drain(..) {
+            if let EventKind::Done { bytes } = e.kind {
+                done_files += 1;
+                done_bytes += bytes;
+            }
+        }
+    };
+    for i in 0..N {
+        let mut t = read(&format!("r{i}"), 1 + (step() % 3) as i64, "", 0);
+        t.volume = Some(format!("V{}", step() % 1_000));
+        t.position = Some(step() % 10_000);
+        t.size_bytes = 1_000_000 + step() % 4_000_000_000;
+        bytes += t.size_bytes;
+        streamed += t.size_bytes.div_ceil(300);
+        // One arrival every 2 s of virtual time: queues build up, then drain.
+        lib.submit(t, i * 2_000_000, &mut ev);
+        count(&mut ev);
+    }
+    let mut end = (N - 1) * 2_000_000;
+    while let Some(t) = lib.next_wakeup() {
+        end = end.max(t);
+        lib.advance(t, &mut ev);
+        count(&mut ev);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "enstore model: {N} requests, {} mounts, in {elapsed:.3} s wall ({:.0} requests/s)",
+        lib.mounts(),
+        N as f64 / elapsed
+    );
+    // On a shared machine the wall clock counts time the thread waited for a core.
+    if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
+        let cpu = (b - a) as f64 / 1e9;
+        println!(
+            "enstore model: {cpu:.3} s on the CPU ({:.0} requests per CPU second)",
+            N as f64 / cpu
+        );
+    }
+    assert_eq!((done_files, done_bytes), (N, bytes));
+    assert_eq!((lib.pending(), lib.running()), (0, 0));
+    let s = lib.stats();
+    assert_eq!(s.mounts, s.unmounts);
+    let total = s.total();
+    assert_eq!(
+        total.total(),
+        end * 8,
+        "every drive's time is accounted for"
+    );
+    assert_eq!(
+        total.streaming, streamed,
+        "300 MB/s: a file streams in size/300 µs"
+    );
+}
+
+/// This thread's time on the CPU so far, in ns (Linux's `/proc/thread-self/schedstat`).
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// `position` is optional on the wire: older clients' transfers parse, and a transfer
+/// without one is sent exactly as before.
+#[test]
+fn a_transfer_position_is_optional_on_the_wire() -> Result<(), serde_json::Error> {
+    let old = r#"{"key":"k","attempt":1,"file":"/f","size_bytes":1,"priority":1,"group":"g"}"#;
+    let t: Transfer = serde_json::from_str(old)?;
+    assert_eq!(t.position, None);
+    assert!(!serde_json::to_string(&t)?.contains("position"));
+    let with = read("k", 1, "V", 42);
+    let back: Transfer = serde_json::from_str(&serde_json::to_string(&with)?)?;
+    assert_eq!(back.position, Some(42));
+    Ok(())
+}
