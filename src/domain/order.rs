@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use serde::Serialize;
 
 /// Which ordering policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,8 +60,7 @@ pub struct OrderSettings {
 }
 
 /// Relative importance a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Qos {
     Expedite,
     Normal,
@@ -91,7 +89,7 @@ pub struct Multifactor {
     pub band_high: i64,
 }
 /// One queue's parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueParams {
     pub qp_min: i64,
     pub qp_max: i64,

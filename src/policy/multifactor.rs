@@ -61,7 +61,7 @@ pub struct Inputs {
 }
 
 /// The normalised factors (or their weighted values), for `explain`.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Factors {
     pub wait: f64,
     pub fair_share: f64,

@@ -17,7 +17,6 @@
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
 
 pub use crate::domain::order::{Algorithm, OrderSettings, Release, ReleaseMode};
 
@@ -195,7 +194,7 @@ pub struct Placement {
 }
 
 /// Why a request has its place: what `GET /v1/requests/{id}` shows.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Explain {
     pub policy: &'static str,
     pub release_mode: &'static str,
@@ -204,20 +203,18 @@ pub struct Explain {
     pub mss_priority: i64,
     pub waited_ms: i64,
     /// Present when the starvation bound decided.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub starved: Option<Starved>,
     pub detail: Detail,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Starved {
     pub max_wait_ms: i64,
     pub starved_priority: i64,
 }
 
 /// The policy's own figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Detail {
     /// A priority class: always ahead of fair share.
     PriorityClass { class_priority: i64 },
