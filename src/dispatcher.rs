@@ -29,7 +29,7 @@
 
 mod settings;
 
-pub use settings::{AdapterSettings, MssSettings, SimulatorSettings};
+pub use settings::{AdapterSettings, MssSettings, SimulatorSettings, TapeTimes};
 
 use std::num::NonZeroU32;
 use std::sync::Arc;

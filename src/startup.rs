@@ -247,7 +247,11 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
             failure_rate: sim.failure_rate,
             seed: sim.seed,
             aging: sim.aging,
-            ..Default::default()
+            model: sim.model,
+            unmount_micros: sim.tape.unmount_micros,
+            locate_fixed_micros: sim.tape.locate_fixed_micros,
+            locate_micros_per_unit: sim.tape.locate_micros_per_unit,
+            dismount_delay_micros: sim.tape.dismount_delay_micros,
         },
         time_scale: sim.time_scale,
         faults: Default::default(),

@@ -37,6 +37,22 @@ pub(super) struct SimArgs {
     /// Fraction of events written to the event log twice, 0..1.
     #[arg(long, default_value_t = 0.0)]
     duplicate_event_rate: f64,
+    /// The library model: "priority" (strict priority over all pending transfers) or
+    /// "enstore" (per-volume queues in tape order, the mounted volume first, a dismount delay).
+    #[arg(long, default_value = "priority")]
+    model: String,
+    /// Enstore model: seconds to unmount a volume.
+    #[arg(long, default_value_t = 60.0)]
+    unmount_seconds: f64,
+    /// Enstore model: the fixed part of a locate, seconds.
+    #[arg(long, default_value_t = 20.0)]
+    locate_seconds: f64,
+    /// Enstore model: locate seconds per unit of position distance.
+    #[arg(long, default_value_t = 0.01)]
+    locate_seconds_per_unit: f64,
+    /// Enstore model: seconds a drive keeps an idle volume mounted (Enstore's dismount_delay).
+    #[arg(long, default_value_t = 60.0)]
+    dismount_delay_seconds: f64,
 }
 
 pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -54,6 +70,19 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
     {
         bail!("--time-scale and --rate-mb-per-sec must be above 0, every --*-rate within 0..1");
     }
+    let Some(model) = mss_adapters::sim::Model::parse(&args.model) else {
+        bail!(
+            "--model must be \"priority\" or \"enstore\", not `{}`",
+            args.model
+        );
+    };
+    let seconds = |v: f64, flag: &str| -> anyhow::Result<u64> {
+        if v >= 0.0 && v.is_finite() && v < 1e9 {
+            Ok((v * 1e6).round() as u64)
+        } else {
+            bail!("--{flag} must be 0 or more seconds")
+        }
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -66,7 +95,14 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             failure_rate: args.failure_rate,
             seed: args.seed,
             aging: None,
-            ..Default::default()
+            model,
+            unmount_micros: seconds(args.unmount_seconds, "unmount-seconds")?,
+            locate_fixed_micros: seconds(args.locate_seconds, "locate-seconds")?,
+            locate_micros_per_unit: seconds(
+                args.locate_seconds_per_unit,
+                "locate-seconds-per-unit",
+            )?,
+            dismount_delay_micros: seconds(args.dismount_delay_seconds, "dismount-delay-seconds")?,
         },
         time_scale: args.time_scale,
         faults: mss_adapters::protocol::Faults {

@@ -21,8 +21,9 @@ pub(super) use checks::check_against_policy;
 
 use super::raw::int;
 use super::{parse_addr, positive, Issues};
-use crate::dispatcher::{AdapterSettings, MssSettings, SimulatorSettings};
+use crate::dispatcher::{AdapterSettings, MssSettings, SimulatorSettings, TapeTimes};
 use crate::domain::RetrySettings;
+use mss_adapters::sim::Model;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -73,6 +74,12 @@ struct RawSimulator {
     age_time_minutes: i64,
     /// Enstore's `DELTA_PRI`.
     delta_pri: i64,
+    /// The library model: "priority" or "enstore".
+    model: String,
+    unmount_seconds: f64,
+    locate_seconds: f64,
+    locate_seconds_per_unit: f64,
+    dismount_delay_seconds: f64,
 }
 
 impl Default for RawSimulator {
@@ -88,6 +95,11 @@ impl Default for RawSimulator {
             seed: 1,
             age_time_minutes: 0,
             delta_pri: 1,
+            model: "priority".into(),
+            unmount_seconds: 60.0,
+            locate_seconds: 20.0,
+            locate_seconds_per_unit: 0.01,
+            dismount_delay_seconds: 60.0,
         }
     }
 }
@@ -282,6 +294,16 @@ fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<Simulator
     if !(0.0..=1.0).contains(&s.failure_rate) {
         issues.add("mss.simulator.failure_rate", "must be between 0 and 1");
     }
+    let model = Model::parse(&s.model).unwrap_or_else(|| {
+        issues.add(
+            "mss.simulator.model",
+            format!(
+                "unknown library model `{}`: \"priority\" or \"enstore\"",
+                s.model
+            ),
+        );
+        Model::Priority
+    });
     Some(SimulatorSettings {
         listen,
         drives: positive(s.drives, "mss.simulator.drives", issues),
@@ -291,7 +313,30 @@ fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<Simulator
         failure_rate: s.failure_rate,
         seed: s.seed as u64,
         aging: sim_aging(s, issues),
+        model,
+        tape: sim_tape_times(s, issues),
     })
+}
+
+/// The Enstore model's tape times, each 0 or more (virtual seconds in the file).
+fn sim_tape_times(s: &RawSimulator, issues: &mut Issues) -> TapeTimes {
+    let mut micros = |v: f64, key: &str| {
+        if v >= 0.0 && v.is_finite() && v < 1e9 {
+            (v * 1e6).round() as u64
+        } else {
+            issues.add(
+                format!("mss.simulator.{key}"),
+                "must be 0 or more (seconds)",
+            );
+            0
+        }
+    };
+    TapeTimes {
+        unmount_micros: micros(s.unmount_seconds, "unmount_seconds"),
+        locate_fixed_micros: micros(s.locate_seconds, "locate_seconds"),
+        locate_micros_per_unit: micros(s.locate_seconds_per_unit, "locate_seconds_per_unit"),
+        dismount_delay_micros: micros(s.dismount_delay_seconds, "dismount_delay_seconds"),
+    }
 }
 
 /// `age_time_minutes` and `delta_pri` as the model's aging (off at 0 minutes).

@@ -72,4 +72,17 @@ pub struct SimulatorSettings {
     pub seed: u64,
     /// Enstore's queue aging, modelled (`age_time_minutes` > 0).
     pub aging: Option<mss_adapters::sim::library::Aging>,
+    /// The library's scheduling model.
+    pub model: mss_adapters::sim::Model,
+    /// The Enstore model's tape times.
+    pub tape: TapeTimes,
+}
+
+/// The Enstore model's tape times, in virtual microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapeTimes {
+    pub unmount_micros: u64,
+    pub locate_fixed_micros: u64,
+    pub locate_micros_per_unit: u64,
+    pub dismount_delay_micros: u64,
 }

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-
 /// Which ordering policy.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Algorithm {

@@ -17,7 +17,6 @@
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 
-
 pub use crate::domain::order::{Algorithm, OrderSettings, Release, ReleaseMode};
 
 use super::fbsng::{QueueParams, Queues};

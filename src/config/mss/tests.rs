@@ -174,6 +174,39 @@ fn the_simulator_ages_as_enstore_when_asked() {
     );
 }
 
+/// Issue 15: the simulator's library model and its tape times, named by key when wrong; the
+/// shipped file runs the Enstore model, a table without the key the priority model.
+#[test]
+fn the_simulator_model_is_chosen_by_key_and_the_shipped_file_uses_enstore() {
+    use mss_adapters::sim::Model;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = |extra: &str| {
+        format!("[mss]\nadapter = \"http\"\n[mss.simulator]\nenabled = true\n{extra}")
+    };
+    let simulator = |text: &str| match parse(text, dir.path()).unwrap().mss.adapter {
+        super::AdapterSettings::Http { simulator, .. } => simulator.unwrap(),
+        _ => panic!("not the simulator"),
+    };
+    assert_eq!(simulator(&sim("")).model, Model::Priority);
+    let enstore = simulator(&sim("model = \"enstore\"\ndismount_delay_seconds = 10\n"));
+    assert_eq!(enstore.model, Model::Enstore);
+    assert_eq!(enstore.tape.dismount_delay_micros, 10_000_000);
+    assert_eq!(enstore.tape.unmount_micros, 60_000_000);
+    let found = issues(&sim("model = \"lto\"\nlocate_seconds = -1\n"));
+    assert!(has(&found, "mss.simulator.model", "lto"), "{found:?}");
+    assert!(
+        has(&found, "mss.simulator.locate_seconds", "0 or more"),
+        "{found:?}"
+    );
+    let shipped = Settings::parse(crate::config::EMBEDDED, "embedded").unwrap();
+    match shipped.mss.adapter {
+        super::AdapterSettings::Http { simulator, .. } => {
+            assert_eq!(simulator.unwrap().model, Model::Enstore)
+        }
+        _ => panic!("the shipped file runs the simulator"),
+    }
+}
+
 #[test]
 fn an_encp_note_says_reprioritisation_cannot_reach_the_mss() {
     let dir = tempfile::tempdir().unwrap();
