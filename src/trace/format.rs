@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use super::TraceError;
 
+/// The `volume` of a request that named none (an exported ledger's request without a volume):
+/// a replay treats it as unknown, as the simulated library does a transfer without a volume.
+pub const NO_VOLUME: &str = "";
+
 /// A request's direction: `read` (a recall from tape, the default, not written out) or
 /// `write` (the data-taking stream).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
