@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use mss_adapters::sim::library::name_position;
 
 use crate::ledger::{ExportedRequest, LedgerReader};
-use crate::trace::format::{write_ref, RecordRef, NO_VOLUME};
+use crate::trace::format::{own_volume, write_ref, RecordRef};
 use crate::trace::{generate, Direction, GenParams};
 
 #[derive(Debug, Subcommand)]
@@ -144,8 +144,9 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Streams the ledger's requests into `out` as trace records (docs/traces.md, "Exporting"):
-/// `t` from the first exported request, never decreasing; a request without a volume gets
-/// [`NO_VOLUME`]; `position` is the one the simulated library derives from the file name.
+/// `t` from the first exported request, never decreasing; a request without a volume gets a
+/// volume of its own (`file:<file>`); `position` is the one the simulated library derives from
+/// the file name (the ledger keeps none).
 fn export_to(
     reader: &LedgerReader,
     since: Option<i64>,
@@ -155,6 +156,7 @@ fn export_to(
     let mut first_ms: Option<i64> = None;
     let mut last_ms = i64::MIN;
     let mut buf = Vec::with_capacity(512);
+    let mut own = String::new();
     let n = reader.for_each_request(since, until, |r: &ExportedRequest| -> anyhow::Result<()> {
         let origin = *first_ms.get_or_insert(r.created_ms);
         // A wall clock that stepped back keeps the previous `t`: a trace never goes back.
@@ -165,7 +167,13 @@ fn export_to(
             station: &r.station,
             user: &r.user,
             file: &r.file,
-            volume: r.volume.as_deref().unwrap_or(NO_VOLUME),
+            volume: match r.volume.as_deref() {
+                Some(v) if !v.is_empty() => v,
+                _ => {
+                    own_volume(&r.file, &mut own);
+                    &own
+                }
+            },
             position: name_position(&r.file),
             size_bytes: r.size_bytes,
             access_mode: &r.access_mode,

@@ -217,7 +217,12 @@ async fn the_export_of_a_live_broker_holds_every_request_and_classifies_as_it_di
         assert_eq!(record.station, r["station"].as_str().unwrap(), "{crid}");
         assert_eq!(record.user, r["user"].as_str().unwrap(), "{crid}");
         assert_eq!(record.file, r["file"].as_str().unwrap(), "{crid}");
-        assert_eq!(record.volume, r["volume"].as_str().unwrap_or(""), "{crid}");
+        let own = format!("file:{}", record.file);
+        let volume = r["volume"].as_str().unwrap_or(&own);
+        assert_eq!(
+            record.volume, volume,
+            "{crid}: its volume, else one of its own"
+        );
         assert_eq!(record.position, name_position(&record.file), "{crid}");
         assert_eq!(Some(record.size_bytes), r["size_bytes"].as_u64(), "{crid}");
         assert_eq!(record.access_mode, r["access_mode"].as_str().unwrap());
