@@ -361,3 +361,38 @@ fn a_missing_or_newer_database_is_refused() {
     assert!(err.contains("schema version 1000"), "{err}");
     assert!(err.contains("newer than this build"), "{err}");
 }
+
+/// Arrival order is the ledger's id order; where the wall clock stepped back between two
+/// commits, `t` keeps its previous value instead of going back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_that_stepped_back_keeps_t_from_going_back() {
+    let mut broker = Broker::start();
+    let (singles, _) = load();
+    broker.submit(&singles, &[]).await;
+    broker.serve.kill();
+    {
+        let conn = rusqlite::Connection::open(&broker.db).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE requests SET created_ms = created_ms - 5000 \
+                 WHERE client_request_id IN ('s-1', 's-3')",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 2);
+    }
+    let created: Vec<i64> = stored(&broker.db).iter().map(|(_, ms)| *ms).collect();
+    let trace = broker.export(&[]);
+    let got: Vec<&str> = trace.iter().map(|r| r.client_request_id.as_str()).collect();
+    assert_eq!(got, ["s-0", "s-1", "s-2", "s-3", "s-4"], "id order");
+    let mut last = created[0];
+    for (record, ms) in trace.iter().zip(&created) {
+        last = last.max(*ms);
+        let t_ms = (record.t * 1000.0).round() as i64;
+        assert_eq!(t_ms, last - created[0], "{}", record.client_request_id);
+    }
+    assert_eq!(
+        trace[1].t, 0.0,
+        "s-1 is before the first request: t stays at 0"
+    );
+}
