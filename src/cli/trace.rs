@@ -1,5 +1,6 @@
 //! `mssbroker trace gen`: a synthetic request trace from documented parameters (see
 //! docs/traces.md), written as JSON lines, with a summary of what it holds on stderr.
+//! `mssbroker trace export`: the trace of a real ledger, read-only.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -9,12 +10,18 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::trace::{generate, GenParams};
+use mss_adapters::sim::library::name_position;
+
+use crate::ledger::{ExportedRequest, LedgerReader};
+use crate::trace::format::{own_volume, write_ref, RecordRef};
+use crate::trace::{generate, Direction, GenParams};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum TraceCommand {
     /// Generate a synthetic trace (JSON lines) from parameters (docs/traces.md).
     Gen(GenArgs),
+    /// Write the trace of a broker's database (read-only; beside a running broker is fine).
+    Export(ExportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -39,6 +46,7 @@ pub(super) struct GenArgs {
 pub(super) fn run(command: TraceCommand) -> anyhow::Result<ExitCode> {
     match command {
         TraceCommand::Gen(args) => gen_trace(args),
+        TraceCommand::Export(args) => export(args),
     }
 }
 
@@ -82,4 +90,101 @@ fn gen_trace(args: GenArgs) -> anyhow::Result<ExitCode> {
         eprint!("{summary}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ExportArgs {
+    /// The broker's SQLite database, opened read-only.
+    #[arg(long)]
+    db: PathBuf,
+    /// Only requests accepted at or after this instant (RFC 3339, or ms since 1970).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only requests accepted before this instant (RFC 3339, or ms since 1970).
+    #[arg(long)]
+    until: Option<String>,
+    /// Where the trace goes [default: standard output].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    let instant = |name: &str, value: &Option<String>| -> anyhow::Result<Option<i64>> {
+        value
+            .as_deref()
+            .map(|s| crate::clock::parse_instant(s).map_err(|e| anyhow::anyhow!("--{name}: {e}")))
+            .transpose()
+    };
+    let since = instant("since", &args.since)?;
+    let until = instant("until", &args.until)?;
+    if !args.db.exists() {
+        anyhow::bail!("--db: no database at {}", args.db.display());
+    }
+    let reader = LedgerReader::open(&args.db)?;
+    let n = match &args.out {
+        Some(path) => {
+            let file =
+                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            let mut out = BufWriter::new(file);
+            let n = export_to(&reader, since, until, &mut out)?;
+            out.flush()
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            n
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = BufWriter::new(stdout.lock());
+            let n = export_to(&reader, since, until, &mut out)?;
+            out.flush().context("cannot write the trace")?;
+            n
+        }
+    };
+    eprintln!("{n} requests exported from {}", args.db.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Streams the ledger's requests into `out` as trace records (docs/traces.md, "Exporting"):
+/// `t` from the first exported request, never decreasing; a request without a volume gets a
+/// volume of its own (`file:<file>`); `position` is the one the simulated library derives from
+/// the file name (the ledger keeps none).
+fn export_to(
+    reader: &LedgerReader,
+    since: Option<i64>,
+    until: Option<i64>,
+    out: &mut impl Write,
+) -> anyhow::Result<u64> {
+    let mut first_ms: Option<i64> = None;
+    let mut last_ms = i64::MIN;
+    let mut buf = Vec::with_capacity(512);
+    let mut own = String::new();
+    let n = reader.for_each_request(since, until, |r: &ExportedRequest| -> anyhow::Result<()> {
+        let origin = *first_ms.get_or_insert(r.created_ms);
+        // A wall clock that stepped back keeps the previous `t`: a trace never goes back.
+        last_ms = last_ms.max(r.created_ms);
+        let record = RecordRef {
+            t: last_ms.saturating_sub(origin) as f64 / 1000.0,
+            client_request_id: &r.client_request_id,
+            station: &r.station,
+            user: &r.user,
+            file: &r.file,
+            volume: match r.volume.as_deref() {
+                Some(v) if !v.is_empty() => v,
+                _ => {
+                    own_volume(&r.file, &mut own);
+                    &own
+                }
+            },
+            position: name_position(&r.file),
+            size_bytes: r.size_bytes,
+            access_mode: &r.access_mode,
+            physics_group: &r.physics_group,
+            direction: match r.direction {
+                mss_adapters::Direction::Read => Direction::Read,
+                mss_adapters::Direction::Write => Direction::Write,
+            },
+        };
+        write_ref(&record, &mut buf, out)?;
+        Ok(())
+    })?;
+    Ok(n)
 }

@@ -163,7 +163,7 @@ pub(super) fn metric_figures(
 /// A database opened read-only, outside a running broker (`mssbroker shares --db`,
 /// `report --db`, the report benchmark). Refuses a database newer than this build.
 pub struct LedgerReader {
-    conn: Connection,
+    pub(super) conn: Connection,
 }
 
 impl LedgerReader {

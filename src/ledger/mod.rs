@@ -13,6 +13,7 @@
 
 pub mod aggregates;
 mod columns;
+mod export;
 mod history;
 pub mod identity;
 mod live;
@@ -36,6 +37,7 @@ use crate::clock::Clock;
 use crate::domain::{PolicySettings, RequestState};
 use crate::shares::view::SharesView;
 
+pub use export::ExportedRequest;
 pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{

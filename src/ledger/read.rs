@@ -119,7 +119,7 @@ fn bad_column(i: usize, what: &str) -> rusqlite::Error {
     )
 }
 
-fn stored_direction(i: usize, s: &str) -> rusqlite::Result<Direction> {
+pub(super) fn stored_direction(i: usize, s: &str) -> rusqlite::Result<Direction> {
     Direction::parse(s).ok_or_else(|| bad_column(i, "direction"))
 }
 

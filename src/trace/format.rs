@@ -8,6 +8,18 @@ use serde::{Deserialize, Serialize};
 
 use super::TraceError;
 
+/// The prefix of the `volume` given to a request that named none (an exported ledger's
+/// request without a volume): `file:<its file>`, a volume of the file's own, which is what the
+/// simulated library does with a transfer without a volume. Tape labels hold no `:`.
+pub const OWN_VOLUME_PREFIX: &str = "file:";
+
+/// Writes into `buf` the volume of a request that named none (see [`OWN_VOLUME_PREFIX`]).
+pub fn own_volume(file: &str, buf: &mut String) {
+    buf.clear();
+    buf.push_str(OWN_VOLUME_PREFIX);
+    buf.push_str(file);
+}
+
 /// A request's direction: `read` (a recall from tape, the default, not written out) or
 /// `write` (the data-taking stream).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

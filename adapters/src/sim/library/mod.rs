@@ -25,6 +25,7 @@ mod stats;
 use hash::FastMap;
 
 pub use config::{Aging, LibraryConfig, Model};
+pub use enstore::{name_position, POSITION_SPAN};
 
 pub use stats::{DriveTimes, LibraryStats};
 

@@ -1,0 +1,77 @@
+//! The ledger's requests in arrival order, read-only, for `mssbroker trace export`: one row at
+//! a time into a caller's function, so a week of a busy site never sits in memory.
+//!
+//! Arrival order is id order: the writer gives ids in commit order and stamps `created_ms` with
+//! its clock at that commit, so the two agree unless the wall clock stepped back. Walking the
+//! rowid needs no sort and no index; `--since`/`--until` filter on `created_ms` along the way.
+
+use mss_adapters::Direction;
+use rusqlite::params;
+
+use super::history::LedgerReader;
+use super::read::stored_direction;
+use super::LedgerError;
+
+/// What a trace keeps of one stored request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedRequest {
+    pub id: i64,
+    /// When the broker accepted it (ms since 1970).
+    pub created_ms: i64,
+    pub station: String,
+    pub client_request_id: String,
+    pub user: String,
+    pub file: String,
+    /// The volume the request named, if any (the ledger keeps no position on it).
+    pub volume: Option<String>,
+    pub size_bytes: u64,
+    pub access_mode: String,
+    pub physics_group: String,
+    pub direction: Direction,
+}
+
+const EXPORT_SQL: &str = "SELECT id, created_ms, station, client_request_id, user_name, file, \
+     volume, size_bytes, access_mode, physics_group, direction FROM requests \
+     WHERE created_ms >= ?1 AND created_ms < ?2 ORDER BY id";
+
+impl LedgerReader {
+    /// Calls `each` with every request accepted in `[since_ms, until_ms)` (either bound open
+    /// when `None`), in arrival (id) order, one row at a time; stops at its first error.
+    /// Returns how many it was given.
+    pub fn for_each_request<E: From<LedgerError>>(
+        &self,
+        since_ms: Option<i64>,
+        until_ms: Option<i64>,
+        mut each: impl FnMut(&ExportedRequest) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let storage = |e: rusqlite::Error| E::from(LedgerError::from(e));
+        let mut stmt = self.conn.prepare(EXPORT_SQL).map_err(storage)?;
+        let since = since_ms.unwrap_or(i64::MIN);
+        let until = until_ms.unwrap_or(i64::MAX);
+        let mut rows = stmt.query(params![since, until]).map_err(storage)?;
+        let mut n = 0;
+        while let Some(row) = rows.next().map_err(storage)? {
+            let request = exported(row).map_err(storage)?;
+            each(&request)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn exported(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExportedRequest> {
+    let direction: String = row.get(10)?;
+    Ok(ExportedRequest {
+        id: row.get(0)?,
+        created_ms: row.get(1)?,
+        station: row.get(2)?,
+        client_request_id: row.get(3)?,
+        user: row.get(4)?,
+        file: row.get(5)?,
+        volume: row.get(6)?,
+        size_bytes: row.get::<_, i64>(7)?.max(0) as u64,
+        access_mode: row.get(8)?,
+        physics_group: row.get(9)?,
+        direction: stored_direction(10, &direction)?,
+    })
+}
