@@ -90,7 +90,7 @@ impl Metrics {
             commit_seconds.clone(),
         );
         registry.register(
-            "mssbroker_ledger_commit_batch_size",
+            "mssbroker_ledger_commit_commands",
             "Commands (requests, batches, event sets) carried by one ledger commit",
             commit_commands.clone(),
         );
@@ -130,6 +130,41 @@ impl Metrics {
         let _ = encode_eof(&mut out);
         out
     }
+}
+
+/// The exposition in Prometheus' text format 0.0.4, for a scraper or a tool (`promtool check
+/// metrics`) that asks for `text/plain`: the same families, samples and help, with a counter's
+/// HELP and TYPE under its sample name (`..._total`), and no UNIT or EOF line (0.0.4 has none).
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .filter(|name| !name.ends_with("_total"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let header = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match header {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(&name) {
+                    format!("{name}_total")
+                } else {
+                    name.to_string()
+                };
+                out.push_str(&format!("{p}{name} {tail}"));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The ledger's figures as metric families, filled at scrape time.
@@ -221,27 +256,45 @@ impl LedgerFigures {
             self.bytes,
         );
         figures.register(
-            "mssbroker_group_pending",
+            "mssbroker_group_pending_requests",
             "Requests of a group not yet final (held included)",
             self.pending,
         );
         figures.register(
-            "mssbroker_group_held",
+            "mssbroker_group_held_requests",
             "Requests of a group held by a feasibility cap",
             self.held,
         );
         figures.register_with_unit(
             "mssbroker_group_usage_share",
             "A group's share of fair-share usage under the configured usage model",
-            Unit::Ratios,
+            Unit::Other("ratio".into()),
             self.usage_share,
         );
         figures.register_with_unit(
             "mssbroker_group_target_share",
             "A group's target share of fair-share benefit",
-            Unit::Ratios,
+            Unit::Other("ratio".into()),
             self.target_share,
         );
         figures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prometheus_text;
+
+    #[test]
+    fn prometheus_text_names_counters_by_their_samples_and_drops_unit_and_eof() {
+        let om = "# HELP a_bytes Bytes.\n# TYPE a_bytes counter\n# UNIT a_bytes bytes\n\
+                  a_bytes_total{g=\"x\"} 4.0\n# HELP b_ratio A ratio.\n# TYPE b_ratio gauge\n\
+                  # UNIT b_ratio ratio\nb_ratio 0.5\n# EOF\n";
+        assert_eq!(
+            prometheus_text(om),
+            "# HELP a_bytes_total Bytes.\n# TYPE a_bytes_total counter\n\
+             a_bytes_total{g=\"x\"} 4.0\n# HELP b_ratio A ratio.\n# TYPE b_ratio gauge\n\
+             b_ratio 0.5\n"
+        );
     }
 }

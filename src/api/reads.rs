@@ -3,7 +3,7 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
@@ -131,9 +131,10 @@ pub(super) async fn report(
     Ok(Json(crate::report::read(&state.ledger, range, now).await?).into_response())
 }
 
-/// Prometheus metrics (OpenMetrics text): per group requests by state and bytes done
-/// (counters), pending and held requests, usage and target share (gauges); ledger commit
-/// latency and batch size and MSS call latency (histograms).
+/// Prometheus metrics (OpenMetrics text; Prometheus' text format 0.0.4 to a client whose
+/// `Accept` asks for `text/plain` and not OpenMetrics): per group requests by state and bytes
+/// done (counters), pending and held requests, usage and target share (gauges); ledger commit
+/// latency and commands per commit and MSS call latency (histograms).
 #[utoipa::path(get, path = "/metrics", responses(
     (status = 200, content_type = "application/openmetrics-text", body = String),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
@@ -142,10 +143,20 @@ pub(super) async fn report(
 pub(super) async fn metrics(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
     let figures = state.ledger.metric_figures(state.clock.now_ms()).await?;
     let text = state.metrics.encode(&figures.totals, &figures.shares);
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if accept.contains("text/plain") && !accept.contains("application/openmetrics-text") {
+        let text = crate::metrics::prometheus_text(&text);
+        let kind = "text/plain; version=0.0.4; charset=utf-8";
+        return Ok(([(header::CONTENT_TYPE, kind)], text).into_response());
+    }
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -11,6 +11,7 @@ mod failures;
 mod faults;
 mod helpers;
 mod metrics;
+mod metrics_conventions;
 mod mss_answers;
 mod openapi;
 mod overflow;

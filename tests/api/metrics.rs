@@ -103,16 +103,19 @@ async fn metrics_parse_and_carry_the_ledgers_figures() {
         ),
         Some(1.0)
     );
-    assert_eq!(value(&e, "mssbroker_group_pending", &top), Some(0.0));
     assert_eq!(
-        value(&e, "mssbroker_group_target_share_ratios", &top),
+        value(&e, "mssbroker_group_pending_requests", &top),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&e, "mssbroker_group_target_share_ratio", &top),
         Some(0.3)
     );
-    let share = value(&e, "mssbroker_group_usage_share_ratios", &top).unwrap();
+    let share = value(&e, "mssbroker_group_usage_share_ratio", &top).unwrap();
     assert!((share - 4.0 / 6.0).abs() < 1e-6, "{share}");
     // Histograms: every request was committed, submitted and reported on.
     assert!(value(&e, "mssbroker_ledger_commit_seconds", &[]).unwrap() >= 4.0);
-    assert!(value(&e, "mssbroker_ledger_commit_batch_size", &[]).unwrap() >= 4.0);
+    assert!(value(&e, "mssbroker_ledger_commit_commands", &[]).unwrap() >= 4.0);
     assert!(
         value(
             &e,
