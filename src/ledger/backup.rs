@@ -20,6 +20,9 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::{schema, LedgerError};
 
+/// How long a step may keep finding the source or the copy locked before the backup gives up.
+const BUSY_LIMIT: Duration = Duration::from_secs(60);
+
 /// How the copy is paced.
 #[derive(Debug, Clone, Copy)]
 pub struct BackupOptions {
@@ -102,16 +105,7 @@ pub fn backup(
     file.sync_all().map_err(io(&partial))?;
     let bytes = file.metadata().map_err(io(&partial))?.len();
     drop(file);
-    // A hard link, not a rename: it fails rather than replace a file made meanwhile.
-    if let Err(e) = std::fs::hard_link(&partial, to) {
-        let _ = std::fs::remove_file(&partial);
-        return Err(if e.kind() == std::io::ErrorKind::AlreadyExists {
-            BackupError::DestinationExists(to.to_path_buf())
-        } else {
-            io(to)(e)
-        });
-    }
-    std::fs::remove_file(&partial).map_err(io(&partial))?;
+    put_in_place(&partial, to)?;
     let dir = match to.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -124,6 +118,30 @@ pub fn backup(
         bytes,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Move the finished `partial` to `to` without replacing a file made there meanwhile: a hard
+/// link (which fails if `to` exists), or where the file system has none, a rename after a
+/// last look. On an error `partial` is removed.
+fn put_in_place(partial: &Path, to: &Path) -> Result<(), BackupError> {
+    let io = |path: &Path, source| BackupError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let placed = match std::fs::hard_link(partial, to) {
+        Ok(()) => std::fs::remove_file(partial).map_err(|e| io(partial, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(BackupError::DestinationExists(to.to_path_buf()))
+        }
+        Err(_) if to.symlink_metadata().is_ok() => {
+            Err(BackupError::DestinationExists(to.to_path_buf()))
+        }
+        Err(_) => std::fs::rename(partial, to).map_err(|e| io(to, e)),
+    };
+    if placed.is_err() {
+        let _ = std::fs::remove_file(partial);
+    }
+    placed
 }
 
 /// `<to>.partial`.
@@ -155,15 +173,27 @@ fn copy(from: &Path, dest: &Path, options: BackupOptions) -> Result<i64, BackupE
     let mut dst = Connection::open_with_flags(dest, flags).map_err(copy_err)?;
     let pages = {
         let backup = Backup::new(&src, &mut dst).map_err(copy_err)?;
+        let mut busy_since: Option<Instant> = None;
         loop {
             match backup
                 .step(options.pages_per_step.max(1))
                 .map_err(copy_err)?
             {
                 StepResult::Done => break,
-                // More, or Busy/Locked (retried after the pause).
-                _ => std::thread::sleep(options.pause),
+                StepResult::More => busy_since = None,
+                // Busy or Locked: retried after the pause, for up to BUSY_LIMIT.
+                _ => {
+                    let since = *busy_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > BUSY_LIMIT {
+                        return Err(BackupError::Copy {
+                            from: from.to_path_buf(),
+                            to: dest.to_path_buf(),
+                            message: format!("the database stayed busy for {BUSY_LIMIT:?}"),
+                        });
+                    }
+                }
             }
+            std::thread::sleep(options.pause);
         }
         i64::from(backup.progress().pagecount)
     };
