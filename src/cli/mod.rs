@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use crate::config::{self, Settings};
 use crate::telemetry;
 
+mod backup;
 mod client;
 mod mss_sim;
 mod reports;
@@ -101,6 +102,8 @@ enum Command {
     /// Request traces for the what-if simulator (docs/traces.md).
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// A consistent copy of a database, taken while the broker runs (docs/operations.md).
+    Backup(backup::BackupArgs),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
@@ -114,6 +117,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::CheckConfig { path } => check_config(path),
         Command::Shares(args) => shares(args),
+        Command::Backup(args) => backup::run(args),
         Command::Trace(command) => trace::run(command),
         command => {
             telemetry::init(cli.log_json);
@@ -193,7 +197,10 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             crate::bench::run(&options).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CheckConfig { .. } | Command::Shares(_) | Command::Trace(_) => {
+        Command::CheckConfig { .. }
+        | Command::Shares(_)
+        | Command::Trace(_)
+        | Command::Backup(_) => {
             unreachable!("handled without a runtime")
         }
     }

@@ -12,6 +12,7 @@
 //! connections; WAL lets them run beside the writer.
 
 pub mod aggregates;
+pub mod backup;
 mod columns;
 mod export;
 mod history;

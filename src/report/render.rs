@@ -83,14 +83,7 @@ const HEADER: [&str; 14] = [
 /// The table: totals over the range, then what to look at.
 pub fn table(r: &Report) -> String {
     let rows: Vec<Vec<String>> = r.groups.iter().map(row).collect();
-    let mut out = format!(
-        "report {} .. {}  ({} buckets of one {:?})\n\n",
-        r.since,
-        r.until,
-        r.series.len(),
-        r.bucket
-    )
-    .to_lowercase();
+    let mut out = heading(&r.since, &r.until, r.series.len(), r.bucket);
     out.push_str(&crate::text_table::aligned(&HEADER, &rows));
     out.push('\n');
     if r.priority_held_back.is_empty() {
@@ -102,6 +95,13 @@ pub fn table(r: &Report) -> String {
         ));
     }
     out
+}
+
+/// The table's first line: the instants as the report gives them (RFC 3339, upper-case `T`
+/// and `Z`), the bucket's name in lower case.
+fn heading(since: &str, until: &str, buckets: usize, bucket: super::Bucket) -> String {
+    let bucket = format!("{bucket:?}").to_lowercase();
+    format!("report {since} .. {until}  ({buckets} buckets of one {bucket})\n\n")
 }
 
 /// CSV: one row per bucket and group, then one row per group for the whole range (bucket
@@ -149,4 +149,23 @@ pub fn csv(r: &Report) -> String {
         put("total", f);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heading_prints_instants_as_given() {
+        let h = heading(
+            "2026-11-16T02:00:00.000Z",
+            "2026-11-16T05:00:00.000Z",
+            3,
+            super::super::Bucket::Hour,
+        );
+        assert_eq!(
+            h,
+            "report 2026-11-16T02:00:00.000Z .. 2026-11-16T05:00:00.000Z  (3 buckets of one hour)\n\n"
+        );
+    }
 }

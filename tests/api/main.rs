@@ -2,6 +2,7 @@
 
 mod adapters;
 mod auth;
+mod backup;
 mod bad_input;
 mod browser;
 mod cli;
