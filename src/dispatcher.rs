@@ -503,7 +503,7 @@ fn transfer(r: &ToSubmit) -> Transfer {
         direction: r.direction,
         local_file: r.local_file.clone(),
         bfid: r.bfid.clone(),
-        position: None,
+        position: r.position,
     }
 }
 

@@ -150,6 +150,11 @@ pub struct Received {
     pub priority: i64,
     pub size_bytes: u64,
     pub group: String,
+    /// The volume and the position on it the submission named (absent from older servers).
+    #[serde(default)]
+    pub volume: Option<String>,
+    #[serde(default)]
+    pub position: Option<u64>,
 }
 
 /// Answer to `GET /v1/received`: every submission accepted, in arrival order, and how many

@@ -89,6 +89,12 @@ pub struct SubmitRequest {
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bfid: Option<String>,
+    /// Where the file lies on its volume (the tape's file sequence number or a byte offset), if
+    /// known: the MSS reads a volume's files in this order.
+    #[serde(default, deserialize_with = "given::position")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
+    pub position: Option<u64>,
 }
 
 // The items are read one by one ([`batch_items`]), each as a [`SubmitRequest`].
@@ -119,10 +125,12 @@ pub struct RequestInput {
     pub local_file: Option<String>,
     /// Enstore's bit-file id of the file to read.
     pub bfid: Option<String>,
+    /// The file's position on its volume.
+    pub position: Option<u64>,
 }
 
 /// The fields of [`SubmitRequest`], in the order they are validated.
-pub const FIELDS: [&str; 14] = [
+pub const FIELDS: [&str; 15] = [
     "client_request_id",
     "station",
     "user",
@@ -137,6 +145,7 @@ pub const FIELDS: [&str; 14] = [
     "user_factor",
     "local_file",
     "bfid",
+    "position",
 ];
 
 const QOS_VALUES: &str = "must be \"expedite\", \"normal\" or \"standby\"";
@@ -193,6 +202,7 @@ impl SubmitRequest {
                 .transpose()?,
             local_file: optional_text("local_file", self.local_file, limits.max_path_len)?,
             bfid: optional_text("bfid", self.bfid, n)?,
+            position: self.position.map(position).transpose()?,
         };
         // Checks across fields, after every field was validated.
         if input.bfid.is_some() && input.direction == Direction::Write {
@@ -221,6 +231,18 @@ fn size(v: Option<u64>, max: u64) -> Result<u64, ApiError> {
             format!("may be at most {max}"),
         )),
         Some(v) => Ok(v),
+    }
+}
+
+/// A position is stored as a SQLite INTEGER, so at most `i64::MAX`.
+fn position(p: u64) -> Result<u64, ApiError> {
+    if i64::try_from(p).is_ok() {
+        Ok(p)
+    } else {
+        Err(ApiError::field(
+            "position",
+            format!("may be at most {}", i64::MAX),
+        ))
     }
 }
 

@@ -116,6 +116,8 @@ pub struct RequestBody {
     pub explain: Option<Value>,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
+    /// The file's position on its volume, as submitted.
+    pub position: Option<u64>,
 }
 
 impl From<RequestRecord> for RequestBody {
@@ -152,6 +154,7 @@ impl From<RequestRecord> for RequestBody {
             explain: r.explain.and_then(|e| serde_json::to_value(e.explain).ok()),
             local_file: r.local_file,
             bfid: r.bfid,
+            position: r.position,
         }
     }
 }

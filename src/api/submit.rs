@@ -65,6 +65,7 @@ fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewReq
             user_factor: input.user_factor,
             local_file: input.local_file,
             bfid: input.bfid,
+            position: input.position,
         },
     })
 }

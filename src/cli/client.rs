@@ -39,6 +39,9 @@ pub(super) struct SubmitArgs {
     /// read (stage from tape) or write (store to tape).
     #[arg(long)]
     direction: Option<String>,
+    /// The file's position on its volume (file sequence number or byte offset), if known.
+    #[arg(long)]
+    position: Option<u64>,
 }
 
 pub(super) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
@@ -71,6 +74,7 @@ pub(super) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
                 physics_group: Some(need(&args.physics_group, "physics-group")?),
                 volume: args.volume.clone(),
                 direction: args.direction.clone(),
+                position: args.position,
                 ..Default::default()
             };
             serde_json::to_value(&request)?

@@ -86,6 +86,10 @@ const COLUMNS: &[(&str, Fill)] = &[
         fill_null!(|r| r.item.extras.local_file.as_deref()),
     ),
     ("bfid", fill_null!(|r| r.item.extras.bfid.as_deref())),
+    (
+        "position",
+        fill_null!(|r| r.item.extras.position.and_then(|p| i64::try_from(p).ok())),
+    ),
 ];
 
 /// The columns a record SELECT reads (`SELECT {record_columns()} FROM requests ...`).

@@ -96,6 +96,8 @@ pub struct RequestRecord {
     pub explain: Option<StoredExplain>,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
+    /// The file's position on its volume, if the request gave one.
+    pub position: Option<u64>,
 }
 
 impl RequestRecord {
@@ -126,6 +128,13 @@ pub(super) fn stored_direction(i: usize, s: &str) -> rusqlite::Result<Direction>
 /// A stored state; an unknown value is a corrupt row, reported as an error.
 pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
     RequestState::parse(s).ok_or_else(|| bad_column(i, "state"))
+}
+
+/// A stored position (written only from a `u64` at most `i64::MAX`): a negative one is a
+/// corrupt row, reported as an error.
+fn stored_position(i: usize, p: Option<i64>) -> rusqlite::Result<Option<u64>> {
+    p.map(|p| u64::try_from(p).map_err(|_| bad_column(i, "position")))
+        .transpose()
 }
 
 /// A stored QoS; an unknown value is a corrupt row, reported as an error.
@@ -195,6 +204,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         explain: stored_explain(row)?,
         local_file: row.get("local_file")?,
         bfid: row.get("bfid")?,
+        position: stored_position(row.as_ref().column_index("position")?, row.get("position")?)?,
     })
 }
 
@@ -220,6 +230,8 @@ pub struct ToSubmit {
     pub direction: Direction,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
+    /// The file's position on its volume, if the request gave one.
+    pub position: Option<u64>,
 }
 
 pub(super) fn to_submit(
@@ -230,7 +242,7 @@ pub(super) fn to_submit(
 ) -> rusqlite::Result<Vec<ToSubmit>> {
     let mut stmt = c.prepare_cached(
         "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction, \
-         local_file, bfid FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
+         local_file, bfid, position FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
          ORDER BY mss_priority DESC, id LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
@@ -246,6 +258,7 @@ pub(super) fn to_submit(
             direction: stored_direction(7, &direction)?,
             local_file: row.get(8)?,
             bfid: row.get(9)?,
+            position: stored_position(10, row.get(10)?)?,
         })
     })?;
     rows.collect()

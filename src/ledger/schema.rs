@@ -164,7 +164,12 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
 /// Append a step for a change; never edit a shipped one (databases already carry it).
-const STEPS: &[Step] = &[];
+const STEPS: &[Step] = &[version_2];
+
+/// Version 2: a request's position on its volume (issue 15), NULL when not given.
+fn version_2(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("ALTER TABLE requests ADD COLUMN position INTEGER")
+}
 
 /// The schema version this binary writes (`PRAGMA user_version`); a database at a higher one
 /// is refused.

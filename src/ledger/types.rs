@@ -37,6 +37,8 @@ pub struct RequestExtras {
     pub local_file: Option<String>,
     /// Enstore's bit-file id of the file to read.
     pub bfid: Option<String>,
+    /// The file's position on its volume (at most `i64::MAX`, as the API checks).
+    pub position: Option<u64>,
 }
 
 /// What the ledger answered to one new request.

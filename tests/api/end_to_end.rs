@@ -375,3 +375,50 @@ async fn serve_binary_runs_on_the_shipped_config() {
         "the embedded simulator finished the transfer"
     );
 }
+
+/// Issue 15: a request's `position` on its volume is stored, shown, and reaches the MSS with
+/// the volume (here the simulator in its Enstore model, which reads a volume in that order); a
+/// request without one reaches it without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_position_on_its_volume_reaches_the_mss() {
+    let sim = SimProcess::start_with_args(&["--model", "enstore"]);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let mut placed = request("placed", "mc", "top", 10);
+    placed["volume"] = json!("VR0001");
+    placed["position"] = json!(4_000_000_000u64);
+    let (status, accepted) = app.post("/v1/requests", &placed).await;
+    assert_eq!(status, 202, "{accepted}");
+    let (status, _) = app
+        .post("/v1/requests", &request("unplaced", "mc", "top", 10))
+        .await;
+    assert_eq!(status, 202);
+    let id = accepted["id"].as_i64().unwrap();
+    let (_, body) = app.get(&format!("/v1/requests/{id}")).await;
+    assert_eq!(body["position"], json!(4_000_000_000u64), "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let received = loop {
+        let r = sim.received().await;
+        if r.received.len() >= 2 {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the MSS never got both: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let by_key: HashMap<&str, _> = received
+        .received
+        .iter()
+        .map(|r| (r.key.as_str(), r))
+        .collect();
+    let placed_at_mss = by_key[id.to_string().as_str()];
+    assert_eq!(placed_at_mss.position, Some(4_000_000_000));
+    assert_eq!(placed_at_mss.volume.as_deref(), Some("VR0001"));
+    let other = received
+        .received
+        .iter()
+        .find(|r| r.key != id.to_string())
+        .unwrap();
+    assert_eq!(other.position, None);
+}

@@ -116,6 +116,20 @@ pub fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     }
 }
 
+/// A position on a volume: a whole number that is not negative.
+pub fn position<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match given(d)? {
+        Given::Null => Ok(None),
+        Given::Unsigned(v) => Ok(Some(v)),
+        Given::Negative(_) => Err(D::Error::custom("must be 0 or more")),
+        Given::Float(_) => Err(D::Error::custom("must be a whole number")),
+        other => Err(D::Error::custom(format!(
+            "must be an integer, got {}",
+            other.kind()
+        ))),
+    }
+}
+
 /// A number (its bounds are checked in `validate`).
 pub fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     match given(d)? {

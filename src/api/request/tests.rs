@@ -281,7 +281,7 @@ fn refusals_are_worded_as_the_api_words_them() {
         (with("qos", json!("fast")), "qos", QOS_VALUES),
         (with("user_factor", json!({})), "user_factor", "must be a number, got an object"),
         (br#"{"user": 1, "user": 2}"#.to_vec(), "user", "`user` is given more than once"),
-        (with("bogus", json!(1)), "bogus", "unknown field `bogus`; known fields: client_request_id, station, user, file, size_bytes, access_mode, physics_group, volume, direction, library, qos, user_factor, local_file, bfid"),
+        (with("bogus", json!(1)), "bogus", "unknown field `bogus`; known fields: client_request_id, station, user, file, size_bytes, access_mode, physics_group, volume, direction, library, qos, user_factor, local_file, bfid, position"),
     ];
     for (body, field, message) in cases {
         assert_eq!(

@@ -184,6 +184,8 @@ impl Library {
             priority: transfer.priority,
             size_bytes: transfer.size_bytes,
             group: transfer.group.clone(),
+            volume: transfer.volume.clone(),
+            position: transfer.position,
         });
         let job = Job {
             transfer,
