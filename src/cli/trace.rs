@@ -145,8 +145,8 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
 
 /// Streams the ledger's requests into `out` as trace records (docs/traces.md, "Exporting"):
 /// `t` from the first exported request, never decreasing; a request without a volume gets a
-/// volume of its own (`file:<file>`); `position` is the one the simulated library derives from
-/// the file name (the ledger keeps none).
+/// volume of its own (`file:<file>`); `position` is the request's own, else the one the
+/// simulated library derives from the file name.
 fn export_to(
     reader: &LedgerReader,
     since: Option<i64>,
@@ -174,7 +174,7 @@ fn export_to(
                     &own
                 }
             },
-            position: name_position(&r.file),
+            position: r.position.unwrap_or_else(|| name_position(&r.file)),
             size_bytes: r.size_bytes,
             access_mode: &r.access_mode,
             physics_group: &r.physics_group,

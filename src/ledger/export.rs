@@ -22,8 +22,9 @@ pub struct ExportedRequest {
     pub client_request_id: String,
     pub user: String,
     pub file: String,
-    /// The volume the request named, if any (the ledger keeps no position on it).
+    /// The volume the request named, if any, and the position on it the request gave.
     pub volume: Option<String>,
+    pub position: Option<u64>,
     pub size_bytes: u64,
     pub access_mode: String,
     pub physics_group: String,
@@ -31,7 +32,7 @@ pub struct ExportedRequest {
 }
 
 const EXPORT_SQL: &str = "SELECT id, created_ms, station, client_request_id, user_name, file, \
-     volume, size_bytes, access_mode, physics_group, direction FROM requests \
+     volume, size_bytes, access_mode, physics_group, direction, position FROM requests \
      WHERE created_ms >= ?1 AND created_ms < ?2 ORDER BY id";
 
 impl LedgerReader {
@@ -73,5 +74,6 @@ fn exported(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExportedRequest> {
         access_mode: row.get(8)?,
         physics_group: row.get(9)?,
         direction: stored_direction(10, &direction)?,
+        position: super::read::stored_position(11, row.get(11)?)?,
     })
 }

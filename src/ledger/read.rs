@@ -132,7 +132,7 @@ pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
 
 /// A stored position (written only from a `u64` at most `i64::MAX`): a negative one is a
 /// corrupt row, reported as an error.
-fn stored_position(i: usize, p: Option<i64>) -> rusqlite::Result<Option<u64>> {
+pub(super) fn stored_position(i: usize, p: Option<i64>) -> rusqlite::Result<Option<u64>> {
     p.map(|p| u64::try_from(p).map_err(|_| bad_column(i, "position")))
         .transpose()
 }

@@ -133,7 +133,7 @@ fn load() -> (Vec<Value>, Vec<Value>) {
     let singles = vec![
         with(
             request("s-0", "analysis", "higgs", 1_000_000),
-            json!({"volume": "VR000001"}),
+            json!({"volume": "VR000001", "position": 37}),
         ),
         with(
             request("s-1", "mc", "top", 2_000_000),
@@ -223,7 +223,13 @@ async fn the_export_of_a_live_broker_holds_every_request_and_classifies_as_it_di
             record.volume, volume,
             "{crid}: its volume, else one of its own"
         );
-        assert_eq!(record.position, name_position(&record.file), "{crid}");
+        let position = r["position"]
+            .as_u64()
+            .unwrap_or(name_position(&record.file));
+        assert_eq!(
+            record.position, position,
+            "{crid}: its own position, else the one its name gives"
+        );
         assert_eq!(Some(record.size_bytes), r["size_bytes"].as_u64(), "{crid}");
         assert_eq!(record.access_mode, r["access_mode"].as_str().unwrap());
         assert_eq!(record.physics_group, r["physics_group"].as_str().unwrap());
