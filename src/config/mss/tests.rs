@@ -391,9 +391,9 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 }
 
 #[test]
-fn the_readmes_adapter_examples_are_valid_on_the_shipped_config() {
-    let readme = include_str!("../../../README.md");
-    let section = &readme[readme.find("## MSS adapters").expect("the section")..];
+fn the_documented_adapter_examples_are_valid_on_the_shipped_config() {
+    let doc = include_str!("../../../docs/adapters.md");
+    let section = &doc[doc.find("## Configuration examples").expect("the section")..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("stage")).unwrap();
@@ -413,8 +413,8 @@ fn the_readmes_adapter_examples_are_valid_on_the_shipped_config() {
             mss.remove("simulator");
         }
         let text = toml::to_string(&config).unwrap();
-        let s = Settings::parse_in(&text, "README example", dir.path())
-            .unwrap_or_else(|e| panic!("README example\n{snippet}\n{e}"));
+        let s = Settings::parse_in(&text, "docs/adapters.md example", dir.path())
+            .unwrap_or_else(|e| panic!("docs/adapters.md example\n{snippet}\n{e}"));
         checked.push(s.mss.adapter.name());
     }
     assert_eq!(checked, ["encp", "fts3", "tape_rest"]);
