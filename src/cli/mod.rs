@@ -15,6 +15,7 @@ mod client;
 mod mss_sim;
 mod reports;
 mod serve;
+mod simulate;
 mod trace;
 
 use client::{print_response, submit, with_token, SubmitArgs};
@@ -101,6 +102,9 @@ enum Command {
     /// Request traces for the what-if simulator (docs/traces.md).
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Replay a trace in virtual time through the broker's policy and a tape library model
+    /// (docs/simulation.md).
+    Simulate(simulate::SimulateArgs),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
@@ -115,6 +119,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::CheckConfig { path } => check_config(path),
         Command::Shares(args) => shares(args),
         Command::Trace(command) => trace::run(command),
+        Command::Simulate(args) => simulate::run(args),
         command => {
             telemetry::init(cli.log_json);
             let runtime =
@@ -193,7 +198,10 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             crate::bench::run(&options).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CheckConfig { .. } | Command::Shares(_) | Command::Trace(_) => {
+        Command::CheckConfig { .. }
+        | Command::Shares(_)
+        | Command::Trace(_)
+        | Command::Simulate(_) => {
             unreachable!("handled without a runtime")
         }
     }
