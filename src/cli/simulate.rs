@@ -71,8 +71,8 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let pairs = runs(&args)?;
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;
-    let file = File::open(&args.trace)
-        .with_context(|| format!("cannot open {}", args.trace.display()))?;
+    let file =
+        File::open(&args.trace).with_context(|| format!("cannot open {}", args.trace.display()))?;
     let records = read_trace(BufReader::new(file))
         .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
     let mut library = simulate::library(args.drives, args.seed);
@@ -111,10 +111,7 @@ fn runs(args: &SimulateArgs) -> anyhow::Result<Vec<(String, Option<String>)>> {
                 None => bail!("--compare {item}: expected POLICY/MODE"),
             })
             .collect::<anyhow::Result<_>>()?,
-        None => vec![(
-            args.policy.clone().unwrap_or_default(),
-            args.mode.clone(),
-        )],
+        None => vec![(args.policy.clone().unwrap_or_default(), args.mode.clone())],
     };
     for (p, m) in &pairs {
         if !p.is_empty() && !POLICIES.contains(&p.as_str()) {
@@ -151,7 +148,11 @@ fn run_pair(
     let text = overridden(text, algorithm, mode)
         .with_context(|| format!("{} is not valid TOML", args.config.display()))?;
     let base = args.config.parent().unwrap_or(Path::new("."));
-    let origin = format!("{} ({policy}/{})", args.config.display(), mode.unwrap_or(""));
+    let origin = format!(
+        "{} ({policy}/{})",
+        args.config.display(),
+        mode.unwrap_or("")
+    );
     let settings = Settings::parse_in(&text, &origin, base)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("the configuration for {origin}"))?;

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use mss_adapters::sim::library::{Library, LibraryConfig, LibraryEvent, LibraryStats, Micros};
 use mss_adapters::{Direction, EventKind, Transfer};
 
+use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
 use crate::domain::{GroupId, GroupKind, PolicySettings};
 use crate::policy::fbsng::Queues;
@@ -135,6 +136,7 @@ pub fn target_share(policy: &PolicySettings, g: GroupId) -> Option<f64> {
 /// What the engine keeps of a request between its arrival and its end.
 #[derive(Debug, Clone, Copy)]
 struct Info {
+    id: i64,
     group: GroupId,
     arrived: Micros,
     slots: u32,
@@ -151,6 +153,8 @@ struct Run<'a> {
     queues: Queues,
     queue: HeldQueue,
     baseline: BaselineQueue,
+    /// Pass-through: fair-share requests pending at the library, by priority.
+    at_lib: AtLibrary,
     outstanding: u32,
     info: HashMap<String, Info>,
     out: Outcome,
@@ -248,6 +252,7 @@ impl<'a> Run<'a> {
             queues: Queues::new(&policy.order.fbsng),
             queue: HeldQueue::default(),
             baseline: BaselineQueue::new(seed),
+            at_lib: AtLibrary::new(n),
             outstanding: 0,
             info: HashMap::new(),
             out: Outcome {
@@ -293,6 +298,7 @@ impl<'a> Run<'a> {
             passed: 0,
         };
         let info = Info {
+            id,
             group: a.group,
             arrived: self.now,
             slots: c.slots,
@@ -350,6 +356,9 @@ impl<'a> Run<'a> {
         });
         self.usage.add(c.group, i128::from(c.benefit), now_ms);
         self.outstanding += c.slots;
+        if !self.policy.order.held() && self.fair[c.group.0] && self.picker == Picker::Policy {
+            self.at_lib.add(c.id, c.group, t.priority, self.now);
+        }
         let mut events = std::mem::take(&mut self.events);
         self.lib.submit(t, self.now, &mut events);
         self.apply(&mut events);
@@ -414,13 +423,23 @@ impl<'a> Run<'a> {
         if self.policy.order.algorithm != crate::policy::order::Algorithm::Fbsng {
             return;
         }
-        self.queues.started(&self.policy.order.fbsng, &self.fair, g.0);
+        self.queues
+            .started(&self.policy.order.fbsng, &self.fair, g.0);
     }
 
-    /// Pass-through: recompute the priority of everything still pending at the library.
+    /// Pass-through: recompute the priority of everything still pending at the library, and
+    /// change those that differ (as the dispatcher's re-prioritisation does). Group-level
+    /// policies: one placement per group, the starvation bound by arrival ([`AtLibrary`]);
+    /// multifactor (per-request factors): every pending request.
     fn reprioritise(&mut self) {
         if self.policy.order.held() || self.picker != Picker::Policy {
             return;
+        }
+        if !matches!(
+            self.policy.order.algorithm,
+            crate::policy::order::Algorithm::Multifactor(_)
+        ) {
+            return self.reprioritise_groups();
         }
         let now_ms = self.now_ms();
         let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
@@ -459,6 +478,52 @@ impl<'a> Run<'a> {
         self.events = events;
     }
 
+    fn reprioritise_groups(&mut self) {
+        let order = &self.policy.order;
+        let now_ms = self.now_ms();
+        let mut changes: Vec<(i64, i64)> = Vec::new();
+        if let Some(max_wait) = order.max_wait_ms {
+            let max_wait = u64::try_from(max_wait).unwrap_or(0).saturating_mul(1000);
+            if let Some(bound) = self.now.checked_sub(max_wait) {
+                let starved = order.starved_priority;
+                let starving = self.at_lib.starve(bound);
+                changes.extend(
+                    starving
+                        .into_iter()
+                        .filter(|&(_, p)| p != starved)
+                        .map(|(id, _)| (id, starved)),
+                );
+            }
+        }
+        let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+        let groups: Vec<GroupId> = self.at_lib.groups().collect();
+        for g in groups {
+            let c = Candidate {
+                id: 0,
+                group: g,
+                library: String::new(),
+                created_ms: now_ms,
+                size_bytes: 0,
+                benefit: 0,
+                qos: Qos::Normal,
+                user: 1.0,
+                queue: 0.0,
+                slots: 1,
+                passed: 0,
+            };
+            let p = place(order, &standing, &c, now_ms).mss_priority;
+            changes.extend(self.at_lib.regroup(g, p).into_iter().map(|id| (id, p)));
+        }
+        changes.sort_unstable();
+        let mut events = std::mem::take(&mut self.events);
+        for (id, p) in changes {
+            self.lib
+                .set_priority(&id.to_string(), 1, p, self.now, &mut events);
+        }
+        self.apply(&mut events);
+        self.events = events;
+    }
+
     fn apply(&mut self, events: &mut Vec<LibraryEvent>) {
         for e in events.drain(..) {
             let Some(&info) = self.info.get(&e.key) else {
@@ -492,6 +557,7 @@ impl<'a> Run<'a> {
 
     fn started(&mut self, at: Micros, info: Info) {
         let g = info.group;
+        self.at_lib.remove(info.id);
         self.out.starts[g.0] += 1;
         if info.slots > 1 {
             self.out.bulk_starts[g.0] += 1;

@@ -7,6 +7,7 @@
 //! - `baseline`: the comparison-only policies `fifo` and `weighted_random`;
 //! - `report`: the JSON report, the share error windows and the table.
 
+mod at_library;
 pub mod baseline;
 pub mod engine;
 pub mod report;
@@ -53,7 +54,10 @@ pub fn library(drives: usize, seed: u64) -> LibraryConfig {
 /// The trace's records as the engine's load: each classified by `policy::classify` into its
 /// group, worth `policy::benefit` of its access mode and size, with its volume, position and
 /// direction; `t` in seconds to virtual microseconds (rounded).
-pub fn arrivals(policy: &PolicySettings, records: &[TraceRecord]) -> Result<Vec<Arrival>, SimError> {
+pub fn arrivals(
+    policy: &PolicySettings,
+    records: &[TraceRecord],
+) -> Result<Vec<Arrival>, SimError> {
     records
         .iter()
         .enumerate()

@@ -230,7 +230,14 @@ pub fn table(report: &Report) -> String {
 
 fn groups_table(groups: &[GroupReport]) -> String {
     let header = [
-        "group", "target", "achieved", "bytes", "files", "wait_p50_s", "wait_p95_s", "wait_max_s",
+        "group",
+        "target",
+        "achieved",
+        "bytes",
+        "files",
+        "wait_p50_s",
+        "wait_p95_s",
+        "wait_max_s",
     ];
     let rows: Vec<Vec<String>> = groups
         .iter()

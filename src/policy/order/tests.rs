@@ -6,9 +6,9 @@ use std::sync::Arc;
 use mss_adapters::sim::library::LibraryConfig;
 
 use super::*;
-use crate::simulate::engine::{run, Arrival, Outcome};
 use crate::policy::queue::{HeldQueue, Ranking};
 use crate::shares::UsageBook;
+use crate::simulate::engine::{run, Arrival, Outcome};
 use crate::test_fixture::TestConfig;
 
 fn settings(policy_keys: &str, shares: &str, extra: &str) -> Arc<PolicySettings> {
