@@ -18,3 +18,4 @@ mod policies;
 mod process;
 mod report;
 mod shares;
+mod simulate;
