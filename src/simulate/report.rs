@@ -41,7 +41,9 @@ pub struct GroupReport {
     pub path: String,
     /// Fair-share groups only (null for a priority class).
     pub target_share: Option<f64>,
-    /// The group's bytes over all fair-share groups' bytes done (null for a priority class).
+    /// The group's share of the fair-share bytes done while the trace was saturated (every
+    /// fair-share group with a share waiting; all fair-share bytes if never); null for a
+    /// priority class.
     pub achieved_share: Option<f64>,
     pub bytes: u64,
     pub files: u64,
@@ -132,15 +134,12 @@ pub fn run_report(
         .map(|g| target_share(policy, g))
         .collect();
     let err = share_error(&o.finished, &targets, window_bytes);
-    let fair_bytes: u128 = policy
-        .group_ids()
-        .filter(|g| targets[g.0].is_some())
-        .map(|g| o.bytes[g.0])
-        .sum();
+    let achieved = achieved_bytes(o, targets.len());
+    let fair_bytes: u128 = achieved.iter().sum();
     let all_bytes: u128 = o.bytes.iter().sum();
     let groups = policy
         .group_ids()
-        .map(|g| group_report(policy, o, g, targets[g.0], fair_bytes))
+        .map(|g| group_report(policy, o, g, targets[g.0], (achieved[g.0], fair_bytes)))
         .collect();
     let mounts = o.library.mounts;
     RunReport {
@@ -163,7 +162,7 @@ fn group_report(
     o: &Outcome,
     g: GroupId,
     target: Option<f64>,
-    fair_bytes: u128,
+    (achieved, fair_bytes): (u128, u128),
 ) -> GroupReport {
     let mut waits = o.waits[g.0].clone();
     waits.sort_unstable();
@@ -175,7 +174,7 @@ fn group_report(
             if fair_bytes == 0 {
                 0.0
             } else {
-                bytes as f64 / fair_bytes as f64
+                achieved as f64 / fair_bytes as f64
             }
         }),
         bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
@@ -184,6 +183,26 @@ fn group_report(
         wait_p95_s: secs(percentile(&waits, 0.95)),
         wait_max_s: secs(waits.last().copied().unwrap_or(0)),
     }
+}
+
+/// Per group, the fair-share bytes `achieved_share` is computed from: those finished while the
+/// trace was saturated (the bytes the share windows cut, the last incomplete window included),
+/// or, when nothing finished saturated, every fair-share byte done.
+fn achieved_bytes(o: &Outcome, groups: usize) -> Vec<u128> {
+    let mut bytes = vec![0u128; groups];
+    for f in o.finished.iter().filter(|f| f.saturated) {
+        if let Some(b) = bytes.get_mut(f.group.0) {
+            *b += u128::from(f.bytes);
+        }
+    }
+    if bytes.iter().all(|&b| b == 0) {
+        for f in &o.finished {
+            if let Some(b) = bytes.get_mut(f.group.0) {
+                *b += u128::from(f.bytes);
+            }
+        }
+    }
+    bytes
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
