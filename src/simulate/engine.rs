@@ -158,7 +158,8 @@ struct Run<'a> {
     /// Pass-through: fair-share requests pending at the library, by priority.
     at_lib: AtLibrary,
     outstanding: u32,
-    info: HashMap<String, Info>,
+    /// id -> what is kept of it, from arrival to end.
+    info: HashMap<i64, Info>,
     out: Outcome,
     now: Micros,
     /// Per group: fair share, and fair share with a share above 0.
@@ -256,7 +257,7 @@ impl<'a> Run<'a> {
             baseline: BaselineQueue::new(seed),
             at_lib: AtLibrary::new(n),
             outstanding: 0,
-            info: HashMap::new(),
+            info: HashMap::with_capacity(load.len()),
             out: Outcome {
                 starts: vec![0; n],
                 bytes: vec![0; n],
@@ -265,6 +266,9 @@ impl<'a> Run<'a> {
                 max_passed: vec![0; n],
                 files: vec![0; n],
                 waits: vec![Vec::new(); n],
+                start_order: Vec::with_capacity(load.len()),
+                start_times: Vec::with_capacity(load.len()),
+                finished: Vec::with_capacity(load.len()),
                 ..Outcome::default()
             },
             now: 0,
@@ -307,7 +311,7 @@ impl<'a> Run<'a> {
             qos: a.qos,
             queue: a.queue,
         };
-        self.info.insert(id.to_string(), info);
+        self.info.insert(id, info);
         if self.fair[g] {
             self.waiting[g] += 1;
             if self.needs_share[g] && self.waiting[g] == 1 {
@@ -431,7 +435,7 @@ impl<'a> Run<'a> {
 
     fn apply(&mut self, events: &mut Vec<LibraryEvent>) {
         for e in events.drain(..) {
-            let Some(&info) = self.info.get(&e.key) else {
+            let Some(&info) = e.key.parse().ok().and_then(|id: i64| self.info.get(&id)) else {
                 continue;
             };
             let g = info.group;
@@ -450,11 +454,11 @@ impl<'a> Run<'a> {
                         });
                     }
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
-                    self.info.remove(&e.key);
+                    self.info.remove(&info.id);
                 }
                 EventKind::Failed { .. } | EventKind::Cancelled => {
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
-                    self.info.remove(&e.key);
+                    self.info.remove(&info.id);
                 }
             }
         }

@@ -21,15 +21,16 @@ impl Run<'_> {
         let now_ms = self.now_ms();
         let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
         let mut changes = Vec::new();
-        for (key, info) in &self.info {
-            let Some(job) = self.lib.job(key) else {
+        for (&id, info) in &self.info {
+            let key = id.to_string();
+            let Some(job) = self.lib.job(&key) else {
                 continue;
             };
             if job.phase != mss_adapters::sim::library::Phase::Pending {
                 continue;
             }
             let c = Candidate {
-                id: key.parse().unwrap_or(0),
+                id,
                 group: info.group,
                 library: String::new(),
                 created_ms: (info.arrived / 1000) as i64,
@@ -43,7 +44,7 @@ impl Run<'_> {
             };
             let p = place(&self.policy.order, &standing, &c, now_ms).mss_priority;
             if p != job.transfer.priority {
-                changes.push((key.clone(), p));
+                changes.push((key, p));
             }
         }
         changes.sort();
