@@ -14,8 +14,9 @@ use crate::domain::GroupId;
 pub(super) struct AtLibrary {
     /// Per group (`GroupId.0`): priority -> ids.
     groups: Vec<BTreeMap<i64, BTreeSet<i64>>>,
-    /// id -> (group, priority), for the requests in `groups`.
-    index: HashMap<i64, (GroupId, i64)>,
+    /// id -> group, for the requests in `groups` (a group has few priorities: its bucket is
+    /// found by looking in each).
+    index: HashMap<i64, GroupId>,
     /// (arrival, id) in arrival order: who may starve next.
     arrivals: VecDeque<(Micros, i64)>,
 }
@@ -32,24 +33,22 @@ impl AtLibrary {
     pub fn add(&mut self, id: i64, g: GroupId, priority: i64, arrived: Micros) {
         if let Some(buckets) = self.groups.get_mut(g.0) {
             buckets.entry(priority).or_default().insert(id);
-            self.index.insert(id, (g, priority));
+            self.index.insert(id, g);
             self.arrivals.push_back((arrived, id));
         }
     }
 
-    /// A request started (or ended): no longer re-prioritised.
-    pub fn remove(&mut self, id: i64) {
-        let Some((g, p)) = self.index.remove(&id) else {
-            return;
-        };
-        if let Some(buckets) = self.groups.get_mut(g.0) {
-            if let Some(ids) = buckets.get_mut(&p) {
-                ids.remove(&id);
-                if ids.is_empty() {
-                    buckets.remove(&p);
-                }
-            }
+    /// A request started (or ended): no longer re-prioritised. Its priority, if it was here.
+    pub fn remove(&mut self, id: i64) -> Option<i64> {
+        let g = self.index.remove(&id)?;
+        let buckets = self.groups.get_mut(g.0)?;
+        let p = buckets
+            .iter_mut()
+            .find_map(|(&p, ids)| ids.remove(&id).then_some(p))?;
+        if buckets.get(&p).is_some_and(BTreeSet::is_empty) {
+            buckets.remove(&p);
         }
+        Some(p)
     }
 
     /// Groups with requests pending.
@@ -61,27 +60,27 @@ impl AtLibrary {
             .map(|(g, _)| GroupId(g))
     }
 
-    /// Group `g`'s requests now at `priority`: those that were at another, moved (returned).
-    pub fn regroup(&mut self, g: GroupId, priority: i64) -> Vec<i64> {
+    /// Group `g`'s requests now at `priority`: those that were at another are moved and
+    /// appended to `moved` as (id, priority).
+    pub fn regroup(&mut self, g: GroupId, priority: i64, moved: &mut Vec<(i64, i64)>) {
         let Some(buckets) = self.groups.get_mut(g.0) else {
-            return Vec::new();
+            return;
         };
         let others: Vec<i64> = buckets.keys().copied().filter(|&p| p != priority).collect();
-        let mut moved = Vec::new();
+        if others.is_empty() {
+            return;
+        }
+        let mut target = buckets.remove(&priority).unwrap_or_default();
         for p in others {
-            if let Some(ids) = buckets.remove(&p) {
-                moved.extend(ids);
+            if let Some(mut ids) = buckets.remove(&p) {
+                moved.extend(ids.iter().map(|&id| (id, priority)));
+                if ids.len() > target.len() {
+                    std::mem::swap(&mut ids, &mut target);
+                }
+                target.append(&mut ids);
             }
         }
-        let bucket = buckets.entry(priority).or_default();
-        for &id in &moved {
-            bucket.insert(id);
-            self.index.insert(id, (g, priority));
-        }
-        if bucket.is_empty() {
-            buckets.remove(&priority);
-        }
-        moved
+        buckets.insert(priority, target);
     }
 
     /// Requests that arrived at or before `bound` and are still pending: they have starved;
@@ -94,8 +93,7 @@ impl AtLibrary {
                 break;
             }
             self.arrivals.pop_front();
-            if let Some(&(_, p)) = self.index.get(&id) {
-                self.remove(id);
+            if let Some(p) = self.remove(id) {
                 out.push((id, p));
             }
         }

@@ -172,6 +172,8 @@ struct Run<'a> {
     /// Priority-class requests arrived, not started.
     waiting_priority: u64,
     events: Vec<LibraryEvent>,
+    /// Scratch space of re-prioritisation: (id, new priority).
+    changes: Vec<(i64, i64)>,
 }
 
 /// Run `load` (sorted by arrival) until `until` with the configured policy; only what
@@ -278,6 +280,7 @@ impl<'a> Run<'a> {
             waiting: vec![0; n],
             waiting_priority: 0,
             events: Vec::new(),
+            changes: Vec::new(),
         }
     }
 

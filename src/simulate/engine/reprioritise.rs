@@ -59,7 +59,8 @@ impl Run<'_> {
     fn reprioritise_groups(&mut self) {
         let order = &self.policy.order;
         let now_ms = self.now_ms();
-        let mut changes: Vec<(i64, i64)> = Vec::new();
+        let mut changes = std::mem::take(&mut self.changes);
+        changes.clear();
         if let Some(max_wait) = order.max_wait_ms {
             let max_wait = u64::try_from(max_wait).unwrap_or(0).saturating_mul(1000);
             if let Some(bound) = self.now.checked_sub(max_wait) {
@@ -90,14 +91,18 @@ impl Run<'_> {
                 passed: 0,
             };
             let p = place(order, &standing, &c, now_ms).mss_priority;
-            changes.extend(self.at_lib.regroup(g, p).into_iter().map(|id| (id, p)));
+            self.at_lib.regroup(g, p, &mut changes);
         }
         changes.sort_unstable();
         let mut events = std::mem::take(&mut self.events);
-        for (id, p) in changes {
-            self.lib
-                .set_priority(&id.to_string(), 1, p, self.now, &mut events);
+        let mut key = String::new();
+        for &(id, p) in &changes {
+            key.clear();
+            // Writing into a String cannot fail.
+            let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{id}"));
+            self.lib.set_priority(&key, 1, p, self.now, &mut events);
         }
+        self.changes = changes;
         self.apply(&mut events);
         self.events = events;
     }
