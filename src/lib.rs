@@ -18,6 +18,7 @@ pub mod policy;
 pub mod report;
 pub mod server;
 pub mod shares;
+pub mod simulate;
 pub mod startup;
 pub mod telemetry;
 #[cfg(test)]

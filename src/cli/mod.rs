@@ -16,6 +16,7 @@ mod client;
 mod mss_sim;
 mod reports;
 mod serve;
+mod simulate;
 mod trace;
 
 use client::{print_response, submit, with_token, SubmitArgs};
@@ -104,6 +105,9 @@ enum Command {
     Trace(TraceCommand),
     /// A consistent copy of a database, taken while the broker runs (docs/operations.md).
     Backup(backup::BackupArgs),
+    /// Replay a trace in virtual time through the broker's policy and a tape library model
+    /// (docs/simulation.md).
+    Simulate(simulate::SimulateArgs),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
@@ -119,6 +123,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Shares(args) => shares(args),
         Command::Backup(args) => backup::run(args),
         Command::Trace(command) => trace::run(command),
+        Command::Simulate(args) => simulate::run(args),
         command => {
             telemetry::init(cli.log_json);
             let runtime =
@@ -200,7 +205,8 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
         Command::CheckConfig { .. }
         | Command::Shares(_)
         | Command::Trace(_)
-        | Command::Backup(_) => {
+        | Command::Backup(_)
+        | Command::Simulate(_) => {
             unreachable!("handled without a runtime")
         }
     }

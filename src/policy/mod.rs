@@ -5,7 +5,6 @@
 
 pub mod classify;
 pub mod fbsng;
-pub mod harness;
 pub mod multifactor;
 pub mod order;
 pub mod queue;

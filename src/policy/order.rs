@@ -1,7 +1,8 @@
 //! Where a fair-share request goes, under the configured ordering policy: its MSS priority, its
 //! place in the broker's own queue (held release mode) and the explanation `GET
 //! /v1/requests/{id}` shows. Pure: usage, queue priorities and the time are passed in, so the
-//! live broker, the virtual-time harness ([`super::harness`]) and tests run the same code.
+//! live broker, the simulator's virtual-time engine (`simulate::engine`) and tests run the
+//! same code.
 //!
 //! - `sam`: the seed's front or back ([`super::sam`]).
 //! - `fair_tree`: the group's Fair Tree rank `r` of `N` leaves onto the band:

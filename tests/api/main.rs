@@ -20,4 +20,5 @@ mod policies;
 mod process;
 mod report;
 mod shares;
+mod simulate;
 mod trace_export;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use mss_adapters::sim::library::LibraryConfig;
 
 use super::*;
-use crate::policy::harness::{run, Arrival, Outcome};
 use crate::policy::queue::{HeldQueue, Ranking};
 use crate::shares::UsageBook;
+use crate::simulate::engine::{run, Arrival, Outcome};
 use crate::test_fixture::TestConfig;
 
 fn settings(policy_keys: &str, shares: &str, extra: &str) -> Arc<PolicySettings> {
@@ -400,6 +400,7 @@ fn saturated(p: &PolicySettings, groups: &[(&str, u64)], per_group: usize) -> Ve
                 group: g(p, path),
                 size_bytes: *size,
                 volume: None,
+                ..Arrival::default()
             });
         }
     }
@@ -456,6 +457,7 @@ fn fbsng_high_priority_project_holds_the_background_while_it_waits() {
             group: bg,
             size_bytes: GB,
             volume: None,
+            ..Arrival::default()
         })
         .collect();
     let burst_at = 100 * SEC + 500_000;
@@ -464,6 +466,7 @@ fn fbsng_high_priority_project_holds_the_background_while_it_waits() {
         group: high,
         size_bytes: 2 * GB,
         volume: None,
+        ..Arrival::default()
     }));
     load.sort_by_key(|a| a.at);
     let o = run(&p, drives(4), &load, 400 * SEC);
@@ -512,6 +515,7 @@ fn bulk_and_light(
                 300_000_000 + (i.wrapping_mul(2_654_435_761) % 701) * 1_000_000
             },
             volume: None,
+            ..Arrival::default()
         })
         .collect()
 }
@@ -598,6 +602,7 @@ fn held_release_tracks_shares_better_than_pass_through() {
                     group: g(&p, path),
                     size_bytes: (1 + (i * 7 + k as u64 * 3) % 10) * GB,
                     volume: None,
+                    ..Arrival::default()
                 });
             }
         }
@@ -655,6 +660,7 @@ fn starvation_bound_holds_for_a_zero_share_group() {
                 group: if i % 2 == 0 { r1 } else { r2 },
                 size_bytes: GB,
                 volume: None,
+                ..Arrival::default()
             })
             .collect();
         // Two a second from then on: what the two drives finish.
@@ -663,12 +669,14 @@ fn starvation_bound_holds_for_a_zero_share_group() {
             group: if i % 2 == 0 { r1 } else { r2 },
             size_bytes: GB,
             volume: None,
+            ..Arrival::default()
         }));
         load.push(Arrival {
             at: 30 * SEC,
             group: poor,
             size_bytes: GB,
             volume: None,
+            ..Arrival::default()
         });
         load.sort_by_key(|a| a.at);
         load

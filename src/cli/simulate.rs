@@ -1,0 +1,185 @@
+//! `mssbroker simulate`: a trace replayed in virtual time through the broker's own policy code
+//! against the library model, one run per policy/mode pair (docs/simulation.md).
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use crate::config::Settings;
+use crate::simulate::{self, Baseline, Report, RunSpec};
+use crate::trace::{read_trace, TraceRecord};
+use mss_adapters::sim::library::Model;
+
+#[derive(Debug, Args)]
+pub(super) struct SimulateArgs {
+    /// The broker configuration (shares, classification, policy, release limits).
+    #[arg(long)]
+    config: PathBuf,
+    /// The trace to replay (JSON lines, docs/traces.md).
+    #[arg(long)]
+    trace: PathBuf,
+    /// sam, fair_tree, multifactor, fbsng, or the baselines fifo, weighted_random
+    /// [default: the configuration's].
+    #[arg(long)]
+    policy: Option<String>,
+    /// pass_through or held [default: the configuration's].
+    #[arg(long)]
+    mode: Option<String>,
+    /// Tape drives in the library.
+    #[arg(long, default_value_t = 4)]
+    drives: usize,
+    /// The library model: enstore or priority.
+    #[arg(long, default_value = "enstore")]
+    model: String,
+    /// Bytes done per share-error window.
+    #[arg(long, default_value_t = simulate::DEFAULT_WINDOW_BYTES)]
+    window_bytes: u64,
+    /// Several runs side by side: POLICY/MODE,POLICY/MODE,... (instead of --policy/--mode).
+    #[arg(long)]
+    compare: Option<String>,
+    /// table or json.
+    #[arg(long, default_value = "table")]
+    format: String,
+    /// Seed of the library's failures and of weighted_random.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+const POLICIES: [&str; 6] = [
+    "sam",
+    "fair_tree",
+    "multifactor",
+    "fbsng",
+    "fifo",
+    "weighted_random",
+];
+
+pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    let json = match args.format.as_str() {
+        "json" => true,
+        "table" => false,
+        other => bail!("--format {other}: expected table or json"),
+    };
+    let Some(model) = Model::parse(&args.model) else {
+        bail!("--model {}: expected enstore or priority", args.model);
+    };
+    let pairs = runs(&args)?;
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read {}", args.config.display()))?;
+    let file =
+        File::open(&args.trace).with_context(|| format!("cannot open {}", args.trace.display()))?;
+    let records = read_trace(BufReader::new(file))
+        .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
+    let mut library = simulate::library(args.drives, args.seed);
+    library.model = model;
+    let mut report = Report { runs: Vec::new() };
+    for (policy, mode) in &pairs {
+        let started = Instant::now();
+        let run = run_pair(&args, &text, &records, &library, policy, mode.as_deref())?;
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "{}/{}: {} requests simulated in {secs:.3} s ({:.0} requests/s)",
+            run.policy,
+            run.mode,
+            records.len(),
+            records.len() as f64 / secs.max(1e-9)
+        );
+        report.runs.push(run);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", simulate::report::table(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The policy/mode pairs to run (`None`: the configuration's mode).
+fn runs(args: &SimulateArgs) -> anyhow::Result<Vec<(String, Option<String>)>> {
+    let pairs: Vec<(String, Option<String>)> = match &args.compare {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|item| match item.split_once('/') {
+                Some((p, m)) => Ok((p.to_string(), Some(m.to_string()))),
+                None => bail!("--compare {item}: expected POLICY/MODE"),
+            })
+            .collect::<anyhow::Result<_>>()?,
+        None => vec![(args.policy.clone().unwrap_or_default(), args.mode.clone())],
+    };
+    for (p, m) in &pairs {
+        if !p.is_empty() && !POLICIES.contains(&p.as_str()) {
+            bail!("policy {p}: expected one of {}", POLICIES.join(", "));
+        }
+        if let Some(m) = m {
+            if m != "pass_through" && m != "held" {
+                bail!("mode {m}: expected pass_through or held");
+            }
+        }
+    }
+    if pairs.is_empty() {
+        bail!("--compare names no run");
+    }
+    Ok(pairs)
+}
+
+/// One run: the configuration with `policy` (empty: the configuration's) and `mode` put in,
+/// validated as `serve` would, then simulated.
+fn run_pair(
+    args: &SimulateArgs,
+    text: &str,
+    records: &[TraceRecord],
+    library: &mss_adapters::sim::library::LibraryConfig,
+    policy: &str,
+    mode: Option<&str>,
+) -> anyhow::Result<simulate::RunReport> {
+    let baseline = match policy {
+        "fifo" => Some(Baseline::Fifo),
+        "weighted_random" => Some(Baseline::WeightedRandom),
+        _ => None,
+    };
+    let algorithm = (baseline.is_none() && !policy.is_empty()).then_some(policy);
+    let text = overridden(text, algorithm, mode)
+        .with_context(|| format!("{} is not valid TOML", args.config.display()))?;
+    let base = args.config.parent().unwrap_or(Path::new("."));
+    let origin = format!(
+        "{} ({policy}/{})",
+        args.config.display(),
+        mode.unwrap_or("")
+    );
+    let settings = Settings::parse_in(&text, &origin, base)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("the configuration for {origin}"))?;
+    let load = simulate::arrivals(&settings.policy, records)?;
+    let spec = RunSpec {
+        baseline,
+        window_bytes: args.window_bytes,
+    };
+    Ok(simulate::simulate(&settings.policy, library, &load, spec)?)
+}
+
+/// The configuration text with `[policy] algorithm` and `[release] mode` replaced.
+fn overridden(text: &str, algorithm: Option<&str>, mode: Option<&str>) -> anyhow::Result<String> {
+    let mut doc: toml::Table = toml::from_str(text)?;
+    let mut set = |table: &str, key: &str, value: &str| {
+        let t = doc
+            .entry(table)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(t) = t {
+            t.insert(key.to_string(), toml::Value::String(value.to_string()));
+        }
+    };
+    if let Some(a) = algorithm {
+        set("policy", "algorithm", a);
+    }
+    if let Some(m) = mode {
+        set("release", "mode", m);
+    }
+    Ok(toml::to_string(&doc)?)
+}

@@ -1,0 +1,502 @@
+//! The broker and the library in virtual time: the same placement
+//! ([`crate::policy::order::place`]), held queue ([`HeldQueue::pick`]), usage book and FBSNG
+//! queues the ledger writer uses, against the simulator's library model
+//! ([`mss_adapters::sim::library::Library`]), with the ledger's bookkeeping reduced to what
+//! ordering reads (charges at decision, slots outstanding, queue priorities). The engine of
+//! `mssbroker simulate` and of the policy tests (FBSNG's worked configurations, the policies'
+//! share error held and pass-through). Deterministic: no clock, no randomness beyond the load
+//! given and the seeded baseline.
+
+use std::collections::HashMap;
+
+use mss_adapters::sim::library::{Library, LibraryConfig, LibraryEvent, LibraryStats, Micros};
+use mss_adapters::{Direction, EventKind, Transfer};
+
+use super::at_library::AtLibrary;
+use super::baseline::{Baseline, BaselineQueue};
+use crate::domain::{GroupId, GroupKind, PolicySettings};
+use crate::policy::fbsng::Queues;
+use crate::policy::multifactor::Qos;
+use crate::policy::order::{is_fair, place, Candidate, Standing};
+use crate::policy::queue::HeldQueue;
+use crate::shares::UsageBook;
+
+/// One request of the load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrival {
+    pub at: Micros,
+    pub group: GroupId,
+    pub size_bytes: u64,
+    pub volume: Option<String>,
+    /// Where the file is on its volume (`Transfer.position`).
+    pub position: Option<u64>,
+    /// What it is worth to its group (`None`: `policy::benefit` of its bytes, no access mode).
+    pub benefit: Option<u64>,
+    pub qos: Qos,
+    /// The access mode's multifactor queue factor.
+    pub queue: f64,
+    /// A write (the data-taking stream) rather than a recall.
+    pub write: bool,
+}
+
+impl Default for Arrival {
+    fn default() -> Self {
+        Arrival {
+            at: 0,
+            group: GroupId(0),
+            size_bytes: 0,
+            volume: None,
+            position: None,
+            benefit: None,
+            qos: Qos::Normal,
+            queue: 0.0,
+            write: false,
+        }
+    }
+}
+
+/// Who picks what the broker sends next: the configured policy, or a baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Picker {
+    /// `place` and [`HeldQueue::pick`], as `serve` does.
+    Policy,
+    /// A comparison baseline ([`Baseline`]).
+    Baseline(Baseline),
+}
+
+/// A fair-share request finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    pub at: Micros,
+    pub group: GroupId,
+    pub bytes: u64,
+    /// Whether every fair-share group with a share above 0 had a request waiting (arrived, not
+    /// started at the library) at that instant.
+    pub saturated: bool,
+}
+
+/// What happened in a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Per group (`GroupId.0`): first starts, bytes done, longest wait from arrival to start.
+    pub starts: Vec<u64>,
+    pub bytes: Vec<u128>,
+    pub max_wait: Vec<Micros>,
+    /// Starts of requests taking more than one slot.
+    pub bulk_starts: Vec<u64>,
+    /// The most times a released request had been passed (FBSNG section priority).
+    pub max_passed: Vec<u32>,
+    /// Groups in the order their requests started.
+    pub start_order: Vec<GroupId>,
+    /// (time, group) of each start.
+    pub start_times: Vec<(Micros, GroupId)>,
+    /// Requests still waiting (broker or MSS) at the end.
+    pub unfinished: usize,
+    /// Per group: requests done, and every start's wait from arrival to start.
+    pub files: Vec<u64>,
+    pub waits: Vec<Vec<Micros>>,
+    /// Fair-share requests done, in the order they finished.
+    pub finished: Vec<Finished>,
+    /// Fair-share starts at the library while a priority-class request was waiting (in the
+    /// broker or at the library, not started).
+    pub priority_inversions: u64,
+    /// When the last request finished.
+    pub makespan: Micros,
+    /// The library's mounts and drive times at the end.
+    pub library: LibraryStats,
+}
+
+impl Outcome {
+    /// Each fair-share group's share of the bytes done, against its target: the largest
+    /// absolute difference in percentage points.
+    pub fn share_error(&self, policy: &PolicySettings) -> f64 {
+        let fair: Vec<GroupId> = policy.group_ids().filter(|&g| is_fair(policy, g)).collect();
+        let total: u128 = fair.iter().map(|g| self.bytes[g.0]).sum();
+        if total == 0 {
+            return 0.0;
+        }
+        fair.iter()
+            .map(|&g| {
+                let share = self.bytes[g.0] as f64 / total as f64;
+                let target = target_share(policy, g).unwrap_or(0.0);
+                (share - target).abs() * 100.0
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+/// A fair-share group's target fraction (`None` for a priority class).
+pub fn target_share(policy: &PolicySettings, g: GroupId) -> Option<f64> {
+    match policy.group(g).kind {
+        GroupKind::FairShare { share } => Some(share.num() as f64 / share.den() as f64),
+        GroupKind::Priority { .. } => None,
+    }
+}
+
+mod reprioritise;
+
+/// What the engine keeps of a request between its arrival and its end.
+#[derive(Debug, Clone, Copy)]
+struct Info {
+    id: i64,
+    group: GroupId,
+    arrived: Micros,
+    slots: u32,
+    qos: Qos,
+    queue: f64,
+}
+
+struct Run<'a> {
+    policy: &'a PolicySettings,
+    load: &'a [Arrival],
+    picker: Picker,
+    lib: Library,
+    usage: UsageBook,
+    queues: Queues,
+    queue: HeldQueue,
+    baseline: BaselineQueue,
+    /// Pass-through: fair-share requests pending at the library, by priority.
+    at_lib: AtLibrary,
+    outstanding: u32,
+    /// id -> what is kept of it, from arrival to end.
+    info: HashMap<i64, Info>,
+    out: Outcome,
+    now: Micros,
+    /// Per group: fair share, and fair share with a share above 0.
+    fair: Vec<bool>,
+    needs_share: Vec<bool>,
+    /// Per group: arrived, not started.
+    waiting: Vec<u64>,
+    /// Groups with a share above 0 and nothing waiting.
+    unsaturated: usize,
+    /// Priority-class requests arrived, not started.
+    waiting_priority: u64,
+    events: Vec<LibraryEvent>,
+    /// Scratch space of re-prioritisation: (id, new priority).
+    changes: Vec<(i64, i64)>,
+}
+
+/// Run `load` (sorted by arrival) until `until` with the configured policy; only what
+/// finished by then counts.
+pub fn run(
+    policy: &PolicySettings,
+    library: LibraryConfig,
+    load: &[Arrival],
+    until: Micros,
+) -> Outcome {
+    run_with(policy, library, load, until, Picker::Policy)
+}
+
+/// [`run`] with the given picker.
+pub fn run_with(
+    policy: &PolicySettings,
+    library: LibraryConfig,
+    load: &[Arrival],
+    until: Micros,
+    picker: Picker,
+) -> Outcome {
+    let mut r = Run::new(policy, load, library, picker);
+    let period = policy.order.reprioritise.map(|d| d.as_micros() as Micros);
+    let mut next_tick = period;
+    let mut i = 0;
+    loop {
+        let next_arrival = load.get(i).map(|a| a.at);
+        let next_end = r.lib.next_wakeup();
+        let t = [
+            next_arrival,
+            next_end,
+            next_tick.filter(|_| !r.info.is_empty()),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(t) = t.filter(|&t| t <= until) else {
+            break;
+        };
+        r.now = t;
+        let mut events = std::mem::take(&mut r.events);
+        r.lib.advance(t, &mut events);
+        r.apply(&mut events);
+        r.events = events;
+        while let Some(a) = load.get(i).filter(|a| a.at <= t) {
+            r.arrive(i as i64 + 1, a);
+            i += 1;
+        }
+        if next_tick == Some(t) {
+            r.reprioritise();
+            // The next tick after now; a tick falling in a long idle gap is skipped.
+            next_tick = period.map(|p| t + p.max(1));
+        }
+        r.release();
+    }
+    r.out.unfinished = r.info.len();
+    r.out.library = r.lib.stats();
+    r.out
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        policy: &'a PolicySettings,
+        load: &'a [Arrival],
+        library: LibraryConfig,
+        picker: Picker,
+    ) -> Run<'a> {
+        let n = policy.groups.len();
+        let fair: Vec<bool> = policy.group_ids().map(|g| is_fair(policy, g)).collect();
+        let needs_share: Vec<bool> = policy
+            .group_ids()
+            .map(|g| target_share(policy, g).is_some_and(|t| t > 0.0))
+            .collect();
+        let seed = library.seed;
+        Run {
+            policy,
+            load,
+            picker,
+            lib: Library::new(library),
+            usage: UsageBook::new(policy, 0),
+            queues: Queues::new(&policy.order.fbsng),
+            queue: HeldQueue::default(),
+            baseline: BaselineQueue::new(seed),
+            at_lib: AtLibrary::new(n),
+            outstanding: 0,
+            info: HashMap::with_capacity(load.len()),
+            out: Outcome {
+                starts: vec![0; n],
+                bytes: vec![0; n],
+                max_wait: vec![0; n],
+                bulk_starts: vec![0; n],
+                max_passed: vec![0; n],
+                files: vec![0; n],
+                waits: vec![Vec::new(); n],
+                start_order: Vec::with_capacity(load.len()),
+                start_times: Vec::with_capacity(load.len()),
+                finished: Vec::with_capacity(load.len()),
+                ..Outcome::default()
+            },
+            now: 0,
+            unsaturated: needs_share.iter().filter(|&&s| s).count(),
+            fair,
+            needs_share,
+            waiting: vec![0; n],
+            waiting_priority: 0,
+            events: Vec::new(),
+            changes: Vec::new(),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        (self.now / 1000) as i64
+    }
+
+    fn arrive(&mut self, id: i64, a: &Arrival) {
+        let order = &self.policy.order;
+        let g = a.group.0;
+        let c = Candidate {
+            id,
+            group: a.group,
+            library: String::new(),
+            created_ms: self.now_ms(),
+            size_bytes: a.size_bytes,
+            benefit: a
+                .benefit
+                .unwrap_or_else(|| crate::policy::benefit(self.policy, "", a.size_bytes)),
+            qos: a.qos,
+            user: 1.0,
+            queue: a.queue,
+            slots: order.release.slots("", a.size_bytes),
+            passed: 0,
+        };
+        let info = Info {
+            id,
+            group: a.group,
+            arrived: self.now,
+            slots: c.slots,
+            qos: a.qos,
+            queue: a.queue,
+        };
+        self.info.insert(id, info);
+        if self.fair[g] {
+            self.waiting[g] += 1;
+            if self.needs_share[g] && self.waiting[g] == 1 {
+                self.unsaturated -= 1;
+            }
+        } else {
+            self.waiting_priority += 1;
+        }
+        let fair = self.fair[g];
+        match (order.held() && fair, self.picker) {
+            (true, Picker::Policy) => self.queue.push(c),
+            (true, Picker::Baseline(_)) => self.baseline.push(c),
+            (false, Picker::Baseline(_)) if fair => {
+                let flat = order.band_low;
+                self.submit(c, a, Some(flat));
+            }
+            (false, _) => self.submit(c, a, None),
+        }
+    }
+
+    /// Decide, charge and send to the library.
+    fn submit(&mut self, c: Candidate, a: &Arrival, priority: Option<i64>) {
+        let t = Transfer {
+            key: c.id.to_string(),
+            attempt: 1,
+            file: String::new(),
+            size_bytes: c.size_bytes,
+            priority: 0,
+            volume: a.volume.clone(),
+            group: String::new(),
+            direction: if a.write {
+                Direction::Write
+            } else {
+                Direction::Read
+            },
+            local_file: None,
+            bfid: None,
+            position: a.position,
+        };
+        self.send(c, t, priority);
+    }
+
+    fn send(&mut self, c: Candidate, mut t: Transfer, priority: Option<i64>) {
+        let now_ms = self.now_ms();
+        t.priority = priority.unwrap_or_else(|| {
+            let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+            place(&self.policy.order, &standing, &c, now_ms).mss_priority
+        });
+        self.usage.add(c.group, i128::from(c.benefit), now_ms);
+        self.outstanding += c.slots;
+        if !self.policy.order.held() && self.fair[c.group.0] && self.picker == Picker::Policy {
+            self.at_lib.add(c.id, c.group, t.priority, self.now);
+        }
+        let mut events = std::mem::take(&mut self.events);
+        self.lib.submit(t, self.now, &mut events);
+        self.apply(&mut events);
+        self.events = events;
+    }
+
+    fn release(&mut self) {
+        let order = &self.policy.order;
+        if !order.held() {
+            return;
+        }
+        loop {
+            let free = order.release.limit_of("").saturating_sub(self.outstanding);
+            if free == 0 {
+                return;
+            }
+            let now_ms = self.now_ms();
+            let (c, p) = match self.picker {
+                Picker::Policy => {
+                    let pick = {
+                        let standing =
+                            Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+                        self.queue.pick(order, &standing, "", free, now_ms)
+                    };
+                    let Some(pick) = pick else { return };
+                    let Some(c) = self.queue.remove(pick.candidate.id) else {
+                        return;
+                    };
+                    for id in &pick.passed_over {
+                        if let Some(w) = self.queue.get_mut(*id) {
+                            w.passed += 1;
+                        }
+                    }
+                    let g = c.group.0;
+                    self.out.max_passed[g] = self.out.max_passed[g].max(c.passed);
+                    (c, pick.placement.mss_priority)
+                }
+                Picker::Baseline(b) => {
+                    let weights = |g: GroupId| target_share(self.policy, g).unwrap_or(0.0);
+                    let Some(c) = self.baseline.pick(b, free, weights) else {
+                        return;
+                    };
+                    (c, order.band_low)
+                }
+            };
+            self.fbsng_started(c.group);
+            self.release_one(c, p);
+        }
+    }
+
+    /// Send a request released from the broker's queue (its volume and position from the load:
+    /// request `id` is `load[id - 1]`).
+    fn release_one(&mut self, c: Candidate, p: i64) {
+        let load = self.load;
+        let Some(a) = usize::try_from(c.id - 1).ok().and_then(|i| load.get(i)) else {
+            return;
+        };
+        self.submit(c, a, Some(p));
+    }
+
+    fn fbsng_started(&mut self, g: GroupId) {
+        if self.policy.order.algorithm != crate::policy::order::Algorithm::Fbsng {
+            return;
+        }
+        self.queues
+            .started(&self.policy.order.fbsng, &self.fair, g.0);
+    }
+
+    fn apply(&mut self, events: &mut Vec<LibraryEvent>) {
+        for e in events.drain(..) {
+            let Some(&info) = e.key.parse().ok().and_then(|id: i64| self.info.get(&id)) else {
+                continue;
+            };
+            let g = info.group;
+            match e.kind {
+                EventKind::Started => self.started(e.at, info),
+                EventKind::Done { bytes } => {
+                    self.out.bytes[g.0] += u128::from(bytes);
+                    self.out.files[g.0] += 1;
+                    self.out.makespan = self.out.makespan.max(e.at);
+                    if self.fair[g.0] {
+                        self.out.finished.push(Finished {
+                            at: e.at,
+                            group: g,
+                            bytes,
+                            saturated: self.saturated(),
+                        });
+                    }
+                    self.outstanding = self.outstanding.saturating_sub(info.slots);
+                    self.info.remove(&info.id);
+                }
+                EventKind::Failed { .. } | EventKind::Cancelled => {
+                    self.outstanding = self.outstanding.saturating_sub(info.slots);
+                    self.info.remove(&info.id);
+                }
+            }
+        }
+    }
+
+    fn started(&mut self, at: Micros, info: Info) {
+        let g = info.group;
+        self.at_lib.remove(info.id);
+        self.out.starts[g.0] += 1;
+        if info.slots > 1 {
+            self.out.bulk_starts[g.0] += 1;
+        }
+        self.out.start_order.push(g);
+        self.out.start_times.push((at, g));
+        let wait = at.saturating_sub(info.arrived);
+        self.out.max_wait[g.0] = self.out.max_wait[g.0].max(wait);
+        self.out.waits[g.0].push(wait);
+        if self.fair[g.0] {
+            if self.waiting_priority > 0 {
+                self.out.priority_inversions += 1;
+            }
+            self.waiting[g.0] = self.waiting[g.0].saturating_sub(1);
+            if self.needs_share[g.0] && self.waiting[g.0] == 0 {
+                self.unsaturated += 1;
+            }
+        } else {
+            self.waiting_priority = self.waiting_priority.saturating_sub(1);
+        }
+        if !self.policy.order.held() {
+            self.fbsng_started(g);
+        }
+    }
+
+    /// Every fair-share group with a share above 0 has a request waiting (and there is one).
+    fn saturated(&self) -> bool {
+        self.unsaturated == 0 && self.needs_share.iter().any(|&s| s)
+    }
+}

@@ -1,0 +1,109 @@
+//! Pass-through mode's re-prioritisation of the requests pending at the library, as the
+//! dispatcher's periodic `reprioritise` does in `serve`.
+
+use super::{Picker, Run};
+use crate::domain::GroupId;
+use crate::policy::multifactor::Qos;
+use crate::policy::order::{place, Algorithm, Candidate, Standing};
+
+impl Run<'_> {
+    /// Pass-through: recompute the priority of everything still pending at the library, and
+    /// change those that differ (as the dispatcher's re-prioritisation does). Group-level
+    /// policies: one placement per group, the starvation bound by arrival ([`AtLibrary`]);
+    /// multifactor (per-request factors): every pending request.
+    pub(super) fn reprioritise(&mut self) {
+        if self.policy.order.held() || self.picker != Picker::Policy {
+            return;
+        }
+        if !matches!(self.policy.order.algorithm, Algorithm::Multifactor(_)) {
+            return self.reprioritise_groups();
+        }
+        let now_ms = self.now_ms();
+        let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+        let mut changes = Vec::new();
+        for (&id, info) in &self.info {
+            let key = id.to_string();
+            let Some(job) = self.lib.job(&key) else {
+                continue;
+            };
+            if job.phase != mss_adapters::sim::library::Phase::Pending {
+                continue;
+            }
+            let c = Candidate {
+                id,
+                group: info.group,
+                library: String::new(),
+                created_ms: (info.arrived / 1000) as i64,
+                size_bytes: job.transfer.size_bytes,
+                benefit: 0,
+                qos: info.qos,
+                user: 1.0,
+                queue: info.queue,
+                slots: info.slots,
+                passed: 0,
+            };
+            let p = place(&self.policy.order, &standing, &c, now_ms).mss_priority;
+            if p != job.transfer.priority {
+                changes.push((key, p));
+            }
+        }
+        changes.sort();
+        let mut events = std::mem::take(&mut self.events);
+        for (key, p) in changes {
+            self.lib.set_priority(&key, 1, p, self.now, &mut events);
+        }
+        self.apply(&mut events);
+        self.events = events;
+    }
+
+    fn reprioritise_groups(&mut self) {
+        let order = &self.policy.order;
+        let now_ms = self.now_ms();
+        let mut changes = std::mem::take(&mut self.changes);
+        changes.clear();
+        if let Some(max_wait) = order.max_wait_ms {
+            let max_wait = u64::try_from(max_wait).unwrap_or(0).saturating_mul(1000);
+            if let Some(bound) = self.now.checked_sub(max_wait) {
+                let starved = order.starved_priority;
+                let starving = self.at_lib.starve(bound);
+                changes.extend(
+                    starving
+                        .into_iter()
+                        .filter(|&(_, p)| p != starved)
+                        .map(|(id, _)| (id, starved)),
+                );
+            }
+        }
+        let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+        let groups: Vec<GroupId> = self.at_lib.groups().collect();
+        for g in groups {
+            let c = Candidate {
+                id: 0,
+                group: g,
+                library: String::new(),
+                created_ms: now_ms,
+                size_bytes: 0,
+                benefit: 0,
+                qos: Qos::Normal,
+                user: 1.0,
+                queue: 0.0,
+                slots: 1,
+                passed: 0,
+            };
+            let p = place(order, &standing, &c, now_ms).mss_priority;
+            self.at_lib.regroup(g, p, &mut changes);
+        }
+        changes.sort_unstable();
+        let mut events = std::mem::take(&mut self.events);
+        let mut key = String::new();
+        for &(id, p) in &changes {
+            key.clear();
+            // Writing into a String cannot fail.
+            let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{id}"));
+            self.lib.set_priority(&key, 1, p, self.now, &mut events);
+        }
+        self.changes = changes;
+        self.apply(&mut events);
+        self.events = events;
+    }
+}

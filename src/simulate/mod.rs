@@ -1,0 +1,128 @@
+//! The what-if simulator (`mssbroker simulate`, docs/simulation.md): a trace replayed in
+//! virtual time through the broker's own classification, placement, usage book and held queue
+//! against the simulator's library model, with figures on fairness, waits and what it cost the
+//! drives. Pure: the caller reads the configuration and the trace.
+//!
+//! - `engine`: the discrete-event loop (the policy tests run it too);
+//! - `baseline`: the comparison-only policies `fifo` and `weighted_random`;
+//! - `report`: the JSON report, the share error windows and the table.
+
+mod at_library;
+pub mod baseline;
+pub mod engine;
+pub mod report;
+
+use mss_adapters::sim::library::{LibraryConfig, Micros, Model};
+
+pub use baseline::Baseline;
+pub use engine::{run, run_with, Arrival, Outcome, Picker};
+pub use report::{Report, RunReport};
+
+use crate::domain::order::ReleaseMode;
+use crate::domain::PolicySettings;
+use crate::policy::{benefit, classify, ClassifyError, RequestFields};
+use crate::trace::{Direction, TraceRecord};
+
+/// The default share-error window: 1 TB done.
+pub const DEFAULT_WINDOW_BYTES: u64 = 1_000_000_000_000;
+
+/// What a simulation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A trace record no group takes (line from 1, counting records).
+    #[error("trace record {record}: {source}")]
+    Classify {
+        record: usize,
+        #[source]
+        source: ClassifyError,
+    },
+    /// A policy/mode pair the simulator cannot run.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The library `simulate` uses by default: Enstore's model and defaults, `drives` drives.
+pub fn library(drives: usize, seed: u64) -> LibraryConfig {
+    LibraryConfig {
+        model: Model::Enstore,
+        drives: drives.max(1),
+        seed,
+        ..LibraryConfig::default()
+    }
+}
+
+/// The trace's records as the engine's load: each classified by `policy::classify` into its
+/// group, worth `policy::benefit` of its access mode and size, with its volume, position and
+/// direction; `t` in seconds to virtual microseconds (rounded).
+pub fn arrivals(
+    policy: &PolicySettings,
+    records: &[TraceRecord],
+) -> Result<Vec<Arrival>, SimError> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let fields = RequestFields {
+                access_mode: &r.access_mode,
+                physics_group: &r.physics_group,
+                station: &r.station,
+                user: &r.user,
+                file: &r.file,
+            };
+            let group = classify(policy, &fields).map_err(|source| SimError::Classify {
+                record: i + 1,
+                source,
+            })?;
+            Ok(Arrival {
+                at: (r.t * 1e6).round() as Micros,
+                group,
+                size_bytes: r.size_bytes,
+                volume: Some(r.volume.clone()),
+                position: Some(r.position),
+                benefit: Some(benefit(policy, &r.access_mode, r.size_bytes)),
+                qos: policy.order.qos(None, &r.access_mode),
+                queue: policy.order.queue_factor(&r.access_mode),
+                write: r.direction == Direction::Write,
+            })
+        })
+        .collect()
+}
+
+/// One run to simulate: `policy` already carries the algorithm and release mode to run (the
+/// CLI overrides the configuration's); `baseline` replaces the policy's picks.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSpec {
+    pub baseline: Option<Baseline>,
+    pub window_bytes: u64,
+}
+
+/// Run `load` to the end under `policy` (and `spec`'s baseline) on `library`, and report it.
+pub fn simulate(
+    policy: &PolicySettings,
+    library: &LibraryConfig,
+    load: &[Arrival],
+    spec: RunSpec,
+) -> Result<RunReport, SimError> {
+    let mode = policy.order.release.mode;
+    if spec.baseline == Some(Baseline::WeightedRandom) && mode == ReleaseMode::PassThrough {
+        return Err(SimError::Unsupported(
+            "weighted_random picks a group per free slot: it needs --mode held".into(),
+        ));
+    }
+    let picker = spec.baseline.map_or(Picker::Policy, Picker::Baseline);
+    let o = run_with(policy, library.clone(), load, Micros::MAX, picker);
+    let name = spec
+        .baseline
+        .map_or(policy.order.algorithm.name(), Baseline::name);
+    Ok(report::run_report(
+        policy,
+        name,
+        mode.name(),
+        load.len() as u64,
+        &o,
+        spec.window_bytes,
+    ))
+}
+
+#[cfg(test)]
+mod tests;
