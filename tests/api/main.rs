@@ -3,6 +3,7 @@
 mod adapters;
 mod auth;
 mod bad_input;
+mod bench;
 mod browser;
 mod cli;
 mod crash;
