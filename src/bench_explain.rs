@@ -90,7 +90,7 @@ pub async fn run(o: &ExplainOptions) -> anyhow::Result<()> {
 }
 
 /// The shipped configuration in held release mode with one slot per library.
-fn held_config() -> anyhow::Result<String> {
+pub(crate) fn held_config() -> anyhow::Result<String> {
     let text = crate::config::EMBEDDED;
     let (mode, limit) = ("mode = \"pass_through\"\n", "\nlimit = 8\n");
     anyhow::ensure!(
@@ -122,7 +122,7 @@ fn item(station: &str, n: usize) -> Value {
 }
 
 /// Queue `n` requests; returns the ids left queued.
-async fn fill(http: &reqwest::Client, base: &str, n: usize) -> anyhow::Result<Vec<i64>> {
+pub(crate) async fn fill(http: &reqwest::Client, base: &str, n: usize) -> anyhow::Result<Vec<i64>> {
     let mut ids = Vec::with_capacity(n);
     let mut sent = 0;
     while sent < n {

@@ -31,11 +31,8 @@ pub async fn run(requests: usize, rounds: usize) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("bench.db");
-    let settings = Settings::parse(crate::config::EMBEDDED, "embedded")?;
-    let start = 1_800_000_000_000i64 / DAY_MS * DAY_MS;
-    let clock = ManualClock::new(start);
     let filled = Instant::now();
-    fill(&settings, &path, &clock, requests).await?;
+    let (settings, now) = fill_file(&path, requests).await?;
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     println!(
         "bench report: {requests} requests over 90 days written in {:.1} s; database {:.0} MB",
@@ -43,9 +40,19 @@ pub async fn run(requests: usize, rounds: usize) -> anyhow::Result<()> {
         size as f64 / 1e6
     );
     let reader = LedgerReader::open(&path)?;
-    time_reads(&reader, &settings.policy, clock.now_ms(), rounds)?;
+    time_reads(&reader, &settings.policy, now, rounds)?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Fill a fresh ledger at `path` with `requests` requests over 90 days (the shipped config, a
+/// manual clock); returns the settings and the clock's time at the end. The criterion report
+/// benchmark (`benches/report.rs`) reads the same history.
+pub async fn fill_file(path: &Path, requests: usize) -> anyhow::Result<(Settings, i64)> {
+    let settings = Settings::parse(crate::config::EMBEDDED, "embedded")?;
+    let clock = ManualClock::new(1_800_000_000_000i64 / DAY_MS * DAY_MS);
+    fill(&settings, path, &clock, requests).await?;
+    Ok((settings, clock.now_ms()))
 }
 
 /// Write `requests` requests through the real writer, spread over 90 days of `clock`: each

@@ -12,6 +12,7 @@ use crate::config::{self, Settings};
 use crate::telemetry;
 
 mod backup;
+mod bench;
 mod client;
 mod mss_sim;
 mod reports;
@@ -19,6 +20,7 @@ mod serve;
 mod simulate;
 mod trace;
 
+use bench::{bench, BenchArgs};
 use client::{print_response, submit, with_token, SubmitArgs};
 use mss_sim::{mss_sim, SimArgs};
 use reports::{report, shares, ReportArgs, SharesArgs};
@@ -69,32 +71,7 @@ enum Command {
     /// Run the Enstore-like MSS simulator as its own HTTP server.
     MssSim(SimArgs),
     /// Measure the acceptance path: a broker on a temporary database under concurrent HTTP load.
-    Bench {
-        /// Concurrent keep-alive clients.
-        #[arg(long, default_value_t = 64)]
-        connections: usize,
-        /// Seconds per round.
-        #[arg(long, default_value_t = 5.0)]
-        seconds: f64,
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        /// Requests per POST (1: single requests; more: /v1/requests/batch).
-        #[arg(long, default_value_t = 1)]
-        batch: usize,
-        /// Skip HTTP and drive the ledger directly (the writer's ceiling).
-        #[arg(long)]
-        direct: bool,
-        /// Instead: fill a ledger with this many requests over 90 days and time reports on it.
-        #[arg(long)]
-        report_requests: Option<usize>,
-        /// Instead: queue this many requests (held mode), then time explains of queued
-        /// requests by `--pollers` clients while another station posts (for `--seconds`).
-        #[arg(long)]
-        explain_queued: Option<usize>,
-        /// Clients polling queued requests (with --explain-queued).
-        #[arg(long, default_value_t = 200)]
-        pollers: usize,
-    },
+    Bench(BenchArgs),
     /// Show every group's target, usage under the configured model, Fair Tree rank, SAM class
     /// and cap state: from a ledger database, or from usage given in a JSON file.
     Shares(SharesArgs),
@@ -150,58 +127,7 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::MssSim(args) => mss_sim(args).await,
         Command::Report(args) => report(args).await,
-        Command::Bench {
-            connections,
-            seconds,
-            rounds,
-            batch,
-            direct,
-            report_requests: Some(n),
-            ..
-        } => {
-            let _ = (connections, seconds, batch, direct);
-            crate::bench_report::run(n, rounds).await?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench {
-            connections,
-            seconds,
-            rounds,
-            batch,
-            direct,
-            report_requests: None,
-            explain_queued: Some(queued),
-            pollers,
-        } => {
-            let _ = (connections, rounds, batch, direct);
-            let options = crate::bench_explain::ExplainOptions {
-                queued: queued.max(1),
-                pollers: pollers.max(1),
-                seconds,
-            };
-            crate::bench_explain::run(&options).await?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench {
-            connections,
-            seconds,
-            rounds,
-            batch,
-            direct,
-            report_requests: None,
-            explain_queued: None,
-            ..
-        } => {
-            let options = crate::bench::BenchOptions {
-                connections: connections.max(1),
-                seconds,
-                rounds: rounds.max(1),
-                batch: batch.max(1),
-                direct,
-            };
-            crate::bench::run(&options).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Bench(args) => bench(args).await,
         Command::CheckConfig { .. }
         | Command::Shares(_)
         | Command::Trace(_)

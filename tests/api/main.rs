@@ -4,6 +4,7 @@ mod adapters;
 mod auth;
 mod backup;
 mod bad_input;
+mod bench;
 mod browser;
 mod cli;
 mod crash;

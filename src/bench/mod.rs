@@ -18,6 +18,13 @@ use tokio::sync::oneshot;
 use crate::config::Settings;
 use crate::startup::Application;
 
+pub mod backlog;
+pub mod ingest;
+mod load;
+mod machine;
+
+pub use machine::{command_line, machine};
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -42,6 +49,7 @@ pub struct Round {
 /// Run the benchmark and print its figures.
 pub async fn run(options: &BenchOptions) -> anyhow::Result<Vec<Round>> {
     let mut rounds = Vec::new();
+    println!("{}\n{}", command_line(), machine());
     println!(
         "bench: {} connections, {} request(s) per POST, {} s x {} rounds, {} cores",
         options.connections,
@@ -123,7 +131,7 @@ async fn one_round(options: &BenchOptions, round: usize) -> anyhow::Result<Round
     Ok(summarise(requests, elapsed, latencies))
 }
 
-fn summarise(requests: u64, elapsed: f64, mut latencies: Vec<u64>) -> Round {
+pub(crate) fn summarise(requests: u64, elapsed: f64, mut latencies: Vec<u64>) -> Round {
     latencies.sort_unstable();
     let pct = |p: f64| -> f64 {
         if latencies.is_empty() {
@@ -281,7 +289,7 @@ async fn client(
     Ok((accepted, latencies))
 }
 
-fn scratch_dir(round: usize) -> anyhow::Result<PathBuf> {
+pub(crate) fn scratch_dir(round: usize) -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("mssbroker-bench-{}-{round}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(dir)

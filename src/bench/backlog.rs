@@ -1,0 +1,165 @@
+//! `mssbroker bench backlog --queued N`: a held-mode broker (the shipped config, release limit
+//! one slot, embedded simulator) with N requests queued. Prints resident memory (this process's
+//! `VmRSS`/`VmHWM`: the broker and its load client share it), the time from start to the first
+//! 202 after a restart on the filled database, ingest of single requests while the backlog is
+//! there, and, on the ledger opened directly on the same database, the cost of one release
+//! decision (`Ledger::release_held`) and of a queued request's explain
+//! (`Ledger::explain_queued`), p50 and p99.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::load::{drive, Broker, Call, TOKEN};
+use super::machine::status_mb;
+use super::{command_line, machine, summarise};
+use crate::config::Settings;
+use crate::ledger::{Ledger, LedgerOptions};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BacklogOptions {
+    pub queued: usize,
+    /// Clients of the ingest phase.
+    pub connections: usize,
+    /// Seconds of the ingest phase.
+    pub seconds: f64,
+    /// Timed calls of each kind (release decisions, explains).
+    pub samples: usize,
+}
+
+/// Fill, restart, load, time; prints its figures.
+pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
+    println!("{}\n{}", command_line(), machine());
+    let dir = std::env::temp_dir().join(format!("mssbroker-bench-backlog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut settings = Settings::parse(
+        &crate::bench_explain::held_config()?,
+        "embedded config/broker.toml, held",
+    )?;
+    settings.database.path = dir.join("bench.db");
+    settings.server.listen = "127.0.0.1:0".parse()?;
+    let idle_mb = status_mb("VmRSS");
+
+    let broker = Broker::start(&settings).await?;
+    let t = Instant::now();
+    let http = reqwest::Client::new();
+    let ids = crate::bench_explain::fill(&http, &broker.base, o.queued).await?;
+    println!(
+        "bench backlog: {} queued (held, limit 1) in {:.1} s; VmRSS {:.0} MB before, {:.0} MB filled",
+        ids.len(),
+        t.elapsed().as_secs_f64(),
+        idle_mb,
+        status_mb("VmRSS")
+    );
+    broker.stop().await?;
+
+    let t = Instant::now();
+    let broker = Broker::start(&settings).await?;
+    let first = first_202(&http, &broker.base).await?;
+    println!(
+        "restart: first 202 {:.3} s after start (the probe call itself {:.3} s); VmRSS {:.0} MB, VmHWM {:.0} MB",
+        t.elapsed().as_secs_f64(),
+        first,
+        status_mb("VmRSS"),
+        status_mb("VmHWM")
+    );
+    let r = drive(
+        &broker.base,
+        Call::Submit(1),
+        o.connections,
+        o.seconds,
+        "bl",
+    )
+    .await?;
+    println!(
+        "ingest with the backlog: {} connections, {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms ({} requests)",
+        o.connections, r.per_sec, r.p50_ms, r.p99_ms, r.requests
+    );
+    broker.stop().await?;
+
+    decisions(&settings, &ids, o.samples.max(1)).await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Post single requests until one is answered 202; the seconds from the call to the answer of
+/// the first one (the broker is already built).
+async fn first_202(http: &reqwest::Client, base: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let resp = http
+        .post(format!("{base}/v1/requests"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({
+            "client_request_id": "restart-probe",
+            "station": "station-probe",
+            "user": "bench",
+            "file": "/pnfs/bench/restart-probe",
+            "size_bytes": 1_000_000_000u64,
+            "access_mode": "analysis",
+            "physics_group": "higgs",
+        }))
+        .send()
+        .await?;
+    let status = resp.status();
+    anyhow::ensure!(status.as_u16() == 202, "restart probe: {status}");
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Time release decisions and explains on the ledger itself (no HTTP).
+async fn decisions(settings: &Settings, ids: &[i64], samples: usize) -> anyhow::Result<()> {
+    let options = LedgerOptions {
+        path: settings.database.path.clone(),
+        commit_batch_max: settings.database.commit_batch_max,
+        retry: settings.mss.retry.clone(),
+        metrics: Arc::new(crate::metrics::Metrics::default()),
+    };
+    let t = Instant::now();
+    let (ledger, writer) = Ledger::open(
+        &options,
+        settings.policy.clone(),
+        Arc::new(crate::clock::SystemClock),
+    )?;
+    println!(
+        "ledger opened on the backlog in {:.3} s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut release = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        ledger.release_held().await?;
+        release.push(t.elapsed().as_micros() as u64);
+    }
+    print_cost("release decision (Ledger::release_held)", release);
+    let t = Instant::now();
+    anyhow::ensure!(
+        ledger.explain_queued(ids[ids.len() / 2]).await?.is_some(),
+        "the probe is not queued"
+    );
+    println!(
+        "first explain (ranks the queue): {:.2} ms",
+        t.elapsed().as_secs_f64() * 1000.0
+    );
+    let mut explain = Vec::with_capacity(samples);
+    let mut k: u64 = 1;
+    for _ in 0..samples {
+        k = k.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let id = ids[((k >> 33) as usize) % ids.len()];
+        let t = Instant::now();
+        ledger.explain_queued(id).await?;
+        explain.push(t.elapsed().as_micros() as u64);
+    }
+    print_cost("explain of a queued request", explain);
+    drop(ledger);
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    Ok(())
+}
+
+fn print_cost(what: &str, micros: Vec<u64>) {
+    let n = micros.len() as u64;
+    let r = summarise(n, 1.0, micros);
+    println!(
+        "{what}: {n} calls, p50 {:.3} ms, p99 {:.3} ms",
+        r.p50_ms, r.p99_ms
+    );
+}

@@ -1,0 +1,139 @@
+//! `mssbroker bench`: today's flags (HTTP load, `--direct`, `--report-requests`,
+//! `--explain-queued`) without a subcommand, and the `ingest` and `backlog` benchmarks.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+/// Measure the acceptance path: a broker on a temporary database under concurrent HTTP load.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    mode: Option<BenchMode>,
+    #[command(flatten)]
+    flags: BenchFlags,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchMode {
+    /// Single requests and batches over HTTP against a `GET /healthz` baseline at the same
+    /// concurrency: requests/s, p50 and p99, mean commit size, and the ratio.
+    Ingest {
+        /// Concurrent keep-alive clients.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Seconds per phase (healthz, single, batch).
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Requests per POST in the batch phase.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+    /// A held-mode broker with `--queued` requests queued: memory, time to the first 202 after a
+    /// restart, ingest with the backlog, cost of a release decision and of an explain.
+    Backlog {
+        /// Requests queued before measuring.
+        #[arg(long, default_value_t = 1_000_000)]
+        queued: usize,
+        /// Concurrent clients of the ingest phase.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Seconds of the ingest phase.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Timed release decisions and explains (each).
+        #[arg(long, default_value_t = 1000)]
+        samples: usize,
+    },
+}
+
+/// Today's flags, without a subcommand.
+#[derive(Debug, Args)]
+struct BenchFlags {
+    /// Concurrent keep-alive clients.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds per round.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Requests per POST (1: single requests; more: /v1/requests/batch).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Skip HTTP and drive the ledger directly (the writer's ceiling).
+    #[arg(long)]
+    direct: bool,
+    /// Instead: fill a ledger with this many requests over 90 days and time reports on it.
+    #[arg(long)]
+    report_requests: Option<usize>,
+    /// Instead: queue this many requests (held mode), then time explains of queued
+    /// requests by `--pollers` clients while another station posts (for `--seconds`).
+    #[arg(long)]
+    explain_queued: Option<usize>,
+    /// Clients polling queued requests (with --explain-queued).
+    #[arg(long, default_value_t = 200)]
+    pollers: usize,
+}
+
+/// Run the chosen benchmark.
+pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.mode {
+        Some(BenchMode::Ingest {
+            connections,
+            seconds,
+            rounds,
+            batch,
+        }) => {
+            let options = crate::bench::ingest::IngestOptions {
+                connections: connections.max(1),
+                seconds,
+                rounds: rounds.max(1),
+                batch: batch.max(2),
+            };
+            crate::bench::ingest::run(&options).await?;
+        }
+        Some(BenchMode::Backlog {
+            queued,
+            connections,
+            seconds,
+            samples,
+        }) => {
+            let options = crate::bench::backlog::BacklogOptions {
+                queued: queued.max(1),
+                connections: connections.max(1),
+                seconds,
+                samples: samples.max(1),
+            };
+            crate::bench::backlog::run(&options).await?;
+        }
+        None => flags(args.flags).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn flags(f: BenchFlags) -> anyhow::Result<()> {
+    if let Some(n) = f.report_requests {
+        return crate::bench_report::run(n, f.rounds).await;
+    }
+    if let Some(queued) = f.explain_queued {
+        let options = crate::bench_explain::ExplainOptions {
+            queued: queued.max(1),
+            pollers: f.pollers.max(1),
+            seconds: f.seconds,
+        };
+        return crate::bench_explain::run(&options).await;
+    }
+    let options = crate::bench::BenchOptions {
+        connections: f.connections.max(1),
+        seconds: f.seconds,
+        rounds: f.rounds.max(1),
+        batch: f.batch.max(1),
+        direct: f.direct,
+    };
+    crate::bench::run(&options).await?;
+    Ok(())
+}

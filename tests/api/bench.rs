@@ -1,0 +1,93 @@
+//! The benchmarks in short mode through the real binary, so they cannot rot: each prints its
+//! figures, and every figure is present and positive. Nothing here asserts speed.
+
+use std::process::Command;
+
+use crate::helpers::BIN;
+
+/// Run `mssbroker bench ARGS`; its standard output.
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("bench")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("command: ") && text.contains("machine: "),
+        "{text}"
+    );
+    text
+}
+
+/// The number right after `key` on the first line containing `line`.
+fn figure(text: &str, line: &str, key: &str) -> f64 {
+    let l = text
+        .lines()
+        .find(|l| l.contains(line))
+        .unwrap_or_else(|| panic!("no line with {line:?} in\n{text}"));
+    let after = &l[l.find(key).unwrap_or_else(|| panic!("no {key:?} in {l:?}")) + key.len()..];
+    after
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {key:?} in {l:?}"))
+}
+
+#[test]
+fn bench_ingest_prints_positive_figures() {
+    let text = bench(&[
+        "ingest",
+        "--connections",
+        "2",
+        "--seconds",
+        "0.3",
+        "--rounds",
+        "1",
+        "--batch",
+        "20",
+    ]);
+    let median = &text[text.find("median over").expect("a median section")..];
+    for line in ["GET /healthz", "single requests", "batches of 20"] {
+        assert!(figure(median, line, line) > 0.0, "{line}: {text}");
+        assert!(figure(median, line, "p50") > 0.0, "{line}: {text}");
+        assert!(figure(median, line, "p99") > 0.0, "{line}: {text}");
+    }
+    assert!(figure(median, "mean commit", "mean commit") > 0.0, "{text}");
+    assert!(figure(median, "ratio", "ratio") > 0.0, "{text}");
+}
+
+#[test]
+fn bench_backlog_prints_positive_figures() {
+    let text = bench(&[
+        "backlog",
+        "--queued",
+        "1000",
+        "--connections",
+        "2",
+        "--seconds",
+        "0.3",
+        "--samples",
+        "20",
+    ]);
+    assert!(
+        figure(&text, "queued (held", "bench backlog:") > 0.0,
+        "{text}"
+    );
+    assert!(figure(&text, "restart:", "first 202") > 0.0, "{text}");
+    assert!(figure(&text, "restart:", "VmRSS") > 0.0, "{text}");
+    assert!(
+        figure(&text, "ingest with the backlog", "connections,") > 0.0,
+        "{text}"
+    );
+    for line in ["release decision", "explain of a queued"] {
+        assert!(figure(&text, line, "p50") > 0.0, "{line}: {text}");
+        assert!(figure(&text, line, "p99") > 0.0, "{line}: {text}");
+    }
+}
