@@ -212,9 +212,11 @@ async fn every_role_on_every_endpoint() {
         Some("tok-op"),
         Some(&json!({
         "client_request_id": "op1", "station": "station-b", "user": "u", "file": "/f",
-        "size_bytes": 5, "access_mode": "mc", "physics_group": "x"})),
+        // Large enough that it cannot finish before the cancel (which would be a 409).
+        "size_bytes": 900_000_000_000u64, "access_mode": "mc", "physics_group": "x"})),
     )
     .await;
+    assert!(other["id"].is_i64(), "{other}");
     let (s, _) = call(
         &app,
         "DELETE",
