@@ -164,7 +164,7 @@ pub(crate) async fn commits(base: &str) -> anyhow::Result<(f64, f64)> {
             .unwrap_or(0.0)
     };
     Ok((
-        value("mssbroker_ledger_commit_batch_size_count"),
-        value("mssbroker_ledger_commit_batch_size_sum"),
+        value("mssbroker_ledger_commit_commands_count"),
+        value("mssbroker_ledger_commit_commands_sum"),
     ))
 }
