@@ -4,7 +4,7 @@
 //! what a ranking of the queue needs, and the requests at the MSS whose priority the policy now
 //! puts elsewhere. None of them is a writer command.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -26,6 +26,12 @@ pub(super) struct Memory {
 #[derive(Default)]
 pub(super) struct Published {
     latest: Mutex<Option<Arc<Memory>>>,
+    /// Held by the writer from the start of a transaction until its memory is published (or
+    /// the transaction rolled back), and by a question while it opens its read snapshot and
+    /// takes the memory: so the rows a question reads and the memory it places them with are
+    /// of the same commit. (Taken first, a memory could miss the charge of a row committed
+    /// before the snapshot: its group would look lighter than it is.)
+    gate: Mutex<()>,
 }
 
 impl Published {
@@ -37,6 +43,26 @@ impl Published {
         if let Ok(mut latest) = self.latest.lock() {
             *latest = Some(memory);
         }
+    }
+
+    /// The writer's side of the gate, held across a transaction and its publish.
+    pub fn gate(&self) -> MutexGuard<'_, ()> {
+        self.gate
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A read transaction on `c` whose snapshot is of the same commit as the memory returned
+    /// with it (`None` only before the writer loaded). The snapshot is fixed by a first read
+    /// while the gate is held.
+    pub fn snapshot<'c>(
+        &self,
+        c: &'c Connection,
+    ) -> rusqlite::Result<(rusqlite::Transaction<'c>, Option<Arc<Memory>>)> {
+        let _gate = self.gate();
+        let tx = c.unchecked_transaction()?;
+        tx.query_row("SELECT COUNT(*) FROM sqlite_master", [], |_| Ok(()))?;
+        Ok((tx, self.latest()))
     }
 
     /// The latest memory (`None` only before the writer loaded).

@@ -269,11 +269,15 @@ impl Ledger {
     /// position is looked up in a ranking built off the writer.
     pub async fn explain_queued(&self, id: i64) -> Result<Option<QueuedExplain>, LedgerError> {
         let asked = std::time::Instant::now();
-        let memory = self.memory()?;
+        let before = self.memory()?;
+        let published = self.published.clone();
         let (policy, now) = (self.policy.clone(), self.clock.now_ms());
         let live = self
             .reads
-            .run(move |c| live::explain_queued(c, &policy, &memory, id, now))
+            .run(move |c| {
+                let (tx, memory) = published.snapshot(c)?;
+                live::explain_queued(&tx, &policy, &memory.unwrap_or(before), id, now)
+            })
             .await?;
         let Some(live) = live else {
             return Ok(None);
@@ -290,10 +294,16 @@ impl Ledger {
     /// Requests at the MSS (not yet running) whose priority the policy now puts elsewhere, at
     /// most `max`.
     pub async fn reprioritise(&self, max: usize) -> Result<Vec<NewPriority>, LedgerError> {
-        let memory = self.memory()?;
+        let before = self.memory()?;
+        let published = self.published.clone();
         let (policy, now) = (self.policy.clone(), self.clock.now_ms());
         self.reads
-            .run(move |c| live::reprioritise(c, &policy, &memory, max, now))
+            .run(move |c| {
+                // The rows and the memory of one commit: a request committed after the memory
+                // was taken would otherwise be placed without its group's charge.
+                let (tx, memory) = published.snapshot(c)?;
+                live::reprioritise(&tx, &policy, &memory.unwrap_or(before), max, now)
+            })
             .await
     }
 

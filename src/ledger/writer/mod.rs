@@ -283,6 +283,10 @@ impl Writer {
         let count = commands.len();
         self.state.checkpoint();
         let mut replies = Vec::with_capacity(count);
+        // Questions answered off the writer wait at this gate while a transaction is open, so
+        // none reads this commit's rows with the memory of the one before (see `live`).
+        let published = self.published.clone();
+        let gate = published.gate();
         let (outcome, ready) = self.transact(commands, &mut replies);
         let elapsed = started.elapsed();
         self.metrics.committed(elapsed.as_secs_f64(), count);
@@ -296,6 +300,7 @@ impl Writer {
                 self.state.keep();
                 self.published
                     .publish(&self.state.usage, &self.state.queues);
+                drop(gate);
                 replies.into_iter().for_each(Reply::ok);
                 if ready {
                     self.ready.notify_one();
@@ -304,6 +309,7 @@ impl Writer {
             Err(e) => {
                 error!(error = %e, commands = replies.len(), "ledger transaction rolled back");
                 self.state.rollback();
+                drop(gate);
                 let message = e.to_string();
                 replies.into_iter().for_each(|r| r.err(&message));
             }
