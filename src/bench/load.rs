@@ -127,7 +127,7 @@ async fn client(
     Ok((done, latencies))
 }
 
-fn item(tag: &str, c: usize, n: usize) -> Value {
+pub(super) fn item(tag: &str, c: usize, n: usize) -> Value {
     let groups = [
         ("analysis", "higgs"),
         ("analysis", "top"),

@@ -234,28 +234,11 @@ async fn client(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(1)
         .build()?;
-    let groups = [
-        ("analysis", "higgs"),
-        ("analysis", "top"),
-        ("reprocessing", "x"),
-        ("mc", "top"),
-        ("datataking", "daq"),
-    ];
     let mut latencies = Vec::new();
     let mut accepted = 0u64;
     let mut n = 0usize;
-    let item = |n: usize| {
-        let (mode, group) = groups[n % groups.len()];
-        json!({
-            "client_request_id": format!("bench-{id}-{n}"),
-            "station": format!("station-{}", id % 8),
-            "user": "bench",
-            "file": format!("/pnfs/bench/{id}/{n}"),
-            "size_bytes": 1_000_000_000u64 + (n as u64 % 1000) * 1_000_000,
-            "access_mode": mode,
-            "physics_group": group,
-        })
-    };
+    let tag = format!("bench-{id}");
+    let item = |n: usize| load::item(&tag, id, n);
     while running.load(Ordering::Relaxed) {
         let (url, body) = if batch <= 1 {
             n += 1;
