@@ -152,7 +152,7 @@ pub fn build(
             fairshare: ft.fairshare(i),
             sam_class: leaf_group.map(|g| decide(policy, usage, g, 1).class),
             cap_state: state.as_str().to_string(),
-            held_reason: over_feasibility(policy, usage, i),
+            held_reason: over_feasibility(policy, usage, i, 0),
             fs_delta: fs_delta(policy, target, share),
             windows: node_windows(policy, usage, i),
             counts: node_counts,
