@@ -273,7 +273,10 @@ mod tests {
         assert!(reason.contains("`a`") && reason.contains("100"), "{reason}");
         // b: 50 of 100 is 50%: held; 49 of 99 is under.
         assert!(held_by(&p, &usage(&p, &[("a/x", 50), ("b", 50)]), b, 0).is_some());
-        assert_eq!(held_by(&p, &usage(&p, &[("a/x", 50), ("b", 49)]), b, 0), None);
+        assert_eq!(
+            held_by(&p, &usage(&p, &[("a/x", 50), ("b", 49)]), b, 0),
+            None
+        );
         // No usage at all: nothing is over a percentage.
         assert_eq!(held_by(&p, &usage(&p, &[]), b, 0), None);
     }
@@ -293,8 +296,10 @@ mod tests {
         assert_eq!(held_by(&p, &u, x, 40), None);
         let reason = held_by(&p, &u, x, 41).unwrap();
         assert!(
-            reason.contains("would be passed") && reason.contains("60 used")
-                && reason.contains("+ 41 requested = 101") && reason.contains("cap 100"),
+            reason.contains("would be passed")
+                && reason.contains("60 used")
+                && reason.contains("+ 41 requested = 101")
+                && reason.contains("cap 100"),
             "{reason}"
         );
         // Before, a node could overshoot by one request of any size: 60 is under 100, and a

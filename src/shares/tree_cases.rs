@@ -156,7 +156,14 @@ fn parent_leaves_stand_as_their_parent() {
     assert_eq!(ft.level_fs[node(&p, "atlas/carol")].exact(), "12/11");
     let rank = |g: &str| ft.rank[node(&p, g)];
     assert_eq!(
-        ["cms/dan", "cms/eve", "atlas/alice", "atlas/bob", "atlas/carol"].map(rank),
+        [
+            "cms/dan",
+            "cms/eve",
+            "atlas/alice",
+            "atlas/bob",
+            "atlas/carol"
+        ]
+        .map(rank),
         [Some(5), Some(5), Some(3), Some(3), Some(1)]
     );
     assert_eq!(ft.fairshare(alice), Some(0.6));

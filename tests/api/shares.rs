@@ -332,11 +332,17 @@ async fn a_request_that_would_pass_a_feasibility_cap_is_held_one_that_fits_is_no
         post.push(body);
     }
     let states: Vec<&str> = post.iter().map(|b| b["state"].as_str().unwrap()).collect();
-    assert_eq!(states, ["accepted", "accepted", "accepted", "held"], "{post:?}");
+    assert_eq!(
+        states,
+        ["accepted", "accepted", "accepted", "held"],
+        "{post:?}"
+    );
     let reason = post[3]["held_reason"].as_str().unwrap();
     assert!(
         reason.contains("feasibility cap of `analysis/top` would be passed")
-            && reason.contains("2000000000 used in the current usage window + 600000000 requested = 2600000000")
+            && reason.contains(
+                "2000000000 used in the current usage window + 600000000 requested = 2600000000"
+            )
             && reason.contains("cap 2500000000"),
         "{reason}"
     );
@@ -348,12 +354,20 @@ async fn a_request_that_would_pass_a_feasibility_cap_is_held_one_that_fits_is_no
     );
     // higgs sits at its cap exactly, never past it; top stays under with one held.
     assert_eq!(
-        (higgs["usage"].as_u64(), higgs["cap_state"].as_str(), higgs["held"].as_u64()),
+        (
+            higgs["usage"].as_u64(),
+            higgs["cap_state"].as_str(),
+            higgs["held"].as_u64()
+        ),
         (Some(2_500_000_000), Some("held"), Some(0)),
         "{higgs}"
     );
     assert_eq!(
-        (top["usage"].as_u64(), top["cap_state"].as_str(), top["held"].as_u64()),
+        (
+            top["usage"].as_u64(),
+            top["cap_state"].as_str(),
+            top["held"].as_u64()
+        ),
         (Some(2_000_000_000), Some("ok"), Some(1)),
         "{top}"
     );
@@ -429,4 +443,91 @@ fn shares_cli_reproduces_maui_john() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("usage.\"jon\": is not a group"), "{err}");
+}
+
+/// `"parent"` leaves and siblings that all have 0 shares through the real broker. The tree:
+/// analysis 40 (higgs 1, top 3, alice "parent"), reprocessing 30, mc 30 (x 0, y 0), usage
+/// model none, bytes as benefit. Worked by hand, requests in this order (GB):
+///   reprocessing 10: 10/10 >= 30%: back.      alice 1: analysis 1/11 < 40%: front.
+///   top 8: 8/19 >= 30% (3/4 of 40%): back.    higgs 1: 1/20 < 10%: front.
+///   alice 1: analysis (1 + 8 + 1 + 1)/21 = 52% >= 40%: back, though alice's own 2/21 is under
+///   any target (she stands as analysis).      mc/x 1: target 0: back.
+/// `GET /v1/groups` and `mssbroker shares --db` show alice as `parent` with analysis's target,
+/// and x and y with 0, tied in the Fair Tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_leaves_and_zero_share_siblings_through_the_broker() {
+    let config = config_with("[usage]\nmodel = \"none\"")
+        .replace(
+            "\"analysis/top\" = 3\n",
+            "\"analysis/top\" = 3\n\"analysis/alice\" = \"parent\"\n",
+        )
+        .replace("mc = 30\n", "mc = 30\n\"mc/x\" = 0\n\"mc/y\" = 0\n");
+    assert!(config.contains("\"analysis/alice\" = \"parent\"") && config.contains("\"mc/y\" = 0"));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("broker.db");
+    let clock = ManualClock::new(START);
+    let app = TestApp::spawn_with_clock(&config, db.clone(), Arc::new(clock.clone())).await;
+    let gb = 1_000_000_000u64;
+    let mut classes = Vec::new();
+    let mut ids = Vec::new();
+    for (i, (mode, group, size)) in [
+        ("reprocessing", "x", 10 * gb),
+        ("analysis", "alice", gb),
+        ("analysis", "top", 8 * gb),
+        ("analysis", "higgs", gb),
+        ("analysis", "alice", gb),
+        ("mc", "x", gb),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, body) = app
+            .post(
+                "/v1/requests",
+                &request(&format!("p{i}"), mode, group, size),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        classes.push(body["class"].as_str().unwrap().to_string());
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    assert_eq!(
+        classes,
+        ["back", "front", "back", "front", "back", "back"],
+        "SAM's classes, worked by hand"
+    );
+    app.wait_final(&ids, Duration::from_secs(60)).await;
+    let alice = app.group("analysis/alice").await;
+    assert_eq!(
+        (
+            alice["use_parent"].as_bool(),
+            alice["shares"].as_u64(),
+            alice["target_fraction"].as_str(),
+            alice["usage"].as_u64(),
+            alice["sam_class"].as_str()
+        ),
+        (Some(true), Some(0), Some("2/5"), Some(2 * gb), Some("back")),
+        "{alice}"
+    );
+    // top's siblings split analysis without alice: 3/4 of 2/5.
+    let top = app.group("analysis/top").await;
+    assert_eq!(top["target_fraction"], "3/10", "{top}");
+    let (x, y) = (app.group("mc/x").await, app.group("mc/y").await);
+    assert_eq!(
+        (x["target_fraction"].as_str(), x["sam_class"].as_str()),
+        (Some("0/1"), Some("back")),
+        "{x}"
+    );
+    assert_eq!(x["level_fairshare_exact"], "0/1");
+    assert_eq!(x["fairtree_rank"], y["fairtree_rank"], "{x} {y}");
+    app.stop().await;
+    // The CLI reads the same database and prints `parent` as alice's shares.
+    let cfg = dir.path().join("broker.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    let out = run_ok(&["shares", "--db", path(&db), "--config", path(&cfg)]);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("alice"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("parent") && line.contains("40.00%"), "{out}");
 }
