@@ -12,6 +12,7 @@ use super::error::{self, ApiError};
 use super::responses;
 use super::AppState;
 use crate::auth::RoleKind;
+use crate::report::range::BucketRule;
 use crate::shares::view::SharesView;
 
 /// Liveness; needs no token.
@@ -89,19 +90,38 @@ pub struct ReportQuery {
     pub since: Option<String>,
     /// End (exclusive); default now.
     pub until: Option<String>,
-    /// `hour`, `day` or `week`; default by the range's length.
+    /// `hour`, `day` or `week`; default by the range's length: hour up to 2 days (the HTML
+    /// page: up to 7 days, so its default range draws hourly lines), day up to 90 days, week
+    /// beyond.
     pub bucket: Option<String>,
+    /// `/report` only: `true` adds a table per bucket with activity (same columns as the
+    /// totals); `false` (default) leaves them out. The JSON always carries `series`.
+    pub buckets: Option<String>,
 }
 
-/// The range a report query asks for, and the broker's now.
+/// The range a report query asks for (default bucket by `rule`), the broker's now, and whether
+/// per-bucket tables were asked for.
 fn report_range(
     state: &AppState,
     query: Result<Query<ReportQuery>, QueryRejection>,
-) -> Result<(crate::report::ReportRange, i64), ApiError> {
+    rule: crate::report::range::BucketRule,
+) -> Result<(crate::report::ReportRange, i64, bool), ApiError> {
     let Query(q) =
         query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some("query"), e.body_text()))?;
+    let per_bucket = match q.buckets.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                Some("buckets"),
+                format!("must be true or false, got `{other}`"),
+            ))
+        }
+    };
     let now = state.clock.now_ms();
-    let range = crate::report::parse_range(
+    let range = crate::report::range::parse_range_for(
+        rule,
         q.since.as_deref(),
         q.until.as_deref(),
         q.bucket.as_deref(),
@@ -109,7 +129,7 @@ fn report_range(
         state.limits.max_report_buckets,
     )
     .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some(e.field), e.message))?;
-    Ok((range, now))
+    Ok((range, now, per_bucket))
 }
 
 /// The share report over a time range: per group and tree node, target vs achieved share,
@@ -127,7 +147,7 @@ pub(super) async fn report(
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
-    let (range, now) = report_range(&state, query)?;
+    let (range, now, _) = report_range(&state, query, BucketRule::Table)?;
     Ok(Json(crate::report::read(&state.ledger, range, now).await?).into_response())
 }
 
@@ -168,7 +188,9 @@ pub(super) async fn metrics(
 }
 
 /// The share report as an HTML page for people: the table, charts of share, bytes, pending
-/// requests and waits over time, and the usage windows. Same parameters as `/v1/report`.
+/// requests and waits over time, and the usage windows. Same parameters as `/v1/report`, but
+/// without `bucket` a range up to 7 days is drawn by the hour; `buckets=true` adds a table per
+/// bucket with activity.
 /// Browsers may log in with HTTP Basic: any user name, the token as the password.
 #[utoipa::path(get, path = "/report", params(ReportQuery), responses(
     (status = 200, content_type = "text/html", body = String),
@@ -182,9 +204,9 @@ pub(super) async fn report_page(
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
-    let (range, now) = report_range(&state, query)?;
+    let (range, now, per_bucket) = report_range(&state, query, BucketRule::Chart)?;
     let report = crate::report::read(&state.ledger, range, now).await?;
-    let html = crate::report::html::page(&report, now).map_err(|e| {
+    let html = crate::report::html::page(&report, now, per_bucket).map_err(|e| {
         tracing::error!(error = %e, "report page not rendered");
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

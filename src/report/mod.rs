@@ -95,6 +95,16 @@ pub struct BucketFigures {
     pub groups: Vec<Figures>,
 }
 
+impl BucketFigures {
+    /// Whether anything happened in the bucket: a request accepted, started, decided or
+    /// finished in any group (pending and held alone carry over from earlier buckets).
+    pub fn active(&self) -> bool {
+        self.groups.iter().any(|f| {
+            f.accepted + f.started + f.front + f.back + f.done + f.failed + f.cancelled > 0
+        })
+    }
+}
+
 /// A whole report.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Report {

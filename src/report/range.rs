@@ -94,6 +94,40 @@ pub fn parse_range(
     now_ms: i64,
     max_buckets: usize,
 ) -> Result<ReportRange, RangeError> {
+    parse_range_for(BucketRule::Table, since, until, bucket, now_ms, max_buckets)
+}
+
+/// Which default bucket a range without `bucket` gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketRule {
+    /// Tables and JSON: hour up to 2 days, day up to 90 days, week beyond.
+    Table,
+    /// Charts (the HTML page): hour up to 7 days and 1 hour, so the default range (the last 7
+    /// days) draws a line through every hour with data rather than one point per day (a
+    /// broker a few hours old has one day); then day up to 90 days, week beyond. The default
+    /// range is 169 hourly buckets, within `limits.max_report_buckets`' default of 2000.
+    Chart,
+}
+
+impl BucketRule {
+    /// The most hours (counted as `parse_range` counts them) that still get hourly buckets.
+    fn hourly_up_to(self) -> i64 {
+        match self {
+            BucketRule::Table => 48,
+            BucketRule::Chart => 7 * 24 + 1,
+        }
+    }
+}
+
+/// [`parse_range`] with the default bucket of `rule`.
+pub fn parse_range_for(
+    rule: BucketRule,
+    since: Option<&str>,
+    until: Option<&str>,
+    bucket: Option<&str>,
+    now_ms: i64,
+    max_buckets: usize,
+) -> Result<ReportRange, RangeError> {
     let time = |field: &'static str, v: &str| {
         crate::clock::parse_instant(v).map_err(|message| RangeError { field, message })
     };
@@ -122,17 +156,26 @@ pub fn parse_range(
             field: "bucket",
             message: format!("`{b}` is not one of hour, day, week"),
         })?,
-        None if hours <= 48 => Bucket::Hour,
+        None if hours <= rule.hourly_up_to() => Bucket::Hour,
         None if hours <= 90 * 24 => Bucket::Day,
         None => Bucket::Week,
     };
-    let range = ReportRange {
+    let limit = i64::try_from(max_buckets).unwrap_or(i64::MAX);
+    let mut range = ReportRange {
         since_ms,
         until_ms,
         bucket,
     };
-    let buckets = range.bucket_count();
-    if buckets > i64::try_from(max_buckets).unwrap_or(i64::MAX) {
+    // A chart's hourly default gives way to days where a site's limit is lower.
+    if field == "since"
+        && bucket == Bucket::Hour
+        && hours > BucketRule::Table.hourly_up_to()
+        && range.bucket_count() > limit
+    {
+        range.bucket = Bucket::Day;
+    }
+    let (bucket, buckets) = (range.bucket, range.bucket_count());
+    if buckets > limit {
         return Err(RangeError {
             field,
             message: format!(

@@ -14,4 +14,4 @@ pub use book::{Effective, UsageBook, UsageLookup};
 pub use model::UsageModel;
 
 #[cfg(test)]
-mod tree_cases;
+mod tests;

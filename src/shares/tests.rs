@@ -116,8 +116,8 @@ fn siblings_with_zero_shares_are_accepted_and_rank_last() {
 /// Targets: atlas 1/2; alice and bob take atlas's, 1/2; carol is the only sibling with shares:
 /// 2/2 of atlas, 1/2; cms 1/2, dan and eve 1/4.
 /// SAM judges alice and bob by atlas: (60 + 1)/(100 + 1) = 0.604 >= 1/2: back, though alice
-/// alone used 5 (as an ordinary user with a target of 1/2 she would go front). carol: 56/101
-/// >= 1/2: back. dan: 21/101 < 1/4: front.
+/// alone used 5 (as an ordinary user with a target of 1/2 she would go front). carol:
+/// 56/101 >= 1/2: back. dan: 21/101 < 1/4: front.
 /// Fair Tree: LF(atlas) = (1/2)/(60/100) = 5/6, LF(cms) = (1/2)/(40/100) = 5/4: cms first,
 /// dan and eve (1/2)/(20/40) = 1 tie at rank 5. In atlas alice and bob have LF inf (Slurm: a
 /// FairShare=parent user ranks first in its account), tie at rank 3; carol (2/2)/(55/60) =
