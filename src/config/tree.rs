@@ -124,16 +124,18 @@ fn set_fractions(nodes: &mut [ShareNode], issues: &mut Issues) -> Option<()> {
             None => Fraction::new(1, 1)?,
         };
         if nodes[i].use_parent {
-            // Its parent's target (Slurm: `_normalize_assoc_shares_traditional` copies the
-            // parent's shares_norm); its siblings' fractions do not count it (its shares are
-            // 0, as `_foreach_sum_level_shares` leaves a leaf's out of the level's sum).
+            // Its parent's target (SchedMD/slurm src/common/assoc_mgr.c:416-425,
+            // `_normalize_assoc_shares_traditional` copies the parent's shares_norm); its
+            // siblings' fractions do not count it (its shares are 0, as assoc_mgr.c:1175-1186
+            // `_foreach_sum_level_shares` leaves a user's out of the level's sum).
             nodes[i].fraction = parent_fraction;
             continue;
         }
         let key = format!("shares.\"{}\"", nodes[i].path);
         // Siblings that all have 0 shares split nothing: each has a target of 0 and ranks
-        // last (Slurm: `_normalize_assoc_shares_fair_tree` gives shares_norm 0 when the level's
-        // shares are 0; flux-accounting: `calc_set_weight` gives weight 0 to 0 shares).
+        // last (SchedMD/slurm src/common/assoc_mgr.c:391-405: shares_norm 0 when the level's
+        // shares are 0; flux-accounting src/fairness/weighted_tree/weighted_tree.cpp:52-55:
+        // weight 0 for 0 shares). docs/shares.md has the worked example.
         let own = if siblings == 0 {
             Fraction::new(0, 1)?
         } else {

@@ -148,8 +148,9 @@ pub fn fair_tree(tree: &ShareTree, leaf_usage: &[u128]) -> FairTree {
             ),
             None => (root_shares, root_usage),
         };
-        // A `parent` leaf ranks where its parent does: Slurm's fair_tree.c `_calc_assoc_fs`
-        // gives a FairShare=parent user level_fs INFINITY, first in its account.
+        // A `parent` leaf ranks where its parent does: SchedMD/slurm
+        // src/plugins/priority/multifactor/fair_tree.c:189-198 (`_calc_assoc_fs`) gives a
+        // FairShare=parent user level_fs INFINITY, first in its account.
         lf[i] = if tree.nodes[i].use_parent {
             LevelFs::Infinite
         } else {

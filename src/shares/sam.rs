@@ -61,7 +61,8 @@ pub fn decide(
 
 /// The usage a fair-share group is judged by: its own, or for a `"parent"` leaf its parent
 /// node's (every leaf under it summed), which its target (the parent's fraction) is compared
-/// with. Slurm's multifactor `_set_assoc_fs_factor` uses the parent's usage and shares for a
+/// with. SchedMD/slurm src/plugins/priority/multifactor/priority_multifactor.c:1306-1326
+/// (`_set_assoc_fs_factor`) uses the parent's usage and shares for a
 /// FairShare=parent association.
 pub fn standing_value(policy: &PolicySettings, usage: &impl UsageLookup, group: GroupId) -> u128 {
     match policy.group(group).ancestors.last() {
