@@ -321,6 +321,34 @@ mod tests {
         assert!(held_by(&p, &one, x, 1_000).is_some());
     }
 
+    proptest::proptest! {
+        /// Requests of any sizes, each accepted when `held_by` lets it and charged at once: the
+        /// node's usage never passes its cap, except by a single request larger than the cap
+        /// itself taken into an empty node (which would otherwise wait for ever); and every
+        /// request refused would have passed it.
+        #[test]
+        fn a_node_never_passes_its_feasibility_cap(
+            cap in 1u64..1_000,
+            sizes in proptest::collection::vec(1u64..400, 1..40),
+        ) {
+            let p = policy(&format!("[targets.a]\nfeasibility_cap = {cap}"));
+            let x = p.group_by_path("a/x").unwrap();
+            let mut used = 0u128;
+            for size in sizes {
+                let u = usage(&p, &[("a/x", used)]);
+                match held_by(&p, &u, x, size) {
+                    None => {
+                        let alone_over_empty = used == 0 && u128::from(size) > u128::from(cap);
+                        used += u128::from(size);
+                        proptest::prop_assert!(used <= u128::from(cap) || alone_over_empty,
+                            "{used} past the cap {cap}");
+                    }
+                    Some(_) => proptest::prop_assert!(used + u128::from(size) > u128::from(cap)),
+                }
+            }
+        }
+    }
+
     #[test]
     fn targets_must_name_tree_nodes_and_be_percentages() {
         let text = "[policy]\np_front = 20\np_back = 10\n[shares]\na = 1\n[targets.zz]\ncap_percent = 5\n[targets.a]\nfloor_percent = 150\ncap_percent = 0\n[mss]\nadapter = \"http\"\nurl = \"http://127.0.0.1:1\"\n";
