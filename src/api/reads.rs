@@ -12,6 +12,7 @@ use super::error::{self, ApiError};
 use super::responses;
 use super::AppState;
 use crate::auth::RoleKind;
+use crate::report::range::BucketRule;
 use crate::shares::view::SharesView;
 
 /// Liveness; needs no token.
@@ -89,19 +90,42 @@ pub struct ReportQuery {
     pub since: Option<String>,
     /// End (exclusive); default now.
     pub until: Option<String>,
-    /// `hour`, `day` or `week`; default by the range's length.
+    /// `hour`, `day` or `week`; default by the range's length: hour up to 2 days, day up to 90
+    /// days, week beyond.
     pub bucket: Option<String>,
 }
 
-/// The range a report query asks for, and the broker's now.
-fn report_range(
-    state: &AppState,
-    query: Result<Query<ReportQuery>, QueryRejection>,
-) -> Result<(crate::report::ReportRange, i64), ApiError> {
+/// `GET /report` query: `GET /v1/report`'s, and whether to show a table per bucket.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReportPageQuery {
+    /// Start (RFC 3339 or epoch ms); default 7 days before `until`. Widened to a whole hour.
+    pub since: Option<String>,
+    /// End (exclusive); default now.
+    pub until: Option<String>,
+    /// `hour`, `day` or `week`; default hour up to 7 days, day up to 90 days, week beyond.
+    pub bucket: Option<String>,
+    /// `true` adds a table per bucket with activity (same columns as the totals); `false`
+    /// (default) leaves them out. (The JSON report always carries every bucket in `series`.)
+    pub buckets: Option<String>,
+}
+
+/// A query's parameters, or a 400 naming `query`.
+fn query_of<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     let Query(q) =
         query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some("query"), e.body_text()))?;
+    Ok(q)
+}
+
+/// The range a report query asks for (default bucket by `rule`) and the broker's now.
+fn report_range(
+    state: &AppState,
+    q: &ReportQuery,
+    rule: BucketRule,
+) -> Result<(crate::report::ReportRange, i64), ApiError> {
     let now = state.clock.now_ms();
-    let range = crate::report::parse_range(
+    let range = crate::report::range::parse_range_for(
+        rule,
         q.since.as_deref(),
         q.until.as_deref(),
         q.bucket.as_deref(),
@@ -127,7 +151,7 @@ pub(super) async fn report(
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
-    let (range, now) = report_range(&state, query)?;
+    let (range, now) = report_range(&state, &query_of(query)?, BucketRule::Table)?;
     Ok(Json(crate::report::read(&state.ledger, range, now).await?).into_response())
 }
 
@@ -168,9 +192,11 @@ pub(super) async fn metrics(
 }
 
 /// The share report as an HTML page for people: the table, charts of share, bytes, pending
-/// requests and waits over time, and the usage windows. Same parameters as `/v1/report`.
+/// requests and waits over time, and the usage windows. Same parameters as `/v1/report`, but
+/// without `bucket` a range up to 7 days is drawn by the hour; `buckets=true` adds a table per
+/// bucket with activity.
 /// Browsers may log in with HTTP Basic: any user name, the token as the password.
-#[utoipa::path(get, path = "/report", params(ReportQuery), responses(
+#[utoipa::path(get, path = "/report", params(ReportPageQuery), responses(
     (status = 200, content_type = "text/html", body = String),
     (status = 400, body = error::ErrorBody),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
@@ -179,12 +205,29 @@ pub(super) async fn metrics(
 pub(super) async fn report_page(
     State(state): State<AppState>,
     caller: Caller,
-    query: Result<Query<ReportQuery>, QueryRejection>,
+    query: Result<Query<ReportPageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
-    let (range, now) = report_range(&state, query)?;
+    let q = query_of(query)?;
+    let per_bucket = match q.buckets.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                Some("buckets"),
+                format!("must be true or false, got `{other}`"),
+            ))
+        }
+    };
+    let range_query = ReportQuery {
+        since: q.since,
+        until: q.until,
+        bucket: q.bucket,
+    };
+    let (range, now) = report_range(&state, &range_query, BucketRule::Chart)?;
     let report = crate::report::read(&state.ledger, range, now).await?;
-    let html = crate::report::html::page(&report, now).map_err(|e| {
+    let html = crate::report::html::page(&report, now, per_bucket).map_err(|e| {
         tracing::error!(error = %e, "report page not rendered");
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -61,6 +61,11 @@ pub(super) struct ReportArgs {
     bucket: Option<String>,
     #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
     format: ReportFormat,
+    /// With the table: after the totals, a table per bucket in which anything happened (same
+    /// columns; pending and held at the bucket's end). JSON (`series`) and CSV always carry
+    /// every bucket.
+    #[arg(long)]
+    buckets: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -120,6 +125,9 @@ pub(super) async fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     };
     let out = match args.format {
         ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        ReportFormat::Table if args.buckets => {
+            crate::report::render::table(&report) + &crate::report::render::bucket_tables(&report)
+        }
         ReportFormat::Table => crate::report::render::table(&report),
         ReportFormat::Csv => crate::report::render::csv(&report),
     };

@@ -66,9 +66,13 @@ pub fn describe(settings: &Settings) -> String {
         let indent = "  ".repeat(node.path.depth());
         let label = format!("{indent}{}", node.path.name());
         let leaf = if node.is_leaf() { "  leaf" } else { "" };
+        let shares = if node.use_parent {
+            "parent".to_string()
+        } else {
+            node.shares.to_string()
+        };
         out.push_str(&format!(
-            "{label:<32} {:>6}  {:>8.4}%  ({}){leaf}{}\n",
-            node.shares,
+            "{label:<32} {shares:>6}  {:>8.4}%  ({}){leaf}{}\n",
             node.fraction.to_f64() * 100.0,
             node.fraction,
             describe_limits(&node.limits)

@@ -34,7 +34,13 @@ pub struct ShareTree {
 #[derive(Debug, Clone)]
 pub struct ShareNode {
     pub path: GroupPath,
+    /// Relative shares among its siblings (0 for a `use_parent` leaf).
     pub shares: u64,
+    /// `shares = "parent"` (Slurm's `fairshare=parent`), leaves only: no standing of its own.
+    /// Its target is its parent's fraction, SAM judges it by its parent's usage and target, and
+    /// Fair Tree gives it an infinite level fair-share, so it ranks where its parent ranks
+    /// (first among its siblings, tying with others like it).
+    pub use_parent: bool,
     pub parent: Option<usize>,
     pub children: Vec<usize>,
     /// This node's fraction of the whole fair-share tree: the product down its path.
@@ -91,5 +97,20 @@ impl ShareTree {
 impl ShareNode {
     pub fn is_leaf(&self) -> bool {
         self.children.is_empty()
+    }
+}
+
+impl ShareTree {
+    /// The node whose usage and target node `i` is judged by: its parent for a `use_parent`
+    /// leaf, itself otherwise.
+    pub fn standing(&self, i: usize) -> usize {
+        match &self.nodes[i] {
+            ShareNode {
+                use_parent: true,
+                parent: Some(p),
+                ..
+            } => *p,
+            _ => i,
+        }
     }
 }

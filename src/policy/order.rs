@@ -340,7 +340,8 @@ fn sam_arm<U: UsageLookup>(
 ) -> Arm {
     let usage = &standing.usage;
     let add = u128::from(c.benefit).saturating_mul(usage.unit());
-    let mine = usage.value(c.group).saturating_add(add);
+    let own = crate::shares::sam::standing_value(standing.policy, usage, c.group);
+    let mine = own.saturating_add(add);
     let all = usage.fair_total().saturating_add(add);
     let target = match standing.policy.group(c.group).kind {
         GroupKind::FairShare { share } => share.num() as f64 / share.den() as f64,
@@ -350,7 +351,7 @@ fn sam_arm<U: UsageLookup>(
         mss_priority,
         score: f64::from(u8::from(front)),
         detail: Detail::Sam {
-            group_usage: usage.value(c.group).to_string(),
+            group_usage: own.to_string(),
             fair_total: usage.fair_total().to_string(),
             request_benefit: add.to_string(),
             share_with_request: if all == 0 {

@@ -2,6 +2,9 @@
 //! per group, cumulative bytes per group, pending requests per class, wait percentiles.
 //! Every data series is drawn 2 px wide (axes and target lines 1 px), with its name in the
 //! legend, so a page can be checked for one series per group.
+//! A series with a single point (one bucket with data) has that point marked with a dot, since
+//! a line through one point draws nothing; the page's default range is bucketed by the hour
+//! (`range::BucketRule::Chart`) so a short history draws lines.
 
 use plotters::prelude::*;
 
@@ -56,6 +59,10 @@ fn line_chart(
                     .legend(move |(x, y)| {
                         Rectangle::new([(x, y - 4), (x + 12, y + 4)], color.filled())
                     });
+                // One point draws no line: mark it so the series is seen.
+                if let [only] = s.points.as_slice() {
+                    chart.draw_series(std::iter::once(Circle::new(*only, 4, color.filled())))?;
+                }
             }
             for &(i, t) in targets {
                 let color = Palette99::pick(i).to_rgba();

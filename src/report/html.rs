@@ -43,10 +43,21 @@ type DiagnoseRow = (
     String,
 );
 
+/// One bucket's table (`?buckets=true`).
+pub struct BucketTable {
+    pub start: String,
+    pub start_ms: i64,
+    pub rows: Vec<Row>,
+}
+
 #[derive(Template)]
 #[template(path = "report.html")]
 struct Page<'a> {
     r: &'a Report,
+    /// Per-bucket tables were asked for.
+    per_bucket: bool,
+    /// The buckets in which anything happened, each a table like the totals'.
+    bucket_tables: Vec<BucketTable>,
     bucket: &'static str,
     generated: String,
     last_day: i64,
@@ -110,8 +121,9 @@ fn row(f: &Figures) -> Row {
     }
 }
 
-/// The page for `r`, generated at `now_ms`.
-pub fn page(r: &Report, now_ms: i64) -> Result<String, askama::Error> {
+/// The page for `r`, generated at `now_ms`; with `per_bucket`, a table per bucket in which
+/// anything happened (`?buckets=true`) after the totals.
+pub fn page(r: &Report, now_ms: i64, per_bucket: bool) -> Result<String, askama::Error> {
     let diagnose = r
         .diagnose
         .groups
@@ -135,8 +147,21 @@ pub fn page(r: &Report, now_ms: i64) -> Result<String, askama::Error> {
             )
         })
         .collect();
+    let bucket_tables = if per_bucket {
+        (r.series.iter().filter(|b| b.active()))
+            .map(|b| BucketTable {
+                start: b.start.clone(),
+                start_ms: b.start_ms,
+                rows: b.groups.iter().map(row).collect(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Page {
         r,
+        per_bucket,
+        bucket_tables,
         bucket: match r.bucket {
             super::Bucket::Hour => "hour",
             super::Bucket::Day => "day",

@@ -97,6 +97,33 @@ pub fn table(r: &Report) -> String {
     out
 }
 
+/// Per-bucket tables (`mssbroker report --buckets`): for every bucket in which anything
+/// happened, a line `bucket <start> .. <end>` and a table with the same columns as the totals,
+/// one row per group, tree node and class (pending and held at the bucket's end); then how many
+/// quiet buckets were left out.
+pub fn bucket_tables(r: &Report) -> String {
+    let mut out = String::new();
+    let span = r.bucket.hours() * crate::ledger::aggregates::HOUR_MS;
+    let mut quiet = 0;
+    for b in &r.series {
+        if !b.active() {
+            quiet += 1;
+            continue;
+        }
+        let end = crate::shares::view::format_ms(b.start_ms + span);
+        out.push_str(&format!("\nbucket {} .. {end}\n", b.start));
+        let rows: Vec<Vec<String>> = b.groups.iter().map(row).collect();
+        out.push_str(&crate::text_table::aligned(&HEADER, &rows));
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\n{} of {} buckets shown; {quiet} without activity left out\n",
+        r.series.len() - quiet,
+        r.series.len()
+    ));
+    out
+}
+
 /// The table's first line: the instants as the report gives them (RFC 3339, upper-case `T`
 /// and `Z`), the bucket's name in lower case.
 fn heading(since: &str, until: &str, buckets: usize, bucket: super::Bucket) -> String {

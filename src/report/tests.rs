@@ -318,3 +318,25 @@ fn the_bucket_limit_counts_the_aligned_buckets_a_report_makes() {
         assert!(parse_range(Some(since), Some(until), Some(bucket), 0, at_limit - 1).is_err());
     }
 }
+
+#[test]
+fn the_page_draws_its_default_range_by_the_hour() {
+    use super::range::{parse_range_for, BucketRule};
+    let now = 1_800_000_000_000 + 60_000;
+    // The last 7 days, not on an hour: 169 hourly buckets for a chart, days for a table.
+    let chart = parse_range_for(BucketRule::Chart, None, None, None, now, 2_000).unwrap();
+    assert_eq!((chart.bucket, chart.bucket_count()), (Bucket::Hour, 169));
+    let table = parse_range(None, None, None, now, 2_000).unwrap();
+    assert_eq!((table.bucket, table.bucket_count()), (Bucket::Day, 8));
+    // A site whose limit is under 169 gets days on the page rather than a refusal.
+    let low = parse_range_for(BucketRule::Chart, None, None, None, now, 100).unwrap();
+    assert_eq!(low.bucket, Bucket::Day);
+    // Past 7 days and an hour the chart takes days too; a bucket given is kept.
+    let since = (now - 8 * 24 * HOUR_MS).to_string();
+    let long = parse_range_for(BucketRule::Chart, Some(&since), None, None, now, 2_000).unwrap();
+    assert_eq!(long.bucket, Bucket::Day);
+    let given = parse_range_for(BucketRule::Chart, None, None, Some("week"), now, 2_000).unwrap();
+    assert_eq!(given.bucket, Bucket::Week);
+    let refused = parse_range_for(BucketRule::Chart, None, None, Some("hour"), now, 100);
+    assert_eq!(refused.unwrap_err().field, "bucket");
+}

@@ -13,6 +13,10 @@
 //!   with it.
 //!
 //! Within equal keys the order of the configuration decides, so the ranking is deterministic.
+//!
+//! Siblings that all have 0 shares all have LF 0 and tie, last at their level (their place
+//! among other subtrees is their parent's). A `"parent"` leaf has LF infinite: it ranks first
+//! among its siblings, so it is placed where its parent is.
 
 use std::cmp::Ordering;
 
@@ -144,7 +148,14 @@ pub fn fair_tree(tree: &ShareTree, leaf_usage: &[u128]) -> FairTree {
             ),
             None => (root_shares, root_usage),
         };
-        lf[i] = level_fs(tree.nodes[i].shares, sib, usage[i], parent_usage);
+        // A `parent` leaf ranks where its parent does: SchedMD/slurm
+        // src/plugins/priority/multifactor/fair_tree.c:189-198 (`_calc_assoc_fs`) gives a
+        // FairShare=parent user level_fs INFINITY, first in its account.
+        lf[i] = if tree.nodes[i].use_parent {
+            LevelFs::Infinite
+        } else {
+            level_fs(tree.nodes[i].shares, sib, usage[i], parent_usage)
+        };
     }
     let leaves = tree.nodes.iter().filter(|x| x.is_leaf()).count() as u32;
     let mut ranker = Ranker {
@@ -389,7 +400,7 @@ mod tests {
         /// share a rank; (3) the ranks are a competition ranking of N leaves.
         #[test]
         fn ranks_respect_the_fair_tree_rule((lines, usage) in random_tree()) {
-            // Sibling shares must not all be zero for the configuration to be valid.
+            // Siblings may all have 0 shares; a configuration refused (fractions too fine) is skipped.
             let text = format!(
                 "[policy]\np_front = 20\np_back = 10\n[shares]\n{lines}\n[mss]\nadapter = \"http\"\nurl = \"http://127.0.0.1:1\"\n"
             );

@@ -5,8 +5,13 @@
 //! - A **floor** only raises: when a node's share is under its floor, requests under it go
 //!   front (unless a cap lowers them: caps are checked first).
 //! - A **feasibility cap** holds: when a node's usage in the current window (or its share of the
-//!   window's usage) is at or over the cap, new requests under it are held, not refused, until
-//!   usage falls below.
+//!   window's usage), this request's charge included, would pass the cap, or is already at or
+//!   over it, new requests under it are held, not refused, until the request fits. Maui: "If
+//!   the fairshare cap is reached or exceeded, the job is not allowed to run" (seed 004,
+//!   6.3.3.2); counting the request being decided means a node never overshoots its cap by one
+//!   request of any size. A node with nothing counted yet is never held, so a request larger
+//!   than the cap on its own is released once its node's window is empty instead of waiting
+//!   for ever.
 //!
 //! Shares are compared exactly, as fractions of integers; equality counts as reaching a cap, and
 //! as not being under a floor, as SAM's equality goes back.
@@ -76,45 +81,72 @@ pub fn floor_or_cap(
     None
 }
 
-/// Why a new request of group `g` must be held now (a feasibility cap on its path is reached),
-/// or `None`.
-pub fn held_by(policy: &PolicySettings, usage: &impl UsageLookup, g: GroupId) -> Option<String> {
+/// Why a new request of group `g` charging `benefit` (benefit units, what feasibility caps
+/// count) must be held now: a feasibility cap on its path is reached, or would be passed with
+/// the request counted; `None` when it fits.
+pub fn held_by(
+    policy: &PolicySettings,
+    usage: &impl UsageLookup,
+    g: GroupId,
+    benefit: u64,
+) -> Option<String> {
     policy
         .group(g)
         .ancestors
         .iter()
-        .find_map(|&n| over_feasibility(policy, usage, n))
+        .find_map(|&n| over_feasibility(policy, usage, n, u128::from(benefit)))
 }
 
-/// Why node `node` is at or over a feasibility cap, or `None`.
+/// Why node `node` is at or over a feasibility cap, or would pass one with `add` more benefit
+/// units counted (0: the node as it stands), or `None`. A node with nothing counted is never
+/// held.
 pub fn over_feasibility(
     policy: &PolicySettings,
     usage: &impl UsageLookup,
     node: usize,
+    add: u128,
 ) -> Option<String> {
     let limits: &NodeLimits = &policy.tree.nodes[node].limits;
     if !limits.has_feasibility_cap() {
         return None;
     }
-    let path = &policy.tree.nodes[node].path;
     let used = node_measure(policy, usage, node);
+    if used == 0 {
+        return None;
+    }
+    let path = &policy.tree.nodes[node].path;
     let window = match policy.usage_model {
         crate::shares::UsageModel::Windows { .. } => "in the current usage window",
         _ => "of effective usage",
     };
+    let with = used.saturating_add(add);
     if let Some(cap) = limits.feasibility_cap {
-        if used >= u128::from(cap) {
+        let cap_u = u128::from(cap);
+        if used >= cap_u {
             return Some(format!(
                 "feasibility cap of `{path}` reached: {used} used {window}, cap {cap}"
+            ));
+        }
+        if with > cap_u {
+            return Some(format!(
+                "feasibility cap of `{path}` would be passed: {used} used {window} + {add} \
+                 requested = {with}, over the cap {cap}"
             ));
         }
     }
     if let Some(pct) = limits.feasibility_cap_percent {
         let all = usage.fair_measure_total();
-        if all > 0 && !less_than(used, all, pct.num(), pct.den()) {
+        let cap = pct.to_f64() * 100.0;
+        if !less_than(used, all, pct.num(), pct.den()) {
             return Some(format!(
-                "feasibility cap of `{path}` reached: {used} of {all} used {window}, cap {}%",
-                pct.to_f64() * 100.0
+                "feasibility cap of `{path}` reached: {used} of {all} used {window}, cap {cap}%"
+            ));
+        }
+        let all_with = all.saturating_add(add);
+        if less_than(pct.num(), pct.den(), with, all_with) {
+            return Some(format!(
+                "feasibility cap of `{path}` would be passed: {with} of {all_with} used {window} \
+                 with the {add} requested, over the cap {cap}%"
             ));
         }
     }
@@ -154,7 +186,7 @@ pub fn cap_state(policy: &PolicySettings, usage: &impl UsageLookup, node: usize)
     if limits.is_empty() {
         return CapState::None;
     }
-    if over_feasibility(policy, usage, node).is_some() {
+    if over_feasibility(policy, usage, node, 0).is_some() {
         return CapState::Held;
     }
     let mine = node_value(policy, usage, node);
@@ -236,14 +268,85 @@ mod tests {
             p.group_by_path("a/x").unwrap(),
             p.group_by_path("b").unwrap(),
         );
-        assert_eq!(held_by(&p, &usage(&p, &[("a/y", 99)]), x), None);
-        let reason = held_by(&p, &usage(&p, &[("a/y", 100)]), x).unwrap();
+        assert_eq!(held_by(&p, &usage(&p, &[("a/y", 99)]), x, 0), None);
+        let reason = held_by(&p, &usage(&p, &[("a/y", 100)]), x, 0).unwrap();
         assert!(reason.contains("`a`") && reason.contains("100"), "{reason}");
         // b: 50 of 100 is 50%: held; 49 of 99 is under.
-        assert!(held_by(&p, &usage(&p, &[("a/x", 50), ("b", 50)]), b).is_some());
-        assert_eq!(held_by(&p, &usage(&p, &[("a/x", 50), ("b", 49)]), b), None);
+        assert!(held_by(&p, &usage(&p, &[("a/x", 50), ("b", 50)]), b, 0).is_some());
+        assert_eq!(
+            held_by(&p, &usage(&p, &[("a/x", 50), ("b", 49)]), b, 0),
+            None
+        );
         // No usage at all: nothing is over a percentage.
-        assert_eq!(held_by(&p, &usage(&p, &[]), b), None);
+        assert_eq!(held_by(&p, &usage(&p, &[]), b, 0), None);
+    }
+
+    /// Worked by hand: the request being decided counts. Node `a` has a cap of 100 and 60 used;
+    /// `b` a cap of 50% with 30 of 90 used (33.3%).
+    #[test]
+    fn feasibility_caps_count_the_request_being_decided() {
+        let p =
+            policy("[targets.a]\nfeasibility_cap = 100\n[targets.b]\nfeasibility_cap_percent = 50");
+        let (x, b) = (
+            p.group_by_path("a/x").unwrap(),
+            p.group_by_path("b").unwrap(),
+        );
+        let u = usage(&p, &[("a/y", 60), ("b", 30)]);
+        // a: 60 + 40 = 100 reaches the cap exactly, which fits; 60 + 41 = 101 would pass it.
+        assert_eq!(held_by(&p, &u, x, 40), None);
+        let reason = held_by(&p, &u, x, 41).unwrap();
+        assert!(
+            reason.contains("would be passed")
+                && reason.contains("60 used")
+                && reason.contains("+ 41 requested = 101")
+                && reason.contains("cap 100"),
+            "{reason}"
+        );
+        // Before, a node could overshoot by one request of any size: 60 is under 100, and a
+        // request of a million was let through. Now it waits.
+        assert!(held_by(&p, &u, x, 1_000_000).is_some());
+        // b: (30 + 30) / (90 + 30) = 60/120 = 50% exactly: fits; (30 + 31) / 121 = 50.4%: held.
+        assert_eq!(held_by(&p, &u, b, 30), None);
+        let reason = held_by(&p, &u, b, 31).unwrap();
+        assert!(reason.contains("61 of 121"), "{reason}");
+        // The node as it stands (what `mssbroker shares` shows) is not held.
+        let node_a = p.group(x).ancestors[0];
+        assert_eq!(cap_state(&p, &u, node_a), CapState::Ok);
+        // A node with nothing counted is never held, even by a request larger than its cap on
+        // its own: it would otherwise wait for ever.
+        let empty = usage(&p, &[("b", 90)]);
+        assert_eq!(held_by(&p, &empty, x, 1_000), None);
+        // Once anything is counted, the same request waits for the window to empty.
+        let one = usage(&p, &[("a/y", 1), ("b", 90)]);
+        assert!(held_by(&p, &one, x, 1_000).is_some());
+    }
+
+    proptest::proptest! {
+        /// Requests of any sizes, each accepted when `held_by` lets it and charged at once: the
+        /// node's usage never passes its cap, except by a single request larger than the cap
+        /// itself taken into an empty node (which would otherwise wait for ever); and every
+        /// request refused would have passed it.
+        #[test]
+        fn a_node_never_passes_its_feasibility_cap(
+            cap in 1u64..1_000,
+            sizes in proptest::collection::vec(1u64..400, 1..40),
+        ) {
+            let p = policy(&format!("[targets.a]\nfeasibility_cap = {cap}"));
+            let x = p.group_by_path("a/x").unwrap();
+            let mut used = 0u128;
+            for size in sizes {
+                let u = usage(&p, &[("a/x", used)]);
+                match held_by(&p, &u, x, size) {
+                    None => {
+                        let alone_over_empty = used == 0 && u128::from(size) > u128::from(cap);
+                        used += u128::from(size);
+                        proptest::prop_assert!(used <= u128::from(cap) || alone_over_empty,
+                            "{used} past the cap {cap}");
+                    }
+                    Some(_) => proptest::prop_assert!(used + u128::from(size) > u128::from(cap)),
+                }
+            }
+        }
     }
 
     #[test]

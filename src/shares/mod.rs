@@ -12,3 +12,6 @@ pub mod view;
 
 pub use book::{Effective, UsageBook, UsageLookup};
 pub use model::UsageModel;
+
+#[cfg(test)]
+mod tests;

@@ -20,7 +20,8 @@ pub struct Decision {
 ///
 /// A floor or cap on the group's path decides first (caps lower, then floors raise; see
 /// [`crate::shares::limits`]); otherwise the group's own fraction of usage, this request
-/// included, is compared with its target.
+/// included, is compared with its target (a `"parent"` leaf: its parent's usage, see
+/// [`standing_value`]). A target of 0 (siblings that all have 0 shares) always goes back.
 pub fn decide(
     policy: &PolicySettings,
     usage: &impl UsageLookup,
@@ -47,7 +48,7 @@ pub fn decide(
                 Some(_) => return back,
                 None => {}
             }
-            let mine = usage.value(group) + add;
+            let mine = standing_value(policy, usage, group) + add;
             let all = usage.fair_total() + add;
             if all > 0 && less_than(mine, all, share.num(), share.den()) {
                 front
@@ -55,6 +56,20 @@ pub fn decide(
                 back
             }
         }
+    }
+}
+
+/// The usage a fair-share group is judged by: its own, or for a `"parent"` leaf its parent
+/// node's (every leaf under it summed), which its target (the parent's fraction) is compared
+/// with. SchedMD/slurm src/plugins/priority/multifactor/priority_multifactor.c:1306-1326
+/// (`_set_assoc_fs_factor`) uses the parent's usage and shares for a
+/// FairShare=parent association.
+pub fn standing_value(policy: &PolicySettings, usage: &impl UsageLookup, group: GroupId) -> u128 {
+    match policy.group(group).ancestors.last() {
+        Some(&leaf) if policy.tree.nodes[leaf].use_parent => {
+            super::limits::node_value(policy, usage, policy.tree.standing(leaf))
+        }
+        _ => usage.value(group),
     }
 }
 

@@ -49,8 +49,12 @@ pub struct SharesView {
 pub struct NodeRow {
     pub path: String,
     pub leaf: bool,
-    /// Relative shares among its siblings.
+    /// Relative shares among its siblings (0 for a `"parent"` leaf).
     pub shares: u64,
+    /// `shares = "parent"`: no standing of its own; its target is its parent's and it ranks as
+    /// its parent (the table prints `parent` as its shares).
+    #[serde(default)]
+    pub use_parent: bool,
     /// Its fraction of all fair-share benefit: the product of `shares / siblings' shares` down
     /// its path.
     pub target_share: f64,
@@ -77,7 +81,8 @@ pub struct NodeRow {
     /// Why new requests under this node are held, when `cap_state` is `held`.
     pub held_reason: Option<String>,
     /// Maui's fair-share delta: `target - usage_share`, or `1 - usage_share / target` with
-    /// `policy.fairshare_delta = "percent"` (null for a zero target).
+    /// `policy.fairshare_delta = "percent"` (null for a zero target); a `"parent"` leaf's is
+    /// taken with its parent's usage share, what its target is compared with.
     pub fs_delta: Option<f64>,
     /// Windows model: usage per window, current first (benefit units).
     pub windows: Option<Vec<f64>>,
@@ -125,11 +130,16 @@ pub fn build(
     for i in tree.depth_first() {
         let node = &tree.nodes[i];
         let value = node_value(policy, usage, i);
-        let share = if fair_total == 0 {
-            0.0
-        } else {
-            value as f64 / fair_total as f64
+        let share_of = |v: u128| {
+            if fair_total == 0 {
+                0.0
+            } else {
+                v as f64 / fair_total as f64
+            }
         };
+        let share = share_of(value);
+        // What its target is compared with: its parent's share for a `parent` leaf.
+        let standing_share = share_of(node_value(policy, usage, tree.standing(i)));
         let target = node.fraction.to_f64();
         let leaf_group = node
             .is_leaf()
@@ -141,6 +151,7 @@ pub fn build(
             path: node.path.to_string(),
             leaf: node.is_leaf(),
             shares: node.shares,
+            use_parent: node.use_parent,
             target_share: target,
             target_fraction: node.fraction.to_string(),
             usage: node.leaves.iter().map(|&g| usage.cumulative[g.0]).sum(),
@@ -152,8 +163,8 @@ pub fn build(
             fairshare: ft.fairshare(i),
             sam_class: leaf_group.map(|g| decide(policy, usage, g, 1).class),
             cap_state: state.as_str().to_string(),
-            held_reason: over_feasibility(policy, usage, i),
-            fs_delta: fs_delta(policy, target, share),
+            held_reason: over_feasibility(policy, usage, i, 0),
+            fs_delta: fs_delta(policy, target, standing_share),
             windows: node_windows(policy, usage, i),
             counts: node_counts,
             usage_bytes: node_counts.map(|c| c.usage_bytes),
@@ -300,7 +311,11 @@ fn table_row(r: &NodeRow) -> Vec<String> {
     let name = r.path.rsplit('/').next().unwrap_or(&r.path);
     vec![
         format!("{}{name}", "  ".repeat(depth)),
-        r.shares.to_string(),
+        if r.use_parent {
+            "parent".to_string()
+        } else {
+            r.shares.to_string()
+        },
         pct(r.target_share),
         num(r.usage as f64),
         num(r.effective_usage),

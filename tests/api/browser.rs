@@ -67,6 +67,19 @@ fn series(fig: &str) -> usize {
         .count()
 }
 
+/// Per data series (2 px polyline), how many points it draws.
+fn series_points(fig: &str) -> Vec<usize> {
+    fig.split("<polyline")
+        .skip(1)
+        .map(|p| &p[..p.find('>').unwrap_or(p.len())])
+        .filter(|p| p.contains("stroke-width=\"2\""))
+        .map(|p| {
+            let pts = p.split("points=\"").nth(1).unwrap_or("");
+            pts[..pts.find('"').unwrap_or(0)].split_whitespace().count()
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_html_report_renders_one_series_per_group_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
@@ -133,6 +146,13 @@ async fn the_html_report_renders_one_series_per_group_in_chromium() {
     }
     assert!(figure(&dom, "chart-pending").contains("datataking (priority)"));
     assert!(dom.contains("id=\"datataking\""), "the data-taking banner");
+
+    // The page's default range (the last 7 days, no parameters) draws lines by the hour: every
+    // leaf's share is a line through the three hours, not one point for the day.
+    let default_dom = headless(&["--dump-dom", &format!("{}/report", app.base)]);
+    let default_dom = String::from_utf8_lossy(&default_dom.stdout).to_string();
+    let share = figure(&default_dom, "chart-share");
+    assert_eq!(series_points(share), [3, 3, 3, 3], "{share:.2000}");
 
     // A screenshot for people, kept with the build's test artifacts.
     let shot: PathBuf = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report.png");

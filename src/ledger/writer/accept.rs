@@ -87,7 +87,7 @@ impl Txn<'_, '_> {
             bytes: 0,
             charged_ms: None,
             explain: None,
-            held_reason: self.hold_reason(item.group),
+            held_reason: self.hold_reason(item.group, item.benefit),
         };
         if provisional.held_reason.is_some() {
             return provisional;
@@ -170,14 +170,15 @@ impl Txn<'_, '_> {
         self.ready |= e.state == RequestState::Accepted;
     }
 
-    /// Why a new request of group `g` is held: a feasibility cap on its path is reached, or
+    /// Why a new request of group `g` charging `benefit` is held: a feasibility cap on its path is
+    /// reached or would be passed with the request counted, or
     /// earlier requests of the group are held (they are released first, in order).
-    fn hold_reason(&self, g: GroupId) -> Option<String> {
+    fn hold_reason(&self, g: GroupId, benefit: u64) -> Option<String> {
         let policy = self.policy;
         if !matches!(policy.group(g).kind, GroupKind::FairShare { .. }) {
             return None; // priority classes are never held
         }
-        if let Some(reason) = held_by(policy, &self.st.usage.at(self.now), g) {
+        if let Some(reason) = held_by(policy, &self.st.usage.at(self.now), g, benefit) {
             return Some(reason);
         }
         let waiting = self.st.held.get(g.0).copied().unwrap_or(0);

@@ -91,7 +91,7 @@ impl Txn<'_, '_> {
                 return Ok(released);
             }
             for c in batch {
-                if held_by(self.policy, &self.st.usage.at(self.now), g).is_some() {
+                if held_by(self.policy, &self.st.usage.at(self.now), g, c.benefit).is_some() {
                     return Ok(released);
                 }
                 self.release_one(&path, c)?;
@@ -198,7 +198,8 @@ impl Txn<'_, '_> {
         let c = &pick.candidate;
         self.st.dequeue(c.id);
         let path = self.policy.group(c.group).path.to_string();
-        if let Some(reason) = held_by(self.policy, &self.st.usage.at(self.now), c.group) {
+        if let Some(reason) = held_by(self.policy, &self.st.usage.at(self.now), c.group, c.benefit)
+        {
             self.tx
                 .prepare_cached(
                     "UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1",
