@@ -275,9 +275,11 @@ fn log_committed(reply: &Reply, x_request_id: Option<&str>) {
     match reply {
         Reply::Accept(_, accepted) => {
             let ids: Vec<i64> = accepted.iter().map(|a| a.id).collect();
-            debug!(x_request_id, request_ids = ?ids, "requests committed");
+            debug!(x_request_id = %x_request_id, request_ids = ?ids, "requests committed");
         }
-        Reply::Cancel(_, outcome) => debug!(x_request_id, ?outcome, "cancellation committed"),
+        Reply::Cancel(_, outcome) => {
+            debug!(x_request_id = %x_request_id, ?outcome, "cancellation committed")
+        }
         _ => {}
     }
 }
