@@ -203,9 +203,8 @@ impl Dispatcher {
         let results = self.adapter.submit_batch(&transfers).await;
         let ok = results.iter().all(|r| r.is_ok());
         // One transfer refused is an answer; one that could not reach the MSS is not.
-        let failed = (results.iter()).find_map(|r| {
-            (r.as_ref().err()).filter(|e| !matches!(e, MssError::Rejected(_)))
-        });
+        let failed = (results.iter())
+            .find_map(|r| (r.as_ref().err()).filter(|e| !matches!(e, MssError::Rejected(_))));
         self.last_call.record("submit_batch", failed);
         self.metrics
             .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());

@@ -81,7 +81,10 @@ impl Readiness {
             Some(o) => {
                 if let Some(e) = &o.error {
                     let ms = o.age().as_millis();
-                    add("mss", format!("the last call ({}, {ms} ms ago) failed: {e}", o.call));
+                    add(
+                        "mss",
+                        format!("the last call ({}, {ms} ms ago) failed: {e}", o.call),
+                    );
                 }
             }
         }

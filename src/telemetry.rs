@@ -24,7 +24,10 @@ pub fn request_id() -> Option<std::sync::Arc<str>> {
 }
 
 /// Run `work` with `id` as its [`request_id`].
-pub async fn with_request_id<F: std::future::Future>(id: std::sync::Arc<str>, work: F) -> F::Output {
+pub async fn with_request_id<F: std::future::Future>(
+    id: std::sync::Arc<str>,
+    work: F,
+) -> F::Output {
     REQUEST_ID.scope(id, work).await
 }
 

@@ -106,10 +106,7 @@ pub fn describe_sources(sources: &[Sourced]) -> String {
         if value.chars().count() > VALUE_WIDTH {
             value = value.chars().take(VALUE_WIDTH - 3).collect::<String>() + "...";
         }
-        out.push_str(&format!(
-            "  {:<width$} = {value}  <- {}\n",
-            s.key, s.source
-        ));
+        out.push_str(&format!("  {:<width$} = {value}  <- {}\n", s.key, s.source));
     }
     out
 }

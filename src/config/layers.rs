@@ -70,7 +70,9 @@ pub struct Loaded {
 
 impl Layers {
     /// The configuration variables among `vars` (pass `std::env::vars_os()`), sorted by name.
-    pub fn from_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result<Layers, ConfigError> {
+    pub fn from_env(
+        vars: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Result<Layers, ConfigError> {
         let mut issues = Vec::new();
         let mut found: Vec<(String, Override)> = Vec::new();
         for (name, value) in vars {
@@ -141,7 +143,11 @@ pub fn load(path: Option<&Path>, layers: &Layers) -> Result<Loaded, ConfigError>
             let p = Path::new(DEFAULT_PATH);
             (read(p)?, DEFAULT_PATH.to_string(), p.parent())
         }
-        None => (EMBEDDED.to_string(), "embedded config/broker.toml".into(), None),
+        None => (
+            EMBEDDED.to_string(),
+            "embedded config/broker.toml".into(),
+            None,
+        ),
     };
     let syntax = |message: String| ConfigError::Syntax {
         origin: origin.clone(),
@@ -182,7 +188,8 @@ pub fn load(path: Option<&Path>, layers: &Layers) -> Result<Loaded, ConfigError>
     let base = dir.unwrap_or(Path::new("."));
     let mut settings = Settings::from_raw(raw, &origin, base)?;
     // A relative token file from the file is next to it; from elsewhere, as given.
-    let token_from_file = (sources.iter()).any(|s| s.key == "auth.token_file" && matches!(s.source, Source::File(_)));
+    let token_from_file =
+        (sources.iter()).any(|s| s.key == "auth.token_file" && matches!(s.source, Source::File(_)));
     if let (Some(file), Some(dir), true) = (&settings.token_file, dir, token_from_file) {
         if file.is_relative() {
             settings.token_file = Some(dir.join(file));
@@ -223,12 +230,18 @@ fn read_raw(table: toml::Table, text: &str, sources: &[Sourced]) -> Result<RawCo
         .and_then(|rest| rest.split('`').next())
         .filter(|name| !key.ends_with(&quoted(name)))
     {
-        key = if key == "." { name.to_string() } else { format!("{key}.{}", quoted(name)) };
+        key = if key == "." {
+            name.to_string()
+        } else {
+            format!("{key}.{}", quoted(name))
+        };
     }
     let layer = (sources.iter())
         .filter(|s| !matches!(s.source, Source::File(_)))
         .find(|s| {
-            let under = |a: &str, b: &str| a.starts_with(&format!("{b}.")) || a.starts_with(&format!("{b}["));
+            let under = |a: &str, b: &str| {
+                a.starts_with(&format!("{b}.")) || a.starts_with(&format!("{b}["))
+            };
             key == s.key || under(&key, &s.key) || under(&s.key, &key)
         });
     if let Some(s) = layer {

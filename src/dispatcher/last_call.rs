@@ -56,9 +56,15 @@ mod tests {
     fn a_refusal_is_an_answer_and_an_outage_is_not() {
         let last = LastCall::default();
         assert!(last.get().is_none());
-        last.record("submit_batch", Some(&MssError::Rejected("no such file".into())));
+        last.record(
+            "submit_batch",
+            Some(&MssError::Rejected("no such file".into())),
+        );
         assert_eq!(last.get().unwrap().error, None);
-        last.record("events", Some(&MssError::Unavailable("connection refused".into())));
+        last.record(
+            "events",
+            Some(&MssError::Unavailable("connection refused".into())),
+        );
         let got = last.get().unwrap();
         assert_eq!(got.call, "events");
         assert!(got.error.unwrap().contains("connection refused"));

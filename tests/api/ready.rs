@@ -10,19 +10,13 @@ use serde_json::{json, Value};
 
 use crate::helpers::{test_config, ServeProcess, SimProcess, BIN};
 
-/// `mssbroker serve --listen 127.0.0.1:0 --config CONFIG` plus `extra`, with `env` set and its
-/// log written to `log`; returns once it has printed the address it listens on.
-pub fn serve_with(
-    config: &Path,
-    extra: &[&str],
-    env: &[(&str, &str)],
-    log: &Path,
-) -> ServeProcess {
+/// `mssbroker serve ARGS` with `env` set and its log written to `log`; returns once it has
+/// printed the address it listens on.
+pub fn serve_with(args: &[&str], env: &[(&str, &str)], log: &Path) -> ServeProcess {
     let mut command = Command::new(BIN);
     command
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .args(extra)
+        .arg("serve")
+        .args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).expect("create the log file"));
@@ -122,7 +116,15 @@ async fn readyz_is_503_while_the_database_file_cannot_be_written() {
     std::fs::write(&config, test_config(None)).unwrap();
     let db: PathBuf = dir.path().join("broker.db");
     let db_arg = db.to_str().unwrap();
-    let broker = serve_with(&config, &["--db", db_arg], &[], &dir.path().join("serve.log"));
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+        "--db",
+        db_arg,
+    ];
+    let broker = serve_with(&args, &[], &dir.path().join("serve.log"));
     let body = wait_ready(&broker.base, "ready at start", |s, _| s == 200).await;
     assert_eq!(body, json!({"ready": true, "problems": []}));
     {
@@ -135,7 +137,9 @@ async fn readyz_is_503_while_the_database_file_cannot_be_written() {
         assert!(problems.contains(db_arg), "names the file: {problems}");
         assert!(!names(&body, "mss"), "only the database is wrong: {body}");
         // Liveness is not readiness.
-        let health = reqwest::get(format!("{}/healthz", broker.base)).await.unwrap();
+        let health = reqwest::get(format!("{}/healthz", broker.base))
+            .await
+            .unwrap();
         assert_eq!(health.status().as_u16(), 200);
     }
     wait_ready(&broker.base, "writable again", |s, _| s == 200).await;
@@ -149,7 +153,16 @@ async fn readyz_is_503_naming_the_mss_while_it_does_not_answer() {
     std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
     let db = dir.path().join("broker.db");
     let log = dir.path().join("serve.log");
-    let broker = serve_with(&config, &["--db", db.to_str().unwrap()], &[], &log);
+    let config = config.to_str().unwrap();
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config,
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    let broker = serve_with(&args, &[], &log);
     wait_ready(&broker.base, "ready at start", |s, _| s == 200).await;
     let down = json!({"down_for_ms": 4000});
     let put = reqwest::Client::new()

@@ -18,7 +18,16 @@ async fn a_given_request_id_is_echoed_and_names_the_log_lines_of_its_work() {
     let db = dir.path().join("broker.db");
     let log = dir.path().join("serve.log");
     let env = [("RUST_LOG", LOG_FILTER), ("NO_COLOR", "1")];
-    let broker = serve_with(&config, &["--db", db.to_str().unwrap()], &env, &log);
+    let config = config.to_str().unwrap();
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config,
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    let broker = serve_with(&args, &env, &log);
     let client = reqwest::Client::new();
     let resp = client
         .post(format!("{}/v1/requests", broker.base))
@@ -67,7 +76,16 @@ async fn a_request_without_a_usable_id_gets_a_generated_one() {
     let db = dir.path().join("broker.db");
     let log = dir.path().join("serve.log");
     let env = [("RUST_LOG", LOG_FILTER), ("NO_COLOR", "1")];
-    let broker = serve_with(&config, &["--db", db.to_str().unwrap()], &env, &log);
+    let config = config.to_str().unwrap();
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config,
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    let broker = serve_with(&args, &env, &log);
     let client = reqwest::Client::new();
     let too_long = "x".repeat(129);
     let mut seen = Vec::new();
@@ -84,7 +102,12 @@ async fn a_request_without_a_usable_id_gets_a_generated_one() {
         assert_eq!(echoed.len(), 36, "{echoed}");
         assert_eq!(echoed.matches('-').count(), 4, "{echoed}");
         assert!(echoed.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
-        wait_for_text(&log, &format!("x_request_id={echoed}"), Duration::from_secs(10)).await;
+        wait_for_text(
+            &log,
+            &format!("x_request_id={echoed}"),
+            Duration::from_secs(10),
+        )
+        .await;
         seen.push(echoed);
     }
     seen.sort();

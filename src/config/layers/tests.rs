@@ -23,7 +23,10 @@ fn load_text(text: &str, layers: &Layers) -> Result<Loaded, ConfigError> {
 }
 
 fn source_of<'a>(loaded: &'a Loaded, key: &str) -> &'a Source {
-    &(loaded.sources.iter()).find(|s| s.key == key).unwrap().source
+    &(loaded.sources.iter())
+        .find(|s| s.key == key)
+        .unwrap()
+        .source
 }
 
 #[test]
@@ -59,11 +62,17 @@ fn the_environment_overrides_the_file_and_a_flag_overrides_both() {
         source_of(&loaded, "server.listen"),
         &Source::Env("MSSBROKER__SERVER__LISTEN".into())
     );
-    assert!(matches!(source_of(&loaded, "policy.p_front"), Source::File(_)));
+    assert!(matches!(
+        source_of(&loaded, "policy.p_front"),
+        Source::File(_)
+    ));
     layers.flag("--listen", "server.listen", "127.0.0.1:7003");
     let loaded = load_text(&text, &layers).unwrap();
     assert_eq!(loaded.settings.server.listen.to_string(), "127.0.0.1:7003");
-    assert_eq!(source_of(&loaded, "server.listen"), &Source::Flag("--listen"));
+    assert_eq!(
+        source_of(&loaded, "server.listen"),
+        &Source::Flag("--listen")
+    );
     let keys: Vec<&str> = loaded.sources.iter().map(|s| s.key.as_str()).collect();
     assert_eq!(keys.iter().filter(|k| **k == "server.listen").count(), 1);
     assert!(keys.contains(&"shares.\"analysis/higgs\""), "{keys:?}");
@@ -78,20 +87,30 @@ fn an_unknown_key_or_a_wrong_type_from_the_environment_is_refused_naming_the_var
         e.contains("server.lisen") && e.contains("env:MSSBROKER__SERVER__LISEN"),
         "{e}"
     );
-    let e = load_text(&base(), &env(&[("MSSBROKER__SERVER__MAX_CONNECTIONS", "many")]))
-        .unwrap_err()
-        .to_string();
+    let e = load_text(
+        &base(),
+        &env(&[("MSSBROKER__SERVER__MAX_CONNECTIONS", "many")]),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
-        e.contains("server.max_connections") && e.contains("env:MSSBROKER__SERVER__MAX_CONNECTIONS"),
+        e.contains("server.max_connections")
+            && e.contains("env:MSSBROKER__SERVER__MAX_CONNECTIONS"),
         "{e}"
     );
     let e = load_text(&base(), &env(&[("MSSBROKER__POLICY__P_FRONT__X", "1")]))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("policy.p_front is a integer, not a table"), "{e}");
-    let e = Layers::from_env([(OsString::from("MSSBROKER__SERVER____LISTEN"), OsString::from("x"))])
-        .unwrap_err()
-        .to_string();
+    assert!(
+        e.contains("policy.p_front is a integer, not a table"),
+        "{e}"
+    );
+    let e = Layers::from_env([(
+        OsString::from("MSSBROKER__SERVER____LISTEN"),
+        OsString::from("x"),
+    )])
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("MSSBROKER__SERVER____LISTEN"), "{e}");
 }
 
@@ -109,7 +128,10 @@ fn a_token_file_from_the_file_is_next_to_it_and_one_from_the_environment_as_give
     let text = base() + "[auth]\ntoken_file = \"tokens.toml\"\n";
     let loaded = load_text(&text, &Layers::default()).unwrap();
     let file = loaded.settings.token_file.unwrap();
-    assert!(file.is_absolute() && file.ends_with("tokens.toml"), "{file:?}");
+    assert!(
+        file.is_absolute() && file.ends_with("tokens.toml"),
+        "{file:?}"
+    );
     let loaded = load_text(&text, &env(&[("MSSBROKER__AUTH__TOKEN_FILE", "mine.toml")])).unwrap();
     assert_eq!(loaded.settings.token_file.unwrap(), Path::new("mine.toml"));
 }

@@ -109,7 +109,9 @@ pub(in crate::ledger) enum Command {
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
     /// Nothing to do: keeps the writer's heartbeat when there is no traffic.
-    Tick { reply: oneshot::Sender<Result<(), LedgerError>> },
+    Tick {
+        reply: oneshot::Sender<Result<(), LedgerError>>,
+    },
 }
 
 impl Command {
