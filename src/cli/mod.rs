@@ -45,6 +45,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the broker: API, ledger, dispatcher and (if configured) the embedded MSS simulator.
+    ///
+    /// Configuration: the file, then MSSBROKER__SECTION__KEY environment variables (e.g.
+    /// MSSBROKER__SERVER__LISTEN), then --listen and --db (docs/operations.md, "Configuration
+    /// layers").
     Serve {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
         #[arg(long)]
@@ -86,6 +90,7 @@ enum Command {
     /// (docs/simulation.md).
     Simulate(simulate::SimulateArgs),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
+    ///
     /// MSSBROKER__SECTION__KEY environment variables and the flags below apply over the file, as
     /// for `serve`; the list at the end says where each value set came from.
     CheckConfig {

@@ -66,6 +66,25 @@ async fn a_given_request_id_is_echoed_and_names_the_log_lines_of_its_work() {
             && line.contains(&format!("request_ids=[{id}]")),
         "{line}"
     );
+    // A cancellation: the writer's line names the HTTP request and the broker's request.
+    let resp = client
+        .delete(format!("{}/v1/requests/{id}", broker.base))
+        .header("x-request-id", "station-7.cancel-0042")
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    assert_eq!(resp.headers()["x-request-id"], "station-7.cancel-0042");
+    let text = wait_for_text(&log, "cancellation committed", Duration::from_secs(10)).await;
+    let line = text
+        .lines()
+        .find(|l| l.contains("cancellation committed"))
+        .expect("the writer's line");
+    assert!(
+        line.contains("x_request_id=station-7.cancel-0042")
+            && line.contains(&format!("request_id={id}")),
+        "{line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -115,12 +115,12 @@ pub(in crate::ledger) enum Command {
 }
 
 impl Command {
-    /// The HTTP request this command works for, if it came from one.
-    fn request_id(&self) -> Option<Arc<str>> {
+    /// The HTTP request this command works for, if it came from one (and the request it
+    /// cancels).
+    fn traced(&self) -> Traced {
         match self {
-            Command::Accept { request_id, .. } | Command::Cancel { request_id, .. } => {
-                request_id.clone()
-            }
+            Command::Accept { request_id, .. } => request_id.clone().map(|r| (r, None)),
+            Command::Cancel { request_id, id, .. } => request_id.clone().map(|r| (r, Some(*id))),
             _ => None,
         }
     }
@@ -268,10 +268,13 @@ impl Txn<'_, '_> {
     }
 }
 
+/// A command's HTTP request id, and the broker's id of the request it cancels.
+type Traced = Option<(Arc<str>, Option<i64>)>;
+
 /// The writer's line for a committed command of an HTTP request: its id and the broker's ids of
 /// the requests it created or cancelled (the dispatcher's lines name those).
-fn log_committed(reply: &Reply, x_request_id: Option<&str>) {
-    let Some(x_request_id) = x_request_id else {
+fn log_committed(reply: &Reply, traced: &Traced) {
+    let Some((x_request_id, cancelled)) = traced else {
         return;
     };
     match reply {
@@ -280,7 +283,8 @@ fn log_committed(reply: &Reply, x_request_id: Option<&str>) {
             debug!(x_request_id = %x_request_id, request_ids = ?ids, "requests committed");
         }
         Reply::Cancel(_, outcome) => {
-            debug!(x_request_id = %x_request_id, ?outcome, "cancellation committed")
+            debug!(x_request_id = %x_request_id, request_id = cancelled, ?outcome,
+                "cancellation committed")
         }
         _ => {}
     }
@@ -358,7 +362,7 @@ impl Writer {
         if self.idle_release(&mut commands) {
             return true;
         }
-        let request_ids: Vec<Option<Arc<str>>> = commands.iter().map(Command::request_id).collect();
+        let traced: Vec<Traced> = commands.iter().map(Command::traced).collect();
         let started = std::time::Instant::now();
         let count = commands.len();
         self.state.checkpoint();
@@ -381,8 +385,8 @@ impl Writer {
                 self.published
                     .publish(&self.state.usage, &self.state.queues);
                 drop(gate);
-                for (reply, id) in replies.iter().zip(&request_ids) {
-                    log_committed(reply, id.as_deref());
+                for (reply, traced) in replies.iter().zip(&traced) {
+                    log_committed(reply, traced);
                 }
                 replies.into_iter().for_each(Reply::ok);
                 if ready {
@@ -391,7 +395,7 @@ impl Writer {
                 true
             }
             Err(e) => {
-                let ids: Vec<&str> = request_ids.iter().flatten().map(|id| &**id).collect();
+                let ids: Vec<&str> = traced.iter().flatten().map(|(id, _)| &**id).collect();
                 error!(error = %e, commands = replies.len(), x_request_ids = ?ids,
                     "ledger transaction rolled back");
                 self.state.rollback();
