@@ -138,6 +138,51 @@ pub async fn tick_loop(ledger: Ledger) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::{LedgerOptions, NoObserver};
+
+    fn checks(body: &ReadyBody) -> Vec<&'static str> {
+        body.problems.iter().map(|p| p.check).collect()
+    }
+
+    #[tokio::test]
+    async fn each_check_is_reported_by_name_and_all_passing_is_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let settings = crate::test_fixture::TestConfig::new().settings();
+        let options = LedgerOptions {
+            path: path.clone(),
+            commit_batch_max: 64,
+            retry: settings.mss.retry.clone(),
+            metrics: Arc::new(NoObserver),
+        };
+        let clock = Arc::new(crate::clock::SystemClock);
+        let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock).unwrap();
+        let mss = Arc::new(LastCall::default());
+        let file = DbFile::of(&path).unwrap();
+        let readiness = Readiness::new(ledger.clone(), path.clone(), file, mss.clone());
+        ledger.tick().await.unwrap();
+        assert!(ledger.writer_heartbeat_age() < WRITER_STALE);
+        // No call to the MSS yet.
+        assert_eq!(checks(&readiness.check()), ["mss"]);
+        let down = mss_adapters::MssError::Unavailable("connection refused".into());
+        mss.record("events", Some(&down));
+        let body = readiness.check();
+        assert_eq!(checks(&body), ["mss"]);
+        assert!(
+            body.problems[0].error.contains("events") && body.problems[0].error.contains("refused")
+        );
+        mss.record("events", None);
+        let body = readiness.check();
+        assert!(body.ready && body.problems.is_empty(), "{body:?}");
+        // The file at the path replaced by another: the open one is no longer the configured.
+        std::fs::rename(&path, dir.path().join("moved.db")).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        let body = readiness.check();
+        assert_eq!(checks(&body), ["database"]);
+        assert!(body.problems[0].error.contains("replaced"), "{body:?}");
+        drop((readiness, ledger));
+        writer.join().unwrap();
+    }
 
     #[test]
     fn a_missing_file_or_directory_is_not_writable() {
