@@ -27,8 +27,10 @@
 //!
 //! Each loop's body is a `*_once` step a test can call directly.
 
+mod last_call;
 mod settings;
 
+pub use last_call::{LastCall, Outcome};
 pub use settings::{AdapterSettings, MssSettings, SimulatorSettings, TapeTimes};
 
 use std::num::NonZeroU32;
@@ -74,6 +76,8 @@ pub struct Dispatcher {
     settings: MssSettings,
     clock: Arc<dyn Clock>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The latest MSS call's outcome, for readiness.
+    last_call: Arc<LastCall>,
 }
 
 impl Dispatcher {
@@ -93,7 +97,13 @@ impl Dispatcher {
             settings,
             clock,
             metrics,
+            last_call: Arc::default(),
         }
+    }
+
+    /// Where the latest MSS call's outcome is kept (read by `/readyz`).
+    pub fn last_call(&self) -> Arc<LastCall> {
+        self.last_call.clone()
     }
 
     /// Start the loops on `tasks`.
@@ -192,6 +202,10 @@ impl Dispatcher {
         let started = std::time::Instant::now();
         let results = self.adapter.submit_batch(&transfers).await;
         let ok = results.iter().all(|r| r.is_ok());
+        // One transfer refused is an answer; one that could not reach the MSS is not.
+        let failed = (results.iter())
+            .find_map(|r| (r.as_ref().err()).filter(|e| !matches!(e, MssError::Rejected(_))));
+        self.last_call.record("submit_batch", failed);
         self.metrics
             .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());
         let BatchAnswers {
@@ -265,11 +279,12 @@ impl Dispatcher {
     /// Await an adapter call and record its latency and outcome.
     async fn timed<T>(
         &self,
-        call: &str,
+        call: &'static str,
         fut: impl std::future::Future<Output = Result<T, MssError>>,
     ) -> Result<T, MssError> {
         let started = std::time::Instant::now();
         let out = fut.await;
+        self.last_call.record(call, out.as_ref().err());
         self.metrics
             .mss_call(call, out.is_ok(), started.elapsed().as_secs_f64());
         out

@@ -15,6 +15,7 @@ pub mod hidden_text;
 pub mod ledger;
 pub mod metrics;
 pub mod policy;
+pub mod readiness;
 pub mod report;
 pub mod server;
 pub mod shares;

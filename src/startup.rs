@@ -24,7 +24,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::dispatcher::Dispatcher;
 use crate::dispatcher::{AdapterSettings, SimulatorSettings};
+use crate::ledger::identity::DbFile;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+use crate::readiness::Readiness;
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +85,19 @@ impl Application {
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
         let (adapter, mss_url, simulator) = build_adapter(settings, ledger.instance()).await?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
+        let dispatcher = Dispatcher::new(
+            ledger.clone(),
+            adapter.clone(),
+            settings.mss.clone(),
+            clock.clone(),
+            metrics.clone(),
+        );
+        let readiness = Readiness::new(
+            ledger.clone(),
+            options.path.clone(),
+            DbFile::of(&options.path)?,
+            dispatcher.last_call(),
+        );
         let state = AppState {
             ledger: ledger.clone(),
             clock: clock.clone(),
@@ -92,9 +107,9 @@ impl Application {
             cancels: cancel_tx,
             tokens,
             station_limits: api::station_limiter(&settings.limits),
-            mss: adapter.clone(),
+            mss: adapter,
+            readiness: Arc::new(readiness),
         };
-        let dispatcher = Dispatcher::new(ledger, adapter, settings.mss.clone(), clock, metrics);
         let listen = settings.server.listen;
         let listener = TcpListener::bind(listen)
             .await
@@ -137,6 +152,7 @@ impl Application {
     ) -> Result<(), StartupError> {
         let mut tasks = JoinSet::new();
         self.dispatcher.spawn(self.cancels, &mut tasks);
+        tasks.spawn(crate::readiness::tick_loop(self.state.ledger.clone()));
         info!(addr = %self.addr, mss = %self.mss_url, "mssbroker serving");
         let router = api::router(self.state);
         let served = crate::server::serve(self.listener, router, &self.server, shutdown).await;

@@ -1,4 +1,5 @@
-//! Logging: structured `tracing` output to stderr, filtered by `RUST_LOG` (default `info`).
+//! Logging: structured `tracing` output to stderr, filtered by `RUST_LOG` (default `info`), and
+//! the HTTP request id in scope for the work a request causes.
 //!
 //! Every field value of the text output goes through [`escaping_fields`], which escapes control
 //! characters (newline, carriage return, ESC, ...), so text from outside (an MSS's error body, a
@@ -11,6 +12,24 @@ use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::format::{self, Writer};
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::EnvFilter;
+
+tokio::task_local! {
+    static REQUEST_ID: std::sync::Arc<str>;
+}
+
+/// The id (`x-request-id`) of the HTTP request whose work is running on this task, if any: the
+/// ledger carries it to the writer thread, whose log lines for that work name it.
+pub fn request_id() -> Option<std::sync::Arc<str>> {
+    REQUEST_ID.try_with(|id| id.clone()).ok()
+}
+
+/// Run `work` with `id` as its [`request_id`].
+pub async fn with_request_id<F: std::future::Future>(
+    id: std::sync::Arc<str>,
+    work: F,
+) -> F::Output {
+    REQUEST_ID.scope(id, work).await
+}
 
 /// Install the global subscriber; `json` switches to one JSON object per line.
 pub fn init(json: bool) {

@@ -46,6 +46,8 @@ pub struct AppState {
     pub station_limits: Arc<governor::DefaultKeyedRateLimiter<String>>,
     /// The MSS adapter: what it can do decides what a request may ask for.
     pub mss: Arc<dyn mss_adapters::MssAdapter>,
+    /// What `/readyz` checks.
+    pub readiness: Arc<crate::readiness::Readiness>,
 }
 
 /// A keyed limiter for station tokens.
@@ -78,6 +80,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         .routes(utoipa_axum::routes!(reads::metrics))
         .routes(utoipa_axum::routes!(reads::report_page))
         .routes(utoipa_axum::routes!(reads::healthz))
+        .routes(utoipa_axum::routes!(reads::readyz))
         .split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
     let document = Arc::new(api.to_json().unwrap_or_default());

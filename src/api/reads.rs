@@ -1,4 +1,4 @@
-//! What readers look at: liveness, the MSS adapter, the share tree, the report (JSON and HTML)
+//! What readers look at: liveness and readiness, the MSS adapter, the share tree, the report (JSON and HTML)
 //! and the metrics.
 
 use axum::extract::rejection::QueryRejection;
@@ -21,6 +21,23 @@ pub(super) async fn healthz() -> Json<responses::Health> {
     Json(responses::Health {
         status: "ok".into(),
     })
+}
+
+/// Readiness; needs no token. 200 when the ledger writer is alive and recent, the database file
+/// is the configured one and writable, and the MSS answered the latest call; else 503 with what
+/// is wrong.
+#[utoipa::path(get, path = "/readyz", security(()), responses(
+    (status = 200, body = crate::readiness::ReadyBody),
+    (status = 503, body = crate::readiness::ReadyBody),
+))]
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    let body = state.readiness.check();
+    let status = if body.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 /// The MSS adapter and what it can do.

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::config::{self, Settings};
+use crate::config;
 use crate::telemetry;
 
 mod backup;
@@ -45,6 +45,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the broker: API, ledger, dispatcher and (if configured) the embedded MSS simulator.
+    ///
+    /// Configuration: the file, then MSSBROKER__SECTION__KEY environment variables (e.g.
+    /// MSSBROKER__SERVER__LISTEN), then --listen and --db (docs/operations.md, "Configuration
+    /// layers").
     Serve {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
         #[arg(long)]
@@ -86,9 +90,18 @@ enum Command {
     /// (docs/simulation.md).
     Simulate(simulate::SimulateArgs),
     /// Validate a configuration file and print its share tree, or every problem (exit 1).
+    ///
+    /// MSSBROKER__SECTION__KEY environment variables and the flags below apply over the file, as
+    /// for `serve`; the list at the end says where each value set came from.
     CheckConfig {
         /// Configuration file [default: config/broker.toml, else the embedded copy].
         path: Option<PathBuf>,
+        /// As `serve --listen`.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// As `serve --db`.
+        #[arg(long)]
+        db: Option<PathBuf>,
     },
 }
 
@@ -96,7 +109,7 @@ enum Command {
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { path } => check_config(path),
+        Command::CheckConfig { path, listen, db } => check_config(path, listen, db),
         Command::Shares(args) => shares(args),
         Command::Backup(args) => backup::run(args),
         Command::Trace(command) => trace::run(command),
@@ -138,10 +151,15 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn check_config(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    match Settings::load_default(path.as_deref()) {
-        Ok(settings) => {
-            print!("{}", config::describe(&settings));
+fn check_config(
+    path: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    db: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    match layers(listen, db).and_then(|l| config::layers::load(path.as_deref(), &l)) {
+        Ok(loaded) => {
+            print!("{}", config::describe(&loaded.settings));
+            print!("{}", config::describe_sources(&loaded.sources));
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -149,4 +167,29 @@ fn check_config(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// The configuration layers over the file: `MSSBROKER__*` variables, then the flags.
+fn layers(
+    listen: Option<SocketAddr>,
+    db: Option<PathBuf>,
+) -> Result<config::layers::Layers, config::ConfigError> {
+    let mut layers = config::layers::Layers::from_env(std::env::vars_os())?;
+    if let Some(l) = listen {
+        layers.flag("--listen", "server.listen", l.to_string());
+    }
+    if let Some(d) = db {
+        // The file's key is a string too: a path that is not UTF-8 is refused as it would be there.
+        let Some(d) = d.to_str() else {
+            return Err(config::ConfigError::Invalid {
+                origin: "--db".into(),
+                issues: vec![config::ConfigIssue {
+                    key: "database.path".into(),
+                    message: format!("{} is not UTF-8", d.display()),
+                }],
+            });
+        };
+        layers.flag("--db", "database.path", d);
+    }
+    Ok(layers)
 }

@@ -1,7 +1,7 @@
 //! `mssbroker serve`: the broker itself, with its signals (SIGTERM and Ctrl-C stop it, SIGHUP
 //! is logged and ignored).
 
-use crate::config::{ConfigError, Settings};
+use crate::config::{layers, ConfigError};
 use crate::startup::Application;
 use anyhow::Context;
 use std::io::Write;
@@ -14,8 +14,8 @@ pub(super) async fn serve(
     listen: Option<SocketAddr>,
     db: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let mut settings = match Settings::load_default(config.as_deref()) {
-        Ok(s) => s,
+    let loaded = match super::layers(listen, db).and_then(|l| layers::load(config.as_deref(), &l)) {
+        Ok(loaded) => loaded,
         Err(
             e @ (ConfigError::Invalid { .. }
             | ConfigError::Syntax { .. }
@@ -25,12 +25,10 @@ pub(super) async fn serve(
             return Ok(ExitCode::FAILURE);
         }
     };
-    if let Some(l) = listen {
-        settings.server.listen = l;
+    for s in (loaded.sources.iter()).filter(|s| !matches!(s.source, layers::Source::File(_))) {
+        tracing::info!(key = %s.key, source = %s.source, "configuration value from outside the file");
     }
-    if let Some(d) = db {
-        settings.database.path = d;
-    }
+    let settings = loaded.settings;
     // Before anything can take long: from here on SIGHUP no longer kills the process.
     carry_on_after_sighup()?;
     match crate::server::fds::raise_nofile() {

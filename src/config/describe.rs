@@ -1,5 +1,6 @@
 //! `check-config`'s human-readable view of validated settings.
 
+use super::layers::Sourced;
 use super::{mss, Settings};
 use crate::domain::{Fraction, GroupKind, NodeLimits};
 
@@ -92,6 +93,24 @@ pub fn describe(settings: &Settings) -> String {
         for n in &settings.notes {
             out.push_str(&format!("  - {n}\n"));
         }
+    }
+    out
+}
+
+/// Longest value `describe_sources` prints whole.
+const VALUE_WIDTH: usize = 60;
+
+/// `check-config`'s list of every value set, and where it came from (`file:PATH`, `env:VAR`,
+/// `flag:--x`); keys not listed have their defaults.
+pub fn describe_sources(sources: &[Sourced]) -> String {
+    let mut out = String::from("\nvalues set (every other key has its default):\n");
+    let width = sources.iter().map(|s| s.key.len()).max().unwrap_or(0);
+    for s in sources {
+        let mut value = s.value.to_string();
+        if value.chars().count() > VALUE_WIDTH {
+            value = value.chars().take(VALUE_WIDTH - 3).collect::<String>() + "...";
+        }
+        out.push_str(&format!("  {:<width$} = {value}  <- {}\n", s.key, s.source));
     }
     out
 }

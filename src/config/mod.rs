@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod describe;
+pub mod layers;
 mod limits;
 mod mss;
 mod order;
@@ -18,7 +19,7 @@ mod targets;
 mod tree;
 mod usage;
 
-pub use describe::describe;
+pub use describe::{describe, describe_sources};
 
 use raw::RawConfig;
 
@@ -134,6 +135,11 @@ impl Settings {
             origin: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
+        Settings::from_raw(raw, origin, base)
+    }
+
+    /// Validate the raw structs (read from a file, or from layers merged over it).
+    fn from_raw(raw: RawConfig, origin: &str, base: &Path) -> Result<Settings, ConfigError> {
         let mut issues = Issues::default();
         let settings = validate(raw, origin, base, &mut issues);
         match settings {

@@ -97,6 +97,8 @@ pub struct Ledger {
     clock: Arc<dyn Clock>,
     /// The writer's memory as of its latest commit, for questions answered off the writer.
     published: Arc<live::Published>,
+    /// When the writer last committed or ticked.
+    heartbeat: Arc<writer::Heartbeat>,
 }
 
 impl Ledger {
@@ -123,10 +125,12 @@ impl Ledger {
             options,
             (ready.clone(), published.clone()),
         )?;
+        let heartbeat = Arc::new(writer::Heartbeat::new());
+        let beats = heartbeat.clone();
         let handle = std::thread::Builder::new()
             .name("ledger-writer".into())
             .spawn(move || {
-                state.run(rx);
+                state.run(rx, beats);
                 // Released only once the writer (and its connection) is done.
                 drop(lock);
             })
@@ -145,6 +149,7 @@ impl Ledger {
                 ranker: Arc::default(),
                 clock,
                 published,
+                heartbeat,
             },
             handle,
         ))
@@ -158,6 +163,16 @@ impl Ledger {
     /// transfers at an MSS (FTS3 submission ids), so a wiped database never reuses them.
     pub fn instance(&self) -> &str {
         &self.instance
+    }
+
+    /// Time since the writer last committed a group or answered a tick.
+    pub fn writer_heartbeat_age(&self) -> std::time::Duration {
+        self.heartbeat.age()
+    }
+
+    /// An empty command: answered by the writer when it is alive (keeps its heartbeat).
+    pub async fn tick(&self) -> Result<(), LedgerError> {
+        self.call(|reply| Command::Tick { reply }).await
     }
 
     /// Wait for a commit that made requests ready to submit.
@@ -182,7 +197,13 @@ impl Ledger {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        self.call(|reply| Command::Accept { items, reply }).await
+        let request_id = crate::telemetry::request_id();
+        self.call(|reply| Command::Accept {
+            items,
+            request_id,
+            reply,
+        })
+        .await
     }
 
     /// Record that the MSS took these transfers.
@@ -324,7 +345,13 @@ impl Ledger {
     }
 
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {
-        self.call(|reply| Command::Cancel { id, reply }).await
+        let request_id = crate::telemetry::request_id();
+        self.call(|reply| Command::Cancel {
+            id,
+            request_id,
+            reply,
+        })
+        .await
     }
 
     pub async fn request(&self, id: i64) -> Result<Option<RequestRecord>, LedgerError> {

@@ -10,6 +10,7 @@
 mod body;
 pub mod fds;
 mod idle;
+pub mod request_id;
 mod settings;
 
 pub use settings::ServerSettings;
@@ -50,10 +51,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     check_fd_limit(settings.max_connections);
-    let app = router.layer(axum::middleware::from_fn_with_state(
+    let app = request_id::layer(router.layer(axum::middleware::from_fn_with_state(
         settings.body_timeout,
         body::deadline,
-    ));
+    )));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(settings.header_read_timeout);

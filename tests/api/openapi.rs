@@ -32,6 +32,7 @@ async fn the_served_document_matches_the_router() {
         ("GET", "/metrics"),
         ("GET", "/report"),
         ("GET", "/healthz"),
+        ("GET", "/readyz"),
     ]
     .iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))

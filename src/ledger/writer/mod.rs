@@ -66,6 +66,8 @@ pub(super) fn explain_text(p: &Placement) -> Option<String> {
 pub(in crate::ledger) enum Command {
     Accept {
         items: Vec<NewRequest>,
+        /// The HTTP request's id, logged with what the writer did for it.
+        request_id: Option<Arc<str>>,
         reply: oneshot::Sender<Result<Vec<Accepted>, LedgerError>>,
     },
     Submitted {
@@ -96,6 +98,7 @@ pub(in crate::ledger) enum Command {
     },
     Cancel {
         id: i64,
+        request_id: Option<Arc<str>>,
         reply: oneshot::Sender<Result<CancelOutcome, LedgerError>>,
     },
     Release {
@@ -105,6 +108,50 @@ pub(in crate::ledger) enum Command {
         items: Vec<NewPriority>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
+    /// Nothing to do: keeps the writer's heartbeat when there is no traffic.
+    Tick {
+        reply: oneshot::Sender<Result<(), LedgerError>>,
+    },
+}
+
+impl Command {
+    /// The HTTP request this command works for, if it came from one (and the request it
+    /// cancels).
+    fn traced(&self) -> Traced {
+        match self {
+            Command::Accept { request_id, .. } => request_id.clone().map(|r| (r, None)),
+            Command::Cancel { request_id, id, .. } => request_id.clone().map(|r| (r, Some(*id))),
+            _ => None,
+        }
+    }
+}
+
+/// When the writer last committed a group, or answered one with nothing to write: readiness
+/// (`/readyz`) wants it recent, which the ledger's tick timer keeps true while the writer lives.
+pub struct Heartbeat {
+    origin: std::time::Instant,
+    /// Milliseconds after `origin`.
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Heartbeat {
+    pub fn new() -> Heartbeat {
+        Heartbeat {
+            origin: std::time::Instant::now(),
+            last_ms: Default::default(),
+        }
+    }
+
+    fn beat(&self) {
+        let ms = self.origin.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Time since the last beat.
+    pub fn age(&self) -> std::time::Duration {
+        let last = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        (self.origin.elapsed()).saturating_sub(std::time::Duration::from_millis(last))
+    }
 }
 
 /// A caller's answer, held until the transaction's fate is known.
@@ -169,7 +216,7 @@ impl Txn<'_, '_> {
     /// Apply one command inside the transaction. The reply carries the answer to send on commit.
     fn apply(&mut self, command: Command) -> (Reply, rusqlite::Result<()>) {
         match command {
-            Command::Accept { items, reply } => {
+            Command::Accept { items, reply, .. } => {
                 let mut out = Vec::with_capacity(items.len());
                 let r = (items.iter()).try_for_each(|i| self.accept_one(i).map(|a| out.push(a)));
                 (Reply::Accept(reply, out), r)
@@ -211,7 +258,8 @@ impl Txn<'_, '_> {
             Command::Release { reply: tx } => {
                 reply(self.release_held(), 0, |n| Reply::Count(tx, n))
             }
-            Command::Cancel { id, reply: tx } => {
+            Command::Tick { reply } => (Reply::Done(reply), Ok(())),
+            Command::Cancel { id, reply: tx, .. } => {
                 reply(self.cancel(id), CancelOutcome::NotFound, |o| {
                     Reply::Cancel(tx, o)
                 })
@@ -220,14 +268,40 @@ impl Txn<'_, '_> {
     }
 }
 
+/// A command's HTTP request id, and the broker's id of the request it cancels.
+type Traced = Option<(Arc<str>, Option<i64>)>;
+
+/// The writer's line for a committed command of an HTTP request: its id and the broker's ids of
+/// the requests it created or cancelled (the dispatcher's lines name those).
+fn log_committed(reply: &Reply, traced: &Traced) {
+    let Some((x_request_id, cancelled)) = traced else {
+        return;
+    };
+    match reply {
+        Reply::Accept(_, accepted) => {
+            let ids: Vec<i64> = accepted.iter().map(|a| a.id).collect();
+            debug!(x_request_id = %x_request_id, request_ids = ?ids, "requests committed");
+        }
+        Reply::Cancel(_, outcome) => {
+            debug!(x_request_id = %x_request_id, request_id = cancelled, ?outcome,
+                "cancellation committed")
+        }
+        _ => {}
+    }
+}
+
 impl Writer {
-    /// Serve commands until every sender is gone.
-    pub fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+    /// Serve commands until every sender is gone, beating `heartbeat` after every group
+    /// committed or answered without a transaction.
+    pub fn run(mut self, mut rx: mpsc::Receiver<Command>, heartbeat: Arc<Heartbeat>) {
+        heartbeat.beat();
         let mut last = 0usize;
         while let Some(first) = rx.blocking_recv() {
             let commands = self.gather(first, &mut rx, last);
             last = commands.len();
-            self.commit_group(commands);
+            if self.commit_group(commands) {
+                heartbeat.beat();
+            }
         }
         debug!("ledger writer stopped");
     }
@@ -260,25 +334,35 @@ impl Writer {
         }
     }
 
-    /// The release timer's commands when nothing is held: answered without a transaction (and
-    /// without counting a commit that wrote nothing). Returns whether it answered them.
+    /// The release timer's commands when nothing is held, and ticks: answered without a
+    /// transaction (and without counting a commit that wrote nothing). Returns whether it
+    /// answered them.
     fn idle_release(&self, commands: &mut Vec<Command>) -> bool {
-        let idle = self.state.nothing_waiting()
-            && (commands.iter()).all(|c| matches!(c, Command::Release { .. }));
+        let nothing_waiting = self.state.nothing_waiting();
+        let idle = (commands.iter()).all(|c| match c {
+            Command::Release { .. } => nothing_waiting,
+            Command::Tick { .. } => true,
+            _ => false,
+        });
         if idle {
             for c in commands.drain(..) {
-                if let Command::Release { reply } = c {
-                    let _ = reply.send(Ok(0));
+                match c {
+                    Command::Release { reply } => drop(reply.send(Ok(0))),
+                    Command::Tick { reply } => drop(reply.send(Ok(()))),
+                    _ => {}
                 }
             }
         }
         idle
     }
 
-    fn commit_group(&mut self, mut commands: Vec<Command>) {
+    /// Apply and commit `commands`; returns whether they were committed (or needed no
+    /// transaction).
+    fn commit_group(&mut self, mut commands: Vec<Command>) -> bool {
         if self.idle_release(&mut commands) {
-            return;
+            return true;
         }
+        let traced: Vec<Traced> = commands.iter().map(Command::traced).collect();
         let started = std::time::Instant::now();
         let count = commands.len();
         self.state.checkpoint();
@@ -301,17 +385,24 @@ impl Writer {
                 self.published
                     .publish(&self.state.usage, &self.state.queues);
                 drop(gate);
+                for (reply, traced) in replies.iter().zip(&traced) {
+                    log_committed(reply, traced);
+                }
                 replies.into_iter().for_each(Reply::ok);
                 if ready {
                     self.ready.notify_one();
                 }
+                true
             }
             Err(e) => {
-                error!(error = %e, commands = replies.len(), "ledger transaction rolled back");
+                let ids: Vec<&str> = traced.iter().flatten().map(|(id, _)| &**id).collect();
+                error!(error = %e, commands = replies.len(), x_request_ids = ?ids,
+                    "ledger transaction rolled back");
                 self.state.rollback();
                 drop(gate);
                 let message = e.to_string();
                 replies.into_iter().for_each(|r| r.err(&message));
+                false
             }
         }
     }

@@ -1,0 +1,199 @@
+//! Readiness (`GET /readyz`): whether this broker can do its work now, as opposed to liveness
+//! (`/healthz`: the process answers HTTP). Ready means: the ledger writer thread is alive and
+//! committed or ticked within [`WRITER_STALE`] (a timer sends it an empty command every
+//! [`TICK`], so this holds without traffic); the database file at the configured path is the
+//! one the writer has open (`ledger::identity`) and this process may write it and its directory
+//! (`access(2)`, so a file made read-only, or immutable, is seen before a restart would fail on
+//! it); and the MSS answered the dispatcher's latest call (a refusal is an answer).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::dispatcher::LastCall;
+use crate::ledger::identity::DbFile;
+use crate::ledger::Ledger;
+
+/// How often the writer is sent an empty command.
+pub const TICK: Duration = Duration::from_secs(1);
+/// A writer whose last commit or tick is older than this is not ready.
+pub const WRITER_STALE: Duration = Duration::from_secs(5);
+
+/// `/readyz`'s answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ReadyBody {
+    pub ready: bool,
+    /// What is wrong; empty when ready.
+    pub problems: Vec<Problem>,
+}
+
+/// One failed check.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// `writer`, `database` or `mss`.
+    pub check: &'static str,
+    pub error: String,
+}
+
+/// What readiness looks at.
+pub struct Readiness {
+    ledger: Ledger,
+    db_path: PathBuf,
+    /// The database file as the writer opened it.
+    db_file: DbFile,
+    mss: Arc<LastCall>,
+}
+
+impl Readiness {
+    pub fn new(ledger: Ledger, db_path: PathBuf, db_file: DbFile, mss: Arc<LastCall>) -> Self {
+        Readiness {
+            ledger,
+            db_path,
+            db_file,
+            mss,
+        }
+    }
+
+    /// Every check's problem, if any (a few `stat`/`access` calls: cheap to answer often).
+    pub fn check(&self) -> ReadyBody {
+        let mut problems = Vec::new();
+        let mut add = |check, error: String| problems.push(Problem { check, error });
+        let age = self.ledger.writer_heartbeat_age();
+        if age > WRITER_STALE {
+            add(
+                "writer",
+                format!(
+                    "the ledger writer has neither committed nor ticked for {} ms (stopped or stuck)",
+                    age.as_millis()
+                ),
+            );
+        }
+        if let Err(e) = self.db_file.check() {
+            add("database", e.to_string());
+        }
+        for problem in writable(&self.db_path) {
+            add("database", problem);
+        }
+        match self.mss.get() {
+            None => add("mss", "no call to the mss has been made yet".into()),
+            Some(o) => {
+                if let Some(e) = &o.error {
+                    let ms = o.age().as_millis();
+                    add(
+                        "mss",
+                        format!("the last call ({}, {ms} ms ago) failed: {e}", o.call),
+                    );
+                }
+            }
+        }
+        ReadyBody {
+            ready: problems.is_empty(),
+            problems,
+        }
+    }
+}
+
+/// Why this process could not write the database file or create files (journal, WAL) next to
+/// it; empty when it can.
+fn writable(path: &Path) -> Vec<String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    [(path, "database file"), (dir, "database directory")]
+        .into_iter()
+        .filter_map(|(p, what)| {
+            may_write(p)
+                .err()
+                .map(|e| format!("the {what} {} is not writable: {e}", p.display()))
+        })
+        .collect()
+}
+
+/// `access(path, W_OK)`: the kernel's answer for this process (EACCES for a read-only file,
+/// EPERM for an immutable one even as root, EROFS on a read-only mount).
+fn may_write(path: &Path) -> std::io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Send the writer an empty command every [`TICK`], so its heartbeat stays fresh while idle.
+pub async fn tick_loop(ledger: Ledger) {
+    loop {
+        tokio::time::sleep(TICK).await;
+        if let Err(e) = ledger.tick().await {
+            tracing::warn!(error = %e, "the ledger writer did not answer its tick");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{LedgerOptions, NoObserver};
+
+    fn checks(body: &ReadyBody) -> Vec<&'static str> {
+        body.problems.iter().map(|p| p.check).collect()
+    }
+
+    #[tokio::test]
+    async fn each_check_is_reported_by_name_and_all_passing_is_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let settings = crate::test_fixture::TestConfig::new().settings();
+        let options = LedgerOptions {
+            path: path.clone(),
+            commit_batch_max: 64,
+            retry: settings.mss.retry.clone(),
+            metrics: Arc::new(NoObserver),
+        };
+        let clock = Arc::new(crate::clock::SystemClock);
+        let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock).unwrap();
+        let mss = Arc::new(LastCall::default());
+        let file = DbFile::of(&path).unwrap();
+        let readiness = Readiness::new(ledger.clone(), path.clone(), file, mss.clone());
+        ledger.tick().await.unwrap();
+        assert!(ledger.writer_heartbeat_age() < WRITER_STALE);
+        // No call to the MSS yet.
+        assert_eq!(checks(&readiness.check()), ["mss"]);
+        let down = mss_adapters::MssError::Unavailable("connection refused".into());
+        mss.record("events", Some(&down));
+        let body = readiness.check();
+        assert_eq!(checks(&body), ["mss"]);
+        assert!(
+            body.problems[0].error.contains("events") && body.problems[0].error.contains("refused")
+        );
+        mss.record("events", None);
+        let body = readiness.check();
+        assert!(body.ready && body.problems.is_empty(), "{body:?}");
+        // The file at the path replaced by another: the open one is no longer the configured.
+        std::fs::rename(&path, dir.path().join("moved.db")).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        let body = readiness.check();
+        assert_eq!(checks(&body), ["database"]);
+        assert!(body.problems[0].error.contains("replaced"), "{body:?}");
+        drop((readiness, ledger));
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_missing_file_or_directory_is_not_writable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        std::fs::write(&path, b"a").unwrap();
+        assert!(writable(&path).is_empty());
+        let missing = dir.path().join("nope").join("x.db");
+        let problems = writable(&missing);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("database file"), "{problems:?}");
+        assert!(problems[1].contains("database directory"), "{problems:?}");
+    }
+}

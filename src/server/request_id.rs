@@ -1,0 +1,73 @@
+//! A span per HTTP request (tower-http's `trace` and `request-id` layers): the request id is the
+//! caller's `x-request-id` (printable ASCII, at most [`MAX_LEN`] bytes; anything else is
+//! replaced) or a generated UUID, echoed in the response; the span (level INFO, so every line
+//! logged while the request is handled names it) carries it with the method and the matched
+//! route; the line logged when the answer leaves carries its status and latency (level DEBUG,
+//! target `tower_http::trace::on_response`: one line per request is too many for a busy broker
+//! by default; a 5xx answer is logged at ERROR by tower-http's `on_failure`). The id is also in scope (`telemetry::request_id`) for the work the request causes on
+//! its task, so the ledger can carry it to the writer thread and log it there.
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::HeaderName;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Router;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+/// The header the id travels in, both ways.
+pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
+/// Longest caller-given id kept; a longer one is replaced by a generated id.
+pub const MAX_LEN: usize = 128;
+
+/// Wrap `router` (every route and the fallback) with the request-id and trace layers.
+pub fn layer(router: Router) -> Router {
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(|request: &Request| {
+            let route = request
+                .extensions()
+                .get::<MatchedPath>()
+                .map_or("(none)", |p| p.as_str());
+            let id = request
+                .headers()
+                .get(&HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            tracing::info_span!("http", x_request_id = %id, method = %request.method(), route)
+        })
+        .on_request(())
+        .on_response(DefaultOnResponse::new().level(Level::DEBUG));
+    // Listed inner first: `Router::layer` wraps what is already there.
+    router
+        .layer(axum::middleware::from_fn(in_scope))
+        .layer(trace)
+        .layer(PropagateRequestIdLayer::new(HEADER))
+        .layer(SetRequestIdLayer::new(HEADER, MakeRequestUuid))
+        .layer(axum::middleware::from_fn(drop_unusable))
+}
+
+/// A caller's id that is not short printable ASCII is dropped, so a generated one replaces it.
+async fn drop_unusable(mut request: Request, next: Next) -> Response {
+    let usable = request.headers().get(&HEADER).is_none_or(|v| {
+        let b = v.as_bytes();
+        !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|c| c.is_ascii_graphic())
+    });
+    if !usable {
+        request.headers_mut().remove(&HEADER);
+    }
+    next.run(request).await
+}
+
+/// Run the handler with the request's id in scope (see `telemetry::request_id`).
+async fn in_scope(request: Request, next: Next) -> Response {
+    let id = request
+        .headers()
+        .get(&HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(std::sync::Arc::<str>::from);
+    match id {
+        Some(id) => crate::telemetry::with_request_id(id, next.run(request)).await,
+        None => next.run(request).await,
+    }
+}
