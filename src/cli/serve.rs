@@ -1,21 +1,34 @@
 //! `mssbroker serve`: the broker itself, with its signals (SIGTERM and Ctrl-C stop it, SIGHUP
-//! is logged and ignored).
+//! reloads the configuration: see `reload`).
 
-use crate::config::{ConfigError, Settings};
+use crate::config::ConfigError;
+use crate::reload::{LoadSettings, Loaded, Reloader};
 use crate::startup::Application;
 use anyhow::Context;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 pub(super) async fn serve(
     config: Option<PathBuf>,
     listen: Option<SocketAddr>,
     db: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let mut settings = match Settings::load_default(config.as_deref()) {
-        Ok(s) => s,
+    // The one way the configuration is loaded, at start and at every reload.
+    let load: LoadSettings = Arc::new(move || {
+        let mut loaded = Loaded::file(config.as_deref())?;
+        if let Some(l) = listen {
+            loaded.settings.server.listen = l;
+        }
+        if let Some(d) = &db {
+            loaded.settings.database.path = d.clone();
+        }
+        Ok(loaded)
+    });
+    let loaded = match load() {
+        Ok(l) => l,
         Err(
             e @ (ConfigError::Invalid { .. }
             | ConfigError::Syntax { .. }
@@ -25,23 +38,20 @@ pub(super) async fn serve(
             return Ok(ExitCode::FAILURE);
         }
     };
-    if let Some(l) = listen {
-        settings.server.listen = l;
-    }
-    if let Some(d) = db {
-        settings.database.path = d;
-    }
+    let settings = loaded.settings.clone();
     // Before anything can take long: from here on SIGHUP no longer kills the process.
-    carry_on_after_sighup()?;
+    let hangups = hangups()?;
     match crate::server::fds::raise_nofile() {
         Ok((before, after)) => {
             tracing::info!(before, after, "file-descriptor limit (soft RLIMIT_NOFILE)")
         }
         Err(e) => tracing::warn!(error = %e, "cannot raise the file-descriptor limit"),
     }
-    let app = Application::build(&settings)
+    let clock = Arc::new(crate::clock::SystemClock);
+    let app = Application::build_reloadable(loaded, load, clock)
         .await
         .with_context(|| format!("cannot start with {}", settings.origin))?;
+    reload_on_sighup(hangups, app.reloader());
     banner(&format!(
         "mssbroker listening on http://{}\nmss at {} (config {}, database {})\n",
         app.local_addr(),
@@ -60,22 +70,37 @@ pub(super) fn banner(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// Install the SIGHUP handler: it will trigger a configuration reload; until then it logs and
-/// the broker carries on (without one, SIGHUP's default action ends the process).
-fn carry_on_after_sighup() -> anyhow::Result<()> {
+#[cfg(unix)]
+type Hangups = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangups = ();
+
+/// Install the SIGHUP handler (without one, SIGHUP's default action ends the process); a
+/// SIGHUP that comes before the broker is built is kept and reloads once it is.
+fn hangups() -> anyhow::Result<Hangups> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+        signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")
+    }
+    #[cfg(not(unix))]
+    Ok(())
+}
+
+/// Each SIGHUP reloads the configuration; the outcome is logged (`Reloader::reload`).
+fn reload_on_sighup(hangups: Hangups, reloader: Arc<Reloader>) {
+    #[cfg(unix)]
+    {
+        let mut hup = hangups;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                tracing::warn!(
-                    "SIGHUP received; configuration reload is not implemented yet, carrying on"
-                );
+                tracing::info!("SIGHUP received; reloading the configuration");
+                let _ = reloader.reload("SIGHUP").await;
             }
         });
     }
-    Ok(())
+    #[cfg(not(unix))]
+    let _ = (hangups, reloader);
 }
 
 /// Completes on Ctrl-C or SIGTERM.
