@@ -12,7 +12,7 @@ use super::error::{self, ApiError};
 use super::responses;
 use super::AppState;
 use crate::auth::RoleKind;
-use crate::shares::view::SharesView;
+use crate::shares::view::{LoadedConfig, SharesView};
 
 /// Liveness; needs no token.
 #[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = responses::Health)))]
@@ -77,7 +77,16 @@ pub(super) async fn groups(
         None => now,
         Some(s) => crate::clock::parse_instant(s).map_err(bad)?,
     };
-    let view = state.ledger.shares(at_ms, now).await?;
+    // Under the reload gate: the figures and the stamp are of the same configuration.
+    let (gate, live) = state.live.deciding().await;
+    let mut view = state.ledger.shares(at_ms, now).await?;
+    drop(gate);
+    view.config = Some(LoadedConfig {
+        origin: live.stamp.origin.clone(),
+        sha256: live.stamp.sha256.clone(),
+        loaded_at: crate::shares::view::format_ms(live.stamp.loaded_at_ms),
+        loaded_at_ms: live.stamp.loaded_at_ms,
+    });
     Ok(Json(view).into_response())
 }
 
