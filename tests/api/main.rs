@@ -19,6 +19,7 @@ mod openapi;
 mod overflow;
 mod policies;
 mod process;
+mod reload;
 mod report;
 mod shares;
 mod simulate;
