@@ -5,7 +5,9 @@
 //! paces submissions with it; the ledger writer gets the same policy by a command (see
 //! `reload`), so a decision never sees half of one configuration and half of another.
 
+use std::future::Future;
 use std::num::NonZeroU32;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -115,4 +117,42 @@ impl LiveSettings {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(live);
     }
+}
+
+/// Why a reload changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The configuration does not validate.
+    Invalid,
+    /// It changes a key that cannot change while the broker runs.
+    Fixed,
+    /// It leaves out a group that still has unfinished requests.
+    RemovedGroups,
+    /// The broker could not put it in force (its ledger failed): not the configuration's fault.
+    Failed,
+}
+
+/// A refused reload: why, the key it is about, and the whole reason.
+#[derive(Debug, Clone)]
+pub struct ReloadRefused {
+    pub why: Refusal,
+    pub key: String,
+    pub message: String,
+}
+
+/// What is in force after a reload.
+#[derive(Debug, Clone)]
+pub struct Reloaded {
+    pub stamp: ConfigStamp,
+    /// The file's bytes differ from the previous configuration's.
+    pub changed: bool,
+}
+
+/// What reloads the configuration (`reload::Reloader`), as the API and SIGHUP's handler see it.
+pub trait Reload: Send + Sync {
+    /// Re-read, check and put in force the configuration; `trigger` names the cause in the log.
+    fn reload<'a>(
+        &'a self,
+        trigger: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Reloaded, ReloadRefused>> + Send + 'a>>;
 }

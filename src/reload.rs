@@ -15,10 +15,13 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::api::InputLimits;
 use crate::clock::Clock;
 use crate::config::{ConfigError, Settings, DEFAULT_PATH, EMBEDDED};
+use crate::dispatcher::MssSettings;
 use crate::ledger::{Ledger, LedgerError};
 use crate::live_settings::{ConfigStamp, Live, LiveSettings};
+use crate::live_settings::{Refusal, Reload, ReloadRefused, Reloaded};
 
 /// A loaded configuration and the SHA-256 of the file bytes it came from.
 #[derive(Clone)]
@@ -110,21 +113,20 @@ impl ReloadError {
         }
     }
 
-    /// Whether the configuration is at fault (not the broker: its ledger failed).
-    pub fn is_refusal(&self) -> bool {
-        !matches!(
-            self,
-            ReloadError::Ledger(e) if !matches!(e, LedgerError::RemovedGroups(_))
-        )
+    /// The refusal as the API answers it.
+    pub fn refused(&self) -> ReloadRefused {
+        let why = match self {
+            ReloadError::Config(_) => Refusal::Invalid,
+            ReloadError::Fixed { .. } => Refusal::Fixed,
+            ReloadError::Ledger(LedgerError::RemovedGroups(_)) => Refusal::RemovedGroups,
+            ReloadError::Ledger(_) => Refusal::Failed,
+        };
+        ReloadRefused {
+            why,
+            key: self.key(),
+            message: self.to_string(),
+        }
     }
-}
-
-/// What is in force after a reload.
-#[derive(Debug, Clone)]
-pub struct Reloaded {
-    pub stamp: ConfigStamp,
-    /// The file's bytes differ from the previous configuration's.
-    pub changed: bool,
 }
 
 /// Reloads the configuration of one running broker.
@@ -158,7 +160,7 @@ impl Reloader {
     }
 
     /// Read, check and put in force the configuration; logs the outcome either way.
-    pub async fn reload(&self, why: &str) -> Result<Reloaded, ReloadError> {
+    pub async fn reload_now(&self, why: &str) -> Result<Reloaded, ReloadError> {
         let outcome = self.reload_quietly().await;
         match &outcome {
             Ok(r) => info!(trigger = why, sha256 = %r.stamp.sha256, changed = r.changed,
@@ -197,6 +199,17 @@ impl Reloader {
     }
 }
 
+impl Reload for Reloader {
+    fn reload<'a>(
+        &'a self,
+        trigger: &'a str,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Reloaded, ReloadRefused>> + Send + 'a>,
+    > {
+        Box::pin(async move { self.reload_now(trigger).await.map_err(|e| e.refused()) })
+    }
+}
+
 /// The live part of `settings`.
 pub fn live_of(settings: &Settings, stamp: ConfigStamp, before: Option<&Live>) -> Live {
     Live::new(
@@ -213,34 +226,41 @@ pub fn live_of(settings: &Settings, stamp: ConfigStamp, before: Option<&Live>) -
 
 /// Refuse a change of what cannot change live, naming its key.
 fn fixed_unchanged(was: &Settings, now: &Settings) -> Result<(), ReloadError> {
-    let (ws, ns) = (&was.server, &now.server);
-    let (wl, nl) = (&was.limits, &now.limits);
-    let (wm, nm) = (&was.mss, &now.mss);
-    let fixed: [(&'static str, String, String); 21] = [
-        (
-            "server.listen",
-            ws.listen.to_string(),
-            ns.listen.to_string(),
-        ),
+    let mut fixed = fixed_server(was, now);
+    fixed.extend(fixed_mss(&was.mss, &now.mss));
+    fixed.extend(fixed_limits(&was.limits, &now.limits));
+    match fixed.into_iter().find(|(_, w, n)| w != n) {
+        Some((key, was, now)) => Err(ReloadError::Fixed { key, was, now }),
+        None => Ok(()),
+    }
+}
+
+/// A key and its value before and after, as text.
+type Pair = (&'static str, String, String);
+
+fn fixed_server(was: &Settings, now: &Settings) -> Vec<Pair> {
+    let (w, n) = (&was.server, &now.server);
+    vec![
+        ("server.listen", d(w.listen), d(n.listen)),
         (
             "server.max_connections",
-            d(ws.max_connections),
-            d(ns.max_connections),
+            d(w.max_connections),
+            d(n.max_connections),
         ),
         (
             "server.header_read_timeout_ms",
-            d(ws.header_read_timeout),
-            d(ns.header_read_timeout),
+            d(w.header_read_timeout),
+            d(n.header_read_timeout),
         ),
         (
             "server.idle_timeout_ms",
-            d(ws.idle_timeout),
-            d(ns.idle_timeout),
+            d(w.idle_timeout),
+            d(n.idle_timeout),
         ),
         (
             "server.body_timeout_ms",
-            d(ws.body_timeout),
-            d(ns.body_timeout),
+            d(w.body_timeout),
+            d(n.body_timeout),
         ),
         (
             "database.path",
@@ -253,40 +273,61 @@ fn fixed_unchanged(was: &Settings, now: &Settings) -> Result<(), ReloadError> {
             d(now.database.commit_batch_max),
         ),
         ("auth.token_file", d(&was.token_file), d(&now.token_file)),
+    ]
+}
+
+fn fixed_mss(w: &MssSettings, n: &MssSettings) -> Vec<Pair> {
+    vec![
         (
             "mss.adapter",
-            wm.adapter.name().into(),
-            nm.adapter.name().into(),
+            w.adapter.name().into(),
+            n.adapter.name().into(),
         ),
-        (adapter_key(&wm.adapter), d(&wm.adapter), d(&nm.adapter)),
-        ("mss.timeout_ms", d(wm.timeout), d(nm.timeout)),
-        ("mss.submit_batch", d(wm.submit_batch), d(nm.submit_batch)),
+        (adapter_key(&w.adapter), d(&w.adapter), d(&n.adapter)),
+        ("mss.timeout_ms", d(w.timeout), d(n.timeout)),
+        ("mss.submit_batch", d(w.submit_batch), d(n.submit_batch)),
         (
             "mss.retry_max_attempts",
-            d(wm.retry.max_attempts),
-            d(nm.retry.max_attempts),
+            d(w.retry.max_attempts),
+            d(n.retry.max_attempts),
         ),
-        ("mss.retry_base_ms", d(wm.retry.base), d(nm.retry.base)),
-        ("mss.retry_max_ms", d(wm.retry.max), d(nm.retry.max)),
-        ("mss.event_wait_ms", d(wm.event_wait), d(nm.event_wait)),
-        ("mss.stale_after_ms", d(wm.stale_after), d(nm.stale_after)),
+        ("mss.retry_base_ms", d(w.retry.base), d(n.retry.base)),
+        ("mss.retry_max_ms", d(w.retry.max), d(n.retry.max)),
+        ("mss.event_wait_ms", d(w.event_wait), d(n.event_wait)),
+        ("mss.stale_after_ms", d(w.stale_after), d(n.stale_after)),
+    ]
+}
+
+fn fixed_limits(w: &InputLimits, n: &InputLimits) -> Vec<Pair> {
+    vec![
         (
             "limits.max_body_bytes",
-            d(wl.max_body_bytes),
-            d(nl.max_body_bytes),
+            d(w.max_body_bytes),
+            d(n.max_body_bytes),
         ),
         (
             "limits.max_bodies_in_memory_bytes",
-            d(wl.max_bodies_in_memory_bytes),
-            d(nl.max_bodies_in_memory_bytes),
+            d(w.max_bodies_in_memory_bytes),
+            d(n.max_bodies_in_memory_bytes),
         ),
-        ("limits.max_batch", d(wl.max_batch), d(nl.max_batch)),
-        ("limits", d(limits_but_rates(wl)), d(limits_but_rates(nl))),
-    ];
-    match fixed.into_iter().find(|(_, w, n)| w != n) {
-        Some((key, was, now)) => Err(ReloadError::Fixed { key, was, now }),
-        None => Ok(()),
-    }
+        ("limits.max_batch", d(w.max_batch), d(n.max_batch)),
+        (
+            "limits.max_size_bytes",
+            d(w.max_size_bytes),
+            d(n.max_size_bytes),
+        ),
+        (
+            "limits.max_string_len",
+            d(w.max_string_len),
+            d(n.max_string_len),
+        ),
+        ("limits.max_path_len", d(w.max_path_len), d(n.max_path_len)),
+        (
+            "limits.max_report_buckets",
+            d(w.max_report_buckets),
+            d(n.max_report_buckets),
+        ),
+    ]
 }
 
 fn d(v: impl std::fmt::Debug) -> String {
@@ -307,11 +348,71 @@ fn adapter_key(a: &crate::dispatcher::AdapterSettings) -> &'static str {
     }
 }
 
-/// `[limits]` without what may change live.
-fn limits_but_rates(l: &crate::api::InputLimits) -> crate::api::InputLimits {
-    crate::api::InputLimits {
-        station_rate_per_sec: 0,
-        station_burst: 0,
-        ..l.clone()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+[policy]
+p_front = 20
+p_back = 10
+[shares]
+a = 1
+b = 1
+[limits]
+station_rate_per_sec = 100
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:1"
+submit_rate_per_sec = 1000
+"#;
+
+    fn changed(from: &str, to: &str) -> Result<(), ReloadError> {
+        let was = Settings::parse(CONFIG, "test").unwrap();
+        let now = Settings::parse(&CONFIG.replacen(from, to, 1), "test").unwrap();
+        fixed_unchanged(&was, &now)
+    }
+
+    fn refused_key(from: &str, to: &str) -> String {
+        match changed(from, to) {
+            Err(e @ ReloadError::Fixed { .. }) => e.key(),
+            other => panic!("{from} -> {to}: {other:?}"),
+        }
+    }
+
+    /// Shares, the policy, the station and submit rates change live; the listener, the
+    /// database, the adapter and its table, and the body limits do not, each named by key.
+    #[test]
+    fn what_may_change_live_and_what_is_refused_by_key() {
+        for (from, to) in [
+            ("b = 1", "b = 3\nc = 2"),
+            ("p_back = 10", "p_back = 5"),
+            ("station_rate_per_sec = 100", "station_rate_per_sec = 7"),
+            ("submit_rate_per_sec = 1000", "submit_rate_per_sec = 300"),
+        ] {
+            assert!(changed(from, to).is_ok(), "{from} -> {to}");
+        }
+        let listen = "listen = \"127.0.0.1:0\"";
+        let url = "url = \"http://127.0.0.1:1\"";
+        let rate = "station_rate_per_sec = 100";
+        for (from, to, key) in [
+            (listen, "listen = \"127.0.0.1:9\"", "server.listen"),
+            (
+                "[policy]",
+                "[database]\npath = \"other.db\"\n[policy]",
+                "database.path",
+            ),
+            (url, "url = \"http://127.0.0.1:2\"", "mss.url"),
+            (
+                url,
+                "url = \"http://127.0.0.1:1\"\ntimeout_ms = 5",
+                "mss.timeout_ms",
+            ),
+            (rate, "max_body_bytes = 1000", "limits.max_body_bytes"),
+        ] {
+            assert_eq!(refused_key(from, to), key, "{from} -> {to}");
+        }
     }
 }

@@ -156,7 +156,7 @@ impl Application {
     }
 
     /// What reloads this broker's configuration (SIGHUP's handler calls it).
-    pub fn reloader(&self) -> Arc<Reloader> {
+    pub fn reloader(&self) -> Arc<dyn crate::live_settings::Reload> {
         self.state.reloader.clone()
     }
 

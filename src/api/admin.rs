@@ -14,8 +14,8 @@ use super::error::{self, ApiError};
 use super::schemas::StateBody;
 use super::AppState;
 use crate::auth::RoleKind;
-use crate::ledger::{CancelOutcome, LedgerError};
-use crate::reload::ReloadError;
+use crate::ledger::CancelOutcome;
+use crate::live_settings::Refusal;
 use crate::shares::view::format_ms;
 
 /// The configuration in force after a reload.
@@ -56,13 +56,13 @@ pub(super) async fn reload(
             loaded_at_ms: r.stamp.loaded_at_ms,
             changed: r.changed,
         })),
-        Err(ReloadError::Ledger(e)) if !matches!(e, LedgerError::RemovedGroups(_)) => Err(e.into()),
         Err(e) => {
-            let status = match e {
-                ReloadError::Config(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                _ => StatusCode::CONFLICT,
+            let status = match e.why {
+                Refusal::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+                Refusal::Fixed | Refusal::RemovedGroups => StatusCode::CONFLICT,
+                Refusal::Failed => StatusCode::SERVICE_UNAVAILABLE,
             };
-            Err(ApiError::new(status, Some(&e.key()), e.to_string()))
+            Err(ApiError::new(status, Some(&e.key), e.message))
         }
     }
 }

@@ -40,7 +40,7 @@ pub struct AppState {
     /// loaded configuration's stamp.
     pub live: Arc<crate::live_settings::LiveSettings>,
     /// Reloads the configuration (`POST /v1/admin/reload`).
-    pub reloader: Arc<crate::reload::Reloader>,
+    pub reloader: Arc<dyn crate::live_settings::Reload>,
     pub limits: InputLimits,
     /// Ids whose cancellation the dispatcher must carry to the MSS.
     pub cancels: mpsc::UnboundedSender<i64>,

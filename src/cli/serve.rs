@@ -2,7 +2,8 @@
 //! reloads the configuration: see `reload`).
 
 use crate::config::ConfigError;
-use crate::reload::{LoadSettings, Loaded, Reloader};
+use crate::live_settings::Reload;
+use crate::reload::{LoadSettings, Loaded};
 use crate::startup::Application;
 use anyhow::Context;
 use std::io::Write;
@@ -88,7 +89,7 @@ fn hangups() -> anyhow::Result<Hangups> {
 }
 
 /// Each SIGHUP reloads the configuration; the outcome is logged (`Reloader::reload`).
-fn reload_on_sighup(hangups: Hangups, reloader: Arc<Reloader>) {
+fn reload_on_sighup(hangups: Hangups, reloader: Arc<dyn Reload>) {
     #[cfg(unix)]
     {
         let mut hup = hangups;
