@@ -16,7 +16,6 @@ pub mod ledger;
 pub mod live_settings;
 pub mod metrics;
 pub mod policy;
-pub mod reload;
 pub mod report;
 pub mod server;
 pub mod shares;

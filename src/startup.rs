@@ -3,6 +3,8 @@
 //! binds (port 0 allowed) and exposes the bound address, so tests start a whole broker in three
 //! lines; `run_until_stopped` serves until the given shutdown future completes.
 
+pub mod reload;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use crate::dispatcher::Dispatcher;
 use crate::dispatcher::{AdapterSettings, SimulatorSettings};
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 use crate::live_settings::{ConfigStamp, LiveSettings};
-use crate::reload::{self, LoadSettings, Loaded, Reloader};
+use reload::{LoadSettings, Loaded, Reloader};
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,7 @@
 
 use crate::config::ConfigError;
 use crate::live_settings::Reload;
-use crate::reload::{LoadSettings, Loaded};
+use crate::startup::reload::{LoadSettings, Loaded};
 use crate::startup::Application;
 use anyhow::Context;
 use std::io::Write;
