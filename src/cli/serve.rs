@@ -88,14 +88,21 @@ fn hangups() -> anyhow::Result<Hangups> {
     Ok(())
 }
 
-/// Each SIGHUP reloads the configuration; the outcome is logged (`Reloader::reload`).
+/// Each SIGHUP reloads the configuration; the outcome is logged (`Reloader::reload`). The task
+/// holds the reloader weakly: it holds a ledger handle, and the writer ends (so a SIGTERM can
+/// finish) only once every handle is gone with the router.
 fn reload_on_sighup(hangups: Hangups, reloader: Arc<dyn Reload>) {
     #[cfg(unix)]
     {
         let mut hup = hangups;
+        let reloader = Arc::downgrade(&reloader);
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
                 tracing::info!("SIGHUP received; reloading the configuration");
+                let Some(reloader) = reloader.upgrade() else {
+                    tracing::warn!("the broker is stopping; SIGHUP ignored");
+                    return;
+                };
                 let _ = reloader.reload("SIGHUP").await;
             }
         });

@@ -431,4 +431,6 @@ pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
+mod reload_tests;
+#[cfg(test)]
 mod tests;
