@@ -13,7 +13,7 @@ use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::RetrySettings;
 
-const SHARES: &str = "mc = 3\n\"analysis/top\" = 1\n";
+const SHARES: &str = "mc = 3\nan = 1\n";
 
 fn config(shares: &str) -> Arc<PolicySettings> {
     let text = format!(
@@ -76,21 +76,28 @@ async fn a_reordered_tree_keeps_every_figure_with_its_path() {
     let db = dir.path().join("ledger.db");
     let before = config(SHARES);
     let (ledger, writer) = open(&db, before.clone()).unwrap();
-    // One slot: mc-1 is released at once, top-1 waits in the held queue.
+    // One slot: mc-1 is released within its own commit (its answer still says queued: read it
+    // back), top-1 waits in the held queue.
     let first = ledger
         .accept(vec![item(&before, "mc-1", "mc", "x")])
         .await
         .unwrap();
-    let queued = (ledger
-        .accept(vec![item(&before, "top-1", "analysis", "top")])
-        .await)
-        .unwrap();
-    assert_eq!(first[0].state, RequestState::Accepted);
-    assert_eq!(queued[0].state, RequestState::Queued);
+    let queued = (ledger.accept(vec![item(&before, "top-1", "an", "x")]).await).unwrap();
+    let state = |r: Option<RequestRecord>| r.unwrap().state;
+    assert_eq!(
+        state(ledger.request(first[0].id).await.unwrap()),
+        RequestState::Accepted
+    );
+    assert_eq!(
+        state(ledger.request(queued[0].id).await.unwrap()),
+        RequestState::Queued
+    );
     assert_eq!(usage_of(&ledger, "mc").await, 1_000);
 
-    // Reordered, with a new group first: every group id changes.
-    let after = config("new = 5\n\"analysis/top\" = 1\nmc = 3\n");
+    // Reordered, with a new group: the ids change
+    // (a queue left with the old ids would charge top-1 to `new`, which now has an's old id).
+    let after = config("an = 1\nnew = 5\nmc = 3\n");
+    assert_eq!(after.group_by_path("new"), before.group_by_path("an"));
     assert_ne!(after.group_by_path("mc"), before.group_by_path("mc"));
     ledger.reload(after.clone()).await.unwrap();
     assert!(Arc::ptr_eq(&ledger.policy(), &after));
@@ -101,7 +108,7 @@ async fn a_reordered_tree_keeps_every_figure_with_its_path() {
     );
     let released = ledger.request(queued[0].id).await.unwrap().unwrap();
     assert_eq!(released.state, RequestState::Accepted);
-    assert_eq!(usage_of(&ledger, "analysis/top").await, 1_000);
+    assert_eq!(usage_of(&ledger, "an").await, 1_000);
     assert_eq!(usage_of(&ledger, "mc").await, 0);
     assert_eq!(usage_of(&ledger, "new").await, 0);
     // A request classified under the new policy goes to its group.
@@ -122,7 +129,7 @@ async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
     let (ledger, writer) = open(&db, before.clone()).unwrap();
     for crid in ["top-1", "top-2"] {
         ledger
-            .accept(vec![item(&before, crid, "analysis", "top")])
+            .accept(vec![item(&before, crid, "an", "x")])
             .await
             .unwrap();
     }
@@ -132,15 +139,13 @@ async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
         panic!("{refused}");
     };
     let counts = vec![(RequestState::Queued, 1), (RequestState::Accepted, 1)];
-    assert_eq!(groups[0].path, "analysis/top");
+    assert_eq!(groups[0].path, "an");
     let mut got = groups[0].counts.clone();
     got.sort_by_key(|(s, _)| s.as_str());
     let mut want = counts;
     want.sort_by_key(|(s, _)| s.as_str());
     assert_eq!(got, want);
-    assert!(refused
-        .to_string()
-        .contains("mssbroker cancel --group analysis/top"));
+    assert!(refused.to_string().contains("mssbroker cancel --group an"));
     assert!(
         Arc::ptr_eq(&ledger.policy(), &before),
         "a refused reload changed the policy"
@@ -152,15 +157,15 @@ async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
     let at_open = open(&db, without.clone())
         .err()
         .expect("opened with an orphan");
-    assert!(at_open.to_string().contains("analysis/top"), "{at_open}");
+    assert!(at_open.to_string().contains("group `an`"), "{at_open}");
     let (ledger, writer) = open(&db, before).unwrap();
-    let cancelled = ledger.cancel_group("analysis/top".into()).await.unwrap();
+    let cancelled = ledger.cancel_group("an".into()).await.unwrap();
     let previous: Vec<RequestState> = cancelled.iter().map(|c| c.previous).collect();
     assert_eq!(previous, [RequestState::Accepted, RequestState::Queued]);
     assert!(cancelled
         .iter()
         .all(|c| c.outcome == CancelOutcome::Cancelled));
-    assert_eq!(usage_of(&ledger, "analysis/top").await, 0);
+    assert_eq!(usage_of(&ledger, "an").await, 0);
     ledger.reload(without.clone()).await.unwrap();
     drop(ledger);
     writer.join().unwrap();
