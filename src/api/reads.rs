@@ -54,7 +54,8 @@ pub struct GroupsQuery {
 }
 
 /// The share tree with every node's target, usage under the configured model, Fair Tree rank,
-/// SAM class and cap state: the figures of `mssbroker shares`.
+/// SAM class and cap state: the figures of `mssbroker shares`; and `config`, the loaded
+/// configuration's SHA-256 and load time.
 #[utoipa::path(get, path = "/v1/groups", params(GroupsQuery), responses(
     (status = 200, body = SharesView),
     (status = 400, body = error::ErrorBody),

@@ -100,12 +100,16 @@ fn target(groups: &Value, path: &str) -> f64 {
 
 /// Submit `n` requests of `mode`; returns their ids (each must be 202).
 async fn submit_n(base: &str, prefix: &str, mode: &str, n: usize) -> Vec<i64> {
+    submit_sized(base, prefix, mode, n, 1_000).await
+}
+
+async fn submit_sized(base: &str, prefix: &str, mode: &str, n: usize, size: u64) -> Vec<i64> {
     let mut ids = Vec::new();
     for i in 0..n {
         let (status, body) = post(
             base,
             "/v1/requests",
-            &request(&format!("{prefix}-{i}"), mode, "x", 1_000),
+            &request(&format!("{prefix}-{i}"), mode, "x", size),
         )
         .await;
         assert_eq!(status, 202, "{body}");
@@ -426,4 +430,44 @@ async fn a_start_with_a_removed_groups_unfinished_requests_refuses_naming_them()
     setup.write("reprocessing = 30\n");
     let new = setup.start();
     assert!(node(&get(&new.base, "/v1/groups").await, "mc").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_group_cancels_requests_at_the_mss_through_the_adapter() {
+    // One drive, 200 virtual seconds a file at 50x: the requests wait at the MSS.
+    let sim = SimProcess::start_with(1, 50.0);
+    let setup = Setup::new(&sim.url);
+    let broker = setup.start();
+    let ids = submit_sized(&broker.base, "big", "mc", 4, 100_000_000_000).await;
+    let start = Instant::now();
+    while states_of(&setup.db, "mc").iter().any(|s| s == "accepted") {
+        assert!(start.elapsed() < Duration::from_secs(30), "not submitted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = post(
+        &broker.base,
+        "/v1/admin/cancel-group",
+        &json!({"group": "mc"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let reported = body["requests"].as_array().unwrap();
+    assert_eq!(reported.len(), ids.len(), "{body}");
+    let waiting: Vec<i64> = (reported.iter())
+        .filter(|r| r["at_mss"] == true && r["previous_state"] == "submitted")
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert!(!waiting.is_empty(), "{body}");
+    // Those waiting at the MSS are dropped there and settle cancelled; none is left unfinished.
+    let client = reqwest::Client::new();
+    let finals = wait_final(&client, &broker.base, &ids, Duration::from_secs(60)).await;
+    for r in &finals {
+        let id = r["id"].as_i64().unwrap();
+        if waiting.contains(&id) {
+            assert_eq!(r["state"], "cancelled", "{r}");
+        }
+    }
+    setup.write("reprocessing = 30\n");
+    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 200, "{body}");
 }
