@@ -431,6 +431,7 @@ pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
+#[path = "tests/reload.rs"]
 mod reload_tests;
 #[cfg(test)]
 mod tests;
