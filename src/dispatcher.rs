@@ -37,7 +37,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use mss_adapters::{MssAdapter, MssError, MssEvent, Progress, Transfer, TransferRef};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -45,6 +44,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
 use crate::ledger::{AfterSubmit, InFlight, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
+use crate::live_settings::LiveSettings;
 
 /// Most priority changes one re-prioritisation pass sends.
 const REPRIORITISE_BATCH: usize = 10_000;
@@ -72,7 +72,8 @@ pub enum Step {
 pub struct Dispatcher {
     ledger: Ledger,
     adapter: Arc<dyn MssAdapter>,
-    limiter: DefaultDirectRateLimiter,
+    /// The submit rate limit in force (a reload may change it).
+    live: Arc<LiveSettings>,
     settings: MssSettings,
     clock: Arc<dyn Clock>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -85,15 +86,14 @@ impl Dispatcher {
         ledger: Ledger,
         adapter: Arc<dyn MssAdapter>,
         settings: MssSettings,
+        live: Arc<LiveSettings>,
         clock: Arc<dyn Clock>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Dispatcher {
-        let rate = NonZeroU32::new(settings.submit_rate_per_sec).unwrap_or(NonZeroU32::MIN);
-        let burst = NonZeroU32::new(settings.submit_burst).unwrap_or(NonZeroU32::MIN);
         Dispatcher {
             ledger,
             adapter,
-            limiter: RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)),
+            live,
             settings,
             clock,
             metrics,
@@ -118,8 +118,9 @@ impl Dispatcher {
     }
 
     async fn release_loop(self: Arc<Self>) {
-        let period = self.ledger.policy().held_recheck;
         loop {
+            // Read each time: a reload may change it.
+            let period = self.ledger.policy().held_recheck;
             tokio::time::sleep(period).await;
             match self.ledger.release_held().await {
                 Ok(0) => {}
@@ -130,17 +131,21 @@ impl Dispatcher {
     }
 
     async fn reprioritise_loop(self: Arc<Self>) {
-        let Some(period) = self.ledger.policy().order.reprioritise else {
-            return;
-        };
         if !self.adapter.capabilities().reprioritize {
-            info!(
-                adapter = self.adapter.name(),
-                "the mss cannot change priorities: requests already there keep theirs"
-            );
+            if self.ledger.policy().order.reprioritise.is_some() {
+                info!(
+                    adapter = self.adapter.name(),
+                    "the mss cannot change priorities: requests already there keep theirs"
+                );
+            }
             return;
         }
         loop {
+            // Read each time: a reload may turn it on, off or change the period.
+            let Some(period) = self.ledger.policy().order.reprioritise else {
+                tokio::time::sleep(IDLE_POLL).await;
+                continue;
+            };
             tokio::time::sleep(period).await;
             match self.reprioritise_once().await {
                 Ok(0) => {}
@@ -197,7 +202,8 @@ impl Dispatcher {
         }
         let n = NonZeroU32::new(ready.len() as u32).unwrap_or(NonZeroU32::MIN);
         // Cannot fail: submit_batch is capped at the burst size when the config is validated.
-        let _ = self.limiter.until_n_ready(n).await;
+        let limiter = self.live.get().submit_limiter.clone();
+        let _ = limiter.until_n_ready(n).await;
         let transfers: Vec<Transfer> = ready.iter().map(transfer).collect();
         let started = std::time::Instant::now();
         let results = self.adapter.submit_batch(&transfers).await;

@@ -13,6 +13,7 @@ pub mod dispatcher;
 pub mod domain;
 pub mod hidden_text;
 pub mod ledger;
+pub mod live_settings;
 pub mod metrics;
 pub mod policy;
 pub mod readiness;

@@ -3,6 +3,8 @@
 //! binds (port 0 allowed) and exposes the bound address, so tests start a whole broker in three
 //! lines; `run_until_stopped` serves until the given shutdown future completes.
 
+pub mod reload;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,7 +28,9 @@ use crate::dispatcher::Dispatcher;
 use crate::dispatcher::{AdapterSettings, SimulatorSettings};
 use crate::ledger::identity::DbFile;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+use crate::live_settings::{ConfigStamp, LiveSettings};
 use crate::readiness::Readiness;
+use reload::{LoadSettings, Loaded, Reloader};
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -67,10 +71,25 @@ impl Application {
         Application::build_with_clock(settings, Arc::new(SystemClock)).await
     }
 
+    /// Build from settings given in-process: a reload puts the same settings in force again.
     pub async fn build_with_clock(
         settings: &Settings,
         clock: Arc<dyn Clock>,
     ) -> Result<Application, StartupError> {
+        let loaded = Loaded::in_process(settings.clone());
+        let again = loaded.clone();
+        let load: LoadSettings = Arc::new(move || Ok(again.clone()));
+        Application::build_reloadable(loaded, load, clock).await
+    }
+
+    /// Build from `loaded`, which `load` produced: SIGHUP and `POST /v1/admin/reload` call
+    /// `load` again (see `reload`).
+    pub async fn build_reloadable(
+        loaded: Loaded,
+        load: LoadSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Application, StartupError> {
+        let settings = &loaded.settings;
         let tokens = load_tokens(settings)?;
         for note in &settings.notes {
             warn!(note = %note, "configuration note");
@@ -85,10 +104,24 @@ impl Application {
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
         let (adapter, mss_url, simulator) = build_adapter(settings, ledger.instance()).await?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
+        let stamp = ConfigStamp {
+            origin: settings.origin.clone(),
+            sha256: loaded.sha256.clone(),
+            loaded_at_ms: clock.now_ms(),
+        };
+        let live = Arc::new(LiveSettings::new(reload::live_of(settings, stamp, None)));
+        let reloader = Reloader::new(
+            load,
+            settings.clone(),
+            live.clone(),
+            ledger.clone(),
+            clock.clone(),
+        );
         let dispatcher = Dispatcher::new(
             ledger.clone(),
             adapter.clone(),
             settings.mss.clone(),
+            live.clone(),
             clock.clone(),
             metrics.clone(),
         );
@@ -102,11 +135,11 @@ impl Application {
             ledger: ledger.clone(),
             clock: clock.clone(),
             metrics: metrics.clone(),
-            policy: settings.policy.clone(),
+            live: live.clone(),
+            reloader: Arc::new(reloader),
             limits: settings.limits.clone(),
             cancels: cancel_tx,
             tokens,
-            station_limits: api::station_limiter(&settings.limits),
             mss: adapter,
             readiness: Arc::new(readiness),
         };
@@ -137,6 +170,11 @@ impl Application {
     /// The address the API is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What reloads this broker's configuration (SIGHUP's handler calls it).
+    pub fn reloader(&self) -> Arc<dyn crate::live_settings::Reload> {
+        self.state.reloader.clone()
     }
 
     /// Base URL of the MSS in use (the embedded simulator's when it runs).

@@ -72,7 +72,8 @@ impl Caller {
         }
         let cost = std::num::NonZeroU32::new(n.min(u32::MAX as usize) as u32)
             .unwrap_or(std::num::NonZeroU32::MIN);
-        match state.station_limits.check_key_n(&self.0.name, cost) {
+        let live = state.live.get();
+        match live.station_limits.check_key_n(&self.0.name, cost) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(not_until)) => {
                 let now = governor::clock::Clock::now(&governor::clock::DefaultClock::default());
@@ -90,7 +91,7 @@ impl Caller {
                 "requests",
                 format!(
                     "a batch of {n} is more than this token's burst ({})",
-                    state.limits.station_burst
+                    live.station_rate.1
                 ),
                 1,
             )),

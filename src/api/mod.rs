@@ -2,6 +2,7 @@
 //! writer (so JSON and classification cost the writer nothing), then hand typed requests to the
 //! ledger and answer 202 only after the commit.
 
+mod admin;
 mod body_budget;
 mod caller;
 pub mod error;
@@ -24,7 +25,6 @@ use axum::Router;
 use tokio::sync::mpsc;
 
 use crate::auth::TokenTable;
-use crate::domain::PolicySettings;
 use crate::ledger::Ledger;
 use error::ApiError;
 
@@ -36,29 +36,20 @@ pub struct AppState {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// In-process metrics, exposed with the ledger's figures at `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
-    pub policy: Arc<PolicySettings>,
+    /// What a reload may change: the policy classification uses, the station rate limits, the
+    /// loaded configuration's stamp.
+    pub live: Arc<crate::live_settings::LiveSettings>,
+    /// Reloads the configuration (`POST /v1/admin/reload`).
+    pub reloader: Arc<dyn crate::live_settings::Reload>,
     pub limits: InputLimits,
     /// Ids whose cancellation the dispatcher must carry to the MSS.
     pub cancels: mpsc::UnboundedSender<i64>,
     /// `None`: authentication is off and every caller is an operator.
     pub tokens: Option<Arc<TokenTable>>,
-    /// Per station token: requests per second and burst.
-    pub station_limits: Arc<governor::DefaultKeyedRateLimiter<String>>,
     /// The MSS adapter: what it can do decides what a request may ask for.
     pub mss: Arc<dyn mss_adapters::MssAdapter>,
     /// What `/readyz` checks.
     pub readiness: Arc<crate::readiness::Readiness>,
-}
-
-/// A keyed limiter for station tokens.
-pub fn station_limiter(limits: &InputLimits) -> Arc<governor::DefaultKeyedRateLimiter<String>> {
-    let rate =
-        std::num::NonZeroU32::new(limits.station_rate_per_sec).unwrap_or(std::num::NonZeroU32::MIN);
-    let burst =
-        std::num::NonZeroU32::new(limits.station_burst).unwrap_or(std::num::NonZeroU32::MIN);
-    Arc::new(governor::RateLimiter::keyed(
-        governor::Quota::per_second(rate).allow_burst(burst),
-    ))
 }
 
 /// The API's routes and its OpenAPI document, built together from the handlers' `#[utoipa::path]`
@@ -81,6 +72,8 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
         .routes(utoipa_axum::routes!(reads::report_page))
         .routes(utoipa_axum::routes!(reads::healthz))
         .routes(utoipa_axum::routes!(reads::readyz))
+        .routes(utoipa_axum::routes!(admin::reload))
+        .routes(utoipa_axum::routes!(admin::cancel_group))
         .split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
     let document = Arc::new(api.to_json().unwrap_or_default());

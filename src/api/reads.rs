@@ -13,7 +13,7 @@ use super::responses;
 use super::AppState;
 use crate::auth::RoleKind;
 use crate::report::range::BucketRule;
-use crate::shares::view::SharesView;
+use crate::shares::view::{LoadedConfig, SharesView};
 
 /// Liveness; needs no token.
 #[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = responses::Health)))]
@@ -72,7 +72,8 @@ pub struct GroupsQuery {
 }
 
 /// The share tree with every node's target, usage under the configured model, Fair Tree rank,
-/// SAM class and cap state: the figures of `mssbroker shares`.
+/// SAM class and cap state: the figures of `mssbroker shares`; and `config`, the loaded
+/// configuration's SHA-256 and load time.
 #[utoipa::path(get, path = "/v1/groups", params(GroupsQuery), responses(
     (status = 200, body = SharesView),
     (status = 400, body = error::ErrorBody),
@@ -95,7 +96,16 @@ pub(super) async fn groups(
         None => now,
         Some(s) => crate::clock::parse_instant(s).map_err(bad)?,
     };
-    let view = state.ledger.shares(at_ms, now).await?;
+    // Under the reload gate: the figures and the stamp are of the same configuration.
+    let (gate, live) = state.live.deciding().await;
+    let mut view = state.ledger.shares(at_ms, now).await?;
+    drop(gate);
+    view.config = Some(LoadedConfig {
+        origin: live.stamp.origin.clone(),
+        sha256: live.stamp.sha256.clone(),
+        loaded_at: crate::shares::view::format_ms(live.stamp.loaded_at_ms),
+        loaded_at_ms: live.stamp.loaded_at_ms,
+    });
     Ok(Json(view).into_response())
 }
 

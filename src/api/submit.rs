@@ -15,6 +15,7 @@ use super::responses::{self, AcceptedBody, BatchBody, BatchResult};
 use super::AppState;
 use crate::auth::RoleKind;
 use crate::ledger::NewRequest;
+use crate::live_settings::Live;
 use crate::policy::{self, RequestFields};
 
 /// Check the content type and read the body.
@@ -34,8 +35,14 @@ fn json_bytes(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Resul
     body.map_err(|e| ApiError::new(e.status(), Some("body"), e.body_text()))
 }
 
-/// Classify a parsed request into what the ledger takes.
-fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewRequest, ApiError> {
+/// Classify a parsed request into what the ledger takes, under `live`'s policy (the caller
+/// holds the reload gate until the ledger answered: the writer decides with the same policy).
+fn prepare(
+    state: &AppState,
+    live: &Live,
+    input: RequestInput,
+    prefix: &str,
+) -> Result<NewRequest, ApiError> {
     let fields = RequestFields {
         access_mode: &input.access_mode,
         physics_group: &input.physics_group,
@@ -43,10 +50,10 @@ fn prepare(state: &AppState, input: RequestInput, prefix: &str) -> Result<NewReq
         user: &input.user,
         file: &input.file,
     };
-    let group = policy::classify(&state.policy, &fields)
+    let group = policy::classify(&live.policy, &fields)
         .map_err(|e| ApiError::field(&format!("{prefix}physics_group"), e.to_string()))?;
     mss_can_take(state.mss.as_ref(), &input, prefix)?;
-    let benefit = policy::benefit(&state.policy, &input.access_mode, input.size_bytes);
+    let benefit = policy::benefit(&live.policy, &input.access_mode, input.size_bytes);
     Ok(NewRequest {
         station: input.station,
         client_request_id: input.client_request_id,
@@ -135,8 +142,10 @@ pub(super) async fn submit_one(
     let bytes = json_bytes(&headers, body)?;
     let input = RequestInput::from_slice(&bytes, &state.limits)?;
     caller.may_submit_for(&input.station, "station")?;
-    let item = prepare(&state, input, "")?;
+    let (gate, live) = state.live.deciding().await;
+    let item = prepare(&state, &live, input, "")?;
     let mut accepted = state.ledger.accept(vec![item]).await?;
+    drop(gate);
     let a = accepted.pop().ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -168,6 +177,7 @@ pub(super) async fn submit_batch(
     caller.charge(&state, items.len())?;
     let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
+    let (gate, live) = state.live.deciding().await;
     for (i, raw) in items.iter().enumerate() {
         let prefix = format!("requests[{i}].");
         let parsed = RequestInput::from_slice_at(raw.get().as_bytes(), &state.limits, &prefix);
@@ -176,7 +186,7 @@ pub(super) async fn submit_batch(
         if let Some(station) = station_of(&parsed, raw) {
             caller.may_submit_for(&station, &format!("{prefix}station"))?;
         }
-        match parsed.and_then(|input| prepare(&state, input, &prefix)) {
+        match parsed.and_then(|input| prepare(&state, &live, input, &prefix)) {
             Ok(item) => {
                 valid.push(item);
                 results.push(None);
@@ -189,6 +199,7 @@ pub(super) async fn submit_batch(
     }
     let accepted_count = valid.len();
     let mut accepted = state.ledger.accept(valid).await?.into_iter();
+    drop(gate);
     let results: Vec<BatchResult> = results
         .into_iter()
         .map(|r| match r {

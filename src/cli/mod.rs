@@ -13,6 +13,7 @@ use crate::telemetry;
 
 mod backup;
 mod bench;
+mod cancel;
 mod client;
 mod mss_sim;
 mod reports;
@@ -60,6 +61,8 @@ enum Command {
         #[arg(long)]
         db: Option<PathBuf>,
     },
+    /// Cancel every unfinished request of a group at a running broker (operator token).
+    Cancel(cancel::CancelArgs),
     /// Submit a request (from flags, or a JSON file) to a running broker.
     Submit(SubmitArgs),
     /// Show a request of a running broker.
@@ -127,6 +130,7 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve { config, listen, db } => serve(config, listen, db).await,
         Command::Submit(args) => submit(args).await,
+        Command::Cancel(args) => cancel::run(args).await,
         Command::Status { id, url, token } => {
             let resp = with_token(
                 reqwest::Client::new()

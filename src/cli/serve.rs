@@ -1,21 +1,34 @@
 //! `mssbroker serve`: the broker itself, with its signals (SIGTERM and Ctrl-C stop it, SIGHUP
-//! is logged and ignored).
+//! reloads the configuration: see `reload`).
 
 use crate::config::{layers, ConfigError};
+use crate::live_settings::Reload;
+use crate::startup::reload::{LoadSettings, Loaded};
 use crate::startup::Application;
 use anyhow::Context;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 pub(super) async fn serve(
     config: Option<PathBuf>,
     listen: Option<SocketAddr>,
     db: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let loaded = match super::layers(listen, db).and_then(|l| layers::load(config.as_deref(), &l)) {
-        Ok(loaded) => loaded,
+    // The one way the configuration is loaded, at start and at every reload: the file, the
+    // environment as it was at start, then the flags.
+    let over = match super::layers(listen, db) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let load: LoadSettings = Arc::new(move || Loaded::file(config.as_deref(), &over));
+    let loaded = match load() {
+        Ok(l) => l,
         Err(
             e @ (ConfigError::Invalid { .. }
             | ConfigError::Syntax { .. }
@@ -28,18 +41,20 @@ pub(super) async fn serve(
     for s in (loaded.sources.iter()).filter(|s| !matches!(s.source, layers::Source::File(_))) {
         tracing::info!(key = %s.key, source = %s.source, "configuration value from outside the file");
     }
-    let settings = loaded.settings;
+    let settings = loaded.settings.clone();
     // Before anything can take long: from here on SIGHUP no longer kills the process.
-    carry_on_after_sighup()?;
+    let hangups = hangups()?;
     match crate::server::fds::raise_nofile() {
         Ok((before, after)) => {
             tracing::info!(before, after, "file-descriptor limit (soft RLIMIT_NOFILE)")
         }
         Err(e) => tracing::warn!(error = %e, "cannot raise the file-descriptor limit"),
     }
-    let app = Application::build(&settings)
+    let clock = Arc::new(crate::clock::SystemClock);
+    let app = Application::build_reloadable(loaded, load, clock)
         .await
         .with_context(|| format!("cannot start with {}", settings.origin))?;
+    reload_on_sighup(hangups, app.reloader());
     banner(&format!(
         "mssbroker listening on http://{}\nmss at {} (config {}, database {})\n",
         app.local_addr(),
@@ -58,22 +73,44 @@ pub(super) fn banner(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// Install the SIGHUP handler: it will trigger a configuration reload; until then it logs and
-/// the broker carries on (without one, SIGHUP's default action ends the process).
-fn carry_on_after_sighup() -> anyhow::Result<()> {
+#[cfg(unix)]
+type Hangups = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangups = ();
+
+/// Install the SIGHUP handler (without one, SIGHUP's default action ends the process); a
+/// SIGHUP that comes before the broker is built is kept and reloads once it is.
+fn hangups() -> anyhow::Result<Hangups> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+        signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")
+    }
+    #[cfg(not(unix))]
+    Ok(())
+}
+
+/// Each SIGHUP reloads the configuration; the outcome is logged (`Reloader::reload`). The task
+/// holds the reloader weakly: it holds a ledger handle, and the writer ends (so a SIGTERM can
+/// finish) only once every handle is gone with the router.
+fn reload_on_sighup(hangups: Hangups, reloader: Arc<dyn Reload>) {
+    #[cfg(unix)]
+    {
+        let mut hup = hangups;
+        let reloader = Arc::downgrade(&reloader);
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                tracing::warn!(
-                    "SIGHUP received; configuration reload is not implemented yet, carrying on"
-                );
+                tracing::info!("SIGHUP received; reloading the configuration");
+                let Some(reloader) = reloader.upgrade() else {
+                    tracing::warn!("the broker is stopping; SIGHUP ignored");
+                    return;
+                };
+                let _ = reloader.reload("SIGHUP").await;
             }
         });
     }
-    Ok(())
+    #[cfg(not(unix))]
+    let _ = (hangups, reloader);
 }
 
 /// Completes on Ctrl-C or SIGTERM.

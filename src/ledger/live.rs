@@ -18,14 +18,17 @@ use crate::shares::UsageBook;
 
 /// The writer's memory as of its latest commit.
 pub(super) struct Memory {
+    /// The policy the writer decides with: the usage and queues are indexed by its groups.
+    pub policy: Arc<PolicySettings>,
     usage: UsageBook,
     queues: Queues,
 }
 
 /// Where the writer publishes its memory.
-#[derive(Default)]
 pub(super) struct Published {
     latest: Mutex<Option<Arc<Memory>>>,
+    /// The policy of the latest memory (the one given at open until the writer loaded).
+    policy: Mutex<Arc<PolicySettings>>,
     /// Held by the writer from the start of a transaction until its memory is published (or
     /// the transaction rolled back), and by a question while it opens its read snapshot and
     /// takes the memory: so the rows a question reads and the memory it places them with are
@@ -35,14 +38,27 @@ pub(super) struct Published {
 }
 
 impl Published {
-    pub fn publish(&self, usage: &UsageBook, queues: &Queues) {
+    pub fn new(policy: Arc<PolicySettings>) -> Published {
+        Published {
+            latest: Mutex::new(None),
+            policy: Mutex::new(policy),
+            gate: Mutex::new(()),
+        }
+    }
+
+    pub fn publish(&self, policy: &Arc<PolicySettings>, usage: &UsageBook, queues: &Queues) {
         let memory = Arc::new(Memory {
+            policy: policy.clone(),
             usage: usage.clone(),
             queues: queues.clone(),
         });
         if let Ok(mut latest) = self.latest.lock() {
             *latest = Some(memory);
         }
+        *self
+            .policy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = policy.clone();
     }
 
     /// The writer's side of the gate, held across a transaction and its publish.
@@ -63,6 +79,14 @@ impl Published {
         let tx = c.unchecked_transaction()?;
         tx.query_row("SELECT COUNT(*) FROM sqlite_master", [], |_| Ok(()))?;
         Ok((tx, self.latest()))
+    }
+
+    /// The policy of the latest memory.
+    pub fn policy(&self) -> Arc<PolicySettings> {
+        self.policy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// The latest memory (`None` only before the writer loaded).
@@ -93,11 +117,11 @@ impl Memory {
 /// walk of the queue.
 pub(super) fn explain_queued(
     c: &Connection,
-    policy: &PolicySettings,
     memory: &Memory,
     id: i64,
     now: i64,
 ) -> rusqlite::Result<Option<QueuedPlacement>> {
+    let policy = &*memory.policy;
     let candidate = c
         .prepare_cached(&format!(
             "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE id = ?1 AND state = 'queued'"
@@ -120,11 +144,11 @@ pub(super) fn explain_queued(
 /// Their charge is already in the usage, so they are placed with no benefit of their own.
 pub(super) fn reprioritise(
     c: &Connection,
-    policy: &PolicySettings,
     memory: &Memory,
     max: usize,
     now: i64,
 ) -> rusqlite::Result<Vec<NewPriority>> {
+    let policy = &*memory.policy;
     let mut stmt = c.prepare_cached(&format!(
         "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class, mss_id, file FROM requests \
          WHERE state IN ('submitted', 'running') AND state = 'submitted' \

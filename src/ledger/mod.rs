@@ -46,6 +46,7 @@ pub use types::{
     NoObserver, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras, SubmittedTransfer,
 };
 use writer::Command;
+pub use writer::{GroupCancel, RemovedGroup, RemovedGroups};
 
 /// Why the ledger could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +69,10 @@ pub enum LedgerError {
         found: i64,
         known: i64,
     },
+    /// The configuration leaves out groups that still have unfinished requests (at start or at
+    /// a reload): they would be orphaned.
+    #[error("{0}")]
+    RemovedGroups(RemovedGroups),
     /// Another process writes this database (its lock file is locked).
     #[error("the database {path} is in use by another broker (pid {holder}; lock file {lock})")]
     Locked {
@@ -90,7 +95,6 @@ pub struct Ledger {
     reads: Arc<read::ReadPool>,
     /// Notified after a commit that made requests ready to submit.
     ready: Arc<Notify>,
-    policy: Arc<PolicySettings>,
     instance: Arc<str>,
     /// The latest ranking of the held queue, for explain's positions.
     ranker: Arc<rank::Ranker>,
@@ -117,7 +121,7 @@ impl Ledger {
         })?;
         let ready = Arc::new(Notify::new());
         let (tx, rx) = mpsc::channel(options.commit_batch_max.max(64));
-        let published = Arc::new(live::Published::default());
+        let published = Arc::new(live::Published::new(policy.clone()));
         let state = writer::Writer::load(
             conn,
             policy.clone(),
@@ -144,7 +148,6 @@ impl Ledger {
                 tx,
                 reads,
                 ready,
-                policy,
                 instance: instance.into(),
                 ranker: Arc::default(),
                 clock,
@@ -155,8 +158,9 @@ impl Ledger {
         ))
     }
 
-    pub fn policy(&self) -> &Arc<PolicySettings> {
-        &self.policy
+    /// The policy the writer decides with now (a reload changes it between two commits).
+    pub fn policy(&self) -> Arc<PolicySettings> {
+        self.published.policy()
     }
 
     /// This database's random identity, made when it was created: names the broker's
@@ -292,12 +296,12 @@ impl Ledger {
         let asked = std::time::Instant::now();
         let before = self.memory()?;
         let published = self.published.clone();
-        let (policy, now) = (self.policy.clone(), self.clock.now_ms());
+        let now = self.clock.now_ms();
         let live = self
             .reads
             .run(move |c| {
                 let (tx, memory) = published.snapshot(c)?;
-                live::explain_queued(&tx, &policy, &memory.unwrap_or(before), id, now)
+                live::explain_queued(&tx, &memory.unwrap_or(before), id, now)
             })
             .await?;
         let Some(live) = live else {
@@ -317,13 +321,13 @@ impl Ledger {
     pub async fn reprioritise(&self, max: usize) -> Result<Vec<NewPriority>, LedgerError> {
         let before = self.memory()?;
         let published = self.published.clone();
-        let (policy, now) = (self.policy.clone(), self.clock.now_ms());
+        let now = self.clock.now_ms();
         self.reads
             .run(move |c| {
                 // The rows and the memory of one commit: a request committed after the memory
                 // was taken would otherwise be placed without its group's charge.
                 let (tx, memory) = published.snapshot(c)?;
-                live::reprioritise(&tx, &policy, &memory.unwrap_or(before), max, now)
+                live::reprioritise(&tx, &memory.unwrap_or(before), max, now)
             })
             .await
     }
@@ -333,15 +337,34 @@ impl Ledger {
         self.published.latest().ok_or(LedgerError::Closed)
     }
 
-    /// Usage and queue priorities now, for a ranking built off the writer.
-    fn rank_inputs(&self) -> Result<RankInputs, LedgerError> {
-        Ok(self.memory()?.rank_inputs(self.clock.now_ms()))
+    /// Usage and queue priorities now, and the policy they are indexed by, for a ranking built
+    /// off the writer.
+    fn rank_inputs(&self) -> Result<(RankInputs, Arc<PolicySettings>), LedgerError> {
+        let memory = self.memory()?;
+        Ok((
+            memory.rank_inputs(self.clock.now_ms()),
+            memory.policy.clone(),
+        ))
     }
 
     /// Record priorities the MSS has taken.
     pub async fn reprioritised(&self, items: Vec<NewPriority>) -> Result<usize, LedgerError> {
         self.call(|reply| Command::Reprioritised { items, reply })
             .await
+    }
+
+    /// Cancel every unfinished request of group `path` (configured or not), each as `cancel`
+    /// does: the ones at the MSS come back `Requested`, for the dispatcher to carry there.
+    pub async fn cancel_group(&self, path: String) -> Result<Vec<GroupCancel>, LedgerError> {
+        self.call(|reply| Command::CancelGroup { path, reply })
+            .await
+    }
+
+    /// Decide with `policy` from the next commit on (see `writer::Writer::reload`): refused,
+    /// changing nothing, with `RemovedGroups` when it leaves out a group with unfinished
+    /// requests.
+    pub async fn reload(&self, policy: Arc<PolicySettings>) -> Result<(), LedgerError> {
+        self.call(|reply| Command::Reload { policy, reply }).await
     }
 
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {
@@ -387,7 +410,7 @@ impl Ledger {
 
     /// The ledger's figures now, for the Prometheus exposition (`metrics` encodes them).
     pub async fn metric_figures(&self, now_ms: i64) -> Result<MetricFigures, LedgerError> {
-        let policy = self.policy.clone();
+        let policy = self.policy();
         self.reads
             .run(move |c| history::metric_figures(c, &policy, now_ms))
             .await
@@ -401,7 +424,7 @@ impl Ledger {
         diagnose_at_ms: i64,
         now_ms: i64,
     ) -> Result<ReportFigures, LedgerError> {
-        let policy = self.policy.clone();
+        let policy = self.policy();
         self.reads
             .run(move |c| history::report_figures(c, &policy, hours, diagnose_at_ms, now_ms))
             .await
@@ -410,7 +433,7 @@ impl Ledger {
     /// The share view at `at_ms`, from the committed aggregates (`now_ms`: the present; an
     /// earlier `at_ms` is replayed from the requests).
     pub async fn shares(&self, at_ms: i64, now_ms: i64) -> Result<SharesView, LedgerError> {
-        let policy = self.policy.clone();
+        let policy = self.policy();
         self.reads
             .run(move |c| history::read_shares(c, &policy, at_ms, now_ms))
             .await
@@ -434,5 +457,8 @@ pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
     }
 }
 
+#[cfg(test)]
+#[path = "tests/reload.rs"]
+mod reload_tests;
 #[cfg(test)]
 mod tests;

@@ -109,8 +109,7 @@ impl Ledger {
     /// Rank the queue now. The caller holds `building`.
     async fn build_ranking(&self) -> Result<Arc<Built>, LedgerError> {
         let started = Instant::now();
-        let inputs = self.rank_inputs()?;
-        let policy = self.policy.clone();
+        let (inputs, policy) = self.rank_inputs()?;
         let ranking = self
             .reads
             .run(move |conn| {

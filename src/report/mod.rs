@@ -184,7 +184,7 @@ pub async fn read(ledger: &Ledger, range: ReportRange, now_ms: i64) -> Result<Re
     let figures = ledger
         .report_figures(range.hours(), range.diagnose_at(now_ms), now_ms)
         .await?;
-    Ok(from_figures(ledger.policy(), figures, range))
+    Ok(from_figures(&ledger.policy(), figures, range))
 }
 
 /// A report over `range` from a database opened read-only.

@@ -42,6 +42,22 @@ pub struct SharesView {
     /// One per node of the share tree, depth first in configuration order.
     pub groups: Vec<NodeRow>,
     pub priority_classes: Vec<ClassRow>,
+    /// The configuration these figures are for: served by `GET /v1/groups`, absent where the
+    /// view is built without a running broker (`mssbroker shares`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<LoadedConfig>,
+}
+
+/// Which configuration a running broker has loaded, and when (start-up or its latest reload).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LoadedConfig {
+    /// Where it was read from.
+    pub origin: String,
+    /// SHA-256 of the configuration file's bytes as read, lower-case hex.
+    pub sha256: String,
+    /// When it was loaded, RFC 3339 UTC, and the same in epoch milliseconds.
+    pub loaded_at: String,
+    pub loaded_at_ms: i64,
 }
 
 /// One node of the share tree.
@@ -181,6 +197,7 @@ pub fn build(
         fair_share_usage: fair_total as f64 / unit,
         groups,
         priority_classes,
+        config: None,
     }
 }
 

@@ -83,6 +83,7 @@ async fn every_role_on_every_endpoint() {
     let mut a2 = a.clone();
     a2["client_request_id"] = json!("r2");
     let batch_a = json!({"requests": [a2]});
+    let cancel_group = json!({"group": "reprocessing"});
 
     // (method, path, body, [none, unknown, station a, station b, mss, reader, operator])
     let table: Vec<(&str, &str, Option<&Value>, [u16; 7])> = vec![
@@ -123,6 +124,18 @@ async fn every_role_on_every_endpoint() {
             [401, 401, 409, 404, 403, 403, 409],
         ),
         ("DELETE", &req_path, None, [401, 401, 0, 404, 403, 403, 0]),
+        (
+            "POST",
+            "/v1/admin/reload",
+            Some(&empty),
+            [401, 401, 403, 403, 403, 403, 200],
+        ),
+        (
+            "POST",
+            "/v1/admin/cancel-group",
+            Some(&cancel_group),
+            [401, 401, 403, 403, 403, 403, 200],
+        ),
     ];
     let callers = [
         None,

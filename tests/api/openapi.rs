@@ -33,6 +33,8 @@ async fn the_served_document_matches_the_router() {
         ("GET", "/report"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
+        ("POST", "/v1/admin/reload"),
+        ("POST", "/v1/admin/cancel-group"),
     ]
     .iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))

@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use super::idempotency::Idempotency;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
+use super::removed::removed_groups;
 use super::state::WriterState;
 use super::Writer;
 use crate::clock::Clock;
@@ -24,6 +25,7 @@ use crate::shares::{UsageBook, UsageLookup};
 
 impl Writer {
     /// Make sure every configured group has a row, and load usage from the stored aggregates.
+    /// Refuses a configuration that leaves out a group with unfinished requests.
     pub fn load(
         mut conn: Connection,
         policy: Arc<PolicySettings>,
@@ -32,33 +34,11 @@ impl Writer {
         (ready, published): (Arc<Notify>, Arc<Published>),
     ) -> Result<Writer, LedgerError> {
         let file = identity::DbFile::of(&options.path)?;
-        add_groups(&mut conn, &policy)?;
-        let now = clock.now_ms();
-        let usage = load_usage(&mut conn, &policy, now)?;
-        let held = usage::group_counts(&conn, &policy)?
-            .into_iter()
-            .map(|c| c.held)
-            .collect();
-        // Uses the partial index on in-flight requests.
-        let priority_waiting: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
-             AND state = 'submitted' AND class = 'priority'",
-            [],
-            |r| r.get(0),
-        )?;
+        refuse_removed_groups(&conn, &policy)?;
         let idempotency = load_idempotency(&conn)?;
-        info!(fair_total = %usage.at(now).fair_total(), model = policy.usage_model.name(),
-            requests = idempotency.len(), "ledger usage loaded");
-        let order = load_order_state(&conn, &policy)?;
-        if !order.0.is_empty() {
-            info!(
-                queued = order.0.len(),
-                mode = policy.order.release.mode.name(),
-                "held release queue loaded"
-            );
-        }
-        let state = WriterState::new(usage, held, priority_waiting, order, idempotency);
-        published.publish(&state.usage, &state.queues);
+        info!(requests = idempotency.len(), "idempotency keys loaded");
+        let state = load_state(&mut conn, &policy, clock.now_ms(), idempotency)?;
+        published.publish(&policy, &state.usage, &state.queues);
         Ok(Writer {
             conn,
             policy,
@@ -72,6 +52,90 @@ impl Writer {
             file,
         })
     }
+
+    /// Decide with `policy` from the next commit on. Run between two commits: the memory is
+    /// rebuilt from the committed rows and aggregates as start-up builds it (every structure
+    /// indexed by group id is built anew for the new groups, by path), then swapped in whole
+    /// and published. Refused, changing nothing, when the policy leaves out a group with
+    /// unfinished requests or the memory cannot be read.
+    pub fn reload(&mut self, policy: Arc<PolicySettings>) -> Result<(), LedgerError> {
+        refuse_removed_groups(&self.conn, &policy)?;
+        let idempotency = std::mem::take(&mut self.state.idempotency);
+        let loaded = load_state(
+            &mut self.conn,
+            &policy,
+            self.clock.now_ms(),
+            Idempotency::default(),
+        );
+        let mut state = match loaded {
+            Ok(state) => state,
+            Err(e) => {
+                self.state.idempotency = idempotency;
+                return Err(e);
+            }
+        };
+        // Keyed by request id and fingerprint, not by group: carried over as it is.
+        state.idempotency = idempotency;
+        let _gate = self.published.gate();
+        self.state = state;
+        self.policy = policy;
+        self.published
+            .publish(&self.policy, &self.state.usage, &self.state.queues);
+        info!(
+            groups = self.policy.groups.len(),
+            "ledger writer reloaded its policy"
+        );
+        Ok(())
+    }
+}
+
+/// The groups left out of `policy` that still have unfinished requests, as an error.
+fn refuse_removed_groups(conn: &Connection, policy: &PolicySettings) -> Result<(), LedgerError> {
+    let removed = removed_groups(conn, policy)?;
+    if removed.0.is_empty() {
+        return Ok(());
+    }
+    Err(LedgerError::RemovedGroups(removed))
+}
+
+/// The writer's memory for `policy`, from the rows and aggregates (`idempotency` is not group
+/// indexed: the caller loads or keeps it).
+fn load_state(
+    conn: &mut Connection,
+    policy: &PolicySettings,
+    now: i64,
+    idempotency: Idempotency,
+) -> Result<WriterState, LedgerError> {
+    add_groups(conn, policy)?;
+    let usage = load_usage(conn, policy, now)?;
+    let held = usage::group_counts(conn, policy)?
+        .into_iter()
+        .map(|c| c.held)
+        .collect();
+    // Uses the partial index on in-flight requests.
+    let priority_waiting: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
+         AND state = 'submitted' AND class = 'priority'",
+        [],
+        |r| r.get(0),
+    )?;
+    info!(fair_total = %usage.at(now).fair_total(), model = policy.usage_model.name(),
+        "ledger usage loaded");
+    let order = load_order_state(conn, policy)?;
+    if !order.0.is_empty() {
+        info!(
+            queued = order.0.len(),
+            mode = policy.order.release.mode.name(),
+            "held release queue loaded"
+        );
+    }
+    Ok(WriterState::new(
+        usage,
+        held,
+        priority_waiting,
+        order,
+        idempotency,
+    ))
 }
 
 /// A row for every configured group; a warning for stored usage of a group no longer

@@ -13,6 +13,7 @@ mod accept;
 mod idempotency;
 mod load;
 mod release;
+mod removed;
 mod settle;
 mod state;
 
@@ -23,6 +24,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, error};
 
 pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
+pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
 use super::live::Published;
@@ -108,6 +110,17 @@ pub(in crate::ledger) enum Command {
         items: Vec<NewPriority>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
+    /// Cancel every unfinished request of a group.
+    CancelGroup {
+        path: String,
+        reply: oneshot::Sender<Result<Vec<GroupCancel>, LedgerError>>,
+    },
+    /// Decide with another policy from the next commit on: run between two commits, never in
+    /// one (see `Writer::reload`).
+    Reload {
+        policy: Arc<PolicySettings>,
+        reply: oneshot::Sender<Result<(), LedgerError>>,
+    },
     /// Nothing to do: keeps the writer's heartbeat when there is no traffic.
     Tick {
         reply: oneshot::Sender<Result<(), LedgerError>>,
@@ -171,6 +184,12 @@ enum Reply {
         oneshot::Sender<Result<CancelOutcome, LedgerError>>,
         CancelOutcome,
     ),
+    Group(
+        oneshot::Sender<Result<Vec<GroupCancel>, LedgerError>>,
+        Vec<GroupCancel>,
+    ),
+    /// Answered already.
+    Sent,
 }
 
 impl Reply {
@@ -183,6 +202,8 @@ impl Reply {
             Reply::Lost(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Count(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Cancel(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Group(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Sent => Ok(()),
         };
     }
 
@@ -195,6 +216,8 @@ impl Reply {
             Reply::Lost(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Count(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Cancel(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Group(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Sent => Ok(()),
         };
     }
 }
@@ -264,6 +287,17 @@ impl Txn<'_, '_> {
                     Reply::Cancel(tx, o)
                 })
             }
+            Command::CancelGroup { path, reply: tx } => {
+                reply(self.cancel_group(&path), Vec::new(), |v| {
+                    Reply::Group(tx, v)
+                })
+            }
+            // `run` takes reloads out of a group before it is applied; one here is refused.
+            Command::Reload { reply, .. } => {
+                let why = "a reload cannot run inside a transaction".to_string();
+                let _ = reply.send(Err(LedgerError::Storage(why)));
+                (Reply::Sent, Ok(()))
+            }
         }
     }
 }
@@ -299,11 +333,37 @@ impl Writer {
         while let Some(first) = rx.blocking_recv() {
             let commands = self.gather(first, &mut rx, last);
             last = commands.len();
-            if self.commit_group(commands) {
+            if self.commit_around_reloads(commands) {
                 heartbeat.beat();
             }
         }
         debug!("ledger writer stopped");
+    }
+
+    /// Commit `commands` as one group, unless a reload is among them: then what came before it
+    /// is committed under the old policy, the reload runs, and what came after is committed
+    /// under the new one. A commit never sees half of each. True when the writer answered (the
+    /// heartbeat `/readyz` reads).
+    fn commit_around_reloads(&mut self, commands: Vec<Command>) -> bool {
+        let mut group = Vec::with_capacity(commands.len());
+        let mut answered = false;
+        for command in commands {
+            match command {
+                Command::Reload { policy, reply } => {
+                    if !group.is_empty() {
+                        answered |= self.commit_group(std::mem::take(&mut group));
+                    }
+                    let outcome = self.reload(policy);
+                    answered |= outcome.is_ok();
+                    let _ = reply.send(outcome);
+                }
+                other => group.push(other),
+            }
+        }
+        if !group.is_empty() {
+            answered |= self.commit_group(group);
+        }
+        answered
     }
 
     /// Take what is waiting. Under load, callers answered by the last commit send again within
@@ -383,7 +443,7 @@ impl Writer {
             Ok(()) => {
                 self.state.keep();
                 self.published
-                    .publish(&self.state.usage, &self.state.queues);
+                    .publish(&self.policy, &self.state.usage, &self.state.queues);
                 drop(gate);
                 for (reply, traced) in replies.iter().zip(&traced) {
                     log_committed(reply, traced);

@@ -1,0 +1,175 @@
+//! `Ledger::reload` and `cancel_group` against a real SQLite file: the writer's memory is
+//! rebuilt by path for a reordered tree (a queued request released after the reload is charged
+//! to its own group), and a policy that leaves out a group with unfinished requests is refused
+//! at reload and at open until the group's requests are cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mss_adapters::Direction;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::config::Settings;
+use crate::domain::RetrySettings;
+
+const SHARES: &str = "mc = 3\nan = 1\n";
+
+fn config(shares: &str) -> Arc<PolicySettings> {
+    let text = format!(
+        "[policy]\np_front = 20\np_back = 10\n[release]\nmode = \"held\"\nlimit = 1\n\
+         [shares]\n{shares}[mss]\nadapter = \"http\"\nurl = \"http://127.0.0.1:1\"\n"
+    );
+    Settings::parse(&text, "test").unwrap().policy
+}
+
+fn open(
+    path: &std::path::Path,
+    policy: Arc<PolicySettings>,
+) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
+    let options = LedgerOptions {
+        path: path.to_path_buf(),
+        commit_batch_max: 64,
+        retry: RetrySettings {
+            max_attempts: 2,
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(1000),
+        },
+        metrics: Arc::new(NoObserver),
+    };
+    Ledger::open(&options, policy, Arc::new(ManualClock::new(1_000_000)))
+}
+
+/// A request classified under `policy`.
+fn item(policy: &PolicySettings, crid: &str, mode: &str, group: &str) -> NewRequest {
+    let fields = crate::policy::RequestFields {
+        access_mode: mode,
+        physics_group: group,
+        station: "st1",
+        user: "u",
+        file: "/f",
+    };
+    NewRequest {
+        station: "st1".into(),
+        client_request_id: crid.into(),
+        user: "u".into(),
+        file: format!("/pnfs/{crid}"),
+        size_bytes: 1_000,
+        access_mode: mode.into(),
+        physics_group: group.into(),
+        volume: None,
+        direction: Direction::Read,
+        group: crate::policy::classify(policy, &fields).unwrap(),
+        benefit: crate::policy::benefit(policy, mode, 1_000),
+        extras: Default::default(),
+    }
+}
+
+async fn usage_of(ledger: &Ledger, path: &str) -> u128 {
+    let rows = ledger.groups().await.unwrap();
+    rows.iter().find(|r| r.path == path).map_or(0, |r| r.usage)
+}
+
+#[tokio::test]
+async fn a_reordered_tree_keeps_every_figure_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let before = config(SHARES);
+    let (ledger, writer) = open(&db, before.clone()).unwrap();
+    // One slot: mc-1 is released within its own commit (its answer still says queued: read it
+    // back), top-1 waits in the held queue.
+    let first = ledger
+        .accept(vec![item(&before, "mc-1", "mc", "x")])
+        .await
+        .unwrap();
+    let queued = (ledger.accept(vec![item(&before, "top-1", "an", "x")]).await).unwrap();
+    let state = |r: Option<RequestRecord>| r.unwrap().state;
+    assert_eq!(
+        state(ledger.request(first[0].id).await.unwrap()),
+        RequestState::Accepted
+    );
+    assert_eq!(
+        state(ledger.request(queued[0].id).await.unwrap()),
+        RequestState::Queued
+    );
+    assert_eq!(usage_of(&ledger, "mc").await, 1_000);
+
+    // Reordered, with a new group: the ids change
+    // (a queue left with the old ids would charge top-1 to `new`, which now has an's old id).
+    let after = config("an = 1\nnew = 5\nmc = 3\n");
+    assert_eq!(after.group_by_path("new"), before.group_by_path("an"));
+    assert_ne!(after.group_by_path("mc"), before.group_by_path("mc"));
+    ledger.reload(after.clone()).await.unwrap();
+    assert!(Arc::ptr_eq(&ledger.policy(), &after));
+    // Freeing the slot releases top-1 from the rebuilt queue, charged to its own path.
+    assert_eq!(
+        ledger.cancel(first[0].id).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let released = ledger.request(queued[0].id).await.unwrap().unwrap();
+    assert_eq!(released.state, RequestState::Accepted);
+    assert_eq!(usage_of(&ledger, "an").await, 1_000);
+    assert_eq!(usage_of(&ledger, "mc").await, 0);
+    assert_eq!(usage_of(&ledger, "new").await, 0);
+    // A request classified under the new policy goes to its group.
+    let new = ledger
+        .accept(vec![item(&after, "new-1", "new", "x")])
+        .await
+        .unwrap();
+    assert_eq!(new[0].group, "new");
+    drop(ledger);
+    writer.join().unwrap();
+}
+
+#[tokio::test]
+async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let before = config(SHARES);
+    let (ledger, writer) = open(&db, before.clone()).unwrap();
+    for crid in ["top-1", "top-2"] {
+        ledger
+            .accept(vec![item(&before, crid, "an", "x")])
+            .await
+            .unwrap();
+    }
+    let without = config("mc = 3\n");
+    let refused = ledger.reload(without.clone()).await.unwrap_err();
+    let LedgerError::RemovedGroups(RemovedGroups(groups)) = &refused else {
+        panic!("{refused}");
+    };
+    let counts = vec![(RequestState::Queued, 1), (RequestState::Accepted, 1)];
+    assert_eq!(groups[0].path, "an");
+    let mut got = groups[0].counts.clone();
+    got.sort_by_key(|(s, _)| s.as_str());
+    let mut want = counts;
+    want.sort_by_key(|(s, _)| s.as_str());
+    assert_eq!(got, want);
+    assert!(refused.to_string().contains("mssbroker cancel --group an"));
+    assert!(
+        Arc::ptr_eq(&ledger.policy(), &before),
+        "a refused reload changed the policy"
+    );
+    drop(ledger);
+    writer.join().unwrap();
+
+    // At open too, naming the group; then with the old policy, cancel and reload.
+    let at_open = open(&db, without.clone())
+        .err()
+        .expect("opened with an orphan");
+    assert!(at_open.to_string().contains("group `an`"), "{at_open}");
+    let (ledger, writer) = open(&db, before).unwrap();
+    let cancelled = ledger.cancel_group("an".into()).await.unwrap();
+    let previous: Vec<RequestState> = cancelled.iter().map(|c| c.previous).collect();
+    assert_eq!(previous, [RequestState::Accepted, RequestState::Queued]);
+    assert!(cancelled
+        .iter()
+        .all(|c| c.outcome == CancelOutcome::Cancelled));
+    assert_eq!(usage_of(&ledger, "an").await, 0);
+    ledger.reload(without.clone()).await.unwrap();
+    drop(ledger);
+    writer.join().unwrap();
+    let reopened = open(&db, without).unwrap();
+    drop(reopened.0);
+    reopened.1.join().unwrap();
+}

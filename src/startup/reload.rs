@@ -1,0 +1,431 @@
+//! Reloading the configuration without a restart (SIGHUP and `POST /v1/admin/reload`): the
+//! file is read again through the same loader `serve` started with (the seam: whatever layers
+//! it merges), validated as at start-up, compared with what cannot change live, and its live
+//! part put in force in one step: the ledger writer takes the new policy between two commits
+//! (`Ledger::reload`), then [`LiveSettings`] is swapped while no request is being classified.
+//! A refusal changes nothing and says why, naming the key.
+//!
+//! What cannot change live (a restart does): `[server]` (the listener and the HTTP server are
+//! built once), `[database]`, `[auth] token_file`, `[mss]` but its submit rate and burst (the
+//! adapter and its table, timeouts, retries, batch size, event wait, staleness), and `[limits]`
+//! but the station rate and burst (body sizes and the body budget are built into the router).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use crate::api::InputLimits;
+use crate::clock::Clock;
+use crate::config::layers::{self, Layers, Sourced};
+use crate::config::{ConfigError, Settings, DEFAULT_PATH, EMBEDDED};
+use crate::dispatcher::MssSettings;
+use crate::ledger::{Ledger, LedgerError};
+use crate::live_settings::{ConfigStamp, Live, LiveSettings};
+use crate::live_settings::{Refusal, Reload, ReloadRefused, Reloaded};
+
+/// A loaded configuration and the SHA-256 of the file bytes it came from.
+#[derive(Clone)]
+pub struct Loaded {
+    pub settings: Settings,
+    pub sha256: String,
+    /// Where each set value came from (the file, an environment variable, a flag).
+    pub sources: Vec<Sourced>,
+}
+
+impl Loaded {
+    /// Settings built in-process (tests, benchmarks): no file; the hash is of their text.
+    pub fn in_process(settings: Settings) -> Loaded {
+        let sha256 = sha256_hex(format!("{settings:?}").as_bytes());
+        Loaded {
+            settings,
+            sha256,
+            sources: Vec::new(),
+        }
+    }
+
+    /// Read `path` (else `config/broker.toml`, else the embedded copy, as `layers::load`
+    /// chooses) and load it with `layers` (environment and flags) over it: the hash is of the
+    /// file's bytes the settings were read from (read before and after loading; a file changed
+    /// in between is refused).
+    pub fn file(path: Option<&Path>, over: &Layers) -> Result<Loaded, ConfigError> {
+        let chosen = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None if Path::new(DEFAULT_PATH).exists() => Some(PathBuf::from(DEFAULT_PATH)),
+            None => None,
+        };
+        let bytes = |p: &Path| {
+            std::fs::read(p).map_err(|source| ConfigError::Read {
+                path: p.to_path_buf(),
+                source,
+            })
+        };
+        let Some(file) = chosen else {
+            let loaded = layers::load(None, over)?;
+            let sha256 = sha256_hex(EMBEDDED.as_bytes());
+            return Ok(Loaded {
+                settings: loaded.settings,
+                sha256,
+                sources: loaded.sources,
+            });
+        };
+        let before = bytes(&file)?;
+        let loaded = layers::load(Some(&file), over)?;
+        if bytes(&file)? != before {
+            return Err(ConfigError::Read {
+                path: file,
+                source: std::io::Error::other("the file changed while it was read; try again"),
+            });
+        }
+        Ok(Loaded {
+            settings: loaded.settings,
+            sha256: sha256_hex(&before),
+            sources: loaded.sources,
+        })
+    }
+}
+
+/// Lower-case hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// How the configuration is loaded: the same function at start and at every reload.
+pub type LoadSettings = Arc<dyn Fn() -> Result<Loaded, ConfigError> + Send + Sync>;
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}")]
+    Config(ConfigError),
+    #[error("`{key}` cannot change while the broker runs ({was} -> {now}); restart to change it")]
+    Fixed {
+        key: &'static str,
+        was: String,
+        now: String,
+    },
+    #[error("{0}")]
+    Ledger(LedgerError),
+}
+
+impl ReloadError {
+    /// The configuration key the refusal is about.
+    pub fn key(&self) -> String {
+        match self {
+            ReloadError::Config(ConfigError::Invalid { issues, .. }) => issues
+                .first()
+                .map_or_else(|| "config".to_string(), |i| i.key.clone()),
+            ReloadError::Config(_) => "config".to_string(),
+            ReloadError::Fixed { key, .. } => key.to_string(),
+            ReloadError::Ledger(LedgerError::RemovedGroups(_)) => "shares".to_string(),
+            ReloadError::Ledger(_) => "config".to_string(),
+        }
+    }
+
+    /// The refusal as the API answers it.
+    pub fn refused(&self) -> ReloadRefused {
+        let why = match self {
+            ReloadError::Config(_) => Refusal::Invalid,
+            ReloadError::Fixed { .. } => Refusal::Fixed,
+            ReloadError::Ledger(LedgerError::RemovedGroups(_)) => Refusal::RemovedGroups,
+            ReloadError::Ledger(_) => Refusal::Failed,
+        };
+        ReloadRefused {
+            why,
+            key: self.key(),
+            message: self.to_string(),
+        }
+    }
+}
+
+/// Reloads the configuration of one running broker.
+pub struct Reloader {
+    load: LoadSettings,
+    /// The configuration the broker started with: what cannot change is compared to it.
+    started: Settings,
+    live: Arc<LiveSettings>,
+    ledger: Ledger,
+    clock: Arc<dyn Clock>,
+    /// One reload at a time (SIGHUP and the endpoint may come together).
+    one: tokio::sync::Mutex<()>,
+}
+
+impl Reloader {
+    pub fn new(
+        load: LoadSettings,
+        started: Settings,
+        live: Arc<LiveSettings>,
+        ledger: Ledger,
+        clock: Arc<dyn Clock>,
+    ) -> Reloader {
+        Reloader {
+            load,
+            started,
+            live,
+            ledger,
+            clock,
+            one: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Read, check and put in force the configuration; logs the outcome either way.
+    pub async fn reload_now(&self, why: &str) -> Result<Reloaded, ReloadError> {
+        let outcome = self.reload_quietly().await;
+        match &outcome {
+            Ok(r) => info!(trigger = why, sha256 = %r.stamp.sha256, changed = r.changed,
+                origin = %r.stamp.origin, "configuration reloaded"),
+            Err(e) => warn!(trigger = why, key = %e.key(), error = %e,
+                "configuration reload refused; nothing changed"),
+        }
+        outcome
+    }
+
+    async fn reload_quietly(&self) -> Result<Reloaded, ReloadError> {
+        let _one = self.one.lock().await;
+        let load = self.load.clone();
+        let loaded = tokio::task::spawn_blocking(move || load())
+            .await
+            .map_err(|e| ReloadError::Ledger(LedgerError::Storage(e.to_string())))?
+            .map_err(ReloadError::Config)?;
+        fixed_unchanged(&self.started, &loaded.settings)?;
+        let new = &loaded.settings;
+        for note in &new.notes {
+            warn!(note = %note, "configuration note");
+        }
+        let before = self.live.get();
+        let _closed = self.live.swapping().await;
+        (self.ledger.reload(new.policy.clone()).await).map_err(ReloadError::Ledger)?;
+        let stamp = ConfigStamp {
+            origin: new.origin.clone(),
+            sha256: loaded.sha256.clone(),
+            loaded_at_ms: self.clock.now_ms(),
+        };
+        self.live.swap(live_of(new, stamp.clone(), Some(&before)));
+        Ok(Reloaded {
+            changed: stamp.sha256 != before.stamp.sha256,
+            stamp,
+        })
+    }
+}
+
+impl Reload for Reloader {
+    fn reload<'a>(
+        &'a self,
+        trigger: &'a str,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Reloaded, ReloadRefused>> + Send + 'a>,
+    > {
+        Box::pin(async move { self.reload_now(trigger).await.map_err(|e| e.refused()) })
+    }
+}
+
+/// The live part of `settings`.
+pub fn live_of(settings: &Settings, stamp: ConfigStamp, before: Option<&Live>) -> Live {
+    Live::new(
+        settings.policy.clone(),
+        (
+            settings.limits.station_rate_per_sec,
+            settings.limits.station_burst,
+        ),
+        (settings.mss.submit_rate_per_sec, settings.mss.submit_burst),
+        stamp,
+        before,
+    )
+}
+
+/// Refuse a change of what cannot change live, naming its key.
+fn fixed_unchanged(was: &Settings, now: &Settings) -> Result<(), ReloadError> {
+    let mut fixed = fixed_server(was, now);
+    fixed.extend(fixed_mss(&was.mss, &now.mss));
+    fixed.extend(fixed_limits(&was.limits, &now.limits));
+    match fixed.into_iter().find(|(_, w, n)| w != n) {
+        Some((key, was, now)) => Err(ReloadError::Fixed { key, was, now }),
+        None => Ok(()),
+    }
+}
+
+/// A key and its value before and after, as text.
+type Pair = (&'static str, String, String);
+
+fn fixed_server(was: &Settings, now: &Settings) -> Vec<Pair> {
+    let (w, n) = (&was.server, &now.server);
+    vec![
+        ("server.listen", d(w.listen), d(n.listen)),
+        (
+            "server.max_connections",
+            d(w.max_connections),
+            d(n.max_connections),
+        ),
+        (
+            "server.header_read_timeout_ms",
+            d(w.header_read_timeout),
+            d(n.header_read_timeout),
+        ),
+        (
+            "server.idle_timeout_ms",
+            d(w.idle_timeout),
+            d(n.idle_timeout),
+        ),
+        (
+            "server.body_timeout_ms",
+            d(w.body_timeout),
+            d(n.body_timeout),
+        ),
+        (
+            "database.path",
+            d(&was.database.path),
+            d(&now.database.path),
+        ),
+        (
+            "database.commit_batch_max",
+            d(was.database.commit_batch_max),
+            d(now.database.commit_batch_max),
+        ),
+        ("auth.token_file", d(&was.token_file), d(&now.token_file)),
+    ]
+}
+
+fn fixed_mss(w: &MssSettings, n: &MssSettings) -> Vec<Pair> {
+    vec![
+        (
+            "mss.adapter",
+            w.adapter.name().into(),
+            n.adapter.name().into(),
+        ),
+        (adapter_key(&w.adapter), d(&w.adapter), d(&n.adapter)),
+        ("mss.timeout_ms", d(w.timeout), d(n.timeout)),
+        ("mss.submit_batch", d(w.submit_batch), d(n.submit_batch)),
+        (
+            "mss.retry_max_attempts",
+            d(w.retry.max_attempts),
+            d(n.retry.max_attempts),
+        ),
+        ("mss.retry_base_ms", d(w.retry.base), d(n.retry.base)),
+        ("mss.retry_max_ms", d(w.retry.max), d(n.retry.max)),
+        ("mss.event_wait_ms", d(w.event_wait), d(n.event_wait)),
+        ("mss.stale_after_ms", d(w.stale_after), d(n.stale_after)),
+    ]
+}
+
+fn fixed_limits(w: &InputLimits, n: &InputLimits) -> Vec<Pair> {
+    vec![
+        (
+            "limits.max_body_bytes",
+            d(w.max_body_bytes),
+            d(n.max_body_bytes),
+        ),
+        (
+            "limits.max_bodies_in_memory_bytes",
+            d(w.max_bodies_in_memory_bytes),
+            d(n.max_bodies_in_memory_bytes),
+        ),
+        ("limits.max_batch", d(w.max_batch), d(n.max_batch)),
+        (
+            "limits.max_size_bytes",
+            d(w.max_size_bytes),
+            d(n.max_size_bytes),
+        ),
+        (
+            "limits.max_string_len",
+            d(w.max_string_len),
+            d(n.max_string_len),
+        ),
+        ("limits.max_path_len", d(w.max_path_len), d(n.max_path_len)),
+        (
+            "limits.max_report_buckets",
+            d(w.max_report_buckets),
+            d(n.max_report_buckets),
+        ),
+    ]
+}
+
+fn d(v: impl std::fmt::Debug) -> String {
+    format!("{v:?}")
+}
+
+/// The key of the adapter's own settings.
+fn adapter_key(a: &crate::dispatcher::AdapterSettings) -> &'static str {
+    use crate::dispatcher::AdapterSettings as A;
+    match a {
+        A::Http {
+            simulator: Some(_), ..
+        } => "mss.simulator",
+        A::Http { .. } => "mss.url",
+        A::Encp(_) => "mss.encp",
+        A::Fts3(_) => "mss.fts3",
+        A::TapeRest(_) => "mss.tape_rest",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+[policy]
+p_front = 20
+p_back = 10
+[shares]
+a = 1
+b = 1
+[limits]
+station_rate_per_sec = 100
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:1"
+submit_rate_per_sec = 1000
+"#;
+
+    fn changed(from: &str, to: &str) -> Result<(), ReloadError> {
+        let was = Settings::parse(CONFIG, "test").unwrap();
+        let now = Settings::parse(&CONFIG.replacen(from, to, 1), "test").unwrap();
+        fixed_unchanged(&was, &now)
+    }
+
+    fn refused_key(from: &str, to: &str) -> String {
+        match changed(from, to) {
+            Err(e @ ReloadError::Fixed { .. }) => e.key(),
+            other => panic!("{from} -> {to}: {other:?}"),
+        }
+    }
+
+    /// Shares, the policy, the station and submit rates change live; the listener, the
+    /// database, the adapter and its table, and the body limits do not, each named by key.
+    #[test]
+    fn what_may_change_live_and_what_is_refused_by_key() {
+        for (from, to) in [
+            ("b = 1", "b = 3\nc = 2"),
+            ("p_back = 10", "p_back = 5"),
+            ("station_rate_per_sec = 100", "station_rate_per_sec = 7"),
+            ("submit_rate_per_sec = 1000", "submit_rate_per_sec = 300"),
+        ] {
+            assert!(changed(from, to).is_ok(), "{from} -> {to}");
+        }
+        let listen = "listen = \"127.0.0.1:0\"";
+        let url = "url = \"http://127.0.0.1:1\"";
+        let rate = "station_rate_per_sec = 100";
+        for (from, to, key) in [
+            (listen, "listen = \"127.0.0.1:9\"", "server.listen"),
+            (
+                "[policy]",
+                "[database]\npath = \"other.db\"\n[policy]",
+                "database.path",
+            ),
+            (url, "url = \"http://127.0.0.1:2\"", "mss.url"),
+            (
+                url,
+                "url = \"http://127.0.0.1:1\"\ntimeout_ms = 5",
+                "mss.timeout_ms",
+            ),
+            (rate, "max_body_bytes = 1000", "limits.max_body_bytes"),
+        ] {
+            assert_eq!(refused_key(from, to), key, "{from} -> {to}");
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! Reloading the configuration of a running `serve` (SIGHUP and `POST /v1/admin/reload`), the
+//! refusals that change nothing, and `mssbroker cancel --group` before a group is removed: all
+//! through the real binary, its SQLite file and a real simulator process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sha2::Digest as _;
+
+use crate::helpers::{
+    assert_each_attempt_once, open_db, request, test_config, wait_final, wait_for_text,
+    ServeProcess, SimProcess, BIN,
+};
+
+/// The shares of the base configuration the tests change.
+const SHARES: &str = "reprocessing = 30\nmc = 30\n";
+
+/// A directory with a configuration, a database and a log.
+struct Setup {
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    db: PathBuf,
+    log: PathBuf,
+    mss_url: String,
+}
+
+impl Setup {
+    fn new(mss_url: &str) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let setup = Setup {
+            config: dir.path().join("broker.toml"),
+            db: dir.path().join("broker.db"),
+            log: dir.path().join("serve.log"),
+            mss_url: mss_url.to_string(),
+            _dir: dir,
+        };
+        setup.write(SHARES);
+        setup
+    }
+
+    /// The test configuration with `shares` in place of `SHARES`.
+    fn text(&self, shares: &str) -> String {
+        let base = test_config(Some(&self.mss_url));
+        assert!(base.contains(SHARES), "the base configuration changed");
+        base.replacen(SHARES, shares, 1)
+    }
+
+    fn write(&self, shares: &str) {
+        std::fs::write(&self.config, self.text(shares)).unwrap();
+    }
+
+    fn start(&self) -> ServeProcess {
+        ServeProcess::start_logged(&self.config, &self.db, &self.log)
+    }
+
+    fn sha256(&self) -> String {
+        sha2::Sha256::digest(std::fs::read(&self.config).unwrap())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+async fn get(base: &str, path: &str) -> Value {
+    let resp = reqwest::get(format!("{base}{path}")).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "GET {path}");
+    resp.json().await.unwrap()
+}
+
+async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(body)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// One node of `GET /v1/groups` by path.
+fn node<'a>(groups: &'a Value, path: &str) -> Option<&'a Value> {
+    groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == path)
+}
+
+fn target(groups: &Value, path: &str) -> f64 {
+    node(groups, path).unwrap_or_else(|| panic!("no {path} in {groups}"))["target_share"]
+        .as_f64()
+        .unwrap()
+}
+
+/// Submit `n` requests of `mode`; returns their ids (each must be 202).
+async fn submit_n(base: &str, prefix: &str, mode: &str, n: usize) -> Vec<i64> {
+    submit_sized(base, prefix, mode, n, 1_000).await
+}
+
+async fn submit_sized(base: &str, prefix: &str, mode: &str, n: usize, size: u64) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let (status, body) = post(
+            base,
+            "/v1/requests",
+            &request(&format!("{prefix}-{i}"), mode, "x", size),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_i64().unwrap());
+    }
+    ids
+}
+
+/// Unfinished and cancelled requests of `group` in the database.
+fn states_of(db: &Path, group: &str) -> Vec<String> {
+    let conn = open_db(db);
+    let mut stmt = conn
+        .prepare("SELECT state FROM requests WHERE group_path = ?1 ORDER BY id")
+        .unwrap();
+    let rows = stmt.query_map([group], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sighup_puts_new_shares_in_force_and_a_running_load_loses_nothing() {
+    let sim = SimProcess::start();
+    let setup = Setup::new(&sim.url);
+    let broker = setup.start();
+    let base = broker.base.clone();
+    let before = get(&base, "/v1/groups").await;
+    assert_eq!(before["config"]["sha256"], setup.sha256());
+    assert!((target(&before, "mc") - 0.3).abs() < 1e-12, "{before}");
+
+    // Four clients submit until told to stop; every 202 is kept.
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let (base, accepted, stop, ids) =
+            (base.clone(), accepted.clone(), stop.clone(), ids.clone());
+        clients.push(tokio::spawn(async move {
+            let modes = ["mc", "reprocessing", "analysis", "datataking"];
+            for i in 0..2_000 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let mode = modes[i % modes.len()];
+                let group = if mode == "analysis" { "higgs" } else { "x" };
+                let crid = format!("load-{c}-{i}");
+                let (status, body) = post(
+                    &base,
+                    "/v1/requests",
+                    &request(&crid, mode, group, 1_000_000),
+                )
+                .await;
+                assert_eq!(status, 202, "{crid}: {body}");
+                ids.lock().unwrap().push(body["id"].as_i64().unwrap());
+                accepted.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    wait_until(
+        || accepted.load(Ordering::SeqCst) >= 100,
+        "100 accepted before the reload",
+    )
+    .await;
+    // mc doubles its shares, and the tree is written in another order.
+    setup.write("mc = 60\nreprocessing = 30\n");
+    broker.signal("HUP");
+    wait_for_text(
+        &setup.log,
+        "configuration reloaded",
+        Duration::from_secs(30),
+    )
+    .await;
+    let at_reload = accepted.load(Ordering::SeqCst);
+    wait_until(
+        || accepted.load(Ordering::SeqCst) >= at_reload + 100,
+        "100 more accepted after the reload",
+    )
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+
+    let after = get(&base, "/v1/groups").await;
+    assert_eq!(after["config"]["sha256"], setup.sha256());
+    assert_ne!(after["config"]["sha256"], before["config"]["sha256"]);
+    assert!(after["config"]["loaded_at_ms"].as_i64() > before["config"]["loaded_at_ms"].as_i64());
+    assert!(
+        (target(&after, "mc") - 60.0 / 130.0).abs() < 1e-12,
+        "{after}"
+    );
+    assert!(
+        (target(&after, "analysis") - 40.0 / 130.0).abs() < 1e-12,
+        "{after}"
+    );
+
+    // Nothing lost: every 202 is in the ledger, done, and was queued at the MSS once.
+    let ids = ids.lock().unwrap().clone();
+    let client = reqwest::Client::new();
+    let finals = wait_final(&client, &base, &ids, Duration::from_secs(180)).await;
+    for r in &finals {
+        assert_eq!(r["state"], "done", "{r}");
+    }
+    let rows: i64 = open_db(&setup.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows as usize, ids.len());
+    let received = sim.received().await;
+    assert_each_attempt_once(&received);
+    let keys: std::collections::HashSet<&str> =
+        received.received.iter().map(|r| r.key.as_str()).collect();
+    for id in &ids {
+        assert!(
+            keys.contains(id.to_string().as_str()),
+            "request {id} never reached the mss"
+        );
+    }
+    assert_eq!(keys.len(), ids.len());
+
+    // Reordered again, same shares: every figure stays with its path.
+    let settled = get(&base, "/v1/groups").await;
+    setup.write("reprocessing = 30\nmc = 60\n");
+    let (status, body) = post(&base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["changed"], true);
+    let reordered = get(&base, "/v1/groups").await;
+    for g in settled["groups"].as_array().unwrap() {
+        let path = g["path"].as_str().unwrap();
+        let now = node(&reordered, path).unwrap();
+        for field in ["usage", "usage_bytes", "target_share", "pending", "held"] {
+            assert_eq!(now[field], g[field], "{path}.{field}");
+        }
+    }
+    assert_eq!(reordered["config"]["sha256"], setup.sha256());
+}
+
+/// Poll `done` until it holds; panics after a minute.
+async fn wait_until(done: impl Fn() -> bool, what: &str) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{what}: not after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_file_is_refused_naming_the_key_and_changes_nothing() {
+    let sim = SimProcess::start();
+    let setup = Setup::new(&sim.url);
+    let broker = setup.start();
+    let before = get(&broker.base, "/v1/groups").await;
+    let bad = setup.text("reprocessing = 30\nmc = 90\n").replacen(
+        "max_batch = 500\n",
+        "max_batch = 500\nstation_rate_per_sec = 0\n",
+        1,
+    );
+    std::fs::write(&setup.config, bad).unwrap();
+    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["field"], "limits.station_rate_per_sec", "{body}");
+    let after = get(&broker.base, "/v1/groups").await;
+    assert_eq!(after["config"], before["config"]);
+    assert_eq!(target(&after, "mc"), target(&before, "mc"));
+    let log = wait_for_text(&setup.log, "reload refused", Duration::from_secs(10)).await;
+    assert!(log.contains("limits.station_rate_per_sec"), "{log}");
+    // Not TOML at all: refused too.
+    std::fs::write(&setup.config, "[shares\n").unwrap();
+    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["field"].is_string(), "{body}");
+    assert_eq!(
+        get(&broker.base, "/v1/groups").await["config"],
+        before["config"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_listen_address_is_refused() {
+    let sim = SimProcess::start();
+    let setup = Setup::new(&sim.url);
+    // Without --listen, so the file's address is the one in force.
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&setup.config)
+        .arg("--db")
+        .arg(&setup.db)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&setup.log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let broker = ServeProcess {
+        base: line.trim().rsplit(' ').next().unwrap().to_string(),
+        child,
+    };
+    let before = get(&broker.base, "/v1/groups").await;
+    let moved = setup.text("reprocessing = 30\nmc = 90\n").replacen(
+        "listen = \"127.0.0.1:0\"",
+        "listen = \"127.0.0.1:1\"",
+        1,
+    );
+    std::fs::write(&setup.config, moved).unwrap();
+    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["field"], "server.listen", "{body}");
+    broker.signal("HUP");
+    let log = wait_for_text(&setup.log, "trigger=\"SIGHUP\"", Duration::from_secs(10)).await;
+    assert!(log.contains("server.listen"), "{log}");
+    let after = get(&broker.base, "/v1/groups").await;
+    assert_eq!(after["config"], before["config"]);
+    assert_eq!(target(&after, "mc"), target(&before, "mc"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_group_with_unfinished_requests_is_refused_until_cancel_group() {
+    // Nothing listens at the MSS address: requests stay accepted.
+    let setup = Setup::new("http://127.0.0.1:9");
+    let broker = setup.start();
+    let ids = submit_n(&broker.base, "mc", "mc", 3).await;
+    submit_n(&broker.base, "re", "reprocessing", 2).await;
+    let before = get(&broker.base, "/v1/groups").await;
+    setup.write("reprocessing = 30\n");
+    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["field"], "shares", "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("`mc`") && error.contains("accepted 3"),
+        "{error}"
+    );
+    let after = get(&broker.base, "/v1/groups").await;
+    assert_eq!(after["config"], before["config"]);
+    assert!(node(&after, "mc").is_some());
+
+    let out = Command::new(BIN)
+        .args(["cancel", "--group", "mc", "--url", &broker.base])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["cancelled"], 3, "{answer}");
+    let reported: Vec<i64> = (answer["requests"].as_array().unwrap().iter())
+        .map(|r| {
+            assert_eq!(r["previous_state"], "accepted", "{r}");
+            assert_eq!(r["state"], "cancelled", "{r}");
+            r["id"].as_i64().unwrap()
+        })
+        .collect();
+    assert_eq!(reported, ids);
+    assert_eq!(states_of(&setup.db, "mc"), ["cancelled"; 3]);
+    assert_eq!(
+        node(&get(&broker.base, "/v1/groups").await, "mc").unwrap()["pending"],
+        0
+    );
+
+    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let after = get(&broker.base, "/v1/groups").await;
+    assert!(node(&after, "mc").is_none(), "{after}");
+    assert_eq!(after["config"]["sha256"], setup.sha256());
+    assert_eq!(states_of(&setup.db, "reprocessing"), ["accepted"; 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_with_a_removed_groups_unfinished_requests_refuses_naming_them() {
+    let setup = Setup::new("http://127.0.0.1:9");
+    let mut broker = setup.start();
+    submit_n(&broker.base, "mc", "mc", 2).await;
+    broker.kill();
+    setup.write("reprocessing = 30\n");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&setup.config)
+        .arg("--db")
+        .arg(&setup.db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("serve started with a removed group's unfinished requests");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("`mc`") && stderr.contains("accepted 2"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("mssbroker cancel --group mc"), "{stderr}");
+    assert_eq!(states_of(&setup.db, "mc"), ["accepted"; 2]);
+
+    // With the old configuration, cancel them; then the new one starts.
+    setup.write(SHARES);
+    let mut old = setup.start();
+    let (status, body) = post(&old.base, "/v1/admin/cancel-group", &json!({"group": "mc"})).await;
+    assert_eq!(status, 200, "{body}");
+    old.kill();
+    setup.write("reprocessing = 30\n");
+    let new = setup.start();
+    assert!(node(&get(&new.base, "/v1/groups").await, "mc").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_group_cancels_requests_at_the_mss_through_the_adapter() {
+    // One drive, 200 virtual seconds a file at 50x: the requests wait at the MSS.
+    let sim = SimProcess::start_with(1, 50.0);
+    let setup = Setup::new(&sim.url);
+    let broker = setup.start();
+    let ids = submit_sized(&broker.base, "big", "mc", 4, 100_000_000_000).await;
+    let start = Instant::now();
+    while states_of(&setup.db, "mc").iter().any(|s| s == "accepted") {
+        assert!(start.elapsed() < Duration::from_secs(30), "not submitted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = post(
+        &broker.base,
+        "/v1/admin/cancel-group",
+        &json!({"group": "mc"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let reported = body["requests"].as_array().unwrap();
+    assert_eq!(reported.len(), ids.len(), "{body}");
+    let waiting: Vec<i64> = (reported.iter())
+        .filter(|r| r["at_mss"] == true && r["previous_state"] == "submitted")
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert!(!waiting.is_empty(), "{body}");
+    // Those waiting at the MSS are dropped there and settle cancelled; none is left unfinished.
+    let client = reqwest::Client::new();
+    let finals = wait_final(&client, &broker.base, &ids, Duration::from_secs(60)).await;
+    for r in &finals {
+        let id = r["id"].as_i64().unwrap();
+        if waiting.contains(&id) {
+            assert_eq!(r["state"], "cancelled", "{r}");
+        }
+    }
+    setup.write("reprocessing = 30\n");
+    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+}
