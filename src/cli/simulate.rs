@@ -27,7 +27,7 @@ pub(super) struct SimulateArgs {
     /// [default: the configuration's].
     #[arg(long)]
     policy: Option<String>,
-    /// pass_through or held [default: the configuration's].
+    /// pass_through, held or volumes [default: the configuration's].
     #[arg(long)]
     mode: Option<String>,
     /// Tape drives in the library.
@@ -39,8 +39,10 @@ pub(super) struct SimulateArgs {
     /// Bytes done per share-error window.
     #[arg(long, default_value_t = simulate::DEFAULT_WINDOW_BYTES)]
     window_bytes: u64,
-    /// Several runs side by side: POLICY/MODE,POLICY/MODE,... (instead of --policy/--mode).
-    #[arg(long)]
+    /// Several runs side by side: POLICY/MODE,POLICY/MODE,... (instead of --policy/--mode);
+    /// alone, the three release modes held, volumes and pass_through under --policy (or the
+    /// configuration's).
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
     compare: Option<String>,
     /// table or json.
     #[arg(long, default_value = "table")]
@@ -58,6 +60,9 @@ const POLICIES: [&str; 6] = [
     "fifo",
     "weighted_random",
 ];
+
+/// The release modes, in the order `--compare` alone runs them.
+const MODES: [&str; 3] = ["held", "volumes", "pass_through"];
 
 pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let json = match args.format.as_str() {
@@ -101,7 +106,12 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 
 /// The policy/mode pairs to run (`None`: the configuration's mode).
 fn runs(args: &SimulateArgs) -> anyhow::Result<Vec<(String, Option<String>)>> {
+    let policy = args.policy.clone().unwrap_or_default();
     let pairs: Vec<(String, Option<String>)> = match &args.compare {
+        Some(list) if list.trim().is_empty() => MODES
+            .iter()
+            .map(|m| (policy.clone(), Some(m.to_string())))
+            .collect(),
         Some(list) => list
             .split(',')
             .map(str::trim)
@@ -111,15 +121,15 @@ fn runs(args: &SimulateArgs) -> anyhow::Result<Vec<(String, Option<String>)>> {
                 None => bail!("--compare {item}: expected POLICY/MODE"),
             })
             .collect::<anyhow::Result<_>>()?,
-        None => vec![(args.policy.clone().unwrap_or_default(), args.mode.clone())],
+        None => vec![(policy, args.mode.clone())],
     };
     for (p, m) in &pairs {
         if !p.is_empty() && !POLICIES.contains(&p.as_str()) {
             bail!("policy {p}: expected one of {}", POLICIES.join(", "));
         }
         if let Some(m) = m {
-            if m != "pass_through" && m != "held" {
-                bail!("mode {m}: expected pass_through or held");
+            if !MODES.contains(&m.as_str()) {
+                bail!("mode {m}: expected one of {}", MODES.join(", "));
             }
         }
     }

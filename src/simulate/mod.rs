@@ -109,6 +109,11 @@ pub fn simulate(
             "weighted_random picks a group per free slot: it needs --mode held".into(),
         ));
     }
+    if spec.baseline.is_some() && mode == ReleaseMode::Volumes {
+        return Err(SimError::Unsupported(
+            "the baselines pick requests, not volumes: --mode volumes runs the policy".into(),
+        ));
+    }
     let picker = spec.baseline.map_or(Picker::Policy, Picker::Baseline);
     let o = run_with(policy, library.clone(), load, Micros::MAX, picker);
     let name = spec
