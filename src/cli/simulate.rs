@@ -50,7 +50,18 @@ pub(super) struct SimulateArgs {
     /// Seed of the library's failures and of weighted_random.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Vary a `[release.volumes]` key over values: KEY=V1,V2,... (repeat for more keys; the
+    /// runs are their cross product in the volumes mode, with held and pass_through as
+    /// baselines; instead of --mode/--compare).
+    #[arg(long)]
+    sweep: Vec<String>,
+    /// With --sweep: write the tradeoff chart (mounts per TB against fair-share p95 wait) here,
+    /// as SVG.
+    #[arg(long)]
+    chart: Option<PathBuf>,
 }
+
+mod sweep;
 
 const POLICIES: [&str; 6] = [
     "sam",
@@ -73,6 +84,12 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let Some(model) = Model::parse(&args.model) else {
         bail!("--model {}: expected enstore or priority", args.model);
     };
+    if args.chart.is_some() && args.sweep.is_empty() {
+        bail!("--chart draws a sweep: give --sweep KEY=V1,V2,...");
+    }
+    if !args.sweep.is_empty() && (args.compare.is_some() || args.mode.is_some()) {
+        bail!("--sweep runs its own modes: drop --compare and --mode");
+    }
     let pairs = runs(&args)?;
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;
@@ -82,6 +99,10 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
     let mut library = simulate::library(args.drives, args.seed);
     library.model = model;
+    if !args.sweep.is_empty() {
+        sweep::run(&args, &text, &records, &library)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut report = Report { runs: Vec::new() };
     for (policy, mode) in &pairs {
         let started = Instant::now();
