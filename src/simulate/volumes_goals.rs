@@ -3,7 +3,7 @@
 //! (Zipf s = 1), half of them in bulk campaigns, a data-taking stream of one 4 GB write every
 //! 50 s, the shipped share tree and its demand mix skewed against the shares, Fair Tree, the
 //! Enstore model with 4 drives and its 60 s dismount delay; `[release.volumes]` as shipped but
-//! `batch_max_bytes` = 100 GB and `max_volumes` = 3 (a drive left for data taking).
+//! `max_volumes` = 3 (a drive left for data taking).
 
 use super::*;
 use crate::config::{Settings, EMBEDDED};
