@@ -31,14 +31,11 @@ fn policy(mode: &str) -> std::sync::Arc<PolicySettings> {
     let text = EMBEDDED
         .replacen("algorithm = \"sam\"", "algorithm = \"fair_tree\"", 1)
         .replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1)
-        .replacen(
-            "batch_max_bytes = 2000000000000",
-            "batch_max_bytes = 100000000000",
-            1,
-        )
         .replacen("max_volumes = 8", "max_volumes = 3", 1);
     let s = Settings::parse(&text, "goals").expect("valid configuration");
     assert_eq!(s.policy.order.release.mode.name(), mode);
+    assert_eq!(s.policy.order.release.volumes.max_volumes, 3);
+    assert_eq!(s.policy.order.algorithm.name(), "fair_tree");
     s.policy
 }
 
