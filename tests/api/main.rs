@@ -22,4 +22,5 @@ mod process;
 mod report;
 mod shares;
 mod simulate;
+mod simulate_volumes;
 mod trace_export;
