@@ -15,6 +15,9 @@
 //!    volume in flight). Do not call `batch_started` if the batch was not committed;
 //! 3. every released request that ends at the MSS (done, failed for good, cancelled):
 //!    [`VolumeQueue::request_finished`]. A retried request stays in flight.
+//! 4. after a restart: push every queued row again, and for the released rows not yet ended
+//!    build one [`Batch`] per (library, volume) (its `group` the one that led it, or any of
+//!    theirs) and call [`VolumeQueue::batch_started`], so the volumes in flight count again.
 //!
 //! A volume is eligible when its queued requests reach `min_volume_bytes` or `min_volume_files`,
 //! its newest request is `quiet_ms` old, or its oldest `max_age_ms` old; requests without a
