@@ -5,12 +5,14 @@
 //!
 //! - `engine`: the discrete-event loop (the policy tests run it too);
 //! - `baseline`: the comparison-only policies `fifo` and `weighted_random`;
-//! - `report`: the JSON report, the share error windows and the table.
+//! - `report`: the JSON report, the share error windows and the table;
+//! - `tradeoff`: the volumes mode's tradeoff chart (mounts per TB against p95 wait).
 
 mod at_library;
 pub mod baseline;
 pub mod engine;
 pub mod report;
+pub mod tradeoff;
 
 use mss_adapters::sim::library::{LibraryConfig, Micros, Model};
 
@@ -109,6 +111,11 @@ pub fn simulate(
             "weighted_random picks a group per free slot: it needs --mode held".into(),
         ));
     }
+    if spec.baseline.is_some() && mode == ReleaseMode::Volumes {
+        return Err(SimError::Unsupported(
+            "the baselines pick requests, not volumes: --mode volumes runs the policy".into(),
+        ));
+    }
     let picker = spec.baseline.map_or(Picker::Policy, Picker::Baseline);
     let o = run_with(policy, library.clone(), load, Micros::MAX, picker);
     let name = spec
@@ -126,3 +133,5 @@ pub fn simulate(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod volumes_goals;

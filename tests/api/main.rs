@@ -26,4 +26,5 @@ mod report;
 mod request_id;
 mod shares;
 mod simulate;
+mod simulate_volumes;
 mod trace_export;
