@@ -7,7 +7,8 @@
 
 use anyhow::Context;
 
-use super::load::{commits, drive, Broker, Call};
+use super::child::RoundBroker;
+use super::load::{commits, drive, Call};
 use super::{command_line, machine, scratch_dir, Round};
 use crate::config::Settings;
 
@@ -94,9 +95,15 @@ async fn one_round(o: &IngestOptions, round: usize) -> anyhow::Result<Phases> {
         .context("the embedded config must validate")?;
     settings.database.path = dir.join("bench.db");
     settings.server.listen = "127.0.0.1:0".parse()?;
+    anyhow::ensure!(
+        std::env::var_os(super::child::SERVE_BINARY).is_none()
+            || o.batch <= settings.limits.max_batch,
+        "a `serve` child takes the shipped limits.max_batch ({})",
+        settings.limits.max_batch
+    );
     settings.limits.max_batch = settings.limits.max_batch.max(o.batch);
-    let broker = Broker::start(&settings).await?;
-    let base = broker.base.clone();
+    let broker = RoundBroker::start(&settings, crate::config::EMBEDDED, &dir).await?;
+    let base = broker.base().to_string();
     let (c, s) = (o.connections, o.seconds);
     let healthz = drive(&base, Call::Healthz, c, s, "h").await?;
     let before = commits(&base).await?;
