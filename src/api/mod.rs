@@ -48,6 +48,11 @@ pub struct AppState {
     pub mss: Arc<dyn mss_adapters::MssAdapter>,
 }
 
+/// The state as the handlers hold it: one `Arc`, so the clone axum makes per request (and per
+/// extractor) is one counter, not one per field (the field-wise clone and drop were 5% of the
+/// broker's CPU under single-request ingest).
+pub type Shared = Arc<AppState>;
+
 /// A keyed limiter for station tokens.
 pub fn station_limiter(limits: &InputLimits) -> Arc<governor::DefaultKeyedRateLimiter<String>> {
     let rate =
@@ -101,7 +106,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
             body_budget::bounded,
         ))
         .layer(axum::middleware::map_response(error::json_errors))
-        .with_state(state);
+        .with_state(Arc::new(state));
     (router, api)
 }
 

@@ -10,7 +10,7 @@ use axum::Json;
 use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::responses;
-use super::AppState;
+use super::{AppState, Shared};
 use crate::auth::RoleKind;
 use crate::shares::view::SharesView;
 
@@ -28,7 +28,7 @@ pub(super) async fn healthz() -> Json<responses::Health> {
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
 ))]
 pub(super) async fn mss(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
 ) -> Result<Json<responses::MssBody>, ApiError> {
     caller.require(
@@ -62,7 +62,7 @@ pub struct GroupsQuery {
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn groups(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     query: Result<Query<GroupsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -122,7 +122,7 @@ fn report_range(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn report(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -141,7 +141,7 @@ pub(super) async fn report(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn metrics(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -177,7 +177,7 @@ pub(super) async fn metrics(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn report_page(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
