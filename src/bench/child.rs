@@ -74,6 +74,19 @@ impl ChildBroker {
         })
     }
 
+    /// CPU seconds (user and system) the child has used so far, from `/proc/PID/stat`.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()?)).ok()?;
+        // Fields after the command name (which is in parentheses): utime and stime are the
+        // 12th and 13th of them, in clock ticks.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        // SAFETY: sysconf reads a constant of the system; no memory is touched.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (hz > 0).then(|| ticks / hz as f64)
+    }
+
     /// SIGTERM, then wait for a clean exit (the broker commits and closes the database).
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let pid = self.child.id().context("the broker already exited")?;
@@ -124,6 +137,14 @@ impl RoundBroker {
         match self {
             RoundBroker::InProcess(b) => &b.base,
             RoundBroker::Child(c) => &c.base,
+        }
+    }
+
+    /// The broker's CPU seconds so far, when it is a child (in process it shares the client's).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        match self {
+            RoundBroker::InProcess(_) => None,
+            RoundBroker::Child(c) => c.cpu_seconds(),
         }
     }
 
