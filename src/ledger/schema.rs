@@ -156,10 +156,6 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // FULL: a commit is on disk before the writer answers, so a 202 survives power loss.
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.set_prepared_statement_cache_capacity(64);
-    // The writer's page cache, 8 MB (SQLite's default is 2 MB): a group commit of batches writes
-    // several MB of rows, and with 2 MB SQLite spilled dirty pages mid-transaction
-    // (`pagerStress`, 5% of the writer's time under batch ingest). Pages are allocated as used.
-    conn.pragma_update(None, "cache_size", -8192)?;
     Ok(())
 }
 
