@@ -424,3 +424,87 @@ impl<'s, 'a, U: UsageLookup> RankingBuilder<'s, 'a, U> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::order::Qos;
+
+    fn waiting(id: i64, library: &str, group: usize) -> Candidate {
+        Candidate {
+            id,
+            group: GroupId(group),
+            library: library.to_string(),
+            created_ms: id,
+            size_bytes: 1,
+            benefit: 1,
+            qos: Qos::Normal,
+            user: 1.0,
+            queue: 1.0,
+            slots: 1,
+            passed: 0,
+        }
+    }
+
+    #[test]
+    fn a_library_name_goes_with_its_last_request_and_its_number_is_reused() {
+        let mut q = HeldQueue::default();
+        q.push(waiting(1, "lto", 0));
+        q.push(waiting(2, "lto", 1));
+        q.push(waiting(3, "t10k", 0));
+        assert_eq!(q.libraries(), ["lto", "t10k"]);
+        assert_eq!(q.remove(1).map(|c| c.id), Some(1));
+        assert_eq!(q.names.numbers.len(), 2, "`lto` still has request 2");
+        assert_eq!(q.remove(2).map(|c| c.library), Some("lto".to_string()));
+        assert_eq!(q.libraries(), ["t10k"]);
+        assert_eq!(q.names.numbers.len(), 1);
+        assert_eq!(q.names.free.len(), 1);
+        q.push(waiting(4, "enstore", 2));
+        assert!(q.names.free.is_empty(), "the freed number is taken again");
+        assert_eq!(q.names.slots.len(), 2);
+        assert_eq!(q.get(4).map(|c| c.library.as_str()), Some("enstore"));
+        assert_eq!(q.get(3).map(|c| c.group), Some(GroupId(0)));
+        assert_eq!(q.remove(1), None);
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
+    fn a_request_pushed_again_is_moved_not_duplicated() {
+        let mut q = HeldQueue::default();
+        q.push(waiting(7, "lto", 0));
+        q.push(waiting(7, "t10k", 1));
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.libraries(), ["t10k"]);
+        assert_eq!(q.waiting_per_group().get(&GroupId(1)), Some(&1));
+        assert!(!q.names.numbers.contains_key("lto"));
+    }
+
+    #[test]
+    fn compacting_keeps_every_request_in_order_and_findable() {
+        let mut q = HeldQueue::default();
+        for id in 0..500 {
+            q.push(waiting(
+                id,
+                if id % 3 == 0 { "a" } else { "b" },
+                (id % 4) as usize,
+            ));
+        }
+        q.remove(250);
+        q.compact();
+        assert_eq!(q.len(), 499);
+        assert_eq!(q.library_len("a") + q.library_len("b"), 499);
+        assert!(q.get(250).is_none());
+        for id in (0..500).filter(|&id| id != 250) {
+            assert_eq!(q.get(id).map(|c| c.id), Some(id));
+        }
+        if let Some(c) = q.get_mut(499) {
+            c.passed = 3;
+        }
+        assert_eq!(q.get(499).map(|c| c.passed), Some(3));
+        let groups = &q.libs["b"];
+        for reqs in groups.values() {
+            let ids: Vec<i64> = reqs.keys().copied().collect();
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order");
+        }
+    }
+}
