@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::schemas::StateBody;
-use super::AppState;
+use super::Shared;
 use crate::auth::RoleKind;
 use crate::ledger::CancelOutcome;
 use crate::live_settings::Refusal;
@@ -44,7 +44,7 @@ pub struct ReloadBody {
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn reload(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
 ) -> Result<Json<ReloadBody>, ApiError> {
     caller.require(&[RoleKind::Operator], "reload the configuration")?;
@@ -109,7 +109,7 @@ pub struct CancelGroupBody {
     (status = 422, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn cancel_group(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<CancelGroupBody>, ApiError> {

@@ -3,18 +3,18 @@
 use axum::http::header;
 
 use super::error::ApiError;
-use super::AppState;
+use super::{AppState, Shared};
 use crate::auth::{Principal, Role, RoleKind};
 
 /// The authenticated caller of a request.
 pub struct Caller(pub Principal);
 
-impl axum::extract::FromRequestParts<AppState> for Caller {
+impl axum::extract::FromRequestParts<Shared> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        state: &AppState,
+        state: &Shared,
     ) -> Result<Self, Self::Rejection> {
         let Some(tokens) = &state.tokens else {
             return Ok(Caller(Principal::anonymous_operator()));

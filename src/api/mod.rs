@@ -52,6 +52,11 @@ pub struct AppState {
     pub readiness: Arc<crate::readiness::Readiness>,
 }
 
+/// The state as the handlers hold it: one `Arc`, so the clone axum makes per request (and per
+/// extractor) is one counter, not one per field (the field-wise clone and drop were 5% of the
+/// broker's CPU under single-request ingest).
+pub type Shared = Arc<AppState>;
+
 /// The API's routes and its OpenAPI document, built together from the handlers' `#[utoipa::path]`
 /// attributes, so neither can drift from the other.
 pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
@@ -97,7 +102,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
             body_budget::bounded,
         ))
         .layer(axum::middleware::map_response(error::json_errors))
-        .with_state(state);
+        .with_state(Arc::new(state));
     (router, api)
 }
 

@@ -286,7 +286,10 @@ fn check_text(value: &str, max: usize) -> Result<(), String> {
     if value.chars().any(char::is_control) {
         return Err("may not contain control characters".into());
     }
-    if let Some(c) = value.chars().find(|c| crate::hidden_text::is_hiding(*c)) {
+    // ASCII has no format or separator characters (Cf, Zl, Zp start above U+007F); skipping
+    // the Unicode table lookup for it was 10% of the broker's CPU under batch ingest.
+    let hiding = |c: &char| !c.is_ascii() && crate::hidden_text::is_hiding(*c);
+    if let Some(c) = value.chars().find(hiding) {
         return Err(format!(
             "may not contain U+{:04X} (Unicode format characters and line or paragraph \
              separators are refused)",

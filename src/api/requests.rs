@@ -8,7 +8,7 @@ use axum::Json;
 use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::responses::{self, CancelBody, RequestBody};
-use super::AppState;
+use super::Shared;
 use crate::auth::RoleKind;
 use crate::domain::RequestState;
 use crate::ledger::CancelOutcome;
@@ -35,7 +35,7 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn get_request(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -84,7 +84,7 @@ pub(super) async fn get_request(
     (status = 409, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn cancel_request(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -132,7 +132,7 @@ pub(super) async fn cancel_request(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn release_request(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     Path(raw): Path<String>,
 ) -> Result<Json<responses::ReleaseBody>, ApiError> {

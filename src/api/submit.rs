@@ -12,7 +12,7 @@ use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::request::{self, RequestInput};
 use super::responses::{self, AcceptedBody, BatchBody, BatchResult};
-use super::AppState;
+use super::{AppState, Shared};
 use crate::auth::RoleKind;
 use crate::ledger::NewRequest;
 use crate::live_settings::Live;
@@ -132,7 +132,7 @@ fn mss_can_take(
     (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn submit_one(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -166,7 +166,7 @@ pub(super) async fn submit_one(
     (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn submit_batch(
-    State(state): State<AppState>,
+    State(state): State<Shared>,
     caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,

@@ -1,7 +1,8 @@
 //! `mssbroker bench backlog --queued N`: a held-mode broker (the shipped config, release limit
-//! one slot, embedded simulator) with N requests queued. Prints resident memory (this process's
-//! `VmRSS`/`VmHWM`: the broker and its load client share it), the time from start to the first
-//! 202 after a restart on the filled database, ingest of single requests while the backlog is
+//! one slot, embedded simulator) with N requests queued, run as its own process (`mssbroker serve`,
+//! see `child`). Prints the broker process's resident memory (its `VmRSS`/`VmHWM`, without the
+//! load client), the time from starting the process to the first 202 after a restart on the
+//! filled database, ingest of single requests while the backlog is
 //! there, and, on the ledger opened directly on the same database, the cost of one release
 //! decision (`Ledger::release_held`) and of a queued request's explain
 //! (`Ledger::explain_queued`), p50 and p99.
@@ -9,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::load::{drive, Broker, Call, TOKEN};
-use super::machine::status_mb;
+use super::child::ChildBroker;
+use super::load::{drive, Call, TOKEN};
 use super::{command_line, machine, summarise};
 use crate::config::Settings;
 use crate::ledger::{Ledger, LedgerOptions};
@@ -33,36 +34,35 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mssbroker-bench-backlog-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let mut settings = Settings::parse(
-        &crate::bench_explain::held_config()?,
-        "embedded config/broker.toml, held",
-    )?;
+    let config = crate::bench_explain::held_config()?;
+    let mut settings = Settings::parse(&config, "embedded config/broker.toml, held")?;
     settings.database.path = dir.join("bench.db");
-    settings.server.listen = "127.0.0.1:0".parse()?;
-    let idle_mb = status_mb("VmRSS");
+    let db = settings.database.path.clone();
 
-    let broker = Broker::start(&settings).await?;
+    let broker = ChildBroker::start(&dir, &config, &db).await?;
+    let idle_mb = broker.status_mb("VmRSS");
     let t = Instant::now();
     let http = reqwest::Client::new();
     let ids = crate::bench_explain::fill(&http, &broker.base, o.queued).await?;
     println!(
-        "bench backlog: {} queued (held, limit 1) in {:.1} s; VmRSS {:.0} MB before, {:.0} MB filled",
+        "bench backlog: {} queued (held, limit 1) in {:.1} s; broker process VmRSS {:.0} MB before, {:.0} MB filled (VmHWM {:.0} MB)",
         ids.len(),
         t.elapsed().as_secs_f64(),
         idle_mb,
-        status_mb("VmRSS")
+        broker.status_mb("VmRSS"),
+        broker.status_mb("VmHWM")
     );
     broker.stop().await?;
 
     let t = Instant::now();
-    let broker = Broker::start(&settings).await?;
+    let broker = ChildBroker::start(&dir, &config, &db).await?;
     let first = first_202(&http, &broker.base).await?;
     println!(
-        "restart: first 202 {:.3} s after start (the probe call itself {:.3} s); VmRSS {:.0} MB, VmHWM {:.0} MB",
+        "restart: first 202 {:.3} s after start (the probe call itself {:.3} s); broker process (`serve`) VmRSS {:.0} MB, VmHWM {:.0} MB",
         t.elapsed().as_secs_f64(),
         first,
-        status_mb("VmRSS"),
-        status_mb("VmHWM")
+        broker.status_mb("VmRSS"),
+        broker.status_mb("VmHWM")
     );
     let r = drive(
         &broker.base,
@@ -73,8 +73,8 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
     )
     .await?;
     println!(
-        "ingest with the backlog: {} connections, {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms ({} requests)",
-        o.connections, r.per_sec, r.p50_ms, r.p99_ms, r.requests
+        "ingest with the backlog: {} connections, {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms ({} requests); broker VmRSS {:.0} MB after",
+        o.connections, r.per_sec, r.p50_ms, r.p99_ms, r.requests, broker.status_mb("VmRSS")
     );
     broker.stop().await?;
 

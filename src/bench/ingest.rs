@@ -7,7 +7,8 @@
 
 use anyhow::Context;
 
-use super::load::{commits, drive, Broker, Call};
+use super::child::RoundBroker;
+use super::load::{commits, drive, Call};
 use super::{command_line, machine, scratch_dir, Round};
 use crate::config::Settings;
 
@@ -94,16 +95,33 @@ async fn one_round(o: &IngestOptions, round: usize) -> anyhow::Result<Phases> {
         .context("the embedded config must validate")?;
     settings.database.path = dir.join("bench.db");
     settings.server.listen = "127.0.0.1:0".parse()?;
+    anyhow::ensure!(
+        std::env::var_os(super::child::SERVE_BINARY).is_none()
+            || o.batch <= settings.limits.max_batch,
+        "a `serve` child takes the shipped limits.max_batch ({})",
+        settings.limits.max_batch
+    );
     settings.limits.max_batch = settings.limits.max_batch.max(o.batch);
-    let broker = Broker::start(&settings).await?;
-    let base = broker.base.clone();
+    let broker = RoundBroker::start(&settings, crate::config::EMBEDDED, &dir).await?;
+    let base = broker.base().to_string();
     let (c, s) = (o.connections, o.seconds);
+    let cpu = || broker.cpu_seconds();
+    let cpu0 = cpu();
     let healthz = drive(&base, Call::Healthz, c, s, "h").await?;
-    let before = commits(&base).await?;
+    let (cpu1, before) = (cpu(), commits(&base).await?);
     let single = drive(&base, Call::Submit(1), c, s, "s").await?;
-    let middle = commits(&base).await?;
+    let (cpu2, middle) = (cpu(), commits(&base).await?);
     let batch = drive(&base, Call::Submit(o.batch.max(2)), c, s, "b").await?;
-    let after = commits(&base).await?;
+    let (cpu3, after) = (cpu(), commits(&base).await?);
+    if let (Some(a), Some(b), Some(c), Some(d)) = (cpu0, cpu1, cpu2, cpu3) {
+        let per = |from: f64, to: f64, r: &Round| (to - from) * 1e6 / r.requests.max(1) as f64;
+        println!(
+            "broker CPU: healthz {:.1} us/call, single {:.1} us/request, batch {:.2} us/request",
+            per(a, b, &healthz),
+            per(b, c, &single),
+            per(c, d, &batch)
+        );
+    }
     broker.stop().await?;
     let _ = std::fs::remove_dir_all(&dir);
     let mean = |a: (f64, f64), b: (f64, f64)| {

@@ -21,9 +21,10 @@ pub fn machine() -> String {
     format!("machine: {cores} cores, {model}, Linux {kernel}")
 }
 
-/// A field of /proc/self/status in MB (`VmRSS`, `VmHWM`), 0 where unreadable.
-pub fn status_mb(field: &str) -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+/// A field of /proc/`pid`/status in MB (`VmRSS`, `VmHWM`; `pid` may be `self`), 0 where
+/// unreadable.
+pub(crate) fn proc_status_mb(pid: &str, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))

@@ -19,6 +19,7 @@ use crate::config::Settings;
 use crate::startup::Application;
 
 pub mod backlog;
+mod child;
 pub mod ingest;
 mod load;
 mod machine;

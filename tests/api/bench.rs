@@ -91,3 +91,30 @@ fn bench_backlog_prints_positive_figures() {
         assert!(figure(&text, line, "p99") > 0.0, "{line}: {text}");
     }
 }
+
+#[test]
+fn bench_ingest_with_a_serve_child_prints_the_brokers_cpu() {
+    let out = Command::new(BIN)
+        .args(["bench", "ingest", "--connections", "2", "--seconds", "0.3"])
+        .args(["--rounds", "1", "--batch", "20"])
+        .env("MSSBROKER_BENCH_SERVE", BIN)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(figure(&text, "`serve` child pid", "pid") > 0.0, "{text}");
+    // CPU time is counted in clock ticks: a short phase may show 0, never less.
+    for key in ["healthz", "single", "batch"] {
+        assert!(figure(&text, "broker CPU:", key) >= 0.0, "{key}: {text}");
+    }
+    let median = &text[text.find("median over").expect("a median section")..];
+    assert!(
+        figure(median, "single requests", "single requests") > 0.0,
+        "{text}"
+    );
+}
