@@ -332,7 +332,8 @@ impl Ledger {
     }
 
     /// Requests ready to submit (state accepted, retry time reached): highest MSS priority
-    /// first, then in decision order.
+    /// first, then in release order (the `volumes` mode numbers a volume's batch in
+    /// tape-position order, so it is read together and in that order), then in decision order.
     pub async fn to_submit(
         &self,
         after_id: i64,

@@ -243,7 +243,7 @@ pub(super) fn to_submit(
     let mut stmt = c.prepare_cached(
         "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction, \
          local_file, bfid, position FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
-         ORDER BY mss_priority DESC, id LIMIT ?3",
+         ORDER BY mss_priority DESC, release_seq, id LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
         let direction: String = row.get(7)?;
