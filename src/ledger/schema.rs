@@ -174,15 +174,21 @@ fn version_2(conn: &Connection) -> rusqlite::Result<()> {
 /// Version 3 (issue 16, the `volumes` release mode): `release_seq`, the order a request was
 /// released in a volume's batch (NULL otherwise): the submit loop reads ready requests by MSS
 /// priority, then this sequence, so a batch reaches the MSS together and in tape-position order
-/// (the index replaces `requests_ready`, which it extends); and the queued requests per library
-/// and volume, and per library and group, for a waiting request's explain.
+/// (the index replaces `requests_ready`, which it extends); `release_led`, 1 when its group's
+/// choice mounted the volume (the group whose `max_volumes` counts it after a restart); and the queued requests per library
+/// and volume (covering a volume's bytes, files and ages) and per library and group (each
+/// group's oldest), for a waiting request's explain.
 fn version_3(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
         "ALTER TABLE requests ADD COLUMN release_seq INTEGER;
+         ALTER TABLE requests ADD COLUMN release_led INTEGER;
          DROP INDEX IF EXISTS requests_ready;
          CREATE INDEX requests_ready_batched ON requests(mss_priority DESC, release_seq, id)
              WHERE state = 'accepted';
-         CREATE INDEX requests_queued_volume ON requests(library, volume, group_path)
+         CREATE INDEX requests_queued_volume
+             ON requests(library, volume, group_path, size_bytes, created_ms)
+             WHERE state = 'queued';
+         CREATE INDEX requests_queued_group ON requests(library, group_path, id)
              WHERE state = 'queued';",
     )
 }

@@ -15,6 +15,7 @@ mod load;
 mod release;
 mod settle;
 mod state;
+mod volumes;
 
 use std::sync::Arc;
 
@@ -308,11 +309,23 @@ impl Writer {
             }
             Err(e) => {
                 error!(error = %e, commands = replies.len(), "ledger transaction rolled back");
-                self.state.rollback();
+                if self.state.rollback() {
+                    self.reload_volumes();
+                }
                 drop(gate);
                 let message = e.to_string();
                 replies.into_iter().for_each(|r| r.err(&message));
             }
+        }
+    }
+
+    /// The volume queue from the committed rows, after a rollback that changed it in a way its
+    /// journal cannot undo (a batch released, a request ended). If even reading fails, the queue
+    /// stays as it was and is reloaded at the next start.
+    fn reload_volumes(&mut self) {
+        match volumes::load_volume_queue(&self.conn, &self.policy, self.clock.now_ms()) {
+            Ok(v) => self.state.reload_volumes(v),
+            Err(e) => error!(error = %e, "cannot reload the volume queue after a rollback"),
         }
     }
 

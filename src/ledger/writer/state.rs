@@ -16,6 +16,8 @@ use crate::ledger::wide::Wide;
 use crate::policy::fbsng::Queues;
 use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
 use crate::policy::queue::HeldQueue;
+use crate::policy::order::VolumeSettings;
+use crate::policy::volumes::{Batch, VolumeQueue};
 use crate::shares::{UsageBook, UsageModel};
 
 /// The writer's memory: what a decision reads without a query.
@@ -33,6 +35,12 @@ pub(super) struct WriterState {
     /// FBSNG queue priorities per group.
     pub queues: Queues,
     pub idempotency: Idempotency,
+    /// The volumes release mode's queue (rows in state `queued`) and volumes in flight.
+    pub volumes: VolumeQueue,
+    /// The last `release_seq` given to a request of a volume batch.
+    pub release_seq: i64,
+    /// `[release.volumes]`, which the volume queue's changes read.
+    volume_settings: VolumeSettings,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
 }
@@ -44,6 +52,10 @@ struct Saved {
     priority_waiting: i64,
     outstanding: HashMap<String, u32>,
     queues: Queues,
+    release_seq: i64,
+    /// The volume queue changed in a way with no cheap inverse (a batch started, a request
+    /// ended or left the queue): a rollback reloads it from the rows (see `Writer::rollback`).
+    volumes_changed: bool,
     journal: Vec<Undo>,
 }
 
@@ -53,6 +65,7 @@ enum Undo {
     Removed(Candidate),
     Passed(i64),
     Fingerprint(u64, i64),
+    VolumePushed(i64),
 }
 
 impl WriterState {
@@ -71,13 +84,34 @@ impl WriterState {
             outstanding,
             queues,
             idempotency,
+            volumes: VolumeQueue::default(),
+            release_seq: 0,
+            volume_settings: VolumeSettings::default(),
             checkpoint: None,
         }
     }
 
+    /// The volumes mode's queue and volumes in flight, and the last release sequence, as loaded.
+    pub fn with_volumes(
+        mut self,
+        settings: &VolumeSettings,
+        volumes: VolumeQueue,
+        release_seq: i64,
+    ) -> WriterState {
+        self.volume_settings = settings.clone();
+        self.volumes = volumes;
+        self.release_seq = release_seq;
+        self
+    }
+
+    /// The volume queue reloaded from the rows after a rollback.
+    pub fn reload_volumes(&mut self, volumes: VolumeQueue) {
+        self.volumes = volumes;
+    }
+
     /// Nothing is held or queued: the release timer has nothing to do.
     pub fn nothing_waiting(&self) -> bool {
-        self.held.iter().all(|&h| h == 0) && self.queue.is_empty()
+        self.held.iter().all(|&h| h == 0) && self.queue.is_empty() && self.volumes.is_empty()
     }
 
     /// Remember the present, so a failed transaction can come back to it.
@@ -88,6 +122,8 @@ impl WriterState {
             priority_waiting: self.priority_waiting,
             outstanding: self.outstanding.clone(),
             queues: self.queues.clone(),
+            release_seq: self.release_seq,
+            volumes_changed: false,
             journal: Vec::new(),
         });
     }
@@ -97,11 +133,14 @@ impl WriterState {
         self.checkpoint = None;
     }
 
-    /// The transaction rolled back: back to the checkpoint.
-    pub fn rollback(&mut self) {
+    /// The transaction rolled back: back to the checkpoint. Returns whether the volume queue
+    /// must be reloaded from the rows (it changed in a way the journal cannot undo).
+    pub fn rollback(&mut self) -> bool {
         let Some(saved) = self.checkpoint.take() else {
-            return;
+            return false;
         };
+        self.release_seq = saved.release_seq;
+        let reload = saved.volumes_changed;
         self.usage = saved.usage;
         self.held = saved.held;
         self.priority_waiting = saved.priority_waiting;
@@ -119,8 +158,14 @@ impl WriterState {
                     }
                 }
                 Undo::Fingerprint(fp, id) => self.idempotency.remove(fp, id),
+                Undo::VolumePushed(id) => {
+                    if !reload {
+                        self.volumes.remove(&self.volume_settings, id);
+                    }
+                }
             }
         }
+        reload
     }
 
     fn journal(&mut self, op: Undo) {
@@ -145,6 +190,42 @@ impl WriterState {
         if let Some(w) = self.queue.get_mut(id) {
             w.passed = w.passed.saturating_add(1);
             self.journal(Undo::Passed(id));
+        }
+    }
+
+    /// Queue a request in the volumes mode, on `volume` at `position`.
+    pub fn enqueue_volume(&mut self, c: Candidate, volume: Option<&str>, position: Option<u64>) {
+        self.journal(Undo::VolumePushed(c.id));
+        self.volumes
+            .push(&self.volume_settings, c, volume, position);
+    }
+
+    /// Take a request out of the volume queue (cancelled, or held again).
+    pub fn dequeue_volume(&mut self, id: i64) {
+        if self.volumes.remove(&self.volume_settings, id).is_some() {
+            self.volumes_changed();
+        }
+    }
+
+    /// A volume batch was released: its requests leave the queue, its volume is in flight.
+    pub fn volume_batch_started(&mut self, policy: &PolicySettings, batch: &Batch, now: i64) {
+        self.volumes
+            .batch_started(&self.volume_settings, policy, batch, now);
+        self.volumes_changed();
+    }
+
+    /// A released request ended at the MSS (its volume leaves flight with its last one).
+    pub fn volume_request_finished(&mut self, policy: &PolicySettings, id: i64, now: i64) {
+        let before = self.volumes.in_flight_requests();
+        self.volumes.request_finished(policy, id, now);
+        if self.volumes.in_flight_requests() != before {
+            self.volumes_changed();
+        }
+    }
+
+    fn volumes_changed(&mut self) {
+        if let Some(saved) = &mut self.checkpoint {
+            saved.volumes_changed = true;
         }
     }
 
