@@ -11,7 +11,7 @@ use super::Issues;
 use crate::domain::{GroupId, GroupInfo, GroupKind};
 use crate::policy::fbsng::QueueParams;
 use crate::policy::multifactor::{Multifactor, Qos, SizeFavours};
-use crate::policy::order::{Algorithm, OrderSettings, Release, ReleaseMode};
+use crate::policy::order::{Algorithm, OrderSettings, Release, ReleaseMode, VolumeSettings};
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -61,6 +61,7 @@ pub(super) struct RawRelease {
     limit: i64,
     slot_bytes: i64,
     libraries: BTreeMap<String, i64>,
+    volumes: RawVolumes,
 }
 
 impl Default for RawRelease {
@@ -69,6 +70,39 @@ impl Default for RawRelease {
             mode: "pass_through".into(),
             limit: 8,
             slot_bytes: 0,
+            libraries: BTreeMap::new(),
+            volumes: RawVolumes::default(),
+        }
+    }
+}
+
+/// `[release.volumes]`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawVolumes {
+    min_volume_bytes: i64,
+    min_volume_files: i64,
+    quiet_secs: i64,
+    max_age_secs: i64,
+    batch_max_bytes: i64,
+    batch_max_files: i64,
+    sticky_secs: i64,
+    max_volumes: i64,
+    libraries: BTreeMap<String, i64>,
+}
+
+impl Default for RawVolumes {
+    fn default() -> Self {
+        let d = VolumeSettings::default();
+        RawVolumes {
+            min_volume_bytes: d.min_volume_bytes as i64,
+            min_volume_files: i64::from(d.min_volume_files),
+            quiet_secs: d.quiet_ms / 1000,
+            max_age_secs: d.max_age_ms / 1000,
+            batch_max_bytes: d.batch_max_bytes as i64,
+            batch_max_files: i64::from(d.batch_max_files),
+            sticky_secs: d.sticky_ms / 1000,
+            max_volumes: i64::from(d.max_volumes),
             libraries: BTreeMap::new(),
         }
     }
@@ -197,10 +231,11 @@ fn validate_release(raw: &RawRelease, issues: &mut Issues) -> Release {
     let mode = match raw.mode.as_str() {
         "pass_through" => ReleaseMode::PassThrough,
         "held" => ReleaseMode::Held,
+        "volumes" => ReleaseMode::Volumes,
         other => {
             issues.add(
                 "release.mode",
-                format!("`{other}` is not one of pass_through, held"),
+                format!("`{other}` is not one of pass_through, held, volumes"),
             );
             ReleaseMode::PassThrough
         }
@@ -234,6 +269,90 @@ fn validate_release(raw: &RawRelease, issues: &mut Issues) -> Release {
         limit,
         libraries,
         slot_bytes: raw.slot_bytes.max(0) as u64,
+        volumes: validate_volumes(&raw.volumes, issues),
+    }
+}
+
+/// `[release.volumes]`: every amount positive, except `quiet_secs` and `sticky_secs` (0: off);
+/// `quiet_secs` and `sticky_secs` at most `max_age_secs`.
+fn validate_volumes(raw: &RawVolumes, issues: &mut Issues) -> VolumeSettings {
+    let key = |k: &str| format!("release.volumes.{k}");
+    let positive = |v: i64, k: String, max: i64, issues: &mut Issues| -> i64 {
+        if v <= 0 || v > max {
+            issues.add(
+                k,
+                format!("must be a positive integer up to {max}, got {v}"),
+            );
+            return 1;
+        }
+        v
+    };
+    let secs = |v: i64, k: String, issues: &mut Issues| -> i64 {
+        if !(0..=i64::MAX / 1000).contains(&v) {
+            issues.add(
+                k,
+                format!("must be 0 (off) or a positive number of seconds, got {v}"),
+            );
+            return 0;
+        }
+        v * 1000
+    };
+    let u32max = i64::from(u32::MAX);
+    let max_age_ms = 1000
+        * positive(
+            raw.max_age_secs,
+            key("max_age_secs"),
+            i64::MAX / 1000,
+            issues,
+        );
+    let quiet_ms = secs(raw.quiet_secs, key("quiet_secs"), issues);
+    let sticky_ms = secs(raw.sticky_secs, key("sticky_secs"), issues);
+    for (k, v) in [("quiet_secs", quiet_ms), ("sticky_secs", sticky_ms)] {
+        if v > max_age_ms {
+            issues.add(
+                key(k),
+                format!(
+                    "must not be above max_age_secs ({}), got {}",
+                    max_age_ms / 1000,
+                    v / 1000
+                ),
+            );
+        }
+    }
+    let libraries = raw
+        .libraries
+        .iter()
+        .map(|(name, &v)| {
+            let k = key(&format!("libraries.\"{name}\""));
+            (name.clone(), positive(v, k, u32max, issues) as u32)
+        })
+        .collect();
+    VolumeSettings {
+        min_volume_bytes: positive(
+            raw.min_volume_bytes,
+            key("min_volume_bytes"),
+            i64::MAX,
+            issues,
+        ) as u64,
+        min_volume_files: positive(
+            raw.min_volume_files,
+            key("min_volume_files"),
+            u32max,
+            issues,
+        ) as u32,
+        quiet_ms,
+        max_age_ms,
+        batch_max_bytes: positive(
+            raw.batch_max_bytes,
+            key("batch_max_bytes"),
+            i64::MAX,
+            issues,
+        ) as u64,
+        batch_max_files: positive(raw.batch_max_files, key("batch_max_files"), u32max, issues)
+            as u32,
+        sticky_ms,
+        max_volumes: positive(raw.max_volumes, key("max_volumes"), u32max, issues) as u32,
+        libraries,
     }
 }
 
@@ -342,3 +461,7 @@ fn fbsng_queues(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "order_tests.rs"]
+mod tests;

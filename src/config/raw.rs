@@ -164,6 +164,7 @@ pub(super) struct RawTarget {
     pub cap_percent: Option<f64>,
     pub feasibility_cap: Option<i64>,
     pub feasibility_cap_percent: Option<f64>,
+    pub max_volumes: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -21,6 +21,9 @@ pub enum ReleaseMode {
     PassThrough,
     /// The broker keeps them and releases the policy's first whenever the MSS has room.
     Held,
+    /// The broker keeps them and releases them a tape volume at a time
+    /// (`policy::volumes`, docs/volumes.md).
+    Volumes,
 }
 
 /// The held release mode's limits.
@@ -34,6 +37,58 @@ pub struct Release {
     /// A request takes `ceil(size / slot_bytes)` slots (at least 1, at most the library's
     /// limit); 0: every request one slot.
     pub slot_bytes: u64,
+    /// The volumes release mode's rules (`[release.volumes]`).
+    pub volumes: VolumeSettings,
+}
+
+/// `[release.volumes]`: when a tape volume's waiting requests are released, and how many.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VolumeSettings {
+    /// A volume is eligible once its queued requests reach this many bytes...
+    pub min_volume_bytes: u64,
+    /// ...or this many files...
+    pub min_volume_files: u32,
+    /// ...or its newest request is this old (nothing more is coming)...
+    pub quiet_ms: i64,
+    /// ...or its oldest request is this old (nothing waits forever).
+    pub max_age_ms: i64,
+    /// Most bytes and files released in one batch (a batch has at least one request).
+    pub batch_max_bytes: u64,
+    pub batch_max_files: u32,
+    /// A volume in flight or finished this recently gets its next batch before another volume
+    /// is mounted (set at or below the MSS's dismount delay).
+    pub sticky_ms: i64,
+    /// Volumes in flight per library (a drive each).
+    pub max_volumes: u32,
+    /// Per named library, instead of `max_volumes`.
+    pub libraries: BTreeMap<String, u32>,
+}
+
+impl Default for VolumeSettings {
+    /// The shipped defaults (config/broker.toml says why).
+    fn default() -> Self {
+        VolumeSettings {
+            min_volume_bytes: 500_000_000_000,
+            min_volume_files: 10_000,
+            quiet_ms: 600_000,
+            max_age_ms: 14_400_000,
+            batch_max_bytes: 2_000_000_000_000,
+            batch_max_files: 10_000,
+            sticky_ms: 60_000,
+            max_volumes: 8,
+            libraries: BTreeMap::new(),
+        }
+    }
+}
+
+impl VolumeSettings {
+    /// Volumes in flight allowed at `library`.
+    pub fn max_volumes_of(&self, library: &str) -> u32 {
+        self.libraries
+            .get(library)
+            .copied()
+            .unwrap_or(self.max_volumes)
+    }
 }
 
 /// Everything about ordering, validated from `[policy]`, `[policy.*]` and `[release]`.

@@ -56,6 +56,9 @@ pub struct NodeLimits {
     pub feasibility_cap: Option<u64>,
     /// At or over this share of the current window's usage its new requests are held.
     pub feasibility_cap_percent: Option<Fraction>,
+    /// Volumes release mode: most volumes in flight per library whose batch is led by a group
+    /// at or below this node (CTA's drive caps, Enstore's storage-group limits).
+    pub max_volumes: Option<u32>,
 }
 
 impl NodeLimits {

@@ -9,6 +9,7 @@ pub mod multifactor;
 pub mod order;
 pub mod queue;
 pub mod sam;
+pub mod volumes;
 
 pub use classify::{classify, ClassifyError, RequestFields};
 pub use sam::{decide, Decision};

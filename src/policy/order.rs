@@ -18,7 +18,7 @@
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 
-pub use crate::domain::order::{Algorithm, OrderSettings, Release, ReleaseMode};
+pub use crate::domain::order::{Algorithm, OrderSettings, Release, ReleaseMode, VolumeSettings};
 
 use super::fbsng::{QueueParams, Queues};
 use super::multifactor::{Factors, Qos};
@@ -43,6 +43,7 @@ impl ReleaseMode {
         match self {
             ReleaseMode::PassThrough => "pass_through",
             ReleaseMode::Held => "held",
+            ReleaseMode::Volumes => "volumes",
         }
     }
 }
@@ -71,6 +72,7 @@ impl OrderSettings {
                 limit: 8,
                 libraries: BTreeMap::new(),
                 slot_bytes: 0,
+                volumes: VolumeSettings::default(),
             },
             band_low: p_back,
             band_high: p_front,
@@ -85,6 +87,12 @@ impl OrderSettings {
 
     pub fn held(&self) -> bool {
         self.release.mode == ReleaseMode::Held
+    }
+
+    /// The volumes release mode: the broker keeps fair-share requests in a
+    /// [`super::volumes::VolumeQueue`] and releases them a volume at a time.
+    pub fn volumes(&self) -> bool {
+        self.release.mode == ReleaseMode::Volumes
     }
 
     /// The QoS of a request: its own, else its access mode's, else normal.

@@ -1,0 +1,357 @@
+//! The broker's own queue in the `volumes` release mode (issue 16, docs/volumes.md): fair-share
+//! requests waiting per library and tape volume, which volumes are eligible, and which batch goes
+//! to the MSS next. Pure: time is passed in (virtual or wall ms), so the live ledger writer and
+//! the simulator's engine drive the same decisions.
+//!
+//! How a caller (the ledger writer, `simulate::engine`) drives it:
+//! 1. a fair-share request arriving in this mode: [`VolumeQueue::push`] (priority classes are
+//!    never held: they go to the MSS at once, as in held mode); a request cancelled or removed
+//!    while waiting: [`VolumeQueue::remove`];
+//! 2. whenever something changed (an arrival, an end, a timer at [`VolumeQueue::next_wakeup`]):
+//!    call [`VolumeQueue::next_batch`] per library until it returns `None`; for each batch,
+//!    charge each request to its own group (`Candidate::group`: piggy-backed requests of other
+//!    groups are charged to theirs), send the batch in one MSS call in its order (tape position),
+//!    then [`VolumeQueue::batch_started`] (which takes the requests out of the queue and puts the
+//!    volume in flight). Do not call `batch_started` if the batch was not committed;
+//! 3. every released request that ends at the MSS (done, failed for good, cancelled):
+//!    [`VolumeQueue::request_finished`]. A retried request stays in flight.
+//!
+//! A volume is eligible when its queued requests reach `min_volume_bytes` or `min_volume_files`,
+//! its newest request is `quiet_ms` old, or its oldest `max_age_ms` old; requests without a
+//! volume form a pseudo-volume per group ([`VolumeId::Loose`]), always eligible. Every request of
+//! a volume in flight or finished within `sticky_ms` is eligible (it costs no mount).
+//! Bookkeeping is incremental: each push/remove costs O(log n) (times the groups with requests
+//! on that volume); a decision reads the groups of one library and the volumes in flight, never
+//! the whole queue.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::order::{place, Algorithm, Candidate, OrderSettings, Standing};
+use crate::domain::order::VolumeSettings;
+use crate::domain::GroupId;
+use crate::shares::UsageLookup;
+
+mod eligibility;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use eligibility::{Eligibility, VolumeStatus};
+use state::Lib;
+
+/// A tape volume of a library, or the pseudo-volume of a group's requests without one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VolumeId {
+    Tape(String),
+    Loose(GroupId),
+}
+
+impl VolumeId {
+    /// The volume a request names (`None`: its group's pseudo-volume).
+    pub fn of(volume: Option<&str>, group: GroupId) -> VolumeId {
+        match volume {
+            Some(v) if !v.is_empty() => VolumeId::Tape(v.to_owned()),
+            _ => VolumeId::Loose(group),
+        }
+    }
+
+    /// The volume label, or `None` for a pseudo-volume.
+    pub fn label(&self) -> Option<&str> {
+        match self {
+            VolumeId::Tape(v) => Some(v),
+            VolumeId::Loose(_) => None,
+        }
+    }
+}
+
+/// Why a batch goes now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchReason {
+    /// Its volume is in flight and nearly done, or finished within `sticky_ms`: the next batch
+    /// keeps the drive on it.
+    Sticky,
+    /// The policy chose its group, and this is the group's best eligible volume.
+    Chosen,
+}
+
+/// Requests to release together, in tape-position order, through one MSS call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub library: String,
+    pub volume: VolumeId,
+    /// The group the policy chose (it counts against that group's `max_volumes`).
+    pub group: GroupId,
+    pub reason: BatchReason,
+    /// In tape-position order; each charged to its own `group`.
+    pub requests: Vec<Candidate>,
+    pub bytes: u64,
+}
+
+impl Batch {
+    /// Requests of other groups riding on the chosen group's mount.
+    pub fn piggy_backed(&self) -> impl Iterator<Item = &Candidate> {
+        self.requests.iter().filter(move |c| c.group != self.group)
+    }
+}
+
+/// The fair-share requests waiting in the volumes mode, and the volumes in flight.
+#[derive(Debug, Clone, Default)]
+pub struct VolumeQueue {
+    libs: BTreeMap<String, Lib>,
+    /// Waiting request id -> (library, volume).
+    index: HashMap<i64, (String, VolumeId)>,
+    /// Released request id -> (library, volume), until it ends.
+    flying: HashMap<i64, (String, VolumeId)>,
+}
+
+impl VolumeQueue {
+    /// Queue `c` on `volume` (`None`: its group's pseudo-volume) at tape `position` (`None`:
+    /// after every positioned request, in arrival order). A request already queued is replaced.
+    pub fn push(
+        &mut self,
+        settings: &VolumeSettings,
+        c: Candidate,
+        volume: Option<&str>,
+        position: Option<u64>,
+    ) {
+        self.remove(settings, c.id);
+        let vol = VolumeId::of(volume, c.group);
+        self.index.insert(c.id, (c.library.clone(), vol.clone()));
+        let lib = self.libs.entry(c.library.clone()).or_default();
+        lib.push(settings, vol, c, position.unwrap_or(u64::MAX));
+    }
+
+    /// Take waiting request `id` out (cancelled, or released by other means).
+    pub fn remove(&mut self, settings: &VolumeSettings, id: i64) -> Option<Candidate> {
+        let (lib, vol) = self.index.remove(&id)?;
+        let l = self.libs.get_mut(&lib)?;
+        l.remove(settings, &vol, id)
+    }
+
+    pub fn get(&self, id: i64) -> Option<&Candidate> {
+        let (lib, vol) = self.index.get(&id)?;
+        self.libs
+            .get(lib)?
+            .vols
+            .get(vol)?
+            .reqs
+            .get(&id)
+            .map(|(c, _)| c)
+    }
+
+    /// The volume waiting request `id` is queued on.
+    pub fn volume_of(&self, id: i64) -> Option<&VolumeId> {
+        self.index.get(&id).map(|(_, v)| v)
+    }
+
+    /// Waiting requests.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Released requests not yet ended.
+    pub fn in_flight_requests(&self) -> usize {
+        self.flying.len()
+    }
+
+    /// Libraries with waiting requests or volumes in flight.
+    pub fn libraries(&self) -> Vec<String> {
+        self.libs.keys().cloned().collect()
+    }
+
+    /// Volumes in flight at `library`.
+    pub fn volumes_in_flight(&self, library: &str) -> usize {
+        self.libs.get(library).map_or(0, |l| l.flights.len())
+    }
+
+    /// Waiting requests per group, over all libraries (kept as they change).
+    pub fn waiting_per_group(&self) -> BTreeMap<GroupId, usize> {
+        let mut out = BTreeMap::new();
+        for l in self.libs.values() {
+            for (g, t) in &l.groups {
+                *out.entry(*g).or_default() += t.files;
+            }
+        }
+        out
+    }
+
+    /// Volume `volume` of `library` at `now_ms`: its queued bytes and files, and which rule
+    /// makes it eligible or which it waits on (what explain shows).
+    pub fn status(
+        &self,
+        settings: &VolumeSettings,
+        library: &str,
+        volume: &VolumeId,
+        now_ms: i64,
+    ) -> Option<VolumeStatus> {
+        let l = self.libs.get(library)?;
+        let v = l.vols.get(volume)?;
+        Some(eligibility::status(
+            settings,
+            volume,
+            v,
+            l.mounted_at(settings, volume, now_ms),
+            now_ms,
+        ))
+    }
+
+    /// The earliest instant after `now_ms` at which a waiting volume becomes eligible by age or
+    /// quiet, or a sticky volume stops being sticky (when to ask [`Self::next_batch`] again
+    /// without news).
+    pub fn next_wakeup(&self, now_ms: i64) -> Option<i64> {
+        self.libs
+            .values()
+            .filter_map(|l| l.next_wakeup(now_ms))
+            .min()
+    }
+
+    /// The batch to release next at `library`, if any: first a volume in flight that is nearly
+    /// done (or finished within `sticky_ms`) and has more requests; else, if fewer than
+    /// `max_volumes` volumes are in flight, the group the policy ranks first among those with an
+    /// eligible volume not in flight and under their `[targets]` `max_volumes` (starved first,
+    /// then the policy's order, as [`super::queue::HeldQueue::pick`]; FBSNG by queue priority),
+    /// and that group's eligible volume with the most bytes queued (one finished within
+    /// `sticky_ms` first). The batch is the volume's requests of that group in position order up
+    /// to the batch caps, then other groups' requests on it in position order while room is
+    /// left. Nothing changes until [`Self::batch_started`].
+    pub fn next_batch<U: UsageLookup>(
+        &mut self,
+        order: &OrderSettings,
+        standing: &Standing<'_, U>,
+        library: &str,
+        now_ms: i64,
+    ) -> Option<Batch> {
+        let s = &order.release.volumes;
+        let lib = self.libs.get_mut(library)?;
+        lib.promote(now_ms);
+        lib.forget_stale(s, now_ms);
+        if let Some((vol, reason)) = lib.sticky_volume(s.max_volumes_of(library)) {
+            let g = lead_group(order, standing, lib, now_ms, |g| {
+                lib.vols
+                    .get(&vol)
+                    .is_some_and(|v| v.groups.contains_key(&g))
+            })?;
+            return Some(lib.cut(s, library, vol, g, reason));
+        }
+        if lib.flights.len() >= s.max_volumes_of(library) as usize {
+            return None;
+        }
+        let caps = state::NodeCaps::new(standing.policy);
+        let g = lead_group(order, standing, lib, now_ms, |g| {
+            caps.allows(g, &lib.node_flights) && lib.best_volume(s, g, now_ms).is_some()
+        })?;
+        let vol = lib.best_volume(s, g, now_ms)?;
+        Some(lib.cut(s, library, vol, g, BatchReason::Chosen))
+    }
+
+    /// `batch` was committed and sent: its requests leave the queue and its volume is in flight
+    /// (counted against its library's and its group's `max_volumes` until its requests end).
+    pub fn batch_started(
+        &mut self,
+        settings: &VolumeSettings,
+        policy: &crate::domain::PolicySettings,
+        batch: &Batch,
+        now_ms: i64,
+    ) {
+        let caps = state::NodeCaps::new(policy);
+        for c in &batch.requests {
+            if self.remove(settings, c.id).is_some() {
+                self.flying
+                    .insert(c.id, (batch.library.clone(), batch.volume.clone()));
+            }
+        }
+        let lib = self.libs.entry(batch.library.clone()).or_default();
+        lib.started(&caps, batch, now_ms);
+    }
+
+    /// Released request `id` ended at the MSS (done, failed for good or cancelled). When its
+    /// volume's last request ends, the volume leaves flight and stays sticky for `sticky_ms`.
+    pub fn request_finished(
+        &mut self,
+        policy: &crate::domain::PolicySettings,
+        id: i64,
+        now_ms: i64,
+    ) {
+        let Some((lib, vol)) = self.flying.remove(&id) else {
+            return;
+        };
+        let caps = state::NodeCaps::new(policy);
+        if let Some(l) = self.libs.get_mut(&lib) {
+            l.finished(&caps, &vol, now_ms);
+            if l.is_idle() {
+                self.libs.remove(&lib);
+            }
+        }
+    }
+}
+
+/// The group the policy ranks first among those with waiting requests in `lib` that `allowed`
+/// admits: a starved group (oldest request waited `max_wait`) first, oldest first; FBSNG by queue
+/// priority; otherwise the highest placement of the group's oldest request (oldest first on a
+/// tie). One placement per group, never per request.
+fn lead_group<U: UsageLookup>(
+    order: &OrderSettings,
+    standing: &Standing<'_, U>,
+    lib: &Lib,
+    now_ms: i64,
+    allowed: impl Fn(GroupId) -> bool,
+) -> Option<GroupId> {
+    let oldest = |g: GroupId| lib.oldest_of(g);
+    let groups: Vec<(GroupId, &Candidate)> = lib
+        .groups
+        .keys()
+        .filter(|&&g| allowed(g))
+        .filter_map(|&g| Some((g, oldest(g)?)))
+        .collect();
+    if let Some(max_wait) = order.max_wait_ms {
+        let starved = groups
+            .iter()
+            .filter(|(_, c)| now_ms - c.created_ms >= max_wait)
+            .min_by_key(|(_, c)| (c.created_ms, c.id));
+        if let Some((g, _)) = starved {
+            return Some(*g);
+        }
+    }
+    if order.algorithm == Algorithm::Fbsng {
+        let q = standing
+            .queues
+            .order(groups.iter().map(|(g, _)| g.0))
+            .into_iter()
+            .next()?;
+        return Some(GroupId(q));
+    }
+    groups
+        .iter()
+        .map(|(g, c)| {
+            (
+                Reverse(Score(place(order, standing, c, now_ms).score)),
+                c.id,
+                *g,
+            )
+        })
+        .min()
+        .map(|(_, _, g)| g)
+}
+
+/// A score ordered by `total_cmp`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Score(f64);
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Score {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+/// (tape position, id): requests in position order.
+type PosSet = BTreeSet<(u64, i64)>;

@@ -1,0 +1,367 @@
+//! One library's waiting volumes, per-group tallies and volumes in flight, kept incrementally.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::eligibility::eligible_from;
+use super::{Batch, BatchReason, PosSet, VolumeId};
+use crate::domain::order::VolumeSettings;
+use crate::domain::{GroupId, PolicySettings};
+use crate::policy::order::Candidate;
+
+/// The requests waiting on one volume.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Vol {
+    /// id -> (request, tape position).
+    pub reqs: HashMap<i64, (Candidate, u64)>,
+    pub by_pos: PosSet,
+    /// Per group: its requests on this volume by position.
+    pub groups: BTreeMap<GroupId, PosSet>,
+    /// (created_ms, id) of every request: oldest and newest.
+    created: BTreeSet<(i64, i64)>,
+    pub bytes: u64,
+    /// Where the volume is indexed: `None` ready (in each group's `ready` under `ready_bytes`),
+    /// `Some(t)` in the library's `pending` until `t`.
+    index: Option<i64>,
+    ready_bytes: u64,
+}
+
+impl Vol {
+    /// (oldest, newest) creation time.
+    pub fn age_span(&self) -> (i64, i64) {
+        let first = self.created.first().map_or(0, |k| k.0);
+        let last = self.created.last().map_or(0, |k| k.0);
+        (first, last)
+    }
+}
+
+/// A group's waiting requests in one library.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tally {
+    pub files: usize,
+    pub bytes: u64,
+    /// Its eligible volumes, most bytes queued first.
+    ready: BTreeSet<(Reverse<u64>, VolumeId)>,
+    /// (created_ms, id) -> volume: its oldest request.
+    oldest: BTreeMap<(i64, i64), VolumeId>,
+}
+
+/// A volume in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct Flight {
+    /// The group whose choice mounted it (its `max_volumes` counts it).
+    pub group: GroupId,
+    /// Released requests not yet ended.
+    pub outstanding: usize,
+    /// Requests in its last batch.
+    pub last_batch: usize,
+}
+
+impl Flight {
+    /// Its last batch is nearly done: at most a tenth of it (and at least one) left.
+    fn nearly_done(&self) -> bool {
+        self.outstanding <= (self.last_batch / 10).max(1)
+    }
+}
+
+/// `[targets."path"] max_volumes` along a group's ancestors.
+pub(crate) struct NodeCaps<'a> {
+    policy: &'a PolicySettings,
+}
+
+impl<'a> NodeCaps<'a> {
+    pub fn new(policy: &'a PolicySettings) -> Self {
+        NodeCaps { policy }
+    }
+
+    fn ancestors(&self, g: GroupId) -> &'a [usize] {
+        self.policy
+            .groups
+            .get(g.0)
+            .map_or(&[][..], |i| i.ancestors.as_slice())
+    }
+
+    /// Whether `g` may lead one more volume with `counts` (node -> volumes in flight).
+    pub fn allows(&self, g: GroupId, counts: &HashMap<usize, u32>) -> bool {
+        self.ancestors(g).iter().all(|&n| {
+            let cap = self
+                .policy
+                .tree
+                .nodes
+                .get(n)
+                .and_then(|node| node.limits.max_volumes);
+            cap.is_none_or(|cap| counts.get(&n).copied().unwrap_or(0) < cap)
+        })
+    }
+
+    fn count(&self, g: GroupId, counts: &mut HashMap<usize, u32>, up: bool) {
+        for &n in self.ancestors(g) {
+            let c = counts.entry(n).or_default();
+            *c = if up { *c + 1 } else { c.saturating_sub(1) };
+        }
+    }
+}
+
+/// One library.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Lib {
+    pub vols: HashMap<VolumeId, Vol>,
+    pub groups: BTreeMap<GroupId, Tally>,
+    /// (eligible_from, volume) of volumes not yet eligible.
+    pending: BTreeSet<(i64, VolumeId)>,
+    pub flights: BTreeMap<VolumeId, Flight>,
+    /// Volumes whose last request ended, and when (sticky for `sticky_ms`).
+    recent: BTreeMap<VolumeId, i64>,
+    /// Tree node -> volumes in flight led by groups under it.
+    pub node_flights: HashMap<usize, u32>,
+}
+
+impl Lib {
+    pub fn push(&mut self, s: &VolumeSettings, vol: VolumeId, c: Candidate, pos: u64) {
+        self.unindex(&vol);
+        let t = self.groups.entry(c.group).or_default();
+        t.files += 1;
+        t.bytes += c.size_bytes;
+        t.oldest.insert((c.created_ms, c.id), vol.clone());
+        let v = self.vols.entry(vol.clone()).or_default();
+        v.by_pos.insert((pos, c.id));
+        v.groups.entry(c.group).or_default().insert((pos, c.id));
+        v.created.insert((c.created_ms, c.id));
+        v.bytes += c.size_bytes;
+        v.reqs.insert(c.id, (c, pos));
+        self.index(s, &vol);
+    }
+
+    pub fn remove(&mut self, s: &VolumeSettings, vol: &VolumeId, id: i64) -> Option<Candidate> {
+        self.unindex(vol);
+        let v = self.vols.get_mut(vol)?;
+        let (c, pos) = v.reqs.remove(&id)?;
+        v.by_pos.remove(&(pos, id));
+        if let Some(set) = v.groups.get_mut(&c.group) {
+            set.remove(&(pos, id));
+            if set.is_empty() {
+                v.groups.remove(&c.group);
+            }
+        }
+        v.created.remove(&(c.created_ms, id));
+        v.bytes -= c.size_bytes;
+        if v.reqs.is_empty() {
+            self.vols.remove(vol);
+        }
+        if let Some(t) = self.groups.get_mut(&c.group) {
+            t.files -= 1;
+            t.bytes -= c.size_bytes;
+            t.oldest.remove(&(c.created_ms, id));
+            if t.files == 0 {
+                self.groups.remove(&c.group);
+            }
+        }
+        self.index(s, vol);
+        Some(c)
+    }
+
+    /// Take `vol` out of the eligibility indexes (before it changes).
+    fn unindex(&mut self, vol: &VolumeId) {
+        let Some(v) = self.vols.get(vol) else { return };
+        match v.index {
+            Some(t) => {
+                self.pending.remove(&(t, vol.clone()));
+            }
+            None => {
+                for g in v.groups.keys() {
+                    if let Some(t) = self.groups.get_mut(g) {
+                        t.ready.remove(&(Reverse(v.ready_bytes), vol.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Put `vol` back in the indexes: pending until it is eligible (promoted by [`Self::promote`]).
+    fn index(&mut self, s: &VolumeSettings, vol: &VolumeId) {
+        let Some(v) = self.vols.get_mut(vol) else {
+            return;
+        };
+        let (oldest, newest) = v.age_span();
+        let from = match vol {
+            VolumeId::Loose(_) => None,
+            VolumeId::Tape(_) => eligible_from(s, v.bytes, v.reqs.len(), oldest, newest),
+        };
+        match from {
+            Some((t, _)) => {
+                v.index = Some(t);
+                self.pending.insert((t, vol.clone()));
+            }
+            None => {
+                v.index = None;
+                v.ready_bytes = v.bytes;
+                for g in v.groups.keys() {
+                    if let Some(t) = self.groups.get_mut(g) {
+                        t.ready.insert((Reverse(v.bytes), vol.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Volumes whose time has come move from `pending` to their groups' `ready`.
+    pub fn promote(&mut self, now_ms: i64) {
+        while let Some((t, vol)) = self.pending.first().cloned() {
+            if t > now_ms {
+                break;
+            }
+            self.pending.remove(&(t, vol.clone()));
+            let Some(v) = self.vols.get_mut(&vol) else {
+                continue;
+            };
+            v.index = None;
+            v.ready_bytes = v.bytes;
+            for g in v.groups.keys() {
+                if let Some(tally) = self.groups.get_mut(g) {
+                    tally.ready.insert((Reverse(v.bytes), vol.clone()));
+                }
+            }
+        }
+    }
+
+    /// Sticky volumes older than `sticky_ms` are forgotten.
+    pub fn forget_stale(&mut self, s: &VolumeSettings, now_ms: i64) {
+        self.recent.retain(|_, t| now_ms - *t <= s.sticky_ms);
+    }
+
+    /// Whether `vol` is in flight or sticky at `now_ms`.
+    pub fn mounted_at(&self, s: &VolumeSettings, vol: &VolumeId, now_ms: i64) -> bool {
+        self.flights.contains_key(vol)
+            || self
+                .recent
+                .get(vol)
+                .is_some_and(|t| now_ms - *t <= s.sticky_ms)
+    }
+
+    /// When a pending volume becomes eligible or a sticky one lapses, after `now_ms`.
+    pub fn next_wakeup(&self, now_ms: i64) -> Option<i64> {
+        let pending = self.pending.iter().map(|(t, _)| *t).find(|&t| t > now_ms);
+        let sticky = self
+            .recent
+            .values()
+            .map(|t| t + 1)
+            .filter(|&t| t > now_ms)
+            .min();
+        pending.into_iter().chain(sticky).min()
+    }
+
+    /// A volume to keep busy: in flight and nearly done, or finished within `sticky_ms` (if a
+    /// volume may be added), with requests waiting.
+    pub fn sticky_volume(&self, max_volumes: u32) -> Option<(VolumeId, BatchReason)> {
+        let waiting = |v: &VolumeId| self.vols.contains_key(v);
+        if let Some((v, _)) = self
+            .flights
+            .iter()
+            .find(|(v, f)| f.nearly_done() && waiting(v))
+        {
+            return Some((v.clone(), BatchReason::Sticky));
+        }
+        let room = self.flights.len() < max_volumes as usize;
+        self.recent
+            .keys()
+            .find(|v| room && waiting(v))
+            .map(|v| (v.clone(), BatchReason::Sticky))
+    }
+
+    /// `g`'s oldest waiting request.
+    pub fn oldest_of(&self, g: GroupId) -> Option<&Candidate> {
+        let (&(_, id), vol) = self.groups.get(&g)?.oldest.first_key_value()?;
+        self.vols.get(vol)?.reqs.get(&id).map(|(c, _)| c)
+    }
+
+    /// `g`'s eligible volume with the most bytes queued, not in flight (after [`Self::promote`]).
+    pub fn best_volume(&self, _s: &VolumeSettings, g: GroupId, _now_ms: i64) -> Option<VolumeId> {
+        self.groups
+            .get(&g)?
+            .ready
+            .iter()
+            .map(|(_, v)| v)
+            .find(|v| !self.flights.contains_key(*v))
+            .cloned()
+    }
+
+    /// The batch of `vol` led by `g`: `g`'s requests in position order up to the caps, then other
+    /// groups' in position order while there is room; the whole in position order.
+    pub fn cut(
+        &self,
+        s: &VolumeSettings,
+        library: &str,
+        vol: VolumeId,
+        g: GroupId,
+        reason: BatchReason,
+    ) -> Batch {
+        let mut picked: Vec<(u64, i64)> = Vec::new();
+        let mut bytes = 0u64;
+        if let Some(v) = self.vols.get(&vol) {
+            let fits = |bytes: u64, n: usize, size: u64| {
+                n == 0
+                    || (n < s.batch_max_files as usize
+                        && bytes.saturating_add(size) <= s.batch_max_bytes)
+            };
+            let own = v.groups.get(&g).into_iter().flatten();
+            let others = v
+                .by_pos
+                .iter()
+                .filter(|k| v.reqs.get(&k.1).is_some_and(|(c, _)| c.group != g));
+            for k in own.chain(others) {
+                let Some((c, _)) = v.reqs.get(&k.1) else {
+                    continue;
+                };
+                if !fits(bytes, picked.len(), c.size_bytes) {
+                    break;
+                }
+                bytes += c.size_bytes;
+                picked.push(*k);
+            }
+            picked.sort_unstable();
+        }
+        let requests = picked
+            .iter()
+            .filter_map(|k| self.vols.get(&vol)?.reqs.get(&k.1).map(|(c, _)| c.clone()))
+            .collect();
+        Batch {
+            library: library.to_owned(),
+            volume: vol,
+            group: g,
+            reason,
+            requests,
+            bytes,
+        }
+    }
+
+    pub fn started(&mut self, caps: &NodeCaps<'_>, batch: &Batch, _now_ms: i64) {
+        self.recent.remove(&batch.volume);
+        let f = self.flights.entry(batch.volume.clone()).or_insert_with(|| {
+            caps.count(batch.group, &mut self.node_flights, true);
+            Flight {
+                group: batch.group,
+                outstanding: 0,
+                last_batch: 0,
+            }
+        });
+        f.outstanding += batch.requests.len();
+        f.last_batch = batch.requests.len();
+    }
+
+    pub fn finished(&mut self, caps: &NodeCaps<'_>, vol: &VolumeId, now_ms: i64) {
+        let Some(f) = self.flights.get_mut(vol) else {
+            return;
+        };
+        f.outstanding = f.outstanding.saturating_sub(1);
+        if f.outstanding == 0 {
+            let g = f.group;
+            self.flights.remove(vol);
+            caps.count(g, &mut self.node_flights, false);
+            self.recent.insert(vol.clone(), now_ms);
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.vols.is_empty() && self.flights.is_empty() && self.recent.is_empty()
+    }
+}

@@ -1,0 +1,361 @@
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::config::Settings;
+use crate::domain::PolicySettings;
+use crate::policy::fbsng::Queues;
+use crate::policy::multifactor::Qos;
+use crate::shares::UsageBook;
+
+/// Fair-share groups a (1/4) and b (3/4) under Fair Tree, in the volumes mode with small
+/// thresholds: 100 bytes or 3 files, quiet 10 s, max age 100 s, batches of 250 bytes or 4 files,
+/// sticky 5 s, 2 volumes per library.
+fn policy(extra: &str) -> Arc<PolicySettings> {
+    let text = format!(
+        r#"
+[policy]
+p_front = 20
+p_back = 10
+algorithm = "fair_tree"
+[usage]
+model = "none"
+[[priority_classes]]
+access_mode = "daq"
+mss_priority = 100
+[shares]
+a = 1
+b = 3
+[mss]
+adapter = "http"
+url = "http://127.0.0.1:1"
+[release]
+mode = "volumes"
+[release.volumes]
+min_volume_bytes = 100
+min_volume_files = 3
+quiet_secs = 10
+max_age_secs = 100
+batch_max_bytes = 250
+batch_max_files = 4
+sticky_secs = 5
+max_volumes = 2
+{extra}
+"#
+    );
+    Settings::parse(&text, "t").expect("valid").policy
+}
+
+struct H {
+    p: Arc<PolicySettings>,
+    book: UsageBook,
+    queues: Queues,
+    q: VolumeQueue,
+    next_id: i64,
+}
+
+impl H {
+    fn new(extra: &str) -> H {
+        let p = policy(extra);
+        H {
+            book: UsageBook::new(&p, 0),
+            queues: Queues::new(&p.order.fbsng),
+            q: VolumeQueue::default(),
+            p,
+            next_id: 1,
+        }
+    }
+
+    fn g(&self, name: &str) -> GroupId {
+        self.p.group_by_path(name).expect("group")
+    }
+
+    /// Queue a request of `group` on `vol` at `pos`, created at `at_ms`; its id.
+    fn add(&mut self, group: &str, vol: Option<&str>, pos: u64, size: u64, at_ms: i64) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let c = Candidate {
+            id,
+            group: self.g(group),
+            library: String::new(),
+            created_ms: at_ms,
+            size_bytes: size,
+            benefit: size,
+            qos: Qos::Normal,
+            user: 1.0,
+            queue: 0.0,
+            slots: 1,
+            passed: 0,
+        };
+        self.q
+            .push(&self.p.order.release.volumes, c, vol, Some(pos));
+        id
+    }
+
+    fn next(&mut self, now_ms: i64) -> Option<Batch> {
+        let standing = Standing::new(&self.p, self.book.at(now_ms), &self.queues);
+        self.q.next_batch(&self.p.order, &standing, "", now_ms)
+    }
+
+    /// Release the next batch (charging each request to its group).
+    fn start(&mut self, now_ms: i64) -> Option<Batch> {
+        let b = self.next(now_ms)?;
+        for c in &b.requests {
+            self.book.add(c.group, i128::from(c.benefit), now_ms);
+        }
+        self.q
+            .batch_started(&self.p.order.release.volumes, &self.p, &b, now_ms);
+        Some(b)
+    }
+
+    fn status(&self, vol: &str, now_ms: i64) -> Eligibility {
+        self.q
+            .status(
+                &self.p.order.release.volumes,
+                "",
+                &VolumeId::Tape(vol.into()),
+                now_ms,
+            )
+            .expect("queued")
+            .eligibility
+    }
+}
+
+fn ids(b: &Batch) -> Vec<i64> {
+    b.requests.iter().map(|c| c.id).collect()
+}
+
+#[test]
+fn bytes_rule_holds_at_min_volume_bytes_not_below() {
+    let mut h = H::new("");
+    h.add("a", Some("V1"), 1, 99, 0);
+    assert_eq!(
+        h.status("V1", 0),
+        Eligibility::Waiting {
+            at_ms: 10_000,
+            quiet: true
+        }
+    );
+    assert!(h.next(0).is_none());
+    let mut h = H::new("");
+    h.add("a", Some("V1"), 1, 100, 0);
+    assert_eq!(h.status("V1", 0), Eligibility::Bytes);
+    assert_eq!(h.next(0).map(|b| ids(&b)), Some(vec![1]));
+}
+
+#[test]
+fn files_rule_holds_at_min_volume_files_not_below() {
+    let mut h = H::new("");
+    h.add("a", Some("V1"), 1, 1, 0);
+    h.add("a", Some("V1"), 2, 1, 0);
+    assert!(!h.status("V1", 0).is_eligible());
+    assert!(h.next(0).is_none());
+    h.add("a", Some("V1"), 3, 1, 0);
+    assert_eq!(h.status("V1", 0), Eligibility::Files);
+    assert_eq!(h.next(0).map(|b| b.requests.len()), Some(3));
+}
+
+#[test]
+fn quiet_rule_counts_from_the_newest_request() {
+    let mut h = H::new("");
+    h.add("a", Some("V1"), 1, 1, 0);
+    h.add("a", Some("V1"), 2, 1, 4_000);
+    assert!(h.next(13_999).is_none());
+    assert_eq!(
+        h.status("V1", 13_999),
+        Eligibility::Waiting {
+            at_ms: 14_000,
+            quiet: true
+        }
+    );
+    assert_eq!(h.q.next_wakeup(0), Some(14_000));
+    assert_eq!(h.status("V1", 14_000), Eligibility::Quiet);
+    assert_eq!(h.next(14_000).map(|b| ids(&b)), Some(vec![1, 2]));
+}
+
+#[test]
+fn max_age_rule_counts_from_the_oldest_request() {
+    // Quiet off: only age releases a small volume that keeps receiving requests.
+    let mut h = H::new("");
+    let mut s = (*h.p).clone();
+    s.order.release.volumes.quiet_ms = 0;
+    h.p = Arc::new(s);
+    h.add("a", Some("V1"), 1, 1, 0);
+    h.add("a", Some("V1"), 2, 1, 99_000);
+    assert_eq!(
+        h.status("V1", 99_999),
+        Eligibility::Waiting {
+            at_ms: 100_000,
+            quiet: false
+        }
+    );
+    assert!(h.next(99_999).is_none());
+    assert_eq!(h.status("V1", 100_000), Eligibility::MaxAge);
+    assert_eq!(h.next(100_000).map(|b| b.requests.len()), Some(2));
+}
+
+#[test]
+fn requests_without_a_volume_are_always_eligible() {
+    let mut h = H::new("");
+    h.add("a", None, 0, 1, 0);
+    let b = h.next(0).expect("a batch");
+    assert_eq!(b.volume, VolumeId::Loose(h.g("a")));
+    assert_eq!(
+        h.q.status(&h.p.order.release.volumes, "", &b.volume, 0)
+            .map(|s| s.eligibility),
+        Some(Eligibility::Loose)
+    );
+}
+
+#[test]
+fn the_policy_picks_the_group_then_its_fullest_eligible_volume() {
+    let mut h = H::new("");
+    // a has been served a lot: b (3/4) is under-served and goes first.
+    h.book.add(h.g("a"), 1_000_000, 0);
+    h.add("a", Some("VA"), 1, 200, 0);
+    h.add("b", Some("VB1"), 1, 100, 0);
+    h.add("b", Some("VB2"), 1, 150, 0);
+    h.add("b", Some("VB3"), 1, 50, 0); // not eligible: 50 bytes, 1 file, not quiet
+    let b = h.next(0).expect("a batch");
+    assert_eq!(
+        (b.group, b.volume.clone()),
+        (h.g("b"), VolumeId::Tape("VB2".into()))
+    );
+    assert_eq!(b.reason, BatchReason::Chosen);
+}
+
+#[test]
+fn other_groups_ride_along_and_keep_their_group() {
+    let mut h = H::new("");
+    h.book.add(h.g("a"), 1_000_000, 0);
+    let a1 = h.add("a", Some("V"), 5, 10, 0);
+    let b1 = h.add("b", Some("V"), 9, 100, 0);
+    let a2 = h.add("a", Some("V"), 1, 10, 0);
+    let b = h.start(0).expect("a batch");
+    assert_eq!(b.group, h.g("b"));
+    // Position order: a2 (1), a1 (5), b1 (9).
+    assert_eq!(ids(&b), vec![a2, a1, b1]);
+    let rode: Vec<(i64, GroupId)> = b.piggy_backed().map(|c| (c.id, c.group)).collect();
+    assert_eq!(rode, vec![(a2, h.g("a")), (a1, h.g("a"))]);
+    assert!(h.q.is_empty());
+    assert_eq!(h.q.in_flight_requests(), 3);
+}
+
+#[test]
+fn the_chosen_group_fills_the_batch_before_riders() {
+    let mut h = H::new("");
+    h.book.add(h.g("a"), 1_000_000, 0);
+    for pos in 0..4 {
+        h.add("a", Some("V"), pos, 10, 0);
+    }
+    let b_ids: Vec<i64> = (10..14)
+        .map(|pos| h.add("b", Some("V"), pos, 10, 0))
+        .collect();
+    let b = h.next(0).expect("a batch");
+    assert_eq!(ids(&b), b_ids, "b's four requests fill the 4-file cap");
+}
+
+#[test]
+fn a_nearly_done_volume_gets_its_next_batch_before_another_mount() {
+    let mut h = H::new("");
+    let first: Vec<i64> = (0..6)
+        .map(|pos| h.add("b", Some("V"), pos, 10, 0))
+        .collect();
+    h.add("a", Some("W"), 0, 500, 0);
+    h.book.add(h.g("a"), 1_000_000, 0);
+    let b1 = h.start(0).expect("first batch");
+    assert_eq!(ids(&b1), first[..4].to_vec());
+    // W goes on the second drive.
+    let w = h.start(0).expect("W");
+    assert_eq!(w.volume, VolumeId::Tape("W".into()));
+    assert!(
+        h.next(0).is_none(),
+        "two volumes in flight: the library is full"
+    );
+    for id in &first[..3] {
+        h.q.request_finished(&h.p, *id, 1000);
+    }
+    let b2 = h.next(1000).expect("V's next batch");
+    assert_eq!(
+        (b2.reason, ids(&b2)),
+        (BatchReason::Sticky, first[4..].to_vec())
+    );
+}
+
+#[test]
+fn a_volume_finished_within_sticky_secs_goes_first() {
+    let mut h = H::new("");
+    let v = h.add("b", Some("V"), 0, 100, 0);
+    h.start(0).expect("V");
+    h.q.request_finished(&h.p, v, 1000);
+    h.add("a", Some("W"), 0, 200, 1000);
+    h.add("b", Some("V"), 1, 1, 2000); // 1 byte: not eligible by itself
+    let b = h.next(6000).expect("sticky");
+    assert_eq!(
+        (b.reason, b.volume.clone()),
+        (BatchReason::Sticky, VolumeId::Tape("V".into()))
+    );
+    // After sticky_secs, V waits for its own rules.
+    let b = h.next(6001).expect("W");
+    assert_eq!(b.volume, VolumeId::Tape("W".into()));
+}
+
+#[test]
+fn group_max_volumes_caps_the_volumes_a_group_leads() {
+    let mut h = H::new("[targets.\"b\"]\nmax_volumes = 1");
+    h.book.add(h.g("a"), 1_000_000, 0);
+    h.add("b", Some("V1"), 0, 100, 0);
+    h.add("b", Some("V2"), 0, 100, 0);
+    h.add("a", Some("W"), 0, 100, 0);
+    assert_eq!(h.start(0).map(|b| b.group), Some(h.g("b")));
+    let b = h.start(0).expect("the second drive");
+    assert_eq!(b.group, h.g("a"), "b is at its cap: a gets the drive");
+}
+
+#[test]
+fn removing_a_request_updates_the_volume() {
+    let mut h = H::new("");
+    let x = h.add("a", Some("V"), 0, 60, 0);
+    h.add("a", Some("V"), 1, 60, 0);
+    assert_eq!(h.status("V", 0), Eligibility::Bytes);
+    assert!(h.q.remove(&h.p.order.release.volumes, x).is_some());
+    assert!(!h.status("V", 0).is_eligible());
+    assert!(h.next(0).is_none());
+    assert_eq!(h.q.len(), 1);
+}
+
+proptest! {
+    #[test]
+    fn a_batch_keeps_its_caps_and_position_order(
+        reqs in proptest::collection::vec((0u8..2, 0u8..3, 0u64..50, 1u64..120), 1..60),
+    ) {
+        let mut h = H::new("");
+        for (g, v, pos, size) in &reqs {
+            let g = if *g == 0 { "a" } else { "b" };
+            let v = format!("V{v}");
+            h.add(g, Some(&v), *pos, *size, 0);
+        }
+        let s = h.p.order.release.volumes.clone();
+        let mut now = 0;
+        let mut seen = 0;
+        while !h.q.is_empty() && now < 1_000_000 {
+            while let Some(b) = h.start(now) {
+                prop_assert!(!b.requests.is_empty());
+                prop_assert!(b.requests.len() <= s.batch_max_files as usize);
+                prop_assert!(b.requests.len() == 1 || b.bytes <= s.batch_max_bytes);
+                prop_assert_eq!(b.bytes, b.requests.iter().map(|c| c.size_bytes).sum::<u64>());
+                let pos: Vec<u64> = b.requests.iter()
+                    .map(|c| reqs[(c.id - 1) as usize].2)
+                    .collect();
+                prop_assert!(pos.windows(2).all(|w| w[0] <= w[1]), "{:?}", pos);
+                for c in &b.requests {
+                    h.q.request_finished(&h.p, c.id, now);
+                }
+                seen += b.requests.len();
+            }
+            now += 1000;
+        }
+        prop_assert_eq!(seen, reqs.len());
+    }
+}
