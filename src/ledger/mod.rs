@@ -25,6 +25,7 @@ mod schema;
 pub mod stored_explain;
 mod types;
 mod usage;
+mod volume_wait;
 mod wide;
 mod writer;
 
@@ -41,6 +42,7 @@ use crate::shares::view::SharesView;
 pub use export::ExportedRequest;
 pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
+pub use volume_wait::VolumeWait;
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
     NoObserver, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras, SubmittedTransfer,
@@ -282,12 +284,24 @@ impl Ledger {
         let Some(live) = live else {
             return Ok(None);
         };
+        if live.volume.is_some() {
+            // The volumes mode releases a volume at a time: its figures say where the request
+            // stands, not a ranking of single requests.
+            return Ok(Some(QueuedExplain {
+                explain: live.explain,
+                position: None,
+                waiting: None,
+                ranked_at_ms: now,
+                volume: live.volume,
+            }));
+        }
         let (place, ranked_at_ms) = self.ranked_place(id, asked).await?;
         Ok(Some(QueuedExplain {
             explain: live.explain,
             position: place.map(|p| p.position),
             waiting: place.map(|p| p.waiting),
             ranked_at_ms,
+            volume: None,
         }))
     }
 

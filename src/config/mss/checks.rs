@@ -85,7 +85,7 @@ fn sent_priorities(
     classes: &[ClassEntry<'_>],
 ) -> Vec<Sent> {
     let order = &policy.order;
-    let held = order.held();
+    let held = order.held() || order.volumes();
     let mut sent: Vec<Sent> = classes
         .iter()
         .filter(|(_, path, _)| match &mss.adapter {
@@ -122,7 +122,7 @@ fn check_priority_scale(
     order: &OrderSettings,
     issues: &mut Issues,
 ) {
-    let held = order.held();
+    let held = order.held() || order.volumes();
     match scale {
         PriorityScale::None => {
             if !held {
@@ -251,7 +251,7 @@ fn check_bands(
             }
         }
     }
-    if order.algorithm == Algorithm::Sam && !order.held() {
+    if order.algorithm == Algorithm::Sam && !order.held() && !order.volumes() {
         let front = sent.iter().find(|s| s.0 == "policy.p_front").map(|s| s.1);
         let back = sent.iter().find(|s| s.0 == "policy.p_back").map(|s| s.1);
         if let (Some(f), Some(b)) = (front, back) {

@@ -273,8 +273,9 @@ impl Txn<'_, '_> {
                 self.now - row.created_ms,
                 over_priority,
             );
-            // FBSNG in pass-through mode: the MSS started it (held mode counts releases).
-            if !self.policy.order.held() {
+            // FBSNG in pass-through mode: the MSS started it (held and volumes modes count
+            // releases).
+            if !self.policy.order.held() && !self.policy.order.volumes() {
                 if let Some(g) = self.policy.group_by_path(&row.group) {
                     self.fbsng_started(g);
                 }
