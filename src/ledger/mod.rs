@@ -42,11 +42,11 @@ use crate::shares::view::SharesView;
 pub use export::ExportedRequest;
 pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
-pub use volume_wait::VolumeWait;
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
     NoObserver, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras, SubmittedTransfer,
 };
+pub use volume_wait::VolumeWait;
 use writer::Command;
 
 /// Why the ledger could not do something.

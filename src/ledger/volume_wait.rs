@@ -115,10 +115,7 @@ fn volumes_in_flight(
 ) -> rusqlite::Result<BTreeSet<(Option<String>, String)>> {
     let mut out = BTreeSet::new();
     // Two queries so each uses its partial index (ready rows, rows at the MSS).
-    for state in [
-        "state = 'accepted'",
-        "state IN ('submitted', 'running')",
-    ] {
+    for state in ["state = 'accepted'", "state IN ('submitted', 'running')"] {
         let mut stmt = c.prepare_cached(&format!(
             "SELECT DISTINCT volume, group_path FROM requests \
              WHERE {state} AND library = ?1 AND release_seq IS NOT NULL"
@@ -160,7 +157,10 @@ fn group_place<U: UsageLookup>(
             .flatten();
         heads.extend(head);
     }
-    let mine = heads.iter().find(|h| h.group == request.group).map(|h| h.id);
+    let mine = heads
+        .iter()
+        .find(|h| h.group == request.group)
+        .map(|h| h.id);
     let ranking = Ranking::new(&policy.order, standing, &heads, now);
     let position = mine.and_then(|id| ranking.get(id)).map(|p| p.position);
     Ok((position, heads.len()))

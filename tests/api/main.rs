@@ -23,3 +23,4 @@ mod report;
 mod shares;
 mod simulate;
 mod trace_export;
+mod volumes;

@@ -14,9 +14,9 @@ use crate::domain::{GroupId, PolicySettings, RetrySettings};
 use crate::ledger::aggregates::ReportDeltas;
 use crate::ledger::wide::Wide;
 use crate::policy::fbsng::Queues;
+use crate::policy::order::VolumeSettings;
 use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
 use crate::policy::queue::HeldQueue;
-use crate::policy::order::VolumeSettings;
 use crate::policy::volumes::{Batch, VolumeQueue};
 use crate::shares::{UsageBook, UsageModel};
 

@@ -55,8 +55,7 @@ impl Txn<'_, '_> {
                     let (policy, now) = (self.policy, self.now);
                     let st = &mut *self.st;
                     let standing = Standing::new(policy, st.usage.at(now), &st.queues);
-                    st.volumes
-                        .next_batch(&policy.order, &standing, &lib, now)
+                    st.volumes.next_batch(&policy.order, &standing, &lib, now)
                 };
                 let Some(batch) = batch else { break };
                 released += self.release_batch(batch)?;
@@ -85,8 +84,7 @@ impl Txn<'_, '_> {
         let placements: Vec<_> = going.iter().map(|c| self.placement(c)).collect();
         let priority = placements.iter().map(|p| p.mss_priority).max();
         batch.requests = going;
-        self.st
-            .volume_batch_started(self.policy, &batch, self.now);
+        self.st.volume_batch_started(self.policy, &batch, self.now);
         for (c, mut p) in batch.requests.iter().zip(placements) {
             if let Some(top) = priority {
                 p.mss_priority = top;
