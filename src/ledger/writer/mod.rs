@@ -264,7 +264,7 @@ impl Writer {
     /// The release timer's commands when nothing is held: answered without a transaction (and
     /// without counting a commit that wrote nothing). Returns whether it answered them.
     fn idle_release(&self, commands: &mut Vec<Command>) -> bool {
-        let idle = self.state.nothing_waiting()
+        let idle = self.state.nothing_waiting(self.clock.now_ms())
             && (commands.iter()).all(|c| matches!(c, Command::Release { .. }));
         if idle {
             for c in commands.drain(..) {

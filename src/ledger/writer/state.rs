@@ -41,6 +41,9 @@ pub(super) struct WriterState {
     pub release_seq: i64,
     /// `[release.volumes]`, which the volume queue's changes read.
     volume_settings: VolumeSettings,
+    /// When time alone next changes what the volume queue may release (a waiting volume
+    /// becomes eligible by age, a sticky one lapses), as of the last release pass.
+    pub volumes_due: Option<i64>,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
 }
@@ -87,6 +90,7 @@ impl WriterState {
             volumes: VolumeQueue::default(),
             release_seq: 0,
             volume_settings: VolumeSettings::default(),
+            volumes_due: None,
             checkpoint: None,
         }
     }
@@ -101,6 +105,7 @@ impl WriterState {
         self.volume_settings = settings.clone();
         self.volumes = volumes;
         self.release_seq = release_seq;
+        self.volumes_due = Some(i64::MIN); // look at once
         self
     }
 
@@ -109,9 +114,13 @@ impl WriterState {
         self.volumes = volumes;
     }
 
-    /// Nothing is held or queued: the release timer has nothing to do.
-    pub fn nothing_waiting(&self) -> bool {
-        self.held.iter().all(|&h| h == 0) && self.queue.is_empty() && self.volumes.is_empty()
+    /// Nothing is held or queued, and no waiting volume's time has come at `now`: the release
+    /// timer has nothing to do. (A volume that is eligible with room for it was released by the
+    /// transaction that made it so; one waiting for room is released by the event that makes
+    /// room.)
+    pub fn nothing_waiting(&self, now: i64) -> bool {
+        let volumes_idle = self.volumes.is_empty() || self.volumes_due.is_none_or(|t| now < t);
+        self.held.iter().all(|&h| h == 0) && self.queue.is_empty() && volumes_idle
     }
 
     /// Remember the present, so a failed transaction can come back to it.
@@ -140,6 +149,7 @@ impl WriterState {
             return false;
         };
         self.release_seq = saved.release_seq;
+        self.volumes_due = Some(i64::MIN); // look again at the next chance
         let reload = saved.volumes_changed;
         self.usage = saved.usage;
         self.held = saved.held;
@@ -494,5 +504,61 @@ url = "http://127.0.0.1:1"
         st.rollback(); // nothing to go back to
         assert!(st.queue.get(3).is_some());
         assert_eq!(st.idempotency.candidates(42).collect::<Vec<_>>(), [3]);
+    }
+
+    /// The volume queue: a push is undone from the journal; a batch start or a request's end
+    /// has no cheap inverse, so the rollback asks for a reload from the rows; the release
+    /// sequence comes back either way; `keep` forgets it all.
+    #[test]
+    fn volume_queue_changes_are_undone_or_reloaded() {
+        let settings = Settings::parse(CONFIG, "test").unwrap();
+        let policy = &settings.policy;
+        let volumes = &policy.order.release.volumes;
+        let mut st = WriterState::new(
+            UsageBook::new(policy, 0),
+            vec![0; policy.groups.len()],
+            0,
+            (
+                HeldQueue::default(),
+                HashMap::new(),
+                Queues::new(&policy.order.fbsng),
+            ),
+            Idempotency::default(),
+        )
+        .with_volumes(volumes, VolumeQueue::default(), 7);
+        st.enqueue_volume(candidate(1), Some("VA"), Some(10));
+        assert!(!st.nothing_waiting(0), "a loaded queue is looked at once");
+
+        st.checkpoint();
+        st.enqueue_volume(candidate(2), Some("VA"), Some(5));
+        st.release_seq += 2;
+        assert!(!st.rollback(), "a push alone is undone from the journal");
+        assert_eq!(st.volumes.len(), 1);
+        assert!(st.volumes.get(2).is_none());
+        assert_eq!(st.release_seq, 7);
+
+        st.checkpoint();
+        let batch = Batch {
+            library: String::new(),
+            volume: crate::policy::volumes::VolumeId::Tape("VA".into()),
+            group: GroupId(0),
+            reason: crate::policy::volumes::BatchReason::Chosen,
+            requests: vec![candidate(1)],
+            bytes: 10,
+        };
+        st.volume_batch_started(policy, &batch, 0);
+        assert!(st.volumes.is_empty());
+        assert!(st.rollback(), "a batch start asks for a reload");
+
+        st.checkpoint();
+        st.volume_request_finished(policy, 99, 0); // not in flight: no change
+        st.dequeue_volume(99);
+        assert!(!st.rollback());
+
+        st.checkpoint();
+        st.enqueue_volume(candidate(3), None, None);
+        st.keep();
+        assert!(!st.rollback()); // nothing to go back to
+        assert!(st.volumes.get(3).is_some());
     }
 }

@@ -61,6 +61,7 @@ impl Txn<'_, '_> {
                 released += self.release_batch(batch)?;
             }
         }
+        self.st.volumes_due = self.st.volumes.next_wakeup(self.now);
         Ok(released)
     }
 
