@@ -153,6 +153,20 @@ async fn a_volume_goes_to_the_mss_in_one_call_in_position_order_each_charged_to_
         sim.received().await.received.is_empty(),
         "nothing released yet"
     );
+    let (_, doc) = app.get("/v1/openapi.json").await;
+    let schema = &doc["components"]["schemas"]["VolumeWaitBody"]["properties"];
+    for field in [
+        "volume",
+        "queued_bytes",
+        "queued_files",
+        "rule",
+        "group_position",
+    ] {
+        assert!(
+            schema[field].is_object(),
+            "{field} in the OpenAPI document: {schema}"
+        );
+    }
 
     // A fourth file on VA, of another group (mc), makes the volume eligible: the whole volume
     // goes in one call, in position order, one of the groups riding on the other's mount.

@@ -50,6 +50,15 @@ pub(in crate::config) fn check_against_policy(
         }
     }
     note_reprioritise(mss, order, &caps, notes);
+    let batch_files = order.release.volumes.batch_max_files as usize;
+    if order.volumes() && batch_files > mss.submit_batch {
+        notes.push(format!(
+            "release.volumes.batch_max_files ({batch_files}) is above mss.submit_batch ({}): a \
+             larger volume batch reaches the mss in several calls (in order, one after the \
+             other); raise mss.submit_batch and mss.submit_burst to send each batch in one",
+            mss.submit_batch
+        ));
+    }
 }
 
 /// encp: local roots set, and every class it configures a priority class.
