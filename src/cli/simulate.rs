@@ -27,7 +27,7 @@ pub(super) struct SimulateArgs {
     /// [default: the configuration's].
     #[arg(long)]
     policy: Option<String>,
-    /// pass_through or held [default: the configuration's].
+    /// pass_through, held or volumes [default: the configuration's].
     #[arg(long)]
     mode: Option<String>,
     /// Tape drives in the library.
@@ -39,8 +39,10 @@ pub(super) struct SimulateArgs {
     /// Bytes done per share-error window.
     #[arg(long, default_value_t = simulate::DEFAULT_WINDOW_BYTES)]
     window_bytes: u64,
-    /// Several runs side by side: POLICY/MODE,POLICY/MODE,... (instead of --policy/--mode).
-    #[arg(long)]
+    /// Several runs side by side: POLICY/MODE,POLICY/MODE,... (instead of --policy/--mode);
+    /// alone, the three release modes held, volumes and pass_through under --policy (or the
+    /// configuration's).
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
     compare: Option<String>,
     /// table or json.
     #[arg(long, default_value = "table")]
@@ -48,7 +50,18 @@ pub(super) struct SimulateArgs {
     /// Seed of the library's failures and of weighted_random.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Vary a `[release.volumes]` key over values: KEY=V1,V2,... (repeat for more keys; the
+    /// runs are their cross product in the volumes mode, with held and pass_through as
+    /// baselines; instead of --mode/--compare).
+    #[arg(long)]
+    sweep: Vec<String>,
+    /// With --sweep: write the tradeoff chart (mounts per TB against fair-share p95 wait) here,
+    /// as SVG.
+    #[arg(long)]
+    chart: Option<PathBuf>,
 }
+
+mod sweep;
 
 const POLICIES: [&str; 6] = [
     "sam",
@@ -59,6 +72,9 @@ const POLICIES: [&str; 6] = [
     "weighted_random",
 ];
 
+/// The release modes, in the order `--compare` alone runs them.
+const MODES: [&str; 3] = ["held", "volumes", "pass_through"];
+
 pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let json = match args.format.as_str() {
         "json" => true,
@@ -68,6 +84,12 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let Some(model) = Model::parse(&args.model) else {
         bail!("--model {}: expected enstore or priority", args.model);
     };
+    if args.chart.is_some() && args.sweep.is_empty() {
+        bail!("--chart draws a sweep: give --sweep KEY=V1,V2,...");
+    }
+    if !args.sweep.is_empty() && (args.compare.is_some() || args.mode.is_some()) {
+        bail!("--sweep runs its own modes: drop --compare and --mode");
+    }
     let pairs = runs(&args)?;
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;
@@ -77,6 +99,10 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
     let mut library = simulate::library(args.drives, args.seed);
     library.model = model;
+    if !args.sweep.is_empty() {
+        sweep::run(&args, &text, &records, &library)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut report = Report { runs: Vec::new() };
     for (policy, mode) in &pairs {
         let started = Instant::now();
@@ -101,7 +127,12 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 
 /// The policy/mode pairs to run (`None`: the configuration's mode).
 fn runs(args: &SimulateArgs) -> anyhow::Result<Vec<(String, Option<String>)>> {
+    let policy = args.policy.clone().unwrap_or_default();
     let pairs: Vec<(String, Option<String>)> = match &args.compare {
+        Some(list) if list.trim().is_empty() => MODES
+            .iter()
+            .map(|m| (policy.clone(), Some(m.to_string())))
+            .collect(),
         Some(list) => list
             .split(',')
             .map(str::trim)
@@ -111,15 +142,15 @@ fn runs(args: &SimulateArgs) -> anyhow::Result<Vec<(String, Option<String>)>> {
                 None => bail!("--compare {item}: expected POLICY/MODE"),
             })
             .collect::<anyhow::Result<_>>()?,
-        None => vec![(args.policy.clone().unwrap_or_default(), args.mode.clone())],
+        None => vec![(policy, args.mode.clone())],
     };
     for (p, m) in &pairs {
         if !p.is_empty() && !POLICIES.contains(&p.as_str()) {
             bail!("policy {p}: expected one of {}", POLICIES.join(", "));
         }
         if let Some(m) = m {
-            if m != "pass_through" && m != "held" {
-                bail!("mode {m}: expected pass_through or held");
+            if !MODES.contains(&m.as_str()) {
+                bail!("mode {m}: expected one of {}", MODES.join(", "));
             }
         }
     }

@@ -230,23 +230,26 @@ impl VolumeQueue {
         let lib = self.libs.get_mut(library)?;
         lib.promote(now_ms);
         lib.forget_stale(s, now_ms);
-        if let Some((vol, reason)) = lib.sticky_volume(s.max_volumes_of(library)) {
-            let g = lead_group(order, standing, lib, now_ms, |g| {
+        let under = |g: GroupId| not_ahead(standing, g);
+        for vol in lib.sticky_volumes(s.max_volumes_of(library)) {
+            let on_it = |g: GroupId| {
                 lib.vols
                     .get(&vol)
                     .is_some_and(|v| v.groups.contains_key(&g))
-            })?;
-            return Some(lib.cut(s, library, vol, g, reason));
+            };
+            if let Some(g) = lead_group(order, standing, lib, now_ms, |g| on_it(g) && under(g)) {
+                return Some(lib.cut(s, library, vol, g, BatchReason::Sticky, &under));
+            }
         }
         if lib.flights.len() >= s.max_volumes_of(library) as usize {
             return None;
         }
         let caps = state::NodeCaps::new(standing.policy);
         let g = lead_group(order, standing, lib, now_ms, |g| {
-            caps.allows(g, &lib.node_flights) && lib.best_volume(s, g, now_ms).is_some()
+            caps.allows(g, &lib.node_flights) && lib.best_volume(g).is_some()
         })?;
-        let vol = lib.best_volume(s, g, now_ms)?;
-        Some(lib.cut(s, library, vol, g, BatchReason::Chosen))
+        let vol = lib.best_volume(g)?;
+        Some(lib.cut(s, library, vol, g, BatchReason::Chosen, &under))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight
@@ -336,6 +339,22 @@ fn lead_group<U: UsageLookup>(
         })
         .min()
         .map(|(_, _, g)| g)
+}
+
+/// Whether `g` has not used more than its target share of the fair-share usage (at the start,
+/// with no usage, every group): it may ride on another group's mount, or keep a mounted volume.
+/// A group ahead of its share waits for the policy to choose it, so riders cannot carry a group
+/// past its share.
+fn not_ahead<U: UsageLookup>(standing: &Standing<'_, U>, g: GroupId) -> bool {
+    let crate::domain::GroupKind::FairShare { share } = standing.policy.group(g).kind else {
+        return true;
+    };
+    let total = standing.usage.fair_total();
+    if total == 0 {
+        return true;
+    }
+    let used = standing.usage.value(g) as f64 / total as f64;
+    used <= share.num() as f64 / share.den() as f64
 }
 
 /// A score ordered by `total_cmp`.

@@ -19,6 +19,7 @@ use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Standing};
 use crate::policy::queue::HeldQueue;
+use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
 
 /// One request of the load.
@@ -104,6 +105,8 @@ pub struct Outcome {
     pub makespan: Micros,
     /// The library's mounts and drive times at the end.
     pub library: LibraryStats,
+    /// Volumes mode: every batch released, in order.
+    pub batches: Vec<BatchRecord>,
 }
 
 impl Outcome {
@@ -134,6 +137,9 @@ pub fn target_share(policy: &PolicySettings, g: GroupId) -> Option<f64> {
 }
 
 mod reprioritise;
+mod volumes;
+
+pub use volumes::BatchRecord;
 
 /// What the engine keeps of a request between its arrival and its end.
 #[derive(Debug, Clone, Copy)]
@@ -154,6 +160,8 @@ struct Run<'a> {
     usage: UsageBook,
     queues: Queues,
     queue: HeldQueue,
+    /// Volumes mode: the broker's queue by tape volume.
+    volumes: VolumeQueue,
     baseline: BaselineQueue,
     /// Pass-through: fair-share requests pending at the library, by priority.
     at_lib: AtLibrary,
@@ -206,6 +214,7 @@ pub fn run_with(
             next_arrival,
             next_end,
             next_tick.filter(|_| !r.info.is_empty()),
+            r.volumes_wakeup(),
         ]
         .into_iter()
         .flatten()
@@ -256,6 +265,7 @@ impl<'a> Run<'a> {
             usage: UsageBook::new(policy, 0),
             queues: Queues::new(&policy.order.fbsng),
             queue: HeldQueue::default(),
+            volumes: VolumeQueue::default(),
             baseline: BaselineQueue::new(seed),
             at_lib: AtLibrary::new(n),
             outstanding: 0,
@@ -324,6 +334,9 @@ impl<'a> Run<'a> {
             self.waiting_priority += 1;
         }
         let fair = self.fair[g];
+        if fair && self.by_volume() {
+            return self.volumes_push(c, a);
+        }
         match (order.held() && fair, self.picker) {
             (true, Picker::Policy) => self.queue.push(c),
             (true, Picker::Baseline(_)) => self.baseline.push(c),
@@ -365,7 +378,8 @@ impl<'a> Run<'a> {
         });
         self.usage.add(c.group, i128::from(c.benefit), now_ms);
         self.outstanding += c.slots;
-        if !self.policy.order.held() && self.fair[c.group.0] && self.picker == Picker::Policy {
+        let keeps = self.policy.order.held() || self.policy.order.volumes();
+        if !keeps && self.fair[c.group.0] && self.picker == Picker::Policy {
             self.at_lib.add(c.id, c.group, t.priority, self.now);
         }
         let mut events = std::mem::take(&mut self.events);
@@ -375,6 +389,9 @@ impl<'a> Run<'a> {
     }
 
     fn release(&mut self) {
+        if self.by_volume() {
+            return self.volumes_release();
+        }
         let order = &self.policy.order;
         if !order.held() {
             return;
@@ -458,10 +475,12 @@ impl<'a> Run<'a> {
                     }
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
+                    self.volumes_ended(info.id);
                 }
                 EventKind::Failed { .. } | EventKind::Cancelled => {
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
+                    self.volumes_ended(info.id);
                 }
             }
         }
@@ -490,7 +509,7 @@ impl<'a> Run<'a> {
         } else {
             self.waiting_priority = self.waiting_priority.saturating_sub(1);
         }
-        if !self.policy.order.held() {
+        if !self.policy.order.held() && !self.policy.order.volumes() {
             self.fbsng_started(g);
         }
     }

@@ -5,12 +5,14 @@
 //!
 //! - `engine`: the discrete-event loop (the policy tests run it too);
 //! - `baseline`: the comparison-only policies `fifo` and `weighted_random`;
-//! - `report`: the JSON report, the share error windows and the table.
+//! - `report`: the JSON report, the share error windows and the table;
+//! - `tradeoff`: the volumes mode's tradeoff chart (mounts per TB against p95 wait).
 
 mod at_library;
 pub mod baseline;
 pub mod engine;
 pub mod report;
+pub mod tradeoff;
 
 use mss_adapters::sim::library::{LibraryConfig, Micros, Model};
 
@@ -107,6 +109,11 @@ pub fn simulate(
     if spec.baseline == Some(Baseline::WeightedRandom) && mode == ReleaseMode::PassThrough {
         return Err(SimError::Unsupported(
             "weighted_random picks a group per free slot: it needs --mode held".into(),
+        ));
+    }
+    if spec.baseline.is_some() && mode == ReleaseMode::Volumes {
+        return Err(SimError::Unsupported(
+            "the baselines pick requests, not volumes: --mode volumes runs the policy".into(),
         ));
     }
     let picker = spec.baseline.map_or(Picker::Policy, Picker::Baseline);

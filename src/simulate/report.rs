@@ -32,6 +32,12 @@ pub struct RunReport {
     pub mounts_per_tb: Option<f64>,
     /// `None` when no drive was busy.
     pub drive_efficiency: Option<f64>,
+    /// Waits of every fair-share request, arrival to start (nearest rank).
+    pub fair_wait_p95_s: f64,
+    pub fair_wait_max_s: f64,
+    /// Volumes mode: batches released and their mean size (null in the other modes).
+    pub batches: Option<u64>,
+    pub batch_mean_files: Option<f64>,
     pub groups: Vec<GroupReport>,
 }
 
@@ -49,6 +55,7 @@ pub struct GroupReport {
     pub files: u64,
     pub wait_p50_s: f64,
     pub wait_p95_s: f64,
+    pub wait_p99_s: f64,
     pub wait_max_s: f64,
 }
 
@@ -142,6 +149,14 @@ pub fn run_report(
         .map(|g| group_report(policy, o, g, targets[g.0], (achieved[g.0], fair_bytes)))
         .collect();
     let mounts = o.library.mounts;
+    let mut fair_waits: Vec<Micros> = policy
+        .group_ids()
+        .filter(|g| targets[g.0].is_some())
+        .flat_map(|g| o.waits[g.0].iter().copied())
+        .collect();
+    fair_waits.sort_unstable();
+    let batched = mode == "volumes";
+    let batch_files: usize = o.batches.iter().map(|b| b.files).sum();
     RunReport {
         policy: name.to_string(),
         mode: mode.to_string(),
@@ -153,6 +168,11 @@ pub fn run_report(
         mounts,
         mounts_per_tb: (all_bytes > 0).then(|| mounts as f64 / (all_bytes as f64 / TB)),
         drive_efficiency: o.library.drive_efficiency(),
+        fair_wait_p95_s: secs(percentile(&fair_waits, 0.95)),
+        fair_wait_max_s: secs(fair_waits.last().copied().unwrap_or(0)),
+        batches: batched.then_some(o.batches.len() as u64),
+        batch_mean_files: (batched && !o.batches.is_empty())
+            .then(|| batch_files as f64 / o.batches.len() as f64),
         groups,
     }
 }
@@ -181,6 +201,7 @@ fn group_report(
         files: o.files[g.0],
         wait_p50_s: secs(percentile(&waits, 0.50)),
         wait_p95_s: secs(percentile(&waits, 0.95)),
+        wait_p99_s: secs(percentile(&waits, 0.99)),
         wait_max_s: secs(waits.last().copied().unwrap_or(0)),
     }
 }
@@ -221,6 +242,9 @@ pub fn table(report: &Report) -> String {
         "mounts",
         "mounts_per_tb",
         "drive_eff",
+        "fair_wait_p95_s",
+        "fair_wait_max_s",
+        "batches",
     ];
     let rows: Vec<Vec<String>> = report
         .runs
@@ -236,6 +260,9 @@ pub fn table(report: &Report) -> String {
                 r.mounts.to_string(),
                 opt(r.mounts_per_tb, 1),
                 opt(r.drive_efficiency, 3),
+                format!("{:.0}", r.fair_wait_p95_s),
+                format!("{:.0}", r.fair_wait_max_s),
+                r.batches.map_or_else(|| "-".to_string(), |b| b.to_string()),
             ]
         })
         .collect();
@@ -256,6 +283,7 @@ fn groups_table(groups: &[GroupReport]) -> String {
         "files",
         "wait_p50_s",
         "wait_p95_s",
+        "wait_p99_s",
         "wait_max_s",
     ];
     let rows: Vec<Vec<String>> = groups
@@ -269,6 +297,7 @@ fn groups_table(groups: &[GroupReport]) -> String {
                 g.files.to_string(),
                 format!("{:.0}", g.wait_p50_s),
                 format!("{:.0}", g.wait_p95_s),
+                format!("{:.0}", g.wait_p99_s),
                 format!("{:.0}", g.wait_max_s),
             ]
         })

@@ -250,22 +250,18 @@ impl Lib {
         pending.into_iter().chain(sticky).min()
     }
 
-    /// A volume to keep busy: in flight and nearly done, or finished within `sticky_ms` (if a
-    /// volume may be added), with requests waiting.
-    pub fn sticky_volume(&self, max_volumes: u32) -> Option<(VolumeId, BatchReason)> {
+    /// Volumes to keep busy, in order: in flight and nearly done, then finished within
+    /// `sticky_ms` (if a volume may be added); each with requests waiting.
+    pub fn sticky_volumes(&self, max_volumes: u32) -> Vec<VolumeId> {
         let waiting = |v: &VolumeId| self.vols.contains_key(v);
-        if let Some((v, _)) = self
+        let room = self.flights.len() < max_volumes as usize;
+        let flying = self
             .flights
             .iter()
-            .find(|(v, f)| f.nearly_done() && waiting(v))
-        {
-            return Some((v.clone(), BatchReason::Sticky));
-        }
-        let room = self.flights.len() < max_volumes as usize;
-        self.recent
-            .keys()
-            .find(|v| room && waiting(v))
-            .map(|v| (v.clone(), BatchReason::Sticky))
+            .filter(|(v, f)| f.nearly_done() && waiting(v))
+            .map(|(v, _)| v);
+        let recent = self.recent.keys().filter(|v| room && waiting(v));
+        flying.chain(recent).cloned().collect()
     }
 
     /// `g`'s oldest waiting request.
@@ -275,7 +271,7 @@ impl Lib {
     }
 
     /// `g`'s eligible volume with the most bytes queued, not in flight (after [`Self::promote`]).
-    pub fn best_volume(&self, _s: &VolumeSettings, g: GroupId, _now_ms: i64) -> Option<VolumeId> {
+    pub fn best_volume(&self, g: GroupId) -> Option<VolumeId> {
         self.groups
             .get(&g)?
             .ready
@@ -285,8 +281,9 @@ impl Lib {
             .cloned()
     }
 
-    /// The batch of `vol` led by `g`: `g`'s requests in position order up to the caps, then other
-    /// groups' in position order while there is room; the whole in position order.
+    /// The batch of `vol` led by `g`: `g`'s requests in position order up to the caps, then those
+    /// of other groups `rides` admits in position order while there is room; the whole in
+    /// position order.
     pub fn cut(
         &self,
         s: &VolumeSettings,
@@ -294,6 +291,7 @@ impl Lib {
         vol: VolumeId,
         g: GroupId,
         reason: BatchReason,
+        rides: &dyn Fn(GroupId) -> bool,
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
@@ -304,10 +302,17 @@ impl Lib {
                         && bytes.saturating_add(size) <= s.batch_max_bytes)
             };
             let own = v.groups.get(&g).into_iter().flatten();
-            let others = v
-                .by_pos
-                .iter()
-                .filter(|k| v.reqs.get(&k.1).is_some_and(|(c, _)| c.group != g));
+            let riders: BTreeSet<GroupId> = v
+                .groups
+                .keys()
+                .copied()
+                .filter(|&o| o != g && rides(o))
+                .collect();
+            let others = v.by_pos.iter().filter(|k| {
+                v.reqs
+                    .get(&k.1)
+                    .is_some_and(|(c, _)| riders.contains(&c.group))
+            });
             for k in own.chain(others) {
                 let Some((c, _)) = v.reqs.get(&k.1) else {
                     continue;

@@ -12,7 +12,8 @@ impl Run<'_> {
     /// policies: one placement per group, the starvation bound by arrival ([`AtLibrary`]);
     /// multifactor (per-request factors): every pending request.
     pub(super) fn reprioritise(&mut self) {
-        if self.policy.order.held() || self.picker != Picker::Policy {
+        let keeps = self.policy.order.held() || self.policy.order.volumes();
+        if keeps || self.picker != Picker::Policy {
             return;
         }
         if !matches!(self.policy.order.algorithm, Algorithm::Multifactor(_)) {
