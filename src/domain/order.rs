@@ -72,7 +72,7 @@ impl Default for VolumeSettings {
             min_volume_files: 10_000,
             quiet_ms: 600_000,
             max_age_ms: 14_400_000,
-            batch_max_bytes: 2_000_000_000_000,
+            batch_max_bytes: 100_000_000_000,
             batch_max_files: 10_000,
             sticky_ms: 60_000,
             max_volumes: 8,

@@ -246,9 +246,9 @@ impl VolumeQueue {
         }
         let caps = state::NodeCaps::new(standing.policy);
         let g = lead_group(order, standing, lib, now_ms, |g| {
-            caps.allows(g, &lib.node_flights) && lib.best_volume(g).is_some()
+            caps.allows(g, &lib.node_flights) && lib.best_volume(g, &under).is_some()
         })?;
-        let vol = lib.best_volume(g)?;
+        let vol = lib.best_volume(g, &under)?;
         Some(lib.cut(s, library, vol, g, BatchReason::Chosen, &under))
     }
 

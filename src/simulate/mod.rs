@@ -133,3 +133,5 @@ pub fn simulate(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod volumes_goals;

@@ -9,6 +9,9 @@ use crate::domain::order::VolumeSettings;
 use crate::domain::{GroupId, PolicySettings};
 use crate::policy::order::Candidate;
 
+/// How many of a group's fullest eligible volumes [`Lib::best_volume`] weighs.
+const CONSIDERED: usize = 16;
+
 /// The requests waiting on one volume.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Vol {
@@ -17,6 +20,8 @@ pub(crate) struct Vol {
     pub by_pos: PosSet,
     /// Per group: its requests on this volume by position.
     pub groups: BTreeMap<GroupId, PosSet>,
+    /// Per group: its bytes on this volume.
+    group_bytes: BTreeMap<GroupId, u64>,
     /// (created_ms, id) of every request: oldest and newest.
     created: BTreeSet<(i64, i64)>,
     pub bytes: u64,
@@ -126,6 +131,7 @@ impl Lib {
         let v = self.vols.entry(vol.clone()).or_default();
         v.by_pos.insert((pos, c.id));
         v.groups.entry(c.group).or_default().insert((pos, c.id));
+        *v.group_bytes.entry(c.group).or_default() += c.size_bytes;
         v.created.insert((c.created_ms, c.id));
         v.bytes += c.size_bytes;
         v.reqs.insert(c.id, (c, pos));
@@ -141,6 +147,9 @@ impl Lib {
             set.remove(&(pos, id));
             if set.is_empty() {
                 v.groups.remove(&c.group);
+                v.group_bytes.remove(&c.group);
+            } else if let Some(b) = v.group_bytes.get_mut(&c.group) {
+                *b -= c.size_bytes;
             }
         }
         v.created.remove(&(c.created_ms, id));
@@ -270,15 +279,29 @@ impl Lib {
         self.vols.get(vol)?.reqs.get(&id).map(|(c, _)| c)
     }
 
-    /// `g`'s eligible volume with the most bytes queued, not in flight (after [`Self::promote`]).
-    pub fn best_volume(&self, g: GroupId) -> Option<VolumeId> {
+    /// `g`'s best eligible volume not in flight (after [`Self::promote`]): of its
+    /// [`CONSIDERED`] eligible volumes with the most bytes queued, the one whose mount would read
+    /// the most (`g`'s bytes and those of the groups `rides` admits).
+    pub fn best_volume(&self, g: GroupId, rides: &dyn Fn(GroupId) -> bool) -> Option<VolumeId> {
+        let read = |vol: &VolumeId| {
+            self.vols.get(vol).map_or(0, |v| {
+                v.group_bytes
+                    .iter()
+                    .filter(|(&o, _)| o == g || rides(o))
+                    .map(|(_, b)| *b)
+                    .sum::<u64>()
+            })
+        };
         self.groups
             .get(&g)?
             .ready
             .iter()
             .map(|(_, v)| v)
-            .find(|v| !self.flights.contains_key(*v))
-            .cloned()
+            .filter(|v| !self.flights.contains_key(*v))
+            .take(CONSIDERED)
+            .map(|v| (read(v), v))
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+            .map(|(_, v)| v.clone())
     }
 
     /// The batch of `vol` led by `g`: `g`'s requests in position order up to the caps, then those

@@ -227,19 +227,39 @@ fn the_policy_picks_the_group_then_its_fullest_eligible_volume() {
 
 #[test]
 fn other_groups_ride_along_and_keep_their_group() {
+    // No usage yet: no group is ahead of its share, so every group may ride.
     let mut h = H::new("");
-    h.book.add(h.g("a"), 1_000_000, 0);
     let a1 = h.add("a", Some("V"), 5, 10, 0);
     let b1 = h.add("b", Some("V"), 9, 100, 0);
     let a2 = h.add("a", Some("V"), 1, 10, 0);
     let b = h.start(0).expect("a batch");
-    assert_eq!(b.group, h.g("b"));
-    // Position order: a2 (1), a1 (5), b1 (9).
+    // Position order: a2 (1), a1 (5), b1 (9), whoever leads.
     assert_eq!(ids(&b), vec![a2, a1, b1]);
     let rode: Vec<(i64, GroupId)> = b.piggy_backed().map(|c| (c.id, c.group)).collect();
-    assert_eq!(rode, vec![(a2, h.g("a")), (a1, h.g("a"))]);
+    let expected: Vec<(i64, GroupId)> = b
+        .requests
+        .iter()
+        .filter(|c| c.group != b.group)
+        .map(|c| (c.id, c.group))
+        .collect();
+    assert!(!rode.is_empty());
+    assert_eq!(rode, expected);
+    let group_of = |id: i64| if id == b1 { h.g("b") } else { h.g("a") };
+    assert!(b.requests.iter().all(|c| c.group == group_of(c.id)));
     assert!(h.q.is_empty());
     assert_eq!(h.q.in_flight_requests(), 3);
+}
+
+#[test]
+fn a_group_ahead_of_its_share_does_not_ride() {
+    let mut h = H::new("");
+    h.book.add(h.g("a"), 1_000_000, 0);
+    let a1 = h.add("a", Some("V"), 5, 10, 0);
+    let b1 = h.add("b", Some("V"), 9, 100, 0);
+    let b = h.start(0).expect("a batch");
+    assert_eq!((b.group, ids(&b)), (h.g("b"), vec![b1]));
+    assert_eq!(b.piggy_backed().count(), 0);
+    assert_eq!(h.q.volume_of(a1), Some(&VolumeId::Tape("V".into())));
 }
 
 #[test]
@@ -286,6 +306,8 @@ fn a_nearly_done_volume_gets_its_next_batch_before_another_mount() {
 #[test]
 fn a_volume_finished_within_sticky_secs_goes_first() {
     let mut h = H::new("");
+    // b stays below its share (3/4) after V's first batch, so it may keep V.
+    h.book.add(h.g("a"), 1_000, 0);
     let v = h.add("b", Some("V"), 0, 100, 0);
     h.start(0).expect("V");
     h.q.request_finished(&h.p, v, 1000);

@@ -1,0 +1,130 @@
+//! Issue 16's goals for the `volumes` release mode, measured in virtual time on a generated
+//! trace (docs/volumes.md has the figures): seed 7, 20,000 recalls at 0.2/s over 3,000 volumes
+//! (Zipf s = 1), half of them in bulk campaigns, a data-taking stream of one 4 GB write every
+//! 50 s, the shipped share tree and its demand mix skewed against the shares, Fair Tree, the
+//! Enstore model with 4 drives and its 60 s dismount delay; `[release.volumes]` as shipped but
+//! `max_volumes` = 3 (a drive left for data taking).
+
+use super::*;
+use crate::config::{Settings, EMBEDDED};
+use crate::trace::{generate, read_trace, GenParams};
+
+const TB: u64 = 1_000_000_000_000;
+
+fn trace() -> Vec<TraceRecord> {
+    let mut params = GenParams {
+        seed: 7,
+        requests: 20_000,
+        rate_per_s: 0.2,
+        ..Default::default()
+    };
+    params.volumes.count = 3000;
+    params.volumes.zipf_s = 1.0;
+    params.campaigns.fraction = 0.5;
+    params.data_taking.rate_per_s = 0.02;
+    let mut bytes = Vec::new();
+    generate(&params, &mut bytes).expect("valid parameters");
+    read_trace(bytes.as_slice()).expect("a trace")
+}
+
+fn policy(mode: &str) -> std::sync::Arc<PolicySettings> {
+    let text = EMBEDDED
+        .replacen("algorithm = \"sam\"", "algorithm = \"fair_tree\"", 1)
+        .replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1)
+        .replacen("max_volumes = 8", "max_volumes = 3", 1);
+    let s = Settings::parse(&text, "goals").expect("valid configuration");
+    assert_eq!(s.policy.order.release.mode.name(), mode);
+    assert_eq!(s.policy.order.release.volumes.max_volumes, 3);
+    assert_eq!(s.policy.order.algorithm.name(), "fair_tree");
+    s.policy
+}
+
+/// Each mode's report, the volumes run's outcome, and its settings.
+struct Runs {
+    held: RunReport,
+    volumes: RunReport,
+    pass_through: RunReport,
+    outcome: Outcome,
+    policy: std::sync::Arc<PolicySettings>,
+}
+
+fn runs() -> Runs {
+    let records = trace();
+    let lib = library(4, 1);
+    let spec = RunSpec {
+        baseline: None,
+        window_bytes: 10 * TB,
+    };
+    let report = |mode: &str| {
+        let p = policy(mode);
+        let load = arrivals(&p, &records).expect("classified");
+        simulate(&p, &lib, &load, spec).expect("simulated")
+    };
+    let p = policy("volumes");
+    let load = arrivals(&p, &records).expect("classified");
+    Runs {
+        held: report("held"),
+        volumes: report("volumes"),
+        pass_through: report("pass_through"),
+        outcome: run(&p, lib.clone(), &load, Micros::MAX),
+        policy: p,
+    }
+}
+
+fn group<'r>(r: &'r RunReport, path: &str) -> &'r report::GroupReport {
+    r.groups.iter().find(|g| g.path == path).expect("group")
+}
+
+#[test]
+fn volumes_mode_reaches_the_mount_and_share_goals() {
+    let r = runs();
+    let (held, vol) = (&r.held, &r.volumes);
+    let mounts = |x: &RunReport| x.mounts_per_tb.expect("bytes done");
+    assert!(
+        mounts(vol) <= mounts(held) / 3.0,
+        "mounts per TB: volumes {} held {}",
+        mounts(vol),
+        mounts(held)
+    );
+    let err = vol
+        .share_error_max_pp
+        .expect("10 TB windows while saturated");
+    assert!(err <= 2.0, "share error {err} pp over 10 TB windows");
+    let done: u64 = vol.groups.iter().map(|g| g.files).sum();
+    assert_eq!(done, vol.requests, "every request done");
+    assert_eq!(r.outcome.unfinished, 0);
+    let s = &r.policy.order.release.volumes;
+    assert!(!r.outcome.batches.is_empty());
+    for b in &r.outcome.batches {
+        assert!(b.files >= 1 && b.files <= s.batch_max_files as usize);
+        assert!(b.files == 1 || b.bytes <= s.batch_max_bytes, "{b:?}");
+    }
+}
+
+/// The goals this trace does not reach (docs/volumes.md, "Goals not reached", says why); kept
+/// at full strength so a change that reaches them shows.
+#[test]
+#[ignore = "not reached on this trace and library model: see docs/volumes.md"]
+fn volumes_mode_reaches_the_other_goals() {
+    let r = runs();
+    let (held, vol, pass) = (&r.held, &r.volumes, &r.pass_through);
+    let mounts = |x: &RunReport| x.mounts_per_tb.expect("bytes done");
+    assert!(
+        mounts(vol) <= mounts(pass),
+        "{} > {}",
+        mounts(vol),
+        mounts(pass)
+    );
+    assert!(vol.drive_efficiency.expect("busy") >= 0.8);
+    assert_eq!(vol.priority_inversions, 0);
+    let dt = |x: &RunReport| group(x, "datataking").wait_p99_s;
+    assert!(dt(vol) <= dt(held), "{} > {}", dt(vol), dt(held));
+    let s = &r.policy.order.release.volumes;
+    let batch_s = s.batch_max_bytes as f64 / 300e6;
+    let bound = s.max_age_ms as f64 / 1000.0 + batch_s;
+    assert!(
+        vol.fair_wait_max_s <= bound,
+        "{} > {bound}",
+        vol.fair_wait_max_s
+    );
+}
