@@ -273,9 +273,8 @@ async fn a_restart_keeps_the_waiting_volumes_and_the_volumes_in_flight() {
     // answering this submission ran a release.)
     let app = TestApp::spawn_on(&config, db.clone()).await;
     submit(&app, &on_volume("c0", "mc", "VC", 1), "queued").await;
-    let queued_vb =
-        format!("SELECT COUNT(*) FROM requests WHERE state = 'queued' AND volume = 'VB'");
-    assert_eq!(count(&db, &queued_vb), 4);
+    let queued_vb = "SELECT COUNT(*) FROM requests WHERE state = 'queued' AND volume = 'VB'";
+    assert_eq!(count(&db, queued_vb), 4);
     assert_eq!(volume_wait(&app, vb[3]).await["volumes_in_flight"], 1);
     // Cancelling VA's requests at the MSS frees its slot once the MSS has dropped or finished
     // them; then VB goes, in one call and in position order.

@@ -119,6 +119,10 @@ impl Txn<'_, '_> {
     }
 }
 
+/// A released request not yet ended: the request, its tape position, whether its group led
+/// its batch.
+type InFlight = (Candidate, Option<u64>, bool);
+
 /// The volume queue from the rows at `now`: the `queued` requests in id order, then the volumes in flight (released requests not yet ended, per library and volume
 /// in release order, led by the group whose request is marked `release_led`), so a restart (or
 /// a rollback) keeps the waiting volumes, their figures and the volumes' slots.
@@ -143,8 +147,7 @@ pub(super) fn load_volume_queue(
             None => warn!("a queued request of a group no longer configured stays queued"),
         }
     }
-    let mut flights: BTreeMap<(String, VolumeId), Vec<(Candidate, Option<u64>, bool)>> =
-        BTreeMap::new();
+    let mut flights: BTreeMap<(String, VolumeId), Vec<InFlight>> = BTreeMap::new();
     let mut stmt = conn.prepare(&format!(
         "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, release_led FROM requests \
          WHERE state IN ('accepted', 'submitted', 'running') AND release_seq IS NOT NULL \
