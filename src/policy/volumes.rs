@@ -15,6 +15,9 @@
 //!    volume in flight). Do not call `batch_started` if the batch was not committed;
 //! 3. every released request that ends at the MSS (done, failed for good, cancelled):
 //!    [`VolumeQueue::request_finished`]. A retried request stays in flight.
+//! 4. after a restart: push every queued row again, and for the released rows not yet ended
+//!    build one [`Batch`] per (library, volume) (its `group` the one that led it, or any of
+//!    theirs) and call [`VolumeQueue::batch_started`], so the volumes in flight count again.
 //!
 //! A volume is eligible when its queued requests reach `min_volume_bytes` or `min_volume_files`,
 //! its newest request is `quiet_ms` old, or its oldest `max_age_ms` old; requests without a
@@ -210,15 +213,18 @@ impl VolumeQueue {
             .min()
     }
 
-    /// The batch to release next at `library`, if any: first a volume in flight that is nearly
-    /// done (or finished within `sticky_ms`) and has more requests; else, if fewer than
-    /// `max_volumes` volumes are in flight, the group the policy ranks first among those with an
-    /// eligible volume not in flight and under their `[targets]` `max_volumes` (starved first,
-    /// then the policy's order, as [`super::queue::HeldQueue::pick`]; FBSNG by queue priority),
-    /// and that group's eligible volume with the most bytes queued (one finished within
-    /// `sticky_ms` first). The batch is the volume's requests of that group in position order up
-    /// to the batch caps, then other groups' requests on it in position order while room is
-    /// left. Nothing changes until [`Self::batch_started`].
+    /// The batch to release next at `library`, if any. First a volume in flight that is nearly
+    /// done (or finished within `sticky_ms`, while fewer than `max_volumes` are in flight) and
+    /// has requests of a group not ahead of its share, led by the one of those the policy ranks
+    /// first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
+    /// first among those with an eligible volume not in flight and under their `[targets]`
+    /// `max_volumes` (starved first, then the policy's order, as
+    /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and of that group's
+    /// fullest eligible volumes the one whose mount reads the most. The batch is the volume's
+    /// requests of that group in position order up to the batch caps, then the requests on it
+    /// of other groups not ahead of their share (riders), in position order while room is left.
+    /// Nothing changes until [`Self::batch_started`] (but volumes whose time came are marked
+    /// eligible).
     pub fn next_batch<U: UsageLookup>(
         &mut self,
         order: &OrderSettings,
@@ -263,10 +269,10 @@ impl VolumeQueue {
     ) {
         let caps = state::NodeCaps::new(policy);
         for c in &batch.requests {
-            if self.remove(settings, c.id).is_some() {
-                self.flying
-                    .insert(c.id, (batch.library.clone(), batch.volume.clone()));
-            }
+            // Queued (the normal case) or not (a restart restoring what was in flight).
+            self.remove(settings, c.id);
+            self.flying
+                .insert(c.id, (batch.library.clone(), batch.volume.clone()));
         }
         let lib = self.libs.entry(batch.library.clone()).or_default();
         lib.started(&caps, batch, now_ms);

@@ -3,7 +3,7 @@
 //! (Zipf s = 1), half of them in bulk campaigns, a data-taking stream of one 4 GB write every
 //! 50 s, the shipped share tree and its demand mix skewed against the shares, Fair Tree, the
 //! Enstore model with 4 drives and its 60 s dismount delay; `[release.volumes]` as shipped but
-//! `max_volumes` = 3 (a drive left for data taking).
+//! `max_volumes` = 2 (two of the four drives left for data taking).
 
 use super::*;
 use crate::config::{Settings, EMBEDDED};
@@ -31,10 +31,10 @@ fn policy(mode: &str) -> std::sync::Arc<PolicySettings> {
     let text = EMBEDDED
         .replacen("algorithm = \"sam\"", "algorithm = \"fair_tree\"", 1)
         .replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1)
-        .replacen("max_volumes = 8", "max_volumes = 3", 1);
+        .replacen("max_volumes = 8", "max_volumes = 2", 1);
     let s = Settings::parse(&text, "goals").expect("valid configuration");
     assert_eq!(s.policy.order.release.mode.name(), mode);
-    assert_eq!(s.policy.order.release.volumes.max_volumes, 3);
+    assert_eq!(s.policy.order.release.volumes.max_volumes, 2);
     assert_eq!(s.policy.order.algorithm.name(), "fair_tree");
     s.policy
 }
@@ -76,7 +76,7 @@ fn group<'r>(r: &'r RunReport, path: &str) -> &'r report::GroupReport {
 }
 
 #[test]
-fn volumes_mode_reaches_the_mount_and_share_goals() {
+fn volumes_mode_reaches_the_mount_share_and_data_taking_goals() {
     let r = runs();
     let (held, vol) = (&r.held, &r.volumes);
     let mounts = |x: &RunReport| x.mounts_per_tb.expect("bytes done");
@@ -90,6 +90,13 @@ fn volumes_mode_reaches_the_mount_and_share_goals() {
         .share_error_max_pp
         .expect("10 TB windows while saturated");
     assert!(err <= 2.0, "share error {err} pp over 10 TB windows");
+    let dt = |x: &RunReport| group(x, "datataking").wait_p99_s;
+    assert!(
+        dt(vol) <= dt(held),
+        "data taking p99 {} > {}",
+        dt(vol),
+        dt(held)
+    );
     let done: u64 = vol.groups.iter().map(|g| g.files).sum();
     assert_eq!(done, vol.requests, "every request done");
     assert_eq!(r.outcome.unfinished, 0);
@@ -107,7 +114,7 @@ fn volumes_mode_reaches_the_mount_and_share_goals() {
 #[ignore = "not reached on this trace and library model: see docs/volumes.md"]
 fn volumes_mode_reaches_the_other_goals() {
     let r = runs();
-    let (held, vol, pass) = (&r.held, &r.volumes, &r.pass_through);
+    let (vol, pass) = (&r.volumes, &r.pass_through);
     let mounts = |x: &RunReport| x.mounts_per_tb.expect("bytes done");
     assert!(
         mounts(vol) <= mounts(pass),
@@ -117,8 +124,6 @@ fn volumes_mode_reaches_the_other_goals() {
     );
     assert!(vol.drive_efficiency.expect("busy") >= 0.8);
     assert_eq!(vol.priority_inversions, 0);
-    let dt = |x: &RunReport| group(x, "datataking").wait_p99_s;
-    assert!(dt(vol) <= dt(held), "{} > {}", dt(vol), dt(held));
     let s = &r.policy.order.release.volumes;
     let batch_s = s.batch_max_bytes as f64 / 300e6;
     let bound = s.max_age_ms as f64 / 1000.0 + batch_s;

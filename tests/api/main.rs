@@ -22,5 +22,6 @@ mod process;
 mod report;
 mod shares;
 mod simulate;
+mod simulate_volumes;
 mod trace_export;
 mod volumes;

@@ -381,3 +381,49 @@ proptest! {
         prop_assert_eq!(seen, reqs.len());
     }
 }
+
+#[test]
+fn a_restart_restores_a_volume_in_flight_until_its_requests_end() {
+    let mut h = H::new("");
+    h.add("b", Some("W"), 0, 500, 0);
+    // Two requests were in flight on V before the restart: released, not queued now.
+    let mut restored = Batch {
+        library: String::new(),
+        volume: VolumeId::Tape("V".into()),
+        group: h.g("b"),
+        reason: BatchReason::Chosen,
+        requests: vec![],
+        bytes: 0,
+    };
+    for id in [100, 101] {
+        let mut c = h.q.get(1).expect("queued").clone();
+        c.id = id;
+        restored.requests.push(c);
+    }
+    let s = h.p.order.release.volumes.clone();
+    h.q.batch_started(&s, &h.p, &restored, 0);
+    assert_eq!(
+        (h.q.volumes_in_flight(""), h.q.in_flight_requests()),
+        (1, 2)
+    );
+    assert_eq!(h.q.len(), 1, "W still waits");
+    h.q.request_finished(&h.p, 100, 10);
+    assert_eq!(h.q.volumes_in_flight(""), 1);
+    h.q.request_finished(&h.p, 101, 20);
+    assert_eq!(
+        (h.q.volumes_in_flight(""), h.q.in_flight_requests()),
+        (0, 0)
+    );
+}
+
+#[test]
+fn the_library_limit_holds_back_a_new_volume() {
+    let mut h = H::new("");
+    for v in ["V1", "V2", "V3"] {
+        h.add("b", Some(v), 0, 100, 0);
+    }
+    assert!(h.start(0).is_some());
+    assert!(h.start(0).is_some());
+    assert!(h.next(0).is_none(), "max_volumes = 2");
+    assert_eq!(h.q.volumes_in_flight(""), 2);
+}
