@@ -27,6 +27,7 @@
 //!
 //! Each loop's body is a `*_once` step a test can call directly.
 
+mod batches;
 mod last_call;
 mod settings;
 
@@ -196,7 +197,7 @@ impl Dispatcher {
             r.min(self.settings.submit_batch)
         });
         let now = self.clock.now_ms();
-        let ready = self.ledger.to_submit(0, now, limit).await?;
+        let ready = batches::whole(self.ledger.to_submit(0, now, limit).await?, limit);
         if ready.is_empty() {
             return Ok(Step::Idle);
         }

@@ -170,6 +170,11 @@ pub struct ReceivedResponse {
     /// reading).
     #[serde(default)]
     pub bad_answer_bytes: u64,
+    /// Per submission call that queued new transfers, how many (in `received` order): the
+    /// first `calls[0]` entries of `received` arrived in one call, the next `calls[1]` in the
+    /// next, and so on.
+    #[serde(default)]
+    pub calls: Vec<usize>,
 }
 
 /// Error body of every non-2xx answer.

@@ -67,6 +67,7 @@ pub(super) async fn get_request(
                         ranked_at_ms: q.ranked_at_ms,
                     };
                     body.explain = Some(serde_json::to_value(&live).unwrap_or_default());
+                    body.volume_wait = q.volume.map(Into::into);
                 }
             }
             Ok(Json(body).into_response())

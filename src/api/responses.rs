@@ -118,6 +118,59 @@ pub struct RequestBody {
     pub bfid: Option<String>,
     /// The file's position on its volume, as submitted.
     pub position: Option<u64>,
+    /// For a request waiting in the `volumes` release mode (state `queued`): its volume, the
+    /// volume's queued bytes and files, which eligibility rule it waits on, and its group's
+    /// place in the order; `null` otherwise.
+    pub volume_wait: Option<VolumeWaitBody>,
+}
+
+/// Where a request waiting in the `volumes` release mode stands (docs/volumes-live.md).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct VolumeWaitBody {
+    /// Its tape volume (`null`: its group's requests without a volume, one pseudo-volume that
+    /// is always eligible).
+    pub volume: Option<String>,
+    /// Bytes and files waiting on that volume now, of every group.
+    pub queued_bytes: u64,
+    pub queued_files: u64,
+    /// When the volume's oldest and newest waiting requests arrived (ms since the epoch).
+    pub oldest_ms: i64,
+    pub newest_ms: i64,
+    /// Whether the volume may be mounted now.
+    pub eligible: bool,
+    /// The rule that makes it eligible (`no_volume`, `mounted`, `min_volume_bytes`,
+    /// `min_volume_files`, `quiet_secs`, `max_age_secs`) or the one it waits on
+    /// (`waiting_quiet_secs`, `waiting_max_age_secs`: eligible at `eligible_at_ms` unless more
+    /// bytes or files come first).
+    pub rule: String,
+    pub eligible_at_ms: Option<i64>,
+    /// Volumes in flight at its library, and the most `release.volumes.max_volumes` allows.
+    pub volumes_in_flight: usize,
+    pub max_volumes: u32,
+    /// Its group's place (1 first) among the `groups_waiting` groups with requests waiting at
+    /// its library, in the policy's order of each group's oldest request: the policy chooses
+    /// the group, then that group's best eligible volume is mounted.
+    pub group_position: Option<usize>,
+    pub groups_waiting: usize,
+}
+
+impl From<crate::ledger::VolumeWait> for VolumeWaitBody {
+    fn from(w: crate::ledger::VolumeWait) -> Self {
+        VolumeWaitBody {
+            volume: w.volume,
+            queued_bytes: w.queued_bytes,
+            queued_files: w.queued_files,
+            oldest_ms: w.oldest_ms,
+            newest_ms: w.newest_ms,
+            eligible: w.eligible,
+            rule: w.rule.to_string(),
+            eligible_at_ms: w.eligible_at_ms,
+            volumes_in_flight: w.volumes_in_flight,
+            max_volumes: w.max_volumes,
+            group_position: w.group_position,
+            groups_waiting: w.groups_waiting,
+        }
+    }
 }
 
 impl From<RequestRecord> for RequestBody {
@@ -155,6 +208,7 @@ impl From<RequestRecord> for RequestBody {
             local_file: r.local_file,
             bfid: r.bfid,
             position: r.position,
+            volume_wait: None,
         }
     }
 }

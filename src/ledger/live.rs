@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rusqlite::{Connection, OptionalExtension};
 
 use super::stored_explain::{Explanation, StoredExplain};
+use super::volume_wait::volume_wait;
 use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use super::{NewPriority, QueuedPlacement, RankInputs};
 use crate::domain::PolicySettings;
@@ -124,19 +125,29 @@ pub(super) fn explain_queued(
     let policy = &*memory.policy;
     let candidate = c
         .prepare_cached(&format!(
-            "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE id = ?1 AND state = 'queued'"
+            "SELECT {CANDIDATE_COLUMNS}, volume FROM requests WHERE id = ?1 AND state = 'queued'"
         ))?
-        .query_row([id], |r| read_candidate(policy, r))
+        .query_row([id], |r| {
+            let volume: Option<String> = r.get(10)?;
+            Ok(read_candidate(policy, r)?.map(|c| (c, volume)))
+        })
         .optional()?
         .flatten();
-    let Some(candidate) = candidate else {
+    let Some((candidate, volume)) = candidate else {
         return Ok(None);
     };
     let usage = memory.usage_at(now);
     let standing = Standing::new(policy, usage.at(now), &memory.queues);
     let p = place(&policy.order, &standing, &candidate, now);
+    let volume = if policy.order.volumes() {
+        let at = (&candidate, volume.as_deref());
+        Some(volume_wait(c, policy, &standing, at, now)?)
+    } else {
+        None
+    };
     Ok(Some(QueuedPlacement {
         explain: Explanation::from(&p.explain),
+        volume,
     }))
 }
 

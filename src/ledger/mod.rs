@@ -25,6 +25,7 @@ mod schema;
 pub mod stored_explain;
 mod types;
 mod usage;
+mod volume_wait;
 mod wide;
 mod writer;
 
@@ -45,6 +46,7 @@ pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
     NoObserver, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras, SubmittedTransfer,
 };
+pub use volume_wait::VolumeWait;
 use writer::Command;
 pub use writer::{GroupCancel, RemovedGroup, RemovedGroups};
 
@@ -307,12 +309,24 @@ impl Ledger {
         let Some(live) = live else {
             return Ok(None);
         };
+        if live.volume.is_some() {
+            // The volumes mode releases a volume at a time: its figures say where the request
+            // stands, not a ranking of single requests.
+            return Ok(Some(QueuedExplain {
+                explain: live.explain,
+                position: None,
+                waiting: None,
+                ranked_at_ms: now,
+                volume: live.volume,
+            }));
+        }
         let (place, ranked_at_ms) = self.ranked_place(id, asked).await?;
         Ok(Some(QueuedExplain {
             explain: live.explain,
             position: place.map(|p| p.position),
             waiting: place.map(|p| p.waiting),
             ranked_at_ms,
+            volume: None,
         }))
     }
 
@@ -382,7 +396,8 @@ impl Ledger {
     }
 
     /// Requests ready to submit (state accepted, retry time reached): highest MSS priority
-    /// first, then in decision order.
+    /// first, then in release order (the `volumes` mode numbers a volume's batch in
+    /// tape-position order, so it is read together and in that order), then in decision order.
     pub async fn to_submit(
         &self,
         after_id: i64,

@@ -232,6 +232,8 @@ pub struct ToSubmit {
     pub bfid: Option<String>,
     /// The file's position on its volume, if the request gave one.
     pub position: Option<u64>,
+    /// Its number in a `volumes` batch (consecutive within a batch, in position order).
+    pub release_seq: Option<i64>,
 }
 
 pub(super) fn to_submit(
@@ -242,8 +244,8 @@ pub(super) fn to_submit(
 ) -> rusqlite::Result<Vec<ToSubmit>> {
     let mut stmt = c.prepare_cached(
         "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction, \
-         local_file, bfid, position FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
-         ORDER BY mss_priority DESC, id LIMIT ?3",
+         local_file, bfid, position, release_seq FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
+         ORDER BY mss_priority DESC, release_seq, id LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
         let direction: String = row.get(7)?;
@@ -259,6 +261,7 @@ pub(super) fn to_submit(
             local_file: row.get(8)?,
             bfid: row.get(9)?,
             position: stored_position(10, row.get(10)?)?,
+            release_seq: row.get(11)?,
         })
     })?;
     rows.collect()

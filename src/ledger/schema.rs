@@ -164,11 +164,33 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
 /// Append a step for a change; never edit a shipped one (databases already carry it).
-const STEPS: &[Step] = &[version_2];
+const STEPS: &[Step] = &[version_2, version_3];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
 fn version_2(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("ALTER TABLE requests ADD COLUMN position INTEGER")
+}
+
+/// Version 3 (issue 16, the `volumes` release mode): `release_seq`, the order a request was
+/// released in a volume's batch (NULL otherwise): the submit loop reads ready requests by MSS
+/// priority, then this sequence, so a batch reaches the MSS together and in tape-position order
+/// (the index replaces `requests_ready`, which it extends); `release_led`, 1 when its group's
+/// choice mounted the volume (the group whose `max_volumes` counts it after a restart); and the queued requests per library
+/// and volume (covering a volume's bytes, files and ages) and per library and group (each
+/// group's oldest), for a waiting request's explain.
+fn version_3(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE requests ADD COLUMN release_seq INTEGER;
+         ALTER TABLE requests ADD COLUMN release_led INTEGER;
+         DROP INDEX IF EXISTS requests_ready;
+         CREATE INDEX requests_ready_batched ON requests(mss_priority DESC, release_seq, id)
+             WHERE state = 'accepted';
+         CREATE INDEX requests_queued_volume
+             ON requests(library, volume, group_path, size_bytes, created_ms)
+             WHERE state = 'queued';
+         CREATE INDEX requests_queued_group ON requests(library, group_path, id)
+             WHERE state = 'queued';",
+    )
 }
 
 /// The schema version this binary writes (`PRAGMA user_version`); a database at a higher one

@@ -87,6 +87,8 @@ pub enum CancelOutcome {
 #[derive(Debug, Clone)]
 pub struct QueuedPlacement {
     pub explain: crate::ledger::stored_explain::Explanation,
+    /// In the `volumes` release mode: its volume and where it stands.
+    pub volume: Option<crate::ledger::VolumeWait>,
 }
 
 /// What ranking the queue needs from the writer's memory.
@@ -108,6 +110,9 @@ pub struct QueuedExplain {
     pub waiting: Option<usize>,
     /// When the ranking was computed (ms since the epoch).
     pub ranked_at_ms: i64,
+    /// In the `volumes` release mode: its volume and where it stands (then no ranking of the
+    /// queue is made: `position` and `waiting` are `None`).
+    pub volume: Option<crate::ledger::VolumeWait>,
 }
 
 /// A request at the MSS whose priority the policy now puts elsewhere.

@@ -40,7 +40,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use eligibility::{Eligibility, VolumeStatus};
+pub use eligibility::{rule, Eligibility, VolumeStatus};
 use state::Lib;
 
 /// A tape volume of a library, or the pseudo-volume of a group's requests without one.

@@ -28,3 +28,4 @@ mod shares;
 mod simulate;
 mod simulate_volumes;
 mod trace_export;
+mod volumes;

@@ -59,6 +59,9 @@ struct Sim {
     coin: u64,
     /// Calls refused by an injected fault.
     refused: u64,
+    /// Per submission call that added transfers, how many it added to `received` (in order):
+    /// so a test can tell which transfers reached the MSS in one call.
+    calls: Vec<usize>,
 }
 
 impl Sim {
@@ -197,6 +200,7 @@ pub async fn run(
             faults: cfg.faults.clone(),
             coin: cfg.library.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
             refused: 0,
+            calls: Vec::new(),
         }),
         epoch: format!("{}-{}", now_wall.as_nanos(), std::process::id()),
         started: Instant::now(),
@@ -275,6 +279,9 @@ fn submit_one(shared: &Shared, body: &[u8]) -> Response {
         let mut out = Vec::new();
         let admission = sim.library.submit(transfer, shared.virtual_now(), &mut out);
         shared.publish(&mut sim, out);
+        if !admission.duplicate {
+            sim.calls.push(1);
+        }
         admission
     };
     shared.kick.notify_one();
@@ -306,6 +313,7 @@ fn submit_many(shared: &Shared, body: &[u8]) -> Response {
         let mut sim = shared.lock();
         let mut out = Vec::new();
         let now = shared.virtual_now();
+        let before = sim.library.received().len();
         let results = batch
             .transfers
             .into_iter()
@@ -318,6 +326,10 @@ fn submit_many(shared: &Shared, body: &[u8]) -> Response {
             })
             .collect();
         shared.publish(&mut sim, out);
+        let added = sim.library.received().len() - before;
+        if added > 0 {
+            sim.calls.push(added);
+        }
         results
     };
     shared.kick.notify_one();
@@ -437,6 +449,7 @@ async fn received(State(shared): State<Arc<Shared>>) -> Response {
         received: sim.library.received().to_vec(),
         duplicates: sim.library.duplicates(),
         refused: sim.refused,
+        calls: sim.calls.clone(),
         bad_answer_bytes: shared.bad_answer_bytes.load(Ordering::Relaxed),
     })
     .into_response()

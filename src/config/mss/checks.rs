@@ -50,6 +50,15 @@ pub(in crate::config) fn check_against_policy(
         }
     }
     note_reprioritise(mss, order, &caps, notes);
+    let batch_files = order.release.volumes.batch_max_files as usize;
+    if order.volumes() && batch_files > mss.submit_batch {
+        notes.push(format!(
+            "release.volumes.batch_max_files ({batch_files}) is above mss.submit_batch ({}): a \
+             larger volume batch reaches the mss in several calls (in order, one after the \
+             other); raise mss.submit_batch and mss.submit_burst to send each batch in one",
+            mss.submit_batch
+        ));
+    }
 }
 
 /// encp: local roots set, and every class it configures a priority class.
@@ -85,7 +94,7 @@ fn sent_priorities(
     classes: &[ClassEntry<'_>],
 ) -> Vec<Sent> {
     let order = &policy.order;
-    let held = order.held();
+    let held = order.held() || order.volumes();
     let mut sent: Vec<Sent> = classes
         .iter()
         .filter(|(_, path, _)| match &mss.adapter {
@@ -122,7 +131,7 @@ fn check_priority_scale(
     order: &OrderSettings,
     issues: &mut Issues,
 ) {
-    let held = order.held();
+    let held = order.held() || order.volumes();
     match scale {
         PriorityScale::None => {
             if !held {
@@ -251,7 +260,7 @@ fn check_bands(
             }
         }
     }
-    if order.algorithm == Algorithm::Sam && !order.held() {
+    if order.algorithm == Algorithm::Sam && !order.held() && !order.volumes() {
         let front = sent.iter().find(|s| s.0 == "policy.p_front").map(|s| s.1);
         let back = sent.iter().find(|s| s.0 == "policy.p_back").map(|s| s.1);
         if let (Some(f), Some(b)) = (front, back) {

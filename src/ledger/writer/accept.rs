@@ -44,7 +44,7 @@ impl Txn<'_, '_> {
             .execute(params![id, fp as i64])?;
         self.st.remember(fp, id);
         candidate.id = id;
-        self.record_accepted(&entry, candidate);
+        self.record_accepted(&entry, candidate, item);
         Ok(Accepted {
             id,
             group: self.policy.group(item.group).path.to_string(),
@@ -74,7 +74,7 @@ impl Txn<'_, '_> {
         }
     }
 
-    /// Held (feasibility cap) and queued (held release mode) requests are neither decided nor
+    /// Held (feasibility cap) and queued (held and volumes release modes) requests are neither decided nor
     /// charged until released; their class and priority are provisional.
     fn entry(&self, item: &NewRequest, candidate: &Candidate) -> Entry {
         let provisional = Entry {
@@ -92,7 +92,8 @@ impl Txn<'_, '_> {
         if provisional.held_reason.is_some() {
             return provisional;
         }
-        if self.policy.order.held() && is_fair(self.policy, item.group) {
+        let waits = self.policy.order.held() || self.policy.order.volumes();
+        if waits && is_fair(self.policy, item.group) {
             return Entry {
                 state: RequestState::Queued,
                 ..provisional
@@ -135,7 +136,7 @@ impl Txn<'_, '_> {
     }
 
     /// Count, queue and charge a request just inserted.
-    fn record_accepted(&mut self, e: &Entry, candidate: Candidate) {
+    fn record_accepted(&mut self, e: &Entry, candidate: Candidate, item: &NewRequest) {
         let path = self.policy.group(candidate.group).path.as_str();
         let held = i64::from(e.state == RequestState::Held);
         let row = HourRow {
@@ -153,7 +154,8 @@ impl Txn<'_, '_> {
             }
             RequestState::Queued => {
                 self.report.add(path, self.now, row);
-                self.st.enqueue(candidate);
+                let (volume, position) = (item.volume.as_deref(), item.extras.position);
+                self.enqueue(candidate, volume, position);
             }
             _ => self.report.add(path, self.now, row),
         }

@@ -13,6 +13,7 @@ use super::idempotency::Idempotency;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::removed::removed_groups;
 use super::state::WriterState;
+use super::volumes;
 use super::Writer;
 use crate::clock::Clock;
 use crate::domain::PolicySettings;
@@ -129,13 +130,22 @@ fn load_state(
             "held release queue loaded"
         );
     }
-    Ok(WriterState::new(
-        usage,
-        held,
-        priority_waiting,
-        order,
-        idempotency,
-    ))
+    let volumes = volumes::load_volume_queue(conn, policy, now)?;
+    if !volumes.is_empty() {
+        info!(
+            queued = volumes.len(),
+            in_flight = volumes.in_flight_requests(),
+            "volume release queue loaded"
+        );
+    }
+    let release_seq = volumes::last_release_seq(conn)?;
+    Ok(
+        WriterState::new(usage, held, priority_waiting, order, idempotency).with_volumes(
+            &policy.order.release.volumes,
+            volumes,
+            release_seq,
+        ),
+    )
 }
 
 /// A row for every configured group; a warning for stored usage of a group no longer
@@ -205,8 +215,14 @@ fn load_order_state(
     policy: &PolicySettings,
 ) -> Result<(HeldQueue, HashMap<String, u32>, Queues), LedgerError> {
     let mut queue = HeldQueue::default();
+    // The volumes mode keeps its own queue (`volumes::load_volume_queue`).
+    let where_queued = if policy.order.volumes() {
+        "0"
+    } else {
+        "state = 'queued'"
+    };
     let mut stmt = conn.prepare(&format!(
-        "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued' ORDER BY id"
+        "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE {where_queued} ORDER BY id"
     ))?;
     let rows = stmt.query_map([], |r| read_candidate(policy, r))?;
     for c in rows {

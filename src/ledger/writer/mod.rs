@@ -16,6 +16,7 @@ mod release;
 mod removed;
 mod settle;
 mod state;
+mod volumes;
 
 use std::sync::Arc;
 
@@ -398,7 +399,7 @@ impl Writer {
     /// transaction (and without counting a commit that wrote nothing). Returns whether it
     /// answered them.
     fn idle_release(&self, commands: &mut Vec<Command>) -> bool {
-        let nothing_waiting = self.state.nothing_waiting();
+        let nothing_waiting = self.state.nothing_waiting(self.clock.now_ms());
         let idle = (commands.iter()).all(|c| match c {
             Command::Release { .. } => nothing_waiting,
             Command::Tick { .. } => true,
@@ -458,12 +459,24 @@ impl Writer {
                 let ids: Vec<&str> = traced.iter().flatten().map(|(id, _)| &**id).collect();
                 error!(error = %e, commands = replies.len(), x_request_ids = ?ids,
                     "ledger transaction rolled back");
-                self.state.rollback();
+                if self.state.rollback() {
+                    self.reload_volumes();
+                }
                 drop(gate);
                 let message = e.to_string();
                 replies.into_iter().for_each(|r| r.err(&message));
                 false
             }
+        }
+    }
+
+    /// The volume queue from the committed rows, after a rollback that changed it in a way its
+    /// journal cannot undo (a batch released, a request ended). If even reading fails, the queue
+    /// stays as it was and is reloaded at the next start.
+    fn reload_volumes(&mut self) {
+        match volumes::load_volume_queue(&self.conn, &self.policy, self.clock.now_ms()) {
+            Ok(v) => self.state.reload_volumes(v),
+            Err(e) => error!(error = %e, "cannot reload the volume queue after a rollback"),
         }
     }
 

@@ -6,12 +6,16 @@ use rusqlite::params;
 use tracing::warn;
 
 use super::state::{Charge, Txn};
+use super::volumes::{read_place, PLACE_COLUMNS};
 use crate::domain::{GroupId, PolicySettings};
 use crate::ledger::aggregates::HourRow;
 use crate::ledger::read::stored_qos;
 use crate::policy;
 use crate::policy::order::{Candidate, Placement, Standing};
 use crate::shares::limits::held_by;
+
+/// A row's volume and tape position.
+type Place = (Option<String>, Option<u64>);
 
 /// Columns [`read_candidate`] reads.
 pub(in crate::ledger) const CANDIDATE_COLUMNS: &str =
@@ -71,13 +75,16 @@ impl Txn<'_, '_> {
         let path = self.policy.group(g).path.to_string();
         let mut released = 0;
         loop {
-            let batch: Vec<Candidate> = self
+            let batch: Vec<(Candidate, Place)> = self
                 .tx
                 .prepare_cached(&format!(
-                    "SELECT {CANDIDATE_COLUMNS} FROM requests \
+                    "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests \
                      WHERE state = 'held' AND group_path = ?1 ORDER BY id LIMIT 64"
                 ))?
-                .query_map([&path], |r| read_candidate(self.policy, r))?
+                .query_map([&path], |r| {
+                    let place = read_place(r)?;
+                    Ok(read_candidate(self.policy, r)?.map(|c| (c, place)))
+                })?
                 .filter_map(Result::transpose)
                 .collect::<rusqlite::Result<_>>()?;
             if batch.is_empty() {
@@ -90,24 +97,24 @@ impl Txn<'_, '_> {
                 }
                 return Ok(released);
             }
-            for c in batch {
+            for (c, place) in batch {
                 if held_by(self.policy, &self.st.usage.at(self.now), g, c.benefit).is_some() {
                     return Ok(released);
                 }
-                self.release_one(&path, c)?;
+                self.release_one(&path, c, place)?;
                 released += 1;
             }
         }
     }
 
-    /// One held request released: into the broker's queue (held release mode: decided and
-    /// charged when the queue releases it), or decided and charged now.
-    fn release_one(&mut self, path: &str, c: Candidate) -> rusqlite::Result<()> {
+    /// One held request released: into the broker's queue (held and volumes release modes:
+    /// decided and charged when the queue releases it), or decided and charged now.
+    fn release_one(&mut self, path: &str, c: Candidate, place: Place) -> rusqlite::Result<()> {
         let released = HourRow {
             released: 1,
             ..HourRow::default()
         };
-        if self.policy.order.held() {
+        if self.policy.order.held() || self.policy.order.volumes() {
             self.tx
                 .prepare_cached(
                     "UPDATE requests SET state = 'queued', held_reason = NULL, \
@@ -116,7 +123,7 @@ impl Txn<'_, '_> {
                 .execute(params![c.id, self.now])?;
             self.charge(path, Charge::held(-1));
             self.report.add(path, self.now, released);
-            self.st.enqueue(c);
+            self.enqueue(c, place.0.as_deref(), place.1);
         } else {
             let p = self.placement(&c);
             self.decide_and_charge(&c, &p)?;
@@ -127,7 +134,11 @@ impl Txn<'_, '_> {
     }
 
     /// Decide a released request at `p`, charge it and make it ready to submit.
-    fn decide_and_charge(&mut self, c: &Candidate, p: &Placement) -> rusqlite::Result<()> {
+    pub(super) fn decide_and_charge(
+        &mut self,
+        c: &Candidate,
+        p: &Placement,
+    ) -> rusqlite::Result<()> {
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
@@ -161,10 +172,13 @@ impl Txn<'_, '_> {
     /// charged as it goes, so the next choice sees it. A request whose group is now over a
     /// feasibility cap goes back to `held`.
     pub fn release_queued(&mut self) -> rusqlite::Result<usize> {
-        if self.st.queue.is_empty() {
-            return Ok(0);
-        }
         let mut released = 0;
+        if self.policy.order.volumes() {
+            released += self.release_volumes()?;
+        }
+        if self.st.queue.is_empty() {
+            return Ok(released);
+        }
         for lib in self.st.queue.libraries() {
             while let Some(free) = self.free_slots(&lib) {
                 let order = &self.policy.order;

@@ -126,9 +126,13 @@ impl Txn<'_, '_> {
         self.moved(row.class, Some(row.state), state);
         if row.outstanding() {
             self.occupy(&row.library, row.slots, false);
+            if self.policy.order.volumes() {
+                self.st.volume_request_finished(self.policy, id, self.now);
+            }
         }
         if row.state == RequestState::Queued {
             self.st.dequeue(id);
+            self.st.dequeue_volume(id);
         }
         // The estimate is taken back at its own date; the actual is charged now, when it was
         // received.
@@ -269,8 +273,9 @@ impl Txn<'_, '_> {
                 self.now - row.created_ms,
                 over_priority,
             );
-            // FBSNG in pass-through mode: the MSS started it (held mode counts releases).
-            if !self.policy.order.held() {
+            // FBSNG in pass-through mode: the MSS started it (held and volumes modes count
+            // releases).
+            if !self.policy.order.held() && !self.policy.order.volumes() {
                 if let Some(g) = self.policy.group_by_path(&row.group) {
                     self.fbsng_started(g);
                 }

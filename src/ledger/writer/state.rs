@@ -14,8 +14,10 @@ use crate::domain::{GroupId, PolicySettings, RetrySettings};
 use crate::ledger::aggregates::ReportDeltas;
 use crate::ledger::wide::Wide;
 use crate::policy::fbsng::Queues;
+use crate::policy::order::VolumeSettings;
 use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
 use crate::policy::queue::HeldQueue;
+use crate::policy::volumes::{Batch, VolumeQueue};
 use crate::shares::{UsageBook, UsageModel};
 
 /// The writer's memory: what a decision reads without a query.
@@ -33,6 +35,15 @@ pub(super) struct WriterState {
     /// FBSNG queue priorities per group.
     pub queues: Queues,
     pub idempotency: Idempotency,
+    /// The volumes release mode's queue (rows in state `queued`) and volumes in flight.
+    pub volumes: VolumeQueue,
+    /// The last `release_seq` given to a request of a volume batch.
+    pub release_seq: i64,
+    /// `[release.volumes]`, which the volume queue's changes read.
+    volume_settings: VolumeSettings,
+    /// When time alone next changes what the volume queue may release (a waiting volume
+    /// becomes eligible by age, a sticky one lapses), as of the last release pass.
+    pub volumes_due: Option<i64>,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
 }
@@ -44,6 +55,10 @@ struct Saved {
     priority_waiting: i64,
     outstanding: HashMap<String, u32>,
     queues: Queues,
+    release_seq: i64,
+    /// The volume queue changed in a way with no cheap inverse (a batch started, a request
+    /// ended or left the queue): a rollback reloads it from the rows (see `Writer::rollback`).
+    volumes_changed: bool,
     journal: Vec<Undo>,
 }
 
@@ -53,6 +68,7 @@ enum Undo {
     Removed(Candidate),
     Passed(i64),
     Fingerprint(u64, i64),
+    VolumePushed(i64),
 }
 
 impl WriterState {
@@ -73,13 +89,40 @@ impl WriterState {
             outstanding,
             queues,
             idempotency,
+            volumes: VolumeQueue::default(),
+            release_seq: 0,
+            volume_settings: VolumeSettings::default(),
+            volumes_due: None,
             checkpoint: None,
         }
     }
 
-    /// Nothing is held or queued: the release timer has nothing to do.
-    pub fn nothing_waiting(&self) -> bool {
-        self.held.iter().all(|&h| h == 0) && self.queue.is_empty()
+    /// The volumes mode's queue and volumes in flight, and the last release sequence, as loaded.
+    pub fn with_volumes(
+        mut self,
+        settings: &VolumeSettings,
+        volumes: VolumeQueue,
+        release_seq: i64,
+    ) -> WriterState {
+        self.volume_settings = settings.clone();
+        self.volumes = volumes;
+        self.release_seq = release_seq;
+        self.volumes_due = Some(i64::MIN); // look at once
+        self
+    }
+
+    /// The volume queue reloaded from the rows after a rollback.
+    pub fn reload_volumes(&mut self, volumes: VolumeQueue) {
+        self.volumes = volumes;
+    }
+
+    /// Nothing is held or queued, and no waiting volume's time has come at `now`: the release
+    /// timer has nothing to do. (A volume that is eligible with room for it was released by the
+    /// transaction that made it so; one waiting for room is released by the event that makes
+    /// room.)
+    pub fn nothing_waiting(&self, now: i64) -> bool {
+        let volumes_idle = self.volumes.is_empty() || self.volumes_due.is_none_or(|t| now < t);
+        self.held.iter().all(|&h| h == 0) && self.queue.is_empty() && volumes_idle
     }
 
     /// Remember the present, so a failed transaction can come back to it.
@@ -90,6 +133,8 @@ impl WriterState {
             priority_waiting: self.priority_waiting,
             outstanding: self.outstanding.clone(),
             queues: self.queues.clone(),
+            release_seq: self.release_seq,
+            volumes_changed: false,
             journal: Vec::new(),
         });
     }
@@ -99,11 +144,15 @@ impl WriterState {
         self.checkpoint = None;
     }
 
-    /// The transaction rolled back: back to the checkpoint.
-    pub fn rollback(&mut self) {
+    /// The transaction rolled back: back to the checkpoint. Returns whether the volume queue
+    /// must be reloaded from the rows (it changed in a way the journal cannot undo).
+    pub fn rollback(&mut self) -> bool {
         let Some(saved) = self.checkpoint.take() else {
-            return;
+            return false;
         };
+        self.release_seq = saved.release_seq;
+        self.volumes_due = Some(i64::MIN); // look again at the next chance
+        let reload = saved.volumes_changed;
         self.usage = saved.usage;
         self.held = saved.held;
         self.priority_waiting = saved.priority_waiting;
@@ -121,8 +170,14 @@ impl WriterState {
                     }
                 }
                 Undo::Fingerprint(fp, id) => self.idempotency.remove(fp, id),
+                Undo::VolumePushed(id) => {
+                    if !reload {
+                        self.volumes.remove(&self.volume_settings, id);
+                    }
+                }
             }
         }
+        reload
     }
 
     fn journal(&mut self, op: Undo) {
@@ -147,6 +202,42 @@ impl WriterState {
         if let Some(w) = self.queue.get_mut(id) {
             w.passed = w.passed.saturating_add(1);
             self.journal(Undo::Passed(id));
+        }
+    }
+
+    /// Queue a request in the volumes mode, on `volume` at `position`.
+    pub fn enqueue_volume(&mut self, c: Candidate, volume: Option<&str>, position: Option<u64>) {
+        self.journal(Undo::VolumePushed(c.id));
+        self.volumes
+            .push(&self.volume_settings, c, volume, position);
+    }
+
+    /// Take a request out of the volume queue (cancelled, or held again).
+    pub fn dequeue_volume(&mut self, id: i64) {
+        if self.volumes.remove(&self.volume_settings, id).is_some() {
+            self.volumes_changed();
+        }
+    }
+
+    /// A volume batch was released: its requests leave the queue, its volume is in flight.
+    pub fn volume_batch_started(&mut self, policy: &PolicySettings, batch: &Batch, now: i64) {
+        self.volumes
+            .batch_started(&self.volume_settings, policy, batch, now);
+        self.volumes_changed();
+    }
+
+    /// A released request ended at the MSS (its volume leaves flight with its last one).
+    pub fn volume_request_finished(&mut self, policy: &PolicySettings, id: i64, now: i64) {
+        let before = self.volumes.in_flight_requests();
+        self.volumes.request_finished(policy, id, now);
+        if self.volumes.in_flight_requests() != before {
+            self.volumes_changed();
+        }
+    }
+
+    fn volumes_changed(&mut self) {
+        if let Some(saved) = &mut self.checkpoint {
+            saved.volumes_changed = true;
         }
     }
 
@@ -415,5 +506,61 @@ url = "http://127.0.0.1:1"
         st.rollback(); // nothing to go back to
         assert!(st.queue.get(3).is_some());
         assert_eq!(st.idempotency.candidates(42).collect::<Vec<_>>(), [3]);
+    }
+
+    /// The volume queue: a push is undone from the journal; a batch start or a request's end
+    /// has no cheap inverse, so the rollback asks for a reload from the rows; the release
+    /// sequence comes back either way; `keep` forgets it all.
+    #[test]
+    fn volume_queue_changes_are_undone_or_reloaded() {
+        let settings = Settings::parse(CONFIG, "test").unwrap();
+        let policy = &settings.policy;
+        let volumes = &policy.order.release.volumes;
+        let mut st = WriterState::new(
+            UsageBook::new(policy, 0),
+            vec![0; policy.groups.len()],
+            0,
+            (
+                HeldQueue::default(),
+                HashMap::new(),
+                Queues::new(&policy.order.fbsng),
+            ),
+            Idempotency::default(),
+        )
+        .with_volumes(volumes, VolumeQueue::default(), 7);
+        st.enqueue_volume(candidate(1), Some("VA"), Some(10));
+        assert!(!st.nothing_waiting(0), "a loaded queue is looked at once");
+
+        st.checkpoint();
+        st.enqueue_volume(candidate(2), Some("VA"), Some(5));
+        st.release_seq += 2;
+        assert!(!st.rollback(), "a push alone is undone from the journal");
+        assert_eq!(st.volumes.len(), 1);
+        assert!(st.volumes.get(2).is_none());
+        assert_eq!(st.release_seq, 7);
+
+        st.checkpoint();
+        let batch = Batch {
+            library: String::new(),
+            volume: crate::policy::volumes::VolumeId::Tape("VA".into()),
+            group: GroupId(0),
+            reason: crate::policy::volumes::BatchReason::Chosen,
+            requests: vec![candidate(1)],
+            bytes: 10,
+        };
+        st.volume_batch_started(policy, &batch, 0);
+        assert!(st.volumes.is_empty());
+        assert!(st.rollback(), "a batch start asks for a reload");
+
+        st.checkpoint();
+        st.volume_request_finished(policy, 99, 0); // not in flight: no change
+        st.dequeue_volume(99);
+        assert!(!st.rollback());
+
+        st.checkpoint();
+        st.enqueue_volume(candidate(3), None, None);
+        st.keep();
+        assert!(!st.rollback()); // nothing to go back to
+        assert!(st.volumes.get(3).is_some());
     }
 }

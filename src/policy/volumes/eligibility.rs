@@ -82,7 +82,7 @@ pub(super) fn status(
 }
 
 /// The eligibility rules of a tape volume, in the order explain names them.
-pub(super) fn rule(
+pub fn rule(
     s: &VolumeSettings,
     bytes: u64,
     files: usize,

@@ -1,0 +1,198 @@
+//! The `volumes` release mode in the writer (issue 16, docs/volumes-live.md): fair-share requests
+//! wait in the [`VolumeQueue`] (the rows in state `queued` are its durable copy), and at the end
+//! of every transaction each library releases the batches the queue gives while it has room
+//! (`next_batch`: the policy's group, that group's best eligible volume, piggy-backed requests
+//! of other groups on it). Each request of a batch is decided and charged to its own group as it
+//! is released, numbered in tape-position order (`release_seq`, which the submit loop reads the
+//! ready requests by) and given the batch's one MSS priority, so the batch reaches the MSS
+//! together and in order. The queue hears of every released request that ends
+//! (`settle::finalize`). Nothing here walks the whole queue: a decision costs what
+//! `next_batch` costs.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, Connection};
+use tracing::warn;
+
+use super::release::{read_candidate, CANDIDATE_COLUMNS};
+use super::state::{Charge, Txn};
+use crate::domain::PolicySettings;
+use crate::ledger::aggregates::HourRow;
+use crate::policy::order::{Candidate, Standing};
+use crate::policy::volumes::{Batch, BatchReason, VolumeId, VolumeQueue};
+use crate::shares::limits::held_by;
+
+/// Columns [`read_place`] reads, after [`CANDIDATE_COLUMNS`].
+pub(in crate::ledger) const PLACE_COLUMNS: &str = "volume, position";
+
+/// The volume and tape position of a row read as `{CANDIDATE_COLUMNS}, {PLACE_COLUMNS}`.
+pub(in crate::ledger) fn read_place(
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<(Option<String>, Option<u64>)> {
+    let volume: Option<String> = r.get(10)?;
+    let position: Option<i64> = r.get(11)?;
+    Ok((volume, position.and_then(|p| u64::try_from(p).ok())))
+}
+
+impl Txn<'_, '_> {
+    /// Put a request that waits in the broker into the queue of the release mode: the volume
+    /// queue (`volumes`) or the held queue.
+    pub fn enqueue(&mut self, c: Candidate, volume: Option<&str>, position: Option<u64>) {
+        if self.policy.order.volumes() {
+            self.st.enqueue_volume(c, volume, position);
+        } else {
+            self.st.enqueue(c);
+        }
+    }
+
+    /// Release the batches the volume queue gives, per library, until it gives none. Returns
+    /// how many requests were released.
+    pub fn release_volumes(&mut self) -> rusqlite::Result<usize> {
+        let mut released = 0;
+        for lib in self.st.volumes.libraries() {
+            loop {
+                let batch = {
+                    let (policy, now) = (self.policy, self.now);
+                    let st = &mut *self.st;
+                    let standing = Standing::new(policy, st.usage.at(now), &st.queues);
+                    st.volumes.next_batch(&policy.order, &standing, &lib, now)
+                };
+                let Some(batch) = batch else { break };
+                released += self.release_batch(batch)?;
+            }
+        }
+        self.st.volumes_due = self.st.volumes.next_wakeup(self.now);
+        Ok(released)
+    }
+
+    /// Release one batch: a request whose group is now over a feasibility cap goes back to
+    /// `held` (out of the queue); the rest are decided at the batch's MSS priority (the highest
+    /// of their placements: a piggy-backed request never lowers the mount it rides on), charged
+    /// each to its own group and numbered in position order. Every request leaves the queue, so
+    /// the next `next_batch` sees a smaller one.
+    fn release_batch(&mut self, mut batch: Batch) -> rusqlite::Result<usize> {
+        let mut going = Vec::with_capacity(batch.requests.len());
+        for c in std::mem::take(&mut batch.requests) {
+            if let Some(reason) =
+                held_by(self.policy, &self.st.usage.at(self.now), c.group, c.benefit)
+            {
+                self.hold_again(&c, &reason)?;
+            } else {
+                going.push(c);
+            }
+        }
+        if going.is_empty() {
+            return Ok(0);
+        }
+        let placements: Vec<_> = going.iter().map(|c| self.placement(c)).collect();
+        let priority = placements.iter().map(|p| p.mss_priority).max();
+        batch.requests = going;
+        self.st.volume_batch_started(self.policy, &batch, self.now);
+        for (c, mut p) in batch.requests.iter().zip(placements) {
+            if let Some(top) = priority {
+                p.mss_priority = top;
+                p.explain.mss_priority = top;
+            }
+            self.decide_and_charge(c, &p)?;
+            self.st.release_seq += 1;
+            let led = c.group == batch.group;
+            self.tx
+                .prepare_cached(
+                    "UPDATE requests SET release_seq = ?2, release_led = ?3 WHERE id = ?1",
+                )?
+                .execute(params![c.id, self.st.release_seq, led])?;
+            let path = self.policy.group(c.group).path.to_string();
+            self.report
+                .add(&path, self.now, HourRow::default().decided(p.class));
+            self.fbsng_started(c.group);
+        }
+        Ok(batch.requests.len())
+    }
+
+    /// A request of a batch whose group is over a feasibility cap: `held` again, uncharged.
+    fn hold_again(&mut self, c: &Candidate, reason: &str) -> rusqlite::Result<()> {
+        self.st.dequeue_volume(c.id);
+        self.tx
+            .prepare_cached("UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1")?
+            .execute(params![c.id, reason])?;
+        let path = self.policy.group(c.group).path.to_string();
+        self.charge(&path, Charge::held(1));
+        Ok(())
+    }
+}
+
+/// A released request not yet ended: the request, its tape position, whether its group led
+/// its batch.
+type InFlight = (Candidate, Option<u64>, bool);
+
+/// The volume queue from the rows at `now`: the `queued` requests in id order, then the volumes in flight (released requests not yet ended, per library and volume
+/// in release order, led by the group whose request is marked `release_led`), so a restart (or
+/// a rollback) keeps the waiting volumes, their figures and the volumes' slots.
+pub(super) fn load_volume_queue(
+    conn: &Connection,
+    policy: &PolicySettings,
+    now: i64,
+) -> rusqlite::Result<VolumeQueue> {
+    let settings = &policy.order.release.volumes;
+    let mut queue = VolumeQueue::default();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests \
+         WHERE state = 'queued' ORDER BY id"
+    ))?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        match read_candidate(policy, r)? {
+            Some(c) => {
+                let (volume, position) = read_place(r)?;
+                queue.push(settings, c, volume.as_deref(), position);
+            }
+            None => warn!("a queued request of a group no longer configured stays queued"),
+        }
+    }
+    let mut flights: BTreeMap<(String, VolumeId), Vec<InFlight>> = BTreeMap::new();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, release_led FROM requests \
+         WHERE state IN ('accepted', 'submitted', 'running') AND release_seq IS NOT NULL \
+         ORDER BY release_seq"
+    ))?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let Some(c) = read_candidate(policy, r)? else {
+            continue;
+        };
+        let (volume, position) = read_place(r)?;
+        let led = r.get::<_, Option<bool>>(12)?.unwrap_or(false);
+        let key = (c.library.clone(), VolumeId::of(volume.as_deref(), c.group));
+        flights.entry(key).or_default().push((c, position, led));
+    }
+    for ((library, volume), reqs) in flights {
+        let group = (reqs.iter().find(|r| r.2).or(reqs.first())).map(|r| r.0.group);
+        let Some(group) = group else { continue };
+        for (c, position, _) in &reqs {
+            queue.push(settings, c.clone(), volume.label(), *position);
+        }
+        let requests: Vec<Candidate> = reqs.into_iter().map(|r| r.0).collect();
+        let batch = Batch {
+            library,
+            volume,
+            group,
+            reason: BatchReason::Chosen,
+            bytes: requests.iter().map(|c| c.size_bytes).sum(),
+            requests,
+        };
+        queue.batch_started(settings, policy, &batch, now);
+    }
+    Ok(queue)
+}
+
+/// The last release sequence a ready request carries (0: none): later batches are numbered
+/// after it, so they are submitted after it. (Only ready requests are ordered by it; the
+/// partial index on them answers this.)
+pub(super) fn last_release_seq(conn: &Connection) -> rusqlite::Result<i64> {
+    let seq: Option<i64> = conn.query_row(
+        "SELECT MAX(release_seq) FROM requests WHERE state = 'accepted'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(seq.unwrap_or(0))
+}
