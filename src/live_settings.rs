@@ -1,7 +1,7 @@
 //! The settings a running broker may change without a restart, as one value ([`Live`]) behind
 //! one swap ([`LiveSettings`]): the policy (shares, targets, caps, the ordering algorithm and
-//! its parameters, classification, release limits), the station and submit rate limits, and
-//! the stamp of the configuration they came from. The API classifies with it, the dispatcher
+//! its parameters, classification, release limits), the station and submit rate limits, the
+//! bearer tokens, and the stamp of the configuration they came from. The API classifies with it, the dispatcher
 //! paces submissions with it; the ledger writer gets the same policy by a command (see
 //! `reload`), so a decision never sees half of one configuration and half of another.
 
@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 
+use crate::auth::TokenTable;
 use crate::domain::PolicySettings;
 
 /// Which configuration is loaded and since when.
@@ -35,6 +36,9 @@ pub struct Live {
     /// The dispatcher's submissions to the MSS: per second and burst.
     pub submit_limiter: Arc<DefaultDirectRateLimiter>,
     pub submit_rate: (u32, u32),
+    /// The bearer tokens, read from the token file at start and at every reload (so tokens
+    /// rotate without a restart); `None`: authentication is off and every caller is an operator.
+    pub tokens: Option<Arc<TokenTable>>,
     pub stamp: ConfigStamp,
 }
 
@@ -45,6 +49,7 @@ impl Live {
         policy: Arc<PolicySettings>,
         station: (u32, u32),
         submit: (u32, u32),
+        tokens: Option<Arc<TokenTable>>,
         stamp: ConfigStamp,
         before: Option<&Live>,
     ) -> Live {
@@ -62,6 +67,7 @@ impl Live {
             station_rate: station,
             submit_limiter,
             submit_rate: submit,
+            tokens,
             stamp,
         }
     }

@@ -109,7 +109,9 @@ impl Application {
             sha256: loaded.sha256.clone(),
             loaded_at_ms: clock.now_ms(),
         };
-        let live = Arc::new(LiveSettings::new(reload::live_of(settings, stamp, None)));
+        let live = Arc::new(LiveSettings::new(reload::live_of(
+            settings, tokens, stamp, None,
+        )));
         let reloader = Reloader::new(
             load,
             settings.clone(),
@@ -139,7 +141,6 @@ impl Application {
             reloader: Arc::new(reloader),
             limits: settings.limits.clone(),
             cancels: cancel_tx,
-            tokens,
             mss: adapter,
             readiness: Arc::new(readiness),
         };

@@ -16,7 +16,8 @@ impl axum::extract::FromRequestParts<Shared> for Caller {
         parts: &mut axum::http::request::Parts,
         state: &Shared,
     ) -> Result<Self, Self::Rejection> {
-        let Some(tokens) = &state.tokens else {
+        let live = state.live.get();
+        let Some(tokens) = &live.tokens else {
             return Ok(Caller(Principal::anonymous_operator()));
         };
         let header = parts

@@ -24,7 +24,6 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::mpsc;
 
-use crate::auth::TokenTable;
 use crate::ledger::Ledger;
 use error::ApiError;
 
@@ -44,8 +43,6 @@ pub struct AppState {
     pub limits: InputLimits,
     /// Ids whose cancellation the dispatcher must carry to the MSS.
     pub cancels: mpsc::UnboundedSender<i64>,
-    /// `None`: authentication is off and every caller is an operator.
-    pub tokens: Option<Arc<TokenTable>>,
     /// The MSS adapter: what it can do decides what a request may ask for.
     pub mss: Arc<dyn mss_adapters::MssAdapter>,
     /// What `/readyz` checks.

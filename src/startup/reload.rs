@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::api::InputLimits;
+use crate::auth::TokenTable;
 use crate::clock::Clock;
 use crate::config::layers::{self, Layers, Sourced};
 use crate::config::{ConfigError, Settings, DEFAULT_PATH, EMBEDDED};
@@ -110,6 +111,9 @@ pub enum ReloadError {
     },
     #[error("{0}")]
     Ledger(LedgerError),
+    /// The token file (its path is fixed) cannot be read or is refused.
+    #[error("{0}")]
+    Tokens(String),
 }
 
 impl ReloadError {
@@ -123,6 +127,7 @@ impl ReloadError {
             ReloadError::Fixed { key, .. } => key.to_string(),
             ReloadError::Ledger(LedgerError::RemovedGroups(_)) => "shares".to_string(),
             ReloadError::Ledger(_) => "config".to_string(),
+            ReloadError::Tokens(_) => "auth.token_file".to_string(),
         }
     }
 
@@ -133,6 +138,7 @@ impl ReloadError {
             ReloadError::Fixed { .. } => Refusal::Fixed,
             ReloadError::Ledger(LedgerError::RemovedGroups(_)) => Refusal::RemovedGroups,
             ReloadError::Ledger(_) => Refusal::Failed,
+            ReloadError::Tokens(_) => Refusal::Invalid,
         };
         ReloadRefused {
             why,
@@ -193,6 +199,8 @@ impl Reloader {
             .map_err(ReloadError::Config)?;
         fixed_unchanged(&self.started, &loaded.settings)?;
         let new = &loaded.settings;
+        // The token file's contents are live (the path is not): tokens rotate by a reload.
+        let tokens = super::load_tokens(new).map_err(|e| ReloadError::Tokens(e.to_string()))?;
         for note in &new.notes {
             warn!(note = %note, "configuration note");
         }
@@ -204,7 +212,8 @@ impl Reloader {
             sha256: loaded.sha256.clone(),
             loaded_at_ms: self.clock.now_ms(),
         };
-        self.live.swap(live_of(new, stamp.clone(), Some(&before)));
+        self.live
+            .swap(live_of(new, tokens, stamp.clone(), Some(&before)));
         Ok(Reloaded {
             changed: stamp.sha256 != before.stamp.sha256,
             stamp,
@@ -224,7 +233,12 @@ impl Reload for Reloader {
 }
 
 /// The live part of `settings`.
-pub fn live_of(settings: &Settings, stamp: ConfigStamp, before: Option<&Live>) -> Live {
+pub fn live_of(
+    settings: &Settings,
+    tokens: Option<Arc<TokenTable>>,
+    stamp: ConfigStamp,
+    before: Option<&Live>,
+) -> Live {
     Live::new(
         settings.policy.clone(),
         (
@@ -232,6 +246,7 @@ pub fn live_of(settings: &Settings, stamp: ConfigStamp, before: Option<&Live>) -
             settings.limits.station_burst,
         ),
         (settings.mss.submit_rate_per_sec, settings.mss.submit_burst),
+        tokens,
         stamp,
         before,
     )

@@ -471,3 +471,72 @@ async fn cancel_group_cancels_requests_at_the_mss_through_the_adapter() {
     let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// A token file with one operator token and one station token for station `st`.
+fn tokens_text(operator: &str, station: &str) -> String {
+    let entry = |name: &str, token: &str, role: &str, extra: &str| {
+        format!(
+            "[[tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nrole = \"{role}\"\n{extra}",
+            mssbroker::auth::sha256_hex(token)
+        )
+    };
+    entry("ops", operator, "operator", "") + &entry("st", station, "station", "station = \"st\"\n")
+}
+
+async fn submit_as(base: &str, token: &str, id: &str) -> u16 {
+    let mut body = request(id, "reprocessing", "x", 1_000);
+    body["station"] = json!("st");
+    reqwest::Client::new()
+        .post(format!("{base}/v1/requests"))
+        .bearer_auth(token)
+        .json(&body)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Token rotation without a restart: the token file's contents are read again at a reload
+/// (its path is fixed), so after SIGHUP the new station token is taken and the old one is
+/// refused; a token file that no longer reads is refused by the reload, naming
+/// `auth.token_file`, and the tokens in force stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_rotates_the_tokens() {
+    let sim = SimProcess::start();
+    let setup = Setup::new(&sim.url);
+    let tokens = setup.config.with_file_name("tokens.toml");
+    std::fs::write(&tokens, tokens_text("ops-1", "st-old")).unwrap();
+    let text = setup.text(SHARES) + &format!("\n[auth]\ntoken_file = {tokens:?}\n");
+    std::fs::write(&setup.config, text).unwrap();
+    let broker = setup.start();
+    assert_eq!(submit_as(&broker.base, "st-old", "r1").await, 202);
+    assert_eq!(submit_as(&broker.base, "st-new", "r2").await, 401);
+
+    std::fs::write(&tokens, tokens_text("ops-1", "st-new")).unwrap();
+    broker.signal("HUP");
+    let log = wait_for_text(
+        &setup.log,
+        "configuration reloaded",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(log.contains("trigger=\"SIGHUP\""), "{log}");
+    assert_eq!(submit_as(&broker.base, "st-new", "r3").await, 202);
+    assert_eq!(submit_as(&broker.base, "st-old", "r4").await, 401);
+
+    // A token file that does not read: the reload is refused and the tokens stay.
+    std::fs::write(&tokens, "[[tokens]]\nname = \n").unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/admin/reload", broker.base))
+        .bearer_auth("ops-1")
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["field"], "auth.token_file", "{body}");
+    assert_eq!(submit_as(&broker.base, "st-new", "r5").await, 202);
+}
