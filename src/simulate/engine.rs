@@ -14,7 +14,7 @@ use mss_adapters::{Direction, EventKind, Transfer};
 
 use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
-use crate::domain::{GroupId, GroupKind, PolicySettings};
+use crate::domain::{Class, GroupId, GroupKind, PolicySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Standing};
@@ -75,6 +75,18 @@ pub struct Finished {
     pub saturated: bool,
 }
 
+/// What the broker decided for one request when it sent it to the library: what `GET
+/// /v1/requests/{id}` shows of a live decision (group, class, MSS priority). `class` is `None`
+/// where a comparison baseline decided (it has no class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The request's place in the load, from 1 (`load[arrival - 1]`).
+    pub arrival: i64,
+    pub group: GroupId,
+    pub class: Option<Class>,
+    pub mss_priority: i64,
+}
+
 /// What happened in a run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
@@ -104,6 +116,8 @@ pub struct Outcome {
     pub makespan: Micros,
     /// The library's mounts and drive times at the end.
     pub library: LibraryStats,
+    /// Each request's decision, in the order the broker sent them to the library.
+    pub decisions: Vec<Decision>,
 }
 
 impl Outcome {
@@ -271,6 +285,7 @@ impl<'a> Run<'a> {
                 start_order: Vec::with_capacity(load.len()),
                 start_times: Vec::with_capacity(load.len()),
                 finished: Vec::with_capacity(load.len()),
+                decisions: Vec::with_capacity(load.len()),
                 ..Outcome::default()
             },
             now: 0,
@@ -329,14 +344,15 @@ impl<'a> Run<'a> {
             (true, Picker::Baseline(_)) => self.baseline.push(c),
             (false, Picker::Baseline(_)) if fair => {
                 let flat = order.band_low;
-                self.submit(c, a, Some(flat));
+                self.submit(c, a, Some((flat, None)));
             }
             (false, _) => self.submit(c, a, None),
         }
     }
 
-    /// Decide, charge and send to the library.
-    fn submit(&mut self, c: Candidate, a: &Arrival, priority: Option<i64>) {
+    /// Decide (unless `decided` says the priority and class already), charge and send to the
+    /// library.
+    fn submit(&mut self, c: Candidate, a: &Arrival, decided: Option<(i64, Option<Class>)>) {
         let t = Transfer {
             key: c.id.to_string(),
             attempt: 1,
@@ -354,14 +370,22 @@ impl<'a> Run<'a> {
             bfid: None,
             position: a.position,
         };
-        self.send(c, t, priority);
+        self.send(c, t, decided);
     }
 
-    fn send(&mut self, c: Candidate, mut t: Transfer, priority: Option<i64>) {
+    fn send(&mut self, c: Candidate, mut t: Transfer, decided: Option<(i64, Option<Class>)>) {
         let now_ms = self.now_ms();
-        t.priority = priority.unwrap_or_else(|| {
+        let (priority, class) = decided.unwrap_or_else(|| {
             let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
-            place(&self.policy.order, &standing, &c, now_ms).mss_priority
+            let p = place(&self.policy.order, &standing, &c, now_ms);
+            (p.mss_priority, Some(p.class))
+        });
+        t.priority = priority;
+        self.out.decisions.push(Decision {
+            arrival: c.id,
+            group: c.group,
+            class,
+            mss_priority: priority,
         });
         self.usage.add(c.group, i128::from(c.benefit), now_ms);
         self.outstanding += c.slots;
@@ -403,14 +427,14 @@ impl<'a> Run<'a> {
                     }
                     let g = c.group.0;
                     self.out.max_passed[g] = self.out.max_passed[g].max(c.passed);
-                    (c, pick.placement.mss_priority)
+                    (c, (pick.placement.mss_priority, Some(pick.placement.class)))
                 }
                 Picker::Baseline(b) => {
                     let weights = |g: GroupId| target_share(self.policy, g).unwrap_or(0.0);
                     let Some(c) = self.baseline.pick(b, free, weights) else {
                         return;
                     };
-                    (c, order.band_low)
+                    (c, (order.band_low, None))
                 }
             };
             self.fbsng_started(c.group);
@@ -420,7 +444,7 @@ impl<'a> Run<'a> {
 
     /// Send a request released from the broker's queue (its volume and position from the load:
     /// request `id` is `load[id - 1]`).
-    fn release_one(&mut self, c: Candidate, p: i64) {
+    fn release_one(&mut self, c: Candidate, p: (i64, Option<Class>)) {
         let load = self.load;
         let Some(a) = usize::try_from(c.id - 1).ok().and_then(|i| load.get(i)) else {
             return;

@@ -21,6 +21,7 @@ mod overflow;
 mod policies;
 mod process;
 mod ready;
+mod replay;
 mod report;
 mod request_id;
 mod shares;
