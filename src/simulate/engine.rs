@@ -17,7 +17,7 @@ use super::baseline::{Baseline, BaselineQueue};
 use crate::domain::{Class, GroupId, GroupKind, PolicySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
-use crate::policy::order::{is_fair, place, Candidate, Standing};
+use crate::policy::order::{is_fair, place, Candidate, Maintained};
 use crate::policy::queue::HeldQueue;
 use crate::shares::UsageBook;
 
@@ -166,6 +166,8 @@ struct Run<'a> {
     picker: Picker,
     lib: Library,
     usage: UsageBook,
+    /// What decisions read of `usage`, kept while it is current.
+    standing: Maintained,
     queues: Queues,
     queue: HeldQueue,
     baseline: BaselineQueue,
@@ -268,6 +270,7 @@ impl<'a> Run<'a> {
             picker,
             lib: Library::new(library),
             usage: UsageBook::new(policy, 0),
+            standing: Maintained::default(),
             queues: Queues::new(&policy.order.fbsng),
             queue: HeldQueue::default(),
             baseline: BaselineQueue::new(seed),
@@ -376,7 +379,9 @@ impl<'a> Run<'a> {
     fn send(&mut self, c: Candidate, mut t: Transfer, decided: Option<(i64, Option<Class>)>) {
         let now_ms = self.now_ms();
         let (priority, class) = decided.unwrap_or_else(|| {
-            let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+            let standing = self
+                .standing
+                .standing(self.policy, &self.usage, &self.queues, now_ms);
             let p = place(&self.policy.order, &standing, &c, now_ms);
             (p.mss_priority, Some(p.class))
         });
@@ -413,7 +418,8 @@ impl<'a> Run<'a> {
                 Picker::Policy => {
                     let pick = {
                         let standing =
-                            Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+                            self.standing
+                                .standing(self.policy, &self.usage, &self.queues, now_ms);
                         self.queue.pick(order, &standing, "", free, now_ms)
                     };
                     let Some(pick) = pick else { return };
