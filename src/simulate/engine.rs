@@ -268,7 +268,7 @@ impl<'a> Run<'a> {
             policy,
             load,
             picker,
-            lib: Library::new(library),
+            lib: lean(library),
             usage: UsageBook::new(policy, 0),
             standing: Maintained::default(),
             queues: Queues::new(&policy.order.fbsng),
@@ -529,4 +529,12 @@ impl<'a> Run<'a> {
     fn saturated(&self) -> bool {
         self.unsaturated == 0 && self.needs_share.iter().any(|&s| s)
     }
+}
+
+/// The library with no history: the engine never asks about a finished transfer again, so a
+/// week-long trace's memory follows what is in flight.
+fn lean(library: LibraryConfig) -> Library {
+    let mut lib = Library::new(library);
+    lib.forget_finished();
+    lib
 }
