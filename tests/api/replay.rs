@@ -17,7 +17,7 @@
 //! the second half is judged by. The live broker decides at the wall clock; the replay at the
 //! trace's `t` (the requests' `created_ms` from the first), so the two see the same decay.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use mss_adapters::sim::library::Micros;
@@ -127,7 +127,7 @@ fn export(dir: &std::path::Path, db: &std::path::Path) -> Vec<TraceRecord> {
 }
 
 /// The replay's decisions, in arrival order.
-fn replay(config: &PathBuf, trace: &[TraceRecord]) -> Vec<Decided> {
+fn replay(config: &Path, trace: &[TraceRecord]) -> Vec<Decided> {
     let settings = Settings::load(config).unwrap();
     let policy = &settings.policy;
     let load = simulate::arrivals(policy, trace).unwrap();
