@@ -24,8 +24,9 @@ use super::fbsng::{QueueParams, Queues};
 use super::multifactor::{Factors, Qos};
 use crate::domain::Class;
 use crate::domain::{GroupId, GroupKind, PolicySettings};
+use crate::shares::book::BookAt;
 use crate::shares::fairtree::{fair_tree, FairTree};
-use crate::shares::UsageLookup;
+use crate::shares::{UsageBook, UsageLookup};
 
 impl Algorithm {
     pub fn name(&self) -> &'static str {
@@ -130,12 +131,14 @@ pub struct Candidate {
 }
 
 /// The group-level figures one ordering reads at one instant. The Fair Tree is computed on
-/// first use.
+/// first use (or kept by a [`Maintained`] across the decisions it stays valid for).
 pub struct Standing<'a, U: UsageLookup> {
     pub policy: &'a PolicySettings,
     pub usage: U,
     pub queues: &'a Queues,
     tree: OnceCell<FairTree>,
+    /// A [`Maintained`]'s tree, used instead of `tree` when given.
+    kept: Option<&'a OnceCell<FairTree>>,
 }
 
 impl<'a, U: UsageLookup> Standing<'a, U> {
@@ -145,21 +148,14 @@ impl<'a, U: UsageLookup> Standing<'a, U> {
             usage,
             queues,
             tree: OnceCell::new(),
+            kept: None,
         }
     }
 
     fn tree(&self) -> &FairTree {
-        self.tree.get_or_init(|| {
-            let mut leaf = vec![0u128; self.policy.tree.nodes.len()];
-            for g in self.policy.group_ids() {
-                if let Some(&node) = self.policy.group(g).ancestors.last() {
-                    if let Some(v) = leaf.get_mut(node) {
-                        *v = self.usage.value(g);
-                    }
-                }
-            }
-            fair_tree(&self.policy.tree, &leaf)
-        })
+        self.kept
+            .unwrap_or(&self.tree)
+            .get_or_init(|| tree_of(self.policy, &self.usage))
     }
 
     /// A group's Fair Tree rank (N is the most under-served) and N.
@@ -183,6 +179,60 @@ impl<'a, U: UsageLookup> Standing<'a, U> {
             .map(|g| self.queues.get(g.0))
             .min()
             .unwrap_or(0)
+    }
+}
+
+/// The Fair Tree of every group's usage.
+fn tree_of(policy: &PolicySettings, usage: &impl UsageLookup) -> FairTree {
+    let mut leaf = vec![0u128; policy.tree.nodes.len()];
+    for g in policy.group_ids() {
+        if let Some(&node) = policy.group(g).ancestors.last() {
+            if let Some(v) = leaf.get_mut(node) {
+                *v = usage.value(g);
+            }
+        }
+    }
+    fair_tree(&policy.tree, &leaf)
+}
+
+/// What decisions read of a [`UsageBook`] that costs O(groups) — the fair-share total `U`
+/// (under the half-life model; the other models keep it in O(1) or O(depth)) and the Fair Tree
+/// — kept between decisions and recomputed only when the book changed (its generation: a
+/// charge, a load, a rebase, a roll) or, under a model where usage moves with time alone, the
+/// instant did. So the decisions of one instant with no charge between them share one
+/// computation, and a cumulative book's `U` is never summed. The values are the ones a fresh
+/// [`Standing`] computes (a property test checks), so decisions stay exact.
+#[derive(Debug, Default)]
+pub struct Maintained {
+    /// (book generation, instant or 0 when usage does not move with time) of what is kept.
+    key: Option<(u64, i64)>,
+    fair_total: u128,
+    tree: OnceCell<FairTree>,
+}
+
+impl Maintained {
+    /// The standing at `now_ms`, from what is kept when it is still current.
+    pub fn standing<'a>(
+        &'a mut self,
+        policy: &'a PolicySettings,
+        book: &'a UsageBook,
+        queues: &'a Queues,
+        now_ms: i64,
+    ) -> Standing<'a, BookAt<'a>> {
+        let instant = if book.moves_with_time() { now_ms } else { 0 };
+        let key = (book.generation(), instant);
+        if self.key != Some(key) {
+            self.key = Some(key);
+            self.fair_total = book.at(now_ms).fair_total();
+            self.tree = OnceCell::new();
+        }
+        Standing {
+            policy,
+            usage: book.at_with_total(now_ms, self.fair_total),
+            queues,
+            tree: OnceCell::new(),
+            kept: Some(&self.tree),
+        }
     }
 }
 
@@ -394,3 +444,7 @@ fn fair_tree_arm(band: [i64; 2], (rank, leaves): (u32, u32)) -> Arm {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "order/tests/maintained.rs"]
+mod maintained_tests;

@@ -39,6 +39,12 @@ pub struct UsageBook {
     fair_windows: BTreeMap<i64, i128>,
     /// The latest window seen: older ones beyond the depth are dropped.
     newest_window: i64,
+    /// The sum of the fair-share groups' `cumulative`, kept as they change: the cumulative
+    /// model's `U` in O(1).
+    fair_cumulative: u128,
+    /// Counts every change to the book, so what was computed from it can tell it is current
+    /// (`policy::order::Maintained`).
+    generation: u64,
 }
 
 impl UsageBook {
@@ -65,7 +71,31 @@ impl UsageBook {
             windows: vec![BTreeMap::new(); n],
             fair_windows: BTreeMap::new(),
             newest_window: i64::MIN,
+            fair_cumulative: 0,
+            generation: 0,
         }
+    }
+
+    /// Changes with every change to the book (charges, loads, rebases, window rolls).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether a group's usage changes with time alone (decay, window roll-over).
+    pub fn moves_with_time(&self) -> bool {
+        !matches!(self.model, UsageModel::Cumulative)
+    }
+
+    /// Set group `g`'s cumulative usage, keeping the fair-share total.
+    fn set_cumulative(&mut self, g: GroupId, amount: u128) {
+        let Some(slot) = self.cumulative.get_mut(g.0) else {
+            return;
+        };
+        if self.fair[g.0] {
+            self.fair_cumulative = (self.fair_cumulative - *slot).saturating_add(amount);
+        }
+        *slot = amount;
+        self.generation += 1;
     }
 
     pub fn model(&self) -> &UsageModel {
@@ -78,14 +108,13 @@ impl UsageBook {
 
     /// Stored aggregates, on load.
     pub fn load_cumulative(&mut self, g: GroupId, amount: u128) {
-        if let Some(slot) = self.cumulative.get_mut(g.0) {
-            *slot = amount;
-        }
+        self.set_cumulative(g, amount);
     }
 
     pub fn load_decayed(&mut self, g: GroupId, s: f64) {
         if let Some(slot) = self.decayed.get_mut(g.0) {
             *slot = s;
+            self.generation += 1;
         }
     }
 
@@ -96,10 +125,10 @@ impl UsageBook {
     /// Charge (positive) or refund (negative) `delta` benefit dated `at_ms`. A refund names the
     /// date of the charge it takes back.
     pub fn add(&mut self, g: GroupId, delta: i128, at_ms: i64) {
-        let Some(c) = self.cumulative.get_mut(g.0) else {
+        let Some(&c) = self.cumulative.get(g.0) else {
             return;
         };
-        *c = c.saturating_add_signed(delta);
+        self.set_cumulative(g, c.saturating_add_signed(delta));
         match (&self.model, self.half) {
             (UsageModel::HalfLife { .. }, Some(acc)) => {
                 let s = &mut self.decayed[g.0];
@@ -114,6 +143,7 @@ impl UsageBook {
     }
 
     fn add_window(&mut self, g: GroupId, window: i64, delta: i128) {
+        self.generation += 1;
         if window > self.newest_window {
             self.newest_window = window;
             self.prune();
@@ -143,6 +173,7 @@ impl UsageBook {
     pub fn rebase(&mut self, now_ms: i64) -> Option<f64> {
         let (next, factor) = self.half?.rebase(now_ms)?;
         self.half = Some(next);
+        self.generation += 1;
         for s in &mut self.decayed {
             *s *= factor;
         }
@@ -156,6 +187,7 @@ impl UsageBook {
             if w > self.newest_window {
                 self.newest_window = w;
                 self.prune();
+                self.generation += 1;
             }
         }
     }
@@ -183,6 +215,16 @@ impl UsageBook {
             book: self,
             now_ms,
             decay: self.half.map_or(1.0, |acc| acc.factor_at(now_ms)),
+            fair_total: None,
+        }
+    }
+
+    /// [`UsageBook::at`] with `U` already known (computed from this book, unchanged since, at
+    /// this instant): what `policy::order::Maintained` hands out.
+    pub fn at_with_total(&self, now_ms: i64, fair_total: u128) -> BookAt<'_> {
+        BookAt {
+            fair_total: Some(fair_total),
+            ..self.at(now_ms)
         }
     }
 
@@ -242,6 +284,8 @@ pub struct BookAt<'a> {
     now_ms: i64,
     /// Half-life model: `2^(-(now - t0) / H)`.
     decay: f64,
+    /// `U`, when the reader knew it.
+    fair_total: Option<u128>,
 }
 
 impl UsageLookup for BookAt<'_> {
@@ -250,7 +294,11 @@ impl UsageLookup for BookAt<'_> {
     }
 
     fn fair_total(&self) -> u128 {
+        if let Some(u) = self.fair_total {
+            return u;
+        }
         match self.book.model {
+            UsageModel::Cumulative => self.book.fair_cumulative,
             // Exact per-window totals: O(depth), not O(groups).
             UsageModel::Windows { .. } => {
                 let c = self.book.model.window_of(self.now_ms);

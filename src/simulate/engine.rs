@@ -14,10 +14,10 @@ use mss_adapters::{Direction, EventKind, Transfer};
 
 use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
-use crate::domain::{GroupId, GroupKind, PolicySettings};
+use crate::domain::{Class, GroupId, GroupKind, PolicySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
-use crate::policy::order::{is_fair, place, Candidate, Standing};
+use crate::policy::order::{is_fair, place, Candidate, Maintained};
 use crate::policy::queue::HeldQueue;
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
@@ -76,6 +76,18 @@ pub struct Finished {
     pub saturated: bool,
 }
 
+/// What the broker decided for one request when it sent it to the library: what `GET
+/// /v1/requests/{id}` shows of a live decision (group, class, MSS priority). `class` is `None`
+/// where a comparison baseline decided (it has no class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The request's place in the load, from 1 (`load[arrival - 1]`).
+    pub arrival: i64,
+    pub group: GroupId,
+    pub class: Option<Class>,
+    pub mss_priority: i64,
+}
+
 /// What happened in a run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
@@ -107,6 +119,8 @@ pub struct Outcome {
     pub library: LibraryStats,
     /// Volumes mode: every batch released, in order.
     pub batches: Vec<BatchRecord>,
+    /// Each request's decision, in the order the broker sent them to the library.
+    pub decisions: Vec<Decision>,
 }
 
 impl Outcome {
@@ -158,6 +172,8 @@ struct Run<'a> {
     picker: Picker,
     lib: Library,
     usage: UsageBook,
+    /// What decisions read of `usage`, kept while it is current.
+    standing: Maintained,
     queues: Queues,
     queue: HeldQueue,
     /// Volumes mode: the broker's queue by tape volume.
@@ -261,8 +277,9 @@ impl<'a> Run<'a> {
             policy,
             load,
             picker,
-            lib: Library::new(library),
+            lib: lean(library),
             usage: UsageBook::new(policy, 0),
+            standing: Maintained::default(),
             queues: Queues::new(&policy.order.fbsng),
             queue: HeldQueue::default(),
             volumes: VolumeQueue::default(),
@@ -281,6 +298,7 @@ impl<'a> Run<'a> {
                 start_order: Vec::with_capacity(load.len()),
                 start_times: Vec::with_capacity(load.len()),
                 finished: Vec::with_capacity(load.len()),
+                decisions: Vec::with_capacity(load.len()),
                 ..Outcome::default()
             },
             now: 0,
@@ -342,14 +360,15 @@ impl<'a> Run<'a> {
             (true, Picker::Baseline(_)) => self.baseline.push(c),
             (false, Picker::Baseline(_)) if fair => {
                 let flat = order.band_low;
-                self.submit(c, a, Some(flat));
+                self.submit(c, a, Some((flat, None)));
             }
             (false, _) => self.submit(c, a, None),
         }
     }
 
-    /// Decide, charge and send to the library.
-    fn submit(&mut self, c: Candidate, a: &Arrival, priority: Option<i64>) {
+    /// Decide (unless `decided` says the priority and class already), charge and send to the
+    /// library.
+    fn submit(&mut self, c: Candidate, a: &Arrival, decided: Option<(i64, Option<Class>)>) {
         let t = Transfer {
             key: c.id.to_string(),
             attempt: 1,
@@ -367,14 +386,24 @@ impl<'a> Run<'a> {
             bfid: None,
             position: a.position,
         };
-        self.send(c, t, priority);
+        self.send(c, t, decided);
     }
 
-    fn send(&mut self, c: Candidate, mut t: Transfer, priority: Option<i64>) {
+    fn send(&mut self, c: Candidate, mut t: Transfer, decided: Option<(i64, Option<Class>)>) {
         let now_ms = self.now_ms();
-        t.priority = priority.unwrap_or_else(|| {
-            let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
-            place(&self.policy.order, &standing, &c, now_ms).mss_priority
+        let (priority, class) = decided.unwrap_or_else(|| {
+            let standing = self
+                .standing
+                .standing(self.policy, &self.usage, &self.queues, now_ms);
+            let p = place(&self.policy.order, &standing, &c, now_ms);
+            (p.mss_priority, Some(p.class))
+        });
+        t.priority = priority;
+        self.out.decisions.push(Decision {
+            arrival: c.id,
+            group: c.group,
+            class,
+            mss_priority: priority,
         });
         self.usage.add(c.group, i128::from(c.benefit), now_ms);
         self.outstanding += c.slots;
@@ -406,7 +435,8 @@ impl<'a> Run<'a> {
                 Picker::Policy => {
                     let pick = {
                         let standing =
-                            Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+                            self.standing
+                                .standing(self.policy, &self.usage, &self.queues, now_ms);
                         self.queue.pick(order, &standing, "", free, now_ms)
                     };
                     let Some(pick) = pick else { return };
@@ -420,14 +450,14 @@ impl<'a> Run<'a> {
                     }
                     let g = c.group.0;
                     self.out.max_passed[g] = self.out.max_passed[g].max(c.passed);
-                    (c, pick.placement.mss_priority)
+                    (c, (pick.placement.mss_priority, Some(pick.placement.class)))
                 }
                 Picker::Baseline(b) => {
                     let weights = |g: GroupId| target_share(self.policy, g).unwrap_or(0.0);
                     let Some(c) = self.baseline.pick(b, free, weights) else {
                         return;
                     };
-                    (c, order.band_low)
+                    (c, (order.band_low, None))
                 }
             };
             self.fbsng_started(c.group);
@@ -437,7 +467,7 @@ impl<'a> Run<'a> {
 
     /// Send a request released from the broker's queue (its volume and position from the load:
     /// request `id` is `load[id - 1]`).
-    fn release_one(&mut self, c: Candidate, p: i64) {
+    fn release_one(&mut self, c: Candidate, p: (i64, Option<Class>)) {
         let load = self.load;
         let Some(a) = usize::try_from(c.id - 1).ok().and_then(|i| load.get(i)) else {
             return;
@@ -518,4 +548,12 @@ impl<'a> Run<'a> {
     fn saturated(&self) -> bool {
         self.unsaturated == 0 && self.needs_share.iter().any(|&s| s)
     }
+}
+
+/// The library with no history: the engine never asks about a finished transfer again, so a
+/// week-long trace's memory follows what is in flight.
+fn lean(library: LibraryConfig) -> Library {
+    let mut lib = Library::new(library);
+    lib.forget_finished();
+    lib
 }

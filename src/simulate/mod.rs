@@ -17,7 +17,7 @@ pub mod tradeoff;
 use mss_adapters::sim::library::{LibraryConfig, Micros, Model};
 
 pub use baseline::Baseline;
-pub use engine::{run, run_with, Arrival, Outcome, Picker};
+pub use engine::{run, run_with, Arrival, Decision, Outcome, Picker};
 pub use report::{Report, RunReport};
 
 use crate::domain::order::ReleaseMode;

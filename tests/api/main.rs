@@ -22,6 +22,7 @@ mod policies;
 mod process;
 mod ready;
 mod reload;
+mod replay;
 mod report;
 mod request_id;
 mod shares;

@@ -42,7 +42,10 @@ impl Run<'_> {
         let priority = {
             let lead = batch.requests.iter().find(|c| c.group == batch.group);
             let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
-            lead.map(|c| place(&self.policy.order, &standing, c, now_ms).mss_priority)
+            lead.map(|c| {
+                let p = place(&self.policy.order, &standing, c, now_ms);
+                (p.mss_priority, Some(p.class))
+            })
         };
         self.out.batches.push(BatchRecord {
             at: self.now,
@@ -51,7 +54,7 @@ impl Run<'_> {
         });
         self.fbsng_started(batch.group);
         for c in &batch.requests {
-            let p = priority.unwrap_or(self.policy.order.band_low);
+            let p = priority.unwrap_or((self.policy.order.band_low, None));
             self.release_one(c.clone(), p);
         }
     }

@@ -122,6 +122,8 @@ pub struct Library {
     now: Micros,
     /// The scheduler under [`Model::Enstore`] (then `queue` and `drives` stay empty/unused).
     enstore: Option<enstore::Enstore>,
+    /// [`Library::forget_finished`]: no history kept.
+    forget: bool,
 }
 
 impl Library {
@@ -133,6 +135,7 @@ impl Library {
         };
         Library {
             enstore,
+            forget: false,
             cfg,
             queue: BTreeMap::new(),
             jobs: FastMap::default(),
@@ -156,12 +159,35 @@ impl Library {
         out: &mut Vec<LibraryEvent>,
     ) -> Admission {
         self.advance(now, out);
+        let from = out.len();
         let admission = self.enqueue(transfer);
         match &mut self.enstore {
             Some(e) => e.advance(&self.cfg, &mut self.jobs, self.now, out),
             None => self.start_pending(self.now, out),
         }
+        self.drop_done(&out[from..]);
         admission
+    }
+
+    /// Keep no history from now on: a transfer that is done is forgotten (its key no longer a
+    /// duplicate, [`Library::job`] no longer knows it) and [`Library::received`] stays empty;
+    /// failed and cancelled transfers are kept, since a retry's attempt number is checked
+    /// against them. For a caller that sends millions of transfers and never asks about a
+    /// finished one again (the simulator's engine), so memory follows what is in flight, not
+    /// everything ever sent.
+    pub fn forget_finished(&mut self) {
+        self.forget = true;
+    }
+
+    fn drop_done(&mut self, events: &[LibraryEvent]) {
+        if !self.forget {
+            return;
+        }
+        for e in events {
+            if matches!(e.kind, EventKind::Done { .. }) {
+                self.jobs.remove(&e.key);
+            }
+        }
     }
 
     fn enqueue(&mut self, transfer: Transfer) -> Admission {
@@ -178,15 +204,17 @@ impl Library {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
         let mss_id = format!("sim-{arrival}");
-        self.received.push(Received {
-            key: transfer.key.clone(),
-            attempt: transfer.attempt,
-            priority: transfer.priority,
-            size_bytes: transfer.size_bytes,
-            group: transfer.group.clone(),
-            volume: transfer.volume.clone(),
-            position: transfer.position,
-        });
+        if !self.forget {
+            self.received.push(Received {
+                key: transfer.key.clone(),
+                attempt: transfer.attempt,
+                priority: transfer.priority,
+                size_bytes: transfer.size_bytes,
+                group: transfer.group.clone(),
+                volume: transfer.volume.clone(),
+                position: transfer.position,
+            });
+        }
         let job = Job {
             transfer,
             mss_id: mss_id.clone(),
@@ -278,21 +306,23 @@ impl Library {
     /// start pending ones on free drives. Events are appended to `out` in the order they happen.
     pub fn advance(&mut self, now: Micros, out: &mut Vec<LibraryEvent>) {
         let now = now.max(self.now);
+        let from = out.len();
         if let Some(e) = &mut self.enstore {
             e.advance(&self.cfg, &mut self.jobs, now, out);
-            self.now = now;
-            return;
-        }
-        self.start_pending(self.now, out);
-        while let Some((drive, end)) = self.earliest_completion() {
-            if end > now {
-                break;
+        } else {
+            self.start_pending(self.now, out);
+            while let Some((drive, end)) = self.earliest_completion() {
+                if end > now {
+                    break;
+                }
+                self.complete(drive, end, out);
+                self.start_pending(end, out);
             }
-            self.complete(drive, end, out);
-            self.start_pending(end, out);
+            self.now = now;
+            self.start_pending(now, out);
         }
         self.now = now;
-        self.start_pending(now, out);
+        self.drop_done(&out[from..]);
     }
 
     /// When the next transfer ends, if any is running (under [`Model::Enstore`], also when a

@@ -191,3 +191,67 @@ fn failure_coin_is_reproducible_and_near_its_rate() {
     assert!((1_600..2_400).contains(&hits), "{hits} of {n}");
     assert_eq!(fails(7, "x", 1, 0.5), fails(7, "x", 1, 0.5));
 }
+
+/// `forget_finished`: the same transfers end in the same order at the same times under both
+/// models, but a done transfer is no longer kept (nor logged in `received`), while one still
+/// pending is.
+#[test]
+fn a_library_that_forgets_finishes_the_same_and_keeps_only_what_is_in_flight() {
+    for model in [Model::Priority, Model::Enstore] {
+        let cfg = LibraryConfig {
+            model,
+            ..one_drive()
+        };
+        let run = |forget: bool| {
+            let mut lib = Library::new(cfg.clone());
+            if forget {
+                lib.forget_finished();
+            }
+            let mut ev = Vec::new();
+            for (i, key) in ["a", "b", "c", "d"].into_iter().enumerate() {
+                let volume = ["V1", "V2"][i % 2];
+                lib.submit(
+                    transfer(key, i as i64, 100, Some(volume)),
+                    i as u64,
+                    &mut ev,
+                );
+            }
+            // Up to the end of the first: "a" done, the others not.
+            let first_end = loop {
+                let t = lib.next_wakeup().unwrap();
+                lib.advance(t, &mut ev);
+                if let Some(e) = ev.iter().find(|e| matches!(e.kind, EventKind::Done { .. })) {
+                    break e.at;
+                }
+            };
+            let kept = (
+                lib.job("a").is_some(),
+                lib.job("d").is_some(),
+                lib.received().len(),
+            );
+            lib.advance(u64::MAX / 2, &mut ev);
+            let ends: Vec<(String, Micros)> = ev
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::Done { .. }))
+                .map(|e| (e.key.clone(), e.at))
+                .collect();
+            (ends, first_end, kept, lib.job("d").is_some())
+        };
+        let (ends, first, kept, d_after) = run(false);
+        let (lean_ends, lean_first, lean_kept, lean_d_after) = run(true);
+        assert_eq!(lean_ends, ends, "{model:?}: same ends");
+        assert_eq!(ends.len(), 4, "{model:?}");
+        assert_eq!(lean_first, first);
+        assert_eq!(
+            kept,
+            (true, true, 4),
+            "{model:?}: the default keeps everything"
+        );
+        assert_eq!(
+            lean_kept,
+            (false, true, 0),
+            "{model:?}: only what is in flight"
+        );
+        assert!(d_after && !lean_d_after, "{model:?}");
+    }
+}
