@@ -56,6 +56,9 @@ pub struct NodeLimits {
     pub feasibility_cap: Option<u64>,
     /// At or over this share of the current window's usage its new requests are held.
     pub feasibility_cap_percent: Option<Fraction>,
+    /// At most this many bytes of its requests not yet at the MSS (held, queued, accepted);
+    /// a submission past it is refused (429).
+    pub max_queued_bytes: Option<u64>,
 }
 
 impl NodeLimits {

@@ -12,6 +12,7 @@
 mod accept;
 mod idempotency;
 mod load;
+mod queued;
 mod release;
 mod settle;
 mod state;
@@ -29,7 +30,7 @@ use super::live::Published;
 use super::stored_explain::StoredExplain;
 use mss_adapters::{EventCursor, MssEvent};
 
-use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError};
+use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError, QueuedCapRefused};
 use super::{NewPriority, NewRequest, SubmittedTransfer};
 use crate::clock::Clock;
 use crate::domain::{PolicySettings, RetrySettings};
@@ -66,7 +67,7 @@ pub(super) fn explain_text(p: &Placement) -> Option<String> {
 pub(in crate::ledger) enum Command {
     Accept {
         items: Vec<NewRequest>,
-        reply: oneshot::Sender<Result<Vec<Accepted>, LedgerError>>,
+        reply: oneshot::Sender<Result<Vec<Admitted>, LedgerError>>,
     },
     Submitted {
         items: Vec<SubmittedTransfer>,
@@ -107,11 +108,14 @@ pub(in crate::ledger) enum Command {
     },
 }
 
+/// One new request's answer: recorded, or refused by a queued-bytes cap.
+pub(in crate::ledger) type Admitted = Result<Accepted, QueuedCapRefused>;
+
 /// A caller's answer, held until the transaction's fate is known.
 enum Reply {
     Accept(
-        oneshot::Sender<Result<Vec<Accepted>, LedgerError>>,
-        Vec<Accepted>,
+        oneshot::Sender<Result<Vec<Admitted>, LedgerError>>,
+        Vec<Admitted>,
     ),
     Submitted(
         oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>,

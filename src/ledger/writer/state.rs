@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use rusqlite::{params, Transaction};
 
 use super::idempotency::Idempotency;
+use super::queued::QueuedBytes;
 use crate::domain::{Class, RequestState};
 use crate::domain::{GroupId, PolicySettings, RetrySettings};
 use crate::ledger::aggregates::ReportDeltas;
@@ -33,6 +34,8 @@ pub(super) struct WriterState {
     /// FBSNG queue priorities per group.
     pub queues: Queues,
     pub idempotency: Idempotency,
+    /// Bytes not yet at the MSS per group and user, for the queued-bytes caps.
+    pub queued: QueuedBytes,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
 }
@@ -53,6 +56,7 @@ enum Undo {
     Removed(Candidate),
     Passed(i64),
     Fingerprint(u64, i64),
+    Queued(GroupId, String, i128),
 }
 
 impl WriterState {
@@ -71,8 +75,15 @@ impl WriterState {
             outstanding,
             queues,
             idempotency,
+            queued: QueuedBytes::default(),
             checkpoint: None,
         }
+    }
+
+    /// The queued-bytes tallies, as loaded.
+    pub fn with_queued(mut self, queued: QueuedBytes) -> WriterState {
+        self.queued = queued;
+        self
     }
 
     /// Nothing is held or queued: the release timer has nothing to do.
@@ -119,6 +130,7 @@ impl WriterState {
                     }
                 }
                 Undo::Fingerprint(fp, id) => self.idempotency.remove(fp, id),
+                Undo::Queued(g, user, delta) => self.queued.add(g, &user, -delta),
             }
         }
     }
@@ -151,6 +163,14 @@ impl WriterState {
     pub fn remember(&mut self, fp: u64, id: i64) {
         self.idempotency.insert(fp, id);
         self.journal(Undo::Fingerprint(fp, id));
+    }
+
+    /// A fair-share request's bytes entered (`delta` > 0) or left the states before the MSS.
+    pub fn queued_bytes(&mut self, g: GroupId, user: &str, delta: i128) {
+        if delta != 0 {
+            self.queued.add(g, user, delta);
+            self.journal(Undo::Queued(g, user.to_string(), delta));
+        }
     }
 }
 
@@ -397,7 +417,10 @@ url = "http://127.0.0.1:1"
         st.passed_over(2);
         st.passed_over(2);
         st.remember(42, 3);
+        st.queued_bytes(GroupId(0), "u", 500);
         st.rollback();
+        let q = &st.queued;
+        assert!(q.by_user.is_empty() && q.by_group.iter().all(|&b| b == 0));
         assert_eq!(st.usage.cumulative(GroupId(0)), 0);
         assert_eq!((st.held[1], st.priority_waiting), (0, 0));
         assert!(st.outstanding.is_empty());
