@@ -82,8 +82,22 @@ impl ApiError {
     }
 }
 
+/// The `Retry-After` of a submission refused by a queued-bytes cap: the backlog drains as the
+/// MSS takes requests, which is minutes on tape, so a client asked to come back at once would
+/// only be refused again.
+pub const QUEUED_CAP_RETRY_AFTER_SECS: u64 = 60;
+
+impl From<&crate::ledger::QueuedCapRefused> for ApiError {
+    fn from(r: &crate::ledger::QueuedCapRefused) -> Self {
+        ApiError::too_many(&r.field, r.message.clone(), QUEUED_CAP_RETRY_AFTER_SECS)
+    }
+}
+
 impl From<LedgerError> for ApiError {
     fn from(e: LedgerError) -> Self {
+        if let LedgerError::OverQueuedCap(r) = &e {
+            return ApiError::from(r);
+        }
         error!(error = %e, "ledger error answered with 503");
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -197,16 +197,25 @@ pub(super) async fn submit_batch(
             })),
         }
     }
-    let accepted_count = valid.len();
-    let mut accepted = state.ledger.accept(valid).await?.into_iter();
+    let mut answers = state.ledger.accept_each(valid).await?.into_iter();
     drop(gate);
+    let mut capped = 0;
     let results: Vec<BatchResult> = results
         .into_iter()
         .map(|r| match r {
             Some(refused) => Ok(refused),
-            None => accepted
+            None => answers
                 .next()
-                .map(|a| BatchResult::Accepted(a.into()))
+                .map(|a| match a {
+                    Ok(a) => BatchResult::Accepted(a.into()),
+                    Err(over) => {
+                        capped += 1;
+                        BatchResult::Refused {
+                            error: over.message,
+                            field: Some(over.field),
+                        }
+                    }
+                })
                 .ok_or_else(|| {
                     ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -216,17 +225,30 @@ pub(super) async fn submit_batch(
                 }),
         })
         .collect::<Result<_, _>>()?;
+    let accepted_count = (results.iter())
+        .filter(|r| matches!(r, BatchResult::Accepted(_)))
+        .count();
+    let refused = results.len() - accepted_count;
     let body = BatchBody {
-        refused: results.len() - accepted_count,
+        refused,
         accepted: accepted_count,
         results,
     };
-    let status = if accepted_count == 0 {
-        StatusCode::UNPROCESSABLE_ENTITY
-    } else {
-        StatusCode::ACCEPTED
+    // Items over a queued-bytes cap are refused one by one (the ones before them count); when
+    // they are all that was refused and nothing was accepted, the answer is a 429 to retry.
+    let status = match (accepted_count, capped) {
+        (0, c) if c > 0 && c == refused => StatusCode::TOO_MANY_REQUESTS,
+        (0, _) => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::ACCEPTED,
     };
-    Ok((status, Json(body)).into_response())
+    let mut response = (status, Json(body)).into_response();
+    if capped > 0 {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            header::HeaderValue::from(error::QUEUED_CAP_RETRY_AFTER_SECS),
+        );
+    }
+    Ok(response)
 }
 
 /// The station a batch item names: parsed, or read alone from an item refused for another field.

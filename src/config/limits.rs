@@ -46,3 +46,17 @@ pub(super) fn validate_limits(raw: &RawLimits, issues: &mut Issues) -> InputLimi
     }
     limits
 }
+
+/// `[limits] max_queued_bytes_per_user`: unset means no cap.
+pub(super) fn queued_bytes_per_user(raw: &RawLimits, issues: &mut Issues) -> Option<u64> {
+    match raw.max_queued_bytes_per_user {
+        Some(v) if v <= 0 => {
+            issues.add(
+                "limits.max_queued_bytes_per_user",
+                format!("must be a positive number of bytes, got {v}"),
+            );
+            None
+        }
+        v => v.map(|v| v as u64),
+    }
+}

@@ -59,6 +59,7 @@ pub(super) fn validate_policy(raw: &RawConfig, issues: &mut Issues) -> Option<Po
         tree,
         rules,
         default_group,
+        max_queued_bytes_per_user: super::limits::queued_bytes_per_user(&raw.limits, issues),
         by_path: groups.by_path,
         class_by_mode: groups.class_by_mode,
     })

@@ -165,6 +165,7 @@ pub(super) struct RawTarget {
     pub feasibility_cap: Option<i64>,
     pub feasibility_cap_percent: Option<f64>,
     pub max_volumes: Option<i64>,
+    pub max_queued_bytes: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -204,6 +205,7 @@ pub(super) struct RawLimits {
     pub max_path_len: i64,
     pub max_report_buckets: i64,
     pub max_bodies_in_memory_bytes: i64,
+    pub max_queued_bytes_per_user: Option<i64>,
 }
 
 impl Default for RawLimits {
@@ -218,6 +220,7 @@ impl Default for RawLimits {
             max_path_len: 4096,
             max_report_buckets: 2_000,
             max_bodies_in_memory_bytes: 256 << 20,
+            max_queued_bytes_per_user: None,
         }
     }
 }

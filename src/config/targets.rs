@@ -58,6 +58,16 @@ pub(super) fn validate_targets(
                 }
                 v => v.map(|v| v as u32),
             },
+            max_queued_bytes: match t.max_queued_bytes {
+                Some(v) if v <= 0 => {
+                    issues.add(
+                        format!("{key}.max_queued_bytes"),
+                        format!("must be a positive number of bytes, got {v}"),
+                    );
+                    None
+                }
+                v => v.map(|v| v as u64),
+            },
         };
         if let (Some(f), Some(c)) = (limits.floor, limits.cap) {
             if f.num() * c.den() > c.num() * f.den() {
@@ -68,7 +78,7 @@ pub(super) fn validate_targets(
             }
         }
         if limits.is_empty() {
-            issues.add(key, "sets nothing: give floor_percent, cap_percent, feasibility_cap, feasibility_cap_percent or max_volumes");
+            issues.add(key, "sets nothing: give floor_percent, cap_percent, feasibility_cap, feasibility_cap_percent, max_volumes or max_queued_bytes");
         }
         tree.nodes[i].limits = limits;
     }

@@ -30,6 +30,9 @@ pub struct PolicySettings {
     pub rules: Vec<Rule>,
     /// Group of requests no rule matches, or `None` to refuse them.
     pub default_group: Option<GroupId>,
+    /// At most this many bytes of one user's fair-share requests not yet at the MSS (held,
+    /// queued, accepted); a submission past it is refused (429). `[limits]`.
+    pub max_queued_bytes_per_user: Option<u64>,
     /// Every group by its path (built by `config`).
     pub(crate) by_path: HashMap<String, GroupId>,
     /// Every priority class by its access mode (built by `config`).

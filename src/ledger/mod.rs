@@ -44,7 +44,8 @@ pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
-    NoObserver, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras, SubmittedTransfer,
+    NoObserver, QueuedCapRefused, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras,
+    SubmittedTransfer,
 };
 pub use volume_wait::VolumeWait;
 use writer::Command;
@@ -75,6 +76,9 @@ pub enum LedgerError {
     /// a reload): they would be orphaned.
     #[error("{0}")]
     RemovedGroups(RemovedGroups),
+    /// A request would pass a queued-bytes cap: nothing was recorded (see [`Ledger::accept`]).
+    #[error("{0}")]
+    OverQueuedCap(QueuedCapRefused),
     /// Another process writes this database (its lock file is locked).
     #[error("the database {path} is in use by another broker (pid {holder}; lock file {lock})")]
     Locked {
@@ -199,7 +203,21 @@ impl Ledger {
     }
 
     /// Decide, charge and commit new requests; answers come back in order, after the commit.
+    /// Record new requests. One refused by a queued-bytes cap makes the answer
+    /// [`LedgerError::OverQueuedCap`] (the items before and after it are still recorded): for one
+    /// request at a time, or where no cap is configured; a batch uses [`Ledger::accept_each`].
     pub async fn accept(&self, items: Vec<NewRequest>) -> Result<Vec<Accepted>, LedgerError> {
+        (self.accept_each(items).await?.into_iter())
+            .map(|r| r.map_err(LedgerError::OverQueuedCap))
+            .collect()
+    }
+
+    /// Record new requests, answering each: accepted, or refused by a queued-bytes cap (checked
+    /// item by item in order, so the earlier items of the same call count).
+    pub async fn accept_each(
+        &self,
+        items: Vec<NewRequest>,
+    ) -> Result<Vec<Result<Accepted, QueuedCapRefused>>, LedgerError> {
         if items.is_empty() {
             return Ok(Vec::new());
         }

@@ -1169,3 +1169,6 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
         "nothing is created in a database the binary does not know"
     );
 }
+
+/// The queued-bytes caps through the writer.
+mod queued_caps;

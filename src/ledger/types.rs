@@ -55,6 +55,20 @@ pub struct Accepted {
     pub held_reason: Option<String>,
 }
 
+/// A new request refused because it would take a node or its user past a queued-bytes cap
+/// (`[targets."path"] max_queued_bytes`, `[limits] max_queued_bytes_per_user`): nothing of it
+/// was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct QueuedCapRefused {
+    /// The configuration key of the cap.
+    pub field: String,
+    pub message: String,
+    /// Bytes queued before the MSS under the cap, without this request.
+    pub queued: u64,
+    pub cap: u64,
+}
+
 /// One transfer the MSS took.
 #[derive(Debug, Clone)]
 pub struct SubmittedTransfer {

@@ -4,7 +4,9 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::idempotency::fingerprint;
+use super::queued;
 use super::state::{Charge, Txn};
+use super::Admitted;
 use crate::domain::{Class, RequestState};
 use crate::domain::{GroupId, GroupKind};
 use crate::ledger::aggregates::HourRow;
@@ -28,13 +30,25 @@ struct Entry {
 }
 
 impl Txn<'_, '_> {
-    pub fn accept_one(&mut self, item: &NewRequest) -> rusqlite::Result<Accepted> {
+    /// Record one new request (a replay answers with the stored one; the queued-bytes caps are
+    /// checked after it, so a replay is never refused).
+    pub fn accept_one(&mut self, item: &NewRequest) -> rusqlite::Result<Admitted> {
         let fp = fingerprint(&item.station, &item.client_request_id);
         let known: Vec<i64> = self.st.idempotency.candidates(fp).collect();
         for id in known {
             if let Some(a) = self.replayed(id, item)? {
-                return Ok(a);
+                return Ok(Ok(a));
             }
+        }
+        let caps = queued::check(
+            self.policy,
+            &self.st.queued,
+            item.group,
+            &item.user,
+            item.size_bytes,
+        );
+        if let Err(refused) = caps {
+            return Ok(Err(refused));
         }
         let mut candidate = self.candidate(item);
         let entry = self.entry(item, &candidate);
@@ -45,7 +59,9 @@ impl Txn<'_, '_> {
         self.st.remember(fp, id);
         candidate.id = id;
         self.record_accepted(&entry, candidate, item);
-        Ok(Accepted {
+        let path = self.policy.group(item.group).path.as_str();
+        self.queued_moved((path, &item.user, item.size_bytes), None, entry.state);
+        Ok(Ok(Accepted {
             id,
             group: self.policy.group(item.group).path.to_string(),
             class: entry.decision.class,
@@ -53,7 +69,7 @@ impl Txn<'_, '_> {
             state: entry.state,
             duplicate: false,
             held_reason: entry.held_reason,
-        })
+        }))
     }
 
     /// The request as the ordering sees it (its id is not known yet).

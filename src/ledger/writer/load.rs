@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::idempotency::Idempotency;
+use super::queued::QueuedBytes;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::removed::removed_groups;
 use super::state::WriterState;
@@ -139,12 +140,11 @@ fn load_state(
         );
     }
     let release_seq = volumes::last_release_seq(conn)?;
+    let queued = load_queued_bytes(conn, policy)?;
     Ok(
-        WriterState::new(usage, held, priority_waiting, order, idempotency).with_volumes(
-            &policy.order.release.volumes,
-            volumes,
-            release_seq,
-        ),
+        WriterState::new(usage, held, priority_waiting, order, idempotency)
+            .with_volumes(&policy.order.release.volumes, volumes, release_seq)
+            .with_queued(queued),
     )
 }
 
@@ -206,6 +206,42 @@ fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
         idempotency.insert(fp as u64, id);
     }
     Ok(idempotency)
+}
+
+/// The queued-bytes tallies: the bytes of fair-share requests not yet at the MSS, per group and
+/// user (each state through its partial index).
+fn load_queued_bytes(
+    conn: &Connection,
+    policy: &PolicySettings,
+) -> Result<QueuedBytes, LedgerError> {
+    let mut tally = QueuedBytes::default();
+    let mut stmt = conn.prepare(
+        // Row by row, not SUM(): a sum of sizes may pass i64, which SQLite refuses.
+        "SELECT group_path, user_name, size_bytes FROM requests WHERE state = 'held' \
+         UNION ALL SELECT group_path, user_name, size_bytes FROM requests WHERE state = 'queued' \
+         UNION ALL SELECT group_path, user_name, size_bytes FROM requests \
+           WHERE state = 'accepted'",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (path, user, bytes) = row?;
+        let fair = policy.group_by_path(&path).filter(|&g| {
+            matches!(
+                policy.group(g).kind,
+                crate::domain::GroupKind::FairShare { .. }
+            )
+        });
+        if let Some(g) = fair {
+            tally.add(g, &user, i128::from(bytes.max(0)));
+        }
+    }
+    Ok(tally)
 }
 
 /// The held release queue, the slots outstanding per library and the FBSNG queue priorities,

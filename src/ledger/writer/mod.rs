@@ -12,6 +12,7 @@
 mod accept;
 mod idempotency;
 mod load;
+mod queued;
 mod release;
 mod removed;
 mod settle;
@@ -32,7 +33,7 @@ use super::live::Published;
 use super::stored_explain::StoredExplain;
 use mss_adapters::{EventCursor, MssEvent};
 
-use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError};
+use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError, QueuedCapRefused};
 use super::{NewPriority, NewRequest, SubmittedTransfer};
 use crate::clock::Clock;
 use crate::domain::{PolicySettings, RetrySettings};
@@ -71,7 +72,7 @@ pub(in crate::ledger) enum Command {
         items: Vec<NewRequest>,
         /// The HTTP request's id, logged with what the writer did for it.
         request_id: Option<Arc<str>>,
-        reply: oneshot::Sender<Result<Vec<Accepted>, LedgerError>>,
+        reply: oneshot::Sender<Result<Vec<Admitted>, LedgerError>>,
     },
     Submitted {
         items: Vec<SubmittedTransfer>,
@@ -168,11 +169,14 @@ impl Heartbeat {
     }
 }
 
+/// One new request's answer: recorded, or refused by a queued-bytes cap.
+pub(in crate::ledger) type Admitted = Result<Accepted, QueuedCapRefused>;
+
 /// A caller's answer, held until the transaction's fate is known.
 enum Reply {
     Accept(
-        oneshot::Sender<Result<Vec<Accepted>, LedgerError>>,
-        Vec<Accepted>,
+        oneshot::Sender<Result<Vec<Admitted>, LedgerError>>,
+        Vec<Admitted>,
     ),
     Submitted(
         oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>,
@@ -314,7 +318,7 @@ fn log_committed(reply: &Reply, traced: &Traced) {
     };
     match reply {
         Reply::Accept(_, accepted) => {
-            let ids: Vec<i64> = accepted.iter().map(|a| a.id).collect();
+            let ids: Vec<i64> = accepted.iter().flatten().map(|a| a.id).collect();
             debug!(x_request_id = %x_request_id, request_ids = ?ids, "requests committed");
         }
         Reply::Cancel(_, outcome) => {

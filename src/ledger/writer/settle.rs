@@ -29,6 +29,9 @@ pub(super) struct Charged {
     slots: u32,
     /// A station or operator asked to cancel it while it was at the MSS.
     cancel_requested: bool,
+    /// What the queued-bytes tallies count it by.
+    user: String,
+    size_bytes: u64,
 }
 
 impl Charged {
@@ -48,12 +51,18 @@ fn clip_error(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 impl Txn<'_, '_> {
+    /// `row` moves to `to`: the queued-bytes tallies follow.
+    fn tally(&mut self, row: &Charged, to: RequestState) {
+        let key = (row.group.as_str(), row.user.as_str(), row.size_bytes);
+        self.queued_moved(key, Some(row.state), to);
+    }
+
     fn load_charged(&self, id: i64) -> rusqlite::Result<Option<Charged>> {
         self.tx
             .prepare_cached(
                 "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
                  COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
-                 slots, cancel_requested FROM requests WHERE id = ?1",
+                 slots, cancel_requested, user_name, size_bytes FROM requests WHERE id = ?1",
             )?
             .query_row([id], |r| {
                 Ok(Charged {
@@ -70,6 +79,8 @@ impl Txn<'_, '_> {
                     library: r.get(10)?,
                     slots: r.get::<_, i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
                     cancel_requested: r.get::<_, i64>(12)? != 0,
+                    user: r.get(13)?,
+                    size_bytes: r.get::<_, i64>(14)?.max(0) as u64,
                 })
             })
             .optional()
@@ -124,6 +135,7 @@ impl Txn<'_, '_> {
             },
         );
         self.moved(row.class, Some(row.state), state);
+        self.tally(row, state);
         if row.outstanding() {
             self.occupy(&row.library, row.slots, false);
             if self.policy.order.volumes() {
@@ -172,6 +184,7 @@ impl Txn<'_, '_> {
             )?
             .execute(params![item.id, new_state.as_str(), item.mss_id, self.now])?;
         self.moved(row.class, Some(row.state), new_state);
+        self.tally(&row, new_state);
         Ok(if row.state == RequestState::Cancelled {
             AfterSubmit::CancelAtMss
         } else {
@@ -204,6 +217,7 @@ impl Txn<'_, '_> {
             return Ok(true);
         }
         self.moved(row.class, Some(row.state), RequestState::Accepted);
+        self.tally(&row, RequestState::Accepted);
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
@@ -282,6 +296,7 @@ impl Txn<'_, '_> {
             }
         }
         self.moved(row.class, Some(row.state), RequestState::Running);
+        self.tally(row, RequestState::Running);
         Ok(true)
     }
 
@@ -302,6 +317,7 @@ impl Txn<'_, '_> {
                 )?
                 .execute(params![id, self.now + delay, clip_error(reason)])?;
             self.moved(row.class, Some(row.state), RequestState::Accepted);
+            self.tally(row, RequestState::Accepted);
             self.ready = true;
             Ok(())
         } else {

@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use rusqlite::{params, Transaction};
 
 use super::idempotency::Idempotency;
+use super::queued::QueuedBytes;
 use crate::domain::{Class, RequestState};
 use crate::domain::{GroupId, PolicySettings, RetrySettings};
 use crate::ledger::aggregates::ReportDeltas;
@@ -44,6 +45,8 @@ pub(super) struct WriterState {
     /// When time alone next changes what the volume queue may release (a waiting volume
     /// becomes eligible by age, a sticky one lapses), as of the last release pass.
     pub volumes_due: Option<i64>,
+    /// Bytes not yet at the MSS per group and user, for the queued-bytes caps.
+    pub queued: QueuedBytes,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
 }
@@ -69,6 +72,7 @@ enum Undo {
     Passed(i64),
     Fingerprint(u64, i64),
     VolumePushed(i64),
+    Queued(GroupId, String, i128),
 }
 
 impl WriterState {
@@ -93,8 +97,15 @@ impl WriterState {
             release_seq: 0,
             volume_settings: VolumeSettings::default(),
             volumes_due: None,
+            queued: QueuedBytes::default(),
             checkpoint: None,
         }
+    }
+
+    /// The queued-bytes tallies, as loaded.
+    pub fn with_queued(mut self, queued: QueuedBytes) -> WriterState {
+        self.queued = queued;
+        self
     }
 
     /// The volumes mode's queue and volumes in flight, and the last release sequence, as loaded.
@@ -175,6 +186,7 @@ impl WriterState {
                         self.volumes.remove(&self.volume_settings, id);
                     }
                 }
+                Undo::Queued(g, user, delta) => self.queued.add(g, &user, -delta),
             }
         }
         reload
@@ -244,6 +256,14 @@ impl WriterState {
     pub fn remember(&mut self, fp: u64, id: i64) {
         self.idempotency.insert(fp, id);
         self.journal(Undo::Fingerprint(fp, id));
+    }
+
+    /// A fair-share request's bytes entered (`delta` > 0) or left the states before the MSS.
+    pub fn queued_bytes(&mut self, g: GroupId, user: &str, delta: i128) {
+        if delta != 0 {
+            self.queued.add(g, user, delta);
+            self.journal(Undo::Queued(g, user.to_string(), delta));
+        }
     }
 }
 
@@ -490,7 +510,10 @@ url = "http://127.0.0.1:1"
         st.passed_over(2);
         st.passed_over(2);
         st.remember(42, 3);
+        st.queued_bytes(GroupId(0), "u", 500);
         st.rollback();
+        let q = &st.queued;
+        assert!(q.by_user.is_empty() && q.by_group.iter().all(|&b| b == 0));
         assert_eq!(st.usage.cumulative(GroupId(0)), 0);
         assert_eq!((st.held[1], st.priority_waiting), (0, 0));
         assert!(st.outstanding.is_empty());
