@@ -51,6 +51,16 @@ pub enum Unprocessable {
     Batch(BatchBody),
 }
 
+/// A 429: a caller over its rate limit, or a batch whose every item was refused and at least
+/// one by a queued-bytes cap (the batch's results name each cap; `Retry-After` is set).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum TooMany {
+    Refused(super::error::ErrorBody),
+    Batch(BatchBody),
+}
+
 /// One result of a batch: accepted, or refused with the field at fault.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]

@@ -163,7 +163,7 @@ pub(super) async fn submit_one(
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
     (status = 415, body = error::ErrorBody), (status = 422, body = responses::Unprocessable),
-    (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+    (status = 429, body = responses::TooMany), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn submit_batch(
     State(state): State<Shared>,

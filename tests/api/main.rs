@@ -20,6 +20,7 @@ mod openapi;
 mod overflow;
 mod policies;
 mod process;
+mod queued_caps;
 mod ready;
 mod reload;
 mod replay;
