@@ -158,7 +158,8 @@ pub(super) async fn report(
 /// Prometheus metrics (OpenMetrics text; Prometheus' text format 0.0.4 to a client whose
 /// `Accept` asks for `text/plain` and not OpenMetrics): per group requests by state and bytes
 /// done (counters), pending and held requests, usage and target share (gauges); ledger commit
-/// latency and commands per commit and MSS call latency (histograms).
+/// latency and commands per commit and MSS call latency (histograms); waits from acceptance to
+/// the first MSS start per group, from the ledger (histogram).
 #[utoipa::path(get, path = "/metrics", responses(
     (status = 200, content_type = "application/openmetrics-text", body = String),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
@@ -170,8 +171,13 @@ pub(super) async fn metrics(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
-    let figures = state.ledger.metric_figures(state.clock.now_ms()).await?;
-    let text = state.metrics.encode(&figures.totals, &figures.shares);
+    let now_ms = state.clock.now_ms();
+    let figures = state.ledger.metric_figures(now_ms).await?;
+    let since = state.metrics.waits.read_since();
+    let waits = state.ledger.metric_waits(since).await?;
+    let text = state
+        .metrics
+        .encode(&figures.totals, &figures.shares, &waits, now_ms);
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

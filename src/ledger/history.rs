@@ -160,6 +160,26 @@ pub(super) fn metric_figures(
     })
 }
 
+/// One row of the wait histograms (`report_waits`): path, hour, bin, count.
+pub type WaitRow = (String, i64, i64, i64);
+
+/// The rows of the wait histograms from hour `since` on, for the Prometheus exposition (which
+/// keeps the closed hours' sums itself, so a scrape reads only the recent rows). One index range
+/// per group: the paths are found by skipping through the primary key, not by a scan.
+pub(super) fn wait_rows_since(c: &Connection, since: i64) -> rusqlite::Result<Vec<WaitRow>> {
+    let mut st = c.prepare_cached(
+        "WITH RECURSIVE p(path) AS (SELECT MIN(path) FROM report_waits \
+         UNION ALL SELECT (SELECT MIN(path) FROM report_waits WHERE path > p.path) FROM p \
+         WHERE p.path IS NOT NULL) \
+         SELECT w.path, w.hour, w.bin, w.count FROM p JOIN report_waits w \
+         ON w.path = p.path AND w.hour >= ?1",
+    )?;
+    let rows = st.query_map([since], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })?;
+    rows.collect()
+}
+
 /// A database opened read-only, outside a running broker (`mssbroker shares --db`,
 /// `report --db`, the report benchmark). Refuses a database newer than this build.
 pub struct LedgerReader {

@@ -39,7 +39,7 @@ use crate::domain::{PolicySettings, RequestState};
 use crate::shares::view::SharesView;
 
 pub use export::ExportedRequest;
-pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows};
+pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRow};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
@@ -363,6 +363,13 @@ impl Ledger {
         let policy = self.policy.clone();
         self.reads
             .run(move |c| history::metric_figures(c, &policy, now_ms))
+            .await
+    }
+
+    /// The wait histograms' rows from hour `since_hour` on, for the Prometheus exposition.
+    pub async fn metric_waits(&self, since_hour: i64) -> Result<Vec<WaitRow>, LedgerError> {
+        self.reads
+            .run(move |c| history::wait_rows_since(c, since_hour))
             .await
     }
 
