@@ -128,8 +128,11 @@ async fn metrics_parse_and_carry_the_ledgers_figures() {
     assert!(value(&e, "mssbroker_mss_call_seconds", &[("call", "events")]).unwrap() >= 1.0);
 }
 
-/// One group's `mssbroker_request_wait_seconds` histogram: (sum, count, cumulative buckets).
-fn wait_histogram(e: &Exposition, group: &str, kind: &str) -> Option<(f64, u64, Vec<(f64, f64)>)> {
+/// A histogram's sum, count and cumulative buckets (upper bound, count).
+type WaitHistogram = (f64, u64, Vec<(f64, f64)>);
+
+/// One group's `mssbroker_request_wait_seconds` histogram.
+fn wait_histogram(e: &Exposition, group: &str, kind: &str) -> Option<WaitHistogram> {
     let f = e.families.get("mssbroker_request_wait_seconds")?;
     f.iter_samples().find_map(|s| {
         let set = s.get_labelset().ok()?;
@@ -161,7 +164,7 @@ async fn scrape(client: &reqwest::Client, base: &str) -> Exposition {
 
 /// The histogram holds exactly the one wait `wait_ms`: its sum, count 1, and every bucket from
 /// the first whose bound holds the wait on counts it, none before.
-fn assert_holds_one_wait(h: &(f64, u64, Vec<(f64, f64)>), wait_ms: i64, what: &str) {
+fn assert_holds_one_wait(h: &WaitHistogram, wait_ms: i64, what: &str) {
     let (sum, count, buckets) = h;
     let wait = wait_ms as f64 / 1000.0;
     assert_eq!(*count, 1, "{what}: {h:?}");
