@@ -160,6 +160,14 @@ pub(super) fn metric_figures(
     })
 }
 
+/// The rows of `report_waits` from hour `?1` on: the paths by a skip through the primary key
+/// (each next path one seek), then each path's range of hours.
+const WAIT_ROWS_SINCE: &str = "WITH RECURSIVE p(path) AS (SELECT MIN(path) FROM report_waits \
+     UNION ALL SELECT (SELECT MIN(path) FROM report_waits WHERE path > p.path) FROM p \
+     WHERE p.path IS NOT NULL) \
+     SELECT w.path, w.hour, w.bin, w.count FROM p JOIN report_waits w \
+     ON w.path = p.path AND w.hour >= ?1";
+
 /// One row of the wait histograms (`report_waits`): path, hour, bin, count.
 pub type WaitRow = (String, i64, i64, i64);
 
@@ -167,13 +175,7 @@ pub type WaitRow = (String, i64, i64, i64);
 /// keeps the closed hours' sums itself, so a scrape reads only the recent rows). One index range
 /// per group: the paths are found by skipping through the primary key, not by a scan.
 pub(super) fn wait_rows_since(c: &Connection, since: i64) -> rusqlite::Result<Vec<WaitRow>> {
-    let mut st = c.prepare_cached(
-        "WITH RECURSIVE p(path) AS (SELECT MIN(path) FROM report_waits \
-         UNION ALL SELECT (SELECT MIN(path) FROM report_waits WHERE path > p.path) FROM p \
-         WHERE p.path IS NOT NULL) \
-         SELECT w.path, w.hour, w.bin, w.count FROM p JOIN report_waits w \
-         ON w.path = p.path AND w.hour >= ?1",
-    )?;
+    let mut st = c.prepare_cached(WAIT_ROWS_SINCE)?;
     let rows = st.query_map([since], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
     })?;
@@ -238,5 +240,49 @@ impl LedgerReader {
         )?;
         let n = st.query_map([], |r| r.get::<_, i64>(2))?.count();
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::params;
+
+    #[test]
+    fn wait_rows_since_reads_every_group_from_the_hour_on_through_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = schema::open_writer(&dir.path().join("w.db")).unwrap();
+        let mut want = Vec::new();
+        for (i, path) in ["a", "b/c", "b/d", "z"].iter().enumerate() {
+            for hour in 0..10i64 {
+                let (bin, count) = (hour + i as i64, 1 + i as i64);
+                c.execute(
+                    "INSERT INTO report_waits (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4)",
+                    params![path, hour, bin, count],
+                )
+                .unwrap();
+                if hour >= 7 {
+                    want.push((path.to_string(), hour, bin, count));
+                }
+            }
+        }
+        let mut got = wait_rows_since(&c, 7).unwrap();
+        got.sort();
+        assert_eq!(got, want);
+        assert_eq!(wait_rows_since(&c, i64::MIN).unwrap().len(), 40);
+        assert!(wait_rows_since(&c, 10).unwrap().is_empty());
+        // The plan seeks the key per group: no full scan of report_waits.
+        let plan: Vec<String> = c
+            .prepare(&format!("EXPLAIN QUERY PLAN {WAIT_ROWS_SINCE}"))
+            .unwrap()
+            .query_map([7], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter()
+                .all(|l| !l.starts_with("SCAN report_waits") && !l.starts_with("SCAN w")),
+            "{plan:?}"
+        );
     }
 }
