@@ -23,11 +23,10 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::ledger::aggregates::HourRow;
-use crate::ledger::WaitRow;
 use crate::shares::view::SharesView;
 
 mod waits;
-pub use waits::WaitTotals;
+pub use waits::{Bins as WaitBins, WaitTotals};
 
 /// Labels of an MSS call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -126,24 +125,22 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// The exposition: the in-process metrics, then the ledger's figures. `wait_rows` are the
-    /// wait histograms' rows from [`WaitTotals::read_since`] on, read at `now_ms` or later.
+    /// The exposition: the in-process metrics, then the ledger's figures (`wait_bins` from
+    /// [`WaitTotals::read`]).
     pub fn encode(
         &self,
         totals: &[(String, HourRow)],
         shares: &SharesView,
-        wait_rows: &[WaitRow],
-        now_ms: i64,
+        wait_bins: &WaitBins,
     ) -> String {
         let figures = LedgerFigures::default();
         figures.add_totals(totals, shares);
         figures.add_shares(shares);
         let mut figures = figures.registry();
-        let bins = self.waits.merge(wait_rows, now_ms);
         figures.register(
             "mssbroker_request_wait_seconds",
             "Time from a request's acceptance to its first start at the MSS, by group (kind priority: data taking); counted at the start, from the ledger's wait histograms",
-            waits::WaitFamily::build(totals, &bins, |p| kind_of(shares, p)),
+            waits::WaitFamily::build(totals, wait_bins, |p| kind_of(shares, p)),
         );
         let mut out = String::new();
         // Writing to a String cannot fail.

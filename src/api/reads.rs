@@ -173,11 +173,21 @@ pub(super) async fn metrics(
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
     let now_ms = state.clock.now_ms();
     let figures = state.ledger.metric_figures(now_ms).await?;
-    let since = state.metrics.waits.read_since();
-    let waits = state.ledger.metric_waits(since).await?;
+    let (ledger, metrics) = (state.ledger.clone(), state.metrics.clone());
+    // A task of its own: the first read after a start sums every hour, and a scraper that
+    // times out meanwhile must not make the next scrape read them all again.
+    let waits = tokio::spawn(async move { metrics.waits.read(&ledger, now_ms).await })
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                format!("reading the waits: {e}"),
+            )
+        })??;
     let text = state
         .metrics
-        .encode(&figures.totals, &figures.shares, &waits, now_ms);
+        .encode(&figures.totals, &figures.shares, &waits);
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

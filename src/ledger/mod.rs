@@ -366,10 +366,15 @@ impl Ledger {
             .await
     }
 
-    /// The wait histograms' rows from hour `since_hour` on, for the Prometheus exposition.
-    pub async fn metric_waits(&self, since_hour: i64) -> Result<Vec<WaitRow>, LedgerError> {
+    /// The wait histograms' rows from hour `since_hour` on, those before `seal_hour` summed
+    /// apart from the later ones, for the Prometheus exposition.
+    pub async fn metric_waits(
+        &self,
+        since_hour: i64,
+        seal_hour: i64,
+    ) -> Result<Vec<WaitRow>, LedgerError> {
         self.reads
-            .run(move |c| history::wait_rows_since(c, since_hour))
+            .run(move |c| history::wait_rows_since(c, since_hour, seal_hour))
             .await
     }
 

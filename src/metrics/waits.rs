@@ -20,7 +20,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::GroupLabels;
 use crate::ledger::aggregates::{hour_of, HourRow};
-use crate::ledger::WaitRow;
+use crate::ledger::{Ledger, LedgerError, WaitRow};
 
 /// Buckets below `+Inf`: `le = (2^k - 2)` ms for k = 1 ..= BUCKETS.
 const BUCKETS: usize = 28;
@@ -44,12 +44,19 @@ fn bounds() -> Vec<f64> {
 }
 
 /// Per group path, the count of each ledger bin.
-type Bins = BTreeMap<String, BTreeMap<i64, u64>>;
+pub type Bins = BTreeMap<String, BTreeMap<i64, u64>>;
+
+/// The first hour still open at `now_ms`: hours before it are sealed.
+fn seal_before(now_ms: i64) -> i64 {
+    hour_of(now_ms) - OPEN_HOURS + 1
+}
 
 /// The sums of the wait histograms' closed hours, kept between scrapes.
 #[derive(Debug)]
 pub struct WaitTotals {
     sealed: Mutex<Sealed>,
+    /// One read at a time: two would both read the hours the first one seals.
+    one_read: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -66,6 +73,7 @@ impl Default for WaitTotals {
                 before_hour: i64::MIN,
                 bins: Bins::new(),
             }),
+            one_read: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -79,6 +87,17 @@ fn add(bins: &mut Bins, path: &str, bin: i64, n: i64) {
 }
 
 impl WaitTotals {
+    /// Every group's bins at `now_ms`: the sealed hours' sums and the rows read from the ledger
+    /// since (the first read after a start reads every hour, summed in SQL; later ones the last
+    /// hours). Run it in a task of its own: a scraper that gives up does not lose the read.
+    pub async fn read(&self, ledger: &Ledger, now_ms: i64) -> Result<Bins, LedgerError> {
+        let _one = self.one_read.lock().await;
+        let rows = ledger
+            .metric_waits(self.read_since(), seal_before(now_ms))
+            .await?;
+        Ok(self.merge(&rows, now_ms))
+    }
+
     /// The first hour whose rows the next scrape must read.
     pub fn read_since(&self) -> i64 {
         self.lock().before_hour
@@ -90,10 +109,10 @@ impl WaitTotals {
     }
 
     /// All the bins: the closed hours' sums and `rows` (read from [`Self::read_since`] on, at
-    /// `now_ms`), sealing the hours that closed since. Correct under concurrent scrapes: rows
-    /// of hours already sealed (by a scrape that read later) are skipped.
+    /// `now_ms`, a row's hour before [`seal_before`] only if all its hours are), sealing the
+    /// hours that closed since. Rows of hours already sealed are skipped.
     pub fn merge(&self, rows: &[WaitRow], now_ms: i64) -> Bins {
-        let seal_before = hour_of(now_ms) - OPEN_HOURS + 1;
+        let seal_before = seal_before(now_ms);
         let mut sealed = self.lock();
         let from = sealed.before_hour;
         let mut open = Bins::new();
