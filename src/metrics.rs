@@ -8,7 +8,9 @@
 //!   requests, usage and target share (gauges). A restart does not reset them: they are the
 //!   ledger's own totals. Prometheus samples are float64: bytes done is a float counter
 //!   because the exact sum may pass `u64`, and past 2^53 it is approximate; the exact figures
-//!   are in `GET /v1/groups` and `GET /v1/report`.
+//!   are in `GET /v1/groups` and `GET /v1/report`;
+//! - **waits** from acceptance to the first MSS start per group (`mssbroker_request_wait_seconds`,
+//!   `kind="priority"` is data taking), from the ledger's wait histograms ([`waits`]).
 
 use std::sync::atomic::AtomicU64;
 
@@ -22,6 +24,9 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::ledger::aggregates::HourRow;
 use crate::shares::view::SharesView;
+
+mod waits;
+pub use waits::{Bins as WaitBins, WaitTotals};
 
 /// Labels of an MSS call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,6 +63,8 @@ pub struct Metrics {
     pub commit_seconds: Histogram,
     pub commit_commands: Histogram,
     pub mss_call_seconds: Family<CallLabels, Histogram>,
+    /// The wait histograms' closed hours, summed (see [`waits`]).
+    pub waits: WaitTotals,
     registry: Registry,
 }
 
@@ -103,6 +110,7 @@ impl Metrics {
             commit_seconds,
             commit_commands,
             mss_call_seconds,
+            waits: WaitTotals::default(),
             registry,
         }
     }
@@ -117,12 +125,23 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// The exposition: the in-process metrics, then the ledger's figures.
-    pub fn encode(&self, totals: &[(String, HourRow)], shares: &SharesView) -> String {
+    /// The exposition: the in-process metrics, then the ledger's figures (`wait_bins` from
+    /// [`WaitTotals::read`]).
+    pub fn encode(
+        &self,
+        totals: &[(String, HourRow)],
+        shares: &SharesView,
+        wait_bins: &WaitBins,
+    ) -> String {
         let figures = LedgerFigures::default();
         figures.add_totals(totals, shares);
         figures.add_shares(shares);
-        let figures = figures.registry();
+        let mut figures = figures.registry();
+        figures.register(
+            "mssbroker_request_wait_seconds",
+            "Time from a request's acceptance to its first start at the MSS, by group (kind priority: data taking); counted at the start, from the ledger's wait histograms",
+            waits::WaitFamily::build(totals, wait_bins, |p| kind_of(shares, p)),
+        );
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode_registry(&mut out, &self.registry);
@@ -167,6 +186,15 @@ pub fn prometheus_text(openmetrics: &str) -> String {
     out
 }
 
+/// A group's `kind` label: `priority` for a priority class, else `fair_share`.
+fn kind_of(shares: &SharesView, path: &str) -> &'static str {
+    if shares.priority_classes.iter().any(|c| c.path == path) {
+        "priority"
+    } else {
+        "fair_share"
+    }
+}
+
 /// The ledger's figures as metric families, filled at scrape time.
 #[derive(Default)]
 struct LedgerFigures {
@@ -182,15 +210,8 @@ struct LedgerFigures {
 impl LedgerFigures {
     /// Requests by state and bytes done, per group, from the ledger's totals.
     fn add_totals(&self, totals: &[(String, HourRow)], shares: &SharesView) {
-        let fair_kind = |path: &str| {
-            if shares.priority_classes.iter().any(|c| c.path == path) {
-                "priority"
-            } else {
-                "fair_share"
-            }
-        };
         for (path, r) in totals {
-            let kind = fair_kind(path).to_string();
+            let kind = kind_of(shares, path).to_string();
             for (state, n) in [
                 ("accepted", r.accepted),
                 ("held", r.held),

@@ -185,7 +185,8 @@ pub(super) async fn report(
 /// Prometheus metrics (OpenMetrics text; Prometheus' text format 0.0.4 to a client whose
 /// `Accept` asks for `text/plain` and not OpenMetrics): per group requests by state and bytes
 /// done (counters), pending and held requests, usage and target share (gauges); ledger commit
-/// latency and commands per commit and MSS call latency (histograms).
+/// latency and commands per commit and MSS call latency (histograms); waits from acceptance to
+/// the first MSS start per group, from the ledger (histogram).
 #[utoipa::path(get, path = "/metrics", responses(
     (status = 200, content_type = "application/openmetrics-text", body = String),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
@@ -197,8 +198,23 @@ pub(super) async fn metrics(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
-    let figures = state.ledger.metric_figures(state.clock.now_ms()).await?;
-    let text = state.metrics.encode(&figures.totals, &figures.shares);
+    let now_ms = state.clock.now_ms();
+    let figures = state.ledger.metric_figures(now_ms).await?;
+    let (ledger, metrics) = (state.ledger.clone(), state.metrics.clone());
+    // A task of its own: the first read after a start sums every hour, and a scraper that
+    // times out meanwhile must not make the next scrape read them all again.
+    let waits = tokio::spawn(async move { metrics.waits.read(&ledger, now_ms).await })
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                format!("reading the waits: {e}"),
+            )
+        })??;
+    let text = state
+        .metrics
+        .encode(&figures.totals, &figures.shares, &waits);
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

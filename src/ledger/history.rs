@@ -160,6 +160,35 @@ pub(super) fn metric_figures(
     })
 }
 
+/// The rows of `report_waits` from hour `?1` on, summed per group and bin in two parts: the
+/// hours before `?2` (one row, its hour the latest of them) and the hours from `?2` on. The
+/// paths are found by a skip through the primary key (each next path one seek), then each
+/// path's range of hours: a scan of the whole table is never needed.
+const WAIT_ROWS_SINCE: &str = "WITH RECURSIVE p(path) AS (SELECT MIN(path) FROM report_waits \
+     UNION ALL SELECT (SELECT MIN(path) FROM report_waits WHERE path > p.path) FROM p \
+     WHERE p.path IS NOT NULL) \
+     SELECT w.path, MAX(w.hour), w.bin, SUM(w.count) FROM p JOIN report_waits w \
+     ON w.path = p.path AND w.hour >= ?1 GROUP BY w.path, w.bin, w.hour >= ?2";
+
+/// One row of the wait histograms (`report_waits`): path, hour, bin, count.
+pub type WaitRow = (String, i64, i64, i64);
+
+/// The rows of the wait histograms from hour `since` on, for the Prometheus exposition (which
+/// keeps the closed hours' sums itself, so a scrape reads only the recent rows): per group and
+/// bin, the hours before `seal` summed into one row (its hour the latest of them), and the
+/// hours from `seal` on summed into another.
+pub(super) fn wait_rows_since(
+    c: &Connection,
+    since: i64,
+    seal: i64,
+) -> rusqlite::Result<Vec<WaitRow>> {
+    let mut st = c.prepare_cached(WAIT_ROWS_SINCE)?;
+    let rows = st.query_map([since, seal], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })?;
+    rows.collect()
+}
+
 /// A database opened read-only, outside a running broker (`mssbroker shares --db`,
 /// `report --db`, the report benchmark). Refuses a database newer than this build.
 pub struct LedgerReader {
@@ -218,5 +247,61 @@ impl LedgerReader {
         )?;
         let n = st.query_map([], |r| r.get::<_, i64>(2))?.count();
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::params;
+
+    #[test]
+    fn wait_rows_since_sums_every_groups_sealed_and_open_hours_through_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = schema::open_writer(&dir.path().join("w.db")).unwrap();
+        for (i, path) in ["a", "b/c", "b/d", "z"].iter().enumerate() {
+            for hour in 0..10i64 {
+                for bin in [3, 8] {
+                    c.execute(
+                        "INSERT INTO report_waits (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4)",
+                        params![path, hour, bin, 1 + i as i64 + hour],
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        // From hour 4 on, hours 4..7 summed apart from hours 7..10.
+        let mut got = wait_rows_since(&c, 4, 7).unwrap();
+        got.sort();
+        let mut want = Vec::new();
+        for (i, path) in ["a", "b/c", "b/d", "z"].iter().enumerate() {
+            let sum = |hours: std::ops::Range<i64>| hours.map(|h| 1 + i as i64 + h).sum::<i64>();
+            for bin in [3, 8] {
+                want.push((path.to_string(), 6, bin, sum(4..7)));
+                want.push((path.to_string(), 9, bin, sum(7..10)));
+            }
+        }
+        want.sort();
+        assert_eq!(got, want);
+        let all: i64 = wait_rows_since(&c, i64::MIN, 0)
+            .unwrap()
+            .iter()
+            .map(|r| r.3)
+            .sum();
+        assert_eq!(all, (0..4).map(|i| 2 * (10 * (1 + i) + 45)).sum::<i64>());
+        assert!(wait_rows_since(&c, 10, 10).unwrap().is_empty());
+        // The plan seeks the key per group: no full scan of report_waits.
+        let plan: Vec<String> = c
+            .prepare(&format!("EXPLAIN QUERY PLAN {WAIT_ROWS_SINCE}"))
+            .unwrap()
+            .query_map([7, 9], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter()
+                .all(|l| !l.starts_with("SCAN report_waits") && !l.starts_with("SCAN w")),
+            "{plan:?}"
+        );
     }
 }

@@ -40,7 +40,7 @@ use crate::domain::{PolicySettings, RequestState};
 use crate::shares::view::SharesView;
 
 pub use export::ExportedRequest;
-pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows};
+pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRow};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
@@ -446,6 +446,18 @@ impl Ledger {
         let policy = self.policy();
         self.reads
             .run(move |c| history::metric_figures(c, &policy, now_ms))
+            .await
+    }
+
+    /// The wait histograms' rows from hour `since_hour` on, those before `seal_hour` summed
+    /// apart from the later ones, for the Prometheus exposition.
+    pub async fn metric_waits(
+        &self,
+        since_hour: i64,
+        seal_hour: i64,
+    ) -> Result<Vec<WaitRow>, LedgerError> {
+        self.reads
+            .run(move |c| history::wait_rows_since(c, since_hour, seal_hour))
             .await
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use openmetrics_parser::{MetricsExposition, OpenMetricsType, OpenMetricsValue};
 
-use crate::helpers::{request, test_config, TestApp};
+use crate::helpers::{request, test_config, wait_final, ServeProcess, TestApp};
 
 type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
 
@@ -126,4 +126,111 @@ async fn metrics_parse_and_carry_the_ledgers_figures() {
             >= 1.0
     );
     assert!(value(&e, "mssbroker_mss_call_seconds", &[("call", "events")]).unwrap() >= 1.0);
+}
+
+/// A histogram's sum, count and cumulative buckets (upper bound, count).
+type WaitHistogram = (f64, u64, Vec<(f64, f64)>);
+
+/// One group's `mssbroker_request_wait_seconds` histogram.
+fn wait_histogram(e: &Exposition, group: &str, kind: &str) -> Option<WaitHistogram> {
+    let f = e.families.get("mssbroker_request_wait_seconds")?;
+    f.iter_samples().find_map(|s| {
+        let set = s.get_labelset().ok()?;
+        let has = |k: &str, v: &str| set.iter().any(|(n, x)| n == k && x == v);
+        if !(has("group", group) && has("kind", kind)) {
+            return None;
+        }
+        match &s.value {
+            OpenMetricsValue::Histogram(h) => Some((
+                h.sum.as_ref().map_or(f64::NAN, |n| n.as_f64()),
+                h.count.unwrap_or(0),
+                h.buckets
+                    .iter()
+                    .map(|b| (b.upper_bound, b.count.as_f64()))
+                    .collect(),
+            )),
+            _ => None,
+        }
+    })
+}
+
+async fn scrape(client: &reqwest::Client, base: &str) -> Exposition {
+    let resp = client.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    openmetrics_parser::openmetrics::parse_openmetrics(&text)
+        .unwrap_or_else(|err| panic!("does not parse: {err}\n{text}"))
+}
+
+/// The histogram holds exactly the one wait `wait_ms`: its sum, count 1, and every bucket from
+/// the first whose bound holds the wait on counts it, none before.
+fn assert_holds_one_wait(h: &WaitHistogram, wait_ms: i64, what: &str) {
+    let (sum, count, buckets) = h;
+    let wait = wait_ms as f64 / 1000.0;
+    assert_eq!(*count, 1, "{what}: {h:?}");
+    assert!(
+        (sum - wait).abs() < 1e-9,
+        "{what}: sum {sum} vs wait {wait}"
+    );
+    assert!(buckets.len() > 10, "{what}: {buckets:?}");
+    assert!(buckets.iter().any(|b| b.0.is_infinite()), "{what}: no +Inf");
+    for (le, n) in buckets {
+        let want = if wait <= *le { 1.0 } else { 0.0 };
+        assert_eq!(
+            *n, want,
+            "{what}: bucket le={le} for a wait of {wait} s: {buckets:?}"
+        );
+    }
+}
+
+/// A data-taking request's wait from acceptance to its MSS start is counted in
+/// `mssbroker_request_wait_seconds` (kind `priority`) once it completes, equal to what its
+/// record says (`started_ms - created_ms`); so is a fair-share request's under its group; and
+/// both are still there after `serve` restarts on the same database (they come from the ledger).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_data_taking_requests_wait_is_counted_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, test_config(None)).unwrap();
+    let db = dir.path().join("broker.db");
+    let mut broker = ServeProcess::start(&config, &db);
+    let client = reqwest::Client::new();
+    let before = scrape(&client, &broker.base).await;
+    assert!(
+        wait_histogram(&before, "datataking", "priority").is_none_or(|h| h.1 == 0),
+        "a wait before any request"
+    );
+    let mut ids = Vec::new();
+    for (i, (mode, group)) in [("datataking", "x"), ("analysis", "top")]
+        .iter()
+        .enumerate()
+    {
+        let resp = client
+            .post(format!("{}/v1/requests", broker.base))
+            .json(&request(&format!("w{i}"), mode, group, 1_000_000_000))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        ids.push(body["id"].as_i64().expect("id"));
+    }
+    let done = wait_final(&client, &broker.base, &ids, Duration::from_secs(60)).await;
+    let wait_of = |r: &serde_json::Value| {
+        assert_eq!(r["state"], "done", "{r}");
+        let started = r["started_ms"].as_i64().expect("started_ms");
+        started - r["created_ms"].as_i64().expect("created_ms")
+    };
+    let (taking, fair) = (wait_of(&done[0]), wait_of(&done[1]));
+    for round in ["running", "restarted"] {
+        let e = scrape(&client, &broker.base).await;
+        let h = wait_histogram(&e, "datataking", "priority").expect("data taking's waits");
+        assert_holds_one_wait(&h, taking, &format!("data taking, {round}"));
+        let h = wait_histogram(&e, "analysis/top", "fair_share").expect("analysis/top's waits");
+        assert_holds_one_wait(&h, fair, &format!("analysis/top, {round}"));
+        if round == "running" {
+            broker.kill();
+            broker = ServeProcess::start(&config, &db);
+        }
+    }
 }

@@ -174,6 +174,26 @@ async fn every_metric_the_dashboard_queries_is_in_metrics() {
     ] {
         assert!(titles.contains(&want), "no panel {want:?} in {titles:?}");
     }
+    // Data taking's waits are the wait histogram's quantiles, not a proxy of counts and rates.
+    let waits = d["panels"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["title"] == "Data-taking waits"))
+        .expect("the data-taking panel");
+    let exprs: Vec<&str> = waits["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter_map(|t| t["expr"].as_str())
+        .collect();
+    for phi in ["0.5", "0.95"] {
+        assert!(
+            exprs
+                .iter()
+                .any(|e| e.starts_with(&format!("histogram_quantile({phi},"))
+                    && e.contains("mssbroker_request_wait_seconds_bucket{kind=\"priority\"}")),
+            "no p{phi} of data taking's wait in {exprs:?}"
+        );
+    }
     let mut used = BTreeSet::new();
     metric_names(&d, &mut used);
     assert!(used.len() >= 6, "{used:?}");
