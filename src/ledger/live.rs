@@ -152,7 +152,9 @@ pub(super) fn explain_queued(
 }
 
 /// Requests queued at the MSS whose priority the policy now puts elsewhere, at most `max`.
-/// Their charge is already in the usage, so they are placed with no benefit of their own.
+/// Their charge is already in the usage, so they are placed with no benefit of their own. A
+/// request released in a `volumes` batch (`release_seq` set) keeps its batch's one priority, so
+/// the library keeps reading the volume's batch together.
 pub(super) fn reprioritise(
     c: &Connection,
     memory: &Memory,
@@ -163,7 +165,7 @@ pub(super) fn reprioritise(
     let mut stmt = c.prepare_cached(&format!(
         "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class, mss_id, file FROM requests \
          WHERE state IN ('submitted', 'running') AND state = 'submitted' \
-         AND class != 'priority' ORDER BY id"
+         AND class != 'priority' AND release_seq IS NULL ORDER BY id"
     ))?;
     let usage = memory.usage_at(now);
     let standing = Standing::new(policy, usage.at(now), &memory.queues);

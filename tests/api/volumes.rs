@@ -288,3 +288,35 @@ async fn a_restart_keeps_the_waiting_volumes_and_the_volumes_in_flight() {
     assert_eq!(positions, [Some(1), Some(2), Some(4), Some(9)]);
     app.stop().await;
 }
+
+/// A feasibility cap counts the requests a batch has already let go, as one-at-a-time releases
+/// would: with reprocessing capped at 25 GB, a volume of four 10 GB reprocessing requests
+/// releases two (10 + 10 fits, a third would pass 25) and holds the other two; before, every
+/// request of the batch was checked against the usage before the batch and all four went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_counts_its_own_requests_against_a_feasibility_cap() {
+    let sim = SimProcess::start();
+    let config = config(&sim) + "\n[targets.\"reprocessing\"]\nfeasibility_cap = 25000000000\n";
+    let app = TestApp::spawn(&config).await;
+    let mut ids = Vec::new();
+    for (i, position) in [10, 20, 30, 40].into_iter().enumerate() {
+        let body = on_volume(&format!("c{i}"), "reprocessing", "VOL9", position);
+        ids.push(submit(&app, &body, "queued").await);
+    }
+    let released = received_all(&sim, &ids[..2]).await;
+    let got = one_call(&released, &ids[..2]);
+    let positions: Vec<Option<u64>> = got.iter().map(|t| t.position).collect();
+    assert_eq!(positions, [Some(10), Some(20)]);
+    let held = count(
+        &app.db,
+        "SELECT COUNT(*) FROM requests WHERE state = 'held' AND volume = 'VOL9'",
+    );
+    assert_eq!(held, 2, "the two that would pass the cap are held");
+    let r = sim.received().await;
+    for id in &ids[2..] {
+        assert!(
+            !r.received.iter().any(|t| t.key == id.to_string()),
+            "{id} passed the cap: {r:?}"
+        );
+    }
+}

@@ -16,11 +16,40 @@ use tracing::warn;
 
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::state::{Charge, Txn};
+use crate::domain::GroupId;
 use crate::domain::PolicySettings;
 use crate::ledger::aggregates::HourRow;
 use crate::policy::order::{Candidate, Standing};
 use crate::policy::volumes::{Batch, BatchReason, VolumeId, VolumeQueue};
 use crate::shares::limits::held_by;
+use crate::shares::UsageLookup;
+
+/// Usage as the feasibility caps see it with the benefit of the requests a batch has already
+/// let go counted (they are charged only once the whole batch is placed).
+struct WithBatch<'a, L> {
+    base: &'a L,
+    pending: &'a BTreeMap<GroupId, u128>,
+}
+
+impl<L: UsageLookup> UsageLookup for WithBatch<'_, L> {
+    fn value(&self, g: GroupId) -> u128 {
+        self.base.value(g)
+    }
+    fn fair_total(&self) -> u128 {
+        self.base.fair_total()
+    }
+    fn unit(&self) -> u128 {
+        self.base.unit()
+    }
+    fn measure(&self, g: GroupId) -> u128 {
+        let extra = self.pending.get(&g).copied().unwrap_or(0);
+        self.base.measure(g).saturating_add(extra)
+    }
+    fn fair_measure_total(&self) -> u128 {
+        let extra: u128 = self.pending.values().sum();
+        self.base.fair_measure_total().saturating_add(extra)
+    }
+}
 
 /// Columns [`read_place`] reads, after [`CANDIDATE_COLUMNS`].
 pub(in crate::ledger) const PLACE_COLUMNS: &str = "volume, position";
@@ -72,12 +101,19 @@ impl Txn<'_, '_> {
     /// the next `next_batch` sees a smaller one.
     fn release_batch(&mut self, mut batch: Batch) -> rusqlite::Result<usize> {
         let mut going = Vec::with_capacity(batch.requests.len());
+        // What the batch has let go so far counts against the caps, as it would were its
+        // requests released one at a time.
+        let mut pending: BTreeMap<GroupId, u128> = BTreeMap::new();
         for c in std::mem::take(&mut batch.requests) {
-            if let Some(reason) =
-                held_by(self.policy, &self.st.usage.at(self.now), c.group, c.benefit)
-            {
+            let at = self.st.usage.at(self.now);
+            let usage = WithBatch {
+                base: &at,
+                pending: &pending,
+            };
+            if let Some(reason) = held_by(self.policy, &usage, c.group, c.benefit) {
                 self.hold_again(&c, &reason)?;
             } else {
+                *pending.entry(c.group).or_default() += u128::from(c.benefit);
                 going.push(c);
             }
         }
@@ -135,6 +171,11 @@ pub(super) fn load_volume_queue(
 ) -> rusqlite::Result<VolumeQueue> {
     let settings = &policy.order.release.volumes;
     let mut queue = VolumeQueue::default();
+    // Only the volumes mode keeps this queue: in `held` mode the queued rows are the held
+    // queue's, and entries here would never leave (the release timer would never rest).
+    if !policy.order.volumes() {
+        return Ok(queue);
+    }
     let mut stmt = conn.prepare(&format!(
         "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests \
          WHERE state = 'queued' ORDER BY id"
