@@ -48,7 +48,13 @@ struct Runs {
     policy: std::sync::Arc<PolicySettings>,
 }
 
-fn runs() -> Runs {
+/// The three runs, made once for both tests (each costs seconds in a debug build).
+fn runs() -> &'static Runs {
+    static RUNS: std::sync::OnceLock<Runs> = std::sync::OnceLock::new();
+    RUNS.get_or_init(run_all)
+}
+
+fn run_all() -> Runs {
     let records = trace();
     let lib = library(4, 1);
     let spec = RunSpec {
@@ -108,28 +114,39 @@ fn volumes_mode_reaches_the_mount_share_and_data_taking_goals() {
     }
 }
 
-/// The goals this trace does not reach (docs/volumes.md, "Goals not reached", says why); kept
-/// at full strength so a change that reaches them shows.
+/// The goals this trace does not reach (docs/volumes.md, "Goals not reached", says why), pinned
+/// as they stand today: each assertion is the goal's miss, so a change that reaches a goal fails
+/// here and must turn that line into the goal itself.
 #[test]
-#[ignore = "not reached on this trace and library model: see docs/volumes.md"]
-fn volumes_mode_reaches_the_other_goals() {
+fn volumes_mode_misses_the_other_goals_as_documented() {
     let r = runs();
-    let (vol, pass) = (&r.volumes, &r.pass_through);
+    let (held, vol, pass) = (&r.held, &r.volumes, &r.pass_through);
     let mounts = |x: &RunReport| x.mounts_per_tb.expect("bytes done");
+    // FIXME(issue 16): the goal is mounts(vol) <= mounts(pass); keeping the shares leaves
+    // over-share groups' requests on a volume for a second mount.
     assert!(
-        mounts(vol) <= mounts(pass),
-        "{} > {}",
+        mounts(vol) > mounts(pass),
+        "reached: {} <= {}",
         mounts(vol),
         mounts(pass)
     );
-    assert!(vol.drive_efficiency.expect("busy") >= 0.8);
-    assert_eq!(vol.priority_inversions, 0);
+    // FIXME(issue 16): the goal is >= 0.8; the Enstore model charges a fixed locate even
+    // between consecutive files, so no mode gets near it. Today volumes mode is between held
+    // and pass-through.
+    let eff = |x: &RunReport| x.drive_efficiency.expect("busy");
+    assert!(eff(vol) < 0.8, "reached: {}", eff(vol));
+    assert!(eff(vol) > eff(held), "{} <= held's {}", eff(vol), eff(held));
+    // FIXME(issue 16): the goal is 0; writes wait while a new data-taking volume mounts and
+    // every start elsewhere meanwhile counts.
+    assert!(vol.priority_inversions > 0, "reached: no inversions");
+    // FIXME(issue 16): the goal is no wait over max_age + one batch time; the overloaded
+    // library's backlog makes the longest waits in every mode.
     let s = &r.policy.order.release.volumes;
     let batch_s = s.batch_max_bytes as f64 / 300e6;
     let bound = s.max_age_ms as f64 / 1000.0 + batch_s;
     assert!(
-        vol.fair_wait_max_s <= bound,
-        "{} > {bound}",
+        vol.fair_wait_max_s > bound,
+        "reached: {} <= {bound}",
         vol.fair_wait_max_s
     );
 }
