@@ -34,6 +34,28 @@ pub fn serve_with(args: &[&str], env: &[(&str, &str)], log: &Path) -> ServeProce
     ServeProcess { child, base }
 }
 
+/// `serve` in `dir` on port 0 with `config_text` as its configuration file, its database
+/// `dir/broker.db` and its log `dir/serve.log` (returned), with `env` set.
+pub fn serve_in(
+    dir: &Path,
+    config_text: &str,
+    env: &[(&str, &str)],
+) -> (ServeProcess, std::path::PathBuf) {
+    let config = dir.join("broker.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let db = dir.join("broker.db");
+    let log = dir.join("serve.log");
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    (serve_with(&args, env, &log), log)
+}
+
 async fn readyz(base: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .get(format!("{base}/readyz"))
@@ -112,19 +134,9 @@ fn set_mode(path: &Path, mode: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_is_503_while_the_database_file_cannot_be_written() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(None)).unwrap();
+    let (broker, _) = serve_in(dir.path(), &test_config(None), &[]);
     let db: PathBuf = dir.path().join("broker.db");
     let db_arg = db.to_str().unwrap();
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        config.to_str().unwrap(),
-        "--db",
-        db_arg,
-    ];
-    let broker = serve_with(&args, &[], &dir.path().join("serve.log"));
     let body = wait_ready(&broker.base, "ready at start", |s, _| s == 200).await;
     assert_eq!(body, json!({"ready": true, "problems": []}));
     {
@@ -149,20 +161,7 @@ async fn readyz_is_503_while_the_database_file_cannot_be_written() {
 async fn readyz_is_503_naming_the_mss_while_it_does_not_answer() {
     let sim = SimProcess::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
-    let db = dir.path().join("broker.db");
-    let log = dir.path().join("serve.log");
-    let config = config.to_str().unwrap();
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        config,
-        "--db",
-        db.to_str().unwrap(),
-    ];
-    let broker = serve_with(&args, &[], &log);
+    let (broker, _log) = serve_in(dir.path(), &test_config(Some(&sim.url)), &[]);
     wait_ready(&broker.base, "ready at start", |s, _| s == 200).await;
     let down = json!({"down_for_ms": 4000});
     let put = reqwest::Client::new()

@@ -6,28 +6,15 @@
 use std::time::Duration;
 
 use crate::helpers::{request, test_config, wait_for_text};
-use crate::ready::serve_with;
+use crate::ready::serve_in;
 
 const LOG_FILTER: &str = "info,tower_http=debug,mssbroker::ledger::writer=debug";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_given_request_id_is_echoed_and_names_the_log_lines_of_its_work() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(None)).unwrap();
-    let db = dir.path().join("broker.db");
-    let log = dir.path().join("serve.log");
     let env = [("RUST_LOG", LOG_FILTER), ("NO_COLOR", "1")];
-    let config = config.to_str().unwrap();
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        config,
-        "--db",
-        db.to_str().unwrap(),
-    ];
-    let broker = serve_with(&args, &env, &log);
+    let (broker, log) = serve_in(dir.path(), &test_config(None), &env);
     let client = reqwest::Client::new();
     let resp = client
         .post(format!("{}/v1/requests", broker.base))
@@ -90,21 +77,8 @@ async fn a_given_request_id_is_echoed_and_names_the_log_lines_of_its_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_a_usable_id_gets_a_generated_one() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(None)).unwrap();
-    let db = dir.path().join("broker.db");
-    let log = dir.path().join("serve.log");
     let env = [("RUST_LOG", LOG_FILTER), ("NO_COLOR", "1")];
-    let config = config.to_str().unwrap();
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        config,
-        "--db",
-        db.to_str().unwrap(),
-    ];
-    let broker = serve_with(&args, &env, &log);
+    let (broker, log) = serve_in(dir.path(), &test_config(None), &env);
     let client = reqwest::Client::new();
     let too_long = "x".repeat(129);
     let mut seen = Vec::new();
