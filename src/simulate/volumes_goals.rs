@@ -130,11 +130,17 @@ fn volumes_mode_misses_the_other_goals_as_documented() {
         mounts(vol),
         mounts(pass)
     );
-    // FIXME(issue 16): the goal is >= 0.8; the Enstore model charges a fixed locate even
-    // between consecutive files, so no mode gets near it. Today volumes mode is between held
-    // and pass-through.
+    // FIXME(issue 16): the goal is >= 0.8, which no order of this trace can reach: reading
+    // each of its volumes once already costs a mount and an unmount per volume, and the bound
+    // below (streaming / (streaming + volumes x (mount + unmount)), locates and dismount
+    // delays left out) is under 0.8. Every mode stays under the bound; volumes mode is between
+    // held and pass-through (it mounts more volumes twice than pass-through does).
     let eff = |x: &RunReport| x.drive_efficiency.expect("busy");
-    assert!(eff(vol) < 0.8, "reached: {}", eff(vol));
+    let bound = efficiency_bound(&trace(), &library(4, 1));
+    assert!(bound < 0.8, "the trace allows {bound}");
+    for x in [held, vol, pass] {
+        assert!(eff(x) <= bound, "{} above the bound {bound}", eff(x));
+    }
     assert!(eff(vol) > eff(held), "{} <= held's {}", eff(vol), eff(held));
     // FIXME(issue 16): the goal is 0; writes wait while a new data-taking volume mounts and
     // every start elsewhere meanwhile counts.
@@ -149,4 +155,15 @@ fn volumes_mode_misses_the_other_goals_as_documented() {
         "reached: {} <= {bound}",
         vol.fair_wait_max_s
     );
+}
+
+/// The best drive efficiency any order of `records` can reach on `lib`: every byte streamed
+/// once, every volume mounted and unmounted once, no locate and no idle drive.
+fn efficiency_bound(records: &[TraceRecord], lib: &LibraryConfig) -> f64 {
+    let bytes: u64 = records.iter().map(|r| r.size_bytes).sum();
+    let volumes: std::collections::HashSet<&str> =
+        records.iter().map(|r| r.volume.as_str()).collect();
+    let streaming = bytes as f64 / lib.bytes_per_sec as f64;
+    let per_mount = (lib.mount_micros + lib.unmount_micros) as f64 / 1e6;
+    streaming / (streaming + volumes.len() as f64 * per_mount)
 }

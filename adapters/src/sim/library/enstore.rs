@@ -415,13 +415,14 @@ impl Enstore {
             return;
         };
         let pos = position(&job.transfer);
-        let from = if mount { 0 } else { self.drives[d].head };
-        let distance = cfg
-            .locate_micros_per_unit
-            .saturating_mul(pos.abs_diff(from));
+        let head = if mount {
+            None
+        } else {
+            Some(self.drives[d].head)
+        };
         let times = DriveTimes {
             mounting: if mount { cfg.mount_micros } else { 0 },
-            locating: cfg.locate_fixed_micros.saturating_add(distance),
+            locating: locate_micros(cfg, head, pos),
             streaming: stream_micros(job.transfer.size_bytes, cfg.bytes_per_sec),
             ..DriveTimes::default()
         };
@@ -497,4 +498,22 @@ fn tag_of(vq: &VolQueue, aging: Option<Aging>, at: Micros) -> Option<Slot> {
     let (&(Reverse(pri), arrival), _) = vq.by_pri.iter().next()?;
     let gain = aging.map_or(0, |a| a.gain(at.saturating_sub(vq.created)));
     Some((Reverse(pri.saturating_add(gain)), arrival))
+}
+
+/// How long a drive positions to `pos` from the file it last read (`head`, `None` just after a
+/// mount, when the tape is at its beginning). Reading a file leaves the tape after that file's
+/// trailing file mark, so the next file on tape needs no motion: Enstore's `ftt_driver.py`,
+/// `FTTDriver.seek`, returns at once when the drive is already at the target file
+/// (`block == 0 and fil == target`) and otherwise skips file marks forward or back
+/// (`skip_fm`), which costs the fixed part plus the distance (counted from the file last read).
+fn locate_micros(cfg: &LibraryConfig, head: Option<u64>, pos: u64) -> Micros {
+    let from = match head {
+        Some(last) if last.checked_add(1) == Some(pos) => return 0,
+        Some(last) => last,
+        None => 0,
+    };
+    cfg.locate_fixed_micros.saturating_add(
+        cfg.locate_micros_per_unit
+            .saturating_mul(pos.abs_diff(from)),
+    )
 }

@@ -99,11 +99,12 @@ fn a_mounted_volume_is_served_before_a_higher_priority_elsewhere_only_under_enst
     let mut lib = Library::new(enstore(1));
     let mut ev = Vec::new();
     submit_all(&mut lib, &mut ev);
-    // a 100+11+1,000; c 11+1,000; the drive then waits out its delay (1,000) with b waiting,
-    // unmounts (50), mounts V2 (100), locates (11), streams (1,000).
+    // a 100+11+1,000; c is the next file on tape: no locate, 1,000; the drive then waits out
+    // its delay (1,000) with b waiting, unmounts (50), mounts V2 (100), locates (11), streams
+    // (1,000).
     assert_eq!(
         done(&ev),
-        pairs(&[("a", 1_111), ("c", 2_122), ("b", 4_283)])
+        pairs(&[("a", 1_111), ("c", 2_111), ("b", 4_272)])
     );
     assert_eq!(lib.stats().drives[0].idle_with_work, 1_000);
 
@@ -189,19 +190,20 @@ fn an_idle_drive_does_not_mount_a_volume_another_drive_holds() {
     let mut lib = Library::new(enstore(2));
     let mut ev = Vec::new();
     lib.submit(read("a", 1, "V1", 0), 0, &mut ev);
-    lib.submit(read("b", 1, "V1", 1), 0, &mut ev);
-    lib.advance(2_121, &mut ev);
+    // Position 2, not 1 (the next file needs no locate): b locates 10 + 2 from a's file.
+    lib.submit(read("b", 1, "V1", 2), 0, &mut ev);
+    lib.advance(2_122, &mut ev);
     assert_eq!(times(&ev, true), pairs(&[("a", 0), ("b", 1_110)]));
-    assert_eq!(done(&ev), pairs(&[("a", 1_110), ("b", 2_121)]));
+    assert_eq!(done(&ev), pairs(&[("a", 1_110), ("b", 2_122)]));
     let s = lib.stats();
     assert_eq!(s.mounts, 1);
     assert_eq!(s.drives[1].idle_with_work, 1_110);
-    assert_eq!(s.drives[1].idle_without_work, 1_011);
-    // Drive 0 dismounts at 3,121 and unmounts until 3,171: c, arriving meanwhile, waits.
+    assert_eq!(s.drives[1].idle_without_work, 1_012);
+    // Drive 0 dismounts at 3,122 and unmounts until 3,172: c, arriving meanwhile, waits.
     lib.submit(read("c", 1, "V1", 0), 3_130, &mut ev);
     assert_eq!(lib.running(), 0);
     lib.advance(10_000, &mut ev);
-    assert_eq!(times(&ev, true).last(), Some(&("c".to_string(), 3_171)));
+    assert_eq!(times(&ev, true).last(), Some(&("c".to_string(), 3_172)));
     assert_eq!(lib.mounts(), 2);
 }
 
@@ -362,4 +364,31 @@ fn a_transfer_position_is_optional_on_the_wire() -> Result<(), serde_json::Error
     let back: Transfer = serde_json::from_str(&serde_json::to_string(&with)?)?;
     assert_eq!(back.position, Some(42));
     Ok(())
+}
+
+/// ftt_driver.py `FTTDriver.seek`: reading a file leaves the tape at the next one, so a run of
+/// consecutive files streams without a locate; a gap costs the fixed part plus the distance,
+/// and so does the wrap back to a lower position.
+#[test]
+fn consecutive_files_need_no_locate_and_a_gap_or_a_wrap_does() {
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    for (key, pos) in [("f3", 3), ("f4", 4), ("f5", 5), ("f9", 9)] {
+        lib.submit(read(key, 1, "V1", pos), 0, &mut ev);
+    }
+    lib.submit(read("f1", 1, "V1", 1), 1_500, &mut ev);
+    lib.advance(20_000, &mut ev);
+    // f3: mount 100 + locate 10+3 + 1,000; f4, f5: 1,000 each; f9: 10+4 + 1,000; f1 (wraps
+    // back): 10+8 + 1,000.
+    assert_eq!(
+        done(&ev),
+        pairs(&[
+            ("f3", 1_113),
+            ("f4", 2_113),
+            ("f5", 3_113),
+            ("f9", 4_127),
+            ("f1", 5_145),
+        ])
+    );
+    assert_eq!(lib.stats().drives[0].locating, 13 + 14 + 18);
 }
