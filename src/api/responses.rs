@@ -132,6 +132,9 @@ pub struct RequestBody {
     /// volume's queued bytes and files, which eligibility rule it waits on, and its group's
     /// place in the order; `null` otherwise.
     pub volume_wait: Option<VolumeWaitBody>,
+    /// For a duplicate read (state `riding`, and after it settled): the request whose MSS
+    /// transfer it shares; it completes, fails or retries with that one. `null` otherwise.
+    pub rides_on: Option<i64>,
 }
 
 /// Where a request waiting in the `volumes` release mode stands (docs/volumes-live.md).
@@ -219,6 +222,7 @@ impl From<RequestRecord> for RequestBody {
             bfid: r.bfid,
             position: r.position,
             volume_wait: None,
+            rides_on: r.rides_on,
         }
     }
 }

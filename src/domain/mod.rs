@@ -161,18 +161,22 @@ pub enum RequestState {
     Submitted,
     /// The MSS is transferring it.
     Running,
+    /// Committed and charged, a read of a file another request (its carrier, `rides_on`) is
+    /// already transferring: it takes no MSS transfer and settles with its carrier.
+    Riding,
     Done,
     Failed,
     Cancelled,
 }
 
 impl RequestState {
-    pub const ALL: [RequestState; 8] = [
+    pub const ALL: [RequestState; 9] = [
         RequestState::Held,
         RequestState::Queued,
         RequestState::Accepted,
         RequestState::Submitted,
         RequestState::Running,
+        RequestState::Riding,
         RequestState::Done,
         RequestState::Failed,
         RequestState::Cancelled,
@@ -185,6 +189,7 @@ impl RequestState {
             RequestState::Accepted => "accepted",
             RequestState::Submitted => "submitted",
             RequestState::Running => "running",
+            RequestState::Riding => "riding",
             RequestState::Done => "done",
             RequestState::Failed => "failed",
             RequestState::Cancelled => "cancelled",

@@ -26,6 +26,8 @@ pub(super) struct NewRow<'a> {
     pub slots: u32,
     /// The stored explanation (JSON), when decided.
     pub explain: Option<&'a str>,
+    /// The request whose transfer it rides on (state `riding`).
+    pub rides_on: Option<i64>,
 }
 
 /// How a new request fills a column (`None`: the column's default; the writer sets it later).
@@ -90,6 +92,7 @@ const COLUMNS: &[(&str, Fill)] = &[
         "position",
         fill_null!(|r| r.item.extras.position.and_then(|p| i64::try_from(p).ok())),
     ),
+    ("rides_on", fill_null!(|r| r.rides_on)),
 ];
 
 /// The columns a record SELECT reads (`SELECT {record_columns()} FROM requests ...`).

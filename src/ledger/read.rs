@@ -98,6 +98,8 @@ pub struct RequestRecord {
     pub bfid: Option<String>,
     /// The file's position on its volume, if the request gave one.
     pub position: Option<u64>,
+    /// The request whose MSS transfer it rides on (a coalesced duplicate read).
+    pub rides_on: Option<i64>,
 }
 
 impl RequestRecord {
@@ -205,6 +207,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         local_file: row.get("local_file")?,
         bfid: row.get("bfid")?,
         position: stored_position(row.as_ref().column_index("position")?, row.get("position")?)?,
+        rides_on: row.get("rides_on")?,
     })
 }
 
@@ -324,7 +327,8 @@ pub(super) fn stale(
 pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
     let mut stmt = c.prepare_cached(&format!(
         "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE cancel_requested = 1 \
-         AND state IN ('submitted', 'running') ORDER BY id"
+         AND state IN ('submitted', 'running') AND NOT EXISTS (SELECT 1 FROM requests AS r \
+         WHERE r.rides_on = requests.id AND r.state = 'riding') ORDER BY id"
     ))?;
     let rows = stmt.query_map([], in_flight_row)?;
     rows.collect()

@@ -164,7 +164,7 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
 /// Append a step for a change; never edit a shipped one (databases already carry it).
-const STEPS: &[Step] = &[version_2, version_3];
+const STEPS: &[Step] = &[version_2, version_3, version_4];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
 fn version_2(conn: &Connection) -> rusqlite::Result<()> {
@@ -190,6 +190,18 @@ fn version_3(conn: &Connection) -> rusqlite::Result<()> {
              WHERE state = 'queued';
          CREATE INDEX requests_queued_group ON requests(library, group_path, id)
              WHERE state = 'queued';",
+    )
+}
+
+/// Version 4 (issue 16, duplicate reads coalesce): `rides_on`, the request whose MSS transfer
+/// a `riding` request waits on (NULL otherwise); the in-flight reads by file, where a new read
+/// of the same file finds its carrier; and the riders by carrier, for the carrier's settlement.
+fn version_4(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE requests ADD COLUMN rides_on INTEGER;
+         CREATE INDEX requests_carrier ON requests(file)
+             WHERE direction = 'read' AND state IN ('accepted', 'submitted', 'running');
+         CREATE INDEX requests_riding ON requests(rides_on) WHERE state = 'riding';",
     )
 }
 

@@ -7,6 +7,7 @@ mod bad_input;
 mod bench;
 mod browser;
 mod cli;
+mod coalesce;
 mod config_layers;
 mod crash;
 mod end_to_end;

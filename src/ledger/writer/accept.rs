@@ -27,6 +27,8 @@ struct Entry {
     charged_ms: Option<i64>,
     explain: Option<String>,
     held_reason: Option<String>,
+    /// The request whose transfer it rides on (state `riding`).
+    rides_on: Option<i64>,
 }
 
 impl Txn<'_, '_> {
@@ -52,6 +54,13 @@ impl Txn<'_, '_> {
         }
         let mut candidate = self.candidate(item);
         let entry = self.entry(item, &candidate);
+        let entry = match entry.state {
+            RequestState::Held => entry,
+            _ => match self.carrier_for(item)? {
+                Some(carrier) => self.riding(item, &candidate, carrier),
+                None => entry,
+            },
+        };
         let id = self.insert(item, &entry, candidate.slots)?;
         self.tx
             .prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
@@ -104,6 +113,7 @@ impl Txn<'_, '_> {
             charged_ms: None,
             explain: None,
             held_reason: self.hold_reason(item.group, item.benefit),
+            rides_on: None,
         };
         if provisional.held_reason.is_some() {
             return provisional;
@@ -127,6 +137,26 @@ impl Txn<'_, '_> {
             charged_ms: Some(self.now),
             explain: super::explain_text(&p),
             held_reason: None,
+            rides_on: None,
+        }
+    }
+
+    /// A duplicate read riding on `carrier`: decided and charged now, like a request released
+    /// with it (`super::coalesce`).
+    fn riding(&self, item: &NewRequest, candidate: &Candidate, carrier: i64) -> Entry {
+        let p = self.placement(candidate);
+        Entry {
+            decision: policy::Decision {
+                class: p.class,
+                mss_priority: p.mss_priority,
+            },
+            state: RequestState::Riding,
+            benefit: item.benefit,
+            bytes: item.size_bytes,
+            charged_ms: Some(self.now),
+            explain: super::explain_text(&p),
+            held_reason: None,
+            rides_on: Some(carrier),
         }
     }
 
@@ -145,6 +175,7 @@ impl Txn<'_, '_> {
             held_reason: e.held_reason.as_deref(),
             slots,
             explain: e.explain.as_deref(),
+            rides_on: e.rides_on,
         };
         (self.tx.prepare_cached(columns::insert_sql())?)
             .execute(rusqlite::params_from_iter(row.values()))?;
@@ -172,6 +203,10 @@ impl Txn<'_, '_> {
                 self.report.add(path, self.now, row);
                 let (volume, position) = (item.volume.as_deref(), item.extras.position);
                 self.enqueue(candidate, volume, position);
+            }
+            RequestState::Riding => {
+                self.report
+                    .add(path, self.now, row.decided(e.decision.class));
             }
             _ => self.report.add(path, self.now, row),
         }

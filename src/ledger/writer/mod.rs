@@ -10,6 +10,7 @@
 //! `load.rs` (start-up).
 
 mod accept;
+mod coalesce;
 mod idempotency;
 mod load;
 mod queued;

@@ -18,6 +18,7 @@ fn unfinished(in_flight: &str) -> String {
         "SELECT id, group_path, state FROM requests WHERE state = 'accepted' \
          UNION ALL SELECT id, group_path, state FROM requests WHERE state = 'held' \
          UNION ALL SELECT id, group_path, state FROM requests WHERE state = 'queued' \
+         UNION ALL SELECT id, group_path, state FROM requests WHERE state = 'riding' \
          UNION ALL SELECT id, group_path, state FROM requests \
              WHERE state IN ('submitted', 'running'){in_flight}"
     )

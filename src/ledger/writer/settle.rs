@@ -6,6 +6,7 @@ use mss_adapters::{EventCursor, EventKind, MssEvent};
 use rusqlite::{params, OptionalExtension};
 use tracing::warn;
 
+use super::coalesce::CarrierEnd;
 use super::state::{Charge, Txn};
 use crate::domain::{Class, RequestState};
 use crate::ledger::aggregates::HourRow;
@@ -35,6 +36,11 @@ pub(super) struct Charged {
 }
 
 impl Charged {
+    /// Whether it waits on another request's transfer (a coalesced duplicate).
+    pub(super) fn riding(&self) -> bool {
+        self.state == RequestState::Riding
+    }
+
     /// Whether it holds slots at the MSS (released and not finished).
     fn outstanding(&self) -> bool {
         matches!(
@@ -57,7 +63,7 @@ impl Txn<'_, '_> {
         self.queued_moved(key, Some(row.state), to);
     }
 
-    fn load_charged(&self, id: i64) -> rusqlite::Result<Option<Charged>> {
+    pub(super) fn load_charged(&self, id: i64) -> rusqlite::Result<Option<Charged>> {
         self.tx
             .prepare_cached(
                 "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
@@ -86,9 +92,18 @@ impl Txn<'_, '_> {
             .optional()
     }
 
+    /// A rider takes over its carrier's place: ready for the MSS as a request of its own.
+    pub(super) fn took_transfer(&mut self, row: &Charged) {
+        self.moved(row.class, Some(row.state), RequestState::Accepted);
+        self.tally(row, RequestState::Accepted);
+        self.occupy(&row.library, row.slots, true);
+        self.ready = true;
+    }
+
     /// Move a request to a terminal state and settle its charge: `actual` bytes replace the
-    /// estimate (done), or the charge is refunded (failed, cancelled).
-    fn finalize(
+    /// estimate (done), or the charge is refunded (failed, cancelled). A carrier's riders
+    /// follow it ([`super::coalesce`]).
+    pub(super) fn finalize(
         &mut self,
         id: i64,
         row: &Charged,
@@ -163,6 +178,9 @@ impl Txn<'_, '_> {
             ..Charge::default()
         };
         self.charge(&row.group, actual);
+        if row.outstanding() {
+            self.carrier_ended(id, CarrierEnd::of(state, actual_bytes, error))?;
+        }
         Ok(())
     }
 
@@ -242,12 +260,21 @@ impl Txn<'_, '_> {
         };
         if row.attempt != event.attempt
             || row.state.is_terminal()
-            || matches!(row.state, RequestState::Held | RequestState::Queued)
+            || matches!(
+                row.state,
+                RequestState::Held | RequestState::Queued | RequestState::Riding
+            )
         {
             return Ok(false);
         }
         match &event.kind {
             EventKind::Started => return self.started(id, &row),
+            // Its caller cancelled while riders waited on the transfer (so the MSS was not
+            // asked to cancel it): the riders take the result, the carrier is refunded.
+            EventKind::Done { bytes } if row.cancel_requested && self.has_riders(id)? => {
+                self.carrier_ended(id, CarrierEnd::Done(*bytes))?;
+                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+            }
             EventKind::Done { bytes } => {
                 self.finalize(id, &row, RequestState::Done, Some(*bytes), None)?;
             }
@@ -345,7 +372,10 @@ impl Txn<'_, '_> {
         };
         match row.state {
             s if s.is_terminal() => Ok(CancelOutcome::AlreadyFinal(s)),
-            RequestState::Accepted | RequestState::Held | RequestState::Queued => {
+            RequestState::Accepted
+            | RequestState::Held
+            | RequestState::Queued
+            | RequestState::Riding => {
                 self.finalize(id, &row, RequestState::Cancelled, None, None)?;
                 Ok(CancelOutcome::Cancelled)
             }

@@ -1,0 +1,208 @@
+//! Duplicate reads coalesce (`writer::coalesce`), through the writer and a real SQLite file:
+//! one transfer, every request settling with it, each charged to its own group.
+
+use super::*;
+
+/// A read of `file` by station `station` (request `crid`) for `group` of `mode`.
+fn read_of(f: &Fixture, crid: &str, mode: &str, group: &str, file: &str) -> NewRequest {
+    NewRequest {
+        station: format!("st-{crid}"),
+        file: file.into(),
+        ..f.request(crid, mode, group, 500)
+    }
+}
+
+async fn accept(l: &Ledger, item: NewRequest) -> Accepted {
+    let mut a = l.accept(vec![item]).await.expect("accepted");
+    a.pop().expect("one answer")
+}
+
+async fn submit(l: &Ledger, id: i64, attempt: u32) {
+    let item = SubmittedTransfer {
+        id,
+        attempt,
+        mss_id: format!("m{id}"),
+    };
+    l.submitted(vec![item]).await.expect("recorded");
+}
+
+async fn record(l: &Ledger, id: i64) -> RequestRecord {
+    l.request(id).await.expect("read").expect("stored")
+}
+
+async fn apply(l: &Ledger, id: i64, attempt: u32, seq: u64, kind: EventKind) {
+    let n = l
+        .apply_status_events(vec![event(id, attempt, seq, kind)])
+        .await
+        .expect("applied");
+    assert_eq!(n, 1, "the event changed request {id}");
+}
+
+/// Two stations read one file: the second rides on the first, is never submitted, and both
+/// are done with one transfer's bytes, each charged to its own group.
+#[tokio::test]
+async fn a_duplicate_read_rides_and_completes_with_its_carrier() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "analysis", "higgs", "/pnfs/same")).await;
+    let b = accept(&l, read_of(&f, "b", "mc", "x", "/pnfs/same")).await;
+    assert_eq!(a.state, RequestState::Accepted);
+    assert_eq!(b.state, RequestState::Riding);
+    assert_eq!(record(&l, b.id).await.rides_on, Some(a.id));
+    // Another file, or the same file to another local copy, does not ride.
+    let other = accept(&l, read_of(&f, "c", "mc", "x", "/pnfs/other")).await;
+    assert_eq!(other.state, RequestState::Accepted);
+    let mut elsewhere = read_of(&f, "d", "mc", "x", "/pnfs/same");
+    elsewhere.extras.local_file = Some("/data/d".into());
+    assert_eq!(accept(&l, elsewhere).await.state, RequestState::Accepted);
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "mc").1, 3, "b counts as pending");
+
+    submit(&l, a.id, 1).await;
+    let in_flight: Vec<i64> = l.in_flight().await.unwrap().iter().map(|i| i.id).collect();
+    assert_eq!(in_flight, [a.id], "only the carrier is at the MSS");
+    apply(&l, a.id, 1, 1, EventKind::Done { bytes: 700 }).await;
+    for id in [a.id, b.id] {
+        let r = record(&l, id).await;
+        assert_eq!((r.state, r.bytes_done), (RequestState::Done, 700), "{id}");
+    }
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "analysis/higgs"), (700, 0));
+    assert_eq!(usage_of(&groups, "mc"), (700 + 500 + 500, 2));
+    drop(l);
+    close(opened);
+}
+
+/// The carrier fails for good: its riders fail with its error and are refunded; a retryable
+/// failure keeps them riding until the next attempt ends.
+#[tokio::test]
+async fn riders_fail_with_their_carrier_and_wait_through_its_retries() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/one")).await;
+    let b = accept(&l, read_of(&f, "b", "analysis", "top", "/pnfs/one")).await;
+    submit(&l, a.id, 1).await;
+    let drive = EventKind::Failed {
+        reason: "drive".into(),
+        retryable: true,
+    };
+    apply(&l, a.id, 1, 1, drive).await;
+    assert_eq!(record(&l, a.id).await.state, RequestState::Accepted);
+    assert_eq!(record(&l, b.id).await.state, RequestState::Riding);
+    submit(&l, a.id, 2).await;
+    let gone = EventKind::Failed {
+        reason: "no such file".into(),
+        retryable: false,
+    };
+    apply(&l, a.id, 2, 2, gone).await;
+    let rb = record(&l, b.id).await;
+    assert_eq!(rb.state, RequestState::Failed);
+    let error = rb.last_error.expect("an error");
+    assert!(error.contains("no such file") && error.contains(&a.id.to_string()));
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "analysis/top"), (0, 0), "refunded");
+    assert_eq!(usage_of(&groups, "mc"), (0, 0));
+    drop(l);
+    close(opened);
+}
+
+/// Cancelling a rider leaves its carrier; cancelling a carrier not yet at the MSS hands the
+/// transfer to its oldest rider, on which the others then ride.
+#[tokio::test]
+async fn cancelling_one_of_two_leaves_the_other() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/two")).await;
+    let b = accept(&l, read_of(&f, "b", "mc", "x", "/pnfs/two")).await;
+    let c = accept(&l, read_of(&f, "c", "analysis", "top", "/pnfs/two")).await;
+    let d = accept(&l, read_of(&f, "d", "analysis", "top", "/pnfs/two")).await;
+    assert_eq!(l.cancel(d.id).await.unwrap(), CancelOutcome::Cancelled);
+    assert_eq!(record(&l, a.id).await.state, RequestState::Accepted);
+    assert_eq!(l.cancel(a.id).await.unwrap(), CancelOutcome::Cancelled);
+    let (rb, rc) = (record(&l, b.id).await, record(&l, c.id).await);
+    assert_eq!((rb.state, rb.rides_on), (RequestState::Accepted, None));
+    assert_eq!((rc.state, rc.rides_on), (RequestState::Riding, Some(b.id)));
+    assert_eq!(record(&l, d.id).await.state, RequestState::Cancelled);
+    submit(&l, b.id, 1).await;
+    apply(&l, b.id, 1, 1, EventKind::Done { bytes: 500 }).await;
+    assert_eq!(record(&l, c.id).await.state, RequestState::Done);
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "mc"), (500, 0), "a refunded, b charged");
+    assert_eq!(usage_of(&groups, "analysis/top"), (500, 0), "d refunded");
+    drop(l);
+    close(opened);
+}
+
+/// The carrier's caller cancels while the MSS has it and a rider waits: the MSS is not asked
+/// to cancel; when the transfer ends the rider is done and the carrier cancelled and refunded.
+/// The rider survives a restart in between.
+#[tokio::test]
+async fn a_carrier_cancelled_at_the_mss_keeps_the_transfer_for_its_rider_across_a_restart() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/three")).await;
+    submit(&l, a.id, 1).await;
+    let b = accept(&l, read_of(&f, "b", "analysis", "top", "/pnfs/three")).await;
+    assert_eq!(
+        b.state,
+        RequestState::Riding,
+        "rides on a submitted carrier"
+    );
+    assert!(matches!(
+        l.cancel(a.id).await.unwrap(),
+        CancelOutcome::Requested(_)
+    ));
+    assert!(
+        l.cancelling().await.unwrap().is_empty(),
+        "not while b rides"
+    );
+    drop(l);
+    close(opened);
+
+    let opened = f.open();
+    let l = opened.0.clone();
+    assert_eq!(record(&l, b.id).await.state, RequestState::Riding);
+    assert!(l.cancelling().await.unwrap().is_empty());
+    apply(&l, a.id, 1, 1, EventKind::Done { bytes: 500 }).await;
+    assert_eq!(record(&l, a.id).await.state, RequestState::Cancelled);
+    let rb = record(&l, b.id).await;
+    assert_eq!((rb.state, rb.bytes_done), (RequestState::Done, 500));
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "mc"), (0, 0));
+    assert_eq!(usage_of(&groups, "analysis/top"), (500, 0));
+    // Without a rider, a cancel at the MSS goes to the MSS as before.
+    let e = accept(&l, read_of(&f, "e", "mc", "x", "/pnfs/four")).await;
+    submit(&l, e.id, 1).await;
+    let g = accept(&l, read_of(&f, "g", "mc", "x", "/pnfs/four")).await;
+    l.cancel(e.id).await.unwrap();
+    assert!(l.cancelling().await.unwrap().is_empty());
+    assert_eq!(l.cancel(g.id).await.unwrap(), CancelOutcome::Cancelled);
+    let ids: Vec<i64> = l.cancelling().await.unwrap().iter().map(|i| i.id).collect();
+    assert_eq!(
+        ids,
+        [e.id],
+        "its last rider gone, the carrier's cancel goes out"
+    );
+    drop(l);
+    close(opened);
+}
+
+/// A priority-class read does not ride on a fair-share carrier (it would wait at a lower
+/// class); a held request is not a carrier.
+#[tokio::test]
+async fn a_priority_read_does_not_ride_on_a_fair_share_carrier() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/five")).await;
+    let p = accept(&l, read_of(&f, "p", "datataking", "raw", "/pnfs/five")).await;
+    assert_eq!(p.state, RequestState::Accepted);
+    let q = accept(&l, read_of(&f, "q", "mc", "x", "/pnfs/five")).await;
+    assert_eq!(q.state, RequestState::Riding);
+    drop(l);
+    close(opened);
+}

@@ -1,0 +1,133 @@
+//! Duplicate reads coalesce, through the real `serve` process and the real simulator: two
+//! stations reading one file cost the MSS one transfer, both requests finish with it, each
+//! charged to its own group; a SIGKILL while one rides on the other loses neither.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{
+    assert_each_attempt_once, open_db, request, test_config, wait_final, ServeProcess, SimProcess,
+};
+
+/// 100 GB: 5 s of mount and 200 s of streaming at the simulator's 500 MB/s, about 2 s at a
+/// time scale of 100, so the duplicate arrives while the first is in flight.
+const SIZE: u64 = 100_000_000_000;
+
+/// A read of the shared file by `station` for `mode`/`group`.
+fn read_of(crid: &str, station: &str, mode: &str, group: &str) -> Value {
+    let mut body = request(crid, mode, group, SIZE);
+    body["station"] = station.into();
+    body["file"] = "/pnfs/test/shared.dat".into();
+    body
+}
+
+async fn post(client: &reqwest::Client, base: &str, body: &Value) -> Value {
+    let resp = client
+        .post(format!("{base}/v1/requests"))
+        .json(body)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status().as_u16(), 202);
+    resp.json().await.expect("json")
+}
+
+/// Both requests, once final, with the simulator's record of what it was sent.
+async fn settle(client: &reqwest::Client, base: &str, ids: &[i64]) -> Vec<Value> {
+    wait_final(client, base, ids, Duration::from_secs(60)).await
+}
+
+fn charged(db: &std::path::Path, id: i64) -> (String, i64, String) {
+    open_db(db)
+        .query_row(
+            "SELECT group_path, charged_bytes, state FROM requests WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_coalesced_pair_finishes_with_one_mss_transfer_and_two_charges() {
+    let sim = SimProcess::start_with(2, 100.0);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
+    let db = dir.path().join("broker.db");
+    let broker = ServeProcess::start(&config, &db);
+    let client = reqwest::Client::new();
+    let a = post(
+        &client,
+        &broker.base,
+        &read_of("a", "st-a", "analysis", "higgs"),
+    )
+    .await;
+    let b = post(&client, &broker.base, &read_of("b", "st-b", "mc", "x")).await;
+    let (ia, ib) = (a["id"].as_i64().unwrap(), b["id"].as_i64().unwrap());
+    assert_eq!(b["state"], "riding", "{b}");
+    let (_, rb) = {
+        let resp = client
+            .get(format!("{}/v1/requests/{ib}", broker.base))
+            .send()
+            .await
+            .unwrap();
+        (resp.status(), resp.json::<Value>().await.unwrap())
+    };
+    assert_eq!(rb["rides_on"], ia, "{rb}");
+
+    let done = settle(&client, &broker.base, &[ia, ib]).await;
+    for r in &done {
+        assert_eq!(r["state"], "done", "{r}");
+        assert_eq!(r["bytes_done"], SIZE, "{r}");
+    }
+    let received = sim.received().await;
+    let keys: Vec<&str> = received.received.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys, [ia.to_string()], "one transfer, the carrier's");
+    assert_each_attempt_once(&received);
+    assert_eq!(
+        charged(&db, ia),
+        ("analysis/higgs".into(), SIZE as i64, "done".into())
+    );
+    assert_eq!(charged(&db, ib), ("mc".into(), SIZE as i64, "done".into()));
+}
+
+#[tokio::test]
+async fn a_sigkill_while_a_request_rides_loses_neither() {
+    let sim = SimProcess::start_with(2, 100.0);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
+    let db = dir.path().join("broker.db");
+    let client = reqwest::Client::new();
+    let mut broker = ServeProcess::start(&config, &db);
+    let a = post(
+        &client,
+        &broker.base,
+        &read_of("a", "st-a", "analysis", "top"),
+    )
+    .await;
+    let b = post(&client, &broker.base, &read_of("b", "st-b", "mc", "x")).await;
+    let (ia, ib) = (a["id"].as_i64().unwrap(), b["id"].as_i64().unwrap());
+    assert_eq!(b["state"], "riding", "{b}");
+    broker.kill();
+    assert_eq!(charged(&db, ib).2, "riding", "committed before the kill");
+
+    let broker = ServeProcess::start(&config, &db);
+    // The replay of b after the restart is the same request, still riding or done.
+    let again = post(&client, &broker.base, &read_of("b", "st-b", "mc", "x")).await;
+    assert_eq!(again["id"], ib, "{again}");
+    let done = settle(&client, &broker.base, &[ia, ib]).await;
+    assert!(done.iter().all(|r| r["state"] == "done"), "{done:?}");
+    let received = sim.received().await;
+    assert_each_attempt_once(&received);
+    let transfers = received
+        .received
+        .iter()
+        .filter(|t| t.key == ia.to_string())
+        .count();
+    assert_eq!(transfers, 1, "{received:?}");
+    assert!(received.received.iter().all(|t| t.key != ib.to_string()));
+    assert_eq!(charged(&db, ia).1, SIZE as i64);
+    assert_eq!(charged(&db, ib).1, SIZE as i64);
+}
