@@ -194,13 +194,11 @@ fn version_3(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Version 4 (issue 16, duplicate reads coalesce): `rides_on`, the request whose MSS transfer
-/// a `riding` request waits on (NULL otherwise); the in-flight reads by file, where a new read
-/// of the same file finds its carrier; and the riders by carrier, for the carrier's settlement.
+/// a `riding` request waits on (NULL otherwise), and the riders by carrier, for the carrier's
+/// settlement. (A new read finds its carrier in the writer's memory, `coalesce::Carriers`.)
 fn version_4(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
         "ALTER TABLE requests ADD COLUMN rides_on INTEGER;
-         CREATE INDEX requests_carrier ON requests(file)
-             WHERE direction = 'read' AND state IN ('accepted', 'submitted', 'running');
          CREATE INDEX requests_riding ON requests(rides_on) WHERE state = 'riding';",
     )
 }

@@ -66,6 +66,9 @@ impl Txn<'_, '_> {
             .prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
             .execute(params![id, fp as i64])?;
         self.st.remember(fp, id);
+        if entry.state == RequestState::Accepted {
+            self.offer_new(item, id);
+        }
         candidate.id = id;
         self.record_accepted(&entry, candidate, item);
         let path = self.policy.group(item.group).path.as_str();

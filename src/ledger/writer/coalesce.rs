@@ -20,15 +20,79 @@
 //! a carrier (it has no transfer yet), and a priority-class read rides only on a
 //! priority-class carrier, so a duplicate never waits behind a lower class. Everything is in
 //! the rows, so a restart needs no state of its own.
+//!
+//! The writer finds a carrier through [`Carriers`], a map in memory rather than an index on
+//! the file name: an index kept for every read while it is in flight doubled the writer's
+//! cost per request (docs/coalescing.md has the figures).
 
-use rusqlite::{params, OptionalExtension};
+use std::collections::HashMap;
 
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::idempotency::fingerprint;
 use super::state::Txn;
 use crate::domain::{Class, RequestState};
 use crate::ledger::read::parse_class;
 use crate::ledger::NewRequest;
 use crate::policy::order::is_fair;
 use mss_adapters::Direction;
+
+/// Which read may carry each file: the fingerprint of the file and its local copy to the
+/// oldest read of it offered since it was decided. A hint, confirmed against the row before a
+/// request rides, so a stale entry (after a rollback, or a fingerprint collision) costs a
+/// ride, never a wrong one; an entry leaves when its read settles.
+#[derive(Debug, Default)]
+pub(super) struct Carriers(HashMap<u64, i64>);
+
+impl Carriers {
+    /// The map's key for a read of `file` to `local_file`.
+    pub fn key(file: &str, local_file: Option<&str>) -> u64 {
+        match local_file {
+            Some(local) => fingerprint(file, local),
+            None => !fingerprint(file, ""),
+        }
+    }
+
+    /// `id`, a read of `key` just decided, carries it unless an older one does.
+    pub fn offer(&mut self, key: u64, id: i64) {
+        self.0.entry(key).or_insert(id);
+    }
+
+    /// `id` no longer carries `key`.
+    pub fn forget(&mut self, key: u64, id: i64) {
+        if self.0.get(&key) == Some(&id) {
+            self.0.remove(&key);
+        }
+    }
+
+    pub fn get(&self, key: u64) -> Option<i64> {
+        self.0.get(&key).copied()
+    }
+
+    /// The reads in flight, from the rows (at start and at reload).
+    pub fn load(conn: &Connection) -> rusqlite::Result<Carriers> {
+        let mut stmt = conn.prepare(
+            "SELECT id, file, local_file FROM requests WHERE state = 'accepted' \
+             AND direction = 'read' UNION ALL SELECT id, file, local_file FROM requests \
+             WHERE state IN ('submitted', 'running') AND direction = 'read' ORDER BY id",
+        )?;
+        let mut rows = stmt.query([])?;
+        let mut carriers = Carriers::default();
+        while let Some(r) = rows.next()? {
+            let (file, local): (String, Option<String>) = (r.get(1)?, r.get(2)?);
+            carriers.offer(Carriers::key(&file, local.as_deref()), r.get(0)?);
+        }
+        Ok(carriers)
+    }
+}
+
+impl super::state::WriterState {
+    /// The reads in flight, as loaded.
+    pub fn with_carriers(mut self, carriers: Carriers) -> Self {
+        self.carriers = carriers;
+        self
+    }
+}
 
 /// How a carrier's attempt ended, for its riders.
 pub(super) enum CarrierEnd<'e> {
@@ -51,26 +115,36 @@ impl<'e> CarrierEnd<'e> {
 
 impl Txn<'_, '_> {
     /// The request a new read of `item` rides on, if any.
-    pub(super) fn carrier_for(&self, item: &NewRequest) -> rusqlite::Result<Option<i64>> {
-        if item.direction != Direction::Read {
-            return Ok(None);
-        }
-        let found: Option<(i64, String)> = self
-            .tx
-            .prepare_cached(
-                "SELECT id, class FROM requests WHERE file = ?1 AND direction = 'read' \
-                 AND state IN ('accepted', 'submitted', 'running') AND cancel_requested = 0 \
-                 AND local_file IS ?2 ORDER BY id LIMIT 1",
-            )?
-            .query_row(params![item.file, item.extras.local_file], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?;
-        let Some((id, class)) = found else {
+    pub(super) fn carrier_for(&mut self, item: &NewRequest) -> rusqlite::Result<Option<i64>> {
+        let Some(key) = carrier_key(item) else {
             return Ok(None);
         };
-        let priority = parse_class(1, &class)? == Class::Priority;
+        let Some(id) = self.st.carriers.get(key) else {
+            return Ok(None);
+        };
+        let class: Option<String> = self
+            .tx
+            .prepare_cached(
+                "SELECT class FROM requests WHERE id = ?1 AND file = ?2 AND local_file IS ?3 \
+                 AND direction = 'read' AND state IN ('accepted', 'submitted', 'running') \
+                 AND cancel_requested = 0",
+            )?
+            .query_row(params![id, item.file, item.extras.local_file], |r| r.get(0))
+            .optional()?;
+        let Some(class) = class else {
+            // Stale (settled in a rolled-back transaction, or another file's fingerprint).
+            self.st.carriers.forget(key, id);
+            return Ok(None);
+        };
+        let priority = parse_class(0, &class)? == Class::Priority;
         Ok((priority || is_fair(self.policy, item.group)).then_some(id))
+    }
+
+    /// `id`, a new request just decided, may carry its file.
+    pub(super) fn offer_new(&mut self, item: &NewRequest, id: i64) {
+        if let Some(key) = carrier_key(item) {
+            self.st.carriers.offer(key, id);
+        }
     }
 
     /// The riders waiting on `carrier`, oldest first.
@@ -85,6 +159,20 @@ impl Txn<'_, '_> {
     /// Whether any request rides on `carrier`.
     pub(super) fn has_riders(&self, carrier: i64) -> rusqlite::Result<bool> {
         Ok(!self.riders(carrier)?.is_empty())
+    }
+
+    /// `carrier` (a read when it has a `key`) settled: it carries its file no longer, and its
+    /// riders follow.
+    pub(super) fn carrier_left(
+        &mut self,
+        carrier: i64,
+        key: Option<u64>,
+        end: CarrierEnd,
+    ) -> rusqlite::Result<()> {
+        if let Some(key) = key {
+            self.st.carriers.forget(key, carrier);
+        }
+        self.carrier_ended(carrier, end)
     }
 
     /// `carrier`'s attempt ended: its riders follow (see the module's rules).
@@ -129,13 +217,16 @@ impl Txn<'_, '_> {
         let Some(row) = self.load_charged(first)? else {
             return Ok(());
         };
-        self.tx
+        let (file, local): (String, Option<String>) = self
+            .tx
             .prepare_cached(
                 "UPDATE requests SET state = 'accepted', rides_on = NULL, \
-                 next_attempt_ms = ?2 WHERE id = ?1",
+                 next_attempt_ms = ?2 WHERE id = ?1 RETURNING file, local_file",
             )?
-            .execute(params![first, self.now])?;
+            .query_row(params![first, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?;
         self.took_transfer(&row);
+        let key = Carriers::key(&file, local.as_deref());
+        self.st.carriers.offer(key, first);
         let mut stmt = self
             .tx
             .prepare_cached("UPDATE requests SET rides_on = ?1 WHERE id = ?2")?;
@@ -144,4 +235,10 @@ impl Txn<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// The carrier map's key for `item`, if it is a read.
+fn carrier_key(item: &NewRequest) -> Option<u64> {
+    (item.direction == Direction::Read)
+        .then(|| Carriers::key(&item.file, item.extras.local_file.as_deref()))
 }

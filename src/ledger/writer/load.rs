@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
 use super::queued::QueuedBytes;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
@@ -144,7 +145,8 @@ fn load_state(
     Ok(
         WriterState::new(usage, held, priority_waiting, order, idempotency)
             .with_volumes(&policy.order.release.volumes, volumes, release_seq)
-            .with_queued(queued),
+            .with_queued(queued)
+            .with_carriers(Carriers::load(conn)?),
     )
 }
 

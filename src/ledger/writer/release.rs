@@ -5,6 +5,7 @@
 use rusqlite::params;
 use tracing::warn;
 
+use super::coalesce::Carriers;
 use super::state::{Charge, Txn};
 use super::volumes::{read_place, PLACE_COLUMNS};
 use crate::domain::{GroupId, PolicySettings};
@@ -139,21 +140,30 @@ impl Txn<'_, '_> {
         c: &Candidate,
         p: &Placement,
     ) -> rusqlite::Result<()> {
-        self.tx
+        let read: Option<(String, Option<String>)> = self
+            .tx
             .prepare_cached(
                 "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
                  charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
-                 released_ms = ?6, explain = ?7 WHERE id = ?1",
+                 released_ms = ?6, explain = ?7 WHERE id = ?1 \
+                 RETURNING direction = 'read', file, local_file",
             )?
-            .execute(params![
-                c.id,
-                p.class.as_str(),
-                p.mss_priority,
-                c.benefit as i64,
-                c.size_bytes as i64,
-                self.now,
-                super::explain_text(p),
-            ])?;
+            .query_row(
+                params![
+                    c.id,
+                    p.class.as_str(),
+                    p.mss_priority,
+                    c.benefit as i64,
+                    c.size_bytes as i64,
+                    self.now,
+                    super::explain_text(p),
+                ],
+                |r| Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?))),
+            )?;
+        if let Some((file, local)) = read {
+            let key = Carriers::key(&file, local.as_deref());
+            self.st.carriers.offer(key, c.id);
+        }
         let path = self.policy.group(c.group).path.to_string();
         let charge = Charge {
             usage: i128::from(c.benefit),

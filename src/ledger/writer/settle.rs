@@ -6,7 +6,7 @@ use mss_adapters::{EventCursor, EventKind, MssEvent};
 use rusqlite::{params, OptionalExtension};
 use tracing::warn;
 
-use super::coalesce::CarrierEnd;
+use super::coalesce::{CarrierEnd, Carriers};
 use super::state::{Charge, Txn};
 use crate::domain::{Class, RequestState};
 use crate::ledger::aggregates::HourRow;
@@ -33,6 +33,8 @@ pub(super) struct Charged {
     /// What the queued-bytes tallies count it by.
     user: String,
     size_bytes: u64,
+    /// Its key in the carrier map, if it is a read (`coalesce::Carriers`).
+    carrier_key: Option<u64>,
 }
 
 impl Charged {
@@ -68,7 +70,8 @@ impl Txn<'_, '_> {
             .prepare_cached(
                 "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
                  COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
-                 slots, cancel_requested, user_name, size_bytes FROM requests WHERE id = ?1",
+                 slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
+                 local_file FROM requests WHERE id = ?1",
             )?
             .query_row([id], |r| {
                 Ok(Charged {
@@ -87,6 +90,14 @@ impl Txn<'_, '_> {
                     cancel_requested: r.get::<_, i64>(12)? != 0,
                     user: r.get(13)?,
                     size_bytes: r.get::<_, i64>(14)?.max(0) as u64,
+                    carrier_key: (r.get::<_, bool>(15)?)
+                        .then(|| {
+                            Ok::<_, rusqlite::Error>(Carriers::key(
+                                &r.get::<_, String>(16)?,
+                                r.get::<_, Option<String>>(17)?.as_deref(),
+                            ))
+                        })
+                        .transpose()?,
                 })
             })
             .optional()
@@ -156,6 +167,8 @@ impl Txn<'_, '_> {
             if self.policy.order.volumes() {
                 self.st.volume_request_finished(self.policy, id, self.now);
             }
+            let end = CarrierEnd::of(state, actual_bytes, error);
+            self.carrier_left(id, row.carrier_key, end)?;
         }
         if row.state == RequestState::Queued {
             self.st.dequeue(id);
@@ -178,9 +191,6 @@ impl Txn<'_, '_> {
             ..Charge::default()
         };
         self.charge(&row.group, actual);
-        if row.outstanding() {
-            self.carrier_ended(id, CarrierEnd::of(state, actual_bytes, error))?;
-        }
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use rusqlite::{params, Transaction};
 
+use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
 use super::queued::QueuedBytes;
 use crate::domain::{Class, RequestState};
@@ -47,6 +48,8 @@ pub(super) struct WriterState {
     pub volumes_due: Option<i64>,
     /// Bytes not yet at the MSS per group and user, for the queued-bytes caps.
     pub queued: QueuedBytes,
+    /// Which read may carry each file (a hint, not journalled: `coalesce::Carriers`).
+    pub carriers: Carriers,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
 }
@@ -98,6 +101,7 @@ impl WriterState {
             volume_settings: VolumeSettings::default(),
             volumes_due: None,
             queued: QueuedBytes::default(),
+            carriers: Carriers::default(),
             checkpoint: None,
         }
     }
