@@ -33,7 +33,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use super::{finish, stream_micros, Aging, DriveTimes, Job, LibraryConfig, LibraryEvent};
-use super::{FastMap, LibraryStats, Micros, Phase};
+use super::{FastMap, Jobs, LibraryStats, Micros, Phase};
 use crate::protocol::{EventKind, Transfer};
 
 /// How often all volumes' aged priorities are recomputed (Enstore's `aging_quantum`, 60 s).
@@ -243,7 +243,7 @@ impl Enstore {
     pub(super) fn advance(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut FastMap<String, Job>,
+        jobs: &mut Jobs,
         now: Micros,
         out: &mut Vec<LibraryEvent>,
     ) {
@@ -296,7 +296,7 @@ impl Enstore {
     fn fire(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut FastMap<String, Job>,
+        jobs: &mut Jobs,
         d: usize,
         at: Micros,
         out: &mut Vec<LibraryEvent>,
@@ -335,7 +335,7 @@ impl Enstore {
     fn dispatch(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut FastMap<String, Job>,
+        jobs: &mut Jobs,
         at: Micros,
         out: &mut Vec<LibraryEvent>,
     ) {
@@ -406,7 +406,7 @@ impl Enstore {
     fn start(
         &mut self,
         cfg: &LibraryConfig,
-        jobs: &mut FastMap<String, Job>,
+        jobs: &mut Jobs,
         (d, volume, key, mount): (usize, String, String, bool),
         at: Micros,
         out: &mut Vec<LibraryEvent>,
