@@ -206,3 +206,55 @@ async fn a_priority_read_does_not_ride_on_a_fair_share_carrier() {
     drop(l);
     close(opened);
 }
+
+/// Held release mode, one slot: a duplicate of a request still queued in the broker rides on
+/// it uncharged; cancelling the queued carrier puts the rider in its place in the queue; when
+/// that one is released, its own rider is charged with it, and both finish with one transfer.
+#[tokio::test]
+async fn a_duplicate_of_a_queued_request_rides_and_is_charged_at_its_release() {
+    let f = Fixture::with_config(&format!("{CONFIG}[release]\nmode = \"held\"\nlimit = 1\n"));
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/first")).await;
+    assert_eq!(
+        record(&l, a.id).await.state,
+        RequestState::Accepted,
+        "released"
+    );
+    let q = accept(&l, read_of(&f, "q", "mc", "x", "/pnfs/six")).await;
+    assert_eq!(q.state, RequestState::Queued);
+    let r = accept(&l, read_of(&f, "r", "analysis", "top", "/pnfs/six")).await;
+    assert_eq!(r.state, RequestState::Riding);
+    assert_eq!(
+        record(&l, r.id).await.charged,
+        0,
+        "charged when its carrier is"
+    );
+    assert_eq!(l.cancel(q.id).await.unwrap(), CancelOutcome::Cancelled);
+    let rr = record(&l, r.id).await;
+    assert_eq!((rr.state, rr.rides_on), (RequestState::Queued, None));
+    let s = accept(&l, read_of(&f, "s", "mc", "x", "/pnfs/six")).await;
+    assert_eq!(s.state, RequestState::Riding);
+    assert_eq!(record(&l, s.id).await.rides_on, Some(r.id));
+
+    // a finishes: its slot goes to r, which is decided and charged, and s with it.
+    submit(&l, a.id, 1).await;
+    apply(&l, a.id, 1, 1, EventKind::Done { bytes: 500 }).await;
+    assert_eq!(record(&l, r.id).await.state, RequestState::Accepted);
+    assert_eq!(record(&l, s.id).await.charged, 500);
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "analysis/top"), (500, 1));
+    assert_eq!(
+        usage_of(&groups, "mc"),
+        (500 + 500, 1),
+        "a done, s charged, q refunded"
+    );
+    submit(&l, r.id, 1).await;
+    apply(&l, r.id, 1, 2, EventKind::Done { bytes: 500 }).await;
+    assert_eq!(record(&l, s.id).await.state, RequestState::Done);
+    let groups = l.groups().await.unwrap();
+    assert_eq!(usage_of(&groups, "analysis/top"), (500, 0));
+    assert_eq!(usage_of(&groups, "mc"), (1_000, 0));
+    drop(l);
+    close(opened);
+}

@@ -66,7 +66,7 @@ impl Txn<'_, '_> {
             .prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
             .execute(params![id, fp as i64])?;
         self.st.remember(fp, id);
-        if entry.state == RequestState::Accepted {
+        if matches!(entry.state, RequestState::Accepted | RequestState::Queued) {
             self.offer_new(item, id);
         }
         candidate.id = id;
@@ -144,19 +144,26 @@ impl Txn<'_, '_> {
         }
     }
 
-    /// A duplicate read riding on `carrier`: decided and charged now, like a request released
-    /// with it (`super::coalesce`).
-    fn riding(&self, item: &NewRequest, candidate: &Candidate, carrier: i64) -> Entry {
+    /// A duplicate read riding on `carrier`: decided now, and charged now, like a request
+    /// released with it, if the carrier is decided; else charged when the carrier is released
+    /// (`super::coalesce`).
+    fn riding(&self, item: &NewRequest, candidate: &Candidate, carrier: (i64, bool)) -> Entry {
+        let (carrier, decided) = carrier;
         let p = self.placement(candidate);
+        let (benefit, bytes) = if decided {
+            (item.benefit, item.size_bytes)
+        } else {
+            (0, 0)
+        };
         Entry {
             decision: policy::Decision {
                 class: p.class,
                 mss_priority: p.mss_priority,
             },
             state: RequestState::Riding,
-            benefit: item.benefit,
-            bytes: item.size_bytes,
-            charged_ms: Some(self.now),
+            benefit,
+            bytes,
+            charged_ms: decided.then_some(self.now),
             explain: super::explain_text(&p),
             held_reason: None,
             rides_on: Some(carrier),

@@ -1,23 +1,25 @@
 //! Duplicate reads coalesce (issue 16): a read of a file that another read is already
-//! transferring, or about to (its *carrier*: `accepted`, `submitted` or `running`), does not
-//! get a transfer of its own. It is recorded `riding` with `rides_on` naming the carrier,
-//! charged to its own group at once (it costs the library nothing more, like a request riding
-//! on a mounted volume), and settles with the carrier in the same transaction:
+//! transferring, about to, or waiting in the broker's queue to (its *carrier*: `queued`,
+//! `accepted`, `submitted` or `running`), does not get a transfer of its own. It is recorded
+//! `riding` with `rides_on` naming the carrier and charged to its own group when the carrier
+//! is (at once if the carrier is decided, else when the carrier is released: it costs the
+//! library nothing more, like a request riding on a mounted volume). It settles with the
+//! carrier in the same transaction:
 //!
 //! - the carrier is done: every rider is done with the carrier's bytes, each charged to its
 //!   own group;
 //! - the carrier failed for good (or the MSS refused it): every rider fails with its error;
 //! - the carrier retries (a retryable failure, a lost attempt): the riders wait on;
-//! - the carrier is cancelled: its oldest rider takes its place as a request of its own
-//!   (`accepted`, a new transfer) and the other riders ride on that one;
+//! - the carrier is cancelled: its oldest rider takes its place as a request of its own (a new
+//!   transfer, or its place in the broker's queue) and the other riders ride on that one;
 //! - a rider is cancelled: it alone is, and refunded;
 //! - the carrier's caller cancels while the MSS has it: the transfer is not cancelled while
 //!   riders wait on it (`read::cancelling` skips it); when it ends the riders take its outcome
 //!   and the carrier is cancelled and refunded.
 //!
 //! A carrier matches on the same file and the same station-side copy (`local_file`, NULL
-//! equal to NULL: encp writes one destination per transfer). A held or queued request is not
-//! a carrier (it has no transfer yet), and a priority-class read rides only on a
+//! equal to NULL: encp writes one destination per transfer). A request held by a feasibility
+//! cap is not a carrier (it may wait indefinitely), and a priority-class read rides only on a
 //! priority-class carrier, so a duplicate never waits behind a lower class. Everything is in
 //! the rows, so a restart needs no state of its own.
 //!
@@ -30,7 +32,9 @@ use std::collections::HashMap;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::idempotency::fingerprint;
-use super::state::Txn;
+use super::release::{read_candidate, CANDIDATE_COLUMNS};
+use super::state::{Charge, Txn};
+use super::volumes::{read_place, PLACE_COLUMNS};
 use crate::domain::{Class, RequestState};
 use crate::ledger::read::parse_class;
 use crate::ledger::NewRequest;
@@ -114,33 +118,40 @@ impl<'e> CarrierEnd<'e> {
 }
 
 impl Txn<'_, '_> {
-    /// The request a new read of `item` rides on, if any.
-    pub(super) fn carrier_for(&mut self, item: &NewRequest) -> rusqlite::Result<Option<i64>> {
+    /// The request a new read of `item` rides on, if any, and whether that one is decided
+    /// (released to the MSS side) or still queued in the broker.
+    pub(super) fn carrier_for(
+        &mut self,
+        item: &NewRequest,
+    ) -> rusqlite::Result<Option<(i64, bool)>> {
         let Some(key) = carrier_key(item) else {
             return Ok(None);
         };
         let Some(id) = self.st.carriers.get(key) else {
             return Ok(None);
         };
-        let class: Option<String> = self
+        let found: Option<(String, bool)> = self
             .tx
             .prepare_cached(
-                "SELECT class FROM requests WHERE id = ?1 AND file = ?2 AND local_file IS ?3 \
-                 AND direction = 'read' AND state IN ('accepted', 'submitted', 'running') \
+                "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 \
+                 AND local_file IS ?3 AND direction = 'read' \
+                 AND state IN ('queued', 'accepted', 'submitted', 'running') \
                  AND cancel_requested = 0",
             )?
-            .query_row(params![id, item.file, item.extras.local_file], |r| r.get(0))
+            .query_row(params![id, item.file, item.extras.local_file], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()?;
-        let Some(class) = class else {
+        let Some((class, decided)) = found else {
             // Stale (settled in a rolled-back transaction, or another file's fingerprint).
             self.st.carriers.forget(key, id);
             return Ok(None);
         };
         let priority = parse_class(0, &class)? == Class::Priority;
-        Ok((priority || is_fair(self.policy, item.group)).then_some(id))
+        Ok((priority || is_fair(self.policy, item.group)).then_some((id, decided)))
     }
 
-    /// `id`, a new request just decided, may carry its file.
+    /// `id`, a new request just decided or queued, may carry its file.
     pub(super) fn offer_new(&mut self, item: &NewRequest, id: i64) {
         if let Some(key) = carrier_key(item) {
             self.st.carriers.offer(key, id);
@@ -166,17 +177,57 @@ impl Txn<'_, '_> {
     pub(super) fn carrier_left(
         &mut self,
         carrier: i64,
-        key: Option<u64>,
+        (key, decided): (Option<u64>, bool),
         end: CarrierEnd,
     ) -> rusqlite::Result<()> {
         if let Some(key) = key {
             self.st.carriers.forget(key, carrier);
         }
-        self.carrier_ended(carrier, end)
+        self.carrier_ended(carrier, end, decided)
     }
 
-    /// `carrier`'s attempt ended: its riders follow (see the module's rules).
-    pub(super) fn carrier_ended(&mut self, carrier: i64, end: CarrierEnd) -> rusqlite::Result<()> {
+    /// `carrier`, queued in the broker, was just decided and charged: so are its riders, each
+    /// to its own group (a rider of a decided carrier was charged when it joined).
+    pub(super) fn charge_riders(&mut self, carrier: i64) -> rusqlite::Result<()> {
+        for id in self.riders(carrier)? {
+            let row: Option<(String, String, i64)> = self
+                .tx
+                .prepare_cached(
+                    "SELECT group_path, access_mode, size_bytes FROM requests \
+                     WHERE id = ?1 AND charged_ms IS NULL",
+                )?
+                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?;
+            let Some((path, mode, size)) = row else {
+                continue;
+            };
+            let size = size.max(0) as u64;
+            let benefit = crate::policy::benefit(self.policy, &mode, size);
+            self.tx
+                .prepare_cached(
+                    "UPDATE requests SET charged = ?2, charged_bytes = ?3, charged_ms = ?4 \
+                     WHERE id = ?1",
+                )?
+                .execute(params![id, benefit as i64, size as i64, self.now])?;
+            let charge = Charge {
+                usage: i128::from(benefit),
+                at_ms: self.now,
+                bytes: i128::from(size),
+                ..Charge::default()
+            };
+            self.charge(&path, charge);
+        }
+        Ok(())
+    }
+
+    /// `carrier`'s attempt ended: its riders follow (see the module's rules). `decided`: the
+    /// carrier had been released to the MSS side (else it was queued in the broker).
+    pub(super) fn carrier_ended(
+        &mut self,
+        carrier: i64,
+        end: CarrierEnd,
+        decided: bool,
+    ) -> rusqlite::Result<()> {
         let riders = self.riders(carrier)?;
         let Some((&first, rest)) = riders.split_first() else {
             return Ok(());
@@ -193,7 +244,8 @@ impl Txn<'_, '_> {
                     self.settle_rider(id, RequestState::Failed, None, Some(&why))?;
                 }
             }
-            CarrierEnd::Cancelled => self.promote(first, rest)?,
+            CarrierEnd::Cancelled if decided => self.promote(first, rest)?,
+            CarrierEnd::Cancelled => self.promote_queued(first, rest)?,
         }
         Ok(())
     }
@@ -225,8 +277,43 @@ impl Txn<'_, '_> {
             )?
             .query_row(params![first, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?;
         self.took_transfer(&row);
-        let key = Carriers::key(&file, local.as_deref());
-        self.st.carriers.offer(key, first);
+        self.took_over(first, rest, (&file, local.as_deref()))
+    }
+
+    /// `first`'s carrier, still queued in the broker, was cancelled: `first` takes its place
+    /// in the queue (not charged, like any queued request) and `rest` ride on it.
+    fn promote_queued(&mut self, first: i64, rest: &[i64]) -> rusqlite::Result<()> {
+        let Some(row) = self.load_charged(first)? else {
+            return Ok(());
+        };
+        let (file, local): (String, Option<String>) = self
+            .tx
+            .prepare_cached(
+                "UPDATE requests SET state = 'queued', rides_on = NULL WHERE id = ?1 \
+                 RETURNING file, local_file",
+            )?
+            .query_row([first], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let sql =
+            format!("SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests WHERE id = ?1");
+        let queued = self.tx.prepare_cached(&sql)?.query_row([first], |r| {
+            Ok(read_candidate(self.policy, r)?.map(|c| (c, read_place(r))))
+        })?;
+        if let Some((c, place)) = queued {
+            let (volume, position) = place?;
+            self.enqueue(c, volume.as_deref(), position);
+        }
+        self.joined_queue(&row);
+        self.took_over(first, rest, (&file, local.as_deref()))
+    }
+
+    /// `first` carries its file now, for itself and for `rest`.
+    fn took_over(
+        &mut self,
+        first: i64,
+        rest: &[i64],
+        (file, local): (&str, Option<&str>),
+    ) -> rusqlite::Result<()> {
+        self.st.carriers.offer(Carriers::key(file, local), first);
         let mut stmt = self
             .tx
             .prepare_cached("UPDATE requests SET rides_on = ?1 WHERE id = ?2")?;

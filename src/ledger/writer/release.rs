@@ -174,7 +174,7 @@ impl Txn<'_, '_> {
         self.charge(&path, charge);
         self.occupy(&c.library, c.slots, true);
         self.ready = true;
-        Ok(())
+        self.charge_riders(c.id)
     }
 
     /// Release queued requests while their library has free slots (all of them when the mode

@@ -111,9 +111,15 @@ impl Txn<'_, '_> {
         self.ready = true;
     }
 
+    /// A rider takes over its carrier's place in the broker's queue.
+    pub(super) fn joined_queue(&mut self, row: &Charged) {
+        self.tally(row, RequestState::Queued);
+    }
+
     /// Move a request to a terminal state and settle its charge: `actual` bytes replace the
-    /// estimate (done), or the charge is refunded (failed, cancelled). A carrier's riders
-    /// follow it ([`super::coalesce`]).
+    /// estimate (done), or the charge is refunded (failed, cancelled). The estimate is taken
+    /// back at its own date; the actual is charged now, when it was received. A carrier's
+    /// riders follow it ([`super::coalesce`]).
     pub(super) fn finalize(
         &mut self,
         id: i64,
@@ -167,15 +173,15 @@ impl Txn<'_, '_> {
             if self.policy.order.volumes() {
                 self.st.volume_request_finished(self.policy, id, self.now);
             }
+        }
+        if row.outstanding() || matches!(row.state, RequestState::Queued | RequestState::Held) {
             let end = CarrierEnd::of(state, actual_bytes, error);
-            self.carrier_left(id, row.carrier_key, end)?;
+            self.carrier_left(id, (row.carrier_key, row.outstanding()), end)?;
         }
         if row.state == RequestState::Queued {
             self.st.dequeue(id);
             self.st.dequeue_volume(id);
         }
-        // The estimate is taken back at its own date; the actual is charged now, when it was
-        // received.
         let refund = Charge {
             usage: -i128::from(row.charged),
             at_ms: row.charged_ms,
@@ -282,7 +288,7 @@ impl Txn<'_, '_> {
             // Its caller cancelled while riders waited on the transfer (so the MSS was not
             // asked to cancel it): the riders take the result, the carrier is refunded.
             EventKind::Done { bytes } if row.cancel_requested && self.has_riders(id)? => {
-                self.carrier_ended(id, CarrierEnd::Done(*bytes))?;
+                self.carrier_ended(id, CarrierEnd::Done(*bytes), true)?;
                 self.finalize(id, &row, RequestState::Cancelled, None, None)?;
             }
             EventKind::Done { bytes } => {
