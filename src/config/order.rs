@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::raw::RawPolicy;
 use super::Issues;
+use crate::domain::order::Coalesce;
 use crate::domain::{GroupId, GroupInfo, GroupKind};
 use crate::policy::fbsng::QueueParams;
 use crate::policy::multifactor::{Multifactor, Qos, SizeFavours};
@@ -62,6 +63,7 @@ pub(super) struct RawRelease {
     slot_bytes: i64,
     libraries: BTreeMap<String, i64>,
     volumes: RawVolumes,
+    coalesce: String,
 }
 
 impl Default for RawRelease {
@@ -72,6 +74,7 @@ impl Default for RawRelease {
             slot_bytes: 0,
             libraries: BTreeMap::new(),
             volumes: RawVolumes::default(),
+            coalesce: "in_flight".into(),
         }
     }
 }
@@ -264,12 +267,23 @@ fn validate_release(raw: &RawRelease, issues: &mut Issues) -> Release {
             format!("must be 0 (off) or positive, got {}", raw.slot_bytes),
         );
     }
+    let coalesce = [Coalesce::Off, Coalesce::InFlight, Coalesce::Queued]
+        .into_iter()
+        .find(|c| c.name() == raw.coalesce)
+        .unwrap_or_else(|| {
+            issues.add(
+                "release.coalesce",
+                format!("`{}` is not one of off, in_flight, queued", raw.coalesce),
+            );
+            Coalesce::InFlight
+        });
     Release {
         mode,
         limit,
         libraries,
         slot_bytes: raw.slot_bytes.max(0) as u64,
         volumes: validate_volumes(&raw.volumes, issues),
+        coalesce,
     }
 }
 

@@ -26,6 +26,36 @@ pub enum ReleaseMode {
     Volumes,
 }
 
+/// Which requests a duplicate read may ride on (`[release] coalesce`, docs/coalescing.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coalesce {
+    /// Every read is transferred on its own.
+    Off,
+    /// Only on a read already released to the MSS side (`accepted`, `submitted`, `running`).
+    InFlight,
+    /// Also on a read still queued in the broker (held and volumes modes).
+    Queued,
+}
+
+impl Coalesce {
+    pub fn name(self) -> &'static str {
+        match self {
+            Coalesce::Off => "off",
+            Coalesce::InFlight => "in_flight",
+            Coalesce::Queued => "queued",
+        }
+    }
+
+    /// Whether a read may ride on a carrier that is decided (`true`) or queued (`false`).
+    pub fn allows(self, decided: bool) -> bool {
+        match self {
+            Coalesce::Off => false,
+            Coalesce::InFlight => decided,
+            Coalesce::Queued => true,
+        }
+    }
+}
+
 /// The held release mode's limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Release {
@@ -39,6 +69,8 @@ pub struct Release {
     pub slot_bytes: u64,
     /// The volumes release mode's rules (`[release.volumes]`).
     pub volumes: VolumeSettings,
+    /// Which requests duplicate reads ride on.
+    pub coalesce: Coalesce,
 }
 
 /// `[release.volumes]`: when a tape volume's waiting requests are released, and how many.

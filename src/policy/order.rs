@@ -74,6 +74,7 @@ impl OrderSettings {
                 libraries: BTreeMap::new(),
                 slot_bytes: 0,
                 volumes: VolumeSettings::default(),
+                coalesce: crate::domain::order::Coalesce::InFlight,
             },
             band_low: p_back,
             band_high: p_front,

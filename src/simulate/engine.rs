@@ -38,6 +38,9 @@ pub struct Arrival {
     pub queue: f64,
     /// A write (the data-taking stream) rather than a recall.
     pub write: bool,
+    /// A fingerprint of the file read (reads of one file coalesce: `engine/coalesce.rs`);
+    /// `None` never coalesces.
+    pub file: Option<u64>,
 }
 
 impl Default for Arrival {
@@ -52,6 +55,7 @@ impl Default for Arrival {
             qos: Qos::Normal,
             queue: 0.0,
             write: false,
+            file: None,
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct Outcome {
     /// Fair-share starts at the library while a priority-class request was waiting (in the
     /// broker or at the library, not started).
     pub priority_inversions: u64,
+    /// Reads that rode on another read of the same file (no transfer of their own).
+    pub coalesced: u64,
     /// When the last request finished.
     pub makespan: Micros,
     /// The library's mounts and drive times at the end.
@@ -150,6 +156,7 @@ pub fn target_share(policy: &PolicySettings, g: GroupId) -> Option<f64> {
     }
 }
 
+mod coalesce;
 mod reprioritise;
 mod volumes;
 
@@ -198,6 +205,9 @@ struct Run<'a> {
     events: Vec<LibraryEvent>,
     /// Scratch space of re-prioritisation: (id, new priority).
     changes: Vec<(i64, i64)>,
+    /// Which read carries each file, and who rides on each carrier.
+    carriers: HashMap<u64, coalesce::Carrier>,
+    riders: HashMap<i64, Vec<coalesce::Rider>>,
 }
 
 /// Run `load` (sorted by arrival) until `until` with the configured policy; only what
@@ -309,6 +319,8 @@ impl<'a> Run<'a> {
             waiting_priority: 0,
             events: Vec::new(),
             changes: Vec::new(),
+            carriers: HashMap::new(),
+            riders: HashMap::new(),
         }
     }
 
@@ -350,6 +362,9 @@ impl<'a> Run<'a> {
             }
         } else {
             self.waiting_priority += 1;
+        }
+        if self.ride(&c, a, info) {
+            return;
         }
         let fair = self.fair[g];
         if fair && self.by_volume() {
@@ -411,6 +426,11 @@ impl<'a> Run<'a> {
         if !keeps && self.fair[c.group.0] && self.picker == Picker::Policy {
             self.at_lib.add(c.id, c.group, t.priority, self.now);
         }
+        let file = usize::try_from(c.id - 1)
+            .ok()
+            .and_then(|i| self.load.get(i))
+            .and_then(|a| a.file);
+        self.carrier_sent(c.id, file);
         let mut events = std::mem::take(&mut self.events);
         self.lib.submit(t, self.now, &mut events);
         self.apply(&mut events);
@@ -489,8 +509,15 @@ impl<'a> Run<'a> {
                 continue;
             };
             let g = info.group;
+            let file = usize::try_from(info.id - 1)
+                .ok()
+                .and_then(|i| self.load.get(i))
+                .and_then(|a| a.file);
             match e.kind {
-                EventKind::Started => self.started(e.at, info),
+                EventKind::Started => {
+                    self.started(e.at, info);
+                    self.carrier_started(info.id, file, e.at);
+                }
                 EventKind::Done { bytes } => {
                     self.out.bytes[g.0] += u128::from(bytes);
                     self.out.files[g.0] += 1;
@@ -506,11 +533,13 @@ impl<'a> Run<'a> {
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
+                    self.carrier_ended(info.id, file, Some(bytes));
                 }
                 EventKind::Failed { .. } | EventKind::Cancelled => {
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
+                    self.carrier_ended(info.id, file, None);
                 }
             }
         }
@@ -528,19 +557,24 @@ impl<'a> Run<'a> {
         let wait = at.saturating_sub(info.arrived);
         self.out.max_wait[g.0] = self.out.max_wait[g.0].max(wait);
         self.out.waits[g.0].push(wait);
+        if self.fair[g.0] && self.waiting_priority > 0 {
+            self.out.priority_inversions += 1;
+        }
+        self.no_longer_waiting(g);
+        if !self.policy.order.held() && !self.policy.order.volumes() {
+            self.fbsng_started(g);
+        }
+    }
+
+    /// A request of `g` no longer waits (it started, or its carrier did).
+    fn no_longer_waiting(&mut self, g: GroupId) {
         if self.fair[g.0] {
-            if self.waiting_priority > 0 {
-                self.out.priority_inversions += 1;
-            }
             self.waiting[g.0] = self.waiting[g.0].saturating_sub(1);
             if self.needs_share[g.0] && self.waiting[g.0] == 0 {
                 self.unsaturated += 1;
             }
         } else {
             self.waiting_priority = self.waiting_priority.saturating_sub(1);
-        }
-        if !self.policy.order.held() && !self.policy.order.volumes() {
-            self.fbsng_started(g);
         }
     }
 

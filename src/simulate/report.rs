@@ -38,6 +38,8 @@ pub struct RunReport {
     /// Volumes mode: batches released and their mean size (null in the other modes).
     pub batches: Option<u64>,
     pub batch_mean_files: Option<f64>,
+    /// Reads that rode on another read of the same file (no transfer of their own).
+    pub coalesced: u64,
     pub groups: Vec<GroupReport>,
 }
 
@@ -173,6 +175,7 @@ pub fn run_report(
         batches: batched.then_some(o.batches.len() as u64),
         batch_mean_files: (batched && !o.batches.is_empty())
             .then(|| batch_files as f64 / o.batches.len() as f64),
+        coalesced: o.coalesced,
         groups,
     }
 }

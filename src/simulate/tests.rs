@@ -310,3 +310,63 @@ fn weighted_random_needs_held_mode() {
     let e = simulate(&p, &library(1, 1), &[], spec).unwrap_err();
     assert!(e.to_string().contains("--mode held"), "{e}");
 }
+
+/// Duplicate reads coalesce as in `serve`: held mode, one slot, one drive at 1 GB/s. a1 (file
+/// F) is released at 0; b1 (F, another group) arrives at 0.5 s and rides on it: no transfer
+/// of its own, done with a1 at 1 s, its wait 0 (a1 had started). a2 (file G) is queued at 0
+/// behind a1's slot; b2 (G) at 0.5 s rides on the queued a2 and waits with it until a2 starts
+/// at 1 s. Two transfers, four files done, 2 GB to each group.
+#[test]
+fn duplicate_reads_ride_on_one_transfer_worked_by_hand() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"held\"\nlimit = 1\ncoalesce = \"queued\"",
+    );
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let read = |at, group, pos, file| Arrival {
+        file: Some(file),
+        ..arrival(at, group, "V1", pos)
+    };
+    let load = vec![
+        read(0, a, 1, 7),
+        read(0, a, 2, 8),
+        read(SEC / 2, b, 1, 7),
+        read(SEC / 2, b, 2, 8),
+    ];
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(o.coalesced, 2);
+    assert_eq!(o.start_times, vec![(0, a), (SEC, a)], "two transfers");
+    assert_eq!((o.files[a.0], o.files[b.0]), (2, 2));
+    assert_eq!(
+        (o.bytes[a.0], o.bytes[b.0]),
+        (2 * GB as u128, 2 * GB as u128)
+    );
+    assert_eq!(o.waits[b.0], vec![0, SEC / 2]);
+    assert_eq!(o.makespan, 2 * SEC);
+    assert_eq!(o.unfinished, 0);
+    // Without the file names, four transfers.
+    let apart: Vec<Arrival> = load
+        .iter()
+        .map(|x| Arrival {
+            file: None,
+            ..x.clone()
+        })
+        .collect();
+    let o = run(&p, one_drive(Model::Priority), &apart, u64::MAX);
+    assert_eq!(
+        (o.coalesced, o.start_times.len(), o.makespan),
+        (0, 4, 4 * SEC)
+    );
+    // `coalesce = "in_flight"` (the default): b2 does not ride on the queued a2.
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"held\"\nlimit = 1",
+    );
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(
+        (o.coalesced, o.start_times.len(), o.makespan),
+        (1, 3, 3 * SEC)
+    );
+}

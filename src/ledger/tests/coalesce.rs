@@ -212,7 +212,8 @@ async fn a_priority_read_does_not_ride_on_a_fair_share_carrier() {
 /// that one is released, its own rider is charged with it, and both finish with one transfer.
 #[tokio::test]
 async fn a_duplicate_of_a_queued_request_rides_and_is_charged_at_its_release() {
-    let f = Fixture::with_config(&format!("{CONFIG}[release]\nmode = \"held\"\nlimit = 1\n"));
+    let held = "[release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"queued\"\n";
+    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/first")).await;
@@ -255,6 +256,38 @@ async fn a_duplicate_of_a_queued_request_rides_and_is_charged_at_its_release() {
     let groups = l.groups().await.unwrap();
     assert_eq!(usage_of(&groups, "analysis/top"), (500, 0));
     assert_eq!(usage_of(&groups, "mc"), (1_000, 0));
+    drop(l);
+    close(opened);
+}
+
+/// `coalesce = "in_flight"` (the default) leaves a duplicate of a queued request on its own;
+/// `"off"` leaves every duplicate on its own.
+#[tokio::test]
+async fn the_coalesce_setting_chooses_what_a_duplicate_rides_on() {
+    let held = "[release]\nmode = \"held\"\nlimit = 1\n";
+    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/seven")).await;
+    assert_eq!(record(&l, a.id).await.state, RequestState::Accepted);
+    let q = accept(&l, read_of(&f, "q", "mc", "x", "/pnfs/eight")).await;
+    let b = accept(&l, read_of(&f, "b", "mc", "x", "/pnfs/seven")).await;
+    let r = accept(&l, read_of(&f, "r", "mc", "x", "/pnfs/eight")).await;
+    assert_eq!(b.state, RequestState::Riding, "on the released a");
+    assert_eq!(
+        (q.state, r.state),
+        (RequestState::Queued, RequestState::Queued)
+    );
+    drop(l);
+    close(opened);
+
+    let off = "[release]\ncoalesce = \"off\"\n";
+    let f = Fixture::with_config(&format!("{CONFIG}{off}"));
+    let opened = f.open();
+    let l = opened.0.clone();
+    accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/nine")).await;
+    let b = accept(&l, read_of(&f, "b", "mc", "x", "/pnfs/nine")).await;
+    assert_eq!(b.state, RequestState::Accepted);
     drop(l);
     close(opened);
 }

@@ -35,6 +35,7 @@ use super::idempotency::fingerprint;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::state::{Charge, Txn};
 use super::volumes::{read_place, PLACE_COLUMNS};
+use crate::domain::order::Coalesce;
 use crate::domain::{Class, RequestState};
 use crate::ledger::read::parse_class;
 use crate::ledger::NewRequest;
@@ -127,6 +128,9 @@ impl Txn<'_, '_> {
         let Some(key) = carrier_key(item) else {
             return Ok(None);
         };
+        if self.policy.order.release.coalesce == Coalesce::Off {
+            return Ok(None);
+        }
         let Some(id) = self.st.carriers.get(key) else {
             return Ok(None);
         };
@@ -148,7 +152,8 @@ impl Txn<'_, '_> {
             return Ok(None);
         };
         let priority = parse_class(0, &class)? == Class::Priority;
-        Ok((priority || is_fair(self.policy, item.group)).then_some((id, decided)))
+        let allowed = self.policy.order.release.coalesce.allows(decided);
+        Ok((allowed && (priority || is_fair(self.policy, item.group))).then_some((id, decided)))
     }
 
     /// `id`, a new request just decided or queued, may carry its file.

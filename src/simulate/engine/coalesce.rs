@@ -1,0 +1,166 @@
+//! Duplicate reads coalesce in virtual time as `serve`'s writer coalesces them
+//! (`ledger::writer::coalesce`, docs/coalescing.md): a read of a file another read is
+//! transferring, or waits in the broker's queue to, rides on it. It is decided when it
+//! arrives, charged to its own group when its carrier is (at once if the carrier is decided,
+//! else at the carrier's release), takes no drive, and is done with the carrier's bytes when
+//! the carrier is. Its wait ends when the carrier starts; it is no start of its own, so it is
+//! never a priority inversion.
+
+use mss_adapters::sim::library::Micros;
+
+use super::{Arrival, Candidate, Decision, Finished, Info, Run};
+use crate::domain::order::Coalesce;
+use crate::policy::order::place;
+
+/// A request riding on another's transfer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rider {
+    info: Info,
+    benefit: u64,
+    /// Charged to its group (its carrier was decided).
+    charged: bool,
+    /// Its wait has not ended (its carrier has not started).
+    waiting: bool,
+}
+
+/// A read carrying its file: its id, and whether it was decided (sent to the library) and
+/// has started.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Carrier {
+    id: i64,
+    decided: bool,
+    started: bool,
+}
+
+impl Run<'_> {
+    /// A new arrival rides on a carrier of its file; returns whether it did.
+    pub(super) fn ride(&mut self, c: &Candidate, a: &Arrival, info: Info) -> bool {
+        let Some(key) = a.file.filter(|_| !a.write) else {
+            return false;
+        };
+        let coalesce = self.policy.order.release.coalesce;
+        if coalesce == Coalesce::Off {
+            return false;
+        }
+        let Some(&carrier) = self.carriers.get(&key) else {
+            let carrier = Carrier {
+                id: c.id,
+                decided: false,
+                started: false,
+            };
+            self.carriers.insert(key, carrier);
+            return false;
+        };
+        if std::env::var_os("XP_DECIDED").is_some() && !carrier.decided {
+            return false;
+        }
+        if !coalesce.allows(carrier.decided) {
+            return false;
+        }
+        let carrier_fair = self.info.get(&carrier.id).map(|i| self.fair[i.group.0]);
+        if carrier_fair == Some(true) && !self.fair[c.group.0] {
+            return false; // a priority-class read never waits behind a fair-share transfer
+        }
+        let now_ms = self.now_ms();
+        let standing = self
+            .standing
+            .standing(self.policy, &self.usage, &self.queues, now_ms);
+        let p = place(&self.policy.order, &standing, c, now_ms);
+        self.out.decisions.push(Decision {
+            arrival: c.id,
+            group: c.group,
+            class: Some(p.class),
+            mss_priority: p.mss_priority,
+        });
+        if carrier.decided {
+            self.usage.add(c.group, i128::from(c.benefit), now_ms);
+        }
+        self.out.coalesced += 1;
+        if carrier.started {
+            self.rider_started(&info, self.now);
+        }
+        let rider = Rider {
+            info,
+            benefit: c.benefit,
+            charged: carrier.decided,
+            waiting: !carrier.started,
+        };
+        self.riders.entry(carrier.id).or_default().push(rider);
+        true
+    }
+
+    /// Request `id` was decided and sent to the library: its riders are charged.
+    pub(super) fn carrier_sent(&mut self, id: i64, file: Option<u64>) {
+        if let Some(c) = file.and_then(|k| self.carriers.get_mut(&k)) {
+            if c.id == id {
+                c.decided = true;
+            }
+        }
+        let now_ms = self.now_ms();
+        let Some(riders) = self.riders.get_mut(&id) else {
+            return;
+        };
+        for r in riders.iter_mut().filter(|r| !r.charged) {
+            self.usage.add(r.info.group, i128::from(r.benefit), now_ms);
+            r.charged = true;
+        }
+    }
+
+    /// Carrier `id` (of `file`) started at `at`: its riders' waits end.
+    pub(super) fn carrier_started(&mut self, id: i64, file: Option<u64>, at: Micros) {
+        if let Some(c) = file.and_then(|k| self.carriers.get_mut(&k)) {
+            if c.id == id {
+                c.started = true;
+            }
+        }
+        let Some(mut riders) = self.riders.remove(&id) else {
+            return;
+        };
+        for r in riders.iter_mut().filter(|r| r.waiting) {
+            self.rider_started(&r.info, at);
+            r.waiting = false;
+        }
+        self.riders.insert(id, riders);
+    }
+
+    /// A rider's wait ended at `at`.
+    fn rider_started(&mut self, info: &Info, at: Micros) {
+        let g = info.group;
+        let wait = at.saturating_sub(info.arrived);
+        self.out.max_wait[g.0] = self.out.max_wait[g.0].max(wait);
+        self.out.waits[g.0].push(wait);
+        self.no_longer_waiting(g);
+    }
+
+    /// Carrier `id` (of `file`) ended, done with `bytes` or not: so do its riders.
+    pub(super) fn carrier_ended(&mut self, id: i64, file: Option<u64>, bytes: Option<u64>) {
+        if let Some(k) = file {
+            if self.carriers.get(&k).is_some_and(|c| c.id == id) {
+                self.carriers.remove(&k);
+            }
+        }
+        let Some(riders) = self.riders.remove(&id) else {
+            return;
+        };
+        for r in riders {
+            let g = r.info.group;
+            self.info.remove(&r.info.id);
+            if r.waiting {
+                self.no_longer_waiting(g);
+            }
+            let Some(bytes) = bytes else {
+                continue;
+            };
+            self.out.bytes[g.0] += u128::from(bytes);
+            self.out.files[g.0] += 1;
+            if self.fair[g.0] {
+                self.out.finished.push(Finished {
+                    at: self.now,
+                    group: g,
+                    bytes,
+                    saturated: self.saturated(),
+                });
+            }
+        }
+    }
+}
