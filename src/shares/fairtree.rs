@@ -25,13 +25,48 @@ use num_rational::Ratio;
 
 use crate::domain::ShareTree;
 
-/// A level fair-share value.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A level fair-share value. Equal values compare equal whatever their terms.
+#[derive(Debug, Clone)]
 pub enum LevelFs {
-    /// `S / U`, exactly; 0 for a node with zero shares.
+    /// `S / U`, exactly, numerator and denominator not reduced and each within a `u128` (the
+    /// usual case, compared without allocating); 0 for a node with zero shares.
+    Small { num: u128, den: u128 },
+    /// `S / U`, exactly, when a part passes `u128`.
     Finite(Ratio<BigUint>),
     /// Shares but no usage.
     Infinite,
+}
+
+impl PartialEq for LevelFs {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for LevelFs {}
+
+/// `a * b` as (high, low) 128-bit halves.
+fn mul_wide(a: u128, b: u128) -> (u128, u128) {
+    const LOW: u128 = u64::MAX as u128;
+    let (a1, a0) = (a >> 64, a & LOW);
+    let (b1, b0) = (b >> 64, b & LOW);
+    let (p00, p01, p10, p11) = (a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+    // The middle column: the high half of p00 plus the low halves of p01 and p10 (< 3 * 2^64).
+    let mid = (p00 >> 64) + (p01 & LOW) + (p10 & LOW);
+    let low = (p00 & LOW) | (mid << 64);
+    let high = p11 + (p01 >> 64) + (p10 >> 64) + (mid >> 64);
+    (high, low)
+}
+
+fn big(num: u128, den: u128) -> Ratio<BigUint> {
+    Ratio::new_raw(BigUint::from(num), BigUint::from(den))
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 impl LevelFs {
@@ -39,15 +74,23 @@ impl LevelFs {
     pub fn to_f64(&self) -> Option<f64> {
         match self {
             LevelFs::Infinite => None,
+            LevelFs::Small { num, den } => Some(ratio_to_f64(&big(*num, *den))),
             LevelFs::Finite(r) => Some(ratio_to_f64(r)),
         }
     }
 
-    /// The exact value, e.g. `3/2`, or `inf`.
+    /// The exact value in lowest terms, e.g. `3/2`, or `inf`.
     pub fn exact(&self) -> String {
         match self {
             LevelFs::Infinite => "inf".into(),
-            LevelFs::Finite(r) => format!("{}/{}", r.numer(), r.denom()),
+            LevelFs::Small { num, den } => {
+                let g = gcd(*num, *den).max(1);
+                format!("{}/{}", num / g, den / g)
+            }
+            LevelFs::Finite(r) => {
+                let r = r.reduced();
+                format!("{}/{}", r.numer(), r.denom())
+            }
         }
     }
 }
@@ -78,6 +121,12 @@ impl Ord for LevelFs {
             (LevelFs::Infinite, LevelFs::Infinite) => Ordering::Equal,
             (LevelFs::Infinite, _) => Ordering::Greater,
             (_, LevelFs::Infinite) => Ordering::Less,
+            (LevelFs::Small { num: a, den: b }, LevelFs::Small { num: c, den: d }) => {
+                // a/b against c/d, denominators positive: a*d against c*b, exactly.
+                mul_wide(*a, *d).cmp(&mul_wide(*c, *b))
+            }
+            (LevelFs::Small { num, den }, LevelFs::Finite(r)) => big(*num, *den).cmp(r),
+            (LevelFs::Finite(r), LevelFs::Small { num, den }) => r.cmp(&big(*num, *den)),
             (LevelFs::Finite(a), LevelFs::Finite(b)) => a.cmp(b),
         }
     }
@@ -86,13 +135,20 @@ impl Ord for LevelFs {
 /// `LF = (shares / sibling_shares) / (usage / parent_usage)`.
 pub fn level_fs(shares: u64, sibling_shares: u64, usage: u128, parent_usage: u128) -> LevelFs {
     if shares == 0 || sibling_shares == 0 {
-        return LevelFs::Finite(Ratio::from_integer(BigUint::from(0u8)));
+        return LevelFs::Small { num: 0, den: 1 };
     }
     if usage == 0 {
         return LevelFs::Infinite;
     }
-    // usage > 0 implies parent_usage >= usage > 0.
-    LevelFs::Finite(Ratio::new(
+    // usage > 0 implies parent_usage >= usage > 0. Not reduced: `Ratio` compares by value
+    // (cross-multiplying), and a ranking compares far more often than it displays, while the
+    // gcd of a reduction was most of a Fair Tree rebuild (docs/benchmarks.md).
+    let num = u128::from(shares).checked_mul(parent_usage);
+    let den = u128::from(sibling_shares).checked_mul(usage);
+    if let (Some(num), Some(den)) = (num, den) {
+        return LevelFs::Small { num, den };
+    }
+    LevelFs::Finite(Ratio::new_raw(
         BigUint::from(shares) * BigUint::from(parent_usage),
         BigUint::from(sibling_shares) * BigUint::from(usage),
     ))
@@ -314,6 +370,60 @@ mod tests {
     }
 
     /// The same ratio computed two ways ties; ratios a hair apart do not.
+    /// The 256-bit product against BigUint's, and a small value against the same value in
+    /// big terms.
+    #[test]
+    fn small_values_compare_exactly() {
+        let cases = [
+            (0u128, 0u128),
+            (u128::MAX, u128::MAX),
+            (u128::MAX, 2),
+            (1 << 64, (1 << 64) + 1),
+            (
+                0x1234_5678_9abc_def0_1111_2222_3333_4444,
+                0xffff_0000_ffff_0000_1234_5678_9abc_def0,
+            ),
+        ];
+        for (a, b) in cases {
+            let (hi, lo) = mul_wide(a, b);
+            let want = BigUint::from(a) * BigUint::from(b);
+            assert_eq!(
+                (BigUint::from(hi) << 128u32) + BigUint::from(lo),
+                want,
+                "{a} * {b}"
+            );
+        }
+        let half = LevelFs::Small { num: 1, den: 2 };
+        assert_eq!(half, LevelFs::Small { num: 3, den: 6 });
+        assert_eq!(
+            half,
+            LevelFs::Finite(Ratio::new_raw(BigUint::from(5u8), BigUint::from(10u8)))
+        );
+        assert!(
+            LevelFs::Small {
+                num: u128::MAX,
+                den: u128::MAX - 1
+            } > LevelFs::Small { num: 1, den: 1 }
+        );
+        assert!(
+            LevelFs::Small { num: 0, den: 1 }
+                < LevelFs::Small {
+                    num: 1,
+                    den: u128::MAX
+                }
+        );
+        assert_eq!(LevelFs::Small { num: 6, den: 4 }.exact(), "3/2");
+        // A part past u128 falls back to big terms.
+        let huge = level_fs(u64::MAX, 1, 1, u128::MAX);
+        assert!(matches!(huge, LevelFs::Finite(_)));
+        assert!(
+            huge > LevelFs::Small {
+                num: u128::MAX,
+                den: 1
+            }
+        );
+    }
+
     #[test]
     fn ties_are_exact_and_competition_ranked() {
         // p: 1 of 3 shares with 100 of 300 usage; q: 2 of 3 with 200 of 300: both LF 1.
