@@ -97,6 +97,22 @@ fn event(id: i64, attempt: u32, seq: u64, kind: EventKind) -> MssEvent {
     }
 }
 
+/// One request accepted through the writer: its answer.
+async fn accept(l: &Ledger, item: NewRequest) -> Accepted {
+    let mut a = l.accept(vec![item]).await.expect("accepted");
+    a.pop().expect("one answer")
+}
+
+/// The MSS took attempt `attempt` of request `id` (MSS id `m{id}`).
+async fn submit(l: &Ledger, id: i64, attempt: u32) {
+    let item = SubmittedTransfer {
+        id,
+        attempt,
+        mss_id: format!("m{id}"),
+    };
+    l.submitted(vec![item]).await.expect("recorded");
+}
+
 fn close((ledger, handle): (Ledger, std::thread::JoinHandle<()>)) {
     drop(ledger);
     handle.join().unwrap();

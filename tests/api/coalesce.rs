@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{
-    assert_each_attempt_once, open_db, request, test_config, wait_final, ServeProcess, SimProcess,
+    assert_each_attempt_once, open_db, request, wait_final, BrokerFiles, ServeProcess, SimProcess,
 };
 
 /// 100 GB: 5 s of mount and 200 s of streaming at the simulator's 500 MB/s, about 2 s at a
@@ -51,10 +51,8 @@ fn charged(db: &std::path::Path, id: i64) -> (String, i64, String) {
 #[tokio::test]
 async fn a_coalesced_pair_finishes_with_one_mss_transfer_and_two_charges() {
     let sim = SimProcess::start_with(2, 100.0);
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
-    let db = dir.path().join("broker.db");
+    let files = BrokerFiles::for_sim(&sim);
+    let (config, db) = (files.config.clone(), files.db.clone());
     let broker = ServeProcess::start(&config, &db);
     let client = reqwest::Client::new();
     let a = post(
@@ -95,10 +93,8 @@ async fn a_coalesced_pair_finishes_with_one_mss_transfer_and_two_charges() {
 #[tokio::test]
 async fn a_sigkill_while_a_request_rides_loses_neither() {
     let sim = SimProcess::start_with(2, 100.0);
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
-    let db = dir.path().join("broker.db");
+    let files = BrokerFiles::for_sim(&sim);
+    let (config, db) = (files.config.clone(), files.db.clone());
     let client = reqwest::Client::new();
     let mut broker = ServeProcess::start(&config, &db);
     let a = post(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{
-    assert_each_attempt_once, open_db, request, test_config, wait_for_count, ServeProcess,
+    assert_each_attempt_once, open_db, request, wait_for_count, BrokerFiles, ServeProcess,
     SimProcess,
 };
 
@@ -29,10 +29,8 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let sim = SimProcess::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
-    let db = dir.path().join("broker.db");
+    let files = BrokerFiles::for_sim(&sim);
+    let (config, db) = (files.config.clone(), files.db.clone());
     // crid -> id for every request that got a 202.
     let acknowledged: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
     let modes = [
@@ -232,10 +230,8 @@ async fn sigkill_under_load_loses_duplicates_and_double_charges_nothing() {
 async fn sigterm_exits_zero_and_a_restart_picks_up_where_it_stopped() {
     // A slow library so that work is still queued when the broker stops.
     let sim = SimProcess::start_with(1, 50.0);
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
-    let db = dir.path().join("broker.db");
+    let files = BrokerFiles::for_sim(&sim);
+    let (config, db) = (files.config.clone(), files.db.clone());
     let broker = ServeProcess::start(&config, &db);
     let client = reqwest::Client::new();
     let mut ids = Vec::new();

@@ -453,3 +453,25 @@ pub async fn wait_for_text(file: &std::path::Path, needle: &str, limit: Duration
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A temporary directory holding a `serve` configuration for the simulator `sim`
+/// (`broker.toml`) and the path of its database (`broker.db`, not yet created).
+pub struct BrokerFiles {
+    pub _dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub db: PathBuf,
+}
+
+impl BrokerFiles {
+    pub fn for_sim(sim: &SimProcess) -> BrokerFiles {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("broker.toml");
+        std::fs::write(&config, test_config(Some(&sim.url))).unwrap();
+        let db = dir.path().join("broker.db");
+        BrokerFiles {
+            _dir: dir,
+            config,
+            db,
+        }
+    }
+}

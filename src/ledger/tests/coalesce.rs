@@ -12,20 +12,6 @@ fn read_of(f: &Fixture, crid: &str, mode: &str, group: &str, file: &str) -> NewR
     }
 }
 
-async fn accept(l: &Ledger, item: NewRequest) -> Accepted {
-    let mut a = l.accept(vec![item]).await.expect("accepted");
-    a.pop().expect("one answer")
-}
-
-async fn submit(l: &Ledger, id: i64, attempt: u32) {
-    let item = SubmittedTransfer {
-        id,
-        attempt,
-        mss_id: format!("m{id}"),
-    };
-    l.submitted(vec![item]).await.expect("recorded");
-}
-
 async fn record(l: &Ledger, id: i64) -> RequestRecord {
     l.request(id).await.expect("read").expect("stored")
 }

@@ -18,20 +18,6 @@ fn over(r: Result<Vec<Accepted>, LedgerError>) -> QueuedCapRefused {
     }
 }
 
-async fn accept(l: &Ledger, item: NewRequest) -> Accepted {
-    let mut a = l.accept(vec![item]).await.expect("accepted");
-    a.pop().expect("one answer")
-}
-
-async fn submit(l: &Ledger, id: i64, attempt: u32) {
-    let item = SubmittedTransfer {
-        id,
-        attempt,
-        mss_id: format!("m{id}"),
-    };
-    l.submitted(vec![item]).await.expect("recorded");
-}
-
 /// The node cap: reaching it is accepted, one byte past it refused (nothing recorded); a
 /// replay is answered; a submission frees room and a lost attempt takes it again; a restart
 /// rebuilds the tally from the rows.

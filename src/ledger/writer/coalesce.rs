@@ -274,13 +274,7 @@ impl Txn<'_, '_> {
         let Some(row) = self.load_charged(first)? else {
             return Ok(());
         };
-        let (file, local): (String, Option<String>) = self
-            .tx
-            .prepare_cached(
-                "UPDATE requests SET state = 'accepted', rides_on = NULL, \
-                 next_attempt_ms = ?2 WHERE id = ?1 RETURNING file, local_file",
-            )?
-            .query_row(params![first, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (file, local) = self.unlink(first, RequestState::Accepted)?;
         self.took_transfer(&row);
         self.took_over(first, rest, (&file, local.as_deref()))
     }
@@ -291,13 +285,7 @@ impl Txn<'_, '_> {
         let Some(row) = self.load_charged(first)? else {
             return Ok(());
         };
-        let (file, local): (String, Option<String>) = self
-            .tx
-            .prepare_cached(
-                "UPDATE requests SET state = 'queued', rides_on = NULL WHERE id = ?1 \
-                 RETURNING file, local_file",
-            )?
-            .query_row([first], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (file, local) = self.unlink(first, RequestState::Queued)?;
         let sql =
             format!("SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests WHERE id = ?1");
         let queued = self.tx.prepare_cached(&sql)?.query_row([first], |r| {
@@ -309,6 +297,24 @@ impl Txn<'_, '_> {
         }
         self.joined_queue(&row);
         self.took_over(first, rest, (&file, local.as_deref()))
+    }
+
+    /// `first` rides no longer: it moves to `state` (`accepted`: ready to submit now); its file
+    /// and local copy.
+    fn unlink(
+        &mut self,
+        first: i64,
+        state: RequestState,
+    ) -> rusqlite::Result<(String, Option<String>)> {
+        self.tx
+            .prepare_cached(
+                "UPDATE requests SET state = ?2, rides_on = NULL, next_attempt_ms = \
+                 CASE WHEN ?2 = 'accepted' THEN ?3 ELSE next_attempt_ms END WHERE id = ?1 \
+                 RETURNING file, local_file",
+            )?
+            .query_row(params![first, state.as_str(), self.now], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
     }
 
     /// `first` carries its file now, for itself and for `rest`.
