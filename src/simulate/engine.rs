@@ -519,27 +519,17 @@ impl<'a> Run<'a> {
                     self.carrier_started(info.id, file, e.at);
                 }
                 EventKind::Done { bytes } => {
-                    self.out.bytes[g.0] += u128::from(bytes);
-                    self.out.files[g.0] += 1;
-                    self.out.makespan = self.out.makespan.max(e.at);
-                    if self.fair[g.0] {
-                        self.out.finished.push(Finished {
-                            at: e.at,
-                            group: g,
-                            bytes,
-                            saturated: self.saturated(),
-                        });
-                    }
+                    self.done(g, bytes, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
-                    self.carrier_ended(info.id, file, Some(bytes));
+                    self.carrier_ended(info.id, file, Some(bytes), e.at);
                 }
                 EventKind::Failed { .. } | EventKind::Cancelled => {
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
-                    self.carrier_ended(info.id, file, None);
+                    self.carrier_ended(info.id, file, None, e.at);
                 }
             }
         }
@@ -563,6 +553,21 @@ impl<'a> Run<'a> {
         self.no_longer_waiting(g);
         if !self.policy.order.held() && !self.policy.order.volumes() {
             self.fbsng_started(g);
+        }
+    }
+
+    /// A request of `g` finished at `at` with `bytes` done.
+    fn done(&mut self, g: GroupId, bytes: u64, at: Micros) {
+        self.out.bytes[g.0] += u128::from(bytes);
+        self.out.files[g.0] += 1;
+        self.out.makespan = self.out.makespan.max(at);
+        if self.fair[g.0] {
+            self.out.finished.push(Finished {
+                at,
+                group: g,
+                bytes,
+                saturated: self.saturated(),
+            });
         }
     }
 

@@ -8,7 +8,7 @@
 
 use mss_adapters::sim::library::Micros;
 
-use super::{Arrival, Candidate, Decision, Finished, Info, Run};
+use super::{Arrival, Candidate, Decision, Info, Run};
 use crate::domain::order::Coalesce;
 use crate::policy::order::place;
 
@@ -132,8 +132,14 @@ impl Run<'_> {
         self.no_longer_waiting(g);
     }
 
-    /// Carrier `id` (of `file`) ended, done with `bytes` or not: so do its riders.
-    pub(super) fn carrier_ended(&mut self, id: i64, file: Option<u64>, bytes: Option<u64>) {
+    /// Carrier `id` (of `file`) ended at `at`, done with `bytes` or not: so do its riders.
+    pub(super) fn carrier_ended(
+        &mut self,
+        id: i64,
+        file: Option<u64>,
+        bytes: Option<u64>,
+        at: Micros,
+    ) {
         if let Some(k) = file {
             if self.carriers.get(&k).is_some_and(|c| c.id == id) {
                 self.carriers.remove(&k);
@@ -148,18 +154,8 @@ impl Run<'_> {
             if r.waiting {
                 self.no_longer_waiting(g);
             }
-            let Some(bytes) = bytes else {
-                continue;
-            };
-            self.out.bytes[g.0] += u128::from(bytes);
-            self.out.files[g.0] += 1;
-            if self.fair[g.0] {
-                self.out.finished.push(Finished {
-                    at: self.now,
-                    group: g,
-                    bytes,
-                    saturated: self.saturated(),
-                });
+            if let Some(bytes) = bytes {
+                self.done(g, bytes, at);
             }
         }
     }
