@@ -1,6 +1,13 @@
-//! The FTS3 adapter: one FTS3 job per transfer, over FTS3's REST interface.
+//! The FTS3 adapter: one FTS3 job per volume batch (or per transfer without a volume), over
+//! FTS3's REST interface.
 //!
-//! - **Submit**: `POST /jobs` with one file (`sources`: the tape endpoint's URL of the file for a
+//! - **Jobs**: the transfers of one submission that share a direction, a volume and an FTS3
+//!   priority go in one job, in the order given (a `volumes` batch in tape-position order), up
+//!   to `job_max_files`: FTS3 sends one bring-online request for a staging job's files
+//!   (fts-rest-flask `lib/JobBuilder.py` gives them one `hashed_id`, so one node stages them
+//!   all). Each file's MSS id is `<job id>:<file_index>`; a job of one file's is the job id.
+//!   `batch` keeps a transfer from being queued twice when answers are lost.
+//! - **Submit**: `POST /jobs` with the files (`sources`: the tape endpoint's URL of the file for a
 //!   read, the station's `local_file` for a write; `destinations` the other way round;
 //!   the configured `activity` if any (one for every job, lower-cased as FTS3 keeps it: with
 //!   activity shares FTS3 draws slots by weighted random, which would re-order the broker's
@@ -23,13 +30,16 @@
 //!   `FINISHED` is done with the file's size, `FAILED` a failure (retryable unless FTS3 marked it
 //!   unrecoverable; FTS3 leaves `recoverable` null for staging failures, classified then by the
 //!   reason text as FTS3's own `src/url-copy/heuristics.cpp` does), `CANCELED` a cancellation.
-//! - **Priority**: `POST /jobs/{id}` with `{"params": {"priority": n}}`; **cancel**:
-//!   `DELETE /jobs/{id}`.
+//! - **Priority**: `POST /jobs/{id}` with `{"params": {"priority": n}}`, for the whole job
+//!   (every file of a volume batch moves together); **cancel**: `DELETE /jobs/{id}` for a job of
+//!   one file, `DELETE /jobs/{id}/files/{file_id}` for one file of several (its `file_id` read
+//!   from the job; FTS3 refuses this for a session-reuse job, so that cancel is refused).
 //! - **Authentication**: a bearer token (read from a file at every call) or an X.509 client
 //!   certificate. FTS3 refuses tape staging and archiving with tokens, so configuration refuses
 //!   that combination.
 
 mod adapter;
+mod batch;
 mod config;
 mod job;
 mod poller;
@@ -37,7 +47,10 @@ mod progress;
 
 pub use adapter::Fts3Adapter;
 pub use config::{Fts3Config, RawBand, RawFts3Config, MAX_PRIORITY, MIN_PRIORITY};
-pub use job::{conflict_is_ours, job_body, job_id, job_id_in, vo_id, BASE_ID};
+pub use job::{
+    batch_body, conflict_is_ours, file_entry, job_body, job_id, job_id_in, jobs_of, split_mss_id,
+    vo_id, BASE_ID,
+};
 pub use progress::{is_staging, progress_of, retryable_by_reason};
 
 #[cfg(test)]

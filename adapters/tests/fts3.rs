@@ -153,7 +153,10 @@ async fn a_stage_is_one_fts3_job_without_activity_or_fts3_retries_at_a_banded_pr
     );
     let job = &b.standin.jobs()[0];
     assert_eq!((job.priority, job.staging), (3, true));
-    assert_eq!((job.activity.as_str(), job.retries), ("default", 0));
+    assert_eq!(
+        (job.files[0].activity.as_str(), job.retries),
+        ("default", 0)
+    );
     // Polls ask for the file fields by job id.
     let poll = b
         .standin
@@ -164,7 +167,7 @@ async fn a_stage_is_one_fts3_job_without_activity_or_fts3_retries_at_a_banded_pr
     assert_eq!(poll.path, format!("/jobs/{}", s.mss_id));
     assert_eq!(
         poll.query.get("files").map(String::as_str),
-        Some("file_state,filesize,user_filesize,reason,recoverable")
+        Some("file_id,file_index,file_state,filesize,user_filesize,reason,recoverable")
     );
 }
 
@@ -416,4 +419,172 @@ async fn the_bearer_token_is_read_at_every_call_and_an_outage_is_unavailable() {
         b.adapter.submit(&read("3", "/cms/hold/c", 10)).await,
         Err(MssError::Unavailable(_))
     ));
+}
+
+/// A read of `path` on `volume`.
+fn on(volume: &str, key: &str, path: &str) -> Transfer {
+    Transfer {
+        volume: Some(volume.into()),
+        ..read(key, path, 10)
+    }
+}
+
+#[tokio::test]
+async fn a_volume_batch_is_one_fts3_job_in_order_and_each_file_ends_on_its_own() {
+    let mut b = Bench::new("none").await;
+    let batch = [
+        on("VA", "1", "/cms/a/f1"),
+        read("2", "/cms/x/f2", 10),
+        on("VA", "3", "/cms/a/fatal/f3"),
+        on("VB", "4", "/cms/b/f4"),
+        on("VA", "5", "/cms/a/f5"),
+    ];
+    let answers: Vec<_> = b.adapter.submit_batch(&batch).await;
+    let ids: Vec<String> = answers.into_iter().map(|a| a.unwrap().mss_id).collect();
+    let jobs = b.standin.jobs();
+    assert_eq!(
+        jobs.len(),
+        3,
+        "VA's three reads in one job, the others alone"
+    );
+    let va = &jobs[0];
+    assert_eq!(
+        va.sid.as_deref(),
+        Some("mssbroker-abc123-1-1"),
+        "the first transfer's sid"
+    );
+    let paths: Vec<&str> = va.files.iter().map(|f| f.source.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "davs://tape.example.org:2880/cms/a/f1",
+            "davs://tape.example.org:2880/cms/a/fatal/f3",
+            "davs://tape.example.org:2880/cms/a/f5"
+        ]
+    );
+    assert!(va.staging, "one bring-online job for the volume");
+    assert_eq!(
+        [&ids[0], &ids[2], &ids[4]],
+        [0, 1, 2].map(|i| format!("{}:{i}", va.job_id)).each_ref()
+    );
+    assert_eq!(
+        ids[1], jobs[1].job_id,
+        "a job of one file is named by its id alone"
+    );
+    assert_eq!(ids[3], jobs[2].job_id);
+    // Each file reports on its own: the fatal one fails, its job-mates finish.
+    for key in ["1", "5", "2", "4"] {
+        assert_eq!(
+            b.final_event(key).await,
+            EventKind::Done { bytes: 2_000_000 },
+            "{key}"
+        );
+    }
+    assert!(matches!(
+        b.final_event("3").await,
+        EventKind::Failed {
+            retryable: false,
+            ..
+        }
+    ));
+    assert_eq!(
+        b.standin.job_state(&va.job_id).as_deref(),
+        Some("FINISHEDDIRTY")
+    );
+    // Its status, asked by the MSS id the broker recorded, is the file's.
+    let status = b
+        .restarted("none")
+        .status(&reference(&batch[2], Some(&ids[2])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        status.progress,
+        Progress::Finished(EventKind::Failed {
+            retryable: false,
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn one_file_of_a_job_is_cancelled_alone_unless_fts3_made_it_a_session_reuse_job() {
+    let mut b = Bench::new("none").await;
+    let batch: Vec<Transfer> = (1..=3)
+        .map(|k| on("VA", &k.to_string(), &format!("/cms/hold/f{k}")))
+        .collect();
+    let ids: Vec<String> = (b.adapter.submit_batch(&batch).await)
+        .into_iter()
+        .map(|a| a.unwrap().mss_id)
+        .collect();
+    b.adapter
+        .cancel(&reference(&batch[1], Some(&ids[1])))
+        .await
+        .unwrap();
+    assert_eq!(b.final_event("2").await, EventKind::Cancelled);
+    let job = &b.standin.jobs()[0];
+    let deleted = format!("/jobs/{}/files/{}", job.job_id, job.files[1].file_id);
+    assert!(b
+        .standin
+        .calls()
+        .iter()
+        .any(|c| c.method == "DELETE" && c.path == deleted));
+    assert_eq!(b.standin.job_state(&job.job_id).as_deref(), Some("STAGING"));
+    assert!(matches!(
+        b.adapter.cancel(&reference(&batch[1], Some(&ids[1]))).await,
+        Err(MssError::Rejected(m)) if m.contains("CANCELED")
+    ));
+    // Five small writes between one pair of endpoints: FTS3's AutoSessionReuse makes them one
+    // session, whose files it cancels only all together.
+    b.standin.set_auto_session_reuse(true);
+    let writes: Vec<Transfer> = (10..15)
+        .map(|k| Transfer {
+            direction: Direction::Write,
+            local_file: Some(format!("davs://disk.example.org:2880/hold/w{k}")),
+            ..on("VW", &k.to_string(), &format!("/cms/w{k}"))
+        })
+        .collect();
+    let w: Vec<String> = (b.adapter.submit_batch(&writes).await)
+        .into_iter()
+        .map(|a| a.unwrap().mss_id)
+        .collect();
+    assert_eq!(b.standin.jobs()[1].job_type, "Y");
+    match b.adapter.cancel(&reference(&writes[0], Some(&w[0]))).await {
+        Err(MssError::Rejected(m)) => assert!(m.contains("cancelled at once"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_batch_whose_answer_was_lost_is_never_queued_twice_whatever_company_it_comes_in() {
+    let b = Bench::new("none").await;
+    let batch: Vec<Transfer> = (1..=3)
+        .map(|k| on("VA", &k.to_string(), &format!("/cms/hold/f{k}")))
+        .collect();
+    b.standin.lose_next_answers(1);
+    for a in b.adapter.submit_batch(&batch).await {
+        assert!(a.unwrap_err().is_retryable());
+    }
+    let job_id = b.standin.jobs()[0].job_id.clone();
+    // The first was cancelled meanwhile: the others come again without it, under another
+    // sid, and are found in the job FTS3 created.
+    let again = b.adapter.submit_batch(&batch[1..]).await;
+    let again: Vec<_> = again.into_iter().map(Result::unwrap).collect();
+    assert!(again.iter().all(|s| s.duplicate));
+    assert_eq!(again[0].mss_id, format!("{job_id}:1"));
+    assert_eq!(again[1].mss_id, format!("{job_id}:2"));
+    // After a restart the same batch again: FTS3's 409 on the first's sid, and the job's files
+    // say which transfers it holds.
+    let restarted = b.restarted("none");
+    let third: Vec<_> = (restarted.submit_batch(&batch).await)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(third.iter().all(|s| s.duplicate));
+    let want: Vec<String> = (0..3).map(|i| format!("{job_id}:{i}")).collect();
+    assert_eq!(
+        third.iter().map(|s| s.mss_id.clone()).collect::<Vec<_>>(),
+        want
+    );
+    assert_eq!(b.standin.jobs().len(), 1, "every file queued once");
 }

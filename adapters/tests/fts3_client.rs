@@ -232,8 +232,8 @@ async fn the_adapters_bodies_mean_what_the_fts3_clients_mean_and_the_standin_tak
         );
         let (ja, jb) = (&a.jobs()[0], &b.jobs()[0]);
         assert_eq!(
-            (ja.retries, ja.staging, &ja.activity, ja.priority),
-            (jb.retries, jb.staging, &jb.activity, jb.priority)
+            (ja.retries, ja.staging, &ja.files[0].activity, ja.priority),
+            (jb.retries, jb.staging, &jb.files[0].activity, jb.priority)
         );
     }
 }

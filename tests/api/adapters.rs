@@ -626,7 +626,7 @@ async fn fts3_gets_one_job_per_request_at_the_banded_priority_and_cancels_reach_
     assert_eq!(jobs.len(), 3);
     for (r, job) in done.iter().zip(&jobs) {
         assert_eq!(r["mss_id"].as_str(), Some(job.job_id.as_str()));
-        assert_eq!(r["bytes_done"].as_u64(), Some(job.filesize));
+        assert_eq!(r["bytes_done"].as_u64(), Some(job.files[0].filesize));
         let want = match r["mss_priority"].as_i64().unwrap() {
             100 => 5,
             20 => 3,
@@ -636,7 +636,7 @@ async fn fts3_gets_one_job_per_request_at_the_banded_priority_and_cancels_reach_
         assert_eq!(job.priority, want, "{r}");
         // No activity sent (one or none: FTS3's activity shares would re-order the broker's
         // decisions), so FTS3 files the job under "default".
-        assert_eq!(job.activity, "default", "{r}");
+        assert_eq!(job.files[0].activity, "default", "{r}");
     }
     // A request held at FTS3 is cancelled there and refunded.
     let (status, body) = app
@@ -665,6 +665,51 @@ async fn fts3_gets_one_job_per_request_at_the_banded_priority_and_cancels_reach_
         standin.job_state(&standin.jobs()[3].job_id).as_deref(),
         Some("CANCELED")
     );
+    app.stop().await;
+}
+
+/// In `volumes` mode a volume's batch is one FTS3 job (one bring-online request at FTS3), its
+/// files in tape-position order, each request named by its file in the job and charged to its
+/// own group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fts3_gets_a_volume_batch_as_one_job_in_tape_position_order() {
+    let plan = Plan {
+        queued: Duration::from_millis(100),
+        active: Duration::from_millis(100),
+    };
+    let standin = Fts3Standin::start("cms", None, plan).await.unwrap();
+    let config = format!(
+        "{}\n[release]\nmode = \"volumes\"\n\n[release.volumes]\n\
+         min_volume_bytes = 1000000000000000\nmin_volume_files = 3\nquiet_secs = 3600\n\
+         max_age_secs = 7200\nbatch_max_files = 100\nmax_volumes = 1\n",
+        config_with(&fts3_mss(&standin.url))
+    );
+    let app = TestApp::spawn(&config).await;
+    let mut ids = Vec::new();
+    for (crid, group, position) in [("a0", "higgs", 30), ("a1", "top", 10), ("a2", "higgs", 40)] {
+        let mut body = request(crid, "reprocessing", group, 5_000);
+        body["volume"] = "VA".into();
+        body["position"] = position.into();
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+        ids.push(r["id"].as_i64().unwrap());
+    }
+    let done = app.wait_final(&ids, Duration::from_secs(30)).await;
+    assert!(done.iter().all(|r| r["state"] == "done"), "{done:?}");
+    let jobs = standin.jobs();
+    assert_eq!(jobs.len(), 1, "one job for the volume");
+    let files: Vec<&str> = jobs[0].files.iter().map(|f| f.source.as_str()).collect();
+    let tape = |crid: &str| format!("davs://tape.example.org:2880/pnfs/test/{crid}");
+    assert_eq!(
+        files,
+        [tape("a1"), tape("a0"), tape("a2")],
+        "position order"
+    );
+    for (r, index) in done.iter().zip([1, 0, 2]) {
+        let want = format!("{}:{index}", jobs[0].job_id);
+        assert_eq!(r["mss_id"].as_str(), Some(want.as_str()), "{r}");
+        assert_eq!(r["charged"].as_u64(), Some(5_000), "{r}");
+    }
     app.stop().await;
 }
 

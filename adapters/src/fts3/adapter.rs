@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::{Client, StatusCode};
+use reqwest::Client;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::warn;
 
+use super::batch::Place;
 use super::config::{Fts3Config, MIN_PRIORITY};
-use super::job::{conflict_is_ours, job_body, job_id_in};
+use super::job::{conflict_is_ours, file_mss_id, job_id_in, split_mss_id};
 use super::poller::poll_loop;
 use super::progress::{is_staging, progress_of};
 use crate::event_log::EventLog;
@@ -35,6 +36,12 @@ pub(super) struct Shared {
     client: Client,
     pub(super) log: EventLog,
     jobs: Mutex<HashMap<String, Track>>,
+    /// Transfers found in a job FTS3 holds (after a 409 or a lost answer) and not submitted
+    /// again yet, by key.
+    found: Mutex<HashMap<String, Place>>,
+    /// Transfers whose submission's answer was lost, by key: the attempt and the sid of the
+    /// job they were sent in.
+    uncertain: Mutex<HashMap<String, (u32, String)>>,
     /// The namespace of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`.
     vo_id: tokio::sync::OnceCell<uuid::Uuid>,
 }
@@ -44,7 +51,9 @@ pub(super) struct Shared {
 pub(super) struct Track {
     pub(super) attempt: u32,
     pub(super) job_id: String,
-    level: i64,
+    /// The file's index in a job of several files.
+    pub(super) index: Option<u64>,
+    pub(super) level: i64,
     pub(super) started: bool,
     pub(super) staging: bool,
     pub(super) size_bytes: u64,
@@ -74,6 +83,8 @@ impl Fts3Adapter {
             client,
             log: EventLog::new("fts3"),
             jobs: Mutex::new(HashMap::new()),
+            found: Mutex::new(HashMap::new()),
+            uncertain: Mutex::new(HashMap::new()),
             vo_id: tokio::sync::OnceCell::new(),
         });
         let poller = tokio::spawn(poll_loop(shared.clone()));
@@ -92,24 +103,43 @@ impl Drop for Fts3Adapter {
     }
 }
 
+impl Track {
+    /// The MSS id the broker records: the job's, with the file's index in a job of several.
+    pub(super) fn mss_id(&self) -> String {
+        match self.index {
+            Some(i) => file_mss_id(&self.job_id, i),
+            None => self.job_id.clone(),
+        }
+    }
+}
+
 impl Shared {
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<String, Track>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn sid(&self, key: &str, attempt: u32) -> String {
+    pub(super) fn found_mut(&self) -> MutexGuard<'_, HashMap<String, Place>> {
+        self.found.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn uncertain_mut(&self) -> MutexGuard<'_, HashMap<String, (u32, String)>> {
+        self.uncertain.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn sid(&self, key: &str, attempt: u32) -> String {
         format!("{}-{key}-{attempt}", self.sid_prefix)
     }
 
-    async fn job_id_of(&self, t: &TransferRef) -> Result<String, MssError> {
+    /// The job a transfer is in, and its index there in a job of several files.
+    async fn place_of(&self, t: &TransferRef) -> Result<(String, Option<u64>), MssError> {
         if let Some(track) = self.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
-            return Ok(track.job_id.clone());
+            return Ok((track.job_id.clone(), track.index));
         }
         match &t.mss_id {
-            Some(id) => Ok(id.clone()),
-            None => Ok(job_id_in(
-                &self.vo_id().await?,
-                &self.sid(&t.key, t.attempt),
+            Some(id) => Ok(split_mss_id(id)),
+            None => Ok((
+                job_id_in(&self.vo_id().await?, &self.sid(&t.key, t.attempt)),
+                None,
             )),
         }
     }
@@ -137,7 +167,7 @@ impl Shared {
             .copied()
     }
 
-    fn level(&self, priority: i64) -> i64 {
+    pub(super) fn level(&self, priority: i64) -> i64 {
         PriorityScale::Bands(self.cfg.bands.clone())
             .map(priority)
             .unwrap_or(MIN_PRIORITY)
@@ -155,8 +185,51 @@ impl Shared {
         self.cfg.auth.authorize(rb)
     }
 
+    /// Cancel one file of a job of several: `DELETE /jobs/{id}/files/{file_id}`, the file's id
+    /// read from the job (fts-rest-flask `controllers/jobs.py` `cancel_files`, which answers the
+    /// file's new state, or its state when it had already ended).
+    pub(super) async fn cancel_file(&self, job_id: &str, index: u64) -> Result<(), MssError> {
+        let job = self
+            .get_jobs(&[job_id.to_string()])
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Null);
+        let file = file_at(&job, Some(index)).flatten();
+        let state = file
+            .and_then(|f| f.get("file_state"))
+            .and_then(Value::as_str);
+        if let Some(ended @ ("FINISHED" | "FAILED" | "CANCELED")) = state {
+            // FTS3 would answer an ended file's state, "CANCELED" included: ask first.
+            return Err(MssError::Rejected(format!(
+                "the fts3 file is already {ended}"
+            )));
+        }
+        let file_id = file
+            .and_then(|f| f.get("file_id"))
+            .and_then(Value::as_u64)
+            .ok_or_else(|| {
+                MssError::Rejected(format!("fts3 job {job_id} has no file {index} (any more)"))
+            })?;
+        let path = format!("/jobs/{job_id}/files/{file_id}");
+        let rb = self.request(reqwest::Method::DELETE, &path)?;
+        let answer: Value = rest::decode(rest::send(rb, self.cfg.timeout).await?).await?;
+        match answer.as_str() {
+            Some("CANCELED") => Ok(()),
+            Some(other) => Err(MssError::Rejected(format!("the fts3 file is {other}"))),
+            None => Err(MssError::Protocol(format!(
+                "fts3 answered a file's cancel with {}",
+                clip_json(&answer)
+            ))),
+        }
+    }
+
     /// The job id of a 409 answer: ours again (recover it), or a refusal.
-    async fn conflict(&self, resp: reqwest::Response, sid: &str) -> Result<String, MssError> {
+    pub(super) async fn conflict(
+        &self,
+        resp: reqwest::Response,
+        sid: &str,
+    ) -> Result<String, MssError> {
         let answer = rest::Answer::read(resp).await?;
         let message = answer.server_error().unwrap_or_else(|| answer.text());
         if !conflict_is_ours(&message) {
@@ -200,51 +273,25 @@ impl MssAdapter for Fts3Adapter {
     }
 
     async fn submit(&self, t: &Transfer) -> Result<Submitted, MssError> {
-        let sh = &self.shared;
-        if let Some(track) = sh.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
-            return Ok(Submitted {
-                mss_id: track.job_id.clone(),
-                duplicate: true,
-            });
-        }
-        let sid = sh.sid(&t.key, t.attempt);
-        let level = sh.level(t.priority);
-        let body = job_body(&sh.cfg, &sid, level, t)?;
-        let staging = body["params"].get("bring_online").is_some();
-        let rb = sh.request(reqwest::Method::POST, "/jobs")?.json(&body);
-        let resp = rest::send(rb, sh.cfg.timeout).await?;
-        let (job_id, duplicate) = if resp.status() == StatusCode::CONFLICT {
-            // FTS3 has this sid already: our earlier submission, whose answer we lost.
-            (sh.conflict(resp, &sid).await?, true)
-        } else {
-            let answer: Value = rest::decode(resp).await?;
-            let id = answer
-                .get("job_id")
-                .and_then(Value::as_str)
-                // FTS3 may have created the job: retried, it answers 409 (same sid).
-                .ok_or_else(|| MssError::Unknown(format!("no job_id in {}", clip_json(&answer))))?;
-            (id.to_string(), false)
-        };
-        sh.lock().insert(
-            t.key.clone(),
-            Track {
-                attempt: t.attempt,
-                job_id: job_id.clone(),
-                level,
-                started: false,
-                staging,
-                size_bytes: t.size_bytes,
-            },
-        );
-        Ok(Submitted {
-            mss_id: job_id,
-            duplicate,
-        })
+        self.shared
+            .submit_all(std::slice::from_ref(t))
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(MssError::Protocol("no answer".into())))
+    }
+
+    /// One job per volume (its transfers at one FTS3 level, up to `job_max_files`), one job
+    /// for each transfer without a volume.
+    async fn submit_batch(&self, transfers: &[Transfer]) -> Vec<Result<Submitted, MssError>> {
+        self.shared.submit_all(transfers).await
     }
 
     async fn cancel(&self, t: &TransferRef) -> Result<(), MssError> {
         let sh = &self.shared;
-        let id = sh.job_id_of(t).await?;
+        let (id, index) = sh.place_of(t).await?;
+        if let Some(index) = index {
+            return sh.cancel_file(&id, index).await;
+        }
         let rb = sh.request(reqwest::Method::DELETE, &format!("/jobs/{id}"))?;
         let job: Value = rest::decode(rest::send(rb, sh.cfg.timeout).await?).await?;
         // FTS3 answers a job already final with its state and "304 Not Modified".
@@ -273,7 +320,7 @@ impl MssAdapter for Fts3Adapter {
             // The new broker priority falls in the same FTS3 band: nothing to change there.
             return Ok(());
         }
-        let id = sh.job_id_of(t).await?;
+        let (id, _) = sh.place_of(t).await?;
         let rb = sh
             .request(reqwest::Method::POST, &format!("/jobs/{id}"))?
             .json(&json!({"params": {"priority": level}}));
@@ -282,7 +329,8 @@ impl MssAdapter for Fts3Adapter {
         if !matches!(state, "SUBMITTED" | "STAGING" | "READY") {
             return Err(MssError::Rejected(format!("the fts3 job is {state}")));
         }
-        if let Some(j) = sh.lock().get_mut(&t.key) {
+        // The job's every file has the new priority: one volume batch moves together.
+        for j in sh.lock().values_mut().filter(|j| j.job_id == id) {
             j.level = level;
         }
         Ok(())
@@ -290,7 +338,7 @@ impl MssAdapter for Fts3Adapter {
 
     async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
         let sh = &self.shared;
-        let id = sh.job_id_of(t).await?;
+        let (id, index) = sh.place_of(t).await?;
         let job = sh
             .get_jobs(std::slice::from_ref(&id))
             .await?
@@ -305,7 +353,11 @@ impl MssAdapter for Fts3Adapter {
             return Ok(None);
         }
         let staging = is_staging(&job);
-        let Some(progress) = progress_of(&job, t.size_bytes, staging) else {
+        let Some(file) = file_at(&job, index) else {
+            // FTS3 holds the job but not this attempt's file in it.
+            return Ok(None);
+        };
+        let Some(progress) = progress_of(&job, file, t.size_bytes, staging) else {
             return Err(MssError::Protocol(format!("no state in {job}")));
         };
         if !matches!(progress, Progress::Finished(_)) {
@@ -317,6 +369,7 @@ impl MssAdapter for Fts3Adapter {
             sh.lock().entry(t.key.clone()).or_insert(Track {
                 attempt: t.attempt,
                 job_id: id,
+                index,
                 level,
                 started: progress == Progress::Running,
                 staging,
@@ -334,7 +387,20 @@ impl MssAdapter for Fts3Adapter {
     }
 }
 
+/// The file a transfer is of a polled job: the one at `index` in a job of several files, the
+/// first (or, with no `files`, the job itself) in a job of one.
+pub(super) fn file_at(job: &Value, index: Option<u64>) -> Option<Option<&Value>> {
+    let files = job.get("files").and_then(Value::as_array);
+    match index {
+        None => Some(files.and_then(|f| f.first())),
+        Some(i) => files?
+            .iter()
+            .find(|f| f.get("file_index").and_then(Value::as_u64) == Some(i))
+            .map(Some),
+    }
+}
+
 /// A JSON answer as text for a message, clipped.
-fn clip_json(v: &Value) -> String {
+pub(super) fn clip_json(v: &Value) -> String {
     crate::answer::clip(&v.to_string(), crate::answer::MAX_MESSAGE_CHARS).into_owned()
 }

@@ -36,6 +36,8 @@ pub struct RawFts3Config {
     pub priority_bands: Option<Vec<RawBand>>,
     #[serde(default)]
     pub max_outstanding: Option<i64>,
+    #[serde(default = "d_job_max_files")]
+    pub job_max_files: i64,
     #[serde(default = "d_poll")]
     pub poll_ms: i64,
     #[serde(default = "d_timeout")]
@@ -61,6 +63,9 @@ fn d_pin() -> i64 {
 fn d_archive() -> i64 {
     86_400
 }
+fn d_job_max_files() -> i64 {
+    1000
+}
 fn d_poll() -> i64 {
     5_000
 }
@@ -84,6 +89,9 @@ pub struct Fts3Config {
     pub archive_timeout: u64,
     pub bands: Vec<Band>,
     pub max_outstanding: Option<usize>,
+    /// Most files in one job: a submission's transfers of one volume (a `volumes` batch) go
+    /// in jobs of up to this many; 1 sends every transfer in a job of its own.
+    pub job_max_files: usize,
     pub poll: Duration,
     pub timeout: Duration,
     pub auth: RestAuth,
@@ -123,6 +131,9 @@ impl RawFts3Config {
             Some(n) => Some(n as usize),
             None => None,
         };
+        if self.job_max_files <= 0 {
+            issues.push(Issue::new("job_max_files", "must be a positive integer"));
+        }
         let poll = positive_ms(self.poll_ms, "poll_ms", &mut issues);
         let timeout = positive_ms(self.timeout_ms, "timeout_ms", &mut issues);
         let tape = bring_online > 0 || archive_timeout > 0;
@@ -146,6 +157,7 @@ impl RawFts3Config {
             archive_timeout,
             bands,
             max_outstanding,
+            job_max_files: self.job_max_files.max(1) as usize,
             poll,
             timeout,
             auth,

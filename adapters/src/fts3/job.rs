@@ -31,8 +31,31 @@ pub fn conflict_is_ours(message: &str) -> bool {
     !message.contains("submission is duplicated")
 }
 
-/// The body of `POST /jobs` for a transfer.
+/// The body of `POST /jobs` for one transfer.
 pub fn job_body(cfg: &Fts3Config, sid: &str, level: i64, t: &Transfer) -> Result<Value, MssError> {
+    let file = file_entry(cfg, t)?;
+    let metadata = json!({"mssbroker_key": t.key, "attempt": t.attempt});
+    Ok(json!({"files": [file], "params": params(cfg, sid, level, t.direction, metadata)}))
+}
+
+/// The body of `POST /jobs` for several transfers of one direction in one job (a volume's
+/// batch: one bring-online request for all of them at FTS3), `files` in the order given, each
+/// file's `metadata` naming its transfer. The job's metadata names its first transfer, whose
+/// key and attempt make the `sid`, and how many files it holds.
+pub fn batch_body(
+    cfg: &Fts3Config,
+    sid: &str,
+    level: i64,
+    files: Vec<Value>,
+    first: &Transfer,
+) -> Value {
+    let metadata =
+        json!({"mssbroker_key": first.key, "attempt": first.attempt, "files": files.len()});
+    json!({"files": files, "params": params(cfg, sid, level, first.direction, metadata)})
+}
+
+/// One transfer as an entry of a job's `files`, or why FTS3 cannot be asked for it.
+pub fn file_entry(cfg: &Fts3Config, t: &Transfer) -> Result<Value, MssError> {
     let tape = format!("{}{}", cfg.tape_endpoint, t.file);
     let (source, destination) = match t.direction {
         Direction::Read => {
@@ -58,7 +81,20 @@ pub fn job_body(cfg: &Fts3Config, sid: &str, level: i64, t: &Transfer) -> Result
             }
         },
     };
-    let metadata = json!({"mssbroker_key": t.key, "attempt": t.attempt});
+    let mut file = json!({
+        "sources": [source],
+        "destinations": [destination],
+        "filesize": t.size_bytes,
+        "metadata": {"mssbroker_key": t.key, "attempt": t.attempt},
+    });
+    if let Some(activity) = &cfg.activity {
+        file["activity"] = json!(activity);
+    }
+    Ok(file)
+}
+
+/// A job's `params`.
+fn params(cfg: &Fts3Config, sid: &str, level: i64, direction: Direction, metadata: Value) -> Value {
     let mut params = json!({
         "priority": level,
         "id_generator": "deterministic",
@@ -67,7 +103,7 @@ pub fn job_body(cfg: &Fts3Config, sid: &str, level: i64, t: &Transfer) -> Result
         "retry": -1,
         "job_metadata": metadata,
     });
-    match t.direction {
+    match direction {
         Direction::Read if cfg.bring_online > 0 => {
             params["bring_online"] = json!(cfg.bring_online);
             params["copy_pin_lifetime"] = json!(cfg.copy_pin_lifetime);
@@ -77,14 +113,110 @@ pub fn job_body(cfg: &Fts3Config, sid: &str, level: i64, t: &Transfer) -> Result
         }
         _ => {}
     }
-    let mut file = json!({
-        "sources": [source],
-        "destinations": [destination],
-        "filesize": t.size_bytes,
-        "metadata": metadata,
-    });
-    if let Some(activity) = &cfg.activity {
-        file["activity"] = json!(activity);
+    params
+}
+
+/// The transfer a file of a polled job belongs to: its `file_metadata`'s key and attempt.
+pub fn file_owner(file: &Value) -> Option<(String, u32)> {
+    let m = file.get("file_metadata")?;
+    let key = m.get("mssbroker_key")?.as_str()?.to_string();
+    let attempt = u32::try_from(m.get("attempt")?.as_u64()?).ok()?;
+    Some((key, attempt))
+}
+
+/// The MSS id of a file of a multi-file job: the job's id and the file's index in it.
+pub fn file_mss_id(job_id: &str, index: u64) -> String {
+    format!("{job_id}:{index}")
+}
+
+/// A recorded MSS id as the job's id and, for a file of a multi-file job, its index (UUIDs
+/// hold no `:`).
+pub fn split_mss_id(mss_id: &str) -> (String, Option<u64>) {
+    match mss_id.split_once(':') {
+        Some((job, i)) => match i.parse() {
+            Ok(i) => (job.to_string(), Some(i)),
+            Err(_) => (mss_id.to_string(), None),
+        },
+        None => (mss_id.to_string(), None),
     }
-    Ok(json!({"files": [file], "params": params}))
+}
+
+/// Which transfers share a job: those of one direction, one volume and one FTS3 level, in the
+/// order given, at most `max_files` a job; a transfer without a volume goes alone. Each
+/// element is `(position, direction, volume, level)`; the answer lists positions.
+pub fn jobs_of(
+    items: &[(usize, Direction, Option<&str>, i64)],
+    max_files: usize,
+) -> Vec<Vec<usize>> {
+    let mut jobs: Vec<Vec<usize>> = Vec::new();
+    let mut open: Vec<((Direction, &str, i64), usize)> = Vec::new();
+    for &(pos, direction, volume, level) in items {
+        let Some(volume) = volume.filter(|_| max_files > 1) else {
+            jobs.push(vec![pos]);
+            continue;
+        };
+        let key = (direction, volume, level);
+        match open.iter().position(|(k, _)| *k == key) {
+            Some(o) if jobs[open[o].1].len() < max_files => jobs[open[o].1].push(pos),
+            Some(o) => {
+                open[o].1 = jobs.len();
+                jobs.push(vec![pos]);
+            }
+            None => {
+                open.push((key, jobs.len()));
+                jobs.push(vec![pos]);
+            }
+        }
+    }
+    jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A volume's transfers at one level share jobs of at most `max_files`, in order; other
+    /// volumes, levels and directions, and transfers without a volume, go apart; `max_files`
+    /// 1 sends every transfer alone.
+    #[test]
+    fn transfers_share_a_job_by_direction_volume_and_level() {
+        let (r, w) = (Direction::Read, Direction::Write);
+        let items = [
+            (0, r, Some("VA"), 3),
+            (1, r, None, 3),
+            (2, r, Some("VA"), 3),
+            (3, r, Some("VB"), 3),
+            (4, r, Some("VA"), 5),
+            (5, w, Some("VA"), 3),
+            (6, r, Some("VA"), 3),
+            (7, r, None, 3),
+        ];
+        let got = jobs_of(&items, 10);
+        assert_eq!(
+            got,
+            [vec![0, 2, 6], vec![1], vec![3], vec![4], vec![5], vec![7]]
+        );
+        let got = jobs_of(&items, 2);
+        assert_eq!(
+            got,
+            [
+                vec![0, 2],
+                vec![1],
+                vec![3],
+                vec![4],
+                vec![5],
+                vec![6],
+                vec![7]
+            ]
+        );
+        assert_eq!(jobs_of(&items, 1).len(), items.len());
+    }
+
+    #[test]
+    fn mss_ids_of_files_of_a_job_split_back() {
+        let id = "4f5a6b1e-8c1d-5b7e-9a3c-2d1e0f9a8b7c";
+        assert_eq!(split_mss_id(&file_mss_id(id, 7)), (id.to_string(), Some(7)));
+        assert_eq!(split_mss_id(id), (id.to_string(), None));
+        assert_eq!(split_mss_id("x:y"), ("x:y".to_string(), None));
+    }
 }

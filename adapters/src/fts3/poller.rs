@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use super::adapter::Shared;
+use super::adapter::{file_at, Shared};
 use super::progress::progress_of;
 use crate::event_log::Seen;
 use crate::rest;
@@ -18,7 +18,8 @@ use crate::MssError;
 const POLL_BATCH: usize = 50;
 
 /// The file fields a poll asks for.
-const FILE_FIELDS: &str = "file_state,filesize,user_filesize,reason,recoverable";
+pub(super) const FILE_FIELDS: &str =
+    "file_id,file_index,file_state,filesize,user_filesize,reason,recoverable";
 
 impl Shared {
     /// `GET /jobs/{ids}` with the file fields: one JSON object per id asked for.
@@ -44,7 +45,7 @@ impl Shared {
         })
     }
 
-    /// Turn a polled job into events, and stop following it once final.
+    /// Turn a transfer's file of a polled job into events, and stop following it once final.
     fn observe(&self, key: &str, job: &Value) {
         let Some(track) = self.lock().get(key).cloned() else {
             return;
@@ -58,7 +59,10 @@ impl Shared {
             self.lock().remove(key);
             return;
         }
-        let Some(progress) = progress_of(job, track.size_bytes, track.staging) else {
+        let Some(file) = file_at(job, track.index) else {
+            return;
+        };
+        let Some(progress) = progress_of(job, file, track.size_bytes, track.staging) else {
             return;
         };
         match self
@@ -86,22 +90,18 @@ pub(super) async fn poll_loop(sh: Arc<Shared>) {
     }
     loop {
         tokio::time::sleep(sh.cfg.poll).await;
-        let tracked: Vec<(String, String)> = sh
-            .lock()
-            .iter()
-            .map(|(k, t)| (t.job_id.clone(), k.clone()))
-            .collect();
-        for chunk in tracked.chunks(POLL_BATCH) {
-            let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
-            let key_of: HashMap<&str, &str> = chunk
-                .iter()
-                .map(|(id, k)| (id.as_str(), k.as_str()))
-                .collect();
-            match sh.get_jobs(&ids).await {
+        // The keys followed in each job (one, or the transfers of a job of several files).
+        let mut keys_of: HashMap<String, Vec<String>> = HashMap::new();
+        for (k, t) in sh.lock().iter() {
+            keys_of.entry(t.job_id.clone()).or_default().push(k.clone());
+        }
+        let ids: Vec<String> = keys_of.keys().cloned().collect();
+        for chunk in ids.chunks(POLL_BATCH) {
+            match sh.get_jobs(chunk).await {
                 Ok(jobs) => {
                     for job in &jobs {
                         let id = job.get("job_id").and_then(Value::as_str).unwrap_or("");
-                        if let Some(key) = key_of.get(id) {
+                        for key in keys_of.get(id).into_iter().flatten() {
                             sh.observe(key, job);
                         }
                     }

@@ -56,11 +56,15 @@ pub fn is_staging(job: &Value) -> bool {
         .is_some_and(|b| b > 0)
 }
 
-/// Where a job stands, from its (one) file's state, or the job's when no file is given.
-/// `staging`: the job brings files online, so `STARTED` (the request sent to tape) is a start;
-/// for other jobs it is still queued.
-pub fn progress_of(job: &Value, declared_bytes: u64, staging: bool) -> Option<Progress> {
-    let file = job.get("files").and_then(|f| f.get(0));
+/// Where a transfer stands, from its file's state in a polled job, or the job's when no file is
+/// given (a job of one file polled without `files`). `staging`: the job brings files online, so
+/// `STARTED` (the request sent to tape) is a start; for other jobs it is still queued.
+pub fn progress_of(
+    job: &Value,
+    file: Option<&Value>,
+    declared_bytes: u64,
+    staging: bool,
+) -> Option<Progress> {
     let state = file
         .and_then(|f| f.get("file_state"))
         .or_else(|| job.get("job_state"))

@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
 use crate::protocol::{Direction, EventKind, Transfer};
@@ -132,45 +132,39 @@ fn bands_map_broker_priorities_onto_one_to_five() {
     assert_eq!(map(100), Some(5));
 }
 
+/// `progress_of` of a polled job of one file, as the adapter reads it.
+fn progress(job: &Value, declared: u64, staging: bool) -> Option<Progress> {
+    let file = job.get("files").and_then(|f| f.get(0));
+    progress_of(job, file, declared, staging)
+}
+
 #[test]
 fn file_states_become_progress() {
     let job = |state: &str| {
         json!({"job_state": "ACTIVE", "files": [{"file_state": state,
         "filesize": 7, "reason": "SOURCE srm error", "recoverable": false}]})
     };
+    assert_eq!(progress(&job("STAGING"), 1, true), Some(Progress::Queued));
+    assert_eq!(progress(&job("STARTED"), 1, true), Some(Progress::Running));
+    assert_eq!(progress(&job("STARTED"), 1, false), Some(Progress::Queued));
+    assert_eq!(progress(&job("ACTIVE"), 1, false), Some(Progress::Running));
     assert_eq!(
-        progress_of(&job("STAGING"), 1, true),
-        Some(Progress::Queued)
-    );
-    assert_eq!(
-        progress_of(&job("STARTED"), 1, true),
-        Some(Progress::Running)
-    );
-    assert_eq!(
-        progress_of(&job("STARTED"), 1, false),
-        Some(Progress::Queued)
-    );
-    assert_eq!(
-        progress_of(&job("ACTIVE"), 1, false),
-        Some(Progress::Running)
-    );
-    assert_eq!(
-        progress_of(&job("FINISHED"), 1, false),
+        progress(&job("FINISHED"), 1, false),
         Some(Progress::Finished(EventKind::Done { bytes: 7 }))
     );
     assert_eq!(
-        progress_of(&job("FAILED"), 1, false),
+        progress(&job("FAILED"), 1, false),
         Some(Progress::Finished(EventKind::Failed {
             reason: "fts3 job failed: SOURCE srm error".into(),
             retryable: false
         }))
     );
     assert_eq!(
-        progress_of(&job("CANCELED"), 1, false),
+        progress(&job("CANCELED"), 1, false),
         Some(Progress::Finished(EventKind::Cancelled))
     );
     assert_eq!(
-        progress_of(&json!({"job_state": "FINISHED"}), 9, false),
+        progress(&json!({"job_state": "FINISHED"}), 9, false),
         Some(Progress::Finished(EventKind::Done { bytes: 9 }))
     );
 }
@@ -180,7 +174,7 @@ fn staging_failures_without_recoverable_are_classified_by_their_reason() {
     let failed = |reason: &str| {
         let job = json!({"job_state": "FAILED", "files": [{"file_state": "FAILED",
             "reason": reason, "recoverable": null}]});
-        match progress_of(&job, 1, true) {
+        match progress(&job, 1, true) {
             Some(Progress::Finished(EventKind::Failed { retryable, .. })) => retryable,
             other => panic!("{other:?}"),
         }

@@ -1,5 +1,7 @@
 //! A stand-in FTS3 REST server for tests: `POST /jobs`, `GET /jobs/{ids}`, `POST /jobs/{id}`
-//! (modify), `DELETE /jobs/{id}` (cancel), with the answers FTS3 gives.
+//! (modify), `DELETE /jobs/{id}` (cancel), `GET /jobs/{id}/files` and
+//! `DELETE /jobs/{id}/files/{file_ids}` (cancel some files of a job), with the answers FTS3
+//! gives (fts-rest-flask `controllers/jobs.py`).
 //!
 //! Submissions are checked against what FTS3 accepts (its submit JSON schema and `JobBuilder`):
 //! top-level `files` and `params` only, each file with `sources` and `destinations` (non-empty
@@ -17,6 +19,13 @@
 //! the server's default ([`SERVER_RETRY`]), below 0 none (cern-fts/fts3
 //! `src/db/mysql/Config.cpp` `getRetry`); `activity` is lower-cased ("default" when absent).
 //!
+//! A job holds one file or many (`file_index` their place in the submission, `file_id` FTS3's
+//! own number for each); a poll with `?files=...` lists the fields asked for of every file, in
+//! FTS3's order, which need not be the submission's. Cancelling one file of a session-reuse job
+//! (`job_type` `Y`, which FTS3's `AutoSessionReuse` makes of 5 to 1000 small files between one
+//! pair of storage elements; [`Fts3Standin::set_auto_session_reuse`]) is 400, as FTS3 refuses
+//! it. The job's state follows its files (`FINISHEDDIRTY` for a mix).
+//!
 //! Jobs move on the wall clock: queued (`SUBMITTED`; for a staging job `STAGING` then, once the
 //! bring-online request is sent, `STARTED`) for `plan.queued`, `ACTIVE` for `plan.active`, then
 //! `FINISHED` with the declared size. A source or destination path containing `/hold/` stays
@@ -33,11 +42,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use super::{Call, Caller, Desk, Plan};
 use crate::fts3::{job_id, vo_id};
+use jobs::check_submission;
+pub use jobs::{Job, JobFile};
+
+mod jobs;
 
 /// The stand-in's server-side retry count (`t_server_config.retry`), applied when a job asks
 /// for 0.
@@ -53,25 +66,6 @@ pub enum Delegation {
     Missing,
 }
 
-/// A job as the stand-in keeps it.
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub job_id: String,
-    pub sid: Option<String>,
-    pub priority: i64,
-    pub staging: bool,
-    pub source: String,
-    pub destination: String,
-    pub activity: String,
-    /// FTS3 retries after a recoverable failure: the job's `retry`, the server's for 0.
-    pub retries: i64,
-    pub bring_online: i64,
-    pub filesize: u64,
-    pub job_metadata: Value,
-    created: Instant,
-    cancelled_at: Option<Instant>,
-}
-
 struct Inner {
     /// The gridmap VO of a certificate without VOMS extensions, and of tokens.
     vo: String,
@@ -85,6 +79,12 @@ struct Inner {
     jobs: HashMap<String, Job>,
     /// Job ids in submission order.
     order: Vec<String>,
+    /// The last file id given.
+    next_file_id: u64,
+    /// FTS3's `AutoSessionReuse`.
+    auto_session_reuse: bool,
+    /// Submissions still to lose the answer of (created, then answered by a proxy's 502).
+    lose_answers: usize,
 }
 
 /// A running stand-in FTS3 server.
@@ -132,6 +132,9 @@ impl Fts3Standin {
             plan,
             jobs: HashMap::new(),
             order: Vec::new(),
+            next_file_id: 41_000,
+            auto_session_reuse: false,
+            lose_answers: 0,
         }));
         let app = Router::new()
             .route("/jobs", post(submit))
@@ -139,6 +142,11 @@ impl Fts3Standin {
             .route(
                 "/jobs/{ids}",
                 axum::routing::get(get_jobs).post(modify).delete(cancel),
+            )
+            .route("/jobs/{id}/files", axum::routing::get(get_files))
+            .route(
+                "/jobs/{id}/files/{file_ids}",
+                axum::routing::delete(cancel_files),
             )
             .with_state(state.clone());
         let task = tokio::spawn(async move {
@@ -168,9 +176,7 @@ impl Fts3Standin {
     /// The state a job shows now.
     pub fn job_state(&self, job_id: &str) -> Option<String> {
         let s = self.lock();
-        s.jobs
-            .get(job_id)
-            .map(|j| state_of(j, &s.plan).0.to_string())
+        s.jobs.get(job_id).map(|j| j.state(&s.plan).to_string())
     }
 
     /// Answer every call with 503 (an FTS3 outage) or serve again.
@@ -191,6 +197,17 @@ impl Fts3Standin {
     /// Answer submissions 409 "The submission is duplicated" (a clash with another job).
     pub fn set_duplicates(&self, on: bool) {
         self.lock().duplicates = on;
+    }
+
+    /// Turn FTS3's `AutoSessionReuse` on or off for the jobs submitted from now.
+    pub fn set_auto_session_reuse(&self, on: bool) {
+        self.lock().auto_session_reuse = on;
+    }
+
+    /// Create the next `n` jobs submitted, then lose their answers: a proxy in front of FTS3
+    /// answers 502 with its own page, as when it timed out waiting for FTS3.
+    pub fn lose_next_answers(&self, n: usize) {
+        self.lock().lose_answers = n;
     }
 
     /// Forget every job (a database wiped, jobs archived away).
@@ -301,166 +318,38 @@ fn admit(state: &Mutex<Inner>, call: Call) -> Result<Caller, Refusal> {
     lock(state).desk.admit(call).map_err(|(s, m)| Refusal(s, m))
 }
 
-const FILE_KEYS: &[&str] = &[
-    "sources",
-    "destinations",
-    "priority",
-    "metadata",
-    "filesize",
-    "checksum",
-    "activity",
-    "selection_strategy",
-    "staging_metadata",
-    "archive_metadata",
-    "scitag",
-    "source_tokens",
-    "destination_tokens",
-];
-
-/// `params` FTS3 reads, with the JSON type it expects (`int`, `bool`, `str`, `obj`).
-const PARAMS: &[(&str, &str)] = &[
-    ("verify_checksum", "any"),
-    ("reuse", "bool"),
-    ("spacetoken", "str"),
-    ("destination_spacetoken", "str"),
-    ("bring_online", "int"),
-    ("copy_pin_lifetime", "int"),
-    ("archive_timeout", "int"),
-    ("job_metadata", "obj"),
-    ("source_spacetoken", "str"),
-    ("overwrite", "bool"),
-    ("overwrite_on_retry", "bool"),
-    ("overwrite_hop", "bool"),
-    ("overwrite_when_only_on_disk", "bool"),
-    ("dst_file_report", "bool"),
-    ("gridftp", "str"),
-    ("retry", "int"),
-    ("retry_delay", "int"),
-    ("multihop", "bool"),
-    ("timeout", "int"),
-    ("nostreams", "int"),
-    ("buffer_size", "int"),
-    ("strict_copy", "bool"),
-    ("priority", "int"),
-    ("ipv4", "bool"),
-    ("ipv6", "bool"),
-    ("id_generator", "str"),
-    ("sid", "str"),
-    ("max_time_in_queue", "any"),
-    ("disable_cleanup", "bool"),
-    ("s3alternate", "bool"),
-    ("unmanaged_tokens", "bool"),
-    ("credential", "str"),
-];
-
-fn type_ok(v: &Value, want: &str) -> bool {
-    v.is_null()
-        || match want {
-            "int" => v.is_i64() || v.is_u64(),
-            "bool" => v.is_boolean(),
-            "str" => v.is_string(),
-            "obj" => v.is_object(),
-            _ => true,
-        }
+/// The job id a submission gets: derived from its `sid`, or random.
+fn new_job_id(params: &serde_json::Map<String, Value>, vo: &str) -> Result<String, Refusal> {
+    let bad = |m: String| Refusal(StatusCode::BAD_REQUEST, m);
+    match params.get("id_generator").and_then(Value::as_str) {
+        Some("deterministic") => match params.get("sid").and_then(Value::as_str) {
+            Some(sid) => Ok(job_id(vo, sid)),
+            None => Err(bad("Need sid for deterministic job id generation".into())),
+        },
+        None | Some("standard") => Ok(uuid::Uuid::new_v4().to_string()),
+        Some(other) => Err(bad(format!("unknown id_generator `{other}`"))),
+    }
 }
 
-/// A URL FTS3 takes: a scheme that is not `file`, a host and a path.
-fn url_problem(url: &str) -> Option<String> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Some(format!("Missing scheme ({url})"));
-    };
-    if scheme == "file" {
-        return Some(format!("Can not transfer local files ({url})"));
+/// FTS3 refuses tape operations to a token caller.
+fn token_refusal(caller: Caller, params: &serde_json::Map<String, Value>) -> Option<Response> {
+    let int = |k: &str| params.get(k).and_then(Value::as_i64).unwrap_or(0);
+    if caller != Caller::Token {
+        return None;
     }
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    if host.is_empty() {
-        return Some(format!("Missing host ({url})"));
+    if int("archive_timeout") > 0 {
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            "Requests to archive to tape using token authentication are not supported",
+        ));
     }
-    if path.is_empty() || path == "/" {
-        return Some(format!("Missing path ({url})"));
+    if int("bring_online") > 0 {
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            "Requests to retrieve from tape using token authentication are not supported",
+        ));
     }
     None
-}
-
-/// Check a submission; the job to create, or the message of a 400.
-fn check_submission(body: &Value) -> Result<(Map<String, Value>, Value), String> {
-    let Some(top) = body.as_object() else {
-        return Err("the submission is not a JSON object".into());
-    };
-    for (k, v) in top {
-        // FTS3's own client sends `"delete": null` with transfers.
-        if !(matches!(k.as_str(), "files" | "params") || (k == "delete" && v.is_null())) {
-            return Err(format!("unknown top-level field `{k}`"));
-        }
-    }
-    let params = match top.get("params") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(p)) => p.clone(),
-        Some(_) => return Err("`params` must be an object".into()),
-    };
-    for (k, v) in &params {
-        match PARAMS.iter().find(|(name, _)| name == k) {
-            None => return Err(format!("unknown parameter `params.{k}`")),
-            Some((_, want)) if !type_ok(v, want) => {
-                return Err(format!("`params.{k}` must be of type {want}"))
-            }
-            _ => {}
-        }
-    }
-    if let Some(c) = params.get("copy_pin_lifetime").and_then(Value::as_i64) {
-        if c < -1 {
-            return Err("`params.copy_pin_lifetime` must be -1 or more".into());
-        }
-    }
-    let files = match top.get("files") {
-        Some(Value::Array(f)) if !f.is_empty() => f,
-        Some(Value::Array(_)) | None | Some(Value::Null) => {
-            return Err("No transfers operations specified".into())
-        }
-        Some(_) => return Err("`files` must be an array".into()),
-    };
-    if files.len() != 1 {
-        return Err("this stand-in takes one file per job, as the broker sends".into());
-    }
-    let file = files[0]
-        .as_object()
-        .ok_or_else(|| "`files[0]` must be an object".to_string())?;
-    for k in file.keys() {
-        if !FILE_KEYS.contains(&k.as_str()) {
-            return Err(format!("unknown field `files[0].{k}`"));
-        }
-    }
-    for list in ["sources", "destinations"] {
-        let urls = file
-            .get(list)
-            .and_then(Value::as_array)
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| format!("Missing parameter: '{list}' (a non-empty list)"))?;
-        for u in urls {
-            let u = u
-                .as_str()
-                .ok_or_else(|| format!("`files[0].{list}` holds a non-string"))?;
-            if let Some(p) = url_problem(u) {
-                return Err(format!("Invalid value within the request: {p}"));
-            }
-        }
-    }
-    for (k, want) in [
-        ("filesize", "int"),
-        ("activity", "str"),
-        ("metadata", "obj"),
-        ("checksum", "str"),
-    ] {
-        if let Some(v) = file.get(k) {
-            if !type_ok(v, want) || v.as_i64().is_some_and(|n| n < 0) {
-                return Err(format!("`files[0].{k}` must be of type {want}"));
-            }
-        }
-    }
-    Ok((params, files[0].clone()))
 }
 
 async fn submit(
@@ -469,16 +358,14 @@ async fn submit(
     body: axum::body::Bytes,
 ) -> Response {
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
-    let caller = match admit(
-        &state,
-        Call::new(
-            "POST",
-            "/jobs".into(),
-            HashMap::new(),
-            &headers,
-            parsed.as_ref().ok().cloned(),
-        ),
-    ) {
+    let call = Call::new(
+        "POST",
+        "/jobs".into(),
+        HashMap::new(),
+        &headers,
+        parsed.as_ref().ok().cloned(),
+    );
+    let caller = match admit(&state, call) {
         Ok(c) => c,
         Err(r) => return r.into_response(),
     };
@@ -491,45 +378,17 @@ async fn submit(
     let Ok(body) = parsed else {
         return error(StatusCode::BAD_REQUEST, "Badly formatted JSON request");
     };
-    let (params, file) = match check_submission(&body) {
+    let (params, files) = match check_submission(&body) {
         Ok(x) => x,
         Err(m) => return error(StatusCode::BAD_REQUEST, &m),
     };
-    let int = |k: &str| params.get(k).and_then(Value::as_i64).unwrap_or(0);
-    if caller == Caller::Token && int("archive_timeout") > 0 {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "Requests to archive to tape using token authentication are not supported",
-        );
-    }
-    if caller == Caller::Token && int("bring_online") > 0 {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "Requests to retrieve from tape using token authentication are not supported",
-        );
+    if let Some(r) = token_refusal(caller, &params) {
+        return r;
     }
     let mut s = lock(&state);
-    let sid = params
-        .get("sid")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let id = match params.get("id_generator").and_then(Value::as_str) {
-        Some("deterministic") => match &sid {
-            Some(sid) => job_id(&s.vos(caller)[0], sid),
-            None => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "Need sid for deterministic job id generation",
-                )
-            }
-        },
-        None | Some("standard") => uuid::Uuid::new_v4().to_string(),
-        Some(other) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("unknown id_generator `{other}`"),
-            )
-        }
+    let id = match new_job_id(&params, &s.vos(caller)[0]) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
     };
     if s.duplicates {
         return error(
@@ -543,142 +402,16 @@ async fn submit(
             "The sid provided by the user is duplicated",
         );
     }
-    let first = |list: &str| {
-        file.get(list)
-            .and_then(|l| l.get(0))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let job = Job {
-        job_id: id.clone(),
-        sid,
-        priority: params
-            .get("priority")
-            .and_then(Value::as_i64)
-            .unwrap_or(3)
-            .clamp(1, 5),
-        staging: int("bring_online") > 0 || int("copy_pin_lifetime") > 0,
-        source: first("sources"),
-        destination: first("destinations"),
-        activity: file
-            .get("activity")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_lowercase(),
-        retries: match params.get("retry").and_then(Value::as_i64).unwrap_or(0) {
-            0 => SERVER_RETRY,
-            n if n < 0 => 0,
-            n => n,
-        },
-        bring_online: int("bring_online"),
-        filesize: file.get("filesize").and_then(Value::as_u64).unwrap_or(0),
-        job_metadata: params.get("job_metadata").cloned().unwrap_or(Value::Null),
-        created: Instant::now(),
-        cancelled_at: None,
-    };
+    let reuse = s.auto_session_reuse;
+    let job = Job::new(id.clone(), &params, &files, &mut s.next_file_id, reuse);
     s.jobs.insert(id.clone(), job);
     s.order.push(id.clone());
+    if s.lose_answers > 0 {
+        s.lose_answers -= 1;
+        let page = "<html><body><h1>502 Bad Gateway</h1></body></html>";
+        return (StatusCode::BAD_GATEWAY, page).into_response();
+    }
     Json(json!({"job_id": id})).into_response()
-}
-
-/// A job's state now: `(job_state, file_state, reason, recoverable)`; `recoverable` is `None`
-/// (null) for a staging job's failure.
-type Shown = (&'static str, &'static str, &'static str, Option<bool>);
-
-fn state_of(job: &Job, plan: &Plan) -> Shown {
-    let age = job.created.elapsed();
-    let run = plan.queued + plan.active;
-    let marked = |m: &str| job.source.contains(m) || job.destination.contains(m);
-    // A recoverable failure is run again while FTS3 retries are left.
-    let runs = if marked("/fail/") && !marked("/fatal/") {
-        1 + job.retries.max(0) as u32
-    } else {
-        1
-    };
-    let done_at = run * runs;
-    let in_run = if age < done_at {
-        age.as_nanos() % run.as_nanos().max(1)
-    } else {
-        u128::MAX
-    };
-    let queued = if !job.staging {
-        "SUBMITTED"
-    } else if marked("/hold/") || in_run < plan.queued.as_nanos() / 2 {
-        "STAGING"
-    } else {
-        // The bring-online request has been sent.
-        "STARTED"
-    };
-    let recoverable = |r: bool| if job.staging { None } else { Some(r) };
-    let natural: Shown = if marked("/hold/") || in_run < plan.queued.as_nanos() {
-        (queued, queued, "", Some(true))
-    } else if age < done_at {
-        ("ACTIVE", "ACTIVE", "", Some(true))
-    } else if marked("/fatal/") {
-        (
-            "FAILED",
-            "FAILED",
-            "SOURCE [2] No such file or directory",
-            recoverable(false),
-        )
-    } else if marked("/fail/") {
-        (
-            "FAILED",
-            "FAILED",
-            "TRANSFER [110] Connection timed out",
-            recoverable(true),
-        )
-    } else {
-        ("FINISHED", "FINISHED", "", Some(true))
-    };
-    match job.cancelled_at {
-        Some(at) if !is_terminal(natural.0) || at < job.created + done_at => (
-            "CANCELED",
-            "CANCELED",
-            "Job canceled by the user",
-            Some(true),
-        ),
-        _ => natural,
-    }
-}
-
-fn is_terminal(state: &str) -> bool {
-    matches!(state, "FINISHED" | "FAILED" | "FINISHEDDIRTY" | "CANCELED")
-}
-
-fn job_json(job: &Job, plan: &Plan, file_fields: Option<&str>, http_status: &str) -> Value {
-    let (job_state, file_state, reason, recoverable) = state_of(job, plan);
-    let mut out = json!({
-        "job_id": job.job_id,
-        "job_state": job_state,
-        "priority": job.priority,
-        "reason": reason,
-        "retry": job.retries,
-        "bring_online": job.bring_online,
-        "job_metadata": job.job_metadata,
-        "http_status": http_status,
-    });
-    if let Some(fields) = file_fields {
-        let full = json!({
-            "file_state": file_state,
-            "filesize": if file_state == "FINISHED" { job.filesize } else { 0 },
-            "user_filesize": job.filesize,
-            "reason": reason,
-            "recoverable": recoverable,
-            "source_surl": job.source,
-            "dest_surl": job.destination,
-            "activity": job.activity,
-        });
-        let mut file = Map::new();
-        for f in fields.split(',') {
-            if let Some(v) = full.get(f) {
-                file.insert(f.to_string(), v.clone());
-            }
-        }
-        out["files"] = json!([file]);
-    }
-    out
 }
 
 /// One job per id, FTS3-style: a single object for one id (its error status as the answer's),
@@ -686,7 +419,7 @@ fn job_json(job: &Job, plan: &Plan, file_fields: Option<&str>, http_status: &str
 fn per_job(
     state: &Mutex<Inner>,
     ids: &str,
-    mut each: impl FnMut(&mut Job, &Plan) -> (Value, bool),
+    mut each: impl FnMut(&mut Job, &Plan) -> Value,
 ) -> Response {
     let mut s = lock(state);
     let plan = s.plan;
@@ -694,7 +427,7 @@ fn per_job(
     let mut failed = false;
     for id in ids.split(',').filter(|i| !i.is_empty()) {
         match s.jobs.get_mut(id) {
-            Some(job) => out.push(each(job, &plan).0),
+            Some(job) => out.push(each(job, &plan)),
             None => {
                 failed = true;
                 out.push(json!({
@@ -720,22 +453,100 @@ fn per_job(
     (status, Json(Value::Array(out))).into_response()
 }
 
+fn no_job(id: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("No job with the id \"{id}\" has been found"),
+    )
+}
+
 async fn get_jobs(
     State(state): State<Arc<Mutex<Inner>>>,
     Path(ids): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = admit(
-        &state,
-        Call::new("GET", format!("/jobs/{ids}"), query.clone(), &headers, None),
-    ) {
+    let call = Call::new("GET", format!("/jobs/{ids}"), query.clone(), &headers, None);
+    if let Err(r) = admit(&state, call) {
         return r.into_response();
     }
     let fields = query.get("files").cloned();
     per_job(&state, &ids, |job, plan| {
-        (job_json(job, plan, fields.as_deref(), "200 Ok"), true)
+        job.json(plan, fields.as_deref(), "200 Ok")
     })
+}
+
+/// `GET /jobs/{id}/files`: every file of the job, whole.
+async fn get_files(
+    State(state): State<Arc<Mutex<Inner>>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let call = Call::new(
+        "GET",
+        format!("/jobs/{id}/files"),
+        HashMap::new(),
+        &headers,
+        None,
+    );
+    if let Err(r) = admit(&state, call) {
+        return r.into_response();
+    }
+    let s = lock(&state);
+    let Some(job) = s.jobs.get(&id) else {
+        return no_job(&id);
+    };
+    let files: Vec<Value> = job.files.iter().map(|f| f.json(job, &s.plan)).collect();
+    Json(Value::Array(files)).into_response()
+}
+
+/// `DELETE /jobs/{id}/files/{file_ids}` (fts-rest-flask `cancel_files`): each file's new state
+/// (`CANCELED`), its state if already ended, or "File does not belong to the job"; one string
+/// for one id, a list for several. Refused for a session-reuse job.
+async fn cancel_files(
+    State(state): State<Arc<Mutex<Inner>>>,
+    Path((id, file_ids)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!("/jobs/{id}/files/{file_ids}");
+    if let Err(r) = admit(
+        &state,
+        Call::new("DELETE", path, HashMap::new(), &headers, None),
+    ) {
+        return r.into_response();
+    }
+    let mut s = lock(&state);
+    let plan = s.plan;
+    let Some(job) = s.jobs.get_mut(&id) else {
+        return no_job(&id);
+    };
+    if job.job_type != "N" {
+        let m = format!(
+            "Multihop or reuse jobs must be cancelled at once ({})",
+            job.job_type
+        );
+        return error(StatusCode::BAD_REQUEST, &m);
+    }
+    let snapshot = job.clone();
+    let mut changed: Vec<Value> = Vec::new();
+    for fid in file_ids.split(',') {
+        let found = fid
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| (job.files.iter_mut()).find(|f| f.file_id == n));
+        changed.push(json!(match found {
+            None => "File does not belong to the job",
+            Some(f) if !f.active(&snapshot, &plan) => f.state(&snapshot, &plan).0,
+            Some(f) => {
+                f.cancelled_at = Some(Instant::now());
+                "CANCELED"
+            }
+        }));
+    }
+    if changed.len() == 1 {
+        return Json(changed.remove(0)).into_response();
+    }
+    Json(Value::Array(changed)).into_response()
 }
 
 async fn cancel(
@@ -743,25 +554,27 @@ async fn cancel(
     Path(ids): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = admit(
-        &state,
-        Call::new(
-            "DELETE",
-            format!("/jobs/{ids}"),
-            HashMap::new(),
-            &headers,
-            None,
-        ),
-    ) {
+    let call = Call::new(
+        "DELETE",
+        format!("/jobs/{ids}"),
+        HashMap::new(),
+        &headers,
+        None,
+    );
+    if let Err(r) = admit(&state, call) {
         return r.into_response();
     }
     per_job(&state, &ids, |job, plan| {
-        if is_terminal(state_of(job, plan).0) {
-            (job_json(job, plan, None, "304 Not Modified"), false)
-        } else {
-            job.cancelled_at = Some(Instant::now());
-            (job_json(job, plan, None, "200 Ok"), true)
+        if jobs::is_terminal(job.state(plan)) {
+            return job.json(plan, None, "304 Not Modified");
         }
+        let snapshot = job.clone();
+        for f in job.files.iter_mut() {
+            if f.active(&snapshot, plan) {
+                f.cancelled_at = Some(Instant::now());
+            }
+        }
+        job.json(plan, None, "200 Ok")
     })
 }
 
@@ -772,16 +585,14 @@ async fn modify(
     body: axum::body::Bytes,
 ) -> Response {
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
-    if let Err(r) = admit(
-        &state,
-        Call::new(
-            "POST",
-            format!("/jobs/{ids}"),
-            HashMap::new(),
-            &headers,
-            parsed.clone(),
-        ),
-    ) {
+    let call = Call::new(
+        "POST",
+        format!("/jobs/{ids}"),
+        HashMap::new(),
+        &headers,
+        parsed.clone(),
+    );
+    if let Err(r) = admit(&state, call) {
         return r.into_response();
     }
     let priority = match parsed
@@ -796,60 +607,12 @@ async fn modify(
         None => None,
     };
     per_job(&state, &ids, |job, plan| {
-        if is_terminal(state_of(job, plan).0) {
-            return (job_json(job, plan, None, "304 Not Modified"), false);
+        if jobs::is_terminal(job.state(plan)) {
+            return job.json(plan, None, "304 Not Modified");
         }
         if let Some(p) = priority {
             job.priority = p;
         }
-        (job_json(job, plan, None, "200 Ok"), true)
+        job.json(plan, None, "200 Ok")
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn submissions_are_checked_like_fts3_and_strictly_for_unknown_fields() {
-        let ok = json!({"files": [{"sources": ["davs://a.example/x"], "destinations":
-            ["davs://b.example/y"], "filesize": 5, "activity": "g"}], "params": {"priority": 3}});
-        assert!(check_submission(&ok).is_ok());
-        let bad = [
-            (json!({"files": [], "params": {}}), "No transfers"),
-            (json!({"delete": []}), "unknown top-level"),
-            (
-                json!({"files": [{"sources": ["/local/x"], "destinations": ["davs://b/y"]}]}),
-                "Missing scheme",
-            ),
-            (
-                json!({"files": [{"sources": ["file:///x"], "destinations": ["davs://b/y"]}]}),
-                "local files",
-            ),
-            (
-                json!({"files": [{"sources": ["davs://a/"], "destinations": ["davs://b/y"]}]}),
-                "Missing path",
-            ),
-            (
-                json!({"files": [{"sources": ["davs://a/x"]}]}),
-                "destinations",
-            ),
-            (
-                json!({"files": [{"sources": ["davs://a/x"], "destinations": ["davs://b/y"], "prority": 1}]}),
-                "unknown field",
-            ),
-            (
-                json!({"files": [{"sources": ["davs://a/x"], "destinations": ["davs://b/y"]}], "params": {"priority": "high"}}),
-                "params.priority",
-            ),
-            (
-                json!({"files": [{"sources": ["davs://a/x"], "destinations": ["davs://b/y"], "filesize": -1}]}),
-                "filesize",
-            ),
-        ];
-        for (body, want) in bad {
-            let err = check_submission(&body).unwrap_err();
-            assert!(err.contains(want), "{body}: {err}");
-        }
-    }
 }

@@ -1,0 +1,326 @@
+//! Submitting transfers in jobs of many files: a volume's batch is one FTS3 job (one
+//! bring-online request for all its files at FTS3), and a transfer is never queued twice
+//! however answers are lost.
+//!
+//! A job's `sid` is its first transfer's (`<prefix>-<key>-<attempt>`), the same as that
+//! transfer's job of its own would have, so FTS3's 409 "The sid provided by the user is
+//! duplicated" recognises it whatever company it was sent in. On that 409 the adapter reads
+//! the job's files (`file_metadata` names each one's transfer) and takes every transfer of
+//! this submission found there as submitted; the rest go in a new job. A submission whose
+//! answer was lost is remembered, and before any of its transfers is sent again the job it
+//! may have created is looked up, so a transfer that went in a job led by another is not sent
+//! in a second one even when the company changed meanwhile. What a restart of the broker
+//! forgets of that is covered only while the first transfer stays first.
+
+use std::collections::HashMap;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use super::adapter::{Shared, Track};
+use super::job::{batch_body, file_entry, file_mss_id, file_owner, job_body, jobs_of};
+use crate::protocol::Transfer;
+use crate::rest;
+use crate::{MssError, Submitted};
+
+/// Where a transfer sits in a job FTS3 holds: the job and, in a job of several files, its index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Place {
+    pub(super) attempt: u32,
+    pub(super) job_id: String,
+    pub(super) index: Option<u64>,
+}
+
+impl Place {
+    fn mss_id(&self) -> String {
+        match self.index {
+            Some(i) => file_mss_id(&self.job_id, i),
+            None => self.job_id.clone(),
+        }
+    }
+}
+
+type Answers = Vec<Option<Result<Submitted, MssError>>>;
+
+impl Shared {
+    /// Submit `transfers`, in jobs of one volume each where they share one: one answer each.
+    pub(super) async fn submit_all(
+        &self,
+        transfers: &[Transfer],
+    ) -> Vec<Result<Submitted, MssError>> {
+        let mut out: Answers = vec![None; transfers.len()];
+        self.look_up_uncertain(transfers, &mut out).await;
+        let mut items = Vec::new();
+        for (i, t) in transfers.iter().enumerate() {
+            if out[i].is_some() {
+                continue;
+            }
+            if let Some(s) = self.known(t) {
+                out[i] = Some(Ok(s));
+            } else {
+                items.push((i, t.direction, t.volume.as_deref(), self.level(t.priority)));
+            }
+        }
+        for job in jobs_of(&items, self.cfg.job_max_files) {
+            self.submit_job(transfers, job, &mut out).await;
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(MssError::Protocol("no answer".into()))))
+            .collect()
+    }
+
+    /// A transfer already in a job: followed, or found in a job whose answer was lost.
+    fn known(&self, t: &Transfer) -> Option<Submitted> {
+        if let Some(track) = self.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
+            return Some(Submitted {
+                mss_id: track.mss_id(),
+                duplicate: true,
+            });
+        }
+        let place = self.found_mut().remove(&t.key)?;
+        if place.attempt != t.attempt {
+            return None;
+        }
+        self.follow(t, &place, self.level(t.priority));
+        Some(Submitted {
+            mss_id: place.mss_id(),
+            duplicate: true,
+        })
+    }
+
+    /// Follow a transfer FTS3 holds.
+    fn follow(&self, t: &Transfer, place: &Place, level: i64) {
+        let staging = t.direction == crate::Direction::Read && self.cfg.bring_online > 0;
+        self.lock().insert(
+            t.key.clone(),
+            Track {
+                attempt: t.attempt,
+                job_id: place.job_id.clone(),
+                index: place.index,
+                level,
+                started: false,
+                staging,
+                size_bytes: t.size_bytes,
+            },
+        );
+    }
+
+    /// Submit the transfers at `job` (positions in `transfers`) in one job, then what FTS3 did
+    /// not already hold of them in another, until each has an answer.
+    async fn submit_job(&self, transfers: &[Transfer], mut job: Vec<usize>, out: &mut Answers) {
+        job.retain(|&i| match file_entry(&self.cfg, &transfers[i]) {
+            Ok(_) => true,
+            Err(e) => {
+                out[i] = Some(Err(e));
+                false
+            }
+        });
+        while let Some(&lead) = job.first() {
+            let members: Vec<&Transfer> = job.iter().map(|&i| &transfers[i]).collect();
+            match self.post_job(&members).await {
+                Ok(Posted::Created(job_id, level)) => {
+                    let many = members.len() > 1;
+                    for (n, &i) in job.iter().enumerate() {
+                        let place = Place {
+                            attempt: transfers[i].attempt,
+                            job_id: job_id.clone(),
+                            index: many.then_some(n as u64),
+                        };
+                        self.follow(&transfers[i], &place, level);
+                        out[i] = Some(Ok(Submitted {
+                            mss_id: place.mss_id(),
+                            duplicate: false,
+                        }));
+                    }
+                    return;
+                }
+                Ok(Posted::Exists(job_id)) => {
+                    if let Err(e) = self.adopt(&job_id, &transfers[lead]).await {
+                        out[lead] = Some(Err(e));
+                    }
+                    job.retain(|&i| match self.known(&transfers[i]) {
+                        Some(s) => {
+                            out[i] = Some(Ok(s));
+                            false
+                        }
+                        None => out[i].is_none(),
+                    });
+                }
+                Err(e) => {
+                    if e.is_retryable() {
+                        let sid = self.sid(&transfers[lead].key, transfers[lead].attempt);
+                        let mut uncertain = self.uncertain_mut();
+                        for &i in &job {
+                            uncertain.insert(
+                                transfers[i].key.clone(),
+                                (transfers[i].attempt, sid.clone()),
+                            );
+                        }
+                    }
+                    for &i in &job {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `POST /jobs` for these transfers (the first one's sid, the highest level among them).
+    async fn post_job(&self, members: &[&Transfer]) -> Result<Posted, MssError> {
+        let lead = members[0];
+        let sid = self.sid(&lead.key, lead.attempt);
+        let level = members
+            .iter()
+            .map(|t| self.level(t.priority))
+            .max()
+            .unwrap_or(1);
+        let body = if members.len() == 1 {
+            job_body(&self.cfg, &sid, level, lead)?
+        } else {
+            let files = members
+                .iter()
+                .map(|t| file_entry(&self.cfg, t))
+                .collect::<Result<Vec<_>, _>>()?;
+            batch_body(&self.cfg, &sid, level, files, lead)
+        };
+        let rb = self.request(reqwest::Method::POST, "/jobs")?.json(&body);
+        let resp = rest::send(rb, self.cfg.timeout).await?;
+        if resp.status() == StatusCode::CONFLICT {
+            // FTS3 has this sid already: our earlier submission, whose answer we lost.
+            return Ok(Posted::Exists(self.conflict(resp, &sid).await?));
+        }
+        let answer: Value = rest::decode(resp).await?;
+        let id = answer
+            .get("job_id")
+            .and_then(Value::as_str)
+            // FTS3 may have created the job: retried, it answers 409 (same sid).
+            .ok_or_else(|| {
+                MssError::Unknown(format!(
+                    "no job_id in {}",
+                    super::adapter::clip_json(&answer)
+                ))
+            })?;
+        Ok(Posted::Created(id.to_string(), level))
+    }
+
+    /// Note where every transfer of a job FTS3 holds sits in it, from its files' metadata. The
+    /// job's first transfer `lead` must be among them (its sid named the job).
+    async fn adopt(&self, job_id: &str, lead: &Transfer) -> Result<(), MssError> {
+        let Some(files) = self.files_of(job_id).await? else {
+            return Err(MssError::Unknown(format!(
+                "fts3 answered that job {job_id} exists, then that it does not"
+            )));
+        };
+        self.note(job_id, &files);
+        let many = files.len() > 1;
+        let mut found = self.found_mut();
+        let lead_found = found
+            .get(&lead.key)
+            .is_some_and(|p| p.attempt == lead.attempt);
+        if !lead_found && !many {
+            // A job of one file without our metadata (a broker of old): its sid is this
+            // transfer's, so the file is.
+            let place = Place {
+                attempt: lead.attempt,
+                job_id: job_id.to_string(),
+                index: None,
+            };
+            found.insert(lead.key.clone(), place);
+        } else if !lead_found {
+            return Err(MssError::Rejected(format!(
+                "fts3 holds job {job_id} under this transfer's sid, without this transfer in it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The files of a job (`file_index` and `file_metadata` of each), `None` if FTS3 does not
+    /// know it.
+    async fn files_of(&self, job_id: &str) -> Result<Option<Vec<Value>>, MssError> {
+        let rb = self
+            .request(reqwest::Method::GET, &format!("/jobs/{job_id}"))?
+            .query(&[("files", "file_id,file_index,file_metadata")]);
+        let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
+        if answer.not_found() {
+            return Ok(None);
+        }
+        if !answer.status.is_success() {
+            return Err(answer.error());
+        }
+        let job: Value = answer.json()?;
+        let files = job.get("files").and_then(Value::as_array).cloned();
+        files
+            .map(Some)
+            .ok_or_else(|| MssError::Protocol(format!("no files in job {job_id}")))
+    }
+
+    /// Before sending again a transfer whose submission's answer was lost, look up the job that
+    /// submission may have created: what it holds is submitted already. A transfer whose job
+    /// cannot be looked up now is answered with that error, not sent.
+    async fn look_up_uncertain(&self, transfers: &[Transfer], out: &mut Answers) {
+        let mut sids: HashMap<String, Vec<usize>> = HashMap::new();
+        {
+            let uncertain = self.uncertain_mut();
+            for (i, t) in transfers.iter().enumerate() {
+                if let Some((attempt, sid)) = uncertain.get(&t.key) {
+                    if *attempt == t.attempt {
+                        sids.entry(sid.clone()).or_default().push(i);
+                    }
+                }
+            }
+        }
+        for (sid, at) in sids {
+            match self.look_up(&sid).await {
+                Ok(()) => {
+                    let mut uncertain = self.uncertain_mut();
+                    uncertain.retain(|_, (_, s)| *s != sid);
+                }
+                Err(e) => {
+                    for i in at {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Note what the job of `sid` holds, if FTS3 has it.
+    async fn look_up(&self, sid: &str) -> Result<(), MssError> {
+        let job_id = super::job::job_id_in(&self.vo_id().await?, sid);
+        let Some(files) = self.files_of(&job_id).await? else {
+            return Ok(());
+        };
+        self.note(&job_id, &files);
+        Ok(())
+    }
+
+    /// Note where each of a job's files (`file_index`, `file_metadata`) sits.
+    fn note(&self, job_id: &str, files: &[Value]) {
+        let many = files.len() > 1;
+        let mut found = self.found_mut();
+        for f in files {
+            if let (Some((key, attempt)), Some(index)) =
+                (file_owner(f), f.get("file_index").and_then(Value::as_u64))
+            {
+                let index = many.then_some(index);
+                found.insert(
+                    key,
+                    Place {
+                        attempt,
+                        job_id: job_id.to_string(),
+                        index,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// What `POST /jobs` did.
+enum Posted {
+    /// A new job, at this level.
+    Created(String, i64),
+    /// FTS3 holds a job under this sid already.
+    Exists(String),
+}
