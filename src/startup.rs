@@ -307,6 +307,7 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
             locate_fixed_micros: sim.tape.locate_fixed_micros,
             locate_micros_per_unit: sim.tape.locate_micros_per_unit,
             dismount_delay_micros: sim.tape.dismount_delay_micros,
+            admin_from: sim.admin_from,
         },
         time_scale: sim.time_scale,
         faults: Default::default(),

@@ -53,6 +53,10 @@ pub(super) struct SimArgs {
     /// Enstore model: seconds a drive keeps an idle volume mounted (Enstore's dismount_delay).
     #[arg(long, default_value_t = 60.0)]
     dismount_delay_seconds: f64,
+    /// Enstore model: transfers at or above this priority are admin requests (served first by
+    /// an idle drive, and taking over a drive done with a regular transfer when none is idle).
+    #[arg(long)]
+    admin_priority_from: Option<i64>,
 }
 
 pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -103,6 +107,7 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
                 "locate-seconds-per-unit",
             )?,
             dismount_delay_micros: seconds(args.dismount_delay_seconds, "dismount-delay-seconds")?,
+            admin_from: args.admin_priority_from,
         },
         time_scale: args.time_scale,
         faults: mss_adapters::protocol::Faults {

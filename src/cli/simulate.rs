@@ -47,6 +47,11 @@ pub(super) struct SimulateArgs {
     /// table or json.
     #[arg(long, default_value = "table")]
     format: String,
+    /// Enstore model: transfers at or above this MSS priority are admin requests, as a site's
+    /// library manager configuration makes data taking's (priority classes get the broker's
+    /// highest priorities) [default: none].
+    #[arg(long)]
+    admin_priority_from: Option<i64>,
     /// Seed of the library's failures and of weighted_random.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -99,6 +104,7 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
     let mut library = simulate::library(args.drives, args.seed);
     library.model = model;
+    library.admin_from = args.admin_priority_from;
     if !args.sweep.is_empty() {
         sweep::run(&args, &text, &records, &library)?;
         return Ok(ExitCode::SUCCESS);

@@ -80,6 +80,8 @@ struct RawSimulator {
     locate_seconds: f64,
     locate_seconds_per_unit: f64,
     dismount_delay_seconds: f64,
+    /// Transfers at or above this priority are the Enstore model's admin requests.
+    admin_priority_from: Option<i64>,
 }
 
 impl Default for RawSimulator {
@@ -100,6 +102,7 @@ impl Default for RawSimulator {
             locate_seconds: 20.0,
             locate_seconds_per_unit: 0.01,
             dismount_delay_seconds: 60.0,
+            admin_priority_from: None,
         }
     }
 }
@@ -315,6 +318,7 @@ fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<Simulator
         aging: sim_aging(s, issues),
         model,
         tape: sim_tape_times(s, issues),
+        admin_from: s.admin_priority_from,
     })
 }
 

@@ -76,6 +76,8 @@ pub struct SimulatorSettings {
     pub model: mss_adapters::sim::Model,
     /// The Enstore model's tape times.
     pub tape: TapeTimes,
+    /// The Enstore model's admin requests: at or above this priority.
+    pub admin_from: Option<i64>,
 }
 
 /// The Enstore model's tape times, in virtual microseconds.

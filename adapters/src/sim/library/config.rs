@@ -30,6 +30,12 @@ pub struct LibraryConfig {
     /// [`Model::Enstore`] only: how long a drive with nothing more for its volume keeps it
     /// mounted (Enstore's mover `dismount_delay`, default 60 s).
     pub dismount_delay_micros: Micros,
+    /// [`Model::Enstore`] only: transfers at or above this priority are *admin* requests, as a
+    /// site's library manager `priority` configuration makes data taking's (Enstore's
+    /// `priority_selector.py`; encp's `ENCP_DAQ` with a priority of 1000001 or more). An idle
+    /// drive takes them before anything else, and a drive that finishes a regular transfer
+    /// leaves its volume for one when no drive is idle. `None`: no admin requests.
+    pub admin_from: Option<i64>,
 }
 
 /// The scheduling model of the simulated library.
@@ -107,6 +113,7 @@ impl Default for LibraryConfig {
             locate_fixed_micros: 20_000_000,
             locate_micros_per_unit: 10_000,
             dismount_delay_micros: 60_000_000,
+            admin_from: None,
         }
     }
 }

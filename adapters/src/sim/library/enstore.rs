@@ -20,8 +20,10 @@
 //!   all of them at most once per 60 s of virtual time (`SortedList.update`, `aging_quantum`):
 //!   those whose gain stepped since, found in a schedule of each queue's next step.
 //!
+//! - With `admin_from`, admin requests go first: [`admin`].
+//!
 //! Simplifications: the library manager answers at once (Enstore's movers poll every 15 s);
-//! admin queues, writes' volume families and per-host limits are not modelled (a write waits
+//! writes' volume families and per-host limits are not modelled (a write waits
 //! on its volume like a read); a transfer without a volume gets a volume of its own. A file's position is the transfer's `position`,
 //! else [`name_position`] of its file name.
 //!
@@ -35,6 +37,8 @@ use std::collections::BTreeMap;
 use super::{finish, stream_micros, Aging, DriveTimes, Job, LibraryConfig, LibraryEvent};
 use super::{FastMap, Jobs, LibraryStats, Micros, Phase};
 use crate::protocol::{EventKind, Transfer};
+
+mod admin;
 
 /// How often all volumes' aged priorities are recomputed (Enstore's `aging_quantum`, 60 s).
 const AGING_QUANTUM: Micros = 60_000_000;
@@ -113,6 +117,8 @@ struct Drive {
     state: State,
     /// Position of the last file read on the mounted volume.
     head: u64,
+    /// Whether its last transfer was an admin request.
+    admin: bool,
 }
 
 /// The scheduler's state; the jobs themselves stay in [`super::Library`].
@@ -141,6 +147,7 @@ impl Enstore {
         let drive = Drive {
             state: State::Empty,
             head: 0,
+            admin: false,
         };
         Enstore {
             volumes: FastMap::default(),
@@ -351,16 +358,30 @@ impl Enstore {
                 self.aged_at = Some(at);
             }
         }
+        if cfg.admin_from.is_some() {
+            self.admin_to_idle(cfg, jobs, at, out);
+        }
         for d in 0..self.drives.len() {
             let drive = &self.drives[d];
             let State::Bound { volume, .. } = &drive.state else {
                 continue;
             };
-            if !self.volumes.contains_key(volume) {
+            let (volume, head) = (volume.clone(), drive.head);
+            if cfg.admin_from.is_some()
+                && !self.has_admin(cfg, &volume)
+                && self.admin_takes_over(cfg, jobs, (d, &volume), at, out)
+            {
                 continue;
             }
-            let (volume, head) = (volume.clone(), drive.head);
-            if let Some(key) = self.take(&volume, Some(head), cfg.aging, at) {
+            if !self.volumes.contains_key(&volume) {
+                continue;
+            }
+            let key = if self.has_admin(cfg, &volume) {
+                self.take_best(&volume, cfg.aging, at)
+            } else {
+                self.take(&volume, Some(head), cfg.aging, at)
+            };
+            if let Some(key) = key {
                 self.start(cfg, jobs, (d, volume, key, false), at, out);
             }
         }
@@ -430,6 +451,9 @@ impl Enstore {
             self.stats.mounts += 1;
             self.held.insert(volume.clone(), d);
         }
+        self.drives[d].admin = cfg
+            .admin_from
+            .is_some_and(|from| job.transfer.priority >= from);
         job.phase = Phase::Running;
         out.push(LibraryEvent {
             at,

@@ -36,6 +36,7 @@ fn enstore(drives: usize) -> LibraryConfig {
         failure_rate: 0.0,
         seed: 1,
         aging: None,
+        admin_from: None,
     }
 }
 
@@ -391,4 +392,60 @@ fn consecutive_files_need_no_locate_and_a_gap_or_a_wrap_does() {
         ])
     );
     assert_eq!(lib.stats().drives[0].locating, 13 + 14 + 18);
+}
+
+/// Admin requests (priority 100 and up here): the drive that finishes a regular request on V1
+/// leaves V1 at once (no dismount delay) for the admin request on V2 when no drive is idle,
+/// and V1's next file waits for V2 to be done with; without admin requests V1 goes first.
+#[test]
+fn an_admin_request_takes_over_a_drive_done_with_a_regular_one_when_none_is_idle() {
+    let submit_all = |lib: &mut Library, ev: &mut Vec<LibraryEvent>| {
+        lib.submit(read("a", 1, "V1", 1), 0, ev);
+        lib.submit(read("daq", 100, "V2", 1), 1, ev);
+        lib.submit(read("c", 1, "V1", 2), 2, ev);
+        lib.advance(20_000, ev);
+    };
+    let mut lib = Library::new(LibraryConfig {
+        admin_from: Some(100),
+        ..enstore(1)
+    });
+    let mut ev = Vec::new();
+    submit_all(&mut lib, &mut ev);
+    // a 100+11+1,000 = 1,111; daq: unmount V1 50, mount V2 100, locate 11, 1,000 = 2,272;
+    // c: only an admin request takes a bound drive away, so the drive keeps V2 for its delay
+    // (1,000), unmounts (50), mounts V1 (100), locates from the start (12), 1,000: 4,434.
+    assert_eq!(
+        done(&ev),
+        pairs(&[("a", 1_111), ("daq", 2_272), ("c", 4_434)])
+    );
+    let s = lib.stats();
+    // V1, V2, V1 mounted; V1 left for daq, V2 and V1 each after their delay.
+    assert_eq!((s.mounts, s.unmounts), (3, 3));
+    // Without admin requests, the mounted volume first (the test above).
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    submit_all(&mut lib, &mut ev);
+    assert_eq!(done(&ev)[1].0, "c");
+}
+
+/// An idle drive takes the admin request; the busy one keeps its volume.
+#[test]
+fn an_idle_drive_takes_an_admin_request_and_a_busy_one_keeps_its_volume() {
+    let mut lib = Library::new(LibraryConfig {
+        admin_from: Some(100),
+        ..enstore(2)
+    });
+    let mut ev = Vec::new();
+    lib.submit(read("a", 1, "V1", 1), 0, &mut ev);
+    lib.submit(read("c", 1, "V1", 2), 0, &mut ev);
+    lib.submit(read("daq", 100, "V2", 1), 1, &mut ev);
+    lib.advance(2_500, &mut ev);
+    // a 1,111 then c, the next file, 2,111 on drive 0; daq on drive 1 from 1: 1+100+11+1,000.
+    assert_eq!(
+        done(&ev),
+        pairs(&[("a", 1_111), ("daq", 1_112), ("c", 2_111)])
+    );
+    // Two mounts; the one unmount is V2's, after its delay (2,112).
+    let s = lib.stats();
+    assert_eq!((s.mounts, s.unmounts), (2, 1), "drive 0 never left V1");
 }
