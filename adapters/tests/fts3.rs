@@ -432,10 +432,12 @@ fn on(volume: &str, key: &str, path: &str) -> Transfer {
 #[tokio::test]
 async fn a_volume_batch_is_one_fts3_job_in_order_and_each_file_ends_on_its_own() {
     let mut b = Bench::new("none").await;
+    // FTS3 lists a job's files in its own order: the adapter must go by file_index.
+    b.standin.set_files_reversed(true);
     let batch = [
-        on("VA", "1", "/cms/a/f1"),
+        on("VA", "1", "/cms/a/fatal/f1"),
         read("2", "/cms/x/f2", 10),
-        on("VA", "3", "/cms/a/fatal/f3"),
+        on("VA", "3", "/cms/a/f3"),
         on("VB", "4", "/cms/b/f4"),
         on("VA", "5", "/cms/a/f5"),
     ];
@@ -457,8 +459,8 @@ async fn a_volume_batch_is_one_fts3_job_in_order_and_each_file_ends_on_its_own()
     assert_eq!(
         paths,
         [
-            "davs://tape.example.org:2880/cms/a/f1",
-            "davs://tape.example.org:2880/cms/a/fatal/f3",
+            "davs://tape.example.org:2880/cms/a/fatal/f1",
+            "davs://tape.example.org:2880/cms/a/f3",
             "davs://tape.example.org:2880/cms/a/f5"
         ]
     );
@@ -473,7 +475,7 @@ async fn a_volume_batch_is_one_fts3_job_in_order_and_each_file_ends_on_its_own()
     );
     assert_eq!(ids[3], jobs[2].job_id);
     // Each file reports on its own: the fatal one fails, its job-mates finish.
-    for key in ["1", "5", "2", "4"] {
+    for key in ["3", "5", "2", "4"] {
         assert_eq!(
             b.final_event(key).await,
             EventKind::Done { bytes: 2_000_000 },
@@ -481,7 +483,7 @@ async fn a_volume_batch_is_one_fts3_job_in_order_and_each_file_ends_on_its_own()
         );
     }
     assert!(matches!(
-        b.final_event("3").await,
+        b.final_event("1").await,
         EventKind::Failed {
             retryable: false,
             ..
@@ -494,7 +496,7 @@ async fn a_volume_batch_is_one_fts3_job_in_order_and_each_file_ends_on_its_own()
     // Its status, asked by the MSS id the broker recorded, is the file's.
     let status = b
         .restarted("none")
-        .status(&reference(&batch[2], Some(&ids[2])))
+        .status(&reference(&batch[0], Some(&ids[0])))
         .await
         .unwrap()
         .unwrap();
@@ -505,6 +507,11 @@ async fn a_volume_batch_is_one_fts3_job_in_order_and_each_file_ends_on_its_own()
             ..
         })
     ));
+    let last = b.adapter.status(&reference(&batch[4], Some(&ids[4]))).await;
+    assert_eq!(
+        last.unwrap().unwrap().progress,
+        Progress::Finished(EventKind::Done { bytes: 2_000_000 })
+    );
 }
 
 #[tokio::test]
@@ -530,6 +537,9 @@ async fn one_file_of_a_job_is_cancelled_alone_unless_fts3_made_it_a_session_reus
         .iter()
         .any(|c| c.method == "DELETE" && c.path == deleted));
     assert_eq!(b.standin.job_state(&job.job_id).as_deref(), Some("STAGING"));
+    // Its job-mates are untouched at FTS3.
+    let states = b.standin.file_states(&job.job_id);
+    assert_eq!(states, ["STAGING", "CANCELED", "STAGING"]);
     assert!(matches!(
         b.adapter.cancel(&reference(&batch[1], Some(&ids[1]))).await,
         Err(MssError::Rejected(m)) if m.contains("CANCELED")

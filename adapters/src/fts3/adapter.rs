@@ -39,9 +39,9 @@ pub(super) struct Shared {
     /// Transfers found in a job FTS3 holds (after a 409 or a lost answer) and not submitted
     /// again yet, by key.
     found: Mutex<HashMap<String, Place>>,
-    /// Transfers whose submission's answer was lost, by key: the attempt and the sid of the
-    /// job they were sent in.
-    uncertain: Mutex<HashMap<String, (u32, String)>>,
+    /// Transfers whose submission's answer was lost, by key: the attempt, the sid of the job
+    /// they were sent in, and when.
+    uncertain: Mutex<HashMap<String, Unsettled>>,
     /// The namespace of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`.
     vo_id: tokio::sync::OnceCell<uuid::Uuid>,
 }
@@ -58,6 +58,10 @@ pub(super) struct Track {
     pub(super) staging: bool,
     pub(super) size_bytes: u64,
 }
+
+/// A transfer whose submission's answer was lost: its attempt, the sid it was sent under, and,
+/// when the answer was never read (FTS3 may still be creating the job), since when.
+pub(super) type Unsettled = (u32, String, Option<std::time::Instant>);
 
 /// The part of FTS3's `GET /whoami` the adapter reads.
 #[derive(Debug, Deserialize)]
@@ -122,7 +126,7 @@ impl Shared {
         self.found.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn uncertain_mut(&self) -> MutexGuard<'_, HashMap<String, (u32, String)>> {
+    pub(super) fn uncertain_mut(&self) -> MutexGuard<'_, HashMap<String, Unsettled>> {
         self.uncertain.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -354,8 +358,9 @@ impl MssAdapter for Fts3Adapter {
         }
         let staging = is_staging(&job);
         let Some(file) = file_at(&job, index) else {
-            // FTS3 holds the job but not this attempt's file in it.
-            return Ok(None);
+            return Err(MssError::Protocol(format!(
+                "fts3 job {id} has no file at index {index:?}"
+            )));
         };
         let Some(progress) = progress_of(&job, file, t.size_bytes, staging) else {
             return Err(MssError::Protocol(format!("no state in {job}")));

@@ -13,6 +13,7 @@
 //! forgets of that is covered only while the first transfer stays first.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -136,33 +137,44 @@ impl Shared {
                 }
                 Ok(Posted::Exists(job_id)) => {
                     if let Err(e) = self.adopt(&job_id, &transfers[lead]).await {
-                        out[lead] = Some(Err(e));
+                        // Which of them the job holds is not known: none is sent again
+                        // before it is.
+                        return self.unsettled(transfers, &job, e, out);
                     }
                     job.retain(|&i| match self.known(&transfers[i]) {
                         Some(s) => {
                             out[i] = Some(Ok(s));
                             false
                         }
-                        None => out[i].is_none(),
+                        None => true,
                     });
                 }
+                Err(e) if e.is_retryable() => return self.unsettled(transfers, &job, e, out),
                 Err(e) => {
-                    if e.is_retryable() {
-                        let sid = self.sid(&transfers[lead].key, transfers[lead].attempt);
-                        let mut uncertain = self.uncertain_mut();
-                        for &i in &job {
-                            uncertain.insert(
-                                transfers[i].key.clone(),
-                                (transfers[i].attempt, sid.clone()),
-                            );
-                        }
-                    }
                     for &i in &job {
                         out[i] = Some(Err(e.clone()));
                     }
                     return;
                 }
             }
+        }
+    }
+
+    /// The transfers at `job` may be in a job FTS3 made under its first one's sid: each is
+    /// answered `e` and remembered, so the job is looked up before any of them is sent again.
+    fn unsettled(&self, transfers: &[Transfer], job: &[usize], e: MssError, out: &mut Answers) {
+        let Some(&lead) = job.first() else {
+            return;
+        };
+        let sid = self.sid(&transfers[lead].key, transfers[lead].attempt);
+        let mut uncertain = self.uncertain_mut();
+        for &i in job {
+            // An answer never read (a timeout, a garbled answer): FTS3 may still be creating
+            // the job. An answer that said the service was unavailable: it was not created.
+            let settling = matches!(e, MssError::Unknown(_)).then(Instant::now);
+            let entry = (transfers[i].attempt, sid.clone(), settling);
+            uncertain.insert(transfers[i].key.clone(), entry);
+            out[i] = Some(Err(e.clone()));
         }
     }
 
@@ -257,25 +269,40 @@ impl Shared {
 
     /// Before sending again a transfer whose submission's answer was lost, look up the job that
     /// submission may have created: what it holds is submitted already. A transfer whose job
-    /// cannot be looked up now is answered with that error, not sent.
+    /// cannot be looked up now, or was not found so soon after the lost answer that FTS3 may
+    /// still be creating it, is answered with that (retryable) error, not sent.
     async fn look_up_uncertain(&self, transfers: &[Transfer], out: &mut Answers) {
-        let mut sids: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut sids: HashMap<String, (Option<Instant>, Vec<usize>)> = HashMap::new();
         {
-            let uncertain = self.uncertain_mut();
+            let mut uncertain = self.uncertain_mut();
             for (i, t) in transfers.iter().enumerate() {
-                if let Some((attempt, sid)) = uncertain.get(&t.key) {
-                    if *attempt == t.attempt {
-                        sids.entry(sid.clone()).or_default().push(i);
+                match uncertain.get(&t.key) {
+                    Some((attempt, sid, at)) if *attempt == t.attempt => {
+                        let entry = sids.entry(sid.clone()).or_insert((*at, Vec::new()));
+                        entry.1.push(i);
                     }
+                    // A later attempt: the broker settled the lost one (it failed it).
+                    Some(_) => {
+                        uncertain.remove(&t.key);
+                    }
+                    None => {}
                 }
             }
         }
-        for (sid, at) in sids {
-            match self.look_up(&sid).await {
-                Ok(()) => {
-                    let mut uncertain = self.uncertain_mut();
-                    uncertain.retain(|_, (_, s)| *s != sid);
-                }
+        for (sid, (lost_at, at)) in sids {
+            let answer = match self.look_up(&sid).await {
+                Ok(true) => Ok(()),
+                Ok(false) if lost_at.is_none_or(|t| t.elapsed() > self.cfg.timeout * 2) => Ok(()),
+                Ok(false) => Err(MssError::Unavailable(format!(
+                    "fts3 does not show job `{sid}` yet, whose submission's answer was lost; \
+                     waiting for it to settle before sending its transfers again"
+                ))),
+                Err(e) => Err(MssError::Unknown(format!(
+                    "cannot look up job `{sid}`, whose submission's answer was lost: {e}"
+                ))),
+            };
+            match answer {
+                Ok(()) => self.uncertain_mut().retain(|_, (_, s, _)| *s != sid),
                 Err(e) => {
                     for i in at {
                         out[i] = Some(Err(e.clone()));
@@ -285,14 +312,14 @@ impl Shared {
         }
     }
 
-    /// Note what the job of `sid` holds, if FTS3 has it.
-    async fn look_up(&self, sid: &str) -> Result<(), MssError> {
+    /// Note what the job of `sid` holds; whether FTS3 has it.
+    async fn look_up(&self, sid: &str) -> Result<bool, MssError> {
         let job_id = super::job::job_id_in(&self.vo_id().await?, sid);
         let Some(files) = self.files_of(&job_id).await? else {
-            return Ok(());
+            return Ok(false);
         };
         self.note(&job_id, &files);
-        Ok(())
+        Ok(true)
     }
 
     /// Note where each of a job's files (`file_index`, `file_metadata`) sits.

@@ -60,6 +60,8 @@ impl Shared {
             return;
         }
         let Some(file) = file_at(job, track.index) else {
+            warn!(key, job_id = %track.job_id, index = ?track.index, "the fts3 job has no file at this index; the broker's status check will settle it");
+            self.lock().remove(key);
             return;
         };
         let Some(progress) = progress_of(job, file, track.size_bytes, track.staging) else {

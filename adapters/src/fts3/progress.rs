@@ -83,7 +83,12 @@ pub fn progress_of(
         }
         "FAILED" | "FINISHEDDIRTY" => {
             let mut reason = text(file.and_then(|f| f.get("reason")));
-            if reason.is_empty() {
+            // The job's reason is its file's only in a job of one file.
+            let alone = job
+                .get("files")
+                .and_then(serde_json::Value::as_array)
+                .is_none_or(|f| f.len() <= 1);
+            if reason.is_empty() && alone {
                 reason = text(job.get("reason"));
             }
             // Null for staging failures: not known, so the reason text decides.

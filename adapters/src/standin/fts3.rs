@@ -83,6 +83,8 @@ struct Inner {
     next_file_id: u64,
     /// FTS3's `AutoSessionReuse`.
     auto_session_reuse: bool,
+    /// List a job's files last first.
+    reversed: bool,
     /// Submissions still to lose the answer of (created, then answered by a proxy's 502).
     lose_answers: usize,
 }
@@ -135,6 +137,7 @@ impl Fts3Standin {
             next_file_id: 41_000,
             auto_session_reuse: false,
             lose_answers: 0,
+            reversed: false,
         }));
         let app = Router::new()
             .route("/jobs", post(submit))
@@ -179,6 +182,16 @@ impl Fts3Standin {
         s.jobs.get(job_id).map(|j| j.state(&s.plan).to_string())
     }
 
+    /// The state each file of a job shows now, in submission order.
+    pub fn file_states(&self, job_id: &str) -> Vec<String> {
+        let s = self.lock();
+        let Some(job) = s.jobs.get(job_id) else {
+            return Vec::new();
+        };
+        let state = |f: &JobFile| f.state(job, &s.plan).0.to_string();
+        job.files.iter().map(state).collect()
+    }
+
     /// Answer every call with 503 (an FTS3 outage) or serve again.
     pub fn set_down(&self, down: bool) {
         self.lock().desk.down = down;
@@ -202,6 +215,11 @@ impl Fts3Standin {
     /// Turn FTS3's `AutoSessionReuse` on or off for the jobs submitted from now.
     pub fn set_auto_session_reuse(&self, on: bool) {
         self.lock().auto_session_reuse = on;
+    }
+
+    /// List each job's files last first, as FTS3 may (its database's order).
+    pub fn set_files_reversed(&self, on: bool) {
+        self.lock().reversed = on;
     }
 
     /// Create the next `n` jobs submitted, then lose their answers: a proxy in front of FTS3
@@ -471,8 +489,9 @@ async fn get_jobs(
         return r.into_response();
     }
     let fields = query.get("files").cloned();
+    let reversed = lock(&state).reversed;
     per_job(&state, &ids, |job, plan| {
-        job.json(plan, fields.as_deref(), "200 Ok")
+        job.json(plan, fields.as_deref(), "200 Ok", reversed)
     })
 }
 
@@ -496,7 +515,10 @@ async fn get_files(
     let Some(job) = s.jobs.get(&id) else {
         return no_job(&id);
     };
-    let files: Vec<Value> = job.files.iter().map(|f| f.json(job, &s.plan)).collect();
+    let mut files: Vec<Value> = job.files.iter().map(|f| f.json(job, &s.plan)).collect();
+    if s.reversed {
+        files.reverse();
+    }
     Json(Value::Array(files)).into_response()
 }
 
@@ -566,7 +588,7 @@ async fn cancel(
     }
     per_job(&state, &ids, |job, plan| {
         if jobs::is_terminal(job.state(plan)) {
-            return job.json(plan, None, "304 Not Modified");
+            return job.json(plan, None, "304 Not Modified", false);
         }
         let snapshot = job.clone();
         for f in job.files.iter_mut() {
@@ -574,7 +596,7 @@ async fn cancel(
                 f.cancelled_at = Some(Instant::now());
             }
         }
-        job.json(plan, None, "200 Ok")
+        job.json(plan, None, "200 Ok", false)
     })
 }
 
@@ -608,11 +630,11 @@ async fn modify(
     };
     per_job(&state, &ids, |job, plan| {
         if jobs::is_terminal(job.state(plan)) {
-            return job.json(plan, None, "304 Not Modified");
+            return job.json(plan, None, "304 Not Modified", false);
         }
         if let Some(p) = priority {
             job.priority = p;
         }
-        job.json(plan, None, "200 Ok")
+        job.json(plan, None, "200 Ok", false)
     })
 }

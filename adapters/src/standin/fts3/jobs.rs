@@ -105,12 +105,19 @@ impl Job {
         }
     }
 
-    /// The job's state: the furthest state of a file still in flight, else what its files
-    /// ended as (all finished, any cancelled, all failed, or a mix: `FINISHEDDIRTY`).
+    /// The job's state: the furthest state of a file still in flight (a file's `STARTED`, its
+    /// bring-online request sent, is the job's `STAGING`: `STARTED` is no job state,
+    /// fts-rest-flask `model/job.py`), else what its files ended as (all finished, any
+    /// cancelled, all failed, or a mix: `FINISHEDDIRTY`).
     pub(super) fn state(&self, plan: &Plan) -> &'static str {
         let states: Vec<&str> = self.files.iter().map(|f| f.state(self, plan).0).collect();
-        let live = ["ACTIVE", "STARTED", "STAGING", "SUBMITTED"];
-        if let Some(s) = live.iter().find(|s| states.contains(s)) {
+        let live = [
+            ("ACTIVE", "ACTIVE"),
+            ("STARTED", "STAGING"),
+            ("STAGING", "STAGING"),
+            ("SUBMITTED", "SUBMITTED"),
+        ];
+        if let Some((_, s)) = live.iter().find(|(f, _)| states.contains(f)) {
             return s;
         }
         let all = |s: &str| states.iter().all(|x| *x == s);
@@ -126,7 +133,15 @@ impl Job {
     }
 
     /// `GET /jobs/{ids}`: the job, with `files` holding the fields asked for of each file.
-    pub(super) fn json(&self, plan: &Plan, file_fields: Option<&str>, http_status: &str) -> Value {
+    /// `reversed`: list the files last first (FTS3 lists them in its database's order, which
+    /// need not be the submission's).
+    pub(super) fn json(
+        &self,
+        plan: &Plan,
+        file_fields: Option<&str>,
+        http_status: &str,
+        reversed: bool,
+    ) -> Value {
         let reason = self
             .files
             .iter()
@@ -145,7 +160,7 @@ impl Job {
             "http_status": http_status,
         });
         if let Some(fields) = file_fields {
-            let files: Vec<Value> = self
+            let mut files: Vec<Value> = self
                 .files
                 .iter()
                 .map(|f| {
@@ -159,6 +174,9 @@ impl Job {
                     Value::Object(file)
                 })
                 .collect();
+            if reversed {
+                files.reverse();
+            }
             out["files"] = Value::Array(files);
         }
         out
@@ -167,7 +185,14 @@ impl Job {
 
 /// Whether `AutoSessionReuse` turns a job of these files into a session-reuse job.
 fn session_reuse(files: &[JobFile]) -> bool {
-    let host = |u: &str| u.split('/').take(3).collect::<Vec<_>>().join("/");
+    // `scheme://hostname`, the port left out (fts-rest-flask `JobBuilder_utils.py`
+    // `get_storage_element`).
+    let host = |u: &str| {
+        let (scheme, rest) = u.split_once("://").unwrap_or(("", u));
+        let authority = rest.split('/').next().unwrap_or("");
+        let name = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+        format!("{scheme}://{name}")
+    };
     let one_pair = files.iter().all(|f| {
         host(&f.source) == host(&files[0].source)
             && host(&f.destination) == host(&files[0].destination)
