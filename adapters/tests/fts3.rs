@@ -199,12 +199,32 @@ async fn a_submission_whose_answer_was_lost_is_recognised_not_queued_twice() {
     let b = Bench::new("none").await;
     let t = read("7", "/cms/hold/f7", 10);
     let first = b.adapter.submit(&t).await.unwrap();
-    // The broker crashed before recording the answer; the restarted one submits again.
+    // The broker crashed before recording the answer; the restarted one submits again, and
+    // finds the job among its jobs in flight (GET /jobs) without sending it.
     let again = b.restarted("none").submit(&t).await.unwrap();
     assert!(again.duplicate);
     assert_eq!(again.mss_id, first.mss_id);
     assert_eq!(b.standin.jobs().len(), 1);
-    assert_eq!(b.submissions().len(), 2, "FTS3 refused the second with 409");
+    assert_eq!(
+        b.submissions().len(),
+        1,
+        "recognised from the jobs in flight"
+    );
+    // A job that has ended is not listed: sent again, FTS3 refuses its sid with 409, which
+    // says it is this transfer's job.
+    let t = read("8", "/cms/f8", 10);
+    let first = b.adapter.submit(&t).await.unwrap();
+    let id = first.mss_id.clone();
+    let ended = || b.standin.job_state(&id).as_deref() == Some("FINISHED");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ended() {
+        assert!(std::time::Instant::now() < deadline, "the job never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = b.restarted("none").submit(&t).await.unwrap();
+    assert_eq!((again.duplicate, again.mss_id), (true, first.mss_id));
+    assert_eq!(b.standin.jobs().len(), 2);
+    assert_eq!(b.submissions().len(), 3, "FTS3 refused the resend with 409");
 }
 
 #[tokio::test]
@@ -399,6 +419,8 @@ async fn the_bearer_token_is_read_at_every_call_and_an_outage_is_unavailable() {
         auth,
         [
             ("/whoami".to_string(), tok1.clone()),
+            // The jobs in flight, read once (GET), then the submission (POST).
+            ("/jobs".into(), tok1.clone()),
             ("/jobs".into(), tok1)
         ]
     );
@@ -568,6 +590,13 @@ async fn one_file_of_a_job_is_cancelled_alone_unless_fts3_made_it_a_session_reus
 #[tokio::test]
 async fn a_batch_whose_answer_was_lost_is_never_queued_twice_whatever_company_it_comes_in() {
     let b = Bench::new("none").await;
+    // A second broker on the same ledger (the one after a restart) that read its jobs in
+    // flight before the batch below was sent: it must learn of the batch's job from FTS3's 409.
+    let restarted = b.restarted("none");
+    let other = restarted
+        .submit(&read("99", "/cms/hold/x", 10))
+        .await
+        .unwrap();
     let batch: Vec<Transfer> = (1..=3)
         .map(|k| on("VA", &k.to_string(), &format!("/cms/hold/f{k}")))
         .collect();
@@ -575,7 +604,8 @@ async fn a_batch_whose_answer_was_lost_is_never_queued_twice_whatever_company_it
     for a in b.adapter.submit_batch(&batch).await {
         assert!(a.unwrap_err().is_retryable());
     }
-    let job_id = b.standin.jobs()[0].job_id.clone();
+    let job_id = b.standin.jobs()[1].job_id.clone();
+    assert_ne!(job_id, other.mss_id);
     // The first was cancelled meanwhile: the others come again without it, under another
     // sid, and are found in the job FTS3 created.
     let again = b.adapter.submit_batch(&batch[1..]).await;
@@ -585,7 +615,6 @@ async fn a_batch_whose_answer_was_lost_is_never_queued_twice_whatever_company_it
     assert_eq!(again[1].mss_id, format!("{job_id}:2"));
     // After a restart the same batch again: FTS3's 409 on the first's sid, and the job's files
     // say which transfers it holds.
-    let restarted = b.restarted("none");
     let third: Vec<_> = (restarted.submit_batch(&batch).await)
         .into_iter()
         .map(Result::unwrap)
@@ -596,5 +625,17 @@ async fn a_batch_whose_answer_was_lost_is_never_queued_twice_whatever_company_it
         third.iter().map(|s| s.mss_id.clone()).collect::<Vec<_>>(),
         want
     );
-    assert_eq!(b.standin.jobs().len(), 1, "every file queued once");
+    // x, the batch, and the batch again refused with 409 (the others were found unsent).
+    assert_eq!(b.submissions().len(), 3);
+    // After another restart, without the first again: its sid is gone with it, but the jobs
+    // in flight the restarted adapter reads at its first submission hold the others.
+    let fourth: Vec<_> = (b.restarted("none").submit_batch(&batch[1..]).await)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(fourth.iter().all(|s| s.duplicate));
+    let got: Vec<String> = fourth.iter().map(|s| s.mss_id.clone()).collect();
+    assert_eq!(got, want[1..]);
+    assert_eq!(b.submissions().len(), 3, "found among the jobs in flight");
+    assert_eq!(b.standin.jobs().len(), 2, "every file queued once");
 }

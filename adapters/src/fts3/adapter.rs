@@ -42,6 +42,8 @@ pub(super) struct Shared {
     /// Transfers whose submission's answer was lost, by key: the attempt, the sid of the job
     /// they were sent in, and when.
     uncertain: Mutex<HashMap<String, Unsettled>>,
+    /// Set once this broker's jobs in flight were read after the start (`batch::recover`).
+    pub(super) recovered: std::sync::OnceLock<()>,
     /// The namespace of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`.
     vo_id: tokio::sync::OnceCell<uuid::Uuid>,
 }
@@ -89,6 +91,7 @@ impl Fts3Adapter {
             jobs: Mutex::new(HashMap::new()),
             found: Mutex::new(HashMap::new()),
             uncertain: Mutex::new(HashMap::new()),
+            recovered: std::sync::OnceLock::new(),
             vo_id: tokio::sync::OnceCell::new(),
         });
         let poller = tokio::spawn(poll_loop(shared.clone()));

@@ -50,6 +50,7 @@ impl Shared {
         transfers: &[Transfer],
     ) -> Vec<Result<Submitted, MssError>> {
         let mut out: Answers = vec![None; transfers.len()];
+        self.recover_once().await;
         self.look_up_uncertain(transfers, &mut out).await;
         let mut items = Vec::new();
         for (i, t) in transfers.iter().enumerate() {
@@ -350,4 +351,67 @@ enum Posted {
     Created(String, i64),
     /// FTS3 holds a job under this sid already.
     Exists(String),
+}
+
+impl Shared {
+    /// Read this broker's jobs in flight once after the start (retried at each submission
+    /// until it succeeds; a submission does not wait for it).
+    async fn recover_once(&self) {
+        if self.recovered.get().is_some() {
+            return;
+        }
+        match self.recover().await {
+            Ok(n) => {
+                let _ = self.recovered.set(());
+                tracing::info!(jobs = n, "read this broker's fts3 jobs in flight");
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot list this broker's fts3 jobs in flight yet; until it can, a batch resent \
+                 in another order after a restart could be queued twice"
+            ),
+        }
+    }
+
+    /// After a start: note where every transfer of this broker's jobs FTS3 still holds sits, so
+    /// one resent in another company after a restart is recognised (`GET /jobs`, fts-rest-flask
+    /// `controllers/jobs.py` `index`: the jobs not finished that the credential may see, with
+    /// `fields`). A job is this broker's when its id is the one its `job_metadata` names by
+    /// this broker's sid. The number of this broker's jobs found.
+    async fn recover(&self) -> Result<usize, MssError> {
+        let vo_id = self.vo_id().await?;
+        let rb = self
+            .request(reqwest::Method::GET, "/jobs")?
+            .query(&[("fields", "job_id,job_metadata")]);
+        let jobs: Value = rest::decode(rest::send(rb, self.cfg.timeout).await?).await?;
+        let jobs = jobs.as_array().cloned().unwrap_or_default();
+        let mut ours = 0;
+        for job in &jobs {
+            let Some(job_id) = job.get("job_id").and_then(Value::as_str) else {
+                continue;
+            };
+            let meta = job.get("job_metadata").cloned().unwrap_or(Value::Null);
+            let owner = file_owner(&serde_json::json!({ "file_metadata": meta }));
+            let Some((key, attempt)) = owner else {
+                continue;
+            };
+            if super::job::job_id_in(&vo_id, &self.sid(&key, attempt)) != job_id {
+                continue;
+            }
+            ours += 1;
+            if meta.get("files").and_then(Value::as_u64).unwrap_or(1) > 1 {
+                if let Some(files) = self.files_of(job_id).await? {
+                    self.note(job_id, &files);
+                }
+            } else {
+                let place = Place {
+                    attempt,
+                    job_id: job_id.to_string(),
+                    index: None,
+                };
+                self.found_mut().insert(key, place);
+            }
+        }
+        Ok(ours)
+    }
 }

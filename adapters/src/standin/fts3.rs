@@ -140,7 +140,7 @@ impl Fts3Standin {
             reversed: false,
         }));
         let app = Router::new()
-            .route("/jobs", post(submit))
+            .route("/jobs", post(submit).get(list_jobs))
             .route("/whoami", axum::routing::get(whoami))
             .route(
                 "/jobs/{ids}",
@@ -493,6 +493,36 @@ async fn get_jobs(
     per_job(&state, &ids, |job, plan| {
         job.json(plan, fields.as_deref(), "200 Ok", reversed)
     })
+}
+
+/// `GET /jobs` (fts-rest-flask `index`): the jobs not finished, each with the `fields` asked
+/// for (all of its own fields without), in submission order. (FTS3 limits what a credential
+/// sees by its granted level; the stand-in's one caller sees every job.)
+async fn list_jobs(
+    State(state): State<Arc<Mutex<Inner>>>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let call = Call::new("GET", "/jobs".into(), query.clone(), &headers, None);
+    if let Err(r) = admit(&state, call) {
+        return r.into_response();
+    }
+    let s = lock(&state);
+    let listed = (s.order.iter()).filter_map(|id| s.jobs.get(id));
+    let open = listed.filter(|j| !jobs::is_terminal(j.state(&s.plan)));
+    let out: Vec<Value> = open
+        .map(|j| {
+            let full = j.json(&s.plan, None, "200 Ok", false);
+            match query.get("fields") {
+                None => full,
+                Some(fields) => {
+                    let pick = fields.split(',').filter_map(|f| Some((f, full.get(f)?)));
+                    Value::Object(pick.map(|(f, v)| (f.to_string(), v.clone())).collect())
+                }
+            }
+        })
+        .collect();
+    Json(Value::Array(out)).into_response()
 }
 
 /// `GET /jobs/{id}/files`: every file of the job, whole.
