@@ -53,6 +53,7 @@ impl Writer {
             published,
             metrics: options.metrics.clone(),
             file,
+            volumes_stale: false,
         })
     }
 

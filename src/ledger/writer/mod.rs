@@ -54,6 +54,9 @@ pub(super) struct Writer {
     metrics: Arc<dyn super::CommitObserver>,
     /// The database file as opened: checked before every COMMIT (see `ledger::identity`).
     file: super::identity::DbFile,
+    /// The volume queue could not be reloaded after a rollback: tried again before the next
+    /// transaction, so a batch the rollback undid does not hold its volume's slot for ever.
+    volumes_stale: bool,
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -425,6 +428,9 @@ impl Writer {
     /// Apply and commit `commands`; returns whether they were committed (or needed no
     /// transaction).
     fn commit_group(&mut self, mut commands: Vec<Command>) -> bool {
+        if self.volumes_stale {
+            self.reload_volumes();
+        }
         if self.idle_release(&mut commands) {
             return true;
         }
@@ -476,12 +482,18 @@ impl Writer {
     }
 
     /// The volume queue from the committed rows, after a rollback that changed it in a way its
-    /// journal cannot undo (a batch released, a request ended). If even reading fails, the queue
-    /// stays as it was and is reloaded at the next start.
+    /// journal cannot undo (a batch released, a request ended). If even reading fails, it is
+    /// tried again before the next transaction.
     fn reload_volumes(&mut self) {
         match volumes::load_volume_queue(&self.conn, &self.policy, self.clock.now_ms()) {
-            Ok(v) => self.state.reload_volumes(v),
-            Err(e) => error!(error = %e, "cannot reload the volume queue after a rollback"),
+            Ok(v) => {
+                self.state.reload_volumes(v);
+                self.volumes_stale = false;
+            }
+            Err(e) => {
+                self.volumes_stale = true;
+                error!(error = %e, "cannot reload the volume queue after a rollback; trying again before the next transaction");
+            }
         }
     }
 
