@@ -678,12 +678,7 @@ async fn fts3_gets_a_volume_batch_as_one_job_in_tape_position_order() {
         active: Duration::from_millis(100),
     };
     let standin = Fts3Standin::start("cms", None, plan).await.unwrap();
-    let config = format!(
-        "{}\n[release]\nmode = \"volumes\"\n\n[release.volumes]\n\
-         min_volume_bytes = 1000000000000000\nmin_volume_files = 3\nquiet_secs = 3600\n\
-         max_age_secs = 7200\nbatch_max_files = 100\nmax_volumes = 1\n",
-        config_with(&fts3_mss(&standin.url))
-    );
+    let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
     let app = TestApp::spawn(&config).await;
     let mut ids = Vec::new();
     for (crid, group, position) in [("a0", "higgs", 30), ("a1", "top", 10), ("a2", "higgs", 40)] {
@@ -711,6 +706,88 @@ async fn fts3_gets_a_volume_batch_as_one_job_in_tape_position_order() {
         assert_eq!(r["charged"].as_u64(), Some(5_000), "{r}");
     }
     app.stop().await;
+}
+
+/// `[release]` in `volumes` mode, a volume eligible at 3 files, one in flight.
+const VOLUMES_AT_3: &str = "\n[release]\nmode = \"volumes\"\n\n[release.volumes]\n\
+    min_volume_bytes = 1000000000000000\nmin_volume_files = 3\nquiet_secs = 3600\n\
+    max_age_secs = 7200\nbatch_max_files = 100\nmax_volumes = 1\n";
+
+/// FTS3 creates a volume batch's job but its answer is lost (a proxy's 502), and the broker is
+/// killed before it tries again: the restarted broker finds the job among its jobs in flight
+/// and sends nothing twice; each request ends once, charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_after_fts3_took_a_batch_whose_answer_was_lost_queues_nothing_twice() {
+    let plan = Plan {
+        queued: Duration::from_millis(300),
+        active: Duration::from_millis(100),
+    };
+    let standin = Fts3Standin::start("cms", None, plan).await.unwrap();
+    standin.lose_next_answers(1);
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
+    // The first broker waits a minute after an unavailable MSS: it dies before trying again.
+    let slow = config.replace(
+        "retry_base_ms = 50\nretry_max_ms = 500",
+        "retry_base_ms = 60000\nretry_max_ms = 60000",
+    );
+    assert_ne!(slow, config);
+    let (slow_path, path, db) = (
+        dir.path().join("slow.toml"),
+        dir.path().join("broker.toml"),
+        dir.path().join("broker.db"),
+    );
+    std::fs::write(&slow_path, slow).unwrap();
+    std::fs::write(&path, &config).unwrap();
+    let mut broker = ServeProcess::start(&slow_path, &db);
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for (crid, position) in [("k0", 30), ("k1", 10), ("k2", 40)] {
+        let mut body = request(crid, "reprocessing", "higgs", 5_000);
+        body["volume"] = "VA".into();
+        body["position"] = position.into();
+        let resp = client
+            .post(format!("{}/v1/requests", broker.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+        ids.push(resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap());
+    }
+    until(
+        Duration::from_secs(20),
+        "FTS3 creating the batch's job",
+        || standin.jobs().len() == 1,
+    )
+    .await;
+    broker.kill();
+    let states: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            open_db(&db)
+                .query_row("SELECT state FROM requests WHERE id = ?1", [id], |r| {
+                    r.get(0)
+                })
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(states, ["accepted"; 3], "the submission was never recorded");
+
+    let broker = ServeProcess::start(&path, &db);
+    let done = wait_final(&client, &broker.base, &ids, Duration::from_secs(30)).await;
+    assert!(done.iter().all(|r| r["state"] == "done"), "{done:?}");
+    let jobs = standin.jobs();
+    assert_eq!(jobs.len(), 1, "one job, never a second");
+    let posts = (standin.calls().iter())
+        .filter(|c| c.method == "POST" && c.path == "/jobs")
+        .count();
+    assert_eq!(posts, 1, "found among the jobs in flight, not sent again");
+    for (r, index) in done.iter().zip([1, 0, 2]) {
+        let want = format!("{}:{index}", jobs[0].job_id);
+        assert_eq!(r["mss_id"].as_str(), Some(want.as_str()), "{r}");
+        assert_eq!(r["charged"].as_u64(), Some(5_000), "{r}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
