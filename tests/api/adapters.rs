@@ -713,6 +713,57 @@ const VOLUMES_AT_3: &str = "\n[release]\nmode = \"volumes\"\n\n[release.volumes]
     min_volume_bytes = 1000000000000000\nmin_volume_files = 3\nquiet_secs = 3600\n\
     max_age_secs = 7200\nbatch_max_files = 100\nmax_volumes = 1\n";
 
+/// Cancelling one request of a volume batch at FTS3 cancels its file alone
+/// (`DELETE /jobs/{id}/files/{file_id}`); its job-mates finish, and it is refunded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fts3_cancels_one_request_of_a_batch_by_its_file_and_the_others_finish() {
+    let plan = Plan {
+        queued: Duration::from_millis(100),
+        active: Duration::from_millis(100),
+    };
+    let standin = Fts3Standin::start("cms", None, plan).await.unwrap();
+    let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
+    let app = TestApp::spawn(&config).await;
+    let mut ids = Vec::new();
+    for (crid, position) in [("c0", 1), ("c1", 2), ("c2", 3)] {
+        let mut body = request(crid, "reprocessing", "higgs", 5_000);
+        body["volume"] = "VA".into();
+        body["position"] = position.into();
+        if crid == "c1" {
+            // Stays queued at FTS3 until cancelled.
+            body["file"] = "/pnfs/hold/c1".into();
+        }
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+        ids.push(r["id"].as_i64().unwrap());
+    }
+    until(Duration::from_secs(20), "the batch's job at FTS3", || {
+        standin.jobs().len() == 1
+    })
+    .await;
+    let (status, _) = app.delete(&format!("/v1/requests/{}", ids[1])).await;
+    assert_eq!(status, 202);
+    let done = app.wait_final(&ids, Duration::from_secs(30)).await;
+    let states: Vec<&str> = done.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["done", "cancelled", "done"], "{done:?}");
+    assert_eq!(done[1]["charged"].as_u64(), Some(0), "refunded");
+    let job = &standin.jobs()[0];
+    let deleted = format!("/jobs/{}/files/{}", job.job_id, job.files[1].file_id);
+    assert!(standin
+        .calls()
+        .iter()
+        .any(|c| c.method == "DELETE" && c.path == deleted));
+    assert!(!standin
+        .calls()
+        .iter()
+        .any(|c| c.method == "DELETE" && c.path == format!("/jobs/{}", job.job_id)));
+    assert_eq!(
+        standin.file_states(&job.job_id),
+        ["FINISHED", "CANCELED", "FINISHED"]
+    );
+    app.stop().await;
+}
+
 /// FTS3 creates a volume batch's job but its answer is lost (a proxy's 502), and the broker is
 /// killed before it tries again: the restarted broker finds the job among its jobs in flight
 /// and sends nothing twice; each request ends once, charged once.
