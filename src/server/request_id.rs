@@ -4,7 +4,10 @@
 //! logged while the request is handled names it) carries it with the method and the matched
 //! route; the line logged when the answer leaves carries its status and latency (level DEBUG,
 //! target `tower_http::trace::on_response`: one line per request is too many for a busy broker
-//! by default; a 5xx answer is logged at ERROR by tower-http's `on_failure`). The id is also in scope (`telemetry::request_id`) for the work the request causes on
+//! by default; a 5xx answer is logged at ERROR by tower-http's `on_failure`, except 503: a
+//! deliberate "not now" (`/readyz` not ready, load shed, the MSS unreachable), whose cause, if
+//! any, its handler logs; a probe every few seconds must not fill the log with errors). The id
+//! is also in scope (`telemetry::request_id`) for the work the request causes on
 //! its task, so the ledger can carry it to the writer thread and log it there.
 
 use axum::extract::{MatchedPath, Request};
@@ -12,9 +15,13 @@ use axum::http::HeaderName;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
-use tracing::Level;
+use tracing::{Level, Span};
 
 /// The header the id travels in, both ways.
 pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -37,7 +44,8 @@ pub fn layer(router: Router) -> Router {
             tracing::info_span!("http", x_request_id = %id, method = %request.method(), route)
         })
         .on_request(())
-        .on_response(DefaultOnResponse::new().level(Level::DEBUG));
+        .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+        .on_failure(on_failure);
     // Listed inner first: `Router::layer` wraps what is already there.
     router
         .layer(axum::middleware::from_fn(in_scope))
@@ -45,6 +53,17 @@ pub fn layer(router: Router) -> Router {
         .layer(PropagateRequestIdLayer::new(HEADER))
         .layer(SetRequestIdLayer::new(HEADER, MakeRequestUuid))
         .layer(axum::middleware::from_fn(drop_unusable))
+}
+
+/// A failed answer: a 503 at DEBUG, any other at ERROR (tower-http's default).
+fn on_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &Span) {
+    let ms = latency.as_millis() as u64;
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::debug!(classification = %class, latency_ms = ms, "response failed")
+        }
+        _ => tracing::error!(classification = %class, latency_ms = ms, "response failed"),
+    }
 }
 
 /// A caller's id that is not short printable ASCII is dropped, so a generated one replaces it.

@@ -161,7 +161,7 @@ async fn readyz_is_503_while_the_database_file_cannot_be_written() {
 async fn readyz_is_503_naming_the_mss_while_it_does_not_answer() {
     let sim = SimProcess::start();
     let dir = tempfile::tempdir().unwrap();
-    let (broker, _log) = serve_in(dir.path(), &test_config(Some(&sim.url)), &[]);
+    let (broker, log) = serve_in(dir.path(), &test_config(Some(&sim.url)), &[]);
     wait_ready(&broker.base, "ready at start", |s, _| s == 200).await;
     let down = json!({"down_for_ms": 4000});
     let put = reqwest::Client::new()
@@ -178,4 +178,8 @@ async fn readyz_is_503_naming_the_mss_while_it_does_not_answer() {
     );
     // The outage ends by itself: the next answered call makes the broker ready again.
     wait_ready(&broker.base, "mss back", |s, _| s == 200).await;
+    // A 503 of a probe is an answer, not an error: none was logged at ERROR.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
 }
