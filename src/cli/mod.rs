@@ -16,6 +16,7 @@ mod bench;
 mod cancel;
 mod client;
 mod mss_sim;
+mod reload;
 mod reports;
 mod serve;
 mod simulate;
@@ -63,6 +64,9 @@ enum Command {
     },
     /// Cancel every unfinished request of a group at a running broker (operator token).
     Cancel(cancel::CancelArgs),
+    /// Make a running broker re-read its configuration file, as SIGHUP does, and print what is
+    /// in force or which key refused it (operator token).
+    Reload(reload::ReloadArgs),
     /// Submit a request (from flags, or a JSON file) to a running broker.
     Submit(SubmitArgs),
     /// Show a request of a running broker.
@@ -131,6 +135,7 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve { config, listen, db } => serve(config, listen, db).await,
         Command::Submit(args) => submit(args).await,
         Command::Cancel(args) => cancel::run(args).await,
+        Command::Reload(args) => reload::run(args).await,
         Command::Status { id, url, token } => {
             let resp = with_token(
                 reqwest::Client::new()

@@ -350,6 +350,14 @@ async fn removing_a_group_with_unfinished_requests_is_refused_until_cancel_group
     let after = get(&broker.base, "/v1/groups").await;
     assert_eq!(after["config"], before["config"]);
     assert!(node(&after, "mc").is_some());
+    // `mssbroker reload` says the same and exits 1.
+    let out = Command::new(BIN)
+        .args(["reload", "--url", &broker.base])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(refused["field"], "shares", "{refused}");
 
     let out = Command::new(BIN)
         .args(["cancel", "--group", "mc", "--url", &broker.base])
@@ -376,8 +384,19 @@ async fn removing_a_group_with_unfinished_requests_is_refused_until_cancel_group
         0
     );
 
-    let (status, body) = post(&broker.base, "/v1/admin/reload", &json!({})).await;
-    assert_eq!(status, 200, "{body}");
+    // The operator's command this time (the endpoint above): the new file is in force.
+    let out = Command::new(BIN)
+        .args(["reload", "--url", &broker.base])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["changed"], true, "{answer}");
+    assert_eq!(answer["config_sha256"], setup.sha256(), "{answer}");
     let after = get(&broker.base, "/v1/groups").await;
     assert!(node(&after, "mc").is_none(), "{after}");
     assert_eq!(after["config"]["sha256"], setup.sha256());
