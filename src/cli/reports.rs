@@ -2,7 +2,6 @@
 //! running broker or read from its database.
 
 use super::client::{print_response, with_token};
-use crate::config::Settings;
 use anyhow::{bail, Context};
 use clap::Args;
 use serde_json::Value;
@@ -13,7 +12,8 @@ use std::process::ExitCode;
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("source").required(true).args(["db", "usage"]))]
 pub(super) struct SharesArgs {
-    /// Configuration file [default: config/broker.toml, else the embedded copy].
+    /// Configuration file [default: config/broker.toml, else the embedded copy], with the
+    /// MSSBROKER__SECTION__KEY variables over it, as `serve` reads it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// A broker's SQLite database (read only; the broker may be running).
@@ -80,7 +80,7 @@ pub(super) async fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let now = crate::clock::SystemClock.now_ms();
     let report: crate::report::Report = match &args.db {
         Some(db) => {
-            let settings = Settings::load_default(args.config.as_deref())?;
+            let settings = crate::config::layers::load_with_env(args.config.as_deref())?;
             let range = crate::report::parse_range(
                 args.since.as_deref(),
                 args.until.as_deref(),
@@ -142,7 +142,7 @@ pub(super) async fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
 pub(super) fn shares(args: SharesArgs) -> anyhow::Result<ExitCode> {
     use crate::clock::Clock;
     use crate::shares::{input, view};
-    let settings = Settings::load_default(args.config.as_deref())?;
+    let settings = crate::config::layers::load_with_env(args.config.as_deref())?;
     let policy = &settings.policy;
     let now = crate::clock::SystemClock.now_ms();
     let at_ms = match args.at.as_deref() {

@@ -134,6 +134,13 @@ fn parse_value(text: &str) -> toml::Value {
     .unwrap_or_else(|| toml::Value::String(text.to_string()))
 }
 
+/// The settings `serve` would run with from the named file (else `config/broker.toml` if
+/// present, else the embedded copy): the `MSSBROKER__*` variables of the environment over it.
+/// For the commands that read a configuration without serving (`shares`, `report`).
+pub fn load_with_env(path: Option<&Path>) -> Result<Settings, ConfigError> {
+    Ok(load(path, &Layers::from_env(std::env::vars_os())?)?.settings)
+}
+
 /// Load the named file (else `config/broker.toml` if present, else the embedded copy) with
 /// `layers` over it.
 pub fn load(path: Option<&Path>, layers: &Layers) -> Result<Loaded, ConfigError> {

@@ -136,3 +136,33 @@ fn serve_refuses_an_unknown_key_from_the_environment_naming_the_variable() {
     );
     assert!(!dir.path().join("file.db").exists(), "nothing opened");
 }
+
+/// `shares` reads the configuration as `serve` does: a variable over the file changes a share.
+#[test]
+fn shares_applies_the_environment_over_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let usage = dir.path().join("usage.json");
+    std::fs::write(&usage, r#"{"usage": {}}"#).unwrap();
+    let target = |env: &[(&str, &str)]| -> f64 {
+        let out = Command::new(BIN)
+            .args(["shares", "--format", "json", "--usage"])
+            .arg(&usage)
+            .arg("--config")
+            .arg(file_config(dir.path()))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let groups = v["groups"].as_array().unwrap();
+        let mc = groups.iter().find(|g| g["path"] == "mc").unwrap();
+        mc["target_share"].as_f64().unwrap()
+    };
+    let file = target(&[]);
+    let env = target(&[("MSSBROKER__SHARES__MC", "1000")]);
+    assert!(env > file + 0.1, "file {file}, with the variable {env}");
+}
