@@ -218,6 +218,7 @@ impl LedgerFigures {
                 ("done", r.done),
                 ("failed", r.failed),
                 ("cancelled", r.cancelled),
+                ("coalesced", r.coalesced),
             ] {
                 self.requests
                     .get_or_create(&StateLabels {
@@ -267,7 +268,7 @@ impl LedgerFigures {
         let mut figures = Registry::default();
         figures.register(
             "mssbroker_group_requests",
-            "Requests of a group by what happened to them (accepted, held at acceptance, done, failed, cancelled)",
+            "Requests of a group by what happened to them (accepted, held at acceptance, done, failed, cancelled, coalesced onto another's transfer)",
             self.requests,
         );
         figures.register_with_unit(

@@ -51,6 +51,8 @@ pub struct HourRow {
     pub benefit_done: i128,
     /// Fair-share requests that started while a priority-class request was queued at the MSS.
     pub started_over_priority: i64,
+    /// Requests that rode on another request's transfer of the same file (coalesced).
+    pub coalesced: i64,
 }
 
 impl HourRow {
@@ -70,6 +72,7 @@ impl HourRow {
         self.bytes_done += o.bytes_done;
         self.benefit_done += o.benefit_done;
         self.started_over_priority += o.started_over_priority;
+        self.coalesced += o.coalesced;
     }
 
     fn is_zero(&self) -> bool {
@@ -133,8 +136,9 @@ impl ReportDeltas {
         let mut stmt = tx.prepare_cached(
             "INSERT INTO report_hours (path, hour, accepted, held, released, held_cancelled, \
              front, back, priority, started, wait_ms_sum, done, failed, cancelled, bytes_done, \
-             benefit_done, started_over_priority) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+             benefit_done, started_over_priority, coalesced) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+             ?18) \
              ON CONFLICT(path, hour) DO UPDATE SET accepted = accepted + excluded.accepted, \
              held = held + excluded.held, released = released + excluded.released, \
              held_cancelled = held_cancelled + excluded.held_cancelled, \
@@ -144,7 +148,8 @@ impl ReportDeltas {
              failed = failed + excluded.failed, cancelled = cancelled + excluded.cancelled, \
              bytes_done = wide_add(bytes_done, excluded.bytes_done), \
              benefit_done = wide_add(benefit_done, excluded.benefit_done), \
-             started_over_priority = started_over_priority + excluded.started_over_priority",
+             started_over_priority = started_over_priority + excluded.started_over_priority, \
+             coalesced = coalesced + excluded.coalesced",
         )?;
         for (path, hour, r) in self
             .hours
@@ -171,7 +176,8 @@ impl ReportDeltas {
                 r.cancelled,
                 Wide(r.bytes_done),
                 Wide(r.benefit_done),
-                r.started_over_priority
+                r.started_over_priority,
+                r.coalesced
             ])?;
         }
         let mut stmt = tx.prepare_cached(

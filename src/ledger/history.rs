@@ -66,7 +66,8 @@ pub(super) fn read_shares(
 }
 
 const AGG_COLS: &str = "accepted, held, released, held_cancelled, front, back, priority, \
-    started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority";
+    started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority, \
+    coalesced";
 
 fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<HourRow> {
     Ok(HourRow {
@@ -85,6 +86,7 @@ fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<HourRow> {
         bytes_done: r.get::<_, wide::Wide>(o + 12)?.0,
         benefit_done: r.get::<_, wide::Wide>(o + 13)?.0,
         started_over_priority: r.get(o + 14)?,
+        coalesced: r.get(o + 15)?,
     })
 }
 

@@ -164,7 +164,7 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
 /// Append a step for a change; never edit a shipped one (databases already carry it).
-const STEPS: &[Step] = &[version_2, version_3, version_4];
+const STEPS: &[Step] = &[version_2, version_3, version_4, version_5];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
 fn version_2(conn: &Connection) -> rusqlite::Result<()> {
@@ -201,6 +201,12 @@ fn version_4(conn: &Connection) -> rusqlite::Result<()> {
         "ALTER TABLE requests ADD COLUMN rides_on INTEGER;
          CREATE INDEX requests_riding ON requests(rides_on) WHERE state = 'riding';",
     )
+}
+
+/// Version 5: the requests of a group and hour that rode on another request's transfer
+/// (coalesced), for the report and `/metrics`; 0 for the hours before.
+fn version_5(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("ALTER TABLE report_hours ADD COLUMN coalesced INTEGER NOT NULL DEFAULT 0;")
 }
 
 /// The schema version this binary writes (`PRAGMA user_version`); a database at a higher one

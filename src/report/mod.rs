@@ -84,6 +84,9 @@ pub struct Figures {
     pub wait_p95_ms: Option<f64>,
     /// Fair-share requests that started while a priority-class request was waiting.
     pub started_over_priority: i64,
+    /// Requests that rode on another request's transfer of the same file: one MSS transfer,
+    /// each charged to its own group.
+    pub coalesced: i64,
 }
 
 /// One bucket of the time series.
@@ -160,6 +163,7 @@ fn add_row(a: &mut HourRow, r: &HourRow) {
     a.bytes_done += r.bytes_done;
     a.benefit_done += r.benefit_done;
     a.started_over_priority += r.started_over_priority;
+    a.coalesced += r.coalesced;
 }
 
 /// The `q` quantile (0..1) of a histogram, as its bin's upper edge.
@@ -409,6 +413,7 @@ fn node_figures(path: &str, kind: Kind<'_>, leaf: bool, a: &Acc, c: &Carry) -> F
         wait_median_ms: quantile(&a.waits, 0.5),
         wait_p95_ms: quantile(&a.waits, 0.95),
         started_over_priority: a.row.started_over_priority,
+        coalesced: a.row.coalesced,
     }
 }
 

@@ -135,7 +135,7 @@ fn heading(since: &str, until: &str, buckets: usize, bucket: super::Bucket) -> S
 /// `total`).
 pub fn csv(r: &Report) -> String {
     let mut out = String::from(
-        "bucket,group,kind,target_share,achieved_share_bytes,achieved_share_files,deviation_pp,bytes_done,files_done,accepted,done,failed,cancelled,pending,held,front,back,started,wait_median_ms,wait_p95_ms,started_over_priority\n",
+        "bucket,group,kind,target_share,achieved_share_bytes,achieved_share_files,deviation_pp,bytes_done,files_done,accepted,done,failed,cancelled,pending,held,front,back,started,wait_median_ms,wait_p95_ms,started_over_priority,coalesced\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
     let mut put = |bucket: &str, f: &Figures| {
@@ -145,7 +145,7 @@ pub fn csv(r: &Report) -> String {
             f.path.clone()
         };
         out.push_str(&format!(
-            "{bucket},{path},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{bucket},{path},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             f.kind,
             opt(f.target_share),
             opt(f.achieved_share_bytes),
@@ -164,7 +164,8 @@ pub fn csv(r: &Report) -> String {
             f.started,
             opt(f.wait_median_ms),
             opt(f.wait_p95_ms),
-            f.started_over_priority
+            f.started_over_priority,
+            f.coalesced
         ));
     };
     for b in &r.series {

@@ -88,6 +88,20 @@ async fn a_coalesced_pair_finishes_with_one_mss_transfer_and_two_charges() {
         ("analysis/higgs".into(), SIZE as i64, "done".into())
     );
     assert_eq!(charged(&db, ib), ("mc".into(), SIZE as i64, "done".into()));
+    // /metrics counts the rider as coalesced, in its own group.
+    let text = (client.get(format!("{}/metrics", broker.base)).send().await)
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = |group: &str| {
+        let want = format!("mssbroker_group_requests_total{{group=\"{group}\",kind=\"fair_share\",state=\"coalesced\"}}");
+        text.lines()
+            .find(|l| l.starts_with(&want))
+            .map(|l| l[want.len()..].trim().to_string())
+    };
+    assert_eq!(line("mc").as_deref(), Some("1"), "{text}");
+    assert_eq!(line("analysis/higgs").as_deref(), Some("0"), "{text}");
 }
 
 #[tokio::test]

@@ -56,6 +56,18 @@ async fn a_duplicate_read_rides_and_completes_with_its_carrier() {
     let groups = l.groups().await.unwrap();
     assert_eq!(usage_of(&groups, "analysis/higgs"), (700, 0));
     assert_eq!(usage_of(&groups, "mc"), (700 + 500 + 500, 2));
+    // The report counts the rider as coalesced, in its own group; the carrier is not.
+    let coalesced = |path: &str| -> i64 {
+        rusqlite::Connection::open(&f.path)
+            .unwrap()
+            .query_row(
+                "SELECT COALESCE(SUM(coalesced), 0) FROM report_hours WHERE path = ?1",
+                [path],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!((coalesced("mc"), coalesced("analysis/higgs")), (1, 0));
     drop(l);
     close(opened);
 }

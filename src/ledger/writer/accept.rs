@@ -215,8 +215,11 @@ impl Txn<'_, '_> {
                 self.enqueue(candidate, volume, position);
             }
             RequestState::Riding => {
-                self.report
-                    .add(path, self.now, row.decided(e.decision.class));
+                let row = HourRow {
+                    coalesced: 1,
+                    ..row.decided(e.decision.class)
+                };
+                self.report.add(path, self.now, row);
             }
             _ => self.report.add(path, self.now, row),
         }
