@@ -26,6 +26,8 @@ pub struct BacklogOptions {
     pub seconds: f64,
     /// Timed calls of each kind (release decisions, explains).
     pub samples: usize,
+    /// `[policy] algorithm`, when not the shipped one.
+    pub policy: Option<String>,
 }
 
 /// Fill, restart, load, time; prints its figures.
@@ -34,7 +36,15 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mssbroker-bench-backlog-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let config = crate::bench_explain::held_config()?;
+    let mut config = crate::bench_explain::held_config()?;
+    if let Some(policy) = &o.policy {
+        let shipped = "\nalgorithm = \"sam\"\n";
+        anyhow::ensure!(
+            config.contains(shipped),
+            "the shipped config no longer has [policy] algorithm = \"sam\" as --policy expects"
+        );
+        config = config.replacen(shipped, &format!("\nalgorithm = \"{policy}\"\n"), 1);
+    }
     let mut settings = Settings::parse(&config, "embedded config/broker.toml, held")?;
     settings.database.path = dir.join("bench.db");
     let db = settings.database.path.clone();

@@ -47,6 +47,9 @@ enum BenchMode {
         /// Timed release decisions and explains (each).
         #[arg(long, default_value_t = 1000)]
         samples: usize,
+        /// The ordering policy (sam, fair_tree, multifactor, fbsng) [default: the shipped one].
+        #[arg(long)]
+        policy: Option<String>,
     },
 }
 
@@ -101,12 +104,14 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             connections,
             seconds,
             samples,
+            policy,
         }) => {
             let options = crate::bench::backlog::BacklogOptions {
                 queued: queued.max(1),
                 connections: connections.max(1),
                 seconds,
                 samples: samples.max(1),
+                policy,
             };
             crate::bench::backlog::run(&options).await?;
         }

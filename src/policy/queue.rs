@@ -4,10 +4,12 @@
 //! harness keeps another, and both ask [`HeldQueue::pick`]. [`Ranking`] orders a snapshot of the
 //! queue for explain's positions.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use super::fbsng::{pick_section, Section};
 use super::order::{place, Algorithm, Candidate, OrderSettings, Placement, Standing};
+use crate::domain::order::Multifactor;
 use crate::domain::GroupId;
 use crate::shares::UsageLookup;
 
@@ -21,7 +23,12 @@ pub struct HeldQueue {
     libs: BTreeMap<String, BTreeMap<GroupId, BTreeMap<i64, Candidate>>>,
     index: HashMap<i64, (u32, u32)>,
     names: LibraryNames,
+    /// Multifactor's per-request order ([`by_score`]), built at the first multifactor pick
+    /// and kept in step from then on (rebuilt if the weights change).
+    by_score: RefCell<Option<by_score::ByScore>>,
 }
+
+mod by_score;
 
 /// Library names by number, each counted by the requests waiting for it (a name goes when its
 /// last request does, so free-text names cannot pile up).
@@ -95,6 +102,9 @@ impl HeldQueue {
         let lib = self.names.acquire(&c.library);
         let group = u32::try_from(c.group.0).unwrap_or(u32::MAX);
         self.index.insert(c.id, (lib, group));
+        if let Some(b) = self.by_score.get_mut() {
+            b.insert(lib, &c);
+        }
         let groups = match self.libs.get_mut(c.library.as_str()) {
             Some(groups) => groups,
             None => self.libs.entry(c.library.clone()).or_default(),
@@ -116,6 +126,9 @@ impl HeldQueue {
         let g = GroupId(g as usize);
         let reqs = groups.get_mut(&g)?;
         let c = reqs.remove(&id);
+        if let (Some(b), Some(c)) = (self.by_score.get_mut(), &c) {
+            b.remove(lib, c);
+        }
         if reqs.is_empty() {
             groups.remove(&g);
         }
@@ -130,6 +143,7 @@ impl HeldQueue {
         self.libs.get(lib)?.get(&g)?.get(&id)
     }
 
+    /// A waiting request to change; only what does not order it (FBSNG's `passed`).
     pub fn get_mut(&mut self, id: i64) -> Option<&mut Candidate> {
         let &(lib, g) = self.index.get(&id)?;
         let lib = self.names.name(lib)?;
@@ -201,24 +215,76 @@ impl HeldQueue {
         if order.algorithm == Algorithm::Fbsng {
             return self.pick_fbsng(order, standing, groups, free, now_ms);
         }
+        if let Algorithm::Multifactor(m) = &order.algorithm {
+            return self.pick_multifactor(m, (order, standing), library, free, now_ms);
+        }
         let mut best: Option<(f64, i64, &Candidate)> = None;
-        for reqs in groups.values() {
-            let considered: Box<dyn Iterator<Item = &Candidate>> = match order.algorithm {
-                // Per-request factors: every request competes.
-                Algorithm::Multifactor(_) => Box::new(reqs.values()),
-                // Group-level order: the group's oldest request stands for it.
-                _ => Box::new(reqs.values().take(1)),
-            };
-            for c in considered {
-                let score = place(order, standing, c, now_ms).score;
-                let better = match best {
-                    None => true,
-                    Some((s, id, _)) => score > s || (score == s && c.id < id),
-                };
-                if better {
-                    best = Some((score, c.id, c));
+        // Group-level order: the group's oldest request stands for it.
+        for c in groups.values().filter_map(|reqs| reqs.values().next()) {
+            consider(&mut best, place(order, standing, c, now_ms).score, c);
+        }
+        let (_, _, c) = best?;
+        (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
+    }
+
+    /// Multifactor: every request competes, through [`by_score`]'s candidates (a few per
+    /// group), not a scan of the queue.
+    fn pick_multifactor<U: UsageLookup>(
+        &self,
+        m: &Multifactor,
+        (order, standing): (&OrderSettings, &Standing<'_, U>),
+        library: &str,
+        free: u32,
+        now_ms: i64,
+    ) -> Option<Pick> {
+        let groups = self.libs.get(library)?;
+        let lib = *self.names.numbers.get(library)?;
+        let mut by_score = self.by_score.borrow_mut();
+        if by_score.as_ref().is_none_or(|b| b.weights() != m) {
+            *by_score = Some(self.build_by_score(m));
+        }
+        let b = by_score.as_mut()?;
+        b.age(lib, now_ms, |g, id| groups.get(&g)?.get(&id).cloned());
+        let mut best: Option<(f64, i64, &Candidate)> = None;
+        for (g, reqs) in groups {
+            for id in b.candidates(lib, *g) {
+                if let Some(c) = reqs.get(&id) {
+                    consider(&mut best, place(order, standing, c, now_ms).score, c);
                 }
             }
+        }
+        let (_, _, c) = best?;
+        (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
+    }
+
+    fn build_by_score(&self, m: &Multifactor) -> by_score::ByScore {
+        let mut b = by_score::ByScore::new(m.clone());
+        for (id, &(lib, _)) in &self.index {
+            if let Some(c) = self.get(*id) {
+                b.insert(lib, c);
+            }
+        }
+        b
+    }
+
+    /// Multifactor by scoring every waiting request of `library`: what [`Self::pick`] must
+    /// agree with (a property test checks).
+    #[cfg(test)]
+    pub(crate) fn pick_by_scan<U: UsageLookup>(
+        &self,
+        order: &OrderSettings,
+        standing: &Standing<'_, U>,
+        library: &str,
+        free: u32,
+        now_ms: i64,
+    ) -> Option<Pick> {
+        let groups = self.libs.get(library)?;
+        if let Some(c) = self.oldest_starved(order, groups, now_ms) {
+            return (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()));
+        }
+        let mut best: Option<(f64, i64, &Candidate)> = None;
+        for c in groups.values().flat_map(|reqs| reqs.values()) {
+            consider(&mut best, place(order, standing, c, now_ms).score, c);
         }
         let (_, _, c) = best?;
         (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
@@ -283,6 +349,17 @@ impl HeldQueue {
         now_ms: i64,
     ) -> Option<Placement> {
         Some(place(order, standing, self.get(id)?, now_ms))
+    }
+}
+
+/// Keep the higher score, the smaller id on a tie.
+fn consider<'c>(best: &mut Option<(f64, i64, &'c Candidate)>, score: f64, c: &'c Candidate) {
+    let better = match best {
+        None => true,
+        Some((s, id, _)) => score > *s || (score == *s && c.id < *id),
+    };
+    if better {
+        *best = Some((score, c.id, c));
     }
 }
 

@@ -704,3 +704,52 @@ fn starvation_bound_holds_for_a_zero_share_group() {
     let o = run(&p, drives(2), &load_for(&p), 1200 * SEC);
     assert_eq!(o.starts[poor.0], 0);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Multifactor's pick through its per-group orders (`queue::by_score`) is the pick of
+    /// scoring every waiting request, for any queue of two libraries and four groups (requests
+    /// of identical inputs included), across releases, removals and time passing the wait cap.
+    #[test]
+    fn multifactor_pick_by_its_orders_is_the_pick_by_scoring_every_request(
+        reqs in proptest::collection::vec(
+            (0usize..4, 0i64..200_000, 0usize..4, 0usize..3, 0usize..3, 0usize..2), 1..60),
+        removals in proptest::collection::vec(proptest::prelude::any::<usize>(), 0..8),
+        steps in proptest::collection::vec(0i64..90_000, 1..8),
+    ) {
+        let p = settings(
+            "algorithm = \"multifactor\"\n[policy.multifactor]\nwait_cap_secs = 100\n\
+             size_ref_bytes = 100000000000",
+            ABCD,
+            "[release]\nmode = \"held\"",
+        );
+        let q = Queues::new(&p.order.fbsng);
+        let b = book(&p, &[("a", 10), ("b", 20), ("c", 30), ("d", 40)]);
+        let s = Standing::new(&p, b.at(0), &q);
+        let mut held = HeldQueue::default();
+        for (i, &(group, created, size, qos, user, lib)) in reqs.iter().enumerate() {
+            let mut c = cand(&p, i as i64 + 1, ["a", "b", "c", "d"][group], created,
+                [0, 50_000_000_000, 100_000_000_000, 200_000_000_000][size]);
+            c.qos = [Qos::Standby, Qos::Normal, Qos::Expedite][qos];
+            c.user = [1.0, 0.5, 0.0][user];
+            c.library = ["", "lto"][lib].to_string();
+            held.push(c);
+        }
+        let mut now = 200_000;
+        for (k, step) in steps.iter().enumerate() {
+            now += step;
+            for lib in ["", "lto"] {
+                let fast = held.pick(&p.order, &s, lib, 1, now).map(|x| x.candidate.id);
+                let scan = held.pick_by_scan(&p.order, &s, lib, 1, now).map(|x| x.candidate.id);
+                proptest::prop_assert_eq!(fast, scan, "library {:?} at {}", lib, now);
+                if let Some(id) = fast {
+                    held.remove(id);
+                }
+            }
+            if let Some(&r) = removals.get(k) {
+                held.remove(r as i64 % reqs.len() as i64 + 1);
+            }
+        }
+    }
+}
