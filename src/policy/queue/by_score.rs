@@ -144,10 +144,7 @@ impl ByScore {
             .copied()
             .collect();
         for k in keys {
-            loop {
-                let Some(orders) = self.groups.get_mut(&k) else {
-                    break;
-                };
+            while let Some(orders) = self.groups.get_mut(&k) {
                 let Some(&(created, id)) = orders.by_created.first() else {
                     break;
                 };
