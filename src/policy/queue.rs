@@ -240,14 +240,22 @@ impl HeldQueue {
         let groups = self.libs.get(library)?;
         let lib = *self.names.numbers.get(library)?;
         let mut by_score = self.by_score.borrow_mut();
-        if by_score.as_ref().is_none_or(|b| b.weights() != m) {
-            *by_score = Some(self.build_by_score(m));
+        if by_score.as_ref().is_none_or(|b| !b.fits(m, now_ms)) {
+            *by_score = Some(self.build_by_score(m, now_ms));
         }
         let b = by_score.as_mut()?;
         b.age(lib, now_ms, |g, id| groups.get(&g)?.get(&id).cloned());
         let mut best: Option<(f64, i64, &Candidate)> = None;
         for (g, reqs) in groups {
-            for id in b.candidates(lib, *g) {
+            if !super::order::is_fair(standing.policy, *g) {
+                // A group a reload made a priority class: every request scores the same (the
+                // scan takes the smallest id).
+                if let Some(c) = reqs.values().next() {
+                    consider(&mut best, place(order, standing, c, now_ms).score, c);
+                }
+                continue;
+            }
+            for id in b.candidates(lib, *g, now_ms) {
                 if let Some(c) = reqs.get(&id) {
                     consider(&mut best, place(order, standing, c, now_ms).score, c);
                 }
@@ -257,8 +265,8 @@ impl HeldQueue {
         (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
     }
 
-    fn build_by_score(&self, m: &Multifactor) -> by_score::ByScore {
-        let mut b = by_score::ByScore::new(m.clone());
+    fn build_by_score(&self, m: &Multifactor, now_ms: i64) -> by_score::ByScore {
+        let mut b = by_score::ByScore::new(m.clone(), now_ms);
         for (id, &(lib, _)) in &self.index {
             if let Some(c) = self.get(*id) {
                 b.insert(lib, c);

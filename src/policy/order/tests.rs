@@ -705,40 +705,60 @@ fn starvation_bound_holds_for_a_zero_share_group() {
     assert_eq!(o.starts[poor.0], 0);
 }
 
+/// A multifactor request for the property test below: `i` its id, the rest indexes into the
+/// values tried (a few of each, so identical inputs occur).
+fn mf_request(
+    p: &PolicySettings,
+    i: usize,
+    r: (usize, usize, usize, usize, usize, usize),
+) -> Candidate {
+    let (group, created, size, qos, user, lib) = r;
+    // Around today's epoch milliseconds, a few seconds apart, some equal.
+    let created = 1_800_000_000_000 + [0, 0, 1, 2_000, 50_000, 150_000][created];
+    let size = [0, 50_000_000_000, 100_000_000_000, 200_000_000_000][size];
+    let mut c = cand(p, i as i64 + 1, ["a", "b", "c", "d"][group], created, size);
+    c.qos = [Qos::Standby, Qos::Normal, Qos::Expedite][qos];
+    c.user = [1.0, 0.5, 0.0][user];
+    c.library = ["", "lto"][lib].to_string();
+    c
+}
+
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
 
     /// Multifactor's pick through its per-group orders (`queue::by_score`) is the pick of
-    /// scoring every waiting request, for any queue of two libraries and four groups (requests
-    /// of identical inputs included), across releases, removals and time passing the wait cap.
+    /// scoring every waiting request, for any queue of two libraries and four groups (identical
+    /// inputs included), with requests arriving, leaving and released between picks, time
+    /// passing the wait cap, the clock going back, and the weights changing.
     #[test]
     fn multifactor_pick_by_its_orders_is_the_pick_by_scoring_every_request(
-        reqs in proptest::collection::vec(
-            (0usize..4, 0i64..200_000, 0usize..4, 0usize..3, 0usize..3, 0usize..2), 1..60),
-        removals in proptest::collection::vec(proptest::prelude::any::<usize>(), 0..8),
-        steps in proptest::collection::vec(0i64..90_000, 1..8),
+        first in proptest::collection::vec((0usize..4, 0usize..6, 0usize..4, 0usize..3, 0usize..3, 0usize..2), 1..40),
+        steps in proptest::collection::vec(
+            (-30_000i64..90_000, proptest::option::of((0usize..4, 0usize..6, 0usize..4, 0usize..3, 0usize..3, 0usize..2)),
+             proptest::prelude::any::<usize>(), proptest::prelude::any::<bool>()),
+            1..12),
     ) {
-        let p = settings(
-            "algorithm = \"multifactor\"\n[policy.multifactor]\nwait_cap_secs = 100\n\
-             size_ref_bytes = 100000000000",
+        let with_weights = |size_weight: u32| settings(
+            &format!("algorithm = \"multifactor\"\n[policy.multifactor]\nwait_cap_secs = 100\n\
+             size_ref_bytes = 100000000000\nsize_weight = {size_weight}"),
             ABCD,
             "[release]\nmode = \"held\"",
         );
-        let q = Queues::new(&p.order.fbsng);
-        let b = book(&p, &[("a", 10), ("b", 20), ("c", 30), ("d", 40)]);
-        let s = Standing::new(&p, b.at(0), &q);
+        let policies = [with_weights(500), with_weights(5_000)];
+        let q = Queues::new(&policies[0].order.fbsng);
+        let b = book(&policies[0], &[("a", 10), ("b", 20), ("c", 30), ("d", 40)]);
         let mut held = HeldQueue::default();
-        for (i, &(group, created, size, qos, user, lib)) in reqs.iter().enumerate() {
-            let mut c = cand(&p, i as i64 + 1, ["a", "b", "c", "d"][group], created,
-                [0, 50_000_000_000, 100_000_000_000, 200_000_000_000][size]);
-            c.qos = [Qos::Standby, Qos::Normal, Qos::Expedite][qos];
-            c.user = [1.0, 0.5, 0.0][user];
-            c.library = ["", "lto"][lib].to_string();
-            held.push(c);
+        let mut next = 0;
+        for &r in &first {
+            held.push(mf_request(&policies[0], next, r));
+            next += 1;
         }
-        let mut now = 200_000;
-        for (k, step) in steps.iter().enumerate() {
+        // Near the wait cap of the oldest, so steps move requests across it both ways.
+        let mut now = 1_800_000_120_000;
+        for (k, &(step, arrival, gone, reweigh)) in steps.iter().enumerate() {
             now += step;
+            let p = &policies[usize::from(reweigh && k % 3 == 2)];
+            let s = Standing::new(p, b.at(0), &q);
             for lib in ["", "lto"] {
                 let fast = held.pick(&p.order, &s, lib, 1, now).map(|x| x.candidate.id);
                 let scan = held.pick_by_scan(&p.order, &s, lib, 1, now).map(|x| x.candidate.id);
@@ -747,9 +767,11 @@ proptest::proptest! {
                     held.remove(id);
                 }
             }
-            if let Some(&r) = removals.get(k) {
-                held.remove(r as i64 % reqs.len() as i64 + 1);
+            if let Some(r) = arrival {
+                held.push(mf_request(p, next, r));
+                next += 1;
             }
+            held.remove(gone as i64 % next as i64 + 1);
         }
     }
 }

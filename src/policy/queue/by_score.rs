@@ -5,15 +5,20 @@
 //! `fair_share_weight * fs(group) + own(request) + wait_weight * min(waited / max_wait, 1)`,
 //! `own` the weighted QoS, queue, size and user factors, which do not change while it waits.
 //! So within one group, at one instant, the requests that have not yet waited `max_wait` rank
-//! by `own - wait_weight * created / max_wait` (the rest of the score is the same for all of
-//! them), and those that have rank by `own`. Each group keeps both orders (and the first by
+//! by `own - wait_weight * (created - origin) / max_wait` (the rest of the score is the same for
+//! all of them; `origin`, an instant fixed when the orders are built, keeps the key small), and
+//! those that have rank by `own`. Each group keeps both orders (and the first by
 //! creation, to move requests from one to the other as they age); a pick evaluates, per group,
 //! only the entries of each order whose key is within a hair of its best, with the same
 //! `place` and tie rule as a scan: floating rounding can make the key order and the score
-//! order disagree only between keys that close. Entries with identical inputs have identical
-//! scores, so of those only the smallest id is evaluated. A request created after `now` (a
-//! clock stepped back) ranks as if it had waited less than nothing; `place` scores it as not
-//! having waited at all: a pick may then miss it until the clock passes its creation.
+//! order disagree only between keys that close (the hair is relative to the key and to the
+//! total weight, which bounds a score). Entries with identical inputs have identical scores,
+//! so of those only the smallest id is evaluated (`created` is no input of an old request's
+//! score). The orders are rebuilt when the clock goes back past the last pick (a request moved
+//! to the old order may be young again). A request created after `now` (a clock stepped back)
+//! ranks as if it had waited less than nothing, where `place` scores it as not having waited at
+//! all, higher: those are always candidates too (found from the end of the creation order, so
+//! none costs nothing). Any request its key ranks below one of them scores below it too.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, HashMap};
@@ -77,18 +82,29 @@ struct Orders {
 pub(super) struct ByScore {
     weights: Multifactor,
     groups: HashMap<(u32, GroupId), Orders>,
+    /// The instant young keys count creation from.
+    origin: i64,
+    /// The latest instant the orders were aged to.
+    aged_to: i64,
+    /// What the hair is relative to besides the key: the sum of the weights.
+    scale: f64,
 }
 
 impl ByScore {
-    pub(super) fn new(weights: Multifactor) -> ByScore {
+    pub(super) fn new(weights: Multifactor, origin: i64) -> ByScore {
+        let scale = weights.total_weight().abs();
         ByScore {
             weights,
             groups: HashMap::new(),
+            origin,
+            aged_to: i64::MIN,
+            scale,
         }
     }
 
-    pub(super) fn weights(&self) -> &Multifactor {
-        &self.weights
+    /// Whether these orders can answer for `weights` at `now_ms` (else build them again).
+    pub(super) fn fits(&self, weights: &Multifactor, now_ms: i64) -> bool {
+        &self.weights == weights && now_ms >= self.aged_to
     }
 
     /// The weighted factors of `c` that do not change while it waits.
@@ -106,7 +122,7 @@ impl ByScore {
 
     fn young_key(&self, c: &Candidate) -> f64 {
         let per_ms = self.weights.wait_weight / self.weights.max_wait_ms.max(1) as f64;
-        self.own(c) - per_ms * c.created_ms as f64
+        self.own(c) - per_ms * c.created_ms.saturating_sub(self.origin) as f64
     }
 
     pub(super) fn insert(&mut self, lib: u32, c: &Candidate) {
@@ -124,7 +140,7 @@ impl ByScore {
         if orders.by_created.remove(&(c.created_ms, c.id)) {
             orders.young.remove(&(Reverse(young), inputs(c), c.id));
         } else {
-            orders.old.remove(&(Reverse(old), inputs(c), c.id));
+            orders.old.remove(&(Reverse(old), old_inputs(c), c.id));
         }
         if orders.by_created.is_empty() && orders.old.is_empty() {
             self.groups.remove(&(lib, c.group));
@@ -138,6 +154,7 @@ impl ByScore {
         now_ms: i64,
         get: impl Fn(GroupId, i64) -> Option<Candidate>,
     ) {
+        self.aged_to = self.aged_to.max(now_ms);
         let bound = now_ms.saturating_sub(self.weights.max_wait_ms);
         let keys: Vec<(u32, GroupId)> = (self.groups.keys())
             .filter(|k| k.0 == lib)
@@ -153,36 +170,47 @@ impl ByScore {
                 }
                 orders.by_created.pop_first();
                 let Some(c) = get(k.1, id) else {
+                    debug_assert!(false, "request {id} is in the orders, not in the queue");
                     continue;
                 };
                 let (young, old) = (Key(self.young_key(&c)), Key(self.own(&c)));
                 if let Some(orders) = self.groups.get_mut(&k) {
                     orders.young.remove(&(Reverse(young), inputs(&c), id));
-                    orders.old.insert((Reverse(old), inputs(&c), id));
+                    orders.old.insert((Reverse(old), old_inputs(&c), id));
                 }
             }
         }
     }
 
-    /// The ids of group `g` of `lib` that may have its best score: per order, every distinct
-    /// inputs' first entry whose key is within a hair of the order's best.
-    pub(super) fn candidates(&self, lib: u32, g: GroupId) -> Vec<i64> {
+    /// The ids of group `g` of `lib` that may have its best score at `now_ms`: per order,
+    /// every distinct inputs' first entry whose key is within a hair of the order's best, and
+    /// every request created after `now_ms`.
+    pub(super) fn candidates(&self, lib: u32, g: GroupId, now_ms: i64) -> Vec<i64> {
         let mut out = Vec::new();
         if let Some(orders) = self.groups.get(&(lib, g)) {
-            near_best(&orders.young, &mut out);
-            near_best(&orders.old, &mut out);
+            near_best(&orders.young, self.scale, &mut out);
+            near_best(&orders.old, self.scale, &mut out);
+            let future = orders.by_created.iter().rev();
+            out.extend(future.take_while(|(c, _)| *c > now_ms).map(|&(_, id)| id));
         }
         out
     }
 }
 
+/// An old request's inputs: its score no longer depends on when it was created.
+fn old_inputs(c: &Candidate) -> Inputs {
+    let (_, qos, queue, size, user) = inputs(c);
+    (0, qos, queue, size, user)
+}
+
 /// The first entry of each run of identical inputs among those within a hair of the best key.
-fn near_best(order: &BTreeSet<Entry>, out: &mut Vec<i64>) {
+fn near_best(order: &BTreeSet<Entry>, scale: f64, out: &mut Vec<i64>) {
     let Some(&(Reverse(Key(best)), _, _)) = order.first() else {
         return;
     };
-    // Far above the rounding of sums of a few weighted factors, far below a real difference.
-    let hair = best.abs().max(1.0) * 1e-9;
+    // Far above the rounding of a key or of a score (at most the total weight), far below a
+    // real difference.
+    let hair = (best.abs() + scale).max(1.0) * 1e-9;
     let mut at = order.first().copied();
     while let Some((Reverse(Key(k)), inputs, id)) = at {
         if k < best - hair {
