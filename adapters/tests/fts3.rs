@@ -210,6 +210,14 @@ async fn a_submission_whose_answer_was_lost_is_recognised_not_queued_twice() {
         1,
         "recognised from the jobs in flight"
     );
+    let listing = (b.standin.calls().into_iter())
+        .find(|c| c.method == "GET" && c.path == "/jobs")
+        .expect("the jobs in flight were read");
+    assert_eq!(
+        listing.query.get("user_dn").map(String::as_str),
+        Some("/DC=org/CN=standin"),
+        "only this credential's jobs"
+    );
     // A job that has ended is not listed: sent again, FTS3 refuses its sid with 409, which
     // says it is this transfer's job.
     let t = read("8", "/cms/f8", 10);
@@ -638,4 +646,22 @@ async fn a_batch_whose_answer_was_lost_is_never_queued_twice_whatever_company_it
     assert_eq!(got, want[1..]);
     assert_eq!(b.submissions().len(), 3, "found among the jobs in flight");
     assert_eq!(b.standin.jobs().len(), 2, "every file queued once");
+}
+
+/// A listing of the jobs in flight that fails is tried again a minute later, not at every
+/// submission: each submission goes ahead meanwhile.
+#[tokio::test]
+async fn a_failed_listing_of_the_jobs_in_flight_is_not_repeated_at_every_submission() {
+    let b = Bench::new("none").await;
+    b.standin.set_listing_fails(true);
+    let adapter = b.restarted("none");
+    for k in 1..=3 {
+        let t = read(&k.to_string(), &format!("/cms/hold/l{k}"), 10);
+        assert!(!adapter.submit(&t).await.unwrap().duplicate);
+    }
+    let listings = (b.standin.calls().iter())
+        .filter(|c| c.method == "GET" && c.path == "/jobs")
+        .count();
+    assert_eq!(listings, 1);
+    assert_eq!(b.standin.jobs().len(), 3);
 }

@@ -44,6 +44,11 @@ pub(super) struct Shared {
     uncertain: Mutex<HashMap<String, Unsettled>>,
     /// Set once this broker's jobs in flight were read after the start (`batch::recover`).
     pub(super) recovered: std::sync::OnceLock<()>,
+    /// When reading them last failed (tried again a minute later, not at every submission).
+    pub(super) recover_failed: Mutex<Option<std::time::Instant>>,
+    /// The credential's DN as FTS3 sees it (`user_dn` of `GET /whoami`): the jobs listed are
+    /// this credential's.
+    pub(super) user_dn: std::sync::OnceLock<String>,
     /// The namespace of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`.
     vo_id: tokio::sync::OnceCell<uuid::Uuid>,
 }
@@ -72,6 +77,8 @@ struct WhoAmI {
     vos: Vec<String>,
     #[serde(default)]
     vos_id: Vec<String>,
+    #[serde(default)]
+    user_dn: Option<String>,
 }
 
 impl Fts3Adapter {
@@ -92,6 +99,8 @@ impl Fts3Adapter {
             found: Mutex::new(HashMap::new()),
             uncertain: Mutex::new(HashMap::new()),
             recovered: std::sync::OnceLock::new(),
+            recover_failed: Mutex::new(None),
+            user_dn: std::sync::OnceLock::new(),
             vo_id: tokio::sync::OnceCell::new(),
         });
         let poller = tokio::spawn(poll_loop(shared.clone()));
@@ -164,6 +173,9 @@ impl Shared {
                 let id = uuid::Uuid::parse_str(first).map_err(|e| {
                     MssError::Protocol(format!("fts3's /whoami vos_id `{first}`: {e}"))
                 })?;
+                if let Some(dn) = who.user_dn.filter(|d| !d.is_empty()) {
+                    let _ = self.user_dn.set(dn);
+                }
                 let vo = who.vos.first().map(String::as_str).unwrap_or("");
                 if vo != self.cfg.vo {
                     warn!(configured = %self.cfg.vo, fts3 = %vo, "fts3 maps the credential to another VO than mss.fts3.vo; job ids follow fts3's");

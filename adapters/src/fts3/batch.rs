@@ -353,11 +353,21 @@ enum Posted {
     Exists(String),
 }
 
+/// How long after a failed reading of the jobs in flight it is tried again.
+const RECOVER_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Shared {
-    /// Read this broker's jobs in flight once after the start (retried at each submission
-    /// until it succeeds; a submission does not wait for it).
+    /// Read this broker's jobs in flight once after the start (tried again at a submission a
+    /// minute after a failure, until it succeeds; a submission does not wait for it).
     async fn recover_once(&self) {
         if self.recovered.get().is_some() {
+            return;
+        }
+        let failed = *self
+            .recover_failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if failed.is_some_and(|at| at.elapsed() < RECOVER_RETRY) {
             return;
         }
         match self.recover().await {
@@ -365,11 +375,18 @@ impl Shared {
                 let _ = self.recovered.set(());
                 tracing::info!(jobs = n, "read this broker's fts3 jobs in flight");
             }
-            Err(e) => tracing::warn!(
-                error = %e,
-                "cannot list this broker's fts3 jobs in flight yet; until it can, a batch resent \
-                 in another order after a restart could be queued twice"
-            ),
+            Err(e) => {
+                *self
+                    .recover_failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+                tracing::warn!(
+                    error = %e,
+                    "cannot list this broker's fts3 jobs in flight yet (tried again in a \
+                     minute); until it can, a batch resent in another order after a restart \
+                     could be queued twice"
+                )
+            }
         }
     }
 
@@ -380,9 +397,13 @@ impl Shared {
     /// this broker's sid. The number of this broker's jobs found.
     async fn recover(&self) -> Result<usize, MssError> {
         let vo_id = self.vo_id().await?;
-        let rb = self
+        let mut rb = self
             .request(reqwest::Method::GET, "/jobs")?
             .query(&[("fields", "job_id,job_metadata")]);
+        // Only this credential's jobs (FTS3 refuses another DN; the VO's may be many more).
+        if let Some(dn) = self.user_dn.get() {
+            rb = rb.query(&[("user_dn", dn)]);
+        }
         let jobs: Value = rest::decode(rest::send(rb, self.cfg.timeout).await?).await?;
         let jobs = jobs.as_array().cloned().unwrap_or_default();
         let mut ours = 0;

@@ -52,6 +52,9 @@ pub use jobs::{Job, JobFile};
 
 mod jobs;
 
+/// The DN of the stand-in's one caller.
+const STANDIN_DN: &str = "/DC=org/CN=standin";
+
 /// The stand-in's server-side retry count (`t_server_config.retry`), applied when a job asks
 /// for 0.
 pub const SERVER_RETRY: i64 = 2;
@@ -85,6 +88,8 @@ struct Inner {
     auto_session_reuse: bool,
     /// List a job's files last first.
     reversed: bool,
+    /// Answer `GET /jobs` (the listing) with a 500.
+    listing_fails: bool,
     /// Submissions still to lose the answer of (created, then answered by a proxy's 502).
     lose_answers: usize,
 }
@@ -138,6 +143,7 @@ impl Fts3Standin {
             auto_session_reuse: false,
             lose_answers: 0,
             reversed: false,
+            listing_fails: false,
         }));
         let app = Router::new()
             .route("/jobs", post(submit).get(list_jobs))
@@ -215,6 +221,11 @@ impl Fts3Standin {
     /// Turn FTS3's `AutoSessionReuse` on or off for the jobs submitted from now.
     pub fn set_auto_session_reuse(&self, on: bool) {
         self.lock().auto_session_reuse = on;
+    }
+
+    /// Answer the job listing (`GET /jobs`) with a 500, or serve it again.
+    pub fn set_listing_fails(&self, on: bool) {
+        self.lock().listing_fails = on;
     }
 
     /// List each job's files last first, as FTS3 may (its database's order).
@@ -300,8 +311,8 @@ async fn whoami(State(state): State<Arc<Mutex<Inner>>>, headers: HeaderMap) -> R
         "certificate"
     };
     Json(json!({
-        "dn": ["/DC=org/CN=standin"],
-        "user_dn": "/DC=org/CN=standin",
+        "dn": [STANDIN_DN],
+        "user_dn": STANDIN_DN,
         "vos": vos,
         "vos_id": vos_id,
         "voms_cred": s.fqans,
@@ -508,6 +519,19 @@ async fn list_jobs(
         return r.into_response();
     }
     let s = lock(&state);
+    if s.listing_fails {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "database unavailable (standin)",
+        );
+    }
+    if query.get("user_dn").is_some_and(|dn| dn != STANDIN_DN) {
+        // fts-rest-flask `index`: a DN other than the caller's.
+        return error(
+            StatusCode::BAD_REQUEST,
+            "The provided DN and delegation id do not correspond to the same user",
+        );
+    }
     let listed = (s.order.iter()).filter_map(|id| s.jobs.get(id));
     let open = listed.filter(|j| !jobs::is_terminal(j.state(&s.plan)));
     let out: Vec<Value> = open
