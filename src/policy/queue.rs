@@ -210,7 +210,7 @@ impl HeldQueue {
     ) -> Option<Pick> {
         let groups = self.libs.get(library)?;
         if let Some(c) = self.oldest_starved(order, groups, now_ms) {
-            return (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()));
+            return best_of((order, standing), [c], free, now_ms);
         }
         if order.algorithm == Algorithm::Fbsng {
             return self.pick_fbsng(order, standing, groups, free, now_ms);
@@ -218,13 +218,9 @@ impl HeldQueue {
         if let Algorithm::Multifactor(m) = &order.algorithm {
             return self.pick_multifactor(m, (order, standing), library, free, now_ms);
         }
-        let mut best: Option<(f64, i64, &Candidate)> = None;
         // Group-level order: the group's oldest request stands for it.
-        for c in groups.values().filter_map(|reqs| reqs.values().next()) {
-            consider(&mut best, place(order, standing, c, now_ms).score, c);
-        }
-        let (_, _, c) = best?;
-        (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
+        let oldest = groups.values().filter_map(|reqs| reqs.values().next());
+        best_of((order, standing), oldest, free, now_ms)
     }
 
     /// Multifactor: every request competes, through [`by_score`]'s candidates (a few per
@@ -245,24 +241,18 @@ impl HeldQueue {
         }
         let b = by_score.as_mut()?;
         b.age(lib, now_ms, |g, id| groups.get(&g)?.get(&id).cloned());
-        let mut best: Option<(f64, i64, &Candidate)> = None;
+        let mut candidates: Vec<&Candidate> = Vec::new();
         for (g, reqs) in groups {
             if !super::order::is_fair(standing.policy, *g) {
                 // A group a reload made a priority class: every request scores the same (the
                 // scan takes the smallest id).
-                if let Some(c) = reqs.values().next() {
-                    consider(&mut best, place(order, standing, c, now_ms).score, c);
-                }
+                candidates.extend(reqs.values().next());
                 continue;
             }
-            for id in b.candidates(lib, *g, now_ms) {
-                if let Some(c) = reqs.get(&id) {
-                    consider(&mut best, place(order, standing, c, now_ms).score, c);
-                }
-            }
+            let ids = b.candidates(lib, *g, now_ms);
+            candidates.extend(ids.iter().filter_map(|id| reqs.get(id)));
         }
-        let (_, _, c) = best?;
-        (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
+        best_of((order, standing), candidates, free, now_ms)
     }
 
     fn build_by_score(&self, m: &Multifactor, now_ms: i64) -> by_score::ByScore {
@@ -288,14 +278,10 @@ impl HeldQueue {
     ) -> Option<Pick> {
         let groups = self.libs.get(library)?;
         if let Some(c) = self.oldest_starved(order, groups, now_ms) {
-            return (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()));
+            return best_of((order, standing), [c], free, now_ms);
         }
-        let mut best: Option<(f64, i64, &Candidate)> = None;
-        for c in groups.values().flat_map(|reqs| reqs.values()) {
-            consider(&mut best, place(order, standing, c, now_ms).score, c);
-        }
-        let (_, _, c) = best?;
-        (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
+        let every = groups.values().flat_map(|reqs| reqs.values());
+        best_of((order, standing), every, free, now_ms)
     }
 
     fn oldest_starved<'q>(
@@ -360,15 +346,27 @@ impl HeldQueue {
     }
 }
 
-/// Keep the higher score, the smaller id on a tie.
-fn consider<'c>(best: &mut Option<(f64, i64, &'c Candidate)>, score: f64, c: &'c Candidate) {
-    let better = match best {
-        None => true,
-        Some((s, id, _)) => score > *s || (score == *s && c.id < *id),
-    };
-    if better {
-        *best = Some((score, c.id, c));
+/// The pick among `candidates`: the highest score, the smallest id on a tie; none if it does
+/// not fit in `free` slots.
+fn best_of<'c, U: UsageLookup>(
+    (order, standing): (&OrderSettings, &Standing<'_, U>),
+    candidates: impl IntoIterator<Item = &'c Candidate>,
+    free: u32,
+    now_ms: i64,
+) -> Option<Pick> {
+    let mut best: Option<(f64, i64, &Candidate)> = None;
+    for c in candidates {
+        let score = place(order, standing, c, now_ms).score;
+        let better = match best {
+            None => true,
+            Some((s, id, _)) => score > s || (score == s && c.id < id),
+        };
+        if better {
+            best = Some((score, c.id, c));
+        }
     }
+    let (_, _, c) = best?;
+    (c.slots <= free).then(|| pick_of(order, standing, c, now_ms, Vec::new()))
 }
 
 fn pick_of<U: UsageLookup>(

@@ -668,27 +668,49 @@ async fn fts3_gets_one_job_per_request_at_the_banded_priority_and_cancels_reach_
     app.stop().await;
 }
 
+/// A stand-in plan: `queued_ms` queued, then 100 ms active.
+fn fts3_plan(queued_ms: u64) -> Plan {
+    Plan {
+        queued: Duration::from_millis(queued_ms),
+        active: Duration::from_millis(100),
+    }
+}
+
+/// A reprocessing read of 5,000 bytes for `group` on volume VA at `position`.
+fn on_va(crid: &str, group: &str, position: u64) -> Value {
+    let mut body = request(crid, "reprocessing", group, 5_000);
+    body["volume"] = "VA".into();
+    body["position"] = position.into();
+    body
+}
+
+/// Submit each body to `app`; their ids.
+async fn submit_all(app: &TestApp, bodies: Vec<Value>) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for body in bodies {
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+        ids.push(r["id"].as_i64().unwrap());
+    }
+    ids
+}
+
 /// In `volumes` mode a volume's batch is one FTS3 job (one bring-online request at FTS3), its
 /// files in tape-position order, each request named by its file in the job and charged to its
 /// own group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fts3_gets_a_volume_batch_as_one_job_in_tape_position_order() {
-    let plan = Plan {
-        queued: Duration::from_millis(100),
-        active: Duration::from_millis(100),
-    };
-    let standin = Fts3Standin::start("cms", None, plan).await.unwrap();
+    let standin = Fts3Standin::start("cms", None, fts3_plan(100))
+        .await
+        .unwrap();
     let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
     let app = TestApp::spawn(&config).await;
-    let mut ids = Vec::new();
-    for (crid, group, position) in [("a0", "higgs", 30), ("a1", "top", 10), ("a2", "higgs", 40)] {
-        let mut body = request(crid, "reprocessing", group, 5_000);
-        body["volume"] = "VA".into();
-        body["position"] = position.into();
-        let (status, r) = app.post("/v1/requests", &body).await;
-        assert_eq!(status, 202, "{r}");
-        ids.push(r["id"].as_i64().unwrap());
-    }
+    let bodies = vec![
+        on_va("a0", "higgs", 30),
+        on_va("a1", "top", 10),
+        on_va("a2", "higgs", 40),
+    ];
+    let ids = submit_all(&app, bodies).await;
     let done = app.wait_final(&ids, Duration::from_secs(30)).await;
     assert!(done.iter().all(|r| r["state"] == "done"), "{done:?}");
     let jobs = standin.jobs();
@@ -717,26 +739,16 @@ const VOLUMES_AT_3: &str = "\n[release]\nmode = \"volumes\"\n\n[release.volumes]
 /// (`DELETE /jobs/{id}/files/{file_id}`); its job-mates finish, and it is refunded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fts3_cancels_one_request_of_a_batch_by_its_file_and_the_others_finish() {
-    let plan = Plan {
-        queued: Duration::from_millis(100),
-        active: Duration::from_millis(100),
-    };
-    let standin = Fts3Standin::start("cms", None, plan).await.unwrap();
+    let standin = Fts3Standin::start("cms", None, fts3_plan(100))
+        .await
+        .unwrap();
     let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
     let app = TestApp::spawn(&config).await;
-    let mut ids = Vec::new();
-    for (crid, position) in [("c0", 1), ("c1", 2), ("c2", 3)] {
-        let mut body = request(crid, "reprocessing", "higgs", 5_000);
-        body["volume"] = "VA".into();
-        body["position"] = position.into();
-        if crid == "c1" {
-            // Stays queued at FTS3 until cancelled.
-            body["file"] = "/pnfs/hold/c1".into();
-        }
-        let (status, r) = app.post("/v1/requests", &body).await;
-        assert_eq!(status, 202, "{r}");
-        ids.push(r["id"].as_i64().unwrap());
-    }
+    let mut held = on_va("c1", "higgs", 2);
+    // Stays queued at FTS3 until cancelled.
+    held["file"] = "/pnfs/hold/c1".into();
+    let bodies = vec![on_va("c0", "higgs", 1), held, on_va("c2", "higgs", 3)];
+    let ids = submit_all(&app, bodies).await;
     until(Duration::from_secs(20), "the batch's job at FTS3", || {
         standin.jobs().len() == 1
     })
@@ -769,11 +781,9 @@ async fn fts3_cancels_one_request_of_a_batch_by_its_file_and_the_others_finish()
 /// and sends nothing twice; each request ends once, charged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkill_after_fts3_took_a_batch_whose_answer_was_lost_queues_nothing_twice() {
-    let plan = Plan {
-        queued: Duration::from_millis(300),
-        active: Duration::from_millis(100),
-    };
-    let standin = Fts3Standin::start("cms", None, plan).await.unwrap();
+    let standin = Fts3Standin::start("cms", None, fts3_plan(300))
+        .await
+        .unwrap();
     standin.lose_next_answers(1);
     let dir = tempfile::tempdir().unwrap();
     let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
@@ -794,9 +804,7 @@ async fn a_sigkill_after_fts3_took_a_batch_whose_answer_was_lost_queues_nothing_
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for (crid, position) in [("k0", 30), ("k1", 10), ("k2", 40)] {
-        let mut body = request(crid, "reprocessing", "higgs", 5_000);
-        body["volume"] = "VA".into();
-        body["position"] = position.into();
+        let body = on_va(crid, "higgs", position);
         let resp = client
             .post(format!("{}/v1/requests", broker.base))
             .json(&body)

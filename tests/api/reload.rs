@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::helpers::{
-    assert_each_attempt_once, open_db, request, test_config, wait_final, wait_for_text,
+    assert_each_attempt_once, open_db, request, run_ok, test_config, wait_final, wait_for_text,
     ServeProcess, SimProcess, BIN,
 };
 
@@ -359,16 +359,8 @@ async fn removing_a_group_with_unfinished_requests_is_refused_until_cancel_group
     let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(refused["field"], "shares", "{refused}");
 
-    let out = Command::new(BIN)
-        .args(["cancel", "--group", "mc", "--url", &broker.base])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cancel = ["cancel", "--group", "mc", "--url", &broker.base];
+    let answer: Value = serde_json::from_str(&run_ok(&cancel)).unwrap();
     assert_eq!(answer["cancelled"], 3, "{answer}");
     let reported: Vec<i64> = (answer["requests"].as_array().unwrap().iter())
         .map(|r| {
@@ -385,16 +377,7 @@ async fn removing_a_group_with_unfinished_requests_is_refused_until_cancel_group
     );
 
     // The operator's command this time (the endpoint above): the new file is in force.
-    let out = Command::new(BIN)
-        .args(["reload", "--url", &broker.base])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let answer: Value = serde_json::from_str(&run_ok(&["reload", "--url", &broker.base])).unwrap();
     assert_eq!(answer["changed"], true, "{answer}");
     assert_eq!(answer["config_sha256"], setup.sha256(), "{answer}");
     let after = get(&broker.base, "/v1/groups").await;
