@@ -665,3 +665,26 @@ async fn a_failed_listing_of_the_jobs_in_flight_is_not_repeated_at_every_submiss
     assert_eq!(listings, 1);
     assert_eq!(b.standin.jobs().len(), 3);
 }
+
+/// A submission answered by a proxy's page (FTS3 may have taken it) whose job FTS3 does not
+/// show yet is not sent again at once: FTS3 may still be creating it.
+#[tokio::test]
+async fn a_lost_answer_whose_job_is_not_found_yet_is_not_sent_again_at_once() {
+    let b = Bench::new("none").await;
+    let batch: Vec<Transfer> = (1..=2)
+        .map(|k| on("VA", &k.to_string(), &format!("/cms/hold/g{k}")))
+        .collect();
+    b.standin.lose_next_answers(1);
+    for a in b.adapter.submit_batch(&batch).await {
+        assert!(matches!(a, Err(MssError::Unknown(_))), "{a:?}");
+    }
+    // FTS3 does not show the job (yet).
+    b.standin.forget_jobs();
+    for a in b.adapter.submit_batch(&batch).await {
+        match a {
+            Err(MssError::Unavailable(m)) => assert!(m.contains("settle"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(b.submissions().len(), 1, "not sent again");
+}

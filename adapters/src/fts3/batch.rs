@@ -10,7 +10,7 @@
 //! answer was lost is remembered, and before any of its transfers is sent again the job it
 //! may have created is looked up, so a transfer that went in a job led by another is not sent
 //! in a second one even when the company changed meanwhile. What a restart of the broker
-//! forgets of that is covered only while the first transfer stays first.
+//! forgets of that, the jobs in flight read after the start (`recover`) cover.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -170,8 +170,8 @@ impl Shared {
         let sid = self.sid(&transfers[lead].key, transfers[lead].attempt);
         let mut uncertain = self.uncertain_mut();
         for &i in job {
-            // An answer never read (a timeout, a garbled answer): FTS3 may still be creating
-            // the job. An answer that said the service was unavailable: it was not created.
+            // No answer from FTS3 itself (a timeout, a proxy's page, a garbled answer): FTS3 may
+            // still be creating the job. FTS3 saying it is unavailable: it was not created.
             let settling = matches!(e, MssError::Unknown(_)).then(Instant::now);
             let entry = (transfers[i].attempt, sid.clone(), settling);
             uncertain.insert(transfers[i].key.clone(), entry);
@@ -198,10 +198,31 @@ impl Shared {
             batch_body(&self.cfg, &sid, level, files, lead)
         };
         let rb = self.request(reqwest::Method::POST, "/jobs")?.json(&body);
-        let resp = rest::send(rb, self.cfg.timeout).await?;
+        let resp = match rb.timeout(self.cfg.timeout).send().await {
+            Ok(resp) => resp,
+            // Sent, perhaps taken: no answer is not a refusal.
+            Err(e) if e.is_timeout() => {
+                return Err(MssError::Unknown(format!(
+                    "fts3 did not answer in time: {e}"
+                )))
+            }
+            Err(e) => return Err(rest::transport(e)),
+        };
         if resp.status() == StatusCode::CONFLICT {
             // FTS3 has this sid already: our earlier submission, whose answer we lost.
             return Ok(Posted::Exists(self.conflict(resp, &sid).await?));
+        }
+        if resp.status().is_server_error() {
+            let answer = rest::Answer::read(resp).await?;
+            if answer.server_error().is_none() {
+                // A proxy's page, not FTS3's own error: FTS3 may have taken the job.
+                return Err(MssError::Unknown(format!(
+                    "{}: an answer not from fts3 (a proxy's?): {}",
+                    answer.status,
+                    answer.text()
+                )));
+            }
+            return Err(answer.error());
         }
         let answer: Value = rest::decode(resp).await?;
         let id = answer
