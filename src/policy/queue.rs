@@ -42,13 +42,18 @@ struct LibraryNames {
 
 impl LibraryNames {
     fn acquire(&mut self, name: &str) -> u32 {
-        if let Some(&n) = self.numbers.get(name) {
-            if let Some(Some((_, count))) = self.slots.get_mut(n as usize) {
-                *count += 1;
+        self.acquire_n(name, 1)
+    }
+
+    /// The number of `name`, counting `n` more requests for it.
+    fn acquire_n(&mut self, name: &str, n: usize) -> u32 {
+        if let Some(&number) = self.numbers.get(name) {
+            if let Some(Some((_, count))) = self.slots.get_mut(number as usize) {
+                *count += n;
             }
-            return n;
+            return number;
         }
-        let slot = Some((name.to_string(), 1));
+        let slot = Some((name.to_string(), n));
         let n = match self.free.pop() {
             Some(n) => {
                 self.slots[n as usize] = slot;
@@ -153,16 +158,37 @@ impl HeldQueue {
             .get_mut(&id)
     }
 
-    /// Rebuild every group's map from its sorted requests, so its nodes are full: requests
-    /// pushed in id order leave `BTreeMap` nodes about half full (about 220 bytes a queued
-    /// request instead of about 120). For a queue just loaded (start-up), not on every commit.
-    pub fn compact(&mut self) {
-        for groups in self.libs.values_mut() {
-            for reqs in groups.values_mut() {
-                *reqs = std::mem::take(reqs).into_iter().collect();
-            }
+    /// A queue of `waiting` (distinct ids, any order), each group's map built whole from its
+    /// sorted requests so its nodes are full: pushed one at a time in id order, `BTreeMap`
+    /// nodes stay about half full (about 220 bytes a queued request instead of about 120),
+    /// and a queue compacted after such a load leaves the half-full nodes' memory fragmented
+    /// behind it. For start-up and reload.
+    pub fn from_waiting(waiting: impl IntoIterator<Item = Candidate>) -> HeldQueue {
+        let mut runs: BTreeMap<String, BTreeMap<GroupId, Vec<(i64, Candidate)>>> =
+            BTreeMap::new();
+        let mut total = 0;
+        for c in waiting {
+            let groups = match runs.get_mut(c.library.as_str()) {
+                Some(groups) => groups,
+                None => runs.entry(c.library.clone()).or_default(),
+            };
+            groups.entry(c.group).or_default().push((c.id, c));
+            total += 1;
         }
-        self.index.shrink_to_fit();
+        let mut q = HeldQueue::default();
+        q.index.reserve(total);
+        for (library, groups) in runs {
+            let mut built = BTreeMap::new();
+            for (group, reqs) in groups {
+                let lib = q.names.acquire_n(&library, reqs.len());
+                let g = u32::try_from(group.0).unwrap_or(u32::MAX);
+                q.index.extend(reqs.iter().map(|(id, _)| (*id, (lib, g))));
+                // From a `Vec`, `collect` sorts in place and builds the nodes full.
+                built.insert(group, reqs.into_iter().collect());
+            }
+            q.libs.insert(library, built);
+        }
+        q
     }
 
     pub fn len(&self) -> usize {
@@ -563,17 +589,17 @@ mod tests {
     }
 
     #[test]
-    fn compacting_keeps_every_request_in_order_and_findable() {
-        let mut q = HeldQueue::default();
-        for id in 0..500 {
-            q.push(waiting(
+    fn a_queue_built_whole_keeps_every_request_in_order_and_findable() {
+        // Any order in: ids descending.
+        let mut q = HeldQueue::from_waiting((0..500).rev().map(|id| {
+            waiting(
                 id,
                 if id % 3 == 0 { "a" } else { "b" },
                 (id % 4) as usize,
-            ));
-        }
-        q.remove(250);
-        q.compact();
+            )
+        }));
+        assert_eq!(q.len(), 500);
+        assert_eq!(q.remove(250).map(|c| c.id), Some(250));
         assert_eq!(q.len(), 499);
         assert_eq!(q.library_len("a") + q.library_len("b"), 499);
         assert!(q.get(250).is_none());
@@ -589,5 +615,12 @@ mod tests {
             let ids: Vec<i64> = reqs.keys().copied().collect();
             assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order");
         }
+        // Each library's name is counted by all of its requests: it goes with the last.
+        for id in (0..500).filter(|id| id % 3 == 0) {
+            q.remove(id);
+        }
+        assert_eq!(q.libraries(), ["b"]);
+        assert!(!q.names.numbers.contains_key("a"));
+        assert_eq!(q.len(), 333 - 1, "b's requests (id 250 removed)");
     }
 }

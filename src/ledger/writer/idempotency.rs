@@ -13,6 +13,13 @@ pub(super) struct Idempotency {
 }
 
 impl Idempotency {
+    pub(super) fn with_capacity(fingerprints: usize) -> Idempotency {
+        Idempotency {
+            first: HashMap::with_capacity(fingerprints),
+            more: HashMap::new(),
+        }
+    }
+
     pub(super) fn candidates(&self, fp: u64) -> impl Iterator<Item = i64> + '_ {
         self.first
             .get(&fp)

@@ -83,11 +83,9 @@ impl WriterState {
         usage: UsageBook,
         held: Vec<u64>,
         priority_waiting: i64,
-        (mut queue, outstanding, queues): (HeldQueue, HashMap<String, u32>, Queues),
+        (queue, outstanding, queues): (HeldQueue, HashMap<String, u32>, Queues),
         idempotency: Idempotency,
     ) -> WriterState {
-        // Loaded one request at a time, the queue's maps are half empty; once, at start-up.
-        queue.compact();
         WriterState {
             usage,
             held,
