@@ -13,14 +13,14 @@ use crate::domain::order::Multifactor;
 use crate::domain::GroupId;
 use crate::shares::UsageLookup;
 
-/// Waiting requests: library -> group -> id -> request.
+/// Waiting requests: library -> group -> requests in id order ([`Run`]).
 ///
-/// Memory (1M queued, `bench backlog`): the per-group maps hold the requests themselves; the
+/// Memory (1M queued, `bench backlog`): the per-group runs hold the requests themselves; the
 /// index finds a request's map from its id with 16 bytes an entry (a library number and the
 /// group), not a copy of the library's name (40 bytes and, for a named library, an allocation).
 #[derive(Debug, Clone, Default)]
 pub struct HeldQueue {
-    libs: BTreeMap<String, BTreeMap<GroupId, BTreeMap<i64, Candidate>>>,
+    libs: BTreeMap<String, BTreeMap<GroupId, Run>>,
     index: HashMap<i64, (u32, u32)>,
     names: LibraryNames,
     /// Multifactor's per-request order ([`by_score`]), built at the first multifactor pick
@@ -29,6 +29,9 @@ pub struct HeldQueue {
 }
 
 mod by_score;
+mod run;
+
+use run::{Run, Waiting};
 
 /// Library names by number, each counted by the requests waiting for it (a name goes when its
 /// last request does, so free-text names cannot pile up).
@@ -114,7 +117,7 @@ impl HeldQueue {
             Some(groups) => groups,
             None => self.libs.entry(c.library.clone()).or_default(),
         };
-        groups.entry(c.group).or_default().insert(c.id, c);
+        groups.entry(c.group).or_default().insert(Waiting::of(c));
     }
 
     /// The library and group of waiting request `id`.
@@ -130,7 +133,7 @@ impl HeldQueue {
         let groups = self.libs.get_mut(&name)?;
         let g = GroupId(g as usize);
         let reqs = groups.get_mut(&g)?;
-        let c = reqs.remove(&id);
+        let c = reqs.remove(&id).map(|w| w.candidate(g, &name));
         if let (Some(b), Some(c)) = (self.by_score.get_mut(), &c) {
             b.remove(lib, c);
         }
@@ -143,48 +146,46 @@ impl HeldQueue {
         c
     }
 
-    pub fn get(&self, id: i64) -> Option<&Candidate> {
+    pub fn get(&self, id: i64) -> Option<Candidate> {
         let (lib, g) = self.place_of(id)?;
-        self.libs.get(lib)?.get(&g)?.get(&id)
+        Some(self.libs.get(lib)?.get(&g)?.get(&id)?.candidate(g, lib))
     }
 
-    /// A waiting request to change; only what does not order it (FBSNG's `passed`).
-    pub fn get_mut(&mut self, id: i64) -> Option<&mut Candidate> {
+    /// FBSNG's `passed` of a waiting request, to change (it does not order the queue).
+    pub fn passed_mut(&mut self, id: i64) -> Option<&mut u32> {
         let &(lib, g) = self.index.get(&id)?;
         let lib = self.names.name(lib)?;
-        self.libs
-            .get_mut(lib)?
+        let w = (self.libs.get_mut(lib)?)
             .get_mut(&GroupId(g as usize))?
-            .get_mut(&id)
+            .get_mut(&id)?;
+        Some(&mut w.passed)
     }
 
-    /// A queue of `waiting` (distinct ids, any order), each group's map built whole from its
-    /// sorted requests so its nodes are full: pushed one at a time in id order, `BTreeMap`
-    /// nodes stay about half full (about 220 bytes a queued request instead of about 120),
-    /// and a queue compacted after such a load leaves the half-full nodes' memory fragmented
-    /// behind it. For start-up and reload.
+    /// A queue of `waiting` (distinct ids, any order), each group's [`Run`] built whole from
+    /// its sorted requests, so start-up allocates each chunk once and full. For start-up and
+    /// reload.
     pub fn from_waiting(waiting: impl IntoIterator<Item = Candidate>) -> HeldQueue {
-        let mut runs: BTreeMap<String, BTreeMap<GroupId, Vec<(i64, Candidate)>>> =
-            BTreeMap::new();
+        let mut runs: BTreeMap<String, BTreeMap<GroupId, Vec<Waiting>>> = BTreeMap::new();
         let mut total = 0;
         for c in waiting {
             let groups = match runs.get_mut(c.library.as_str()) {
                 Some(groups) => groups,
                 None => runs.entry(c.library.clone()).or_default(),
             };
-            groups.entry(c.group).or_default().push((c.id, c));
+            groups.entry(c.group).or_default().push(Waiting::of(c));
             total += 1;
         }
         let mut q = HeldQueue::default();
         q.index.reserve(total);
         for (library, groups) in runs {
             let mut built = BTreeMap::new();
-            for (group, reqs) in groups {
+            for (group, mut reqs) in groups {
+                reqs.sort_unstable_by_key(|w| w.id);
+                reqs.dedup_by_key(|w| w.id);
                 let lib = q.names.acquire_n(&library, reqs.len());
                 let g = u32::try_from(group.0).unwrap_or(u32::MAX);
-                q.index.extend(reqs.iter().map(|(id, _)| (*id, (lib, g))));
-                // From a `Vec`, `collect` sorts in place and builds the nodes full.
-                built.insert(group, reqs.into_iter().collect());
+                q.index.extend(reqs.iter().map(|w| (w.id, (lib, g))));
+                built.insert(group, Run::from_sorted(reqs));
             }
             q.libs.insert(library, built);
         }
@@ -203,7 +204,7 @@ impl HeldQueue {
     pub fn library_len(&self, library: &str) -> usize {
         self.libs
             .get(library)
-            .map_or(0, |g| g.values().map(BTreeMap::len).sum())
+            .map_or(0, |g| g.values().map(Run::len).sum())
     }
 
     /// Libraries with waiting requests.
@@ -235,17 +236,18 @@ impl HeldQueue {
         now_ms: i64,
     ) -> Option<Pick> {
         let groups = self.libs.get(library)?;
-        if let Some(c) = self.oldest_starved(order, groups, now_ms) {
+        if let Some(c) = oldest_starved(order, (library, groups), now_ms) {
             return best_of((order, standing), [c], free, now_ms);
         }
         if order.algorithm == Algorithm::Fbsng {
-            return self.pick_fbsng(order, standing, groups, free, now_ms);
+            return pick_fbsng((order, standing), (library, groups), free, now_ms);
         }
         if let Algorithm::Multifactor(m) = &order.algorithm {
             return self.pick_multifactor(m, (order, standing), library, free, now_ms);
         }
         // Group-level order: the group's oldest request stands for it.
-        let oldest = groups.values().filter_map(|reqs| reqs.values().next());
+        let oldest = (groups.iter())
+            .filter_map(|(g, reqs)| Some(reqs.values().next()?.candidate(*g, library)));
         best_of((order, standing), oldest, free, now_ms)
     }
 
@@ -266,17 +268,20 @@ impl HeldQueue {
             *by_score = Some(self.build_by_score(m, now_ms));
         }
         let b = by_score.as_mut()?;
-        b.age(lib, now_ms, |g, id| groups.get(&g)?.get(&id).cloned());
-        let mut candidates: Vec<&Candidate> = Vec::new();
+        b.age(lib, now_ms, |g, id| {
+            Some(groups.get(&g)?.get(&id)?.candidate(g, library))
+        });
+        let mut candidates: Vec<Candidate> = Vec::new();
         for (g, reqs) in groups {
+            let of = |w: &Waiting| w.candidate(*g, library);
             if !super::order::is_fair(standing.policy, *g) {
                 // A group a reload made a priority class: every request scores the same (the
                 // scan takes the smallest id).
-                candidates.extend(reqs.values().next());
+                candidates.extend(reqs.values().next().map(of));
                 continue;
             }
             let ids = b.candidates(lib, *g, now_ms);
-            candidates.extend(ids.iter().filter_map(|id| reqs.get(id)));
+            candidates.extend(ids.iter().filter_map(|id| reqs.get(id)).map(of));
         }
         best_of((order, standing), candidates, free, now_ms)
     }
@@ -285,7 +290,7 @@ impl HeldQueue {
         let mut b = by_score::ByScore::new(m.clone(), now_ms);
         for (id, &(lib, _)) in &self.index {
             if let Some(c) = self.get(*id) {
-                b.insert(lib, c);
+                b.insert(lib, &c);
             }
         }
         b
@@ -303,60 +308,12 @@ impl HeldQueue {
         now_ms: i64,
     ) -> Option<Pick> {
         let groups = self.libs.get(library)?;
-        if let Some(c) = self.oldest_starved(order, groups, now_ms) {
+        if let Some(c) = oldest_starved(order, (library, groups), now_ms) {
             return best_of((order, standing), [c], free, now_ms);
         }
-        let every = groups.values().flat_map(|reqs| reqs.values());
+        let every = (groups.iter())
+            .flat_map(|(g, reqs)| reqs.values().map(move |w| w.candidate(*g, library)));
         best_of((order, standing), every, free, now_ms)
-    }
-
-    fn oldest_starved<'q>(
-        &self,
-        order: &OrderSettings,
-        groups: &'q BTreeMap<GroupId, BTreeMap<i64, Candidate>>,
-        now_ms: i64,
-    ) -> Option<&'q Candidate> {
-        let max_wait = order.max_wait_ms?;
-        groups
-            .values()
-            .filter_map(|reqs| reqs.values().next())
-            .filter(|c| now_ms - c.created_ms >= max_wait)
-            .min_by_key(|c| (c.created_ms, c.id))
-    }
-
-    fn pick_fbsng<U: UsageLookup>(
-        &self,
-        order: &OrderSettings,
-        standing: &Standing<'_, U>,
-        groups: &BTreeMap<GroupId, BTreeMap<i64, Candidate>>,
-        free: u32,
-        now_ms: i64,
-    ) -> Option<Pick> {
-        let queues = standing.queues;
-        let mut stuck: Vec<usize> = Vec::new();
-        for q in queues.order(groups.keys().map(|g| g.0)) {
-            if stuck.iter().any(|&h| queues.holds(&order.fbsng, h, q)) {
-                continue;
-            }
-            let reqs = groups.get(&GroupId(q))?;
-            let spg = order.fbsng.get(q).map_or(0, |p| p.spg);
-            let sections = reqs.values().map(|c| Section {
-                slots: c.slots,
-                passed: c.passed,
-            });
-            match pick_section(spg, sections, free) {
-                Some(i) => {
-                    // Only the first waiting request that did not fit is passed: it is the one
-                    // the section gap protects (the next one counts from when it is first).
-                    let passed_over: Vec<i64> =
-                        reqs.values().take(i.min(1)).map(|c| c.id).collect();
-                    let c = reqs.values().nth(i)?;
-                    return Some(pick_of(order, standing, c, now_ms, passed_over));
-                }
-                None => stuck.push(q),
-            }
-        }
-        None
     }
 
     /// Where waiting request `id` goes now: one placement, whatever the queue's length (what
@@ -368,21 +325,67 @@ impl HeldQueue {
         id: i64,
         now_ms: i64,
     ) -> Option<Placement> {
-        Some(place(order, standing, self.get(id)?, now_ms))
+        Some(place(order, standing, &self.get(id)?, now_ms))
     }
+}
+
+/// The oldest of `library`'s groups' front requests that has waited `max_wait`, if any.
+fn oldest_starved(
+    order: &OrderSettings,
+    (library, groups): (&str, &BTreeMap<GroupId, Run>),
+    now_ms: i64,
+) -> Option<Candidate> {
+    let max_wait = order.max_wait_ms?;
+    (groups.iter())
+        .filter_map(|(g, reqs)| Some((g, reqs.values().next()?)))
+        .filter(|(_, w)| now_ms - w.created_ms() >= max_wait)
+        .min_by_key(|(_, w)| (w.created_ms(), w.id))
+        .map(|(g, w)| w.candidate(*g, library))
+}
+
+fn pick_fbsng<U: UsageLookup>(
+    (order, standing): (&OrderSettings, &Standing<'_, U>),
+    (library, groups): (&str, &BTreeMap<GroupId, Run>),
+    free: u32,
+    now_ms: i64,
+) -> Option<Pick> {
+    let queues = standing.queues;
+    let mut stuck: Vec<usize> = Vec::new();
+    for q in queues.order(groups.keys().map(|g| g.0)) {
+        if stuck.iter().any(|&h| queues.holds(&order.fbsng, h, q)) {
+            continue;
+        }
+        let reqs = groups.get(&GroupId(q))?;
+        let spg = order.fbsng.get(q).map_or(0, |p| p.spg);
+        let sections = reqs.values().map(|w| Section {
+            slots: w.slots,
+            passed: w.passed,
+        });
+        match pick_section(spg, sections, free) {
+            Some(i) => {
+                // Only the first waiting request that did not fit is passed: it is the one
+                // the section gap protects (the next one counts from when it is first).
+                let passed_over: Vec<i64> = reqs.values().take(i.min(1)).map(|w| w.id).collect();
+                let c = reqs.values().nth(i)?.candidate(GroupId(q), library);
+                return Some(pick_of(order, standing, c, now_ms, passed_over));
+            }
+            None => stuck.push(q),
+        }
+    }
+    None
 }
 
 /// The pick among `candidates`: the highest score, the smallest id on a tie; none if it does
 /// not fit in `free` slots.
-fn best_of<'c, U: UsageLookup>(
+fn best_of<U: UsageLookup>(
     (order, standing): (&OrderSettings, &Standing<'_, U>),
-    candidates: impl IntoIterator<Item = &'c Candidate>,
+    candidates: impl IntoIterator<Item = Candidate>,
     free: u32,
     now_ms: i64,
 ) -> Option<Pick> {
-    let mut best: Option<(f64, i64, &Candidate)> = None;
+    let mut best: Option<(f64, i64, Candidate)> = None;
     for c in candidates {
-        let score = place(order, standing, c, now_ms).score;
+        let score = place(order, standing, &c, now_ms).score;
         let better = match best {
             None => true,
             Some((s, id, _)) => score > s || (score == s && c.id < id),
@@ -398,13 +401,13 @@ fn best_of<'c, U: UsageLookup>(
 fn pick_of<U: UsageLookup>(
     order: &OrderSettings,
     standing: &Standing<'_, U>,
-    c: &Candidate,
+    c: Candidate,
     now_ms: i64,
     passed_over: Vec<i64>,
 ) -> Pick {
     Pick {
-        candidate: c.clone(),
-        placement: place(order, standing, c, now_ms),
+        placement: place(order, standing, &c, now_ms),
+        candidate: c,
         passed_over,
     }
 }
@@ -571,7 +574,7 @@ mod tests {
         q.push(waiting(4, "enstore", 2));
         assert!(q.names.free.is_empty(), "the freed number is taken again");
         assert_eq!(q.names.slots.len(), 2);
-        assert_eq!(q.get(4).map(|c| c.library.as_str()), Some("enstore"));
+        assert_eq!(q.get(4).map(|c| c.library), Some("enstore".to_string()));
         assert_eq!(q.get(3).map(|c| c.group), Some(GroupId(0)));
         assert_eq!(q.remove(1), None);
         assert_eq!(q.len(), 2);
@@ -591,13 +594,11 @@ mod tests {
     #[test]
     fn a_queue_built_whole_keeps_every_request_in_order_and_findable() {
         // Any order in: ids descending.
-        let mut q = HeldQueue::from_waiting((0..500).rev().map(|id| {
-            waiting(
-                id,
-                if id % 3 == 0 { "a" } else { "b" },
-                (id % 4) as usize,
-            )
-        }));
+        let mut q = HeldQueue::from_waiting(
+            (0..500)
+                .rev()
+                .map(|id| waiting(id, if id % 3 == 0 { "a" } else { "b" }, (id % 4) as usize)),
+        );
         assert_eq!(q.len(), 500);
         assert_eq!(q.remove(250).map(|c| c.id), Some(250));
         assert_eq!(q.len(), 499);
@@ -606,13 +607,13 @@ mod tests {
         for id in (0..500).filter(|&id| id != 250) {
             assert_eq!(q.get(id).map(|c| c.id), Some(id));
         }
-        if let Some(c) = q.get_mut(499) {
-            c.passed = 3;
+        if let Some(passed) = q.passed_mut(499) {
+            *passed = 3;
         }
         assert_eq!(q.get(499).map(|c| c.passed), Some(3));
         let groups = &q.libs["b"];
         for reqs in groups.values() {
-            let ids: Vec<i64> = reqs.keys().copied().collect();
+            let ids: Vec<i64> = reqs.keys().collect();
             assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order");
         }
         // Each library's name is counted by all of its requests: it goes with the last.

@@ -464,8 +464,8 @@ impl<'a> Run<'a> {
                         return;
                     };
                     for id in &pick.passed_over {
-                        if let Some(w) = self.queue.get_mut(*id) {
-                            w.passed += 1;
+                        if let Some(passed) = self.queue.passed_mut(*id) {
+                            *passed += 1;
                         }
                     }
                     let g = c.group.0;

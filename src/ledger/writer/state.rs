@@ -178,8 +178,8 @@ impl WriterState {
                 }
                 Undo::Removed(c) => self.queue.push(c),
                 Undo::Passed(id) => {
-                    if let Some(c) = self.queue.get_mut(id) {
-                        c.passed = c.passed.saturating_sub(1);
+                    if let Some(passed) = self.queue.passed_mut(id) {
+                        *passed = passed.saturating_sub(1);
                     }
                 }
                 Undo::Fingerprint(fp, id) => self.idempotency.remove(fp, id),
@@ -213,8 +213,8 @@ impl WriterState {
 
     /// A queued request was passed over by another release.
     pub fn passed_over(&mut self, id: i64) {
-        if let Some(w) = self.queue.get_mut(id) {
-            w.passed = w.passed.saturating_add(1);
+        if let Some(passed) = self.queue.passed_mut(id) {
+            *passed = passed.saturating_add(1);
             self.journal(Undo::Passed(id));
         }
     }
