@@ -7,12 +7,15 @@ use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 /// Whether `c` is a Unicode format character or a line or paragraph separator.
 pub fn is_hiding(c: char) -> bool {
-    matches!(
-        c.general_category(),
-        GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-    )
+    // No ASCII character is either (the table lookup cost 3% of the broker's CPU on single
+    // requests, through the log formatter's escaping of every span field).
+    !c.is_ascii()
+        && matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
 }
 
 #[cfg(test)]
@@ -26,6 +29,24 @@ mod tests {
         }
         for c in ['a', ' ', 'é', '\n'] {
             assert!(!is_hiding(c), "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn no_ascii_character_is_in_a_hiding_category() {
+        // What lets `is_hiding` skip the table for ASCII.
+        for c in (0u8..128).map(char::from) {
+            let category = c.general_category();
+            assert!(
+                !matches!(
+                    category,
+                    GeneralCategory::Format
+                        | GeneralCategory::LineSeparator
+                        | GeneralCategory::ParagraphSeparator
+                ),
+                "U+{:04X} is {category:?}",
+                c as u32
+            );
         }
     }
 }
