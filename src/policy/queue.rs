@@ -542,7 +542,8 @@ mod tests {
     use super::*;
     use crate::domain::order::Qos;
 
-    fn waiting(id: i64, library: &str, group: usize) -> Candidate {
+    /// A waiting request of `group` at `library`, created at `id` ms.
+    pub(super) fn waiting(id: i64, library: &str, group: usize) -> Candidate {
         Candidate {
             id,
             group: GroupId(group),

@@ -207,17 +207,8 @@ mod tests {
 
     fn waiting(id: i64, passed: u32) -> Waiting {
         Waiting::of(Candidate {
-            id,
-            group: GroupId(0),
-            library: String::new(),
-            created_ms: id,
-            size_bytes: 1,
-            benefit: 1,
-            qos: Qos::Normal,
-            user: 1.0,
-            queue: 1.0,
-            slots: 1,
             passed,
+            ..crate::policy::queue::tests::waiting(id, "", 0)
         })
     }
 
