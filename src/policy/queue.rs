@@ -161,33 +161,18 @@ impl HeldQueue {
         Some(&mut w.passed)
     }
 
-    /// A queue of `waiting` (distinct ids, any order), each group's [`Run`] built whole from
-    /// its sorted requests, so start-up allocates each chunk once and full. For start-up and
-    /// reload.
-    pub fn from_waiting(waiting: impl IntoIterator<Item = Candidate>) -> HeldQueue {
-        let mut runs: BTreeMap<String, BTreeMap<GroupId, Vec<Waiting>>> = BTreeMap::new();
-        let mut total = 0;
-        for c in waiting {
-            let groups = match runs.get_mut(c.library.as_str()) {
-                Some(groups) => groups,
-                None => runs.entry(c.library.clone()).or_default(),
-            };
-            groups.entry(c.group).or_default().push(Waiting::of(c));
-            total += 1;
-        }
+    /// A queue of `waiting`, about `expected` requests (start-up and reload): pushed in id
+    /// order, as the rows are read, each group's chunks are appended to and stay full, and
+    /// the index is sized once (grown by doubling, a map leaves its outgrown tables to the
+    /// allocator). Any order is right, only less compact.
+    pub fn from_waiting(
+        waiting: impl IntoIterator<Item = Candidate>,
+        expected: usize,
+    ) -> HeldQueue {
         let mut q = HeldQueue::default();
-        q.index.reserve(total);
-        for (library, groups) in runs {
-            let mut built = BTreeMap::new();
-            for (group, mut reqs) in groups {
-                reqs.sort_unstable_by_key(|w| w.id);
-                reqs.dedup_by_key(|w| w.id);
-                let lib = q.names.acquire_n(&library, reqs.len());
-                let g = u32::try_from(group.0).unwrap_or(u32::MAX);
-                q.index.extend(reqs.iter().map(|w| (w.id, (lib, g))));
-                built.insert(group, Run::from_sorted(reqs));
-            }
-            q.libs.insert(library, built);
+        q.index.reserve(expected);
+        for c in waiting {
+            q.push(c);
         }
         q
     }
@@ -593,14 +578,22 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_built_whole_keeps_every_request_in_order_and_findable() {
-        // Any order in: ids descending.
+    fn a_loaded_queue_keeps_every_request_in_order_and_findable() {
+        // Any order in: ids descending, and one id twice (the later copy stays, as a push).
+        let first = waiting(7, "a", 3);
         let mut q = HeldQueue::from_waiting(
-            (0..500)
-                .rev()
-                .map(|id| waiting(id, if id % 3 == 0 { "a" } else { "b" }, (id % 4) as usize)),
+            std::iter::once(first).chain(
+                (0..500)
+                    .rev()
+                    .map(|id| waiting(id, if id % 3 == 0 { "a" } else { "b" }, (id % 4) as usize)),
+            ),
+            500,
         );
         assert_eq!(q.len(), 500);
+        assert_eq!(
+            q.get(7).map(|c| (c.library, c.group)),
+            Some(("b".to_string(), GroupId(3)))
+        );
         assert_eq!(q.remove(250).map(|c| c.id), Some(250));
         assert_eq!(q.len(), 499);
         assert_eq!(q.library_len("a") + q.library_len("b"), 499);

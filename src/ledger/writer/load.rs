@@ -262,12 +262,17 @@ fn load_order_state(
     } else {
         "state = 'queued'"
     };
+    let expected: i64 = conn.query_row(
+        &format!("SELECT COUNT(*) FROM requests WHERE {where_queued}"),
+        [],
+        |r| r.get(0),
+    )?;
     let mut stmt = conn.prepare(&format!(
         "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE {where_queued} ORDER BY id"
     ))?;
     let rows = stmt.query_map([], |r| read_candidate(policy, r))?;
-    // Streamed into the queue's per-group runs (not collected first: at 1M queued a copy
-    // of every request is 100 MB more at start).
+    // Streamed into the queue in id order (not collected first: at 1M queued a copy of
+    // every request would be 100 MB more at start).
     let (mut failed, mut unconfigured) = (None, 0usize);
     let waiting = rows
         .map_while(|row| row.map_err(|e| failed = Some(e)).ok())
@@ -275,7 +280,7 @@ fn load_order_state(
             unconfigured += usize::from(c.is_none());
             c
         });
-    let queue = HeldQueue::from_waiting(waiting);
+    let queue = HeldQueue::from_waiting(waiting, usize::try_from(expected).unwrap_or(0));
     if let Some(e) = failed {
         return Err(e.into());
     }

@@ -76,26 +76,6 @@ pub(super) struct Run {
 }
 
 impl Run {
-    /// A run of `sorted` (ascending, distinct ids), every chunk but the last full.
-    pub(super) fn from_sorted(sorted: Vec<Waiting>) -> Run {
-        debug_assert!(sorted.windows(2).all(|w| w[0].id < w[1].id));
-        let len = sorted.len();
-        let mut chunks = BTreeMap::new();
-        let mut chunk = Vec::with_capacity(CHUNK);
-        for c in sorted {
-            if chunk.len() == CHUNK {
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
-                insert_chunk(&mut chunks, full);
-            }
-            chunk.push(c);
-        }
-        if !chunk.is_empty() {
-            chunk.shrink_to_fit();
-            insert_chunk(&mut chunks, chunk);
-        }
-        Run { chunks, len }
-    }
-
     pub(super) fn len(&self) -> usize {
         self.len
     }
@@ -132,48 +112,51 @@ impl Run {
         chunk.get_mut(at)
     }
 
-    /// Add `c`, replacing (and returning) a request with its id.
-    pub(super) fn insert(&mut self, c: Waiting) -> Option<Waiting> {
-        let id = c.id;
-        let Some(key) = self
-            .chunk_key(id)
-            .or_else(|| self.chunks.keys().next().copied())
-        else {
-            let mut chunk = Vec::with_capacity(CHUNK);
-            chunk.push(c);
-            self.chunks.insert(id, chunk);
-            self.len = 1;
-            return None;
-        };
-        let mut chunk = self.chunks.remove(&key)?;
-        let at = match chunk.binary_search_by_key(&id, |c| c.id) {
-            Ok(at) => {
-                let old = std::mem::replace(&mut chunk[at], c);
-                self.chunks.insert(key, chunk);
-                return Some(old);
+    /// Add `w`, replacing (and returning) a request with its id.
+    pub(super) fn insert(&mut self, w: Waiting) -> Option<Waiting> {
+        let id = w.id;
+        let key = match (self.chunk_key(id), self.chunks.first_key_value()) {
+            (Some(key), _) => key,
+            // Before every chunk: the first one takes it, filed under its new first id.
+            (None, Some((&first, _))) => {
+                let chunk = self.chunks.remove(&first)?;
+                self.chunks.insert(id, chunk);
+                id
             }
+            (None, None) => {
+                self.chunks.insert(id, chunk_of(w));
+                self.len = 1;
+                return None;
+            }
+        };
+        let chunk = self.chunks.get_mut(&key)?;
+        let at = match chunk.binary_search_by_key(&id, |w| w.id) {
+            Ok(at) => return Some(std::mem::replace(&mut chunk[at], w)),
             Err(at) => at,
         };
         self.len += 1;
         if chunk.len() < CHUNK {
-            chunk.insert(at, c);
-            insert_chunk(&mut self.chunks, chunk);
+            if chunk.len() == chunk.capacity() {
+                // Grown by hand: `Vec` would double past `CHUNK`.
+                let room = (chunk.capacity() * 2).clamp(4, CHUNK);
+                chunk.reserve_exact(room - chunk.len());
+            }
+            chunk.insert(at, w);
         } else if at == CHUNK {
-            // Past a full chunk's end (appends): a new chunk, both stay full.
-            insert_chunk(&mut self.chunks, chunk);
-            let mut next = Vec::with_capacity(CHUNK);
-            next.push(c);
-            insert_chunk(&mut self.chunks, next);
+            // Past a full chunk's end (appends): a new chunk, and both stay full.
+            self.chunks.insert(id, chunk_of(w));
         } else {
+            // The left half keeps its key (at most its first id, `w` included).
             let mut right = Vec::with_capacity(CHUNK);
             right.extend(chunk.drain(CHUNK / 2..));
             if at <= CHUNK / 2 {
-                chunk.insert(at, c);
+                chunk.insert(at, w);
             } else {
-                right.insert(at - CHUNK / 2, c);
+                right.insert(at - CHUNK / 2, w);
             }
-            insert_chunk(&mut self.chunks, chunk);
-            insert_chunk(&mut self.chunks, right);
+            if let Some(first) = right.first() {
+                self.chunks.insert(first.id, right);
+            }
         }
         None
     }
@@ -193,11 +176,11 @@ impl Run {
     }
 }
 
-/// File `chunk` (non-empty) under its first id.
-fn insert_chunk(chunks: &mut BTreeMap<i64, Vec<Waiting>>, chunk: Vec<Waiting>) {
-    if let Some(first) = chunk.first() {
-        chunks.insert(first.id, chunk);
-    }
+/// A new chunk holding `w`.
+fn chunk_of(w: Waiting) -> Vec<Waiting> {
+    let mut chunk = Vec::with_capacity(CHUNK);
+    chunk.push(w);
+    chunk
 }
 
 #[cfg(test)]
@@ -219,6 +202,7 @@ mod tests {
         for (i, (key, chunk)) in run.chunks.iter().enumerate() {
             assert!(!chunk.is_empty(), "no empty chunk");
             assert!(chunk.len() <= CHUNK);
+            assert!(chunk.capacity() <= CHUNK, "never grown past a chunk");
             assert!(*key <= chunk[0].id, "key at most the first id");
             if let Some(next) = keys.get(i + 1) {
                 assert!(chunk[chunk.len() - 1].id < *next, "below the next key");
@@ -237,16 +221,31 @@ mod tests {
         Insert(i64, u32),
         Remove(i64),
         SetPassed(i64, u32),
+        /// A request after every other (a new arrival).
+        Append,
+        /// The first request goes (a release).
+        PopFront,
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        // Small ids so inserts, removals and replacements meet; appends dominate as in the
-        // queue, with inserts in the middle and removals anywhere.
+        // Small ids so inserts, removals and replacements meet; appends and releases from the
+        // front as in the queue, with inserts in the middle and removals anywhere.
         prop_oneof![
             3 => (0i64..400, any::<u32>()).prop_map(|(id, p)| Op::Insert(id, p)),
             2 => (0i64..400).prop_map(Op::Remove),
             1 => (0i64..400, any::<u32>()).prop_map(|(id, p)| Op::SetPassed(id, p)),
+            3 => Just(Op::Append),
+            2 => Just(Op::PopFront),
         ]
+    }
+
+    /// A run of `ids`, inserted in their order.
+    fn run_of(ids: impl IntoIterator<Item = i64>) -> Run {
+        let mut run = Run::default();
+        for id in ids {
+            run.insert(waiting(id, 0));
+        }
+        run
     }
 
     proptest! {
@@ -258,10 +257,21 @@ mod tests {
         ) {
             let mut model: BTreeMap<i64, Waiting> =
                 start.iter().map(|&id| (id, waiting(id, 0))).collect();
-            let mut run = Run::from_sorted(model.values().cloned().collect());
+            let mut run = run_of(start.iter().copied());
             check_invariant(&run);
             for op in ops {
                 match op {
+                    Op::Append => {
+                        let id = model.keys().next_back().map_or(0, |&last| last + 1);
+                        prop_assert!(run.insert(waiting(id, 0)).is_none());
+                        model.insert(id, waiting(id, 0));
+                    }
+                    Op::PopFront => {
+                        let first = model.keys().next().copied();
+                        if let Some(id) = first {
+                            prop_assert_eq!(run.remove(&id).map(|c| c.id), model.remove(&id).map(|c| c.id));
+                        }
+                    }
                     Op::Insert(id, p) => {
                         let old = run.insert(waiting(id, p)).map(|c| (c.id, c.passed));
                         let expected = model.insert(id, waiting(id, p)).map(|c| (c.id, c.passed));
@@ -286,10 +296,54 @@ mod tests {
             let expected: Vec<(i64, u32)> = model.values().map(|c| (c.id, c.passed)).collect();
             prop_assert_eq!(got, expected);
             prop_assert_eq!(run.is_empty(), model.is_empty());
-            for id in 0..400 {
+            let top = model.keys().next_back().map_or(0, |&last| last + 1);
+            for id in 0..top.max(400) {
                 prop_assert_eq!(run.get(&id).map(|c| c.id), model.get(&id).map(|c| c.id));
             }
         }
+
+        /// Arrivals and releases alone: every chunk between the first and the last is full.
+        #[test]
+        fn arrivals_and_releases_leave_full_chunks(
+            ops in proptest::collection::vec(prop_oneof![3 => Just(true), 2 => Just(false)], 0..2000),
+        ) {
+            let mut run = Run::default();
+            let (mut next, mut front) = (0i64, 0i64);
+            for append in ops {
+                if append {
+                    run.insert(waiting(next, 0));
+                    next += 1;
+                } else if front < next {
+                    prop_assert_eq!(run.remove(&front).map(|c| c.id), Some(front));
+                    front += 1;
+                }
+            }
+            check_invariant(&run);
+            let n = run.chunks.len();
+            for (i, chunk) in run.chunks.values().enumerate() {
+                if i > 0 && i + 1 < n {
+                    prop_assert_eq!(chunk.len(), CHUNK);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_insert_before_a_full_first_chunk_splits_it_under_the_new_first_id() {
+        let mut run = run_of(10..10 + CHUNK as i64);
+        assert_eq!(run.chunks.len(), 1);
+        assert!(run.insert(waiting(5, 0)).is_none());
+        check_invariant(&run);
+        assert_eq!(
+            run.chunks.keys().copied().collect::<Vec<_>>(),
+            [5, 10 + CHUNK as i64 / 2]
+        );
+        assert_eq!(run.remove(&5).map(|c| c.id), Some(5));
+        assert!(run.insert(waiting(6, 1)).is_none());
+        check_invariant(&run);
+        assert_eq!(run.get(&6).map(|c| c.passed), Some(1));
+        assert_eq!(run.values().next().map(|c| c.id), Some(6));
+        assert_eq!(run.len(), CHUNK + 1);
     }
 
     #[test]
