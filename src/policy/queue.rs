@@ -416,7 +416,11 @@ pub struct Place {
 pub struct Ranking {
     /// The instant (ms since the epoch) the order was computed for.
     pub at_ms: i64,
-    places: HashMap<i64, Place>,
+    /// (id, 1-based position, library number), sorted by id: 16 bytes a request (a
+    /// `HashMap<i64, Place>` took about 50 MB with 1M queued, kept between explains).
+    places: Vec<(i64, u32, u32)>,
+    /// Requests waiting per library number.
+    waiting: Vec<usize>,
 }
 
 /// What orders one request in a [`Ranking`].
@@ -454,7 +458,12 @@ impl Ranking {
 
     /// Where request `id` stood (`None`: it was not waiting when ranked).
     pub fn get(&self, id: i64) -> Option<Place> {
-        self.places.get(&id).copied()
+        let at = self.places.binary_search_by_key(&id, |p| p.0).ok()?;
+        let &(_, position, lib) = self.places.get(at)?;
+        Some(Place {
+            position: position as usize,
+            waiting: self.waiting.get(lib as usize).copied().unwrap_or(0),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -500,24 +509,21 @@ impl<'s, 'a, U: UsageLookup> RankingBuilder<'s, 'a, U> {
         }
     }
 
-    pub fn finish(mut self) -> Ranking {
-        let mut places = HashMap::with_capacity(self.libs.values().map(Vec::len).sum());
-        for keys in self.libs.values_mut() {
+    pub fn finish(self) -> Ranking {
+        let mut places = Vec::with_capacity(self.libs.values().map(Vec::len).sum());
+        let mut waiting = Vec::with_capacity(self.libs.len());
+        for (mut keys, lib) in self.libs.into_values().zip(0u32..) {
             keys.sort_unstable_by(release_order);
-            let n = keys.len();
+            waiting.push(keys.len());
             for (i, k) in keys.iter().enumerate() {
-                places.insert(
-                    k.id,
-                    Place {
-                        position: i + 1,
-                        waiting: n,
-                    },
-                );
+                places.push((k.id, u32::try_from(i + 1).unwrap_or(u32::MAX), lib));
             }
         }
+        places.sort_unstable_by_key(|p| p.0);
         Ranking {
             at_ms: self.now_ms,
             places,
+            waiting,
         }
     }
 }
