@@ -2,7 +2,8 @@
 //! one slot, embedded simulator) with N requests queued, run as its own process (`mssbroker serve`,
 //! see `child`). Prints the broker process's resident memory (its `VmRSS`/`VmHWM`, without the
 //! load client), the time from starting the process to the first 202 after a restart on the
-//! filled database, ingest of single requests while the backlog is
+//! filled database, the first explain of a queued request over HTTP (it ranks the queue) and the
+//! memory after it, ingest of single requests while the backlog is
 //! there, and, on the ledger opened directly on the same database, the cost of one release
 //! decision (`Ledger::release_held`) and of a queued request's explain
 //! (`Ledger::explain_queued`), p50 and p99.
@@ -74,6 +75,13 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
         broker.status_mb("VmRSS"),
         broker.status_mb("VmHWM")
     );
+    let probe = ids.get(ids.len() / 2).copied().unwrap_or_default();
+    let took = explain_over_http(&http, &broker.base, probe).await?;
+    println!(
+        "first explain over HTTP (ranks the queue, kept for the next ones): {took:.3} s; broker VmRSS {:.0} MB after, VmHWM {:.0} MB",
+        broker.status_mb("VmRSS"),
+        broker.status_mb("VmHWM")
+    );
     let r = drive(
         &broker.base,
         Call::Submit(1),
@@ -113,6 +121,23 @@ async fn first_202(http: &reqwest::Client, base: &str) -> anyhow::Result<f64> {
         .await?;
     let status = resp.status();
     anyhow::ensure!(status.as_u16() == 202, "restart probe: {status}");
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// `GET /v1/requests/{id}` of queued request `id`: the seconds it took.
+async fn explain_over_http(http: &reqwest::Client, base: &str, id: i64) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let resp = http
+        .get(format!("{base}/v1/requests/{id}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?;
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await?;
+    anyhow::ensure!(
+        status.is_success() && body["state"] == "queued",
+        "explain probe of request {id}: {status} {body}"
+    );
     Ok(t.elapsed().as_secs_f64())
 }
 

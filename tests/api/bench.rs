@@ -82,6 +82,9 @@ fn bench_backlog_prints_positive_figures() {
     );
     assert!(figure(&text, "restart:", "first 202") > 0.0, "{text}");
     assert!(figure(&text, "restart:", "VmRSS") > 0.0, "{text}");
+    let explain = "first explain over HTTP";
+    assert!(figure(&text, explain, "next ones):") > 0.0, "{text}");
+    assert!(figure(&text, explain, "VmRSS") > 0.0, "{text}");
     assert!(
         figure(&text, "ingest with the backlog", "connections,") > 0.0,
         "{text}"
