@@ -151,7 +151,7 @@ pub(crate) async fn fill(http: &reqwest::Client, base: &str, n: usize) -> anyhow
 }
 
 /// One explain; its latency in microseconds.
-async fn get_once(http: &reqwest::Client, base: &str, id: i64) -> anyhow::Result<u64> {
+pub(crate) async fn get_once(http: &reqwest::Client, base: &str, id: i64) -> anyhow::Result<u64> {
     let t = Instant::now();
     let resp = http
         .get(format!("{base}/v1/requests/{id}"))

@@ -76,9 +76,10 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
         broker.status_mb("VmHWM")
     );
     let probe = ids.get(ids.len() / 2).copied().unwrap_or_default();
-    let took = explain_over_http(&http, &broker.base, probe).await?;
+    let micros = crate::bench_explain::get_once(&http, &broker.base, probe).await?;
     println!(
-        "first explain over HTTP (ranks the queue, kept for the next ones): {took:.3} s; broker VmRSS {:.0} MB after, VmHWM {:.0} MB",
+        "first explain over HTTP (ranks the queue, kept for the next ones): {:.3} s; broker VmRSS {:.0} MB after, VmHWM {:.0} MB",
+        micros as f64 / 1e6,
         broker.status_mb("VmRSS"),
         broker.status_mb("VmHWM")
     );
@@ -121,23 +122,6 @@ async fn first_202(http: &reqwest::Client, base: &str) -> anyhow::Result<f64> {
         .await?;
     let status = resp.status();
     anyhow::ensure!(status.as_u16() == 202, "restart probe: {status}");
-    Ok(t.elapsed().as_secs_f64())
-}
-
-/// `GET /v1/requests/{id}` of queued request `id`: the seconds it took.
-async fn explain_over_http(http: &reqwest::Client, base: &str, id: i64) -> anyhow::Result<f64> {
-    let t = Instant::now();
-    let resp = http
-        .get(format!("{base}/v1/requests/{id}"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await?;
-    let status = resp.status();
-    let body: serde_json::Value = resp.json().await?;
-    anyhow::ensure!(
-        status.is_success() && body["state"] == "queued",
-        "explain probe of request {id}: {status} {body}"
-    );
     Ok(t.elapsed().as_secs_f64())
 }
 
