@@ -20,7 +20,8 @@ use crate::shares::UsageLookup;
 /// group), not a copy of the library's name (40 bytes and, for a named library, an allocation).
 #[derive(Debug, Clone, Default)]
 pub struct HeldQueue {
-    libs: BTreeMap<String, BTreeMap<GroupId, Run>>,
+    /// By library number ([`LibraryNames`]): no string is compared on a push, pick or removal.
+    libs: BTreeMap<u32, BTreeMap<GroupId, Run>>,
     index: HashMap<i64, (u32, u32)>,
     names: LibraryNames,
     /// Multifactor's per-request order ([`by_score`]), built at the first multifactor pick
@@ -113,27 +114,17 @@ impl HeldQueue {
         if let Some(b) = self.by_score.get_mut() {
             b.insert(lib, &c);
         }
-        let groups = match self.libs.get_mut(c.library.as_str()) {
-            Some(groups) => groups,
-            None => self.libs.entry(c.library.clone()).or_default(),
-        };
+        let groups = self.libs.entry(lib).or_default();
         groups.entry(c.group).or_default().insert(Waiting::of(c));
-    }
-
-    /// The library and group of waiting request `id`.
-    fn place_of(&self, id: i64) -> Option<(&str, GroupId)> {
-        let &(lib, g) = self.index.get(&id)?;
-        Some((self.names.name(lib)?, GroupId(g as usize)))
     }
 
     pub fn remove(&mut self, id: i64) -> Option<Candidate> {
         let (lib, g) = self.index.remove(&id)?;
-        let name = self.names.name(lib)?.to_string();
-        self.names.release(lib);
-        let groups = self.libs.get_mut(&name)?;
+        let name = self.names.name(lib)?;
+        let groups = self.libs.get_mut(&lib)?;
         let g = GroupId(g as usize);
         let reqs = groups.get_mut(&g)?;
-        let c = reqs.remove(&id).map(|w| w.candidate(g, &name));
+        let c = reqs.remove(&id).map(|w| w.candidate(g, name));
         if let (Some(b), Some(c)) = (self.by_score.get_mut(), &c) {
             b.remove(lib, c);
         }
@@ -141,21 +132,23 @@ impl HeldQueue {
             groups.remove(&g);
         }
         if groups.is_empty() {
-            self.libs.remove(&name);
+            self.libs.remove(&lib);
         }
+        self.names.release(lib);
         c
     }
 
     pub fn get(&self, id: i64) -> Option<Candidate> {
-        let (lib, g) = self.place_of(id)?;
-        Some(self.libs.get(lib)?.get(&g)?.get(&id)?.candidate(g, lib))
+        let &(lib, g) = self.index.get(&id)?;
+        let g = GroupId(g as usize);
+        let w = self.libs.get(&lib)?.get(&g)?.get(&id)?;
+        Some(w.candidate(g, self.names.name(lib)?))
     }
 
     /// FBSNG's `passed` of a waiting request, to change (it does not order the queue).
     pub fn passed_mut(&mut self, id: i64) -> Option<&mut u32> {
         let &(lib, g) = self.index.get(&id)?;
-        let lib = self.names.name(lib)?;
-        let w = (self.libs.get_mut(lib)?)
+        let w = (self.libs.get_mut(&lib)?)
             .get_mut(&GroupId(g as usize))?
             .get_mut(&id)?;
         Some(&mut w.passed)
@@ -187,14 +180,21 @@ impl HeldQueue {
 
     /// Requests waiting for `library`.
     pub fn library_len(&self, library: &str) -> usize {
-        self.libs
-            .get(library)
+        self.groups_of(library)
             .map_or(0, |g| g.values().map(Run::len).sum())
     }
 
-    /// Libraries with waiting requests.
+    /// The groups waiting for `library`.
+    fn groups_of(&self, library: &str) -> Option<&BTreeMap<GroupId, Run>> {
+        self.libs.get(self.names.numbers.get(library)?)
+    }
+
+    /// Libraries with waiting requests, by name.
     pub fn libraries(&self) -> Vec<String> {
-        self.libs.keys().cloned().collect()
+        let names = self.libs.keys().filter_map(|&n| self.names.name(n));
+        let mut names: Vec<String> = names.map(str::to_string).collect();
+        names.sort_unstable();
+        names
     }
 
     /// Waiting requests per group, over all libraries.
@@ -220,7 +220,7 @@ impl HeldQueue {
         free: u32,
         now_ms: i64,
     ) -> Option<Pick> {
-        let groups = self.libs.get(library)?;
+        let groups = self.groups_of(library)?;
         if let Some(c) = oldest_starved(order, (library, groups), now_ms) {
             return best_of((order, standing), [c], free, now_ms);
         }
@@ -246,8 +246,8 @@ impl HeldQueue {
         free: u32,
         now_ms: i64,
     ) -> Option<Pick> {
-        let groups = self.libs.get(library)?;
         let lib = *self.names.numbers.get(library)?;
+        let groups = self.libs.get(&lib)?;
         let mut by_score = self.by_score.borrow_mut();
         if by_score.as_ref().is_none_or(|b| !b.fits(m, now_ms)) {
             *by_score = Some(self.build_by_score(m, now_ms));
@@ -292,7 +292,7 @@ impl HeldQueue {
         free: u32,
         now_ms: i64,
     ) -> Option<Pick> {
-        let groups = self.libs.get(library)?;
+        let groups = self.groups_of(library)?;
         if let Some(c) = oldest_starved(order, (library, groups), now_ms) {
             return best_of((order, standing), [c], free, now_ms);
         }
@@ -611,7 +611,7 @@ mod tests {
             *passed = 3;
         }
         assert_eq!(q.get(499).map(|c| c.passed), Some(3));
-        let groups = &q.libs["b"];
+        let groups = &q.libs[&q.names.numbers["b"]];
         for reqs in groups.values() {
             let ids: Vec<i64> = reqs.keys().collect();
             assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order");
