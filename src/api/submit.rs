@@ -14,7 +14,7 @@ use super::request::{self, RequestInput};
 use super::responses::{self, AcceptedBody, BatchBody, BatchResult};
 use super::{AppState, Shared};
 use crate::auth::RoleKind;
-use crate::ledger::NewRequest;
+use crate::ledger::{Accepted, NewRequest, QueuedCapRefused};
 use crate::live_settings::Live;
 use crate::policy::{self, RequestFields};
 
@@ -175,32 +175,54 @@ pub(super) async fn submit_batch(
     let bytes = json_bytes(&headers, body)?;
     let items = request::batch_items(&bytes, &state.limits)?;
     caller.charge(&state, items.len())?;
-    let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
-    let mut valid = Vec::new();
     let (gate, live) = state.live.deciding().await;
+    let (refusals, valid) = prepare_items(&state, &live, &caller, &items)?;
+    let answers = state.ledger.accept_each(valid).await?;
+    drop(gate);
+    let (results, capped) = merge_answers(refusals, answers)?;
+    Ok(batch_response(results, capped))
+}
+
+/// Each item parsed and prepared: per item, its refusal (`None`: it goes to the ledger, in
+/// order), and the items that go. Another station's request in a station's batch refuses the
+/// whole batch: it is a client error, and nothing of the batch is committed.
+fn prepare_items(
+    state: &Shared,
+    live: &Live,
+    caller: &Caller,
+    items: &[&serde_json::value::RawValue],
+) -> Result<(Vec<Option<BatchResult>>, Vec<NewRequest>), ApiError> {
+    let mut refusals: Vec<Option<BatchResult>> = Vec::with_capacity(items.len());
+    let mut valid = Vec::new();
     for (i, raw) in items.iter().enumerate() {
         let prefix = format!("requests[{i}].");
         let parsed = RequestInput::from_slice_at(raw.get().as_bytes(), &state.limits, &prefix);
-        // Another station's request in a station's batch refuses the whole batch: it is a
-        // client error, and nothing of the batch is committed.
         if let Some(station) = station_of(&parsed, raw) {
             caller.may_submit_for(&station, &format!("{prefix}station"))?;
         }
-        match parsed.and_then(|input| prepare(&state, &live, input, &prefix)) {
+        match parsed.and_then(|input| prepare(state, live, input, &prefix)) {
             Ok(item) => {
                 valid.push(item);
-                results.push(None);
+                refusals.push(None);
             }
-            Err(e) => results.push(Some(BatchResult::Refused {
+            Err(e) => refusals.push(Some(BatchResult::Refused {
                 error: e.message,
                 field: e.field,
             })),
         }
     }
-    let mut answers = state.ledger.accept_each(valid).await?.into_iter();
-    drop(gate);
+    Ok((refusals, valid))
+}
+
+/// One result per item, in order: its refusal, or the ledger's answer; and how many the
+/// ledger refused for a queued-bytes cap.
+fn merge_answers(
+    refusals: Vec<Option<BatchResult>>,
+    answers: Vec<Result<Accepted, QueuedCapRefused>>,
+) -> Result<(Vec<BatchResult>, usize), ApiError> {
+    let mut answers = answers.into_iter();
     let mut capped = 0;
-    let results: Vec<BatchResult> = results
+    let results = refusals
         .into_iter()
         .map(|r| match r {
             Some(refused) => Ok(refused),
@@ -225,6 +247,13 @@ pub(super) async fn submit_batch(
                 }),
         })
         .collect::<Result<_, _>>()?;
+    Ok((results, capped))
+}
+
+/// The batch's answer: 202 if any item was accepted; else 429 (with `Retry-After`) when every
+/// refusal was a queued-bytes cap (the items before them count, so a retry may pass), 422
+/// otherwise.
+fn batch_response(results: Vec<BatchResult>, capped: usize) -> Response {
     let accepted_count = (results.iter())
         .filter(|r| matches!(r, BatchResult::Accepted(_)))
         .count();
@@ -234,8 +263,6 @@ pub(super) async fn submit_batch(
         accepted: accepted_count,
         results,
     };
-    // Items over a queued-bytes cap are refused one by one (the ones before them count); when
-    // they are all that was refused and nothing was accepted, the answer is a 429 to retry.
     let status = match (accepted_count, capped) {
         (0, c) if c > 0 && c == refused => StatusCode::TOO_MANY_REQUESTS,
         (0, _) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -248,7 +275,7 @@ pub(super) async fn submit_batch(
             header::HeaderValue::from(error::QUEUED_CAP_RETRY_AFTER_SECS),
         );
     }
-    Ok(response)
+    response
 }
 
 /// The station a batch item names: parsed, or read alone from an item refused for another field.
