@@ -95,12 +95,7 @@ impl Application {
             warn!(note = %note, "configuration note");
         }
         let metrics = Arc::new(crate::metrics::Metrics::new());
-        let options = LedgerOptions {
-            path: settings.database.path.clone(),
-            commit_batch_max: settings.database.commit_batch_max,
-            retry: settings.mss.retry.clone(),
-            metrics: metrics.clone(),
-        };
+        let options = ledger_options(settings, metrics.clone());
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
         let (adapter, mss_url, simulator) = build_adapter(settings, ledger.instance()).await?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
@@ -144,17 +139,7 @@ impl Application {
             mss: adapter,
             readiness: Arc::new(readiness),
         };
-        let listen = settings.server.listen;
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| StartupError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartupError::Bind {
-            addr: listen,
-            source,
-        })?;
+        let (listener, addr) = bind(settings.server.listen).await?;
         Ok(Application {
             listener,
             addr,
@@ -213,6 +198,27 @@ type SimulatorHandle = (
 );
 
 /// The configured adapter, the address it talks to, and the embedded simulator if it runs.
+/// The ledger's options from `settings`.
+fn ledger_options(settings: &Settings, metrics: Arc<crate::metrics::Metrics>) -> LedgerOptions {
+    LedgerOptions {
+        path: settings.database.path.clone(),
+        commit_batch_max: settings.database.commit_batch_max,
+        retry: settings.mss.retry.clone(),
+        metrics,
+    }
+}
+
+/// The API's listener on `listen`, and the address it got (`listen`'s port may be 0).
+async fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupError> {
+    let failed = |source| StartupError::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = TcpListener::bind(listen).await.map_err(failed)?;
+    let addr = listener.local_addr().map_err(failed)?;
+    Ok((listener, addr))
+}
+
 async fn build_adapter(
     settings: &Settings,
     instance: &str,
