@@ -197,7 +197,6 @@ type SimulatorHandle = (
     tokio::task::JoinHandle<std::io::Result<()>>,
 );
 
-/// The configured adapter, the address it talks to, and the embedded simulator if it runs.
 /// The ledger's options from `settings`.
 fn ledger_options(settings: &Settings, metrics: Arc<crate::metrics::Metrics>) -> LedgerOptions {
     LedgerOptions {
@@ -219,6 +218,7 @@ async fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupEr
     Ok((listener, addr))
 }
 
+/// The configured adapter, the address it talks to, and the embedded simulator if it runs.
 async fn build_adapter(
     settings: &Settings,
     instance: &str,

@@ -20,7 +20,8 @@ use crate::shares::UsageLookup;
 /// group), not a copy of the library's name (40 bytes and, for a named library, an allocation).
 #[derive(Debug, Clone, Default)]
 pub struct HeldQueue {
-    /// By library number ([`LibraryNames`]): no string is compared on a push, pick or removal.
+    /// By library number ([`LibraryNames`]): a push turns the name into its number with one
+    /// hash lookup, a pick looks the name up, and a removal goes by number alone.
     libs: BTreeMap<u32, BTreeMap<GroupId, Run>>,
     index: HashMap<i64, (u32, u32)>,
     names: LibraryNames,
