@@ -94,6 +94,30 @@ pub(super) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     print_response(resp).await
 }
 
+/// A running broker, as an operator reaches it (the admin commands).
+#[derive(Debug, clap::Args)]
+pub struct OperatorConnection {
+    /// The broker's base URL.
+    #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Bearer token (an operator's).
+    #[arg(long, env = "MSSBROKER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl OperatorConnection {
+    /// POST `body` to `path` (under `/v1/admin/`) and print the answer; exit 1 on a refusal.
+    pub(super) async fn post(&self, path: &str, body: &Value) -> anyhow::Result<ExitCode> {
+        let url = format!("{}/v1/admin/{path}", self.url.trim_end_matches('/'));
+        let resp = with_token(reqwest::Client::new().post(&url), self.token.as_deref())
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the broker at {}", self.url))?;
+        print_response(resp).await
+    }
+}
+
 pub(super) fn with_token(
     req: reqwest::RequestBuilder,
     token: Option<&str>,

@@ -4,26 +4,14 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
-
-use super::client::{print_response, with_token};
+use super::client::OperatorConnection;
 
 #[derive(Debug, clap::Args)]
 pub struct ReloadArgs {
-    /// The broker's base URL.
-    #[arg(long, env = "MSSBROKER_URL", default_value = "http://127.0.0.1:8080")]
-    url: String,
-    /// Bearer token (an operator's).
-    #[arg(long, env = "MSSBROKER_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    broker: OperatorConnection,
 }
 
 pub(super) async fn run(args: ReloadArgs) -> anyhow::Result<ExitCode> {
-    let url = format!("{}/v1/admin/reload", args.url.trim_end_matches('/'));
-    let resp = with_token(reqwest::Client::new().post(&url), args.token.as_deref())
-        .json(&serde_json::json!({}))
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the broker at {}", args.url))?;
-    print_response(resp).await
+    args.broker.post("reload", &serde_json::json!({})).await
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::helpers::{test_config, BIN};
+use crate::helpers::{output_ok, test_config, BIN};
 use crate::ready::serve_with;
 
 /// A configuration whose own listen address and database would not do: `serve` only starts
@@ -77,18 +77,12 @@ fn check_config_says_where_each_value_came_from() {
     let dir = tempfile::tempdir().unwrap();
     let config = file_config(dir.path());
     let flag_db = dir.path().join("flag.db");
-    let out = Command::new(BIN)
-        .args(["check-config", &config, "--db", flag_db.to_str().unwrap()])
-        .env("MSSBROKER__SERVER__LISTEN", "127.0.0.1:9")
-        .env("MSSBROKER__SERVER__MAX_CONNECTIONS", "64")
-        .env("MSSBROKER__DATABASE__PATH", "ignored.db")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = output_ok(
+        Command::new(BIN)
+            .args(["check-config", &config, "--db", flag_db.to_str().unwrap()])
+            .env("MSSBROKER__SERVER__LISTEN", "127.0.0.1:9")
+            .env("MSSBROKER__SERVER__MAX_CONNECTIONS", "64")
+            .env("MSSBROKER__DATABASE__PATH", "ignored.db"),
     );
     let line = |key: &str| {
         text.lines()
@@ -144,20 +138,15 @@ fn shares_applies_the_environment_over_the_file() {
     let usage = dir.path().join("usage.json");
     std::fs::write(&usage, r#"{"usage": {}}"#).unwrap();
     let target = |env: &[(&str, &str)]| -> f64 {
-        let out = Command::new(BIN)
-            .args(["shares", "--format", "json", "--usage"])
-            .arg(&usage)
-            .arg("--config")
-            .arg(file_config(dir.path()))
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new(BIN)
+                .args(["shares", "--format", "json", "--usage"])
+                .arg(&usage)
+                .arg("--config")
+                .arg(file_config(dir.path()))
+                .envs(env.iter().copied()),
         );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let groups = v["groups"].as_array().unwrap();
         let mc = groups.iter().find(|g| g["path"] == "mc").unwrap();
         mc["target_share"].as_f64().unwrap()

@@ -391,13 +391,16 @@ pub fn open_db(path: &std::path::Path) -> rusqlite::Connection {
 
 /// Run `mssbroker ARGS`, insist it succeeds, and return what it printed.
 pub fn run_ok(args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("run mssbroker");
+    output_ok(Command::new(BIN).args(args))
+}
+
+/// Run `cmd`, insist it succeeds, and return what it printed.
+pub fn output_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run the command");
     assert!(
         out.status.success(),
-        "mssbroker {args:?}: {}",
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
