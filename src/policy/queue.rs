@@ -221,7 +221,8 @@ impl HeldQueue {
         free: u32,
         now_ms: i64,
     ) -> Option<Pick> {
-        let groups = self.groups_of(library)?;
+        let lib = *self.names.numbers.get(library)?;
+        let groups = self.libs.get(&lib)?;
         if let Some(c) = oldest_starved(order, (library, groups), now_ms) {
             return best_of((order, standing), [c], free, now_ms);
         }
@@ -229,7 +230,7 @@ impl HeldQueue {
             return pick_fbsng((order, standing), (library, groups), free, now_ms);
         }
         if let Algorithm::Multifactor(m) = &order.algorithm {
-            return self.pick_multifactor(m, (order, standing), library, free, now_ms);
+            return self.pick_multifactor(m, (order, standing), (lib, library), free, now_ms);
         }
         // Group-level order: the group's oldest request stands for it.
         let oldest = (groups.iter())
@@ -243,11 +244,10 @@ impl HeldQueue {
         &self,
         m: &Multifactor,
         (order, standing): (&OrderSettings, &Standing<'_, U>),
-        library: &str,
+        (lib, library): (u32, &str),
         free: u32,
         now_ms: i64,
     ) -> Option<Pick> {
-        let lib = *self.names.numbers.get(library)?;
         let groups = self.libs.get(&lib)?;
         let mut by_score = self.by_score.borrow_mut();
         if by_score.as_ref().is_none_or(|b| !b.fits(m, now_ms)) {
