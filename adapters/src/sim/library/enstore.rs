@@ -31,6 +31,7 @@
 //! position and one by priority, and one ordered index of volumes by their best request) plus
 //! O(drives); no event scans the pending transfers.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
@@ -65,10 +66,10 @@ pub fn position(t: &Transfer) -> u64 {
 }
 
 /// The queue a transfer waits in: its volume, or one of its own when it has none.
-fn volume_of(t: &Transfer) -> String {
+fn volume_of(t: &Transfer) -> Cow<'_, str> {
     match &t.volume {
-        Some(v) => v.clone(),
-        None => format!("\u{0}file:{}", t.file),
+        Some(v) => Cow::Borrowed(v),
+        None => Cow::Owned(format!("\u{0}file:{}", t.file)),
     }
 }
 
@@ -184,11 +185,11 @@ impl Enstore {
         let volume = volume_of(&job.transfer);
         let pos = position(&job.transfer);
         let pri = job.transfer.priority;
-        if !self.volumes.contains_key(&volume) {
+        if !self.volumes.contains_key(volume.as_ref()) {
             self.serials += 1;
             if let Some(aging) = aging {
                 let step = at.saturating_add(aging.every_micros.max(1));
-                self.steps.insert((step, self.serials), volume.clone());
+                self.steps.insert((step, self.serials), volume.to_string());
             }
             let queue = VolQueue {
                 by_pos: BTreeMap::new(),
@@ -197,9 +198,9 @@ impl Enstore {
                 serial: self.serials,
                 tag: None,
             };
-            self.volumes.insert(volume.clone(), queue);
+            self.volumes.insert(volume.to_string(), queue);
         }
-        let Some(vq) = self.volumes.get_mut(&volume) else {
+        let Some(vq) = self.volumes.get_mut(volume.as_ref()) else {
             return;
         };
         let entry = (job.transfer.key.clone(), pri);
@@ -212,7 +213,7 @@ impl Enstore {
     /// Drop a pending job; false when it was not queued.
     pub(super) fn remove(&mut self, job: &Job, aging: Option<Aging>, at: Micros) -> bool {
         let volume = volume_of(&job.transfer);
-        let Some(vq) = self.volumes.get_mut(&volume) else {
+        let Some(vq) = self.volumes.get_mut(volume.as_ref()) else {
             return false;
         };
         let Some((_, pri)) = vq.by_pos.remove(&(position(&job.transfer), job.arrival)) else {
@@ -227,7 +228,7 @@ impl Enstore {
     /// Give a pending job a new priority (it keeps its arrival).
     pub(super) fn reprioritise(&mut self, job: &Job, pri: i64, aging: Option<Aging>, at: Micros) {
         let volume = volume_of(&job.transfer);
-        let Some(vq) = self.volumes.get_mut(&volume) else {
+        let Some(vq) = self.volumes.get_mut(volume.as_ref()) else {
             return;
         };
         let pos = position(&job.transfer);
@@ -479,10 +480,15 @@ impl Enstore {
         let Some(vq) = self.volumes.get_mut(volume) else {
             return;
         };
+        let tag = tag_of(vq, aging, at);
+        if tag.is_some() && tag == vq.tag {
+            // Most priority changes and arrivals leave the volume's best slot as it was.
+            return;
+        }
         if let Some(old) = vq.tag.take() {
             self.index.remove(&old);
         }
-        match tag_of(vq, aging, at) {
+        match tag {
             Some(slot) => {
                 vq.tag = Some(slot);
                 self.index.insert(slot, volume.to_string());
