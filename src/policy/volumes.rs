@@ -29,6 +29,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::order::{place, Algorithm, Candidate, OrderSettings, Standing};
 use crate::domain::order::VolumeSettings;
@@ -36,17 +37,19 @@ use crate::domain::GroupId;
 use crate::shares::UsageLookup;
 
 mod eligibility;
+mod label;
 mod state;
 #[cfg(test)]
 mod tests;
 
 pub use eligibility::{rule, Eligibility, VolumeStatus};
+pub use label::Label;
 use state::Lib;
 
 /// A tape volume of a library, or the pseudo-volume of a group's requests without one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum VolumeId {
-    Tape(String),
+    Tape(Label),
     Loose(GroupId),
 }
 
@@ -54,7 +57,7 @@ impl VolumeId {
     /// The volume a request names (`None`: its group's pseudo-volume).
     pub fn of(volume: Option<&str>, group: GroupId) -> VolumeId {
         match volume {
-            Some(v) if !v.is_empty() => VolumeId::Tape(v.to_owned()),
+            Some(v) if !v.is_empty() => VolumeId::Tape(Label::new(v)),
             _ => VolumeId::Loose(group),
         }
     }
@@ -62,7 +65,7 @@ impl VolumeId {
     /// The volume label, or `None` for a pseudo-volume.
     pub fn label(&self) -> Option<&str> {
         match self {
-            VolumeId::Tape(v) => Some(v),
+            VolumeId::Tape(v) => Some(v.as_str()),
             VolumeId::Loose(_) => None,
         }
     }
@@ -102,10 +105,10 @@ impl Batch {
 #[derive(Debug, Clone, Default)]
 pub struct VolumeQueue {
     libs: BTreeMap<String, Lib>,
-    /// Waiting request id -> (library, volume).
-    index: HashMap<i64, (String, VolumeId)>,
+    /// Waiting request id -> (library, volume). The library's name is its `Lib::name`, shared.
+    index: HashMap<i64, (Arc<str>, VolumeId)>,
     /// Released request id -> (library, volume), until it ends.
-    flying: HashMap<i64, (String, VolumeId)>,
+    flying: HashMap<i64, (Arc<str>, VolumeId)>,
 }
 
 impl VolumeQueue {
@@ -120,22 +123,24 @@ impl VolumeQueue {
     ) {
         self.remove(settings, c.id);
         let vol = VolumeId::of(volume, c.group);
-        self.index.insert(c.id, (c.library.clone(), vol.clone()));
-        let lib = self.libs.entry(c.library.clone()).or_default();
+        let Some(lib) = Self::lib_mut(&mut self.libs, &c.library) else {
+            return;
+        };
+        self.index.insert(c.id, (lib.name.clone(), vol.clone()));
         lib.push(settings, vol, c, position.unwrap_or(u64::MAX));
     }
 
     /// Take waiting request `id` out (cancelled, or released by other means).
     pub fn remove(&mut self, settings: &VolumeSettings, id: i64) -> Option<Candidate> {
         let (lib, vol) = self.index.remove(&id)?;
-        let l = self.libs.get_mut(&lib)?;
+        let l = self.libs.get_mut(lib.as_ref())?;
         l.remove(settings, &vol, id)
     }
 
     pub fn get(&self, id: i64) -> Option<&Candidate> {
         let (lib, vol) = self.index.get(&id)?;
         self.libs
-            .get(lib)?
+            .get(lib.as_ref())?
             .vols
             .get(vol)?
             .reqs
@@ -271,10 +276,14 @@ impl VolumeQueue {
         for c in &batch.requests {
             // Queued (the normal case) or not (a restart restoring what was in flight).
             self.remove(settings, c.id);
-            self.flying
-                .insert(c.id, (batch.library.clone(), batch.volume.clone()));
         }
-        let lib = self.libs.entry(batch.library.clone()).or_default();
+        let Some(lib) = Self::lib_mut(&mut self.libs, &batch.library) else {
+            return;
+        };
+        for c in &batch.requests {
+            self.flying
+                .insert(c.id, (lib.name.clone(), batch.volume.clone()));
+        }
         lib.started(&caps, batch, now_ms);
     }
 
@@ -290,12 +299,22 @@ impl VolumeQueue {
             return;
         };
         let caps = state::NodeCaps::new(policy);
-        if let Some(l) = self.libs.get_mut(&lib) {
+        if let Some(l) = self.libs.get_mut(lib.as_ref()) {
             l.finished(&caps, &vol, now_ms);
             if l.is_idle() {
-                self.libs.remove(&lib);
+                self.libs.remove(lib.as_ref());
             }
         }
+    }
+
+    /// Library `name`'s state, made when it has none (looked up by `&str`: no copy of the name
+    /// per request).
+    /// (`None` cannot happen: the map holds it after the insert.)
+    fn lib_mut<'a>(libs: &'a mut BTreeMap<String, Lib>, name: &str) -> Option<&'a mut Lib> {
+        if !libs.contains_key(name) {
+            libs.insert(name.to_owned(), Lib::named(name));
+        }
+        libs.get_mut(name)
     }
 }
 
