@@ -29,7 +29,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 use super::order::{place, Algorithm, Candidate, OrderSettings, Standing};
 use crate::domain::order::VolumeSettings;
@@ -104,11 +103,12 @@ impl Batch {
 /// The fair-share requests waiting in the volumes mode, and the volumes in flight.
 #[derive(Debug, Clone, Default)]
 pub struct VolumeQueue {
-    libs: BTreeMap<String, Lib>,
-    /// Waiting request id -> (library, volume). The library's name is its `Lib::name`, shared.
-    index: HashMap<i64, (Arc<str>, VolumeId)>,
+    /// Per library, by name (a [`Label`]: compared without reading the heap).
+    libs: BTreeMap<Label, Lib>,
+    /// Waiting request id -> (library, volume).
+    index: HashMap<i64, (Label, VolumeId)>,
     /// Released request id -> (library, volume), until it ends.
-    flying: HashMap<i64, (Arc<str>, VolumeId)>,
+    flying: HashMap<i64, (Label, VolumeId)>,
 }
 
 impl VolumeQueue {
@@ -123,24 +123,23 @@ impl VolumeQueue {
     ) {
         self.remove(settings, c.id);
         let vol = VolumeId::of(volume, c.group);
-        let Some(lib) = Self::lib_mut(&mut self.libs, &c.library) else {
-            return;
-        };
-        self.index.insert(c.id, (lib.name.clone(), vol.clone()));
+        let name = Label::new(&c.library);
+        self.index.insert(c.id, (name.clone(), vol.clone()));
+        let lib = self.libs.entry(name).or_default();
         lib.push(settings, vol, c, position.unwrap_or(u64::MAX));
     }
 
     /// Take waiting request `id` out (cancelled, or released by other means).
     pub fn remove(&mut self, settings: &VolumeSettings, id: i64) -> Option<Candidate> {
         let (lib, vol) = self.index.remove(&id)?;
-        let l = self.libs.get_mut(lib.as_ref())?;
+        let l = self.libs.get_mut(&lib)?;
         l.remove(settings, &vol, id)
     }
 
     pub fn get(&self, id: i64) -> Option<&Candidate> {
         let (lib, vol) = self.index.get(&id)?;
         self.libs
-            .get(lib.as_ref())?
+            .get(lib)?
             .vols
             .get(vol)?
             .reqs
@@ -169,12 +168,14 @@ impl VolumeQueue {
 
     /// Libraries with waiting requests or volumes in flight.
     pub fn libraries(&self) -> Vec<String> {
-        self.libs.keys().cloned().collect()
+        self.libs.keys().map(|l| l.as_str().to_owned()).collect()
     }
 
     /// Volumes in flight at `library`.
     pub fn volumes_in_flight(&self, library: &str) -> usize {
-        self.libs.get(library).map_or(0, |l| l.flights.len())
+        self.libs
+            .get(&Label::new(library))
+            .map_or(0, |l| l.flights.len())
     }
 
     /// Waiting requests per group, over all libraries (kept as they change).
@@ -197,7 +198,7 @@ impl VolumeQueue {
         volume: &VolumeId,
         now_ms: i64,
     ) -> Option<VolumeStatus> {
-        let l = self.libs.get(library)?;
+        let l = self.libs.get(&Label::new(library))?;
         let v = l.vols.get(volume)?;
         Some(eligibility::status(
             settings,
@@ -238,7 +239,7 @@ impl VolumeQueue {
         now_ms: i64,
     ) -> Option<Batch> {
         let s = &order.release.volumes;
-        let lib = self.libs.get_mut(library)?;
+        let lib = self.libs.get_mut(&Label::new(library))?;
         lib.promote(now_ms);
         lib.forget_stale(s, now_ms);
         let under = |g: GroupId| not_ahead(standing, g);
@@ -277,13 +278,12 @@ impl VolumeQueue {
             // Queued (the normal case) or not (a restart restoring what was in flight).
             self.remove(settings, c.id);
         }
-        let Some(lib) = Self::lib_mut(&mut self.libs, &batch.library) else {
-            return;
-        };
+        let name = Label::new(&batch.library);
         for c in &batch.requests {
             self.flying
-                .insert(c.id, (lib.name.clone(), batch.volume.clone()));
+                .insert(c.id, (name.clone(), batch.volume.clone()));
         }
+        let lib = self.libs.entry(name).or_default();
         lib.started(&caps, batch, now_ms);
     }
 
@@ -299,22 +299,12 @@ impl VolumeQueue {
             return;
         };
         let caps = state::NodeCaps::new(policy);
-        if let Some(l) = self.libs.get_mut(lib.as_ref()) {
+        if let Some(l) = self.libs.get_mut(&lib) {
             l.finished(&caps, &vol, now_ms);
             if l.is_idle() {
-                self.libs.remove(lib.as_ref());
+                self.libs.remove(&lib);
             }
         }
-    }
-
-    /// Library `name`'s state, made when it has none (looked up by `&str`: no copy of the name
-    /// per request).
-    /// (`None` cannot happen: the map holds it after the insert.)
-    fn lib_mut<'a>(libs: &'a mut BTreeMap<String, Lib>, name: &str) -> Option<&'a mut Lib> {
-        if !libs.contains_key(name) {
-            libs.insert(name.to_owned(), Lib::named(name));
-        }
-        libs.get_mut(name)
     }
 }
 

@@ -1,8 +1,10 @@
-//! A tape label as the volumes queue keeps it: a volume's label is a key of half a dozen of its
-//! maps and sets, cloned and compared on every push, removal and decision. Labels of up to 16
-//! bytes (Enstore's are 6 to 8: `VR1234L8`) are kept inline, so a clone copies 24 bytes and a
-//! comparison is one or two integer compares; longer ones share one heap copy. The order is the
-//! label's byte order, as a `String`'s, so every decision is the same as with `String` keys.
+//! A tape label or library name as the volumes queue keeps it. A volume's label is a key of
+//! half a dozen of the queue's maps and sets, and a library's name the key of its state: both
+//! are cloned and compared on every push, removal and decision. Labels of up to 16 bytes
+//! (Enstore's volume labels are 6 to 8, `VR1234L8`; library names such as `CD-LTO8G2`) are kept
+//! inline, so a clone copies 24 bytes and a comparison reads no heap memory; longer ones share
+//! one heap copy. The order is the text's byte order, as a `String`'s, so every decision is the
+//! same as with `String` keys.
 
 use std::cmp::Ordering;
 use std::fmt;

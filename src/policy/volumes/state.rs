@@ -2,7 +2,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 use super::eligibility::eligible_from;
 use super::{Batch, BatchReason, PosSet, VolumeId};
@@ -111,8 +110,6 @@ impl<'a> NodeCaps<'a> {
 /// One library.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Lib {
-    /// The library's name, shared by the queue's index entries.
-    pub name: Arc<str>,
     pub vols: HashMap<VolumeId, Vol>,
     pub groups: BTreeMap<GroupId, Tally>,
     /// (eligible_from, volume) of volumes not yet eligible.
@@ -125,13 +122,6 @@ pub(crate) struct Lib {
 }
 
 impl Lib {
-    pub fn named(name: &str) -> Lib {
-        Lib {
-            name: Arc::from(name),
-            ..Lib::default()
-        }
-    }
-
     pub fn push(&mut self, s: &VolumeSettings, vol: VolumeId, c: Candidate, pos: u64) {
         self.unindex(&vol);
         let t = self.groups.entry(c.group).or_default();
