@@ -125,6 +125,25 @@ mod tests {
         assert_eq!(format!("{short:?}"), "\"VR1234L8\"");
     }
 
+    /// Every byte position of an inline label counts, and so does the inline limit: texts that
+    /// share a prefix of each length from 0 to 17 bytes and then differ (or end) compare as
+    /// their texts do.
+    #[test]
+    fn each_byte_counts_up_to_and_past_the_inline_limit() {
+        let ends = ["", "\u{0}", "A", "B", "é", "AA"];
+        for n in 0..=17 {
+            let prefix = "Q".repeat(n);
+            for x in ends {
+                for y in ends {
+                    let (a, b) = (format!("{prefix}{x}"), format!("{prefix}{y}"));
+                    let (la, lb) = (Label::new(&a), Label::new(&b));
+                    assert_eq!(la.cmp(&lb), a.cmp(&b), "{a:?} against {b:?}");
+                    assert_eq!(la == lb, a == b, "{a:?} against {b:?}");
+                }
+            }
+        }
+    }
+
     proptest! {
         /// A label orders, compares and hashes as its text does.
         #[test]
