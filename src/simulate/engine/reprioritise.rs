@@ -50,9 +50,11 @@ impl Run<'_> {
         }
         changes.sort();
         let mut events = std::mem::take(&mut self.events);
+        let mut batch = self.lib.priority_changes(self.now, &mut events);
         for (key, p) in changes {
-            self.lib.set_priority(&key, 1, p, self.now, &mut events);
+            batch.set(&key, 1, p);
         }
+        drop(batch);
         self.apply(&mut events);
         self.events = events;
     }
@@ -97,12 +99,14 @@ impl Run<'_> {
         changes.sort_unstable();
         let mut events = std::mem::take(&mut self.events);
         let mut key = String::new();
+        let mut batch = self.lib.priority_changes(self.now, &mut events);
         for &(id, p) in &changes {
             key.clear();
             // Writing into a String cannot fail.
             let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{id}"));
-            self.lib.set_priority(&key, 1, p, self.now, &mut events);
+            batch.set(&key, 1, p);
         }
+        drop(batch);
         self.changes = changes;
         self.apply(&mut events);
         self.events = events;

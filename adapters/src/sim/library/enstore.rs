@@ -89,6 +89,8 @@ struct VolQueue {
     serial: u64,
     /// The volume's entry in the index, if any.
     tag: Option<Slot>,
+    /// A priority changed and the volume is in `Enstore::touched`, to be re-indexed.
+    touched: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -136,6 +138,8 @@ pub(super) struct Enstore {
     /// that emptied meanwhile are dropped when they come up.
     steps: BTreeMap<(Micros, u64), String>,
     serials: u64,
+    /// Volumes whose priorities changed and are not yet re-indexed (`retag_touched`).
+    touched: Vec<String>,
     /// When the aged tags were last refreshed.
     aged_at: Option<Micros>,
     /// Idle time has been counted up to here.
@@ -158,6 +162,7 @@ impl Enstore {
             pending: 0,
             steps: BTreeMap::new(),
             serials: 0,
+            touched: Vec::new(),
             aged_at: None,
             clock: 0,
             stats: LibraryStats {
@@ -197,6 +202,7 @@ impl Enstore {
                 created: at,
                 serial: self.serials,
                 tag: None,
+                touched: false,
             };
             self.volumes.insert(volume.to_string(), queue);
         }
@@ -225,8 +231,9 @@ impl Enstore {
         true
     }
 
-    /// Give a pending job a new priority (it keeps its arrival).
-    pub(super) fn reprioritise(&mut self, job: &Job, pri: i64, aging: Option<Aging>, at: Micros) {
+    /// Give a pending job a new priority (it keeps its arrival). Its volume is re-indexed by
+    /// [`Self::retag_touched`], once for all the changes made at one instant.
+    pub(super) fn reprioritise(&mut self, job: &Job, pri: i64) {
         let volume = volume_of(&job.transfer);
         let Some(vq) = self.volumes.get_mut(volume.as_ref()) else {
             return;
@@ -238,7 +245,20 @@ impl Enstore {
         vq.by_pri.remove(&(Reverse(entry.1), job.arrival));
         entry.1 = pri;
         vq.by_pri.insert((Reverse(pri), job.arrival), pos);
-        self.retag(&volume, aging, at);
+        if !vq.touched {
+            vq.touched = true;
+            self.touched.push(volume.into_owned());
+        }
+    }
+
+    /// Re-index the volumes whose priorities changed since the last call.
+    pub(super) fn retag_touched(&mut self, aging: Option<Aging>, at: Micros) {
+        for volume in std::mem::take(&mut self.touched) {
+            if let Some(vq) = self.volumes.get_mut(&volume) {
+                vq.touched = false;
+            }
+            self.retag(&volume, aging, at);
+        }
     }
 
     /// When the next drive event (transfer end, dismount timer, unmount end) happens.

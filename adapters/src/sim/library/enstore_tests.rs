@@ -449,3 +449,78 @@ fn an_idle_drive_takes_an_admin_request_and_a_busy_one_keeps_its_volume() {
     let s = lib.stats();
     assert_eq!((s.mounts, s.unmounts), (2, 1), "drive 0 never left V1");
 }
+
+/// Priority changes made together through `priority_changes` give the same answers and the same
+/// schedule as one `set_priority` call each: 2 drives, 60 reads on 6 volumes, aging on, and at
+/// one instant 40 changes (running, unknown and repeated keys among them).
+#[test]
+fn priority_changes_together_schedule_as_one_call_each() {
+    let mut cfg = enstore(2);
+    cfg.aging = Some(Aging {
+        every_micros: 3_000,
+        delta_pri: 1,
+    });
+    let build = || {
+        let mut lib = Library::new(cfg.clone());
+        let mut ev = Vec::new();
+        for i in 0..60u64 {
+            let t = read(
+                &format!("r{i}"),
+                (i * 7 % 5) as i64,
+                &format!("V{}", i % 6),
+                i * 13 % 50,
+            );
+            lib.submit(t, i * 10, &mut ev);
+        }
+        (lib, ev)
+    };
+    let changes: Vec<(String, i64)> = (0..40u64)
+        .map(|i| (format!("r{}", (i * 17) % 64), (i * 11 % 9) as i64 - 4))
+        .collect();
+    let at = 1_500;
+    let (mut one, mut one_ev) = build();
+    let answers_one: Vec<CancelOutcome> = changes
+        .iter()
+        .map(|(k, p)| one.set_priority(k, 1, *p, at, &mut one_ev))
+        .collect();
+    let (mut batch, mut batch_ev) = build();
+    let mut changing = batch.priority_changes(at, &mut batch_ev);
+    let answers_batch: Vec<CancelOutcome> = changes
+        .iter()
+        .map(|(k, p)| changing.set(k, 1, *p))
+        .collect();
+    drop(changing);
+    assert_eq!(answers_one, answers_batch);
+    assert!(
+        answers_one.contains(&CancelOutcome::Unknown),
+        "no unknown key"
+    );
+    assert!(
+        answers_one
+            .iter()
+            .any(|a| matches!(a, CancelOutcome::TooLate(_))),
+        "no running transfer"
+    );
+    one.advance(1_000_000, &mut one_ev);
+    batch.advance(1_000_000, &mut batch_ev);
+    assert_eq!(one_ev, batch_ev);
+    assert_eq!(done(&one_ev).len(), 60);
+}
+
+/// A priority raised through `priority_changes` re-ranks its volume once the batch ends: with
+/// the one drive busy on V0, V1's request raised above V2's is mounted next.
+#[test]
+fn a_priority_raised_in_a_batch_reorders_the_volumes() {
+    let mut lib = Library::new(enstore(1));
+    let mut ev = Vec::new();
+    lib.submit(read("a", 0, "V0", 0), 0, &mut ev);
+    lib.submit(read("b", 1, "V1", 0), 1, &mut ev);
+    lib.submit(read("c", 5, "V2", 0), 2, &mut ev);
+    let mut changing = lib.priority_changes(500, &mut ev);
+    assert_eq!(changing.set("b", 1, 9), CancelOutcome::Cancelled);
+    assert!(matches!(changing.set("a", 1, 9), CancelOutcome::TooLate(_)));
+    drop(changing);
+    lib.advance(1_000_000, &mut ev);
+    let started: Vec<String> = times(&ev, true).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(started, ["a", "b", "c"]);
+}

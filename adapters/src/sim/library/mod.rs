@@ -278,27 +278,21 @@ impl Library {
         now: Micros,
         out: &mut Vec<LibraryEvent>,
     ) -> CancelOutcome {
+        self.priority_changes(now, out).set(key, attempt, priority)
+    }
+
+    /// Several priority changes at `now`, each as [`Self::set_priority`] would make it: the
+    /// library is advanced to `now` once, and each volume re-indexed once when the returned
+    /// batch is dropped. The same as one call per change: between those calls, at the same
+    /// instant, a dispatch finds nothing new to start (a priority orders pending work; it does
+    /// not make any startable).
+    pub fn priority_changes(
+        &mut self,
+        now: Micros,
+        out: &mut Vec<LibraryEvent>,
+    ) -> PriorityChanges<'_> {
         self.advance(now, out);
-        let Some(job) = self.jobs.get_mut(key) else {
-            return CancelOutcome::Unknown;
-        };
-        if job.transfer.attempt != attempt {
-            return CancelOutcome::Unknown;
-        }
-        if job.phase != Phase::Pending {
-            return CancelOutcome::TooLate(job.phase);
-        }
-        match &mut self.enstore {
-            Some(e) => e.reprioritise(job, priority, self.cfg.aging, self.now),
-            None => {
-                if let Some(k) = self.queue.remove(&(-job.transfer.priority, job.arrival)) {
-                    self.queue.insert((-priority, job.arrival), k);
-                }
-            }
-        }
-        job.transfer.priority = priority;
-        self.reprioritised += 1;
-        CancelOutcome::Cancelled
+        PriorityChanges { lib: self }
     }
 
     /// Priority changes taken.
@@ -522,6 +516,48 @@ fn fails(seed: u64, key: &str, attempt: u32, rate: f64) -> bool {
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^= h >> 31;
     (h as f64 / u64::MAX as f64) < rate
+}
+
+/// Priority changes made at one instant ([`Library::priority_changes`]); the volumes they touch
+/// are re-indexed when it is dropped.
+pub struct PriorityChanges<'a> {
+    lib: &'a mut Library,
+}
+
+impl PriorityChanges<'_> {
+    /// As [`Library::set_priority`] at the batch's instant.
+    pub fn set(&mut self, key: &str, attempt: u32, priority: i64) -> CancelOutcome {
+        let lib = &mut *self.lib;
+        let Some(job) = lib.jobs.get_mut(key) else {
+            return CancelOutcome::Unknown;
+        };
+        if job.transfer.attempt != attempt {
+            return CancelOutcome::Unknown;
+        }
+        if job.phase != Phase::Pending {
+            return CancelOutcome::TooLate(job.phase);
+        }
+        match &mut lib.enstore {
+            Some(e) => e.reprioritise(job, priority),
+            None => {
+                if let Some(k) = lib.queue.remove(&(-job.transfer.priority, job.arrival)) {
+                    lib.queue.insert((-priority, job.arrival), k);
+                }
+            }
+        }
+        job.transfer.priority = priority;
+        lib.reprioritised += 1;
+        CancelOutcome::Cancelled
+    }
+}
+
+impl Drop for PriorityChanges<'_> {
+    fn drop(&mut self) {
+        let lib = &mut *self.lib;
+        if let Some(e) = &mut lib.enstore {
+            e.retag_touched(lib.cfg.aging, lib.now);
+        }
+    }
 }
 
 #[cfg(test)]
