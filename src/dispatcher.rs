@@ -47,8 +47,9 @@ use crate::clock::Clock;
 use crate::ledger::{AfterSubmit, InFlight, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
 use crate::live_settings::LiveSettings;
 
-/// Most priority changes one re-prioritisation pass sends.
-const REPRIORITISE_BATCH: usize = 10_000;
+/// Most priority changes one re-prioritisation pass sends (the simulator's engine sends as
+/// many).
+pub(crate) const REPRIORITISE_BATCH: usize = 10_000;
 
 /// Most stale requests one sweep checks.
 const STALE_BATCH: usize = 500;

@@ -19,6 +19,8 @@ pub(super) struct AtLibrary {
     index: HashMap<i64, GroupId>,
     /// (arrival, id) in arrival order: who may starve next.
     arrivals: VecDeque<(Micros, i64)>,
+    /// Starved requests whose starved priority is not sent yet: id -> their priority now.
+    starved: BTreeMap<i64, i64>,
 }
 
 impl AtLibrary {
@@ -40,6 +42,14 @@ impl AtLibrary {
 
     /// A request started (or ended): no longer re-prioritised. Its priority, if it was here.
     pub fn remove(&mut self, id: i64) -> Option<i64> {
+        if let Some(p) = self.starved.remove(&id) {
+            return Some(p);
+        }
+        self.unbucket(id)
+    }
+
+    /// Take `id` out of its group's buckets: its priority, if it was there.
+    fn unbucket(&mut self, id: i64) -> Option<i64> {
         let g = self.index.remove(&id)?;
         let buckets = self.groups.get_mut(g.0)?;
         let p = buckets
@@ -83,20 +93,136 @@ impl AtLibrary {
         buckets.insert(priority, target);
     }
 
-    /// Requests that arrived at or before `bound` and are still pending: they have starved;
-    /// they leave the group buckets (a starved request stays starved) and are returned with
-    /// their current priority.
-    pub fn starve(&mut self, bound: Micros) -> Vec<(i64, i64)> {
-        let mut out = Vec::new();
+    /// Requests that arrived at or before `bound` and are still pending have starved: they
+    /// leave the group buckets (a starved request stays starved) until their starved priority
+    /// is sent ([`Self::changes`]).
+    pub fn starve(&mut self, bound: Micros) {
         while let Some(&(arrived, id)) = self.arrivals.front() {
             if arrived > bound {
                 break;
             }
             self.arrivals.pop_front();
-            if let Some(p) = self.remove(id) {
-                out.push((id, p));
+            if let Some(p) = self.unbucket(id) {
+                self.starved.insert(id, p);
             }
         }
-        out
+    }
+
+    /// The priority changes one re-prioritisation pass sends, at most `max`, the lowest ids
+    /// first (as the dispatcher reads the ledger: `ledger/live.rs` `reprioritise`, in id order,
+    /// stopping at `max`): each starved request to `starved`, each group's request to its
+    /// group's priority in `targets`. The changes appended to `out` are made here; the rest
+    /// wait for the next pass.
+    pub fn changes(
+        &mut self,
+        targets: &[(GroupId, i64)],
+        starved: i64,
+        max: usize,
+        out: &mut Vec<(i64, i64)>,
+    ) {
+        self.starved.retain(|_, p| *p != starved);
+        let waiting = self.starved.len() + self.pending_moves(targets);
+        if waiting <= max {
+            out.extend(self.starved.keys().map(|&id| (id, starved)));
+            self.starved.clear();
+            for &(g, p) in targets {
+                self.regroup(g, p, out);
+            }
+            return;
+        }
+        let mut all: Vec<(i64, i64)> = self.starved.keys().map(|&id| (id, starved)).collect();
+        for &(g, p) in targets {
+            let Some(buckets) = self.groups.get(g.0) else {
+                continue;
+            };
+            let moving = buckets.iter().filter(|(&q, _)| q != p);
+            all.extend(moving.flat_map(|(_, ids)| ids.iter().map(move |&id| (id, p))));
+        }
+        all.sort_unstable();
+        all.truncate(max);
+        for &(id, p) in &all {
+            if self.starved.remove(&id).is_none() {
+                self.rebucket(id, p);
+            }
+        }
+        out.extend(all);
+    }
+
+    /// How many of the groups' requests are not at their group's priority in `targets`.
+    fn pending_moves(&self, targets: &[(GroupId, i64)]) -> usize {
+        let off = |&(g, p): &(GroupId, i64)| -> usize {
+            self.groups.get(g.0).map_or(0, |b| {
+                b.iter()
+                    .filter(|(&q, _)| q != p)
+                    .map(|(_, ids)| ids.len())
+                    .sum()
+            })
+        };
+        targets.iter().map(off).sum()
+    }
+
+    /// Move request `id` to priority `p` within its group.
+    fn rebucket(&mut self, id: i64, p: i64) {
+        let Some(&g) = self.index.get(&id) else {
+            return;
+        };
+        if self.unbucket(id).is_none() {
+            return;
+        }
+        if let Some(buckets) = self.groups.get_mut(g.0) {
+            buckets.entry(p).or_default().insert(id);
+            self.index.insert(id, g);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AtLibrary;
+    use crate::domain::GroupId;
+
+    /// Group 0's ids 1, 3, 5, 7 and group 1's 2, 4, 6, 8, all at priority 10.
+    fn library() -> AtLibrary {
+        let mut lib = AtLibrary::new(2);
+        for id in 1..=8 {
+            lib.add(id, GroupId((id % 2 == 0) as usize), 10, id as u64 * 1_000);
+        }
+        lib
+    }
+
+    #[test]
+    fn a_pass_sends_every_change_when_they_fit() {
+        let mut lib = library();
+        let mut out = Vec::new();
+        lib.changes(&[(GroupId(0), 20), (GroupId(1), 10)], 99, 4, &mut out);
+        out.sort_unstable();
+        assert_eq!(out, [(1, 20), (3, 20), (5, 20), (7, 20)]);
+        out.clear();
+        lib.changes(&[(GroupId(0), 20), (GroupId(1), 10)], 99, 4, &mut out);
+        assert!(out.is_empty(), "sent twice: {out:?}");
+    }
+
+    /// At most `max` changes a pass, the lowest ids first, the starved among them; the rest go
+    /// in the next pass, and a request that started meanwhile is not sent.
+    #[test]
+    fn a_pass_sends_the_lowest_ids_first_and_the_rest_later() {
+        let mut lib = library();
+        lib.starve(4_000); // ids 1 to 4 starve
+        let targets = [(GroupId(0), 20), (GroupId(1), 30)];
+        let mut out = Vec::new();
+        lib.changes(&targets, 99, 3, &mut out);
+        assert_eq!(out, [(1, 99), (2, 99), (3, 99)]);
+        assert_eq!(lib.remove(6), Some(10));
+        out.clear();
+        lib.changes(&targets, 99, 3, &mut out);
+        assert_eq!(out, [(4, 99), (5, 20), (7, 20)]);
+        out.clear();
+        lib.changes(&targets, 99, 3, &mut out);
+        assert_eq!(out, [(8, 30)]);
+        assert_eq!(
+            lib.remove(5),
+            Some(20),
+            "5 was moved to its group's priority"
+        );
     }
 }

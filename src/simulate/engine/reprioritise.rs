@@ -1,7 +1,9 @@
 //! Pass-through mode's re-prioritisation of the requests pending at the library, as the
-//! dispatcher's periodic `reprioritise` does in `serve`.
+//! dispatcher's periodic `reprioritise` does in `serve`: the changed requests in id order, at
+//! most the dispatcher's `REPRIORITISE_BATCH` per pass.
 
 use super::{Picker, Run};
+use crate::dispatcher::REPRIORITISE_BATCH;
 use crate::domain::GroupId;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{place, Algorithm, Candidate, Standing};
@@ -45,14 +47,16 @@ impl Run<'_> {
             };
             let p = place(&self.policy.order, &standing, &c, now_ms).mss_priority;
             if p != job.transfer.priority {
-                changes.push((key, p));
+                changes.push((id, p));
             }
         }
-        changes.sort();
+        // The dispatcher's pass sends the lowest ids first, at most REPRIORITISE_BATCH.
+        changes.sort_unstable();
+        changes.truncate(REPRIORITISE_BATCH);
         let mut events = std::mem::take(&mut self.events);
         let mut batch = self.lib.priority_changes(self.now, &mut events);
-        for (key, p) in changes {
-            batch.set(&key, 1, p);
+        for (id, p) in changes {
+            batch.set(&id.to_string(), 1, p);
         }
         drop(batch);
         self.apply(&mut events);
@@ -67,35 +71,33 @@ impl Run<'_> {
         if let Some(max_wait) = order.max_wait_ms {
             let max_wait = u64::try_from(max_wait).unwrap_or(0).saturating_mul(1000);
             if let Some(bound) = self.now.checked_sub(max_wait) {
-                let starved = order.starved_priority;
-                let starving = self.at_lib.starve(bound);
-                changes.extend(
-                    starving
-                        .into_iter()
-                        .filter(|&(_, p)| p != starved)
-                        .map(|(id, _)| (id, starved)),
-                );
+                self.at_lib.starve(bound);
             }
         }
         let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
         let groups: Vec<GroupId> = self.at_lib.groups().collect();
-        for g in groups {
-            let c = Candidate {
-                id: 0,
-                group: g,
-                library: String::new(),
-                created_ms: now_ms,
-                size_bytes: 0,
-                benefit: 0,
-                qos: Qos::Normal,
-                user: 1.0,
-                queue: 0.0,
-                slots: 1,
-                passed: 0,
-            };
-            let p = place(order, &standing, &c, now_ms).mss_priority;
-            self.at_lib.regroup(g, p, &mut changes);
-        }
+        let targets: Vec<(GroupId, i64)> = groups
+            .into_iter()
+            .map(|g| {
+                let c = Candidate {
+                    id: 0,
+                    group: g,
+                    library: String::new(),
+                    created_ms: now_ms,
+                    size_bytes: 0,
+                    benefit: 0,
+                    qos: Qos::Normal,
+                    user: 1.0,
+                    queue: 0.0,
+                    slots: 1,
+                    passed: 0,
+                };
+                (g, place(order, &standing, &c, now_ms).mss_priority)
+            })
+            .collect();
+        let starved = order.starved_priority;
+        self.at_lib
+            .changes(&targets, starved, REPRIORITISE_BATCH, &mut changes);
         changes.sort_unstable();
         let mut events = std::mem::take(&mut self.events);
         let mut key = String::new();
