@@ -274,12 +274,10 @@ impl VolumeQueue {
         now_ms: i64,
     ) {
         let caps = state::NodeCaps::new(policy);
+        let name = Label::new(&batch.library);
         for c in &batch.requests {
             // Queued (the normal case) or not (a restart restoring what was in flight).
             self.remove(settings, c.id);
-        }
-        let name = Label::new(&batch.library);
-        for c in &batch.requests {
             self.flying
                 .insert(c.id, (name.clone(), batch.volume.clone()));
         }

@@ -75,9 +75,7 @@ impl Run<'_> {
             }
         }
         let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
-        let groups: Vec<GroupId> = self.at_lib.groups().collect();
-        let targets: Vec<(GroupId, i64)> = groups
-            .into_iter()
+        let targets: Vec<(GroupId, i64)> = (self.at_lib.groups())
             .map(|g| {
                 let c = Candidate {
                     id: 0,
