@@ -105,8 +105,8 @@ impl Batch {
 pub struct VolumeQueue {
     /// Per library, by name (a [`Label`]: compared without reading the heap).
     libs: BTreeMap<Label, Lib>,
-    /// Waiting request id -> (library, volume).
-    index: HashMap<i64, (Label, VolumeId)>,
+    /// Waiting request id -> (library, volume, tape position).
+    index: HashMap<i64, (Label, VolumeId, u64)>,
     /// Released request id -> (library, volume), until it ends.
     flying: HashMap<i64, (Label, VolumeId)>,
 }
@@ -124,32 +124,27 @@ impl VolumeQueue {
         self.remove(settings, c.id);
         let vol = VolumeId::of(volume, c.group);
         let name = Label::new(&c.library);
-        self.index.insert(c.id, (name.clone(), vol.clone()));
+        let pos = position.unwrap_or(u64::MAX);
+        self.index.insert(c.id, (name.clone(), vol.clone(), pos));
         let lib = self.libs.entry(name).or_default();
-        lib.push(settings, vol, c, position.unwrap_or(u64::MAX));
+        lib.push(settings, vol, c, pos);
     }
 
     /// Take waiting request `id` out (cancelled, or released by other means).
     pub fn remove(&mut self, settings: &VolumeSettings, id: i64) -> Option<Candidate> {
-        let (lib, vol) = self.index.remove(&id)?;
+        let (lib, vol, pos) = self.index.remove(&id)?;
         let l = self.libs.get_mut(&lib)?;
-        l.remove(settings, &vol, id)
+        l.remove(settings, &vol, id, pos)
     }
 
     pub fn get(&self, id: i64) -> Option<&Candidate> {
-        let (lib, vol) = self.index.get(&id)?;
-        self.libs
-            .get(lib)?
-            .vols
-            .get(vol)?
-            .reqs
-            .get(&id)
-            .map(|(c, _)| c)
+        let (lib, vol, pos) = self.index.get(&id)?;
+        self.libs.get(lib)?.vols.get(vol)?.reqs.get(&(*pos, id))
     }
 
     /// The volume waiting request `id` is queued on.
     pub fn volume_of(&self, id: i64) -> Option<&VolumeId> {
-        self.index.get(&id).map(|(_, v)| v)
+        self.index.get(&id).map(|(_, v, _)| v)
     }
 
     /// Waiting requests.
@@ -275,13 +270,25 @@ impl VolumeQueue {
     ) {
         let caps = state::NodeCaps::new(policy);
         let name = Label::new(&batch.library);
+        let mut here = Vec::with_capacity(batch.requests.len());
         for c in &batch.requests {
-            // Queued (the normal case) or not (a restart restoring what was in flight).
-            self.remove(settings, c.id);
+            // Queued on the batch's volume (the normal case), elsewhere, or not at all (a
+            // restart restoring what was in flight).
+            match self.index.get(&c.id) {
+                Some((lib, vol, pos)) if *lib == name && *vol == batch.volume => {
+                    here.push((c.id, *pos));
+                    self.index.remove(&c.id);
+                }
+                Some(_) => {
+                    self.remove(settings, c.id);
+                }
+                None => {}
+            }
             self.flying
                 .insert(c.id, (name.clone(), batch.volume.clone()));
         }
         let lib = self.libs.entry(name).or_default();
+        lib.take(settings, &batch.volume, &here);
         lib.started(&caps, batch, now_ms);
     }
 

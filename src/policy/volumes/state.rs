@@ -15,13 +15,10 @@ const CONSIDERED: usize = 16;
 /// The requests waiting on one volume.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Vol {
-    /// id -> (request, tape position).
-    pub reqs: HashMap<i64, (Candidate, u64)>,
-    pub by_pos: PosSet,
-    /// Per group: its requests on this volume by position.
-    pub groups: BTreeMap<GroupId, PosSet>,
-    /// Per group: its bytes on this volume.
-    group_bytes: BTreeMap<GroupId, u64>,
+    /// (tape position, id) -> request: the volume's requests in position order.
+    pub reqs: BTreeMap<(u64, i64), Candidate>,
+    /// Per group: its requests on this volume.
+    pub groups: BTreeMap<GroupId, OnVol>,
     /// (created_ms, id) of every request: oldest and newest.
     created: BTreeSet<(i64, i64)>,
     pub bytes: u64,
@@ -29,6 +26,14 @@ pub(crate) struct Vol {
     /// `Some(t)` in the library's `pending` until `t`.
     index: Option<i64>,
     ready_bytes: u64,
+}
+
+/// One group's requests on one volume.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OnVol {
+    /// (tape position, id) of each.
+    pub pos: PosSet,
+    pub bytes: u64,
 }
 
 impl Vol {
@@ -47,8 +52,8 @@ pub(crate) struct Tally {
     pub bytes: u64,
     /// Its eligible volumes, most bytes queued first.
     ready: BTreeSet<(Reverse<u64>, VolumeId)>,
-    /// (created_ms, id) -> volume: its oldest request.
-    oldest: BTreeMap<(i64, i64), VolumeId>,
+    /// (created_ms, id) -> (volume, tape position): its oldest request.
+    oldest: BTreeMap<(i64, i64), (VolumeId, u64)>,
 }
 
 /// A volume in flight.
@@ -127,29 +132,50 @@ impl Lib {
         let t = self.groups.entry(c.group).or_default();
         t.files += 1;
         t.bytes += c.size_bytes;
-        t.oldest.insert((c.created_ms, c.id), vol.clone());
+        t.oldest.insert((c.created_ms, c.id), (vol.clone(), pos));
         let v = self.vols.entry(vol.clone()).or_default();
-        v.by_pos.insert((pos, c.id));
-        v.groups.entry(c.group).or_default().insert((pos, c.id));
-        *v.group_bytes.entry(c.group).or_default() += c.size_bytes;
+        let on = v.groups.entry(c.group).or_default();
+        on.pos.insert((pos, c.id));
+        on.bytes += c.size_bytes;
         v.created.insert((c.created_ms, c.id));
         v.bytes += c.size_bytes;
-        v.reqs.insert(c.id, (c, pos));
+        v.reqs.insert((pos, c.id), c);
         self.index(s, &vol);
     }
 
-    pub fn remove(&mut self, s: &VolumeSettings, vol: &VolumeId, id: i64) -> Option<Candidate> {
+    /// Take request `id` at tape position `pos` off `vol`.
+    pub fn remove(
+        &mut self,
+        s: &VolumeSettings,
+        vol: &VolumeId,
+        id: i64,
+        pos: u64,
+    ) -> Option<Candidate> {
         self.unindex(vol);
+        let c = self.detach(vol, id, pos);
+        self.index(s, vol);
+        c
+    }
+
+    /// Take the requests `items` (id, tape position) off `vol` together (a batch released):
+    /// the volume is re-indexed once, not once per request.
+    pub fn take(&mut self, s: &VolumeSettings, vol: &VolumeId, items: &[(i64, u64)]) {
+        self.unindex(vol);
+        for &(id, pos) in items {
+            self.detach(vol, id, pos);
+        }
+        self.index(s, vol);
+    }
+
+    /// [`Self::remove`] without the re-indexing: the caller unindexed `vol` and indexes it again.
+    fn detach(&mut self, vol: &VolumeId, id: i64, pos: u64) -> Option<Candidate> {
         let v = self.vols.get_mut(vol)?;
-        let (c, pos) = v.reqs.remove(&id)?;
-        v.by_pos.remove(&(pos, id));
-        if let Some(set) = v.groups.get_mut(&c.group) {
-            set.remove(&(pos, id));
-            if set.is_empty() {
+        let c = v.reqs.remove(&(pos, id))?;
+        if let Some(on) = v.groups.get_mut(&c.group) {
+            on.pos.remove(&(pos, id));
+            on.bytes -= c.size_bytes;
+            if on.pos.is_empty() {
                 v.groups.remove(&c.group);
-                v.group_bytes.remove(&c.group);
-            } else if let Some(b) = v.group_bytes.get_mut(&c.group) {
-                *b -= c.size_bytes;
             }
         }
         v.created.remove(&(c.created_ms, id));
@@ -165,7 +191,6 @@ impl Lib {
                 self.groups.remove(&c.group);
             }
         }
-        self.index(s, vol);
         Some(c)
     }
 
@@ -275,8 +300,8 @@ impl Lib {
 
     /// `g`'s oldest waiting request.
     pub fn oldest_of(&self, g: GroupId) -> Option<&Candidate> {
-        let (&(_, id), vol) = self.groups.get(&g)?.oldest.first_key_value()?;
-        self.vols.get(vol)?.reqs.get(&id).map(|(c, _)| c)
+        let (&(_, id), (vol, pos)) = self.groups.get(&g)?.oldest.first_key_value()?;
+        self.vols.get(vol)?.reqs.get(&(*pos, id))
     }
 
     /// `g`'s best eligible volume not in flight (after [`Self::promote`]): of its
@@ -285,10 +310,10 @@ impl Lib {
     pub fn best_volume(&self, g: GroupId, rides: &dyn Fn(GroupId) -> bool) -> Option<VolumeId> {
         let read = |vol: &VolumeId| {
             self.vols.get(vol).map_or(0, |v| {
-                v.group_bytes
+                v.groups
                     .iter()
                     .filter(|(&o, _)| o == g || rides(o))
-                    .map(|(_, b)| *b)
+                    .map(|(_, on)| on.bytes)
                     .sum::<u64>()
             })
         };
@@ -324,20 +349,20 @@ impl Lib {
                     || (n < s.batch_max_files as usize
                         && bytes.saturating_add(size) <= s.batch_max_bytes)
             };
-            let own = v.groups.get(&g).into_iter().flatten();
+            let own = v.groups.get(&g).into_iter().flat_map(|on| &on.pos);
             let riders: BTreeSet<GroupId> = v
                 .groups
                 .keys()
                 .copied()
                 .filter(|&o| o != g && rides(o))
                 .collect();
-            let others = v.by_pos.iter().filter(|k| {
-                v.reqs
-                    .get(&k.1)
-                    .is_some_and(|(c, _)| riders.contains(&c.group))
-            });
+            let others = v
+                .reqs
+                .iter()
+                .filter(|(_, c)| riders.contains(&c.group))
+                .map(|(k, _)| k);
             for k in own.chain(others) {
-                let Some((c, _)) = v.reqs.get(&k.1) else {
+                let Some(c) = v.reqs.get(k) else {
                     continue;
                 };
                 if !fits(bytes, picked.len(), c.size_bytes) {
@@ -350,7 +375,7 @@ impl Lib {
         }
         let requests = picked
             .iter()
-            .filter_map(|k| self.vols.get(&vol)?.reqs.get(&k.1).map(|(c, _)| c.clone()))
+            .filter_map(|k| self.vols.get(&vol)?.reqs.get(k).cloned())
             .collect();
         Batch {
             library: library.to_owned(),
