@@ -89,14 +89,7 @@ impl Multifactor {
         c: &Candidate,
         waited_ms: i64,
     ) -> Arm {
-        let factors = self.factors(&Inputs {
-            waited_ms,
-            fairshare: f64::from(rank) / f64::from(leaves),
-            qos: c.qos,
-            queue: c.queue,
-            size_bytes: c.size_bytes,
-            user: c.user,
-        });
+        let factors = self.factors(&Self::inputs((rank, leaves), c, waited_ms));
         let score = self.score(&factors);
         Arm {
             mss_priority: self.mss_priority(score),
@@ -108,6 +101,24 @@ impl Multifactor {
                 total_weight: self.total_weight(),
                 band,
             },
+        }
+    }
+
+    /// [`Self::place`]'s MSS priority alone, computed the same way, without the figures
+    /// explain shows (pass-through's re-prioritisation asks it of every pending request).
+    pub(super) fn mss_priority_of(&self, rank: (u32, u32), c: &Candidate, waited_ms: i64) -> i64 {
+        let factors = self.factors(&Self::inputs(rank, c, waited_ms));
+        self.mss_priority(self.score(&factors))
+    }
+
+    fn inputs((rank, leaves): (u32, u32), c: &Candidate, waited_ms: i64) -> Inputs {
+        Inputs {
+            waited_ms,
+            fairshare: f64::from(rank) / f64::from(leaves),
+            qos: c.qos,
+            queue: c.queue,
+            size_bytes: c.size_bytes,
+            user: c.user,
         }
     }
 

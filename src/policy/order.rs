@@ -382,6 +382,28 @@ pub fn place<U: UsageLookup>(
     }
 }
 
+/// [`place`]'s MSS priority of `c` alone, the same number without the explain and the class
+/// (what pass-through's re-prioritisation needs of every pending request): multifactor computes
+/// only its score; the group-level policies place as [`place`] does.
+pub fn mss_priority<U: UsageLookup>(
+    order: &OrderSettings,
+    standing: &Standing<'_, U>,
+    c: &Candidate,
+    now_ms: i64,
+) -> i64 {
+    if let GroupKind::Priority { mss_priority, .. } = standing.policy.group(c.group).kind {
+        return mss_priority;
+    }
+    let waited_ms = (now_ms - c.created_ms).max(0);
+    if order.max_wait_ms.is_some_and(|m| waited_ms >= m) {
+        return order.starved_priority;
+    }
+    match &order.algorithm {
+        Algorithm::Multifactor(m) => m.mss_priority_of(standing.rank(c.group), c, waited_ms),
+        _ => place(order, standing, c, now_ms).mss_priority,
+    }
+}
+
 /// What one policy says of a fair-share request: its MSS priority, its score in the broker's
 /// queue (held mode: higher is released first) and its figures for explain.
 pub(super) struct Arm {

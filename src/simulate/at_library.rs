@@ -61,6 +61,17 @@ impl AtLibrary {
         Some(p)
     }
 
+    /// Every request in the group buckets and its priority now, (id, group, priority), by group
+    /// and priority. Those [`Self::starve`] took out are not among them (multifactor, which
+    /// reads this, places each request itself and never calls `starve`).
+    pub fn pending(&self) -> impl Iterator<Item = (i64, GroupId, i64)> + '_ {
+        self.groups.iter().enumerate().flat_map(|(g, buckets)| {
+            buckets
+                .iter()
+                .flat_map(move |(&p, ids)| ids.iter().map(move |&id| (id, GroupId(g), p)))
+        })
+    }
+
     /// Groups with requests pending.
     pub fn groups(&self) -> impl Iterator<Item = GroupId> + '_ {
         self.groups
@@ -162,7 +173,7 @@ impl AtLibrary {
     }
 
     /// Move request `id` to priority `p` within its group.
-    fn rebucket(&mut self, id: i64, p: i64) {
+    pub fn rebucket(&mut self, id: i64, p: i64) {
         let Some(&g) = self.index.get(&id) else {
             return;
         };
@@ -200,6 +211,28 @@ mod tests {
         out.clear();
         lib.changes(&[(GroupId(0), 20), (GroupId(1), 10)], 99, 4, &mut out);
         assert!(out.is_empty(), "sent twice: {out:?}");
+    }
+
+    /// What multifactor reads: every pending request with the priority last sent, which a
+    /// re-bucketed request changes and a started one leaves.
+    #[test]
+    fn pending_lists_each_request_at_the_priority_last_sent() {
+        let mut lib = library();
+        lib.rebucket(3, 25);
+        assert_eq!(lib.remove(4), Some(10));
+        let mut seen: Vec<(i64, usize, i64)> =
+            lib.pending().map(|(id, g, p)| (id, g.0, p)).collect();
+        seen.sort_unstable();
+        let want = [
+            (1, 0, 10),
+            (2, 1, 10),
+            (3, 0, 25),
+            (5, 0, 10),
+            (6, 1, 10),
+            (7, 0, 10),
+            (8, 1, 10),
+        ];
+        assert_eq!(seen, want);
     }
 
     /// At most `max` changes a pass, the lowest ids first, the starved among them; the rest go

@@ -775,3 +775,53 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// [`mss_priority`] (pass-through's re-prioritisation of every pending request) is
+    /// [`place`]'s MSS priority, for every policy, with and without the starvation bound, for
+    /// fair-share requests of any factors and for a priority-class request, on both sides of
+    /// the bound and of multifactor's wait cap, on a band wide enough to show any difference.
+    #[test]
+    fn the_mss_priority_alone_is_the_placements(
+        r in (0usize..4, 0usize..6, 0usize..4, 0usize..3, 0usize..3, 0usize..2),
+        algo in 0usize..4,
+        bounded in proptest::prelude::any::<bool>(),
+        later in proptest::prop_oneof![
+            proptest::prelude::Just(199_999i64),
+            proptest::prelude::Just(200_000i64),
+            proptest::prelude::Just(100_000i64),
+            0i64..400_000
+        ],
+        usage in proptest::collection::vec(0u64..1_000, 4),
+        class in proptest::prelude::any::<bool>(),
+    ) {
+        let algorithm = ["sam", "fair_tree", "multifactor", "fbsng"][algo];
+        let bound = if bounded { "max_wait_secs = 200\n" } else { "" };
+        // A band wide enough that any change in a score changes the priority.
+        let p = TestConfig::new()
+            .with(&format!(
+                "[policy]\nalgorithm = \"{algorithm}\"\nband_low = 1\nband_high = 1000000\n\
+                 {bound}[policy.multifactor]\nwait_cap_secs = 100\n[usage]\nmodel = \"none\"\n\
+                 [[priority_classes]]\naccess_mode = \"daq\"\nmss_priority = 2000000\n\
+                 [shares]\n{ABCD}\n"
+            ))
+            .settings()
+            .policy;
+        let q = Queues::new(&p.order.fbsng);
+        let amounts: Vec<(&str, u64)> = ["a", "b", "c", "d"].into_iter().zip(usage).collect();
+        let b = book(&p, &amounts);
+        let s = Standing::new(&p, b.at(0), &q);
+        let mut c = mf_request(&p, 0, r);
+        if class {
+            c.group = p.group_ids().find(|&g| !is_fair(&p, g)).expect("the daq class");
+        }
+        let now = c.created_ms + later;
+        proptest::prop_assert_eq!(
+            mss_priority(&p.order, &s, &c, now),
+            place(&p.order, &s, &c, now).mss_priority,
+            "{} {:?} at {}", algorithm, c, now
+        );
+    }
+}

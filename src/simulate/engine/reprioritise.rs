@@ -6,7 +6,7 @@ use super::{Picker, Run};
 use crate::dispatcher::REPRIORITISE_BATCH;
 use crate::domain::GroupId;
 use crate::policy::multifactor::Qos;
-use crate::policy::order::{place, Algorithm, Candidate, Standing};
+use crate::policy::order::{mss_priority, place, Algorithm, Candidate, Standing};
 
 impl Run<'_> {
     /// Pass-through: recompute the priority of everything still pending at the library, and
@@ -21,23 +21,25 @@ impl Run<'_> {
         if !matches!(self.policy.order.algorithm, Algorithm::Multifactor(_)) {
             return self.reprioritise_groups();
         }
+        let order = &self.policy.order;
         let now_ms = self.now_ms();
         let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
-        let mut changes = Vec::new();
-        for (&id, info) in &self.info {
-            let key = id.to_string();
-            let Some(job) = self.lib.job(&key) else {
+        let mut changes = std::mem::take(&mut self.changes);
+        changes.clear();
+        for (id, group, now_at) in self.at_lib.pending() {
+            let Some(info) = self.info.get(&id) else {
                 continue;
             };
-            if job.phase != mss_adapters::sim::library::Phase::Pending {
-                continue;
-            }
+            let size_bytes = usize::try_from(id - 1)
+                .ok()
+                .and_then(|i| self.load.get(i))
+                .map_or(0, |a| a.size_bytes);
             let c = Candidate {
                 id,
-                group: info.group,
+                group,
                 library: String::new(),
                 created_ms: (info.arrived / 1000) as i64,
-                size_bytes: job.transfer.size_bytes,
+                size_bytes,
                 benefit: 0,
                 qos: info.qos,
                 user: 1.0,
@@ -45,20 +47,33 @@ impl Run<'_> {
                 slots: info.slots,
                 passed: 0,
             };
-            let p = place(&self.policy.order, &standing, &c, now_ms).mss_priority;
-            if p != job.transfer.priority {
+            let p = mss_priority(order, &standing, &c, now_ms);
+            if p != now_at {
                 changes.push((id, p));
             }
         }
         // The dispatcher's pass sends the lowest ids first, at most REPRIORITISE_BATCH.
         changes.sort_unstable();
         changes.truncate(REPRIORITISE_BATCH);
+        for &(id, p) in &changes {
+            self.at_lib.rebucket(id, p);
+        }
+        self.send_changes(changes);
+    }
+
+    /// Send `changes` (id, priority) to the library in one batch, in their order.
+    fn send_changes(&mut self, changes: Vec<(i64, i64)>) {
         let mut events = std::mem::take(&mut self.events);
+        let mut key = String::new();
         let mut batch = self.lib.priority_changes(self.now, &mut events);
-        for (id, p) in changes {
-            batch.set(&id.to_string(), 1, p);
+        for &(id, p) in &changes {
+            key.clear();
+            // Writing into a String cannot fail.
+            let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{id}"));
+            batch.set(&key, 1, p);
         }
         drop(batch);
+        self.changes = changes;
         self.apply(&mut events);
         self.events = events;
     }
@@ -97,18 +112,6 @@ impl Run<'_> {
         self.at_lib
             .changes(&targets, starved, REPRIORITISE_BATCH, &mut changes);
         changes.sort_unstable();
-        let mut events = std::mem::take(&mut self.events);
-        let mut key = String::new();
-        let mut batch = self.lib.priority_changes(self.now, &mut events);
-        for &(id, p) in &changes {
-            key.clear();
-            // Writing into a String cannot fail.
-            let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{id}"));
-            batch.set(&key, 1, p);
-        }
-        drop(batch);
-        self.changes = changes;
-        self.apply(&mut events);
-        self.events = events;
+        self.send_changes(changes);
     }
 }
