@@ -72,6 +72,29 @@ impl AtLibrary {
         })
     }
 
+    /// The priority changes of one pass of a policy that places each request itself
+    /// (multifactor): `place` gives each pending request's priority now (`None`: leave it);
+    /// those that differ from the one last sent are appended to `out`, at most `max`, the lowest
+    /// ids first (as [`Self::changes`]), and recorded; the rest wait for the next pass.
+    pub fn placed_changes(
+        &mut self,
+        mut place: impl FnMut(i64, GroupId) -> Option<i64>,
+        max: usize,
+        out: &mut Vec<(i64, i64)>,
+    ) {
+        let from = out.len();
+        for (id, g, now_at) in self.pending() {
+            if let Some(p) = place(id, g).filter(|&p| p != now_at) {
+                out.push((id, p));
+            }
+        }
+        out[from..].sort_unstable();
+        out.truncate(from + max);
+        for &(id, p) in &out[from..] {
+            self.rebucket(id, p);
+        }
+    }
+
     /// Groups with requests pending.
     pub fn groups(&self) -> impl Iterator<Item = GroupId> + '_ {
         self.groups
@@ -173,7 +196,7 @@ impl AtLibrary {
     }
 
     /// Move request `id` to priority `p` within its group.
-    pub fn rebucket(&mut self, id: i64, p: i64) {
+    fn rebucket(&mut self, id: i64, p: i64) {
         let Some(&g) = self.index.get(&id) else {
             return;
         };
@@ -213,26 +236,43 @@ mod tests {
         assert!(out.is_empty(), "sent twice: {out:?}");
     }
 
-    /// What multifactor reads: every pending request with the priority last sent, which a
-    /// re-bucketed request changes and a started one leaves.
+    /// Multifactor's pass: only the requests whose priority differs from the one last sent,
+    /// at most `max`, the lowest ids first; the rest in the next pass; a request that started
+    /// meanwhile is not sent, and one already sent its priority is not sent it again.
     #[test]
-    fn pending_lists_each_request_at_the_priority_last_sent() {
+    fn a_placed_pass_sends_the_lowest_changed_ids_first_and_the_rest_later() {
         let mut lib = library();
-        lib.rebucket(3, 25);
-        assert_eq!(lib.remove(4), Some(10));
-        let mut seen: Vec<(i64, usize, i64)> =
+        // Odd ids (group 0) to 20, even ids to 10 (unchanged) but 2 and 8 to 30.
+        let place = |id: i64, g: GroupId| {
+            Some(match (g.0, id) {
+                (0, _) => 20,
+                (_, 2 | 8) => 30,
+                _ => 10,
+            })
+        };
+        let mut out = Vec::new();
+        lib.placed_changes(place, 3, &mut out);
+        assert_eq!(out, [(1, 20), (2, 30), (3, 20)]);
+        assert_eq!(lib.remove(7), Some(10), "7 was not sent its change");
+        out.clear();
+        lib.placed_changes(place, 3, &mut out);
+        assert_eq!(out, [(5, 20), (8, 30)]);
+        out.clear();
+        lib.placed_changes(place, 3, &mut out);
+        assert!(out.is_empty(), "sent twice: {out:?}");
+        assert_eq!(lib.remove(5), Some(20), "5 is at the priority sent");
+        let mut left: Vec<(i64, usize, i64)> =
             lib.pending().map(|(id, g, p)| (id, g.0, p)).collect();
-        seen.sort_unstable();
+        left.sort_unstable();
         let want = [
-            (1, 0, 10),
-            (2, 1, 10),
-            (3, 0, 25),
-            (5, 0, 10),
+            (1, 0, 20),
+            (2, 1, 30),
+            (3, 0, 20),
+            (4, 1, 10),
             (6, 1, 10),
-            (7, 0, 10),
-            (8, 1, 10),
+            (8, 1, 30),
         ];
-        assert_eq!(seen, want);
+        assert_eq!(left, want);
     }
 
     /// At most `max` changes a pass, the lowest ids first, the starved among them; the rest go

@@ -26,13 +26,12 @@ impl Run<'_> {
         let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
         let mut changes = std::mem::take(&mut self.changes);
         changes.clear();
-        for (id, group, now_at) in self.at_lib.pending() {
-            let Some(info) = self.info.get(&id) else {
-                continue;
-            };
+        let (info, load) = (&self.info, self.load);
+        let place = |id: i64, group| {
+            let info = info.get(&id)?;
             let size_bytes = usize::try_from(id - 1)
                 .ok()
-                .and_then(|i| self.load.get(i))
+                .and_then(|i| load.get(i))
                 .map_or(0, |a| a.size_bytes);
             let c = Candidate {
                 id,
@@ -47,17 +46,11 @@ impl Run<'_> {
                 slots: info.slots,
                 passed: 0,
             };
-            let p = mss_priority(order, &standing, &c, now_ms);
-            if p != now_at {
-                changes.push((id, p));
-            }
-        }
+            Some(mss_priority(order, &standing, &c, now_ms))
+        };
         // The dispatcher's pass sends the lowest ids first, at most REPRIORITISE_BATCH.
-        changes.sort_unstable();
-        changes.truncate(REPRIORITISE_BATCH);
-        for &(id, p) in &changes {
-            self.at_lib.rebucket(id, p);
-        }
+        self.at_lib
+            .placed_changes(place, REPRIORITISE_BATCH, &mut changes);
         self.send_changes(changes);
     }
 
