@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use itertools::Itertools;
+
 use mss_adapters::sim::library::Micros;
 
 use crate::domain::GroupId;
@@ -164,16 +166,20 @@ impl AtLibrary {
             }
             return;
         }
-        let mut all: Vec<(i64, i64)> = self.starved.keys().map(|&id| (id, starved)).collect();
-        for &(g, p) in targets {
-            let Some(buckets) = self.groups.get(g.0) else {
-                continue;
-            };
-            let moving = buckets.iter().filter(|(&q, _)| q != p);
-            all.extend(moving.flat_map(|(_, ids)| ids.iter().map(move |&id| (id, p))));
-        }
-        all.sort_unstable();
-        all.truncate(max);
+        // The lowest `max` ids of the starved and of every bucket off its group's priority: a
+        // merge of those sorted sets that stops there, not a sort of everything moving.
+        type Ids<'a> = Box<dyn Iterator<Item = (i64, i64)> + 'a>;
+        let starved_ids: Ids<'_> = Box::new(self.starved.keys().map(move |&id| (id, starved)));
+        let moving = targets.iter().flat_map(|&(g, p)| {
+            let buckets = self.groups.get(g.0).into_iter().flatten();
+            let off = buckets.filter(move |(&q, _)| q != p);
+            off.map(move |(_, ids)| Box::new(ids.iter().map(move |&id| (id, p))) as Ids<'_>)
+        });
+        let all: Vec<(i64, i64)> = std::iter::once(starved_ids)
+            .chain(moving)
+            .kmerge()
+            .take(max)
+            .collect();
         for &(id, p) in &all {
             if self.starved.remove(&id).is_none() {
                 self.rebucket(id, p);
