@@ -33,7 +33,8 @@ pub struct HeldQueue {
 mod by_score;
 mod run;
 
-use run::{Run, Waiting};
+use run::Run;
+pub(crate) use run::Waiting;
 
 /// Library names by number, each counted by the requests waiting for it (a name goes when its
 /// last request does, so free-text names cannot pile up).

@@ -100,13 +100,15 @@ impl Batch {
     }
 }
 
+/// Waiting request id -> (library, volume, tape position).
+type Index = HashMap<i64, (Label, VolumeId, u64)>;
+
 /// The fair-share requests waiting in the volumes mode, and the volumes in flight.
 #[derive(Debug, Clone, Default)]
 pub struct VolumeQueue {
     /// Per library, by name (a [`Label`]: compared without reading the heap).
     libs: BTreeMap<Label, Lib>,
-    /// Waiting request id -> (library, volume, tape position).
-    index: HashMap<i64, (Label, VolumeId, u64)>,
+    index: Index,
     /// Released request id -> (library, volume), until it ends.
     flying: HashMap<i64, (Label, VolumeId)>,
 }
@@ -134,12 +136,13 @@ impl VolumeQueue {
     pub fn remove(&mut self, settings: &VolumeSettings, id: i64) -> Option<Candidate> {
         let (lib, vol, pos) = self.index.remove(&id)?;
         let l = self.libs.get_mut(&lib)?;
-        l.remove(settings, &vol, id, pos)
+        let (g, w) = l.remove(settings, &vol, id, pos)?;
+        Some(w.candidate(g, lib.as_str()))
     }
 
-    pub fn get(&self, id: i64) -> Option<&Candidate> {
+    pub fn get(&self, id: i64) -> Option<Candidate> {
         let (lib, vol, pos) = self.index.get(&id)?;
-        self.libs.get(lib)?.vols.get(vol)?.reqs.get(&(*pos, id))
+        self.libs.get(lib)?.waiting(lib.as_str(), vol, id, *pos)
     }
 
     /// The volume waiting request `id` is queued on.
@@ -244,7 +247,9 @@ impl VolumeQueue {
                     .get(&vol)
                     .is_some_and(|v| v.groups.contains_key(&g))
             };
-            if let Some(g) = lead_group(order, standing, lib, now_ms, |g| on_it(g) && under(g)) {
+            let allowed = |g| on_it(g) && under(g);
+            let at = (library, &*lib, &self.index);
+            if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 return Some(lib.cut(s, library, vol, g, BatchReason::Sticky, &under));
             }
         }
@@ -252,7 +257,8 @@ impl VolumeQueue {
             return None;
         }
         let caps = state::NodeCaps::new(standing.policy);
-        let g = lead_group(order, standing, lib, now_ms, |g| {
+        let at = (library, &*lib, &self.index);
+        let g = lead_group(order, standing, at, now_ms, |g| {
             caps.allows(g, &lib.node_flights) && lib.best_volume(g, &under).is_some()
         })?;
         let vol = lib.best_volume(g, &under)?;
@@ -320,12 +326,16 @@ impl VolumeQueue {
 fn lead_group<U: UsageLookup>(
     order: &OrderSettings,
     standing: &Standing<'_, U>,
-    lib: &Lib,
+    (library, lib, index): (&str, &Lib, &Index),
     now_ms: i64,
     allowed: impl Fn(GroupId) -> bool,
 ) -> Option<GroupId> {
-    let oldest = |g: GroupId| lib.oldest_of(g);
-    let groups: Vec<(GroupId, &Candidate)> = lib
+    let oldest = |g: GroupId| {
+        let id = lib.oldest_of(g)?;
+        let (_, vol, pos) = index.get(&id)?;
+        lib.waiting(library, vol, id, *pos)
+    };
+    let groups: Vec<(GroupId, Candidate)> = lib
         .groups
         .keys()
         .filter(|&&g| allowed(g))

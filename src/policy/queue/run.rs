@@ -18,8 +18,8 @@ const CHUNK: usize = 32;
 /// A waiting request as the queue keeps it: a [`Candidate`] without its library and group,
 /// which its place in the queue says (64 bytes instead of 96).
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Waiting {
-    pub(super) id: i64,
+pub(crate) struct Waiting {
+    pub(crate) id: i64,
     created_ms: i64,
     size_bytes: u64,
     benefit: u64,
@@ -31,7 +31,7 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
-    pub(super) fn of(c: Candidate) -> Waiting {
+    pub(crate) fn of(c: Candidate) -> Waiting {
         Waiting {
             id: c.id,
             created_ms: c.created_ms,
@@ -46,7 +46,7 @@ impl Waiting {
     }
 
     /// The request as the policy sees it, waiting in `group` of `library`.
-    pub(super) fn candidate(&self, group: GroupId, library: &str) -> Candidate {
+    pub(crate) fn candidate(&self, group: GroupId, library: &str) -> Candidate {
         Candidate {
             id: self.id,
             group,
@@ -62,8 +62,12 @@ impl Waiting {
         }
     }
 
-    pub(super) fn created_ms(&self) -> i64 {
+    pub(crate) fn created_ms(&self) -> i64 {
         self.created_ms
+    }
+
+    pub(crate) fn size_bytes(&self) -> u64 {
+        self.size_bytes
     }
 }
 

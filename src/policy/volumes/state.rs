@@ -8,6 +8,7 @@ use super::{Batch, BatchReason, PosSet, VolumeId};
 use crate::domain::order::VolumeSettings;
 use crate::domain::{GroupId, PolicySettings};
 use crate::policy::order::Candidate;
+use crate::policy::queue::Waiting;
 
 /// How many of a group's fullest eligible volumes [`Lib::best_volume`] weighs.
 const CONSIDERED: usize = 16;
@@ -15,8 +16,9 @@ const CONSIDERED: usize = 16;
 /// The requests waiting on one volume.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Vol {
-    /// (tape position, id) -> request: the volume's requests in position order.
-    pub reqs: BTreeMap<(u64, i64), Candidate>,
+    /// (tape position, id) -> (group, request): the volume's requests in position order, each
+    /// kept as a [`Waiting`] (its library is the `Lib`'s: 72 bytes, not a 96-byte `Candidate`).
+    pub reqs: BTreeMap<(u64, i64), (GroupId, Waiting)>,
     /// Per group: its requests on this volume.
     pub groups: BTreeMap<GroupId, OnVol>,
     /// (created_ms, id) of every request: oldest and newest.
@@ -52,8 +54,8 @@ pub(crate) struct Tally {
     pub bytes: u64,
     /// Its eligible volumes, most bytes queued first.
     ready: BTreeSet<(Reverse<u64>, VolumeId)>,
-    /// (created_ms, id) -> (volume, tape position): its oldest request.
-    oldest: BTreeMap<(i64, i64), (VolumeId, u64)>,
+    /// (created_ms, id) of each: its oldest request (found through the queue's index).
+    oldest: BTreeSet<(i64, i64)>,
 }
 
 /// A volume in flight.
@@ -132,14 +134,14 @@ impl Lib {
         let t = self.groups.entry(c.group).or_default();
         t.files += 1;
         t.bytes += c.size_bytes;
-        t.oldest.insert((c.created_ms, c.id), (vol.clone(), pos));
+        t.oldest.insert((c.created_ms, c.id));
         let v = self.vols.entry(vol.clone()).or_default();
         let on = v.groups.entry(c.group).or_default();
         on.pos.insert((pos, c.id));
         on.bytes += c.size_bytes;
         v.created.insert((c.created_ms, c.id));
         v.bytes += c.size_bytes;
-        v.reqs.insert((pos, c.id), c);
+        v.reqs.insert((pos, c.id), (c.group, Waiting::of(c)));
         self.index(s, &vol);
     }
 
@@ -150,7 +152,7 @@ impl Lib {
         vol: &VolumeId,
         id: i64,
         pos: u64,
-    ) -> Option<Candidate> {
+    ) -> Option<(GroupId, Waiting)> {
         self.unindex(vol);
         let c = self.detach(vol, id, pos);
         self.index(s, vol);
@@ -168,30 +170,31 @@ impl Lib {
     }
 
     /// [`Self::remove`] without the re-indexing: the caller unindexed `vol` and indexes it again.
-    fn detach(&mut self, vol: &VolumeId, id: i64, pos: u64) -> Option<Candidate> {
+    fn detach(&mut self, vol: &VolumeId, id: i64, pos: u64) -> Option<(GroupId, Waiting)> {
         let v = self.vols.get_mut(vol)?;
-        let c = v.reqs.remove(&(pos, id))?;
-        if let Some(on) = v.groups.get_mut(&c.group) {
+        let (group, w) = v.reqs.remove(&(pos, id))?;
+        let (size, created) = (w.size_bytes(), w.created_ms());
+        if let Some(on) = v.groups.get_mut(&group) {
             on.pos.remove(&(pos, id));
-            on.bytes -= c.size_bytes;
+            on.bytes -= size;
             if on.pos.is_empty() {
-                v.groups.remove(&c.group);
+                v.groups.remove(&group);
             }
         }
-        v.created.remove(&(c.created_ms, id));
-        v.bytes -= c.size_bytes;
+        v.created.remove(&(created, id));
+        v.bytes -= size;
         if v.reqs.is_empty() {
             self.vols.remove(vol);
         }
-        if let Some(t) = self.groups.get_mut(&c.group) {
+        if let Some(t) = self.groups.get_mut(&group) {
             t.files -= 1;
-            t.bytes -= c.size_bytes;
-            t.oldest.remove(&(c.created_ms, id));
+            t.bytes -= size;
+            t.oldest.remove(&(created, id));
             if t.files == 0 {
-                self.groups.remove(&c.group);
+                self.groups.remove(&group);
             }
         }
-        Some(c)
+        Some((group, w))
     }
 
     /// Take `vol` out of the eligibility indexes (before it changes).
@@ -298,10 +301,15 @@ impl Lib {
         flying.chain(recent).cloned().collect()
     }
 
-    /// `g`'s oldest waiting request.
-    pub fn oldest_of(&self, g: GroupId) -> Option<&Candidate> {
-        let (&(_, id), (vol, pos)) = self.groups.get(&g)?.oldest.first_key_value()?;
-        self.vols.get(vol)?.reqs.get(&(*pos, id))
+    /// The id of `g`'s oldest waiting request.
+    pub fn oldest_of(&self, g: GroupId) -> Option<i64> {
+        self.groups.get(&g)?.oldest.first().map(|&(_, id)| id)
+    }
+
+    /// Waiting request `id` at tape position `pos` of `vol`, as the policy sees it in `library`.
+    pub fn waiting(&self, library: &str, vol: &VolumeId, id: i64, pos: u64) -> Option<Candidate> {
+        let (g, w) = self.vols.get(vol)?.reqs.get(&(pos, id))?;
+        Some(w.candidate(*g, library))
     }
 
     /// `g`'s best eligible volume not in flight (after [`Self::promote`]): of its
@@ -359,23 +367,26 @@ impl Lib {
             let others = v
                 .reqs
                 .iter()
-                .filter(|(_, c)| riders.contains(&c.group))
+                .filter(|(_, (o, _))| riders.contains(o))
                 .map(|(k, _)| k);
             for k in own.chain(others) {
-                let Some(c) = v.reqs.get(k) else {
+                let Some((_, w)) = v.reqs.get(k) else {
                     continue;
                 };
-                if !fits(bytes, picked.len(), c.size_bytes) {
+                if !fits(bytes, picked.len(), w.size_bytes()) {
                     break;
                 }
-                bytes += c.size_bytes;
+                bytes += w.size_bytes();
                 picked.push(*k);
             }
             picked.sort_unstable();
         }
         let requests = picked
             .iter()
-            .filter_map(|k| self.vols.get(&vol)?.reqs.get(k).cloned())
+            .filter_map(|k| {
+                let (o, w) = self.vols.get(&vol)?.reqs.get(k)?;
+                Some(w.candidate(*o, library))
+            })
             .collect();
         Batch {
             library: library.to_owned(),
