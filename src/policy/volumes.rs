@@ -223,8 +223,9 @@ impl VolumeQueue {
     /// first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
     /// first among those with an eligible volume not in flight and under their `[targets]`
     /// `max_volumes` (starved first, then the policy's order, as
-    /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and of that group's
-    /// fullest eligible volumes the one whose mount reads the most. The batch is the volume's
+    /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and the volume of that
+    /// group's oldest request if it has waited `max_age_ms` (not in flight), else of the
+    /// group's fullest eligible volumes the one whose mount reads the most. The batch is the volume's
     /// requests of that group in position order up to the batch caps, then the requests on it
     /// of other groups not ahead of their share (riders), in position order while room is left.
     /// Nothing changes until [`Self::batch_started`] (but volumes whose time came are marked
@@ -261,7 +262,16 @@ impl VolumeQueue {
         let g = lead_group(order, standing, at, now_ms, |g| {
             caps.allows(g, &lib.node_flights) && lib.best_volume(g, &under).is_some()
         })?;
-        let vol = lib.best_volume(g, &under)?;
+        // An old request on a small tape does not wait behind the group's fuller ones.
+        let overdue = lib.oldest_entry(g).and_then(|(created, id)| {
+            let (_, vol, _) = self.index.get(&id)?;
+            let due = now_ms - created >= s.max_age_ms && !lib.flights.contains_key(vol);
+            due.then(|| vol.clone())
+        });
+        let vol = match overdue {
+            Some(v) => v,
+            None => lib.best_volume(g, &under)?,
+        };
         Some(lib.cut(s, library, vol, g, BatchReason::Chosen, &under))
     }
 

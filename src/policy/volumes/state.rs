@@ -301,6 +301,11 @@ impl Lib {
         flying.chain(recent).cloned().collect()
     }
 
+    /// (created_ms, id) of `g`'s oldest waiting request.
+    pub fn oldest_entry(&self, g: GroupId) -> Option<(i64, i64)> {
+        self.groups.get(&g)?.oldest.first().copied()
+    }
+
     /// The id of `g`'s oldest waiting request.
     pub fn oldest_of(&self, g: GroupId) -> Option<i64> {
         self.groups.get(&g)?.oldest.first().map(|&(_, id)| id)

@@ -225,6 +225,27 @@ fn the_policy_picks_the_group_then_its_fullest_eligible_volume() {
     assert_eq!(b.reason, BatchReason::Chosen);
 }
 
+/// A volume whose oldest request has waited `max_age_secs` goes before the group's fuller
+/// volumes (nothing waits forever behind the busiest tapes); a millisecond earlier the fullest
+/// goes.
+#[test]
+fn a_group_s_volume_past_max_age_goes_before_its_fullest() {
+    let mut h = H::new("");
+    h.add("b", Some("VOLD"), 1, 1, 0); // alone and small: eligible by age at 100 s
+    h.add("b", Some("VFULL"), 1, 200, 90_000);
+    h.add("b", Some("VFULL2"), 1, 150, 90_000);
+    let before = h.next(99_999).expect("a batch");
+    assert_eq!(before.volume, VolumeId::Tape("VFULL".into()));
+    let b = h.start(100_000).expect("a batch");
+    assert_eq!(
+        (b.volume.clone(), ids(&b)),
+        (VolumeId::Tape("VOLD".into()), vec![1])
+    );
+    assert_eq!(b.reason, BatchReason::Chosen);
+    let next = h.start(100_000).expect("a second volume");
+    assert_eq!(next.volume, VolumeId::Tape("VFULL".into()));
+}
+
 #[test]
 fn other_groups_ride_along_and_keep_their_group() {
     // No usage yet: no group is ahead of its share, so every group may ride.
