@@ -251,7 +251,8 @@ impl VolumeQueue {
             let allowed = |g| on_it(g) && under(g);
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
-                return Some(lib.cut(s, library, vol, g, BatchReason::Sticky, &under));
+                let at = (vol, g, BatchReason::Sticky);
+                return Some(lib.cut(s, library, at, None, &under));
             }
         }
         if lib.flights.len() >= s.max_volumes_of(library) as usize {
@@ -262,17 +263,15 @@ impl VolumeQueue {
         let g = lead_group(order, standing, at, now_ms, |g| {
             caps.allows(g, &lib.node_flights) && lib.best_volume(g, &under).is_some()
         })?;
-        // An old request on a small tape does not wait behind the group's fuller ones.
-        let overdue = lib.oldest_entry(g).and_then(|(created, id)| {
-            let (_, vol, _) = self.index.get(&id)?;
-            let due = now_ms - created >= s.max_age_ms && !lib.flights.contains_key(vol);
-            due.then(|| vol.clone())
-        });
-        let vol = match overdue {
-            Some(v) => v,
-            None => lib.best_volume(g, &under)?,
+        // An old request on a small tape does not wait behind the group's fuller ones: its
+        // volume goes, and the request is in the batch whatever its position.
+        let index = &self.index;
+        let locate = |id| index.get(&id).map(|(_, vol, pos)| (vol, *pos));
+        let (vol, first) = match lib.overdue(g, now_ms.saturating_sub(s.max_age_ms), locate) {
+            Some((vol, k)) => (vol, Some(k)),
+            None => (lib.best_volume(g, &under)?, None),
         };
-        Some(lib.cut(s, library, vol, g, BatchReason::Chosen, &under))
+        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &under))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight

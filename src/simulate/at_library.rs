@@ -242,6 +242,16 @@ mod tests {
         assert!(out.is_empty(), "sent twice: {out:?}");
     }
 
+    /// Over the cap, the lowest ids across the groups' buckets, interleaved (a merge, not one
+    /// group's ids after another's).
+    #[test]
+    fn a_capped_pass_merges_the_groups_ids() {
+        let mut lib = library();
+        let mut out = Vec::new();
+        lib.changes(&[(GroupId(0), 20), (GroupId(1), 30)], 99, 3, &mut out);
+        assert_eq!(out, [(1, 20), (2, 30), (3, 20)]);
+    }
+
     /// Multifactor's pass: only the requests whose priority differs from the one last sent,
     /// at most `max`, the lowest ids first; the rest in the next pass; a request that started
     /// meanwhile is not sent, and one already sent its priority is not sent it again.

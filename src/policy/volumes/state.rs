@@ -301,9 +301,22 @@ impl Lib {
         flying.chain(recent).cloned().collect()
     }
 
-    /// (created_ms, id) of `g`'s oldest waiting request.
-    pub fn oldest_entry(&self, g: GroupId) -> Option<(i64, i64)> {
-        self.groups.get(&g)?.oldest.first().copied()
+    /// Of `g`'s [`CONSIDERED`] oldest requests created at or before `bound_ms` (overdue), the
+    /// oldest whose volume is not in flight: its volume and (position, id). `locate` gives a
+    /// waiting request's volume and position (the queue's index).
+    pub fn overdue<'i>(
+        &self,
+        g: GroupId,
+        bound_ms: i64,
+        locate: impl Fn(i64) -> Option<(&'i VolumeId, u64)>,
+    ) -> Option<(VolumeId, (u64, i64))> {
+        let oldest = self.groups.get(&g)?.oldest.iter();
+        oldest
+            .take_while(|&&(created, _)| created <= bound_ms)
+            .take(CONSIDERED)
+            .filter_map(|&(_, id)| locate(id).map(|(vol, pos)| (vol, (pos, id))))
+            .find(|(vol, _)| !self.flights.contains_key(*vol))
+            .map(|(vol, k)| (vol.clone(), k))
     }
 
     /// The id of `g`'s oldest waiting request.
@@ -342,21 +355,24 @@ impl Lib {
             .map(|(_, v)| v.clone())
     }
 
-    /// The batch of `vol` led by `g`: `g`'s requests in position order up to the caps, then those
-    /// of other groups `rides` admits in position order while there is room; the whole in
-    /// position order.
+    /// The batch of `vol` led by `g`: `first` (a (position, id) of `g` on it, always taken),
+    /// then `g`'s requests in position order up to the caps, then those of other groups `rides`
+    /// admits in position order while there is room; the whole in position order.
     pub fn cut(
         &self,
         s: &VolumeSettings,
         library: &str,
-        vol: VolumeId,
-        g: GroupId,
-        reason: BatchReason,
+        (vol, g, reason): (VolumeId, GroupId, BatchReason),
+        first: Option<(u64, i64)>,
         rides: &dyn Fn(GroupId) -> bool,
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
         if let Some(v) = self.vols.get(&vol) {
+            if let Some((k, (_, w))) = first.and_then(|k| Some((k, v.reqs.get(&k)?))) {
+                bytes += w.size_bytes();
+                picked.push(k);
+            }
             let fits = |bytes: u64, n: usize, size: u64| {
                 n == 0
                     || (n < s.batch_max_files as usize
@@ -374,7 +390,7 @@ impl Lib {
                 .iter()
                 .filter(|(_, (o, _))| riders.contains(o))
                 .map(|(k, _)| k);
-            for k in own.chain(others) {
+            for k in own.chain(others).filter(|&&k| Some(k) != first) {
                 let Some((_, w)) = v.reqs.get(k) else {
                     continue;
                 };

@@ -231,7 +231,7 @@ fn the_policy_picks_the_group_then_its_fullest_eligible_volume() {
 #[test]
 fn a_group_s_volume_past_max_age_goes_before_its_fullest() {
     let mut h = H::new("");
-    h.add("b", Some("VOLD"), 1, 1, 0); // alone and small: eligible by age at 100 s
+    h.add("b", Some("VOLD"), 1, 1, 0); // alone and small: eligible (quiet) from 10 s, due at 100 s
     h.add("b", Some("VFULL"), 1, 200, 90_000);
     h.add("b", Some("VFULL2"), 1, 150, 90_000);
     let before = h.next(99_999).expect("a batch");
@@ -244,6 +244,55 @@ fn a_group_s_volume_past_max_age_goes_before_its_fullest() {
     assert_eq!(b.reason, BatchReason::Chosen);
     let next = h.start(100_000).expect("a second volume");
     assert_eq!(next.volume, VolumeId::Tape("VFULL".into()));
+}
+
+/// The group's oldest request's volume is in flight (its batch not nearly done): the next
+/// overdue request's volume goes, not the in-flight one and not the fullest.
+#[test]
+fn an_overdue_request_on_a_volume_in_flight_passes_the_turn_to_the_next_overdue() {
+    let mut h = H::new("");
+    for pos in 1..=5 {
+        h.add("b", Some("VBIG"), pos, 50, 0);
+    }
+    let big = h.start(0).expect("VBIG's first batch");
+    assert_eq!(ids(&big), vec![1, 2, 3, 4]); // 4 files a batch: 5 waits, created at 0
+    h.add("b", Some("VSMALL"), 1, 1, 1_000);
+    h.add("b", Some("VFULL"), 1, 200, 90_000);
+    let b = h.next(101_000).expect("a batch");
+    assert_eq!(
+        (b.volume.clone(), ids(&b)),
+        (VolumeId::Tape("VSMALL".into()), vec![6])
+    );
+    assert_eq!(b.reason, BatchReason::Chosen);
+}
+
+/// The overdue request is in its volume's batch even behind the batch caps of newer requests
+/// at lower positions; the batch stays in position order.
+#[test]
+fn an_overdue_request_is_in_its_volume_s_batch_whatever_its_position() {
+    let mut h = H::new("");
+    h.add("b", Some("VOLD"), 99, 10, 0);
+    for pos in 1..=5 {
+        h.add("b", Some("VOLD"), pos, 10, 50_000);
+    }
+    assert_eq!(h.next(99_999).map(|b| ids(&b)), Some(vec![2, 3, 4, 5]));
+    assert_eq!(h.next(100_000).map(|b| ids(&b)), Some(vec![2, 3, 4, 1]));
+}
+
+/// Only the chosen group's overdue requests move its choice of volume: another group's do
+/// not take the turn the policy gave.
+#[test]
+fn another_group_s_overdue_request_does_not_redirect_the_chosen_group() {
+    let mut h = H::new("");
+    h.book.add(h.g("a"), 1_000_000, 0); // a is far over its share: b goes
+    h.add("a", Some("VA"), 1, 1, 0);
+    h.add("b", Some("VB1"), 1, 200, 90_000);
+    h.add("b", Some("VB2"), 1, 150, 90_000);
+    let b = h.next(100_000).expect("a batch");
+    assert_eq!(
+        (b.group, b.volume),
+        (h.g("b"), VolumeId::Tape("VB1".into()))
+    );
 }
 
 #[test]
