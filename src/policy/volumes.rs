@@ -226,9 +226,9 @@ impl VolumeQueue {
     /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and the volume of that
     /// group's oldest request that has waited `max_age_ms` on a volume not in flight (that
     /// request first in the batch), else of the group's fullest eligible volumes the one whose
-    /// mount reads the most. The batch is the volume's
-    /// requests of that group in position order up to the batch caps, then the requests on it
-    /// of other groups not ahead of their share (riders), in position order while room is left.
+    /// mount reads the most. The batch is the volume's requests of that group in position order
+    /// up to the batch caps, then the requests on it of other groups not ahead of their share
+    /// (riders), in position order while room is left.
     /// Nothing changes until [`Self::batch_started`] (but volumes whose time came are marked
     /// eligible).
     pub fn next_batch<U: UsageLookup>(
