@@ -105,10 +105,50 @@ impl Multifactor {
     }
 
     /// [`Self::place`]'s MSS priority alone, computed the same way, without the figures
-    /// explain shows (pass-through's re-prioritisation asks it of every pending request).
-    pub(super) fn mss_priority_of(&self, rank: (u32, u32), c: &Candidate, waited_ms: i64) -> i64 {
+    /// explain shows (pass-through's re-prioritisation asks it of every pending request); and
+    /// the wait before which it cannot change while `rank` stays: the priority is the same for
+    /// every wait in `waited_ms..until` (`None`: for every longer wait).
+    pub(super) fn mss_priority_until(
+        &self,
+        rank: (u32, u32),
+        c: &Candidate,
+        waited_ms: i64,
+    ) -> (i64, Option<i64>) {
         let factors = self.factors(&Self::inputs(rank, c, waited_ms));
-        self.mss_priority(self.score(&factors))
+        let score = self.score(&factors);
+        (self.mss_priority(score), self.holds_until(score, waited_ms))
+    }
+
+    /// The wait before which a request's priority, at `score` after `waited_ms`, cannot rise.
+    /// Only the wait factor moves with time, and each step from it to the priority (division,
+    /// product, sum, clamp, rounding) is monotone, so the priority can only rise, and only
+    /// once the score reaches the next rounding boundary. In real numbers the score grows by
+    /// `wait_weight / wait cap` per millisecond until the cap; the bound stops short of the
+    /// boundary by a billionth of the weights' sum, far above the floating-point error of a
+    /// few operations, so a computed priority never changes before it. `None` when nothing
+    /// moves (no wait weight, the cap reached, or the priority already the band's top).
+    fn holds_until(&self, score: f64, waited_ms: i64) -> Option<i64> {
+        let (total, cap) = (self.total_weight(), self.max_wait_ms.max(1));
+        let band = (self.band_high - self.band_low) as f64;
+        let moves = self.wait_weight > 0.0 && total > 0.0 && band > 0.0;
+        if !moves || waited_ms >= cap {
+            return None;
+        }
+        let step = (band * unit(score / total)).round();
+        if step >= band {
+            return None;
+        }
+        let boundary = (step + 0.5) / band * total;
+        let room = boundary - total * 1e-9 - score;
+        let per_ms = self.wait_weight / cap as f64;
+        // Saturating: a room of billions of years is no change.
+        let more = if room > 0.0 {
+            (room / per_ms).floor() as i64
+        } else {
+            0
+        };
+        let until = waited_ms.saturating_add(more.max(1));
+        (until <= cap).then_some(until)
     }
 
     fn inputs((rank, leaves): (u32, u32), c: &Candidate, waited_ms: i64) -> Inputs {
@@ -220,6 +260,42 @@ mod tests {
         );
         assert_eq!(p.score(&f), 11_000.0);
         assert_eq!(p.mss_priority(p.score(&f)), 32);
+    }
+
+    /// Worked by hand: fair share 0.25 (2500), normal QoS (1000), no size, user 1 (1000): a
+    /// score of 4500 of 14500 with no wait, 8.69 of the band's 28 steps -> 20. It rounds up
+    /// at 9.5 steps, a score of 9.5 / 28 x 14500 = 4919.64, 419.64 more, which the wait adds
+    /// (1000 per 86,400,000 ms) after 36,257,142.9 ms: the bound falls a millisecond or two
+    /// short of it, where the priority still holds, and it rises just after. Once the wait
+    /// is capped nothing moves.
+    #[test]
+    fn a_priority_holds_until_the_wait_reaches_its_next_step() {
+        let p = policy();
+        let at = |waited_ms: i64| {
+            let f = p.factors(&Inputs {
+                waited_ms,
+                fairshare: 0.25,
+                qos: Qos::Normal,
+                queue: 0.0,
+                size_bytes: 0,
+                user: 1.0,
+            });
+            let score = p.score(&f);
+            (p.mss_priority(score), p.holds_until(score, waited_ms))
+        };
+        let (first, until) = at(0);
+        assert_eq!((first, until), (20, Some(36_257_141)));
+        assert_eq!(at(36_257_140).0, 20);
+        assert_eq!(at(36_257_143).0, 21);
+        // From just before the step, the bound is the next millisecond.
+        assert_eq!(at(36_257_142), (20, Some(36_257_143)));
+        assert_eq!(at(86_400_000), (22, None));
+        assert_eq!(at(100_000_000), (22, None));
+        let still = Multifactor {
+            wait_weight: 0.0,
+            ..policy()
+        };
+        assert_eq!(still.holds_until(4500.0, 0), None);
     }
 
     #[test]

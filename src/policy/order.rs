@@ -385,23 +385,32 @@ pub fn place<U: UsageLookup>(
 /// [`place`]'s MSS priority of `c` alone, the same number without the explain and the class
 /// (what pass-through's re-prioritisation needs of every pending request): multifactor computes
 /// only its score; the group-level policies place as [`place`] does.
-pub fn mss_priority<U: UsageLookup>(
+///
+/// With it, the time until which it holds while `standing`'s Fair Tree ranks stay as they are:
+/// the priority is the same at every `now` in `now_ms..until` (`None`: at every later `now`).
+/// Multifactor's is worked out from its wait factor ([`Multifactor::mss_priority_until`]) and
+/// the starvation bound; a group-level policy's may change at the next millisecond.
+pub fn mss_priority_until<U: UsageLookup>(
     order: &OrderSettings,
     standing: &Standing<'_, U>,
     c: &Candidate,
     now_ms: i64,
-) -> i64 {
+) -> (i64, Option<i64>) {
     if let GroupKind::Priority { mss_priority, .. } = standing.policy.group(c.group).kind {
-        return mss_priority;
+        return (mss_priority, None);
     }
     let waited_ms = (now_ms - c.created_ms).max(0);
     if order.max_wait_ms.is_some_and(|m| waited_ms >= m) {
-        return order.starved_priority;
+        return (order.starved_priority, None);
     }
-    match &order.algorithm {
-        Algorithm::Multifactor(m) => m.mss_priority_of(standing.rank(c.group), c, waited_ms),
-        _ => place(order, standing, c, now_ms).mss_priority,
-    }
+    let Algorithm::Multifactor(m) = &order.algorithm else {
+        let p = place(order, standing, c, now_ms).mss_priority;
+        return (p, Some(now_ms.saturating_add(1)));
+    };
+    let (p, wait) = m.mss_priority_until(standing.rank(c.group), c, waited_ms);
+    let starves = order.max_wait_ms.map(|m| c.created_ms.saturating_add(m));
+    let until = wait.map(|w| c.created_ms.saturating_add(w));
+    (p, until.into_iter().chain(starves).min())
 }
 
 /// What one policy says of a fair-share request: its MSS priority, its score in the broker's

@@ -2,7 +2,10 @@
 //! MSS priority, so a re-prioritisation touches only the requests whose priority changes (what
 //! the engine's full scan would change, without the scan): for the group-level policies (SAM,
 //! Fair Tree, FBSNG) a pending request's placement depends only on its group, except for the
-//! starvation bound, which depends on its arrival ([`AtLibrary::starve`]).
+//! starvation bound, which depends on its arrival ([`AtLibrary::starve`]). A policy that places
+//! each request itself (multifactor, [`AtLibrary::per_request`]) keeps them by id, each with
+//! the time its priority holds until ([`placed`]), so a pass places only those that may have
+//! changed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -11,6 +14,10 @@ use itertools::Itertools;
 use mss_adapters::sim::library::Micros;
 
 use crate::domain::GroupId;
+use crate::policy::order::Algorithm;
+
+mod placed;
+use placed::Placed;
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct AtLibrary {
@@ -23,6 +30,8 @@ pub(super) struct AtLibrary {
     arrivals: VecDeque<(Micros, i64)>,
     /// Starved requests whose starved priority is not sent yet: id -> their priority now.
     starved: BTreeMap<i64, i64>,
+    /// A per-request policy's requests, instead of `groups`, `index` and `arrivals`.
+    placed: Option<Placed>,
 }
 
 impl AtLibrary {
@@ -33,8 +42,29 @@ impl AtLibrary {
         }
     }
 
+    /// Per request for multifactor, whose factors are each request's; by group otherwise.
+    pub fn for_algorithm(algorithm: &Algorithm, groups: usize) -> AtLibrary {
+        match algorithm {
+            Algorithm::Multifactor(_) => AtLibrary::per_request(groups),
+            _ => AtLibrary::new(groups),
+        }
+    }
+
+    /// For a policy that places each request itself (multifactor): [`Self::placed_changes`]
+    /// and [`Self::pending`] read the requests in id order; [`Self::changes`] and
+    /// [`Self::starve`] see none.
+    pub fn per_request(groups: usize) -> AtLibrary {
+        AtLibrary {
+            placed: Some(Placed::default()),
+            ..AtLibrary::new(groups)
+        }
+    }
+
     /// A request sent to the library at `priority` (requests are added in arrival order).
     pub fn add(&mut self, id: i64, g: GroupId, priority: i64, arrived: Micros) {
+        if let Some(placed) = &mut self.placed {
+            return placed.add(id, g, priority, (arrived / 1000) as i64);
+        }
         if let Some(buckets) = self.groups.get_mut(g.0) {
             buckets.entry(priority).or_default().insert(id);
             self.index.insert(id, g);
@@ -44,6 +74,9 @@ impl AtLibrary {
 
     /// A request started (or ended): no longer re-prioritised. Its priority, if it was here.
     pub fn remove(&mut self, id: i64) -> Option<i64> {
+        if let Some(placed) = &mut self.placed {
+            return placed.remove(id);
+        }
         if let Some(p) = self.starved.remove(&id) {
             return Some(p);
         }
@@ -63,37 +96,28 @@ impl AtLibrary {
         Some(p)
     }
 
-    /// Every request in the group buckets and its priority now, (id, group, priority), by group
-    /// and priority. Those [`Self::starve`] took out are not among them (multifactor, which
-    /// reads this, places each request itself and never calls `starve`).
+    /// A per-request library's requests and the priority last sent, (id, group, priority), in
+    /// id order (none for a group-level one).
+    #[cfg(test)]
     pub fn pending(&self) -> impl Iterator<Item = (i64, GroupId, i64)> + '_ {
-        self.groups.iter().enumerate().flat_map(|(g, buckets)| {
-            buckets
-                .iter()
-                .flat_map(move |(&p, ids)| ids.iter().map(move |&id| (id, GroupId(g), p)))
-        })
+        self.placed.iter().flat_map(Placed::pending)
     }
 
     /// The priority changes of one pass of a policy that places each request itself
-    /// (multifactor): `place` gives each pending request's priority now (`None`: leave it);
-    /// those that differ from the one last sent are appended to `out`, at most `max`, the lowest
-    /// ids first (as [`Self::changes`]), and recorded; the rest wait for the next pass.
+    /// (multifactor) at `now_ms`, `marks` each group's Fair Tree rank: `place` gives a pending
+    /// request's priority now and the time it holds until (`None`: leave it); those that
+    /// differ from the one last sent are appended to `out`, at most `max`, the lowest ids first
+    /// (as [`Self::changes`]), and recorded; the rest wait for the next pass. Only the requests
+    /// whose priority may have changed are placed ([`Placed`]).
     pub fn placed_changes(
         &mut self,
-        mut place: impl FnMut(i64, GroupId) -> Option<i64>,
+        (now_ms, marks): (i64, &[u64]),
+        place: impl FnMut(i64, GroupId) -> Option<(i64, Option<i64>)>,
         max: usize,
         out: &mut Vec<(i64, i64)>,
     ) {
-        let from = out.len();
-        for (id, g, now_at) in self.pending() {
-            if let Some(p) = place(id, g).filter(|&p| p != now_at) {
-                out.push((id, p));
-            }
-        }
-        out[from..].sort_unstable();
-        out.truncate(from + max);
-        for &(id, p) in &out[from..] {
-            self.rebucket(id, p);
+        if let Some(placed) = &mut self.placed {
+            placed.changes(now_ms, marks, place, max, out);
         }
     }
 
@@ -223,7 +247,10 @@ mod tests {
 
     /// Group 0's ids 1, 3, 5, 7 and group 1's 2, 4, 6, 8, all at priority 10.
     fn library() -> AtLibrary {
-        let mut lib = AtLibrary::new(2);
+        fill(AtLibrary::new(2))
+    }
+
+    fn fill(mut lib: AtLibrary) -> AtLibrary {
         for id in 1..=8 {
             lib.add(id, GroupId((id % 2 == 0) as usize), 10, id as u64 * 1_000);
         }
@@ -257,29 +284,30 @@ mod tests {
     /// meanwhile is not sent, and one already sent its priority is not sent it again.
     #[test]
     fn a_placed_pass_sends_the_lowest_changed_ids_first_and_the_rest_later() {
-        let mut lib = library();
-        // Odd ids (group 0) to 20, even ids to 10 (unchanged) but 2 and 8 to 30.
+        let mut lib = fill(AtLibrary::per_request(2));
+        // Odd ids (group 0) to 20, even ids to 10 (unchanged) but 2 and 8 to 30; each may
+        // change again at any time (placed at every pass).
         let place = |id: i64, g: GroupId| {
-            Some(match (g.0, id) {
+            let p = match (g.0, id) {
                 (0, _) => 20,
                 (_, 2 | 8) => 30,
                 _ => 10,
-            })
+            };
+            Some((p, Some(0)))
         };
+        let marks = [0, 0];
         let mut out = Vec::new();
-        lib.placed_changes(place, 3, &mut out);
+        lib.placed_changes((10, &marks), place, 3, &mut out);
         assert_eq!(out, [(1, 20), (2, 30), (3, 20)]);
         assert_eq!(lib.remove(7), Some(10), "7 was not sent its change");
         out.clear();
-        lib.placed_changes(place, 3, &mut out);
+        lib.placed_changes((20, &marks), place, 3, &mut out);
         assert_eq!(out, [(5, 20), (8, 30)]);
         out.clear();
-        lib.placed_changes(place, 3, &mut out);
+        lib.placed_changes((30, &marks), place, 3, &mut out);
         assert!(out.is_empty(), "sent twice: {out:?}");
         assert_eq!(lib.remove(5), Some(20), "5 is at the priority sent");
-        let mut left: Vec<(i64, usize, i64)> =
-            lib.pending().map(|(id, g, p)| (id, g.0, p)).collect();
-        left.sort_unstable();
+        let left: Vec<(i64, usize, i64)> = lib.pending().map(|(id, g, p)| (id, g.0, p)).collect();
         let want = [
             (1, 0, 20),
             (2, 1, 30),
@@ -289,6 +317,44 @@ mod tests {
             (8, 1, 30),
         ];
         assert_eq!(left, want);
+    }
+
+    /// A pass places again only the requests whose priority may have changed: those due by
+    /// now (every one at its first pass), the ones over the last pass's cap, and every one
+    /// when a group's rank moved.
+    #[test]
+    fn a_placed_pass_places_only_the_requests_due_or_of_a_moved_rank() {
+        let mut lib = fill(AtLibrary::per_request(2));
+        // Group 0's priority holds until 1,000 ms, then rises; group 1's never changes.
+        let placed = std::cell::RefCell::new(Vec::new());
+        let place = |now: i64| {
+            let placed = &placed;
+            move |id: i64, g: GroupId| {
+                placed.borrow_mut().push(id);
+                let late = now >= 1_000;
+                Some(match g.0 {
+                    0 if late => (11, None),
+                    0 => (10, Some(1_000)),
+                    _ => (10, None),
+                })
+            }
+        };
+        let mut pass = |now: i64, marks: [u64; 2], max: usize| {
+            placed.borrow_mut().clear();
+            let mut out = Vec::new();
+            lib.placed_changes((now, &marks), place(now), max, &mut out);
+            (std::mem::take(&mut *placed.borrow_mut()), out)
+        };
+        // Added at 1..8 ms: all placed at the first pass, none changed.
+        assert_eq!(pass(100, [0, 0], 10), ((1..=8).collect(), vec![]));
+        assert_eq!(pass(999, [0, 0], 10), (vec![], vec![]), "nothing was due");
+        // Group 0 due at 1,000: its four placed, two sent under a cap of 2.
+        assert_eq!(pass(1_000, [0, 0], 2), (vec![1, 3], vec![(1, 11), (3, 11)]));
+        // The cap left 5 and 7 to the next pass.
+        assert_eq!(pass(1_001, [0, 0], 2), (vec![5, 7], vec![(5, 11), (7, 11)]));
+        assert_eq!(pass(5_000, [0, 0], 2), (vec![], vec![]));
+        // Group 1's rank moved: every request placed again.
+        assert_eq!(pass(5_001, [0, 1], 2), ((1..=8).collect(), vec![]));
     }
 
     /// At most `max` changes a pass, the lowest ids first, the starved among them; the rest go

@@ -294,7 +294,7 @@ impl<'a> Run<'a> {
             queue: HeldQueue::default(),
             volumes: VolumeQueue::default(),
             baseline: BaselineQueue::new(seed),
-            at_lib: AtLibrary::new(n),
+            at_lib: AtLibrary::for_algorithm(&policy.order.algorithm, n),
             outstanding: 0,
             info: HashMap::with_capacity(load.len()),
             out: Outcome {

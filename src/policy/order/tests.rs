@@ -819,9 +819,66 @@ proptest::proptest! {
         }
         let now = c.created_ms + later;
         proptest::prop_assert_eq!(
-            mss_priority(&p.order, &s, &c, now),
+            mss_priority_until(&p.order, &s, &c, now).0,
             place(&p.order, &s, &c, now).mss_priority,
             "{} {:?} at {}", algorithm, c, now
         );
+    }
+
+    /// [`mss_priority_until`]'s bound holds: at every probed time from now to just before it,
+    /// the priority is the one it gave (and none later when it gave no bound), for every
+    /// policy, narrow and wide bands, wait weights from a thousandth to a million, on both
+    /// sides of the starvation bound and the wait cap, and for a priority class.
+    #[test]
+    fn a_priority_holds_until_its_bound(
+        r in (0usize..4, 0usize..6, 0usize..4, 0usize..3, 0usize..3, 0usize..2),
+        algo in 0usize..4,
+        bounded in proptest::prelude::any::<bool>(),
+        wide in proptest::prelude::any::<bool>(),
+        wait_weight in proptest::prop_oneof![
+            proptest::prelude::Just("0.001"),
+            proptest::prelude::Just("1000"),
+            proptest::prelude::Just("1000000"),
+        ],
+        later in 0i64..400_000,
+        probes in proptest::collection::vec(0.0f64..1.0, 4),
+        usage in proptest::collection::vec(0u64..1_000, 4),
+        class in proptest::prelude::any::<bool>(),
+    ) {
+        let algorithm = ["sam", "fair_tree", "multifactor", "fbsng"][algo];
+        let bound = if bounded { "max_wait_secs = 200\n" } else { "" };
+        let band = if wide { "band_low = 1\nband_high = 1000000" } else { "band_low = 10\nband_high = 20" };
+        let p = TestConfig::new()
+            .with(&format!(
+                "[policy]\nalgorithm = \"{algorithm}\"\n{band}\n\
+                 {bound}[policy.multifactor]\nwait_cap_secs = 100\nwait_weight = {wait_weight}\n\
+                 [usage]\nmodel = \"none\"\n\
+                 [[priority_classes]]\naccess_mode = \"daq\"\nmss_priority = 2000000\n\
+                 [shares]\n{ABCD}\n"
+            ))
+            .settings()
+            .policy;
+        let q = Queues::new(&p.order.fbsng);
+        let amounts: Vec<(&str, u64)> = ["a", "b", "c", "d"].into_iter().zip(usage).collect();
+        let b = book(&p, &amounts);
+        let s = Standing::new(&p, b.at(0), &q);
+        let mut c = mf_request(&p, 0, r);
+        if class {
+            c.group = p.group_ids().find(|&g| !is_fair(&p, g)).expect("the daq class");
+        }
+        let now = c.created_ms + later;
+        let (priority, until) = mss_priority_until(&p.order, &s, &c, now);
+        proptest::prop_assert_eq!(priority, place(&p.order, &s, &c, now).mss_priority);
+        // Just before the bound, and spread up to it; with no bound, far beyond the cap.
+        let end = until.unwrap_or(now + 1_000_000_000);
+        proptest::prop_assert!(end > now, "a bound {} not after {}", end, now);
+        let spread = probes.iter().map(|f| now + ((end - 1 - now) as f64 * f) as i64);
+        for t in spread.chain([now, end - 1]) {
+            proptest::prop_assert_eq!(
+                mss_priority_until(&p.order, &s, &c, t).0,
+                priority,
+                "{} {:?}: {} at {} until {:?}, probed at {}", algorithm, c, priority, now, until, t
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@ use super::{Picker, Run};
 use crate::dispatcher::REPRIORITISE_BATCH;
 use crate::domain::GroupId;
 use crate::policy::multifactor::Qos;
-use crate::policy::order::{mss_priority, place, Algorithm, Candidate, Standing};
+use crate::policy::order::{mss_priority_until, place, Algorithm, Candidate, Standing};
 
 impl Run<'_> {
     /// Pass-through: recompute the priority of everything still pending at the library, and
@@ -46,11 +46,19 @@ impl Run<'_> {
                 slots: info.slots,
                 passed: 0,
             };
-            Some(mss_priority(order, &standing, &c, now_ms))
+            Some(mss_priority_until(order, &standing, &c, now_ms))
         };
+        // A group's priorities hold only while its Fair Tree rank does.
+        let marks: Vec<u64> = (0..self.fair.len())
+            .map(|g| {
+                let (rank, leaves) = standing.rank(GroupId(g));
+                u64::from(rank) << 32 | u64::from(leaves)
+            })
+            .collect();
         // The dispatcher's pass sends the lowest ids first, at most REPRIORITISE_BATCH.
+        let at = (now_ms, marks.as_slice());
         self.at_lib
-            .placed_changes(place, REPRIORITISE_BATCH, &mut changes);
+            .placed_changes(at, place, REPRIORITISE_BATCH, &mut changes);
         self.send_changes(changes);
     }
 
