@@ -126,7 +126,9 @@ impl Multifactor {
     /// `wait_weight / wait cap` per millisecond until the cap; the bound stops short of the
     /// boundary by a billionth of the weights' sum, far above the floating-point error of a
     /// few operations, so a computed priority never changes before it. `None` when nothing
-    /// moves (no wait weight, the cap reached, or the priority already the band's top).
+    /// moves (no wait weight, the cap reached, or the priority already the band's top). With
+    /// weights so small that the margin or the rate is not a normal float (the arithmetic's
+    /// error is then no longer relative), it may change at the next millisecond.
     fn holds_until(&self, score: f64, waited_ms: i64) -> Option<i64> {
         let (total, cap) = (self.total_weight(), self.max_wait_ms.max(1));
         let band = (self.band_high - self.band_low) as f64;
@@ -139,8 +141,11 @@ impl Multifactor {
             return None;
         }
         let boundary = (step + 0.5) / band * total;
-        let room = boundary - total * 1e-9 - score;
-        let per_ms = self.wait_weight / cap as f64;
+        let (margin, per_ms) = (total * 1e-9, self.wait_weight / cap as f64);
+        if !(margin.is_normal() && per_ms.is_normal()) {
+            return Some(waited_ms.saturating_add(1));
+        }
+        let room = boundary - margin - score;
         // Saturating: a room of billions of years is no change.
         let more = if room > 0.0 {
             (room / per_ms).floor() as i64
@@ -296,6 +301,19 @@ mod tests {
             ..policy()
         };
         assert_eq!(still.holds_until(4500.0, 0), None);
+        // Subnormal weights (the configuration takes any finite weight): no bound past the
+        // next millisecond, the float error being no longer small against the margin.
+        let tiny = Multifactor {
+            wait_weight: 7e-321,
+            fair_share_weight: 1e-320,
+            qos_weight: 9e-321,
+            size_weight: 1e-320,
+            queue_weight: 0.0,
+            user_weight: 0.0,
+            max_wait_ms: 3_600_000,
+            ..policy()
+        };
+        assert_eq!(tiny.holds_until(1e-320, 5), Some(6));
     }
 
     #[test]

@@ -370,3 +370,40 @@ fn duplicate_reads_ride_on_one_transfer_worked_by_hand() {
         (1, 3, 3 * SEC)
     );
 }
+
+/// Multifactor pass-through re-places a request whose group's Fair Tree rank moved, though its
+/// own priority would hold for hours on the wait alone. One drive at 1 GB/s, busy with b's
+/// 1,000 GB until 1,000 s; shares a = b. At 10 s a1 (1 GB) arrives with a the most
+/// under-served: fair share 1 (10,000), normal QoS (1,000), size 0.01 (5), user (1,000):
+/// 12,005 of 14,500 on the band 10..20 -> 18. The first pass (60 s) changes nothing. At 70 s
+/// a2 (2,000 GB) is charged, so b is now the under-served one; at 80 s b1 (1 GB) arrives at
+/// 18. The pass at 120 s moves a1 to a fair share of 1/2: 7,005 -> 15. So when the drive
+/// frees, b1 (18) goes before a1 (15, earlier) and a2 (15); without the re-placement a1
+/// would have kept 18 and gone first by arrival.
+#[test]
+fn multifactor_pass_through_re_places_a_request_whose_group_rank_moved() {
+    let p = TestConfig::new()
+        .with(
+            "[policy]\nalgorithm = \"multifactor\"\nband_low = 10\nband_high = 20\n\
+             max_wait_secs = 0\nreprioritise_secs = 60\n\
+             [usage]\nmodel = \"half_life\"\nhalf_life_secs = 604800\n\
+             [shares]\na = 1\nb = 1\n[release]\nmode = \"pass_through\"\n",
+        )
+        .settings()
+        .policy;
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let sized = |at: u64, group, volume: &str, gb: u64| Arrival {
+        size_bytes: gb * GB,
+        ..arrival(at * SEC, group, volume, 1)
+    };
+    let load = vec![
+        sized(0, b, "B0", 1_000),
+        sized(10, a, "A1", 1),
+        sized(70, a, "A2", 2_000),
+        sized(80, b, "B1", 1),
+    ];
+    let out = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(out.start_order, vec![b, b, a, a]);
+    let starts: Vec<u64> = out.start_times.iter().map(|&(at, _)| at / SEC).collect();
+    assert_eq!(starts, vec![0, 1_000, 1_001, 1_002]);
+}

@@ -12,7 +12,8 @@ impl Run<'_> {
     /// Pass-through: recompute the priority of everything still pending at the library, and
     /// change those that differ (as the dispatcher's re-prioritisation does). Group-level
     /// policies: one placement per group, the starvation bound by arrival ([`AtLibrary`]);
-    /// multifactor (per-request factors): every pending request.
+    /// multifactor (per-request factors): the pending requests whose priority may have
+    /// changed since it was last placed (`at_library/placed.rs`).
     pub(super) fn reprioritise(&mut self) {
         let keeps = self.policy.order.held() || self.policy.order.volumes();
         if keeps || self.picker != Picker::Policy {
