@@ -3,17 +3,23 @@
 //! what a record reads back ([`StoredExplain`], typed). Renaming a field of the policy's type
 //! changes neither the stored rows nor what is read from them.
 //!
-//! Version 1 is the format every build has written; rows written before the version field
-//! existed have none and read as version 1. A row of a newer version, or one that does not
-//! parse, is a corrupt row (an error), never a silent gap.
+//! Version 1 is a JSON object with named fields (the form the API shows); rows written before
+//! the version field existed have none and read as version 1. Version 2, written since
+//! 2026-11-26, holds the same figures by position in a JSON array, `[2, policy, release mode,
+//! at_ms, mss_priority, waited_ms, starved, {detail}]`, about half the bytes: the text is most of
+//! a request row, and a smaller row made batch ingest 1.26 times faster (docs/benchmarks.md).
+//! Both versions are read. A row of a newer version, or one that does not parse, is a corrupt row
+//! (an error), never a silent gap.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+mod packed;
 
 use crate::policy::multifactor::Factors;
 use crate::policy::order::{Detail, Explain};
 
 /// The format this build writes (and the newest it reads).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 fn v1() -> u32 {
     1
@@ -123,17 +129,21 @@ pub enum ExplainError {
     Parse(#[from] serde_json::Error),
     #[error("stored explain has version {0}, newer than this build knows ({VERSION})")]
     TooNew(u32),
+    #[error("stored explain says version {0} in version 2's positional form")]
+    WrongForm(u32),
 }
 
 impl StoredExplain {
-    /// The stored text (JSON).
+    /// The stored text: version 2, whatever version this was read as.
     pub fn to_text(&self) -> String {
-        // Every field is a string, an integer, a bool or a float: serialising cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        packed::to_text(&self.explain)
     }
 
-    /// Read a stored text.
+    /// Read a stored text of any version this build knows.
     pub fn parse(text: &str) -> Result<StoredExplain, ExplainError> {
+        if text.trim_start().starts_with('[') {
+            return packed::parse(text);
+        }
         let stored: StoredExplain = serde_json::from_str(text)?;
         if stored.v > VERSION {
             return Err(ExplainError::TooNew(stored.v));
@@ -269,6 +279,8 @@ mod tests {
         assert_eq!(serde_json::to_value(&s.explain).unwrap(), old);
     }
 
+    /// Every policy's detail, starved or not, written as version 2 and read back: the same
+    /// explanation as the version-1 row, in well under two thirds of its bytes.
     #[test]
     fn every_policy_detail_round_trips_with_its_version() {
         let rows = [
@@ -276,24 +288,79 @@ mod tests {
             r#"{"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#,
             r#"{"policy":"fair_tree","release_mode":"held","at_ms":5,"mss_priority":30,"waited_ms":7,"detail":{"fair_tree":{"rank":2,"leaves":3,"fairshare":0.5,"band":[10,50]}}}"#,
             r#"{"policy":"fbsng","release_mode":"held","at_ms":5,"mss_priority":30,"waited_ms":7,"detail":{"fbsng":{"queue_priority":3,"lowest_queue_priority":1,"section_priority":2,"band":[10,50]}}}"#,
+            OLD_ROW,
         ];
         for row in rows {
             let s = StoredExplain::parse(row).unwrap();
+            assert_eq!(s.v, 1);
             let written = s.to_text();
-            assert!(written.starts_with(r#"{"v":1,"#), "{written}");
+            assert!(written.starts_with("[2,"), "{written}");
+            assert!(written.len() * 3 < row.len() * 2, "{written} against {row}");
             let again = StoredExplain::parse(&written).unwrap();
+            assert_eq!(again.v, 2);
             let old: serde_json::Value = serde_json::from_str(row).unwrap();
             assert_eq!(serde_json::to_value(&again.explain).unwrap(), old, "{row}");
         }
     }
 
+    /// Version 2 by hand: each figure in its place.
+    #[test]
+    fn a_version_2_row_reads_each_figure_from_its_place() {
+        let row = r#"[2,"fair_tree","volumes",9,31,4,[100,60],{"t":[2,3,0.5,[10,50]]}]"#;
+        let s = StoredExplain::parse(row).unwrap();
+        let want = Explanation {
+            policy: "fair_tree".into(),
+            release_mode: "volumes".into(),
+            at_ms: 9,
+            mss_priority: 31,
+            waited_ms: 4,
+            starved: Some(Starved {
+                max_wait_ms: 100,
+                starved_priority: 60,
+            }),
+            detail: PolicyDetail::FairTree {
+                rank: 2,
+                leaves: 3,
+                fairshare: Real(0.5),
+                band: [10, 50],
+            },
+        };
+        assert_eq!((s.v, &s.explain), (2, &want));
+        assert_eq!(s.to_text(), row);
+    }
+
     #[test]
     fn a_newer_version_or_a_broken_row_is_an_error() {
-        let newer = r#"{"v":2,"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#;
+        let newer = r#"{"v":3,"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#;
         assert!(matches!(
             StoredExplain::parse(newer),
-            Err(ExplainError::TooNew(2))
+            Err(ExplainError::TooNew(3))
         ));
-        assert!(StoredExplain::parse(r#"{"policy":"sam"}"#).is_err());
+        // A newer positional row, of this form or another.
+        let same_form = r#"[3,"sam","held",5,100,0,null,{"c":100}]"#;
+        let longer = r#"[3,"sam","held",5,100,0,null,{"c":100},"more"]"#;
+        for row in [same_form, longer] {
+            assert!(
+                matches!(StoredExplain::parse(row), Err(ExplainError::TooNew(3))),
+                "{row}"
+            );
+        }
+        let wrong = r#"[1,"sam","held",5,100,0,null,{"c":100}]"#;
+        assert!(matches!(
+            StoredExplain::parse(wrong),
+            Err(ExplainError::WrongForm(1))
+        ));
+        for broken in [
+            r#"{"policy":"sam"}"#,
+            r#"[2,"sam","held",5,100,0,null]"#,
+            r#"[2,"sam","held",5,100,0,null,{"x":100}]"#,
+            r#"[2,"sam","held",5,100,0,null,{"c":100},"more"]"#,
+            "[",
+        ] {
+            assert!(
+                matches!(StoredExplain::parse(broken), Err(ExplainError::Parse(_))),
+                "{broken}"
+            );
+        }
     }
 }

@@ -222,8 +222,9 @@ async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default() {
     close(opened);
 }
 
-/// A decision's explain is stored in the ledger's versioned format, and a row an older build
-/// wrote (no version field) reads back as version 1 with the same figures.
+/// A decision's explain is stored in the ledger's versioned format (version 2, by position), and
+/// a row an older build wrote (version 1's named fields, with its version or without) reads back
+/// with the same figures.
 #[tokio::test]
 async fn a_stored_explain_of_an_older_build_reads_back() {
     let f = Fixture::new();
@@ -242,17 +243,20 @@ async fn a_stored_explain_of_an_older_build_reads_back() {
             r.get(0)
         })
         .unwrap();
-    assert!(text.starts_with(r#"{"v":1,"#), "{text}");
-    // The same explanation as an older build wrote it: the policy's type, no version.
-    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
-    old.as_object_mut().unwrap().remove("v");
-    c.execute(
-        "UPDATE requests SET explain = ?2 WHERE id = ?1",
-        rusqlite::params![id, old.to_string()],
-    )
-    .unwrap();
-    let read = l.request(id).await.unwrap().unwrap().explain.unwrap();
-    assert_eq!(read, fresh);
+    assert!(text.starts_with("[2,"), "{text}");
+    // The same explanation as older builds wrote it: named fields, then with the version.
+    let named = serde_json::to_value(&fresh.explain).unwrap();
+    let mut with_v = named.clone();
+    with_v.as_object_mut().unwrap().insert("v".into(), 1.into());
+    for old in [named, with_v] {
+        c.execute(
+            "UPDATE requests SET explain = ?2 WHERE id = ?1",
+            rusqlite::params![id, old.to_string()],
+        )
+        .unwrap();
+        let read = l.request(id).await.unwrap().unwrap().explain.unwrap();
+        assert_eq!((read.v, &read.explain), (1, &fresh.explain), "{old}");
+    }
     close(opened);
 }
 
