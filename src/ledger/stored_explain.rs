@@ -129,7 +129,7 @@ pub enum ExplainError {
     Parse(#[from] serde_json::Error),
     #[error("stored explain has version {0}, newer than this build knows ({VERSION})")]
     TooNew(u32),
-    #[error("stored explain says version {0} in version 2's positional form")]
+    #[error("stored explain says version {0} in a form that version does not use")]
     WrongForm(u32),
 }
 
@@ -145,10 +145,11 @@ impl StoredExplain {
             return packed::parse(text);
         }
         let stored: StoredExplain = serde_json::from_str(text)?;
-        if stored.v > VERSION {
-            return Err(ExplainError::TooNew(stored.v));
+        match stored.v {
+            1 => Ok(stored),
+            v if v > VERSION => Err(ExplainError::TooNew(v)),
+            v => Err(ExplainError::WrongForm(v)),
         }
-        Ok(stored)
     }
 }
 
@@ -329,6 +330,44 @@ mod tests {
         assert_eq!(s.to_text(), row);
     }
 
+    /// Each policy's version-2 text, exactly: every figure distinct, so a swap of two fields
+    /// of the same type (which would still parse) shows. Rows written stay readable only if
+    /// these texts never change.
+    #[test]
+    fn each_policy_detail_has_its_fixed_version_2_text() {
+        let rows = [
+            (
+                r#"{"policy":"sam","release_mode":"pass_through","at_ms":5,"mss_priority":20,"waited_ms":1,"detail":{"sam":{"group_usage":"10","fair_total":"40","request_benefit":"5","share_with_request":0.125,"target":0.25,"front":true}}}"#,
+                r#"[2,"sam","pass_through",5,20,1,null,{"s":["10","40","5",0.125,0.25,true]}]"#,
+            ),
+            (
+                r#"{"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":2,"detail":{"priority_class":{"class_priority":101}}}"#,
+                r#"[2,"sam","held",5,100,2,null,{"c":101}]"#,
+            ),
+            (
+                OLD_ROW,
+                concat!(
+                    r#"[2,"multifactor","held",1000,37,250,[100,60],{"m":[[0.5,1.0,0.25,1.0,0.0,1.0],"#,
+                    r#"[500.0,1000.0,250.0,100.0,0.0,1.0],1851.0,3000.0,[10,90]]}]"#
+                ),
+            ),
+            (
+                r#"{"policy":"fbsng","release_mode":"volumes","at_ms":5,"mss_priority":30,"waited_ms":7,"detail":{"fbsng":{"queue_priority":3,"lowest_queue_priority":1,"section_priority":2,"band":[10,50]}}}"#,
+                r#"[2,"fbsng","volumes",5,30,7,null,{"b":[3,1,2,[10,50]]}]"#,
+            ),
+            (
+                r#"{"policy":"multifactor","release_mode":"held","at_ms":9,"mss_priority":12,"waited_ms":3,"detail":{"multifactor":{"factors":{"wait":0.1,"fair_share":0.2,"qos":0.3,"queue":0.4,"size":0.5,"user":0.6},"weighted":{"wait":1.5,"fair_share":2.5,"qos":3.5,"queue":4.5,"size":5.5,"user":6.5},"score":24.0,"total_weight":30.0,"band":[11,19]}}}"#,
+                r#"[2,"multifactor","held",9,12,3,null,{"m":[[0.1,0.2,0.3,0.4,0.5,0.6],[1.5,2.5,3.5,4.5,5.5,6.5],24.0,30.0,[11,19]]}]"#,
+            ),
+        ];
+        for (named, positional) in rows {
+            let s = StoredExplain::parse(named).unwrap();
+            assert_eq!(s.to_text(), positional);
+            let back = StoredExplain::parse(positional).unwrap();
+            assert_eq!(back.explain, s.explain, "{positional}");
+        }
+    }
+
     #[test]
     fn a_newer_version_or_a_broken_row_is_an_error() {
         let newer = r#"{"v":3,"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#;
@@ -345,11 +384,24 @@ mod tests {
                 "{row}"
             );
         }
-        let wrong = r#"[1,"sam","held",5,100,0,null,{"c":100}]"#;
-        assert!(matches!(
-            StoredExplain::parse(wrong),
-            Err(ExplainError::WrongForm(1))
-        ));
+        // Each version in its own form only: version 1 named, version 2 by position.
+        let wrong = [
+            (r#"[1,"sam","held",5,100,0,null,{"c":100}]"#, 1),
+            (
+                r#"{"v":2,"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#,
+                2,
+            ),
+            (
+                r#"{"v":0,"policy":"sam","release_mode":"held","at_ms":5,"mss_priority":100,"waited_ms":0,"detail":{"priority_class":{"class_priority":100}}}"#,
+                0,
+            ),
+        ];
+        for (row, v) in wrong {
+            assert!(
+                matches!(StoredExplain::parse(row), Err(ExplainError::WrongForm(w)) if w == v),
+                "{row}"
+            );
+        }
         for broken in [
             r#"{"policy":"sam"}"#,
             r#"[2,"sam","held",5,100,0,null]"#,
