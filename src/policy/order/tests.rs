@@ -776,6 +776,52 @@ proptest::proptest! {
     }
 }
 
+/// A band of a million priorities.
+const WIDE: &str = "band_low = 1\nband_high = 1000000";
+
+/// The policy the MSS-priority property tests place under: `algorithm` on `band`, the
+/// starvation bound at 200 s when `bounded`, multifactor's wait cap 100 s and `multifactor`'s
+/// keys, no usage decay, four groups and a `daq` class far above the band.
+fn band_policy(
+    algorithm: &str,
+    band: &str,
+    bounded: bool,
+    multifactor: &str,
+) -> Arc<PolicySettings> {
+    let bound = if bounded { "max_wait_secs = 200\n" } else { "" };
+    TestConfig::new()
+        .with(&format!(
+            "[policy]\nalgorithm = \"{algorithm}\"\n{band}\n{bound}\
+             [policy.multifactor]\nwait_cap_secs = 100\n{multifactor}\n\
+             [usage]\nmodel = \"none\"\n\
+             [[priority_classes]]\naccess_mode = \"daq\"\nmss_priority = 2000000\n\
+             [shares]\n{ABCD}\n"
+        ))
+        .settings()
+        .policy
+}
+
+/// Groups a to d with these usages.
+fn abcd(usage: Vec<u64>) -> Vec<(&'static str, u64)> {
+    ["a", "b", "c", "d"].into_iter().zip(usage).collect()
+}
+
+/// Request `r` of the property tests, in the `daq` class instead of its group when `class`.
+fn case_request(
+    p: &PolicySettings,
+    r: (usize, usize, usize, usize, usize, usize),
+    class: bool,
+) -> Candidate {
+    let mut c = mf_request(p, 0, r);
+    if class {
+        c.group = p
+            .group_ids()
+            .find(|&g| !is_fair(p, g))
+            .expect("the daq class");
+    }
+    c
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
 
@@ -798,25 +844,12 @@ proptest::proptest! {
         class in proptest::prelude::any::<bool>(),
     ) {
         let algorithm = ["sam", "fair_tree", "multifactor", "fbsng"][algo];
-        let bound = if bounded { "max_wait_secs = 200\n" } else { "" };
         // A band wide enough that any change in a score changes the priority.
-        let p = TestConfig::new()
-            .with(&format!(
-                "[policy]\nalgorithm = \"{algorithm}\"\nband_low = 1\nband_high = 1000000\n\
-                 {bound}[policy.multifactor]\nwait_cap_secs = 100\n[usage]\nmodel = \"none\"\n\
-                 [[priority_classes]]\naccess_mode = \"daq\"\nmss_priority = 2000000\n\
-                 [shares]\n{ABCD}\n"
-            ))
-            .settings()
-            .policy;
+        let p = band_policy(algorithm, WIDE, bounded, "");
         let q = Queues::new(&p.order.fbsng);
-        let amounts: Vec<(&str, u64)> = ["a", "b", "c", "d"].into_iter().zip(usage).collect();
-        let b = book(&p, &amounts);
+        let b = book(&p, &abcd(usage));
         let s = Standing::new(&p, b.at(0), &q);
-        let mut c = mf_request(&p, 0, r);
-        if class {
-            c.group = p.group_ids().find(|&g| !is_fair(&p, g)).expect("the daq class");
-        }
+        let c = case_request(&p, r, class);
         let now = c.created_ms + later;
         proptest::prop_assert_eq!(
             mss_priority_until(&p.order, &s, &c, now).0,
@@ -846,26 +879,12 @@ proptest::proptest! {
         class in proptest::prelude::any::<bool>(),
     ) {
         let algorithm = ["sam", "fair_tree", "multifactor", "fbsng"][algo];
-        let bound = if bounded { "max_wait_secs = 200\n" } else { "" };
-        let band = if wide { "band_low = 1\nband_high = 1000000" } else { "band_low = 10\nband_high = 20" };
-        let p = TestConfig::new()
-            .with(&format!(
-                "[policy]\nalgorithm = \"{algorithm}\"\n{band}\n\
-                 {bound}[policy.multifactor]\nwait_cap_secs = 100\nwait_weight = {wait_weight}\n\
-                 [usage]\nmodel = \"none\"\n\
-                 [[priority_classes]]\naccess_mode = \"daq\"\nmss_priority = 2000000\n\
-                 [shares]\n{ABCD}\n"
-            ))
-            .settings()
-            .policy;
+        let band = if wide { WIDE } else { "band_low = 10\nband_high = 20" };
+        let p = band_policy(algorithm, band, bounded, &format!("wait_weight = {wait_weight}"));
         let q = Queues::new(&p.order.fbsng);
-        let amounts: Vec<(&str, u64)> = ["a", "b", "c", "d"].into_iter().zip(usage).collect();
-        let b = book(&p, &amounts);
+        let b = book(&p, &abcd(usage));
         let s = Standing::new(&p, b.at(0), &q);
-        let mut c = mf_request(&p, 0, r);
-        if class {
-            c.group = p.group_ids().find(|&g| !is_fair(&p, g)).expect("the daq class");
-        }
+        let c = case_request(&p, r, class);
         let now = c.created_ms + later;
         let (priority, until) = mss_priority_until(&p.order, &s, &c, now);
         proptest::prop_assert_eq!(priority, place(&p.order, &s, &c, now).mss_priority);
