@@ -3,7 +3,10 @@
 //! bound times connections (512 x 16 MB = 8 GB with the defaults). A request with a body first
 //! takes its declared length (or `max_body_bytes` when it declares none: chunked) from a budget
 //! of `limits.max_bodies_in_memory_bytes`, and gives it back with its answer; when the budget
-//! stays spent for `WAIT`, the answer is `503 {"field": "body"}` with `Retry-After`.
+//! stays spent for `WAIT`, the answer is `503 {"field": "body"}` with `Retry-After`. A body
+//! declared longer than `max_body_bytes` is refused at once (413), before any of it is read:
+//! taking the budget for it would let one client that sends a huge length and then nothing hold
+//! every other body off until its read times out.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +31,8 @@ pub struct BodyBudget {
     /// What a body that declares no length is taken to need (KiB).
     undeclared: u32,
     total: u32,
+    /// `limits.max_body_bytes`.
+    max_body: u64,
 }
 
 impl BodyBudget {
@@ -37,21 +42,23 @@ impl BodyBudget {
             room: Arc::new(Semaphore::new(total as usize)),
             undeclared: kib(max_body_bytes as u64).min(total),
             total,
+            max_body: max_body_bytes as u64,
         }
     }
 
-    /// What a request with these headers takes: nothing without a body.
-    fn need(&self, headers: &HeaderMap) -> u32 {
+    /// What a request with these headers takes: nothing without a body; `Err(declared)` for a
+    /// body declared over `max_body_bytes`.
+    fn need(&self, headers: &HeaderMap) -> Result<u32, u64> {
         let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         match declared {
-            Some(0) => 0,
-            // Over the budget is over max_body_bytes too: the body limit refuses it.
-            Some(n) => kib(n).min(self.total),
-            None if headers.contains_key(header::TRANSFER_ENCODING) => self.undeclared,
-            None => 0,
+            Some(0) => Ok(0),
+            Some(n) if n > self.max_body => Err(n),
+            Some(n) => Ok(kib(n).min(self.total)),
+            None if headers.contains_key(header::TRANSFER_ENCODING) => Ok(self.undeclared),
+            None => Ok(0),
         }
     }
 }
@@ -62,7 +69,10 @@ fn kib(bytes: u64) -> u32 {
 
 /// The middleware: take the body's room, answer, give it back.
 pub async fn bounded(State(budget): State<BodyBudget>, request: Request, next: Next) -> Response {
-    let need = budget.need(request.headers());
+    let need = match budget.need(request.headers()) {
+        Ok(need) => need,
+        Err(declared) => return too_large(declared, budget.max_body),
+    };
     if need == 0 {
         return next.run(request).await;
     }
@@ -71,6 +81,17 @@ pub async fn bounded(State(budget): State<BodyBudget>, request: Request, next: N
         return busy();
     };
     next.run(request).await
+}
+
+fn too_large(declared: u64, max: u64) -> Response {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Some("body"),
+        format!(
+            "content-length {declared} is over the limit of {max} bytes (limits.max_body_bytes)"
+        ),
+    )
+    .into_response()
 }
 
 fn busy() -> Response {
@@ -102,20 +123,37 @@ mod tests {
     #[test]
     fn a_body_takes_its_declared_length_or_the_body_limit() {
         let budget = BodyBudget::new(64 << 20, 16 << 20);
-        assert_eq!(budget.need(&headers(&[])), 0);
-        assert_eq!(budget.need(&headers(&[(header::CONTENT_LENGTH, "0")])), 0);
-        assert_eq!(budget.need(&headers(&[(header::CONTENT_LENGTH, "1")])), 1);
+        let need = |pairs: &[(header::HeaderName, &str)]| budget.need(&headers(pairs));
+        assert_eq!(need(&[]), Ok(0));
+        assert_eq!(need(&[(header::CONTENT_LENGTH, "0")]), Ok(0));
+        assert_eq!(need(&[(header::CONTENT_LENGTH, "1")]), Ok(1));
+        assert_eq!(need(&[(header::CONTENT_LENGTH, "2049")]), Ok(3));
         assert_eq!(
-            budget.need(&headers(&[(header::CONTENT_LENGTH, "2049")])),
-            3
+            need(&[(header::TRANSFER_ENCODING, "chunked")]),
+            Ok(16 << 10)
         );
-        let chunked = headers(&[(header::TRANSFER_ENCODING, "chunked")]);
-        assert_eq!(budget.need(&chunked), 16 << 10);
-        let huge = headers(&[(header::CONTENT_LENGTH, "99999999999999")]);
+        let limit = (16u64 << 20).to_string();
+        assert_eq!(need(&[(header::CONTENT_LENGTH, &limit)]), Ok(16 << 10));
+        let over = ((16u64 << 20) + 1).to_string();
         assert_eq!(
-            budget.need(&huge),
-            64 << 10,
-            "never more than the whole budget"
+            need(&[(header::CONTENT_LENGTH, &over)]),
+            Err((16 << 20) + 1)
+        );
+        let huge = need(&[(header::CONTENT_LENGTH, "99999999999999")]);
+        assert_eq!(
+            huge,
+            Err(99_999_999_999_999),
+            "refused, not given the budget"
+        );
+    }
+
+    #[test]
+    fn a_body_limit_over_the_budget_takes_at_most_the_budget() {
+        let budget = BodyBudget::new(1 << 20, 16 << 20);
+        let n = (4u64 << 20).to_string();
+        assert_eq!(
+            budget.need(&headers(&[(header::CONTENT_LENGTH, &n)])),
+            Ok(1 << 10)
         );
     }
 }

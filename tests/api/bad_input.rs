@@ -433,6 +433,75 @@ async fn encp_local_files_stay_in_the_stations_own_area() {
     app.stop().await;
 }
 
+/// A body declared longer than `max_body_bytes` is answered 413 naming `body` before any of it
+/// is read, and takes none of the bodies' budget: a client that announces a huge body and sends
+/// nothing more keeps no other body waiting.
+#[tokio::test]
+async fn a_body_declared_over_the_limit_is_refused_before_it_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Room for one body of the limit: a reservation for the stalled one would leave none.
+    let config = test_config(None).replace(
+        "[limits]\n",
+        "[limits]\nmax_body_bytes = 65536\nmax_bodies_in_memory_bytes = 65536\n",
+    );
+    let app = TestApp::spawn(&config).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = "POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                content-length: 1000000000000\r\n\r\n{\"client_";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Its whole answer arrives while its body is still unsent (the read would otherwise wait
+    // for the 30 s body timeout).
+    let mut answer = Vec::new();
+    let complete = |a: &[u8]| -> Option<(String, Value)> {
+        let text = std::str::from_utf8(a).ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().to_string())
+            })?
+            .parse()
+            .ok()?;
+        (body.len() >= length).then(|| {
+            (
+                head.to_string(),
+                serde_json::from_str(&body[..length]).unwrap(),
+            )
+        })
+    };
+    let (status_head, body) = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(done) = complete(&answer) {
+                break done;
+            }
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "closed without an answer: {:?}",
+                String::from_utf8_lossy(&answer)
+            );
+            answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("answered before the body is read");
+    assert!(status_head.starts_with("HTTP/1.1 413"), "{status_head}");
+    assert_eq!(body["field"], "body", "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("limits.max_body_bytes"), "{message}");
+    // With that client still connected, a body within the limit is taken.
+    let (status, answer) = app
+        .post("/v1/requests", &request("small", "mc", "top", 1))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    drop(stream);
+    app.stop().await;
+}
+
 /// Bodies being read share one memory budget: while stalled bodies hold it all, another body
 /// is answered 503 naming `body` (after a short wait) and stores nothing; once they are gone,
 /// the same request is accepted.
