@@ -197,7 +197,7 @@ fn prepare_items(
     for (i, raw) in items.iter().enumerate() {
         let prefix = format!("requests[{i}].");
         let parsed = RequestInput::from_slice_at(raw.get().as_bytes(), &state.limits, &prefix);
-        if let Some(station) = station_of(&parsed, raw) {
+        for station in stations_of(&parsed, raw) {
             caller.may_submit_for(&station, &format!("{prefix}station"))?;
         }
         match parsed.and_then(|input| prepare(state, live, input, &prefix)) {
@@ -278,20 +278,124 @@ fn batch_response(results: Vec<BatchResult>, capped: usize) -> Response {
     response
 }
 
-/// The station a batch item names: parsed, or read alone from an item refused for another field.
-fn station_of(
+/// The stations a batch item names: the parsed one, or, for an item refused for any reason,
+/// every string given as its top-level `station` (a key given twice names two).
+fn stations_of(
     parsed: &Result<RequestInput, ApiError>,
     raw: &serde_json::value::RawValue,
-) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Station<'a> {
-        #[serde(borrow)]
-        station: Option<std::borrow::Cow<'a, str>>,
-    }
+) -> Vec<String> {
     match parsed {
-        Ok(input) => Some(input.station.clone()),
-        Err(_) => serde_json::from_str::<Station<'_>>(raw.get())
-            .ok()
-            .and_then(|s| s.station.map(|s| s.into_owned())),
+        Ok(input) => vec![input.station.clone()],
+        Err(_) => stations_named(raw.get()),
+    }
+}
+
+/// Every string value of a top-level `station` key of a JSON object, up to where the text stops
+/// being one (none for anything else).
+fn stations_named(text: &str) -> Vec<String> {
+    use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::borrow::Cow;
+    /// A value kept when it is a string, skipped otherwise.
+    struct StringOrSkip;
+    impl<'de> Visitor<'de> for StringOrSkip {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Option<String>, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    }
+    impl<'de> serde::de::DeserializeSeed<'de> for StringOrSkip {
+        type Value = Option<String>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    struct Scan<'v>(&'v mut Vec<String>);
+    impl<'de> Visitor<'de> for Scan<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == "station" {
+                    self.0.extend(map.next_value_seed(StringOrSkip)?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut named = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(text);
+    // A text that stops being an object keeps the stations named before that point.
+    let _ = serde::Deserializer::deserialize_map(&mut de, Scan(&mut named));
+    named
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stations_named;
+
+    #[test]
+    fn every_station_an_item_names_is_found() {
+        assert_eq!(stations_named(r#"{"station":"a"}"#), ["a"]);
+        assert_eq!(
+            stations_named(r#"{"station":"a","x":1,"station":"b"}"#),
+            ["a", "b"]
+        );
+        assert_eq!(
+            stations_named(r#"{"station":"a","station":[[[1]]],"station":{"k":"c"}}"#),
+            ["a"]
+        );
+        assert_eq!(
+            stations_named(r#"{"station":"a","station":"b""#),
+            ["a", "b"],
+            "cut short"
+        );
+        assert_eq!(
+            stations_named(r#"{"station":"a","y":[[[[[["#),
+            ["a"],
+            "broken after it"
+        );
+        assert_eq!(
+            stations_named(r#"["a","station","b"]"#),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            stations_named(r#"{"nested":{"station":"b"}}"#),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            stations_named(r#"{"st\u0061tion":"b"}"#),
+            ["b"],
+            "an escaped key is the key"
+        );
     }
 }

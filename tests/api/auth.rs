@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::helpers::{request, test_config, SimProcess, TestApp, BIN};
+use crate::helpers::{open_db, request, test_config, SimProcess, TestApp, BIN};
 
 const TOKENS: [(&str, &str, &str, Option<&str>); 5] = [
     ("station a", "tok-a", "station", Some("station-a")),
@@ -314,4 +314,48 @@ fn serve_refuses_to_expose_the_demo_tokens() {
         err.contains("refusing to listen on 0.0.0.0") && err.contains("demo"),
         "{err}"
     );
+}
+
+/// A station's batch in which a refused item names another station (its `station` key given
+/// twice, or beside a field of the wrong type) is refused whole, as one naming it parsed is:
+/// 403 naming that item's station, and nothing of the batch committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_item_naming_another_station_refuses_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}\n[auth]\ntoken_file = {:?}\n",
+        test_config(None),
+        token_file(dir.path())
+    );
+    let app = TestApp::spawn(&config).await;
+    let mut mine = request("mine", "mc", "top", 10);
+    mine["station"] = json!("station-a");
+    let mut theirs = request("theirs", "mc", "top", 10);
+    theirs["station"] = json!("station-a");
+    let text = serde_json::to_string(&theirs).unwrap();
+    let twice = format!("{},\"station\":\"station-b\"}}", text.trim_end_matches('}'));
+    let mut wrong_type = theirs.clone();
+    wrong_type["station"] = json!("station-b");
+    wrong_type["size_bytes"] = json!("ten");
+    for second in [twice, serde_json::to_string(&wrong_type).unwrap()] {
+        let body = format!("{{\"requests\":[{mine},{second}]}}");
+        let resp = app
+            .client
+            .post(format!("{}/v1/requests/batch", app.base))
+            .bearer_auth("tok-a")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(status, 403, "{second}: {answer}");
+        assert_eq!(answer["field"], "requests[1].station", "{answer}");
+    }
+    let stored: i64 = open_db(&app.db)
+        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, 0, "nothing committed");
+    app.stop().await;
 }
