@@ -91,6 +91,25 @@ async fn bad_bodies_get_4xx_naming_the_field_and_change_nothing() {
             "direction",
         ),
         (json!([1, 2]), 422, "body"),
+        // The fields' values in order: serde's derived reading would take it as the request.
+        (
+            Value::Array(
+                [
+                    "client_request_id",
+                    "station",
+                    "user",
+                    "file",
+                    "size_bytes",
+                    "access_mode",
+                    "physics_group",
+                ]
+                .iter()
+                .map(|k| good[*k].clone())
+                .collect(),
+            ),
+            422,
+            "body",
+        ),
     ];
     for (body, want, field) in cases {
         let (status, answer) = app.post("/v1/requests", &body).await;
@@ -102,6 +121,15 @@ async fn bad_bodies_get_4xx_naming_the_field_and_change_nothing() {
         .post_raw("/v1/requests", "application/json", b"{not json".to_vec())
         .await;
     assert_eq!((status, answer["field"].as_str()), (400, Some("body")));
+    let mut not_utf8 = serde_json::to_vec(&good).unwrap();
+    let at = not_utf8.windows(5).position(|w| w == b"\"bad\"").unwrap();
+    not_utf8.splice(at + 1..at + 2, [0xff, 0xfe]);
+    let (status, answer) = app
+        .post_raw("/v1/requests", "application/json", not_utf8)
+        .await;
+    assert_eq!((status, answer["field"].as_str()), (400, Some("body")));
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(error.contains("not valid UTF-8"), "{answer}");
     let (status, answer) = app
         .post_raw(
             "/v1/requests",

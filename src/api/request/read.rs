@@ -22,9 +22,12 @@ pub fn request_input(
     limits: &InputLimits,
     prefix: &str,
 ) -> Result<RequestInput, ApiError> {
+    // serde's derived struct reading also takes a JSON array, field by field: only an object
+    // is a request.
+    let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     match serde_json::from_slice::<SubmitRequest>(bytes) {
-        Ok(raw) => raw.validate(limits).map_err(|e| e.prefixed(prefix)),
-        Err(_) => Err(refusal(bytes, limits, prefix)),
+        Ok(raw) if object => raw.validate(limits).map_err(|e| e.prefixed(prefix)),
+        _ => Err(refusal(bytes, limits, prefix)),
     }
 }
 
@@ -32,6 +35,18 @@ pub fn request_input(
 fn refusal(bytes: &[u8], limits: &InputLimits, prefix: &str) -> ApiError {
     if let Err(e) = serde_json::from_slice::<IgnoredAny>(bytes) {
         return not_json(&e).prefixed_body(prefix);
+    }
+    // Skipping a string does not check its UTF-8: a body that is JSON in every other way.
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("body"),
+            format!(
+                "body is not valid UTF-8: invalid byte at offset {}",
+                e.valid_up_to()
+            ),
+        )
+        .prefixed_body(prefix);
     }
     if let Some(key) = first_repeated_key(bytes) {
         return ApiError::field(

@@ -350,3 +350,47 @@ fn of_several_faults_the_first_in_field_order_is_named() {
     );
     assert_eq!(field(json!({"user": 1, "size_bytes": 0})), "user");
 }
+
+#[test]
+fn only_an_object_is_a_request() {
+    let fields = [
+        "client_request_id",
+        "station",
+        "user",
+        "file",
+        "size_bytes",
+        "access_mode",
+        "physics_group",
+    ];
+    // serde's derived reading takes these values in field order as the same request.
+    let array = Value::Array(fields.iter().map(|k| good()[*k].clone()).collect());
+    for prefix in ["", "requests[2]."] {
+        let e = parse(&array, &limits(), prefix).unwrap_err();
+        let want = if prefix.is_empty() {
+            "body"
+        } else {
+            "requests[2]"
+        };
+        assert_eq!(
+            (e.field.as_deref(), e.message.as_str()),
+            (Some(want), "must be a JSON object")
+        );
+    }
+    let spaced = format!(" \n\t{}", serde_json::to_string(&good()).unwrap());
+    let r = RequestInput::from_slice_at(spaced.as_bytes(), &limits(), "").unwrap();
+    assert_eq!(r.size_bytes, 10, "whitespace before the object");
+}
+
+#[test]
+fn a_string_that_is_not_utf8_is_named_for_it() {
+    let mut body = serde_json::to_vec(&good()).unwrap();
+    let at = body.windows(4).position(|w| w == b"\"c1\"").unwrap();
+    body.splice(at + 1..at + 2, [0xff, 0xfe]);
+    let e = RequestInput::from_slice_at(&body, &limits(), "").unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("body"));
+    assert_eq!(
+        e.message,
+        format!("body is not valid UTF-8: invalid byte at offset {}", at + 1)
+    );
+    assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+}
