@@ -243,13 +243,17 @@ impl VolumeQueue {
         lib.promote(now_ms);
         lib.forget_stale(s, now_ms);
         let under = |g: GroupId| not_ahead(standing, g);
+        let caps = state::NodeCaps::new(standing.policy);
         for vol in lib.sticky_volumes(s.max_volumes_of(library)) {
             let on_it = |g: GroupId| {
                 lib.vols
                     .get(&vol)
                     .is_some_and(|v| v.groups.contains_key(&g))
             };
-            let allowed = |g| on_it(g) && under(g);
+            // A volume no longer in flight starts a new flight, led by `g`: its caps count it.
+            let flying = lib.flights.contains_key(&vol);
+            let may_lead = |g| flying || caps.allows(g, &lib.node_flights);
+            let allowed = |g| on_it(g) && under(g) && may_lead(g);
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);
@@ -259,7 +263,6 @@ impl VolumeQueue {
         if lib.flights.len() >= s.max_volumes_of(library) as usize {
             return None;
         }
-        let caps = state::NodeCaps::new(standing.policy);
         let at = (library, &*lib, &self.index);
         let g = lead_group(order, standing, at, now_ms, |g| {
             caps.allows(g, &lib.node_flights) && lib.best_volume(g, &under).is_some()

@@ -405,6 +405,30 @@ fn group_max_volumes_caps_the_volumes_a_group_leads() {
     assert_eq!(b.group, h.g("a"), "b is at its cap: a gets the drive");
 }
 
+/// A volume taken back under the sticky rule after its last request ended starts a new
+/// flight led by the group: the group's `max_volumes` counts it, as for any other volume.
+#[test]
+fn group_max_volumes_holds_for_a_volume_taken_back_while_sticky() {
+    let mut h = H::new("[targets.\"b\"]\nmax_volumes = 1");
+    h.book.add(h.g("a"), 1_000, 0);
+    let v = h.add("b", Some("V"), 0, 100, 0);
+    assert_eq!(h.start(0).map(|b| b.group), Some(h.g("b")));
+    h.q.request_finished(&h.p, v, 1000);
+    h.add("b", Some("W"), 0, 100, 1000);
+    let w = h.start(1000).expect("W: b leads one volume");
+    assert_eq!(w.volume, VolumeId::Tape("W".into()));
+    // Within sticky_secs of V's end, with a drive free: V would be taken back, but b leads W.
+    h.add("b", Some("V"), 1, 1, 2000);
+    assert!(h.next(2000).is_none(), "b is at its max_volumes");
+    // Once W's request ends, b may lead V again.
+    h.q.request_finished(&h.p, w.requests[0].id, 2500);
+    let again = h.next(3000).expect("V, sticky");
+    assert_eq!(
+        (again.group, again.volume),
+        (h.g("b"), VolumeId::Tape("V".into()))
+    );
+}
+
 #[test]
 fn removing_a_request_updates_the_volume() {
     let mut h = H::new("");
