@@ -205,6 +205,40 @@ async fn a_priority_read_does_not_ride_on_a_fair_share_carrier() {
     close(opened);
 }
 
+/// A priority-class carrier is cancelled while a fair-share read and a later priority-class
+/// read ride on it: the priority-class one takes the transfer over, and the fair-share one
+/// rides on it (never the other way round, which would leave data taking behind a
+/// fair-share transfer).
+#[tokio::test]
+async fn a_priority_rider_takes_over_before_an_older_fair_share_one() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    let x = accept(&l, read_of(&f, "x", "datataking", "raw", "/pnfs/raw")).await;
+    let fair = accept(&l, read_of(&f, "f", "mc", "x", "/pnfs/raw")).await;
+    let p = accept(&l, read_of(&f, "p", "datataking", "raw", "/pnfs/raw")).await;
+    assert_eq!(x.state, RequestState::Accepted);
+    assert_eq!(
+        (fair.state, p.state),
+        (RequestState::Riding, RequestState::Riding)
+    );
+    assert_eq!(l.cancel(x.id).await.unwrap(), CancelOutcome::Cancelled);
+    let (rf, rp) = (record(&l, fair.id).await, record(&l, p.id).await);
+    assert_eq!(
+        (rp.state, rp.rides_on, rp.class),
+        (RequestState::Accepted, None, Class::Priority)
+    );
+    assert_eq!((rf.state, rf.rides_on), (RequestState::Riding, Some(p.id)));
+    // The transfer P carries ends: both are done with its bytes.
+    submit(&l, p.id, 1).await;
+    apply(&l, p.id, 1, 1, EventKind::Done { bytes: 500 }).await;
+    for id in [p.id, fair.id] {
+        assert_eq!(record(&l, id).await.state, RequestState::Done, "{id}");
+    }
+    drop(l);
+    close(opened);
+}
+
 /// Held release mode, one slot: a duplicate of a request still queued in the broker rides on
 /// it uncharged; cancelling the queued carrier puts the rider in its place in the queue; when
 /// that one is released, its own rider is charged with it, and both finish with one transfer.

@@ -10,8 +10,10 @@
 //!   own group;
 //! - the carrier failed for good (or the MSS refused it): every rider fails with its error;
 //! - the carrier retries (a retryable failure, a lost attempt): the riders wait on;
-//! - the carrier is cancelled: its oldest rider takes its place as a request of its own (a new
-//!   transfer, or its place in the broker's queue) and the other riders ride on that one;
+//! - the carrier is cancelled: its oldest priority-class rider, else its oldest rider, takes
+//!   its place as a request of its own (a new transfer, or its place in the broker's queue)
+//!   and the other riders ride on that one (so a priority-class rider never ends up riding on
+//!   a fair-share carrier);
 //! - a rider is cancelled: it alone is, and refunded;
 //! - the carrier's caller cancels while the MSS has it: the transfer is not cancelled while
 //!   riders wait on it (`read::cancelling` skips it); when it ends the riders take its outcome
@@ -163,10 +165,12 @@ impl Txn<'_, '_> {
         }
     }
 
-    /// The riders waiting on `carrier`, oldest first.
+    /// The riders waiting on `carrier`: the priority-class ones first, each part oldest first
+    /// (the first is the one that carries the file on if the carrier is cancelled).
     fn riders(&self, carrier: i64) -> rusqlite::Result<Vec<i64>> {
         let mut stmt = self.tx.prepare_cached(
-            "SELECT id FROM requests WHERE rides_on = ?1 AND state = 'riding' ORDER BY id",
+            "SELECT id FROM requests WHERE rides_on = ?1 AND state = 'riding' \
+             ORDER BY class = 'priority' DESC, id",
         )?;
         let rows = stmt.query_map([carrier], |r| r.get(0))?;
         rows.collect()
