@@ -51,9 +51,6 @@ impl Run<'_> {
             self.carriers.insert(key, carrier);
             return false;
         };
-        if std::env::var_os("XP_DECIDED").is_some() && !carrier.decided {
-            return false;
-        }
         if !coalesce.allows(carrier.decided) {
             return false;
         }
