@@ -164,7 +164,9 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
 /// Append a step for a change; never edit a shipped one (databases already carry it).
-const STEPS: &[Step] = &[version_2, version_3, version_4, version_5, version_6];
+const STEPS: &[Step] = &[
+    version_2, version_3, version_4, version_5, version_6, version_7,
+];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
 fn version_2(conn: &Connection) -> rusqlite::Result<()> {
@@ -214,6 +216,14 @@ fn version_5(conn: &Connection) -> rusqlite::Result<()> {
 /// makes them refuse the database rather than fail on each such row.
 fn version_6(_conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
+}
+
+/// Version 7: `release_lead`, on every request released in a volume's batch, the path of the
+/// group whose `[targets] max_volumes` counts that volume's flight (the group whose choice
+/// mounted it), so a restart counts the flight against that group even after its own requests
+/// have ended and only riders of other groups still read the volume.
+fn version_7(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("ALTER TABLE requests ADD COLUMN release_lead TEXT;")
 }
 
 /// The schema version this binary writes (`PRAGMA user_version`); a database at a higher one

@@ -1193,3 +1193,4 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
 /// The queued-bytes caps through the writer.
 mod coalesce;
 mod queued_caps;
+mod volume_flights;

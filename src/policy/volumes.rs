@@ -311,6 +311,32 @@ impl VolumeQueue {
         lib.started(&caps, batch, now_ms);
     }
 
+    /// The group whose `max_volumes` counts `volume`'s flight in `library` (the group that led
+    /// the batch that mounted it), while it is in flight.
+    pub fn flight_leader(&self, library: &str, volume: &VolumeId) -> Option<GroupId> {
+        let lib = self.libs.get(&Label::new(library))?;
+        lib.flights.get(volume).map(|f| f.group)
+    }
+
+    /// Request `id` takes over released request `carrier`'s read (a rider promoted when its
+    /// carrier is cancelled): it is in the carrier's flight until it ends, so the volume stays
+    /// in flight while `id` reads it. Whether it joined (the carrier was in flight).
+    pub fn join_flight(&mut self, id: i64, carrier: i64) -> bool {
+        let Some((lib, vol)) = self.flying.get(&carrier).cloned() else {
+            return false;
+        };
+        let Some(f) = self
+            .libs
+            .get_mut(&lib)
+            .and_then(|l| l.flights.get_mut(&vol))
+        else {
+            return false;
+        };
+        f.outstanding += 1;
+        self.flying.insert(id, (lib, vol));
+        true
+    }
+
     /// Released request `id` ended at the MSS (done, failed for good or cancelled). When its
     /// volume's last request ends, the volume leaves flight and stays sticky for `sticky_ms`.
     pub fn request_finished(

@@ -253,7 +253,7 @@ impl Txn<'_, '_> {
                     self.settle_rider(id, RequestState::Failed, None, Some(&why))?;
                 }
             }
-            CarrierEnd::Cancelled if decided => self.promote(first, rest)?,
+            CarrierEnd::Cancelled if decided => self.promote(carrier, first, rest)?,
             CarrierEnd::Cancelled => self.promote_queued(first, rest)?,
         }
         Ok(())
@@ -273,14 +273,44 @@ impl Txn<'_, '_> {
         }
     }
 
-    /// `first` becomes a request of its own, ready for the MSS; `rest` ride on it.
-    fn promote(&mut self, first: i64, rest: &[i64]) -> rusqlite::Result<()> {
+    /// `first` becomes a request of its own, ready for the MSS; `rest` ride on it. If
+    /// `carrier` was released in a volume's batch, `first` reads that volume in its flight
+    /// (counted until it ends, and numbered with the carrier's batch, so a restart counts it
+    /// too).
+    fn promote(&mut self, carrier: i64, first: i64, rest: &[i64]) -> rusqlite::Result<()> {
         let Some(row) = self.load_charged(first)? else {
             return Ok(());
         };
         let (file, local) = self.unlink(first, RequestState::Accepted)?;
+        if self.st.volume_join_flight(first, carrier) {
+            self.tx
+                .prepare_cached(
+                    "UPDATE requests SET (release_seq, release_lead) = \
+                     (SELECT release_seq, release_lead FROM requests WHERE id = ?2), \
+                     release_led = 0 WHERE id = ?1",
+                )?
+                .execute(params![first, carrier])?;
+        }
         self.took_transfer(&row);
         self.took_over(first, rest, (&file, local.as_deref()))
+    }
+
+    /// `carrier`, queued in the broker, went to `held` at its release (its group over a
+    /// feasibility cap): a held request carries nothing (it may wait indefinitely), so its
+    /// riders go on as if it had been cancelled in the queue.
+    pub(super) fn carrier_held(&mut self, carrier: i64) -> rusqlite::Result<()> {
+        let riders = self.riders(carrier)?;
+        let Some((&first, rest)) = riders.split_first() else {
+            return Ok(());
+        };
+        let (file, local): (String, Option<String>) = self
+            .tx
+            .prepare_cached("SELECT file, local_file FROM requests WHERE id = ?1")?
+            .query_row([carrier], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        self.st
+            .carriers
+            .forget(Carriers::key(&file, local.as_deref()), carrier);
+        self.promote_queued(first, rest)
     }
 
     /// `first`'s carrier, still queued in the broker, was cancelled: `first` takes its place

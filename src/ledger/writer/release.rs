@@ -230,6 +230,7 @@ impl Txn<'_, '_> {
                 )?
                 .execute(params![c.id, reason])?;
             self.charge(&path, Charge::held(1));
+            self.carrier_held(c.id)?;
             return Ok(false);
         }
         self.decide_and_charge(c, &pick.placement)?;

@@ -168,15 +168,17 @@ impl Txn<'_, '_> {
         );
         self.moved(row.class, Some(row.state), state);
         self.tally(row, state);
+        // Riders first: one promoted to carry the transfer on joins this request's volume
+        // flight before this request leaves it (so the flight does not end under it).
+        if row.outstanding() || matches!(row.state, RequestState::Queued | RequestState::Held) {
+            let end = CarrierEnd::of(state, actual_bytes, error);
+            self.carrier_left(id, (row.carrier_key, row.outstanding()), end)?;
+        }
         if row.outstanding() {
             self.occupy(&row.library, row.slots, false);
             if self.policy.order.volumes() {
                 self.st.volume_request_finished(self.policy, id, self.now);
             }
-        }
-        if row.outstanding() || matches!(row.state, RequestState::Queued | RequestState::Held) {
-            let end = CarrierEnd::of(state, actual_bytes, error);
-            self.carrier_left(id, (row.carrier_key, row.outstanding()), end)?;
         }
         if row.state == RequestState::Queued {
             self.st.dequeue(id);

@@ -240,6 +240,16 @@ impl WriterState {
         self.volumes_changed();
     }
 
+    /// Request `id` takes over released request `carrier`'s read: it joins the carrier's volume
+    /// flight, if the carrier is in one. Whether it did.
+    pub fn volume_join_flight(&mut self, id: i64, carrier: i64) -> bool {
+        let joined = self.volumes.join_flight(id, carrier);
+        if joined {
+            self.volumes_changed();
+        }
+        joined
+    }
+
     /// A released request ended at the MSS (its volume leaves flight with its last one).
     pub fn volume_request_finished(&mut self, policy: &PolicySettings, id: i64, now: i64) {
         let before = self.volumes.in_flight_requests();

@@ -124,6 +124,13 @@ impl Txn<'_, '_> {
         let priority = placements.iter().map(|p| p.mss_priority).max();
         batch.requests = going;
         self.st.volume_batch_started(self.policy, &batch, self.now);
+        // The group whose max_volumes counts the flight: this batch's, or the one that led the
+        // flight a sticky batch continues. Kept on each row, so a restart counts the same one
+        // after that group's own requests have ended.
+        let leader = (self.st.volumes)
+            .flight_leader(&batch.library, &batch.volume)
+            .unwrap_or(batch.group);
+        let lead_path = self.policy.group(leader).path.to_string();
         for (c, mut p) in batch.requests.iter().zip(placements) {
             if let Some(top) = priority {
                 p.mss_priority = top;
@@ -134,9 +141,10 @@ impl Txn<'_, '_> {
             let led = c.group == batch.group;
             self.tx
                 .prepare_cached(
-                    "UPDATE requests SET release_seq = ?2, release_led = ?3 WHERE id = ?1",
+                    "UPDATE requests SET release_seq = ?2, release_led = ?3, release_lead = ?4 \
+                     WHERE id = ?1",
                 )?
-                .execute(params![c.id, self.st.release_seq, led])?;
+                .execute(params![c.id, self.st.release_seq, led, lead_path])?;
             let path = self.policy.group(c.group).path.to_string();
             self.report
                 .add(&path, self.now, HourRow::default().decided(p.class));
@@ -153,17 +161,20 @@ impl Txn<'_, '_> {
             .execute(params![c.id, reason])?;
         let path = self.policy.group(c.group).path.to_string();
         self.charge(&path, Charge::held(1));
-        Ok(())
+        self.carrier_held(c.id)
     }
 }
 
 /// A released request not yet ended: the request, its tape position, whether its group led
-/// its batch.
-type InFlight = (Candidate, Option<u64>, bool);
+/// its batch, and the flight's leading group as its row names it (`release_lead`).
+type InFlight = (Candidate, Option<u64>, bool, Option<GroupId>);
 
-/// The volume queue from the rows at `now`: the `queued` requests in id order, then the volumes in flight (released requests not yet ended, per library and volume
-/// in release order, led by the group whose request is marked `release_led`), so a restart (or
-/// a rollback) keeps the waiting volumes, their figures and the volumes' slots.
+/// The volume queue from the rows at `now`: the `queued` requests in id order, then the
+/// volumes in flight (released requests not yet ended, per library and volume in release
+/// order, led by the group the first of them names in `release_lead`; for rows of builds
+/// before it, by the group of the first request marked `release_led`), so a restart (or a
+/// rollback) keeps the waiting volumes, their figures, the volumes' slots and each group's
+/// `max_volumes` count.
 pub(super) fn load_volume_queue(
     conn: &Connection,
     policy: &PolicySettings,
@@ -192,7 +203,7 @@ pub(super) fn load_volume_queue(
     }
     let mut flights: BTreeMap<(String, VolumeId), Vec<InFlight>> = BTreeMap::new();
     let mut stmt = conn.prepare(&format!(
-        "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, release_led FROM requests \
+        "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, release_led, release_lead FROM requests \
          WHERE state IN ('accepted', 'submitted', 'running') AND release_seq IS NOT NULL \
          ORDER BY release_seq"
     ))?;
@@ -203,13 +214,25 @@ pub(super) fn load_volume_queue(
         };
         let (volume, position) = read_place(r)?;
         let led = r.get::<_, Option<bool>>(12)?.unwrap_or(false);
+        let lead = r.get::<_, Option<String>>(13)?;
+        let lead = lead.and_then(|path| policy.group_by_path(&path));
         let key = (c.library.clone(), VolumeId::of(volume.as_deref(), c.group));
-        flights.entry(key).or_default().push((c, position, led));
+        flights
+            .entry(key)
+            .or_default()
+            .push((c, position, led, lead));
     }
     for ((library, volume), reqs) in flights {
-        let group = (reqs.iter().find(|r| r.2).or(reqs.first())).map(|r| r.0.group);
-        let Some(group) = group else { continue };
-        for (c, position, _) in &reqs {
+        let named = reqs.iter().find_map(|r| r.3);
+        let marked = reqs
+            .iter()
+            .find(|r| r.2)
+            .or(reqs.first())
+            .map(|r| r.0.group);
+        let Some(group) = named.or(marked) else {
+            continue;
+        };
+        for (c, position, _, _) in &reqs {
             queue.push(settings, c.clone(), volume.label(), *position);
         }
         let requests: Vec<Candidate> = reqs.into_iter().map(|r| r.0).collect();
