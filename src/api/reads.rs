@@ -90,7 +90,7 @@ pub(super) async fn groups(
         "read group figures",
     )?;
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, Some("at"), m);
-    let Query(query) = query.map_err(|e| bad(e.body_text()))?;
+    let query = query_of(query)?;
     let now = state.clock.now_ms();
     let at_ms = match query.at.as_deref() {
         None => now,
@@ -137,11 +137,26 @@ pub struct ReportPageQuery {
     pub buckets: Option<String>,
 }
 
-/// A query's parameters, or a 400 naming `query`.
+/// A query's parameters, or a 400 naming the parameter at fault (unknown or given twice), else
+/// `query`.
 fn query_of<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    let Query(q) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, Some("query"), e.body_text()))?;
+    let Query(q) = query.map_err(|e| {
+        let text = e.body_text();
+        let field = parameter_named(&text).unwrap_or_else(|| "query".to_string());
+        ApiError::new(StatusCode::BAD_REQUEST, Some(&field), text)
+    })?;
     Ok(q)
+}
+
+/// The parameter serde names in an unknown- or duplicate-field refusal.
+fn parameter_named(text: &str) -> Option<String> {
+    ["unknown field `", "duplicate field `"]
+        .iter()
+        .find_map(|lead| {
+            let rest = &text[text.find(lead)? + lead.len()..];
+            let name = &rest[..rest.find('`')?];
+            (!name.is_empty()).then(|| name.to_string())
+        })
 }
 
 /// The range a report query asks for (default bucket by `rule`) and the broker's now.
@@ -279,4 +294,23 @@ pub(super) async fn report_page(
         )
     })?;
     Ok(axum::response::Html(html).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parameter_named;
+
+    #[test]
+    fn a_refused_query_names_its_parameter() {
+        let unknown = "Failed to deserialize query string: unknown field `x`, expected `at`";
+        assert_eq!(parameter_named(unknown).as_deref(), Some("x"));
+        let twice = "Failed to deserialize query string: duplicate field `at`";
+        assert_eq!(parameter_named(twice).as_deref(), Some("at"));
+        assert_eq!(
+            parameter_named("Failed to deserialize query string: invalid"),
+            None
+        );
+        assert_eq!(parameter_named("unknown field ``"), None);
+        assert_eq!(parameter_named("unknown field `open"), None);
+    }
 }

@@ -395,7 +395,7 @@ async fn a_report_of_too_many_buckets_is_refused_with_the_limit() {
     let (status, answer) = app.get("/v1/report?buckets=day").await;
     assert_eq!(
         (status, answer["field"].as_str()),
-        (400, Some("query")),
+        (400, Some("buckets")),
         "{answer}"
     );
     // The same limit for `mssbroker report` from the database file.

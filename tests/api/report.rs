@@ -281,7 +281,7 @@ async fn the_page_draws_hourly_lines_by_default_and_shows_tables_per_bucket() {
     let (status, body) = app.get("/v1/report?buckets=true").await;
     assert_eq!(
         (status, body["field"].as_str()),
-        (400, Some("query")),
+        (400, Some("buckets")),
         "{body}"
     );
 

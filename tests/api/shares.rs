@@ -124,6 +124,10 @@ async fn a_restart_across_a_window_boundary_reports_what_running_through_does() 
     assert_eq!(past["fair_share_usage"], 27e9);
     let (status, bad) = restarted.get("/v1/groups?at=yesterday").await;
     assert_eq!((status, bad["field"].as_str()), (400, Some("at")), "{bad}");
+    let (status, bad) = restarted.get("/v1/groups?x=1").await;
+    assert_eq!((status, bad["field"].as_str()), (400, Some("x")), "{bad}");
+    let (status, bad) = restarted.get("/v1/groups?at=1&at=2").await;
+    assert_eq!((status, bad["field"].as_str()), (400, Some("at")), "{bad}");
     restarted.stop().await;
     through.stop().await;
 
