@@ -208,3 +208,40 @@ async fn a_rider_does_not_wait_on_a_carrier_held_at_its_release() {
     drop(l);
     close(opened);
 }
+
+/// After a restart, a new batch is numbered after the released requests already at the MSS,
+/// so a retried one of them is not submitted in the middle of the new batch.
+#[tokio::test]
+async fn a_restart_numbers_new_batches_after_those_at_the_mss() {
+    let f = Fixture::with_config(&volumes_config("", 8));
+    let seq = |id: i64| -> i64 {
+        rusqlite::Connection::open(&f.path)
+            .unwrap()
+            .query_row(
+                "SELECT release_seq FROM requests WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a1 = accept(&l, on_volume(&f, "a1", "a", "/pnfs/a1", ("V1", 1))).await;
+    assert_eq!(state_of(&l, a1.id).await, RequestState::Accepted);
+    submit(&l, a1.id, 1).await;
+    drop(l);
+    close(opened);
+
+    let opened = f.open();
+    let l = opened.0.clone();
+    let b2 = accept(&l, on_volume(&f, "b2", "b", "/pnfs/b2", ("V2", 1))).await;
+    assert_eq!(state_of(&l, b2.id).await, RequestState::Accepted);
+    assert!(
+        seq(b2.id) > seq(a1.id),
+        "{} after {}",
+        seq(b2.id),
+        seq(a1.id)
+    );
+    drop(l);
+    close(opened);
+}

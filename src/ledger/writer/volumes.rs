@@ -249,12 +249,16 @@ pub(super) fn load_volume_queue(
     Ok(queue)
 }
 
-/// The last release sequence a ready request carries (0: none): later batches are numbered
-/// after it, so they are submitted after it. (Only ready requests are ordered by it; the
-/// partial index on them answers this.)
+/// The last release sequence a request released and not yet ended carries (0: none): later
+/// batches are numbered after it, so they are submitted after it, also after a restart when
+/// the highest numbers are at the MSS and one of those is retried. (The partial indexes on
+/// ready and in-flight requests answer this without reading the table's history.)
 pub(super) fn last_release_seq(conn: &Connection) -> rusqlite::Result<i64> {
     let seq: Option<i64> = conn.query_row(
-        "SELECT MAX(release_seq) FROM requests WHERE state = 'accepted'",
+        "SELECT MAX(s) FROM ( \
+             SELECT MAX(release_seq) AS s FROM requests WHERE state = 'accepted' \
+             UNION ALL \
+             SELECT MAX(release_seq) FROM requests WHERE state IN ('submitted', 'running'))",
         [],
         |r| r.get(0),
     )?;
