@@ -4,7 +4,9 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, SimProcess, TestApp, BIN};
+use crate::helpers::{
+    answer_before_the_body, open_db, request, test_config, SimProcess, TestApp, BIN,
+};
 
 const TOKENS: [(&str, &str, &str, Option<&str>); 5] = [
     ("station a", "tok-a", "station", Some("station-a")),
@@ -357,5 +359,46 @@ async fn a_refused_item_naming_another_station_refuses_the_batch() {
         .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
         .unwrap();
     assert_eq!(stored, 0, "nothing committed");
+    app.stop().await;
+}
+
+/// A request with a body is authenticated before any of its body is read (every handler that
+/// takes a body reads its `Caller` first): without a valid token it is answered 401 at once
+/// and gives its room in the bodies' memory budget straight back, so a client without a token
+/// that announces a body and sends nothing more keeps no station waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_without_a_token_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for one body of the limit.
+    let config = format!(
+        "{}\n[auth]\ntoken_file = {:?}\n",
+        test_config(None).replace(
+            "[limits]\n",
+            "[limits]\nmax_body_bytes = 65536\nmax_bodies_in_memory_bytes = 65536\n",
+        ),
+        token_file(dir.path())
+    );
+    let app = TestApp::spawn(&config).await;
+    for auth in ["", "authorization: Bearer wrong\r\n"] {
+        let head = format!(
+            "POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             {auth}content-length: 65536\r\n\r\n{{\"client_"
+        );
+        let (status_head, body, stream) = answer_before_the_body(&app, &head).await;
+        assert!(status_head.starts_with("HTTP/1.1 401"), "{status_head}");
+        assert!(
+            status_head
+                .to_ascii_lowercase()
+                .contains("www-authenticate: bearer"),
+            "{status_head}"
+        );
+        assert_eq!(body["field"], "authorization", "{body}");
+        // With that client still connected, a station's body is taken.
+        let mut mine = request(&format!("mine{}", auth.len()), "mc", "top", 1);
+        mine["station"] = json!("station-a");
+        let (status, answer) = call(&app, "POST", "/v1/requests", Some("tok-a"), Some(&mine)).await;
+        assert_eq!(status, 202, "{answer}");
+        drop(stream);
+    }
     app.stop().await;
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, SimProcess, TestApp};
+use crate::helpers::{answer_before_the_body, open_db, request, test_config, SimProcess, TestApp};
 
 fn with(mut v: Value, key: &str, value: Value) -> Value {
     v[key] = value;
@@ -466,57 +466,15 @@ async fn encp_local_files_stay_in_the_stations_own_area() {
 /// nothing more keeps no other body waiting.
 #[tokio::test]
 async fn a_body_declared_over_the_limit_is_refused_before_it_is_read() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // Room for one body of the limit: a reservation for the stalled one would leave none.
     let config = test_config(None).replace(
         "[limits]\n",
         "[limits]\nmax_body_bytes = 65536\nmax_bodies_in_memory_bytes = 65536\n",
     );
     let app = TestApp::spawn(&config).await;
-    let addr = app.base.trim_start_matches("http://").to_string();
-    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let head = "POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
                 content-length: 1000000000000\r\n\r\n{\"client_";
-    stream.write_all(head.as_bytes()).await.unwrap();
-    // Its whole answer arrives while its body is still unsent (the read would otherwise wait
-    // for the 30 s body timeout).
-    let mut answer = Vec::new();
-    let complete = |a: &[u8]| -> Option<(String, Value)> {
-        let text = std::str::from_utf8(a).ok()?;
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().to_string())
-            })?
-            .parse()
-            .ok()?;
-        (body.len() >= length).then(|| {
-            (
-                head.to_string(),
-                serde_json::from_str(&body[..length]).unwrap(),
-            )
-        })
-    };
-    let (status_head, body) = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut buf = [0u8; 4096];
-        loop {
-            if let Some(done) = complete(&answer) {
-                break done;
-            }
-            let n = stream.read(&mut buf).await.unwrap();
-            assert!(
-                n > 0,
-                "closed without an answer: {:?}",
-                String::from_utf8_lossy(&answer)
-            );
-            answer.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await
-    .expect("answered before the body is read");
+    let (status_head, body, stream) = answer_before_the_body(&app, head).await;
     assert!(status_head.starts_with("HTTP/1.1 413"), "{status_head}");
     assert_eq!(body["field"], "body", "{body}");
     let message = body["error"].as_str().unwrap();

@@ -478,3 +478,43 @@ impl BrokerFiles {
         }
     }
 }
+
+/// Send `head` (a request's head and the first bytes of its body) on a fresh connection to
+/// `app` and read the answer that comes while the rest of the body is never sent: its head and
+/// its JSON body, and the connection (still open on the client's side). Panics if none comes
+/// within 10 s (a read that waits for the body).
+pub async fn answer_before_the_body(
+    app: &TestApp,
+    head: &str,
+) -> (String, Value, tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let complete = |a: &[u8]| -> Option<(String, Value)> {
+        let text = std::str::from_utf8(a).ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let length: usize = head.lines().find_map(|l| {
+            let l = l.to_ascii_lowercase();
+            l.strip_prefix("content-length:")?.trim().parse().ok()
+        })?;
+        let body = body.get(..length)?;
+        Some((head.to_string(), serde_json::from_str(body).unwrap()))
+    };
+    let mut answer = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(done) = complete(&answer) {
+                break done;
+            }
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+    };
+    let (head, body) = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("answered before the body is read");
+    (head, body, stream)
+}
