@@ -38,7 +38,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mss_adapters::{MssAdapter, MssError, MssEvent, Progress, Transfer, TransferRef};
+use mss_adapters::{EventKind, MssAdapter, MssError, MssEvent, Progress, Transfer, TransferRef};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -364,19 +364,33 @@ impl Dispatcher {
                     return Ok(false);
                 }
             };
+            let event = |kind| MssEvent {
+                seq: 0,
+                key: id.to_string(),
+                attempt,
+                at_ms: self.clock.now_ms(),
+                kind,
+            };
             match status {
                 Some(s) if s.attempt == attempt => match s.progress {
                     Progress::Finished(kind) => {
-                        let event = MssEvent {
-                            seq: 0,
-                            key: id.to_string(),
-                            attempt,
-                            at_ms: self.clock.now_ms(),
-                            kind,
-                        };
-                        settled += self.ledger.apply_status_events(vec![event]).await?;
+                        // A transfer done has started: as the adapters' event logs do
+                        // (`EventLog::observe`), its start comes first, so a request whose
+                        // start event was lost still has a start and a wait (a start already
+                        // recorded is left as it is).
+                        let started = matches!(kind, EventKind::Done { .. })
+                            .then(|| event(EventKind::Started));
+                        let events = started.into_iter().chain([event(kind)]).collect();
+                        let changed = self.ledger.apply_status_events(events).await?;
+                        settled += usize::from(changed > 0);
                     }
-                    Progress::Queued | Progress::Running => still.push(id),
+                    Progress::Running => {
+                        self.ledger
+                            .apply_status_events(vec![event(EventKind::Started)])
+                            .await?;
+                        still.push(id);
+                    }
+                    Progress::Queued => still.push(id),
                 },
                 _ => {
                     let reason =

@@ -132,3 +132,33 @@ async fn lost_and_duplicated_events_are_recovered_and_change_nothing() {
     assert_eq!(received.received.len(), 60);
     app.stop().await;
 }
+
+/// With every MSS event lost, the stale sweep settles each request from the MSS's status: a
+/// request done there has a start too (at the sweep, no earlier than its creation), so its wait
+/// counts in the report like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_settled_from_the_mss_status_has_a_start_and_a_wait() {
+    let sim = SimProcess::start_with_args(&["--drop-event-rate", "1.0"]);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let ids = submit(&app, "s", 5).await;
+    assert_settled(&app, &sim, &ids).await;
+    for id in &ids {
+        let (_, r) = app.get(&format!("/v1/requests/{id}")).await;
+        let at = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k}: {r}"));
+        assert!(at("created_ms") <= at("started_ms"), "{r}");
+        assert!(at("started_ms") <= at("finished_ms"), "{r}");
+    }
+    let (_, report) = app.get("/v1/report").await;
+    let mc = report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == "mc")
+        .expect("mc");
+    assert_eq!(
+        (mc["done"].as_i64(), mc["started"].as_i64()),
+        (Some(5), Some(5)),
+        "{mc}"
+    );
+    app.stop().await;
+}
