@@ -350,20 +350,31 @@ impl Dispatcher {
         Ok(Step::Worked(stale.len()))
     }
 
+    /// An answer that cannot be read for one transfer (garbled, an unknown state, one job
+    /// refused) does not stop the others: that request is counted as checked (asked again
+    /// after `stale_after`) and the sweep goes on. Only an MSS that cannot be reached at all
+    /// (unavailable before any transfer's state was read) ends the sweep, to be retried whole.
     async fn settle_all(&self, requests: &[InFlight], why: &str) -> Result<bool, LedgerError> {
         let (mut resubmitted, mut settled, mut still) = (0usize, 0usize, Vec::new());
+        let mut answered = false;
         for r in requests {
             let (id, attempt) = (r.id, r.attempt);
             let status = match self.timed("status", self.adapter.status(&r.transfer)).await {
                 Ok(s) => s,
-                Err(e) => {
-                    warn!(request_id = id, error = %e, "cannot ask the mss for a transfer's state");
+                Err(MssError::Unavailable(e)) if !answered => {
+                    warn!(request_id = id, error = %e, "cannot reach the mss for a transfer's state");
                     if !still.is_empty() {
                         self.ledger.checked(still).await?;
                     }
                     return Ok(false);
                 }
+                Err(e) => {
+                    warn!(request_id = id, error = %e, "cannot read the mss's state of a transfer; asked again later");
+                    still.push(id);
+                    continue;
+                }
             };
+            answered = true;
             let event = |kind| MssEvent {
                 seq: 0,
                 key: id.to_string(),

@@ -518,3 +518,14 @@ pub async fn answer_before_the_body(
         .expect("answered before the body is read");
     (head, body, stream)
 }
+
+/// Set the simulator's faults (`PUT /v1/faults`).
+pub async fn set_faults(sim: &SimProcess, faults: &mss_adapters::protocol::Faults) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}/v1/faults", sim.url))
+        .json(faults)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+}

@@ -17,6 +17,7 @@ mod helpers;
 mod metrics;
 mod metrics_conventions;
 mod mss_answers;
+mod mss_status;
 mod openapi;
 mod overflow;
 mod policies;

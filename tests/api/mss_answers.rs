@@ -11,18 +11,9 @@ use mss_adapters::protocol::{BadAnswer, Faults};
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    assert_each_attempt_once, open_db, request, test_config, wait_final, SimProcess, TestApp, BIN,
+    assert_each_attempt_once, open_db, request, set_faults, test_config, wait_final, SimProcess,
+    TestApp, BIN,
 };
-
-async fn set_faults(sim: &SimProcess, faults: &Faults) {
-    let resp = reqwest::Client::new()
-        .put(format!("{}/v1/faults", sim.url))
-        .json(faults)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
-}
 
 fn bad(answer: BadAnswer, queue: bool) -> Faults {
     Faults {

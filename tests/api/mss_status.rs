@@ -1,0 +1,113 @@
+//! What the dispatcher does with the MSS's status of a transfer: a status that cannot be read
+//! for one transfer holds up no other, after an MSS restart included.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::helpers::{request, test_config, SimProcess, TestApp};
+
+async fn wait_state(app: &TestApp, id: i64, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, r) = app.get(&format!("/v1/requests/{id}")).await;
+        if r["state"] == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {want}: {r}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A proxy in front of the simulator that answers `GET /v1/transfers/{victim}` with a body that
+/// cannot be read (200, not JSON) and forwards everything else.
+async fn garbling_proxy(sim_url: String, victim: Arc<std::sync::Mutex<String>>) -> String {
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::response::{IntoResponse, Response};
+    let client = reqwest::Client::new();
+    let handler = move |req: Request| {
+        let (client, sim_url, victim) = (client.clone(), sim_url.clone(), victim.clone());
+        async move {
+            let path = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.to_string())
+                .unwrap_or_default();
+            let garble = format!("/v1/transfers/{}", victim.lock().unwrap());
+            if req.method() == axum::http::Method::GET && req.uri().path() == garble {
+                return (axum::http::StatusCode::OK, "{\"state\": garbled").into_response();
+            }
+            let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).unwrap();
+            let ct = req.headers().get("content-type").cloned();
+            let body = axum::body::to_bytes(req.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let mut rb = client
+                .request(method, format!("{sim_url}{path}"))
+                .body(body);
+            if let Some(ct) = ct {
+                rb = rb.header("content-type", ct.to_str().unwrap().to_string());
+            }
+            match rb.send().await {
+                Ok(resp) => {
+                    let status = axum::http::StatusCode::from_u16(resp.status().as_u16()).unwrap();
+                    let bytes = resp.bytes().await.unwrap_or_default();
+                    Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(Body::from(bytes))
+                        .unwrap()
+                }
+                Err(_) => (axum::http::StatusCode::BAD_GATEWAY, "").into_response(),
+            }
+        }
+    };
+    let app = axum::Router::new().fallback(handler);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// After an MSS restart (a new event log) every in-flight request is settled from the MSS's
+/// status before the new log is read: one transfer whose status cannot be read (its answer
+/// garbled by a proxy) must not hold up the others, whose events of the new log then apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unreadable_status_does_not_stop_every_other_request_after_an_mss_restart() {
+    let sim = SimProcess::start_with(1, 1.0);
+    let sim_addr = sim.url.trim_start_matches("http://").to_string();
+    let victim = Arc::new(std::sync::Mutex::new(String::from("none")));
+    let proxy = garbling_proxy(sim.url.clone(), victim.clone()).await;
+    let app = TestApp::spawn(&test_config(Some(&proxy))).await;
+    // A runs for a long while; B queues behind it.
+    let (_, a) = app
+        .post("/v1/requests", &request("p0", "mc", "top", 500_000_000_000))
+        .await;
+    let a = a["id"].as_i64().unwrap();
+    wait_state(&app, a, "running").await;
+    let (_, b) = app
+        .post("/v1/requests", &request("p1", "mc", "top", 1_000))
+        .await;
+    let b = b["id"].as_i64().unwrap();
+    wait_state(&app, b, "submitted").await;
+    // From now on A's status answer cannot be read; then the MSS restarts (a new epoch).
+    *victim.lock().unwrap() = a.to_string();
+    drop(sim);
+    let _sim = SimProcess::start_on(&sim_addr, 1, 1000.0);
+    // B is unknown to the restarted MSS: recovered (resubmitted), it finishes in well under a
+    // second there. Expected: B done.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, rb) = app.get(&format!("/v1/requests/{b}")).await;
+        if rb["state"] == "done" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B never settled after the mss restart (A's status unreadable): {}",
+            rb["state"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.stop().await;
+}
