@@ -608,3 +608,40 @@ async fn cancelling_a_queued_run_deletes_its_ticket_with_the_cancel_command() {
     // Without the command, a cancel does not reach the library manager.
     assert!(!Bench::new(|_| {}).adapter.cancel_reaches_mss());
 }
+
+/// A cancel that arrives after encp has exited 0 (the file transferred) but before its
+/// watcher saw the exit: the transfer is done, not cancelled (reported cancelled, the broker
+/// would refund a file it transferred). Without the watcher's check of the exit first, all 16
+/// runs were reported cancelled.
+#[tokio::test]
+async fn a_cancel_after_encp_exited_0_does_not_turn_the_done_transfer_into_cancelled() {
+    let mut b = Bench::new(|raw| raw.max_processes = 16);
+    let mut finals = Vec::new();
+    for i in 0..16 {
+        let name = format!("quick{i}");
+        b.control(&name, "bytes 4321\n");
+        let t = b.read(&format!("q{i}"), &name, 10);
+        b.adapter.submit(&t).await.unwrap();
+        // Block this (current-thread) runtime until the run has exited 0: its watcher has not
+        // been polled yet, as when the runtime is busy.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while b.runs().len() <= i || b.runs().iter().any(|r| r.end.is_none()) {
+            assert!(std::time::Instant::now() < deadline, "{:?}", b.runs());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(Path::new(&b.local(&format!("{name}.out"))).exists());
+        // The station cancels now (the broker still has it in flight).
+        b.adapter.cancel(&reference(&t)).await.unwrap();
+        finals.push(b.final_event(&t.key).await);
+    }
+    let cancelled = finals
+        .iter()
+        .filter(|k| **k == EventKind::Cancelled)
+        .count();
+    assert_eq!(
+        cancelled, 0,
+        "runs that exited 0 with their file written reported cancelled: {finals:?}"
+    );
+    assert!(b.runs().iter().all(|r| r.end.as_deref() == Some("exit 0")));
+}

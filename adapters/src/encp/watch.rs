@@ -75,13 +75,9 @@ pub(super) async fn watch(
     let readers = Readers::start(&sh, &mut child, &t);
     let exit = tokio::select! {
         status = child.wait() => exit_of(status),
-        _ = stop.notified() => {
-            terminate(&mut child, sh.cfg.kill_grace).await;
-            Exit::Cancelled
-        }
+        _ = stop.notified() => stopped(&mut child, sh.cfg.kill_grace, Exit::Cancelled).await,
         _ = tokio::time::sleep(sh.cfg.timeout) => {
-            terminate(&mut child, sh.cfg.kill_grace).await;
-            Exit::TimedOut
+            stopped(&mut child, sh.cfg.kill_grace, Exit::TimedOut).await
         }
     };
     let said = readers.said().await;
@@ -182,15 +178,29 @@ fn exit_of(status: std::io::Result<ExitStatus>) -> Exit {
     }
 }
 
+/// The adapter stops a run (`why`: a cancel or the timeout). A run that had already ended, or
+/// that ends cleanly (exit 0) before the signal takes it, keeps its own outcome: its file is
+/// there, so a cancel that came too late does not turn a done transfer into a cancelled one.
+async fn stopped(child: &mut Child, grace: Duration, why: Exit) -> Exit {
+    if let Ok(Some(status)) = child.try_wait() {
+        return exit_of(Ok(status));
+    }
+    match terminate(child, grace).await {
+        Some(status) if status.success() => Exit::Code(0),
+        _ => why,
+    }
+}
+
 /// SIGTERM to the process group (encp cleans up on it), then SIGKILL after the grace period.
-async fn terminate(child: &mut Child, grace: Duration) {
+/// How the process ended, if it did within the grace period.
+async fn terminate(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
     if let Some(pid) = child.id() {
         // SAFETY: kill(2) on the child's own process group; no memory is touched.
         unsafe {
             libc::kill(-(pid as i32), libc::SIGTERM);
         }
-        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
-            return;
+        if let Ok(Ok(status)) = tokio::time::timeout(grace, child.wait()).await {
+            return Some(status);
         }
         // SAFETY: as above.
         unsafe {
@@ -198,6 +208,7 @@ async fn terminate(child: &mut Child, grace: Duration) {
         }
     }
     let _ = child.kill().await;
+    None
 }
 
 /// Longest line of a run's output kept; the rest of a longer line is read and dropped, so a run
