@@ -435,14 +435,46 @@ impl Dispatcher {
         }
     }
 
-    async fn cancel_at_mss(&self, t: &TransferRef) {
+    /// Ask the MSS to cancel `t`. Whether to ask again later (the MSS could not be reached or
+    /// its answer could not be read).
+    async fn cancel_at_mss(&self, t: &TransferRef) -> bool {
         let id = &t.key;
         match self.timed("cancel", self.adapter.cancel(t)).await {
             Ok(()) => debug!(request_id = id, "cancel sent to the mss"),
             // Too late (running or finished) or unknown: the transfer's own event settles it.
             Err(MssError::Rejected(why)) => debug!(request_id = id, %why, "mss did not cancel"),
+            Err(e) if e.is_retryable() => {
+                warn!(request_id = id, error = %e, "cannot reach the mss to cancel; will retry");
+                return true;
+            }
+            Err(e) => warn!(request_id = id, error = %e, "the mss's answer to a cancel"),
+        }
+        false
+    }
+
+    /// Carry the cancel of request `id` to the MSS while it is asked for, the request is at the
+    /// MSS and no rider waits on its transfer; `id` joins `retry` if the MSS could not take it.
+    async fn cancel_one(&self, id: i64, retry: &mut std::collections::BTreeSet<i64>) {
+        match self.ledger.cancelling_one(id).await {
+            Ok(Some(r)) => {
+                if self.cancel_at_mss(&r.transfer).await {
+                    retry.insert(id);
+                }
+            }
+            // Riders wait on its transfer: looked at again later, until they are gone (then
+            // the cancel goes) or the transfer ends.
+            Ok(None) => match self.ledger.request(id).await {
+                Ok(Some(r)) if r.cancel_requested && !r.state.is_terminal() => {
+                    retry.insert(id);
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    retry.insert(id);
+                }
+            },
             Err(e) => {
-                warn!(request_id = id, error = %e, "cannot reach the mss to cancel; will retry")
+                warn!(request_id = id, error = %e, "cannot read the request to cancel");
+                retry.insert(id);
             }
         }
     }
@@ -503,7 +535,11 @@ impl Dispatcher {
         }
     }
 
+    /// Cancels the API hands over, sent to the MSS; those the MSS could not take (an outage, an
+    /// answer that could not be read) are sent again, with the retry backoff, until it takes
+    /// them or the request ends.
     async fn cancel_loop(self: Arc<Self>, mut cancels: mpsc::UnboundedReceiver<i64>) {
+        let mut retry = std::collections::BTreeSet::new();
         // Cancellations asked for before a restart are carried over from the ledger.
         match self.ledger.cancelling().await {
             Ok(ids) => {
@@ -511,16 +547,31 @@ impl Dispatcher {
                     info!(count = ids.len(), "resending cancellations");
                 }
                 for r in ids {
-                    self.cancel_at_mss(&r.transfer).await;
+                    if self.cancel_at_mss(&r.transfer).await {
+                        if let Ok(id) = r.transfer.key.parse() {
+                            retry.insert(id);
+                        }
+                    }
                 }
             }
             Err(e) => warn!(error = %e, "cannot read pending cancellations"),
         }
-        while let Some(id) = cancels.recv().await {
-            match self.ledger.request(id).await {
-                Ok(Some(r)) => self.cancel_at_mss(&r.transfer_ref()).await,
-                Ok(None) => {}
-                Err(e) => warn!(request_id = id, error = %e, "cannot read the request to cancel"),
+        let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
+        loop {
+            let wait = backoff.next();
+            tokio::select! {
+                id = cancels.recv() => match id {
+                    Some(id) => self.cancel_one(id, &mut retry).await,
+                    None => return,
+                },
+                _ = tokio::time::sleep(wait), if !retry.is_empty() => {
+                    for id in std::mem::take(&mut retry) {
+                        self.cancel_one(id, &mut retry).await;
+                    }
+                }
+            }
+            if retry.is_empty() {
+                backoff.reset();
             }
         }
     }

@@ -437,6 +437,11 @@ impl Ledger {
         self.reads.run(read::cancelling).await
     }
 
+    /// Request `id`, if its cancel is one to carry to the MSS now (as `cancelling` lists them).
+    pub async fn cancelling_one(&self, id: i64) -> Result<Option<InFlight>, LedgerError> {
+        self.reads.run(move |c| read::cancelling_one(c, id)).await
+    }
+
     pub async fn groups(&self) -> Result<Vec<GroupRow>, LedgerError> {
         self.reads.run(read::groups).await
     }

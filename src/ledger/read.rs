@@ -326,13 +326,26 @@ pub(super) fn stale(
 
 pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
     let mut stmt = c.prepare_cached(&format!(
-        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE cancel_requested = 1 \
-         AND state IN ('submitted', 'running') AND NOT EXISTS (SELECT 1 FROM requests AS r \
-         WHERE r.rides_on = requests.id AND r.state = 'riding') ORDER BY id"
+        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE {CANCELLING} ORDER BY id"
     ))?;
     let rows = stmt.query_map([], in_flight_row)?;
     rows.collect()
 }
+
+/// Request `id`, if its cancel is one to carry to the MSS now (as [`cancelling`] lists them).
+pub(super) fn cancelling_one(c: &Connection, id: i64) -> rusqlite::Result<Option<InFlight>> {
+    c.prepare_cached(&format!(
+        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE id = ?1 AND {CANCELLING}"
+    ))?
+    .query_row([id], in_flight_row)
+    .optional()
+}
+
+/// A request whose cancel goes to the MSS: asked for, at the MSS, and no rider waiting on its
+/// transfer (a carrier's riders take its result instead).
+const CANCELLING: &str = "cancel_requested = 1 AND state IN ('submitted', 'running') \
+     AND NOT EXISTS (SELECT 1 FROM requests AS r WHERE r.rides_on = requests.id \
+     AND r.state = 'riding')";
 
 /// A group's maintained figures.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,10 +1,14 @@
-//! What the dispatcher does with the MSS's status of a transfer: a status that cannot be read
-//! for one transfer holds up no other, after an MSS restart included.
+//! What the dispatcher does with the MSS's status of a transfer and with cancels: a status
+//! that cannot be read for one transfer holds up no other, after an MSS restart included; a
+//! cancel the MSS could not take is sent again until it does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::helpers::{request, test_config, SimProcess, TestApp};
+use mss_adapters::protocol::Faults;
+use serde_json::Value;
+
+use crate::helpers::{request, set_faults, test_config, SimProcess, TestApp};
 
 async fn wait_state(app: &TestApp, id: i64, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -109,5 +113,63 @@ async fn one_unreadable_status_does_not_stop_every_other_request_after_an_mss_re
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    app.stop().await;
+}
+
+/// The simulator's own view of a transfer (`GET /v1/transfers/{key}`).
+async fn sim_state(sim: &SimProcess, key: i64) -> Value {
+    reqwest::get(format!("{}/v1/transfers/{key}", sim.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap_or(Value::Null)
+}
+
+/// A cancel asked while the MSS is briefly down is refused by the outage (503): once the MSS
+/// is back, the cancel reaches it (the dispatcher sends it again with its retry backoff), and
+/// the request ends cancelled instead of running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_refused_by_an_mss_outage_reaches_the_mss_once_it_is_back() {
+    // One slow drive: the first transfer runs for a long while, the second queues at the MSS.
+    let sim = SimProcess::start_with(1, 1.0);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (_, a) = app
+        .post("/v1/requests", &request("o0", "mc", "top", 500_000_000_000))
+        .await;
+    let a = a["id"].as_i64().unwrap();
+    wait_state(&app, a, "running").await;
+    let (_, b) = app
+        .post("/v1/requests", &request("o1", "mc", "top", 1_000))
+        .await;
+    let b = b["id"].as_i64().unwrap();
+    wait_state(&app, b, "submitted").await;
+    // The MSS is down for 1.5 s; the cancel is asked during the outage.
+    set_faults(
+        &sim,
+        &Faults {
+            down_for_ms: 1_500,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
+    assert_eq!(status, 202, "{body}");
+    // Well after the outage, the MSS must have been asked to drop it.
+    let deadline = Instant::now() + Duration::from_secs(12);
+    loop {
+        let at_mss = sim_state(&sim, b).await;
+        if at_mss["state"] == "cancelled" {
+            break;
+        }
+        let (_, rb) = app.get(&format!("/v1/requests/{b}")).await;
+        assert!(
+            Instant::now() < deadline,
+            "the cancel never reached the mss after its outage: mss {at_mss}, broker {rb}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
+    assert_eq!(finals[0]["state"], "cancelled");
     app.stop().await;
 }
