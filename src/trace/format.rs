@@ -157,17 +157,28 @@ fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
     })?;
     de.end()
         .map_err(|e| refuse("(record)".into(), e.to_string()))?;
-    if record.t.is_nan() || record.t < 0.0 || record.t.is_infinite() {
+    if !(0.0..=MAX_T_SECS).contains(&record.t) {
         return Err(refuse(
             "t".into(),
-            format!("{} is not a time >= 0", record.t),
+            format!("{} is not a time from 0 to {MAX_T_SECS:e} s", record.t),
         ));
     }
-    if record.size_bytes == 0 {
-        return Err(refuse("size_bytes".into(), "must be > 0".into()));
+    if !(1..=MAX_SIZE_BYTES).contains(&record.size_bytes) {
+        return Err(refuse(
+            "size_bytes".into(),
+            format!("must be from 1 to {MAX_SIZE_BYTES} (1 PB)"),
+        ));
     }
     Ok(record)
 }
+
+/// The latest `t` a trace may hold: about 31.7 years, so the simulator's microsecond clock and
+/// the library model's sums of drive times stay far inside their integers.
+pub const MAX_T_SECS: f64 = 1e9;
+
+/// The largest file a trace may hold, 1 PB (a third of a year at 100 MB/s): a larger size
+/// would have the simulator step through its transfer a re-prioritisation tick at a time.
+pub const MAX_SIZE_BYTES: u64 = 1_000_000_000_000_000;
 
 /// The field serde names in backticks ("unknown field `x`", "missing field `t`").
 fn named_in(message: &str) -> Option<String> {

@@ -26,6 +26,13 @@ pub fn generate(params: &GenParams, out: &mut impl Write) -> Result<Summary, Tra
     let mut g = Generator::new(params);
     for n in 1..=params.requests {
         let t = g.arrivals.next(&mut g.rng);
+        if t > super::format::MAX_T_SECS {
+            return Err(TraceError::Param(format!(
+                "rate_per_s: the trace would run past t = {:e} s, the latest a trace may hold; \
+                 raise rate_per_s or lower requests",
+                super::format::MAX_T_SECS
+            )));
+        }
         g.data_taking_until(t, out)?;
         g.recall(n, t, out)?;
     }

@@ -100,6 +100,25 @@ fn a_negative_t_and_a_zero_size_are_refused() {
     assert_eq!(field, "size_bytes");
 }
 
+/// A `t` or a size so large the simulator's clock or drive times would overflow, or a transfer
+/// it would step through for ever, is refused naming the field; the bounds themselves pass.
+#[test]
+fn a_t_or_a_size_past_its_bound_is_refused() {
+    let (line, field, message) = invalid(&GOOD.replace("\"t\":0.5", "\"t\":1e14"));
+    assert_eq!((line, field.as_str()), (1, "t"), "{message}");
+    let (_, field, _) = invalid(&GOOD.replace("\"t\":0.5", "\"t\":1000000000.5"));
+    assert_eq!(field, "t");
+    let huge = GOOD.replace("\"size_bytes\":100", "\"size_bytes\":18446744073709551615");
+    assert_eq!(invalid(&huge).1, "size_bytes");
+    let over = GOOD.replace("\"size_bytes\":100", "\"size_bytes\":1000000000000001");
+    assert_eq!(invalid(&over).1, "size_bytes");
+    let at_bounds = GOOD
+        .replace("\"t\":0.5", "\"t\":1000000000")
+        .replace("\"size_bytes\":100", "\"size_bytes\":1000000000000000");
+    let r = read_trace(at_bounds.as_bytes()).expect("the bounds are valid");
+    assert_eq!((r[0].t, r[0].size_bytes), (1e9, MAX_SIZE_BYTES));
+}
+
 #[test]
 fn garbage_and_trailing_text_are_refused_on_their_line() {
     let (line, _, _) = invalid(&format!("{GOOD}\nnot json\n"));

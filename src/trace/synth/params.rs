@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::trace::format::{MAX_SIZE_BYTES, MAX_T_SECS};
 use crate::trace::TraceError;
 
 /// What `generate` makes. The defaults give a 10,000-request trace over the shipped
@@ -258,6 +259,12 @@ impl GenParams {
         if !positive(self.rate_per_s) {
             return bad("rate_per_s", "must be > 0");
         }
+        if self.requests as f64 / self.rate_per_s > MAX_T_SECS {
+            return bad(
+                "rate_per_s",
+                "requests / rate_per_s is past 10^9 s, the latest a trace may hold",
+            );
+        }
         if !(self.burst.ratio.is_finite() && self.burst.ratio >= 1.0) {
             return bad("burst.ratio", "must be >= 1");
         }
@@ -297,6 +304,12 @@ impl GenParams {
         if d.size_bytes == 0 || d.files_per_volume == 0 {
             return bad("data_taking.size_bytes/files_per_volume", "must be >= 1");
         }
+        if d.size_bytes > MAX_SIZE_BYTES {
+            return bad(
+                "data_taking.size_bytes",
+                "must be <= 10^15 (a trace's largest file)",
+            );
+        }
         Ok(())
     }
 
@@ -309,10 +322,10 @@ impl GenParams {
         if !(s.sigma.is_finite() && s.sigma >= 0.0) {
             return bad("sizes.sigma", "must be >= 0");
         }
-        if s.min_bytes == 0 || s.max_bytes < s.min_bytes {
+        if s.min_bytes == 0 || s.max_bytes < s.min_bytes || s.max_bytes > MAX_SIZE_BYTES {
             return bad(
                 "sizes.min_bytes/max_bytes",
-                "need 1 <= min_bytes <= max_bytes",
+                "need 1 <= min_bytes <= max_bytes <= 10^15 (a trace's largest file)",
             );
         }
         let v = &self.volumes;

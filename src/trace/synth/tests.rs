@@ -261,6 +261,21 @@ fn parameters_out_of_bounds_are_refused_by_key() {
     let mut p = GenParams::default();
     p.sizes.max_bytes = 0;
     refused(p, "sizes.min_bytes");
+    // Past what a trace may hold (its reader would refuse the lines).
+    let mut p = GenParams::default();
+    p.sizes.max_bytes = crate::trace::format::MAX_SIZE_BYTES + 1;
+    refused(p, "sizes.min_bytes");
+    let mut p = GenParams::default();
+    p.data_taking.size_bytes = crate::trace::format::MAX_SIZE_BYTES + 1;
+    refused(p, "data_taking.size_bytes");
+    refused(
+        GenParams {
+            requests: 10,
+            rate_per_s: 1e-9,
+            ..GenParams::default()
+        },
+        "rate_per_s",
+    );
 }
 
 #[test]
@@ -311,7 +326,7 @@ proptest! {
         id in "[a-z0-9-]{1,20}",
         file in "/[a-z0-9/._-]{1,40}",
         position in any::<u64>(),
-        size in 1u64..,
+        size in 1u64..=crate::trace::format::MAX_SIZE_BYTES,
         write in any::<bool>(),
     ) {
         let record = TraceRecord {
