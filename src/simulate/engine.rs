@@ -259,8 +259,16 @@ pub fn run_with(
         }
         if next_tick == Some(t) {
             r.reprioritise();
-            // The next tick after now; a tick falling in a long idle gap is skipped.
             next_tick = period.map(|p| t + p.max(1));
+        }
+        // Ticks that fell in an idle gap (nothing at the library, so left out above) are
+        // skipped, not run late: the next is the first on the period's beat at or after now,
+        // as `serve`'s timer would have it.
+        if let (Some(nt), Some(p)) = (next_tick, period) {
+            if nt < t {
+                let p = p.max(1);
+                next_tick = Some(nt + (t - nt).div_ceil(p) * p);
+            }
         }
         r.release();
     }

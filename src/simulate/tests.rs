@@ -407,3 +407,33 @@ fn multifactor_pass_through_re_places_a_request_whose_group_rank_moved() {
     let starts: Vec<u64> = out.start_times.iter().map(|&(at, _)| at / SEC).collect();
     assert_eq!(starts, vec![0, 1_000, 1_001, 1_002]);
 }
+
+/// Ticks every 10 s: a request done by 1 s, then four arrive at 15 s. The tick of 10 s fell in
+/// the idle gap and is skipped; run late, it set the clock back to 10 s with the new arrivals'
+/// charges already booked and moved r2 from front to back, so r4 went before it.
+#[test]
+fn a_tick_in_an_idle_gap_is_skipped_not_run_late() {
+    let p = TestConfig::new()
+        .with(
+            "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 10\n\
+             [usage]\nmodel = \"none\"\n\
+             [shares]\na = 1\nb = 1\n[release]\nmode = \"pass_through\"\n",
+        )
+        .settings()
+        .policy;
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let sized = |at: u64, group, volume: &str, gb: u64| Arrival {
+        size_bytes: gb * GB,
+        ..arrival(at, group, volume, 1)
+    };
+    let load = vec![
+        sized(0, a, "X", 1),
+        sized(15 * SEC, b, "R1", 4),
+        sized(15 * SEC, a, "R2", 1),
+        sized(15 * SEC, a, "R3", 20),
+        sized(15 * SEC, b, "R4", 1),
+    ];
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(o.start_times[..2], [(0, a), (15 * SEC, b)]);
+    assert_eq!(o.start_times[2], (19 * SEC, a), "r2 (front) starts next");
+}
