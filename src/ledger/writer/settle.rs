@@ -168,8 +168,7 @@ impl Txn<'_, '_> {
         );
         self.moved(row.class, Some(row.state), state);
         self.tally(row, state);
-        // Riders first: one promoted to carry the transfer on joins this request's volume
-        // flight before this request leaves it (so the flight does not end under it).
+        // Riders first: a promoted one joins this request's volume flight before it leaves.
         if row.outstanding() || matches!(row.state, RequestState::Queued | RequestState::Held) {
             let end = CarrierEnd::of(state, actual_bytes, error);
             self.carrier_left(id, (row.carrier_key, row.outstanding()), end)?;
