@@ -350,18 +350,17 @@ impl Dispatcher {
         Ok(Step::Worked(stale.len()))
     }
 
-    /// An answer that cannot be read for one transfer (garbled, an unknown state, one job
-    /// refused) does not stop the others: that request is counted as checked (asked again
-    /// after `stale_after`) and the sweep goes on. Only an MSS that cannot be reached at all
-    /// (unavailable before any transfer's state was read) ends the sweep, to be retried whole.
+    /// An answer that cannot be read for one transfer (garbled, an unknown state, a refusal)
+    /// does not stop the others: that request is counted as checked (asked again after
+    /// `stale_after`) and the sweep goes on. An MSS that cannot be reached ends the sweep, to
+    /// be retried whole (each further call would wait out its timeout).
     async fn settle_all(&self, requests: &[InFlight], why: &str) -> Result<bool, LedgerError> {
         let (mut resubmitted, mut settled, mut still) = (0usize, 0usize, Vec::new());
-        let mut answered = false;
         for r in requests {
             let (id, attempt) = (r.id, r.attempt);
             let status = match self.timed("status", self.adapter.status(&r.transfer)).await {
                 Ok(s) => s,
-                Err(MssError::Unavailable(e)) if !answered => {
+                Err(MssError::Unavailable(e)) => {
                     warn!(request_id = id, error = %e, "cannot reach the mss for a transfer's state");
                     if !still.is_empty() {
                         self.ledger.checked(still).await?;
@@ -374,7 +373,6 @@ impl Dispatcher {
                     continue;
                 }
             };
-            answered = true;
             let event = |kind| MssEvent {
                 seq: 0,
                 key: id.to_string(),
@@ -557,21 +555,28 @@ impl Dispatcher {
             Err(e) => warn!(error = %e, "cannot read pending cancellations"),
         }
         let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
+        // When the next retry pass runs: new cancels arriving meanwhile do not move it.
+        let mut due = tokio::time::Instant::now() + backoff.next();
         loop {
-            let wait = backoff.next();
+            let waiting = !retry.is_empty();
             tokio::select! {
                 id = cancels.recv() => match id {
                     Some(id) => self.cancel_one(id, &mut retry).await,
                     None => return,
                 },
-                _ = tokio::time::sleep(wait), if !retry.is_empty() => {
+                _ = tokio::time::sleep_until(due), if waiting => {
                     for id in std::mem::take(&mut retry) {
                         self.cancel_one(id, &mut retry).await;
                     }
+                    due = tokio::time::Instant::now() + backoff.next();
                 }
             }
             if retry.is_empty() {
                 backoff.reset();
+                due = tokio::time::Instant::now() + backoff.next();
+            } else if !waiting {
+                // The first cancel to retry since the set was empty: one backoff from now.
+                due = tokio::time::Instant::now() + backoff.next();
             }
         }
     }

@@ -257,18 +257,18 @@ pub fn run_with(
             r.arrive(i as i64 + 1, a);
             i += 1;
         }
-        if next_tick == Some(t) {
-            r.reprioritise();
-            next_tick = period.map(|p| t + p.max(1));
-        }
         // Ticks that fell in an idle gap (nothing at the library, so left out above) are
         // skipped, not run late: the next is the first on the period's beat at or after now,
-        // as `serve`'s timer would have it.
+        // as `serve`'s timer would have it (now itself: it runs here, before the release).
         if let (Some(nt), Some(p)) = (next_tick, period) {
             if nt < t {
                 let p = p.max(1);
                 next_tick = Some(nt + (t - nt).div_ceil(p) * p);
             }
+        }
+        if next_tick == Some(t) {
+            r.reprioritise();
+            next_tick = period.map(|p| t + p.max(1));
         }
         r.release();
     }

@@ -178,29 +178,27 @@ fn exit_of(status: std::io::Result<ExitStatus>) -> Exit {
     }
 }
 
-/// The adapter stops a run (`why`: a cancel or the timeout). A run that had already ended, or
-/// that ends cleanly (exit 0) before the signal takes it, keeps its own outcome: its file is
-/// there, so a cancel that came too late does not turn a done transfer into a cancelled one.
+/// The adapter stops a run (`why`: a cancel or the timeout). A run that had already ended
+/// before the signal keeps its own outcome: a cancel that came too late does not turn a done
+/// transfer into a cancelled one. Once signalled, the run is `why` whatever its exit (encp may
+/// exit 0 on SIGTERM without having finished).
 async fn stopped(child: &mut Child, grace: Duration, why: Exit) -> Exit {
     if let Ok(Some(status)) = child.try_wait() {
         return exit_of(Ok(status));
     }
-    match terminate(child, grace).await {
-        Some(status) if status.success() => Exit::Code(0),
-        _ => why,
-    }
+    terminate(child, grace).await;
+    why
 }
 
 /// SIGTERM to the process group (encp cleans up on it), then SIGKILL after the grace period.
-/// How the process ended, if it did within the grace period.
-async fn terminate(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
+async fn terminate(child: &mut Child, grace: Duration) {
     if let Some(pid) = child.id() {
         // SAFETY: kill(2) on the child's own process group; no memory is touched.
         unsafe {
             libc::kill(-(pid as i32), libc::SIGTERM);
         }
-        if let Ok(Ok(status)) = tokio::time::timeout(grace, child.wait()).await {
-            return Some(status);
+        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+            return;
         }
         // SAFETY: as above.
         unsafe {
@@ -208,7 +206,6 @@ async fn terminate(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
         }
     }
     let _ = child.kill().await;
-    None
 }
 
 /// Longest line of a run's output kept; the rest of a longer line is read and dropped, so a run
