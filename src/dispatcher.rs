@@ -556,27 +556,31 @@ impl Dispatcher {
         }
         let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
         // When the next retry pass runs: new cancels arriving meanwhile do not move it.
-        let mut due = tokio::time::Instant::now() + backoff.next();
+        let mut due: Option<tokio::time::Instant> = None;
         loop {
-            let waiting = !retry.is_empty();
+            if retry.is_empty() {
+                backoff.reset();
+                due = None;
+            } else if due.is_none() {
+                due = Some(tokio::time::Instant::now() + backoff.next());
+            }
+            let retry_pass = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 id = cancels.recv() => match id {
                     Some(id) => self.cancel_one(id, &mut retry).await,
                     None => return,
                 },
-                _ = tokio::time::sleep_until(due), if waiting => {
+                () = retry_pass => {
                     for id in std::mem::take(&mut retry) {
                         self.cancel_one(id, &mut retry).await;
                     }
-                    due = tokio::time::Instant::now() + backoff.next();
+                    due = None;
                 }
-            }
-            if retry.is_empty() {
-                backoff.reset();
-                due = tokio::time::Instant::now() + backoff.next();
-            } else if !waiting {
-                // The first cancel to retry since the set was empty: one backoff from now.
-                due = tokio::time::Instant::now() + backoff.next();
             }
         }
     }

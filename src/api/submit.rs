@@ -293,48 +293,9 @@ fn stations_of(
 /// Every string value of a top-level `station` key of a JSON object, up to where the text stops
 /// being one (none for anything else).
 fn stations_named(text: &str) -> Vec<String> {
-    use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+    use serde_json::value::RawValue;
     use std::borrow::Cow;
-    /// A value kept when it is a string, skipped otherwise.
-    struct StringOrSkip;
-    impl<'de> Visitor<'de> for StringOrSkip {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("any JSON value")
-        }
-        fn visit_str<E>(self, v: &str) -> Result<Option<String>, E> {
-            Ok(Some(v.to_string()))
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
-            Ok(None)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
-            Ok(None)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
-            Ok(None)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
-            Ok(None)
-        }
-        fn visit_unit<E>(self) -> Result<Option<String>, E> {
-            Ok(None)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
-    }
-    impl<'de> serde::de::DeserializeSeed<'de> for StringOrSkip {
-        type Value = Option<String>;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(self)
-        }
-    }
     struct Scan<'v>(&'v mut Vec<String>);
     impl<'de> Visitor<'de> for Scan<'_> {
         type Value = ();
@@ -344,7 +305,10 @@ fn stations_named(text: &str) -> Vec<String> {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
             while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                 if key == "station" {
-                    self.0.extend(map.next_value_seed(StringOrSkip)?);
+                    // Kept when a string; any other value is skipped unread.
+                    let raw = map.next_value::<&'de RawValue>()?;
+                    self.0
+                        .extend(serde_json::from_str::<String>(raw.get()).ok());
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }

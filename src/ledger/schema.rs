@@ -221,7 +221,8 @@ fn version_6(_conn: &Connection) -> rusqlite::Result<()> {
 /// Version 7: `release_lead`, on every request released in a volume's batch, the path of the
 /// group whose `[targets] max_volumes` counts that volume's flight (the group whose choice
 /// mounted it), so a restart counts the flight against that group even after its own requests
-/// have ended and only riders of other groups still read the volume.
+/// have ended and only riders of other groups still read the volume. (`release_led`, which it
+/// makes derivable, is written no more; rows of older builds are still read by it.)
 fn version_7(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("ALTER TABLE requests ADD COLUMN release_lead TEXT;")
 }

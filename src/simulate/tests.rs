@@ -58,6 +58,14 @@ fn arrival(at: u64, group: GroupId, volume: &str, position: u64) -> Arrival {
     }
 }
 
+/// A file of `gb` GB at position 1 of `volume`, arriving at `at` (microseconds).
+fn sized(at: u64, group: GroupId, volume: &str, gb: u64) -> Arrival {
+    Arrival {
+        size_bytes: gb * GB,
+        ..arrival(at, group, volume, 1)
+    }
+}
+
 /// Two groups of equal share, 1 GB files, one drive at 1 GB/s, SAM held with one slot, usage
 /// never forgotten; a1, a2, b1, b2 arrive at 0. By hand: at 0 both groups are back
 /// ((0 + 1) / (0 + 1) = 1 is not under 1/2), so the oldest goes: a1. At 1 s a is back (2/2)
@@ -392,10 +400,7 @@ fn multifactor_pass_through_re_places_a_request_whose_group_rank_moved() {
         .settings()
         .policy;
     let (a, b) = (g(&p, "a"), g(&p, "b"));
-    let sized = |at: u64, group, volume: &str, gb: u64| Arrival {
-        size_bytes: gb * GB,
-        ..arrival(at * SEC, group, volume, 1)
-    };
+    let sized = |at: u64, group, volume: &str, gb: u64| sized(at * SEC, group, volume, gb);
     let load = vec![
         sized(0, b, "B0", 1_000),
         sized(10, a, "A1", 1),
@@ -422,10 +427,6 @@ fn a_tick_in_an_idle_gap_is_skipped_not_run_late() {
         .settings()
         .policy;
     let (a, b) = (g(&p, "a"), g(&p, "b"));
-    let sized = |at: u64, group, volume: &str, gb: u64| Arrival {
-        size_bytes: gb * GB,
-        ..arrival(at, group, volume, 1)
-    };
     let load = vec![
         sized(0, a, "X", 1),
         sized(15 * SEC, b, "R1", 4),

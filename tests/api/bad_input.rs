@@ -94,18 +94,10 @@ async fn bad_bodies_get_4xx_naming_the_field_and_change_nothing() {
         // The fields' values in order: serde's derived reading would take it as the request.
         (
             Value::Array(
-                [
-                    "client_request_id",
-                    "station",
-                    "user",
-                    "file",
-                    "size_bytes",
-                    "access_mode",
-                    "physics_group",
-                ]
-                .iter()
-                .map(|k| good[*k].clone())
-                .collect(),
+                mssbroker::api::request::FIELDS[..7]
+                    .iter()
+                    .map(|k| good[*k].clone())
+                    .collect(),
             ),
             422,
             "body",

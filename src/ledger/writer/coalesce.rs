@@ -286,8 +286,7 @@ impl Txn<'_, '_> {
             self.tx
                 .prepare_cached(
                     "UPDATE requests SET (release_seq, release_lead) = \
-                     (SELECT release_seq, release_lead FROM requests WHERE id = ?2), \
-                     release_led = 0 WHERE id = ?1",
+                     (SELECT release_seq, release_lead FROM requests WHERE id = ?2) WHERE id = ?1",
                 )?
                 .execute(params![first, carrier])?;
         }

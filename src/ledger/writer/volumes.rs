@@ -138,13 +138,11 @@ impl Txn<'_, '_> {
             }
             self.decide_and_charge(c, &p)?;
             self.st.release_seq += 1;
-            let led = c.group == batch.group;
             self.tx
                 .prepare_cached(
-                    "UPDATE requests SET release_seq = ?2, release_led = ?3, release_lead = ?4 \
-                     WHERE id = ?1",
+                    "UPDATE requests SET release_seq = ?2, release_lead = ?3 WHERE id = ?1",
                 )?
-                .execute(params![c.id, self.st.release_seq, led, lead_path])?;
+                .execute(params![c.id, self.st.release_seq, lead_path])?;
             let path = self.policy.group(c.group).path.to_string();
             self.report
                 .add(&path, self.now, HourRow::default().decided(p.class));
