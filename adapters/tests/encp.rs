@@ -629,7 +629,11 @@ async fn a_cancel_after_encp_exited_0_does_not_turn_the_done_transfer_into_cance
             assert!(std::time::Instant::now() < deadline, "{:?}", b.runs());
             std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        // ... and its process is gone (a zombie until its watcher reaps it).
+        while !b.runs().iter().all(|r| exited(r.pid)) {
+            assert!(std::time::Instant::now() < deadline, "{:?}", b.runs());
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(Path::new(&b.local(&format!("{name}.out"))).exists());
         // The station cancels now (the broker still has it in flight).
         b.adapter.cancel(&reference(&t)).await.unwrap();
@@ -644,4 +648,17 @@ async fn a_cancel_after_encp_exited_0_does_not_turn_the_done_transfer_into_cance
         "runs that exited 0 with their file written reported cancelled: {finals:?}"
     );
     assert!(b.runs().iter().all(|r| r.end.as_deref() == Some("exit 0")));
+}
+
+/// Whether process `pid` has exited: a zombie (`Z` in /proc/PID/stat) or gone.
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            stat.rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next())
+                == Some("Z")
+        }
+        Err(_) => true,
+    }
 }
