@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use mss_adapters::sim::library::name_position;
 
 use crate::ledger::{ExportedRequest, LedgerReader};
-use crate::trace::format::{own_volume, write_ref, RecordRef};
+use crate::trace::format::{own_volume, write_ref, RecordRef, MAX_SIZE_BYTES};
 use crate::trace::{generate, Direction, GenParams};
 
 #[derive(Debug, Subcommand)]
@@ -66,24 +66,9 @@ fn gen_trace(args: GenArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.requests {
         params.requests = n;
     }
-    let summary = match &args.out {
-        Some(path) => {
-            let file =
-                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-            let mut out = BufWriter::new(file);
-            let summary = generate(&params, &mut out)?;
-            out.flush()
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            summary
-        }
-        None => {
-            let stdout = std::io::stdout();
-            let mut out = BufWriter::new(stdout.lock());
-            let summary = generate(&params, &mut out)?;
-            out.flush().context("cannot write the trace")?;
-            summary
-        }
-    };
+    let summary = write_trace(args.out.as_deref(), |mut out| {
+        Ok(generate(&params, &mut out)?)
+    })?;
     if args.summary_json {
         eprintln!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -121,43 +106,91 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--db: no database at {}", args.db.display());
     }
     let reader = LedgerReader::open(&args.db)?;
-    let n = match &args.out {
-        Some(path) => {
-            let file =
-                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-            let mut out = BufWriter::new(file);
-            let n = export_to(&reader, since, until, &mut out)?;
-            out.flush()
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            n
-        }
-        None => {
-            let stdout = std::io::stdout();
-            let mut out = BufWriter::new(stdout.lock());
-            let n = export_to(&reader, since, until, &mut out)?;
-            out.flush().context("cannot write the trace")?;
-            n
-        }
-    };
-    eprintln!("{n} requests exported from {}", args.db.display());
+    let n = write_trace(args.out.as_deref(), |out| {
+        export_to(&reader, since, until, out)
+    })?;
+    eprintln!("{} requests exported from {}", n.written, args.db.display());
+    if n.too_large > 0 {
+        eprintln!(
+            "{} requests left out: larger than the trace format's {MAX_SIZE_BYTES} bytes (1 PB), \
+             which limits.max_size_bytes allowed",
+            n.too_large
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `write` on the file `path` (standard output when `None`). A file is written beside
+/// its destination and renamed onto it only once complete: a run that fails leaves no partial
+/// trace (and an older file of that name as it was).
+fn write_trace<T>(
+    path: Option<&Path>,
+    write: impl FnOnce(&mut dyn Write) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let Some(path) = path else {
+        let stdout = std::io::stdout();
+        let mut out = BufWriter::new(stdout.lock());
+        let value = write(&mut out)?;
+        out.flush().context("cannot write the trace")?;
+        return Ok(value);
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "trace".into(), |n| n.to_string_lossy().into_owned());
+    let partial = path.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    let written = File::create(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))
+        .and_then(|file| {
+            let mut out = BufWriter::new(file);
+            let value = write(&mut out)?;
+            let file = out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .with_context(|| format!("cannot write {}", partial.display()))?;
+            file.sync_all()
+                .with_context(|| format!("cannot write {}", partial.display()))?;
+            Ok(value)
+        })
+        .and_then(|value| {
+            std::fs::rename(&partial, path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(value)
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
+/// What an export wrote, and what it left out.
+struct Exported {
+    written: u64,
+    /// Requests over the trace format's size bound (`MAX_SIZE_BYTES`), which a site's
+    /// `limits.max_size_bytes` may allow: a trace holding them could not be read back.
+    too_large: u64,
 }
 
 /// Streams the ledger's requests into `out` as trace records (docs/traces.md, "Exporting"):
 /// `t` from the first exported request, never decreasing; a request without a volume gets a
 /// volume of its own (`file:<file>`); `position` is the request's own, else the one the
-/// simulated library derives from the file name.
+/// simulated library derives from the file name. A request over the trace format's size bound
+/// is left out (and counted).
 fn export_to(
     reader: &LedgerReader,
     since: Option<i64>,
     until: Option<i64>,
-    out: &mut impl Write,
-) -> anyhow::Result<u64> {
+    mut out: &mut dyn Write,
+) -> anyhow::Result<Exported> {
     let mut first_ms: Option<i64> = None;
     let mut last_ms = i64::MIN;
     let mut buf = Vec::with_capacity(512);
     let mut own = String::new();
+    let mut too_large = 0;
     let n = reader.for_each_request(since, until, |r: &ExportedRequest| -> anyhow::Result<()> {
+        if r.size_bytes > MAX_SIZE_BYTES {
+            too_large += 1;
+            return Ok(());
+        }
         let origin = *first_ms.get_or_insert(r.created_ms);
         // A wall clock that stepped back keeps the previous `t`: a trace never goes back.
         last_ms = last_ms.max(r.created_ms);
@@ -183,8 +216,11 @@ fn export_to(
                 mss_adapters::Direction::Write => Direction::Write,
             },
         };
-        write_ref(&record, &mut buf, out)?;
+        write_ref(&record, &mut buf, &mut out)?;
         Ok(())
     })?;
-    Ok(n)
+    Ok(Exported {
+        written: n - too_large,
+        too_large,
+    })
 }

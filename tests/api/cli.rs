@@ -223,3 +223,43 @@ fn trace_gen_regenerates_the_shipped_example_and_refuses_an_unknown_key() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("sede"), "{err}");
 }
+
+/// A generation that fails part way (arrivals past the latest time a trace may hold: seed 1 of
+/// these parameters gets there after 989 records) leaves no partial trace at `--out`, and a
+/// file already there as it was.
+#[test]
+fn a_trace_gen_that_fails_part_way_leaves_no_partial_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let params = dir.path().join("late.toml");
+    std::fs::write(
+        &params,
+        "requests = 1000\nrate_per_s = 1.0101e-6\n[burst]\nratio = 1.0\n\
+         [data_taking]\nrate_per_s = 0.0\n",
+    )
+    .unwrap();
+    let run = |out: &std::path::Path| {
+        Command::new(BIN)
+            .args(["trace", "gen", "--seed", "1", "--params"])
+            .arg(&params)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let fresh = dir.path().join("fresh.jsonl");
+    let out = run(&fresh);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("past t = 1e9 s"), "{err}");
+    assert!(!fresh.exists(), "a partial trace was left");
+    let older = dir.path().join("older.jsonl");
+    std::fs::write(&older, "kept\n").unwrap();
+    assert_eq!(run(&older).status.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(&older).unwrap(), "kept\n");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(
+        left.len(),
+        2,
+        "only the params and the older file: {left:?}"
+    );
+}

@@ -402,3 +402,38 @@ async fn a_clock_that_stepped_back_keeps_t_from_going_back() {
         "s-1 is before the first request: t stays at 0"
     );
 }
+
+/// A site whose `limits.max_size_bytes` allows files over the trace format's bound (1 PB) still
+/// gets a trace it can replay: those requests are left out and counted on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_the_trace_formats_size_bound_are_left_out_and_counted() {
+    let mut broker = Broker::start();
+    let (singles, _) = load();
+    broker.submit(&singles, &[]).await;
+    broker.serve.kill();
+    {
+        let conn = rusqlite::Connection::open(&broker.db).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE requests SET size_bytes = 2000000000000000 WHERE client_request_id = 's-2'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+    let out = broker._dir.path().join("big.jsonl");
+    let run = Command::new(BIN)
+        .args(["trace", "export", "--db"])
+        .arg(&broker.db)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(err.contains("4 requests exported"), "{err}");
+    assert!(err.contains("1 requests left out"), "{err}");
+    let trace = read_trace(std::io::BufReader::new(std::fs::File::open(&out).unwrap())).unwrap();
+    let got: Vec<&str> = trace.iter().map(|r| r.client_request_id.as_str()).collect();
+    assert_eq!(got, ["s-0", "s-1", "s-3", "s-4"]);
+}
