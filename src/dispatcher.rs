@@ -28,6 +28,7 @@
 //! Each loop's body is a `*_once` step a test can call directly.
 
 mod batches;
+mod cancels;
 mod last_call;
 mod settings;
 
@@ -46,6 +47,7 @@ use tracing::{debug, info, warn};
 use crate::clock::Clock;
 use crate::ledger::{AfterSubmit, InFlight, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
 use crate::live_settings::LiveSettings;
+use cancels::CancelJob;
 
 /// Most priority changes one re-prioritisation pass sends (the simulator's engine sends as
 /// many).
@@ -81,6 +83,10 @@ pub struct Dispatcher {
     metrics: Arc<crate::metrics::Metrics>,
     /// The latest MSS call's outcome, for readiness.
     last_call: Arc<LastCall>,
+    /// Cancels the other loops hand to the cancel loop ...
+    cancel_jobs: mpsc::UnboundedSender<CancelJob>,
+    /// ... which takes this end when it starts.
+    cancel_jobs_rx: Option<mpsc::UnboundedReceiver<CancelJob>>,
 }
 
 impl Dispatcher {
@@ -92,6 +98,7 @@ impl Dispatcher {
         clock: Arc<dyn Clock>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Dispatcher {
+        let (cancel_jobs, cancel_jobs_rx) = mpsc::unbounded_channel();
         Dispatcher {
             ledger,
             adapter,
@@ -100,6 +107,8 @@ impl Dispatcher {
             clock,
             metrics,
             last_call: Arc::default(),
+            cancel_jobs,
+            cancel_jobs_rx: Some(cancel_jobs_rx),
         }
     }
 
@@ -109,14 +118,15 @@ impl Dispatcher {
     }
 
     /// Start the loops on `tasks`.
-    pub fn spawn(self, cancels: mpsc::UnboundedReceiver<i64>, tasks: &mut JoinSet<()>) {
+    pub fn spawn(mut self, cancels: mpsc::UnboundedReceiver<i64>, tasks: &mut JoinSet<()>) {
+        let jobs = (self.cancel_jobs_rx.take()).unwrap_or_else(|| mpsc::unbounded_channel().1);
         let this = Arc::new(self);
         tasks.spawn(this.clone().release_loop());
         tasks.spawn(this.clone().reprioritise_loop());
         tasks.spawn(this.clone().submit_loop());
         tasks.spawn(this.clone().event_loop());
         tasks.spawn(this.clone().stale_loop());
-        tasks.spawn(this.cancel_loop(cancels));
+        tasks.spawn(this.cancel_loop(cancels, jobs));
     }
 
     async fn release_loop(self: Arc<Self>) {
@@ -221,18 +231,29 @@ impl Dispatcher {
             refs,
             unavailable,
             unknown,
+            unanswered,
         } = self.sort_answers(&ready, results).await?;
         if let Some(e) = unknown {
             // Not refused: the MSS may have queued them. They stay ready and are sent again with
-            // the same key and attempt, which the MSS answers as a duplicate if it did.
+            // the same key and attempt, which the MSS answers as a duplicate if it did; marked,
+            // so that a cancel meanwhile goes to the MSS.
             warn!(error = %e, "the mss's answer to a submission could not be read; will resend");
+            let cancelled = self.ledger.unanswered(unanswered).await?;
+            for r in ready.iter().filter(|r| cancelled.contains(&r.id)) {
+                self.queue_cancel(CancelJob::Transfer(transfer_ref(r, None)));
+            }
         }
         let count = taken.len();
         if !taken.is_empty() {
             let after = self.ledger.submitted(taken).await?;
-            for (t, a) in refs.iter().zip(after) {
-                if a == AfterSubmit::CancelAtMss {
-                    self.cancel_at_mss(t).await;
+            for (t, a) in refs.into_iter().zip(after) {
+                match a {
+                    AfterSubmit::Recorded => {}
+                    AfterSubmit::CancelAtMss => self.queue_cancel(CancelJob::Transfer(t)),
+                    AfterSubmit::CancelRequested => match t.key.parse() {
+                        Ok(id) => self.queue_cancel(CancelJob::Request(id)),
+                        Err(_) => self.queue_cancel(CancelJob::Transfer(t)),
+                    },
                 }
             }
         }
@@ -256,13 +277,7 @@ impl Dispatcher {
                     if s.duplicate {
                         debug!(request_id = r.id, "mss already had this transfer");
                     }
-                    answers.refs.push(TransferRef {
-                        key: r.id.to_string(),
-                        attempt: r.attempt,
-                        mss_id: Some(s.mss_id.clone()),
-                        file: r.file.clone(),
-                        size_bytes: r.size_bytes,
-                    });
+                    answers.refs.push(transfer_ref(r, Some(s.mss_id.clone())));
                     answers.taken.push(SubmittedTransfer {
                         id: r.id,
                         attempt: r.attempt,
@@ -270,8 +285,9 @@ impl Dispatcher {
                     });
                 }
                 Err(e) if e.is_retryable() => {
-                    if matches!(e, MssError::Unknown(_)) && answers.unknown.is_none() {
-                        answers.unknown = Some(e);
+                    if matches!(e, MssError::Unknown(_)) {
+                        answers.unanswered.push((r.id, r.attempt));
+                        answers.unknown.get_or_insert(e);
                     }
                     answers.unavailable = true;
                 }
@@ -433,50 +449,6 @@ impl Dispatcher {
         }
     }
 
-    /// Ask the MSS to cancel `t`. Whether to ask again later (the MSS could not be reached or
-    /// its answer could not be read).
-    async fn cancel_at_mss(&self, t: &TransferRef) -> bool {
-        let id = &t.key;
-        match self.timed("cancel", self.adapter.cancel(t)).await {
-            Ok(()) => debug!(request_id = id, "cancel sent to the mss"),
-            // Too late (running or finished) or unknown: the transfer's own event settles it.
-            Err(MssError::Rejected(why)) => debug!(request_id = id, %why, "mss did not cancel"),
-            Err(e) if e.is_retryable() => {
-                warn!(request_id = id, error = %e, "cannot reach the mss to cancel; will retry");
-                return true;
-            }
-            Err(e) => warn!(request_id = id, error = %e, "the mss's answer to a cancel"),
-        }
-        false
-    }
-
-    /// Carry the cancel of request `id` to the MSS while it is asked for, the request is at the
-    /// MSS and no rider waits on its transfer; `id` joins `retry` if the MSS could not take it.
-    async fn cancel_one(&self, id: i64, retry: &mut std::collections::BTreeSet<i64>) {
-        match self.ledger.cancelling_one(id).await {
-            Ok(Some(r)) => {
-                if self.cancel_at_mss(&r.transfer).await {
-                    retry.insert(id);
-                }
-            }
-            // Riders wait on its transfer: looked at again later, until they are gone (then
-            // the cancel goes) or the transfer ends.
-            Ok(None) => match self.ledger.request(id).await {
-                Ok(Some(r)) if r.cancel_requested && !r.state.is_terminal() => {
-                    retry.insert(id);
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    retry.insert(id);
-                }
-            },
-            Err(e) => {
-                warn!(request_id = id, error = %e, "cannot read the request to cancel");
-                retry.insert(id);
-            }
-        }
-    }
-
     async fn submit_loop(self: Arc<Self>) {
         let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
         loop {
@@ -532,57 +504,16 @@ impl Dispatcher {
             }
         }
     }
+}
 
-    /// Cancels the API hands over, sent to the MSS; those the MSS could not take (an outage, an
-    /// answer that could not be read) are sent again, with the retry backoff, until it takes
-    /// them or the request ends.
-    async fn cancel_loop(self: Arc<Self>, mut cancels: mpsc::UnboundedReceiver<i64>) {
-        let mut retry = std::collections::BTreeSet::new();
-        // Cancellations asked for before a restart are carried over from the ledger.
-        match self.ledger.cancelling().await {
-            Ok(ids) => {
-                if !ids.is_empty() {
-                    info!(count = ids.len(), "resending cancellations");
-                }
-                for r in ids {
-                    if self.cancel_at_mss(&r.transfer).await {
-                        if let Ok(id) = r.transfer.key.parse() {
-                            retry.insert(id);
-                        }
-                    }
-                }
-            }
-            Err(e) => warn!(error = %e, "cannot read pending cancellations"),
-        }
-        let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
-        // When the next retry pass runs: new cancels arriving meanwhile do not move it.
-        let mut due: Option<tokio::time::Instant> = None;
-        loop {
-            if retry.is_empty() {
-                backoff.reset();
-                due = None;
-            } else if due.is_none() {
-                due = Some(tokio::time::Instant::now() + backoff.next());
-            }
-            let retry_pass = async {
-                match due {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                id = cancels.recv() => match id {
-                    Some(id) => self.cancel_one(id, &mut retry).await,
-                    None => return,
-                },
-                () = retry_pass => {
-                    for id in std::mem::take(&mut retry) {
-                        self.cancel_one(id, &mut retry).await;
-                    }
-                    due = None;
-                }
-            }
-        }
+/// The adapter's name for a submitted request's transfer.
+fn transfer_ref(r: &ToSubmit, mss_id: Option<String>) -> TransferRef {
+    TransferRef {
+        key: r.id.to_string(),
+        attempt: r.attempt,
+        mss_id,
+        file: r.file.clone(),
+        size_bytes: r.size_bytes,
     }
 }
 
@@ -595,8 +526,10 @@ struct BatchAnswers {
     refs: Vec<TransferRef>,
     /// Some could not reach it (retryable).
     unavailable: bool,
-    /// The first answer that could not be read: the MSS may have queued those.
+    /// The first answer that could not be read: the MSS may have queued those ...
     unknown: Option<MssError>,
+    /// ... (id, attempt) of each.
+    unanswered: Vec<(i64, u32)>,
 }
 
 fn transfer(r: &ToSubmit) -> Transfer {

@@ -12,7 +12,7 @@ use crate::protocol::{
     BatchItem, BatchRequest, BatchResponse, EventKind, EventsResponse, SubmitResponse, Transfer,
     TransferState,
 };
-use crate::rest::{decode, no_content, transport, Answer};
+use crate::rest::{decode, no_content, submission_transport, transport, Answer};
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
     TransferStatus,
@@ -63,7 +63,7 @@ impl MssAdapter for HttpAdapter {
             .json(transfer)
             .send()
             .await
-            .map_err(transport)?;
+            .map_err(submission_transport)?;
         let body: SubmitResponse = decode(resp).await?;
         Ok(Submitted {
             mss_id: body.mss_id,
@@ -85,7 +85,7 @@ impl MssAdapter for HttpAdapter {
             .await;
         let resp = match sent {
             Ok(r) => r,
-            Err(e) => return all(&transport(e)),
+            Err(e) => return all(&submission_transport(e)),
         };
         let answer: BatchResponse = match decode(resp).await {
             Ok(a) => a,

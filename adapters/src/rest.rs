@@ -236,6 +236,32 @@ pub fn transport(e: reqwest::Error) -> MssError {
     MssError::Unavailable(e.to_string())
 }
 
+/// Send a submission, bounded by `timeout`. Unlike [`send`], a timeout after the connection
+/// was made is an `Unknown` outcome: the MSS may have taken what it was sent without answering
+/// in time, so the broker resends it with the same key and a cancel meanwhile goes to the MSS.
+pub async fn send_submission(
+    request: RequestBuilder,
+    timeout: Duration,
+) -> Result<reqwest::Response, MssError> {
+    request
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(submission_transport)
+}
+
+/// A transport failure of a submission: unreachable (`Unavailable`), or sent and not answered
+/// in time (`Unknown`).
+pub fn submission_transport(e: reqwest::Error) -> MssError {
+    if e.is_timeout() && !e.is_connect() {
+        MssError::Unknown(format!(
+            "no answer in time, the call may have taken effect: {e}"
+        ))
+    } else {
+        transport(e)
+    }
+}
+
 /// An MSS answer read whole (within [`MAX_ANSWER_BYTES`]): its status and body.
 #[derive(Debug, Clone)]
 pub struct Answer {

@@ -155,3 +155,34 @@ async fn only_the_simulators_own_refusal_is_rejected_and_its_text_is_clipped() {
         "{results:?}"
     );
 }
+
+/// A submission sent but not answered in time may have been taken: an unknown outcome (the
+/// broker then sends a cancel to the MSS, not just ends the request). One that cannot reach the
+/// MSS at all is `Unavailable`: nothing was sent.
+#[tokio::test]
+async fn a_submission_not_answered_in_time_is_unknown_and_an_unreachable_one_unavailable() {
+    let url = simulator().await;
+    let adapter = HttpAdapter::new(&url, Duration::from_millis(200)).unwrap();
+    let slow = Faults {
+        delay_ms: 2_000,
+        ..Faults::default()
+    };
+    set_faults(&url, &slow).await;
+    for r in adapter.submit_batch(&transfers(2)).await {
+        assert!(
+            matches!(&r, Err(MssError::Unknown(m)) if m.contains("in time")),
+            "{r:?}"
+        );
+    }
+    let single = adapter.submit(&transfers(1)[0]).await;
+    assert!(matches!(&single, Err(MssError::Unknown(_))), "{single:?}");
+    // A port nobody listens on (bound, then closed).
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let nowhere = HttpAdapter::new(&closed, Duration::from_millis(200)).unwrap();
+    for r in nowhere.submit_batch(&transfers(1)).await {
+        assert!(matches!(&r, Err(MssError::Unavailable(_))), "{r:?}");
+    }
+}

@@ -238,6 +238,14 @@ impl Ledger {
         self.call(|reply| Command::Submitted { items, reply }).await
     }
 
+    /// The answers to these submissions, (id, attempt), could not be read: the MSS may hold
+    /// them. They stay ready and are resent; a cancel meanwhile goes to the MSS. Returns those
+    /// cancelled while they were being submitted: only a cancel at the MSS is left to send.
+    pub async fn unanswered(&self, items: Vec<(i64, u32)>) -> Result<Vec<i64>, LedgerError> {
+        self.call(|reply| Command::Unanswered { items, reply })
+            .await
+    }
+
     /// The MSS refused a submission for good: fail the request and refund it.
     pub async fn rejected(&self, id: i64, attempt: u32, reason: String) -> Result<(), LedgerError> {
         self.call(|reply| Command::Rejected {
@@ -430,6 +438,12 @@ impl Ledger {
     /// When the earliest waiting retry becomes due, if any.
     pub async fn next_retry_ms(&self) -> Result<Option<i64>, LedgerError> {
         self.reads.run(read::next_retry_ms).await
+    }
+
+    /// Requests whose cancellation has been asked for and that have not ended: at the MSS, or
+    /// waiting to be resent after an answer that could not be read.
+    pub async fn cancel_pending(&self) -> Result<Vec<i64>, LedgerError> {
+        self.reads.run(read::cancel_pending).await
     }
 
     /// Requests at the MSS whose cancellation has been asked for.

@@ -332,6 +332,16 @@ pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
     rows.collect()
 }
 
+/// Requests whose cancel is asked for and that have not ended (`requests_cancelling`).
+pub(super) fn cancel_pending(c: &Connection) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id FROM requests WHERE cancel_requested = 1 \
+         AND state IN ('accepted', 'submitted', 'running') ORDER BY id",
+    )?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    rows.collect()
+}
+
 /// Request `id`, if its cancel is one to carry to the MSS now (as [`cancelling`] lists them).
 pub(super) fn cancelling_one(c: &Connection, id: i64) -> rusqlite::Result<Option<InFlight>> {
     c.prepare_cached(&format!(

@@ -165,7 +165,7 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 /// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
 /// Append a step for a change; never edit a shipped one (databases already carry it).
 const STEPS: &[Step] = &[
-    version_2, version_3, version_4, version_5, version_6, version_7,
+    version_2, version_3, version_4, version_5, version_6, version_7, version_8,
 ];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
@@ -225,6 +225,19 @@ fn version_6(_conn: &Connection) -> rusqlite::Result<()> {
 /// makes derivable, is written no more; rows of older builds are still read by it.)
 fn version_7(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("ALTER TABLE requests ADD COLUMN release_lead TEXT;")
+}
+
+/// Version 8: `unanswered_attempt`, the attempt whose submission the MSS may hold although its
+/// answer could not be read (NULL if none): while the request waits to be resent, a cancel of
+/// it goes to the MSS instead of ending it at once. The index of cancels to carry to the MSS
+/// takes the requests so flagged while they wait (`accepted`) too.
+fn version_8(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE requests ADD COLUMN unanswered_attempt INTEGER;
+         DROP INDEX IF EXISTS requests_cancelling;
+         CREATE INDEX requests_cancelling ON requests(id)
+             WHERE cancel_requested = 1 AND state IN ('accepted', 'submitted', 'running');",
+    )
 }
 
 /// The schema version this binary writes (`PRAGMA user_version`); a database at a higher one

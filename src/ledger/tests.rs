@@ -471,6 +471,72 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
     close(opened);
 }
 
+/// A request whose submission's answer could not be read waits to be resent, and the MSS may
+/// hold it: its cancel is not final at once (the MSS would transfer a file nobody is charged
+/// for) but goes to the MSS after the resend. A request never sent is still cancelled at once;
+/// one cancelled while its submission was out is named for a cancel at the MSS.
+#[tokio::test]
+async fn a_cancel_of_a_request_whose_submission_went_unanswered_goes_to_the_mss() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let acc = l
+        .accept(vec![
+            f.request("a", "mc", "x", 100),
+            f.request("b", "mc", "x", 200),
+            f.request("c", "mc", "x", 300),
+            f.request("d", "mc", "x", 400),
+        ])
+        .await
+        .unwrap();
+    let [a, b, c, d] = [acc[0].id, acc[1].id, acc[2].id, acc[3].id];
+    // d is cancelled while its submission is out; the others' answers are lost.
+    assert_eq!(l.cancel(d).await.unwrap(), CancelOutcome::Cancelled);
+    let ended = l
+        .unanswered(vec![(a, 1), (b, 1), (d, 1), (c, 7)])
+        .await
+        .unwrap();
+    assert_eq!(ended, vec![d]);
+    assert_eq!(
+        l.cancel(a).await.unwrap(),
+        CancelOutcome::Requested(RequestState::Accepted)
+    );
+    assert_eq!(
+        l.cancel(b).await.unwrap(),
+        CancelOutcome::Requested(RequestState::Accepted)
+    );
+    // c's marker named another attempt: never sent as this one, cancelled at once.
+    assert_eq!(l.cancel(c).await.unwrap(), CancelOutcome::Cancelled);
+    assert_eq!(l.cancel_pending().await.unwrap(), vec![a, b]);
+    // Still charged, and pending, while the MSS may transfer them.
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (300, 2));
+    // a's resend is answered: its cancel is carried to the MSS now.
+    let after = l
+        .submitted(vec![SubmittedTransfer {
+            id: a,
+            attempt: 1,
+            mss_id: "m".into(),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(after, vec![AfterSubmit::CancelRequested]);
+    let cancelling: Vec<i64> = (l.cancelling().await.unwrap().iter().map(|i| i.id)).collect();
+    assert_eq!(cancelling, vec![a]);
+    // b's resend is refused: nothing to cancel, it ends cancelled, not failed.
+    l.rejected(b, 1, "no such file".into()).await.unwrap();
+    let rb = l.request(b).await.unwrap().unwrap();
+    assert_eq!(rb.state, RequestState::Cancelled);
+    l.apply_events(
+        vec![event(a, 1, 1, EventKind::Cancelled)],
+        EventCursor::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (0, 0));
+    assert!(l.cancel_pending().await.unwrap().is_empty());
+    close(opened);
+}
+
 /// An MSS that answers a cancel with a failure (EOS lists a cancelled file with an error) must not
 /// get the request again as the next attempt: a cancel asked while it was at the MSS ends it
 /// cancelled and refunded, whatever failure comes back.

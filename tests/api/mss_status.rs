@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mss_adapters::protocol::Faults;
+use mss_adapters::protocol::{BadAnswer, Faults};
 use serde_json::Value;
 
 use crate::helpers::{request, set_faults, test_config, SimProcess, TestApp};
@@ -171,5 +171,73 @@ async fn a_cancel_refused_by_an_mss_outage_reaches_the_mss_once_it_is_back() {
     }
     let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
     assert_eq!(finals[0]["state"], "cancelled");
+    app.stop().await;
+}
+
+/// The MSS queued a transfer but its answer could not be read (garbled): the request stays
+/// `accepted` and is resent with the same key and attempt. A cancel meanwhile must reach the
+/// MSS: ended in the broker at once, the MSS would transfer the file anyway, uncharged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_mss() {
+    // One drive, ten virtual seconds a second: a 20 GB blocker keeps the drive for seconds.
+    let sim = SimProcess::start_with(1, 10.0);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (_, a) = app
+        .post("/v1/requests", &request("g0", "mc", "top", 20_000_000_000))
+        .await;
+    let a = a["id"].as_i64().unwrap();
+    wait_state(&app, a, "running").await;
+    // From now on the MSS queues each submission, then answers it with garbage.
+    set_faults(
+        &sim,
+        &Faults {
+            submit_answer: Some(BadAnswer::Garbled),
+            queue_before_bad_answer: true,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let (_, b) = app
+        .post("/v1/requests", &request("g1", "mc", "top", 1_000))
+        .await;
+    let b = b["id"].as_i64().unwrap();
+    // Queued, and sent again (a duplicate): the broker has read the first answer (garbage).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = sim.received().await;
+        if seen.received.iter().any(|r| r.key == b.to_string()) && seen.duplicates >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the mss never got {b} twice");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (202, Some("accepted")),
+        "{body}"
+    );
+    set_faults(&sim, &Faults::default()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let at_mss = loop {
+        let s = sim_state(&sim, b).await;
+        if ["done", "cancelled", "failed"].contains(&s["state"].as_str().unwrap_or("")) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "mss still has {b}: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
+    assert_eq!(
+        at_mss["state"], "cancelled",
+        "the broker reports {}, but the mss transferred the file: {at_mss}",
+        finals[0]
+    );
+    assert_eq!(
+        (finals[0]["state"].as_str(), finals[0]["charged"].as_i64()),
+        (Some("cancelled"), Some(0)),
+        "{}",
+        finals[0]
+    );
     app.stop().await;
 }

@@ -198,16 +198,8 @@ impl Shared {
             batch_body(&self.cfg, &sid, level, files, lead)
         };
         let rb = self.request(reqwest::Method::POST, "/jobs")?.json(&body);
-        let resp = match rb.timeout(self.cfg.timeout).send().await {
-            Ok(resp) => resp,
-            // Sent, perhaps taken: no answer is not a refusal.
-            Err(e) if e.is_timeout() => {
-                return Err(MssError::Unknown(format!(
-                    "fts3 did not answer in time: {e}"
-                )))
-            }
-            Err(e) => return Err(rest::transport(e)),
-        };
+        // Sent, perhaps taken: no answer in time is not a refusal.
+        let resp = rest::send_submission(rb, self.cfg.timeout).await?;
         if resp.status() == StatusCode::CONFLICT {
             // FTS3 has this sid already: our earlier submission, whose answer we lost.
             return Ok(Posted::Exists(self.conflict(resp, &sid).await?));

@@ -172,7 +172,7 @@ impl TapeRestAdapter {
             .request(Method::POST, "/stage")
             .map_err(StageError::Mss)?
             .json(&stage_body(&sh.cfg, site, batch));
-        let resp = rest::send(rb, sh.cfg.timeout)
+        let resp = rest::send_submission(rb, sh.cfg.timeout)
             .await
             .map_err(StageError::Mss)?;
         let answer = rest::Answer::read(resp).await.map_err(StageError::Mss)?;

@@ -88,6 +88,11 @@ pub(in crate::ledger) enum Command {
         reason: String,
         reply: oneshot::Sender<Result<(), LedgerError>>,
     },
+    /// Submissions whose answers could not be read: (id, attempt).
+    Unanswered {
+        items: Vec<(i64, u32)>,
+        reply: oneshot::Sender<Result<Vec<i64>, LedgerError>>,
+    },
     Lost {
         id: i64,
         attempt: u32,
@@ -188,6 +193,7 @@ enum Reply {
     ),
     Done(oneshot::Sender<Result<(), LedgerError>>),
     Lost(oneshot::Sender<Result<bool, LedgerError>>, bool),
+    Ids(oneshot::Sender<Result<Vec<i64>, LedgerError>>, Vec<i64>),
     Count(oneshot::Sender<Result<usize, LedgerError>>, usize),
     Cancel(
         oneshot::Sender<Result<CancelOutcome, LedgerError>>,
@@ -209,6 +215,7 @@ impl Reply {
             Reply::Submitted(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Done(tx) => tx.send(Ok(())).map_err(drop),
             Reply::Lost(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Ids(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Count(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Cancel(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Group(tx, v) => tx.send(Ok(v)).map_err(drop),
@@ -223,6 +230,7 @@ impl Reply {
             Reply::Submitted(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Done(tx) => tx.send(Err(e())).map_err(drop),
             Reply::Lost(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Ids(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Count(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Cancel(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Group(tx, _) => tx.send(Err(e())).map_err(drop),
@@ -264,6 +272,9 @@ impl Txn<'_, '_> {
                 reason,
                 reply,
             } => (Reply::Done(reply), self.rejected(id, attempt, &reason)),
+            Command::Unanswered { items, reply: tx } => {
+                reply(self.unanswered(&items), Vec::new(), |v| Reply::Ids(tx, v))
+            }
             Command::Lost {
                 id,
                 attempt,

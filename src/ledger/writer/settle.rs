@@ -35,6 +35,8 @@ pub(super) struct Charged {
     size_bytes: u64,
     /// Its key in the carrier map, if it is a read (`coalesce::Carriers`).
     carrier_key: Option<u64>,
+    /// The MSS may hold its current attempt: the answer to its submission could not be read.
+    unanswered: bool,
 }
 
 impl Charged {
@@ -71,7 +73,7 @@ impl Txn<'_, '_> {
                 "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
                  COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
                  slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
-                 local_file FROM requests WHERE id = ?1",
+                 local_file, unanswered_attempt IS attempt FROM requests WHERE id = ?1",
             )?
             .query_row([id], |r| {
                 Ok(Charged {
@@ -98,6 +100,7 @@ impl Txn<'_, '_> {
                             ))
                         })
                         .transpose()?,
+                    unanswered: r.get(18)?,
                 })
             })
             .optional()
@@ -222,6 +225,8 @@ impl Txn<'_, '_> {
         self.tally(&row, new_state);
         Ok(if row.state == RequestState::Cancelled {
             AfterSubmit::CancelAtMss
+        } else if row.cancel_requested {
+            AfterSubmit::CancelRequested
         } else {
             AfterSubmit::Recorded
         })
@@ -230,10 +235,43 @@ impl Txn<'_, '_> {
     pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<()> {
         match self.load_charged(id)? {
             Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => {
-                self.finalize(id, &row, RequestState::Failed, None, Some(reason))
+                // Its cancel waited on the resend (`cancel`): refused, there is nothing to cancel.
+                let end = if row.cancel_requested {
+                    RequestState::Cancelled
+                } else {
+                    RequestState::Failed
+                };
+                self.finalize(id, &row, end, None, Some(reason))
             }
             _ => Ok(()),
         }
+    }
+
+    /// The answers to these submissions could not be read: mark the attempt, which the MSS may
+    /// hold, while the request waits in `accepted` to be resent. Returns those cancelled while
+    /// they were being submitted (their cancel at the MSS is all that is left).
+    pub fn unanswered(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<i64>> {
+        let mut ended = Vec::new();
+        for &(id, attempt) in items {
+            let Some(row) = self.load_charged(id)? else {
+                continue;
+            };
+            if row.attempt != attempt {
+                continue;
+            }
+            match row.state {
+                RequestState::Accepted => {
+                    self.tx
+                        .prepare_cached(
+                            "UPDATE requests SET unanswered_attempt = ?2 WHERE id = ?1",
+                        )?
+                        .execute(params![id, attempt])?;
+                }
+                RequestState::Cancelled => ended.push(id),
+                _ => {}
+            }
+        }
+        Ok(ended)
     }
 
     /// The MSS lost an in-flight attempt: back to `accepted` as the next attempt, at once.
@@ -387,22 +425,26 @@ impl Txn<'_, '_> {
         let Some(row) = self.load_charged(id)? else {
             return Ok(CancelOutcome::NotFound);
         };
-        match row.state {
-            s if s.is_terminal() => Ok(CancelOutcome::AlreadyFinal(s)),
-            RequestState::Accepted
-            | RequestState::Held
-            | RequestState::Queued
-            | RequestState::Riding => {
-                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
-                Ok(CancelOutcome::Cancelled)
-            }
-            s => {
-                self.tx
-                    .prepare_cached("UPDATE requests SET cancel_requested = 1 WHERE id = ?1")?
-                    .execute([id])?;
-                Ok(CancelOutcome::Requested(s))
-            }
+        if row.state.is_terminal() {
+            return Ok(CancelOutcome::AlreadyFinal(row.state));
         }
+        let maybe_at_mss = match row.state {
+            RequestState::Held | RequestState::Queued | RequestState::Riding => false,
+            // Waiting to be resent after an answer that could not be read, it may already be
+            // held by the MSS: its cancel goes there (after the resend, which the MSS answers as
+            // a duplicate if it holds it). Ended here, the MSS could transfer a file nobody is
+            // charged for.
+            RequestState::Accepted => row.unanswered,
+            _ => true,
+        };
+        if !maybe_at_mss {
+            self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+            return Ok(CancelOutcome::Cancelled);
+        }
+        self.tx
+            .prepare_cached("UPDATE requests SET cancel_requested = 1 WHERE id = ?1")?
+            .execute([id])?;
+        Ok(CancelOutcome::Requested(row.state))
     }
 
     /// The MSS confirmed these in-flight requests are still queued or running.
