@@ -33,7 +33,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{finish, stream_micros, Aging, DriveTimes, Job, LibraryConfig, LibraryEvent};
 use super::{FastMap, Jobs, LibraryStats, Micros, Phase};
@@ -132,6 +132,9 @@ pub(super) struct Enstore {
     index: BTreeMap<Slot, String>,
     /// Volumes a drive holds (any state but empty) -> that drive.
     held: FastMap<String, usize>,
+    /// (when, volume, drive): a volume a drive left for an admin request of another volume
+    /// (`admin_takes_over`) is still in that drive until its unmount ends, then free.
+    releasing: BTreeSet<(Micros, String, usize)>,
     drives: Vec<Drive>,
     pending: usize,
     /// With aging: (when a queue's gain next steps, its serial) -> volume. Entries of queues
@@ -158,6 +161,7 @@ impl Enstore {
             volumes: FastMap::default(),
             index: BTreeMap::new(),
             held: FastMap::default(),
+            releasing: BTreeSet::new(),
             drives: vec![drive; drives],
             pending: 0,
             steps: BTreeMap::new(),
@@ -282,23 +286,47 @@ impl Enstore {
                 break;
             }
             self.accrue(at);
-            self.fire(cfg, jobs, d, at, out);
+            match d {
+                Some(d) => self.fire(cfg, jobs, d, at, out),
+                None => self.release_unmounted(at),
+            }
             self.dispatch(cfg, jobs, at, out);
         }
         self.accrue(now);
         self.dispatch(cfg, jobs, now, out);
     }
 
-    fn next_event(&self) -> Option<(usize, Micros)> {
+    /// The next thing to happen: a drive's event (`Some(drive)`), or a volume left for an
+    /// admin request coming out of its drive (`None`), which goes first at the same instant.
+    fn next_event(&self) -> Option<(Option<usize>, Micros)> {
         let when = |d: &Drive| match d.state {
             State::Empty => None,
             State::Busy { end, .. } => Some(end),
             State::Bound { until, .. } | State::Unmounting { until, .. } => Some(until),
         };
         let events = self.drives.iter().enumerate();
-        events
+        let drive = events
             .filter_map(|(i, d)| when(d).map(|at| (i, at)))
-            .min_by_key(|&(i, at)| (at, i))
+            .min_by_key(|&(i, at)| (at, i));
+        let release = self.releasing.first().map(|(at, _, _)| *at);
+        match (drive, release) {
+            (Some((_, d_at)), Some(r_at)) if r_at <= d_at => Some((None, r_at)),
+            (Some((i, d_at)), _) => Some((Some(i), d_at)),
+            (None, Some(r_at)) => Some((None, r_at)),
+            (None, None) => None,
+        }
+    }
+
+    /// Volumes whose unmount after an admin takeover has ended by `at` are free again.
+    fn release_unmounted(&mut self, at: Micros) {
+        while self.releasing.first().is_some_and(|(t, _, _)| *t <= at) {
+            let Some((_, volume, d)) = self.releasing.pop_first() else {
+                return;
+            };
+            if self.held.get(&volume) == Some(&d) {
+                self.held.remove(&volume);
+            }
+        }
     }
 
     /// Count idle time from the clock up to `to`.

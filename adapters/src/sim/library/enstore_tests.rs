@@ -428,6 +428,35 @@ fn an_admin_request_takes_over_a_drive_done_with_a_regular_one_when_none_is_idle
     assert_eq!(done(&ev)[1].0, "c");
 }
 
+/// A drive that leaves its volume for an admin request unloads it first: the volume is free
+/// for the other drives only when that unmount ends (Enstore sees it at the mover until then).
+/// Two drives, no dismount delay. a (V1, position 30) on drive 0 ends at 100+40+1,000 = 1,140;
+/// b (V2, position 1) on drive 1 at 1,111, which then unmounts V2 until 1,161. daq (admin, V3)
+/// arrives at 1,120; at 1,140 no drive is empty, so drive 0 takes daq: it unmounts V1 until
+/// 1,190, then mounts V3. Drive 1, empty at 1,161, mounts V1 for c only at 1,190: done at
+/// 1,190+100+41+1,000 = 2,331.
+#[test]
+fn a_volume_left_for_an_admin_request_is_busy_until_unmounted() {
+    let mut lib = Library::new(LibraryConfig {
+        admin_from: Some(100),
+        dismount_delay_micros: 0,
+        ..enstore(2)
+    });
+    let mut ev = Vec::new();
+    lib.submit(read("a", 1, "V1", 30), 0, &mut ev);
+    lib.submit(read("b", 1, "V2", 1), 0, &mut ev);
+    lib.submit(read("c", 1, "V1", 31), 1, &mut ev);
+    lib.submit(read("daq", 100, "V3", 1), 1_120, &mut ev);
+    lib.advance(10_000, &mut ev);
+    let started = times(&ev, true);
+    assert!(started.contains(&("c".to_string(), 1_190)), "{started:?}");
+    assert!(
+        done(&ev).contains(&("c".to_string(), 2_331)),
+        "{:?}",
+        done(&ev)
+    );
+}
+
 /// An idle drive takes the admin request; the busy one keeps its volume.
 #[test]
 fn an_idle_drive_takes_an_admin_request_and_a_busy_one_keeps_its_volume() {

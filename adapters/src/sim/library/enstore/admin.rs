@@ -109,7 +109,10 @@ impl Enstore {
         let Some(key) = self.take_best(&volume, cfg.aging, at) else {
             return false;
         };
-        self.held.remove(own);
+        // The tape stays in drive `d` until it is unloaded: only then may another drive mount
+        // it (Enstore sees the volume at a mover until the mover's dismount is done).
+        self.releasing
+            .insert((at.saturating_add(cfg.unmount_micros), own.to_string(), d));
         self.stats.unmounts += 1;
         self.stats.drives[d].unmounting += cfg.unmount_micros;
         self.start(cfg, jobs, (d, volume, key, true), at, out);
