@@ -1,6 +1,8 @@
 //! What the dispatcher does with the MSS's status of a transfer and with cancels: a status
 //! that cannot be read for one transfer holds up no other, after an MSS restart included; a
-//! cancel the MSS could not take is sent again until it does.
+//! cancel the MSS could not take is sent again until it does; a cancel of a request the MSS
+//! may hold (its submission's answer lost) reaches the MSS; a carrier's cancel that waits on
+//! its rider is still followed after a restart.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -239,5 +241,60 @@ async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_ms
         "{}",
         finals[0]
     );
+    app.stop().await;
+}
+
+/// A carrier's cancel waits while a rider (a duplicate read of its file) still waits on its
+/// transfer. After a restart it is still followed: once the rider is cancelled too, the
+/// carrier's cancel reaches the MSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carriers_cancel_waiting_on_its_rider_reaches_the_mss_after_a_restart() {
+    // One drive at real time: a 500 GB blocker runs for the whole test, the carrier queues.
+    let sim = SimProcess::start_with(1, 1.0);
+    let config = test_config(Some(&sim.url));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("broker.db");
+    let app = TestApp::spawn_on(&config, db.clone()).await;
+    let (_, a) = app
+        .post("/v1/requests", &request("r0", "mc", "top", 500_000_000_000))
+        .await;
+    wait_state(&app, a["id"].as_i64().unwrap(), "running").await;
+    let shared = |crid: &str, station: &str| {
+        let mut body = request(crid, "mc", "top", 1_000);
+        body["file"] = "/pnfs/test/shared.dat".into();
+        body["station"] = station.into();
+        body
+    };
+    let (_, c) = app.post("/v1/requests", &shared("r1", "station-a")).await;
+    let c = c["id"].as_i64().unwrap();
+    wait_state(&app, c, "submitted").await;
+    let (_, r) = app.post("/v1/requests", &shared("r2", "station-b")).await;
+    assert_eq!(r["state"], "riding", "{r}");
+    let r = r["id"].as_i64().unwrap();
+    let (status, body) = app.delete(&format!("/v1/requests/{c}")).await;
+    assert_eq!(status, 202, "{body}");
+    app.stop().await;
+
+    let app = TestApp::spawn_on(&config, db).await;
+    let (status, body) = app.delete(&format!("/v1/requests/{r}")).await;
+    assert_eq!(
+        (status, &body["state"]),
+        (200, &Value::from("cancelled")),
+        "{body}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let at_mss = sim_state(&sim, c).await;
+        if at_mss["state"] == "cancelled" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the carrier's cancel never reached the mss: {at_mss}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let finals = app.wait_final(&[c], Duration::from_secs(10)).await;
+    assert_eq!(finals[0]["state"], "cancelled", "{}", finals[0]);
     app.stop().await;
 }
