@@ -208,7 +208,7 @@ impl Dispatcher {
             r.min(self.settings.submit_batch)
         });
         let now = self.clock.now_ms();
-        let ready = batches::whole(self.ledger.to_submit(0, now, limit).await?, limit);
+        let mut ready = batches::whole(self.ledger.to_submit(0, now, limit).await?, limit);
         if ready.is_empty() {
             return Ok(Step::Idle);
         }
@@ -216,6 +216,15 @@ impl Dispatcher {
         // Cannot fail: submit_batch is capped at the burst size when the config is validated.
         let limiter = self.live.get().submit_limiter.clone();
         let _ = limiter.until_n_ready(n).await;
+        // Marked before they go: from now on the MSS may hold them, and a cancel goes there.
+        // Those cancelled (or moved on) since they were read are not sent.
+        let marked = (self.ledger)
+            .sending(ready.iter().map(|r| (r.id, r.attempt)).collect())
+            .await?;
+        keep_marked(&mut ready, &marked);
+        if ready.is_empty() {
+            return Ok(Step::Worked(0));
+        }
         let transfers: Vec<Transfer> = ready.iter().map(transfer).collect();
         let started = std::time::Instant::now();
         let results = self.adapter.submit_batch(&transfers).await;
@@ -231,17 +240,16 @@ impl Dispatcher {
             refs,
             unavailable,
             unknown,
-            unanswered,
+            unsent,
         } = self.sort_answers(&ready, results).await?;
         if let Some(e) = unknown {
-            // Not refused: the MSS may have queued them. They stay ready and are sent again with
-            // the same key and attempt, which the MSS answers as a duplicate if it did; marked,
-            // so that a cancel meanwhile goes to the MSS.
+            // Not refused: the MSS may have queued them. They stay ready, marked, and are sent
+            // again with the same key and attempt, which the MSS answers as a duplicate if it
+            // did; a cancel meanwhile goes to the MSS.
             warn!(error = %e, "the mss's answer to a submission could not be read; will resend");
-            let cancelled = self.ledger.unanswered(unanswered).await?;
-            for r in ready.iter().filter(|r| cancelled.contains(&r.id)) {
-                self.queue_cancel(CancelJob::Transfer(transfer_ref(r, None)));
-            }
+        }
+        if !unsent.is_empty() {
+            self.ledger.unsent(unsent).await?;
         }
         let count = taken.len();
         if !taken.is_empty() {
@@ -286,8 +294,9 @@ impl Dispatcher {
                 }
                 Err(e) if e.is_retryable() => {
                     if matches!(e, MssError::Unknown(_)) {
-                        answers.unanswered.push((r.id, r.attempt));
                         answers.unknown.get_or_insert(e);
+                    } else {
+                        answers.unsent.push((r.id, r.attempt));
                     }
                     answers.unavailable = true;
                 }
@@ -506,6 +515,12 @@ impl Dispatcher {
     }
 }
 
+/// Keep the requests of `ready` whose ids are in `marked`, a subsequence of theirs in order.
+fn keep_marked(ready: &mut Vec<ToSubmit>, marked: &[i64]) {
+    let mut next = marked.iter().peekable();
+    ready.retain(|r| next.next_if(|&&id| id == r.id).is_some());
+}
+
 /// The adapter's name for a submitted request's transfer.
 fn transfer_ref(r: &ToSubmit, mss_id: Option<String>) -> TransferRef {
     TransferRef {
@@ -526,10 +541,10 @@ struct BatchAnswers {
     refs: Vec<TransferRef>,
     /// Some could not reach it (retryable).
     unavailable: bool,
-    /// The first answer that could not be read: the MSS may have queued those ...
+    /// The first answer that could not be read: the MSS may have queued those.
     unknown: Option<MssError>,
-    /// ... (id, attempt) of each.
-    unanswered: Vec<(i64, u32)>,
+    /// (id, attempt) of those that could not reach it.
+    unsent: Vec<(i64, u32)>,
 }
 
 fn transfer(r: &ToSubmit) -> Transfer {

@@ -31,6 +31,7 @@ impl HttpAdapter {
     pub fn new(base: &str, timeout: Duration) -> Result<HttpAdapter, MssError> {
         let client = Client::builder()
             .pool_max_idle_per_host(64)
+            .connect_timeout(crate::rest::connect_timeout(timeout))
             .build()
             .map_err(|e| MssError::Protocol(format!("cannot build http client: {e}")))?;
         Ok(HttpAdapter {

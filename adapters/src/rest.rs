@@ -165,9 +165,11 @@ impl RawAuth {
 }
 
 impl RestAuth {
-    /// A client with the configured identity and CA bundle.
-    pub fn client(&self) -> Result<Client, MssError> {
-        let mut builder = Client::builder().pool_max_idle_per_host(16);
+    /// A client with the configured identity and CA bundle, for calls bounded by `timeout`.
+    pub fn client(&self, timeout: Duration) -> Result<Client, MssError> {
+        let mut builder = Client::builder()
+            .pool_max_idle_per_host(16)
+            .connect_timeout(connect_timeout(timeout));
         if let Some(ca) = &self.ca_file {
             let pem = read(ca)?;
             for cert in reqwest::Certificate::from_pem_bundle(&pem)
@@ -229,6 +231,13 @@ pub async fn send(
     timeout: Duration,
 ) -> Result<reqwest::Response, MssError> {
     request.timeout(timeout).send().await.map_err(transport)
+}
+
+/// How long a client may take to connect (TLS included) for calls bounded by `timeout`: half
+/// of it, so that a connection that hangs fails as a connect error (nothing was sent) before
+/// the call's own timeout, which [`submission_transport`] reads as "sent, not answered".
+pub fn connect_timeout(timeout: Duration) -> Duration {
+    timeout / 2
 }
 
 /// A transport failure: the MSS could not be reached.

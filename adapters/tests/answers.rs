@@ -186,3 +186,33 @@ async fn a_submission_not_answered_in_time_is_unknown_and_an_unreachable_one_una
         assert!(matches!(&r, Err(MssError::Unavailable(_))), "{r:?}");
     }
 }
+
+/// An MSS host that drops connection attempts (a firewall, a host down, a full listen queue):
+/// the submission times out while connecting, so nothing was sent. That is unreachable
+/// (`Unavailable`), not an unknown outcome: a cancel of a request never sent stays final at
+/// once. (The clients bound the connection at half the call's timeout, so the connect timeout
+/// fires first and names itself.)
+#[tokio::test]
+async fn a_submission_that_times_out_while_connecting_is_unreachable_not_unknown() {
+    // A listener that never accepts, its queue full: further connection attempts hang.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            fillers.push(s);
+        }
+    }
+    let probe = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+    assert!(probe.is_err(), "the listen queue is not full");
+    let adapter = HttpAdapter::new(&format!("http://{addr}"), Duration::from_millis(300)).unwrap();
+    for r in adapter.submit_batch(&transfers(1)).await {
+        assert!(
+            matches!(&r, Err(MssError::Unavailable(_))),
+            "nothing was sent: {r:?}"
+        );
+    }
+    drop(listener);
+}

@@ -79,7 +79,7 @@ pub(super) async fn get_request(
 /// Cancel a request.
 #[utoipa::path(delete, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
     (status = 200, description = "cancelled and refunded", body = CancelBody),
-    (status = 202, description = "at the MSS, or perhaps there (its submission was not answered and waits to be resent): the MSS is asked to drop it", body = CancelBody),
+    (status = 202, description = "at the MSS, or perhaps there (its submission is on its way, or was not answered and waits to be resent): the MSS is asked to drop it", body = CancelBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
     (status = 409, body = error::ErrorBody), (status = 503, body = error::ErrorBody),

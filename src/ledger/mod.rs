@@ -238,12 +238,17 @@ impl Ledger {
         self.call(|reply| Command::Submitted { items, reply }).await
     }
 
-    /// The answers to these submissions, (id, attempt), could not be read: the MSS may hold
-    /// them. They stay ready and are resent; a cancel meanwhile goes to the MSS. Returns those
-    /// cancelled while they were being submitted: only a cancel at the MSS is left to send.
-    pub async fn unanswered(&self, items: Vec<(i64, u32)>) -> Result<Vec<i64>, LedgerError> {
-        self.call(|reply| Command::Unanswered { items, reply })
-            .await
+    /// These submissions, (id, attempt), are about to be sent: from the commit on the MSS may
+    /// hold them, and a cancel goes there. Returns the ids to send, in order (those still
+    /// `accepted` at that attempt).
+    pub async fn sending(&self, items: Vec<(i64, u32)>) -> Result<Vec<i64>, LedgerError> {
+        self.call(|reply| Command::Sending { items, reply }).await
+    }
+
+    /// These submissions could not reach the MSS (it holds none of them): a cancel of them is
+    /// final at once again, and one asked for meanwhile ends them now.
+    pub async fn unsent(&self, items: Vec<(i64, u32)>) -> Result<(), LedgerError> {
+        self.call(|reply| Command::Unsent { items, reply }).await
     }
 
     /// The MSS refused a submission for good: fail the request and refund it.

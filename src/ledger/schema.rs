@@ -227,13 +227,14 @@ fn version_7(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("ALTER TABLE requests ADD COLUMN release_lead TEXT;")
 }
 
-/// Version 8: `unanswered_attempt`, the attempt whose submission the MSS may hold although its
-/// answer could not be read (NULL if none): while the request waits to be resent, a cancel of
-/// it goes to the MSS instead of ending it at once. The index of cancels to carry to the MSS
-/// takes the requests so flagged while they wait (`accepted`) too.
+/// Version 8: `sent_attempt`, the attempt being sent to the MSS or sent without a readable
+/// answer: set before a submission goes out, so the MSS may hold the request while it is still
+/// `accepted` (cleared when the submission could not reach the MSS; outgrown when the attempt
+/// moves on). A cancel of such a request goes to the MSS instead of ending it at once. The index
+/// of cancels to carry to the MSS takes the requests so flagged while they wait (`accepted`) too.
 fn version_8(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
-        "ALTER TABLE requests ADD COLUMN unanswered_attempt INTEGER;
+        "ALTER TABLE requests ADD COLUMN sent_attempt INTEGER;
          DROP INDEX IF EXISTS requests_cancelling;
          CREATE INDEX requests_cancelling ON requests(id)
              WHERE cancel_requested = 1 AND state IN ('accepted', 'submitted', 'running');",

@@ -471,12 +471,13 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
     close(opened);
 }
 
-/// A request whose submission's answer could not be read waits to be resent, and the MSS may
-/// hold it: its cancel is not final at once (the MSS would transfer a file nobody is charged
-/// for) but goes to the MSS after the resend. A request never sent is still cancelled at once;
-/// one cancelled while its submission was out is named for a cancel at the MSS.
+/// A request is marked before its submission goes out (`sending`): from then on the MSS may
+/// hold it, so its cancel is not final at once (the MSS would transfer a file nobody is charged
+/// for) but goes to the MSS after the answer or the resend. A request never sent, or whose
+/// submission could not reach the MSS (`unsent`), is still cancelled at once; one cancelled
+/// before it was marked is not sent at all.
 #[tokio::test]
-async fn a_cancel_of_a_request_whose_submission_went_unanswered_goes_to_the_mss() {
+async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
     let f = Fixture::new();
     let opened = f.open();
     let l = &opened.0;
@@ -486,31 +487,30 @@ async fn a_cancel_of_a_request_whose_submission_went_unanswered_goes_to_the_mss(
             f.request("b", "mc", "x", 200),
             f.request("c", "mc", "x", 300),
             f.request("d", "mc", "x", 400),
+            f.request("e", "mc", "x", 500),
         ])
         .await
         .unwrap();
-    let [a, b, c, d] = [acc[0].id, acc[1].id, acc[2].id, acc[3].id];
-    // d is cancelled while its submission is out; the others' answers are lost.
+    let [a, b, c, d, e] = [acc[0].id, acc[1].id, acc[2].id, acc[3].id, acc[4].id];
+    // d is cancelled after it was read for submission, before it was marked: not sent.
     assert_eq!(l.cancel(d).await.unwrap(), CancelOutcome::Cancelled);
-    let ended = l
-        .unanswered(vec![(a, 1), (b, 1), (d, 1), (c, 7)])
+    let marked = l
+        .sending(vec![(a, 1), (b, 1), (c, 7), (d, 1), (e, 1)])
         .await
         .unwrap();
-    assert_eq!(ended, vec![d]);
-    assert_eq!(
-        l.cancel(a).await.unwrap(),
-        CancelOutcome::Requested(RequestState::Accepted)
-    );
-    assert_eq!(
-        l.cancel(b).await.unwrap(),
-        CancelOutcome::Requested(RequestState::Accepted)
-    );
-    // c's marker named another attempt: never sent as this one, cancelled at once.
+    assert_eq!(marked, vec![a, b, e], "c's attempt is 1, d has ended");
+    for id in [a, b, e] {
+        assert_eq!(
+            l.cancel(id).await.unwrap(),
+            CancelOutcome::Requested(RequestState::Accepted)
+        );
+    }
+    // c was never marked for its attempt: cancelled at once.
     assert_eq!(l.cancel(c).await.unwrap(), CancelOutcome::Cancelled);
-    assert_eq!(l.cancel_pending().await.unwrap(), vec![a, b]);
+    assert_eq!(l.cancel_pending().await.unwrap(), vec![a, b, e]);
     // Still charged, and pending, while the MSS may transfer them.
-    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (300, 2));
-    // a's resend is answered: its cancel is carried to the MSS now.
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (800, 3));
+    // a's submission is answered: its cancel is carried to the MSS now.
     let after = l
         .submitted(vec![SubmittedTransfer {
             id: a,
@@ -522,10 +522,16 @@ async fn a_cancel_of_a_request_whose_submission_went_unanswered_goes_to_the_mss(
     assert_eq!(after, vec![AfterSubmit::CancelRequested]);
     let cancelling: Vec<i64> = (l.cancelling().await.unwrap().iter().map(|i| i.id)).collect();
     assert_eq!(cancelling, vec![a]);
-    // b's resend is refused: nothing to cancel, it ends cancelled, not failed.
+    // b's is refused: nothing to cancel, it ends cancelled, not failed.
     l.rejected(b, 1, "no such file".into()).await.unwrap();
     let rb = l.request(b).await.unwrap().unwrap();
     assert_eq!(rb.state, RequestState::Cancelled);
+    // e's could not reach the MSS: nothing there, it ends cancelled now.
+    l.unsent(vec![(e, 1)]).await.unwrap();
+    assert_eq!(
+        l.request(e).await.unwrap().unwrap().state,
+        RequestState::Cancelled
+    );
     l.apply_events(
         vec![event(a, 1, 1, EventKind::Cancelled)],
         EventCursor::default(),
@@ -534,6 +540,24 @@ async fn a_cancel_of_a_request_whose_submission_went_unanswered_goes_to_the_mss(
     .unwrap();
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (0, 0));
     assert!(l.cancel_pending().await.unwrap().is_empty());
+    close(opened);
+}
+
+/// A submission that could not reach the MSS leaves nothing there: the mark goes, and a cancel
+/// is final at once again.
+#[tokio::test]
+async fn a_submission_that_did_not_reach_the_mss_is_cancelled_at_once() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let a = l
+        .accept(vec![f.request("a", "mc", "x", 100)])
+        .await
+        .unwrap()[0]
+        .id;
+    assert_eq!(l.sending(vec![(a, 1)]).await.unwrap(), vec![a]);
+    l.unsent(vec![(a, 1)]).await.unwrap();
+    assert_eq!(l.cancel(a).await.unwrap(), CancelOutcome::Cancelled);
     close(opened);
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use mss_adapters::protocol::{BadAnswer, Faults};
 use serde_json::Value;
 
-use crate::helpers::{request, set_faults, test_config, SimProcess, TestApp};
+use crate::helpers::{request, set_faults, test_config, wait_for_count, SimProcess, TestApp};
 
 async fn wait_state(app: &TestApp, id: i64, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -296,5 +296,64 @@ async fn a_carriers_cancel_waiting_on_its_rider_reaches_the_mss_after_a_restart(
     }
     let finals = app.wait_final(&[c], Duration::from_secs(10)).await;
     assert_eq!(finals[0]["state"], "cancelled", "{}", finals[0]);
+    app.stop().await;
+}
+
+/// A cancel asked while a request's first submission is on its way (sent, not yet answered)
+/// is not final at once: the MSS may take the transfer and start it before any cancel reaches
+/// it. Whatever the MSS does with it, the broker agrees: transferred means charged, cancelled
+/// means refunded. (Found by review: the request was ended at once, refunded, and the MSS,
+/// a drive being free, transferred the file.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_the_first_submission_is_unanswered_is_not_final_at_once() {
+    // One free drive, ten virtual seconds a second: a transfer starts as soon as it arrives.
+    let sim = SimProcess::start_with(1, 10.0);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    // Every MSS call waits 1.5 s before it is served (well within the broker's timeout).
+    set_faults(
+        &sim,
+        &Faults {
+            delay_ms: 1_500,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let (_, b) = app
+        .post("/v1/requests", &request("w0", "mc", "top", 1_000))
+        .await;
+    let b = b["id"].as_i64().unwrap();
+    // Its submission is on its way: marked in the ledger before it was sent.
+    wait_for_count(
+        &app.db,
+        &format!("SELECT COUNT(*) FROM requests WHERE id = {b} AND sent_attempt = 1 AND state = 'accepted'"),
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (202, Some("accepted")),
+        "{body}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let at_mss = loop {
+        let s = sim_state(&sim, b).await;
+        if ["done", "cancelled", "failed"].contains(&s["state"].as_str().unwrap_or("")) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "mss still has {b}: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    set_faults(&sim, &Faults::default()).await;
+    let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
+    let (state, charged) = (
+        finals[0]["state"].as_str().unwrap_or(""),
+        finals[0]["charged"].as_i64().unwrap_or(-1),
+    );
+    match at_mss["state"].as_str() {
+        Some("done") => assert_eq!((state, charged > 0), ("done", true), "{}", finals[0]),
+        _ => assert_eq!((state, charged), ("cancelled", 0), "{}", finals[0]),
+    }
     app.stop().await;
 }

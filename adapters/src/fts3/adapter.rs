@@ -85,7 +85,7 @@ impl Fts3Adapter {
     /// Build the adapter and start its poller. `instance` names the broker's ledger (used in
     /// the submission ids unless `sid_prefix` is set). Must run inside a tokio runtime.
     pub fn new(cfg: Fts3Config, instance: &str) -> Result<Fts3Adapter, MssError> {
-        let client = cfg.auth.client()?;
+        let client = cfg.auth.client(cfg.timeout)?;
         let sid_prefix = cfg
             .sid_prefix
             .clone()

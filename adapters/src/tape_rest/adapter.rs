@@ -60,7 +60,7 @@ impl TapeRestAdapter {
     /// Build the adapter and start its poller (which reads the discovery document first). Must
     /// run inside a tokio runtime.
     pub fn new(cfg: TapeRestConfig) -> Result<TapeRestAdapter, MssError> {
-        let client = cfg.auth.client()?;
+        let client = cfg.auth.client(cfg.timeout)?;
         let max_files = AtomicUsize::new(cfg.max_files_per_request);
         let shared = Arc::new(Shared {
             cfg,

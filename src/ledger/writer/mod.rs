@@ -88,10 +88,15 @@ pub(in crate::ledger) enum Command {
         reason: String,
         reply: oneshot::Sender<Result<(), LedgerError>>,
     },
-    /// Submissions whose answers could not be read: (id, attempt).
-    Unanswered {
+    /// Submissions about to be sent: (id, attempt).
+    Sending {
         items: Vec<(i64, u32)>,
         reply: oneshot::Sender<Result<Vec<i64>, LedgerError>>,
+    },
+    /// Submissions that could not reach the MSS: (id, attempt).
+    Unsent {
+        items: Vec<(i64, u32)>,
+        reply: oneshot::Sender<Result<(), LedgerError>>,
     },
     Lost {
         id: i64,
@@ -272,9 +277,10 @@ impl Txn<'_, '_> {
                 reason,
                 reply,
             } => (Reply::Done(reply), self.rejected(id, attempt, &reason)),
-            Command::Unanswered { items, reply: tx } => {
-                reply(self.unanswered(&items), Vec::new(), |v| Reply::Ids(tx, v))
+            Command::Sending { items, reply: tx } => {
+                reply(self.sending(&items), Vec::new(), |v| Reply::Ids(tx, v))
             }
+            Command::Unsent { items, reply } => (Reply::Done(reply), self.unsent(&items)),
             Command::Lost {
                 id,
                 attempt,

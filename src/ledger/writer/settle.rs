@@ -35,8 +35,9 @@ pub(super) struct Charged {
     size_bytes: u64,
     /// Its key in the carrier map, if it is a read (`coalesce::Carriers`).
     carrier_key: Option<u64>,
-    /// The MSS may hold its current attempt: the answer to its submission could not be read.
-    unanswered: bool,
+    /// The MSS may hold its current attempt: it is being sent, or was sent without a readable
+    /// answer (`sent_attempt`).
+    maybe_at_mss: bool,
 }
 
 impl Charged {
@@ -73,7 +74,7 @@ impl Txn<'_, '_> {
                 "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
                  COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
                  slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
-                 local_file, unanswered_attempt IS attempt FROM requests WHERE id = ?1",
+                 local_file, sent_attempt IS attempt FROM requests WHERE id = ?1",
             )?
             .query_row([id], |r| {
                 Ok(Charged {
@@ -100,7 +101,7 @@ impl Txn<'_, '_> {
                             ))
                         })
                         .transpose()?,
-                    unanswered: r.get(18)?,
+                    maybe_at_mss: r.get(18)?,
                 })
             })
             .optional()
@@ -235,7 +236,7 @@ impl Txn<'_, '_> {
     pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<()> {
         match self.load_charged(id)? {
             Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => {
-                // Its cancel waited on the resend (`cancel`): refused, there is nothing to cancel.
+                // Its cancel waited on the answer (`cancel`): refused, there is nothing to cancel.
                 let end = if row.cancel_requested {
                     RequestState::Cancelled
                 } else {
@@ -247,31 +248,42 @@ impl Txn<'_, '_> {
         }
     }
 
-    /// The answers to these submissions could not be read: mark the attempt, which the MSS may
-    /// hold, while the request waits in `accepted` to be resent. Returns those cancelled while
-    /// they were being submitted (their cancel at the MSS is all that is left).
-    pub fn unanswered(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<i64>> {
-        let mut ended = Vec::new();
+    /// These submissions are about to be sent: mark each attempt (`sent_attempt`) while the
+    /// request is still `accepted`, so that a cancel from now on goes to the MSS. Returns the
+    /// ids marked, in order: the others ended or moved on meanwhile and are not sent.
+    pub fn sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<i64>> {
+        let mut stmt = self.tx.prepare_cached(
+            "UPDATE requests SET sent_attempt = ?2 \
+             WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
+        )?;
+        let mut marked = Vec::with_capacity(items.len());
+        for &(id, attempt) in items {
+            if stmt.execute(params![id, attempt])? == 1 {
+                marked.push(id);
+            }
+        }
+        Ok(marked)
+    }
+
+    /// These submissions could not reach the MSS: it holds none of them. The mark goes; one
+    /// whose cancel was asked for meanwhile ends cancelled now.
+    pub fn unsent(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<()> {
         for &(id, attempt) in items {
             let Some(row) = self.load_charged(id)? else {
                 continue;
             };
-            if row.attempt != attempt {
+            if row.attempt != attempt || row.state != RequestState::Accepted {
                 continue;
             }
-            match row.state {
-                RequestState::Accepted => {
-                    self.tx
-                        .prepare_cached(
-                            "UPDATE requests SET unanswered_attempt = ?2 WHERE id = ?1",
-                        )?
-                        .execute(params![id, attempt])?;
-                }
-                RequestState::Cancelled => ended.push(id),
-                _ => {}
+            if row.cancel_requested {
+                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+            } else {
+                self.tx
+                    .prepare_cached("UPDATE requests SET sent_attempt = NULL WHERE id = ?1")?
+                    .execute([id])?;
             }
         }
-        Ok(ended)
+        Ok(())
     }
 
     /// The MSS lost an in-flight attempt: back to `accepted` as the next attempt, at once.
@@ -430,11 +442,11 @@ impl Txn<'_, '_> {
         }
         let maybe_at_mss = match row.state {
             RequestState::Held | RequestState::Queued | RequestState::Riding => false,
-            // Waiting to be resent after an answer that could not be read, it may already be
-            // held by the MSS: its cancel goes there (after the resend, which the MSS answers as
-            // a duplicate if it holds it). Ended here, the MSS could transfer a file nobody is
-            // charged for.
-            RequestState::Accepted => row.unanswered,
+            // Being sent, or waiting to be resent after an answer that could not be read: the
+            // MSS may hold it, so its cancel goes there (after the answer, or the resend, which
+            // the MSS answers as a duplicate if it holds it). Ended here, the MSS could transfer
+            // a file nobody is charged for.
+            RequestState::Accepted => row.maybe_at_mss,
             _ => true,
         };
         if !maybe_at_mss {
