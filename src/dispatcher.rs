@@ -225,6 +225,8 @@ impl Dispatcher {
         if ready.is_empty() {
             return Ok(Step::Worked(0));
         }
+        let first_sends: std::collections::HashSet<i64> =
+            (marked.iter()).filter(|m| m.1).map(|m| m.0).collect();
         let transfers: Vec<Transfer> = ready.iter().map(transfer).collect();
         let started = std::time::Instant::now();
         let results = self.adapter.submit_batch(&transfers).await;
@@ -240,16 +242,18 @@ impl Dispatcher {
             refs,
             unavailable,
             unknown,
-            unsent,
+            mut unreachable,
         } = self.sort_answers(&ready, results).await?;
+        // Nothing reached the MSS, and no earlier send of the same attempt may have: unmarked.
+        unreachable.retain(|(id, _)| first_sends.contains(id));
+        if !unreachable.is_empty() {
+            self.ledger.unsent(unreachable).await?;
+        }
         if let Some(e) = unknown {
             // Not refused: the MSS may have queued them. They stay ready, marked, and are sent
             // again with the same key and attempt, which the MSS answers as a duplicate if it
             // did; a cancel meanwhile goes to the MSS.
             warn!(error = %e, "the mss's answer to a submission could not be read; will resend");
-        }
-        if !unsent.is_empty() {
-            self.ledger.unsent(unsent).await?;
         }
         let count = taken.len();
         if !taken.is_empty() {
@@ -293,10 +297,12 @@ impl Dispatcher {
                     });
                 }
                 Err(e) if e.is_retryable() => {
-                    if matches!(e, MssError::Unknown(_)) {
-                        answers.unknown.get_or_insert(e);
-                    } else {
-                        answers.unsent.push((r.id, r.attempt));
+                    match e {
+                        MssError::Unreachable(_) => answers.unreachable.push((r.id, r.attempt)),
+                        MssError::Unknown(_) if answers.unknown.is_none() => {
+                            answers.unknown = Some(e)
+                        }
+                        _ => {}
                     }
                     answers.unavailable = true;
                 }
@@ -385,7 +391,7 @@ impl Dispatcher {
             let (id, attempt) = (r.id, r.attempt);
             let status = match self.timed("status", self.adapter.status(&r.transfer)).await {
                 Ok(s) => s,
-                Err(MssError::Unavailable(e)) => {
+                Err(MssError::Unavailable(e) | MssError::Unreachable(e)) => {
                     warn!(request_id = id, error = %e, "cannot reach the mss for a transfer's state");
                     if !still.is_empty() {
                         self.ledger.checked(still).await?;
@@ -516,9 +522,9 @@ impl Dispatcher {
 }
 
 /// Keep the requests of `ready` whose ids are in `marked`, a subsequence of theirs in order.
-fn keep_marked(ready: &mut Vec<ToSubmit>, marked: &[i64]) {
+fn keep_marked(ready: &mut Vec<ToSubmit>, marked: &[(i64, bool)]) {
     let mut next = marked.iter().peekable();
-    ready.retain(|r| next.next_if(|&&id| id == r.id).is_some());
+    ready.retain(|r| next.next_if(|m| m.0 == r.id).is_some());
 }
 
 /// The adapter's name for a submitted request's transfer.
@@ -543,8 +549,8 @@ struct BatchAnswers {
     unavailable: bool,
     /// The first answer that could not be read: the MSS may have queued those.
     unknown: Option<MssError>,
-    /// (id, attempt) of those that could not reach it.
-    unsent: Vec<(i64, u32)>,
+    /// (id, attempt) of those that could not connect to it.
+    unreachable: Vec<(i64, u32)>,
 }
 
 fn transfer(r: &ToSubmit) -> Transfer {

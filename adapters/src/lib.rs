@@ -31,7 +31,11 @@ pub use protocol::{Direction, EventCursor, EventKind, MssEvent, Transfer};
 /// What went wrong talking to an MSS, split by what the caller should do about it.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MssError {
-    /// The MSS could not be reached or answered with a server error: try again later.
+    /// No connection could be made to the MSS: nothing was sent. Try again later.
+    #[error("mss unreachable: {0}")]
+    Unreachable(String),
+    /// The MSS answered with a server error, or the adapter cannot go on now: try again later.
+    /// (It may hold what a submission sent, as behind a proxy's 502.)
     #[error("mss unavailable: {0}")]
     Unavailable(String),
     /// The answer could not be read (garbled, stalled, too large, a proxy's page instead of the
@@ -53,7 +57,10 @@ impl MssError {
     /// Whether the same call may succeed if made again later (an unknown outcome included: the
     /// same key and attempt is never queued twice).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, MssError::Unavailable(_) | MssError::Unknown(_))
+        matches!(
+            self,
+            MssError::Unreachable(_) | MssError::Unavailable(_) | MssError::Unknown(_)
+        )
     }
 }
 

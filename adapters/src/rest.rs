@@ -225,7 +225,7 @@ fn read(path: &Path) -> Result<Vec<u8>, MssError> {
         .map_err(|e| MssError::Protocol(format!("cannot read {}: {e}", path.display())))
 }
 
-/// Send a request, bounded by `timeout`, mapping transport failures to `Unavailable`.
+/// Send a request, bounded by `timeout`, mapping transport failures by [`transport`].
 pub async fn send(
     request: RequestBuilder,
     timeout: Duration,
@@ -240,9 +240,14 @@ pub fn connect_timeout(timeout: Duration) -> Duration {
     timeout / 2
 }
 
-/// A transport failure: the MSS could not be reached.
+/// A transport failure: the MSS could not be reached (`Unreachable`: no connection, nothing
+/// sent), or the exchange broke off (`Unavailable`).
 pub fn transport(e: reqwest::Error) -> MssError {
-    MssError::Unavailable(e.to_string())
+    if e.is_connect() {
+        MssError::Unreachable(e.to_string())
+    } else {
+        MssError::Unavailable(e.to_string())
+    }
 }
 
 /// Send a submission, bounded by `timeout`. Unlike [`send`], a timeout after the connection
@@ -259,8 +264,8 @@ pub async fn send_submission(
         .map_err(submission_transport)
 }
 
-/// A transport failure of a submission: unreachable (`Unavailable`), or sent and not answered
-/// in time (`Unknown`).
+/// A transport failure of a submission: as [`transport`], except that a timeout after the
+/// connection was made is sent and not answered in time (`Unknown`).
 pub fn submission_transport(e: reqwest::Error) -> MssError {
     if e.is_timeout() && !e.is_connect() {
         MssError::Unknown(format!(

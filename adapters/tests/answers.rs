@@ -158,9 +158,9 @@ async fn only_the_simulators_own_refusal_is_rejected_and_its_text_is_clipped() {
 
 /// A submission sent but not answered in time may have been taken: an unknown outcome (the
 /// broker then sends a cancel to the MSS, not just ends the request). One that cannot reach the
-/// MSS at all is `Unavailable`: nothing was sent.
+/// MSS at all is `Unreachable`: nothing was sent.
 #[tokio::test]
-async fn a_submission_not_answered_in_time_is_unknown_and_an_unreachable_one_unavailable() {
+async fn a_submission_not_answered_in_time_is_unknown_and_an_unconnected_one_unreachable() {
     let url = simulator().await;
     let adapter = HttpAdapter::new(&url, Duration::from_millis(200)).unwrap();
     let slow = Faults {
@@ -183,13 +183,13 @@ async fn a_submission_not_answered_in_time_is_unknown_and_an_unreachable_one_una
     };
     let nowhere = HttpAdapter::new(&closed, Duration::from_millis(200)).unwrap();
     for r in nowhere.submit_batch(&transfers(1)).await {
-        assert!(matches!(&r, Err(MssError::Unavailable(_))), "{r:?}");
+        assert!(matches!(&r, Err(MssError::Unreachable(_))), "{r:?}");
     }
 }
 
 /// An MSS host that drops connection attempts (a firewall, a host down, a full listen queue):
 /// the submission times out while connecting, so nothing was sent. That is unreachable
-/// (`Unavailable`), not an unknown outcome: a cancel of a request never sent stays final at
+/// (`Unreachable`), not an unknown outcome: a cancel of a request never sent stays final at
 /// once. (The clients bound the connection at half the call's timeout, so the connect timeout
 /// fires first and names itself.)
 #[tokio::test]
@@ -210,7 +210,7 @@ async fn a_submission_that_times_out_while_connecting_is_unreachable_not_unknown
     let adapter = HttpAdapter::new(&format!("http://{addr}"), Duration::from_millis(300)).unwrap();
     for r in adapter.submit_batch(&transfers(1)).await {
         assert!(
-            matches!(&r, Err(MssError::Unavailable(_))),
+            matches!(&r, Err(MssError::Unreachable(_))),
             "nothing was sent: {r:?}"
         );
     }

@@ -151,7 +151,8 @@ async fn a_client_certificate_gets_in_and_nothing_else_does() {
         anonymous.submit(&read("2")).await,
         Err(MssError::Unavailable(_))
     ));
-    // The server's CA not trusted: refused before anything is sent.
+    // The server's CA not trusted: refused before anything is sent (no connection made:
+    // unreachable, so the broker knows FTS3 holds nothing of it).
     let untrusting = adapter(
         &url,
         dir.path(),
@@ -160,7 +161,7 @@ async fn a_client_certificate_gets_in_and_nothing_else_does() {
     );
     assert!(matches!(
         untrusting.submit(&read("3")).await,
-        Err(MssError::Unavailable(_))
+        Err(MssError::Unreachable(_))
     ));
     // The certified adapter goes on polling its job; what matters is that no other submission
     // got through.

@@ -163,7 +163,7 @@ pub(super) async fn release_request(
     match state.mss.release(&r.transfer_ref()).await {
         Ok(()) => Ok(Json(responses::ReleaseBody { id, released: true })),
         Err(mss_adapters::MssError::Rejected(m)) => Err(conflict(format!("the mss refused: {m}"))),
-        Err(mss_adapters::MssError::Unavailable(m)) => {
+        Err(mss_adapters::MssError::Unavailable(m) | mss_adapters::MssError::Unreachable(m)) => {
             let mut e = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 None,

@@ -240,13 +240,13 @@ impl Ledger {
 
     /// These submissions, (id, attempt), are about to be sent: from the commit on the MSS may
     /// hold them, and a cancel goes there. Returns the ids to send, in order (those still
-    /// `accepted` at that attempt).
-    pub async fn sending(&self, items: Vec<(i64, u32)>) -> Result<Vec<i64>, LedgerError> {
+    /// `accepted` at that attempt), each with whether it is its attempt's first send.
+    pub async fn sending(&self, items: Vec<(i64, u32)>) -> Result<Vec<(i64, bool)>, LedgerError> {
         self.call(|reply| Command::Sending { items, reply }).await
     }
 
-    /// These submissions could not reach the MSS (it holds none of them): a cancel of them is
-    /// final at once again, and one asked for meanwhile ends them now.
+    /// These first sends, (id, attempt), could not connect to the MSS (nothing reached it): a
+    /// cancel of them is final at once again, and one asked for meanwhile ends them now.
     pub async fn unsent(&self, items: Vec<(i64, u32)>) -> Result<(), LedgerError> {
         self.call(|reply| Command::Unsent { items, reply }).await
     }

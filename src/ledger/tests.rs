@@ -473,9 +473,10 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
 
 /// A request is marked before its submission goes out (`sending`): from then on the MSS may
 /// hold it, so its cancel is not final at once (the MSS would transfer a file nobody is charged
-/// for) but goes to the MSS after the answer or the resend. A request never sent, or whose
-/// submission could not reach the MSS (`unsent`), is still cancelled at once; one cancelled
-/// before it was marked is not sent at all.
+/// for). It is taken as at the MSS, never sent again, and settled as an in-flight request is:
+/// by the answer that names it and the MSS's cancel, or by `lost` when the MSS does not hold
+/// it. A request never marked for its attempt is cancelled at once; one cancelled before it
+/// was marked is not sent at all.
 #[tokio::test]
 async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
     let f = Fixture::new();
@@ -487,30 +488,41 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
             f.request("b", "mc", "x", 200),
             f.request("c", "mc", "x", 300),
             f.request("d", "mc", "x", 400),
-            f.request("e", "mc", "x", 500),
         ])
         .await
         .unwrap();
-    let [a, b, c, d, e] = [acc[0].id, acc[1].id, acc[2].id, acc[3].id, acc[4].id];
+    let [a, b, c, d] = [acc[0].id, acc[1].id, acc[2].id, acc[3].id];
     // d is cancelled after it was read for submission, before it was marked: not sent.
     assert_eq!(l.cancel(d).await.unwrap(), CancelOutcome::Cancelled);
     let marked = l
-        .sending(vec![(a, 1), (b, 1), (c, 7), (d, 1), (e, 1)])
+        .sending(vec![(a, 1), (b, 1), (c, 7), (d, 1)])
         .await
         .unwrap();
-    assert_eq!(marked, vec![a, b, e], "c's attempt is 1, d has ended");
-    for id in [a, b, e] {
+    assert_eq!(
+        marked,
+        vec![(a, true), (b, true)],
+        "c's attempt is 1, d has ended"
+    );
+    // Sent again (its answer unreadable): not the attempt's first send.
+    assert_eq!(l.sending(vec![(a, 1)]).await.unwrap(), vec![(a, false)]);
+    for id in [a, b] {
         assert_eq!(
             l.cancel(id).await.unwrap(),
-            CancelOutcome::Requested(RequestState::Accepted)
+            CancelOutcome::Requested(RequestState::Submitted)
         );
     }
     // c was never marked for its attempt: cancelled at once.
     assert_eq!(l.cancel(c).await.unwrap(), CancelOutcome::Cancelled);
-    assert_eq!(l.cancel_pending().await.unwrap(), vec![a, b, e]);
-    // Still charged, and pending, while the MSS may transfer them.
-    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (800, 3));
-    // a's submission is answered: its cancel is carried to the MSS now.
+    assert!(
+        l.to_submit(0, i64::MAX, 10).await.unwrap().is_empty(),
+        "never sent again"
+    );
+    // Still charged, and pending, while the MSS may transfer them; their cancels go by key.
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (300, 2));
+    assert_eq!(l.cancel_pending().await.unwrap(), vec![a, b]);
+    let cancelling: Vec<i64> = (l.cancelling().await.unwrap().iter().map(|i| i.id)).collect();
+    assert_eq!(cancelling, vec![a, b]);
+    // a's answer comes: it names the transfer, and its cancel is carried to the MSS again.
     let after = l
         .submitted(vec![SubmittedTransfer {
             id: a,
@@ -520,16 +532,15 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
         .await
         .unwrap();
     assert_eq!(after, vec![AfterSubmit::CancelRequested]);
-    let cancelling: Vec<i64> = (l.cancelling().await.unwrap().iter().map(|i| i.id)).collect();
-    assert_eq!(cancelling, vec![a]);
-    // b's is refused: nothing to cancel, it ends cancelled, not failed.
-    l.rejected(b, 1, "no such file".into()).await.unwrap();
-    let rb = l.request(b).await.unwrap().unwrap();
-    assert_eq!(rb.state, RequestState::Cancelled);
-    // e's could not reach the MSS: nothing there, it ends cancelled now.
-    l.unsent(vec![(e, 1)]).await.unwrap();
+    let ra = l.request(a).await.unwrap().unwrap();
     assert_eq!(
-        l.request(e).await.unwrap().unwrap().state,
+        (ra.state, ra.mss_id.as_deref()),
+        (RequestState::Submitted, Some("m"))
+    );
+    // b's submission never reached the MSS: its status is unknown there, and it ends cancelled.
+    assert!(l.lost(b, 1, "unknown to the mss".into()).await.unwrap());
+    assert_eq!(
+        l.request(b).await.unwrap().unwrap().state,
         RequestState::Cancelled
     );
     l.apply_events(
@@ -543,21 +554,33 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
     close(opened);
 }
 
-/// A submission that could not reach the MSS leaves nothing there: the mark goes, and a cancel
-/// is final at once again.
+/// A first send that could not connect to the MSS left nothing there: the mark goes, and a
+/// cancel is final at once again; one cancelled while it was being sent ends cancelled.
 #[tokio::test]
-async fn a_submission_that_did_not_reach_the_mss_is_cancelled_at_once() {
+async fn a_first_send_that_could_not_connect_is_unmarked() {
     let f = Fixture::new();
     let opened = f.open();
     let l = &opened.0;
-    let a = l
-        .accept(vec![f.request("a", "mc", "x", 100)])
+    let acc = l
+        .accept(vec![
+            f.request("x", "mc", "x", 100),
+            f.request("y", "mc", "x", 200),
+        ])
         .await
-        .unwrap()[0]
-        .id;
-    assert_eq!(l.sending(vec![(a, 1)]).await.unwrap(), vec![a]);
-    l.unsent(vec![(a, 1)]).await.unwrap();
-    assert_eq!(l.cancel(a).await.unwrap(), CancelOutcome::Cancelled);
+        .unwrap();
+    let (x, y) = (acc[0].id, acc[1].id);
+    l.sending(vec![(x, 1), (y, 1)]).await.unwrap();
+    assert_eq!(
+        l.cancel(y).await.unwrap(),
+        CancelOutcome::Requested(RequestState::Submitted)
+    );
+    l.unsent(vec![(x, 1), (y, 1)]).await.unwrap();
+    assert_eq!(
+        l.request(y).await.unwrap().unwrap().state,
+        RequestState::Cancelled
+    );
+    assert_eq!(l.cancel(x).await.unwrap(), CancelOutcome::Cancelled);
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (0, 0));
     close(opened);
 }
 

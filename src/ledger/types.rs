@@ -83,8 +83,8 @@ pub enum AfterSubmit {
     Recorded,
     /// The request was cancelled while it was being submitted: cancel it at the MSS too.
     CancelAtMss,
-    /// Its cancel was asked for while it was being sent or waited to be resent
-    /// (`Ledger::sending`): now at the MSS, the cancel goes there as an in-flight request's does.
+    /// Its cancel was asked for while it was being sent, or while it waited to be resent after
+    /// an answer that could not be read (`Ledger::sending`): the MSS's answer names it now.
     CancelRequested,
 }
 

@@ -178,7 +178,8 @@ async fn a_cancel_refused_by_an_mss_outage_reaches_the_mss_once_it_is_back() {
 
 /// The MSS queued a transfer but its answer could not be read (garbled): the request stays
 /// `accepted` and is resent with the same key and attempt. A cancel meanwhile must reach the
-/// MSS: ended in the broker at once, the MSS would transfer the file anyway, uncharged.
+/// MSS: ended in the broker at once, the MSS would transfer the file anyway, uncharged. (The
+/// request is taken as at the MSS, `submitted`, and its cancel goes there by its key.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_mss() {
     // One drive, ten virtual seconds a second: a 20 GB blocker keeps the drive for seconds.
@@ -216,7 +217,7 @@ async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_ms
     let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
     assert_eq!(
         (status, body["state"].as_str()),
-        (202, Some("accepted")),
+        (202, Some("submitted")),
         "{body}"
     );
     set_faults(&sim, &Faults::default()).await;
@@ -333,7 +334,7 @@ async fn a_cancel_while_the_first_submission_is_unanswered_is_not_final_at_once(
     let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
     assert_eq!(
         (status, body["state"].as_str()),
-        (202, Some("accepted")),
+        (202, Some("submitted")),
         "{body}"
     );
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -355,5 +356,63 @@ async fn a_cancel_while_the_first_submission_is_unanswered_is_not_final_at_once(
         Some("done") => assert_eq!((state, charged > 0), ("done", true), "{}", finals[0]),
         _ => assert_eq!((state, charged), ("cancelled", 0), "{}", finals[0]),
     }
+    app.stop().await;
+}
+
+/// A cancel of a request whose submission met an MSS outage: nothing reached the MSS, but the
+/// broker cannot tell that from the answer, so the request is taken as at the MSS. It is not
+/// sent again just to be cancelled: once the MSS is back, its status there (unknown) ends it
+/// cancelled and refunded, and the MSS never queued it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_after_an_outage_refused_the_submission_sends_nothing_again() {
+    let sim = SimProcess::start_with(1, 10.0);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    set_faults(
+        &sim,
+        &Faults {
+            down_for_ms: 3_000,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let (_, b) = app
+        .post("/v1/requests", &request("u0", "mc", "top", 1_000))
+        .await;
+    let b = b["id"].as_i64().unwrap();
+    // Sent at least once (refused: 503) and marked.
+    wait_for_count(
+        &app.db,
+        &format!("SELECT COUNT(*) FROM requests WHERE id = {b} AND sent_attempt = 1"),
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sim.received().await.refused == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the submission never reached the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (202, Some("submitted")),
+        "{body}"
+    );
+    let finals = app.wait_final(&[b], Duration::from_secs(20)).await;
+    assert_eq!(
+        (finals[0]["state"].as_str(), finals[0]["charged"].as_i64()),
+        (Some("cancelled"), Some(0)),
+        "{}",
+        finals[0]
+    );
+    let seen = sim.received().await;
+    assert!(
+        !seen.received.iter().any(|r| r.key == b.to_string()),
+        "sent again after its cancel: {:?}",
+        seen.received
+    );
     app.stop().await;
 }

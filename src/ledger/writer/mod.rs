@@ -91,9 +91,9 @@ pub(in crate::ledger) enum Command {
     /// Submissions about to be sent: (id, attempt).
     Sending {
         items: Vec<(i64, u32)>,
-        reply: oneshot::Sender<Result<Vec<i64>, LedgerError>>,
+        reply: oneshot::Sender<Result<Vec<(i64, bool)>, LedgerError>>,
     },
-    /// Submissions that could not reach the MSS: (id, attempt).
+    /// First sends that could not connect to the MSS: (id, attempt).
     Unsent {
         items: Vec<(i64, u32)>,
         reply: oneshot::Sender<Result<(), LedgerError>>,
@@ -198,7 +198,10 @@ enum Reply {
     ),
     Done(oneshot::Sender<Result<(), LedgerError>>),
     Lost(oneshot::Sender<Result<bool, LedgerError>>, bool),
-    Ids(oneshot::Sender<Result<Vec<i64>, LedgerError>>, Vec<i64>),
+    Marked(
+        oneshot::Sender<Result<Vec<(i64, bool)>, LedgerError>>,
+        Vec<(i64, bool)>,
+    ),
     Count(oneshot::Sender<Result<usize, LedgerError>>, usize),
     Cancel(
         oneshot::Sender<Result<CancelOutcome, LedgerError>>,
@@ -220,7 +223,7 @@ impl Reply {
             Reply::Submitted(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Done(tx) => tx.send(Ok(())).map_err(drop),
             Reply::Lost(tx, v) => tx.send(Ok(v)).map_err(drop),
-            Reply::Ids(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Marked(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Count(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Cancel(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Group(tx, v) => tx.send(Ok(v)).map_err(drop),
@@ -235,7 +238,7 @@ impl Reply {
             Reply::Submitted(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Done(tx) => tx.send(Err(e())).map_err(drop),
             Reply::Lost(tx, _) => tx.send(Err(e())).map_err(drop),
-            Reply::Ids(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Marked(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Count(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Cancel(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Group(tx, _) => tx.send(Err(e())).map_err(drop),
@@ -278,7 +281,7 @@ impl Txn<'_, '_> {
                 reply,
             } => (Reply::Done(reply), self.rejected(id, attempt, &reason)),
             Command::Sending { items, reply: tx } => {
-                reply(self.sending(&items), Vec::new(), |v| Reply::Ids(tx, v))
+                reply(self.sending(&items), Vec::new(), |v| Reply::Marked(tx, v))
             }
             Command::Unsent { items, reply } => (Reply::Done(reply), self.unsent(&items)),
             Command::Lost {

@@ -236,13 +236,7 @@ impl Txn<'_, '_> {
     pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<()> {
         match self.load_charged(id)? {
             Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => {
-                // Its cancel waited on the answer (`cancel`): refused, there is nothing to cancel.
-                let end = if row.cancel_requested {
-                    RequestState::Cancelled
-                } else {
-                    RequestState::Failed
-                };
-                self.finalize(id, &row, end, None, Some(reason))
+                self.finalize(id, &row, RequestState::Failed, None, Some(reason))
             }
             _ => Ok(()),
         }
@@ -250,37 +244,57 @@ impl Txn<'_, '_> {
 
     /// These submissions are about to be sent: mark each attempt (`sent_attempt`) while the
     /// request is still `accepted`, so that a cancel from now on goes to the MSS. Returns the
-    /// ids marked, in order: the others ended or moved on meanwhile and are not sent.
-    pub fn sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<i64>> {
-        let mut stmt = self.tx.prepare_cached(
-            "UPDATE requests SET sent_attempt = ?2 \
-             WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
-        )?;
+    /// ids marked, in order, each with whether this is its attempt's first send (no earlier one
+    /// may have reached the MSS); the others ended or moved on meanwhile and are not sent.
+    pub fn sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<(i64, bool)>> {
         let mut marked = Vec::with_capacity(items.len());
         for &(id, attempt) in items {
-            if stmt.execute(params![id, attempt])? == 1 {
-                marked.push(id);
+            let sent_before: Option<bool> = self
+                .tx
+                .prepare_cached(
+                    "SELECT sent_attempt IS attempt FROM requests \
+                     WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
+                )?
+                .query_row(params![id, attempt], |r| r.get(0))
+                .optional()?;
+            let Some(sent_before) = sent_before else {
+                continue;
+            };
+            if !sent_before {
+                self.tx
+                    .prepare_cached("UPDATE requests SET sent_attempt = ?2 WHERE id = ?1")?
+                    .execute(params![id, attempt])?;
             }
+            marked.push((id, !sent_before));
         }
         Ok(marked)
     }
 
-    /// These submissions could not reach the MSS: it holds none of them. The mark goes; one
-    /// whose cancel was asked for meanwhile ends cancelled now.
+    /// These first sends of their attempts could not connect to the MSS: nothing reached it.
+    /// The mark goes (a cancel is final at once again); one whose cancel was asked for while it
+    /// was being sent (`cancel_maybe_at_mss`, no MSS id) ends cancelled now.
     pub fn unsent(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<()> {
         for &(id, attempt) in items {
             let Some(row) = self.load_charged(id)? else {
                 continue;
             };
-            if row.attempt != attempt || row.state != RequestState::Accepted {
+            if row.attempt != attempt || !row.maybe_at_mss {
                 continue;
             }
-            if row.cancel_requested {
-                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
-            } else {
-                self.tx
-                    .prepare_cached("UPDATE requests SET sent_attempt = NULL WHERE id = ?1")?
-                    .execute([id])?;
+            let named: bool = self
+                .tx
+                .prepare_cached("SELECT mss_id IS NOT NULL FROM requests WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))?;
+            match row.state {
+                RequestState::Accepted => {
+                    self.tx
+                        .prepare_cached("UPDATE requests SET sent_attempt = NULL WHERE id = ?1")?
+                        .execute([id])?;
+                }
+                RequestState::Submitted if row.cancel_requested && !named => {
+                    self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -442,10 +456,9 @@ impl Txn<'_, '_> {
         }
         let maybe_at_mss = match row.state {
             RequestState::Held | RequestState::Queued | RequestState::Riding => false,
-            // Being sent, or waiting to be resent after an answer that could not be read: the
-            // MSS may hold it, so its cancel goes there (after the answer, or the resend, which
-            // the MSS answers as a duplicate if it holds it). Ended here, the MSS could transfer
-            // a file nobody is charged for.
+            // Being sent, or sent without an answer that could be read: the MSS may hold it, so
+            // its cancel goes there. Ended here, the MSS could transfer a file nobody is charged
+            // for.
             RequestState::Accepted => row.maybe_at_mss,
             _ => true,
         };
@@ -453,10 +466,31 @@ impl Txn<'_, '_> {
             self.finalize(id, &row, RequestState::Cancelled, None, None)?;
             return Ok(CancelOutcome::Cancelled);
         }
+        if row.state == RequestState::Accepted {
+            return self.cancel_maybe_at_mss(id, &row);
+        }
         self.tx
             .prepare_cached("UPDATE requests SET cancel_requested = 1 WHERE id = ?1")?
             .execute([id])?;
         Ok(CancelOutcome::Requested(row.state))
+    }
+
+    /// The cancel of an `accepted` request the MSS may hold (`sent_attempt`): it is taken as
+    /// at the MSS (`submitted`, its MSS id unknown until an answer names it) and never sent
+    /// again. The cancel goes to the MSS by its key; if the MSS does not hold it, the stale
+    /// sweep's status finds it unknown and `lost` ends it cancelled; if it does, its events or
+    /// its status settle it (transferred: charged).
+    fn cancel_maybe_at_mss(&mut self, id: i64, row: &Charged) -> rusqlite::Result<CancelOutcome> {
+        let to = RequestState::Submitted;
+        self.tx
+            .prepare_cached(
+                "UPDATE requests SET state = ?2, cancel_requested = 1, \
+                 submitted_ms = COALESCE(submitted_ms, ?3) WHERE id = ?1",
+            )?
+            .execute(params![id, to.as_str(), self.now])?;
+        self.moved(row.class, Some(row.state), to);
+        self.tally(row, to);
+        Ok(CancelOutcome::Requested(to))
     }
 
     /// The MSS confirmed these in-flight requests are still queued or running.
