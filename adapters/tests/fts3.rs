@@ -688,3 +688,30 @@ async fn a_lost_answer_whose_job_is_not_found_yet_is_not_sent_again_at_once() {
     }
     assert_eq!(b.submissions().len(), 1, "not sent again");
 }
+
+/// A volume batch (one job under its first transfer's sid) whose answer was lost; the broker
+/// then takes a cancelled job-mate as at the MSS with no MSS id (`cancel_maybe_at_mss`) and
+/// never sends it again: its status and cancel go by key alone. FTS3 holds it in the batch's
+/// job, so the status must not say "unknown" (the broker would end it cancelled and refunded
+/// while FTS3 copies the file) and the cancel must reach its file.
+#[tokio::test]
+async fn a_job_mate_whose_answer_was_lost_is_found_by_key_alone() {
+    let b = Bench::new("none").await;
+    let batch: Vec<Transfer> = (1..=2)
+        .map(|k| on("VA", &k.to_string(), &format!("/cms/hold/m{k}")))
+        .collect();
+    b.standin.lose_next_answers(1);
+    for a in b.adapter.submit_batch(&batch).await {
+        assert!(matches!(a, Err(MssError::Unknown(_))), "{a:?}");
+    }
+    let job = b.standin.jobs()[0].job_id.clone();
+    assert_eq!(b.standin.file_states(&job), ["STAGING", "STAGING"]);
+    let status = b.adapter.status(&reference(&batch[1], None)).await;
+    assert!(
+        matches!(&status, Ok(Some(s)) if !matches!(s.progress, Progress::Finished(_))),
+        "fts3 holds it in job {job}: {status:?}"
+    );
+    let cancel = b.adapter.cancel(&reference(&batch[1], None)).await;
+    assert!(cancel.is_ok(), "{cancel:?}");
+    assert_eq!(b.standin.file_states(&job), ["STAGING", "CANCELED"]);
+}

@@ -1166,3 +1166,50 @@ async fn a_path_the_tape_server_normalises_is_done_at_the_first_attempt() {
     assert_eq!(requests[0].files[0]["path"], "/pnfs/a/b/c.root");
     app.stop().await;
 }
+
+/// A volume batch's job is created at FTS3 but its answer is lost; before the broker sends the
+/// batch again a job-mate (not the job's lead) is cancelled. The broker takes it as at the MSS
+/// with no MSS id and settles it by key. FTS3 holds it in the batch's job: it must not end
+/// cancelled and refunded while FTS3 still has its file to copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_mate_of_a_batch_whose_answer_was_lost_is_not_refunded_while_fts3_holds_it()
+{
+    let standin = Fts3Standin::start("cms", None, fts3_plan(100))
+        .await
+        .unwrap();
+    standin.lose_next_answers(1);
+    let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
+    // After the lost answer the submit loop waits a minute: the cancel comes before the resend.
+    let slow = config.replace(
+        "retry_base_ms = 50\nretry_max_ms = 500",
+        "retry_base_ms = 60000\nretry_max_ms = 60000",
+    );
+    assert_ne!(slow, config);
+    let app = TestApp::spawn(&slow).await;
+    let mut held = on_va("j1", "higgs", 2);
+    held["file"] = "/pnfs/hold/j1".into();
+    let ids = submit_all(
+        &app,
+        vec![on_va("j0", "higgs", 1), held, on_va("j2", "higgs", 3)],
+    )
+    .await;
+    until(Duration::from_secs(20), "the batch's job at FTS3", || {
+        standin.jobs().len() == 1
+    })
+    .await;
+    let (_, r) = app.get(&format!("/v1/requests/{}", ids[1])).await;
+    assert_eq!(r["state"], "accepted", "the answer was lost: {r}");
+    let (status, _) = app.delete(&format!("/v1/requests/{}", ids[1])).await;
+    assert_eq!(status, 202);
+    let r = &app.wait_final(&ids[1..2], Duration::from_secs(20)).await[0];
+    let job = &standin.jobs()[0];
+    let at_fts3 = standin.file_states(&job.job_id)[1].clone();
+    assert!(
+        r["state"] != "cancelled" || at_fts3 == "CANCELED",
+        "request {} ended {} charged {}, while FTS3 holds its file {at_fts3}",
+        ids[1],
+        r["state"],
+        r["charged"]
+    );
+    app.stop().await;
+}

@@ -153,11 +153,37 @@ impl Shared {
         }
         match &t.mss_id {
             Some(id) => Ok(split_mss_id(id)),
-            None => Ok((
-                job_id_in(&self.vo_id().await?, &self.sid(&t.key, t.attempt)),
-                None,
-            )),
+            None => self.place_unanswered(t).await,
         }
+    }
+
+    /// The place of a transfer the broker has no MSS id for (its submission's answer was lost,
+    /// or the broker stopped before recording it; the broker may then settle it by key alone):
+    /// a job of several files is named after its first transfer, so the job that lost answer
+    /// names, or one this broker's jobs in flight hold (read after a start), comes first; else
+    /// the job of its own sid (a job of one file). A lost answer's job FTS3 does not show yet,
+    /// so soon that it may still be creating it, is an unknown outcome (asked again later).
+    async fn place_unanswered(&self, t: &TransferRef) -> Result<(String, Option<u64>), MssError> {
+        self.recover_once().await;
+        if let Some(place) = self.found_place(&t.key, t.attempt) {
+            return Ok((place.job_id, place.index));
+        }
+        let lost = (self.uncertain_mut().get(&t.key))
+            .filter(|(attempt, _, _)| *attempt == t.attempt)
+            .cloned();
+        if let Some((_, sid, lost_at)) = lost {
+            let shown = self.look_up(&sid).await?;
+            if let Some(place) = self.found_place(&t.key, t.attempt) {
+                return Ok((place.job_id, place.index));
+            }
+            if !shown && lost_at.is_some_and(|at| at.elapsed() <= self.cfg.timeout * 2) {
+                return Err(MssError::Unknown(format!(
+                    "fts3 does not show job `{sid}` yet, whose submission's answer was lost"
+                )));
+            }
+        }
+        let own = job_id_in(&self.vo_id().await?, &self.sid(&t.key, t.attempt));
+        Ok((own, None))
     }
 
     /// The VO id FTS3 derives job ids from for this credential: `vos_id[0]` of `GET /whoami`,

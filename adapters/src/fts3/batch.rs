@@ -71,6 +71,14 @@ impl Shared {
             .collect()
     }
 
+    /// Where a job FTS3 holds (one whose answer was lost, or found after a start) has the
+    /// transfer `key` at `attempt`, if one does.
+    pub(super) fn found_place(&self, key: &str, attempt: u32) -> Option<Place> {
+        (self.found_mut().get(key))
+            .filter(|p| p.attempt == attempt)
+            .cloned()
+    }
+
     /// A transfer already in a job: followed, or found in a job whose answer was lost.
     fn known(&self, t: &Transfer) -> Option<Submitted> {
         if let Some(track) = self.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
@@ -327,7 +335,7 @@ impl Shared {
     }
 
     /// Note what the job of `sid` holds; whether FTS3 has it.
-    async fn look_up(&self, sid: &str) -> Result<bool, MssError> {
+    pub(super) async fn look_up(&self, sid: &str) -> Result<bool, MssError> {
         let job_id = super::job::job_id_in(&self.vo_id().await?, sid);
         let Some(files) = self.files_of(&job_id).await? else {
             return Ok(false);
@@ -372,7 +380,7 @@ const RECOVER_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 impl Shared {
     /// Read this broker's jobs in flight once after the start (tried again at a submission a
     /// minute after a failure, until it succeeds; a submission does not wait for it).
-    async fn recover_once(&self) {
+    pub(super) async fn recover_once(&self) {
         if self.recovered.get().is_some() {
             return;
         }
