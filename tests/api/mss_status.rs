@@ -128,6 +128,32 @@ async fn sim_state(sim: &SimProcess, key: i64) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The simulator's view of transfer `key` once it has ended there (done, cancelled or failed).
+async fn mss_end(sim: &SimProcess, key: i64, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = sim_state(sim, key).await;
+        if ["done", "cancelled", "failed"].contains(&s["state"].as_str().unwrap_or("")) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "mss still has {key}: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait until the simulator has cancelled transfer `key`; `what` names the wait when it fails.
+async fn wait_mss_cancelled(sim: &SimProcess, key: i64, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let at_mss = sim_state(sim, key).await;
+        if at_mss["state"] == "cancelled" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {at_mss}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A cancel asked while the MSS is briefly down is refused by the outage (503): once the MSS
 /// is back, the cancel reaches it (the dispatcher sends it again with its retry backoff), and
 /// the request ends cancelled instead of running.
@@ -158,19 +184,8 @@ async fn a_cancel_refused_by_an_mss_outage_reaches_the_mss_once_it_is_back() {
     let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
     assert_eq!(status, 202, "{body}");
     // Well after the outage, the MSS must have been asked to drop it.
-    let deadline = Instant::now() + Duration::from_secs(12);
-    loop {
-        let at_mss = sim_state(&sim, b).await;
-        if at_mss["state"] == "cancelled" {
-            break;
-        }
-        let (_, rb) = app.get(&format!("/v1/requests/{b}")).await;
-        assert!(
-            Instant::now() < deadline,
-            "the cancel never reached the mss after its outage: mss {at_mss}, broker {rb}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = "the cancel never reached the mss after its outage";
+    wait_mss_cancelled(&sim, b, Duration::from_secs(12), what).await;
     let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
     assert_eq!(finals[0]["state"], "cancelled");
     app.stop().await;
@@ -221,15 +236,7 @@ async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_ms
         "{body}"
     );
     set_faults(&sim, &Faults::default()).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let at_mss = loop {
-        let s = sim_state(&sim, b).await;
-        if ["done", "cancelled", "failed"].contains(&s["state"].as_str().unwrap_or("")) {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "mss still has {b}: {s}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let at_mss = mss_end(&sim, b, Duration::from_secs(30)).await;
     let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
     assert_eq!(
         at_mss["state"], "cancelled",
@@ -283,21 +290,31 @@ async fn a_carriers_cancel_waiting_on_its_rider_reaches_the_mss_after_a_restart(
         (200, &Value::from("cancelled")),
         "{body}"
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let at_mss = sim_state(&sim, c).await;
-        if at_mss["state"] == "cancelled" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the carrier's cancel never reached the mss: {at_mss}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = "the carrier's cancel never reached the mss";
+    wait_mss_cancelled(&sim, c, Duration::from_secs(15), what).await;
     let finals = app.wait_final(&[c], Duration::from_secs(10)).await;
     assert_eq!(finals[0]["state"], "cancelled", "{}", finals[0]);
     app.stop().await;
+}
+
+/// A broker in front of a one-drive simulator (ten virtual seconds a second) with `faults` set,
+/// and one small request `crid` whose submission has been marked (`sent_attempt`) for sending.
+async fn one_marked_request(faults: Faults, crid: &str) -> (SimProcess, TestApp, i64) {
+    let sim = SimProcess::start_with(1, 10.0);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    set_faults(&sim, &faults).await;
+    let (_, r) = app
+        .post("/v1/requests", &request(crid, "mc", "top", 1_000))
+        .await;
+    let id = r["id"].as_i64().unwrap();
+    wait_for_count(
+        &app.db,
+        &format!("SELECT COUNT(*) FROM requests WHERE id = {id} AND sent_attempt = 1"),
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    (sim, app, id)
 }
 
 /// A cancel asked while a request's first submission is on its way (sent, not yet answered)
@@ -307,45 +324,21 @@ async fn a_carriers_cancel_waiting_on_its_rider_reaches_the_mss_after_a_restart(
 /// a drive being free, transferred the file.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_the_first_submission_is_unanswered_is_not_final_at_once() {
-    // One free drive, ten virtual seconds a second: a transfer starts as soon as it arrives.
-    let sim = SimProcess::start_with(1, 10.0);
-    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
-    // Every MSS call waits 1.5 s before it is served (well within the broker's timeout).
-    set_faults(
-        &sim,
-        &Faults {
-            delay_ms: 1_500,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let (_, b) = app
-        .post("/v1/requests", &request("w0", "mc", "top", 1_000))
-        .await;
-    let b = b["id"].as_i64().unwrap();
-    // Its submission is on its way: marked in the ledger before it was sent.
-    wait_for_count(
-        &app.db,
-        &format!("SELECT COUNT(*) FROM requests WHERE id = {b} AND sent_attempt = 1 AND state = 'accepted'"),
-        1,
-        Duration::from_secs(10),
-    )
-    .await;
+    // One free drive: a transfer starts as soon as it arrives. Every MSS call waits 1.5 s
+    // before it is served (well within the broker's timeout): the cancel comes while the
+    // submission, marked, is on its way.
+    let faults = Faults {
+        delay_ms: 1_500,
+        ..Faults::default()
+    };
+    let (sim, app, b) = one_marked_request(faults, "w0").await;
     let (status, body) = app.delete(&format!("/v1/requests/{b}")).await;
     assert_eq!(
         (status, body["state"].as_str()),
         (202, Some("submitted")),
         "{body}"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let at_mss = loop {
-        let s = sim_state(&sim, b).await;
-        if ["done", "cancelled", "failed"].contains(&s["state"].as_str().unwrap_or("")) {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "mss still has {b}: {s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let at_mss = mss_end(&sim, b, Duration::from_secs(30)).await;
     set_faults(&sim, &Faults::default()).await;
     let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
     let (state, charged) = (
@@ -365,28 +358,12 @@ async fn a_cancel_while_the_first_submission_is_unanswered_is_not_final_at_once(
 /// cancelled and refunded, and the MSS never queued it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_after_an_outage_refused_the_submission_sends_nothing_again() {
-    let sim = SimProcess::start_with(1, 10.0);
-    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
-    set_faults(
-        &sim,
-        &Faults {
-            down_for_ms: 3_000,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let (_, b) = app
-        .post("/v1/requests", &request("u0", "mc", "top", 1_000))
-        .await;
-    let b = b["id"].as_i64().unwrap();
-    // Sent at least once (refused: 503) and marked.
-    wait_for_count(
-        &app.db,
-        &format!("SELECT COUNT(*) FROM requests WHERE id = {b} AND sent_attempt = 1"),
-        1,
-        Duration::from_secs(10),
-    )
-    .await;
+    let faults = Faults {
+        down_for_ms: 3_000,
+        ..Faults::default()
+    };
+    let (sim, app, b) = one_marked_request(faults, "u0").await;
+    // Sent at least once (refused: 503).
     let deadline = Instant::now() + Duration::from_secs(10);
     while sim.received().await.refused == 0 {
         assert!(
