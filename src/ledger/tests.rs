@@ -584,6 +584,32 @@ async fn a_first_send_that_could_not_connect_is_unmarked() {
     close(opened);
 }
 
+/// A send refused by the MSS after the request was cancelled while it was out: the MSS took
+/// nothing, so the request ends cancelled and refunded now, with the refusal's text (not left
+/// for the stale sweep to find it unknown at the MSS).
+#[tokio::test]
+async fn a_refused_send_of_a_request_cancelled_meanwhile_ends_it_cancelled() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let a = l
+        .accept(vec![f.request("a", "mc", "x", 100)])
+        .await
+        .unwrap()[0]
+        .id;
+    l.sending(vec![(a, 1)]).await.unwrap();
+    assert_eq!(
+        l.cancel(a).await.unwrap(),
+        CancelOutcome::Requested(RequestState::Submitted)
+    );
+    l.rejected(a, 1, "no such file".into()).await.unwrap();
+    let r = l.request(a).await.unwrap().unwrap();
+    assert_eq!(r.state, RequestState::Cancelled);
+    assert_eq!(r.last_error.as_deref(), Some("no such file"));
+    assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (0, 0));
+    close(opened);
+}
+
 /// An MSS that answers a cancel with a failure (EOS lists a cancelled file with an error) must not
 /// get the request again as the next attempt: a cancel asked while it was at the MSS ends it
 /// cancelled and refunded, whatever failure comes back.

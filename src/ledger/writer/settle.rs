@@ -234,12 +234,33 @@ impl Txn<'_, '_> {
     }
 
     pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<()> {
-        match self.load_charged(id)? {
-            Some(row) if row.attempt == attempt && row.state == RequestState::Accepted => {
+        let Some(row) = self.load_charged(id)? else {
+            return Ok(());
+        };
+        if row.attempt != attempt {
+            return Ok(());
+        }
+        match row.state {
+            RequestState::Accepted => {
                 self.finalize(id, &row, RequestState::Failed, None, Some(reason))
+            }
+            // Cancelled while this send was out (`cancel_maybe_at_mss`): the MSS took nothing.
+            RequestState::Submitted if self.cancelled_unnamed(id, &row)? => {
+                self.finalize(id, &row, RequestState::Cancelled, None, Some(reason))
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether `row` is a request cancelled while the MSS might hold it and never named by
+    /// an MSS answer (`cancel_maybe_at_mss`): what the MSS says of its send settles it.
+    fn cancelled_unnamed(&self, id: i64, row: &Charged) -> rusqlite::Result<bool> {
+        if !(row.cancel_requested && row.maybe_at_mss) {
+            return Ok(false);
+        }
+        self.tx
+            .prepare_cached("SELECT mss_id IS NULL FROM requests WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
     }
 
     /// These submissions are about to be sent: mark each attempt (`sent_attempt`) while the
@@ -281,17 +302,13 @@ impl Txn<'_, '_> {
             if row.attempt != attempt || !row.maybe_at_mss {
                 continue;
             }
-            let named: bool = self
-                .tx
-                .prepare_cached("SELECT mss_id IS NOT NULL FROM requests WHERE id = ?1")?
-                .query_row([id], |r| r.get(0))?;
             match row.state {
                 RequestState::Accepted => {
                     self.tx
                         .prepare_cached("UPDATE requests SET sent_attempt = NULL WHERE id = ?1")?
                         .execute([id])?;
                 }
-                RequestState::Submitted if row.cancel_requested && !named => {
+                RequestState::Submitted if self.cancelled_unnamed(id, &row)? => {
                     self.finalize(id, &row, RequestState::Cancelled, None, None)?;
                 }
                 _ => {}
