@@ -714,4 +714,11 @@ async fn a_job_mate_whose_answer_was_lost_is_found_by_key_alone() {
     let cancel = b.adapter.cancel(&reference(&batch[1], None)).await;
     assert!(cancel.is_ok(), "{cancel:?}");
     assert_eq!(b.standin.file_states(&job), ["STAGING", "CANCELED"]);
+    // Asked again (the lost answer's record is dropped once the status is known): still found
+    // there, now cancelled.
+    let again = b.adapter.status(&reference(&batch[1], None)).await;
+    assert!(
+        matches!(&again, Ok(Some(s)) if s.progress == Progress::Finished(EventKind::Cancelled)),
+        "{again:?}"
+    );
 }

@@ -395,6 +395,7 @@ impl MssAdapter for Fts3Adapter {
             .and_then(Value::as_str)
             .is_some_and(|s| s.starts_with("404"))
         {
+            sh.forget_unanswered(&t.key, t.attempt);
             return Ok(None);
         }
         let staging = is_staging(&job);
@@ -422,6 +423,8 @@ impl MssAdapter for Fts3Adapter {
                 size_bytes: t.size_bytes,
             });
         }
+        // Followed now, or finished: what a lost answer left of it is done with.
+        sh.forget_unanswered(&t.key, t.attempt);
         Ok(Some(TransferStatus {
             attempt: t.attempt,
             progress,

@@ -79,6 +79,21 @@ impl Shared {
             .cloned()
     }
 
+    /// Drop what a lost answer or a start's reading left of transfer `key` at `attempt` (its
+    /// place in a job, its lost answer's sid) once its status is known: a request settled by
+    /// key alone is never sent again, so nothing else would take them away.
+    pub(super) fn forget_unanswered(&self, key: &str, attempt: u32) {
+        let mut found = self.found_mut();
+        if found.get(key).is_some_and(|p| p.attempt == attempt) {
+            found.remove(key);
+        }
+        drop(found);
+        let mut uncertain = self.uncertain_mut();
+        if uncertain.get(key).is_some_and(|(a, _, _)| *a == attempt) {
+            uncertain.remove(key);
+        }
+    }
+
     /// A transfer already in a job: followed, or found in a job whose answer was lost.
     fn known(&self, t: &Transfer) -> Option<Submitted> {
         if let Some(track) = self.lock().get(&t.key).filter(|j| j.attempt == t.attempt) {
