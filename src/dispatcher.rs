@@ -257,15 +257,13 @@ impl Dispatcher {
         }
         let count = taken.len();
         if !taken.is_empty() {
+            let ids: Vec<i64> = taken.iter().map(|t| t.id).collect();
             let after = self.ledger.submitted(taken).await?;
-            for (t, a) in refs.into_iter().zip(after) {
+            for ((id, t), a) in ids.into_iter().zip(refs).zip(after) {
                 match a {
                     AfterSubmit::Recorded => {}
                     AfterSubmit::CancelAtMss => self.queue_cancel(CancelJob::Transfer(t)),
-                    AfterSubmit::CancelRequested => match t.key.parse() {
-                        Ok(id) => self.queue_cancel(CancelJob::Request(id)),
-                        Err(_) => self.queue_cancel(CancelJob::Transfer(t)),
-                    },
+                    AfterSubmit::CancelRequested => self.queue_cancel(CancelJob::Request(id)),
                 }
             }
         }

@@ -154,19 +154,25 @@ async fn wait_mss_cancelled(sim: &SimProcess, key: i64, limit: Duration, what: &
     }
 }
 
+/// A broker in front of a one-drive simulator at `time_scale`, its drive busy with a read of
+/// `size` bytes (running when this returns): what is submitted next queues at the MSS.
+async fn one_busy_drive(time_scale: f64, size: u64) -> (SimProcess, TestApp) {
+    let sim = SimProcess::start_with(1, time_scale);
+    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (_, a) = app
+        .post("/v1/requests", &request("blocker", "mc", "top", size))
+        .await;
+    wait_state(&app, a["id"].as_i64().unwrap(), "running").await;
+    (sim, app)
+}
+
 /// A cancel asked while the MSS is briefly down is refused by the outage (503): once the MSS
 /// is back, the cancel reaches it (the dispatcher sends it again with its retry backoff), and
 /// the request ends cancelled instead of running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_refused_by_an_mss_outage_reaches_the_mss_once_it_is_back() {
     // One slow drive: the first transfer runs for a long while, the second queues at the MSS.
-    let sim = SimProcess::start_with(1, 1.0);
-    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
-    let (_, a) = app
-        .post("/v1/requests", &request("o0", "mc", "top", 500_000_000_000))
-        .await;
-    let a = a["id"].as_i64().unwrap();
-    wait_state(&app, a, "running").await;
+    let (sim, app) = one_busy_drive(1.0, 500_000_000_000).await;
     let (_, b) = app
         .post("/v1/requests", &request("o1", "mc", "top", 1_000))
         .await;
@@ -198,13 +204,7 @@ async fn a_cancel_refused_by_an_mss_outage_reaches_the_mss_once_it_is_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_mss() {
     // One drive, ten virtual seconds a second: a 20 GB blocker keeps the drive for seconds.
-    let sim = SimProcess::start_with(1, 10.0);
-    let app = TestApp::spawn(&test_config(Some(&sim.url))).await;
-    let (_, a) = app
-        .post("/v1/requests", &request("g0", "mc", "top", 20_000_000_000))
-        .await;
-    let a = a["id"].as_i64().unwrap();
-    wait_state(&app, a, "running").await;
+    let (sim, app) = one_busy_drive(10.0, 20_000_000_000).await;
     // From now on the MSS queues each submission, then answers it with garbage.
     set_faults(
         &sim,

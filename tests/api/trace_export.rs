@@ -103,6 +103,18 @@ impl Broker {
             .await
     }
 
+    /// Submit `load()`'s single requests, kill the broker, and change its ledger with `sql`,
+    /// which must change `rows` rows.
+    async fn stopped_and_changed(sql: &str, rows: usize) -> Broker {
+        let mut broker = Broker::start();
+        let (singles, _) = load();
+        broker.submit(&singles, &[]).await;
+        broker.serve.kill();
+        let conn = rusqlite::Connection::open(&broker.db).unwrap();
+        assert_eq!(conn.execute(sql, []).unwrap(), rows, "{sql}");
+        broker
+    }
+
     fn export(&self, extra: &[&str]) -> Vec<TraceRecord> {
         let out = self._dir.path().join("export.jsonl");
         let mut args = vec![
@@ -372,21 +384,12 @@ fn a_missing_or_newer_database_is_refused() {
 /// commits, `t` keeps its previous value instead of going back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_that_stepped_back_keeps_t_from_going_back() {
-    let mut broker = Broker::start();
-    let (singles, _) = load();
-    broker.submit(&singles, &[]).await;
-    broker.serve.kill();
-    {
-        let conn = rusqlite::Connection::open(&broker.db).unwrap();
-        let changed = conn
-            .execute(
-                "UPDATE requests SET created_ms = created_ms - 5000 \
-                 WHERE client_request_id IN ('s-1', 's-3')",
-                [],
-            )
-            .unwrap();
-        assert_eq!(changed, 2);
-    }
+    let broker = Broker::stopped_and_changed(
+        "UPDATE requests SET created_ms = created_ms - 5000 \
+         WHERE client_request_id IN ('s-1', 's-3')",
+        2,
+    )
+    .await;
     let created: Vec<i64> = stored(&broker.db).iter().map(|(_, ms)| *ms).collect();
     let trace = broker.export(&[]);
     let got: Vec<&str> = trace.iter().map(|r| r.client_request_id.as_str()).collect();
@@ -407,20 +410,11 @@ async fn a_clock_that_stepped_back_keeps_t_from_going_back() {
 /// gets a trace it can replay: those requests are left out and counted on stderr.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_over_the_trace_formats_size_bound_are_left_out_and_counted() {
-    let mut broker = Broker::start();
-    let (singles, _) = load();
-    broker.submit(&singles, &[]).await;
-    broker.serve.kill();
-    {
-        let conn = rusqlite::Connection::open(&broker.db).unwrap();
-        let changed = conn
-            .execute(
-                "UPDATE requests SET size_bytes = 2000000000000000 WHERE client_request_id = 's-2'",
-                [],
-            )
-            .unwrap();
-        assert_eq!(changed, 1);
-    }
+    let broker = Broker::stopped_and_changed(
+        "UPDATE requests SET size_bytes = 2000000000000000 WHERE client_request_id = 's-2'",
+        1,
+    )
+    .await;
     let out = broker._dir.path().join("big.jsonl");
     let run = Command::new(BIN)
         .args(["trace", "export", "--db"])

@@ -270,23 +270,28 @@ impl Txn<'_, '_> {
     pub fn sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<(i64, bool)>> {
         let mut marked = Vec::with_capacity(items.len());
         for &(id, attempt) in items {
-            let sent_before: Option<bool> = self
+            let first = self
                 .tx
                 .prepare_cached(
-                    "SELECT sent_attempt IS attempt FROM requests \
-                     WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
+                    "UPDATE requests SET sent_attempt = ?2 WHERE id = ?1 AND attempt = ?2 \
+                     AND state = 'accepted' AND sent_attempt IS NOT ?2",
                 )?
-                .query_row(params![id, attempt], |r| r.get(0))
-                .optional()?;
-            let Some(sent_before) = sent_before else {
-                continue;
-            };
-            if !sent_before {
-                self.tx
-                    .prepare_cached("UPDATE requests SET sent_attempt = ?2 WHERE id = ?1")?
-                    .execute(params![id, attempt])?;
+                .execute(params![id, attempt])?
+                == 1;
+            // Not marked now: already marked by an earlier send (a resend), or not to be sent.
+            let resend = !first
+                && self
+                    .tx
+                    .prepare_cached(
+                        "SELECT 1 FROM requests WHERE id = ?1 AND attempt = ?2 \
+                         AND state = 'accepted'",
+                    )?
+                    .query_row(params![id, attempt], |_| Ok(()))
+                    .optional()?
+                    .is_some();
+            if first || resend {
+                marked.push((id, first));
             }
-            marked.push((id, !sent_before));
         }
         Ok(marked)
     }

@@ -110,7 +110,9 @@ impl Enstore {
             return false;
         };
         // The tape stays in drive `d` until it is unloaded: only then may another drive mount
-        // it (Enstore sees the volume at a mover until the mover's dismount is done).
+        // it. Enstore's mover.py `mount_volume` (MV 6989–6993) dismounts the current tape
+        // synchronously before loading the new one, and library_manager.py keeps a volume in
+        // `volumes_at_movers` until its mover reports IDLE (LM 4195; docs/enstore-model.md).
         self.releasing
             .insert((at.saturating_add(cfg.unmount_micros), own.to_string(), d));
         self.stats.unmounts += 1;
