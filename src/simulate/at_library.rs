@@ -1,11 +1,11 @@
-//! Pass-through mode's fair-share requests pending at the library, per group by their current
-//! MSS priority, so a re-prioritisation touches only the requests whose priority changes (what
-//! the engine's full scan would change, without the scan): for the group-level policies (SAM,
-//! Fair Tree, FBSNG) a pending request's placement depends only on its group, except for the
-//! starvation bound, which depends on its arrival ([`AtLibrary::starve`]). A policy that places
-//! each request itself (multifactor, [`AtLibrary::per_request`]) keeps them by id, each with
-//! the time its priority holds until ([`placed`]), so a pass places only those that may have
-//! changed.
+//! The fair-share requests pending at the library (pass-through and held), per group by their
+//! current MSS priority, so a re-prioritisation touches only the requests whose priority
+//! changes (what the engine's full scan would change, without the scan): for the group-level
+//! policies (SAM, Fair Tree, FBSNG) a pending request's placement depends only on its group,
+//! except for the starvation bound, which depends on its arrival ([`AtLibrary::starve`]). A
+//! policy that places each request itself (multifactor, [`AtLibrary::per_request`]) keeps them
+//! by id, each with the time its priority holds until ([`placed`]), so a pass places only those
+//! that may have changed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -26,8 +26,10 @@ pub(super) struct AtLibrary {
     /// id -> group, for the requests in `groups` (a group has few priorities: its bucket is
     /// found by looking in each).
     index: HashMap<i64, GroupId>,
-    /// (arrival, id) in arrival order: who may starve next.
+    /// (arrival, id) in arrival order: who may starve next. Requests come in arrival order in
+    /// pass-through; a held request released after a later arrival goes to `late`.
     arrivals: VecDeque<(Micros, i64)>,
+    late: BTreeSet<(Micros, i64)>,
     /// Starved requests whose starved priority is not sent yet: id -> their priority now.
     starved: BTreeMap<i64, i64>,
     /// A per-request policy's requests, instead of `groups`, `index` and `arrivals`.
@@ -60,15 +62,23 @@ impl AtLibrary {
         }
     }
 
-    /// A request sent to the library at `priority` (requests are added in arrival order).
-    pub fn add(&mut self, id: i64, g: GroupId, priority: i64, arrived: Micros) {
+    /// A request that arrived at `arrived` sent to the library at `priority` at `now`.
+    pub fn add(&mut self, id: i64, g: GroupId, priority: i64, (arrived, now): (Micros, Micros)) {
         if let Some(placed) = &mut self.placed {
-            return placed.add(id, g, priority, (arrived / 1000) as i64);
+            return placed.add(id, g, priority, (now / 1000) as i64);
         }
         if let Some(buckets) = self.groups.get_mut(g.0) {
             buckets.entry(priority).or_default().insert(id);
             self.index.insert(id, g);
-            self.arrivals.push_back((arrived, id));
+            if self
+                .arrivals
+                .back()
+                .is_none_or(|&(last, _)| last <= arrived)
+            {
+                self.arrivals.push_back((arrived, id));
+            } else {
+                self.late.insert((arrived, id));
+            }
         }
     }
 
@@ -162,9 +172,22 @@ impl AtLibrary {
                 break;
             }
             self.arrivals.pop_front();
-            if let Some(p) = self.unbucket(id) {
-                self.starved.insert(id, p);
+            self.starved_one(id);
+        }
+        while self
+            .late
+            .first()
+            .is_some_and(|&(arrived, _)| arrived <= bound)
+        {
+            if let Some((_, id)) = self.late.pop_first() {
+                self.starved_one(id);
             }
+        }
+    }
+
+    fn starved_one(&mut self, id: i64) {
+        if let Some(p) = self.unbucket(id) {
+            self.starved.insert(id, p);
         }
     }
 
@@ -252,9 +275,34 @@ mod tests {
 
     fn fill(mut lib: AtLibrary) -> AtLibrary {
         for id in 1..=8 {
-            lib.add(id, GroupId((id % 2 == 0) as usize), 10, id as u64 * 1_000);
+            lib.add(
+                id,
+                GroupId((id % 2 == 0) as usize),
+                10,
+                (id as u64 * 1_000, id as u64 * 1_000),
+            );
         }
         lib
+    }
+
+    /// Held mode releases requests out of arrival order: each starves at its own arrival's
+    /// bound, whichever order it came to the library in.
+    #[test]
+    fn requests_sent_out_of_arrival_order_starve_by_arrival() {
+        let mut lib = AtLibrary::new(1);
+        for (id, arrived) in [(1, 5_000), (2, 1_000), (3, 9_000), (4, 3_000)] {
+            lib.add(id, GroupId(0), 10, (arrived, 10_000));
+        }
+        let mut starved = |bound| {
+            lib.starve(bound);
+            let mut out = Vec::new();
+            lib.changes(&[(GroupId(0), 10)], 99, 10, &mut out);
+            out
+        };
+        assert_eq!(starved(500), []);
+        assert_eq!(starved(3_000), [(2, 99), (4, 99)]);
+        assert_eq!(starved(5_000), [(1, 99)]);
+        assert_eq!(starved(20_000), [(3, 99)]);
     }
 
     #[test]

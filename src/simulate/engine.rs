@@ -2,7 +2,8 @@
 //! ([`crate::policy::order::place`]), held queue ([`HeldQueue::pick`]), usage book and FBSNG
 //! queues the ledger writer uses, against the simulator's library model
 //! ([`mss_adapters::sim::library::Library`]), with the ledger's bookkeeping reduced to what
-//! ordering reads (charges at decision, slots outstanding, queue priorities). The engine of
+//! ordering reads (charges at decision, re-dated when the transfer ends; slots outstanding;
+//! queue priorities). The engine of
 //! `mssbroker simulate` and of the policy tests (FBSNG's worked configurations, the policies'
 //! share error held and pass-through). Deterministic: no clock, no randomness beyond the load
 //! given and the seeded baseline.
@@ -171,6 +172,10 @@ struct Info {
     slots: u32,
     qos: Qos,
     queue: f64,
+    /// Its charge while in flight: the benefit, and the date it was charged at (the decision),
+    /// both taken back when it ends (`settle`).
+    charge: u64,
+    charged_ms: i64,
 }
 
 struct Run<'a> {
@@ -186,7 +191,7 @@ struct Run<'a> {
     /// Volumes mode: the broker's queue by tape volume.
     volumes: VolumeQueue,
     baseline: BaselineQueue,
-    /// Pass-through: fair-share requests pending at the library, by priority.
+    /// Fair-share requests pending at the library by priority (not those of a volume batch).
     at_lib: AtLibrary,
     outstanding: u32,
     /// id -> what is kept of it, from arrival to end.
@@ -361,6 +366,8 @@ impl<'a> Run<'a> {
             slots: c.slots,
             qos: a.qos,
             queue: a.queue,
+            charge: 0,
+            charged_ms: 0,
         };
         self.info.insert(id, info);
         if self.fair[g] {
@@ -429,10 +436,17 @@ impl<'a> Run<'a> {
             mss_priority: priority,
         });
         self.usage.add(c.group, i128::from(c.benefit), now_ms);
+        let mut arrived = self.now;
+        if let Some(info) = self.info.get_mut(&c.id) {
+            (info.charge, info.charged_ms) = (c.benefit, now_ms);
+            arrived = info.arrived;
+        }
         self.outstanding += c.slots;
-        let keeps = self.policy.order.held() || self.policy.order.volumes();
-        if !keeps && self.fair[c.group.0] && self.picker == Picker::Policy {
-            self.at_lib.add(c.id, c.group, t.priority, self.now);
+        // Re-prioritised at the library unless released in a volume's batch, which keeps its
+        // batch's priority (`ledger/live.rs`, `reprioritise`).
+        if !self.by_volume() && self.fair[c.group.0] && self.picker == Picker::Policy {
+            self.at_lib
+                .add(c.id, c.group, t.priority, (arrived, self.now));
         }
         let file = usize::try_from(c.id - 1)
             .ok()
@@ -527,6 +541,7 @@ impl<'a> Run<'a> {
                     self.carrier_started(info.id, file, e.at);
                 }
                 EventKind::Done { bytes } => {
+                    self.settle(&info, Some(bytes), e.at);
                     self.done(g, bytes, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
@@ -534,6 +549,7 @@ impl<'a> Run<'a> {
                     self.carrier_ended(info.id, file, Some(bytes), e.at);
                 }
                 EventKind::Failed { .. } | EventKind::Cancelled => {
+                    self.settle(&info, None, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
@@ -562,6 +578,27 @@ impl<'a> Run<'a> {
         if !self.policy.order.held() && !self.policy.order.volumes() {
             self.fbsng_started(g);
         }
+    }
+
+    /// Settle a request's charge as `serve`'s writer does when it ends (`ledger/writer/settle.rs`,
+    /// `finalize`): the estimate is taken back at its own date, and the benefit of the bytes
+    /// done (none when it failed) is charged at `at`, when the end is known.
+    fn settle(&mut self, info: &Info, done: Option<u64>, at: Micros) {
+        let g = info.group;
+        self.usage.add(g, -i128::from(info.charge), info.charged_ms);
+        let Some(bytes) = done else { return };
+        let size = usize::try_from(info.id - 1)
+            .ok()
+            .and_then(|i| self.load.get(i))
+            .map(|a| a.size_bytes);
+        // The library reports every request done with its own size: its estimate, whatever
+        // benefit the load gave it. Other byte counts are worth what the policy says of them.
+        let actual = if size == Some(bytes) {
+            info.charge
+        } else {
+            crate::policy::benefit(self.policy, "", bytes)
+        };
+        self.usage.add(g, i128::from(actual), (at / 1000) as i64);
     }
 
     /// A request of `g` finished at `at` with `bytes` done.

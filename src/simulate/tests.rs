@@ -438,3 +438,65 @@ fn a_tick_in_an_idle_gap_is_skipped_not_run_late() {
     assert_eq!(o.start_times[..2], [(0, a), (15 * SEC, b)]);
     assert_eq!(o.start_times[2], (19 * SEC, a), "r2 (front) starts next");
 }
+
+/// A charge is re-dated when its transfer ends, as `serve`'s writer does (`settle.rs`,
+/// `finalize`). SAM held, one slot, one drive at 1 GB/s; usage kept in windows of 10 s, only
+/// the current one counted. a1 (10 GB), a2 and b1 (1 GB each) arrive at 0, in that order. a1
+/// goes first (every group back, the oldest) and is charged at 0, in window 0. It ends at
+/// 10 s, window 1: its 10 GB are taken back from window 0 and charged to window 1. So at 10 s
+/// a has 10 GB: b1 is front ((0 + 1) / (10 + 1) < 1/2), a2 back, and b1 goes. Charged at the
+/// decision only, window 1 would be empty at 10 s, both back, and the older a2 would go.
+#[test]
+fn a_charge_is_re_dated_when_its_transfer_ends() {
+    let p = TestConfig::new()
+        .with(
+            "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 0\n\
+             [usage]\nmodel = \"windows\"\ninterval_secs = 10\ndepth = 1\ndecay = 1\n\
+             [shares]\na = 1\nb = 1\n[release]\nmode = \"held\"\nlimit = 1\n",
+        )
+        .settings()
+        .policy;
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let load = vec![
+        sized(0, a, "A1", 10),
+        sized(0, a, "A2", 1),
+        sized(0, b, "B1", 1),
+    ];
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(
+        o.start_times,
+        vec![(0, a), (10 * SEC, b), (11 * SEC, a)],
+        "b1 before a2: a1's charge moved to the window it ended in"
+    );
+}
+
+/// Held mode re-prioritises what waits at the library, as `serve`'s dispatcher does in every
+/// mode but a `volumes` batch (`ledger/live.rs`, `reprioritise`). SAM held with 4 slots, usage
+/// never forgotten, passes every second; one drive at 1 GB/s, busy with a0 (10 GB) until 10 s.
+/// a1 (1 GB) is released at 1 s back ((10 + 1) / (10 + 1)), b1 (1 GB) at 2 s front
+/// (1 / 12), b2 (30 GB) at 3 s back (31 / 42). The pass at 4 s places a1 front (11 / 42 < 1/2)
+/// and b1 back (31 / 42), so a1 starts at 10 s, then b1 and b2 by arrival. Without the pass
+/// b1 (front) would start first, then a1.
+#[test]
+fn held_mode_re_prioritises_what_waits_at_the_library() {
+    let p = TestConfig::new()
+        .with(
+            "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 1\n\
+             [usage]\nmodel = \"none\"\n\
+             [shares]\na = 1\nb = 1\n[release]\nmode = \"held\"\nlimit = 4\n",
+        )
+        .settings()
+        .policy;
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let load = vec![
+        sized(0, a, "A0", 10),
+        sized(SEC, a, "A1", 1),
+        sized(2 * SEC, b, "B1", 1),
+        sized(3 * SEC, b, "B2", 30),
+    ];
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(
+        o.start_times,
+        vec![(0, a), (10 * SEC, a), (11 * SEC, b), (12 * SEC, b)]
+    );
+}

@@ -3,8 +3,8 @@
 //! transferring, or waits in the broker's queue to, rides on it. It is decided when it
 //! arrives, charged to its own group when its carrier is (at once if the carrier is decided,
 //! else at the carrier's release), takes no drive, and is done with the carrier's bytes when
-//! the carrier is. Its wait ends when the carrier starts; it is no start of its own, so it is
-//! never a priority inversion.
+//! the carrier is, its charge settled then as the carrier's is. Its wait ends when the carrier
+//! starts; it is no start of its own, so it is never a priority inversion.
 
 use mss_adapters::sim::library::Micros;
 
@@ -34,7 +34,7 @@ pub(super) struct Carrier {
 
 impl Run<'_> {
     /// A new arrival rides on a carrier of its file; returns whether it did.
-    pub(super) fn ride(&mut self, c: &Candidate, a: &Arrival, info: Info) -> bool {
+    pub(super) fn ride(&mut self, c: &Candidate, a: &Arrival, mut info: Info) -> bool {
         let Some(key) = a.file.filter(|_| !a.write) else {
             return false;
         };
@@ -71,6 +71,7 @@ impl Run<'_> {
         });
         if carrier.decided {
             self.usage.add(c.group, i128::from(c.benefit), now_ms);
+            (info.charge, info.charged_ms) = (c.benefit, now_ms);
         }
         self.out.coalesced += 1;
         if carrier.started {
@@ -99,6 +100,7 @@ impl Run<'_> {
         };
         for r in riders.iter_mut().filter(|r| !r.charged) {
             self.usage.add(r.info.group, i128::from(r.benefit), now_ms);
+            (r.info.charge, r.info.charged_ms) = (r.benefit, now_ms);
             r.charged = true;
         }
     }
@@ -151,6 +153,7 @@ impl Run<'_> {
             if r.waiting {
                 self.no_longer_waiting(g);
             }
+            self.settle(&r.info, bytes, at);
             if let Some(bytes) = bytes {
                 self.done(g, bytes, at);
             }

@@ -1,6 +1,7 @@
-//! Pass-through mode's re-prioritisation of the requests pending at the library, as the
-//! dispatcher's periodic `reprioritise` does in `serve`: the changed requests in id order, at
-//! most the dispatcher's `REPRIORITISE_BATCH` per pass.
+//! The re-prioritisation of the fair-share requests pending at the library, as the
+//! dispatcher's periodic `reprioritise` does in `serve` in every release mode (a request
+//! released in a `volumes` batch keeps its batch's priority): the changed requests in id order,
+//! at most the dispatcher's `REPRIORITISE_BATCH` per pass.
 
 use super::{Picker, Run};
 use crate::dispatcher::REPRIORITISE_BATCH;
@@ -9,14 +10,13 @@ use crate::policy::multifactor::Qos;
 use crate::policy::order::{mss_priority_until, place, Algorithm, Candidate, Standing};
 
 impl Run<'_> {
-    /// Pass-through: recompute the priority of everything still pending at the library, and
+    /// Recompute the priority of every fair-share request still pending at the library, and
     /// change those that differ (as the dispatcher's re-prioritisation does). Group-level
     /// policies: one placement per group, the starvation bound by arrival ([`AtLibrary`]);
     /// multifactor (per-request factors): the pending requests whose priority may have
     /// changed since it was last placed (`at_library/placed.rs`).
     pub(super) fn reprioritise(&mut self) {
-        let keeps = self.policy.order.held() || self.policy.order.volumes();
-        if keeps || self.picker != Picker::Policy {
+        if self.by_volume() || self.picker != Picker::Policy {
             return;
         }
         if !matches!(self.policy.order.algorithm, Algorithm::Multifactor(_)) {
