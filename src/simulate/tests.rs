@@ -28,6 +28,11 @@ fn settings(policy_keys: &str, shares: &str, release: &str) -> Arc<PolicySetting
         .policy
 }
 
+/// The policy of a whole configuration text.
+fn configured(toml: &str) -> Arc<PolicySettings> {
+    TestConfig::new().with(toml).settings().policy
+}
+
 fn g(p: &PolicySettings, path: &str) -> GroupId {
     p.group_by_path(path).unwrap()
 }
@@ -390,15 +395,12 @@ fn duplicate_reads_ride_on_one_transfer_worked_by_hand() {
 /// would have kept 18 and gone first by arrival.
 #[test]
 fn multifactor_pass_through_re_places_a_request_whose_group_rank_moved() {
-    let p = TestConfig::new()
-        .with(
-            "[policy]\nalgorithm = \"multifactor\"\nband_low = 10\nband_high = 20\n\
-             max_wait_secs = 0\nreprioritise_secs = 60\n\
-             [usage]\nmodel = \"half_life\"\nhalf_life_secs = 604800\n\
-             [shares]\na = 1\nb = 1\n[release]\nmode = \"pass_through\"\n",
-        )
-        .settings()
-        .policy;
+    let p = configured(
+        "[policy]\nalgorithm = \"multifactor\"\nband_low = 10\nband_high = 20\n\
+         max_wait_secs = 0\nreprioritise_secs = 60\n\
+         [usage]\nmodel = \"half_life\"\nhalf_life_secs = 604800\n\
+         [shares]\na = 1\nb = 1\n[release]\nmode = \"pass_through\"\n",
+    );
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let sized = |at: u64, group, volume: &str, gb: u64| sized(at * SEC, group, volume, gb);
     let load = vec![
@@ -418,14 +420,11 @@ fn multifactor_pass_through_re_places_a_request_whose_group_rank_moved() {
 /// charges already booked and moved r2 from front to back, so r4 went before it.
 #[test]
 fn a_tick_in_an_idle_gap_is_skipped_not_run_late() {
-    let p = TestConfig::new()
-        .with(
-            "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 10\n\
-             [usage]\nmodel = \"none\"\n\
-             [shares]\na = 1\nb = 1\n[release]\nmode = \"pass_through\"\n",
-        )
-        .settings()
-        .policy;
+    let p = configured(
+        "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 10\n\
+         [usage]\nmodel = \"none\"\n\
+         [shares]\na = 1\nb = 1\n[release]\nmode = \"pass_through\"\n",
+    );
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let load = vec![
         sized(0, a, "X", 1),
@@ -448,14 +447,11 @@ fn a_tick_in_an_idle_gap_is_skipped_not_run_late() {
 /// decision only, window 1 would be empty at 10 s, both back, and the older a2 would go.
 #[test]
 fn a_charge_is_re_dated_when_its_transfer_ends() {
-    let p = TestConfig::new()
-        .with(
-            "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 0\n\
-             [usage]\nmodel = \"windows\"\ninterval_secs = 10\ndepth = 1\ndecay = 1\n\
-             [shares]\na = 1\nb = 1\n[release]\nmode = \"held\"\nlimit = 1\n",
-        )
-        .settings()
-        .policy;
+    let p = configured(
+        "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 0\n\
+         [usage]\nmodel = \"windows\"\ninterval_secs = 10\ndepth = 1\ndecay = 1\n\
+         [shares]\na = 1\nb = 1\n[release]\nmode = \"held\"\nlimit = 1\n",
+    );
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let load = vec![
         sized(0, a, "A1", 10),
@@ -479,14 +475,11 @@ fn a_charge_is_re_dated_when_its_transfer_ends() {
 /// b1 (front) would start first, then a1.
 #[test]
 fn held_mode_re_prioritises_what_waits_at_the_library() {
-    let p = TestConfig::new()
-        .with(
-            "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 1\n\
-             [usage]\nmodel = \"none\"\n\
-             [shares]\na = 1\nb = 1\n[release]\nmode = \"held\"\nlimit = 4\n",
-        )
-        .settings()
-        .policy;
+    let p = configured(
+        "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 1\n\
+         [usage]\nmodel = \"none\"\n\
+         [shares]\na = 1\nb = 1\n[release]\nmode = \"held\"\nlimit = 4\n",
+    );
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let load = vec![
         sized(0, a, "A0", 10),

@@ -12,16 +12,21 @@ use crate::trace::{generate, read_trace, GenParams};
 const TB: u64 = 1_000_000_000_000;
 
 fn trace() -> Vec<TraceRecord> {
+    generated(0.2, 0.02)
+}
+
+/// The goals trace's generator with recalls and data-taking writes at the given rates.
+fn generated(rate_per_s: f64, data_taking_per_s: f64) -> Vec<TraceRecord> {
     let mut params = GenParams {
         seed: 7,
         requests: 20_000,
-        rate_per_s: 0.2,
+        rate_per_s,
         ..Default::default()
     };
     params.volumes.count = 3000;
     params.volumes.zipf_s = 1.0;
     params.campaigns.fraction = 0.5;
-    params.data_taking.rate_per_s = 0.02;
+    params.data_taking.rate_per_s = data_taking_per_s;
     let mut bytes = Vec::new();
     generate(&params, &mut bytes).expect("valid parameters");
     read_trace(bytes.as_slice()).expect("a trace")
@@ -211,19 +216,7 @@ fn efficiency_bound(records: &[TraceRecord], lib: &LibraryConfig) -> f64 {
 /// the release oldest-first and costs the shares: docs/volumes.md.)
 #[test]
 fn at_capacity_a_starvation_bound_at_max_age_bounds_every_wait() {
-    let mut params = GenParams {
-        seed: 7,
-        requests: 20_000,
-        rate_per_s: 0.025,
-        ..Default::default()
-    };
-    params.volumes.count = 3000;
-    params.volumes.zipf_s = 1.0;
-    params.campaigns.fraction = 0.5;
-    params.data_taking.rate_per_s = 0.003;
-    let mut bytes = Vec::new();
-    generate(&params, &mut bytes).expect("valid parameters");
-    let records = read_trace(bytes.as_slice()).expect("a trace");
+    let records = generated(0.025, 0.003);
     let spec = RunSpec {
         baseline: None,
         window_bytes: 10 * TB,
