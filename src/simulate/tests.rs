@@ -493,3 +493,33 @@ fn held_mode_re_prioritises_what_waits_at_the_library() {
         vec![(0, a), (10 * SEC, a), (11 * SEC, b), (12 * SEC, b)]
     );
 }
+
+/// The starvation bound of a re-prioritisation pass counts whole milliseconds, as `place` (and
+/// so `serve`'s pass) does: `now_ms - created_ms >= max_wait_ms`, `created_ms` the arrival
+/// floored to the millisecond. SAM, max wait 3 s, passes every second; one drive busy with a0
+/// (3.5 GB) until 3.5 s. a1 (1 GB) arrives at 500 µs (created_ms 0) at a's back priority, b1 at
+/// 1 s front. At the 3 s pass a1 has waited 3,000 ms: starved, it starts first at 3.5 s. (Found
+/// by a review: compared in microseconds, 500 µs after the bound, a1 stayed back a pass longer
+/// and b1 went first, in both modes.)
+#[test]
+fn the_starvation_bound_counts_milliseconds_as_place_does() {
+    for mode in ["held", "pass_through"] {
+        let p = configured(&format!(
+            "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 3\nreprioritise_secs = 1\n\
+             [usage]\nmodel = \"none\"\n\
+             [shares]\na = 1\nb = 1\n[release]\nmode = \"{mode}\"\nlimit = 4\n"
+        ));
+        let (a, b) = (g(&p, "a"), g(&p, "b"));
+        let a0 = Arrival {
+            size_bytes: 3 * GB + GB / 2,
+            ..sized(0, a, "A0", 1)
+        };
+        let load = vec![a0, sized(500, a, "A1", 1), sized(SEC, b, "B1", 1)];
+        let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+        assert_eq!(
+            o.start_times,
+            vec![(0, a), (3 * SEC + SEC / 2, a), (4 * SEC + SEC / 2, b)],
+            "{mode}"
+        );
+    }
+}

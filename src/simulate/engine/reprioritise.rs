@@ -86,8 +86,11 @@ impl Run<'_> {
         let mut changes = std::mem::take(&mut self.changes);
         changes.clear();
         if let Some(max_wait) = order.max_wait_ms {
-            let max_wait = u64::try_from(max_wait).unwrap_or(0).saturating_mul(1000);
-            if let Some(bound) = self.now.checked_sub(max_wait) {
+            // As `place` counts it: starved when now_ms - created_ms >= max_wait_ms, with
+            // created_ms the arrival floored to the millisecond, so every arrival up to the
+            // last microsecond of millisecond now_ms - max_wait_ms.
+            if let Some(ms) = now_ms.checked_sub(max_wait).filter(|&ms| ms >= 0) {
+                let bound = (ms as u64).saturating_mul(1000).saturating_add(999);
                 self.at_lib.starve(bound);
             }
         }
