@@ -15,7 +15,7 @@ use mss_adapters::{Direction, EventKind, Transfer};
 
 use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
-use crate::domain::{Class, GroupId, GroupKind, PolicySettings};
+use crate::domain::{Benefit, Class, GroupId, GroupKind, PolicySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Maintained};
@@ -592,11 +592,15 @@ impl<'a> Run<'a> {
             .and_then(|i| self.load.get(i))
             .map(|a| a.size_bytes);
         // The library reports every request done with its own size: its estimate, whatever
-        // benefit the load gave it. Other byte counts are worth what the policy says of them.
-        let actual = if size == Some(bytes) {
-            info.charge
-        } else {
-            crate::policy::benefit(self.policy, "", bytes)
+        // benefit the load gave it. A rider is done with its carrier's bytes, worth what its own
+        // access mode makes them (its weight is its estimate over its size).
+        let actual = match (size, &self.policy.benefit) {
+            (Some(size), _) if size == bytes => info.charge,
+            (_, Benefit::Bytes) => bytes,
+            (_, Benefit::Files) => 1,
+            (size, Benefit::WeightedBytes(_)) => {
+                bytes.saturating_mul(info.charge / size.unwrap_or(1).max(1))
+            }
         };
         self.usage.add(g, i128::from(actual), (at / 1000) as i64);
     }

@@ -523,3 +523,34 @@ fn the_starvation_bound_counts_milliseconds_as_place_does() {
         );
     }
 }
+
+/// A rider is settled with its carrier's bytes at its own access mode's weight, as `serve`
+/// settles it (its own benefit of the bytes done). SAM held, one slot, usage never forgotten,
+/// `weighted_bytes`; one drive at 1 GB/s. a1 (1 GB of file F) starts at 0; b1 reads F at 0.5 s
+/// as a 2 GB file at weight 3 (benefit 6 GB) and rides on a1. At 1 s a1 is done with 1 GB: b1
+/// is charged 1 GB x 3 = 3 GB. Then b2 (0.6 s) and a2 (0.7 s), 1 GB each, wait for the slot: a2
+/// is front ((1 + 1) / (4 + 1) < 1/2), b2 back, so a2 goes first. Charged 1 GB (the bytes at
+/// weight 1), b would be even with a and both back: the older b2 would go first.
+#[test]
+fn a_rider_is_settled_at_its_own_weight() {
+    let p = configured(
+        "[policy]\nalgorithm = \"sam\"\nbenefit = \"weighted_bytes\"\nmax_wait_secs = 0\n\
+         reprioritise_secs = 0\n[usage]\nmodel = \"none\"\n\
+         [shares]\na = 1\nb = 1\n[release]\nmode = \"held\"\nlimit = 1\n",
+    );
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let f = |x: Arrival| Arrival { file: Some(7), ..x };
+    let b1 = Arrival {
+        benefit: Some(6 * GB),
+        ..f(sized(SEC / 2, b, "V1", 2))
+    };
+    let load = vec![
+        f(sized(0, a, "V1", 1)),
+        b1,
+        sized(SEC * 6 / 10, b, "V2", 1),
+        sized(SEC * 7 / 10, a, "V3", 1),
+    ];
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(o.coalesced, 1);
+    assert_eq!(o.start_times, vec![(0, a), (SEC, a), (2 * SEC, b)]);
+}
