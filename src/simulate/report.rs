@@ -32,6 +32,11 @@ pub struct RunReport {
     pub mounts_per_tb: Option<f64>,
     /// `None` when no drive was busy.
     pub drive_efficiency: Option<f64>,
+    /// Streaming over the drives' working time (mounting, locating, streaming, unmounting; idle
+    /// left out). `None` when no drive worked.
+    pub drive_efficiency_working: Option<f64>,
+    /// Where the drives' time went, summed over the drives.
+    pub drive_time_s: DriveTimeReport,
     /// Waits of every fair-share request, arrival to start (nearest rank).
     pub fair_wait_p95_s: f64,
     pub fair_wait_max_s: f64,
@@ -41,6 +46,19 @@ pub struct RunReport {
     /// Reads that rode on another read of the same file (no transfer of their own).
     pub coalesced: u64,
     pub groups: Vec<GroupReport>,
+}
+
+/// The drives' time by what they did, in seconds summed over the drives (under the priority
+/// model only `streaming_s` and `mounting_s` are kept).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DriveTimeReport {
+    pub streaming_s: f64,
+    pub mounting_s: f64,
+    pub locating_s: f64,
+    pub unmounting_s: f64,
+    /// Idle (empty, or waiting out the dismount delay) while a transfer was pending.
+    pub idle_with_work_s: f64,
+    pub idle_without_work_s: f64,
 }
 
 /// One group of a run.
@@ -170,6 +188,8 @@ pub fn run_report(
         mounts,
         mounts_per_tb: (all_bytes > 0).then(|| mounts as f64 / (all_bytes as f64 / TB)),
         drive_efficiency: o.library.drive_efficiency(),
+        drive_efficiency_working: o.library.working_efficiency(),
+        drive_time_s: drive_times(&o.library),
         fair_wait_p95_s: secs(percentile(&fair_waits, 0.95)),
         fair_wait_max_s: secs(fair_waits.last().copied().unwrap_or(0)),
         batches: batched.then_some(o.batches.len() as u64),
@@ -177,6 +197,18 @@ pub fn run_report(
             .then(|| batch_files as f64 / o.batches.len() as f64),
         coalesced: o.coalesced,
         groups,
+    }
+}
+
+fn drive_times(library: &mss_adapters::sim::library::LibraryStats) -> DriveTimeReport {
+    let t = library.total();
+    DriveTimeReport {
+        streaming_s: secs(t.streaming),
+        mounting_s: secs(t.mounting),
+        locating_s: secs(t.locating),
+        unmounting_s: secs(t.unmounting),
+        idle_with_work_s: secs(t.idle_with_work),
+        idle_without_work_s: secs(t.idle_without_work),
     }
 }
 

@@ -554,3 +554,43 @@ fn a_rider_is_settled_at_its_own_weight() {
     assert_eq!(o.coalesced, 1);
     assert_eq!(o.start_times, vec![(0, a), (SEC, a), (2 * SEC, b)]);
 }
+
+/// Where the drive's time went, worked by hand under the Enstore model: one drive at 1 GB/s,
+/// 10 s mounts and unmounts, 5 s locates, a 20 s dismount delay. a1 (V1 position 1), a2 (V1
+/// position 5) and a3 (V2 position 1), 1 GB each, arrive at 0. V1 mounts (0-10 s), a1 locates
+/// and streams (to 16 s), a2 locates and streams (to 22 s); the drive waits out its dismount
+/// delay while a3 waits for V2 (idle with work, 22-42 s), unmounts (to 52 s), mounts V2 (to
+/// 62 s), a3 locates and streams (to 68 s), the delay runs out with nothing pending (to 88 s)
+/// and V2 unmounts (to 98 s).
+#[test]
+fn the_drive_time_is_reported_by_what_the_drive_did() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"pass_through\"",
+    );
+    let a = g(&p, "a");
+    let lib = LibraryConfig {
+        mount_micros: 10 * SEC,
+        unmount_micros: 10 * SEC,
+        locate_fixed_micros: 5 * SEC,
+        dismount_delay_micros: 20 * SEC,
+        ..one_drive(Model::Enstore)
+    };
+    let load = vec![
+        arrival(0, a, "V1", 1),
+        arrival(0, a, "V1", 5),
+        arrival(0, a, "V2", 1),
+    ];
+    let o = run(&p, lib, &load, u64::MAX);
+    let r = report::run_report(&p, "sam", "pass_through", 3, &o, GB);
+    let t = r.drive_time_s;
+    assert_eq!(
+        (t.streaming_s, t.mounting_s, t.locating_s, t.unmounting_s),
+        (3.0, 20.0, 15.0, 20.0)
+    );
+    assert_eq!((t.idle_with_work_s, t.idle_without_work_s), (20.0, 20.0));
+    assert_eq!(r.drive_efficiency, Some(3.0 / 78.0));
+    assert_eq!(r.drive_efficiency_working, Some(3.0 / 58.0));
+    assert_eq!(o.makespan, 68 * SEC);
+}

@@ -29,6 +29,11 @@ impl DriveTimes {
         self.streaming + self.mounting + self.locating + self.unmounting + self.idle_with_work
     }
 
+    /// Time the drive was working: streaming, mounting, locating or unmounting (idle left out).
+    pub fn working(&self) -> Micros {
+        self.streaming + self.mounting + self.locating + self.unmounting
+    }
+
     /// Every part, idle without work included.
     pub fn total(&self) -> Micros {
         self.busy() + self.idle_without_work
@@ -71,5 +76,14 @@ impl LibraryStats {
         let t = self.total();
         let busy = t.busy();
         (busy > 0).then(|| t.streaming as f64 / busy as f64)
+    }
+
+    /// Streaming over working time (mounting, locating, streaming, unmounting), over all
+    /// drives: what a mount costs the data moved, whatever the drives idled (`None` before any
+    /// drive worked).
+    pub fn working_efficiency(&self) -> Option<f64> {
+        let t = self.total();
+        let working = t.working();
+        (working > 0).then(|| t.streaming as f64 / working as f64)
     }
 }
