@@ -593,13 +593,15 @@ impl<'a> Run<'a> {
             .map(|a| a.size_bytes);
         // The library reports every request done with its own size: its estimate, whatever
         // benefit the load gave it. A rider is done with its carrier's bytes, worth what its own
-        // access mode makes them (its weight is its estimate over its size).
+        // access mode makes them: its estimate scaled by bytes over its size (its weight).
         let actual = match (size, &self.policy.benefit) {
             (Some(size), _) if size == bytes => info.charge,
             (_, Benefit::Bytes) => bytes,
             (_, Benefit::Files) => 1,
             (size, Benefit::WeightedBytes(_)) => {
-                bytes.saturating_mul(info.charge / size.unwrap_or(1).max(1))
+                let scaled = u128::from(info.charge) * u128::from(bytes)
+                    / u128::from(size.unwrap_or(1).max(1));
+                u64::try_from(scaled).unwrap_or(u64::MAX)
             }
         };
         self.usage.add(g, i128::from(actual), (at / 1000) as i64);

@@ -553,6 +553,21 @@ fn a_rider_is_settled_at_its_own_weight() {
     let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
     assert_eq!(o.coalesced, 1);
     assert_eq!(o.start_times, vec![(0, a), (SEC, a), (2 * SEC, b)]);
+    // The same with a0 (3 GB, another volume) read first, so a has 4 GB when a1 ends at 4 s
+    // (b1 arrives at 3.5 s, b2 at 3.6 s, a2 at 3.7 s). With b1 at 3 GB both are back
+    // ((4 + 1) / (4 + 3 + 1) and (3 + 1) / 8 are not under 1/2): the older b2 goes. Left at
+    // its 6 GB estimate (never settled), b1 would put a2 front (5 / 11) and first.
+    let later = |x: Arrival| Arrival {
+        at: x.at + 3 * SEC,
+        ..x
+    };
+    let mut load: Vec<Arrival> = load.into_iter().map(later).collect();
+    load[0].at = 0;
+    load.insert(0, sized(0, a, "V0", 3));
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(o.coalesced, 1);
+    let starts = [(0, a), (3 * SEC, a), (4 * SEC, b), (5 * SEC, a)];
+    assert_eq!(o.start_times, starts);
 }
 
 /// Where the drive's time went, worked by hand under the Enstore model: one drive at 1 GB/s,
