@@ -34,14 +34,24 @@ pub(super) struct AtLibrary {
     starved: BTreeMap<i64, i64>,
     /// A per-request policy's requests, instead of `groups`, `index` and `arrivals`.
     placed: Option<Placed>,
+    /// Whether requests may starve (a starvation bound is set): without one, arrivals are not
+    /// kept, so a long run's memory does not grow with them.
+    starves: bool,
 }
 
 impl AtLibrary {
     pub fn new(groups: usize) -> AtLibrary {
         AtLibrary {
             groups: vec![BTreeMap::new(); groups],
+            starves: true,
             ..AtLibrary::default()
         }
+    }
+
+    /// Keep arrivals for [`Self::starve`] only when `starves` (the policy has a starvation
+    /// bound).
+    pub fn starving(self, starves: bool) -> AtLibrary {
+        AtLibrary { starves, ..self }
     }
 
     /// Per request for multifactor, whose factors are each request's; by group otherwise.
@@ -70,6 +80,9 @@ impl AtLibrary {
         if let Some(buckets) = self.groups.get_mut(g.0) {
             buckets.entry(priority).or_default().insert(id);
             self.index.insert(id, g);
+            if !self.starves {
+                return;
+            }
             if self
                 .arrivals
                 .back()

@@ -307,7 +307,8 @@ impl<'a> Run<'a> {
             queue: HeldQueue::default(),
             volumes: VolumeQueue::default(),
             baseline: BaselineQueue::new(seed),
-            at_lib: AtLibrary::for_algorithm(&policy.order.algorithm, n),
+            at_lib: AtLibrary::for_algorithm(&policy.order.algorithm, n)
+                .starving(policy.order.max_wait_ms.is_some()),
             outstanding: 0,
             info: HashMap::with_capacity(load.len()),
             out: Outcome {
