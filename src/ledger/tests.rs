@@ -1332,4 +1332,5 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
 /// The queued-bytes caps through the writer.
 mod coalesce;
 mod queued_caps;
+mod random_sequences;
 mod volume_flights;
