@@ -440,6 +440,11 @@ async fn a_start_with_a_removed_groups_unfinished_requests_refuses_naming_them()
     let mut old = setup.start();
     let (status, body) = post(&old.base, "/v1/admin/cancel-group", &json!({"group": "mc"})).await;
     assert_eq!(status, 200, "{body}");
+    // A cancel may land while a send to the absent MSS is out: the refused connection ends it
+    // moments later (see the test above).
+    let db = setup.db.clone();
+    let all_cancelled = move || states_of(&db, "mc") == ["cancelled"; 2];
+    wait_until(all_cancelled, "the mc requests cancelled").await;
     old.kill();
     setup.write("reprocessing = 30\n");
     let new = setup.start();
