@@ -105,12 +105,17 @@ async fn accept(l: &Ledger, item: NewRequest) -> Accepted {
 
 /// The MSS took attempt `attempt` of request `id` (MSS id `m{id}`).
 async fn submit(l: &Ledger, id: i64, attempt: u32) {
+    submitted_as(l, id, attempt, &format!("m{id}")).await;
+}
+
+/// The MSS's answer to a submission, naming the transfer `mss_id`: what the ledger asks next.
+async fn submitted_as(l: &Ledger, id: i64, attempt: u32, mss_id: &str) -> Vec<AfterSubmit> {
     let item = SubmittedTransfer {
         id,
         attempt,
-        mss_id: format!("m{id}"),
+        mss_id: mss_id.into(),
     };
-    l.submitted(vec![item]).await.expect("recorded");
+    l.submitted(vec![item]).await.expect("recorded")
 }
 
 fn close((ledger, handle): (Ledger, std::thread::JoinHandle<()>)) {
@@ -425,13 +430,7 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
         CancelOutcome::AlreadyFinal(RequestState::Cancelled)
     );
     assert_eq!(l.cancel(9_999).await.unwrap(), CancelOutcome::NotFound);
-    l.submitted(vec![SubmittedTransfer {
-        id: b,
-        attempt: 1,
-        mss_id: "m".into(),
-    }])
-    .await
-    .unwrap();
+    submitted_as(l, b, 1, "m").await;
     assert_eq!(
         l.cancel(b).await.unwrap(),
         CancelOutcome::Requested(RequestState::Submitted)
@@ -451,14 +450,7 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
         }
     );
     // A submission that raced with a cancellation is cancelled at the MSS.
-    let after = l
-        .submitted(vec![SubmittedTransfer {
-            id: a,
-            attempt: 1,
-            mss_id: "m2".into(),
-        }])
-        .await
-        .unwrap();
+    let after = submitted_as(l, a, 1, "m2").await;
     assert_eq!(after, vec![AfterSubmit::CancelAtMss]);
     l.apply_events(
         vec![event(b, 1, 1, EventKind::Cancelled)],
@@ -523,14 +515,7 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
     let cancelling: Vec<i64> = (l.cancelling().await.unwrap().iter().map(|i| i.id)).collect();
     assert_eq!(cancelling, vec![a, b]);
     // a's answer comes: it names the transfer, and its cancel is carried to the MSS again.
-    let after = l
-        .submitted(vec![SubmittedTransfer {
-            id: a,
-            attempt: 1,
-            mss_id: "m".into(),
-        }])
-        .await
-        .unwrap();
+    let after = submitted_as(l, a, 1, "m").await;
     assert_eq!(after, vec![AfterSubmit::CancelRequested]);
     let ra = l.request(a).await.unwrap().unwrap();
     assert_eq!(
@@ -623,13 +608,7 @@ async fn a_failure_after_a_cancel_is_a_cancel_not_a_retry() {
         .await
         .unwrap();
     let a = acc[0].id;
-    l.submitted(vec![SubmittedTransfer {
-        id: a,
-        attempt: 1,
-        mss_id: "m".into(),
-    }])
-    .await
-    .unwrap();
+    submitted_as(l, a, 1, "m").await;
     assert_eq!(
         l.cancel(a).await.unwrap(),
         CancelOutcome::Requested(RequestState::Submitted)
