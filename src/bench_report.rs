@@ -67,7 +67,7 @@ async fn fill(
     let options = LedgerOptions {
         path: path.to_path_buf(),
         commit_batch_max: settings.database.commit_batch_max,
-        retry: settings.mss.retry.clone(),
+        retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
     };
     let (ledger, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone()))?;

@@ -152,7 +152,7 @@ mod tests {
         let options = LedgerOptions {
             path: path.clone(),
             commit_batch_max: 64,
-            retry: settings.mss.retry.clone(),
+            retry: settings.mss.retry,
             metrics: Arc::new(NoObserver),
         };
         let clock = Arc::new(crate::clock::SystemClock);

@@ -202,7 +202,7 @@ fn ledger_options(settings: &Settings, metrics: Arc<crate::metrics::Metrics>) ->
     LedgerOptions {
         path: settings.database.path.clone(),
         commit_batch_max: settings.database.commit_batch_max,
-        retry: settings.mss.retry.clone(),
+        retry: settings.mss.retry,
         metrics,
     }
 }

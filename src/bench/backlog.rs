@@ -130,7 +130,7 @@ async fn decisions(settings: &Settings, ids: &[i64], samples: usize) -> anyhow::
     let options = LedgerOptions {
         path: settings.database.path.clone(),
         commit_batch_max: settings.database.commit_batch_max,
-        retry: settings.mss.retry.clone(),
+        retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
     };
     let t = Instant::now();

@@ -157,7 +157,7 @@ async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Ro
     let ledger_options = LedgerOptions {
         path: dir.join("bench.db"),
         commit_batch_max: settings.database.commit_batch_max,
-        retry: settings.mss.retry.clone(),
+        retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
     };
     let clock = Arc::new(crate::clock::SystemClock);

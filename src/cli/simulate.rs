@@ -52,6 +52,10 @@ pub(super) struct SimulateArgs {
     /// highest priorities) [default: none].
     #[arg(long)]
     admin_priority_from: Option<i64>,
+    /// Fraction of transfers the library fails (retryably) at their end, 0..1; each is tried
+    /// again as `[mss] retry_*` say, as `serve` does.
+    #[arg(long, default_value_t = 0.0)]
+    failure_rate: f64,
     /// Seed of the library's failures and of weighted_random.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -105,6 +109,13 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let mut library = simulate::library(args.drives, args.seed);
     library.model = model;
     library.admin_from = args.admin_priority_from;
+    if !(0.0..=1.0).contains(&args.failure_rate) {
+        bail!(
+            "--failure-rate {}: expected a fraction from 0 to 1",
+            args.failure_rate
+        );
+    }
+    library.failure_rate = args.failure_rate;
     if !args.sweep.is_empty() {
         sweep::run(&args, &text, &records, &library)?;
         return Ok(ExitCode::SUCCESS);
@@ -197,6 +208,7 @@ fn run_pair(
     let spec = RunSpec {
         baseline,
         window_bytes: args.window_bytes,
+        retry: settings.mss.retry,
     };
     Ok(simulate::simulate(&settings.policy, library, &load, spec)?)
 }

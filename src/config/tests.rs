@@ -39,6 +39,16 @@ fn shipped_config_is_valid() {
     assert!(!s.policy.groups.is_empty());
 }
 
+/// The simulator's default retries (`RetrySettings::default`, for runs without a configuration)
+/// are `[mss]`'s defaults, and the shipped file sets the same.
+#[test]
+fn retry_defaults_agree_with_the_mss_defaults() {
+    let parsed = Settings::parse(&base(), "test").expect("valid");
+    assert_eq!(parsed.mss.retry, crate::domain::RetrySettings::default());
+    let shipped = Settings::parse(EMBEDDED, "embedded").expect("valid");
+    assert_eq!(shipped.mss.retry, crate::domain::RetrySettings::default());
+}
+
 #[test]
 fn a_weight_that_could_overflow_a_request_benefit_is_refused() {
     let with = |weight: i64, max_size: i64| {

@@ -123,11 +123,22 @@ pub enum UsageModel {
 
 /// How the dispatcher retries a failed MSS call (`[mss] retry_*`); the ledger uses it too, to
 /// tell when a request has used up its attempts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetrySettings {
     pub max_attempts: u32,
     pub base: Duration,
     pub max: Duration,
+}
+
+/// `[mss]`'s defaults (`config/mss.rs`): 5 attempts, 500 ms doubling to 60 s.
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            max_attempts: 5,
+            base: Duration::from_millis(500),
+            max: Duration::from_millis(60_000),
+        }
+    }
 }
 
 impl RetrySettings {

@@ -15,7 +15,7 @@ use mss_adapters::{Direction, EventKind, Transfer};
 
 use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
-use crate::domain::{Benefit, Class, GroupId, GroupKind, PolicySettings};
+use crate::domain::{Benefit, Class, GroupId, GroupKind, PolicySettings, RetrySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Maintained};
@@ -120,6 +120,10 @@ pub struct Outcome {
     pub priority_inversions: u64,
     /// Reads that rode on another read of the same file (no transfer of their own).
     pub coalesced: u64,
+    /// Failed attempts sent again after the backoff (`engine/retry.rs`), and requests failed
+    /// for good (their attempts used up; riders of a failed carrier included).
+    pub retried: u64,
+    pub failed: u64,
     /// When the last request finished.
     pub makespan: Micros,
     /// The library's mounts and drive times at the end.
@@ -159,6 +163,7 @@ pub fn target_share(policy: &PolicySettings, g: GroupId) -> Option<f64> {
 
 mod coalesce;
 mod reprioritise;
+mod retry;
 mod volumes;
 
 pub use volumes::BatchRecord;
@@ -176,6 +181,10 @@ struct Info {
     /// both taken back when it ends (`settle`).
     charge: u64,
     charged_ms: i64,
+    /// The attempt at the library (from 1), and whether one has started (a retry's start is
+    /// no new start: `serve` reports the first).
+    attempt: u32,
+    started: bool,
 }
 
 struct Run<'a> {
@@ -213,6 +222,8 @@ struct Run<'a> {
     /// Which read carries each file, and who rides on each carrier.
     carriers: HashMap<u64, coalesce::Carrier>,
     riders: HashMap<i64, Vec<coalesce::Rider>>,
+    /// Failed attempts waiting out their backoff.
+    retries: retry::Retries,
 }
 
 /// Run `load` (sorted by arrival) until `until` with the configured policy; only what
@@ -226,7 +237,7 @@ pub fn run(
     run_with(policy, library, load, until, Picker::Policy)
 }
 
-/// [`run`] with the given picker.
+/// [`run`] with the given picker, failed attempts retried as `[mss]`'s defaults say.
 pub fn run_with(
     policy: &PolicySettings,
     library: LibraryConfig,
@@ -234,7 +245,26 @@ pub fn run_with(
     until: Micros,
     picker: Picker,
 ) -> Outcome {
-    let mut r = Run::new(policy, load, library, picker);
+    run_retrying(
+        policy,
+        library,
+        load,
+        until,
+        picker,
+        RetrySettings::default(),
+    )
+}
+
+/// [`run_with`], failed attempts retried as `retry` says (`[mss] retry_*`).
+pub fn run_retrying(
+    policy: &PolicySettings,
+    library: LibraryConfig,
+    load: &[Arrival],
+    until: Micros,
+    picker: Picker,
+    retry: RetrySettings,
+) -> Outcome {
+    let mut r = Run::new(policy, load, library, picker, retry);
     let period = policy.order.reprioritise.map(|d| d.as_micros() as Micros);
     let mut next_tick = period;
     let mut i = 0;
@@ -246,6 +276,7 @@ pub fn run_with(
             next_end,
             next_tick.filter(|_| !r.info.is_empty()),
             r.volumes_wakeup(),
+            r.retries.wakeup(),
         ]
         .into_iter()
         .flatten()
@@ -275,6 +306,7 @@ pub fn run_with(
             r.reprioritise();
             next_tick = period.map(|p| t + p.max(1));
         }
+        r.resend_due();
         r.release();
     }
     r.out.unfinished = r.info.len();
@@ -288,6 +320,7 @@ impl<'a> Run<'a> {
         load: &'a [Arrival],
         library: LibraryConfig,
         picker: Picker,
+        retry: RetrySettings,
     ) -> Run<'a> {
         let n = policy.groups.len();
         let fair: Vec<bool> = policy.group_ids().map(|g| is_fair(policy, g)).collect();
@@ -335,6 +368,7 @@ impl<'a> Run<'a> {
             changes: Vec::new(),
             carriers: HashMap::new(),
             riders: HashMap::new(),
+            retries: retry::Retries::new(retry),
         }
     }
 
@@ -369,6 +403,8 @@ impl<'a> Run<'a> {
             queue: a.queue,
             charge: 0,
             charged_ms: 0,
+            attempt: 1,
+            started: false,
         };
         self.info.insert(id, info);
         if self.fair[g] {
@@ -400,23 +436,7 @@ impl<'a> Run<'a> {
     /// Decide (unless `decided` says the priority and class already), charge and send to the
     /// library.
     fn submit(&mut self, c: Candidate, a: &Arrival, decided: Option<(i64, Option<Class>)>) {
-        let t = Transfer {
-            key: c.id.to_string(),
-            attempt: 1,
-            file: String::new(),
-            size_bytes: c.size_bytes,
-            priority: 0,
-            volume: a.volume.clone(),
-            group: String::new(),
-            direction: if a.write {
-                Direction::Write
-            } else {
-                Direction::Read
-            },
-            local_file: None,
-            bfid: None,
-            position: a.position,
-        };
+        let t = transfer(c.id, a, 1);
         self.send(c, t, decided);
     }
 
@@ -549,7 +569,13 @@ impl<'a> Run<'a> {
                     self.volumes_ended(info.id);
                     self.carrier_ended(info.id, file, Some(bytes), e.at);
                 }
+                EventKind::Failed { retryable, .. } if self.retries.left(&info, retryable) => {
+                    self.retry_later(info, &e.key, e.at);
+                }
                 EventKind::Failed { .. } | EventKind::Cancelled => {
+                    if matches!(e.kind, EventKind::Failed { .. }) {
+                        self.out.failed += 1;
+                    }
                     self.settle(&info, None, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.info.remove(&info.id);
@@ -563,6 +589,12 @@ impl<'a> Run<'a> {
     fn started(&mut self, at: Micros, info: Info) {
         let g = info.group;
         self.at_lib.remove(info.id);
+        if info.started {
+            return; // a retry: `serve` reports a request's first start
+        }
+        if let Some(i) = self.info.get_mut(&info.id) {
+            i.started = true;
+        }
         self.out.starts[g.0] += 1;
         if info.slots > 1 {
             self.out.bulk_starts[g.0] += 1;
@@ -638,6 +670,28 @@ impl<'a> Run<'a> {
     /// Every fair-share group with a share above 0 has a request waiting (and there is one).
     fn saturated(&self) -> bool {
         self.unsaturated == 0 && self.needs_share.iter().any(|&s| s)
+    }
+}
+
+/// Attempt `attempt` of request `id` (`a`, its arrival) as the library receives it, at
+/// priority 0 until the broker places it.
+fn transfer(id: i64, a: &Arrival, attempt: u32) -> Transfer {
+    Transfer {
+        key: id.to_string(),
+        attempt,
+        file: String::new(),
+        size_bytes: a.size_bytes,
+        priority: 0,
+        volume: a.volume.clone(),
+        group: String::new(),
+        direction: if a.write {
+            Direction::Write
+        } else {
+            Direction::Read
+        },
+        local_file: None,
+        bfid: None,
+        position: a.position,
     }
 }
 

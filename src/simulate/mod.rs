@@ -21,7 +21,7 @@ pub use engine::{run, run_with, Arrival, Decision, Outcome, Picker};
 pub use report::{Report, RunReport};
 
 use crate::domain::order::ReleaseMode;
-use crate::domain::PolicySettings;
+use crate::domain::{PolicySettings, RetrySettings};
 use crate::policy::{benefit, classify, ClassifyError, RequestFields};
 use crate::trace::{Direction, TraceRecord};
 
@@ -106,6 +106,9 @@ fn file_key(file: &str) -> u64 {
 pub struct RunSpec {
     pub baseline: Option<Baseline>,
     pub window_bytes: u64,
+    /// How failed attempts are retried (`[mss] retry_*`; the library fails them at
+    /// `LibraryConfig::failure_rate`).
+    pub retry: RetrySettings,
 }
 
 /// Run `load` to the end under `policy` (and `spec`'s baseline) on `library`, and report it.
@@ -127,7 +130,14 @@ pub fn simulate(
         ));
     }
     let picker = spec.baseline.map_or(Picker::Policy, Picker::Baseline);
-    let o = run_with(policy, library.clone(), load, Micros::MAX, picker);
+    let o = engine::run_retrying(
+        policy,
+        library.clone(),
+        load,
+        Micros::MAX,
+        picker,
+        spec.retry,
+    );
     let name = spec
         .baseline
         .map_or(policy.order.algorithm.name(), Baseline::name);

@@ -45,6 +45,9 @@ pub struct RunReport {
     pub batch_mean_files: Option<f64>,
     /// Reads that rode on another read of the same file (no transfer of their own).
     pub coalesced: u64,
+    /// Failed attempts sent again, and requests failed for good (`--failure-rate`).
+    pub retried: u64,
+    pub failed: u64,
     pub groups: Vec<GroupReport>,
 }
 
@@ -196,6 +199,8 @@ pub fn run_report(
         batch_mean_files: (batched && !o.batches.is_empty())
             .then(|| batch_files as f64 / o.batches.len() as f64),
         coalesced: o.coalesced,
+        retried: o.retried,
+        failed: o.failed,
         groups,
     }
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use mss_adapters::sim::library::{LibraryConfig, Model};
 
 use super::baseline::{Baseline, BaselineQueue};
-use super::engine::{run, run_with, Arrival, Finished, Picker};
+use super::engine::{run, run_retrying, run_with, Arrival, Finished, Picker};
 use super::report::{percentile, share_error};
 use super::*;
-use crate::domain::{GroupId, PolicySettings};
+use crate::domain::{GroupId, PolicySettings, RetrySettings};
 use crate::policy::order::Candidate;
 use crate::test_fixture::TestConfig;
 
@@ -162,6 +162,7 @@ fn the_same_trace_and_seed_give_the_same_json() {
     let spec = RunSpec {
         baseline: None,
         window_bytes: 100 * GB,
+        retry: RetrySettings::default(),
     };
     let once = |lib: &LibraryConfig| {
         let r = simulate(&p, lib, &load, spec).unwrap();
@@ -319,6 +320,7 @@ fn weighted_random_needs_held_mode() {
     let spec = RunSpec {
         baseline: Some(Baseline::WeightedRandom),
         window_bytes: GB,
+        retry: RetrySettings::default(),
     };
     let e = simulate(&p, &library(1, 1), &[], spec).unwrap_err();
     assert!(e.to_string().contains("--mode held"), "{e}");
@@ -608,4 +610,121 @@ fn the_drive_time_is_reported_by_what_the_drive_did() {
     assert_eq!(r.drive_efficiency, Some(3.0 / 78.0));
     assert_eq!(r.drive_efficiency_working, Some(3.0 / 58.0));
     assert_eq!(o.makespan, 68 * SEC);
+}
+
+/// Retries of 1 s doubling, at most `attempts` attempts in all.
+fn retrying(attempts: u32) -> RetrySettings {
+    RetrySettings {
+        max_attempts: attempts,
+        base: std::time::Duration::from_secs(1),
+        max: std::time::Duration::from_secs(10),
+    }
+}
+
+/// A failed attempt goes back for its backoff keeping its slot, as `serve`'s writer keeps it
+/// `accepted` (`ledger/writer/settle.rs`, `failed`), and the last attempt's failure is final.
+/// SAM held with one slot, two attempts, every transfer failing; one drive at 1 GB/s, no mount.
+/// By hand: a1 starts at 0 and fails at 1 s; its slot stays taken through the 1 s backoff, so
+/// b1 waits; a1's second attempt runs from 2 s to 3 s and fails for good, which frees the slot:
+/// b1 starts at 3 s, fails at 4 s, runs again from 5 s to 6 s. One start each (a retry's start
+/// is no new one), two retries, two final failures, 4 s of streaming, nothing done.
+#[test]
+fn a_failed_attempt_keeps_its_slot_through_its_backoff_and_the_last_is_final() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"held\"\nlimit = 1",
+    );
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let load = vec![sized(0, a, "A1", 1), sized(0, b, "B1", 1)];
+    let lib = LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(Model::Priority)
+    };
+    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    assert_eq!(o.start_times, vec![(0, a), (3 * SEC, b)]);
+    assert_eq!((o.retried, o.failed, o.unfinished), (2, 2, 0));
+    assert_eq!(o.library.total().streaming, 4 * SEC);
+    assert_eq!(o.files.iter().sum::<u64>(), 0);
+}
+
+/// A retry is sent after the backoff of the attempt that failed: 1 s after the first failure,
+/// 2 s after the second. SAM pass-through, a1 (1 GB) failing at every attempt on one drive at
+/// 1 GB/s (Enstore model, no mount, locate or dismount delay), three attempts: 0–1 s, 2–3 s,
+/// 5–6 s, so 3 s of streaming and 3 s idle with nothing to do (1–2 s and 3–5 s); a constant
+/// delay would give 2 s idle. With one attempt, the first failure is final.
+#[test]
+fn a_retry_waits_out_the_backoff_of_the_attempt_that_failed() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"pass_through\"",
+    );
+    let load = vec![sized(0, g(&p, "a"), "A1", 1)];
+    let lib = LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(Model::Enstore)
+    };
+    let run = |attempts| {
+        let o = run_retrying(
+            &p,
+            lib.clone(),
+            &load,
+            u64::MAX,
+            Picker::Policy,
+            retrying(attempts),
+        );
+        let t = o.library.total();
+        (o.retried, o.failed, t.streaming, t.idle_without_work)
+    };
+    assert_eq!(run(3), (2, 1, 3 * SEC, 3 * SEC));
+    assert_eq!(run(1), (0, 1, SEC, 0));
+}
+
+/// Nothing is lost to failures: on a generated trace whose reads repeat files (so riders
+/// coalesce on carriers that fail and are retried), with a third of all attempts failing, every
+/// request of every release mode ends exactly once, done or failed for good, and some of each
+/// kind of path is taken.
+#[test]
+fn with_failures_every_request_ends_once_in_every_mode() {
+    use crate::config::{Settings, EMBEDDED};
+    use crate::trace::{generate, read_trace, GenParams};
+    let mut params = GenParams {
+        seed: 3,
+        requests: 3000,
+        rate_per_s: 0.5,
+        ..Default::default()
+    };
+    params.volumes.count = 40;
+    params.volumes.files_per_volume = 30;
+    params.data_taking.rate_per_s = 0.01;
+    let mut bytes = Vec::new();
+    generate(&params, &mut bytes).expect("valid parameters");
+    let records = read_trace(bytes.as_slice()).expect("a trace");
+    for mode in ["pass_through", "held", "volumes"] {
+        let text = EMBEDDED.replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1);
+        let s = Settings::parse(&text, "failures").expect("valid configuration");
+        let load = arrivals(&s.policy, &records).expect("classified");
+        let lib = LibraryConfig {
+            failure_rate: 0.3,
+            ..library(4, 1)
+        };
+        let o = run_retrying(&s.policy, lib, &load, u64::MAX, Picker::Policy, s.mss.retry);
+        let done: u64 = o.files.iter().sum();
+        assert_eq!(o.unfinished, 0, "{mode}");
+        assert_eq!(done + o.failed, load.len() as u64, "{mode}: each ends once");
+        assert!(
+            o.retried > 0 && o.failed > 0 && o.coalesced > 0,
+            "{mode}: retried {}, failed {}, coalesced {}",
+            o.retried,
+            o.failed,
+            o.coalesced
+        );
+        // 0.3^5 of the transfers fail all five attempts: about 0.24 %.
+        assert!(
+            o.failed * 100 < load.len() as u64,
+            "{mode}: {} failed",
+            o.failed
+        );
+    }
 }

@@ -65,6 +65,7 @@ fn run_all() -> Runs {
     let spec = RunSpec {
         baseline: None,
         window_bytes: 10 * TB,
+        retry: RetrySettings::default(),
     };
     let report = |mode: &str| {
         let p = policy(mode);
@@ -183,6 +184,7 @@ fn inversions_come_from_data_takings_tape_changes() {
     let spec = RunSpec {
         baseline: None,
         window_bytes: 10 * TB,
+        retry: RetrySettings::default(),
     };
     for mode in ["held", "volumes", "pass_through"] {
         let p = policy(mode);
@@ -220,6 +222,7 @@ fn at_capacity_a_starvation_bound_at_max_age_bounds_every_wait() {
     let spec = RunSpec {
         baseline: None,
         window_bytes: 10 * TB,
+        retry: RetrySettings::default(),
     };
     let longest = |max_wait_secs: u64| {
         let text = EMBEDDED

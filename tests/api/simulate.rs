@@ -98,3 +98,51 @@ fn simulate_compare_reports_every_request_and_held_sam_tracks_shares_better() {
     let pass = number(&runs[1], "share_error_max_pp");
     assert!(held + 10.0 < pass, "held {held} pp, pass-through {pass} pp");
 }
+
+/// `--failure-rate`: the library fails that fraction of attempts, each retried under the
+/// configuration's `[mss] retry_*`; every request still ends once, done or failed for good.
+/// A rate outside 0..1 is refused naming the flag.
+#[test]
+fn simulate_with_failures_retries_them_and_ends_every_request_once() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let trace = format!("{root}/examples/traces/mixed.jsonl");
+    let requests = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64;
+    let simulate = |rate: &str| {
+        Command::new(BIN)
+            .args(["simulate", "--config"])
+            .arg(format!("{root}/config/broker.toml"))
+            .args(["--trace", &trace, "--policy", "sam", "--mode", "held"])
+            .args(["--failure-rate", rate, "--format", "json"])
+            .output()
+            .unwrap()
+    };
+    let out = simulate("0.2");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = &report["runs"][0];
+    let files: u64 = run["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["files"].as_u64().unwrap())
+        .sum();
+    let (retried, failed) = (
+        run["retried"].as_u64().unwrap(),
+        run["failed"].as_u64().unwrap(),
+    );
+    assert_eq!(files + failed, requests, "{run}");
+    // A fifth of about 2,800 first attempts fail: hundreds of retries.
+    assert!(retried > 100, "retried {retried}");
+    let out = simulate("1.5");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--failure-rate 1.5"), "{stderr}");
+}

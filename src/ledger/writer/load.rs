@@ -48,7 +48,7 @@ impl Writer {
             clock,
             state,
             batch_max: options.commit_batch_max.max(1),
-            retry: options.retry.clone(),
+            retry: options.retry,
             ready,
             published,
             metrics: options.metrics.clone(),

@@ -154,8 +154,10 @@ impl Run<'_> {
                 self.no_longer_waiting(g);
             }
             self.settle(&r.info, bytes, at);
-            if let Some(bytes) = bytes {
-                self.done(g, bytes, at);
+            match bytes {
+                Some(bytes) => self.done(g, bytes, at),
+                // The engine cancels nothing: its carrier failed for good, so does it.
+                None => self.out.failed += 1,
             }
         }
     }

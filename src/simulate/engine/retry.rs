@@ -1,0 +1,86 @@
+//! Failed attempts retried as `serve`'s writer retries them (`ledger/writer/settle.rs`,
+//! `failed`): a retryable failure with attempts left goes back to `accepted` for
+//! `RetrySettings::backoff` of the attempt that failed, keeping its charge, its slots, its
+//! place in a volume's flight and its riders, and is sent again at the MSS priority it had
+//! (`serve` re-prioritises only what is at the MSS, `ledger/live.rs`, `reprioritise`); the
+//! last attempt's failure is final (refunded, `settle`).
+
+use std::collections::BTreeMap;
+
+use mss_adapters::sim::library::Micros;
+
+use super::{transfer, Info, Run};
+use crate::domain::RetrySettings;
+
+/// The failed attempts waiting out their backoff.
+#[derive(Debug)]
+pub(super) struct Retries {
+    settings: RetrySettings,
+    /// (due, id) -> the MSS priority it is sent again at.
+    due: BTreeMap<(Micros, i64), i64>,
+}
+
+impl Retries {
+    pub(super) fn new(settings: RetrySettings) -> Retries {
+        Retries {
+            settings,
+            due: BTreeMap::new(),
+        }
+    }
+
+    /// Whether a failure of `info`'s attempt is tried again.
+    pub(super) fn left(&self, info: &Info, retryable: bool) -> bool {
+        retryable && info.attempt < self.settings.max_attempts
+    }
+
+    /// When the next retry is due.
+    pub(super) fn wakeup(&self) -> Option<Micros> {
+        self.due.keys().next().map(|&(at, _)| at)
+    }
+}
+
+impl Run<'_> {
+    /// `info`'s attempt (library key `key`) failed at `at` with attempts left: sent again after
+    /// the backoff, at the priority the library had for it.
+    pub(super) fn retry_later(&mut self, info: Info, key: &str, at: Micros) {
+        let priority = self.lib.job(key).map_or(0, |j| j.transfer.priority);
+        let backoff = self.retries.settings.backoff(info.attempt);
+        let due = at.saturating_add(backoff.as_micros() as Micros);
+        if let Some(i) = self.info.get_mut(&info.id) {
+            i.attempt += 1;
+        }
+        self.retries.due.insert((due, info.id), priority);
+        self.out.retried += 1;
+    }
+
+    /// Send every retry due by now, in the order they came due.
+    pub(super) fn resend_due(&mut self) {
+        while let Some(entry) = self.retries.due.first_entry() {
+            if entry.key().0 > self.now {
+                return;
+            }
+            let ((_, id), priority) = entry.remove_entry();
+            self.resend(id, priority);
+        }
+    }
+
+    fn resend(&mut self, id: i64, priority: i64) {
+        let load = self.load;
+        let (Some(&info), Some(a)) = (
+            self.info.get(&id),
+            usize::try_from(id - 1).ok().and_then(|i| load.get(i)),
+        ) else {
+            return;
+        };
+        let mut t = transfer(id, a, info.attempt);
+        t.priority = priority;
+        if !self.by_volume() && self.fair[info.group.0] && self.picker == super::Picker::Policy {
+            self.at_lib
+                .add(id, info.group, priority, (info.arrived, self.now));
+        }
+        let mut events = std::mem::take(&mut self.events);
+        self.lib.submit(t, self.now, &mut events);
+        self.apply(&mut events);
+        self.events = events;
+    }
+}
