@@ -124,6 +124,8 @@ pub struct Outcome {
     /// for good (their attempts used up; riders of a failed carrier included).
     pub retried: u64,
     pub failed: u64,
+    /// Priority changes the library took (the re-prioritisation passes').
+    pub priority_changes: u64,
     /// When the last request finished.
     pub makespan: Micros,
     /// The library's mounts and drive times at the end.
@@ -311,6 +313,7 @@ pub fn run_retrying(
     }
     r.out.unfinished = r.info.len();
     r.out.library = r.lib.stats();
+    r.out.priority_changes = r.lib.reprioritised();
     r.out
 }
 

@@ -48,6 +48,9 @@ pub struct RunReport {
     /// Failed attempts sent again, and requests failed for good (`--failure-rate`).
     pub retried: u64,
     pub failed: u64,
+    /// Priority changes of requests pending at the library that it took (the dispatcher's
+    /// re-prioritisation).
+    pub priority_changes: u64,
     pub groups: Vec<GroupReport>,
 }
 
@@ -201,6 +204,7 @@ pub fn run_report(
         coalesced: o.coalesced,
         retried: o.retried,
         failed: o.failed,
+        priority_changes: o.priority_changes,
         groups,
     }
 }

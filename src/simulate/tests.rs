@@ -681,6 +681,31 @@ fn a_retry_waits_out_the_backoff_of_the_attempt_that_failed() {
     assert_eq!(run(1), (0, 1, SEC, 0));
 }
 
+/// A retry waiting at the library is re-prioritised as its own attempt, as `serve`'s pass
+/// names the row's attempt. SAM pass-through, passes every second, usage never forgotten, one
+/// drive at 1 GB/s, every attempt failing, two attempts. By hand: a1 (5 GB) is placed back
+/// ((0 + 5) / (0 + 5)) and runs 0–5 s; b1 (10 GB, at 0.5 s) is placed back (10 / 15) and waits.
+/// a1 fails at 5 s, b1 runs 5–15 s; a1's second attempt comes back at 6 s at back and waits;
+/// the pass at 7 s finds a front (5 / 15 < 1/2): one change, taken by the library only when
+/// it names attempt 2. Nothing else changes (b stays back, and a1 is running by the next one).
+#[test]
+fn a_retry_waiting_at_the_library_is_re_prioritised_as_its_own_attempt() {
+    let p = configured(
+        "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 1\n\
+         [usage]\nmodel = \"none\"\n\
+         [shares]\na = 1\nb = 1\n[release]\nmode = \"pass_through\"\n",
+    );
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let load = vec![sized(0, a, "A1", 5), sized(SEC / 2, b, "B1", 10)];
+    let lib = LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(Model::Priority)
+    };
+    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    assert_eq!((o.retried, o.failed), (2, 2));
+    assert_eq!(o.priority_changes, 1);
+}
+
 /// Nothing is lost to failures: on a generated trace whose reads repeat files (so riders
 /// coalesce on carriers that fail and are retried), with a third of all attempts failing, every
 /// request of every release mode ends exactly once, done or failed for good, and some of each

@@ -72,7 +72,9 @@ impl Run<'_> {
             key.clear();
             // Writing into a String cannot fail.
             let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{id}"));
-            batch.set(&key, 1, p);
+            // The attempt at the library: a retry's is its own (`engine/retry.rs`).
+            let attempt = self.info.get(&id).map_or(1, |i| i.attempt);
+            batch.set(&key, attempt, p);
         }
         drop(batch);
         self.changes = changes;
