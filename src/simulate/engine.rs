@@ -593,7 +593,12 @@ impl<'a> Run<'a> {
         let g = info.group;
         self.at_lib.remove(info.id);
         if info.started {
-            return; // a retry: `serve` reports a request's first start
+            // A retry: `serve` reports a request's first start; a priority-class retry waited
+            // at the library since it was sent again (`engine/retry.rs`).
+            if !self.fair[g.0] {
+                self.waiting_priority = self.waiting_priority.saturating_sub(1);
+            }
+            return;
         }
         if let Some(i) = self.info.get_mut(&info.id) {
             i.started = true;

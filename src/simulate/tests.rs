@@ -9,7 +9,7 @@ use super::baseline::{Baseline, BaselineQueue};
 use super::engine::{run, run_retrying, run_with, Arrival, Finished, Picker};
 use super::report::{percentile, share_error};
 use super::*;
-use crate::domain::{GroupId, PolicySettings, RetrySettings};
+use crate::domain::{Class, GroupId, PolicySettings, RetrySettings};
 use crate::policy::order::Candidate;
 use crate::test_fixture::TestConfig;
 
@@ -706,10 +706,121 @@ fn a_retry_waiting_at_the_library_is_re_prioritised_as_its_own_attempt() {
     assert_eq!(o.priority_changes, 1);
 }
 
+/// A failed attempt keeps its charge through its backoff (`serve` keeps the row `accepted` and
+/// charged). SAM pass-through, usage never forgotten, one drive at 1 GB/s, every attempt
+/// failing. a1 (2 GB) is charged at 0 and fails at 2 s; b1 (1 GB) arrives at 2.5 s. With a
+/// second attempt to come, a's 2 GB still count: b is under its share (1 / 3), front. With one
+/// attempt, a1 was refunded at 2 s: b is at its share (1 / 1), back.
+#[test]
+fn a_failed_attempt_keeps_its_charge_through_its_backoff() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"pass_through\"",
+    );
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let load = vec![sized(0, a, "A1", 2), sized(5 * SEC / 2, b, "B1", 1)];
+    let lib = LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(Model::Priority)
+    };
+    let b1 = |attempts| {
+        let o = run_retrying(
+            &p,
+            lib.clone(),
+            &load,
+            u64::MAX,
+            Picker::Policy,
+            retrying(attempts),
+        );
+        o.decisions[1].class
+    };
+    assert_eq!(b1(2), Some(Class::Front));
+    assert_eq!(b1(1), Some(Class::Back));
+}
+
+/// In `volumes` mode a volume whose request waits out a backoff stays in flight
+/// (`policy/volumes.rs`: a retried request stays in flight), so `max_volumes = 1` keeps the
+/// next volume back until the last attempt ends. a1 (volume A) is released at 0 and fails at
+/// 1 s and, again, at 3 s; only then is B released: b1 starts at 3 s, not at 1 s.
+#[test]
+fn a_retried_request_keeps_its_volume_in_flight() {
+    let p = configured(
+        "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 0\n\
+         [usage]\nmodel = \"none\"\n[shares]\na = 1\nb = 1\n\
+         [release]\nmode = \"volumes\"\n\
+         [release.volumes]\nmin_volume_files = 1\nmax_volumes = 1\nsticky_secs = 0\n",
+    );
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let load = vec![sized(0, a, "A", 1), sized(0, b, "B", 1)];
+    let lib = LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(Model::Priority)
+    };
+    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    assert_eq!(o.start_times, vec![(0, a), (3 * SEC, b)]);
+    assert_eq!((o.retried, o.failed), (2, 2));
+}
+
+/// A read riding on a carrier that waits out a backoff waits for the carrier's next start, and
+/// fails with it when that attempt is the last. One drive at 1 GB/s, every attempt failing,
+/// two attempts: a1 (file f) runs 0–1 s and 2–3 s; b's read of f arrives at 1.5 s and rides on
+/// it: its wait ends at 2 s (0.5 s), and it fails at 3 s with a1.
+#[test]
+fn a_rider_of_a_retried_carrier_waits_for_its_next_start_and_fails_with_it() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"pass_through\"",
+    );
+    let (a, b) = (g(&p, "a"), g(&p, "b"));
+    let read = |at, group| Arrival {
+        file: Some(7),
+        ..sized(at, group, "A1", 1)
+    };
+    let load = vec![read(0, a), read(3 * SEC / 2, b)];
+    let lib = LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(Model::Priority)
+    };
+    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    assert_eq!(o.coalesced, 1);
+    assert_eq!(o.waits[b.0], vec![SEC / 2]);
+    assert_eq!((o.retried, o.failed, o.unfinished), (1, 2, 0));
+}
+
+/// A priority-class retry waits again from its resend to its start, as `serve` counts a
+/// priority-class request `submitted`; during its backoff it is not waiting. Enstore model,
+/// one drive at 1 GB/s, no mount, every attempt failing, two attempts. d1 (data taking, V2)
+/// runs 0–1 s and comes back at 2 s; a1 (V1, 2 GB, at 0) runs 1–3 s (d1 in its backoff: no
+/// inversion); a2 (V1, at 1.5 s) starts at 3 s on the mounted V1 while d1 waits: one
+/// inversion. d1 then runs 4–5 s.
+#[test]
+fn a_priority_class_retry_waits_again_once_sent() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"pass_through\"",
+    );
+    let (a, daq) = (g(&p, "a"), g(&p, "daq"));
+    let load = vec![
+        arrival(0, daq, "V2", 1),
+        sized(0, a, "V1", 2),
+        arrival(3 * SEC / 2, a, "V1", 2),
+    ];
+    let lib = LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(Model::Enstore)
+    };
+    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    assert_eq!(o.start_times, vec![(0, daq), (SEC, a), (3 * SEC, a)]);
+    assert_eq!(o.priority_inversions, 1);
+}
+
 /// Nothing is lost to failures: on a generated trace whose reads repeat files (so riders
 /// coalesce on carriers that fail and are retried), with a third of all attempts failing, every
-/// request of every release mode ends exactly once, done or failed for good, and some of each
-/// kind of path is taken.
+/// request of every release mode ends exactly once, done or failed for good; retries, final
+/// failures and riders all occur.
 #[test]
 fn with_failures_every_request_ends_once_in_every_mode() {
     use crate::config::{Settings, EMBEDDED};

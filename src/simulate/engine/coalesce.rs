@@ -105,6 +105,20 @@ impl Run<'_> {
         }
     }
 
+    /// Carrier `id` failed an attempt and will be sent again: a read riding on it from now
+    /// waits for its next start.
+    pub(super) fn carrier_waits_again(&mut self, id: i64) {
+        let file = usize::try_from(id - 1)
+            .ok()
+            .and_then(|i| self.load.get(i))
+            .and_then(|a| a.file);
+        if let Some(c) = file.and_then(|k| self.carriers.get_mut(&k)) {
+            if c.id == id {
+                c.started = false;
+            }
+        }
+    }
+
     /// Carrier `id` (of `file`) started at `at`: its riders' waits end.
     pub(super) fn carrier_started(&mut self, id: i64, file: Option<u64>, at: Micros) {
         if let Some(c) = file.and_then(|k| self.carriers.get_mut(&k)) {

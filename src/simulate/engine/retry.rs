@@ -3,7 +3,11 @@
 //! `RetrySettings::backoff` of the attempt that failed, keeping its charge, its slots, its
 //! place in a volume's flight and its riders, and is sent again at the MSS priority it had
 //! (`serve` re-prioritises only what is at the MSS, `ledger/live.rs`, `reprioritise`); the
-//! last attempt's failure is final (refunded, `settle`).
+//! last attempt's failure is final (refunded, `settle`). Retries due at one instant go out as
+//! the submit loop reads ready requests: highest priority first, then by id. A priority-class
+//! retry waits again from its resend to its start, as `serve` counts a priority-class request
+//! `submitted` (`ledger/writer/state.rs`, `moved`), and a read riding on a retried carrier
+//! waits for the carrier's next start.
 
 use std::collections::BTreeMap;
 
@@ -49,17 +53,24 @@ impl Run<'_> {
         if let Some(i) = self.info.get_mut(&info.id) {
             i.attempt += 1;
         }
+        self.carrier_waits_again(info.id);
         self.retries.due.insert((due, info.id), priority);
         self.out.retried += 1;
     }
 
-    /// Send every retry due by now, in the order they came due.
+    /// Send every retry due by now, highest priority first, then by id (`ledger/read.rs`,
+    /// `to_submit`).
     pub(super) fn resend_due(&mut self) {
+        let mut due = Vec::new();
         while let Some(entry) = self.retries.due.first_entry() {
             if entry.key().0 > self.now {
-                return;
+                break;
             }
             let ((_, id), priority) = entry.remove_entry();
+            due.push((std::cmp::Reverse(priority), id));
+        }
+        due.sort_unstable();
+        for (std::cmp::Reverse(priority), id) in due {
             self.resend(id, priority);
         }
     }
@@ -74,7 +85,9 @@ impl Run<'_> {
         };
         let mut t = transfer(id, a, info.attempt);
         t.priority = priority;
-        if !self.by_volume() && self.fair[info.group.0] && self.picker == super::Picker::Policy {
+        if !self.fair[info.group.0] {
+            self.waiting_priority += 1;
+        } else if !self.by_volume() && self.picker == super::Picker::Policy {
             self.at_lib
                 .add(id, info.group, priority, (info.arrived, self.now));
         }
