@@ -276,7 +276,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 /// The report as text: one line per run, then each run's groups.
 pub fn table(report: &Report) -> String {
-    let header = [
+    let header = vec![
         "policy/mode",
         "requests",
         "makespan_s",
@@ -310,12 +310,30 @@ pub fn table(report: &Report) -> String {
             ]
         })
         .collect();
+    let (header, rows) = with_failures(header, rows, &report.runs);
     let mut out = crate::text_table::aligned(&header, &rows);
     for r in &report.runs {
         out.push_str(&format!("\n{}/{}\n", r.policy, r.mode));
         out.push_str(&groups_table(&r.groups));
     }
     out
+}
+
+/// The runs' `retried` and `failed` as two more columns, when any run had a failure
+/// (`--failure-rate`); without failures the table stays as it was.
+fn with_failures(
+    mut header: Vec<&'static str>,
+    mut rows: Vec<Vec<String>>,
+    runs: &[RunReport],
+) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    if runs.iter().all(|r| r.retried == 0 && r.failed == 0) {
+        return (header, rows);
+    }
+    header.extend(["retried", "failed"]);
+    for (row, r) in rows.iter_mut().zip(runs) {
+        row.extend([r.retried.to_string(), r.failed.to_string()]);
+    }
+    (header, rows)
 }
 
 fn groups_table(groups: &[GroupReport]) -> String {

@@ -817,6 +817,36 @@ fn a_priority_class_retry_waits_again_once_sent() {
     assert_eq!(o.priority_inversions, 1);
 }
 
+/// The table gains `retried` and `failed` columns when a run had failures, and is unchanged
+/// otherwise. One request failing both of its two attempts: one retry, one failure.
+#[test]
+fn the_table_shows_retries_and_failures_only_when_there_were_some() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"pass_through\"",
+    );
+    let load = vec![sized(0, g(&p, "a"), "A1", 1)];
+    let table = |rate| {
+        let lib = LibraryConfig {
+            failure_rate: rate,
+            ..one_drive(Model::Priority)
+        };
+        let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+        let r = report::run_report(&p, "sam", "pass_through", 1, &o, GB);
+        report::table(&Report { runs: vec![r] })
+    };
+    let failing = table(1.0);
+    let lines: Vec<Vec<&str>> = (failing.lines().take(2))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0][lines[0].len() - 2..], ["retried", "failed"]);
+    assert_eq!(lines[1][lines[1].len() - 2..], ["1", "1"]);
+    let plain = table(0.0);
+    let header = plain.lines().next().unwrap_or_default();
+    assert!(header.ends_with("batches"), "{header}");
+}
+
 /// Nothing is lost to failures: on a generated trace whose reads repeat files (so riders
 /// coalesce on carriers that fail and are retried), with a third of all attempts failing, every
 /// request of every release mode ends exactly once, done or failed for good; retries, final
