@@ -28,6 +28,15 @@ fn settings(policy_keys: &str, shares: &str, release: &str) -> Arc<PolicySetting
         .policy
 }
 
+/// SAM pass-through over groups `a` and `b` of equal shares (and data taking, `daq`).
+fn sam_pass_through() -> Arc<PolicySettings> {
+    settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"pass_through\"",
+    )
+}
+
 /// The policy of a whole configuration text.
 fn configured(toml: &str) -> Arc<PolicySettings> {
     TestConfig::new().with(toml).settings().policy
@@ -119,11 +128,7 @@ fn two_groups_one_drive_sam_held_is_worked_by_hand() {
 /// goes next.
 #[test]
 fn a_mounted_volume_goes_before_a_higher_priority_volume_only_under_enstore() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let (a, daq) = (g(&p, "a"), g(&p, "daq"));
     let load = vec![
         arrival(0, a, "V1", 1),
@@ -312,11 +317,7 @@ fn weighted_random_picks_groups_by_share_among_the_waiting() {
 
 #[test]
 fn weighted_random_needs_held_mode() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let spec = RunSpec {
         baseline: Some(Baseline::WeightedRandom),
         window_bytes: GB,
@@ -581,11 +582,7 @@ fn a_rider_is_settled_at_its_own_weight() {
 /// and V2 unmounts (to 98 s).
 #[test]
 fn the_drive_time_is_reported_by_what_the_drive_did() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let a = g(&p, "a");
     let lib = LibraryConfig {
         mount_micros: 10 * SEC,
@@ -610,6 +607,26 @@ fn the_drive_time_is_reported_by_what_the_drive_did() {
     assert_eq!(r.drive_efficiency, Some(3.0 / 78.0));
     assert_eq!(r.drive_efficiency_working, Some(3.0 / 58.0));
     assert_eq!(o.makespan, 68 * SEC);
+}
+
+/// [`one_drive`] failing every attempt.
+fn failing(model: Model) -> LibraryConfig {
+    LibraryConfig {
+        failure_rate: 1.0,
+        ..one_drive(model)
+    }
+}
+
+/// `load` to the end on [`failing`]`(model)`, with `attempts` attempts of [`retrying`].
+fn run_failing(p: &PolicySettings, model: Model, load: &[Arrival], attempts: u32) -> Outcome {
+    run_retrying(
+        p,
+        failing(model),
+        load,
+        u64::MAX,
+        Picker::Policy,
+        retrying(attempts),
+    )
 }
 
 /// Retries of 1 s doubling, at most `attempts` attempts in all.
@@ -637,11 +654,7 @@ fn a_failed_attempt_keeps_its_slot_through_its_backoff_and_the_last_is_final() {
     );
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let load = vec![sized(0, a, "A1", 1), sized(0, b, "B1", 1)];
-    let lib = LibraryConfig {
-        failure_rate: 1.0,
-        ..one_drive(Model::Priority)
-    };
-    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    let o = run_failing(&p, Model::Priority, &load, 2);
     assert_eq!(o.start_times, vec![(0, a), (3 * SEC, b)]);
     assert_eq!((o.retried, o.failed, o.unfinished), (2, 2, 0));
     assert_eq!(o.library.total().streaming, 4 * SEC);
@@ -655,25 +668,11 @@ fn a_failed_attempt_keeps_its_slot_through_its_backoff_and_the_last_is_final() {
 /// delay would give 2 s idle. With one attempt, the first failure is final.
 #[test]
 fn a_retry_waits_out_the_backoff_of_the_attempt_that_failed() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let load = vec![sized(0, g(&p, "a"), "A1", 1)];
-    let lib = LibraryConfig {
-        failure_rate: 1.0,
-        ..one_drive(Model::Enstore)
-    };
+    let model = Model::Enstore;
     let run = |attempts| {
-        let o = run_retrying(
-            &p,
-            lib.clone(),
-            &load,
-            u64::MAX,
-            Picker::Policy,
-            retrying(attempts),
-        );
+        let o = run_failing(&p, model, &load, attempts);
         let t = o.library.total();
         (o.retried, o.failed, t.streaming, t.idle_without_work)
     };
@@ -697,11 +696,7 @@ fn a_retry_waiting_at_the_library_is_re_prioritised_as_its_own_attempt() {
     );
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let load = vec![sized(0, a, "A1", 5), sized(SEC / 2, b, "B1", 10)];
-    let lib = LibraryConfig {
-        failure_rate: 1.0,
-        ..one_drive(Model::Priority)
-    };
-    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    let o = run_failing(&p, Model::Priority, &load, 2);
     assert_eq!((o.retried, o.failed), (2, 2));
     assert_eq!(o.priority_changes, 1);
 }
@@ -713,26 +708,12 @@ fn a_retry_waiting_at_the_library_is_re_prioritised_as_its_own_attempt() {
 /// attempt, a1 was refunded at 2 s: b is at its share (1 / 1), back.
 #[test]
 fn a_failed_attempt_keeps_its_charge_through_its_backoff() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let load = vec![sized(0, a, "A1", 2), sized(5 * SEC / 2, b, "B1", 1)];
-    let lib = LibraryConfig {
-        failure_rate: 1.0,
-        ..one_drive(Model::Priority)
-    };
+    let model = Model::Priority;
     let b1 = |attempts| {
-        let o = run_retrying(
-            &p,
-            lib.clone(),
-            &load,
-            u64::MAX,
-            Picker::Policy,
-            retrying(attempts),
-        );
+        let o = run_failing(&p, model, &load, attempts);
         o.decisions[1].class
     };
     assert_eq!(b1(2), Some(Class::Front));
@@ -753,11 +734,7 @@ fn a_retried_request_keeps_its_volume_in_flight() {
     );
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let load = vec![sized(0, a, "A", 1), sized(0, b, "B", 1)];
-    let lib = LibraryConfig {
-        failure_rate: 1.0,
-        ..one_drive(Model::Priority)
-    };
-    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    let o = run_failing(&p, Model::Priority, &load, 2);
     assert_eq!(o.start_times, vec![(0, a), (3 * SEC, b)]);
     assert_eq!((o.retried, o.failed), (2, 2));
 }
@@ -768,22 +745,14 @@ fn a_retried_request_keeps_its_volume_in_flight() {
 /// it: its wait ends at 2 s (0.5 s), and it fails at 3 s with a1.
 #[test]
 fn a_rider_of_a_retried_carrier_waits_for_its_next_start_and_fails_with_it() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let (a, b) = (g(&p, "a"), g(&p, "b"));
     let read = |at, group| Arrival {
         file: Some(7),
         ..sized(at, group, "A1", 1)
     };
     let load = vec![read(0, a), read(3 * SEC / 2, b)];
-    let lib = LibraryConfig {
-        failure_rate: 1.0,
-        ..one_drive(Model::Priority)
-    };
-    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    let o = run_failing(&p, Model::Priority, &load, 2);
     assert_eq!(o.coalesced, 1);
     assert_eq!(o.waits[b.0], vec![SEC / 2]);
     assert_eq!((o.retried, o.failed, o.unfinished), (1, 2, 0));
@@ -797,22 +766,14 @@ fn a_rider_of_a_retried_carrier_waits_for_its_next_start_and_fails_with_it() {
 /// inversion. d1 then runs 4–5 s.
 #[test]
 fn a_priority_class_retry_waits_again_once_sent() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let (a, daq) = (g(&p, "a"), g(&p, "daq"));
     let load = vec![
         arrival(0, daq, "V2", 1),
         sized(0, a, "V1", 2),
         arrival(3 * SEC / 2, a, "V1", 2),
     ];
-    let lib = LibraryConfig {
-        failure_rate: 1.0,
-        ..one_drive(Model::Enstore)
-    };
-    let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
+    let o = run_failing(&p, Model::Enstore, &load, 2);
     assert_eq!(o.start_times, vec![(0, daq), (SEC, a), (3 * SEC, a)]);
     assert_eq!(o.priority_inversions, 1);
 }
@@ -821,11 +782,7 @@ fn a_priority_class_retry_waits_again_once_sent() {
 /// otherwise. One request failing both of its two attempts: one retry, one failure.
 #[test]
 fn the_table_shows_retries_and_failures_only_when_there_were_some() {
-    let p = settings(
-        "algorithm = \"sam\"",
-        "a = 1\nb = 1",
-        "mode = \"pass_through\"",
-    );
+    let p = sam_pass_through();
     let load = vec![sized(0, g(&p, "a"), "A1", 1)];
     let table = |rate| {
         let lib = LibraryConfig {

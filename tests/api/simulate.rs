@@ -1,7 +1,7 @@
 //! `mssbroker simulate` through the real binary on the shipped example trace and configuration:
 //! the report's structure and the invariants every run must satisfy.
 
-use std::process::Command;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
@@ -13,6 +13,40 @@ const RUNS: [(&str, &str); 3] = [
     ("fifo", "pass_through"),
 ];
 
+/// `mssbroker simulate` of the shipped example trace under the shipped configuration, with
+/// `args`.
+pub(crate) fn simulate_example(args: &[&str]) -> Output {
+    let root = env!("CARGO_MANIFEST_DIR");
+    Command::new(BIN)
+        .args(["simulate", "--config"])
+        .arg(format!("{root}/config/broker.toml"))
+        .arg("--trace")
+        .arg(format!("{root}/examples/traces/mixed.jsonl"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The shipped example trace's requests.
+pub(crate) fn example_requests() -> u64 {
+    let root = env!("CARGO_MANIFEST_DIR");
+    std::fs::read_to_string(format!("{root}/examples/traces/mixed.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64
+}
+
+/// A run's requests done, over its groups.
+pub(crate) fn files_done(run: &Value) -> u64 {
+    run["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["files"].as_u64().unwrap())
+        .sum()
+}
+
 fn number(v: &Value, key: &str) -> f64 {
     v[key]
         .as_f64()
@@ -21,25 +55,13 @@ fn number(v: &Value, key: &str) -> f64 {
 
 #[test]
 fn simulate_compare_reports_every_request_and_held_sam_tracks_shares_better() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let trace = format!("{root}/examples/traces/mixed.jsonl");
-    let requests = std::fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .count() as u64;
-    let out = Command::new(BIN)
-        .args(["simulate", "--config"])
-        .arg(format!("{root}/config/broker.toml"))
-        .args(["--trace", &trace])
-        .args([
-            "--compare",
-            "sam/held,sam/pass_through,fifo/pass_through",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
+    let requests = example_requests();
+    let out = simulate_example(&[
+        "--compare",
+        "sam/held,sam/pass_through,fifo/pass_through",
+        "--format",
+        "json",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -64,8 +86,7 @@ fn simulate_compare_reports_every_request_and_held_sam_tracks_shares_better() {
         assert!(number(run, "share_error_mean_pp") <= number(run, "share_error_max_pp"));
         let groups = run["groups"].as_array().unwrap();
         // Every request of the trace done and accounted to exactly one group.
-        let files: u64 = groups.iter().map(|g| g["files"].as_u64().unwrap()).sum();
-        assert_eq!(files, requests, "{policy}/{mode}");
+        assert_eq!(files_done(run), requests, "{policy}/{mode}");
         // Achieved shares over the fair-share groups sum to 1, as do their targets; priority
         // classes carry neither.
         let fair: Vec<&Value> = groups
@@ -104,21 +125,17 @@ fn simulate_compare_reports_every_request_and_held_sam_tracks_shares_better() {
 /// A rate outside 0..1 is refused naming the flag.
 #[test]
 fn simulate_with_failures_retries_them_and_ends_every_request_once() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let trace = format!("{root}/examples/traces/mixed.jsonl");
-    let requests = std::fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .count() as u64;
     let simulate = |rate: &str| {
-        Command::new(BIN)
-            .args(["simulate", "--config"])
-            .arg(format!("{root}/config/broker.toml"))
-            .args(["--trace", &trace, "--policy", "sam", "--mode", "held"])
-            .args(["--failure-rate", rate, "--format", "json"])
-            .output()
-            .unwrap()
+        simulate_example(&[
+            "--policy",
+            "sam",
+            "--mode",
+            "held",
+            "--failure-rate",
+            rate,
+            "--format",
+            "json",
+        ])
     };
     let out = simulate("0.2");
     assert!(
@@ -128,17 +145,11 @@ fn simulate_with_failures_retries_them_and_ends_every_request_once() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let run = &report["runs"][0];
-    let files: u64 = run["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["files"].as_u64().unwrap())
-        .sum();
     let (retried, failed) = (
         run["retried"].as_u64().unwrap(),
         run["failed"].as_u64().unwrap(),
     );
-    assert_eq!(files + failed, requests, "{run}");
+    assert_eq!(files_done(run) + failed, example_requests(), "{run}");
     // A fifth of about 2,800 first attempts fail: hundreds of retries.
     assert!(retried > 100, "retried {retried}");
     let out = simulate("1.5");

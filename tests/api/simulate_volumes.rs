@@ -2,32 +2,9 @@
 //! runs the three modes, `--sweep ... --chart` writes the tradeoff chart, bad flags are refused
 //! naming what is wrong.
 
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-use crate::helpers::BIN;
-
-fn simulate(args: &[&str]) -> Output {
-    let root = env!("CARGO_MANIFEST_DIR");
-    Command::new(BIN)
-        .args(["simulate", "--config"])
-        .arg(format!("{root}/config/broker.toml"))
-        .arg("--trace")
-        .arg(format!("{root}/examples/traces/mixed.jsonl"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn requests() -> u64 {
-    let root = env!("CARGO_MANIFEST_DIR");
-    std::fs::read_to_string(format!("{root}/examples/traces/mixed.jsonl"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .count() as u64
-}
+use crate::simulate::{example_requests as requests, files_done, simulate_example as simulate};
 
 #[test]
 fn compare_alone_runs_held_volumes_and_pass_through() {
@@ -43,13 +20,12 @@ fn compare_alone_runs_held_volumes_and_pass_through() {
     assert_eq!(modes, ["held", "volumes", "pass_through"]);
     for run in runs {
         assert_eq!(run["policy"], "fair_tree");
-        let files: u64 = run["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| g["files"].as_u64().unwrap())
-            .sum();
-        assert_eq!(files, requests(), "every request done in {}", run["mode"]);
+        assert_eq!(
+            files_done(run),
+            requests(),
+            "every request done in {}",
+            run["mode"]
+        );
         let batched = run["mode"] == "volumes";
         assert_eq!(run["batches"].is_null(), !batched, "{run}");
         for g in run["groups"].as_array().unwrap() {
