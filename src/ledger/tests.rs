@@ -1312,4 +1312,5 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
 mod coalesce;
 mod queued_caps;
 mod random_sequences;
+mod retry_paths;
 mod volume_flights;

@@ -216,10 +216,12 @@ impl Txn<'_, '_> {
             RequestState::Accepted => RequestState::Submitted,
             other => other,
         };
+        // checked_ms: this attempt's news (submitted_ms stays the first attempt's, for the
+        // reports), so the stale sweep counts a retry's silence from its own submission.
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
-                 submitted_ms = COALESCE(submitted_ms, ?4) WHERE id = ?1",
+                 submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
             )?
             .execute(params![item.id, new_state.as_str(), item.mss_id, self.now])?;
         self.moved(row.class, Some(row.state), new_state);
@@ -381,6 +383,22 @@ impl Txn<'_, '_> {
             EventKind::Done { bytes } => {
                 self.finalize(id, &row, RequestState::Done, Some(*bytes), None)?;
             }
+            // Its caller cancelled while riders waited (so the MSS was not asked to cancel it),
+            // and the transfer failed for good: the riders take that result (they fail), the
+            // carrier is refunded. Resending the riders would ask the MSS again for a file it
+            // just failed. (With attempts left, the arm below passes the transfer to a rider.)
+            EventKind::Failed { reason, retryable }
+                if row.cancel_requested
+                    && !(*retryable && row.attempt < self.retry.max_attempts)
+                    && self.has_riders(id)? =>
+            {
+                let why = format!(
+                    "{reason} (attempt {} of {})",
+                    row.attempt, self.retry.max_attempts
+                );
+                self.carrier_ended(id, CarrierEnd::Failed(&why), true)?;
+                self.finalize(id, &row, RequestState::Cancelled, None, None)?;
+            }
             // A cancel was asked while it was at the MSS, which answers with a failure (EOS
             // lists a cancelled file with an error, not a cancelled state): cancelled, never
             // resent.
@@ -402,11 +420,12 @@ impl Txn<'_, '_> {
         if !matches!(row.state, RequestState::Accepted | RequestState::Submitted) {
             return Ok(false);
         }
-        // started_ms is the first start: a report's wait is from queueing to first start.
+        // started_ms is the first start: a report's wait is from queueing to first start;
+        // checked_ms is this attempt's news, which the stale sweep counts from.
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = 'running', started_ms = COALESCE(started_ms, ?2), \
-                 submitted_ms = COALESCE(submitted_ms, ?2) WHERE id = ?1",
+                 submitted_ms = COALESCE(submitted_ms, ?2), checked_ms = ?2 WHERE id = ?1",
             )?
             .execute(params![id, self.now])?;
         if row.started_ms.is_none() {
@@ -507,7 +526,7 @@ impl Txn<'_, '_> {
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = ?2, cancel_requested = 1, \
-                 submitted_ms = COALESCE(submitted_ms, ?3) WHERE id = ?1",
+                 submitted_ms = COALESCE(submitted_ms, ?3), checked_ms = ?3 WHERE id = ?1",
             )?
             .execute(params![id, to.as_str(), self.now])?;
         self.moved(row.class, Some(row.state), to);
