@@ -722,3 +722,36 @@ async fn a_job_mate_whose_answer_was_lost_is_found_by_key_alone() {
         "{again:?}"
     );
 }
+
+/// FTS3 refuses a whole submission for one file it cannot take (here a path-less URL: a
+/// `file` without a leading `/` joined to the tape endpoint). In a volume's job only that file
+/// fails; its job-mates are sent again, one by one, and finish.
+#[tokio::test]
+async fn one_file_fts3_refuses_fails_alone_not_its_whole_batch() {
+    let mut b = Bench::new("none").await;
+    let alone = b.adapter.submit(&on("VB", "9", "f9.root")).await;
+    assert!(
+        matches!(&alone, Err(MssError::Rejected(m)) if m.contains("Missing path")),
+        "{alone:?}"
+    );
+    let batch = [
+        on("VA", "1", "/cms/a/f1"),
+        on("VA", "2", "f2.root"),
+        on("VA", "3", "/cms/a/f3"),
+    ];
+    let answers = b.adapter.submit_batch(&batch).await;
+    assert!(
+        matches!(&answers[1], Err(MssError::Rejected(_))),
+        "{answers:?}"
+    );
+    assert!(
+        answers[0].is_ok() && answers[2].is_ok(),
+        "the good job-mates fail with the bad one: {answers:?}"
+    );
+    for key in ["1", "3"] {
+        assert_eq!(
+            b.final_event(key).await,
+            EventKind::Done { bytes: 2_000_000 }
+        );
+    }
+}

@@ -404,3 +404,32 @@ async fn without_a_sitename_the_configured_metadata_key_is_used() {
         json!({"dcache-test": {"activity": "mc/top"}})
     );
 }
+
+/// The tape endpoint refuses a whole stage request for one path it will not take. Only that
+/// file fails; the others are staged one by one and finish.
+#[tokio::test]
+async fn one_path_the_endpoint_refuses_fails_alone_not_its_whole_batch() {
+    let mut b = Bench::new().await;
+    let alone = b.adapter.submit(&read("9", "x9.root")).await;
+    assert!(
+        matches!(&alone, Err(MssError::Rejected(m)) if m.contains("absolute")),
+        "{alone:?}"
+    );
+    let batch = [
+        read("1", "/pnfs/cms/a.root"),
+        read("2", "b.root"),
+        read("3", "/pnfs/cms/c.root"),
+    ];
+    let answers = b.adapter.submit_batch(&batch).await;
+    assert!(
+        matches!(&answers[1], Err(MssError::Rejected(_))),
+        "{answers:?}"
+    );
+    assert!(
+        answers[0].is_ok() && answers[2].is_ok(),
+        "the good files fail with the bad one: {answers:?}"
+    );
+    for key in ["1", "3"] {
+        assert_eq!(b.final_event(key).await, EventKind::Done { bytes: 3_000 });
+    }
+}

@@ -730,6 +730,31 @@ async fn fts3_gets_a_volume_batch_as_one_job_in_tape_position_order() {
     app.stop().await;
 }
 
+/// A file FTS3 refuses (a path-less URL) fails alone: the rest of its volume's batch, in the
+/// same refused job, is sent again file by file and done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fts3_one_refused_file_does_not_fail_its_whole_volume_batch() {
+    let standin = Fts3Standin::start("cms", None, fts3_plan(100))
+        .await
+        .unwrap();
+    let config = format!("{}{VOLUMES_AT_3}", config_with(&fts3_mss(&standin.url)));
+    let app = TestApp::spawn(&config).await;
+    let mut bad = on_va("r1", "top", 2);
+    bad["file"] = "r1.root".into();
+    let bodies = vec![on_va("r0", "higgs", 1), bad, on_va("r2", "higgs", 3)];
+    let ids = submit_all(&app, bodies).await;
+    let done = app.wait_final(&ids, Duration::from_secs(30)).await;
+    let states: Vec<&str> = done.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["done", "failed", "done"], "{done:?}");
+    assert_eq!(
+        done[1]["charged"].as_u64(),
+        Some(0),
+        "refunded: {}",
+        done[1]
+    );
+    app.stop().await;
+}
+
 /// `[release]` in `volumes` mode, a volume eligible at 3 files, one in flight.
 const VOLUMES_AT_3: &str = "\n[release]\nmode = \"volumes\"\n\n[release.volumes]\n\
     min_volume_bytes = 1000000000000000\nmin_volume_files = 3\nquiet_secs = 3600\n\

@@ -320,3 +320,57 @@ async fn a_batch_counts_its_own_requests_against_a_feasibility_cap() {
         );
     }
 }
+
+/// A volume's batch larger than the simulator takes in one body (axum's 2 MiB: 2,500 requests
+/// with 900-character paths, `submit_batch` raised to hold them) still reaches it: the http
+/// adapter halves a call refused with 413 instead of resending it forever, and data taking,
+/// read into the same call first, is not held back with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_batch_over_the_simulators_body_limit_still_reaches_it() {
+    const N: usize = 2500;
+    let sim = SimProcess::start();
+    let base = test_config(Some(&sim.url)).replace(
+        "adapter = \"http\"\n",
+        "adapter = \"http\"\nsubmit_batch = 3000\nsubmit_burst = 3000\n",
+    );
+    assert!(base.contains("submit_batch = 3000"), "the batch size took");
+    let config = format!(
+        "{base}\n[release]\nmode = \"volumes\"\n\n[release.volumes]\n\
+         min_volume_bytes = 1000000000000000\nmin_volume_files = {N}\nquiet_secs = 3600\n\
+         max_age_secs = 7200\nbatch_max_bytes = 1000000000000000\nbatch_max_files = {N}\n\
+         sticky_secs = 0\nmax_volumes = 1\n"
+    );
+    let app = TestApp::spawn(&config).await;
+    let dir = "d".repeat(900);
+    let mut ids = Vec::new();
+    for chunk in (0..N).collect::<Vec<_>>().chunks(500) {
+        let items: Vec<Value> = chunk
+            .iter()
+            .map(|&i| {
+                let mut body = on_volume(&format!("big{i}"), "reprocessing", "VA", i as u64);
+                body["file"] = format!("/pnfs/test/{dir}/big{i}").into();
+                body
+            })
+            .collect();
+        let (status, body) = app
+            .post(
+                "/v1/requests/batch",
+                &serde_json::json!({ "requests": items }),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        for r in body["results"].as_array().unwrap() {
+            ids.push(r["id"].as_i64().unwrap());
+        }
+    }
+    let dt = submit(
+        &app,
+        &request("dt1", "datataking", "higgs", 1_000),
+        "accepted",
+    )
+    .await;
+    received_all(&sim, &[dt]).await;
+    let r = received_all(&sim, &ids).await;
+    assert_eq!(r.received.len(), N + 1);
+    app.stop().await;
+}

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use reqwest::StatusCode;
 use serde_json::Value;
+use tracing::warn;
 
 use super::adapter::{Shared, Track};
 use super::job::{batch_body, file_entry, file_mss_id, file_owner, job_body, jobs_of};
@@ -174,6 +175,18 @@ impl Shared {
                     });
                 }
                 Err(e) if e.is_retryable() => return self.unsettled(transfers, &job, e, out),
+                // FTS3 refuses a whole submission for one bad file: fts-rest-flask builds every
+                // file before it makes the job (`lib/JobBuilder.py` `_populate_files` calls
+                // `JobBuilder_utils.py` `validate_url`, whose ValueError is the 400). Nothing was
+                // made, so each is sent on its own and only what FTS3 refuses alone fails.
+                Err(MssError::Rejected(why)) if job.len() > 1 => {
+                    warn!(files = job.len(), server = %why,
+                          "fts3 refused a job of several files; submitting them one by one");
+                    for &i in &job {
+                        Box::pin(self.submit_job(transfers, vec![i], out)).await;
+                    }
+                    return;
+                }
                 Err(e) => {
                     for &i in &job {
                         out[i] = Some(Err(e.clone()));

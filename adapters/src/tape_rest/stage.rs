@@ -137,6 +137,17 @@ impl TapeRestAdapter {
                         "413: even one file is too many for the tape endpoint: {why}"
                     )))
                 }
+                // A refusal (a 4xx) is of the whole stage request, which may be for one file
+                // the endpoint will not take: nothing was staged, so each is asked for on its
+                // own and only what is refused alone fails.
+                Err(StageError::Mss(MssError::Rejected(why))) if group.len() > 1 => {
+                    warn!(files = group.len(), server = %why,
+                          "the tape endpoint refused a stage request of several files; staging them one by one");
+                    for &i in group.iter().rev() {
+                        groups.push_front(vec![i]);
+                    }
+                    continue;
+                }
                 Err(StageError::Mss(e)) => Err(e),
                 Ok(s) => Ok(s),
             };
