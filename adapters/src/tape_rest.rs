@@ -4,9 +4,10 @@
 //!   `sitename` keys `targetedMetadata`; `metadata_key` (or the url's host) only when the site
 //!   has none.
 //! - **Submit**: first `POST {url}/archiveinfo` for the batch's paths ([`archive`]): a file on
-//!   disk is done at once, a LOST or NONE one (or an error) fails at once, UNAVAILABLE fails
-//!   retryably; the rest, one `POST {url}/stage` per at most `max_files_per_request` distinct
-//!   paths, `{"files": [{"path", "diskLifetime", "targetedMetadata": {<sitename>:
+//!   disk is done at once, a LOST or NONE one (or an error staging cannot cure) fails at once;
+//!   the rest (UNAVAILABLE and errors that may pass included: the server queues the recall),
+//!   one `POST {url}/stage` per at most `max_files_per_request` distinct paths (a refused one
+//!   is sent again one file at a time), `{"files": [{"path", "diskLifetime", "targetedMetadata": {<sitename>:
 //!   {"activity": <group>}}}]}`; the answer (201) names the stage request (`requestId`), which is
 //!   every transfer's MSS id. A 413 (dCache: more than `bulk.limits.max.targets-per-flat-request`
 //!   files) splits the request to the maximum dCache's message names (or halves it) and lowers
