@@ -10,56 +10,18 @@
 
 use std::collections::HashMap;
 
-use mss_adapters::sim::library::{Library, LibraryConfig, LibraryEvent, LibraryStats, Micros};
-use mss_adapters::{Direction, EventKind, Transfer};
+use mss_adapters::sim::library::{Library, LibraryConfig, LibraryEvent, Micros};
+use mss_adapters::{EventKind, Transfer};
 
 use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
-use crate::domain::{Benefit, Class, GroupId, GroupKind, PolicySettings, RetrySettings};
+use crate::domain::{Benefit, Class, GroupId, PolicySettings, RetrySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Maintained};
 use crate::policy::queue::HeldQueue;
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
-
-/// One request of the load.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Arrival {
-    pub at: Micros,
-    pub group: GroupId,
-    pub size_bytes: u64,
-    pub volume: Option<String>,
-    /// Where the file is on its volume (`Transfer.position`).
-    pub position: Option<u64>,
-    /// What it is worth to its group (`None`: `policy::benefit` of its bytes, no access mode).
-    pub benefit: Option<u64>,
-    pub qos: Qos,
-    /// The access mode's multifactor queue factor.
-    pub queue: f64,
-    /// A write (the data-taking stream) rather than a recall.
-    pub write: bool,
-    /// A fingerprint of the file read (reads of one file coalesce: `engine/coalesce.rs`);
-    /// `None` never coalesces.
-    pub file: Option<u64>,
-}
-
-impl Default for Arrival {
-    fn default() -> Self {
-        Arrival {
-            at: 0,
-            group: GroupId(0),
-            size_bytes: 0,
-            volume: None,
-            position: None,
-            benefit: None,
-            qos: Qos::Normal,
-            queue: 0.0,
-            write: false,
-            file: None,
-        }
-    }
-}
 
 /// Who picks what the broker sends next: the configured policy, or a baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,104 +32,16 @@ pub enum Picker {
     Baseline(Baseline),
 }
 
-/// A fair-share request finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Finished {
-    pub at: Micros,
-    pub group: GroupId,
-    pub bytes: u64,
-    /// Whether every fair-share group with a share above 0 had a request waiting (arrived, not
-    /// started at the library) at that instant.
-    pub saturated: bool,
-}
-
-/// What the broker decided for one request when it sent it to the library: what `GET
-/// /v1/requests/{id}` shows of a live decision (group, class, MSS priority). `class` is `None`
-/// where a comparison baseline decided (it has no class).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
-    /// The request's place in the load, from 1 (`load[arrival - 1]`).
-    pub arrival: i64,
-    pub group: GroupId,
-    pub class: Option<Class>,
-    pub mss_priority: i64,
-}
-
-/// What happened in a run.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Outcome {
-    /// Per group (`GroupId.0`): first starts, bytes done, longest wait from arrival to start.
-    pub starts: Vec<u64>,
-    pub bytes: Vec<u128>,
-    pub max_wait: Vec<Micros>,
-    /// Starts of requests taking more than one slot.
-    pub bulk_starts: Vec<u64>,
-    /// The most times a released request had been passed (FBSNG section priority).
-    pub max_passed: Vec<u32>,
-    /// Groups in the order their requests started.
-    pub start_order: Vec<GroupId>,
-    /// (time, group) of each start.
-    pub start_times: Vec<(Micros, GroupId)>,
-    /// Requests still waiting (broker or MSS) at the end.
-    pub unfinished: usize,
-    /// Per group: requests done, and every start's wait from arrival to start.
-    pub files: Vec<u64>,
-    pub waits: Vec<Vec<Micros>>,
-    /// Fair-share requests done, in the order they finished.
-    pub finished: Vec<Finished>,
-    /// Fair-share starts at the library while a priority-class request was waiting (in the
-    /// broker or at the library, not started).
-    pub priority_inversions: u64,
-    /// Reads that rode on another read of the same file (no transfer of their own).
-    pub coalesced: u64,
-    /// Failed attempts sent again after the backoff (`engine/retry.rs`), and requests failed
-    /// for good (their attempts used up; riders of a failed carrier included).
-    pub retried: u64,
-    pub failed: u64,
-    /// Priority changes the library took (the re-prioritisation passes').
-    pub priority_changes: u64,
-    /// When the last request finished.
-    pub makespan: Micros,
-    /// The library's mounts and drive times at the end.
-    pub library: LibraryStats,
-    /// Volumes mode: every batch released, in order.
-    pub batches: Vec<BatchRecord>,
-    /// Each request's decision, in the order the broker sent them to the library.
-    pub decisions: Vec<Decision>,
-}
-
-impl Outcome {
-    /// Each fair-share group's share of the bytes done, against its target: the largest
-    /// absolute difference in percentage points.
-    pub fn share_error(&self, policy: &PolicySettings) -> f64 {
-        let fair: Vec<GroupId> = policy.group_ids().filter(|&g| is_fair(policy, g)).collect();
-        let total: u128 = fair.iter().map(|g| self.bytes[g.0]).sum();
-        if total == 0 {
-            return 0.0;
-        }
-        fair.iter()
-            .map(|&g| {
-                let share = self.bytes[g.0] as f64 / total as f64;
-                let target = target_share(policy, g).unwrap_or(0.0);
-                (share - target).abs() * 100.0
-            })
-            .fold(0.0, f64::max)
-    }
-}
-
-/// A fair-share group's target fraction (`None` for a priority class).
-pub fn target_share(policy: &PolicySettings, g: GroupId) -> Option<f64> {
-    match policy.group(g).kind {
-        GroupKind::FairShare { share } => Some(share.num() as f64 / share.den() as f64),
-        GroupKind::Priority { .. } => None,
-    }
-}
-
+mod arrival;
 mod coalesce;
+mod outcome;
 mod reprioritise;
 mod retry;
 mod volumes;
 
+use arrival::transfer;
+pub use arrival::Arrival;
+pub use outcome::{target_share, Decision, Finished, Outcome};
 pub use volumes::BatchRecord;
 
 /// What the engine keeps of a request between its arrival and its end.
@@ -678,28 +552,6 @@ impl<'a> Run<'a> {
     /// Every fair-share group with a share above 0 has a request waiting (and there is one).
     fn saturated(&self) -> bool {
         self.unsaturated == 0 && self.needs_share.iter().any(|&s| s)
-    }
-}
-
-/// Attempt `attempt` of request `id` (`a`, its arrival) as the library receives it, at
-/// priority 0 until the broker places it.
-fn transfer(id: i64, a: &Arrival, attempt: u32) -> Transfer {
-    Transfer {
-        key: id.to_string(),
-        attempt,
-        file: String::new(),
-        size_bytes: a.size_bytes,
-        priority: 0,
-        volume: a.volume.clone(),
-        group: String::new(),
-        direction: if a.write {
-            Direction::Write
-        } else {
-            Direction::Read
-        },
-        local_file: None,
-        bfid: None,
-        position: a.position,
     }
 }
 

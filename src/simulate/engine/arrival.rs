@@ -1,0 +1,67 @@
+//! A request of the load, and the transfer the library receives for one of its attempts.
+
+use mss_adapters::sim::library::Micros;
+use mss_adapters::{Direction, Transfer};
+
+use crate::domain::GroupId;
+use crate::policy::multifactor::Qos;
+
+/// One request of the load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrival {
+    pub at: Micros,
+    pub group: GroupId,
+    pub size_bytes: u64,
+    pub volume: Option<String>,
+    /// Where the file is on its volume (`Transfer.position`).
+    pub position: Option<u64>,
+    /// What it is worth to its group (`None`: `policy::benefit` of its bytes, no access mode).
+    pub benefit: Option<u64>,
+    pub qos: Qos,
+    /// The access mode's multifactor queue factor.
+    pub queue: f64,
+    /// A write (the data-taking stream) rather than a recall.
+    pub write: bool,
+    /// A fingerprint of the file read (reads of one file coalesce: `engine/coalesce.rs`);
+    /// `None` never coalesces.
+    pub file: Option<u64>,
+}
+
+impl Default for Arrival {
+    fn default() -> Self {
+        Arrival {
+            at: 0,
+            group: GroupId(0),
+            size_bytes: 0,
+            volume: None,
+            position: None,
+            benefit: None,
+            qos: Qos::Normal,
+            queue: 0.0,
+            write: false,
+            file: None,
+        }
+    }
+}
+
+/// Attempt `attempt` of request `id` (`a`, its arrival) as the library receives it, at
+/// priority 0 until the broker places it.
+pub(super) fn transfer(id: i64, a: &Arrival, attempt: u32) -> Transfer {
+    Transfer {
+        key: id.to_string(),
+        attempt,
+        file: String::new(),
+        size_bytes: a.size_bytes,
+        priority: 0,
+        volume: a.volume.clone(),
+        group: String::new(),
+        direction: if a.write {
+            Direction::Write
+        } else {
+            Direction::Read
+        },
+        local_file: None,
+        bfid: None,
+        position: a.position,
+    }
+}
