@@ -3,10 +3,10 @@
 //! queues the ledger writer uses, against the simulator's library model
 //! ([`mss_adapters::sim::library::Library`]), with the ledger's bookkeeping reduced to what
 //! ordering reads (charges at decision, re-dated when the transfer ends; slots outstanding;
-//! queue priorities). The engine of
-//! `mssbroker simulate` and of the policy tests (FBSNG's worked configurations, the policies'
-//! share error held and pass-through). Deterministic: no clock, no randomness beyond the load
-//! given and the seeded baseline.
+//! queue priorities; failed attempts retried after their backoff, `engine/retry.rs`). The
+//! engine of `mssbroker simulate` and of the policy tests (FBSNG's worked configurations, the
+//! policies' share error held and pass-through). Deterministic: no clock, no randomness beyond
+//! the load given, the library's seeded failure coin and the seeded baseline.
 
 use std::collections::HashMap;
 
