@@ -323,3 +323,78 @@ async fn the_coalesce_setting_chooses_what_a_duplicate_rides_on() {
     drop(l);
     close(opened);
 }
+
+/// A queued read still carries its file after a restart: the carriers are rebuilt from the
+/// rows, `queued` ones included, so a new duplicate rides on it rather than costing a second
+/// transfer.
+#[tokio::test]
+async fn a_queued_carrier_still_carries_after_a_restart() {
+    let held = "[release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"queued\"\n";
+    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/first")).await;
+    assert_eq!(record(&l, a.id).await.state, RequestState::Accepted);
+    let q = accept(&l, read_of(&f, "q", "mc", "x", "/pnfs/six")).await;
+    assert_eq!(q.state, RequestState::Queued);
+    let r = accept(&l, read_of(&f, "r", "analysis", "top", "/pnfs/six")).await;
+    assert_eq!(r.state, RequestState::Riding);
+    drop(l);
+    close(opened);
+
+    let opened = f.open();
+    let l = opened.0.clone();
+    let s = accept(&l, read_of(&f, "s", "mc", "x", "/pnfs/six")).await;
+    let rs = record(&l, s.id).await;
+    assert_eq!((rs.state, rs.rides_on), (RequestState::Riding, Some(q.id)));
+    drop(l);
+    close(opened);
+}
+
+/// A read released from a feasibility hold into the broker's queue carries its file from
+/// then on, as one queued at its arrival does, a restart during the hold notwithstanding.
+#[tokio::test]
+async fn a_read_released_from_a_hold_into_the_queue_carries_its_file() {
+    let extra = "[targets.\"mc\"]\nfeasibility_cap = 1000\n\
+                 [release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"queued\"\n";
+    let f = Fixture::with_config(&format!("{CONFIG}{extra}"));
+    let opened = f.open();
+    let l = opened.0.clone();
+    let sized = |crid: &str, mode: &str, group: &str, file: &str, size: u64| NewRequest {
+        size_bytes: size,
+        ..read_of(&f, crid, mode, group, file)
+    };
+    let a0 = accept(&l, sized("a0", "mc", "x", "/pnfs/a0", 100)).await;
+    let q = accept(&l, sized("q", "mc", "x", "/pnfs/q", 100)).await;
+    assert_eq!(q.state, RequestState::Queued);
+    // mc goes over its cap with a request of another library (which has its own slot).
+    let mut w = sized("w", "mc", "x", "/pnfs/w", 850);
+    w.extras.library = "L2".into();
+    let w = accept(&l, w).await;
+    assert_eq!(record(&l, w.id).await.state, RequestState::Accepted);
+    submit(&l, a0.id, 1).await;
+    apply(&l, a0.id, 1, 1, EventKind::Done { bytes: 100 }).await;
+    assert_eq!(record(&l, q.id).await.state, RequestState::Held);
+    // A restart while q is held: the rebuilt carriers do not have it.
+    drop(l);
+    close(opened);
+    let opened = f.open();
+    let l = opened.0.clone();
+    // b takes the slot; w fails for good and is refunded, so mc is under its cap again and
+    // q goes back to the queue.
+    let b = accept(&l, sized("b", "analysis", "top", "/pnfs/b", 100)).await;
+    assert_eq!(record(&l, b.id).await.state, RequestState::Accepted);
+    submit(&l, w.id, 1).await;
+    let gone = EventKind::Failed {
+        reason: "no such file".into(),
+        retryable: false,
+    };
+    apply(&l, w.id, 1, 2, gone).await;
+    assert_eq!(l.release_held().await.unwrap(), 1);
+    assert_eq!(record(&l, q.id).await.state, RequestState::Queued);
+    let t = accept(&l, sized("t", "analysis", "top", "/pnfs/q", 100)).await;
+    let rt = record(&l, t.id).await;
+    assert_eq!((rt.state, rt.rides_on), (RequestState::Riding, Some(q.id)));
+    drop(l);
+    close(opened);
+}

@@ -76,11 +76,14 @@ impl Carriers {
         self.0.get(&key).copied()
     }
 
-    /// The reads in flight, from the rows (at start and at reload).
+    /// The reads that may carry their file, from the rows (at start and at reload): those in
+    /// flight and those queued in the broker (`carrier_for` applies the `coalesce` setting).
     pub fn load(conn: &Connection) -> rusqlite::Result<Carriers> {
         let mut stmt = conn.prepare(
             "SELECT id, file, local_file FROM requests WHERE state = 'accepted' \
              AND direction = 'read' UNION ALL SELECT id, file, local_file FROM requests \
+             WHERE state = 'queued' AND direction = 'read' UNION ALL \
+             SELECT id, file, local_file FROM requests \
              WHERE state IN ('submitted', 'running') AND direction = 'read' ORDER BY id",
         )?;
         let mut rows = stmt.query([])?;
@@ -162,6 +165,16 @@ impl Txn<'_, '_> {
     pub(super) fn offer_new(&mut self, item: &NewRequest, id: i64) {
         if let Some(key) = carrier_key(item) {
             self.st.carriers.offer(key, id);
+        }
+    }
+
+    /// `id`, just decided or queued, may carry its file if it is a read (`read`: its file and
+    /// local copy, as an UPDATE's RETURNING gives them).
+    pub(super) fn offer_read(&mut self, id: i64, read: Option<(String, Option<String>)>) {
+        if let Some((file, local)) = read {
+            self.st
+                .carriers
+                .offer(Carriers::key(&file, local.as_deref()), id);
         }
     }
 

@@ -5,7 +5,6 @@
 use rusqlite::params;
 use tracing::warn;
 
-use super::coalesce::Carriers;
 use super::state::{Charge, Txn};
 use super::volumes::{read_place, PLACE_COLUMNS};
 use crate::domain::{GroupId, PolicySettings};
@@ -116,12 +115,17 @@ impl Txn<'_, '_> {
             ..HourRow::default()
         };
         if self.policy.order.held() || self.policy.order.volumes() {
-            self.tx
+            let read: Option<(String, Option<String>)> = self
+                .tx
                 .prepare_cached(
                     "UPDATE requests SET state = 'queued', held_reason = NULL, \
-                     released_ms = ?2 WHERE id = ?1",
+                     released_ms = ?2 WHERE id = ?1 RETURNING direction = 'read', file, local_file",
                 )?
-                .execute(params![c.id, self.now])?;
+                .query_row(params![c.id, self.now], |r| {
+                    Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?)))
+                })?;
+            // Queued in the broker, it may carry its file (a restart forgot it while held).
+            self.offer_read(c.id, read);
             self.charge(path, Charge::held(-1));
             self.report.add(path, self.now, released);
             self.enqueue(c, place.0.as_deref(), place.1);
@@ -160,10 +164,7 @@ impl Txn<'_, '_> {
                 ],
                 |r| Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?))),
             )?;
-        if let Some((file, local)) = read {
-            let key = Carriers::key(&file, local.as_deref());
-            self.st.carriers.offer(key, c.id);
-        }
+        self.offer_read(c.id, read);
         let path = self.policy.group(c.group).path.to_string();
         let charge = Charge {
             usage: i128::from(c.benefit),
