@@ -237,6 +237,13 @@ pub trait MssAdapter: Send + Sync + 'static {
         std::future::pending::<()>().await
     }
 
+    /// Whether a request's `file` (an absolute path in the MSS namespace) is one this adapter
+    /// can name (checked when the request arrives); the error says why not.
+    fn check_file(&self, file: &str) -> Result<(), String> {
+        let _ = file;
+        Ok(())
+    }
+
     /// Whether a request's `local_file` is one this adapter may use (checked when the request
     /// arrives, so a bad one is refused before anything is stored); the error says why not.
     fn check_local_file(&self, local_file: &str) -> Result<(), String> {

@@ -267,6 +267,11 @@ fn check_value(key: &str, value: &str, max: usize) -> Result<(), String> {
     if OPERANDS.contains(&key) {
         check_operand(value)?;
     }
+    if key == "file" && !value.starts_with('/') {
+        // encp would resolve it against the broker's directory, FTS3 would make a URL without
+        // a path of it, and Tape REST refuses it: the MSS namespace has only absolute paths.
+        return Err("must be an absolute path in the MSS namespace (start with `/`)".into());
+    }
     Ok(())
 }
 

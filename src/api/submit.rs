@@ -78,7 +78,8 @@ fn prepare(
 }
 
 /// Refuse what the configured MSS cannot do with this request, naming the field: a write to an
-/// MSS that only stages, a missing `local_file` the adapter needs, a bfid it cannot use.
+/// MSS that only stages, a `file` it cannot name, a missing `local_file` the adapter needs, a
+/// bfid it cannot use.
 fn mss_can_take(
     mss: &dyn mss_adapters::MssAdapter,
     input: &RequestInput,
@@ -108,6 +109,9 @@ fn mss_can_take(
             )
         }
         _ => {}
+    }
+    if let Err(why) = mss.check_file(&input.file) {
+        return field("file", format!("{why} for the {name} adapter"));
     }
     if let Some(f) = &input.local_file {
         if let Err(why) = mss.check_local_file_for(&input.station, f) {

@@ -313,6 +313,10 @@ impl MssAdapter for Fts3Adapter {
             .map(|max| max.saturating_sub(self.shared.lock().len()))
     }
 
+    fn check_file(&self, file: &str) -> Result<(), String> {
+        super::config::check_file(file)
+    }
+
     fn check_local_file(&self, local_file: &str) -> Result<(), String> {
         self.shared.cfg.check_local_file(local_file)
     }

@@ -295,6 +295,7 @@ fn validate_bands(raw: &[RawBand], issues: &mut Vec<Issue>) -> Vec<Band> {
 impl Fts3Config {
     /// A station-side copy must be a URL FTS3 takes: a scheme other than `file`, a host and a
     /// path.
+    /// Whether `local_file`, a URL the station names, is one FTS3 takes.
     pub fn check_local_file(&self, local_file: &str) -> Result<(), String> {
         let Some((scheme, rest)) = local_file.split_once("://") else {
             return Err(
@@ -320,5 +321,22 @@ impl Fts3Config {
             bfid: false,
             max_outstanding: self.max_outstanding,
         }
+    }
+}
+
+/// Whether `file` can be appended to a storage URL as it is (`job.rs` writes
+/// `{tape_endpoint}{file}`): FTS3 parses the URL with Python's `urlparse`
+/// (fts-rest-flask `src/fts3rest/lib/JobBuilder_utils.py` `validate_url`), so a `?` or `#`
+/// would end the path there and stage another file, a `%` would be decoded by the storage as
+/// an escape, and whitespace is no part of a URL.
+pub fn check_file(file: &str) -> Result<(), String> {
+    match file
+        .chars()
+        .find(|c| matches!(c, '?' | '#' | '%') || c.is_whitespace())
+    {
+        Some(c) => Err(format!(
+            "may not contain {c:?}: FTS3 names files by URL, where it would end or change the path"
+        )),
+        None => Ok(()),
     }
 }

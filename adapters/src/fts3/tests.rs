@@ -243,3 +243,19 @@ fn validation_refuses_tokens_with_tape_and_bad_bands() {
         "{issues:?}"
     );
 }
+
+#[test]
+fn a_file_is_refused_where_a_url_would_end_or_change_its_path() {
+    assert!(super::config::check_file("/pnfs/cms/run42/f1.root").is_ok());
+    assert!(super::config::check_file("/pnfs/cms/Łódź/f-1_2.root").is_ok());
+    for bad in [
+        "/pnfs/a#b",
+        "/pnfs/a?b",
+        "/pnfs/100%25",
+        "/pnfs/a b",
+        "/pnfs/a\tb",
+    ] {
+        let why = super::config::check_file(bad).unwrap_err();
+        assert!(why.contains("FTS3 names files by URL"), "{bad}: {why}");
+    }
+}

@@ -155,6 +155,8 @@ fn operands_cannot_be_options_or_climb_out() {
         ("file", "/pnfs/./x"),
         ("file", "/"),
         ("file", "/pnfs/cms/"),
+        ("file", "pnfs/cms/x.dat"),
+        ("file", "x.dat"),
         ("local_file", "-o"),
         ("local_file", "/data/stage/../etc/f"),
         ("bfid", "--verbose"),
