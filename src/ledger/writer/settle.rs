@@ -389,13 +389,10 @@ impl Txn<'_, '_> {
             // just failed. (With attempts left, the arm below passes the transfer to a rider.)
             EventKind::Failed { reason, retryable }
                 if row.cancel_requested
-                    && !(*retryable && row.attempt < self.retry.max_attempts)
+                    && !self.retries(&row, *retryable)
                     && self.has_riders(id)? =>
             {
-                let why = format!(
-                    "{reason} (attempt {} of {})",
-                    row.attempt, self.retry.max_attempts
-                );
+                let why = self.final_failure(&row, reason);
                 self.carrier_ended(id, CarrierEnd::Failed(&why), true)?;
                 self.finalize(id, &row, RequestState::Cancelled, None, None)?;
             }
@@ -457,7 +454,7 @@ impl Txn<'_, '_> {
         reason: &str,
         retryable: bool,
     ) -> rusqlite::Result<()> {
-        if retryable && row.attempt < self.retry.max_attempts {
+        if self.retries(row, retryable) {
             let delay = self.retry.backoff(row.attempt).as_millis() as i64;
             self.tx
                 .prepare_cached(
@@ -470,12 +467,22 @@ impl Txn<'_, '_> {
             self.ready = true;
             Ok(())
         } else {
-            let why = format!(
-                "{reason} (attempt {} of {})",
-                row.attempt, self.retry.max_attempts
-            );
+            let why = self.final_failure(row, reason);
             self.finalize(id, row, RequestState::Failed, None, Some(&why))
         }
+    }
+
+    /// Whether a failure of `row`'s attempt is followed by another attempt.
+    fn retries(&self, row: &Charged, retryable: bool) -> bool {
+        retryable && row.attempt < self.retry.max_attempts
+    }
+
+    /// The error a request failed for good with: the MSS's reason and the attempts spent.
+    fn final_failure(&self, row: &Charged, reason: &str) -> String {
+        format!(
+            "{reason} (attempt {} of {})",
+            row.attempt, self.retry.max_attempts
+        )
     }
 
     pub fn store_cursor(&self, cursor: &EventCursor) -> rusqlite::Result<()> {
