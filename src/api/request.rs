@@ -38,10 +38,10 @@ pub struct SubmitRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = String, required = true)]
     pub user: Option<String>,
-    /// Path of the file to stage or store.
+    /// Absolute path of the file to stage or store, in the MSS namespace.
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, required = true)]
+    #[schema(value_type = String, required = true, pattern = "^/")]
     pub file: Option<String>,
     #[serde(default, deserialize_with = "given::size")]
     #[serde(skip_serializing_if = "Option::is_none")]
