@@ -302,8 +302,16 @@ impl Fts3Config {
                 "must be a URL such as davs://host/path (FTS3 moves between storages)".into(),
             );
         };
-        let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        if scheme.is_empty() || scheme == "file" || host.is_empty() || path.len() < 2 {
+        // FTS3 parses it with `urlparse` (fts-rest-flask `lib/JobBuilder_utils.py`
+        // `validate_url`): the path ends at a `?` or `#`, and `/` alone is a path only with a
+        // query; the host is the netloc without user and port.
+        let (netloc, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+        let tail = tail.split('#').next().unwrap_or_default();
+        let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+        let host = netloc.rsplit_once('@').map_or(netloc, |(_, h)| h);
+        let no_host = host.is_empty() || host.starts_with(':');
+        let no_path = path.is_empty() || (path == "/" && query.is_empty());
+        if scheme.is_empty() || scheme.eq_ignore_ascii_case("file") || no_host || no_path {
             return Err("must be a URL with a scheme other than file, a host and a path".into());
         }
         Ok(())

@@ -104,15 +104,25 @@ fn a_write_archives_the_local_file_to_tape() {
 #[test]
 fn local_files_must_be_urls_fts3_takes() {
     let c = cfg();
-    assert!(c
-        .check_local_file("davs://disk.example.org/stage/f")
-        .is_ok());
+    for ok in [
+        "davs://disk.example.org/stage/f",
+        "davs://u@disk.example.org:2880/stage/f",
+        "https://disk.example.org/?path=f",
+    ] {
+        assert!(c.check_local_file(ok).is_ok(), "{ok}");
+    }
+    // Each refused by FTS3's `validate_url` as Python's `urlparse` reads it.
     for bad in [
         "/data/f",
         "file:///data/f",
+        "FILE:///data/f",
         "davs:///f",
         "davs://host",
         "davs://host/",
+        "davs://host/#f",
+        "davs://host/?",
+        "davs://host#/f",
+        "davs://u@:2880/f",
     ] {
         assert!(c.check_local_file(bad).is_err(), "{bad}");
     }

@@ -390,25 +390,63 @@ fn type_ok(v: &Value, want: &str) -> bool {
         }
 }
 
-/// A URL FTS3 takes: a scheme that is not `file`, a host and a path.
+/// A URL FTS3 takes, checked as fts-rest-flask does (`lib/JobBuilder.py` `_populate_files`
+/// strips it and parses it with Python's `urlparse`; `lib/JobBuilder_utils.py` `validate_url`
+/// checks, in this order, a scheme, not `file`, a path and a host). `urlparse` ends the path at
+/// a `?` or `#` (and, for https, at the last segment's `;params`), so `davs://h/#x` has the
+/// path `/` and no query: no path.
 fn url_problem(url: &str) -> Option<String> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Some(format!("Missing scheme ({url})"));
+    let url = url.trim();
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) if is_scheme(s) => (s, r),
+        _ => return Some(format!("Missing scheme ({url})")),
     };
-    if scheme == "file" {
+    if scheme.eq_ignore_ascii_case("file") {
         return Some(format!("Can not transfer local files ({url})"));
     }
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    if host.is_empty() {
-        return Some(format!("Missing host ({url})"));
-    }
-    if path.is_empty() || path == "/" {
+    let netloc_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (netloc, tail) = rest.split_at(netloc_end);
+    let tail = tail.split('#').next().unwrap_or_default();
+    let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    let path = without_params(scheme, path);
+    if path.is_empty() || (path == "/" && query.is_empty()) {
         return Some(format!("Missing path ({url})"));
     }
+    if hostname(netloc).is_empty() {
+        return Some(format!("Missing host ({url})"));
+    }
     None
+}
+
+/// `path` without the `;params` of its last segment, which `urlparse` takes off for the schemes
+/// of its `uses_params` (of those FTS3 sees: http, https, ftp, sftp), not for davs or root.
+fn without_params<'p>(scheme: &str, path: &'p str) -> &'p str {
+    let scheme = scheme.to_ascii_lowercase();
+    if !matches!(scheme.as_str(), "http" | "https" | "ftp" | "sftp") {
+        return path;
+    }
+    let last = path.rfind('/').map_or(0, |i| i + 1);
+    match path[last..].find(';') {
+        Some(i) => &path[..last + i],
+        None => path,
+    }
+}
+
+/// What Python's `urlparse` takes for a scheme: a letter, then letters, digits, `+`, `-`, `.`.
+fn is_scheme(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// The host of a URL's `netloc`, as `urlparse(..).hostname` gives it: without the user part
+/// and the port (an IPv6 address in brackets keeps its colons).
+fn hostname(netloc: &str) -> &str {
+    let host = netloc.rsplit_once('@').map_or(netloc, |(_, h)| h);
+    match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.split(':').next().unwrap_or_default(),
+    }
 }
 
 /// Check a submission: its `params` and files, or the message of a 400.
@@ -510,6 +548,38 @@ fn check_file(i: usize, file: &Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What Python's `urlparse` and `validate_url` make of awkward URLs (each checked against
+    /// Python 3's `urllib.parse.urlparse`).
+    #[test]
+    fn urls_are_judged_as_urlparse_parses_them() {
+        for ok in [
+            "davs://h/x",
+            " davs://h/x ",
+            "davs://h/?x=1",
+            "root://u@h:1094//eos/x",
+            "davs://[::1]:2880/x",
+            "davs://h/a;b/c",
+            "davs://h/;p",
+            "https://h/a;b/c;d",
+            "DAVS://h/x",
+        ] {
+            assert_eq!(url_problem(ok), None, "{ok}");
+        }
+        for (bad, why) in [
+            ("davs://h/#x", "Missing path"),
+            ("davs://h/?", "Missing path"),
+            ("https://h/;p", "Missing path"),
+            ("davs://h#x", "Missing path"),
+            ("davs://u@:80/x", "Missing host"),
+            ("davs://:80/x", "Missing host"),
+            ("1davs://h/x", "Missing scheme"),
+            ("FILE:///x", "Can not transfer local files"),
+        ] {
+            let got = url_problem(bad).unwrap_or_default();
+            assert!(got.starts_with(why), "{bad}: {got}");
+        }
+    }
 
     #[test]
     fn submissions_are_checked_like_fts3_and_strictly_for_unknown_fields() {
