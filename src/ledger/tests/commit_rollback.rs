@@ -48,3 +48,67 @@ async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file() {
     close(opened);
 }
 
+/// The `volumes` mode: a volume whose flight just ended stays mounted (`sticky_secs`), so the
+/// next requests for it go before another volume is mounted. A rolled-back transaction that
+/// changed the volume queue (here: a queued request's cancel, whose COMMIT failed) makes the
+/// writer reload the queue from the rows (`Writer::reload_volumes`), and the rows do not hold
+/// which volumes are sticky: the rollback forgets them and the next release mounts another tape.
+/// The same requests after the same steps, with and without that failed cancel, must be
+/// released alike.
+#[tokio::test]
+async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
+    let config = format!(
+        "{CONFIG}[release]\nmode = \"volumes\"\n[release.volumes]\nmin_volume_bytes = 10000\n\
+         min_volume_files = 1000\nquiet_secs = 3600\nmax_age_secs = 86400\n\
+         batch_max_bytes = 1000000\nbatch_max_files = 100\nsticky_secs = 600\nmax_volumes = 1\n"
+    );
+    let mut released = Vec::new();
+    for fail in [false, true] {
+        let f = Fixture::with_config(&config);
+        let opened = f.open();
+        let l = opened.0.clone();
+        let on = |crid: &str, mode: &str, group: &str, size: u64, vol: &str| NewRequest {
+            volume: Some(vol.into()),
+            ..f.request(crid, mode, group, size)
+        };
+        // A volume's batch, mounted, read and done: V0 is sticky from now.
+        let a = accept(&l, on("a", "mc", "x", 20_000, "V0")).await;
+        let ready = l.to_submit(0, i64::MAX / 2, 10).await.unwrap();
+        assert_eq!(ready.iter().map(|t| t.id).collect::<Vec<_>>(), [a.id]);
+        submit(&l, a.id, 1).await;
+        let done = event(a.id, 1, 1, EventKind::Done { bytes: 20_000 });
+        l.apply_status_events(vec![done]).await.unwrap();
+        // A small request on another volume waits (not eligible yet) ...
+        let q = accept(&l, on("q", "mc", "x", 100, "V2")).await;
+        assert_eq!(l.request(q.id).await.unwrap().unwrap().state, RequestState::Queued);
+        if fail {
+            // ... and its cancel is answered 503 (the station tries no more).
+            commit_failing(&f, l.cancel(q.id)).await;
+        }
+        f.clock.advance_ms(1_000);
+        // Two requests at once: one for the sticky V0, one for V1 (eligible by its bytes).
+        let both = l
+            .accept(vec![
+                on("v1", "analysis", "higgs", 20_000, "V1"),
+                on("v0", "analysis", "top", 500, "V0"),
+            ])
+            .await
+            .unwrap();
+        let mut states = Vec::new();
+        for b in &both {
+            states.push(l.request(b.id).await.unwrap().unwrap().state);
+        }
+        released.push(states);
+        drop(l);
+        close(opened);
+    }
+    assert_eq!(
+        released[0],
+        [RequestState::Queued, RequestState::Accepted],
+        "without a fault: the sticky V0 goes first"
+    );
+    assert_eq!(
+        released[1], released[0],
+        "after a rolled-back cancel: (V1 request, V0 request) released alike"
+    );
+}
