@@ -173,3 +173,64 @@ async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
     drop(reopened.0);
     reopened.1.join().unwrap();
 }
+
+/// A reload that fails after `load_usage` (here: a queued row that cannot be read, as an I/O
+/// error or a corrupt page would fail it) is refused, and must change nothing. But `load_state`
+/// commits the usage aggregates rebuilt for the new usage model (and `meta.usage_model`) before
+/// it reads the rest, so the writer goes on charging under the old model over aggregates kept
+/// for the new one: charges made meanwhile never reach `usage_windows`, and a restart on the
+/// new configuration decides with usage that leaves them out.
+#[tokio::test]
+async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let before = config(&format!("{SHARES}[usage]\nmodel = \"none\"\n"));
+    let windows = "[usage]\nmodel = \"windows\"\ninterval_secs = 43200\ndepth = 8\ndecay = 0.8\n";
+    let after = config(&format!("{SHARES}{windows}"));
+    let (ledger, writer) = open(&db, before.clone()).unwrap();
+    let first = (ledger.accept(vec![item(&before, "mc-1", "mc", "x")]).await).unwrap();
+    let queued = (ledger.accept(vec![item(&before, "an-1", "an", "x")]).await).unwrap();
+    let side = rusqlite::Connection::open(&db).unwrap();
+    let model = || -> String {
+        side.query_row("SELECT value FROM meta WHERE key = 'usage_model'", [], |r| r.get(0))
+            .unwrap()
+    };
+    let was = model();
+    // The queued row cannot be read back: the reload fails after the usage step.
+    side.execute("UPDATE requests SET qos = 'urgent' WHERE id = ?1", [queued[0].id])
+        .unwrap();
+    assert!(ledger.reload(after.clone()).await.is_err(), "the reload is refused");
+    side.execute("UPDATE requests SET qos = NULL WHERE id = ?1", [queued[0].id])
+        .unwrap();
+    // Still the old policy: cancel mc-1 (refunded) and release an-1 (charged).
+    assert!(Arc::ptr_eq(&ledger.policy(), &before));
+    ledger.cancel(first[0].id).await.unwrap();
+    let released = ledger.request(queued[0].id).await.unwrap().unwrap();
+    assert_eq!(released.state, RequestState::Accepted);
+    drop(ledger);
+    writer.join().unwrap();
+    let windowed = |path: &str| -> i128 {
+        let rows: Vec<String> = side
+            .prepare("SELECT usage FROM usage_windows WHERE path = ?1")
+            .unwrap()
+            .query_map([path], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        rows.iter().map(|u| u.parse::<i128>().unwrap()).sum()
+    };
+    let stored = (model(), windowed("mc"), windowed("an"));
+    // Restarted on the new configuration, the windows hold every charge: an's 1000, mc's none.
+    let (ledger, writer) = open(&db, after.clone()).unwrap();
+    drop(ledger);
+    writer.join().unwrap();
+    assert_eq!(
+        (windowed("mc"), windowed("an")),
+        (0, 1_000),
+        "usage windows after a restart on the new model (after the refused reload the file \
+         held model {:?} and windows mc {} an {}; before the reload the model was {was:?})",
+        stored.0,
+        stored.1,
+        stored.2
+    );
+}
