@@ -100,6 +100,10 @@ impl Batch {
     }
 }
 
+/// [`VolumeQueue::memory`]: per library, what its rows do not hold.
+#[derive(Debug, Clone, Default)]
+pub struct VolumeMemory(Vec<(Label, state::LibMemory)>);
+
 /// Waiting request id -> (library, volume, tape position).
 type Index = HashMap<i64, (Label, VolumeId, u64)>;
 
@@ -162,6 +166,23 @@ impl VolumeQueue {
     /// Released requests not yet ended.
     pub fn in_flight_requests(&self) -> usize {
         self.flying.len()
+    }
+
+    /// What the rows do not hold (sticky volumes, each flight's last batch), so that a queue
+    /// rebuilt from them after a rollback can be given it back ([`VolumeQueue::restore`]).
+    pub fn memory(&self) -> VolumeMemory {
+        VolumeMemory(
+            (self.libs.iter())
+                .map(|(name, lib)| (name.clone(), lib.memory()))
+                .collect(),
+        )
+    }
+
+    /// `m`, taken before a rolled-back transaction, into this queue rebuilt from the rows.
+    pub fn restore(&mut self, m: VolumeMemory) {
+        for (name, memory) in m.0 {
+            self.libs.entry(name).or_default().restore(memory);
+        }
     }
 
     /// Libraries with waiting requests or volumes in flight.

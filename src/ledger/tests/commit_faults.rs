@@ -4,8 +4,8 @@
 //! commands; before some commands, ledger A first gets the same command with its COMMIT failing
 //! (the database file moved away: `identity::DbFile::check` fails right before `tx.commit()`,
 //! after every statement and every change to memory). After every step, both must have given
-//! the same answers and hold the same rows. `FAULTS_COALESCE` (default `off`: the carrier map
-//! is not rolled back, see `commit_rollback.rs`), `FAULTS_CONFIG`, `FAULTS_SEED` and
+//! the same answers and hold the same rows. `FAULTS_COALESCE` (default `queued`: duplicates ride
+//! on queued and in-flight reads; `off` leaves the carrier map out), `FAULTS_CONFIG`, `FAULTS_SEED` and
 //! `FAULTS_ONLY` (the numbers of the faults to inject, comma separated) narrow a failure down.
 
 use super::*;
@@ -149,7 +149,12 @@ impl Pair {
         let ra = apply(&la, &op).await.expect("a");
         let rb = apply(&lb, &op).await.expect("b");
         self.log.push(format!("{op:?} -> {ra}"));
-        assert_eq!(ra, rb, "answers differ after a failed commit\n{}", self.log.join("\n"));
+        assert_eq!(
+            ra,
+            rb,
+            "answers differ after a failed commit\n{}",
+            self.log.join("\n")
+        );
         ra
     }
 
@@ -172,9 +177,9 @@ impl Pair {
                     ("datataking", "raw"),
                 ];
                 let (mode, group) = groups[self.rng.below(4) as usize];
-                let mut r = self
-                    .fa
-                    .request(&format!("r{n}"), mode, group, 100 + self.rng.below(600));
+                let mut r =
+                    self.fa
+                        .request(&format!("r{n}"), mode, group, 100 + self.rng.below(600));
                 r.station = format!("st{}", self.rng.below(2));
                 r.client_request_id = format!("c{}", self.rng.below(40));
                 r.file = format!("/pnfs/f{}", self.rng.below(3));
@@ -186,7 +191,12 @@ impl Pair {
             25..45 => {
                 let ready = self.la().to_submit(0, i64::MAX / 2, 20).await.unwrap();
                 let ready_b = self.lb().to_submit(0, i64::MAX / 2, 20).await.unwrap();
-                assert_eq!(ready, ready_b, "ready lists differ\n{}", self.log.join("\n"));
+                assert_eq!(
+                    ready,
+                    ready_b,
+                    "ready lists differ\n{}",
+                    self.log.join("\n")
+                );
                 if ready.is_empty() {
                     return;
                 }
@@ -323,7 +333,7 @@ async fn run(config: &str, seed: u64, steps: usize) {
 
 fn configs() -> [String; 3] {
     let caps = "[targets.mc]\nfeasibility_cap = 1500\n";
-    let coalesce = std::env::var("FAULTS_COALESCE").unwrap_or_else(|_| "off".into());
+    let coalesce = std::env::var("FAULTS_COALESCE").unwrap_or_else(|_| "queued".into());
     [
         format!("{CONFIG}{caps}[release]\ncoalesce = \"{coalesce}\"\n"),
         format!("{CONFIG}{caps}[release]\nmode = \"held\"\nlimit = 2\ncoalesce = \"{coalesce}\"\n"),
@@ -331,7 +341,7 @@ fn configs() -> [String; 3] {
             "{CONFIG}{caps}[release]\nmode = \"volumes\"\ncoalesce = \"{coalesce}\"\n\
              [release.volumes]\nmin_volume_bytes = 100\nmin_volume_files = 1000\n\
              quiet_secs = 600\nmax_age_secs = 14400\nbatch_max_bytes = 100000\n\
-             batch_max_files = 100\nsticky_secs = 0\nmax_volumes = 1\n"
+             batch_max_files = 100\nsticky_secs = 600\nmax_volumes = 1\n"
         ),
     ]
 }
@@ -356,4 +366,3 @@ async fn a_failed_commit_then_the_same_command_equals_the_command_alone() {
         }
     }
 }
-

@@ -20,8 +20,8 @@ pub(super) async fn commit_failing<T: std::fmt::Debug>(
 }
 
 /// A cancel of a carrier whose COMMIT fails (503; the station does not try again) leaves the
-/// carrier in flight, but the writer's carrier map forgot it (`Carriers` is not journalled):
-/// a later read of the same file no longer rides on it and costs a second transfer.
+/// carrier in flight, and the writer's carrier map still has it (its changes are journalled):
+/// a later read of the same file rides on it rather than costing a second transfer.
 #[tokio::test]
 async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file() {
     let f = Fixture::new();
@@ -36,7 +36,11 @@ async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file() {
     assert_eq!(a.state, RequestState::Accepted);
     commit_failing(&f, l.cancel(a.id)).await;
     let stored = l.request(a.id).await.unwrap().unwrap();
-    assert_eq!(stored.state, RequestState::Accepted, "the cancel was rolled back");
+    assert_eq!(
+        stored.state,
+        RequestState::Accepted,
+        "the cancel was rolled back"
+    );
     let b = accept(&l, read("b")).await;
     assert_eq!(
         (b.state, l.request(b.id).await.unwrap().unwrap().rides_on),
@@ -51,10 +55,10 @@ async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file() {
 /// The `volumes` mode: a volume whose flight just ended stays mounted (`sticky_secs`), so the
 /// next requests for it go before another volume is mounted. A rolled-back transaction that
 /// changed the volume queue (here: a queued request's cancel, whose COMMIT failed) makes the
-/// writer reload the queue from the rows (`Writer::reload_volumes`), and the rows do not hold
-/// which volumes are sticky: the rollback forgets them and the next release mounts another tape.
-/// The same requests after the same steps, with and without that failed cancel, must be
-/// released alike.
+/// writer reload the queue from the rows (`Writer::reload_volumes`), which do not hold which
+/// volumes are sticky: the checkpoint keeps them (`VolumeQueue::memory`) and the reload gets
+/// them back, else the next release would mount another tape. The same requests after the
+/// same steps, with and without that failed cancel, must be released alike.
 #[tokio::test]
 async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
     let config = format!(
@@ -80,7 +84,10 @@ async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
         l.apply_status_events(vec![done]).await.unwrap();
         // A small request on another volume waits (not eligible yet) ...
         let q = accept(&l, on("q", "mc", "x", 100, "V2")).await;
-        assert_eq!(l.request(q.id).await.unwrap().unwrap().state, RequestState::Queued);
+        assert_eq!(
+            l.request(q.id).await.unwrap().unwrap().state,
+            RequestState::Queued
+        );
         if fail {
             // ... and its cancel is answered 503 (the station tries no more).
             commit_failing(&f, l.cancel(q.id)).await;

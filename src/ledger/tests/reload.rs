@@ -192,16 +192,29 @@ async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were() {
     let queued = (ledger.accept(vec![item(&before, "an-1", "an", "x")]).await).unwrap();
     let side = rusqlite::Connection::open(&db).unwrap();
     let model = || -> String {
-        side.query_row("SELECT value FROM meta WHERE key = 'usage_model'", [], |r| r.get(0))
-            .unwrap()
+        side.query_row(
+            "SELECT value FROM meta WHERE key = 'usage_model'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
     };
     let was = model();
     // The queued row cannot be read back: the reload fails after the usage step.
-    side.execute("UPDATE requests SET qos = 'urgent' WHERE id = ?1", [queued[0].id])
-        .unwrap();
-    assert!(ledger.reload(after.clone()).await.is_err(), "the reload is refused");
-    side.execute("UPDATE requests SET qos = NULL WHERE id = ?1", [queued[0].id])
-        .unwrap();
+    side.execute(
+        "UPDATE requests SET qos = 'urgent' WHERE id = ?1",
+        [queued[0].id],
+    )
+    .unwrap();
+    assert!(
+        ledger.reload(after.clone()).await.is_err(),
+        "the reload is refused"
+    );
+    side.execute(
+        "UPDATE requests SET qos = NULL WHERE id = ?1",
+        [queued[0].id],
+    )
+    .unwrap();
     // Still the old policy: cancel mc-1 (refunded) and release an-1 (charged).
     assert!(Arc::ptr_eq(&ledger.policy(), &before));
     ledger.cancel(first[0].id).await.unwrap();

@@ -35,7 +35,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::idempotency::fingerprint;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
-use super::state::{Charge, Txn};
+use super::state::{Charge, Txn, Undo};
 use super::volumes::{read_place, PLACE_COLUMNS};
 use crate::domain::order::Coalesce;
 use crate::domain::{Class, RequestState};
@@ -45,9 +45,11 @@ use crate::policy::order::is_fair;
 use mss_adapters::Direction;
 
 /// Which read may carry each file: the fingerprint of the file and its local copy to the
-/// oldest read of it offered since it was decided. A hint, confirmed against the row before a
-/// request rides, so a stale entry (after a rollback, or a fingerprint collision) costs a
-/// ride, never a wrong one; an entry leaves when its read settles.
+/// oldest read of it offered since it was decided or queued. A hint, confirmed against the row
+/// before a request rides, so a stale entry (a fingerprint collision) costs a ride, never a
+/// wrong one; an entry leaves when its read settles. Changes go through
+/// `WriterState::offer_carrier` and `forget_carrier`, which journal them, so a rolled-back
+/// transaction neither leaves an offer nor loses a carrier.
 #[derive(Debug, Default)]
 pub(super) struct Carriers(HashMap<u64, i64>);
 
@@ -60,16 +62,25 @@ impl Carriers {
         }
     }
 
-    /// `id`, a read of `key` just decided, carries it unless an older one does.
-    pub fn offer(&mut self, key: u64, id: i64) {
-        self.0.entry(key).or_insert(id);
+    /// `id`, a read of `key` just decided, carries it unless an older one does; whether it
+    /// does now.
+    pub fn offer(&mut self, key: u64, id: i64) -> bool {
+        match self.0.entry(key) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(id);
+                true
+            }
+        }
     }
 
-    /// `id` no longer carries `key`.
-    pub fn forget(&mut self, key: u64, id: i64) {
-        if self.0.get(&key) == Some(&id) {
+    /// `id` no longer carries `key`; whether it did.
+    pub fn forget(&mut self, key: u64, id: i64) -> bool {
+        let carried = self.0.get(&key) == Some(&id);
+        if carried {
             self.0.remove(&key);
         }
+        carried
     }
 
     pub fn get(&self, key: u64) -> Option<i64> {
@@ -101,6 +112,20 @@ impl super::state::WriterState {
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
         self.carriers = carriers;
         self
+    }
+
+    /// `id` may carry `key` (journalled: a rollback takes the offer back).
+    pub(super) fn offer_carrier(&mut self, key: u64, id: i64) {
+        if self.carriers.offer(key, id) {
+            self.journal(Undo::CarrierOffered(key, id));
+        }
+    }
+
+    /// `id` carries `key` no longer (journalled: a rollback gives it back).
+    pub(super) fn forget_carrier(&mut self, key: u64, id: i64) {
+        if self.carriers.forget(key, id) {
+            self.journal(Undo::CarrierForgot(key, id));
+        }
     }
 }
 
@@ -153,7 +178,7 @@ impl Txn<'_, '_> {
             .optional()?;
         let Some((class, decided)) = found else {
             // Stale (settled in a rolled-back transaction, or another file's fingerprint).
-            self.st.carriers.forget(key, id);
+            self.st.forget_carrier(key, id);
             return Ok(None);
         };
         let priority = parse_class(0, &class)? == Class::Priority;
@@ -164,7 +189,7 @@ impl Txn<'_, '_> {
     /// `id`, a new request just decided or queued, may carry its file.
     pub(super) fn offer_new(&mut self, item: &NewRequest, id: i64) {
         if let Some(key) = carrier_key(item) {
-            self.st.carriers.offer(key, id);
+            self.st.offer_carrier(key, id);
         }
     }
 
@@ -173,8 +198,7 @@ impl Txn<'_, '_> {
     pub(super) fn offer_read(&mut self, id: i64, read: Option<(String, Option<String>)>) {
         if let Some((file, local)) = read {
             self.st
-                .carriers
-                .offer(Carriers::key(&file, local.as_deref()), id);
+                .offer_carrier(Carriers::key(&file, local.as_deref()), id);
         }
     }
 
@@ -203,7 +227,7 @@ impl Txn<'_, '_> {
         end: CarrierEnd,
     ) -> rusqlite::Result<()> {
         if let Some(key) = key {
-            self.st.carriers.forget(key, carrier);
+            self.st.forget_carrier(key, carrier);
         }
         self.carrier_ended(carrier, end, decided)
     }
@@ -320,8 +344,7 @@ impl Txn<'_, '_> {
             .prepare_cached("SELECT file, local_file FROM requests WHERE id = ?1")?
             .query_row([carrier], |r| Ok((r.get(0)?, r.get(1)?)))?;
         self.st
-            .carriers
-            .forget(Carriers::key(&file, local.as_deref()), carrier);
+            .forget_carrier(Carriers::key(&file, local.as_deref()), carrier);
         self.promote_queued(first, rest)
     }
 
@@ -370,7 +393,7 @@ impl Txn<'_, '_> {
         rest: &[i64],
         (file, local): (&str, Option<&str>),
     ) -> rusqlite::Result<()> {
-        self.st.carriers.offer(Carriers::key(file, local), first);
+        self.st.offer_carrier(Carriers::key(file, local), first);
         let mut stmt = self
             .tx
             .prepare_cached("UPDATE requests SET rides_on = ?1 WHERE id = ?2")?;

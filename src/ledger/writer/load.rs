@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, Transaction};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
@@ -64,6 +64,8 @@ impl Writer {
     /// unfinished requests or the memory cannot be read.
     pub fn reload(&mut self, policy: Arc<PolicySettings>) -> Result<(), LedgerError> {
         refuse_removed_groups(&self.conn, &policy)?;
+        // Nothing is written to a file that is no longer the database (as before a commit).
+        self.file.check()?;
         let idempotency = std::mem::take(&mut self.state.idempotency);
         let loaded = load_state(
             &mut self.conn,
@@ -103,9 +105,24 @@ fn refuse_removed_groups(conn: &Connection, policy: &PolicySettings) -> Result<(
 }
 
 /// The writer's memory for `policy`, from the rows and aggregates (`idempotency` is not group
-/// indexed: the caller loads or keeps it).
+/// indexed: the caller loads or keeps it). One transaction: what it writes for `policy` (the
+/// groups' rows, aggregates rebuilt for a new usage model) is committed only once the whole
+/// memory was read, so a load that fails (a refused reload) leaves the file as it was.
 fn load_state(
     conn: &mut Connection,
+    policy: &PolicySettings,
+    now: i64,
+    idempotency: Idempotency,
+) -> Result<WriterState, LedgerError> {
+    let tx = conn.transaction()?;
+    let state = read_state(&tx, policy, now, idempotency)?;
+    tx.commit()?;
+    Ok(state)
+}
+
+/// [`load_state`]'s work, in its transaction.
+fn read_state(
+    conn: &Transaction<'_>,
     policy: &PolicySettings,
     now: i64,
     idempotency: Idempotency,
@@ -153,15 +170,13 @@ fn load_state(
 
 /// A row for every configured group; a warning for stored usage of a group no longer
 /// configured.
-fn add_groups(conn: &mut Connection, policy: &PolicySettings) -> Result<(), LedgerError> {
-    let tx = conn.transaction()?;
+fn add_groups(conn: &Transaction<'_>, policy: &PolicySettings) -> Result<(), LedgerError> {
     for g in &policy.groups {
-        tx.execute(
+        conn.execute(
             "INSERT OR IGNORE INTO groups(path) VALUES (?1)",
             [g.path.as_str()],
         )?;
     }
-    tx.commit()?;
     let mut stmt = conn.prepare("SELECT path, usage FROM groups")?;
     let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Wide>(1)?)))?;
     for row in rows {
@@ -177,26 +192,25 @@ fn add_groups(conn: &mut Connection, policy: &PolicySettings) -> Result<(), Ledg
     Ok(())
 }
 
-/// The usage book, rebuilt from the requests if the usage model changed.
+/// The usage book, rebuilt from the requests if the usage model changed (the rebuilt
+/// aggregates written in the caller's transaction).
 fn load_usage(
-    conn: &mut Connection,
+    tx: &Transaction<'_>,
     policy: &PolicySettings,
     now: i64,
 ) -> Result<UsageBook, LedgerError> {
     let started = std::time::Instant::now();
-    let loaded = usage::load_book(conn, policy, now)?;
-    let tx = conn.transaction()?;
+    let loaded = usage::load_book(tx, policy, now)?;
     if loaded.rebuilt {
-        usage::persist_rebuilt(&tx, policy, &loaded.book)?;
+        usage::persist_rebuilt(tx, policy, &loaded.book)?;
         info!(
             model = %policy.usage_model.describe(),
             millis = started.elapsed().as_millis() as u64,
             "usage aggregates rebuilt from the requests for a changed usage model"
         );
     } else {
-        usage::store_model(&tx, policy, &loaded.book)?;
+        usage::store_model(tx, policy, &loaded.book)?;
     }
-    tx.commit()?;
     Ok(loaded.book)
 }
 

@@ -19,7 +19,7 @@ use crate::policy::fbsng::Queues;
 use crate::policy::order::VolumeSettings;
 use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
 use crate::policy::queue::HeldQueue;
-use crate::policy::volumes::{Batch, VolumeQueue};
+use crate::policy::volumes::{Batch, VolumeMemory, VolumeQueue};
 use crate::shares::{UsageBook, UsageModel};
 
 /// The writer's memory: what a decision reads without a query.
@@ -48,10 +48,13 @@ pub(super) struct WriterState {
     pub volumes_due: Option<i64>,
     /// Bytes not yet at the MSS per group and user, for the queued-bytes caps.
     pub queued: QueuedBytes,
-    /// Which read may carry each file (a hint, not journalled: `coalesce::Carriers`).
+    /// Which read may carry each file (`coalesce::Carriers`; changed through
+    /// `offer_carrier` and `forget_carrier`, which journal).
     pub carriers: Carriers,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
+    /// From a rolled-back transaction's checkpoint, until the volume queue is reloaded.
+    volume_memory: Option<VolumeMemory>,
 }
 
 /// The figures copied at a checkpoint (O(groups + libraries)).
@@ -62,20 +65,24 @@ struct Saved {
     outstanding: HashMap<String, u32>,
     queues: Queues,
     release_seq: i64,
+    /// What the volume queue's rows do not hold, for a reload after a rollback.
+    volume_memory: VolumeMemory,
     /// The volume queue changed in a way with no cheap inverse (a batch started, a request
     /// ended or left the queue): a rollback reloads it from the rows (see `Writer::rollback`).
     volumes_changed: bool,
     journal: Vec<Undo>,
 }
 
-/// One change to the queue or the idempotency map, undone on rollback.
-enum Undo {
+/// One change to the queue, the idempotency map or the carriers, undone on rollback.
+pub(super) enum Undo {
     Pushed(i64),
     Removed(Candidate),
     Passed(i64),
     Fingerprint(u64, i64),
     VolumePushed(i64),
     Queued(GroupId, String, i128),
+    CarrierOffered(u64, i64),
+    CarrierForgot(u64, i64),
 }
 
 impl WriterState {
@@ -101,6 +108,7 @@ impl WriterState {
             queued: QueuedBytes::default(),
             carriers: Carriers::default(),
             checkpoint: None,
+            volume_memory: None,
         }
     }
 
@@ -124,8 +132,12 @@ impl WriterState {
         self
     }
 
-    /// The volume queue reloaded from the rows after a rollback.
-    pub fn reload_volumes(&mut self, volumes: VolumeQueue) {
+    /// The volume queue reloaded from the rows after a rollback, given back what the rows do
+    /// not hold as it was before the rolled-back transaction.
+    pub fn reload_volumes(&mut self, mut volumes: VolumeQueue) {
+        if let Some(memory) = self.volume_memory.take() {
+            volumes.restore(memory);
+        }
         self.volumes = volumes;
     }
 
@@ -147,6 +159,7 @@ impl WriterState {
             outstanding: self.outstanding.clone(),
             queues: self.queues.clone(),
             release_seq: self.release_seq,
+            volume_memory: self.volumes.memory(),
             volumes_changed: false,
             journal: Vec::new(),
         });
@@ -166,6 +179,9 @@ impl WriterState {
         self.release_seq = saved.release_seq;
         self.volumes_due = Some(i64::MIN); // look again at the next chance
         let reload = saved.volumes_changed;
+        if reload {
+            self.volume_memory = Some(saved.volume_memory);
+        }
         self.usage = saved.usage;
         self.held = saved.held;
         self.priority_waiting = saved.priority_waiting;
@@ -189,12 +205,18 @@ impl WriterState {
                     }
                 }
                 Undo::Queued(g, user, delta) => self.queued.add(g, &user, -delta),
+                Undo::CarrierOffered(key, id) => {
+                    self.carriers.forget(key, id);
+                }
+                Undo::CarrierForgot(key, id) => {
+                    self.carriers.offer(key, id);
+                }
             }
         }
         reload
     }
 
-    fn journal(&mut self, op: Undo) {
+    pub(super) fn journal(&mut self, op: Undo) {
         if let Some(saved) = &mut self.checkpoint {
             saved.journal.push(op);
         }

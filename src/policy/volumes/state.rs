@@ -449,4 +449,36 @@ impl Lib {
     pub fn is_idle(&self) -> bool {
         self.vols.is_empty() && self.flights.is_empty() && self.recent.is_empty()
     }
+
+    /// What the rows do not hold: its sticky volumes and the size of each flight's last batch.
+    pub fn memory(&self) -> LibMemory {
+        LibMemory {
+            recent: self.recent.clone(),
+            last_batches: (self.flights.iter())
+                .map(|(v, f)| (v.clone(), f.last_batch))
+                .collect(),
+        }
+    }
+
+    /// `m` again, after this library was rebuilt from the rows: a volume sticky then and not
+    /// in flight now is sticky again; a flight of then keeps its last batch's size.
+    pub fn restore(&mut self, m: LibMemory) {
+        for (vol, at) in m.recent {
+            if !self.flights.contains_key(&vol) {
+                self.recent.insert(vol, at);
+            }
+        }
+        for (vol, last_batch) in m.last_batches {
+            if let Some(f) = self.flights.get_mut(&vol) {
+                f.last_batch = last_batch;
+            }
+        }
+    }
+}
+
+/// A library's [`Lib::memory`]: O(sticky volumes + volumes in flight).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LibMemory {
+    recent: BTreeMap<VolumeId, i64>,
+    last_batches: Vec<(VolumeId, usize)>,
 }
