@@ -129,21 +129,23 @@ impl Pair {
             std::fs::rename(&self.fa.path, &away).unwrap();
             let failed = apply(&la, &op).await;
             std::fs::rename(&away, &self.fa.path).unwrap();
-            if failed.is_err() {
-                self.faults += 1;
-                self.log
-                    .push(format!("  (failed commit #{} first: {op:?})", self.nfault));
-                if skip {
-                    // Not sent again (the caller gave up): as if it never was.
-                    self.log.push("  (not sent again)".into());
-                    return "[]".into();
+            match failed {
+                Err(_) => {
+                    self.faults += 1;
+                    self.log
+                        .push(format!("  (failed commit #{} first: {op:?})", self.nfault));
+                    if skip {
+                        // Not sent again (the caller gave up): as if it never was.
+                        self.log.push("  (not sent again)".into());
+                        return "[]".into();
+                    }
                 }
-            } else {
-                // Nothing to commit (answered without a transaction): it happened.
-                let ra = failed.expect("a");
-                let rb = apply(&lb, &op).await.expect("b");
-                assert_eq!(ra, rb, "answers differ\n{}", self.log.join("\n"));
-                return ra;
+                Ok(ra) => {
+                    // Nothing to commit (answered without a transaction): it happened.
+                    let rb = apply(&lb, &op).await.expect("b");
+                    assert_eq!(ra, rb, "answers differ\n{}", self.log.join("\n"));
+                    return ra;
+                }
             }
         }
         let ra = apply(&la, &op).await.expect("a");
