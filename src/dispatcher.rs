@@ -31,6 +31,8 @@ mod batches;
 mod cancels;
 mod last_call;
 mod settings;
+#[cfg(test)]
+mod submit_faults;
 
 pub use last_call::{LastCall, Outcome};
 pub use settings::{AdapterSettings, MssSettings, SimulatorSettings, TapeTimes};
@@ -87,6 +89,10 @@ pub struct Dispatcher {
     cancel_jobs: mpsc::UnboundedSender<CancelJob>,
     /// ... which takes this end when it starts.
     cancel_jobs_rx: Option<mpsc::UnboundedReceiver<CancelJob>>,
+    /// What the MSS took in a submission whose recording the ledger could not commit (a full
+    /// disk): recorded before anything more is sent, so the dispatcher never sends those
+    /// transfers again (Tape REST has no idempotency key: a resend is a second stage request).
+    unrecorded: std::sync::Mutex<Vec<(SubmittedTransfer, TransferRef)>>,
 }
 
 impl Dispatcher {
@@ -109,6 +115,7 @@ impl Dispatcher {
             last_call: Arc::default(),
             cancel_jobs,
             cancel_jobs_rx: Some(cancel_jobs_rx),
+            unrecorded: std::sync::Mutex::default(),
         }
     }
 
@@ -198,8 +205,17 @@ impl Dispatcher {
         Ok(n)
     }
 
-    /// Submit one batch of ready requests, as many as the adapter has room for.
+    /// Submit one batch of ready requests, as many as the adapter has room for (once what the
+    /// MSS took before is recorded).
     pub async fn submit_once(&self) -> Result<Step, LedgerError> {
+        let unrecorded = std::mem::take(&mut *self.unrecorded_lock());
+        if !unrecorded.is_empty() {
+            warn!(
+                transfers = unrecorded.len(),
+                "recording what the mss took before the ledger failed"
+            );
+            self.record_taken(unrecorded.into_iter().unzip()).await?;
+        }
         let room = self.adapter.room();
         if room == Some(0) {
             return Ok(Step::Full);
@@ -257,20 +273,40 @@ impl Dispatcher {
         }
         let count = taken.len();
         if !taken.is_empty() {
-            let ids: Vec<i64> = taken.iter().map(|t| t.id).collect();
-            let after = self.ledger.submitted(taken).await?;
-            for ((id, t), a) in ids.into_iter().zip(refs).zip(after) {
-                match a {
-                    AfterSubmit::Recorded => {}
-                    AfterSubmit::CancelAtMss => self.queue_cancel(CancelJob::Transfer(t)),
-                    AfterSubmit::CancelRequested => self.queue_cancel(CancelJob::Request(id)),
-                }
-            }
+            self.record_taken((taken, refs)).await?;
         }
         if unavailable && count == 0 {
             return Ok(Step::Unavailable);
         }
         Ok(Step::Worked(count))
+    }
+
+    /// Record the transfers the MSS took (and queue the cancels asked meanwhile). If the ledger
+    /// cannot, they are kept for the next step, which records them before it sends anything.
+    async fn record_taken(
+        &self,
+        (taken, refs): (Vec<SubmittedTransfer>, Vec<TransferRef>),
+    ) -> Result<(), LedgerError> {
+        let after = match self.ledger.submitted(taken.clone()).await {
+            Ok(after) => after,
+            Err(e) => {
+                self.unrecorded_lock().extend(taken.into_iter().zip(refs));
+                return Err(e);
+            }
+        };
+        for ((t, r), a) in taken.into_iter().zip(refs).zip(after) {
+            match a {
+                AfterSubmit::Recorded => {}
+                AfterSubmit::CancelAtMss => self.queue_cancel(CancelJob::Transfer(r)),
+                AfterSubmit::CancelRequested => self.queue_cancel(CancelJob::Request(t.id)),
+            }
+        }
+        Ok(())
+    }
+
+    fn unrecorded_lock(&self) -> std::sync::MutexGuard<'_, Vec<(SubmittedTransfer, TransferRef)>> {
+        // A panic while it was held cannot leave it half changed (one push or one take).
+        self.unrecorded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sort the MSS's answers to one batch: what it took, what could not reach it (retried

@@ -1,0 +1,164 @@
+//! The dispatcher, a real ledger on a SQLite file and the real Tape REST adapter in front of its
+//! stand-in: when the ledger cannot commit what the MSS took (a full disk, an I/O error), the
+//! transfers are not sent again. Tape REST has no idempotency key, so a resend would be a
+//! second stage request (and pin) of the same files.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mss_adapters::standin::{Plan, TapeRestStandin};
+use mss_adapters::tape_rest::TapeRestAdapter;
+use mss_adapters::{
+    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Submitted, Transfer, TransferRef,
+    TransferStatus,
+};
+
+use super::settings::AdapterSettings;
+use super::*;
+use crate::clock::ManualClock;
+use crate::domain::RequestState;
+use crate::ledger::{LedgerOptions, NewRequest};
+use crate::live_settings::{ConfigStamp, LiveSettings};
+use crate::test_fixture::BASE;
+
+/// The real adapter, with the database file moved away right after the MSS took a batch (the
+/// writer's identity check then fails the next COMMIT, as a full disk would), once, when armed.
+struct DiskGoneAfterSubmit {
+    inner: TapeRestAdapter,
+    db: PathBuf,
+    armed: AtomicBool,
+    batches: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl MssAdapter for DiskGoneAfterSubmit {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    async fn submit(&self, transfer: &Transfer) -> Result<Submitted, MssError> {
+        self.inner.submit(transfer).await
+    }
+
+    async fn submit_batch(&self, transfers: &[Transfer]) -> Vec<Result<Submitted, MssError>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        let answers = self.inner.submit_batch(transfers).await;
+        if self.armed.swap(false, Ordering::SeqCst) {
+            std::fs::rename(&self.db, self.db.with_extension("away")).expect("moved away");
+        }
+        answers
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn cancel(&self, transfer: &TransferRef) -> Result<(), MssError> {
+        self.inner.cancel(transfer).await
+    }
+
+    async fn status(&self, transfer: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
+        self.inner.status(transfer).await
+    }
+
+    async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {
+        self.inner.events(cursor, wait).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_mss_took_is_recorded_not_sent_again_when_a_commit_fails() {
+    let plan = Plan {
+        queued: Duration::from_secs(60),
+        active: Duration::from_secs(60),
+    };
+    let standin = TapeRestStandin::start(None, plan).await.expect("stand-in");
+    // Tape REST takes no priority: the broker orders requests itself (held mode).
+    let text = format!(
+        "{BASE}[release]\nmode = \"held\"\nlimit = 4\n[mss]\nadapter = \"tape_rest\"\n\
+         [mss.tape_rest]\nurl = \"{}\"\nauth = {{ method = \"none\" }}\n",
+        standin.url
+    );
+    let settings = crate::config::Settings::parse(&text, "test").expect("settings");
+    let AdapterSettings::TapeRest(cfg) = &settings.mss.adapter else {
+        panic!("a tape_rest configuration: {:?}", settings.mss.adapter);
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ledger.db");
+    let adapter = Arc::new(DiskGoneAfterSubmit {
+        inner: TapeRestAdapter::new(cfg.clone()).expect("adapter"),
+        db: db.clone(),
+        armed: AtomicBool::new(true),
+        batches: AtomicUsize::new(0),
+    });
+    let clock = ManualClock::new(1_000_000);
+    let options = LedgerOptions {
+        path: db.clone(),
+        commit_batch_max: 64,
+        retry: settings.mss.retry,
+        metrics: Arc::new(crate::ledger::NoObserver),
+    };
+    let (ledger, writer) =
+        Ledger::open(&options, settings.policy.clone(), Arc::new(clock.clone())).expect("ledger");
+    let fields = crate::policy::RequestFields {
+        access_mode: "mc",
+        physics_group: "x",
+        station: "st1",
+        user: "u",
+        file: "/pnfs/test/r1",
+    };
+    let request = NewRequest {
+        station: "st1".into(),
+        client_request_id: "r1".into(),
+        user: "u".into(),
+        file: "/pnfs/test/r1".into(),
+        size_bytes: 1_000,
+        access_mode: "mc".into(),
+        physics_group: "x".into(),
+        volume: None,
+        direction: mss_adapters::Direction::Read,
+        group: crate::policy::classify(&settings.policy, &fields).expect("a group"),
+        benefit: 1_000,
+        extras: Default::default(),
+    };
+    let id = ledger.accept(vec![request]).await.expect("accepted")[0].id;
+    let stamp = ConfigStamp {
+        origin: "test".into(),
+        sha256: String::new(),
+        loaded_at_ms: 0,
+    };
+    let live = Arc::new(LiveSettings::new(crate::startup::reload::live_of(
+        &settings, None, stamp, None,
+    )));
+    let dispatcher = Dispatcher::new(
+        ledger.clone(),
+        adapter.clone(),
+        settings.mss.clone(),
+        live,
+        Arc::new(clock.clone()),
+        Arc::new(crate::metrics::Metrics::new()),
+    );
+
+    // The stand-in takes the file; recording that fails with the file away.
+    assert!(dispatcher.submit_once().await.is_err(), "the commit failed");
+    assert_eq!(standin.requests().len(), 1, "one stage request");
+    let stored = ledger.request(id).await.expect("read").expect("stored");
+    assert_eq!(stored.state, RequestState::Accepted, "not recorded yet");
+    // The disk is back: the next step records what the stand-in took, and sends nothing.
+    std::fs::rename(db.with_extension("away"), &db).expect("moved back");
+    let step = dispatcher.submit_once().await;
+    assert!(matches!(step, Ok(Step::Idle)), "nothing to send: {step:?}");
+    assert_eq!(adapter.batches.load(Ordering::SeqCst), 1, "sent once");
+    assert_eq!(standin.requests().len(), 1, "still one stage request");
+    let stored = ledger.request(id).await.expect("read").expect("stored");
+    assert_eq!(stored.state, RequestState::Submitted);
+    assert_eq!(
+        stored.mss_id.as_deref(),
+        Some(standin.requests()[0].id.as_str()),
+        "under the stage request the stand-in made"
+    );
+    drop(dispatcher);
+    drop(ledger);
+    writer.join().expect("writer");
+}
