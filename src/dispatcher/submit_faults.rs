@@ -17,6 +17,7 @@ use mss_adapters::{
 use super::settings::AdapterSettings;
 use super::*;
 use crate::clock::ManualClock;
+use crate::config::Settings;
 use crate::domain::RequestState;
 use crate::ledger::{LedgerOptions, NewRequest};
 use crate::live_settings::{ConfigStamp, LiveSettings};
@@ -67,6 +68,66 @@ impl MssAdapter for DiskGoneAfterSubmit {
     }
 }
 
+/// The settings of a broker in front of a Tape REST endpoint at `url` (Tape REST takes no
+/// priority: the broker orders requests itself, in held mode).
+fn tape_rest_settings(url: &str) -> Settings {
+    let text = format!(
+        "{BASE}[release]\nmode = \"held\"\nlimit = 4\n[mss]\nadapter = \"tape_rest\"\n\
+         [mss.tape_rest]\nurl = \"{url}\"\nauth = {{ method = \"none\" }}\n"
+    );
+    Settings::parse(&text, "test").expect("settings")
+}
+
+/// A read of `file` by group `mc/x`.
+fn read_of(settings: &Settings, file: &str) -> NewRequest {
+    let fields = crate::policy::RequestFields {
+        access_mode: "mc",
+        physics_group: "x",
+        station: "st1",
+        user: "u",
+        file,
+    };
+    NewRequest {
+        station: "st1".into(),
+        client_request_id: "r1".into(),
+        user: "u".into(),
+        file: file.into(),
+        size_bytes: 1_000,
+        access_mode: "mc".into(),
+        physics_group: "x".into(),
+        volume: None,
+        direction: mss_adapters::Direction::Read,
+        group: crate::policy::classify(&settings.policy, &fields).expect("a group"),
+        benefit: 1_000,
+        extras: Default::default(),
+    }
+}
+
+/// The dispatcher of `ledger` and `adapter` under `settings`.
+fn dispatcher_of(
+    ledger: &Ledger,
+    adapter: Arc<dyn MssAdapter>,
+    settings: &Settings,
+    clock: &ManualClock,
+) -> Dispatcher {
+    let stamp = ConfigStamp {
+        origin: "test".into(),
+        sha256: String::new(),
+        loaded_at_ms: 0,
+    };
+    let live = Arc::new(LiveSettings::new(crate::startup::reload::live_of(
+        settings, None, stamp, None,
+    )));
+    Dispatcher::new(
+        ledger.clone(),
+        adapter,
+        settings.mss.clone(),
+        live,
+        Arc::new(clock.clone()),
+        Arc::new(crate::metrics::Metrics::new()),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_mss_took_is_recorded_not_sent_again_when_a_commit_fails() {
     let plan = Plan {
@@ -74,13 +135,7 @@ async fn what_the_mss_took_is_recorded_not_sent_again_when_a_commit_fails() {
         active: Duration::from_secs(60),
     };
     let standin = TapeRestStandin::start(None, plan).await.expect("stand-in");
-    // Tape REST takes no priority: the broker orders requests itself (held mode).
-    let text = format!(
-        "{BASE}[release]\nmode = \"held\"\nlimit = 4\n[mss]\nadapter = \"tape_rest\"\n\
-         [mss.tape_rest]\nurl = \"{}\"\nauth = {{ method = \"none\" }}\n",
-        standin.url
-    );
-    let settings = crate::config::Settings::parse(&text, "test").expect("settings");
+    let settings = tape_rest_settings(&standin.url);
     let AdapterSettings::TapeRest(cfg) = &settings.mss.adapter else {
         panic!("a tape_rest configuration: {:?}", settings.mss.adapter);
     };
@@ -101,44 +156,9 @@ async fn what_the_mss_took_is_recorded_not_sent_again_when_a_commit_fails() {
     };
     let (ledger, writer) =
         Ledger::open(&options, settings.policy.clone(), Arc::new(clock.clone())).expect("ledger");
-    let fields = crate::policy::RequestFields {
-        access_mode: "mc",
-        physics_group: "x",
-        station: "st1",
-        user: "u",
-        file: "/pnfs/test/r1",
-    };
-    let request = NewRequest {
-        station: "st1".into(),
-        client_request_id: "r1".into(),
-        user: "u".into(),
-        file: "/pnfs/test/r1".into(),
-        size_bytes: 1_000,
-        access_mode: "mc".into(),
-        physics_group: "x".into(),
-        volume: None,
-        direction: mss_adapters::Direction::Read,
-        group: crate::policy::classify(&settings.policy, &fields).expect("a group"),
-        benefit: 1_000,
-        extras: Default::default(),
-    };
+    let request = read_of(&settings, "/pnfs/test/r1");
     let id = ledger.accept(vec![request]).await.expect("accepted")[0].id;
-    let stamp = ConfigStamp {
-        origin: "test".into(),
-        sha256: String::new(),
-        loaded_at_ms: 0,
-    };
-    let live = Arc::new(LiveSettings::new(crate::startup::reload::live_of(
-        &settings, None, stamp, None,
-    )));
-    let dispatcher = Dispatcher::new(
-        ledger.clone(),
-        adapter.clone(),
-        settings.mss.clone(),
-        live,
-        Arc::new(clock.clone()),
-        Arc::new(crate::metrics::Metrics::new()),
-    );
+    let dispatcher = dispatcher_of(&ledger, adapter.clone(), &settings, &clock);
 
     // The stand-in takes the file; recording that fails with the file away.
     assert!(dispatcher.submit_once().await.is_err(), "the commit failed");
