@@ -398,3 +398,25 @@ async fn a_read_released_from_a_hold_into_the_queue_carries_its_file() {
     drop(l);
     close(opened);
 }
+
+/// `coalesce = "in_flight"` (the default): a read queued in the broker carries nothing, so it
+/// does not stand in the way of a later read of the same file released first (here a data
+/// taking read): a third read rides on that one.
+#[tokio::test]
+async fn a_queued_read_does_not_keep_a_released_one_from_carrying_its_file() {
+    let held = "[release]\nmode = \"held\"\nlimit = 1\n";
+    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/first")).await;
+    assert_eq!(record(&l, a.id).await.state, RequestState::Accepted);
+    let q = accept(&l, read_of(&f, "q", "mc", "x", "/pnfs/ten")).await;
+    assert_eq!(q.state, RequestState::Queued);
+    let p = accept(&l, read_of(&f, "p", "datataking", "x", "/pnfs/ten")).await;
+    assert_eq!(p.state, RequestState::Accepted, "data taking is never held");
+    let r = accept(&l, read_of(&f, "r", "analysis", "top", "/pnfs/ten")).await;
+    let rr = record(&l, r.id).await;
+    assert_eq!((rr.state, rr.rides_on), (RequestState::Riding, Some(p.id)));
+    drop(l);
+    close(opened);
+}

@@ -67,7 +67,7 @@ impl Txn<'_, '_> {
             .execute(params![id, fp as i64])?;
         self.st.remember(fp, id);
         if matches!(entry.state, RequestState::Accepted | RequestState::Queued) {
-            self.offer_new(item, id);
+            self.offer_new(item, id, entry.state == RequestState::Queued);
         }
         candidate.id = id;
         self.record_accepted(&entry, candidate, item);

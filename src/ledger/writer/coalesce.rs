@@ -87,16 +87,20 @@ impl Carriers {
         self.0.get(&key).copied()
     }
 
-    /// The reads that may carry their file, from the rows (at start and at reload): those in
-    /// flight and those queued in the broker (`carrier_for` applies the `coalesce` setting).
-    pub fn load(conn: &Connection) -> rusqlite::Result<Carriers> {
-        let mut stmt = conn.prepare(
+    /// The reads that may carry their file under `coalesce`, from the rows (at start and at
+    /// reload): those in flight, and with `coalesce = "queued"` those queued in the broker.
+    pub fn load(conn: &Connection, coalesce: Coalesce) -> rusqlite::Result<Carriers> {
+        let queued = if coalesce == Coalesce::Queued {
+            "UNION ALL SELECT id, file, local_file FROM requests \
+             WHERE state = 'queued' AND direction = 'read'"
+        } else {
+            ""
+        };
+        let mut stmt = conn.prepare(&format!(
             "SELECT id, file, local_file FROM requests WHERE state = 'accepted' \
-             AND direction = 'read' UNION ALL SELECT id, file, local_file FROM requests \
-             WHERE state = 'queued' AND direction = 'read' UNION ALL \
-             SELECT id, file, local_file FROM requests \
-             WHERE state IN ('submitted', 'running') AND direction = 'read' ORDER BY id",
-        )?;
+             AND direction = 'read' {queued} UNION ALL SELECT id, file, local_file FROM requests \
+             WHERE state IN ('submitted', 'running') AND direction = 'read' ORDER BY id"
+        ))?;
         let mut rows = stmt.query([])?;
         let mut carriers = Carriers::default();
         while let Some(r) = rows.next()? {
@@ -186,8 +190,13 @@ impl Txn<'_, '_> {
         Ok((allowed && (priority || is_fair(self.policy, item.group))).then_some((id, decided)))
     }
 
-    /// `id`, a new request just decided or queued, may carry its file.
-    pub(super) fn offer_new(&mut self, item: &NewRequest, id: i64) {
+    /// `id`, a new request just decided or queued (`queued`), may carry its file: a queued one
+    /// only under `coalesce = "queued"` (else it would stand in the way of a later read of the
+    /// file that is released first).
+    pub(super) fn offer_new(&mut self, item: &NewRequest, id: i64, queued: bool) {
+        if queued && self.policy.order.release.coalesce != Coalesce::Queued {
+            return;
+        }
         if let Some(key) = carrier_key(item) {
             self.st.offer_carrier(key, id);
         }

@@ -164,7 +164,7 @@ fn read_state(
         WriterState::new(usage, held, priority_waiting, order, idempotency)
             .with_volumes(&policy.order.release.volumes, volumes, release_seq)
             .with_queued(queued)
-            .with_carriers(Carriers::load(conn)?),
+            .with_carriers(Carriers::load(conn, policy.order.release.coalesce)?),
     )
 }
 

@@ -7,6 +7,7 @@ use tracing::warn;
 
 use super::state::{Charge, Txn};
 use super::volumes::{read_place, PLACE_COLUMNS};
+use crate::domain::order::Coalesce;
 use crate::domain::{GroupId, PolicySettings};
 use crate::ledger::aggregates::HourRow;
 use crate::ledger::read::stored_qos;
@@ -125,7 +126,9 @@ impl Txn<'_, '_> {
                     Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?)))
                 })?;
             // Queued in the broker, it may carry its file (a restart forgot it while held).
-            self.offer_read(c.id, read);
+            if self.policy.order.release.coalesce == Coalesce::Queued {
+                self.offer_read(c.id, read);
+            }
             self.charge(path, Charge::held(-1));
             self.report.add(path, self.now, released);
             self.enqueue(c, place.0.as_deref(), place.1);
