@@ -27,7 +27,6 @@
 //!
 //! Each loop's body is a `*_once` step a test can call directly.
 
-mod answers;
 mod batches;
 mod cancels;
 mod last_call;
@@ -48,9 +47,8 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
-use crate::ledger::{InFlight, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
+use crate::ledger::{AfterSubmit, InFlight, Ledger, LedgerError, SubmittedTransfer, ToSubmit};
 use crate::live_settings::LiveSettings;
-use answers::BatchAnswers;
 use cancels::CancelJob;
 
 /// Most priority changes one re-prioritisation pass sends (the simulator's engine sends as
@@ -91,10 +89,6 @@ pub struct Dispatcher {
     cancel_jobs: mpsc::UnboundedSender<CancelJob>,
     /// ... which takes this end when it starts.
     cancel_jobs_rx: Option<mpsc::UnboundedReceiver<CancelJob>>,
-    /// What the MSS took in a submission whose recording the ledger could not commit (a full
-    /// disk): recorded before anything more is sent, so the dispatcher never sends those
-    /// transfers again (Tape REST has no idempotency key: a resend is a second stage request).
-    unrecorded: std::sync::Mutex<Vec<(SubmittedTransfer, TransferRef)>>,
 }
 
 impl Dispatcher {
@@ -117,7 +111,6 @@ impl Dispatcher {
             last_call: Arc::default(),
             cancel_jobs,
             cancel_jobs_rx: Some(cancel_jobs_rx),
-            unrecorded: std::sync::Mutex::default(),
         }
     }
 
@@ -207,17 +200,8 @@ impl Dispatcher {
         Ok(n)
     }
 
-    /// Submit one batch of ready requests, as many as the adapter has room for (once what the
-    /// MSS took before is recorded).
+    /// Submit one batch of ready requests, as many as the adapter has room for.
     pub async fn submit_once(&self) -> Result<Step, LedgerError> {
-        let unrecorded = std::mem::take(&mut *self.unrecorded_lock());
-        if !unrecorded.is_empty() {
-            warn!(
-                transfers = unrecorded.len(),
-                "recording what the mss took before the ledger failed"
-            );
-            self.record_taken(unrecorded.into_iter().unzip()).await?;
-        }
         let room = self.adapter.room();
         if room == Some(0) {
             return Ok(Step::Full);
@@ -275,12 +259,60 @@ impl Dispatcher {
         }
         let count = taken.len();
         if !taken.is_empty() {
-            self.record_taken((taken, refs)).await?;
+            let ids: Vec<i64> = taken.iter().map(|t| t.id).collect();
+            let after = self.ledger.submitted(taken).await?;
+            for ((id, t), a) in ids.into_iter().zip(refs).zip(after) {
+                match a {
+                    AfterSubmit::Recorded => {}
+                    AfterSubmit::CancelAtMss => self.queue_cancel(CancelJob::Transfer(t)),
+                    AfterSubmit::CancelRequested => self.queue_cancel(CancelJob::Request(id)),
+                }
+            }
         }
         if unavailable && count == 0 {
             return Ok(Step::Unavailable);
         }
         Ok(Step::Worked(count))
+    }
+
+    /// Sort the MSS's answers to one batch: what it took, what could not reach it (retried
+    /// later), and what it refused (recorded in the ledger now).
+    async fn sort_answers(
+        &self,
+        ready: &[ToSubmit],
+        results: Vec<Result<mss_adapters::Submitted, MssError>>,
+    ) -> Result<BatchAnswers, LedgerError> {
+        let mut answers = BatchAnswers::default();
+        for (r, result) in ready.iter().zip(results) {
+            match result {
+                Ok(s) => {
+                    if s.duplicate {
+                        debug!(request_id = r.id, "mss already had this transfer");
+                    }
+                    answers.refs.push(transfer_ref(r, Some(s.mss_id.clone())));
+                    answers.taken.push(SubmittedTransfer {
+                        id: r.id,
+                        attempt: r.attempt,
+                        mss_id: s.mss_id,
+                    });
+                }
+                Err(e) if e.is_retryable() => {
+                    match e {
+                        MssError::Unreachable(_) => answers.unreachable.push((r.id, r.attempt)),
+                        MssError::Unknown(_) if answers.unknown.is_none() => {
+                            answers.unknown = Some(e)
+                        }
+                        _ => {}
+                    }
+                    answers.unavailable = true;
+                }
+                Err(e) => {
+                    warn!(request_id = r.id, error = %e, "mss refused the transfer");
+                    self.ledger.rejected(r.id, r.attempt, e.to_string()).await?;
+                }
+            }
+        }
+        Ok(answers)
     }
 
     /// Await an adapter call and record its latency and outcome.
@@ -493,6 +525,32 @@ impl Dispatcher {
 fn keep_marked(ready: &mut Vec<ToSubmit>, marked: &[(i64, bool)]) {
     let mut next = marked.iter().peekable();
     ready.retain(|r| next.next_if(|m| m.0 == r.id).is_some());
+}
+
+/// The adapter's name for a submitted request's transfer.
+fn transfer_ref(r: &ToSubmit, mss_id: Option<String>) -> TransferRef {
+    TransferRef {
+        key: r.id.to_string(),
+        attempt: r.attempt,
+        mss_id,
+        file: r.file.clone(),
+        size_bytes: r.size_bytes,
+    }
+}
+
+/// The MSS's answers to one submitted batch, sorted.
+#[derive(Default)]
+struct BatchAnswers {
+    /// The transfers it took, for the ledger ...
+    taken: Vec<SubmittedTransfer>,
+    /// ... and as the adapter names them, to cancel one at once.
+    refs: Vec<TransferRef>,
+    /// Some could not reach it (retryable).
+    unavailable: bool,
+    /// The first answer that could not be read: the MSS may have queued those.
+    unknown: Option<MssError>,
+    /// (id, attempt) of those that could not connect to it.
+    unreachable: Vec<(i64, u32)>,
 }
 
 fn transfer(r: &ToSubmit) -> Transfer {

@@ -1,7 +1,9 @@
 //! The dispatcher, a real ledger on a SQLite file and the real Tape REST adapter in front of its
 //! stand-in: when the ledger cannot commit what the MSS took (a full disk, an I/O error), the
-//! transfers are not sent again. Tape REST has no idempotency key, so a resend would be a
-//! second stage request (and pin) of the same files.
+//! requests stay `accepted` and marked, and the next step sends them again with the same key
+//! and attempt. Tape REST has no idempotency key, so the adapter must answer that resend from
+//! the transfers it follows (`tape_rest/stage.rs`), not make a second stage request (and pin)
+//! of the same files.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -128,8 +130,19 @@ fn dispatcher_of(
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_the_mss_took_is_recorded_not_sent_again_when_a_commit_fails() {
+/// A ledger on a file in `dir`, the Tape REST stand-in, and a dispatcher in front of it whose
+/// adapter moves the database file away right after the stand-in takes the first batch.
+struct Rig {
+    standin: TapeRestStandin,
+    settings: Settings,
+    db: PathBuf,
+    adapter: Arc<DiskGoneAfterSubmit>,
+    ledger: Ledger,
+    writer: std::thread::JoinHandle<()>,
+    dispatcher: Dispatcher,
+}
+
+async fn rig(dir: &std::path::Path) -> Rig {
     let plan = Plan {
         queued: Duration::from_secs(60),
         active: Duration::from_secs(60),
@@ -139,8 +152,7 @@ async fn what_the_mss_took_is_recorded_not_sent_again_when_a_commit_fails() {
     let AdapterSettings::TapeRest(cfg) = &settings.mss.adapter else {
         panic!("a tape_rest configuration: {:?}", settings.mss.adapter);
     };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("ledger.db");
+    let db = dir.join("ledger.db");
     let adapter = Arc::new(DiskGoneAfterSubmit {
         inner: TapeRestAdapter::new(cfg.clone()).expect("adapter"),
         db: db.clone(),
@@ -156,29 +168,117 @@ async fn what_the_mss_took_is_recorded_not_sent_again_when_a_commit_fails() {
     };
     let (ledger, writer) =
         Ledger::open(&options, settings.policy.clone(), Arc::new(clock.clone())).expect("ledger");
-    let request = read_of(&settings, "/pnfs/test/r1");
-    let id = ledger.accept(vec![request]).await.expect("accepted")[0].id;
     let dispatcher = dispatcher_of(&ledger, adapter.clone(), &settings, &clock);
+    Rig {
+        standin,
+        settings,
+        db,
+        adapter,
+        ledger,
+        writer,
+        dispatcher,
+    }
+}
 
+impl Rig {
+    async fn accept(&self, crid: &str, file: &str) -> i64 {
+        let mut request = read_of(&self.settings, file);
+        request.client_request_id = crid.into();
+        self.ledger.accept(vec![request]).await.expect("accepted")[0].id
+    }
+
+    async fn state_of(&self, id: i64) -> (RequestState, Option<String>) {
+        let r = self
+            .ledger
+            .request(id)
+            .await
+            .expect("read")
+            .expect("stored");
+        (r.state, r.mss_id)
+    }
+
+    /// The database file is back.
+    fn disk_back(&self) {
+        std::fs::rename(self.db.with_extension("away"), &self.db).expect("moved back");
+    }
+
+    /// Stage requests at the stand-in that hold `file`.
+    fn staged(&self, file: &str) -> Vec<String> {
+        let holds = |r: &mss_adapters::standin::tape_rest::StageRequest| {
+            r.files.iter().any(|f| f["path"] == file)
+        };
+        let requests = self.standin.requests();
+        requests
+            .iter()
+            .filter(|r| holds(r))
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    fn close(self) {
+        drop(self.dispatcher);
+        drop(self.ledger);
+        self.writer.join().expect("writer");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_after_a_failed_commit_is_no_second_stage_request() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rig = rig(dir.path()).await;
+    let id = rig.accept("r1", "/pnfs/test/r1").await;
     // The stand-in takes the file; recording that fails with the file away.
-    assert!(dispatcher.submit_once().await.is_err(), "the commit failed");
-    assert_eq!(standin.requests().len(), 1, "one stage request");
-    let stored = ledger.request(id).await.expect("read").expect("stored");
-    assert_eq!(stored.state, RequestState::Accepted, "not recorded yet");
-    // The disk is back: the next step records what the stand-in took, and sends nothing.
-    std::fs::rename(db.with_extension("away"), &db).expect("moved back");
-    let step = dispatcher.submit_once().await;
-    assert!(matches!(step, Ok(Step::Idle)), "nothing to send: {step:?}");
-    assert_eq!(adapter.batches.load(Ordering::SeqCst), 1, "sent once");
-    assert_eq!(standin.requests().len(), 1, "still one stage request");
-    let stored = ledger.request(id).await.expect("read").expect("stored");
-    assert_eq!(stored.state, RequestState::Submitted);
+    assert!(
+        rig.dispatcher.submit_once().await.is_err(),
+        "the commit failed"
+    );
+    assert_eq!(rig.staged("/pnfs/test/r1").len(), 1, "one stage request");
     assert_eq!(
-        stored.mss_id.as_deref(),
-        Some(standin.requests()[0].id.as_str()),
+        rig.state_of(id).await.0,
+        RequestState::Accepted,
+        "not recorded yet"
+    );
+    // The disk is back: the next step sends it again, and the adapter answers from what it
+    // follows.
+    rig.disk_back();
+    let step = rig.dispatcher.submit_once().await;
+    assert!(matches!(step, Ok(Step::Worked(1))), "sent again: {step:?}");
+    assert_eq!(rig.adapter.batches.load(Ordering::SeqCst), 2);
+    let staged = rig.staged("/pnfs/test/r1");
+    assert_eq!(staged.len(), 1, "still one stage request");
+    let want = (RequestState::Submitted, Some(staged[0].clone()));
+    assert_eq!(
+        rig.state_of(id).await,
+        want,
         "under the stage request the stand-in made"
     );
-    drop(dispatcher);
-    drop(ledger);
-    writer.join().expect("writer");
+    rig.close();
+}
+
+/// The same with a refusal in the batch (a path the endpoint refuses, stored before the door
+/// refused relative paths): the refused one is asked again and fails, the taken one is not
+/// staged twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_refusal_in_the_batch_the_taken_file_is_not_staged_twice() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rig = rig(dir.path()).await;
+    let taken = rig.accept("r1", "/pnfs/test/r1").await;
+    let refused = rig.accept("r2", "r2.root").await;
+    assert!(
+        rig.dispatcher.submit_once().await.is_err(),
+        "the commit failed"
+    );
+    assert_eq!(
+        rig.staged("/pnfs/test/r1").len(),
+        1,
+        "r1 staged, r2 refused"
+    );
+    rig.disk_back();
+    rig.dispatcher.submit_once().await.expect("a step");
+    let staged = rig.staged("/pnfs/test/r1");
+    assert_eq!(staged.len(), 1, "r1 not staged again");
+    let want = (RequestState::Submitted, Some(staged[0].clone()));
+    assert_eq!(rig.state_of(taken).await, want);
+    assert_eq!(rig.state_of(refused).await.0, RequestState::Failed);
+    rig.close();
 }
