@@ -297,21 +297,34 @@ impl Fts3Config {
     /// path.
     /// Whether `local_file`, a URL the station names, is one FTS3 takes.
     pub fn check_local_file(&self, local_file: &str) -> Result<(), String> {
-        let Some((scheme, rest)) = local_file.split_once("://") else {
+        let Some((scheme, rest)) = local_file.trim().split_once("://") else {
             return Err(
                 "must be a URL such as davs://host/path (FTS3 moves between storages)".into(),
             );
         };
-        // FTS3 parses it with `urlparse` (fts-rest-flask `lib/JobBuilder_utils.py`
-        // `validate_url`): the path ends at a `?` or `#`, and `/` alone is a path only with a
-        // query; the host is the netloc without user and port.
+        // FTS3 strips it and parses it with `urlparse` (fts-rest-flask `lib/JobBuilder.py`,
+        // `lib/JobBuilder_utils.py` `validate_url`): a scheme is a letter then letters, digits,
+        // `+-.`; the path ends at a `?` or `#` (for http(s) and (s)ftp also at the last
+        // segment's `;params`), and `/` alone is a path only with a query; the host is the
+        // netloc without user and port.
         let (netloc, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
         let tail = tail.split('#').next().unwrap_or_default();
         let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+        let scheme = scheme.to_ascii_lowercase();
+        let path = match (scheme.as_str(), path.rfind('/')) {
+            ("http" | "https" | "ftp" | "sftp", Some(i)) => {
+                path[i..].find(';').map_or(path, |j| &path[..i + j])
+            }
+            _ => path,
+        };
         let host = netloc.rsplit_once('@').map_or(netloc, |(_, h)| h);
         let no_host = host.is_empty() || host.starts_with(':');
         let no_path = path.is_empty() || (path == "/" && query.is_empty());
-        if scheme.is_empty() || scheme.eq_ignore_ascii_case("file") || no_host || no_path {
+        let bad_scheme = !scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            || !scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+        if bad_scheme || scheme == "file" || no_host || no_path {
             return Err("must be a URL with a scheme other than file, a host and a path".into());
         }
         Ok(())

@@ -108,6 +108,9 @@ fn local_files_must_be_urls_fts3_takes() {
         "davs://disk.example.org/stage/f",
         "davs://u@disk.example.org:2880/stage/f",
         "https://disk.example.org/?path=f",
+        " davs://disk.example.org/stage/f ",
+        "davs://disk.example.org/;f",
+        "https://disk.example.org/a;b/c",
     ] {
         assert!(c.check_local_file(ok).is_ok(), "{ok}");
     }
@@ -123,6 +126,8 @@ fn local_files_must_be_urls_fts3_takes() {
         "davs://host/?",
         "davs://host#/f",
         "davs://u@:2880/f",
+        "https://disk.example.org/;p",
+        "1davs://disk.example.org/f",
     ] {
         assert!(c.check_local_file(bad).is_err(), "{bad}");
     }

@@ -175,11 +175,11 @@ async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
 }
 
 /// A reload that fails after `load_usage` (here: a queued row that cannot be read, as an I/O
-/// error or a corrupt page would fail it) is refused, and must change nothing. But `load_state`
-/// commits the usage aggregates rebuilt for the new usage model (and `meta.usage_model`) before
-/// it reads the rest, so the writer goes on charging under the old model over aggregates kept
-/// for the new one: charges made meanwhile never reach `usage_windows`, and a restart on the
-/// new configuration decides with usage that leaves them out.
+/// error or a corrupt page would fail it) is refused, and must change nothing: `load_state`
+/// commits the usage aggregates rebuilt for the new usage model (and `meta.usage_model`) only
+/// with the rest. Had it committed them first, the writer would go on charging under the old
+/// model over aggregates kept for the new one: charges made meanwhile would never reach
+/// `usage_windows`, and a restart on the new configuration would decide without them.
 #[tokio::test]
 async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were() {
     let dir = tempfile::tempdir().unwrap();

@@ -57,7 +57,8 @@ pub(super) struct WriterState {
     volume_memory: Option<VolumeMemory>,
 }
 
-/// The figures copied at a checkpoint (O(groups + libraries)).
+/// The figures copied at a checkpoint (O(groups + libraries); the volume queue's sticky volumes
+/// and flights only in a transaction that changes them).
 struct Saved {
     usage: UsageBook,
     held: Vec<u64>,
@@ -65,8 +66,9 @@ struct Saved {
     outstanding: HashMap<String, u32>,
     queues: Queues,
     release_seq: i64,
-    /// What the volume queue's rows do not hold, for a reload after a rollback.
-    volume_memory: VolumeMemory,
+    /// What the volume queue's rows do not hold, for a reload after a rollback: taken before
+    /// the transaction's first change to the volume queue (`before_volume_change`).
+    volume_memory: Option<VolumeMemory>,
     /// The volume queue changed in a way with no cheap inverse (a batch started, a request
     /// ended or left the queue): a rollback reloads it from the rows (see `Writer::rollback`).
     volumes_changed: bool,
@@ -159,15 +161,17 @@ impl WriterState {
             outstanding: self.outstanding.clone(),
             queues: self.queues.clone(),
             release_seq: self.release_seq,
-            volume_memory: self.volumes.memory(),
+            volume_memory: None,
             volumes_changed: false,
             journal: Vec::new(),
         });
     }
 
-    /// The transaction committed: forget the checkpoint.
+    /// The transaction committed: forget the checkpoint (and what an earlier rollback left for
+    /// a reload that has not happened: it is older than this commit).
     pub fn keep(&mut self) {
         self.checkpoint = None;
+        self.volume_memory = None;
     }
 
     /// The transaction rolled back: back to the checkpoint. Returns whether the volume queue
@@ -180,7 +184,7 @@ impl WriterState {
         self.volumes_due = Some(i64::MIN); // look again at the next chance
         let reload = saved.volumes_changed;
         if reload {
-            self.volume_memory = Some(saved.volume_memory);
+            self.volume_memory = saved.volume_memory;
         }
         self.usage = saved.usage;
         self.held = saved.held;
@@ -250,6 +254,7 @@ impl WriterState {
 
     /// Take a request out of the volume queue (cancelled, or held again).
     pub fn dequeue_volume(&mut self, id: i64) {
+        self.before_volume_change();
         if self.volumes.remove(&self.volume_settings, id).is_some() {
             self.volumes_changed();
         }
@@ -257,6 +262,7 @@ impl WriterState {
 
     /// A volume batch was released: its requests leave the queue, its volume is in flight.
     pub fn volume_batch_started(&mut self, policy: &PolicySettings, batch: &Batch, now: i64) {
+        self.before_volume_change();
         self.volumes
             .batch_started(&self.volume_settings, policy, batch, now);
         self.volumes_changed();
@@ -265,6 +271,7 @@ impl WriterState {
     /// Request `id` takes over released request `carrier`'s read: it joins the carrier's volume
     /// flight, if the carrier is in one. Whether it did.
     pub fn volume_join_flight(&mut self, id: i64, carrier: i64) -> bool {
+        self.before_volume_change();
         let joined = self.volumes.join_flight(id, carrier);
         if joined {
             self.volumes_changed();
@@ -274,10 +281,22 @@ impl WriterState {
 
     /// A released request ended at the MSS (its volume leaves flight with its last one).
     pub fn volume_request_finished(&mut self, policy: &PolicySettings, id: i64, now: i64) {
+        self.before_volume_change();
         let before = self.volumes.in_flight_requests();
         self.volumes.request_finished(policy, id, now);
         if self.volumes.in_flight_requests() != before {
             self.volumes_changed();
+        }
+    }
+
+    /// The volume queue is about to change in a way a rollback answers with a reload from the
+    /// rows: the checkpoint keeps what the rows do not hold, once per transaction
+    /// (O(sticky volumes + volumes in flight)).
+    fn before_volume_change(&mut self) {
+        if let Some(saved) = &mut self.checkpoint {
+            if saved.volume_memory.is_none() {
+                saved.volume_memory = Some(self.volumes.memory());
+            }
         }
     }
 
