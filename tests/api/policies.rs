@@ -294,3 +294,53 @@ fn the_explain_benchmark_runs_on_the_shipped_configuration() {
     assert!(calls("GET ") > 0, "{out}");
     assert!(calls("POST ") > 0, "{out}");
 }
+
+/// Held mode keeps at most `limit` slots per library at the MSS and releases the request the
+/// policy ranks first whenever one frees. `library` is the station's own free text, and any
+/// name the configuration does not list gets a full `limit` of its own: a station that names a
+/// fresh library per request has every request released at once, ahead of the queue, with
+/// `limit = 1` and no library configured at all.
+#[tokio::test]
+async fn a_station_cannot_jump_the_held_queue_by_naming_libraries_nobody_configured() {
+    let sim = SimProcess::start_with(1, 1.0);
+    let config = format!(
+        "{}\n[release]\nmode = \"held\"\nlimit = 1\n",
+        test_config(Some(&sim.url))
+    );
+    let app = TestApp::spawn(&config).await;
+    // An honest backlog in the default library: one at the MSS, the rest queued.
+    for i in 0..5 {
+        let body = request(&format!("honest{i}"), "reprocessing", "x", 10_000_000_000);
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+    }
+    // Another group's requests, each naming a library of its own.
+    for i in 0..10 {
+        let mut body = request(&format!("jump{i}"), "mc", "x", 10_000_000_000);
+        body["library"] = format!("made-up-{i}").into();
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert!(status == 202 || status == 422, "{status}: {r}");
+    }
+    // A 202 in held mode may say `queued` for a request its commit released: read back.
+    let released = |prefix: &str| {
+        count(
+            &app.db,
+            &format!(
+                "SELECT COUNT(*) FROM requests WHERE client_request_id LIKE '{prefix}%' \
+                 AND state NOT IN ('queued', 'held')"
+            ),
+        )
+    };
+    assert_eq!(
+        released("honest"),
+        1,
+        "the honest backlog waits behind limit = 1"
+    );
+    let jumped = released("jump");
+    assert_eq!(
+        jumped, 0,
+        "{jumped} requests naming unconfigured libraries were released past limit = 1 \
+         while 4 requests of the default library still wait"
+    );
+    app.stop().await;
+}
