@@ -53,6 +53,7 @@ fn prepare(
     let group = policy::classify(&live.policy, &fields)
         .map_err(|e| ApiError::field(&format!("{prefix}physics_group"), e.to_string()))?;
     mss_can_take(state.mss.as_ref(), &input, prefix)?;
+    library_known(&live.policy, input.library.as_deref(), prefix)?;
     let benefit = policy::benefit(&live.policy, &input.access_mode, input.size_bytes);
     Ok(NewRequest {
         station: input.station,
@@ -75,6 +76,41 @@ fn prepare(
             position: input.position,
         },
     })
+}
+
+/// Refuse a `library` the configuration does not name. The field only keys the broker's own
+/// limits (held mode's slots, volumes mode's drives per library; no adapter passes it on), and
+/// every unnamed library would get a full limit of its own: a station naming a fresh library
+/// per request would skip the queue.
+fn library_known(
+    policy: &crate::domain::PolicySettings,
+    library: Option<&str>,
+    prefix: &str,
+) -> Result<(), ApiError> {
+    let release = &policy.order.release;
+    let named =
+        |l: &str| release.libraries.contains_key(l) || release.volumes.libraries.contains_key(l);
+    match library {
+        None | Some("") => Ok(()),
+        Some(l) if named(l) => Ok(()),
+        Some(_) => {
+            let known: std::collections::BTreeSet<&str> = (release.libraries.keys())
+                .chain(release.volumes.libraries.keys())
+                .map(String::as_str)
+                .collect();
+            let list = known.into_iter().collect::<Vec<_>>().join(", ");
+            let why = if list.is_empty() {
+                "names no library the configuration knows (none is configured: leave it out)"
+                    .to_string()
+            } else {
+                format!(
+                    "names no library the configuration knows ([release.libraries], \
+                     [release.volumes.libraries]): one of {list}, or leave it out"
+                )
+            };
+            Err(ApiError::field(&format!("{prefix}library"), why))
+        }
+    }
 }
 
 /// Refuse what the configured MSS cannot do with this request, naming the field: a write to an
