@@ -48,22 +48,26 @@ fn refusal(bytes: &[u8], limits: &InputLimits, prefix: &str) -> ApiError {
         )
         .prefixed_body(prefix);
     }
-    if let Some(key) = first_repeated_key(bytes) {
+    let not_object = || ApiError::field("body", "must be a JSON object").prefixed_body(prefix);
+    let Some(keys) = scan_keys(bytes) else {
+        return not_object();
+    };
+    if let Some(key) = keys.repeated {
         return ApiError::field(
             &format!("{prefix}{key}"),
             format!("`{key}` is given more than once"),
         );
     }
-    let not_object = || ApiError::field("body", "must be a JSON object").prefixed_body(prefix);
-    let Ok(given) = serde_json::from_slice::<BTreeMap<Cow<'_, str>, &RawValue>>(bytes) else {
-        return not_object();
-    };
-    if let Some(key) = given.keys().find(|k| !FIELDS.contains(&k.as_ref())) {
+    if let Some(key) = keys.first_unknown {
         return ApiError::field(
             &format!("{prefix}{key}"),
             format!("unknown field `{key}`; known fields: {}", FIELDS.join(", ")),
         );
     }
+    // Every key is a known field, once: at most `FIELDS.len()` of them.
+    let Ok(given) = serde_json::from_slice::<BTreeMap<Cow<'_, str>, &RawValue>>(bytes) else {
+        return not_object();
+    };
     // The first field of the wrong JSON type, unless a field before it is missing or out of
     // bounds: that one is named, as validation goes in field order.
     let mut before: BTreeMap<&str, &RawValue> = BTreeMap::new();
@@ -122,30 +126,53 @@ pub fn not_json(e: &serde_json::Error) -> ApiError {
     )
 }
 
-/// The first key given twice at the top level of a JSON object, if any (`None` for anything
-/// that is not an object).
-fn first_repeated_key(bytes: &[u8]) -> Option<String> {
+/// Unknown keys tracked for a repeat, at most: a body of a million keys costs a scan, not a
+/// set of a million strings (a repeated known field is always found).
+const TRACKED_KEYS: usize = 64;
+
+/// What the keys at the top level of a JSON object say about it.
+#[derive(Default)]
+struct Keys {
+    /// The first key given twice (among known fields and the first [`TRACKED_KEYS`] others).
+    repeated: Option<String>,
+    /// The first key, by name, that is no field of a request.
+    first_unknown: Option<String>,
+}
+
+/// One pass over a JSON object's keys in bounded memory (`None` for anything that is not an
+/// object).
+fn scan_keys(bytes: &[u8]) -> Option<Keys> {
     struct Scan;
     impl<'de> Visitor<'de> for Scan {
-        type Value = Option<String>;
+        type Value = Keys;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
             // Read to the end even after a repeat: the deserializer refuses an object left open.
             let mut seen = std::collections::HashSet::new();
-            let mut repeated = None;
+            let mut keys = Keys::default();
             while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                 map.next_value::<IgnoredAny>()?;
-                if repeated.is_none() && !seen.insert(key.clone()) {
-                    repeated = Some(key.into_owned());
+                let known = FIELDS.contains(&key.as_ref());
+                let first = keys
+                    .first_unknown
+                    .as_deref()
+                    .is_none_or(|u| key.as_ref() < u);
+                if !known && first {
+                    keys.first_unknown = Some(key.to_string());
+                }
+                if keys.repeated.is_none() {
+                    if seen.contains(&key) {
+                        keys.repeated = Some(key.into_owned());
+                    } else if known || seen.len() < TRACKED_KEYS {
+                        seen.insert(key);
+                    }
                 }
             }
-            Ok(repeated)
+            Ok(keys)
         }
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde::Deserializer::deserialize_map(&mut de, Scan)
-        .ok()
-        .flatten()
+    serde::Deserializer::deserialize_map(&mut de, Scan).ok()
 }
