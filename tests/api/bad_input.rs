@@ -548,3 +548,31 @@ async fn request_bodies_share_a_bounded_memory_budget() {
     }
     app.stop().await;
 }
+
+/// An id that is not even UTF-8 once percent-decoded (`%FF`) is refused by axum's `Path`
+/// extractor before `parse_id` sees it; its 400 must still name the field, `id`, as every other
+/// bad id does (`abc`, `+1`, `01`), for GET, DELETE and release alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_that_is_not_utf8_is_refused_naming_the_id() {
+    let app = TestApp::spawn(&test_config(None)).await;
+    for (method, path) in [
+        ("GET", "/v1/requests/%FF"),
+        ("DELETE", "/v1/requests/%FF"),
+        ("POST", "/v1/requests/%C3%28/release"),
+    ] {
+        let resp = app
+            .client
+            .request(method.parse().unwrap(), format!("{}{path}", app.base))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, body["field"].as_str()),
+            (400, Some("id")),
+            "{method} {path}: {body}"
+        );
+    }
+    app.stop().await;
+}
