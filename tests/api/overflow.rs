@@ -188,3 +188,42 @@ async fn usage_past_two_to_the_63_reads_back_exactly_and_survives_a_restart() {
         assert_eq!((g.usage, g.usage_bytes), (usage, usage), "shares of {path}");
     }
 }
+
+/// A whole number past u64 in `size_bytes` or `position` is read by serde_json as a float, and
+/// refused as `must be a whole number`: a message that names the wrong problem (2^64 is whole;
+/// it is too large). One past u64::MAX must get the same answer as u64::MAX itself, the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integer_past_u64_is_refused_as_too_large_not_as_a_fraction() {
+    let app = TestApp::spawn(&test_config(None)).await;
+    for field in ["size_bytes", "position"] {
+        for value in ["18446744073709551615", "18446744073709551616"] {
+            let text = request("big", "mc", "top", 10).to_string();
+            let text = if field == "size_bytes" {
+                text.replace("\"size_bytes\":10", &format!("\"size_bytes\":{value}"))
+            } else {
+                format!("{},\"position\":{value}}}", text.trim_end_matches('}'))
+            };
+            let resp = app
+                .client
+                .post(format!("{}/v1/requests", app.base))
+                .header("content-type", "application/json")
+                .body(text.clone())
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let answer: serde_json::Value = resp.json().await.unwrap();
+            assert_eq!(
+                (status, answer["field"].as_str()),
+                (422, Some(field)),
+                "{text}: {answer}"
+            );
+            let message = answer["error"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("at most"),
+                "{field} = {value}: {message:?} does not say it is too large"
+            );
+        }
+    }
+    app.stop().await;
+}
