@@ -1,5 +1,6 @@
 //! One request by its id: `GET`, `DELETE` (cancel) and `POST .../release`.
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -27,6 +28,19 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
     }
 }
 
+/// The id in a request's path: one that is not even UTF-8 once percent-decoded is refused
+/// naming `id`, as any other bad id.
+fn id_of(raw: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
+    match raw {
+        Ok(Path(raw)) => parse_id(&raw),
+        Err(e) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("id"),
+            format!("not a request id (a positive integer): {}", e.body_text()),
+        )),
+    }
+}
+
 /// A request's state.
 #[utoipa::path(get, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
     (status = 200, body = RequestBody),
@@ -37,10 +51,10 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
 pub(super) async fn get_request(
     State(state): State<Shared>,
     caller: Caller,
-    Path(raw): Path<String>,
+    raw: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "read requests")?;
-    let id = parse_id(&raw)?;
+    let id = id_of(raw)?;
     match state.ledger.request(id).await? {
         // Another station's request answers as if it did not exist: ids do not leak.
         Some(r) if caller.0.may_act_for(&r.station) => {
@@ -87,10 +101,10 @@ pub(super) async fn get_request(
 pub(super) async fn cancel_request(
     State(state): State<Shared>,
     caller: Caller,
-    Path(raw): Path<String>,
+    raw: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "cancel requests")?;
-    let id = parse_id(&raw)?;
+    let id = id_of(raw)?;
     match state.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => {}
         _ => return Err(ApiError::not_found(format!("no request {id}"))),
@@ -135,13 +149,13 @@ pub(super) async fn cancel_request(
 pub(super) async fn release_request(
     State(state): State<Shared>,
     caller: Caller,
-    Path(raw): Path<String>,
+    raw: Result<Path<String>, PathRejection>,
 ) -> Result<Json<responses::ReleaseBody>, ApiError> {
     caller.require(
         &[RoleKind::Station, RoleKind::Operator],
         "release staged files",
     )?;
-    let id = parse_id(&raw)?;
+    let id = id_of(raw)?;
     let r = match state.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => r,
         _ => return Err(ApiError::not_found(format!("no request {id}"))),

@@ -108,6 +108,10 @@ pub fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         Given::Null => Ok(None),
         Given::Unsigned(v) => Ok(Some(v)),
         Given::Negative(_) => Err(D::Error::custom("must be greater than 0")),
+        // serde_json reads a whole number past u64 as a float.
+        Given::Float(v) if past_u64(v) => Err(D::Error::custom(
+            "is too large (past 2^64 - 1): may be at most the configured limits.max_size_bytes",
+        )),
         Given::Float(_) => Err(D::Error::custom("must be a whole number of bytes")),
         other => Err(D::Error::custom(format!(
             "must be an integer, got {}",
@@ -122,12 +126,20 @@ pub fn position<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error
         Given::Null => Ok(None),
         Given::Unsigned(v) => Ok(Some(v)),
         Given::Negative(_) => Err(D::Error::custom("must be 0 or more")),
+        Given::Float(v) if past_u64(v) => {
+            Err(D::Error::custom(format!("may be at most {}", i64::MAX)))
+        }
         Given::Float(_) => Err(D::Error::custom("must be a whole number")),
         other => Err(D::Error::custom(format!(
             "must be an integer, got {}",
             other.kind()
         ))),
     }
+}
+
+/// A whole number too large for a u64, as serde_json gives it (a float).
+fn past_u64(v: f64) -> bool {
+    v.fract() == 0.0 && v >= 18_446_744_073_709_551_616.0
 }
 
 /// A number (its bounds are checked in `validate`).
