@@ -559,3 +559,62 @@ async fn sighup_rotates_the_tokens() {
     assert_eq!(body["field"], "auth.token_file", "{body}");
     assert_eq!(submit_as(&broker.base, "st-new", "r5").await, 202);
 }
+
+/// `POST /v1/admin/cancel-group` with a bad body: every refusal is a 400 naming `group`,
+/// whatever the fault: an unknown key is not named (`extra`), a mistyped or missing `group` is
+/// not the 422 the API gives a mistyped or missing field, and a body that is not declared JSON
+/// (text/plain) is not refused with 415 but acted on: the group's requests are cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_group_refuses_a_bad_body_naming_the_field_and_cancels_nothing() {
+    let sim = SimProcess::start_with(1, 1.0);
+    let app = crate::helpers::TestApp::spawn(&test_config(Some(&sim.url))).await;
+    let (status, r) = app
+        .post(
+            "/v1/requests",
+            &request("keep", "mc", "top", 10_000_000_000),
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let id = r["id"].as_i64().unwrap();
+    let mut wrong = Vec::new();
+    for (content_type, body, want_status, want_field) in [
+        (
+            "application/json",
+            r#"{"group":"mc","extra":1}"#,
+            422,
+            "extra",
+        ),
+        ("application/json", r#"{"group":5}"#, 422, "group"),
+        ("application/json", r#"{}"#, 422, "group"),
+        ("text/plain", r#"{"group":"mc"}"#, 415, "content-type"),
+    ] {
+        let resp = app
+            .client
+            .post(format!("{}/v1/admin/cancel-group", app.base))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        if (status, answer["field"].as_str()) != (want_status, Some(want_field)) {
+            wrong.push(format!(
+                "{content_type} {body}: got {status} {answer}, want {want_status} naming {want_field}"
+            ));
+        }
+    }
+    let (state, cancel_requested): (String, i64) = open_db(&app.db)
+        .query_row(
+            "SELECT state, cancel_requested FROM requests WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        wrong.is_empty() && state != "cancelled" && cancel_requested == 0,
+        "request {id} is {state} (cancel_requested {cancel_requested}); refusals:\n{}",
+        wrong.join("\n")
+    );
+    app.stop().await;
+}
