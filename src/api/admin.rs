@@ -5,7 +5,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +99,39 @@ pub struct CancelGroupBody {
     pub requests: Vec<GroupCancelBody>,
 }
 
+/// The `group` of a `cancel-group` body, or a refusal naming the field as a request's would:
+/// 400 for a body that is not JSON, 422 for one that is not an object, has a key other than
+/// `group`, or a `group` missing or not a string.
+fn group_asked(body: &[u8]) -> Result<String, ApiError> {
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("body"),
+            format!("body is not valid JSON: {e}"),
+        )
+    })?;
+    let Some(object) = v.as_object() else {
+        return Err(ApiError::field(
+            "body",
+            "must be a JSON object: {\"group\": \"PATH\"}",
+        ));
+    };
+    if let Some(key) = object.keys().find(|k| *k != "group") {
+        return Err(ApiError::field(
+            key,
+            format!("unknown field `{key}`; known fields: group"),
+        ));
+    }
+    match object.get("group") {
+        Some(serde_json::Value::String(_)) => {}
+        None => return Err(ApiError::field("group", "is required")),
+        Some(_) => return Err(ApiError::field("group", "must be a string (a group path)")),
+    }
+    let asked: CancelGroupRequest = serde_json::from_value(v)
+        .map_err(|e| ApiError::field("group", format!("expected {{\"group\": \"PATH\"}}: {e}")))?;
+    Ok(asked.group)
+}
+
 /// Cancel every unfinished request of a group, each as `DELETE /v1/requests/{id}` does: those
 /// not yet at the MSS are cancelled and refunded now, those at the MSS are cancelled there
 /// through the adapter. Each is reported with its previous state.
@@ -106,23 +139,18 @@ pub struct CancelGroupBody {
     (status = 200, body = CancelGroupBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
-    (status = 422, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+    (status = 415, body = error::ErrorBody), (status = 422, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn cancel_group(
     State(state): State<Shared>,
     caller: Caller,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<CancelGroupBody>, ApiError> {
     caller.require(&[RoleKind::Operator], "cancel a group's requests")?;
-    let body = body.map_err(|e| ApiError::new(e.status(), Some("body"), e.body_text()))?;
-    let asked: CancelGroupRequest = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            Some("group"),
-            format!("expected {{\"group\": \"PATH\"}}: {e}"),
-        )
-    })?;
-    let group = asked.group.trim().to_string();
+    let body = super::submit::json_bytes(&headers, body)?;
+    let group = group_asked(&body)?.trim().to_string();
     if group.is_empty() || group.len() > state.limits.max_path_len {
         return Err(ApiError::field(
             "group",

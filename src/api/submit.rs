@@ -19,7 +19,10 @@ use crate::live_settings::Live;
 use crate::policy::{self, RequestFields};
 
 /// Check the content type and read the body.
-fn json_bytes(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(super) fn json_bytes(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
