@@ -1,7 +1,8 @@
 //! Reading a body into a [`SubmitRequest`]: one serde pass for a well-formed body. A refused
 //! body is looked at again to name its fault as the API always has: a syntax error is the
-//! body's; then a key given twice; a body that is not an object; an unknown field (the first
-//! by name); then the first field, in [`FIELDS`] order, of the wrong JSON type, missing or out
+//! body's; then a key given twice (a known field, or one of the first 64 other keys); a body
+//! that is not an object; an unknown field (the first by name; one pass in bounded memory,
+//! whatever the number of keys); then the first field, in [`FIELDS`] order, of the wrong JSON type, missing or out
 //! of bounds, so a body with several faults is always answered with the same one.
 
 use std::borrow::Cow;
