@@ -96,7 +96,8 @@ pub(super) async fn get_request(
     (status = 202, description = "at the MSS, or perhaps there (its submission is on its way, or was not answered and waits to be resent): the MSS is asked to drop it", body = CancelBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
-    (status = 409, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+    (status = 409, body = error::ErrorBody), (status = 429, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn cancel_request(
     State(state): State<Shared>,
@@ -104,6 +105,8 @@ pub(super) async fn cancel_request(
     raw: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "cancel requests")?;
+    // A cancel takes a writer transaction and may call the MSS: it counts against the rate.
+    caller.charge(&state, 1)?;
     let id = id_of(raw)?;
     match state.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => {}
@@ -143,8 +146,8 @@ pub(super) async fn cancel_request(
     (status = 200, description = "the MSS released the disk copy", body = responses::ReleaseBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
-    (status = 409, body = error::ErrorBody), (status = 502, body = error::ErrorBody),
-    (status = 503, body = error::ErrorBody),
+    (status = 409, body = error::ErrorBody), (status = 429, body = error::ErrorBody),
+    (status = 502, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn release_request(
     State(state): State<Shared>,
@@ -155,6 +158,8 @@ pub(super) async fn release_request(
         &[RoleKind::Station, RoleKind::Operator],
         "release staged files",
     )?;
+    // A release calls the MSS: it counts against the station's rate.
+    caller.charge(&state, 1)?;
     let id = id_of(raw)?;
     let r = match state.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => r,

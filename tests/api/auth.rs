@@ -402,3 +402,40 @@ async fn a_body_without_a_token_is_refused_before_it_is_read() {
     }
     app.stop().await;
 }
+
+/// Cancels and releases count against a station token's rate as submissions do (each takes a
+/// writer transaction or calls the MSS): past the burst, 429; an operator is not limited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_and_releases_count_against_a_stations_rate() {
+    let sim = SimProcess::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}\n[auth]\ntoken_file = {:?}\n",
+        test_config(Some(&sim.url)),
+        token_file(dir.path())
+    )
+    .replace(
+        "max_batch = 500",
+        "max_batch = 5\nstation_rate_per_sec = 1\nstation_burst = 5",
+    );
+    let app = TestApp::spawn(&config).await;
+    let mut statuses = Vec::new();
+    for i in 0..8 {
+        let (method, path) = if i % 2 == 0 {
+            ("DELETE", "/v1/requests/424242")
+        } else {
+            ("POST", "/v1/requests/424242/release")
+        };
+        let body = (method == "POST").then(|| json!({}));
+        let (s, _) = call(&app, method, path, Some("tok-a"), body.as_ref()).await;
+        statuses.push(s);
+    }
+    assert!(
+        statuses[..5].iter().all(|&s| s != 429),
+        "the burst passes: {statuses:?}"
+    );
+    assert!(statuses[5..].contains(&429), "{statuses:?}");
+    let (s, _) = call(&app, "DELETE", "/v1/requests/424242", Some("tok-op"), None).await;
+    assert_eq!(s, 404, "an operator is not limited");
+    app.stop().await;
+}
