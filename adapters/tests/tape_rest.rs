@@ -1,13 +1,13 @@
 //! The WLCG Tape REST adapter against the stand-in endpoint: what a batch stages (checked by the
 //! stand-in against the specification), polling into events (dCache's and EOS's forms), cancel
 //! and release, recovery after a restart, writes refused, the bearer token, the sitename from
-//! the discovery document, 413 splitting, normalised paths, archiveinfo before staging and
-//! deleting finished requests.
+//! the discovery document, 413 splitting, normalised paths, archiveinfo before staging,
+//! deleting finished requests and the `Location` of a created stage request.
 
 use std::path::Path;
 use std::time::Duration;
 
-use mss_adapters::standin::tape_rest::{Form, TapeRestOptions};
+use mss_adapters::standin::tape_rest::{BadStageAnswer, Form, TapeRestOptions};
 use mss_adapters::standin::{EventReader, Plan, TapeRestStandin};
 use mss_adapters::tape_rest::{RawTapeRestConfig, TapeRestAdapter, TapeRestConfig};
 use mss_adapters::{Direction, EventKind, MssAdapter, MssError, Progress, Transfer, TransferRef};
@@ -432,4 +432,38 @@ async fn one_path_the_endpoint_refuses_fails_alone_not_its_whole_batch() {
     for key in ["1", "3"] {
         assert_eq!(b.final_event(key).await, EventKind::Done { bytes: 3_000 });
     }
+}
+
+/// A created stage request is answered 201 with its id and a `Location` naming it by an
+/// absolute URL, as dCache builds it: the URL posted to, `/`, the id.
+#[tokio::test]
+async fn the_standin_names_a_created_request_by_an_absolute_location() {
+    let b = Bench::new().await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/stage", b.standin.url))
+        .bearer_auth("tape-token")
+        .json(&json!({"files": [{"path": "/pnfs/cms/a"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::CREATED);
+    let location = resp.headers()["location"].to_str().unwrap().to_string();
+    assert_eq!(location, format!("{}/stage/stage-0001", b.standin.url));
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body, json!({"requestId": "stage-0001"}));
+    // Broken off: the status and Location arrive, the body does not.
+    b.standin
+        .set_bad_stage_answer(Some(BadStageAnswer::BodyCutOff));
+    let resp = reqwest::Client::new()
+        .post(format!("{}/stage", b.standin.url))
+        .bearer_auth("tape-token")
+        .json(&json!({"files": [{"path": "/pnfs/cms/b"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::CREATED);
+    let location = resp.headers()["location"].to_str().unwrap().to_string();
+    assert_eq!(location, format!("{}/stage/stage-0002", b.standin.url));
+    assert!(resp.bytes().await.is_err(), "the body breaks off");
+    assert_eq!(b.standin.requests().len(), 2);
 }

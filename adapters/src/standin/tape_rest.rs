@@ -22,16 +22,23 @@
 //! rest TAPE. `DELETE /stage/{id}` clears a request (a later GET is 404); a release still works
 //! afterwards, since dCache unpins by the request's id without looking the request up
 //! (`ReleaseResources.java` answers 200 to any well-formed release).
+//!
+//! A created stage request is answered 201 with `{"requestId"}` and a `Location` header naming
+//! it by an absolute URL, as each real server builds it (see `location`). Told to
+//! ([`TapeRestStandin::set_bad_stage_answer`]), the stand-in still creates the request but
+//! answers it badly ([`BadStageAnswer`]): what a proxy or a broken connection makes of it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -67,6 +74,19 @@ impl Default for TapeRestOptions {
     }
 }
 
+/// How the stand-in answers a stage request it has created, instead of its own good answer
+/// ([`TapeRestStandin::set_bad_stage_answer`]). The request is created all the same: the
+/// answer, not the submission, is what goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadStageAnswer {
+    /// 201 and the `Location` header, with a JSON body cut short (a proxy that mangles it).
+    GarbledBody,
+    /// 201 with the same body cut short and no `Location` header (a proxy that drops it).
+    GarbledBodyNoLocation,
+    /// 201 and the `Location` header, then the connection breaks off in the body.
+    BodyCutOff,
+}
+
 /// dCache's `archiveinfo maxpaths` default: paths past it are left out of the answer.
 const ARCHIVEINFO_MAX_PATHS: usize = 10_000;
 
@@ -90,9 +110,12 @@ struct Inner {
     options: TapeRestOptions,
     /// The API's base, as the discovery document lists it.
     url: String,
+    /// The port served on, for the absolute `Location` of a created request.
+    port: u16,
     requests: HashMap<String, StageRequest>,
     order: Vec<String>,
     next: u64,
+    bad_stage_answer: Option<BadStageAnswer>,
 }
 
 /// A running stand-in Tape REST endpoint; its API base is `url`.
@@ -122,15 +145,18 @@ impl TapeRestStandin {
         options: TapeRestOptions,
     ) -> std::io::Result<TapeRestStandin> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}/api/v1/tape", listener.local_addr()?);
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}/api/v1/tape");
         let state = Arc::new(Mutex::new(Inner {
             desk: Desk::new(token),
             plan,
             options,
             url: url.clone(),
+            port: addr.port(),
             requests: HashMap::new(),
             order: Vec::new(),
             next: 1,
+            bad_stage_answer: None,
         }));
         let api = Router::new()
             .route("/stage", post(stage))
@@ -174,6 +200,11 @@ impl TapeRestStandin {
 
     pub fn set_down(&self, down: bool) {
         self.lock().desk.down = down;
+    }
+
+    /// Answer every stage request created from now on badly (`Some`), or well again (`None`).
+    pub fn set_bad_stage_answer(&self, bad: Option<BadStageAnswer>) {
+        self.lock().bad_stage_answer = bad;
     }
 }
 
@@ -268,6 +299,7 @@ fn check_stage(body: &Value) -> Result<Vec<Value>, String> {
 
 async fn stage(
     State(state): State<Arc<Mutex<Inner>>>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -325,12 +357,73 @@ async fn stage(
         },
     );
     s.order.push(id.clone());
-    (
-        StatusCode::CREATED,
-        [("location", format!("/api/v1/tape/stage/{id}"))],
-        Json(json!({"requestId": id})),
-    )
-        .into_response()
+    let location = location(&s, &headers, uri.path(), &id);
+    let body = json!({"requestId": id}).to_string();
+    let json_type = (header::CONTENT_TYPE, "application/json");
+    match s.bad_stage_answer {
+        None => (
+            StatusCode::CREATED,
+            [json_type, (header::LOCATION, location.as_str())],
+            body,
+        )
+            .into_response(),
+        Some(BadStageAnswer::GarbledBody) => (
+            StatusCode::CREATED,
+            [json_type, (header::LOCATION, location.as_str())],
+            garbled(&body),
+        )
+            .into_response(),
+        Some(BadStageAnswer::GarbledBodyNoLocation) => {
+            (StatusCode::CREATED, [json_type], garbled(&body)).into_response()
+        }
+        Some(BadStageAnswer::BodyCutOff) => {
+            let start = Bytes::from(garbled(&body));
+            let broken = std::io::Error::other("the stand-in breaks off the answer");
+            // A pause first, so that the status, headers and first bytes go out (hyper
+            // sends nothing of an answer whose body fails at once).
+            let broken_off = stream::once(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Err(broken)
+            });
+            let chunks = stream::iter([Ok(start)]).chain(broken_off);
+            (
+                StatusCode::CREATED,
+                [json_type, (header::LOCATION, location.as_str())],
+                Body::from_stream(chunks),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// The first half of `body`: JSON cut short.
+fn garbled(body: &str) -> String {
+    body[..body.len() / 2].to_string()
+}
+
+/// The `Location` of created request `id`: an absolute URL, as the real servers build it, that
+/// need not be under the URL the client uses (another scheme, host or route):
+/// - dCache: the URL the client posted to, as the servlet sees it (scheme, `Host` header, path,
+///   no query), `/`, the request's UUID (dCache/dcache
+///   `modules/dcache-frontend/.../restful/resources/tape/StageResources.java` `submit`:
+///   `setUrlPrefix(request.getRequestURL())`, `.header("location", message.getRequestUrl())`;
+///   `modules/dcache-bulk/.../bulk/BulkService.java`: `getUrlPrefix() + "/" + getUid()`).
+/// - EOS: always `https://`, the MGM's alias and XrdHttp port, the fixed route
+///   `/api/v1/stage/` and the id, whatever URL the client used (cern-eos/eos
+///   `mgm/http/rest-api/action/tape/stage/CreateStageBulkRequest.cc` `generateAccessURL`,
+///   `handler/tape/TapeRestHandler.cc` `getAccessURLBuilder`, `initializeStageRoutes`).
+fn location(s: &Inner, headers: &HeaderMap, path: &str, id: &str) -> String {
+    match s.options.form {
+        Form::Dcache => {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("127.0.0.1:{}", s.port));
+            format!("http://{host}{path}/{id}")
+        }
+        Form::Eos => format!("https://localhost:{}/api/v1/stage/{id}", s.port),
+    }
 }
 
 /// A file's state now, and its error.
