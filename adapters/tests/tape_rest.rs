@@ -2,7 +2,7 @@
 //! stand-in against the specification), polling into events (dCache's and EOS's forms), cancel
 //! and release, recovery after a restart, writes refused, the bearer token, the sitename from
 //! the discovery document, 413 splitting, normalised paths, archiveinfo before staging,
-//! deleting finished requests and the `Location` of a created stage request.
+//! deleting finished requests and a garbled stage answer named by its `Location`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -465,5 +465,82 @@ async fn the_standin_names_a_created_request_by_an_absolute_location() {
     let location = resp.headers()["location"].to_str().unwrap().to_string();
     assert_eq!(location, format!("{}/stage/stage-0002", b.standin.url));
     assert!(resp.bytes().await.is_err(), "the body breaks off");
+    assert_eq!(b.standin.requests().len(), 2);
+}
+
+/// The answer to a stage POST is lost in its body (cut short, or the connection breaks off in
+/// it) but its status (201) and `Location` header came through: the request is known by the
+/// id the `Location` names, followed under it, and never staged a second time. dCache's
+/// `Location` is under the URL posted to; EOS's is `https://` its alias and a fixed route.
+#[tokio::test]
+async fn a_garbled_stage_answer_is_known_by_its_location_and_staged_once() {
+    for (form, bad) in [
+        (Form::Dcache, BadStageAnswer::GarbledBody),
+        (Form::Dcache, BadStageAnswer::BodyCutOff),
+        (Form::Eos, BadStageAnswer::GarbledBody),
+    ] {
+        let mut b = Bench::like(TapeRestOptions {
+            form,
+            ..TapeRestOptions::default()
+        })
+        .await;
+        b.standin.set_bad_stage_answer(Some(bad));
+        let batch = [read("1", "/pnfs/cms/a"), read("2", "/pnfs/cms/b")];
+        let answers = b.adapter.submit_batch(&batch).await;
+        let ids: Vec<String> = answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|e| panic!("{form:?} {bad:?}: {e:?}"))
+                    .mss_id
+            })
+            .collect();
+        assert_eq!(ids, ["stage-0001", "stage-0001"], "{form:?} {bad:?}");
+        // Asked again (a broker's resend): answered from what is followed, nothing staged.
+        for again in b.adapter.submit_batch(&batch).await {
+            let again = again.unwrap();
+            assert_eq!(again.mss_id, "stage-0001");
+            assert!(again.duplicate, "{form:?} {bad:?}");
+        }
+        let requests = b.standin.requests();
+        assert_eq!(requests.len(), 1, "{form:?} {bad:?}: staged once");
+        assert_eq!(requests[0].files.len(), 2);
+        for key in ["1", "2"] {
+            assert_eq!(b.final_event(key).await, EventKind::Done { bytes: 3_000 });
+        }
+        let polled = b.standin.calls();
+        assert!(
+            polled
+                .iter()
+                .any(|c| c.method == "GET" && c.path == "/stage/stage-0001"),
+            "{form:?} {bad:?}: followed under the Location's id"
+        );
+    }
+}
+
+/// Without a `Location` a garbled answer names no request: the outcome stays unknown (the
+/// request may exist), nothing is followed, and a resend stages the files again, the
+/// duplicate the API's lack of an idempotency key leaves.
+#[tokio::test]
+async fn a_garbled_stage_answer_without_a_location_stays_unknown() {
+    let b = Bench::new().await;
+    b.standin
+        .set_bad_stage_answer(Some(BadStageAnswer::GarbledBodyNoLocation));
+    let batch = [read("1", "/pnfs/cms/a"), read("2", "/pnfs/cms/b")];
+    for answer in b.adapter.submit_batch(&batch).await {
+        assert!(matches!(answer, Err(MssError::Unknown(_))), "{answer:?}");
+    }
+    assert_eq!(b.standin.requests().len(), 1, "the request was created");
+    let t = &batch[0];
+    let unrecorded = TransferRef {
+        mss_id: None,
+        ..reference(t, "")
+    };
+    assert_eq!(b.adapter.status(&unrecorded).await.unwrap(), None);
+    b.standin.set_bad_stage_answer(None);
+    for again in b.adapter.submit_batch(&batch).await {
+        let again = again.unwrap();
+        assert_eq!(again.mss_id, "stage-0002");
+        assert!(!again.duplicate);
+    }
     assert_eq!(b.standin.requests().len(), 2);
 }

@@ -1,10 +1,16 @@
 //! Submitting reads: the triage of a batch, `POST /archiveinfo` to settle files already on disk
 //! (or lost), then `POST /stage` per group of distinct paths, split on a 413.
+//!
+//! The API has no idempotency key: a stage request whose answer is lost is staged (and pinned)
+//! again when resent. So a 201 whose body cannot be read (cut short, broken off, not the JSON
+//! asked for) is not given up as unknown when its `Location` header names the request: every
+//! implementation sends one, an absolute URL ending `/stage/{id}` ([`location_request_id`]).
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 
-use reqwest::{Method, StatusCode};
+use reqwest::header::{HeaderMap, LOCATION};
+use reqwest::{Method, StatusCode, Url};
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
@@ -186,7 +192,14 @@ impl TapeRestAdapter {
         let resp = rest::send_submission(rb, sh.cfg.timeout)
             .await
             .map_err(StageError::Mss)?;
-        let answer = rest::Answer::read(resp).await.map_err(StageError::Mss)?;
+        // Read before the body, which may not come whole.
+        let named = (resp.status() == StatusCode::CREATED)
+            .then(|| created_request_id(resp.url(), resp.headers()))
+            .flatten();
+        let answer = match rest::Answer::read(resp).await {
+            Ok(answer) => answer,
+            Err(e) => return by_location(named, e),
+        };
         // Before the shared classification: a 413 is not a refusal of these files.
         if answer.status == StatusCode::PAYLOAD_TOO_LARGE {
             return Err(StageError::TooLarge(
@@ -196,19 +209,31 @@ impl TapeRestAdapter {
         if !answer.status.is_success() {
             return Err(StageError::Mss(answer.error()));
         }
-        let body: Value = answer.json().map_err(StageError::Mss)?;
-        let id = body
-            .get("requestId")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                let text = crate::answer::clip(&body.to_string(), crate::answer::MAX_MESSAGE_CHARS)
-                    .into_owned();
-                StageError::Mss(MssError::Unknown(format!("no requestId in {text}")))
-            })?;
-        Ok(Submitted {
-            mss_id: id.to_string(),
-            duplicate: false,
-        })
+        let id = answer.json::<Value>().and_then(|body| {
+            body.get("requestId")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    let text =
+                        crate::answer::clip(&body.to_string(), crate::answer::MAX_MESSAGE_CHARS)
+                            .into_owned();
+                    MssError::Unknown(format!("no requestId in {text}"))
+                })
+        });
+        match id {
+            Ok(id) => {
+                if let Some(other) = named.filter(|n| *n != id) {
+                    warn!(request_id = %id, location = %other,
+                          "the tape endpoint's stage answer names another request in its \
+                           Location; following its requestId");
+                }
+                Ok(Submitted {
+                    mss_id: id,
+                    duplicate: false,
+                })
+            }
+            Err(e) => by_location(named, e),
+        }
     }
 
     /// The status of a transfer settled by archiveinfo: asked again (after a restart its event
@@ -229,6 +254,82 @@ impl TapeRestAdapter {
             },
         )
     }
+}
+
+/// A stage request created (201) but whose answer could not be read (`e`): known by the id its
+/// `Location` named, if it named one; otherwise `e`, an unknown outcome, as before.
+fn by_location(named: Option<String>, e: MssError) -> Result<Submitted, StageError> {
+    match named {
+        Some(id) => {
+            warn!(request_id = %id, error = %e,
+                  "the tape endpoint's stage answer (201) is unreadable; the request is the one \
+                   its Location names");
+            Ok(Submitted {
+                mss_id: id,
+                duplicate: false,
+            })
+        }
+        None => Err(StageError::Mss(e)),
+    }
+}
+
+/// The id the `Location` header of a 201 to a POST to `posted` names, if it names one.
+fn created_request_id(posted: &Url, headers: &HeaderMap) -> Option<String> {
+    let location = headers.get(LOCATION)?.to_str().ok()?;
+    location_request_id(posted, location)
+}
+
+/// The stage request id a `Location` names: its last path segment, which must follow a `stage`
+/// segment and pass [`valid_request_id`]. A relative `Location` is resolved against `posted`
+/// (the URL posted to); only the id is taken, never the scheme, host or route, which need not be
+/// the configured URL's. What the servers send, each an absolute URL:
+/// - dCache: the POST's `getRequestURL()` (the URL as its servlet sees it), `/`, the UUID.
+///   dCache/dcache at 77340d6671e9, `modules/dcache-frontend/src/main/java/org/dcache/restful/
+///   resources/tape/StageResources.java` `submit`, lines 303-323:
+///   `request.setUrlPrefix(this.request.getRequestURL().toString())`, then
+///   `.header("location", message.getRequestUrl())`, the `requestId` being its text after the
+///   last `/`; `modules/dcache-bulk/src/main/java/org/dcache/services/bulk/BulkService.java`
+///   line 192: `setRequestUrl(request.getUrlPrefix() + "/" + request.getUid())`, the UUID of
+///   line 184.
+/// - EOS: `https://{mgmofs.alias}:{xrdhttp port}/api/v1/stage/{id}`, whatever URL was used.
+///   cern-eos/eos at e63126c64c7b, `mgm/http/rest-api/action/tape/stage/
+///   CreateStageBulkRequest.cc` lines 65-77 (`responseMap["Location"] = generateAccessURL(..)`);
+///   `mgm/http/rest-api/handler/tape/TapeRestHandler.cc` line 91 (the route
+///   `{entry point}v1/stage/`, `/api/` by default) and lines 235-244 (`getAccessURLBuilder`:
+///   `https://`, the alias, the port); `unit_tests/mgm/http/rest-api/tape/TapeActionsTest.cc`
+///   lines 64-89 expect `https://tape.example.org:1234/api/v1/stage/<id>`.
+/// - StoRM Tape: `{proto}://{host}:{port}/api/v1/stage/{id}`, from the `Forwarded` or `Host`
+///   header (`src/io.cpp` `make_location`, read in the giacomini/storm-tape fork at 027e915a).
+pub(super) fn location_request_id(posted: &Url, location: &str) -> Option<String> {
+    let location = location.trim();
+    if location.is_empty() {
+        return None;
+    }
+    let named = posted.join(location).ok()?;
+    if named.path() == posted.path() {
+        // The URL posted to itself (`?x`, `#x`): names nothing new.
+        return None;
+    }
+    let mut segments = named.path_segments()?.filter(|s| !s.is_empty()).rev();
+    let id = segments.next()?;
+    (segments.next()? == "stage" && valid_request_id(id)).then(|| id.to_string())
+}
+
+/// Most bytes of a stage request id taken from a `Location` (a UUID, what dCache, EOS and StoRM
+/// give, has 36).
+pub(super) const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Whether `id` can be a stage request id taken from a `Location`: not empty, at most
+/// [`MAX_REQUEST_ID_BYTES`], only URL-unreserved characters (RFC 3986: letters, digits,
+/// `-._~`) and not a dot segment, so that it goes as it is into `/stage/{id}` and
+/// `/release/{id}`. (The `requestId` of a readable body is taken as it comes, unchecked.)
+pub(super) fn valid_request_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID_BYTES
+        && !id.bytes().all(|b| b == b'.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
 }
 
 /// The files per request to try after a 413 for `files`: the maximum dCache names in its

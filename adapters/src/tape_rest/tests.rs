@@ -149,3 +149,59 @@ fn the_eos_form_without_state_is_read_as_gfal2_reads_it() {
     );
     assert!(!all_final(&c, &req));
 }
+
+#[test]
+fn a_location_names_the_stage_request_by_its_last_segment_after_stage() {
+    use super::stage::location_request_id;
+    let posted = reqwest::Url::parse("https://dcache.example.org:3880/api/v1/tape/stage").unwrap();
+    let uuid = "5c6b9a1e-4f2d-4c3a-9a0e-2b1f1f5d7c11";
+    for location in [
+        // dCache: the URL posted to, then the UUID; behind a proxy, as its servlet saw it.
+        format!("https://dcache.example.org:3880/api/v1/tape/stage/{uuid}"),
+        format!("http://frontend.internal:3880/api/v1/tape/stage/{uuid}"),
+        // EOS (always https, its alias) and StoRM: a fixed route of their own.
+        format!("https://eosctaatlas.cern.ch:8444/api/v1/stage/{uuid}"),
+        format!("http://storm-tape.example.org:8080/api/v1/stage/{uuid}"),
+        // Relative forms, resolved against the URL posted to.
+        format!("/api/v1/tape/stage/{uuid}"),
+        format!("stage/{uuid}"),
+        format!("//other.example.org/stage/{uuid}"),
+        // Query, fragment, a trailing slash, white space around.
+        format!("/api/v1/tape/stage/{uuid}?x=1#f"),
+        format!("/api/v1/tape/stage/{uuid}/"),
+        format!("  https://h/api/v1/stage/{uuid}  "),
+    ] {
+        assert_eq!(
+            location_request_id(&posted, &location).as_deref(),
+            Some(uuid),
+            "{location}"
+        );
+    }
+    let long = "a".repeat(129);
+    for location in [
+        String::new(),
+        "   ".into(),
+        "?x=1".into(),
+        "#f".into(),
+        "/api/v1/tape/requests/abc".into(),
+        "/api/v1/tape/stage/".into(),
+        "/api/v1/tape/stage".into(),
+        "/api/v1/tape/stage/abc/cancel".into(),
+        "/api/v1/tape/stage/a%2Fb".into(),
+        "/api/v1/tape/stage/a b".into(),
+        "/api/v1/tape/stage/caf\u{e9}".into(),
+        "/api/v1/tape/stage/..".into(),
+        format!("/api/v1/tape/stage/{long}"),
+        // Relative to `.../tape/stage`, a bare id replaces `stage`.
+        "abc".into(),
+        "mailto:stage@example.org".into(),
+        "http://[::1".into(),
+    ] {
+        assert_eq!(
+            location_request_id(&posted, &location),
+            None,
+            "{location:?}"
+        );
+    }
+    assert!(location_request_id(&posted, &format!("/stage/{}", "a".repeat(128))).is_some());
+}
