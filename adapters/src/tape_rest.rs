@@ -8,8 +8,9 @@
 //!   the rest (UNAVAILABLE and errors that may pass included: the server queues the recall),
 //!   one `POST {url}/stage` per at most `max_files_per_request` distinct paths (a refused one
 //!   is sent again one file at a time), `{"files": [{"path", "diskLifetime", "targetedMetadata": {<sitename>:
-//!   {"activity": <group>}}}]}`; the answer (201) names the stage request (`requestId`), which is
-//!   every transfer's MSS id. A 413 (dCache: more than `bulk.limits.max.targets-per-flat-request`
+//!   {"activity": <group>}}}]}`; the answer (201) names the stage request (`requestId`, or, when
+//!   the body cannot be read, the id at the end of its `Location` header), which is every
+//!   transfer's MSS id. A 413 (dCache: more than `bulk.limits.max.targets-per-flat-request`
 //!   files) splits the request to the maximum dCache's message names (or halves it) and lowers
 //!   the limit for later ones. The API only stages: writes
 //!   are refused. Paths are sent and matched lexically normalised ([`paths`]).
@@ -27,8 +28,10 @@
 //!   (`release.mode = "held"`); configuration refuses `pass_through` with this adapter.
 //!
 //! The API has no client-chosen request id and no way to list stage requests, so a batch whose
-//! answer is lost to a broker crash (between the POST and the broker's commit) is staged again
-//! under a new request; the first request's pins expire after `diskLifetime`.
+//! answer is lost (to a broker crash between the POST and the broker's commit, or an answer
+//! broken off before its headers) is staged again under a new request; the first request's
+//! pins expire after `diskLifetime`. Within one process a resend of a transfer the adapter
+//! follows is answered from its tracks (`stage.rs` `triage`).
 
 mod adapter;
 mod archive;
