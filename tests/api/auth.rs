@@ -244,20 +244,25 @@ async fn every_role_on_every_endpoint() {
     app.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_station_over_its_rate_gets_429_with_retry_after() {
-    let sim = SimProcess::start();
-    let dir = tempfile::tempdir().unwrap();
+/// A broker whose station tokens may send 1 request a second, 5 at once.
+async fn rate_limited_app(sim: &SimProcess, dir: &std::path::Path) -> TestApp {
     let config = format!(
         "{}\n[auth]\ntoken_file = {:?}\n",
         test_config(Some(&sim.url)),
-        token_file(dir.path())
+        token_file(dir)
     )
     .replace(
         "max_batch = 500",
         "max_batch = 5\nstation_rate_per_sec = 1\nstation_burst = 5",
     );
-    let app = TestApp::spawn(&config).await;
+    TestApp::spawn(&config).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_station_over_its_rate_gets_429_with_retry_after() {
+    let sim = SimProcess::start();
+    let dir = tempfile::tempdir().unwrap();
+    let app = rate_limited_app(&sim, dir.path()).await;
     let mut statuses = Vec::new();
     let mut retry_after = None;
     for i in 0..8 {
@@ -409,16 +414,7 @@ async fn a_body_without_a_token_is_refused_before_it_is_read() {
 async fn cancels_and_releases_count_against_a_stations_rate() {
     let sim = SimProcess::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}\n[auth]\ntoken_file = {:?}\n",
-        test_config(Some(&sim.url)),
-        token_file(dir.path())
-    )
-    .replace(
-        "max_batch = 500",
-        "max_batch = 5\nstation_rate_per_sec = 1\nstation_burst = 5",
-    );
-    let app = TestApp::spawn(&config).await;
+    let app = rate_limited_app(&sim, dir.path()).await;
     let mut statuses = Vec::new();
     for i in 0..8 {
         let (method, path) = if i % 2 == 0 {

@@ -588,16 +588,9 @@ async fn cancel_group_refuses_a_bad_body_naming_the_field_and_cancels_nothing() 
         ("application/json", r#"{}"#, 422, "group"),
         ("text/plain", r#"{"group":"mc"}"#, 415, "content-type"),
     ] {
-        let resp = app
-            .client
-            .post(format!("{}/v1/admin/cancel-group", app.base))
-            .header("content-type", content_type)
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        let (status, answer) = app
+            .post_raw("/v1/admin/cancel-group", content_type, body.into())
+            .await;
         if (status, answer["field"].as_str()) != (want_status, Some(want_field)) {
             wrong.push(format!(
                 "{content_type} {body}: got {status} {answer}, want {want_status} naming {want_field}"
