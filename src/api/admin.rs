@@ -103,13 +103,8 @@ pub struct CancelGroupBody {
 /// 400 for a body that is not JSON, 422 for one that is not an object, has a key other than
 /// `group`, or a `group` missing or not a string.
 fn group_asked(body: &[u8]) -> Result<String, ApiError> {
-    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            Some("body"),
-            format!("body is not valid JSON: {e}"),
-        )
-    })?;
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| super::request::not_json(&e))?;
     let Some(object) = v.as_object() else {
         return Err(ApiError::field(
             "body",

@@ -13,6 +13,7 @@ use crate::policy::multifactor::Qos;
 mod batch;
 mod given;
 mod read;
+pub(super) use read::not_json;
 #[cfg(test)]
 mod tests;
 

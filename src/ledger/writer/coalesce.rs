@@ -65,13 +65,11 @@ impl Carriers {
     /// `id`, a read of `key` just decided, carries it unless an older one does; whether it
     /// does now.
     pub fn offer(&mut self, key: u64, id: i64) -> bool {
-        match self.0.entry(key) {
-            std::collections::hash_map::Entry::Occupied(_) => false,
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(id);
-                true
-            }
+        let vacant = !self.0.contains_key(&key);
+        if vacant {
+            self.0.insert(key, id);
         }
+        vacant
     }
 
     /// `id` no longer carries `key`; whether it did.
@@ -181,7 +179,7 @@ impl Txn<'_, '_> {
             })
             .optional()?;
         let Some((class, decided)) = found else {
-            // Stale (settled in a rolled-back transaction, or another file's fingerprint).
+            // Stale (another file's fingerprint, or a carrier its caller cancelled).
             self.st.forget_carrier(key, id);
             return Ok(None);
         };
@@ -190,25 +188,32 @@ impl Txn<'_, '_> {
         Ok((allowed && (priority || is_fair(self.policy, item.group))).then_some((id, decided)))
     }
 
-    /// `id`, a new request just decided or queued (`queued`), may carry its file: a queued one
-    /// only under `coalesce = "queued"` (else it would stand in the way of a later read of the
-    /// file that is released first).
+    /// `id`, a new request just decided or queued (`queued`), may carry its file.
     pub(super) fn offer_new(&mut self, item: &NewRequest, id: i64, queued: bool) {
-        if queued && self.policy.order.release.coalesce != Coalesce::Queued {
-            return;
-        }
-        if let Some(key) = carrier_key(item) {
+        if let Some(key) = carrier_key(item).filter(|_| self.may_carry(queued)) {
             self.st.offer_carrier(key, id);
         }
     }
 
-    /// `id`, just decided or queued, may carry its file if it is a read (`read`: its file and
-    /// local copy, as an UPDATE's RETURNING gives them).
-    pub(super) fn offer_read(&mut self, id: i64, read: Option<(String, Option<String>)>) {
-        if let Some((file, local)) = read {
+    /// `id`, just decided or queued (`queued`), may carry its file if it is a read (`read`: its
+    /// file and local copy, as an UPDATE's RETURNING gives them).
+    pub(super) fn offer_read(
+        &mut self,
+        id: i64,
+        read: Option<(String, Option<String>)>,
+        queued: bool,
+    ) {
+        if let Some((file, local)) = read.filter(|_| self.may_carry(queued)) {
             self.st
                 .offer_carrier(Carriers::key(&file, local.as_deref()), id);
         }
+    }
+
+    /// Whether a read decided, or queued in the broker (`queued`), may carry its file: a queued
+    /// one only under `coalesce = "queued"` (else it would stand in the way of a later read of
+    /// the file that is released first).
+    fn may_carry(&self, queued: bool) -> bool {
+        !queued || self.policy.order.release.coalesce == Coalesce::Queued
     }
 
     /// The riders waiting on `carrier`: the priority-class ones first, each part oldest first

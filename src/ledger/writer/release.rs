@@ -7,7 +7,6 @@ use tracing::warn;
 
 use super::state::{Charge, Txn};
 use super::volumes::{read_place, PLACE_COLUMNS};
-use crate::domain::order::Coalesce;
 use crate::domain::{GroupId, PolicySettings};
 use crate::ledger::aggregates::HourRow;
 use crate::ledger::read::stored_qos;
@@ -126,9 +125,7 @@ impl Txn<'_, '_> {
                     Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?)))
                 })?;
             // Queued in the broker, it may carry its file (a restart forgot it while held).
-            if self.policy.order.release.coalesce == Coalesce::Queued {
-                self.offer_read(c.id, read);
-            }
+            self.offer_read(c.id, read, true);
             self.charge(path, Charge::held(-1));
             self.report.add(path, self.now, released);
             self.enqueue(c, place.0.as_deref(), place.1);
@@ -167,7 +164,7 @@ impl Txn<'_, '_> {
                 ],
                 |r| Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?))),
             )?;
-        self.offer_read(c.id, read);
+        self.offer_read(c.id, read, false);
         let path = self.policy.group(c.group).path.to_string();
         let charge = Charge {
             usage: i128::from(c.benefit),
