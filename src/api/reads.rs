@@ -113,7 +113,8 @@ pub(super) async fn groups(
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ReportQuery {
-    /// Start (RFC 3339 or epoch ms); default 7 days before `until`. Widened to a whole hour.
+    /// Start (RFC 3339 or epoch ms); default 7 days before `until`, not before 1970. Widened to
+    /// a whole hour.
     pub since: Option<String>,
     /// End (exclusive); default now.
     pub until: Option<String>,
@@ -126,7 +127,8 @@ pub struct ReportQuery {
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ReportPageQuery {
-    /// Start (RFC 3339 or epoch ms); default 7 days before `until`. Widened to a whole hour.
+    /// Start (RFC 3339 or epoch ms); default 7 days before `until`, not before 1970. Widened to
+    /// a whole hour.
     pub since: Option<String>,
     /// End (exclusive); default now.
     pub until: Option<String>,

@@ -137,11 +137,13 @@ pub fn parse_range_for(
     };
     let since_ms = match since {
         Some(v) => time("since", v)?,
-        None => until_ms - 7 * 24 * HOUR_MS,
+        // Never before 1970, where an explicit `since` cannot be.
+        None => (until_ms - 7 * 24 * HOUR_MS).max(0),
     };
     if since_ms >= until_ms {
         return Err(RangeError {
-            field: "since",
+            // Without a `since`, only `until` (at 1970-01-01T00:00:00Z) can be the problem.
+            field: if since.is_some() { "since" } else { "until" },
             message: format!(
                 "must be before until ({} is not before {})",
                 format_ms(since_ms),

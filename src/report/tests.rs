@@ -340,3 +340,16 @@ fn the_page_draws_its_default_range_by_the_hour() {
     let refused = parse_range_for(BucketRule::Chart, None, None, Some("hour"), now, 100);
     assert_eq!(refused.unwrap_err().field, "bucket");
 }
+
+#[test]
+fn the_default_since_is_never_before_1970() {
+    // `until` early in 1970: the 7 days before it start at 1970 itself, as a given `since` must.
+    let range = parse_range(None, Some("3600000"), None, 0, 2_000).expect("one hour");
+    assert_eq!((range.since_ms, range.until_ms), (0, 3_600_000));
+    assert!(parse_range(Some("-1"), Some("3600000"), None, 0, 2_000).is_err());
+    // `until` at the epoch itself leaves nothing to report: refused, naming `until`.
+    let refused = parse_range(None, Some("0"), None, 0, 2_000).expect_err("an empty range");
+    assert_eq!(refused.field, "until");
+    let refused = parse_range(Some("0"), Some("0"), None, 0, 2_000).expect_err("an empty range");
+    assert_eq!(refused.field, "since");
+}
