@@ -468,8 +468,8 @@ async fn the_standin_names_a_created_request_by_an_absolute_location() {
     assert_eq!(b.standin.requests().len(), 2);
 }
 
-/// The answer to a stage POST is lost in its body (cut short, or the connection breaks off in
-/// it) but its status (201) and `Location` header came through: the request is known by the
+/// The answer to a stage POST is lost in its body (cut short, the connection breaks off in it,
+/// or its `requestId` is empty) but its status (201) and `Location` header came through: the request is known by the
 /// id the `Location` names, followed under it, and never staged a second time. dCache's
 /// `Location` is under the URL posted to; EOS's is `https://` its alias and a fixed route.
 #[tokio::test]
@@ -478,6 +478,7 @@ async fn a_garbled_stage_answer_is_known_by_its_location_and_staged_once() {
         (Form::Dcache, BadStageAnswer::GarbledBody),
         (Form::Dcache, BadStageAnswer::BodyCutOff),
         (Form::Eos, BadStageAnswer::GarbledBody),
+        (Form::Dcache, BadStageAnswer::EmptyRequestId),
     ] {
         let mut b = Bench::like(TapeRestOptions {
             form,

@@ -85,6 +85,8 @@ pub enum BadStageAnswer {
     GarbledBodyNoLocation,
     /// 201 and the `Location` header, then the connection breaks off in the body.
     BodyCutOff,
+    /// 201 and the `Location` header, with a whole JSON body whose `requestId` is empty.
+    EmptyRequestId,
 }
 
 /// dCache's `archiveinfo maxpaths` default: paths past it are left out of the answer.
@@ -371,6 +373,12 @@ async fn stage(
             StatusCode::CREATED,
             [json_type, (header::LOCATION, location.as_str())],
             garbled(&body),
+        )
+            .into_response(),
+        Some(BadStageAnswer::EmptyRequestId) => (
+            StatusCode::CREATED,
+            [json_type, (header::LOCATION, location.as_str())],
+            json!({"requestId": ""}).to_string(),
         )
             .into_response(),
         Some(BadStageAnswer::GarbledBodyNoLocation) => {

@@ -17,7 +17,7 @@ use super::discovery;
 use super::paths;
 use super::poller::poll_loop;
 use super::progress::file_progress;
-use super::stage::SETTLED_BEFORE_STAGING;
+use super::stage::{id_segment, SETTLED_BEFORE_STAGING};
 use crate::event_log::EventLog;
 use crate::protocol::Transfer;
 use crate::rest;
@@ -173,7 +173,7 @@ impl Shared {
             ));
         };
         let rb = self
-            .request(Method::POST, &path.replace("{id}", &id))?
+            .request(Method::POST, &path.replace("{id}", &id_segment(&id)))?
             .json(&json!({"paths": [paths::normal(&t.file)]}));
         rest::no_content(rest::send(rb, self.cfg.timeout).await?).await
     }

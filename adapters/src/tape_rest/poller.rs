@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 
 use super::adapter::{Shared, Track};
 use super::progress::{all_final, file_progress};
+use super::stage::id_segment;
 use crate::event_log::Seen;
 use crate::rest;
 use crate::MssError;
@@ -17,7 +18,7 @@ use crate::MssError;
 impl Shared {
     /// `GET /stage/{id}`, or `None` when the server does not know the request.
     pub(super) async fn stage_request(&self, id: &str) -> Result<Option<Value>, MssError> {
-        let rb = self.request(Method::GET, &format!("/stage/{id}"))?;
+        let rb = self.request(Method::GET, &format!("/stage/{}", id_segment(id)))?;
         let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
         // Only the server's own 404 (its JSON problem) says the request is unknown.
         if answer.not_found() {
@@ -31,7 +32,7 @@ impl Shared {
 
     /// `DELETE /stage/{id}`; done when the server no longer has it.
     async fn delete(&self, id: &str) -> Result<(), MssError> {
-        let rb = self.request(Method::DELETE, &format!("/stage/{id}"))?;
+        let rb = self.request(Method::DELETE, &format!("/stage/{}", id_segment(id)))?;
         let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
         if answer.status.is_success() || answer.not_found() {
             return Ok(());

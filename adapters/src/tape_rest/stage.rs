@@ -212,12 +212,13 @@ impl TapeRestAdapter {
         let id = answer.json::<Value>().and_then(|body| {
             body.get("requestId")
                 .and_then(Value::as_str)
+                .filter(|id| usable_request_id(id))
                 .map(str::to_string)
                 .ok_or_else(|| {
                     let text =
                         crate::answer::clip(&body.to_string(), crate::answer::MAX_MESSAGE_CHARS)
                             .into_owned();
-                    MssError::Unknown(format!("no requestId in {text}"))
+                    MssError::Unknown(format!("no usable requestId in {text}"))
                 })
         });
         match id {
@@ -321,8 +322,9 @@ pub(super) const MAX_REQUEST_ID_BYTES: usize = 128;
 
 /// Whether `id` can be a stage request id taken from a `Location`: not empty, at most
 /// [`MAX_REQUEST_ID_BYTES`], only URL-unreserved characters (RFC 3986: letters, digits,
-/// `-._~`) and not a dot segment, so that it goes as it is into `/stage/{id}` and
-/// `/release/{id}`. (The `requestId` of a readable body is taken as it comes, unchecked.)
+/// `-._~`) and not a dot segment, so that it is the same in `/stage/{id}` and `/release/{id}`
+/// as in the `Location`. (The `requestId` of a readable body need only be
+/// [`usable_request_id`].)
 pub(super) fn valid_request_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_REQUEST_ID_BYTES
@@ -330,6 +332,32 @@ pub(super) fn valid_request_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// Whether the `requestId` of a stage answer's body can name the request: not empty, at most
+/// [`MAX_REQUEST_ID_BYTES`], no control character and not a dot segment (`.` or `..`, which a
+/// URL drops however it is encoded). The servers send UUIDs; anything else that passes goes
+/// into a path through [`id_segment`]. One that does not is an unreadable answer: the request
+/// is the one the `Location` names, or unknown.
+pub(super) fn usable_request_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID_BYTES
+        && !id.chars().any(char::is_control)
+        && !id.bytes().all(|b| b == b'.')
+}
+
+/// What a path segment may hold as it is: RFC 3986's unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A stage request id as one segment of a path (`/stage/{id}`, `/release/{id}`): the server
+/// chose it, so a `/`, `?` or `#` in it is percent-encoded rather than read as the URL's
+/// structure. A UUID is unchanged.
+pub(super) fn id_segment(id: &str) -> String {
+    percent_encoding::utf8_percent_encode(id, SEGMENT).to_string()
 }
 
 /// The files per request to try after a 413 for `files`: the maximum dCache names in its

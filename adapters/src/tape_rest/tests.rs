@@ -205,3 +205,36 @@ fn a_location_names_the_stage_request_by_its_last_segment_after_stage() {
     }
     assert!(location_request_id(&posted, &format!("/stage/{}", "a".repeat(128))).is_some());
 }
+
+/// A body's `requestId` is the server's choice: usable unless empty, too long, with a control
+/// character or a dot segment, and put into a path as one segment whatever it holds.
+#[test]
+fn a_body_request_id_goes_into_a_path_as_one_segment() {
+    use super::stage::{id_segment, usable_request_id};
+    let uuid = "5c6b9a1e-4f2d-4c3a-9a0e-2b1f1f5d7c11";
+    assert!(usable_request_id(uuid));
+    assert_eq!(id_segment(uuid), uuid);
+    for (id, segment) in [
+        ("a/b", "a%2Fb"),
+        ("a?b#c", "a%3Fb%23c"),
+        ("a b+c", "a%20b%2Bc"),
+        ("caf\u{e9}", "caf%C3%A9"),
+        ("a..b", "a..b"),
+        ("a%2Fb", "a%252Fb"),
+    ] {
+        assert!(usable_request_id(id), "{id:?}");
+        assert_eq!(id_segment(id), segment, "{id:?}");
+        let url = reqwest::Url::parse(&format!("https://h/api/stage/{segment}")).unwrap();
+        let last = url
+            .path_segments()
+            .unwrap()
+            .next_back()
+            .unwrap()
+            .to_string();
+        assert_eq!(last, segment, "{id:?} stays one segment of the URL");
+    }
+    let long = "a".repeat(129);
+    for id in ["", ".", "..", "a\nb", "a\u{7f}", long.as_str()] {
+        assert!(!usable_request_id(id), "{id:?}");
+    }
+}
