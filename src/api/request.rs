@@ -29,20 +29,20 @@ pub struct SubmitRequest {
     /// The station's own id for the request: the same station and id again is a replay.
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, required = true)]
+    #[schema(value_type = String, required = true, min_length = 1)]
     pub client_request_id: Option<String>,
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, required = true)]
+    #[schema(value_type = String, required = true, min_length = 1)]
     pub station: Option<String>,
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, required = true)]
+    #[schema(value_type = String, required = true, min_length = 1)]
     pub user: Option<String>,
     /// Absolute path of the file to stage or store, in the MSS namespace.
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, required = true, pattern = "^/")]
+    #[schema(value_type = String, required = true, min_length = 1, pattern = "^/")]
     pub file: Option<String>,
     #[serde(default, deserialize_with = "given::size")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -50,29 +50,33 @@ pub struct SubmitRequest {
     pub size_bytes: Option<u64>,
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, required = true)]
+    #[schema(value_type = String, required = true, min_length = 1)]
     pub access_mode: Option<String>,
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, required = true)]
+    #[schema(value_type = String, required = true, min_length = 1)]
     pub physics_group: Option<String>,
     /// Tape label, if known.
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1)]
     pub volume: Option<String>,
     /// `read` (default) or `write`.
     #[serde(default, deserialize_with = "given::direction")]
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<super::schemas::DirectionBody>)]
     pub direction: Option<String>,
     /// The MSS library the transfer needs; the held release mode keeps each library's
     /// outstanding transfers under its limit.
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1)]
     pub library: Option<String>,
     /// `expedite`, `normal` or `standby` (the multifactor policy's QoS factor); default: the
     /// access mode's, from the configuration.
     #[serde(default, deserialize_with = "given::qos")]
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<super::schemas::QosBody>)]
     pub qos: Option<String>,
     /// The submitter's factor in [0, 1] (multifactor): 1 (default) leaves the priority as it
     /// is, lower values lower it.
@@ -85,10 +89,12 @@ pub struct SubmitRequest {
     /// it (see `GET /v1/mss`).
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1)]
     pub local_file: Option<String>,
     /// Enstore's bit-file id of the file to read (encp `--get-bfid`); reads only.
     #[serde(default, deserialize_with = "given::text")]
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1)]
     pub bfid: Option<String>,
     /// Where the file lies on its volume (the tape's file sequence number or a byte offset), if
     /// known: the MSS reads a volume's files in this order.

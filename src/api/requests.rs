@@ -42,7 +42,7 @@ fn id_of(raw: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
 }
 
 /// A request's state.
-#[utoipa::path(get, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
+#[utoipa::path(get, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id", minimum = 1)), responses(
     (status = 200, body = RequestBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
@@ -91,7 +91,7 @@ pub(super) async fn get_request(
 }
 
 /// Cancel a request.
-#[utoipa::path(delete, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id")), responses(
+#[utoipa::path(delete, path = "/v1/requests/{id}", params(("id" = i64, Path, description = "request id", minimum = 1)), responses(
     (status = 200, description = "cancelled and refunded", body = CancelBody),
     (status = 202, description = "at the MSS, or perhaps there (its submission is on its way, or was not answered and waits to be resent): the MSS is asked to drop it", body = CancelBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
@@ -142,7 +142,7 @@ pub(super) async fn cancel_request(
 }
 
 /// Release the disk copy of a staged file at the MSS.
-#[utoipa::path(post, path = "/v1/requests/{id}/release", params(("id" = i64, Path, description = "request id")), responses(
+#[utoipa::path(post, path = "/v1/requests/{id}/release", params(("id" = i64, Path, description = "request id", minimum = 1)), responses(
     (status = 200, description = "the MSS released the disk copy", body = responses::ReleaseBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
     (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),

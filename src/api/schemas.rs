@@ -63,6 +63,25 @@ impl From<domain::RequestState> for StateBody {
     }
 }
 
+/// Which way a transfer goes: `read` stages a file from tape, `write` stores one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = Direction)]
+pub enum DirectionBody {
+    Read,
+    Write,
+}
+
+/// The multifactor policy's QoS factor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = Qos)]
+pub enum QosBody {
+    Expedite,
+    Normal,
+    Standby,
+}
+
 // The share view (`shares::view`) is a document of its own that names a domain `Class`; its
 // schema is the API's mirror's.
 impl utoipa::PartialSchema for domain::Class {
@@ -97,5 +116,28 @@ mod tests {
             let text = serde_json::to_string(&ClassBody::from(c)).unwrap();
             assert_eq!(text, quoted(c.as_str()));
         }
+    }
+
+    /// The documented values of a request's `direction` and `qos` are the ones it takes.
+    #[test]
+    fn documented_values_are_the_ones_a_request_takes() {
+        use crate::policy::multifactor::Qos;
+        use mss_adapters::Direction;
+        fn text(v: impl Serialize) -> String {
+            serde_json::to_value(v)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+        let directions = [DirectionBody::Read, DirectionBody::Write].map(text);
+        let parsed = directions.each_ref().map(|d| Direction::parse(d));
+        assert_eq!(parsed, [Some(Direction::Read), Some(Direction::Write)]);
+        let qos = [QosBody::Expedite, QosBody::Normal, QosBody::Standby].map(text);
+        let parsed = qos.each_ref().map(|q| Qos::parse(q));
+        assert_eq!(
+            parsed,
+            [Some(Qos::Expedite), Some(Qos::Normal), Some(Qos::Standby)]
+        );
     }
 }

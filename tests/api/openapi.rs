@@ -56,6 +56,23 @@ async fn the_served_document_matches_the_router() {
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         assert_ne!(body["error"], "no such endpoint", "{method} {path}");
     }
+    // A request id is documented as the handlers read it: at least 1, and 0 is refused
+    // naming `id`.
+    for (method, path) in documented.iter().filter(|(_, p)| p.contains("{id}")) {
+        let op = &doc["paths"][path][method.to_lowercase()];
+        let id = op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "id");
+        assert_eq!(id.unwrap()["schema"]["minimum"], 1, "{method} {path}");
+    }
+    let (status, body) = app.get("/v1/requests/0").await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("id")),
+        "{body}"
+    );
     // And an undocumented path is the fallback.
     let (status, body) = app.get("/v1/nothing").await;
     assert_eq!(
