@@ -183,7 +183,11 @@ pub(super) async fn submit_one(
     caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
     caller.charge(&state, 1)?;
     let bytes = json_bytes(&headers, body)?;
-    let input = RequestInput::from_slice(&bytes, &state.limits)?;
+    let st = state.clone();
+    let input = off_the_workers(bytes.len(), move || {
+        RequestInput::from_slice(&bytes, &st.limits)
+    })
+    .await??;
     caller.may_submit_for(&input.station, "station")?;
     let (gate, live) = state.live.deciding().await;
     let item = prepare(&state, &live, input, "")?;
@@ -216,14 +220,41 @@ pub(super) async fn submit_batch(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
     let bytes = json_bytes(&headers, body)?;
-    let items = request::batch_items(&bytes, &state.limits)?;
-    caller.charge(&state, items.len())?;
     let (gate, live) = state.live.deciding().await;
-    let (refusals, valid) = prepare_items(&state, &live, &caller, &items)?;
+    let st = state.clone();
+    let (refusals, valid) = off_the_workers(bytes.len(), move || {
+        let items = request::batch_items(&bytes, &st.limits)?;
+        caller.charge(&st, items.len())?;
+        prepare_items(&st, &live, &caller, &items)
+    })
+    .await??;
     let answers = state.ledger.accept_each(valid).await?;
     drop(gate);
     let (results, capped) = merge_answers(refusals, answers)?;
     Ok(batch_response(results, capped))
+}
+
+/// The largest body read on an HTTP worker. A larger one (up to `limits.max_body_bytes`, 16 MiB
+/// shipped: tens of milliseconds to parse and check) is read on a blocking thread, so that the
+/// workers go on answering other clients meanwhile.
+const INLINE_BODY_BYTES: usize = 64 * 1024;
+
+/// `work` (reading a body of `size` bytes) here for a small body, on a blocking thread for a
+/// large one.
+async fn off_the_workers<T: Send + 'static>(
+    size: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    if size <= INLINE_BODY_BYTES {
+        return Ok(work());
+    }
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            format!("reading the body failed: {e}"),
+        )
+    })
 }
 
 /// Each item parsed and prepared: per item, its refusal (`None`: it goes to the ledger, in
