@@ -364,19 +364,28 @@ async fn no_more_than_max_processes_run_and_room_frees_when_one_ends() {
 #[tokio::test]
 async fn the_same_key_and_attempt_never_runs_twice() {
     let mut b = Bench::new(|_| {});
-    b.control("once", "queued 0.3\n");
+    // The first attempt fails retryably (encp removes its output, so the next attempt's encp
+    // does not find it: an existing output is refused, STATUS=USERERROR).
+    b.control("once", "queued 0.3\nstatus NET_ERROR\n");
     let t = b.read("6", "once", 10);
     let first = b.adapter.submit(&t).await.unwrap();
     let again = b.adapter.submit(&t).await.unwrap();
     assert!(again.duplicate);
     assert_eq!(again.mss_id, first.mss_id);
-    b.final_event("6").await;
+    assert!(matches!(
+        b.final_event("6").await,
+        EventKind::Failed {
+            retryable: true,
+            ..
+        }
+    ));
     assert!(
         b.adapter.submit(&t).await.unwrap().duplicate,
         "finished too"
     );
     assert_eq!(b.runs().len(), 1);
     // A higher attempt runs again.
+    b.control("once", "queued 0.3\n");
     let mut next = t.clone();
     next.attempt = 2;
     assert!(!b.adapter.submit(&next).await.unwrap().duplicate);

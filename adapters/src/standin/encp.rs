@@ -11,7 +11,9 @@ pub fn script() -> PathBuf {
 
 /// Tell the stand-in how the run for file `name` (the source's basename, or the bfid)
 /// behaves: lines such as `queued 0.5`, `sleep 1`, `bytes 4321`, `stderr ERROR: ...`,
-/// `exit 2` (see the script's header).
+/// `exit 2`, `finish 30` (see the script's header, which also says what the script does as
+/// Enstore's encp does: a read's output created empty before it queues and refused if it
+/// exists, removed on failure and on SIGTERM, exit 143 on SIGTERM).
 pub fn control(dir: &Path, name: &str, lines: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("control"))?;
     std::fs::write(dir.join("control").join(name), lines)
@@ -28,6 +30,9 @@ pub struct Run {
     pub ticket: Option<String>,
     /// `exit <status>` or `killed TERM`; `None` while it runs.
     pub end: Option<String>,
+    /// It printed "File ... copied successfully." (a read's output is complete; a write is on
+    /// tape), and may still be finishing.
+    pub copied: bool,
 }
 
 impl Run {
@@ -77,6 +82,7 @@ fn parse(text: &str) -> Run {
                 }
             }
             "ticket" => run.ticket = Some(rest.to_string()),
+            "copied" => run.copied = true,
             "exit" | "killed" => run.end = Some(line.to_string()),
             _ => {}
         }
