@@ -671,3 +671,56 @@ fn exited(pid: u32) -> bool {
         Err(_) => true,
     }
 }
+
+/// Wait until `what` holds of the runs recorded.
+async fn until_runs(b: &Bench, what: &str, done: impl Fn(&[Run]) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !done(&b.runs()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {:?}",
+            b.runs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// encp prints "File ... copied successfully." once the file is transferred (`finish_request`
+/// in `src/encp.py`, at --verbose 4), then does its final statistics and logging before it
+/// exits; a SIGTERM in that time still exits 143 (`src/delete_at_exit.py`) with the file kept
+/// (no longer registered for deletion). The transfer is done: reported cancelled, the broker
+/// would refund a file it transferred; timed out, it would read it again and encp would refuse
+/// the output that is now there.
+#[tokio::test]
+async fn a_run_stopped_after_encp_said_copied_is_done() {
+    let mut b = Bench::new(|_| {});
+    b.control("c.root", "bytes 10\nfinish 600\n");
+    let t = b.read("32", "c.root", 10);
+    b.adapter.submit(&t).await.unwrap();
+    until_runs(&b, "the file copied", |runs| {
+        runs.len() == 1 && runs[0].copied
+    })
+    .await;
+    b.adapter.cancel(&reference(&t)).await.unwrap();
+    assert_eq!(b.final_event("32").await, EventKind::Done { bytes: 10 });
+    assert_eq!(b.runs()[0].end.as_deref(), Some("killed TERM"));
+    assert_eq!(std::fs::metadata(t.local_file.unwrap()).unwrap().len(), 10);
+}
+
+/// SIGTERM (a cancel, a timeout, the broker's death) lets encp remove a queued read's output
+/// itself (`src/delete_at_exit.py`): the next attempt finds nothing in its way.
+#[tokio::test]
+async fn a_cancelled_read_leaves_no_output() {
+    let mut b = Bench::new(|_| {});
+    b.control("q.root", "queued 600\n");
+    let t = b.read("33", "q.root", 10);
+    let out = t.local_file.clone().unwrap();
+    b.adapter.submit(&t).await.unwrap();
+    until_runs(&b, "the run queued with its output created", |runs| {
+        runs.len() == 1 && Path::new(&out).exists()
+    })
+    .await;
+    b.adapter.cancel(&reference(&t)).await.unwrap();
+    assert_eq!(b.final_event("33").await, EventKind::Cancelled);
+    assert!(!Path::new(&out).exists());
+}

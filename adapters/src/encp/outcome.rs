@@ -27,6 +27,8 @@ pub struct Said {
     pub message: String,
     /// The line refusing an option of the build (standard output), if any.
     pub refused: Option<String>,
+    /// encp said the file was copied ("File ... copied successfully.", standard output).
+    pub copied: bool,
     /// The last lines of standard error (of standard output if stderr was empty).
     pub tail: String,
 }
@@ -41,6 +43,14 @@ pub fn outcome(cfg: &EncpConfig, exit: Exit, said: &Said, bytes: u64) -> EventKi
         }
     };
     let tail = said.tail.as_str();
+    // Once encp has said the file was copied, it is: a signal in encp's last moments (its
+    // final statistics and logging) makes it exit 128+signal (`src/delete_at_exit.py`) with
+    // the file no longer registered for deletion. Retried, the next encp would refuse the
+    // read's output that is now there (or the write's file in the name space); cancelled,
+    // the broker would refund a transferred file.
+    if said.copied {
+        return EventKind::Done { bytes };
+    }
     match exit {
         Exit::Code(0) => EventKind::Done { bytes },
         Exit::Cancelled => EventKind::Cancelled,

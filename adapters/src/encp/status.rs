@@ -48,6 +48,14 @@ pub fn refused_option(stdout_line: &str) -> bool {
     stdout_line.starts_with("option ") && stdout_line.ends_with(" is an administrator option")
 }
 
+/// What encp prints on standard output once a file is transferred, at `--verbose` 4 and above
+/// (`e_errors.INFO`): "File <output> copied successfully." (`finish_request` in `src/encp.py`).
+/// It comes after the output was unregistered from deletion at exit (`read_hsm_file`,
+/// `write_hsm_file`), so whatever ends the run afterwards, the file stands.
+pub fn copied(stdout_line: &str) -> bool {
+    stdout_line.starts_with("File ") && stdout_line.trim_end().ends_with(" copied successfully.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +72,7 @@ mod tests {
         assert!(refused_option(
             "option --library is an administrator option"
         ));
+        assert!(copied("File /data/stage/f.root copied successfully."));
+        assert!(!copied("Mover called back.  elapsed= 3.2"));
     }
 }

@@ -343,3 +343,28 @@ fn the_tail_keeps_the_last_lines() {
     }
     assert_eq!(t.text(), "line 3\nline 4");
 }
+
+/// A run that said "File ... copied successfully." is done however it ended afterwards
+/// (Enstore's `src/encp.py` `finish_request`; a signal then exits 128+signal through
+/// `src/delete_at_exit.py` with the file kept): stopped by the timeout, it would otherwise be
+/// retried and its next encp would refuse the output that is now there.
+#[test]
+fn a_run_that_said_copied_is_done_however_it_ended() {
+    let c = cfg();
+    let said = Said {
+        copied: true,
+        ..Said::default()
+    };
+    for exit in [
+        Exit::TimedOut,
+        Exit::Cancelled,
+        Exit::Code(143),
+        Exit::Signal(9),
+    ] {
+        assert_eq!(
+            outcome(&c, exit, &said, 10),
+            EventKind::Done { bytes: 10 },
+            "{exit:?}"
+        );
+    }
+}

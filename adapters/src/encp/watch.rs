@@ -81,7 +81,7 @@ pub(super) async fn watch(
         }
     };
     let said = readers.said().await;
-    if exit == Exit::Cancelled {
+    if exit == Exit::Cancelled && !said.copied {
         delete_ticket(&sh, &t).await;
     }
     let kind = ended(&sh, exit, &said, &local, t.size_bytes);
@@ -100,8 +100,15 @@ pub(super) async fn watch(
 /// The tasks reading a run's standard output (the start, the ticket, a refused option) and
 /// standard error (the `STATUS=` line), each keeping its last lines.
 struct Readers {
-    stdout: Option<JoinHandle<(Option<String>, String)>>,
+    stdout: Option<JoinHandle<(StdoutSeen, String)>>,
     stderr: Option<JoinHandle<(StatusSeen, String)>>,
+}
+
+/// What a run's standard output said of its end: an option the build refused, the file copied.
+#[derive(Debug, Default)]
+struct StdoutSeen {
+    refused: Option<String>,
+    copied: bool,
 }
 
 impl Readers {
@@ -110,9 +117,18 @@ impl Readers {
         let stdout = child.stdout.take().map(|out| {
             let sh = sh.clone();
             let (key, attempt) = (t.key.clone(), t.attempt);
-            tokio::spawn(read_lines(out, lines, move |line| {
-                on_stdout(&sh, &key, attempt, line)
-            }))
+            tokio::spawn(async move {
+                let mut seen = StdoutSeen::default();
+                let (_, tail) = read_lines(out, lines, |line| {
+                    seen.copied |= status::copied(line);
+                    if let Some(refused) = on_stdout(&sh, &key, attempt, line) {
+                        seen.refused = Some(refused);
+                    }
+                    None
+                })
+                .await;
+                (seen, tail)
+            })
         });
         let stderr = child.stderr.take().map(|err| {
             tokio::spawn(async move {
@@ -130,14 +146,15 @@ impl Readers {
             Some(h) => h.await.unwrap_or_default(),
             None => Default::default(),
         };
-        let (refused, out_tail) = match self.stdout {
+        let (out, out_tail) = match self.stdout {
             Some(h) => h.await.unwrap_or_default(),
             None => Default::default(),
         };
         Said {
             status: seen.status,
             message: seen.after.join("\n"),
-            refused,
+            refused: out.refused,
+            copied: out.copied,
             tail: if err_tail.trim().is_empty() {
                 out_tail
             } else {
@@ -149,12 +166,13 @@ impl Readers {
 
 /// The run's event: a success measured on the local side, a failure's reason clipped.
 fn ended(sh: &Shared, exit: Exit, said: &Said, local: &Path, size_bytes: u64) -> EventKind {
-    let kind = match exit {
-        Exit::Code(0) => match std::fs::metadata(local) {
+    let kind = if exit == Exit::Code(0) || said.copied {
+        match std::fs::metadata(local) {
             Ok(m) => done_unless_directory(local, m.is_dir(), m.len()),
             Err(_) => outcome(&sh.cfg, exit, said, size_bytes),
-        },
-        _ => outcome(&sh.cfg, exit, said, 0),
+        }
+    } else {
+        outcome(&sh.cfg, exit, said, 0)
     };
     match kind {
         EventKind::Failed { reason, retryable } => EventKind::Failed {
