@@ -672,6 +672,15 @@ fn exited(pid: u32) -> bool {
     }
 }
 
+/// SIGKILL the process group of a run (the OOM killer, an operator's `kill -9`): encp cannot
+/// catch it, so its own cleanup (`delete_at_exit`) does not run.
+fn sigkill(pid: u32) {
+    // SAFETY: kill(2) on a stand-in's own process group; no memory is touched.
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}
+
 /// Wait until `what` holds of the runs recorded.
 async fn until_runs(b: &Bench, what: &str, done: impl Fn(&[Run]) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -683,6 +692,61 @@ async fn until_runs(b: &Bench, what: &str, done: impl Fn(&[Run]) -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A read's encp creates its output empty before it queues (Enstore's `src/encp.py`,
+/// `prepare_read_from_hsm`) and refuses an output that exists (`outputfile_check`:
+/// USERERROR, not retried). Killed by SIGKILL, encp cannot remove it (`src/delete_at_exit.py`
+/// runs only for signals it catches), so the retry the broker makes of the retryable failure
+/// would fail for good on the first run's leftover: the adapter removes what the killed run
+/// created. An output that was there before the run is never touched.
+#[tokio::test]
+async fn a_read_killed_by_sigkill_leaves_no_output_to_fail_its_retry() {
+    let mut b = Bench::new(|_| {});
+    b.control("k.root", "queued 600\n");
+    let t = b.read("30", "k.root", 10);
+    let out = t.local_file.clone().unwrap();
+    b.adapter.submit(&t).await.unwrap();
+    until_runs(&b, "the run queued with its output created", |runs| {
+        runs.len() == 1 && Path::new(&out).exists()
+    })
+    .await;
+    sigkill(b.runs()[0].pid);
+    match b.final_event("30").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(retryable, "{reason}");
+            assert!(reason.contains("signal 9"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    b.control("k.root", "bytes 10\n");
+    let next = Transfer {
+        attempt: 2,
+        ..t.clone()
+    };
+    b.adapter.submit(&next).await.unwrap();
+    b.events_until(|e| e.iter().any(|e| e.attempt == 2 && is_final(&e.kind)))
+        .await;
+    let st = b.adapter.status(&reference(&next)).await.unwrap().unwrap();
+    assert_eq!(
+        st.progress,
+        Progress::Finished(EventKind::Done { bytes: 10 }),
+        "the retry found the killed run's empty output and encp refused it"
+    );
+
+    // A station's file already at the destination: encp refuses it and it stays.
+    let mine = b.read("31", "mine.root", 10);
+    let path = mine.local_file.clone().unwrap();
+    std::fs::write(&path, b"station's own").unwrap();
+    b.adapter.submit(&mine).await.unwrap();
+    match b.final_event("31").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(!retryable, "{reason}");
+            assert!(reason.contains("STATUS=USERERROR"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), b"station's own");
 }
 
 /// encp prints "File ... copied successfully." once the file is transferred (`finish_request`

@@ -12,9 +12,9 @@ use tracing::debug;
 use super::commands::run_command;
 use super::config::EncpConfig;
 use super::invocation::invocation;
-use super::watch::{spawn, watch};
+use super::watch::{spawn, watch, Output};
 use crate::event_log::EventLog;
-use crate::protocol::{EventKind, Transfer};
+use crate::protocol::{Direction, EventKind, Transfer};
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
     TransferStatus,
@@ -161,6 +161,12 @@ impl MssAdapter for EncpAdapter {
                 .check_local_file(f)
                 .map_err(|why| MssError::Rejected(format!("local_file `{f}` {why}")))?;
         }
+        // Whether a read's output is encp's own to remove should the run be killed before
+        // encp could (it refuses an output that exists, so one there now stays untouched).
+        let output = Output {
+            path: inv.local.clone(),
+            made_by_run: t.direction == Direction::Read && inv.local.symlink_metadata().is_err(),
+        };
         let permit = sh.slots.clone().try_acquire_owned().map_err(|_| {
             MssError::Unavailable(format!(
                 "all {} encp processes are busy",
@@ -186,7 +192,7 @@ impl MssAdapter for EncpAdapter {
         );
         drop(p);
         debug!(key = %t.key, attempt = t.attempt, pid, args = ?inv.args, "encp started");
-        tokio::spawn(watch(sh.clone(), child, t.clone(), inv.local, stop, permit));
+        tokio::spawn(watch(sh.clone(), child, t.clone(), output, stop, permit));
         Ok(Submitted {
             mss_id: format!("encp:{pid}"),
             duplicate: false,

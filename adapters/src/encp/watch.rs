@@ -62,19 +62,29 @@ fn die_with_parent(_cmd: &mut Command) {
     // No parent-death signal here: `kill_on_drop` (set in `spawn`) stops the run instead.
 }
 
+/// The local side of a run: the file whose size is the bytes transferred, and whether the run
+/// created it (a read whose output was not there before encp started).
+pub(super) struct Output {
+    pub(super) path: PathBuf,
+    pub(super) made_by_run: bool,
+}
+
 /// Watch one run to its end: report a start, enforce the timeout and cancellation, then
 /// publish the outcome and free the slot.
 pub(super) async fn watch(
     sh: Arc<Shared>,
     mut child: Child,
     t: Transfer,
-    local: PathBuf,
+    output: Output,
     stop: Arc<Notify>,
     permit: OwnedSemaphorePermit,
 ) {
     let readers = Readers::start(&sh, &mut child, &t);
-    let exit = tokio::select! {
-        status = child.wait() => exit_of(status),
+    let (exit, status) = tokio::select! {
+        status = child.wait() => {
+            let status = status.ok();
+            (exit_of(status), status)
+        }
         _ = stop.notified() => stopped(&mut child, sh.cfg.kill_grace, Exit::Cancelled).await,
         _ = tokio::time::sleep(sh.cfg.timeout) => {
             stopped(&mut child, sh.cfg.kill_grace, Exit::TimedOut).await
@@ -84,6 +94,10 @@ pub(super) async fn watch(
     if exit == Exit::Cancelled && !said.copied {
         delete_ticket(&sh, &t).await;
     }
+    if output.made_by_run && !said.copied && died_uncleaned(status) {
+        remove_leftover(&t, &output.path);
+    }
+    let local = output.path;
     let kind = ended(&sh, exit, &said, &local, t.size_bytes);
     match &kind {
         EventKind::Failed { reason, retryable } => {
@@ -183,40 +197,69 @@ fn ended(sh: &Shared, exit: Exit, said: &Said, local: &Path, size_bytes: u64) ->
     }
 }
 
-fn exit_of(status: std::io::Result<ExitStatus>) -> Exit {
+/// Whether encp died without its own cleanup: killed by a signal it cannot catch (SIGKILL, from
+/// the adapter after `kill_grace_secs` or from anyone else). encp catches every other signal
+/// it can, removes the outputs it registered for deletion and exits 128+signal
+/// (Enstore-org/enstore `src/delete_at_exit.py`, `setup_signal_handling`, `signal_handler`,
+/// `quit`); an unknown end (the wait failed) counts as uncleaned too.
+fn died_uncleaned(status: Option<ExitStatus>) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.is_none_or(|s| s.signal().is_some())
+}
+
+/// Remove the output a killed read left. encp creates a read's output empty before it queues
+/// and registers it for deletion at exit (`prepare_read_from_hsm`,
+/// `create_zero_length_local_files` in `src/encp.py`), and refuses an output that exists
+/// (`outputfile_check`: USERERROR, which is final); so what a killed run left would fail the
+/// broker's retry for good. Only a regular file is removed, and only one the run created.
+fn remove_leftover(t: &Transfer, path: &Path) {
+    let is_file = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file());
+    if !is_file {
+        return;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => info!(key = %t.key, attempt = t.attempt, path = %path.display(),
+            "removed the output a killed encp left"),
+        Err(e) => warn!(key = %t.key, attempt = t.attempt, path = %path.display(), error = %e,
+            "cannot remove the output a killed encp left; the next attempt's encp will refuse it"),
+    }
+}
+
+/// How a run ended; `None`: the wait itself failed, the process is beyond reach (treated as
+/// lost to a signal).
+fn exit_of(status: Option<ExitStatus>) -> Exit {
     use std::os::unix::process::ExitStatusExt;
     match status {
-        Ok(s) => match (s.code(), s.signal()) {
+        Some(s) => match (s.code(), s.signal()) {
             (Some(code), _) => Exit::Code(code),
             (None, Some(sig)) => Exit::Signal(sig),
             (None, None) => Exit::Signal(0),
         },
-        // The wait itself failed: the process is beyond reach; treat it as lost to a signal.
-        Err(_) => Exit::Signal(0),
+        None => Exit::Signal(0),
     }
 }
 
-/// The adapter stops a run (`why`: a cancel or the timeout). A run that had already ended
-/// before the signal keeps its own outcome: a cancel that came too late does not turn a done
-/// transfer into a cancelled one. Once signalled, the run is `why` whatever its exit (encp may
-/// exit 0 on SIGTERM without having finished).
-async fn stopped(child: &mut Child, grace: Duration, why: Exit) -> Exit {
+/// The adapter stops a run (`why`: a cancel or the timeout), and how the process ended. A run
+/// that had already ended before the signal keeps its own outcome: a cancel that came too late
+/// does not turn a done transfer into a cancelled one. Once signalled, the run is `why`
+/// whatever its exit, unless it said its file was copied (see `outcome`).
+async fn stopped(child: &mut Child, grace: Duration, why: Exit) -> (Exit, Option<ExitStatus>) {
     if let Ok(Some(status)) = child.try_wait() {
-        return exit_of(Ok(status));
+        return (exit_of(Some(status)), Some(status));
     }
-    terminate(child, grace).await;
-    why
+    (why, terminate(child, grace).await)
 }
 
-/// SIGTERM to the process group (encp cleans up on it), then SIGKILL after the grace period.
-async fn terminate(child: &mut Child, grace: Duration) {
+/// SIGTERM to the process group (encp cleans up on it), then SIGKILL after the grace period;
+/// how the process ended, if that is known.
+async fn terminate(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
     if let Some(pid) = child.id() {
         // SAFETY: kill(2) on the child's own process group; no memory is touched.
         unsafe {
             libc::kill(-(pid as i32), libc::SIGTERM);
         }
-        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
-            return;
+        if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+            return status.ok();
         }
         // SAFETY: as above.
         unsafe {
@@ -224,6 +267,7 @@ async fn terminate(child: &mut Child, grace: Duration) {
         }
     }
     let _ = child.kill().await;
+    child.wait().await.ok()
 }
 
 /// Longest line of a run's output kept; the rest of a longer line is read and dropped, so a run
