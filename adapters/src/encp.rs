@@ -24,7 +24,15 @@
 //!   option the build refused is fatal, an exit code in `fatal_exit_codes` too, anything else
 //!   is retried;
 //! - a transfer past `timeout_secs` is stopped (SIGTERM, then SIGKILL after
-//!   `kill_grace_secs`) and fails retryably; a cancelled one is stopped the same way.
+//!   `kill_grace_secs`) and fails retryably; a cancelled one is stopped the same way;
+//! - a run that printed "File ... copied successfully." (`finish_request` in `src/encp.py`, at
+//!   `--verbose` 4) is done however it ended afterwards: encp exits 128+signal on a signal it
+//!   catches (`src/delete_at_exit.py`), also in its last moments, with the file kept;
+//! - encp creates a read's output empty before it queues and refuses an existing one
+//!   (`prepare_read_from_hsm`, `outputfile_check`: USERERROR, final), and removes it on failure
+//!   and on the signals it catches; a read killed by SIGKILL cannot, so the adapter removes the
+//!   output that run created (never one that was there before), or the retry would fail for
+//!   good.
 //!
 //! Stopping encp does not take its ticket out of the library manager's queue (its SIGTERM
 //! handler only exits: `src/delete_at_exit.py`). With `cancel_command` (an admin command, e.g.
