@@ -48,8 +48,8 @@ mod progress;
 pub use adapter::Fts3Adapter;
 pub use config::{Fts3Config, RawBand, RawFts3Config, MAX_PRIORITY, MIN_PRIORITY};
 pub use job::{
-    batch_body, conflict_is_ours, file_entry, job_body, job_id, job_id_in, jobs_of, split_mss_id,
-    vo_id, BASE_ID,
+    batch_body, conflict_is_ours, dest_surl_uuid, file_entry, job_body, job_id, job_id_in, jobs_of,
+    split_mss_id, vo_id, BASE_ID,
 };
 pub use progress::{is_staging, progress_of, retryable_by_reason};
 

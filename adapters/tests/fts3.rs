@@ -344,17 +344,109 @@ async fn a_lost_answer_is_recovered_under_the_vo_fts3_derives_from_the_credentia
     assert_eq!(b.standin.jobs().len(), 1);
 }
 
+/// FTS3 with `CheckDuplicates` for the VO: a file holds its destination (`dest_surl_uuid`)
+/// until it ends. A second read of one file to one destination (two reads the broker did not
+/// coalesce: a priority-class read beside a fair-share one, or `coalesce = "off"`) is answered
+/// 409 "The submission is duplicated" while the first is in flight: not a refusal, since the
+/// same submission is taken once the first has ended.
 #[tokio::test]
-async fn a_submission_fts3_calls_a_duplicate_of_another_job_fails_clearly() {
-    let b = Bench::new("none").await;
-    b.standin.set_duplicates(true);
-    match b.adapter.submit(&read("8", "/cms/hold/f8", 10)).await {
-        Err(MssError::Rejected(m)) => {
-            assert!(m.contains("duplicate of another job"), "{m}");
-            assert!(m.contains("The submission is duplicated"), "{m}");
+async fn a_read_to_a_destination_a_transfer_in_flight_holds_waits_for_it_then_goes() {
+    let mut b = Bench::new("none").await;
+    b.standin.set_check_duplicates(&[VO]);
+    let first = read("1", "/cms/hold/f1", 10);
+    let second = read("2", "/cms/hold/f1", 100);
+    let s1 = b.adapter.submit(&first).await.unwrap();
+    for _ in 0..2 {
+        match b.adapter.submit(&second).await {
+            Err(e @ MssError::Unavailable(_)) => {
+                assert!(e.is_retryable());
+                let m = e.to_string();
+                assert!(m.contains("The submission is duplicated"), "{m}");
+                assert!(m.contains("same destination"), "{m}");
+            }
+            other => panic!("a clash on the destination is not final: {other:?}"),
         }
-        other => panic!("{other:?}"),
     }
+    assert_eq!(b.standin.jobs().len(), 1, "FTS3 made nothing of the clash");
+    b.standin.release_held(&s1.mss_id);
+    assert_eq!(
+        b.final_event("1").await,
+        EventKind::Done { bytes: 2_000_000 }
+    );
+    // The first has ended, so FTS3 has cleared its destination: the same submission is taken.
+    let s2 = b.adapter.submit(&second).await.unwrap();
+    assert!(!s2.duplicate);
+    assert_eq!(s2.mss_id, job_id(VO, "mssbroker-abc123-2-1"));
+    b.standin.release_held(&s2.mss_id);
+    assert_eq!(
+        b.final_event("2").await,
+        EventKind::Done { bytes: 2_000_000 }
+    );
+    // Only the clashing submissions were refused: no job lookups in between (nothing was
+    // made, so nothing is uncertain).
+    let posts = (b.standin.calls().iter())
+        .filter(|c| c.method == "POST" && c.path == "/jobs")
+        .count();
+    assert_eq!(posts, 4);
+    let lookups = (b.standin.calls().iter())
+        .filter(|c| c.method == "GET" && c.path == format!("/jobs/{}", s2.mss_id))
+        .filter(|c| c.query.get("files").is_some_and(|f| f.contains("file_metadata")))
+        .count();
+    assert_eq!(lookups, 0);
+}
+
+/// In a volume's job, only the file whose destination another transfer in flight holds
+/// waits; its job-mates go in one job without it. Two transfers of one batch to one
+/// destination never share a job (FTS3 would refuse the whole job): the second goes after, in
+/// its own, and waits for the first.
+#[tokio::test]
+async fn a_batch_file_whose_destination_is_held_waits_alone_while_its_mates_go_together() {
+    let b = Bench::new("none").await;
+    b.standin.set_check_duplicates(&["*"]);
+    let held = b.adapter.submit(&on("VA", "1", "/cms/hold/a")).await.unwrap();
+    let batch = [
+        on("VA", "2", "/cms/hold/a"),
+        on("VA", "3", "/cms/hold/b"),
+        on("VA", "4", "/cms/hold/c"),
+        on("VA", "5", "/cms/hold/c"),
+    ];
+    let answers = b.adapter.submit_batch(&batch).await;
+    for i in [0, 3] {
+        assert!(
+            matches!(&answers[i], Err(MssError::Unavailable(m)) if m.contains("same destination")),
+            "{i}: {answers:?}"
+        );
+    }
+    let jobs = b.standin.jobs();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let mates = &jobs[1];
+    assert_eq!(mates.sid.as_deref(), Some("mssbroker-abc123-3-1"));
+    let dests: Vec<&str> = mates.files.iter().map(|f| f.destination.as_str()).collect();
+    assert_eq!(
+        dests,
+        [
+            "davs://disk.example.org:2880/stage/cms/hold/b",
+            "davs://disk.example.org:2880/stage/cms/hold/c"
+        ]
+    );
+    let ids: Vec<String> = [&answers[1], &answers[2]]
+        .iter()
+        .map(|a| a.as_ref().map(|s| s.mss_id.clone()).unwrap_or_default())
+        .collect();
+    assert_eq!(ids, [0, 1].map(|i| format!("{}:{i}", mates.job_id)));
+    // Once the transfers holding them end, the two that waited are taken.
+    for job in [&held.mss_id, &mates.job_id] {
+        b.standin.release_held(job);
+    }
+    let mut events = EventReader::new();
+    for key in ["1", "3", "4"] {
+        assert_eq!(
+            events.final_event(&b.adapter, key).await,
+            EventKind::Done { bytes: 2_000_000 }
+        );
+    }
+    let again = b.adapter.submit_batch(&[batch[0].clone(), batch[3].clone()]).await;
+    assert!(again.iter().all(|a| a.is_ok()), "{again:?}");
 }
 
 #[tokio::test]

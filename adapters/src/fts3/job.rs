@@ -25,6 +25,18 @@ pub fn job_id_in(vo_id: &uuid::Uuid, sid: &str) -> String {
     uuid::Uuid::new_v5(vo_id, sid.as_bytes()).to_string()
 }
 
+/// FTS3's `dest_surl_uuid` of a file's destination URL, unique among the files that have not
+/// ended when the VO checks duplicates: `uuid5(BASE_ID, urlparse(destination.strip()).geturl())`
+/// (fts-rest-flask `lib/JobBuilder.py` `_populate_files`; `geturl` gives the scheme lower-cased).
+pub fn dest_surl_uuid(destination: &str) -> uuid::Uuid {
+    let url = destination.trim();
+    let url = match url.split_once("://") {
+        Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+        None => url.to_string(),
+    };
+    uuid::Uuid::new_v5(&BASE_ID, url.as_bytes())
+}
+
 /// What FTS3's 409 means: our own sid again (the job exists: recover it), or "The submission
 /// is duplicated" (its files clash with another job: fts-rest-flask `controllers/jobs.py`).
 pub fn conflict_is_ours(message: &str) -> bool {

@@ -12,7 +12,10 @@
 //! id is `uuid5(uuid5(BASE_ID, vos[0]), sid)` with `vos` derived from the credential as
 //! fts-rest-flask does (`lib/middleware/fts3auth/methods/ssl.py`: each VOMS FQAN's VO and
 //! group, else the gridmap VO; served by `GET /whoami` with `vos_id`), a second submission of a
-//! sid is 409 "The sid provided by the user is duplicated", tape staging or archiving with a
+//! sid is 409 "The sid provided by the user is duplicated", for the VOs of `CheckDuplicates`
+//! ([`Fts3Standin::set_check_duplicates`]) a file to a destination that a file not ended yet
+//! holds (its `dest_surl_uuid`, cleared when it ends: cern-fts/fts3 `src/db/mysql/MySqlAPI.cpp`)
+//! is 409 "The submission is duplicated" naming that uuid, tape staging or archiving with a
 //! bearer token is 400, a certificate caller whose delegated proxy is missing or has under an
 //! hour left is 419 (`controllers/jobs.py`; [`Fts3Standin::set_delegation`] switches it, as
 //! `fts-delegation-init` would renew it), and an unknown job is 404. `retry` 0 or absent means
@@ -29,7 +32,7 @@
 //! Jobs move on the wall clock: queued (`SUBMITTED`; for a staging job `STAGING` then, once the
 //! bring-online request is sent, `STARTED`) for `plan.queued`, `ACTIVE` for `plan.active`, then
 //! `FINISHED` with the declared size. A source or destination path containing `/hold/` stays
-//! queued until cancelled, `/fail/` fails (recoverable: run again while FTS3 retries are left),
+//! queued until cancelled or let go ([`Fts3Standin::release_held`]), `/fail/` fails (recoverable: run again while FTS3 retries are left),
 //! `/fatal/` fails unrecoverably. A staging job's failure has `recoverable` null, as FTS3's
 //! bring-online path leaves it (cern-fts/fts3 `src/db/mysql/MySqlAPI.cpp`).
 
@@ -46,7 +49,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use super::{Call, Caller, Desk, Plan};
-use crate::fts3::{job_id, vo_id};
+use crate::fts3::{dest_surl_uuid, job_id, vo_id};
 use jobs::check_submission;
 pub use jobs::{Job, JobFile};
 
@@ -75,8 +78,9 @@ struct Inner {
     /// The certificate's VOMS FQANs (`/cms/uscms/Role=production`), if any.
     fqans: Vec<String>,
     delegation: Delegation,
-    /// Answer the next submissions 409 "The submission is duplicated".
-    duplicates: bool,
+    /// FTS3's `CheckDuplicates`: the VOs (`*` for all) whose files hold their destination
+    /// (`dest_surl_uuid`) until they end.
+    check_duplicates: Vec<String>,
     desk: Desk,
     plan: Plan,
     jobs: HashMap<String, Job>,
@@ -134,7 +138,7 @@ impl Fts3Standin {
             vo: vo.to_string(),
             fqans: Vec::new(),
             delegation: Delegation::Valid,
-            duplicates: false,
+            check_duplicates: Vec::new(),
             desk: Desk::new(token),
             plan,
             jobs: HashMap::new(),
@@ -213,9 +217,19 @@ impl Fts3Standin {
         self.lock().delegation = delegation;
     }
 
-    /// Answer submissions 409 "The submission is duplicated" (a clash with another job).
-    pub fn set_duplicates(&self, on: bool) {
-        self.lock().duplicates = on;
+    /// FTS3's `CheckDuplicates` (fts-rest-flask `JobBuilder_utils.is_dest_surl_uuid_enabled`):
+    /// the VOs (`"*"` for all) whose submissions give each file a `dest_surl_uuid`, so that a
+    /// file to a destination a file not ended yet holds is refused, 409 "The submission is
+    /// duplicated", until that file ends. For the jobs submitted from now.
+    pub fn set_check_duplicates(&self, vos: &[&str]) {
+        self.lock().check_duplicates = vos.iter().map(|v| v.to_string()).collect();
+    }
+
+    /// Let the `/hold/` files of a job go: they run from now, as any other file.
+    pub fn release_held(&self, job_id: &str) {
+        if let Some(job) = self.lock().jobs.get_mut(job_id) {
+            job.files.iter_mut().for_each(JobFile::release);
+        }
     }
 
     /// Turn FTS3's `AutoSessionReuse` on or off for the jobs submitted from now.
@@ -277,6 +291,25 @@ impl Inner {
             vos.push(self.vo.clone());
         }
         vos
+    }
+
+    /// Whether FTS3's `CheckDuplicates` names this VO (or `*`).
+    fn checks_duplicates(&self, vo: &str) -> bool {
+        (self.check_duplicates.iter()).any(|v| v == vo || v == "*")
+    }
+
+    /// The `dest_surl_uuid` of a file of `job` that another of its files, or a file of another
+    /// job not ended yet, holds: the unique key FTS3's insertion of the files breaks.
+    fn destination_clash(&self, job: &Job) -> Option<uuid::Uuid> {
+        let mut seen = std::collections::HashSet::new();
+        for uuid in job.files.iter().filter_map(|f| f.dest_surl_uuid) {
+            let held = (self.jobs.values())
+                .any(|j| (j.files.iter()).any(|f| f.holds_destination(&uuid, j, &self.plan)));
+            if held || !seen.insert(uuid) {
+                return Some(uuid);
+            }
+        }
+        None
     }
 
     /// FTS3's 419 for a certificate caller without a good delegated proxy.
@@ -419,12 +452,9 @@ async fn submit(
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    if s.duplicates {
-        return error(
-            StatusCode::CONFLICT,
-            "The submission is duplicated (IntegrityError) Duplicate entry for key 'file_hash'",
-        );
-    }
+    // The job's row goes in first (a sid again: 409), then its files' (a destination held:
+    // 409), in one transaction rolled back on either (fts-rest-flask `controllers/jobs.py`
+    // `submit`).
     if s.jobs.contains_key(&id) {
         return error(
             StatusCode::CONFLICT,
@@ -432,7 +462,22 @@ async fn submit(
         );
     }
     let reuse = s.auto_session_reuse;
-    let job = Job::new(id.clone(), &params, &files, &mut s.next_file_id, reuse);
+    let mut next_file_id = s.next_file_id;
+    let mut job = Job::new(id.clone(), &params, &files, &mut next_file_id, reuse);
+    if s.checks_duplicates(&s.vos(caller)[0]) {
+        for f in job.files.iter_mut() {
+            f.dest_surl_uuid = Some(dest_surl_uuid(&f.destination));
+        }
+        if let Some(clash) = s.destination_clash(&job) {
+            // MySQL's unique key `dest_surl_uuid` on `t_file`, as SQLAlchemy words it.
+            let m = format!(
+                "The submission is duplicated (MySQLdb.IntegrityError) (1062, \"Duplicate entry \
+                 '{clash}' for key 't_file.dest_surl_uuid'\")\n[SQL: INSERT INTO t_file (...)]"
+            );
+            return error(StatusCode::CONFLICT, &m);
+        }
+    }
+    s.next_file_id = next_file_id;
     s.jobs.insert(id.clone(), job);
     s.order.push(id.clone());
     if s.lose_answers > 0 {

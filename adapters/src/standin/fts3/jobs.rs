@@ -49,7 +49,12 @@ pub struct JobFile {
     pub filesize: u64,
     /// The file's `metadata` as submitted (FTS3's `file_metadata`).
     pub metadata: Value,
+    /// FTS3's `dest_surl_uuid`: set when its VO checks duplicates (`CheckDuplicates`).
+    pub dest_surl_uuid: Option<uuid::Uuid>,
     pub(super) cancelled_at: Option<Instant>,
+    /// When a `/hold/` file was let go ([`super::Fts3Standin::release_held`]): it runs from
+    /// then on as any other file.
+    pub(super) released_at: Option<Instant>,
 }
 
 /// A file's state now: `(state, reason, recoverable)`; `recoverable` is `None` (null) for a
@@ -232,7 +237,9 @@ impl JobFile {
                 .to_lowercase(),
             filesize: f.get("filesize").and_then(Value::as_u64).unwrap_or(0),
             metadata: f.get("metadata").cloned().unwrap_or(Value::Null),
+            dest_surl_uuid: None,
             cancelled_at: None,
+            released_at: None,
         }
     }
 
@@ -243,10 +250,13 @@ impl JobFile {
     /// Where the file stands on the wall clock. Every file of a job moves together (one
     /// bring-online request, one session): queued (`SUBMITTED`; for a staging job `STAGING`
     /// then, once the bring-online request is sent, `STARTED`) for `plan.queued`, `ACTIVE` for
-    /// `plan.active`, then ended. A path containing `/hold/` stays queued until cancelled,
-    /// `/fail/` fails (recoverable: run again while retries are left), `/fatal/` fails for good.
+    /// `plan.active`, then ended. A path containing `/hold/` stays queued until cancelled or
+    /// released (then it runs from its release), `/fail/` fails (recoverable: run again while
+    /// retries are left), `/fatal/` fails for good.
     pub(super) fn state(&self, job: &Job, plan: &Plan) -> Shown {
-        let age = job.created.elapsed();
+        let start = self.released_at.unwrap_or(job.created);
+        let held = self.marked("/hold/") && self.released_at.is_none();
+        let age = start.elapsed();
         let run = plan.queued + plan.active;
         let runs = if self.marked("/fail/") && !self.marked("/fatal/") {
             1 + job.retries.max(0) as u32
@@ -261,14 +271,14 @@ impl JobFile {
         };
         let queued = if !job.staging {
             "SUBMITTED"
-        } else if self.marked("/hold/") || in_run < plan.queued.as_nanos() / 2 {
+        } else if held || in_run < plan.queued.as_nanos() / 2 {
             "STAGING"
         } else {
             // The bring-online request has been sent.
             "STARTED"
         };
         let recoverable = |r: bool| if job.staging { None } else { Some(r) };
-        let natural: Shown = if self.marked("/hold/") || in_run < plan.queued.as_nanos() {
+        let natural: Shown = if held || in_run < plan.queued.as_nanos() {
             (queued, "", Some(true))
         } else if age < done_at {
             ("ACTIVE", "", Some(true))
@@ -288,7 +298,7 @@ impl JobFile {
             ("FINISHED", "", Some(true))
         };
         match self.cancelled_at {
-            Some(at) if !is_terminal(natural.0) || at < job.created + done_at => {
+            Some(at) if !is_terminal(natural.0) || at < start + done_at => {
                 ("CANCELED", "Job canceled by the user", Some(true))
             }
             _ => natural,
@@ -320,6 +330,21 @@ impl JobFile {
     /// `FileActiveStates`).
     pub(super) fn active(&self, job: &Job, plan: &Plan) -> bool {
         !is_terminal(self.state(job, plan).0)
+    }
+
+    /// Whether it holds its destination now: FTS3 sets a file's `dest_surl_uuid` at submission
+    /// and clears it when the file ends, FINISHED, FAILED or CANCELED (cern-fts/fts3
+    /// `src/db/mysql/MySqlAPI.cpp` `updateFileTransferStatusInternal` and the staging updates;
+    /// fts-rest-flask `controllers/jobs.py` cancellations).
+    pub(super) fn holds_destination(&self, uuid: &uuid::Uuid, job: &Job, plan: &Plan) -> bool {
+        self.dest_surl_uuid.as_ref() == Some(uuid) && self.active(job, plan)
+    }
+
+    /// Let a `/hold/` file go: it runs from now.
+    pub(super) fn release(&mut self) {
+        if self.marked("/hold/") && self.released_at.is_none() && self.cancelled_at.is_none() {
+            self.released_at = Some(Instant::now());
+        }
     }
 }
 
