@@ -269,19 +269,17 @@ impl Shared {
         }
     }
 
-    /// The job id of a 409 answer: ours again (recover it), or a refusal.
+    /// What a 409 answer means: the job of this sid exists (ours again: recover it), or a
+    /// file's destination is held by another not ended yet (FTS3's message).
     pub(super) async fn conflict(
         &self,
         resp: reqwest::Response,
         sid: &str,
-    ) -> Result<String, MssError> {
+    ) -> Result<Conflict, MssError> {
         let answer = rest::Answer::read(resp).await?;
         let message = answer.server_error().unwrap_or_else(|| answer.text());
         if !conflict_is_ours(&message) {
-            return Err(MssError::Rejected(format!(
-                "fts3 refuses the submission as a duplicate of another job's files (not this \
-                 transfer's own earlier submission): {message}"
-            )));
+            return Ok(Conflict::Destination(message));
         }
         // FTS3 holds this transfer's job: failing the request now would let a later request
         // copy the file again, so a job id that cannot be derived yet is an unknown outcome
@@ -292,8 +290,20 @@ impl Shared {
             )),
             other => other,
         })?;
-        Ok(job_id_in(&vo_id, sid))
+        Ok(Conflict::Ours(job_id_in(&vo_id, sid)))
     }
+}
+
+/// What FTS3's 409 to a submission says.
+pub(super) enum Conflict {
+    /// It holds a job under this sid already: this job id.
+    Ours(String),
+    /// "The submission is duplicated": a file's destination (`dest_surl_uuid`, for the VOs of
+    /// FTS3's `CheckDuplicates`) is held by a file that has not ended, of another job or of this
+    /// one. FTS3 clears it when that file ends (cern-fts/fts3 `src/db/mysql/MySqlAPI.cpp`
+    /// `updateFileTransferStatusInternal`), so the same submission is taken later. FTS3's
+    /// message.
+    Destination(String),
 }
 
 #[async_trait]

@@ -19,8 +19,11 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tracing::warn;
 
-use super::adapter::{Shared, Track};
-use super::job::{batch_body, file_entry, file_mss_id, file_owner, job_body, jobs_of};
+use super::adapter::{Conflict, Shared, Track};
+use super::job::{
+    apart_by_destination, batch_body, clashing, endpoints, file_entry, file_mss_id, file_owner,
+    job_body, jobs_of,
+};
 use crate::protocol::Transfer;
 use crate::rest;
 use crate::{MssError, Submitted};
@@ -65,7 +68,9 @@ impl Shared {
             }
         }
         for job in jobs_of(&items, self.cfg.job_max_files) {
-            self.submit_job(transfers, job, &mut out).await;
+            for job in apart_by_destination(&self.destinations(transfers, &job)) {
+                self.submit_job(transfers, job, &mut out).await;
+            }
         }
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(MssError::Protocol("no answer".into()))))
@@ -93,6 +98,17 @@ impl Shared {
         if uncertain.get(key).is_some_and(|(a, _, _)| *a == attempt) {
             uncertain.remove(key);
         }
+    }
+
+    /// The transfers at `job` (positions in `transfers`) with their destinations (empty for
+    /// one FTS3 cannot be asked for: it fails on its own).
+    fn destinations(&self, transfers: &[Transfer], job: &[usize]) -> Vec<(usize, String)> {
+        (job.iter())
+            .map(|&i| match endpoints(&self.cfg, &transfers[i]) {
+                Ok((_, dest)) => (i, dest),
+                Err(_) => (i, String::new()),
+            })
+            .collect()
     }
 
     /// A transfer already in a job: followed, or found in a job whose answer was lost.
@@ -174,6 +190,38 @@ impl Shared {
                         None => true,
                     });
                 }
+                Ok(Posted::Clash(message)) => {
+                    let at = self.destinations(transfers, &job);
+                    let dests: Vec<&str> = at.iter().map(|(_, d)| d.as_str()).collect();
+                    let mut named = clashing(&message, &dests);
+                    if named.is_empty() && job.len() > 1 {
+                        // Which file clashed is not known: each is sent on its own, so only
+                        // that one waits.
+                        for &i in &job {
+                            Box::pin(self.submit_job(transfers, vec![i], out)).await;
+                        }
+                        return;
+                    }
+                    if named.is_empty() {
+                        named.push(0);
+                    }
+                    // Not a refusal: FTS3 made nothing (the transaction is rolled back), and
+                    // takes the same submission once the file holding the destination has
+                    // ended. Retryable, so the broker sends it again later with the same key
+                    // and attempt, spending no attempt.
+                    let wait = MssError::Unavailable(format!(
+                        "fts3 holds another transfer to the same destination that has not ended \
+                         (its dest_surl_uuid: the VO is in FTS3's CheckDuplicates); sent again \
+                         once it has: {message}"
+                    ));
+                    for &n in &named {
+                        out[job[n]] = Some(Err(wait.clone()));
+                    }
+                    job = (job.iter().enumerate())
+                        .filter(|(n, _)| !named.contains(n))
+                        .map(|(_, &i)| i)
+                        .collect();
+                }
                 Err(e) if e.is_retryable() => return self.unsettled(transfers, &job, e, out),
                 // FTS3 refuses a whole submission for one bad file: fts-rest-flask builds every
                 // file before it makes the job (`lib/JobBuilder.py` `_populate_files` calls
@@ -237,8 +285,11 @@ impl Shared {
         // Sent, perhaps taken: no answer in time is not a refusal.
         let resp = rest::send_submission(rb, self.cfg.timeout).await?;
         if resp.status() == StatusCode::CONFLICT {
-            // FTS3 has this sid already: our earlier submission, whose answer we lost.
-            return Ok(Posted::Exists(self.conflict(resp, &sid).await?));
+            return Ok(match self.conflict(resp, &sid).await? {
+                // FTS3 has this sid already: our earlier submission, whose answer we lost.
+                Conflict::Ours(job_id) => Posted::Exists(job_id),
+                Conflict::Destination(message) => Posted::Clash(message),
+            });
         }
         if resp.status().is_server_error() {
             let answer = rest::Answer::read(resp).await?;
@@ -400,6 +451,8 @@ enum Posted {
     Created(String, i64),
     /// FTS3 holds a job under this sid already.
     Exists(String),
+    /// A file's destination is held by a file not ended yet (FTS3's message): nothing made.
+    Clash(String),
 }
 
 /// How long after a failed reading of the jobs in flight it is tried again.

@@ -38,9 +38,41 @@ pub fn dest_surl_uuid(destination: &str) -> uuid::Uuid {
 }
 
 /// What FTS3's 409 means: our own sid again (the job exists: recover it), or "The submission
-/// is duplicated" (its files clash with another job: fts-rest-flask `controllers/jobs.py`).
+/// is duplicated" (a file's destination is held by a file not ended yet, of another job or of
+/// this one: fts-rest-flask `controllers/jobs.py` `submit`, the `IntegrityError` of the files'
+/// insertion; the transaction is rolled back, so nothing was made).
 pub fn conflict_is_ours(message: &str) -> bool {
     !message.contains("submission is duplicated")
+}
+
+/// Which of these destinations (by position) a 409 "The submission is duplicated" names: the
+/// database's message quotes the `dest_surl_uuid` that broke the unique key (MySQL's
+/// "Duplicate entry '<uuid>' for key ...", PostgreSQL's "Key (dest_surl_uuid)=(<uuid>)").
+/// Empty when it names none of them.
+pub fn clashing(message: &str, destinations: &[&str]) -> Vec<usize> {
+    let message = message.to_ascii_lowercase();
+    (destinations.iter().enumerate())
+        .filter(|(_, d)| message.contains(&dest_surl_uuid(d).to_string()))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The transfers of one job (positions with their destinations) as jobs in which no two files
+/// go to one destination, since FTS3 refuses a whole job whose files clash with each other
+/// (`dest_surl_uuid` under `CheckDuplicates`): the first to each destination stay together,
+/// in order; a second to a destination goes in the next job, and so on.
+pub fn apart_by_destination(items: &[(usize, String)]) -> Vec<Vec<usize>> {
+    let mut jobs: Vec<(std::collections::HashSet<&str>, Vec<usize>)> = Vec::new();
+    for (pos, dest) in items {
+        match jobs.iter_mut().find(|(dests, _)| !dests.contains(dest.as_str())) {
+            Some((dests, job)) => {
+                dests.insert(dest);
+                job.push(*pos);
+            }
+            None => jobs.push(([dest.as_str()].into(), vec![*pos])),
+        }
+    }
+    jobs.into_iter().map(|(_, job)| job).collect()
 }
 
 /// The body of `POST /jobs` for one transfer.
@@ -68,6 +100,21 @@ pub fn batch_body(
 
 /// One transfer as an entry of a job's `files`, or why FTS3 cannot be asked for it.
 pub fn file_entry(cfg: &Fts3Config, t: &Transfer) -> Result<Value, MssError> {
+    let (source, destination) = endpoints(cfg, t)?;
+    let mut file = json!({
+        "sources": [source],
+        "destinations": [destination],
+        "filesize": t.size_bytes,
+        "metadata": {"mssbroker_key": t.key, "attempt": t.attempt},
+    });
+    if let Some(activity) = &cfg.activity {
+        file["activity"] = json!(activity);
+    }
+    Ok(file)
+}
+
+/// A transfer's source and destination URLs, or why FTS3 cannot be asked for it.
+pub fn endpoints(cfg: &Fts3Config, t: &Transfer) -> Result<(String, String), MssError> {
     let tape = format!("{}{}", cfg.tape_endpoint, t.file);
     let (source, destination) = match t.direction {
         Direction::Read => {
@@ -93,16 +140,7 @@ pub fn file_entry(cfg: &Fts3Config, t: &Transfer) -> Result<Value, MssError> {
             }
         },
     };
-    let mut file = json!({
-        "sources": [source],
-        "destinations": [destination],
-        "filesize": t.size_bytes,
-        "metadata": {"mssbroker_key": t.key, "attempt": t.attempt},
-    });
-    if let Some(activity) = &cfg.activity {
-        file["activity"] = json!(activity);
-    }
-    Ok(file)
+    Ok((source, destination))
 }
 
 /// A job's `params`.
@@ -222,6 +260,40 @@ mod tests {
             ]
         );
         assert_eq!(jobs_of(&items, 1).len(), items.len());
+    }
+
+    /// A job never holds two files to one destination: the repeats go in later jobs, each in
+    /// order.
+    #[test]
+    fn transfers_to_one_destination_go_in_separate_jobs() {
+        let items: Vec<(usize, String)> = [(0, "a"), (1, "b"), (2, "a"), (3, "c"), (4, "a")]
+            .map(|(p, d)| (p, d.to_string()))
+            .into();
+        assert_eq!(
+            apart_by_destination(&items),
+            [vec![0, 1, 3], vec![2], vec![4]]
+        );
+        assert!(apart_by_destination(&[]).is_empty());
+    }
+
+    /// The destination a 409 names, by its `dest_surl_uuid` in the database's words.
+    #[test]
+    fn a_clash_is_known_by_the_dest_surl_uuid_the_database_names() {
+        let dests = ["davs://d.example/a", "DAVS://d.example/b ", "davs://d.example/c"];
+        let b = dest_surl_uuid("davs://d.example/b");
+        let mysql = format!(
+            "The submission is duplicated (MySQLdb.IntegrityError) (1062, \"Duplicate entry \
+             '{b}' for key 'dest_surl_uuid'\")"
+        );
+        assert_eq!(clashing(&mysql, &dests), [1]);
+        let pg = format!(
+            "The submission is duplicated (psycopg2.errors.UniqueViolation) duplicate key value \
+             violates unique constraint \"t_file_dest_surl_uuid_key\" DETAIL: Key \
+             (dest_surl_uuid)=({}) already exists.",
+            b.to_string().to_uppercase()
+        );
+        assert_eq!(clashing(&pg, &dests), [1]);
+        assert!(clashing("The submission is duplicated", &dests).is_empty());
     }
 
     #[test]
