@@ -22,8 +22,20 @@
 //!   `fts3rest/lib/middleware/fts3auth/methods/ssl.py`), which the adapter reads once from
 //!   `GET /whoami` (`vos_id[0]`, `fts3rest/controllers/delegation.py`). A second submission of
 //!   the same sid is 409 "The sid provided by the user is duplicated", so a transfer submitted
-//!   again after a broker crash is recognised, never queued twice; 409 "The submission is
-//!   duplicated" (the files clash with another job) is a refusal.
+//!   again after a broker crash is recognised, never queued twice.
+//! - **A destination held**: for the VOs of FTS3's `CheckDuplicates` each file gets
+//!   `dest_surl_uuid = uuid5(BASE_ID, destination)`, a unique key of `t_file`
+//!   (fts-rest-flask `lib/JobBuilder.py` `_populate_files`, `lib/JobBuilder_utils.py`
+//!   `is_dest_surl_uuid_enabled`), set while the file has not ended and cleared when it ends
+//!   FINISHED, FAILED or CANCELED (cern-fts/fts3 `src/db/mysql/MySqlAPI.cpp`
+//!   `updateFileTransferStatusInternal` "DEST_SURL_UUID = NULL", the staging and cancel updates;
+//!   fts-rest-flask `controllers/jobs.py` cancellations). A submission with a file to a
+//!   destination held is 409 "The submission is duplicated" with the database's message, which
+//!   names the uuid, and nothing is made (`controllers/jobs.py` `submit` rolls back). So it is
+//!   no refusal: the adapter answers `Unavailable` (the broker sends it again later, same
+//!   attempt) for the files named, sends the others as one job, and never puts two files to one
+//!   destination in one job. (fts-rest-flask a8b49830ce86230f92b2b3849c51ddd916feb8f5,
+//!   cern-fts/fts3 e0a7e05825ea0a9ef7ee40409b9c00ba618d08b2.)
 //! - **Progress**: every `poll_ms`, `GET /jobs/{id,id,...}?files=...` for the jobs in flight;
 //!   a file becoming `ACTIVE` or `ARCHIVING` is a start, and so is `STARTED` for a staging job
 //!   (the bring-online request was sent; cern-fts/fts3 `src/db/mysql/MySqlAPI.cpp`),
