@@ -390,7 +390,11 @@ async fn a_read_to_a_destination_a_transfer_in_flight_holds_waits_for_it_then_go
     assert_eq!(posts, 4);
     let lookups = (b.standin.calls().iter())
         .filter(|c| c.method == "GET" && c.path == format!("/jobs/{}", s2.mss_id))
-        .filter(|c| c.query.get("files").is_some_and(|f| f.contains("file_metadata")))
+        .filter(|c| {
+            c.query
+                .get("files")
+                .is_some_and(|f| f.contains("file_metadata"))
+        })
         .count();
     assert_eq!(lookups, 0);
 }
@@ -403,7 +407,11 @@ async fn a_read_to_a_destination_a_transfer_in_flight_holds_waits_for_it_then_go
 async fn a_batch_file_whose_destination_is_held_waits_alone_while_its_mates_go_together() {
     let b = Bench::new("none").await;
     b.standin.set_check_duplicates(&["*"]);
-    let held = b.adapter.submit(&on("VA", "1", "/cms/hold/a")).await.unwrap();
+    let held = b
+        .adapter
+        .submit(&on("VA", "1", "/cms/hold/a"))
+        .await
+        .unwrap();
     let batch = [
         on("VA", "2", "/cms/hold/a"),
         on("VA", "3", "/cms/hold/b"),
@@ -445,7 +453,10 @@ async fn a_batch_file_whose_destination_is_held_waits_alone_while_its_mates_go_t
             EventKind::Done { bytes: 2_000_000 }
         );
     }
-    let again = b.adapter.submit_batch(&[batch[0].clone(), batch[3].clone()]).await;
+    let again = b
+        .adapter
+        .submit_batch(&[batch[0].clone(), batch[3].clone()])
+        .await;
     assert!(again.iter().all(|a| a.is_ok()), "{again:?}");
 }
 

@@ -920,6 +920,69 @@ async fn fts3_419_for_a_delegation_about_to_expire_is_retried_and_succeeds_once_
     app.stop().await;
 }
 
+/// A priority-class read of a file a fair-share read is staging does not ride on it (no class
+/// inversion), so both reach FTS3, to one destination. With `CheckDuplicates` for the VO, FTS3
+/// answers the second 409 "The submission is duplicated" while the first is in flight: the
+/// broker keeps it, sends it again, and once the first has ended FTS3 takes it, at the same
+/// attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_fts3_refuses_while_another_holds_its_destination_goes_once_that_one_ends() {
+    let standin = Fts3Standin::start("cms", None, fts3_plan(100))
+        .await
+        .unwrap();
+    standin.set_check_duplicates(&["cms"]);
+    let app = TestApp::spawn(&config_with(&fts3_mss(&standin.url))).await;
+    let file = json!({"file": "/pnfs/hold/x"});
+    let fair = with(request("a1", "analysis", "higgs", 5_000), file.clone());
+    let ids = submit_all(&app, vec![fair]).await;
+    until(Duration::from_secs(20), "the first job at FTS3", || {
+        standin.jobs().len() == 1
+    })
+    .await;
+    let first = standin.jobs()[0].job_id.clone();
+    let daq = with(request("d1", "datataking", "cms", 5_000), file);
+    let (status, body) = app.post("/v1/requests", &daq).await;
+    assert_eq!(status, 202, "{body}");
+    assert_ne!(body["state"], "riding", "{body}");
+    let id = body["id"].as_i64().unwrap();
+    let submissions = || {
+        (standin.calls().iter())
+            .filter(|c| c.method == "POST" && c.path == "/jobs")
+            .count()
+    };
+    until(
+        Duration::from_secs(20),
+        "the broker trying again after the 409",
+        || submissions() >= 3,
+    )
+    .await;
+    let (_, r) = app.get(&format!("/v1/requests/{id}")).await;
+    assert_eq!(
+        r["state"], "accepted",
+        "a destination held is no refusal: {r}"
+    );
+    assert_eq!(standin.jobs().len(), 1);
+    standin.release_held(&first);
+    until(Duration::from_secs(20), "the second job at FTS3", || {
+        standin.jobs().len() == 2
+    })
+    .await;
+    standin.release_held(&standin.jobs()[1].job_id);
+    let done = app.wait_final(&[ids[0], id], Duration::from_secs(30)).await;
+    for r in &done {
+        assert_eq!(
+            (r["state"].as_str(), r["attempt"].as_i64()),
+            (Some("done"), Some(1)),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        done[1]["mss_id"].as_str(),
+        Some(standin.jobs()[1].job_id.as_str())
+    );
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_fts3_staging_failure_without_recoverable_is_final_when_its_reason_says_so() {
     let standin = Fts3Standin::start(

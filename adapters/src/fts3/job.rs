@@ -64,7 +64,10 @@ pub fn clashing(message: &str, destinations: &[&str]) -> Vec<usize> {
 pub fn apart_by_destination(items: &[(usize, String)]) -> Vec<Vec<usize>> {
     let mut jobs: Vec<(std::collections::HashSet<&str>, Vec<usize>)> = Vec::new();
     for (pos, dest) in items {
-        match jobs.iter_mut().find(|(dests, _)| !dests.contains(dest.as_str())) {
+        match jobs
+            .iter_mut()
+            .find(|(dests, _)| !dests.contains(dest.as_str()))
+        {
             Some((dests, job)) => {
                 dests.insert(dest);
                 job.push(*pos);
@@ -279,7 +282,11 @@ mod tests {
     /// The destination a 409 names, by its `dest_surl_uuid` in the database's words.
     #[test]
     fn a_clash_is_known_by_the_dest_surl_uuid_the_database_names() {
-        let dests = ["davs://d.example/a", "DAVS://d.example/b ", "davs://d.example/c"];
+        let dests = [
+            "davs://d.example/a",
+            "DAVS://d.example/b ",
+            "davs://d.example/c",
+        ];
         let b = dest_surl_uuid("davs://d.example/b");
         let mysql = format!(
             "The submission is duplicated (MySQLdb.IntegrityError) (1062, \"Duplicate entry \
