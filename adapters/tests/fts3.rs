@@ -460,6 +460,51 @@ async fn a_batch_file_whose_destination_is_held_waits_alone_while_its_mates_go_t
     assert!(again.iter().all(|a| a.is_ok()), "{again:?}");
 }
 
+/// FTS3 takes a bearer token's VOs from its `wlcg.groups` when neither its gridmap nor its
+/// provider's configuration names one, so a token renewed with another first group moves new
+/// jobs into another VO's namespace of ids (`uuid5(uuid5(BASE_ID, vos[0]), sid)`). The
+/// adapter reads the token at every call: a job whose answer was lost is found under the VO it
+/// was made in, before or after the renewal, and never queued twice; so is one listed after a
+/// restart.
+#[tokio::test]
+async fn a_token_renewed_into_another_vo_finds_its_jobs_under_either() {
+    let standin = Fts3Standin::start(VO, None, quick()).await.unwrap();
+    standin.set_token_groups("tok-1", &["/cms"]);
+    standin.set_token_groups("tok-2", &["/cms/uscms", "/cms"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "tok-1\n").unwrap();
+    let adapter = Fts3Adapter::new(config(&standin, dir.path(), "bearer"), "abc123").unwrap();
+    let before = read("1", "/cms/hold/f1", 10);
+    let after = read("2", "/cms/hold/f2", 10);
+    standin.lose_next_answers(1);
+    let lost = adapter.submit(&before).await;
+    assert!(matches!(lost, Err(MssError::Unknown(_))), "{lost:?}");
+    std::fs::write(dir.path().join("token"), "tok-2\n").unwrap();
+    standin.lose_next_answers(1);
+    let lost = adapter.submit(&after).await;
+    assert!(matches!(lost, Err(MssError::Unknown(_))), "{lost:?}");
+    let jobs = standin.jobs();
+    assert_eq!(jobs[0].job_id, job_id("cms", "mssbroker-abc123-1-1"));
+    assert_eq!(jobs[1].job_id, job_id("cms/uscms", "mssbroker-abc123-2-1"));
+    for (t, job) in [(&after, &jobs[1]), (&before, &jobs[0])] {
+        let again = adapter.submit(t).await;
+        assert!(
+            matches!(&again, Ok(s) if s.duplicate && s.mss_id == job.job_id),
+            "{}: {again:?}",
+            t.key
+        );
+    }
+    // A restarted broker, under the renewed token: the job made under the earlier VO is its
+    // own (its `vo_name`), so sending it again queues nothing.
+    let restarted = Fts3Adapter::new(config(&standin, dir.path(), "bearer"), "abc123").unwrap();
+    let again = restarted.submit(&before).await;
+    assert!(
+        matches!(&again, Ok(s) if s.duplicate && s.mss_id == jobs[0].job_id),
+        "{again:?}"
+    );
+    assert_eq!(standin.jobs().len(), 2, "nothing queued twice");
+}
+
 #[tokio::test]
 async fn a_delegation_about_to_expire_is_419_retried_until_renewed() {
     let b = Bench::new("none").await;

@@ -77,6 +77,8 @@ struct Inner {
     vo: String,
     /// The certificate's VOMS FQANs (`/cms/uscms/Role=production`), if any.
     fqans: Vec<String>,
+    /// The `wlcg.groups` of bearer tokens, by token: their VOs when set.
+    token_groups: HashMap<String, Vec<String>>,
     delegation: Delegation,
     /// FTS3's `CheckDuplicates`: the VOs (`*` for all) whose files hold their destination
     /// (`dest_surl_uuid`) until they end.
@@ -137,6 +139,7 @@ impl Fts3Standin {
         let state = Arc::new(Mutex::new(Inner {
             vo: vo.to_string(),
             fqans: Vec::new(),
+            token_groups: HashMap::new(),
             delegation: Delegation::Valid,
             check_duplicates: Vec::new(),
             desk: Desk::new(token),
@@ -212,6 +215,16 @@ impl Fts3Standin {
         self.lock().fqans = fqans.iter().map(|f| f.to_string()).collect();
     }
 
+    /// The `wlcg.groups` claim of a bearer token: FTS3 takes a token's VOs from it, in order,
+    /// when neither its gridmap nor its provider's configuration names one (fts-rest-flask
+    /// `lib/middleware/fts3auth/methods/oauth2.py` `_build_vo_from_token_auth`); a token
+    /// without gets the stand-in's VO. A token renewed with other groups (or their order)
+    /// changes `vos[0]`, and with it the namespace of new job ids.
+    pub fn set_token_groups(&self, token: &str, groups: &[&str]) {
+        let groups = groups.iter().map(|g| g.to_string()).collect();
+        self.lock().token_groups.insert(token.to_string(), groups);
+    }
+
     /// The state of the delegated proxy (renewed: `Delegation::Valid`).
     pub fn set_delegation(&self, delegation: Delegation) {
         self.lock().delegation = delegation;
@@ -277,14 +290,28 @@ pub fn vo_from_fqan(fqan: &str) -> String {
 
 impl Inner {
     /// The caller's VOs as FTS3 derives them: for a certificate each FQAN's VO, in order and
-    /// once, else the gridmap VO; for a token the configured VO.
-    fn vos(&self, caller: Caller) -> Vec<String> {
+    /// once, else the gridmap VO; for a token its groups (without the leading `/`, once each)
+    /// if set, else the configured VO.
+    fn vos(&self, caller: Caller, headers: &HeaderMap) -> Vec<String> {
         let mut vos: Vec<String> = Vec::new();
         if caller == Caller::Certificate {
             for vo in self.fqans.iter().map(|f| vo_from_fqan(f)) {
                 if !vo.is_empty() && !vos.contains(&vo) {
                     vos.push(vo);
                 }
+            }
+        }
+        let token = (headers.get("authorization").and_then(|v| v.to_str().ok()))
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .filter(|_| caller == Caller::Token);
+        for group in token
+            .and_then(|t| self.token_groups.get(t))
+            .into_iter()
+            .flatten()
+        {
+            let vo = group.strip_prefix('/').unwrap_or(group).to_string();
+            if !vo.is_empty() && !vos.contains(&vo) {
+                vos.push(vo);
             }
         }
         if vos.is_empty() {
@@ -336,7 +363,7 @@ async fn whoami(State(state): State<Arc<Mutex<Inner>>>, headers: HeaderMap) -> R
         Err(r) => return r.into_response(),
     };
     let s = lock(&state);
-    let vos = s.vos(caller);
+    let vos = s.vos(caller, &headers);
     let vos_id: Vec<String> = vos.iter().map(|v| vo_id(v).to_string()).collect();
     let method = if caller == Caller::Token {
         "oauth2"
@@ -448,7 +475,8 @@ async fn submit(
         return r;
     }
     let mut s = lock(&state);
-    let id = match new_job_id(&params, &s.vos(caller)[0]) {
+    let vo = s.vos(caller, &headers)[0].clone();
+    let id = match new_job_id(&params, &vo) {
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
@@ -464,7 +492,8 @@ async fn submit(
     let reuse = s.auto_session_reuse;
     let mut next_file_id = s.next_file_id;
     let mut job = Job::new(id.clone(), &params, &files, &mut next_file_id, reuse);
-    if s.checks_duplicates(&s.vos(caller)[0]) {
+    job.vo_name = vo.clone();
+    if s.checks_duplicates(&vo) {
         for f in job.files.iter_mut() {
             f.dest_surl_uuid = Some(dest_surl_uuid(&f.destination));
         }

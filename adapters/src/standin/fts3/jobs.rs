@@ -22,6 +22,8 @@ const REUSE_MAX_BIG: usize = 2;
 pub struct Job {
     pub job_id: String,
     pub sid: Option<String>,
+    /// The submitter's `vos[0]` (fts-rest-flask `lib/JobBuilder.py`: `job["vo_name"]`).
+    pub vo_name: String,
     pub priority: i64,
     pub staging: bool,
     /// FTS3's `job_type`: `N` (normal) or `Y` (session reuse, which `AutoSessionReuse` makes of a
@@ -87,6 +89,7 @@ impl Job {
         };
         Job {
             job_id,
+            vo_name: String::new(),
             sid: params
                 .get("sid")
                 .and_then(Value::as_str)
@@ -155,6 +158,7 @@ impl Job {
             .unwrap_or("");
         let mut out = json!({
             "job_id": self.job_id,
+            "vo_name": self.vo_name,
             "job_state": self.state(plan),
             "job_type": self.job_type,
             "priority": self.priority,
