@@ -19,8 +19,13 @@
 //!   `sid = <prefix>-<key>-<attempt>`. FTS3 derives the job id as
 //!   `uuid5(uuid5(BASE_ID, user.vos[0]), sid)`, `vos[0]` being the VO it derives from the
 //!   credential (cern-fts/fts-rest-flask `fts3rest/lib/JobBuilder.py`,
-//!   `fts3rest/lib/middleware/fts3auth/methods/ssl.py`), which the adapter reads once from
-//!   `GET /whoami` (`vos_id[0]`, `fts3rest/controllers/delegation.py`). A second submission of
+//!   `fts3rest/lib/middleware/fts3auth/methods/ssl.py`, `methods/oauth2.py`), which the adapter
+//!   reads from `GET /whoami` (`vos_id[0]`, `fts3rest/controllers/delegation.py`) at the first
+//!   need, and again when FTS3 shows no job where it would put one or names one of ours (409):
+//!   a bearer token, read at every call, may be renewed with other groups, which FTS3 takes for
+//!   its VOs. The VO ids read before are kept, since the jobs made under them keep their ids,
+//!   and a job listed after a start is known as this broker's under its own `vo_name` too. A
+//!   second submission of
 //!   the same sid is 409 "The sid provided by the user is duplicated", so a transfer submitted
 //!   again after a broker crash is recognised, never queued twice.
 //! - **A destination held**: for the VOs of FTS3's `CheckDuplicates` each file gets

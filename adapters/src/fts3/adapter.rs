@@ -1,4 +1,5 @@
-//! The FTS3 adapter: the jobs in flight in memory, the credential's VO id read once, and the
+//! The FTS3 adapter: the jobs in flight in memory, the credential's VO ids (read again when
+//! they may have changed), and the
 //! `MssAdapter` calls; `poller` follows the jobs.
 
 use std::collections::HashMap;
@@ -49,8 +50,12 @@ pub(super) struct Shared {
     /// The credential's DN as FTS3 sees it (`user_dn` of `GET /whoami`): the jobs listed are
     /// this credential's.
     pub(super) user_dn: std::sync::OnceLock<String>,
-    /// The namespace of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`.
-    vo_id: tokio::sync::OnceCell<uuid::Uuid>,
+    /// The namespaces of this credential's job ids, FTS3's `vos_id[0]` from `GET /whoami`: the
+    /// one last read first, then those read before (a token renewed with other groups moves
+    /// new jobs to another VO; the jobs made before keep their ids).
+    vo_ids: Mutex<Vec<uuid::Uuid>>,
+    /// Held while `GET /whoami` is read, so concurrent first needs read it once.
+    reading_vo: tokio::sync::Mutex<()>,
 }
 
 /// A job in flight.
@@ -101,7 +106,8 @@ impl Fts3Adapter {
             recovered: std::sync::OnceLock::new(),
             recover_failed: Mutex::new(None),
             user_dn: std::sync::OnceLock::new(),
-            vo_id: tokio::sync::OnceCell::new(),
+            vo_ids: Mutex::new(Vec::new()),
+            reading_vo: tokio::sync::Mutex::new(()),
         });
         let poller = tokio::spawn(poll_loop(shared.clone()));
         Ok(Fts3Adapter { shared, poller })
@@ -182,34 +188,82 @@ impl Shared {
                 )));
             }
         }
-        let own = job_id_in(&self.vo_id().await?, &self.sid(&t.key, t.attempt));
-        Ok((own, None))
+        let own = self.sid(&t.key, t.attempt);
+        // Under which VO's id FTS3 made it is known only by looking, when there were several.
+        if self.vo_ids().await?.len() > 1 && self.look_up(&own).await? {
+            if let Some(place) = self.found_place(&t.key, t.attempt) {
+                return Ok((place.job_id, place.index));
+            }
+        }
+        Ok((job_id_in(&self.vo_id().await?, &own), None))
     }
 
-    /// The VO id FTS3 derives job ids from for this credential: `vos_id[0]` of `GET /whoami`,
-    /// read once (fts-rest-flask `controllers/delegation.py` `whoami`).
+    /// The VO id FTS3 derives job ids from for this credential: `vos_id[0]` of `GET /whoami`
+    /// (fts-rest-flask `controllers/delegation.py` `whoami`), read at the first need and again
+    /// only when it may have changed ([`Shared::rederive`]).
     pub(super) async fn vo_id(&self) -> Result<uuid::Uuid, MssError> {
-        self.vo_id
-            .get_or_try_init(|| async {
-                let rb = self.request(reqwest::Method::GET, "/whoami")?;
-                let who: WhoAmI = rest::decode(rest::send(rb, self.cfg.timeout).await?).await?;
-                let first = who.vos_id.first().ok_or_else(|| {
-                    MssError::Protocol("fts3's /whoami lists no vos_id".into())
-                })?;
-                let id = uuid::Uuid::parse_str(first).map_err(|e| {
-                    MssError::Protocol(format!("fts3's /whoami vos_id `{first}`: {e}"))
-                })?;
-                if let Some(dn) = who.user_dn.filter(|d| !d.is_empty()) {
-                    let _ = self.user_dn.set(dn);
-                }
-                let vo = who.vos.first().map(String::as_str).unwrap_or("");
-                if vo != self.cfg.vo {
-                    warn!(configured = %self.cfg.vo, fts3 = %vo, "fts3 maps the credential to another VO than mss.fts3.vo; job ids follow fts3's");
-                }
-                Ok(id)
-            })
-            .await
-            .copied()
+        if let Some(id) = self.vo_ids_mut().first() {
+            return Ok(*id);
+        }
+        let _reading = self.reading_vo.lock().await;
+        if let Some(id) = self.vo_ids_mut().first() {
+            return Ok(*id);
+        }
+        Ok(self.read_whoami().await?.0)
+    }
+
+    /// Every VO id this credential has had, the last read first: a job is looked for under
+    /// each, since one made before a change keeps its id.
+    pub(super) async fn vo_ids(&self) -> Result<Vec<uuid::Uuid>, MssError> {
+        self.vo_id().await?;
+        Ok(self.vo_ids_mut().clone())
+    }
+
+    fn vo_ids_mut(&self) -> MutexGuard<'_, Vec<uuid::Uuid>> {
+        self.vo_ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Read `GET /whoami` again: the VO id FTS3 derives job ids from now, and whether it
+    /// changed since the last reading. FTS3 derives `vos` from the credential at every call
+    /// (fts-rest-flask `lib/middleware/fts3auth/methods/oauth2.py`: a token's groups unless the
+    /// gridmap or the provider's configuration names its VO; `methods/ssl.py`: the client
+    /// certificate's FQANs) and names a deterministic job `uuid5(uuid5(BASE_ID, vos[0]), sid)`
+    /// (`lib/JobBuilder.py`, fts-rest-flask a8b49830ce86230f92b2b3849c51ddd916feb8f5). The
+    /// token is read at every call, so its VO may change while the adapter runs (the client
+    /// certificate is read once, when the adapter is built): read again when FTS3 shows no job
+    /// where the VO id known would put it, or names a job of ours (409).
+    pub(super) async fn rederive(&self) -> Result<(uuid::Uuid, bool), MssError> {
+        let _reading = self.reading_vo.lock().await;
+        self.read_whoami().await
+    }
+
+    async fn read_whoami(&self) -> Result<(uuid::Uuid, bool), MssError> {
+        let rb = self.request(reqwest::Method::GET, "/whoami")?;
+        let who: WhoAmI = rest::decode(rest::send(rb, self.cfg.timeout).await?).await?;
+        let first = who
+            .vos_id
+            .first()
+            .ok_or_else(|| MssError::Protocol("fts3's /whoami lists no vos_id".into()))?;
+        let id = uuid::Uuid::parse_str(first)
+            .map_err(|e| MssError::Protocol(format!("fts3's /whoami vos_id `{first}`: {e}")))?;
+        if let Some(dn) = who.user_dn.filter(|d| !d.is_empty()) {
+            let _ = self.user_dn.set(dn);
+        }
+        let vo = who.vos.first().map(String::as_str).unwrap_or("");
+        let mut ids = self.vo_ids_mut();
+        let before = ids.first().copied();
+        if before == Some(id) {
+            return Ok((id, false));
+        }
+        ids.retain(|v| *v != id);
+        ids.insert(0, id);
+        drop(ids);
+        if before.is_some() {
+            warn!(fts3 = %vo, "fts3 maps the credential to another VO now (a renewed token?): new job ids follow it, jobs made before are still found under theirs");
+        } else if vo != self.cfg.vo {
+            warn!(configured = %self.cfg.vo, fts3 = %vo, "fts3 maps the credential to another VO than mss.fts3.vo; job ids follow fts3's");
+        }
+        Ok((id, before.is_some()))
     }
 
     pub(super) fn level(&self, priority: i64) -> i64 {
@@ -283,13 +337,18 @@ impl Shared {
         }
         // FTS3 holds this transfer's job: failing the request now would let a later request
         // copy the file again, so a job id that cannot be derived yet is an unknown outcome
-        // (resent, answered 409 again, derived then).
-        let vo_id = self.vo_id().await.map_err(|e| match e {
-            MssError::Protocol(m) | MssError::Rejected(m) => MssError::Unknown(format!(
-                "fts3 already holds this transfer's job, but its id cannot be derived yet: {m}"
-            )),
-            other => other,
-        })?;
+        // (resent, answered 409 again, derived then). The VO id is read again: FTS3 named the
+        // job under the credential's VO of this very call.
+        let vo_id = self
+            .rederive()
+            .await
+            .map(|(id, _)| id)
+            .map_err(|e| match e {
+                MssError::Protocol(m) | MssError::Rejected(m) => MssError::Unknown(format!(
+                    "fts3 already holds this transfer's job, but its id cannot be derived yet: {m}"
+                )),
+                other => other,
+            })?;
         Ok(Conflict::Ours(job_id_in(&vo_id, sid)))
     }
 }

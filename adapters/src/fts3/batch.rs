@@ -413,9 +413,24 @@ impl Shared {
         }
     }
 
-    /// Note what the job of `sid` holds; whether FTS3 has it.
+    /// Note what the job of `sid` holds; whether FTS3 has it. Looked for under every VO id
+    /// the credential has had, then, when none has it, under the one FTS3 derives now if that
+    /// changed (a renewed token): FTS3 names a job under the VO of the call that made it.
     pub(super) async fn look_up(&self, sid: &str) -> Result<bool, MssError> {
-        let job_id = super::job::job_id_in(&self.vo_id().await?, sid);
+        for vo_id in self.vo_ids().await? {
+            if self.look_up_in(&vo_id, sid).await? {
+                return Ok(true);
+            }
+        }
+        match self.rederive().await? {
+            (vo_id, true) => self.look_up_in(&vo_id, sid).await,
+            (_, false) => Ok(false),
+        }
+    }
+
+    /// Note what the job of `sid` under `vo_id` holds; whether FTS3 has it.
+    async fn look_up_in(&self, vo_id: &uuid::Uuid, sid: &str) -> Result<bool, MssError> {
+        let job_id = super::job::job_id_in(vo_id, sid);
         let Some(files) = self.files_of(&job_id).await? else {
             return Ok(false);
         };
@@ -496,12 +511,14 @@ impl Shared {
     /// one resent in another company after a restart is recognised (`GET /jobs`, fts-rest-flask
     /// `controllers/jobs.py` `index`: the jobs not finished that the credential may see, with
     /// `fields`). A job is this broker's when its id is the one its `job_metadata` names by
-    /// this broker's sid. The number of this broker's jobs found.
+    /// this broker's sid, under the VO id of the credential or of the job's `vo_name` (the
+    /// submitter's `vos[0]`, `lib/JobBuilder.py`: made before the credential's VO changed).
+    /// The number of this broker's jobs found.
     async fn recover(&self) -> Result<usize, MssError> {
-        let vo_id = self.vo_id().await?;
+        let vo_ids = self.vo_ids().await?;
         let mut rb = self
             .request(reqwest::Method::GET, "/jobs")?
-            .query(&[("fields", "job_id,job_metadata")]);
+            .query(&[("fields", "job_id,job_metadata,vo_name")]);
         // Only this credential's jobs (FTS3 refuses another DN; the VO's may be many more).
         if let Some(dn) = self.user_dn.get() {
             rb = rb.query(&[("user_dn", dn)]);
@@ -518,7 +535,13 @@ impl Shared {
             let Some((key, attempt)) = owner else {
                 continue;
             };
-            if super::job::job_id_in(&vo_id, &self.sid(&key, attempt)) != job_id {
+            let sid = self.sid(&key, attempt);
+            let own = job
+                .get("vo_name")
+                .and_then(Value::as_str)
+                .map(super::job::vo_id);
+            let named = |vo_id: &uuid::Uuid| super::job::job_id_in(vo_id, &sid) == job_id;
+            if !(vo_ids.iter().any(named) || own.as_ref().is_some_and(named)) {
                 continue;
             }
             ours += 1;
