@@ -89,6 +89,9 @@ pub struct Dispatcher {
     cancel_jobs: mpsc::UnboundedSender<CancelJob>,
     /// ... which takes this end when it starts.
     cancel_jobs_rx: Option<mpsc::UnboundedReceiver<CancelJob>>,
+    /// What the MSS took whose recording failed to commit, recorded at the next submit step
+    /// (`record_late`).
+    unrecorded: std::sync::Mutex<Vec<(SubmittedTransfer, TransferRef)>>,
 }
 
 impl Dispatcher {
@@ -111,6 +114,7 @@ impl Dispatcher {
             last_call: Arc::default(),
             cancel_jobs,
             cancel_jobs_rx: Some(cancel_jobs_rx),
+            unrecorded: Default::default(),
         }
     }
 
@@ -202,6 +206,7 @@ impl Dispatcher {
 
     /// Submit one batch of ready requests, as many as the adapter has room for.
     pub async fn submit_once(&self) -> Result<Step, LedgerError> {
+        self.record_late().await?;
         let room = self.adapter.room();
         if room == Some(0) {
             return Ok(Step::Full);
@@ -245,7 +250,12 @@ impl Dispatcher {
             unavailable,
             unknown,
             mut unreachable,
-        } = self.sort_answers(&ready, results).await?;
+            failed,
+        } = self.sort_answers(&ready, results).await;
+        if let Some(e) = failed {
+            self.keep_unrecorded(taken, refs);
+            return Err(e);
+        }
         // Nothing reached the MSS, and no earlier send of the same attempt may have: unmarked.
         unreachable.retain(|(id, _)| first_sends.contains(id));
         if !unreachable.is_empty() {
@@ -260,13 +270,18 @@ impl Dispatcher {
         let count = taken.len();
         if !taken.is_empty() {
             let ids: Vec<i64> = taken.iter().map(|t| t.id).collect();
-            let after = self.ledger.submitted(taken).await?;
-            for ((id, t), a) in ids.into_iter().zip(refs).zip(after) {
-                match a {
-                    AfterSubmit::Recorded => {}
-                    AfterSubmit::CancelAtMss => self.queue_cancel(CancelJob::Transfer(t)),
-                    AfterSubmit::CancelRequested => self.queue_cancel(CancelJob::Request(id)),
+            let after = match self.ledger.submitted(taken.clone()).await {
+                Ok(after) => after,
+                Err(e) => {
+                    // Those still `accepted` go again; one a cancel took as at the MSS
+                    // meanwhile does not, and only this answer names it.
+                    self.keep_unrecorded(taken, refs);
+                    return Err(e);
                 }
+            };
+            (self.unrecorded_list()).retain(|(s, _)| !ids.contains(&s.id));
+            for ((id, t), a) in ids.into_iter().zip(refs).zip(after) {
+                self.after_submit(id, t, a);
             }
         }
         if unavailable && count == 0 {
@@ -275,13 +290,65 @@ impl Dispatcher {
         Ok(Step::Worked(count))
     }
 
+    /// What to do once the MSS's taking of request `id` (`t`) is recorded.
+    fn after_submit(&self, id: i64, t: TransferRef, after: AfterSubmit) {
+        match after {
+            AfterSubmit::Recorded => {}
+            AfterSubmit::CancelAtMss => self.queue_cancel(CancelJob::Transfer(t)),
+            AfterSubmit::CancelRequested => self.queue_cancel(CancelJob::Request(id)),
+        }
+    }
+
+    fn unrecorded_list(&self) -> std::sync::MutexGuard<'_, Vec<(SubmittedTransfer, TransferRef)>> {
+        self.unrecorded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The MSS took these, and recording it failed to commit: kept for `record_late`.
+    fn keep_unrecorded(&self, taken: Vec<SubmittedTransfer>, refs: Vec<TransferRef>) {
+        let mut list = self.unrecorded_list();
+        for (s, t) in taken.into_iter().zip(refs) {
+            list.retain(|(kept, _)| kept.id != s.id);
+            list.push((s, t));
+        }
+    }
+
+    /// Record what the MSS took when recording it failed to commit (`Ledger::submitted_late`).
+    /// A request a cancel took as at the MSS meanwhile (`cancel_maybe_at_mss`) is never sent
+    /// again: this answer is all that names its transfer (after a restart too) and hands its
+    /// cancel to the cancel loop, which tried it too early. Those still `accepted` are sent
+    /// again and kept until that answer is recorded.
+    async fn record_late(&self) -> Result<(), LedgerError> {
+        let late = std::mem::take(&mut *self.unrecorded_list());
+        if late.is_empty() {
+            return Ok(());
+        }
+        let items = late.iter().map(|(s, _)| s.clone()).collect();
+        let after = match self.ledger.submitted_late(items).await {
+            Ok(after) => after,
+            Err(e) => {
+                self.unrecorded_list().extend(late);
+                return Err(e);
+            }
+        };
+        let mut resent = Vec::new();
+        for ((s, t), a) in late.into_iter().zip(after) {
+            match a {
+                Some(a) => self.after_submit(s.id, t, a),
+                None => resent.push((s, t)),
+            }
+        }
+        self.unrecorded_list().extend(resent);
+        Ok(())
+    }
+
     /// Sort the MSS's answers to one batch: what it took, what could not reach it (retried
-    /// later), and what it refused (recorded in the ledger now).
+    /// later), and what it refused (recorded in the ledger now; a failure to record it is
+    /// `failed`, with what it took kept).
     async fn sort_answers(
         &self,
         ready: &[ToSubmit],
         results: Vec<Result<mss_adapters::Submitted, MssError>>,
-    ) -> Result<BatchAnswers, LedgerError> {
+    ) -> BatchAnswers {
         let mut answers = BatchAnswers::default();
         for (r, result) in ready.iter().zip(results) {
             match result {
@@ -308,11 +375,14 @@ impl Dispatcher {
                 }
                 Err(e) => {
                     warn!(request_id = r.id, error = %e, "mss refused the transfer");
-                    self.ledger.rejected(r.id, r.attempt, e.to_string()).await?;
+                    if answers.failed.is_none() {
+                        let recorded = self.ledger.rejected(r.id, r.attempt, e.to_string());
+                        answers.failed = recorded.await.err();
+                    }
                 }
             }
         }
-        Ok(answers)
+        answers
     }
 
     /// Await an adapter call and record its latency and outcome.
@@ -551,6 +621,8 @@ struct BatchAnswers {
     unknown: Option<MssError>,
     /// (id, attempt) of those that could not connect to it.
     unreachable: Vec<(i64, u32)>,
+    /// Recording a refusal failed (the refused one is sent again, and refused again).
+    failed: Option<LedgerError>,
 }
 
 fn transfer(r: &ToSubmit) -> Transfer {

@@ -27,13 +27,13 @@ pub(super) enum CancelJob {
 
 /// What the MSS could not take yet, sent again at the next retry pass.
 #[derive(Default)]
-struct Retries {
+pub(super) struct Retries {
     requests: BTreeSet<i64>,
     transfers: Vec<TransferRef>,
 }
 
 impl Retries {
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.requests.is_empty() && self.transfers.is_empty()
     }
 }
@@ -89,7 +89,7 @@ impl Dispatcher {
         }
     }
 
-    async fn run_job(&self, job: CancelJob, retry: &mut Retries) {
+    pub(super) async fn run_job(&self, job: CancelJob, retry: &mut Retries) {
         match job {
             CancelJob::Request(id) => self.cancel_one(id, &mut retry.requests).await,
             CancelJob::Transfer(t) => {
@@ -102,7 +102,7 @@ impl Dispatcher {
 
     /// Cancels asked for before a restart, from the ledger: every request whose cancel is
     /// asked for and that has not ended (at the MSS or waiting to be resent; riders or not).
-    async fn carried_over(&self, retry: &mut Retries) {
+    pub(super) async fn carried_over(&self, retry: &mut Retries) {
         match self.ledger.cancel_pending().await {
             Ok(ids) => {
                 if !ids.is_empty() {

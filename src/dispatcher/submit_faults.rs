@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use mss_adapters::standin::{Plan, TapeRestStandin};
@@ -16,22 +17,43 @@ use mss_adapters::{
     TransferStatus,
 };
 
+use super::cancels::Retries;
 use super::settings::AdapterSettings;
 use super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::RequestState;
-use crate::ledger::{LedgerOptions, NewRequest};
+use crate::ledger::{CancelOutcome, LedgerOptions, NewRequest};
 use crate::live_settings::{ConfigStamp, LiveSettings};
 use crate::test_fixture::BASE;
 
 /// The real adapter, with the database file moved away right after the MSS took a batch (the
 /// writer's identity check then fails the next COMMIT, as a full disk would), once, when armed.
+/// Told to, it has a request cancelled while its batch is out, before the stage request exists.
 struct DiskGoneAfterSubmit {
     inner: TapeRestAdapter,
     db: PathBuf,
     armed: AtomicBool,
     batches: AtomicUsize,
+    /// A request to cancel while the next batch is out, through this ledger.
+    cancel_while_out: Mutex<Option<(Ledger, i64)>>,
+}
+
+impl DiskGoneAfterSubmit {
+    /// A station's cancel of request `id`, with the batch sent and not answered yet: the ledger
+    /// takes it as at the MSS (`cancel_maybe_at_mss`), and the cancel loop carries it at once,
+    /// by what the ledger lists, which the endpoint cannot take yet (no stage request exists).
+    async fn cancel_now(&self, ledger: &Ledger, id: i64) {
+        let asked = ledger.cancel(id).await.expect("the cancel committed");
+        let want = CancelOutcome::Requested(RequestState::Submitted);
+        assert_eq!(asked, want, "taken as at the MSS");
+        let listed = (ledger.cancelling_one(id).await)
+            .expect("read")
+            .expect("a cancel to carry");
+        assert_eq!(listed.transfer.mss_id, None, "no answer has named it yet");
+        let early = self.inner.cancel(&listed.transfer).await;
+        assert!(matches!(early, Err(MssError::Rejected(_))), "{early:?}");
+    }
 }
 
 #[async_trait::async_trait]
@@ -46,6 +68,12 @@ impl MssAdapter for DiskGoneAfterSubmit {
 
     async fn submit_batch(&self, transfers: &[Transfer]) -> Vec<Result<Submitted, MssError>> {
         self.batches.fetch_add(1, Ordering::SeqCst);
+        let cancel = (self.cancel_while_out.lock())
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((ledger, id)) = cancel {
+            self.cancel_now(&ledger, id).await;
+        }
         let answers = self.inner.submit_batch(transfers).await;
         if self.armed.swap(false, Ordering::SeqCst) {
             std::fs::rename(&self.db, self.db.with_extension("away")).expect("moved away");
@@ -136,6 +164,7 @@ struct Rig {
     standin: TapeRestStandin,
     settings: Settings,
     db: PathBuf,
+    clock: ManualClock,
     adapter: Arc<DiskGoneAfterSubmit>,
     ledger: Ledger,
     writer: std::thread::JoinHandle<()>,
@@ -149,38 +178,112 @@ async fn rig(dir: &std::path::Path) -> Rig {
     };
     let standin = TapeRestStandin::start(None, plan).await.expect("stand-in");
     let settings = tape_rest_settings(&standin.url);
-    let AdapterSettings::TapeRest(cfg) = &settings.mss.adapter else {
-        panic!("a tape_rest configuration: {:?}", settings.mss.adapter);
-    };
-    let db = dir.join("ledger.db");
-    let adapter = Arc::new(DiskGoneAfterSubmit {
-        inner: TapeRestAdapter::new(cfg.clone()).expect("adapter"),
-        db: db.clone(),
-        armed: AtomicBool::new(true),
-        batches: AtomicUsize::new(0),
-    });
-    let clock = ManualClock::new(1_000_000);
-    let options = LedgerOptions {
-        path: db.clone(),
-        commit_batch_max: 64,
-        retry: settings.mss.retry,
-        metrics: Arc::new(crate::ledger::NoObserver),
-    };
-    let (ledger, writer) =
-        Ledger::open(&options, settings.policy.clone(), Arc::new(clock.clone())).expect("ledger");
-    let dispatcher = dispatcher_of(&ledger, adapter.clone(), &settings, &clock);
-    Rig {
+    Rig::open(
         standin,
         settings,
-        db,
-        adapter,
-        ledger,
-        writer,
-        dispatcher,
-    }
+        dir.join("ledger.db"),
+        ManualClock::new(1_000_000),
+    )
 }
 
 impl Rig {
+    /// The broker (ledger, adapter, dispatcher) on `db` in front of `standin`.
+    fn open(standin: TapeRestStandin, settings: Settings, db: PathBuf, clock: ManualClock) -> Rig {
+        let AdapterSettings::TapeRest(cfg) = &settings.mss.adapter else {
+            panic!("a tape_rest configuration: {:?}", settings.mss.adapter);
+        };
+        let adapter = Arc::new(DiskGoneAfterSubmit {
+            inner: TapeRestAdapter::new(cfg.clone()).expect("adapter"),
+            db: db.clone(),
+            armed: AtomicBool::new(true),
+            batches: AtomicUsize::new(0),
+            cancel_while_out: Mutex::new(None),
+        });
+        let options = LedgerOptions {
+            path: db.clone(),
+            commit_batch_max: 64,
+            retry: settings.mss.retry,
+            metrics: Arc::new(crate::ledger::NoObserver),
+        };
+        let (ledger, writer) =
+            Ledger::open(&options, settings.policy.clone(), Arc::new(clock.clone()))
+                .expect("ledger");
+        let dispatcher = dispatcher_of(&ledger, adapter.clone(), &settings, &clock);
+        Rig {
+            standin,
+            settings,
+            db,
+            clock,
+            adapter,
+            ledger,
+            writer,
+            dispatcher,
+        }
+    }
+
+    /// The broker stops (the cancels its loops handed the cancel loop and not yet carried go
+    /// with it) and starts again on the same file, its adapter following nothing.
+    fn restart(self) -> Rig {
+        let Rig {
+            standin,
+            settings,
+            db,
+            clock,
+            adapter,
+            ledger,
+            writer,
+            dispatcher,
+        } = self;
+        drop((dispatcher, ledger, adapter));
+        writer.join().expect("writer");
+        let rig = Rig::open(standin, settings, db, clock);
+        rig.adapter.armed.store(false, Ordering::SeqCst);
+        rig
+    }
+
+    /// Cancel request `id` while the next batch is out.
+    fn cancel_while_out(&self, id: i64) {
+        let mut slot = (self.adapter.cancel_while_out.lock()).unwrap_or_else(|e| e.into_inner());
+        *slot = Some((self.ledger.clone(), id));
+    }
+
+    /// Run the cancels the dispatcher's loops handed the cancel loop, as it would; how many.
+    async fn run_cancels(&mut self) -> usize {
+        let mut handed = Vec::new();
+        if let Some(jobs) = self.dispatcher.cancel_jobs_rx.as_mut() {
+            while let Ok(job) = jobs.try_recv() {
+                handed.push(job);
+            }
+        }
+        let (n, mut retry) = (handed.len(), Retries::default());
+        for job in handed {
+            self.dispatcher.run_job(job, &mut retry).await;
+        }
+        assert!(retry.is_empty(), "the stand-in took every cancel");
+        n
+    }
+
+    /// The cancel loop's start: every cancel the ledger has pending, carried.
+    async fn carry_over(&self) {
+        let mut retry = Retries::default();
+        self.dispatcher.carried_over(&mut retry).await;
+        assert!(retry.is_empty(), "the stand-in took every cancel");
+    }
+
+    /// The stale sweep, once every in-flight request is past `mss.stale_after`.
+    async fn stale_sweep(&self) {
+        let after = self.settings.mss.stale_after.as_millis() as i64;
+        self.clock.advance_ms(after + 1);
+        let step = self.dispatcher.check_stale_once().await;
+        assert!(matches!(step, Ok(Step::Worked(_))), "{step:?}");
+    }
+
+    /// Whether the stand-in's stage requests holding `file` have it cancelled.
+    fn cancelled_at_mss(&self, file: &str) -> bool {
+        let requests = self.standin.requests();
+        let mut holding = (requests.iter()).filter(|r| r.files.iter().any(|f| f["path"] == file));
+        holding.any(|r| r.cancelled.contains(file))
+    }
     async fn accept(&self, crid: &str, file: &str) -> i64 {
         let mut request = read_of(&self.settings, file);
         request.client_request_id = crid.into();
@@ -280,5 +383,86 @@ async fn with_a_refusal_in_the_batch_the_taken_file_is_not_staged_twice() {
     let want = (RequestState::Submitted, Some(staged[0].clone()));
     assert_eq!(rig.state_of(taken).await, want);
     assert_eq!(rig.state_of(refused).await.0, RequestState::Failed);
+    rig.close();
+}
+
+/// A cancel asked while the submission was out is taken as at the MSS (`cancel_maybe_at_mss`);
+/// the cancel loop carries it at once, too early (no stage request exists yet), and the MSS's
+/// answer hands it to the cancel loop again once recorded. When recording that answer fails to
+/// commit, the request is not sent again (it is `submitted` already), so its answer must still
+/// be recorded: otherwise its cancel never reaches the MSS, which stages the file (and the
+/// request is charged for it, or, unnamed after a restart, refunded: see the next test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_asked_while_the_submission_was_out_reaches_the_mss_after_a_failed_commit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rig = rig(dir.path()).await;
+    // `/hold/`: the stand-in keeps it queued until it is cancelled.
+    let file = "/pnfs/test/hold/r1";
+    let id = rig.accept("r1", file).await;
+    rig.cancel_while_out(id);
+    assert!(
+        rig.dispatcher.submit_once().await.is_err(),
+        "the commit failed"
+    );
+    let staged = rig.staged(file);
+    assert_eq!(staged.len(), 1, "the stand-in took it");
+    rig.disk_back();
+    rig.dispatcher.submit_once().await.expect("a step");
+    assert_eq!(
+        rig.adapter.batches.load(Ordering::SeqCst),
+        1,
+        "not sent again"
+    );
+    rig.run_cancels().await;
+    assert!(
+        rig.cancelled_at_mss(file),
+        "the cancel reached the MSS: {:?}",
+        rig.standin.requests()
+    );
+    let want = (RequestState::Submitted, Some(staged[0].clone()));
+    assert_eq!(rig.state_of(id).await, want, "named by its stage request");
+    // The MSS's status settles it: cancelled, nothing charged.
+    rig.stale_sweep().await;
+    assert_eq!(rig.state_of(id).await.0, RequestState::Cancelled);
+    let groups = rig.ledger.groups().await.expect("groups");
+    assert!(groups.iter().all(|g| g.usage == 0), "{groups:?}");
+    rig.close();
+}
+
+/// The same across a restart before the cancel loop carried the cancel: the restarted adapter
+/// follows nothing, so only the stage request the ledger recorded names the transfer. Unnamed,
+/// the status check finds nothing and ends the request cancelled and refunded while the MSS
+/// still holds the file (staged uncharged, and pinned), and the cancel carried at start names
+/// nothing the endpoint can take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_request_cancelled_while_out_is_named_by_its_stage_request() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rig = rig(dir.path()).await;
+    let file = "/pnfs/test/hold/r1";
+    let id = rig.accept("r1", file).await;
+    rig.cancel_while_out(id);
+    assert!(
+        rig.dispatcher.submit_once().await.is_err(),
+        "the commit failed"
+    );
+    rig.disk_back();
+    rig.dispatcher.submit_once().await.expect("a step");
+    let rig = rig.restart();
+    // The stale sweep may run before the cancel loop: the MSS holds the file still, so the
+    // request is not ended.
+    rig.stale_sweep().await;
+    let staged = rig.staged(file);
+    assert_eq!(staged.len(), 1, "staged once");
+    let want = (RequestState::Submitted, Some(staged[0].clone()));
+    assert_eq!(rig.state_of(id).await, want, "left at the MSS, named");
+    // The cancel loop's start carries every pending cancel: this one reaches the MSS.
+    rig.carry_over().await;
+    assert!(
+        rig.cancelled_at_mss(file),
+        "the cancel reached the MSS: {:?}",
+        rig.standin.requests()
+    );
+    rig.stale_sweep().await;
+    assert_eq!(rig.state_of(id).await.0, RequestState::Cancelled);
     rig.close();
 }

@@ -238,6 +238,19 @@ impl Ledger {
         self.call(|reply| Command::Submitted { items, reply }).await
     }
 
+    /// Record again what the MSS took when recording it first failed to commit (a full disk, an
+    /// I/O error). A request a cancel took as at the MSS meanwhile (`submitted`, never sent
+    /// again) has only this answer to name its transfer and hand its cancel on; one still
+    /// `accepted` at that attempt is sent again (the MSS answers a duplicate) and is left to
+    /// that answer: `None`.
+    pub async fn submitted_late(
+        &self,
+        items: Vec<SubmittedTransfer>,
+    ) -> Result<Vec<Option<AfterSubmit>>, LedgerError> {
+        self.call(|reply| Command::SubmittedLate { items, reply })
+            .await
+    }
+
     /// These submissions, (id, attempt), are about to be sent: from the commit on the MSS may
     /// hold them, and a cancel goes there. Returns the ids to send, in order (those still
     /// `accepted` at that attempt), each with whether it is its attempt's first send.

@@ -119,3 +119,48 @@ async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
         "after a rolled-back cancel: (V1 request, V0 request) released alike"
     );
 }
+
+/// The MSS's answer to a send during which the request was cancelled (`cancel_maybe_at_mss`:
+/// `submitted`, no MSS id, never sent again), whose recording failed to commit, recorded again
+/// (`Ledger::submitted_late`): it names the transfer and asks for the cancel to be carried, as
+/// it would have the first time. A request of the same batch still `accepted` is left to its
+/// resend's answer.
+#[tokio::test]
+async fn an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    let cancelled = accept(&l, f.request("a", "mc", "x", 500)).await.id;
+    let resent = accept(&l, f.request("b", "mc", "x", 500)).await.id;
+    l.sending(vec![(cancelled, 1), (resent, 1)]).await.unwrap();
+    let asked = l.cancel(cancelled).await.unwrap();
+    assert_eq!(asked, CancelOutcome::Requested(RequestState::Submitted));
+    let answers = |id: i64| SubmittedTransfer {
+        id,
+        attempt: 1,
+        mss_id: format!("m{id}"),
+    };
+    let both = vec![answers(cancelled), answers(resent)];
+    commit_failing(&f, l.submitted(both.clone())).await;
+    let late = l.submitted_late(both).await.unwrap();
+    assert_eq!(late, [Some(AfterSubmit::CancelRequested), None]);
+    let a = l.request(cancelled).await.unwrap().unwrap();
+    assert_eq!(
+        (a.state, a.mss_id.as_deref(), a.cancel_requested),
+        (
+            RequestState::Submitted,
+            Some(format!("m{cancelled}").as_str()),
+            true
+        )
+    );
+    let b = l.request(resent).await.unwrap().unwrap();
+    assert_eq!(
+        (b.state, b.mss_id),
+        (RequestState::Accepted, None),
+        "sent again"
+    );
+    let ready = l.to_submit(0, i64::MAX / 2, 10).await.unwrap();
+    assert_eq!(ready.iter().map(|t| t.id).collect::<Vec<_>>(), [resent]);
+    drop(l);
+    close(opened);
+}

@@ -82,6 +82,11 @@ pub(in crate::ledger) enum Command {
         items: Vec<SubmittedTransfer>,
         reply: oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>,
     },
+    /// Answers whose first recording did not commit (`Ledger::submitted_late`).
+    SubmittedLate {
+        items: Vec<SubmittedTransfer>,
+        reply: oneshot::Sender<Result<Vec<Option<AfterSubmit>>, LedgerError>>,
+    },
     Rejected {
         id: i64,
         attempt: u32,
@@ -196,6 +201,10 @@ enum Reply {
         oneshot::Sender<Result<Vec<AfterSubmit>, LedgerError>>,
         Vec<AfterSubmit>,
     ),
+    Late(
+        oneshot::Sender<Result<Vec<Option<AfterSubmit>>, LedgerError>>,
+        Vec<Option<AfterSubmit>>,
+    ),
     Done(oneshot::Sender<Result<(), LedgerError>>),
     Lost(oneshot::Sender<Result<bool, LedgerError>>, bool),
     Marked(
@@ -221,6 +230,7 @@ impl Reply {
         let _ = match self {
             Reply::Accept(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Submitted(tx, v) => tx.send(Ok(v)).map_err(drop),
+            Reply::Late(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Done(tx) => tx.send(Ok(())).map_err(drop),
             Reply::Lost(tx, v) => tx.send(Ok(v)).map_err(drop),
             Reply::Marked(tx, v) => tx.send(Ok(v)).map_err(drop),
@@ -236,6 +246,7 @@ impl Reply {
         let _ = match self {
             Reply::Accept(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Submitted(tx, _) => tx.send(Err(e())).map_err(drop),
+            Reply::Late(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Done(tx) => tx.send(Err(e())).map_err(drop),
             Reply::Lost(tx, _) => tx.send(Err(e())).map_err(drop),
             Reply::Marked(tx, _) => tx.send(Err(e())).map_err(drop),
@@ -273,6 +284,12 @@ impl Txn<'_, '_> {
                 let mut out = Vec::with_capacity(items.len());
                 let r = (items.iter()).try_for_each(|i| self.submitted_one(i).map(|a| out.push(a)));
                 (Reply::Submitted(reply, out), r)
+            }
+            Command::SubmittedLate { items, reply } => {
+                let mut out = Vec::with_capacity(items.len());
+                let r = (items.iter())
+                    .try_for_each(|i| self.submitted_late_one(i).map(|a| out.push(a)));
+                (Reply::Late(reply, out), r)
             }
             Command::Rejected {
                 id,

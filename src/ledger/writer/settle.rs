@@ -235,6 +235,22 @@ impl Txn<'_, '_> {
         })
     }
 
+    /// An answer whose first recording did not commit ([`crate::ledger::Ledger::submitted_late`]):
+    /// recorded as then, unless its request is still `accepted` at that attempt, which is sent
+    /// again and recorded from that answer (`None`).
+    pub fn submitted_late_one(
+        &mut self,
+        item: &SubmittedTransfer,
+    ) -> rusqlite::Result<Option<AfterSubmit>> {
+        let resent = self
+            .load_charged(item.id)?
+            .is_some_and(|row| row.attempt == item.attempt && row.state == RequestState::Accepted);
+        if resent {
+            return Ok(None);
+        }
+        self.submitted_one(item).map(Some)
+    }
+
     pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<()> {
         let Some(row) = self.load_charged(id)? else {
             return Ok(());
