@@ -97,3 +97,44 @@ async fn the_user_cap_spans_groups_and_a_batch_is_checked_item_by_item() {
     drop(l);
     close(opened);
 }
+
+/// The tallies are exact past u64: sizes go up to `limits.max_size_bytes` (at most i64::MAX),
+/// and retries bring back before the MSS requests accepted while others were at the MSS, so a
+/// user's bytes before the MSS can pass u64::MAX although each acceptance kept under the cap.
+/// A tally saturated at u64::MAX then loses what went past it: once the others reach the MSS
+/// it is below the bytes really waiting, and a request past the cap is accepted. (A rollback
+/// replays its journal through the same arithmetic: `WriterState::rollback`.)
+#[tokio::test]
+async fn a_user_tally_past_u64_is_exact_and_still_refuses_past_the_cap() {
+    let most = i64::MAX as u64;
+    let f = Fixture::with_config(&format!(
+        "{CONFIG}\n[limits]\nmax_size_bytes = {most}\nmax_queued_bytes_per_user = {most}\n"
+    ));
+    let opened = f.open();
+    let l = opened.0.clone();
+    // Three of the largest, each accepted (exactly at the cap) while the others are at the MSS.
+    let mut ids = Vec::new();
+    for crid in ["a", "b", "c"] {
+        let id = accept(&l, f.request(crid, "mc", "x", most)).await.id;
+        submit(&l, id, 1).await;
+        ids.push(id);
+    }
+    // The MSS fails all three, to be tried again: 3 * (2^63 - 1) bytes before the MSS.
+    let failed = |(seq, &id): (usize, &i64)| {
+        let kind = EventKind::Failed {
+            reason: "drive".into(),
+            retryable: true,
+        };
+        event(id, 1, seq as u64, kind)
+    };
+    let events = ids.iter().enumerate().map(failed).collect();
+    l.apply_status_events(events).await.expect("applied");
+    // Two are sent again: the third's bytes still wait, the cap is reached.
+    submit(&l, ids[0], 2).await;
+    submit(&l, ids[1], 2).await;
+    let refused = over(l.accept(vec![f.request("d", "mc", "x", 1)]).await);
+    assert_eq!(refused.field, "limits.max_queued_bytes_per_user");
+    assert_eq!((refused.queued, refused.cap), (most, most));
+    drop(l);
+    close(opened);
+}

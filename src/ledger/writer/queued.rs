@@ -19,13 +19,17 @@ pub(super) fn before_mss(state: RequestState) -> bool {
     )
 }
 
-/// The tallies (bytes not yet at the MSS) the caps are checked against.
+/// The tallies (bytes not yet at the MSS) the caps are checked against. Wide: each size is up
+/// to `limits.max_size_bytes` (i64::MAX), and retries bring back before the MSS requests
+/// accepted while others were at the MSS, so a tally can pass u64 with every acceptance under
+/// its cap. Exact, so a rollback's journal (`Undo::Queued`) takes each change back exactly;
+/// a u64 saturated there and lost what went past it.
 #[derive(Default, Debug, Clone, PartialEq)]
 pub(super) struct QueuedBytes {
     /// Per group id.
-    pub by_group: Vec<u64>,
+    pub by_group: Vec<u128>,
     /// Per user name (only users with bytes counted).
-    pub by_user: HashMap<String, u64>,
+    pub by_user: HashMap<String, u128>,
 }
 
 impl QueuedBytes {
@@ -37,7 +41,11 @@ impl QueuedBytes {
         if self.by_group.len() <= g.0 {
             self.by_group.resize(g.0 + 1, 0);
         }
-        let step = |v: u64| (i128::from(v) + delta).clamp(0, i128::from(u64::MAX)) as u64;
+        // Past u128 takes 2^65 requests of the largest size; below 0 only bytes never counted.
+        let step = |v: u128| match u128::try_from(delta) {
+            Ok(more) => v.saturating_add(more),
+            Err(_) => v.saturating_sub(delta.unsigned_abs()),
+        };
         self.by_group[g.0] = step(self.by_group[g.0]);
         let u = self.by_user.entry(user.to_string()).or_default();
         *u = step(*u);
@@ -46,20 +54,25 @@ impl QueuedBytes {
         }
     }
 
-    fn group(&self, g: GroupId) -> u64 {
+    fn group(&self, g: GroupId) -> u128 {
         self.by_group.get(g.0).copied().unwrap_or(0)
     }
 
     /// Bytes queued under tree node `node`.
-    pub fn node(&self, policy: &PolicySettings, node: usize) -> u64 {
+    pub fn node(&self, policy: &PolicySettings, node: usize) -> u128 {
         (policy.tree.nodes[node].leaves.iter())
             .map(|&g| self.group(g))
-            .fold(0u64, u64::saturating_add)
+            .fold(0u128, u128::saturating_add)
     }
 
-    pub fn user(&self, user: &str) -> u64 {
+    pub fn user(&self, user: &str) -> u128 {
         self.by_user.get(user).copied().unwrap_or(0)
     }
+}
+
+/// A tally as the refusal reports it (its message keeps the exact figure).
+fn reported(queued: u128) -> u64 {
+    u64::try_from(queued).unwrap_or(u64::MAX)
 }
 
 /// Whether a new request of `size` bytes by `user` in group `g` would take a node or the user
@@ -80,7 +93,7 @@ pub(super) fn check(
         let node = &policy.tree.nodes[n];
         if let Some(cap) = node.limits.max_queued_bytes {
             let queued = tally.node(policy, n);
-            if queued.saturating_add(size) > cap {
+            if queued.saturating_add(u128::from(size)) > u128::from(cap) {
                 return Err(QueuedCapRefused {
                     field: format!("targets.\"{}\".max_queued_bytes", node.path),
                     message: format!(
@@ -88,7 +101,7 @@ pub(super) fn check(
                          bytes would pass its max_queued_bytes of {cap}",
                         node.path
                     ),
-                    queued,
+                    queued: reported(queued),
                     cap,
                 });
             }
@@ -96,14 +109,14 @@ pub(super) fn check(
     }
     if let Some(cap) = policy.max_queued_bytes_per_user {
         let queued = tally.user(user);
-        if queued.saturating_add(size) > cap {
+        if queued.saturating_add(u128::from(size)) > u128::from(cap) {
             return Err(QueuedCapRefused {
                 field: "limits.max_queued_bytes_per_user".to_string(),
                 message: format!(
                     "user `{user}` has {queued} bytes queued before the MSS; this request's \
                      {size} bytes would pass max_queued_bytes_per_user of {cap}"
                 ),
-                queued,
+                queued: reported(queued),
                 cap,
             });
         }

@@ -584,6 +584,39 @@ url = "http://127.0.0.1:1"
         assert_eq!(st.idempotency.candidates(42).collect::<Vec<_>>(), [3]);
     }
 
+    /// A rollback replays the queued-bytes journal backwards through the tallies' own
+    /// arithmetic: exact only if no step of the transaction was clamped. Tallies past u64 (each
+    /// size up to i64::MAX) come back to exactly what they were.
+    #[test]
+    fn a_rollback_restores_queued_tallies_past_u64_exactly() {
+        let settings = Settings::parse(CONFIG, "test").unwrap();
+        let policy = &settings.policy;
+        let mut st = WriterState::new(
+            UsageBook::new(policy, 0),
+            vec![0; policy.groups.len()],
+            0,
+            (
+                HeldQueue::default(),
+                HashMap::new(),
+                Queues::new(&policy.order.fbsng),
+            ),
+            Idempotency::default(),
+        );
+        let most = i128::from(i64::MAX);
+        st.queued_bytes(GroupId(0), "u", most);
+        st.queued_bytes(GroupId(0), "u", most);
+        let before = st.queued.clone();
+        st.checkpoint();
+        st.queued_bytes(GroupId(0), "u", most);
+        st.rollback();
+        assert_eq!(st.queued, before);
+        st.checkpoint();
+        st.queued_bytes(GroupId(0), "u", most);
+        st.keep();
+        st.queued_bytes(GroupId(0), "u", -most);
+        assert_eq!(st.queued, before, "and so does taking bytes away again");
+    }
+
     /// The volume queue: a push is undone from the journal; a batch start or a request's end
     /// has no cheap inverse, so the rollback asks for a reload from the rows; the release
     /// sequence comes back either way; `keep` forgets it all.
