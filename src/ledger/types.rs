@@ -154,8 +154,8 @@ pub struct LedgerOptions {
     pub metrics: Arc<dyn CommitObserver>,
 }
 
-/// Where the writer reports each group commit: how long it took and how many commands it
-/// carried. The broker's Prometheus histograms (`metrics`) implement it; the ledger does not
+/// Where the writer reports each group committed (not one rolled back): how long it took and
+/// how many commands it carried. The broker's Prometheus histograms (`metrics`) implement it; the ledger does not
 /// depend on how they are kept.
 pub trait CommitObserver: Send + Sync {
     fn committed(&self, seconds: f64, commands: usize);

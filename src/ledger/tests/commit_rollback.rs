@@ -164,3 +164,43 @@ async fn an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent() {
     drop(l);
     close(opened);
 }
+
+/// The commit histograms (`mssbroker_ledger_commit_seconds`, `_commands`) count commits: a
+/// group whose COMMIT failed was rolled back and is not one (under a full disk they would go on
+/// counting commits while nothing is written).
+#[tokio::test]
+async fn a_rolled_back_group_is_not_counted_as_a_commit() {
+    #[derive(Default)]
+    struct Counted(std::sync::Mutex<Vec<usize>>);
+    impl CommitObserver for Counted {
+        fn committed(&self, _seconds: f64, commands: usize) {
+            self.0.lock().unwrap().push(commands);
+        }
+    }
+    let f = Fixture::new();
+    let counted = Arc::new(Counted::default());
+    let options = LedgerOptions {
+        path: f.path.clone(),
+        commit_batch_max: 1024,
+        retry: RetrySettings {
+            max_attempts: 2,
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(1000),
+        },
+        metrics: counted.clone(),
+    };
+    let clock = Arc::new(f.clock.clone());
+    let opened = Ledger::open(&options, f.settings.policy.clone(), clock).unwrap();
+    let l = opened.0.clone();
+    let a = accept(&l, f.request("a", "mc", "x", 500)).await;
+    commit_failing(&f, l.cancel(a.id)).await;
+    commit_failing(&f, l.accept(vec![f.request("b", "mc", "x", 500)])).await;
+    l.cancel(a.id).await.unwrap();
+    assert_eq!(
+        *counted.0.lock().unwrap(),
+        [1, 1],
+        "the accept and the cancel"
+    );
+    drop(l);
+    close(opened);
+}

@@ -482,14 +482,16 @@ impl Writer {
         let gate = published.gate();
         let (outcome, ready) = self.transact(commands, &mut replies);
         let elapsed = started.elapsed();
-        self.metrics.committed(elapsed.as_secs_f64(), count);
         debug!(
             commands = count,
             micros = elapsed.as_micros() as u64,
+            ok = outcome.is_ok(),
             "group commit"
         );
         match outcome {
             Ok(()) => {
+                // Only a group on disk is a commit: a rolled-back one is logged below.
+                self.metrics.committed(elapsed.as_secs_f64(), count);
                 self.state.keep();
                 self.published
                     .publish(&self.policy, &self.state.usage, &self.state.queues);
