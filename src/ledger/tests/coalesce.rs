@@ -205,6 +205,56 @@ async fn a_priority_read_does_not_ride_on_a_fair_share_carrier() {
     close(opened);
 }
 
+/// A priority-class read that found only a fair-share carrier carries the file for the
+/// priority-class reads after it, and for every read once the fair-share carrier is gone; so
+/// after a restart too. (Found by `tests/api/crash_volumes.rs`: the carrier map kept one read
+/// per file, the fair-share one, so a second data-taking read of the file got a transfer of
+/// its own beside the first.)
+#[tokio::test]
+async fn a_priority_read_beside_a_fair_share_carrier_carries_for_later_ones() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/both")).await;
+    let p = accept(&l, read_of(&f, "p", "datataking", "raw", "/pnfs/both")).await;
+    assert_eq!(p.state, RequestState::Accepted, "not on the fair-share a");
+    let p2 = accept(&l, read_of(&f, "p2", "datataking", "raw", "/pnfs/both")).await;
+    let r = record(&l, p2.id).await;
+    assert_eq!((r.state, r.rides_on), (RequestState::Riding, Some(p.id)));
+    // A fair-share read still rides on the oldest carrier, a.
+    let q = accept(&l, read_of(&f, "q", "mc", "x", "/pnfs/both")).await;
+    assert_eq!(record(&l, q.id).await.rides_on, Some(a.id));
+    // a is done (q with it): a later fair-share read rides on p, still in flight.
+    submit(&l, a.id, 1).await;
+    apply(&l, a.id, 1, 1, EventKind::Done { bytes: 500 }).await;
+    assert_eq!(record(&l, q.id).await.state, RequestState::Done);
+    let s = accept(&l, read_of(&f, "s", "analysis", "top", "/pnfs/both")).await;
+    let r = record(&l, s.id).await;
+    assert_eq!((r.state, r.rides_on), (RequestState::Riding, Some(p.id)));
+    drop(l);
+    close(opened);
+
+    // After a restart: a fair-share carrier b and the priority-class p3 beside it, both in
+    // flight; a priority-class read rides on p3.
+    let opened = f.open();
+    let l = opened.0.clone();
+    let b = accept(&l, read_of(&f, "b", "mc", "x", "/pnfs/again")).await;
+    let p3 = accept(&l, read_of(&f, "p3", "datataking", "raw", "/pnfs/again")).await;
+    assert_eq!(
+        (b.state, p3.state),
+        (RequestState::Accepted, RequestState::Accepted)
+    );
+    drop(l);
+    close(opened);
+    let opened = f.open();
+    let l = opened.0.clone();
+    let p4 = accept(&l, read_of(&f, "p4", "datataking", "raw", "/pnfs/again")).await;
+    let r = record(&l, p4.id).await;
+    assert_eq!((r.state, r.rides_on), (RequestState::Riding, Some(p3.id)));
+    drop(l);
+    close(opened);
+}
+
 /// A priority-class carrier is cancelled while a fair-share read and a later priority-class
 /// read ride on it: the priority-class one takes the transfer over, and the fair-share one
 /// rides on it (never the other way round, which would leave data taking behind a

@@ -44,14 +44,25 @@ use crate::ledger::NewRequest;
 use crate::policy::order::is_fair;
 use mss_adapters::Direction;
 
-/// Which read may carry each file: the fingerprint of the file and its local copy to the
-/// oldest read of it offered since it was decided or queued. A hint, confirmed against the row
+/// Which reads may carry each file: the fingerprint of the file and its local copy to every
+/// read of it offered since it was decided or queued, oldest first. A read rides on the oldest
+/// one it may ride on (a priority-class read only on a priority-class one), so a priority-class
+/// read that could not ride on an older fair-share carrier carries the file for the ones after
+/// it, and for every read once the fair-share one is gone. A hint, confirmed against the row
 /// before a request rides, so a stale entry (a fingerprint collision) costs a ride, never a
 /// wrong one; an entry leaves when its read settles. Changes go through
 /// `WriterState::offer_carrier` and `forget_carrier`, which journal them, so a rolled-back
 /// transaction neither leaves an offer nor loses a carrier.
 #[derive(Debug, Default)]
-pub(super) struct Carriers(HashMap<u64, i64>);
+pub(super) struct Carriers(HashMap<u64, Offered>);
+
+/// The reads offered for one file, in id order: the oldest apart, so the usual single carrier
+/// allocates nothing.
+#[derive(Debug)]
+struct Offered {
+    oldest: i64,
+    others: Vec<i64>,
+}
 
 impl Carriers {
     /// The map's key for a read of `file` to `local_file`.
@@ -62,27 +73,65 @@ impl Carriers {
         }
     }
 
-    /// `id`, a read of `key` just decided, carries it unless an older one does; whether it
-    /// does now.
+    /// `id`, a read of `key` just decided or queued, may carry it (after any older one); whether
+    /// it was not offered already.
     pub fn offer(&mut self, key: u64, id: i64) -> bool {
-        let vacant = !self.0.contains_key(&key);
-        if vacant {
-            self.0.insert(key, id);
+        let Some(o) = self.0.get_mut(&key) else {
+            self.0.insert(
+                key,
+                Offered {
+                    oldest: id,
+                    others: Vec::new(),
+                },
+            );
+            return true;
+        };
+        if o.oldest == id {
+            return false;
         }
-        vacant
+        let other = id.max(o.oldest);
+        o.oldest = id.min(o.oldest);
+        match o.others.binary_search(&other) {
+            Ok(_) => false,
+            Err(at) => {
+                o.others.insert(at, other);
+                true
+            }
+        }
     }
 
-    /// `id` no longer carries `key`; whether it did.
+    /// `id` no longer carries `key`; whether it was offered.
     pub fn forget(&mut self, key: u64, id: i64) -> bool {
-        let carried = self.0.get(&key) == Some(&id);
-        if carried {
-            self.0.remove(&key);
+        let Some(o) = self.0.get_mut(&key) else {
+            return false;
+        };
+        if o.oldest == id {
+            if o.others.is_empty() {
+                self.0.remove(&key);
+            } else {
+                o.oldest = o.others.remove(0);
+            }
+            return true;
         }
-        carried
+        match o.others.binary_search(&id) {
+            Ok(at) => {
+                o.others.remove(at);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
-    pub fn get(&self, key: u64) -> Option<i64> {
-        self.0.get(&key).copied()
+    /// The reads offered for `key`, oldest first.
+    pub fn get(&self, key: u64) -> Vec<i64> {
+        self.0
+            .get(&key)
+            .map(|o| {
+                std::iter::once(o.oldest)
+                    .chain(o.others.iter().copied())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The reads that may carry their file under `coalesce`, from the rows (at start and at
@@ -163,29 +212,33 @@ impl Txn<'_, '_> {
         if self.policy.order.release.coalesce == Coalesce::Off {
             return Ok(None);
         }
-        let Some(id) = self.st.carriers.get(key) else {
-            return Ok(None);
-        };
-        let found: Option<(String, bool)> = self
-            .tx
-            .prepare_cached(
-                "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 \
-                 AND local_file IS ?3 AND direction = 'read' \
-                 AND state IN ('queued', 'accepted', 'submitted', 'running') \
-                 AND cancel_requested = 0",
-            )?
-            .query_row(params![id, item.file, item.extras.local_file], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?;
-        let Some((class, decided)) = found else {
-            // Stale (another file's fingerprint, or a carrier its caller cancelled).
-            self.st.forget_carrier(key, id);
-            return Ok(None);
-        };
-        let priority = parse_class(0, &class)? == Class::Priority;
-        let allowed = self.policy.order.release.coalesce.allows(decided);
-        Ok((allowed && (priority || is_fair(self.policy, item.group))).then_some((id, decided)))
+        let fair = is_fair(self.policy, item.group);
+        for id in self.st.carriers.get(key) {
+            let found: Option<(String, bool)> = self
+                .tx
+                .prepare_cached(
+                    "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 \
+                     AND local_file IS ?3 AND direction = 'read' \
+                     AND state IN ('queued', 'accepted', 'submitted', 'running') \
+                     AND cancel_requested = 0",
+                )?
+                .query_row(params![id, item.file, item.extras.local_file], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?;
+            let Some((class, decided)) = found else {
+                // Stale (another file's fingerprint, or a carrier its caller cancelled).
+                self.st.forget_carrier(key, id);
+                continue;
+            };
+            let priority = parse_class(0, &class)? == Class::Priority;
+            let allowed = self.policy.order.release.coalesce.allows(decided);
+            // Else a later one may do: a priority-class carrier beside an older fair-share one.
+            if allowed && (priority || fair) {
+                return Ok(Some((id, decided)));
+            }
+        }
+        Ok(None)
     }
 
     /// `id`, a new request just decided or queued (`queued`), may carry its file.
@@ -422,4 +475,29 @@ impl Txn<'_, '_> {
 fn carrier_key(item: &NewRequest) -> Option<u64> {
     (item.direction == Direction::Read)
         .then(|| Carriers::key(&item.file, item.extras.local_file.as_deref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Carriers;
+
+    /// Every read offered for a file is kept, oldest first, whatever the order of the offers
+    /// (a promoted rider is older than the read beside it); forgetting one leaves the others.
+    #[test]
+    fn the_map_keeps_every_offered_read_of_a_file_oldest_first() {
+        let mut c = Carriers::default();
+        assert!(c.offer(1, 5));
+        assert!(!c.offer(1, 5), "offered once");
+        assert!(c.offer(1, 7));
+        assert!(c.offer(1, 3));
+        assert!(!c.offer(1, 7));
+        assert_eq!(c.get(1), [3, 5, 7]);
+        assert!(c.forget(1, 3));
+        assert!(!c.forget(1, 3));
+        assert_eq!(c.get(1), [5, 7]);
+        assert!(c.forget(1, 7));
+        assert!(c.forget(1, 5));
+        assert_eq!(c.get(1), [] as [i64; 0]);
+        assert!(c.0.is_empty(), "no empty entry left");
+    }
 }
