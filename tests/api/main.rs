@@ -10,6 +10,7 @@ mod cli;
 mod coalesce;
 mod config_layers;
 mod crash;
+mod crash_volumes;
 mod end_to_end;
 mod failures;
 mod faults;
