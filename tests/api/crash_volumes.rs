@@ -236,7 +236,7 @@ async fn sigkill_in_volumes_mode_with_queued_coalescing_and_cancels_moves_and_ch
     let seed: u64 = std::env::var("MSSBROKER_VOLUME_KILL_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0f_c0a1_e5ce);
+        .unwrap_or(0x005e_ed0f_c0a1_e5ce);
     eprintln!("MSSBROKER_VOLUME_KILL_SEED={seed} MSSBROKER_VOLUME_KILL_ROUNDS={rounds}");
     let mut rng = Rng::new(seed);
     let mut sim = SimProcess::start_with(4, TIME_SCALE);
