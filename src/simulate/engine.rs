@@ -96,7 +96,8 @@ struct Run<'a> {
     /// Scratch space of re-prioritisation: (id, new priority).
     changes: Vec<(i64, i64)>,
     /// Which read carries each file, and who rides on each carrier.
-    carriers: HashMap<u64, coalesce::Carrier>,
+    /// The reads that may carry each file, oldest first (`engine/coalesce.rs`).
+    carriers: HashMap<u64, Vec<coalesce::Carrier>>,
     riders: HashMap<i64, Vec<coalesce::Rider>>,
     /// Failed attempts waiting out their backoff.
     retries: retry::Retries,

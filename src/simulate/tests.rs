@@ -387,6 +387,40 @@ fn duplicate_reads_ride_on_one_transfer_worked_by_hand() {
     );
 }
 
+/// A priority-class read beside a fair-share carrier carries the file for the reads after it,
+/// as the writer's `Carriers` keeps every read that may carry (`ledger/tests/coalesce.rs`,
+/// `a_priority_read_beside_a_fair_share_carrier_carries_for_later_ones`). Held mode, one
+/// slot, one drive at 1 GB/s, file F throughout: a1 goes at 0 (0 to 1 s); d1 (daq) at 0.25 s
+/// may not ride on the fair-share a1, so it is sent on its own and starts when the drive frees
+/// (1 to 2 s); d2 (daq) at 0.5 s rides on d1; a2 at 1.5 s, a1 gone, rides on d1 too (a
+/// fair-share read may ride on a priority-class one). Two transfers, four files done at 2 s.
+#[test]
+fn a_priority_read_beside_a_fair_share_carrier_carries_for_later_ones() {
+    let p = settings(
+        "algorithm = \"sam\"",
+        "a = 1\nb = 1",
+        "mode = \"held\"\nlimit = 1",
+    );
+    let (a, daq) = (g(&p, "a"), g(&p, "daq"));
+    let read = |at, group| Arrival {
+        file: Some(7),
+        ..arrival(at, group, "V1", 1)
+    };
+    let load = vec![
+        read(0, a),
+        read(SEC / 4, daq),
+        read(SEC / 2, daq),
+        read(3 * SEC / 2, a),
+    ];
+    let o = run(&p, one_drive(Model::Priority), &load, u64::MAX);
+    assert_eq!(o.start_times, vec![(0, a), (SEC, daq)], "two transfers");
+    assert_eq!(o.coalesced, 2);
+    assert_eq!((o.files[a.0], o.files[daq.0]), (2, 2));
+    assert_eq!(o.waits[daq.0], vec![3 * SEC / 4, SEC / 2]);
+    assert_eq!(o.waits[a.0], vec![0, 0]);
+    assert_eq!((o.makespan, o.unfinished), (2 * SEC, 0));
+}
+
 /// Multifactor pass-through re-places a request whose group's Fair Tree rank moved, though its
 /// own priority would hold for hours on the wait alone. One drive at 1 GB/s, busy with b's
 /// 1,000 GB until 1,000 s; shares a = b. At 10 s a1 (1 GB) arrives with a the most

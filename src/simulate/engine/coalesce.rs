@@ -10,6 +10,7 @@ use mss_adapters::sim::library::Micros;
 
 use super::{Arrival, Candidate, Decision, Info, Run};
 use crate::domain::order::Coalesce;
+use crate::domain::GroupId;
 use crate::policy::order::place;
 
 /// A request riding on another's transfer.
@@ -42,22 +43,21 @@ impl Run<'_> {
         if coalesce == Coalesce::Off {
             return false;
         }
-        let Some(&carrier) = self.carriers.get(&key) else {
+        // The oldest carrier of the file it may ride on, as the writer's `Carriers` offers
+        // them: one it may not ride on (not decided under "in_flight", or a fair-share one for
+        // a priority-class read) leaves it a carrier of its own, for the reads after it.
+        let found = (self.carriers.get(&key).into_iter().flatten())
+            .find(|carrier| self.may_ride_on(carrier, c.group, coalesce))
+            .copied();
+        let Some(carrier) = found else {
             let carrier = Carrier {
                 id: c.id,
                 decided: false,
                 started: false,
             };
-            self.carriers.insert(key, carrier);
+            self.carriers.entry(key).or_default().push(carrier);
             return false;
         };
-        if !coalesce.allows(carrier.decided) {
-            return false;
-        }
-        let carrier_fair = self.info.get(&carrier.id).map(|i| self.fair[i.group.0]);
-        if carrier_fair == Some(true) && !self.fair[c.group.0] {
-            return false; // a priority-class read never waits behind a fair-share transfer
-        }
         let now_ms = self.now_ms();
         let standing = self
             .standing
@@ -87,12 +87,23 @@ impl Run<'_> {
         true
     }
 
+    /// Whether a read of `group` may ride on `carrier` under `coalesce`.
+    fn may_ride_on(&self, carrier: &Carrier, group: GroupId, coalesce: Coalesce) -> bool {
+        let carrier_fair = self.info.get(&carrier.id).map(|i| self.fair[i.group.0]);
+        // A priority-class read never waits behind a fair-share transfer.
+        coalesce.allows(carrier.decided) && !(carrier_fair == Some(true) && !self.fair[group.0])
+    }
+
+    /// The carrier `id` of `file`, if it is one.
+    fn carrier_mut(&mut self, id: i64, file: Option<u64>) -> Option<&mut Carrier> {
+        let list = self.carriers.get_mut(&file?)?;
+        list.iter_mut().find(|c| c.id == id)
+    }
+
     /// Request `id` was decided and sent to the library: its riders are charged.
     pub(super) fn carrier_sent(&mut self, id: i64, file: Option<u64>) {
-        if let Some(c) = file.and_then(|k| self.carriers.get_mut(&k)) {
-            if c.id == id {
-                c.decided = true;
-            }
+        if let Some(c) = self.carrier_mut(id, file) {
+            c.decided = true;
         }
         let now_ms = self.now_ms();
         let Some(riders) = self.riders.get_mut(&id) else {
@@ -112,19 +123,15 @@ impl Run<'_> {
             .ok()
             .and_then(|i| self.load.get(i))
             .and_then(|a| a.file);
-        if let Some(c) = file.and_then(|k| self.carriers.get_mut(&k)) {
-            if c.id == id {
-                c.started = false;
-            }
+        if let Some(c) = self.carrier_mut(id, file) {
+            c.started = false;
         }
     }
 
     /// Carrier `id` (of `file`) started at `at`: its riders' waits end.
     pub(super) fn carrier_started(&mut self, id: i64, file: Option<u64>, at: Micros) {
-        if let Some(c) = file.and_then(|k| self.carriers.get_mut(&k)) {
-            if c.id == id {
-                c.started = true;
-            }
+        if let Some(c) = self.carrier_mut(id, file) {
+            c.started = true;
         }
         let Some(mut riders) = self.riders.remove(&id) else {
             return;
@@ -154,8 +161,11 @@ impl Run<'_> {
         at: Micros,
     ) {
         if let Some(k) = file {
-            if self.carriers.get(&k).is_some_and(|c| c.id == id) {
-                self.carriers.remove(&k);
+            if let Some(list) = self.carriers.get_mut(&k) {
+                list.retain(|c| c.id != id);
+                if list.is_empty() {
+                    self.carriers.remove(&k);
+                }
             }
         }
         let Some(riders) = self.riders.remove(&id) else {
