@@ -234,10 +234,12 @@ pub(super) async fn submit_batch(
     Ok(batch_response(results, capped))
 }
 
-/// The largest body read on an HTTP worker. A larger one (up to `limits.max_body_bytes`, 16 MiB
-/// shipped: tens of milliseconds to parse and check) is read on a blocking thread, so that the
-/// workers go on answering other clients meanwhile.
-const INLINE_BODY_BYTES: usize = 64 * 1024;
+/// The largest body read on an HTTP worker (a batch of about 6,000 small items: a few
+/// milliseconds). A larger one (up to `limits.max_body_bytes`, 16 MiB shipped: tens of
+/// milliseconds to parse and check) is read on a blocking thread, so that the workers go on
+/// answering other clients meanwhile. Not lower: handing every batch of 1,000 to the blocking
+/// pool cost 4 to 8 % of batch ingest (docs/benchmarks.md).
+const INLINE_BODY_BYTES: usize = 1024 * 1024;
 
 /// `work` (reading a body of `size` bytes) here for a small body, on a blocking thread for a
 /// large one.
