@@ -62,6 +62,8 @@ fn seconds_histogram() -> Histogram {
 pub struct Metrics {
     pub commit_seconds: Histogram,
     pub commit_commands: Histogram,
+    /// Ledger transactions rolled back (a full disk, an I/O error).
+    pub rollbacks: Counter,
     pub mss_call_seconds: Family<CallLabels, Histogram>,
     /// The wait histograms' closed hours, summed (see [`waits`]).
     pub waits: WaitTotals,
@@ -79,6 +81,10 @@ impl crate::ledger::CommitObserver for Metrics {
     fn committed(&self, seconds: f64, commands: usize) {
         self.commit_seconds.observe(seconds);
         self.commit_commands.observe(commands as f64);
+    }
+
+    fn rolled_back(&self, _commands: usize) {
+        self.rollbacks.inc();
     }
 }
 
@@ -101,6 +107,13 @@ impl Metrics {
             "Commands (requests, batches, event sets) carried by one ledger commit",
             commit_commands.clone(),
         );
+        let rollbacks = Counter::default();
+        registry.register(
+            "mssbroker_ledger_rollbacks",
+            "Ledger transactions rolled back (a full disk, an I/O error, the file replaced): \
+             their requests were answered with the error and nothing of them was written",
+            rollbacks.clone(),
+        );
         registry.register(
             "mssbroker_mss_call_seconds",
             "Time of one call to the MSS adapter, by call and outcome (events is a long poll)",
@@ -109,6 +122,7 @@ impl Metrics {
         Metrics {
             commit_seconds,
             commit_commands,
+            rollbacks,
             mss_call_seconds,
             waits: WaitTotals::default(),
             registry,

@@ -159,6 +159,9 @@ pub struct LedgerOptions {
 /// depend on how they are kept.
 pub trait CommitObserver: Send + Sync {
     fn committed(&self, seconds: f64, commands: usize);
+    /// A group of `commands` was rolled back (its transaction failed: a full disk, an I/O
+    /// error, the file replaced); every command in it was answered with the error.
+    fn rolled_back(&self, _commands: usize) {}
 }
 
 /// Records nothing (benchmarks and tests that do not read the histograms).

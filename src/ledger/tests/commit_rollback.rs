@@ -171,10 +171,13 @@ async fn an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent() {
 #[tokio::test]
 async fn a_rolled_back_group_is_not_counted_as_a_commit() {
     #[derive(Default)]
-    struct Counted(std::sync::Mutex<Vec<usize>>);
+    struct Counted(std::sync::Mutex<Vec<usize>>, std::sync::Mutex<Vec<usize>>);
     impl CommitObserver for Counted {
         fn committed(&self, _seconds: f64, commands: usize) {
             self.0.lock().unwrap().push(commands);
+        }
+        fn rolled_back(&self, commands: usize) {
+            self.1.lock().unwrap().push(commands);
         }
     }
     let f = Fixture::new();
@@ -200,6 +203,11 @@ async fn a_rolled_back_group_is_not_counted_as_a_commit() {
         *counted.0.lock().unwrap(),
         [1, 1],
         "the accept and the cancel"
+    );
+    assert_eq!(
+        *counted.1.lock().unwrap(),
+        [1, 1],
+        "the two groups whose COMMIT failed, counted as rolled back (mssbroker_ledger_rollbacks_total)"
     );
     drop(l);
     close(opened);

@@ -509,6 +509,7 @@ impl Writer {
                 let ids: Vec<&str> = traced.iter().flatten().map(|(id, _)| &**id).collect();
                 error!(error = %e, commands = replies.len(), x_request_ids = ?ids,
                     "ledger transaction rolled back");
+                self.metrics.rolled_back(count);
                 if self.state.rollback() {
                     self.reload_volumes();
                 }
