@@ -91,7 +91,8 @@ impl Run<'_> {
     fn may_ride_on(&self, carrier: &Carrier, group: GroupId, coalesce: Coalesce) -> bool {
         let carrier_fair = self.info.get(&carrier.id).map(|i| self.fair[i.group.0]);
         // A priority-class read never waits behind a fair-share transfer.
-        coalesce.allows(carrier.decided) && !(carrier_fair == Some(true) && !self.fair[group.0])
+        let class_allows = self.fair[group.0] || carrier_fair != Some(true);
+        class_allows && coalesce.allows(carrier.decided)
     }
 
     /// The carrier `id` of `file`, if it is one.
