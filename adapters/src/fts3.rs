@@ -58,6 +58,7 @@
 mod adapter;
 mod batch;
 mod config;
+mod holds;
 mod job;
 mod poller;
 mod progress;

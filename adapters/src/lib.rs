@@ -45,6 +45,11 @@ pub enum MssError {
     /// server, a second pin until its lifetime ends).
     #[error("mss outcome unknown: {0}")]
     Unknown(String),
+    /// The MSS answered that it cannot take this transfer yet, though it will later (FTS3: its
+    /// destination is held by another transfer not ended yet): nothing was made; send it again
+    /// later with the same key and attempt. An answer, unlike `Unavailable`: the MSS is up.
+    #[error("mss deferred the transfer: {0}")]
+    Deferred(String),
     /// The MSS refused the call: retrying the same call will not help.
     #[error("mss rejected the call: {0}")]
     Rejected(String),
@@ -54,12 +59,20 @@ pub enum MssError {
 }
 
 impl MssError {
+    /// Whether the MSS answered (a refusal or a deferral is an answer): the MSS is up.
+    pub fn is_answer(&self) -> bool {
+        matches!(self, MssError::Rejected(_) | MssError::Deferred(_))
+    }
+
     /// Whether the same call may succeed if made again later (an unknown outcome included: the
     /// same key and attempt is never queued twice).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            MssError::Unreachable(_) | MssError::Unavailable(_) | MssError::Unknown(_)
+            MssError::Unreachable(_)
+                | MssError::Unavailable(_)
+                | MssError::Unknown(_)
+                | MssError::Deferred(_)
         )
     }
 }

@@ -191,6 +191,15 @@ pub(super) async fn release_request(
             e.retry_after = Some(5);
             Err(e)
         }
+        Err(mss_adapters::MssError::Deferred(m)) => {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the mss cannot release it yet: {m}"),
+            );
+            e.retry_after = Some(30);
+            Err(e)
+        }
         Err(mss_adapters::MssError::Protocol(m) | mss_adapters::MssError::Unknown(m)) => {
             Err(ApiError::new(
                 StatusCode::BAD_GATEWAY,

@@ -1,5 +1,5 @@
 //! The outcome of the dispatcher's latest call to the MSS, for readiness (`/readyz`): answered
-//! (including a refusal, which is an answer) or not (unreachable, 5xx, timed out, unreadable).
+//! (including a refusal or a deferral, which are answers) or not (unreachable, 5xx, timed out, unreadable).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,11 +27,9 @@ impl Outcome {
 }
 
 impl LastCall {
-    /// Record `call`'s outcome: a refusal is an answer; any other error is not.
+    /// Record `call`'s outcome: a refusal or a deferral is an answer; any other error is not.
     pub fn record(&self, call: &'static str, error: Option<&MssError>) {
-        let error = error
-            .filter(|e| !matches!(e, MssError::Rejected(_)))
-            .map(|e| e.to_string());
+        let error = error.filter(|e| !e.is_answer()).map(|e| e.to_string());
         let outcome = Outcome {
             call,
             error,

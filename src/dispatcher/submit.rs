@@ -46,9 +46,9 @@ impl Dispatcher {
         let started = std::time::Instant::now();
         let results = self.adapter.submit_batch(&transfers).await;
         let ok = results.iter().all(|r| r.is_ok());
-        // One transfer refused is an answer; one that could not reach the MSS is not.
-        let failed = (results.iter())
-            .find_map(|r| (r.as_ref().err()).filter(|e| !matches!(e, MssError::Rejected(_))));
+        // One transfer refused or deferred is an answer; one that could not reach the MSS is
+        // not.
+        let failed = (results.iter()).find_map(|r| (r.as_ref().err()).filter(|e| !e.is_answer()));
         self.last_call.record("submit_batch", failed);
         self.metrics
             .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());

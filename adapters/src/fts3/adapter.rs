@@ -56,6 +56,9 @@ pub(super) struct Shared {
     vo_ids: Mutex<Vec<uuid::Uuid>>,
     /// Held while `GET /whoami` is read, so concurrent first needs read it once.
     reading_vo: tokio::sync::Mutex<()>,
+    /// Destinations FTS3 holds for a transfer not ended yet: not sent again before their next
+    /// try (`holds.rs`).
+    pub(super) holds: super::holds::Holds,
 }
 
 /// A job in flight.
@@ -69,6 +72,9 @@ pub(super) struct Track {
     pub(super) started: bool,
     pub(super) staging: bool,
     pub(super) size_bytes: u64,
+    /// Where the file goes, when known (not for a job adopted after a restart): its end frees
+    /// a destination held for it (`holds.rs`).
+    pub(super) dest: Option<String>,
 }
 
 /// A transfer whose submission's answer was lost: its attempt, the sid it was sent under, and,
@@ -108,6 +114,7 @@ impl Fts3Adapter {
             user_dn: std::sync::OnceLock::new(),
             vo_ids: Mutex::new(Vec::new()),
             reading_vo: tokio::sync::Mutex::new(()),
+            holds: Default::default(),
         });
         let poller = tokio::spawn(poll_loop(shared.clone()));
         Ok(Fts3Adapter { shared, poller })
@@ -494,6 +501,7 @@ impl MssAdapter for Fts3Adapter {
                 started: progress == Progress::Running,
                 staging,
                 size_bytes: t.size_bytes,
+                dest: None,
             });
         }
         // Followed now, or finished: what a lost answer left of it is done with.

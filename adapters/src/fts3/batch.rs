@@ -143,6 +143,7 @@ impl Shared {
                 started: false,
                 staging,
                 size_bytes: t.size_bytes,
+                dest: endpoints(&self.cfg, t).ok().map(|(_, dest)| dest),
             },
         );
     }
@@ -157,10 +158,22 @@ impl Shared {
                 false
             }
         });
+        // A destination FTS3 refused lately for another transfer holding it waits for its
+        // next try here, not in another doomed `POST /jobs` (`holds.rs`).
+        let now = Instant::now();
+        for (i, dest) in self.destinations(transfers, &job) {
+            if let Some(wait) = self.holds.check(&dest, now) {
+                out[i] = Some(Err(wait));
+            }
+        }
+        job.retain(|&i| out[i].is_none());
         while let Some(&lead) = job.first() {
             let members: Vec<&Transfer> = job.iter().map(|&i| &transfers[i]).collect();
             match self.post_job(&members).await {
                 Ok(Posted::Created(job_id, level)) => {
+                    for (_, dest) in self.destinations(transfers, &job) {
+                        self.holds.release(&dest);
+                    }
                     let many = members.len() > 1;
                     for (n, &i) in job.iter().enumerate() {
                         let place = Place {
@@ -207,15 +220,19 @@ impl Shared {
                     }
                     // Not a refusal: FTS3 made nothing (the transaction is rolled back), and
                     // takes the same submission once the file holding the destination has
-                    // ended. Retryable, so the broker sends it again later with the same key
-                    // and attempt, spending no attempt.
-                    let wait = MssError::Unavailable(format!(
+                    // ended. Deferred, so the broker sends it again later with the same key
+                    // and attempt, spending no attempt, and counts FTS3 as up.
+                    let why = format!(
                         "fts3 holds another transfer to the same destination that has not ended \
                          (its dest_surl_uuid: the VO is in FTS3's CheckDuplicates); sent again \
                          once it has: {message}"
-                    ));
+                    );
+                    let now = Instant::now();
                     for &n in &named {
-                        out[job[n]] = Some(Err(wait.clone()));
+                        if let Some((_, dest)) = at.get(n) {
+                            self.holds.hold(dest, &why, now);
+                        }
+                        out[job[n]] = Some(Err(MssError::Deferred(why.clone())));
                     }
                     job = (job.iter().enumerate())
                         .filter(|(n, _)| !named.contains(n))

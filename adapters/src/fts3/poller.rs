@@ -67,6 +67,10 @@ impl Shared {
         let Some(progress) = progress_of(job, file, track.size_bytes, track.staging) else {
             return;
         };
+        if let (crate::Progress::Finished(_), Some(dest)) = (&progress, &track.dest) {
+            // Before its end is told: a transfer to the same place sent on hearing it goes.
+            self.holds.release(dest);
+        }
         match self
             .log
             .observe(key, track.attempt, track.started, progress)
