@@ -319,3 +319,83 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
         faults: Default::default(),
     }
 }
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A batch body is read and its rate charged before the decision gate is awaited (as before
+    /// the blocking-thread change): a malformed batch is answered 400 at once while a reload
+    /// holds the gate, and reading a large body never holds the gate (a reload waiting on it
+    /// would hold every other submitter behind it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_malformed_batch_is_answered_while_a_reload_holds_the_gate() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = crate::test_fixture::TestConfig::new().settings();
+        settings.database.path = dir.path().join("gate.db");
+        settings.server.listen = "127.0.0.1:0".parse().unwrap();
+        let app = Application::build(&settings).await.unwrap();
+        let live = app.state.live.clone();
+        let base = format!("http://{}", app.local_addr());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until_stopped(async {
+            let _ = stopped.await;
+        }));
+        let closed = live.swapping().await;
+        let client = reqwest::Client::new();
+        let sent = client
+            .post(format!("{base}/v1/requests/batch"))
+            .header("content-type", "application/json")
+            .body("{\"requests\": [")
+            .send();
+        let answer = tokio::time::timeout(Duration::from_secs(5), sent).await;
+        drop(closed);
+        let resp = answer
+            .expect("a malformed batch is answered while a reload holds the gate")
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400);
+        // So is one past the size read on a blocking thread.
+        let closed = live.swapping().await;
+        let large = format!("{{\"requests\": [{}", " ".repeat(1_100_000));
+        let sent = client
+            .post(format!("{base}/v1/requests/batch"))
+            .header("content-type", "application/json")
+            .body(large)
+            .send();
+        let answer = tokio::time::timeout(Duration::from_secs(5), sent).await;
+        drop(closed);
+        let resp = answer
+            .expect("a large malformed batch is answered while a reload holds the gate")
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400);
+        // A large good batch still goes through, its items read back from the body.
+        let items: Vec<String> = (0..4000)
+            .map(|i| {
+                format!(
+                    "{{\"client_request_id\": \"c{i}\", \"station\": \"station-a\", \
+                     \"user\": \"alice\", \"file\": \"/pnfs/test/c{i}{pad}\", \
+                     \"size_bytes\": 1000, \"access_mode\": \"reprocessing\", \
+                     \"physics_group\": \"higgs\"}}",
+                    pad = "x".repeat(200)
+                )
+            })
+            .collect();
+        let good = format!("{{\"requests\": [{}]}}", items.join(", "));
+        assert!(good.len() > 1024 * 1024);
+        let resp = client
+            .post(format!("{base}/v1/requests/batch"))
+            .header("content-type", "application/json")
+            .body(good)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        let results = body["results"].as_array().expect("results");
+        assert_eq!(results.len(), 4000);
+        assert_eq!(results[3999]["id"].as_i64().map(|_| ()), Some(()), "{}", results[3999]);
+        let _ = stop.send(());
+        let _ = server.await;
+    }
+}

@@ -220,14 +220,57 @@ pub(super) async fn submit_batch(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
     let bytes = json_bytes(&headers, body)?;
-    let (gate, live) = state.live.deciding().await;
+    let size = bytes.len();
+    if size <= INLINE_BODY_BYTES {
+        let items = request::batch_items(&bytes, &state.limits)?;
+        caller.charge(&state, items.len())?;
+        let (gate, live) = state.live.deciding().await;
+        let (refusals, valid) = prepare_items(&state, &live, &caller, &items)?;
+        return accept_batch(&state, gate, refusals, valid).await;
+    }
+    // Read and charged before the gate, as a small body is: a malformed or over-rate batch is
+    // answered without waiting on a reload, and no reload (nor every submitter queued behind
+    // it) waits while a large body is read. The items are kept as spans of the body.
     let st = state.clone();
-    let (refusals, valid) = off_the_workers(bytes.len(), move || {
+    let (bytes, caller, spans) = off_the_workers(size, move || {
         let items = request::batch_items(&bytes, &st.limits)?;
         caller.charge(&st, items.len())?;
+        let base = bytes.as_ptr() as usize;
+        let spans: Vec<std::ops::Range<usize>> = (items.iter())
+            .map(|raw| {
+                let at = raw.get().as_ptr() as usize - base;
+                at..at + raw.get().len()
+            })
+            .collect();
+        Ok::<_, ApiError>((bytes, caller, spans))
+    })
+    .await??;
+    let (gate, live) = state.live.deciding().await;
+    let st = state.clone();
+    let (refusals, valid) = off_the_workers(size, move || {
+        let items = (spans.into_iter())
+            .map(|span| serde_json::from_slice::<&serde_json::value::RawValue>(&bytes[span]))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    format!("reading a batch item again failed: {e}"),
+                )
+            })?;
         prepare_items(&st, &live, &caller, &items)
     })
     .await??;
+    accept_batch(&state, gate, refusals, valid).await
+}
+
+/// The prepared items of a batch to the ledger under the decision gate, and the answer.
+async fn accept_batch(
+    state: &Shared,
+    gate: tokio::sync::RwLockReadGuard<'_, ()>,
+    refusals: Vec<Option<BatchResult>>,
+    valid: Vec<NewRequest>,
+) -> Result<Response, ApiError> {
     let answers = state.ledger.accept_each(valid).await?;
     drop(gate);
     let (results, capped) = merge_answers(refusals, answers)?;
