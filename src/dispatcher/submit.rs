@@ -67,7 +67,11 @@ impl Dispatcher {
         // Nothing reached the MSS, and no earlier send of the same attempt may have: unmarked.
         unreachable.retain(|(id, _)| first_sends.contains(id));
         if !unreachable.is_empty() {
-            self.ledger.unsent(unreachable).await?;
+            if let Err(e) = self.ledger.unsent(unreachable).await {
+                // What the MSS took in the same batch is kept, as when `submitted` fails.
+                self.keep_unrecorded(taken, refs);
+                return Err(e);
+            }
         }
         if let Some(e) = unknown {
             // Not refused: the MSS may have queued them. They stay ready, marked, and are sent

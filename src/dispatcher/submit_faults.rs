@@ -37,6 +37,9 @@ struct DiskGoneAfterSubmit {
     batches: AtomicUsize,
     /// A request to cancel while the next batch is out, through this ledger.
     cancel_while_out: Mutex<Option<(Ledger, i64)>>,
+    /// Answer the last transfer of the next batch `Unreachable` (not sent), as an adapter that
+    /// answers per transfer may (a connection refused for one job of several).
+    unreachable_last: AtomicBool,
 }
 
 impl DiskGoneAfterSubmit {
@@ -74,7 +77,12 @@ impl MssAdapter for DiskGoneAfterSubmit {
         if let Some((ledger, id)) = cancel {
             self.cancel_now(&ledger, id).await;
         }
-        let answers = self.inner.submit_batch(transfers).await;
+        let cut = self.unreachable_last.swap(false, Ordering::SeqCst) && transfers.len() > 1;
+        let sent = if cut { &transfers[..transfers.len() - 1] } else { transfers };
+        let mut answers = self.inner.submit_batch(sent).await;
+        if cut {
+            answers.push(Err(MssError::Unreachable("connection refused".into())));
+        }
         if self.armed.swap(false, Ordering::SeqCst) {
             std::fs::rename(&self.db, self.db.with_extension("away")).expect("moved away");
         }
@@ -198,6 +206,7 @@ impl Rig {
             armed: AtomicBool::new(true),
             batches: AtomicUsize::new(0),
             cancel_while_out: Mutex::new(None),
+            unreachable_last: AtomicBool::new(false),
         });
         let options = LedgerOptions {
             path: db.clone(),
@@ -426,6 +435,36 @@ async fn a_cancel_asked_while_the_submission_was_out_reaches_the_mss_after_a_fai
     assert_eq!(rig.state_of(id).await.0, RequestState::Cancelled);
     let groups = rig.ledger.groups().await.expect("groups");
     assert!(groups.iter().all(|g| g.usage == 0), "{groups:?}");
+    rig.close();
+}
+
+/// The same when another transfer of the batch could not reach the MSS and recording that
+/// (`unsent`) is the commit that fails: what the MSS took is kept all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_asked_while_out_reaches_the_mss_when_the_failed_commit_is_unsent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rig = rig(dir.path()).await;
+    let file = "/pnfs/test/hold/r1";
+    let id = rig.accept("r1", file).await;
+    rig.accept("r2", "/pnfs/test/r2").await;
+    rig.adapter.unreachable_last.store(true, Ordering::SeqCst);
+    rig.cancel_while_out(id);
+    assert!(
+        rig.dispatcher.submit_once().await.is_err(),
+        "the commit failed"
+    );
+    let staged = rig.staged(file);
+    assert_eq!(staged.len(), 1, "the stand-in took it");
+    rig.disk_back();
+    rig.dispatcher.submit_once().await.expect("a step");
+    rig.run_cancels().await;
+    assert!(
+        rig.cancelled_at_mss(file),
+        "the cancel reached the MSS: {:?}",
+        rig.standin.requests()
+    );
+    let want = (RequestState::Submitted, Some(staged[0].clone()));
+    assert_eq!(rig.state_of(id).await, want, "named by its stage request");
     rig.close();
 }
 
