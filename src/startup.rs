@@ -394,7 +394,12 @@ mod gate_tests {
         let body: serde_json::Value = resp.json().await.unwrap();
         let results = body["results"].as_array().expect("results");
         assert_eq!(results.len(), 4000);
-        assert_eq!(results[3999]["id"].as_i64().map(|_| ()), Some(()), "{}", results[3999]);
+        assert_eq!(
+            results[3999]["id"].as_i64().map(|_| ()),
+            Some(()),
+            "{}",
+            results[3999]
+        );
         let _ = stop.send(());
         let _ = server.await;
     }

@@ -78,7 +78,11 @@ impl MssAdapter for DiskGoneAfterSubmit {
             self.cancel_now(&ledger, id).await;
         }
         let cut = self.unreachable_last.swap(false, Ordering::SeqCst) && transfers.len() > 1;
-        let sent = if cut { &transfers[..transfers.len() - 1] } else { transfers };
+        let sent = if cut {
+            &transfers[..transfers.len() - 1]
+        } else {
+            transfers
+        };
         let mut answers = self.inner.submit_batch(sent).await;
         if cut {
             answers.push(Err(MssError::Unreachable("connection refused".into())));
