@@ -321,6 +321,64 @@ async fn killing_the_broker_stops_its_encp_runs_and_a_restart_runs_each_request_
     drop(serve);
 }
 
+/// The broker is SIGKILLed after encp said "File ... copied successfully." for a read (the file
+/// is complete at the station: encp took it off its delete-at-exit list, Enstore's `src/encp.py`
+/// `read_hsm_file`) but before it recorded the transfer's end. encp gets SIGTERM (the parent-
+/// death signal) in its last moments and keeps the file. After the restart the adapter knows
+/// nothing of that run, so the read comes back as attempt 2; encp would refuse the output that
+/// is now there (USERERROR, final) and the request would end failed with its file staged. The
+/// adapter finds the complete output of the earlier attempt instead: done, charged once, no
+/// second encp run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_copied_before_the_broker_was_killed_is_done_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, config_with(&encp_mss(dir.path(), 3))).unwrap();
+    let db = dir.path().join("broker.db");
+    // Copied, then encp's final statistics and logging take far longer than the test.
+    encp_standin::control(dir.path(), "c1", "bytes 1000\nfinish 600\n").unwrap();
+    let mut serve = ServeProcess::start(&config, &db);
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("{}/v1/requests", serve.base))
+        .json(&request("c1", "analysis", "higgs", 1_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let id = resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    until(Duration::from_secs(20), "encp said the file was copied", || {
+        let runs = encp_standin::runs(dir.path());
+        runs.len() == 1 && runs[0].copied
+    })
+    .await;
+    serve.kill();
+    until(Duration::from_secs(20), "the orphan stopped", || {
+        encp_standin::runs(dir.path())[0].end.as_deref() == Some("killed TERM")
+    })
+    .await;
+    let out = dir.path().join("stage").join("c1");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 1_000, "encp kept the copied file");
+    let serve = ServeProcess::start(&config, &db);
+    let final_states = wait_final(&client, &serve.base, &[id], Duration::from_secs(30)).await;
+    let r = &final_states[0];
+    assert_eq!(r["state"], "done", "{r}");
+    assert_eq!(r["attempt"], 2, "the killed run's attempt was lost: {r}");
+    let runs = encp_standin::runs(dir.path());
+    assert_eq!(runs.len(), 1, "no second encp for a file already staged: {runs:?}");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 1_000);
+    let usage: i64 = open_db(&db)
+        .query_row(
+            "SELECT CAST(usage_bytes AS INTEGER) FROM groups WHERE path = 'analysis/higgs'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(usage, 1_000, "charged once");
+    drop(serve);
+}
+
 /// Issue 18, item 2: the `encp` users run is the user build, which refuses `--storage-group`
 /// and `--library` (user2) and `--ignore-fair-share` (admin). `check-config` and `serve` refuse
 /// a configuration passing them for the default build, naming key and option; with the build
