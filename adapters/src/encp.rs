@@ -32,7 +32,11 @@
 //!   (`prepare_read_from_hsm`, `outputfile_check`: USERERROR, final), and removes it on failure
 //!   and on the signals it catches; a read killed by SIGKILL cannot, so the adapter removes the
 //!   output that run created (never one that was there before), or the retry would fail for
-//!   good.
+//!   good;
+//! - a read whose output is already there is not run (see `existing.rs`): at attempt 1 it is
+//!   refused as encp would refuse it; at a later attempt a regular file of exactly the declared
+//!   size is the earlier attempt's copy (encp said "copied" and the broker died before it
+//!   recorded the end), done; anything else is refused and left in place.
 //!
 //! Stopping encp does not take its ticket out of the library manager's queue (its SIGTERM
 //! handler only exits: `src/delete_at_exit.py`). With `cancel_command` (an admin command, e.g.
@@ -60,6 +64,7 @@ mod adapter;
 pub mod build;
 mod commands;
 mod config;
+mod existing;
 mod invocation;
 mod local;
 mod outcome;

@@ -788,3 +788,92 @@ async fn a_cancelled_read_leaves_no_output() {
     assert_eq!(b.final_event("33").await, EventKind::Cancelled);
     assert!(!Path::new(&out).exists());
 }
+
+/// encp refuses an existing output only after it has asked the file and volume clerks
+/// (Enstore's `src/encp.py`: `create_read_requests` before `verify_read_request_consistancy`
+/// and its `outputfile_check`), so a first run that failed retryably or died with the broker
+/// before it looked would leave a station's own file at the destination to a later attempt,
+/// which takes a complete-looking output there for its earlier copy. The adapter looks itself
+/// at attempt 1: the station's file (here exactly the declared size) is refused at once, final,
+/// without an encp run (the stand-in's run would wait before its own check, as encp at its
+/// clerks), and it stays as it was.
+#[tokio::test]
+async fn a_station_file_at_a_first_attempts_output_is_refused_before_encp_runs() {
+    let mut b = Bench::new(|_| {});
+    let never = b.local("never");
+    b.control("s.root", &format!("wait_for {never}\n"));
+    let t = b.read("40", "s.root", 10);
+    let path = t.local_file.clone().unwrap();
+    std::fs::write(&path, vec![7u8; 5_000]).unwrap();
+    let s = b.adapter.submit(&t).await.unwrap();
+    assert!(!s.duplicate, "{s:?}");
+    match b.final_event("40").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(!retryable, "{reason}");
+            assert!(reason.contains("File exists"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(b.runs().is_empty(), "encp ran: {:?}", b.runs());
+    assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; 5_000]);
+    assert!(
+        b.adapter.submit(&t).await.unwrap().duplicate,
+        "answered again"
+    );
+    assert_eq!(b.adapter.room(), Some(8), "no slot taken");
+}
+
+/// At a later attempt the output was absent at attempt 1 (see above), and only this request's
+/// encp runs create it: a regular file of exactly the declared size is the earlier attempt's
+/// copy (encp said "copied successfully", then the broker died before it recorded the end), so
+/// the transfer is done without running encp again (which would refuse the output, USERERROR,
+/// final). Anything else there (a partial file a SIGKILLed encp left, an empty one, one of a
+/// declared size 0) is not a copy: refused as encp would, and left in place.
+#[tokio::test]
+async fn a_later_attempt_finds_its_earlier_copy_done_and_anything_else_refused() {
+    let mut b = Bench::new(|_| {});
+    let copy = Transfer {
+        attempt: 2,
+        ..b.read("41", "copied.root", 10)
+    };
+    let path = copy.local_file.clone().unwrap();
+    std::fs::write(&path, vec![1u8; 5_000]).unwrap();
+    b.adapter.submit(&copy).await.unwrap();
+    assert_eq!(b.final_event("41").await, EventKind::Done { bytes: 5_000 });
+    assert_eq!(
+        b.adapter.status(&reference(&copy)).await.unwrap().unwrap(),
+        mss_adapters::TransferStatus {
+            attempt: 2,
+            progress: Progress::Finished(EventKind::Done { bytes: 5_000 })
+        }
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; 5_000]);
+
+    for (key, name, len, size_bytes) in [
+        ("42", "partial.root", 10usize, 5_000u64),
+        ("43", "larger.root", 6_000, 5_000),
+        ("44", "empty.root", 0, 0),
+    ] {
+        let t = Transfer {
+            attempt: 3,
+            size_bytes,
+            ..b.read(key, name, 10)
+        };
+        let path = t.local_file.clone().unwrap();
+        std::fs::write(&path, vec![2u8; len]).unwrap();
+        b.adapter.submit(&t).await.unwrap();
+        match b.final_event(key).await {
+            EventKind::Failed { reason, retryable } => {
+                assert!(!retryable, "{name}: {reason}");
+                assert!(reason.contains("File exists"), "{name}: {reason}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            vec![2u8; len],
+            "{name} untouched"
+        );
+    }
+    assert!(b.runs().is_empty(), "encp ran: {:?}", b.runs());
+}

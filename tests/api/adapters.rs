@@ -348,10 +348,14 @@ async fn a_read_copied_before_the_broker_was_killed_is_done_after_the_restart() 
         .unwrap();
     assert_eq!(resp.status(), 202);
     let id = resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
-    until(Duration::from_secs(20), "encp said the file was copied", || {
-        let runs = encp_standin::runs(dir.path());
-        runs.len() == 1 && runs[0].copied
-    })
+    until(
+        Duration::from_secs(20),
+        "encp said the file was copied",
+        || {
+            let runs = encp_standin::runs(dir.path());
+            runs.len() == 1 && runs[0].copied
+        },
+    )
     .await;
     serve.kill();
     until(Duration::from_secs(20), "the orphan stopped", || {
@@ -359,14 +363,22 @@ async fn a_read_copied_before_the_broker_was_killed_is_done_after_the_restart() 
     })
     .await;
     let out = dir.path().join("stage").join("c1");
-    assert_eq!(std::fs::metadata(&out).unwrap().len(), 1_000, "encp kept the copied file");
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().len(),
+        1_000,
+        "encp kept the copied file"
+    );
     let serve = ServeProcess::start(&config, &db);
     let final_states = wait_final(&client, &serve.base, &[id], Duration::from_secs(30)).await;
     let r = &final_states[0];
     assert_eq!(r["state"], "done", "{r}");
     assert_eq!(r["attempt"], 2, "the killed run's attempt was lost: {r}");
     let runs = encp_standin::runs(dir.path());
-    assert_eq!(runs.len(), 1, "no second encp for a file already staged: {runs:?}");
+    assert_eq!(
+        runs.len(),
+        1,
+        "no second encp for a file already staged: {runs:?}"
+    );
     assert_eq!(std::fs::metadata(&out).unwrap().len(), 1_000);
     let usage: i64 = open_db(&db)
         .query_row(

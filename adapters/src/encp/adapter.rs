@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{Notify, Semaphore};
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::commands::run_command;
 use super::config::EncpConfig;
+use super::existing::existing_output;
 use super::invocation::invocation;
 use super::watch::{spawn, watch, Output};
 use crate::event_log::EventLog;
@@ -41,6 +42,25 @@ pub(super) struct Procs {
     pub(super) running: HashMap<String, Proc>,
     finished: HashMap<String, (u32, EventKind)>,
     finished_order: VecDeque<String>,
+}
+
+impl Procs {
+    /// Remember how a run ended, the oldest forgotten past `FINISHED_KEPT`.
+    fn record_finished(&mut self, key: &str, attempt: u32, kind: EventKind) {
+        self.running.remove(key);
+        if self
+            .finished
+            .insert(key.to_string(), (attempt, kind))
+            .is_none()
+        {
+            self.finished_order.push_back(key.to_string());
+        }
+        while self.finished_order.len() > FINISHED_KEPT {
+            if let Some(old) = self.finished_order.pop_front() {
+                self.finished.remove(&old);
+            }
+        }
+    }
 }
 
 pub(super) struct Proc {
@@ -81,21 +101,7 @@ impl Shared {
 
     /// Record the end of a run and publish it.
     pub(super) fn finish(&self, key: &str, attempt: u32, kind: EventKind) {
-        {
-            let mut p = self.lock();
-            p.running.remove(key);
-            if p.finished
-                .insert(key.to_string(), (attempt, kind.clone()))
-                .is_none()
-            {
-                p.finished_order.push_back(key.to_string());
-            }
-            while p.finished_order.len() > FINISHED_KEPT {
-                if let Some(old) = p.finished_order.pop_front() {
-                    p.finished.remove(&old);
-                }
-            }
-        }
+        self.lock().record_finished(key, attempt, kind.clone());
         self.log.push(key, attempt, kind);
     }
 }
@@ -160,6 +166,20 @@ impl MssAdapter for EncpAdapter {
             sh.cfg
                 .check_local_file(f)
                 .map_err(|why| MssError::Rejected(format!("local_file `{f}` {why}")))?;
+        }
+        // A read whose output is there already ends without encp (`existing`): the earlier
+        // attempt's copy is done, anything else refused as encp would. Recorded under this
+        // lock, so a resend of this attempt is answered as a duplicate.
+        if let Some(kind) = existing_output(t, &inv.args, &inv.local) {
+            info!(key = %t.key, attempt = t.attempt, path = %inv.local.display(), outcome = ?kind,
+                "encp not run: the read's output exists");
+            p.record_finished(&t.key, t.attempt, kind.clone());
+            drop(p);
+            sh.log.push(&t.key, t.attempt, kind);
+            return Ok(Submitted {
+                mss_id: "encp:not-run".into(),
+                duplicate: false,
+            });
         }
         // Whether a read's output is encp's own to remove should the run be killed before
         // encp could (it refuses an output that exists, so one there now stays untouched).
