@@ -521,6 +521,17 @@ adapter = "http"
 url = "http://127.0.0.1:1"
 "#;
 
+    /// A writer's state on `policy` with nothing in it but `queue`.
+    fn state_with(policy: &PolicySettings, queue: HeldQueue) -> WriterState {
+        WriterState::new(
+            UsageBook::new(policy, 0),
+            vec![0; policy.groups.len()],
+            0,
+            (queue, HashMap::new(), Queues::new(&policy.order.fbsng)),
+            Idempotency::default(),
+        )
+    }
+
     fn candidate(id: i64) -> Candidate {
         Candidate {
             id,
@@ -546,13 +557,7 @@ url = "http://127.0.0.1:1"
         let mut queue = HeldQueue::default();
         queue.push(candidate(1));
         queue.push(candidate(2));
-        let mut st = WriterState::new(
-            UsageBook::new(policy, 0),
-            vec![0; policy.groups.len()],
-            0,
-            (queue, HashMap::new(), Queues::new(&policy.order.fbsng)),
-            Idempotency::default(),
-        );
+        let mut st = state_with(policy, queue);
         st.checkpoint();
         st.usage.add(GroupId(0), 500, 0);
         st.held[1] = 3;
@@ -591,17 +596,7 @@ url = "http://127.0.0.1:1"
     fn a_rollback_restores_queued_tallies_past_u64_exactly() {
         let settings = Settings::parse(CONFIG, "test").unwrap();
         let policy = &settings.policy;
-        let mut st = WriterState::new(
-            UsageBook::new(policy, 0),
-            vec![0; policy.groups.len()],
-            0,
-            (
-                HeldQueue::default(),
-                HashMap::new(),
-                Queues::new(&policy.order.fbsng),
-            ),
-            Idempotency::default(),
-        );
+        let mut st = state_with(policy, HeldQueue::default());
         let most = i128::from(i64::MAX);
         st.queued_bytes(GroupId(0), "u", most);
         st.queued_bytes(GroupId(0), "u", most);
@@ -625,18 +620,11 @@ url = "http://127.0.0.1:1"
         let settings = Settings::parse(CONFIG, "test").unwrap();
         let policy = &settings.policy;
         let volumes = &policy.order.release.volumes;
-        let mut st = WriterState::new(
-            UsageBook::new(policy, 0),
-            vec![0; policy.groups.len()],
-            0,
-            (
-                HeldQueue::default(),
-                HashMap::new(),
-                Queues::new(&policy.order.fbsng),
-            ),
-            Idempotency::default(),
-        )
-        .with_volumes(volumes, VolumeQueue::default(), 7);
+        let mut st = state_with(policy, HeldQueue::default()).with_volumes(
+            volumes,
+            VolumeQueue::default(),
+            7,
+        );
         st.enqueue_volume(candidate(1), Some("VA"), Some(10));
         assert!(!st.nothing_waiting(0), "a loaded queue is looked at once");
 
