@@ -11,7 +11,17 @@ use mssbroker::report::{Bucket, ReportRange};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// Run by `cargo test --benches` (criterion's test mode: each benchmark once, no `--bench`
+/// argument) rather than `cargo bench`: a history of 2,000 requests, so the suite keeps the
+/// benchmark compiling and running in seconds.
+fn short_mode() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
 fn sizes() -> Vec<usize> {
+    if short_mode() {
+        return vec![2_000];
+    }
     let mut v = vec![1_000_000];
     if std::env::var_os("MSSBROKER_BENCH_10M").is_some() {
         v.push(10_000_000);
