@@ -425,6 +425,12 @@ impl Ledger {
         self.call(|reply| Command::Reload { policy, reply }).await
     }
 
+    /// Tests: what the writer's memory holds that its rows do not say (empty: nothing).
+    #[cfg(test)]
+    pub async fn audit(&self) -> Result<Vec<String>, LedgerError> {
+        self.call(|reply| Command::Audit { reply }).await
+    }
+
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {
         let request_id = crate::telemetry::request_id();
         self.call(|reply| Command::Cancel {

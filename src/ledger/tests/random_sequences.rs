@@ -93,6 +93,8 @@ struct Sequence {
     ids: Vec<i64>,
     log: Vec<String>,
     seq: u64,
+    /// Configurations a step may reload to (none: no reloads).
+    reloads: Vec<String>,
 }
 
 impl Sequence {
@@ -217,6 +219,12 @@ impl Sequence {
                 self.ledger().tick().await.expect("tick");
                 self.log.push(format!("wait {ms} ms"));
             }
+            95..98 if !self.reloads.is_empty() => {
+                let k = self.rng.below(self.reloads.len() as u64) as usize;
+                let policy = Settings::parse(&self.reloads[k], "test").expect("valid").policy;
+                self.ledger().reload(policy).await.expect("reloaded");
+                self.log.push(format!("reload to configuration {k}"));
+            }
             _ => {
                 close(self.opened.take().expect("open"));
                 self.opened = Some(self.f.open());
@@ -224,6 +232,8 @@ impl Sequence {
             }
         }
         check(&self.f.path, &self.log);
+        let wrong = self.ledger().audit().await.expect("audited");
+        assert!(wrong.is_empty(), "memory against the rows: {wrong:?}\n{}", self.log.join("\n"));
     }
 
     /// The MSS does everything it is given, an hour at a time.
@@ -270,6 +280,10 @@ fn never_final(path: &std::path::Path) -> Vec<(i64, String)> {
 }
 
 async fn run(config: &str, seed: u64, steps: usize) {
+    run_reloading(config, &[], seed, steps).await
+}
+
+async fn run_reloading(config: &str, reloads: &[String], seed: u64, steps: usize) {
     let f = Fixture::with_config(config);
     let opened = Some(f.open());
     let mut s = Sequence {
@@ -279,6 +293,7 @@ async fn run(config: &str, seed: u64, steps: usize) {
         ids: Vec::new(),
         log: vec![format!("seed {seed}")],
         seq: 0,
+        reloads: reloads.to_vec(),
     };
     for n in 0..steps {
         s.step(n).await;
@@ -292,7 +307,7 @@ async fn run(config: &str, seed: u64, steps: usize) {
     );
     close(s.opened.take().expect("open"));
     // The recomputation models pass-through's hours only (a held release counts as held once).
-    if !config.contains("[release]") {
+    if !config.contains("[release]") && reloads.is_empty() {
         let (stored, _) = stored_aggregates(&s.f.path);
         let (recomputed, _) = recompute_aggregates(&s.f.path);
         assert_eq!(
@@ -327,6 +342,34 @@ async fn random_sequences_keep_the_books_and_end_every_request() {
     for config in configs() {
         for seed in 0..seeds {
             run(&config, seed, 150).await;
+        }
+    }
+}
+
+/// The same sequences with reloads among the steps: each to one of the configurations, which
+/// differ in the release mode, its limit, `coalesce` and `[release.volumes]`. The books must
+/// hold after each step and every request must end once the MSS does everything.
+#[tokio::test]
+async fn random_sequences_with_reloads_keep_the_books_and_end_every_request() {
+    let seeds: u64 = std::env::var("MSSBROKER_SEQUENCE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let caps = "[targets.mc]\nfeasibility_cap = 1500\n";
+    let mut reloads = configs().to_vec();
+    reloads.extend([
+        format!("{CONFIG}{caps}[release]\ncoalesce = \"queued\"\n"),
+        format!("{CONFIG}{caps}[release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"off\"\n"),
+        format!(
+            "{CONFIG}{caps}[release]\nmode = \"volumes\"\ncoalesce = \"in_flight\"\n\
+             [release.volumes]\nmin_volume_bytes = 1\nmin_volume_files = 1\n\
+             quiet_secs = 0\nmax_age_secs = 600\nbatch_max_bytes = 1000\n\
+             batch_max_files = 2\nsticky_secs = 60\nmax_volumes = 2\n"
+        ),
+    ]);
+    for config in configs() {
+        for seed in 0..seeds {
+            run_reloading(&config, &reloads, seed, 200).await;
         }
     }
 }

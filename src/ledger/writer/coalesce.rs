@@ -134,6 +134,12 @@ impl Carriers {
             .unwrap_or_default()
     }
 
+    /// Every key and its reads (tests).
+    #[cfg(test)]
+    pub fn entries(&self) -> Vec<(u64, Vec<i64>)> {
+        self.0.keys().map(|&k| (k, self.get(k))).collect()
+    }
+
     /// The reads that may carry their file under `coalesce`, from the rows (at start and at
     /// reload): those in flight, and with `coalesce = "queued"` those queued in the broker.
     pub fn load(conn: &Connection, coalesce: Coalesce) -> rusqlite::Result<Carriers> {

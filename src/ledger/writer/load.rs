@@ -328,3 +328,99 @@ fn load_order_state(
     }
     Ok((queue, outstanding, queues))
 }
+
+#[cfg(test)]
+impl Writer {
+    /// What the memory holds that the committed rows do not say, as start-up would load them
+    /// under the policy in force (in a transaction rolled back): the held counts, the slots
+    /// outstanding, the queued-bytes tallies, the queues' sizes, the priority requests waiting
+    /// must be equal; every read the rows say may carry its file must be in the carrier map (a
+    /// stale entry there is only a hint).
+    pub(super) fn audit(&mut self) -> Result<Vec<String>, LedgerError> {
+        let tx = self.conn.transaction()?;
+        let rows = read_state(
+            &tx,
+            &self.policy,
+            self.clock.now_ms(),
+            Idempotency::default(),
+        )?;
+        drop(tx);
+        let live = &self.state;
+        let mut wrong = Vec::new();
+        let mut differ = |what: &str, memory: String, rows: String| {
+            if memory != rows {
+                wrong.push(format!("{what}: memory {memory}, rows {rows}"));
+            }
+        };
+        let trimmed = |v: &[u128]| {
+            let mut v = v.to_vec();
+            while v.last() == Some(&0) {
+                v.pop();
+            }
+            v
+        };
+        let busy = |m: &HashMap<String, u32>| {
+            let mut v: Vec<_> = m.iter().filter(|(_, &n)| n > 0).collect();
+            v.sort();
+            format!("{v:?}")
+        };
+        let users = |m: &HashMap<String, u128>| {
+            let mut v: Vec<_> = m.iter().collect();
+            v.sort();
+            format!("{v:?}")
+        };
+        differ("held", format!("{:?}", live.held), format!("{:?}", rows.held));
+        differ("outstanding", busy(&live.outstanding), busy(&rows.outstanding));
+        differ(
+            "queued bytes by group",
+            format!("{:?}", trimmed(&live.queued.by_group)),
+            format!("{:?}", trimmed(&rows.queued.by_group)),
+        );
+        differ(
+            "queued bytes by user",
+            users(&live.queued.by_user),
+            users(&rows.queued.by_user),
+        );
+        differ(
+            "held queue",
+            live.queue.len().to_string(),
+            rows.queue.len().to_string(),
+        );
+        differ(
+            "volume queue",
+            live.volumes.len().to_string(),
+            rows.volumes.len().to_string(),
+        );
+        differ(
+            "volume flights' requests",
+            live.volumes.in_flight_requests().to_string(),
+            rows.volumes.in_flight_requests().to_string(),
+        );
+        differ(
+            "priority waiting",
+            live.priority_waiting.to_string(),
+            rows.priority_waiting.to_string(),
+        );
+        // A carrier whose caller asked to cancel it carries nothing more (`carrier_for`
+        // forgets it when it meets it).
+        let cancelling = |id: &i64| {
+            self.conn
+                .query_row(
+                    "SELECT cancel_requested FROM requests WHERE id = ?1",
+                    [id],
+                    |r| r.get::<_, bool>(0),
+                )
+                .unwrap_or(false)
+        };
+        for (key, ids) in rows.carriers.entries() {
+            let known = live.carriers.get(key);
+            let missing: Vec<i64> = (ids.into_iter())
+                .filter(|id| !known.contains(id) && !cancelling(id))
+                .collect();
+            if !missing.is_empty() {
+                wrong.push(format!("carriers of {key:x}: {missing:?} not in memory"));
+            }
+        }
+        Ok(wrong)
+    }
+}

@@ -142,6 +142,11 @@ pub(in crate::ledger) enum Command {
         policy: Arc<PolicySettings>,
         reply: oneshot::Sender<Result<(), LedgerError>>,
     },
+    /// Tests: what the writer's memory holds that the rows do not say (empty: nothing).
+    #[cfg(test)]
+    Audit {
+        reply: oneshot::Sender<Result<Vec<String>, LedgerError>>,
+    },
     /// Nothing to do: keeps the writer's heartbeat when there is no traffic.
     Tick {
         reply: oneshot::Sender<Result<(), LedgerError>>,
@@ -338,6 +343,12 @@ impl Txn<'_, '_> {
                     Reply::Group(tx, v)
                 })
             }
+            #[cfg(test)]
+            Command::Audit { reply } => {
+                let why = "an audit cannot run inside a transaction".to_string();
+                let _ = reply.send(Err(LedgerError::Storage(why)));
+                (Reply::Sent, Ok(()))
+            }
             // `run` takes reloads out of a group before it is applied; one here is refused.
             Command::Reload { reply, .. } => {
                 let why = "a reload cannot run inside a transaction".to_string();
@@ -402,6 +413,13 @@ impl Writer {
                     let outcome = self.reload(policy);
                     answered |= outcome.is_ok();
                     let _ = reply.send(outcome);
+                }
+                #[cfg(test)]
+                Command::Audit { reply } => {
+                    if !group.is_empty() {
+                        answered |= self.commit_group(std::mem::take(&mut group));
+                    }
+                    let _ = reply.send(self.audit());
                 }
                 other => group.push(other),
             }
