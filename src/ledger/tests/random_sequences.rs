@@ -122,10 +122,51 @@ impl Sequence {
         r.file = format!("/pnfs/f{}", self.rng.below(3));
         r.volume = Some(format!("V{}", self.rng.below(2)));
         r.extras.position = Some(self.rng.below(1000));
-        let a = self.ledger().accept(vec![r]).await.expect("accepted");
+        let a = match self.ledger().accept(vec![r]).await {
+            Err(LedgerError::OverQueuedCap(refused)) => {
+                self.log.push(format!("accept {mode} refused: {}", refused.field));
+                return;
+            }
+            other => other.expect("accepted"),
+        };
         self.log
             .push(format!("accept {} {mode} -> {:?}", a[0].id, a[0].state));
         self.ids.push(a[0].id);
+        if a[0].state == RequestState::Riding {
+            self.rides_as_configured(a[0].id);
+        }
+    }
+
+    /// A request that just rode on another did so as the configuration in force allows: not
+    /// with `coalesce = "off"`, not on a request still queued in the broker with `"in_flight"`,
+    /// on a read of the same file, and a priority-class one only on a priority-class one.
+    fn rides_as_configured(&self, id: i64) {
+        let c = rusqlite::Connection::open(&self.f.path).expect("open");
+        let (file, class, carrier_file, carrier_class, carrier_state): (
+            String,
+            String,
+            String,
+            String,
+            String,
+        ) = c
+            .query_row(
+                "SELECT r.file, r.class, c.file, c.class, c.state FROM requests r \
+                 JOIN requests c ON c.id = r.rides_on WHERE r.id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .expect("a rider and its carrier");
+        let log = self.log.join("\n");
+        let coalesce = self.f.settings.policy.order.release.coalesce;
+        use crate::domain::order::Coalesce;
+        assert_ne!(coalesce, Coalesce::Off, "{id} rode with coalesce off\n{log}");
+        if coalesce == Coalesce::InFlight {
+            assert_ne!(carrier_state, "queued", "{id} rode on a queued read\n{log}");
+        }
+        assert_eq!(file, carrier_file, "{id}\n{log}");
+        if class == "priority" {
+            assert_eq!(carrier_class, "priority", "{id}\n{log}");
+        }
     }
 
     /// One ready request is marked and sent; the MSS takes it, does not answer, cannot be
@@ -219,11 +260,20 @@ impl Sequence {
                 self.ledger().tick().await.expect("tick");
                 self.log.push(format!("wait {ms} ms"));
             }
-            95..98 if !self.reloads.is_empty() => {
+            92..99 if !self.reloads.is_empty() => {
                 let k = self.rng.below(self.reloads.len() as u64) as usize;
-                let policy = Settings::parse(&self.reloads[k], "test").expect("valid").policy;
-                self.ledger().reload(policy).await.expect("reloaded");
-                self.log.push(format!("reload to configuration {k}"));
+                let settings = Settings::parse(&self.reloads[k], "test").expect("valid");
+                match self.ledger().reload(settings.policy.clone()).await {
+                    Ok(()) => {
+                        // Classified under it from now on, and reopened with it.
+                        self.f.settings = settings;
+                        self.log.push(format!("reload to configuration {k}"));
+                    }
+                    Err(e @ LedgerError::RemovedGroups(_)) => {
+                        self.log.push(format!("reload to configuration {k} refused: {e}"));
+                    }
+                    Err(e) => panic!("reload to configuration {k}: {e}\n{}", self.log.join("\n")),
+                }
             }
             _ => {
                 close(self.opened.take().expect("open"));
@@ -366,6 +416,35 @@ async fn random_sequences_with_reloads_keep_the_books_and_end_every_request() {
              quiet_secs = 0\nmax_age_secs = 600\nbatch_max_bytes = 1000\n\
              batch_max_files = 2\nsticky_secs = 60\nmax_volumes = 2\n"
         ),
+    ]);
+    // Another tree (a new group first: every group id changes), other caps, other policies.
+    let tree = CONFIG.replace("[shares]\n", "[shares]\nnew = 2\n");
+    let fbsng = CONFIG.replace("[policy]\n", "[policy]\nalgorithm = \"fbsng\"\n");
+    let fair_tree = CONFIG.replace("[policy]\n", "[policy]\nalgorithm = \"fair_tree\"\n");
+    let queued_caps = "[targets.analysis]\nmax_queued_bytes = 1500\n\
+        [limits]\nmax_queued_bytes_per_user = 2500\n";
+    reloads.extend([
+        format!("{tree}{caps}[release]\nmode = \"held\"\nlimit = 2\ncoalesce = \"queued\"\n"),
+        format!("{fbsng}[targets.mc]\nfeasibility_cap = 400\n[release]\nmode = \"held\"\nlimit = 3\n"),
+        format!("{fair_tree}{caps}{queued_caps}[release]\nmode = \"volumes\"\ncoalesce = \"queued\"\n"),
+        format!("{tree}{queued_caps}"),
+    ]);
+    // A group changes kind: mc a priority class, datataking a share (its path stays
+    // configured, so its unfinished requests do not refuse the reload).
+    let kinds = CONFIG
+        .replace(
+            "[[priority_classes]]\naccess_mode = \"datataking\"\nmss_priority = 100\n",
+            "[[priority_classes]]\naccess_mode = \"mc\"\nmss_priority = 90\n",
+        )
+        .replace("mc = 3\n", "datataking = 2\n");
+    assert_ne!(kinds, CONFIG);
+    let volumes = "[release.volumes]\nmin_volume_bytes = 100\nmin_volume_files = 1000\n\
+        quiet_secs = 600\nmax_age_secs = 14400\nbatch_max_bytes = 100000\n\
+        batch_max_files = 100\nsticky_secs = 0\nmax_volumes = 1\n";
+    reloads.extend([
+        format!("{kinds}[release]\nmode = \"held\"\nlimit = 2\ncoalesce = \"queued\"\n"),
+        format!("{kinds}[release]\nmode = \"volumes\"\ncoalesce = \"queued\"\n{volumes}"),
+        format!("{kinds}[release]\ncoalesce = \"queued\"\n"),
     ]);
     for config in configs() {
         for seed in 0..seeds {
