@@ -104,6 +104,28 @@ impl Batch {
 #[derive(Debug, Clone, Default)]
 pub struct VolumeMemory(Vec<(Label, state::LibMemory)>);
 
+impl VolumeMemory {
+    /// The same memory for another tree (a reload): a group's pseudo-volume under the id
+    /// `regroup` gives the group now, left out for a group no longer configured.
+    pub fn regroup(self, regroup: impl Fn(GroupId) -> Option<GroupId>) -> VolumeMemory {
+        VolumeMemory(
+            (self.0.into_iter())
+                .map(|(name, lib)| (name, lib.regroup(&regroup)))
+                .collect(),
+        )
+    }
+}
+
+impl VolumeId {
+    /// This volume in another tree (see [`VolumeMemory::regroup`]).
+    fn regroup(&self, regroup: &impl Fn(GroupId) -> Option<GroupId>) -> Option<VolumeId> {
+        match self {
+            VolumeId::Tape(label) => Some(VolumeId::Tape(label.clone())),
+            VolumeId::Loose(g) => regroup(*g).map(VolumeId::Loose),
+        }
+    }
+}
+
 /// Waiting request id -> (library, volume, tape position).
 type Index = HashMap<i64, (Label, VolumeId, u64)>;
 

@@ -124,7 +124,8 @@ impl Sequence {
         r.extras.position = Some(self.rng.below(1000));
         let a = match self.ledger().accept(vec![r]).await {
             Err(LedgerError::OverQueuedCap(refused)) => {
-                self.log.push(format!("accept {mode} refused: {}", refused.field));
+                self.log
+                    .push(format!("accept {mode} refused: {}", refused.field));
                 return;
             }
             other => other.expect("accepted"),
@@ -159,7 +160,11 @@ impl Sequence {
         let log = self.log.join("\n");
         let coalesce = self.f.settings.policy.order.release.coalesce;
         use crate::domain::order::Coalesce;
-        assert_ne!(coalesce, Coalesce::Off, "{id} rode with coalesce off\n{log}");
+        assert_ne!(
+            coalesce,
+            Coalesce::Off,
+            "{id} rode with coalesce off\n{log}"
+        );
         if coalesce == Coalesce::InFlight {
             assert_ne!(carrier_state, "queued", "{id} rode on a queued read\n{log}");
         }
@@ -270,7 +275,8 @@ impl Sequence {
                         self.log.push(format!("reload to configuration {k}"));
                     }
                     Err(e @ LedgerError::RemovedGroups(_)) => {
-                        self.log.push(format!("reload to configuration {k} refused: {e}"));
+                        self.log
+                            .push(format!("reload to configuration {k} refused: {e}"));
                     }
                     Err(e) => panic!("reload to configuration {k}: {e}\n{}", self.log.join("\n")),
                 }
@@ -283,7 +289,11 @@ impl Sequence {
         }
         check(&self.f.path, &self.log);
         let wrong = self.ledger().audit().await.expect("audited");
-        assert!(wrong.is_empty(), "memory against the rows: {wrong:?}\n{}", self.log.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "memory against the rows: {wrong:?}\n{}",
+            self.log.join("\n")
+        );
     }
 
     /// The MSS does everything it is given, an hour at a time.
@@ -425,8 +435,12 @@ async fn random_sequences_with_reloads_keep_the_books_and_end_every_request() {
         [limits]\nmax_queued_bytes_per_user = 2500\n";
     reloads.extend([
         format!("{tree}{caps}[release]\nmode = \"held\"\nlimit = 2\ncoalesce = \"queued\"\n"),
-        format!("{fbsng}[targets.mc]\nfeasibility_cap = 400\n[release]\nmode = \"held\"\nlimit = 3\n"),
-        format!("{fair_tree}{caps}{queued_caps}[release]\nmode = \"volumes\"\ncoalesce = \"queued\"\n"),
+        format!(
+            "{fbsng}[targets.mc]\nfeasibility_cap = 400\n[release]\nmode = \"held\"\nlimit = 3\n"
+        ),
+        format!(
+            "{fair_tree}{caps}{queued_caps}[release]\nmode = \"volumes\"\ncoalesce = \"queued\"\n"
+        ),
         format!("{tree}{queued_caps}"),
     ]);
     // A group changes kind: mc a priority class, datataking a share (its path stays

@@ -245,3 +245,46 @@ async fn a_restart_numbers_new_batches_after_those_at_the_mss() {
     drop(l);
     close(opened);
 }
+
+/// A reload that changes nothing about the volumes (a token rotation's SIGHUP) keeps what the
+/// rows do not hold, as a rolled-back transaction does: V1's batch ended a moment ago, so with
+/// `sticky_secs` V1 stays mounted for b2 (too small a volume to be chosen on its own) before
+/// b3's fuller V2 takes the one drive.
+#[tokio::test]
+async fn a_reload_keeps_a_volume_that_just_ended_sticky() {
+    let text = volumes_config("", 1)
+        .replace("min_volume_bytes = 100\n", "min_volume_bytes = 1000\n")
+        .replace("sticky_secs = 0\n", "sticky_secs = 3600\n");
+    let f = Fixture::with_config(&text);
+    let opened = f.open();
+    let l = opened.0.clone();
+    let mut big = on_volume(&f, "a1", "a", "/pnfs/a1", ("V1", 1));
+    big.size_bytes = 1000;
+    let a1 = accept(&l, big).await.id;
+    assert_eq!(state_of(&l, a1).await, RequestState::Accepted);
+    submit(&l, a1, 1).await;
+    let done = event(a1, 1, 1, EventKind::Done { bytes: 1000 });
+    l.apply_status_events(vec![done]).await.unwrap();
+
+    // The same configuration again.
+    l.reload(f.settings.policy.clone()).await.unwrap();
+    let mut fuller = on_volume(&f, "b3", "b", "/pnfs/b3", ("V2", 1));
+    fuller.size_bytes = 1000;
+    let both = l
+        .accept(vec![
+            on_volume(&f, "b2", "b", "/pnfs/b2", ("V1", 2)),
+            fuller,
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            state_of(&l, both[0].id).await,
+            state_of(&l, both[1].id).await
+        ),
+        (RequestState::Accepted, RequestState::Queued),
+        "V1, which just ended, goes on (sticky); V2 waits for the drive"
+    );
+    drop(l);
+    close(opened);
+}

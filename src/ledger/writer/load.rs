@@ -82,6 +82,17 @@ impl Writer {
         };
         // Keyed by request id and fingerprint, not by group: carried over as it is.
         state.idempotency = idempotency;
+        // What the volume queue's rows do not hold (volumes that ended within `sticky_secs`,
+        // the size of each flight's last batch), kept as a rollback keeps it: else every
+        // reload, a token rotation's too, would unmount the volumes the sticky rule keeps.
+        if self.policy.order.volumes() && policy.order.volumes() {
+            let (old, new) = (&self.policy, &policy);
+            let regroup =
+                |g: crate::domain::GroupId| new.group_by_path(old.groups.get(g.0)?.path.as_str());
+            state
+                .volumes
+                .restore(self.state.volumes.memory().regroup(regroup));
+        }
         let _gate = self.published.gate();
         self.state = state;
         self.policy = policy;
@@ -369,8 +380,16 @@ impl Writer {
             v.sort();
             format!("{v:?}")
         };
-        differ("held", format!("{:?}", live.held), format!("{:?}", rows.held));
-        differ("outstanding", busy(&live.outstanding), busy(&rows.outstanding));
+        differ(
+            "held",
+            format!("{:?}", live.held),
+            format!("{:?}", rows.held),
+        );
+        differ(
+            "outstanding",
+            busy(&live.outstanding),
+            busy(&rows.outstanding),
+        );
         differ(
             "queued bytes by group",
             format!("{:?}", trimmed(&live.queued.by_group)),

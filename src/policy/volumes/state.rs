@@ -482,3 +482,17 @@ pub(crate) struct LibMemory {
     recent: BTreeMap<VolumeId, i64>,
     last_batches: Vec<(VolumeId, usize)>,
 }
+
+impl LibMemory {
+    /// The same memory for another tree (`super::VolumeMemory::regroup`).
+    pub fn regroup(self, regroup: &impl Fn(GroupId) -> Option<GroupId>) -> LibMemory {
+        LibMemory {
+            recent: (self.recent.into_iter())
+                .filter_map(|(v, at)| Some((v.regroup(regroup)?, at)))
+                .collect(),
+            last_batches: (self.last_batches.into_iter())
+                .filter_map(|(v, n)| Some((v.regroup(regroup)?, n)))
+                .collect(),
+        }
+    }
+}
