@@ -379,8 +379,19 @@ async fn run_reloading(config: &str, reloads: &[String], seed: u64, steps: usize
     }
 }
 
+/// The seeds per configuration: `MSSBROKER_SEQUENCE_SEEDS`, 8 in the suite.
+fn seeds() -> u64 {
+    std::env::var("MSSBROKER_SEQUENCE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8)
+}
+
+/// The feasibility cap every configuration has.
+const CAPS: &str = "[targets.mc]\nfeasibility_cap = 1500\n";
+
 fn configs() -> [String; 3] {
-    let caps = "[targets.mc]\nfeasibility_cap = 1500\n";
+    let caps = CAPS;
     [
         format!("{CONFIG}{caps}"),
         format!("{CONFIG}{caps}[release]\nmode = \"held\"\nlimit = 2\ncoalesce = \"queued\"\n"),
@@ -395,10 +406,7 @@ fn configs() -> [String; 3] {
 
 #[tokio::test]
 async fn random_sequences_keep_the_books_and_end_every_request() {
-    let seeds: u64 = std::env::var("MSSBROKER_SEQUENCE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
+    let seeds = seeds();
     for config in configs() {
         for seed in 0..seeds {
             run(&config, seed, 150).await;
@@ -411,11 +419,8 @@ async fn random_sequences_keep_the_books_and_end_every_request() {
 /// hold after each step and every request must end once the MSS does everything.
 #[tokio::test]
 async fn random_sequences_with_reloads_keep_the_books_and_end_every_request() {
-    let seeds: u64 = std::env::var("MSSBROKER_SEQUENCE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
-    let caps = "[targets.mc]\nfeasibility_cap = 1500\n";
+    let seeds = seeds();
+    let caps = CAPS;
     let mut reloads = configs().to_vec();
     reloads.extend([
         format!("{CONFIG}{caps}[release]\ncoalesce = \"queued\"\n"),
