@@ -183,6 +183,11 @@ impl Discrete {
         Self::new((1..=n).map(|k| exp(-s * ln(k as f64))))
     }
 
+    /// Number of outcomes.
+    pub(crate) fn len(&self) -> usize {
+        self.cumulative.len()
+    }
+
     pub(crate) fn total(&self) -> f64 {
         self.cumulative.last().copied().unwrap_or(0.0)
     }

@@ -113,6 +113,8 @@ struct Generator<'p> {
     arrivals: Arrivals,
     groups: Discrete,
     zipf: Discrete,
+    /// Per group, Zipf over its own volumes (`volumes.own_fraction`); empty when that is 0.
+    own_zipf: Vec<Discrete>,
     campaigns: Vec<Option<Campaign>>,
     volume_seen: Vec<bool>,
     per_group: Vec<u64>,
@@ -132,6 +134,7 @@ impl<'p> Generator<'p> {
             arrivals,
             groups: Discrete::new(p.groups.iter().map(|g| g.weight)),
             zipf: Discrete::zipf(p.volumes.count, p.volumes.zipf_s),
+            own_zipf: own_zipf(p),
             campaigns: vec![None; p.groups.len()],
             volume_seen: vec![false; p.volumes.count as usize],
             per_group: vec![0; p.groups.len()],
@@ -150,7 +153,12 @@ impl<'p> Generator<'p> {
             self.campaign_file(gi)
         } else {
             self.summary.scattered += 1;
-            let v = self.zipf.sample(&mut self.rng) as u64;
+            let v = if self.own(gi) {
+                let rank = self.own_zipf[gi].sample(&mut self.rng) as u64;
+                self.own_volume(gi, rank)
+            } else {
+                self.zipf.sample(&mut self.rng) as u64
+            };
             (v, 1 + self.rng.below(self.p.volumes.files_per_volume))
         };
         let station = &self.p.stations[self.rng.below(self.p.stations.len() as u64) as usize];
@@ -192,9 +200,34 @@ impl<'p> Generator<'p> {
         write_ref(&record, &mut b.line, out)
     }
 
+    /// Whether this recall of group gi is on its own volumes (`volumes.own_fraction`; no draw
+    /// at all when that is 0, so such traces are as they were before it existed).
+    fn own(&mut self, gi: usize) -> bool {
+        let fraction = self.p.volumes.own_fraction;
+        fraction > 0.0
+            && self.rng.chance(fraction)
+            && self.own_zipf.get(gi).is_some_and(|z| z.total() > 0.0)
+    }
+
+    /// The volume index of group gi's own volume of rank `rank` (from 0).
+    fn own_volume(&self, gi: usize, rank: u64) -> u64 {
+        gi as u64 + rank * self.p.groups.len() as u64
+    }
+
+    /// A campaign's volume, uniform over group gi's own volumes or over all of them.
+    fn campaign_volume(&mut self, gi: usize) -> u64 {
+        if self.own(gi) {
+            let owned = self.own_zipf[gi].len() as u64;
+            let rank = self.rng.below(owned);
+            self.own_volume(gi, rank)
+        } else {
+            self.rng.below(self.p.volumes.count)
+        }
+    }
+
     /// The next file of group gi's campaign, opening one if it has none.
     fn campaign_file(&mut self, gi: usize) -> (u64, u64) {
-        let v = &self.p.volumes;
+        let files_per_volume = self.p.volumes.files_per_volume;
         let c = &self.p.campaigns;
         let mut campaign = match self.campaigns[gi] {
             Some(open) => open,
@@ -202,14 +235,14 @@ impl<'p> Generator<'p> {
                 self.summary.campaigns += 1;
                 let size = c.min_files + self.rng.below(c.max_files - c.min_files + 1);
                 Campaign {
-                    volume: self.rng.below(v.count),
-                    next_position: 1 + self.rng.below(v.files_per_volume),
+                    volume: self.campaign_volume(gi),
+                    next_position: 1 + self.rng.below(files_per_volume),
                     remaining: size,
                 }
             }
         };
-        if campaign.next_position > v.files_per_volume {
-            campaign.volume = self.rng.below(v.count);
+        if campaign.next_position > files_per_volume {
+            campaign.volume = self.campaign_volume(gi);
             campaign.next_position = 1;
         }
         let file = (campaign.volume, campaign.next_position);
@@ -304,6 +337,25 @@ impl<'p> Generator<'p> {
         s.duration_s = self.last_t;
         s
     }
+}
+
+/// Per group, Zipf over the volumes it owns (index v is group `v % groups`'s); none when
+/// `volumes.own_fraction` is 0.
+fn own_zipf(p: &GenParams) -> Vec<Discrete> {
+    if p.volumes.own_fraction <= 0.0 {
+        return Vec::new();
+    }
+    let n = p.groups.len() as u64;
+    (0..n)
+        .map(|gi| {
+            let owned = if gi < p.volumes.count {
+                (p.volumes.count - 1 - gi) / n + 1
+            } else {
+                0
+            };
+            Discrete::zipf(owned, p.volumes.zipf_s)
+        })
+        .collect()
 }
 
 /// Clears `s` and writes `args` into it (formatting into a String cannot fail).

@@ -169,6 +169,13 @@ pub struct VolumeParams {
     pub zipf_s: f64,
     /// Prefix of the labels. Default "VR".
     pub label_prefix: String,
+    /// Fraction of a group's recalls on volumes of its own (in [0, 1]). Default 0: every
+    /// recall picks among all volumes. Enstore writes each file family to volumes of its own
+    /// (a volume's family is `storage_group.file_family.wrapper`, `volume_family.py`, Enstore
+    /// at a154041), so a group whose datasets live in its own families reads mostly its own
+    /// tapes. Volume index v belongs to group `v % groups`; an own recall picks among its
+    /// group's volumes by the same Zipf law, an own campaign opens on one of them.
+    pub own_fraction: f64,
 }
 
 impl Default for VolumeParams {
@@ -178,6 +185,7 @@ impl Default for VolumeParams {
             files_per_volume: 1_000,
             zipf_s: 1.0,
             label_prefix: "VR".into(),
+            own_fraction: 0.0,
         }
     }
 }
@@ -337,6 +345,9 @@ impl GenParams {
         }
         if !(v.zipf_s.is_finite() && v.zipf_s >= 0.0) {
             return bad("volumes.zipf_s", "must be >= 0");
+        }
+        if !(v.own_fraction.is_finite() && (0.0..=1.0).contains(&v.own_fraction)) {
+            return bad("volumes.own_fraction", "must be in [0, 1]");
         }
         Ok(())
     }

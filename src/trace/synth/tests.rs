@@ -147,6 +147,87 @@ fn the_most_popular_volume_takes_its_zipf_share_of_scattered_recalls() {
     assert!((mean_pos / want_pos - 1.0).abs() <= 0.02, "{mean_pos}");
 }
 
+/// The index of a recall's volume (`<prefix><index>`).
+fn volume_index(r: &TraceRecord, prefix: &str) -> u64 {
+    r.volume
+        .strip_prefix(prefix)
+        .and_then(|i| i.parse().ok())
+        .expect("a generated label")
+}
+
+#[test]
+fn with_own_fraction_one_every_recall_reads_its_groups_own_volumes() {
+    let mut params = GenParams {
+        requests: 20_000,
+        ..GenParams::default()
+    };
+    params.volumes.own_fraction = 1.0;
+    params.data_taking.rate_per_s = 0.0;
+    let (out, summary) = run(&params);
+    assert!(summary.campaign_requests > 1_000 && summary.scattered > 1_000);
+    let records = read_trace(out.as_slice()).expect("reads");
+    let n = params.groups.len() as u64;
+    let prefix = &params.volumes.label_prefix;
+    let mut top = vec![0u64; n as usize];
+    let mut recalls = vec![0u64; n as usize];
+    for r in &records {
+        let gi = params
+            .groups
+            .iter()
+            .position(|g| g.physics_group == r.physics_group && g.access_mode == r.access_mode)
+            .expect("a generated group") as u64;
+        let v = volume_index(r, prefix);
+        assert_eq!(v % n, gi, "{} read {}", r.physics_group, r.volume);
+        recalls[gi as usize] += 1;
+        top[gi as usize] += u64::from(v == gi);
+    }
+    // Scattered recalls pick among the group's own volumes by Zipf: its most popular one (its
+    // lowest index) takes about 1 / H(333) = 15 % of them (half the recalls; campaigns pick
+    // uniformly), far above a uniform pick's 0.3 %.
+    for gi in 0..n as usize {
+        let share = top[gi] as f64 / recalls[gi] as f64;
+        assert!(share > 0.03, "group {gi}: {share}");
+    }
+}
+
+#[test]
+fn own_fraction_splits_scattered_recalls_between_own_and_any_volumes() {
+    // Scattered only: a recall is on its group's own volumes with probability f, else on any
+    // volume by the global Zipf law, which lands on the group's own with the Zipf weight of
+    // the indices v % groups == gi. So P(own) = f + (1 - f) * that weight.
+    let mut params = GenParams {
+        requests: 60_000,
+        groups: GroupParams::shipped()[..2].to_vec(),
+        ..GenParams::default()
+    };
+    params.volumes.own_fraction = 0.5;
+    params.campaigns.fraction = 0.0;
+    params.data_taking.rate_per_s = 0.0;
+    let (out, _) = run(&params);
+    let records = read_trace(out.as_slice()).expect("reads");
+    let v = &params.volumes;
+    let weight = |k: u64| ((k + 1) as f64).powf(-v.zipf_s);
+    let total: f64 = (0..v.count).map(weight).sum();
+    let even: f64 = (0..v.count).step_by(2).map(weight).sum::<f64>() / total;
+    let on_own = |gi: u64| {
+        let of_group: Vec<_> = records
+            .iter()
+            .filter(|r| r.physics_group == params.groups[gi as usize].physics_group)
+            .collect();
+        let own = of_group
+            .iter()
+            .filter(|r| volume_index(r, &v.label_prefix) % 2 == gi)
+            .count();
+        own as f64 / of_group.len() as f64
+    };
+    // About 40,000 and 20,000 recalls: a standard deviation under 0.4 pp; tolerance 1.5 pp.
+    for (gi, global) in [(0, even), (1, 1.0 - even)] {
+        let want = 0.5 + 0.5 * global;
+        let got = on_own(gi);
+        assert!((got - want).abs() < 0.015, "group {gi}: {got} vs {want}");
+    }
+}
+
 #[test]
 fn campaigns_read_consecutive_positions_of_few_volumes() {
     let params = GenParams {
@@ -258,6 +339,9 @@ fn parameters_out_of_bounds_are_refused_by_key() {
     let mut p = GenParams::default();
     p.campaigns.fraction = 1.5;
     refused(p, "campaigns.fraction");
+    let mut p = GenParams::default();
+    p.volumes.own_fraction = -0.1;
+    refused(p, "volumes.own_fraction");
     let mut p = GenParams::default();
     p.sizes.max_bytes = 0;
     refused(p, "sizes.min_bytes");
