@@ -11,6 +11,12 @@ use super::cancels::CancelJob;
 use super::{batches, Dispatcher, Step};
 use crate::ledger::{AfterSubmit, LedgerError, SubmittedTransfer, ToSubmit};
 
+/// How long a send the MSS deferred waits before it goes again (`Ledger::deferred`). Short, as
+/// the adapter answers a deferred destination itself until FTS3 may take it (`fts3/holds.rs`,
+/// without a call), and frees it at once when its holder ends; long enough that the ready
+/// requests behind it go first instead of waiting while it heads every batch.
+const DEFERRED_WAIT_MS: i64 = 1_000;
+
 impl Dispatcher {
     /// Submit one batch of ready requests, as many as the adapter has room for.
     pub async fn submit_once(&self) -> Result<Step, LedgerError> {
@@ -58,6 +64,7 @@ impl Dispatcher {
             unavailable,
             unknown,
             mut unreachable,
+            deferred,
             failed,
         } = self.sort_answers(&ready, results).await;
         if let Some(e) = failed {
@@ -65,10 +72,20 @@ impl Dispatcher {
             return Err(e);
         }
         // Nothing reached the MSS, and no earlier send of the same attempt may have: unmarked.
+        // A deferral made nothing at the MSS either.
+        unreachable.extend(deferred.iter().map(|d| (d.0, d.1)));
         unreachable.retain(|(id, _)| first_sends.contains(id));
         if !unreachable.is_empty() {
             if let Err(e) = self.ledger.unsent(unreachable).await {
                 // What the MSS took in the same batch is kept, as when `submitted` fails.
+                self.keep_unrecorded(taken, refs);
+                return Err(e);
+            }
+        }
+        if let Some((_, _, why)) = deferred.first() {
+            let items = deferred.iter().map(|d| (d.0, d.1)).collect();
+            let until = self.clock.now_ms() + DEFERRED_WAIT_MS;
+            if let Err(e) = self.ledger.deferred(items, until, why.clone()).await {
                 self.keep_unrecorded(taken, refs);
                 return Err(e);
             }
@@ -175,6 +192,10 @@ impl Dispatcher {
                         mss_id: s.mss_id,
                     });
                 }
+                Err(e @ MssError::Deferred(_)) => {
+                    debug!(request_id = r.id, error = %e, "mss deferred the transfer");
+                    answers.deferred.push((r.id, r.attempt, e.to_string()));
+                }
                 Err(e) if e.is_retryable() => {
                     match e {
                         MssError::Unreachable(_) => answers.unreachable.push((r.id, r.attempt)),
@@ -228,6 +249,8 @@ struct BatchAnswers {
     unknown: Option<MssError>,
     /// (id, attempt) of those that could not connect to it.
     unreachable: Vec<(i64, u32)>,
+    /// (id, attempt, why) of those it deferred (an answer: it is up, and made nothing).
+    deferred: Vec<(i64, u32, String)>,
     /// Recording a refusal failed (the refused one is sent again, and refused again).
     failed: Option<LedgerError>,
 }

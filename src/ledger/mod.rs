@@ -264,6 +264,24 @@ impl Ledger {
         self.call(|reply| Command::Unsent { items, reply }).await
     }
 
+    /// The MSS deferred these sends, (id, attempt): it made nothing and will take them later
+    /// (FTS3: their destination is held by a transfer not ended). They stay `accepted` at the
+    /// same attempt and are not sent again before `until_ms`.
+    pub async fn deferred(
+        &self,
+        items: Vec<(i64, u32)>,
+        until_ms: i64,
+        reason: String,
+    ) -> Result<(), LedgerError> {
+        self.call(|reply| Command::Deferred {
+            items,
+            until_ms,
+            reason,
+            reply,
+        })
+        .await
+    }
+
     /// The MSS refused a submission for good: fail the request and refund it.
     pub async fn rejected(&self, id: i64, attempt: u32, reason: String) -> Result<(), LedgerError> {
         self.call(|reply| Command::Rejected {

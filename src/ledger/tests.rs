@@ -569,6 +569,52 @@ async fn a_first_send_that_could_not_connect_is_unmarked() {
     close(opened);
 }
 
+/// A send the MSS deferred stays `accepted` at its attempt, with the reason, and is not offered
+/// to the submit step again before the instant given, while the requests behind it are.
+#[tokio::test]
+async fn a_deferred_send_waits_until_its_instant_while_the_others_go() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let acc = l
+        .accept(vec![
+            f.request("x", "mc", "x", 100),
+            f.request("y", "mc", "x", 200),
+        ])
+        .await
+        .unwrap();
+    let (x, y) = (acc[0].id, acc[1].id);
+    let ids = |v: Vec<ToSubmit>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let now = f.clock.now_ms();
+    assert_eq!(ids(l.to_submit(0, now, 10).await.unwrap()), vec![x, y]);
+    l.sending(vec![(x, 1)]).await.unwrap();
+    l.deferred(vec![(x, 1)], now + 1_000, "destination held".into())
+        .await
+        .unwrap();
+    assert_eq!(ids(l.to_submit(0, now, 10).await.unwrap()), vec![y]);
+    assert_eq!(ids(l.to_submit(0, now + 999, 10).await.unwrap()), vec![y]);
+    assert_eq!(
+        ids(l.to_submit(0, now + 1_000, 10).await.unwrap()),
+        vec![x, y]
+    );
+    let r = l.request(x).await.unwrap().unwrap();
+    assert_eq!((r.state, r.attempt), (RequestState::Accepted, 1));
+    assert_eq!(r.last_error.as_deref(), Some("destination held"));
+    // An earlier instant never brings it forward; another attempt's deferral is not its own.
+    l.deferred(vec![(x, 1)], now + 10, "again".into())
+        .await
+        .unwrap();
+    l.deferred(vec![(y, 2)], now + 5_000, "not y's attempt".into())
+        .await
+        .unwrap();
+    assert_eq!(ids(l.to_submit(0, now + 500, 10).await.unwrap()), vec![y]);
+    assert_eq!(
+        ids(l.to_submit(0, now + 1_000, 10).await.unwrap()),
+        vec![x, y]
+    );
+    close(opened);
+}
+
 /// A send refused by the MSS after the request was cancelled while it was out: the MSS took
 /// nothing, so the request ends cancelled and refunded now, with the refusal's text (not left
 /// for the stale sweep to find it unknown at the MSS).

@@ -1066,6 +1066,84 @@ async fn a_read_fts3_refuses_while_another_holds_its_destination_goes_once_that_
     app.stop().await;
 }
 
+/// Reads FTS3 defers (their destinations held by transfers not ended) do not hold up the ready
+/// requests behind them. With two transfers per submission, two data-taking reads (the highest
+/// MSS priority, so first in every batch) to destinations two fair-share recalls hold would
+/// otherwise fill every batch for as long as the recalls last, and a third read never go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_fts3_defers_do_not_hold_up_the_ready_requests_behind_them() {
+    let standin = Fts3Standin::start("cms", None, fts3_plan(100))
+        .await
+        .unwrap();
+    standin.set_check_duplicates(&["cms"]);
+    let mss = format!("submit_batch = 2\n{}", fts3_mss(&standin.url));
+    let app = TestApp::spawn(&config_with(&mss)).await;
+    let files = ["/pnfs/hold/a", "/pnfs/hold/b"];
+    let recalls: Vec<Value> = (files.iter().enumerate())
+        .map(|(i, f)| {
+            with(
+                request(&format!("r{i}"), "analysis", "higgs", 5_000),
+                json!({ "file": f }),
+            )
+        })
+        .collect();
+    let mut ids = submit_all(&app, recalls).await;
+    until(Duration::from_secs(20), "both recalls at FTS3", || {
+        standin.jobs().len() == 2
+    })
+    .await;
+    let daq: Vec<Value> = (files.iter().enumerate())
+        .map(|(i, f)| {
+            with(
+                request(&format!("d{i}"), "datataking", "cms", 5_000),
+                json!({ "file": f }),
+            )
+        })
+        .collect();
+    ids.extend(submit_all(&app, daq).await);
+    // Both deferred at least once before the third read is asked for.
+    until(Duration::from_secs(20), "the two reads deferred", || {
+        let calls = standin.calls();
+        let refused = (calls.iter()).filter(|c| c.method == "POST" && c.path == "/jobs");
+        refused.count() >= 3
+    })
+    .await;
+    let other = with(
+        request("t1", "analysis", "top", 5_000),
+        json!({"file": "/pnfs/other/c"}),
+    );
+    ids.extend(submit_all(&app, vec![other]).await);
+    until(Duration::from_secs(20), "the third read at FTS3", || {
+        (standin.jobs().iter()).any(|j| j.files.iter().any(|f| f.source.ends_with("/pnfs/other/c")))
+    })
+    .await;
+    for id in &ids[2..4] {
+        let (_, r) = app.get(&format!("/v1/requests/{id}")).await;
+        assert_eq!(r["state"], "accepted", "still deferred: {r}");
+        assert_eq!(r["attempt"], 1, "{r}");
+    }
+    for job in standin.jobs().iter().take(2) {
+        standin.release_held(&job.job_id);
+    }
+    until(
+        Duration::from_secs(20),
+        "the deferred reads at FTS3",
+        || standin.jobs().len() == 5,
+    )
+    .await;
+    for job in standin.jobs() {
+        standin.release_held(&job.job_id);
+    }
+    for r in app.wait_final(&ids, Duration::from_secs(30)).await {
+        assert_eq!(
+            (r["state"].as_str(), r["attempt"].as_i64()),
+            (Some("done"), Some(1)),
+            "{r}"
+        );
+    }
+    app.stop().await;
+}
+
 /// How many `submit_batch` calls `/metrics` counts as not all taken (a deferral or a refusal).
 async fn submit_batches_deferred(app: &TestApp) -> u64 {
     let text = (app.client.get(format!("{}/metrics", app.base)).send().await)

@@ -103,6 +103,13 @@ pub(in crate::ledger) enum Command {
         items: Vec<(i64, u32)>,
         reply: oneshot::Sender<Result<(), LedgerError>>,
     },
+    /// Sends the MSS deferred: (id, attempt), not sent again before `until_ms`.
+    Deferred {
+        items: Vec<(i64, u32)>,
+        until_ms: i64,
+        reason: String,
+        reply: oneshot::Sender<Result<(), LedgerError>>,
+    },
     Lost {
         id: i64,
         attempt: u32,
@@ -306,6 +313,12 @@ impl Txn<'_, '_> {
                 reply(self.sending(&items), Vec::new(), |v| Reply::Marked(tx, v))
             }
             Command::Unsent { items, reply } => (Reply::Done(reply), self.unsent(&items)),
+            Command::Deferred {
+                items,
+                until_ms,
+                reason,
+                reply,
+            } => (Reply::Done(reply), self.deferred(&items, until_ms, &reason)),
             Command::Lost {
                 id,
                 attempt,

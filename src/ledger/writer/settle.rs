@@ -340,6 +340,25 @@ impl Txn<'_, '_> {
         Ok(())
     }
 
+    /// The MSS deferred these sends (it made nothing: FTS3's destination held by another
+    /// transfer): not sent again before `until_ms`, so the ready requests behind them go
+    /// meanwhile. Same attempt; `last_error` says why.
+    pub fn deferred(
+        &mut self,
+        items: &[(i64, u32)],
+        until_ms: i64,
+        reason: &str,
+    ) -> rusqlite::Result<()> {
+        let mut stmt = self.tx.prepare_cached(
+            "UPDATE requests SET next_attempt_ms = MAX(next_attempt_ms, ?3), last_error = ?4 \
+             WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
+        )?;
+        for &(id, attempt) in items {
+            stmt.execute(params![id, attempt, until_ms, reason])?;
+        }
+        Ok(())
+    }
+
     /// The MSS lost an in-flight attempt: back to `accepted` as the next attempt, at once.
     pub fn lost(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<bool> {
         let Some(row) = self.load_charged(id)? else {
