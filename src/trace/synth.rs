@@ -2,7 +2,8 @@
 //! deterministic for a seed. Recalls arrive by a two-state on/off Markov-modulated Poisson
 //! process; each picks its group by the demand mix, then is a campaign request (continuing its
 //! group's campaign: consecutive positions on few volumes) or a scattered recall (volume by
-//! Zipf, position uniform). A steady data-taking stream of writes is merged in time order.
+//! Zipf, position uniform), on its group's own volumes with probability
+//! `volumes.own_fraction`. A steady data-taking stream of writes is merged in time order.
 
 use std::fmt::Write as _;
 use std::io::Write;
