@@ -36,6 +36,11 @@ impl Bench {
         raw.env
             .insert("ENSTORE_CONFIG_HOST".into(), "enstore.example".into());
         raw.env.insert("ENCP_STANDIN_BUILD".into(), "admin".into());
+        // The namespace: a write under it has its entry modelled as encp's.
+        let pnfs = dir.path().join("pnfs");
+        std::fs::create_dir_all(pnfs.join("cms/raw")).unwrap();
+        raw.env
+            .insert("ENCP_STANDIN_PNFS".into(), pnfs.display().to_string());
         tweak(&mut raw);
         let cfg: EncpConfig = raw.validate(Path::new("/")).unwrap();
         Bench {
@@ -68,6 +73,33 @@ impl Bench {
             bfid: None,
             position: None,
         }
+    }
+
+    /// A write of a local file of 777 bytes to `pnfs/cms/raw/{name}` in the stand-in's
+    /// namespace.
+    fn write(&self, key: &str, name: &str) -> Transfer {
+        let src = self.local(name);
+        std::fs::write(&src, vec![7u8; 777]).unwrap();
+        Transfer {
+            direction: Direction::Write,
+            file: self.entry(name),
+            local_file: Some(src),
+            size_bytes: 777,
+            volume: None,
+            ..self.read(key, name, 10)
+        }
+    }
+
+    /// The namespace entry of a write to `name`.
+    fn entry(&self, name: &str) -> String {
+        self.local(&format!("pnfs/cms/raw/{name}"))
+    }
+
+    /// Layer `n` of the namespace entry of `name` (the file pnfs and Chimera serve it as).
+    fn layer(&self, name: &str, n: u8) -> std::path::PathBuf {
+        self.dir
+            .path()
+            .join(format!("pnfs/cms/raw/.(use)({n})({name})"))
     }
 
     fn runs(&self) -> Vec<Run> {
@@ -873,6 +905,107 @@ async fn a_later_attempt_finds_its_earlier_copy_done_and_anything_else_refused()
             std::fs::read(&path).unwrap(),
             vec![2u8; len],
             "{name} untouched"
+        );
+    }
+    assert!(b.runs().is_empty(), "encp ran: {:?}", b.runs());
+}
+
+/// A write's encp creates the namespace entry empty before it queues (Enstore's `src/encp.py`,
+/// `prepare_write_to_hsm` and `create_zero_length_pnfs_files`) and refuses an output that
+/// exists (`outputfile_check`: USERERROR, final). Killed by SIGKILL (the OOM killer, the
+/// adapter after `kill_grace_secs`), it cannot remove it (`src/delete_at_exit.py`), so the
+/// broker's retry would fail for good on its own first run's leftover and a data-taking file
+/// would never be stored: the retry finds that entry empty, without a bfid, and removes it.
+#[tokio::test]
+async fn a_write_killed_by_sigkill_leaves_no_entry_to_fail_its_retry() {
+    let mut b = Bench::new(|_| {});
+    b.control("w.dat", "queued 600\n");
+    let t = b.write("50", "w.dat");
+    let entry = b.entry("w.dat");
+    b.adapter.submit(&t).await.unwrap();
+    until_runs(&b, "the write queued with its entry created", |runs| {
+        runs.len() == 1 && Path::new(&entry).exists()
+    })
+    .await;
+    sigkill(b.runs()[0].pid);
+    match b.final_event("50").await {
+        EventKind::Failed { reason, retryable } => {
+            assert!(retryable, "{reason}");
+            assert!(reason.contains("signal 9"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        std::fs::metadata(&entry).unwrap().len(),
+        0,
+        "the killed run left its empty entry"
+    );
+    b.control("w.dat", "");
+    let next = Transfer {
+        attempt: 2,
+        ..t.clone()
+    };
+    b.adapter.submit(&next).await.unwrap();
+    b.events_until(|e| e.iter().any(|e| e.attempt == 2 && is_final(&e.kind)))
+        .await;
+    let st = b.adapter.status(&reference(&next)).await.unwrap().unwrap();
+    assert_eq!(
+        st.progress,
+        Progress::Finished(EventKind::Done { bytes: 777 }),
+        "the retry met the killed run's empty entry and encp refused it"
+    );
+    assert_eq!(std::fs::metadata(&entry).unwrap().len(), 777);
+    let bfid = std::fs::read_to_string(b.layer("w.dat", 1)).unwrap();
+    assert!(bfid.starts_with("STANDIN"), "{bfid}");
+    assert_eq!(b.runs().len(), 2);
+}
+
+/// Only an entry this request's own earlier run can have left is removed: one there before
+/// attempt 1 is refused at once, as encp refuses it, and a later attempt leaves alone any entry
+/// with data or with a layer 1 (a bfid) or layer 4 another write set, however empty its size.
+#[tokio::test]
+async fn a_write_never_removes_an_entry_with_a_bfid_or_data_or_one_there_before_it() {
+    let mut b = Bench::new(|_| {});
+    let never = b.local("never");
+    // A run would wait, as encp at its clerks before its own check.
+    for name in ["before.dat", "bfid.dat", "data.dat", "layer4.dat"] {
+        b.control(name, &format!("wait_for {never}\n"));
+    }
+    let first = b.write("51", "before.dat");
+    std::fs::write(b.entry("before.dat"), b"").unwrap();
+    b.adapter.submit(&first).await.unwrap();
+
+    let mut later = Vec::new();
+    for (key, name, data, layer, content) in [
+        ("52", "bfid.dat", &b""[..], 1, "CDMS105770745000000\n"),
+        ("53", "data.dat", &b"0123456789"[..], 1, ""),
+        ("54", "layer4.dat", &b""[..], 4, "VR1234\n"),
+    ] {
+        let t = Transfer {
+            attempt: 2,
+            ..b.write(key, name)
+        };
+        std::fs::write(b.entry(name), data).unwrap();
+        std::fs::write(b.layer(name, layer), content).unwrap();
+        b.adapter.submit(&t).await.unwrap();
+        later.push((key, name, data, layer, content));
+    }
+    for key in ["51", "52", "53", "54"] {
+        match b.final_event(key).await {
+            EventKind::Failed { reason, retryable } => {
+                assert!(!retryable, "{key}: {reason}");
+                assert!(reason.contains("File exists"), "{key}: {reason}");
+            }
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    assert_eq!(std::fs::read(b.entry("before.dat")).unwrap(), b"");
+    for (_, name, data, layer, content) in later {
+        assert_eq!(std::fs::read(b.entry(name)).unwrap(), data, "{name}");
+        assert_eq!(
+            std::fs::read_to_string(b.layer(name, layer)).unwrap(),
+            content,
+            "{name}"
         );
     }
     assert!(b.runs().is_empty(), "encp ran: {:?}", b.runs());

@@ -13,7 +13,8 @@ pub fn script() -> PathBuf {
 /// behaves: lines such as `queued 0.5`, `sleep 1`, `bytes 4321`, `stderr ERROR: ...`,
 /// `exit 2`, `finish 30` (see the script's header, which also says what the script does as
 /// Enstore's encp does: a read's output created empty before it queues and refused if it
-/// exists, removed on failure and on SIGTERM, exit 143 on SIGTERM).
+/// exists, removed on failure and on SIGTERM, exit 143 on SIGTERM; the same of a write's
+/// namespace entry under `ENCP_STANDIN_PNFS`, with its layers 1 and 4 set after the transfer).
 pub fn control(dir: &Path, name: &str, lines: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("control"))?;
     std::fs::write(dir.join("control").join(name), lines)
