@@ -36,7 +36,13 @@
 //! - a read whose output is already there is not run (see `existing.rs`): at attempt 1 it is
 //!   refused as encp would refuse it; at a later attempt a regular file of exactly the declared
 //!   size is the earlier attempt's copy (encp said "copied" and the broker died before it
-//!   recorded the end), done; anything else is refused and left in place.
+//!   recorded the end), done; anything else is refused and left in place;
+//! - a write's namespace entry (`/pnfs/...`) is created empty the same way
+//!   (`create_zero_length_pnfs_files`) and gets its bfid (layer 1) and size only after the
+//!   transfer, so a write SIGKILLed before then leaves an empty entry encp's retry would refuse
+//!   for good: one there at attempt 1 is refused without running encp, and at a later attempt
+//!   an empty entry with layers 1 and 4 empty (the earlier run's) is removed before encp runs;
+//!   one with data or a layer set is refused and left in place (see `existing.rs`).
 //!
 //! Stopping encp does not take its ticket out of the library manager's queue (its SIGTERM
 //! handler only exits: `src/delete_at_exit.py`). With `cancel_command` (an admin command, e.g.

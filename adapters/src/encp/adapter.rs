@@ -168,11 +168,13 @@ impl MssAdapter for EncpAdapter {
                 .map_err(|why| MssError::Rejected(format!("local_file `{f}` {why}")))?;
         }
         // A read whose output is there already ends without encp (`existing`): the earlier
-        // attempt's copy is done, anything else refused as encp would. Recorded under this
-        // lock, so a resend of this attempt is answered as a duplicate.
+        // attempt's copy is done, anything else refused as encp would. A write's namespace
+        // entry there is refused the same way, but for the empty one, without a bfid, that a
+        // SIGKILLed earlier run of this request left: removed, and encp runs. Recorded under
+        // this lock, so a resend of this attempt is answered as a duplicate.
         if let Some(kind) = existing_output(t, &inv.args, &inv.local) {
             info!(key = %t.key, attempt = t.attempt, path = %inv.local.display(), outcome = ?kind,
-                "encp not run: the read's output exists");
+                "encp not run: the output exists");
             p.record_finished(&t.key, t.attempt, kind.clone());
             drop(p);
             sh.log.push(&t.key, t.attempt, kind);
