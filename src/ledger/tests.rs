@@ -615,6 +615,31 @@ async fn a_deferred_send_waits_until_its_instant_while_the_others_go() {
     close(opened);
 }
 
+/// A deferral's reason is the MSS's text (FTS3's message inside the adapter's): kept clipped,
+/// as every MSS text in `last_error` is (ARCHITECTURE.md, "MSS text is clipped where it is
+/// kept").
+#[tokio::test]
+async fn a_deferred_sends_reason_is_clipped_where_it_is_kept() {
+    let f = Fixture::new();
+    let opened = f.open();
+    let l = &opened.0;
+    let acc = l
+        .accept(vec![f.request("x", "mc", "x", 100)])
+        .await
+        .unwrap();
+    let x = acc[0].id;
+    let now = f.clock.now_ms();
+    l.sending(vec![(x, 1)]).await.unwrap();
+    l.deferred(vec![(x, 1)], now + 1_000, "held ".repeat(2_000))
+        .await
+        .unwrap();
+    let r = l.request(x).await.unwrap().unwrap();
+    let kept = r.last_error.expect("the reason");
+    assert!(kept.starts_with("held held"), "{kept}");
+    assert!(kept.chars().count() < 1_000, "{} chars kept", kept.len());
+    close(opened);
+}
+
 /// A send refused by the MSS after the request was cancelled while it was out: the MSS took
 /// nothing, so the request ends cancelled and refunded now, with the refusal's text (not left
 /// for the stale sweep to find it unknown at the MSS).

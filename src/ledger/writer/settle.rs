@@ -342,7 +342,7 @@ impl Txn<'_, '_> {
 
     /// The MSS deferred these sends (it made nothing: FTS3's destination held by another
     /// transfer): not sent again before `until_ms`, so the ready requests behind them go
-    /// meanwhile. Same attempt; `last_error` says why.
+    /// meanwhile. Same attempt; `last_error` says why (the MSS's text: clipped, `clip_error`).
     pub fn deferred(
         &mut self,
         items: &[(i64, u32)],
@@ -353,6 +353,7 @@ impl Txn<'_, '_> {
             "UPDATE requests SET next_attempt_ms = MAX(next_attempt_ms, ?3), last_error = ?4 \
              WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
         )?;
+        let reason = clip_error(reason);
         for &(id, attempt) in items {
             stmt.execute(params![id, attempt, until_ms, reason])?;
         }
