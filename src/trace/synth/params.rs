@@ -174,7 +174,8 @@ pub struct VolumeParams {
     /// (a volume's family is `storage_group.file_family.wrapper`, `volume_family.py`, Enstore
     /// at a154041), so a group whose datasets live in its own families reads mostly its own
     /// tapes. Volume index v belongs to group `v % groups`; an own recall picks among its
-    /// group's volumes by the same Zipf law, an own campaign opens on one of them.
+    /// group's volumes by the same Zipf law, an own campaign opens on one of them. Above 0 it
+    /// needs at least as many volumes as groups, so that each group owns one.
     pub own_fraction: f64,
 }
 
@@ -348,6 +349,13 @@ impl GenParams {
         }
         if !(v.own_fraction.is_finite() && (0.0..=1.0).contains(&v.own_fraction)) {
             return bad("volumes.own_fraction", "must be in [0, 1]");
+        }
+        // A group owning no volume would read the others' under `own_fraction`.
+        if v.own_fraction > 0.0 && v.count < self.groups.len() as u64 {
+            return bad(
+                "volumes.own_fraction",
+                "needs volumes.count >= the number of groups (each owns a volume)",
+            );
         }
         Ok(())
     }

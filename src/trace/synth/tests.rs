@@ -228,6 +228,29 @@ fn own_fraction_splits_scattered_recalls_between_own_and_any_volumes() {
     }
 }
 
+/// With fewer volumes than groups some group owns none (index v is group `v % groups`'s):
+/// its "own" recalls would read the other groups' volumes, so `own_fraction = 1` would not
+/// put every group on its own tapes. Refused by its key, rather than generated silently.
+#[test]
+fn own_fraction_with_a_group_owning_no_volume_is_refused() {
+    let mut p = GenParams {
+        requests: 1_000,
+        ..GenParams::default()
+    };
+    p.volumes.count = p.groups.len() as u64 - 1;
+    p.volumes.own_fraction = 1.0;
+    match generate(&p, &mut Vec::new()) {
+        Err(TraceError::Param(m)) => assert!(m.starts_with("volumes.own_fraction"), "{m}"),
+        other => panic!("generated: {other:?}"),
+    }
+    // As many volumes as groups: each owns one. Without own volumes, any count goes.
+    p.volumes.count = p.groups.len() as u64;
+    generate(&p, &mut Vec::new()).expect("one volume each");
+    p.volumes.count = 1;
+    p.volumes.own_fraction = 0.0;
+    generate(&p, &mut Vec::new()).expect("own_fraction 0");
+}
+
 #[test]
 fn campaigns_read_consecutive_positions_of_few_volumes() {
     let params = GenParams {
