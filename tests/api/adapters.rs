@@ -1101,7 +1101,8 @@ async fn reads_fts3_defers_do_not_hold_up_the_ready_requests_behind_them() {
         })
         .collect();
     ids.extend(submit_all(&app, daq).await);
-    // Both deferred at least once before the third read is asked for.
+    // The data-taking reads posted at least once (FTS3 answers a 409, the destinations held)
+    // before the third read is asked for.
     until(Duration::from_secs(20), "the two reads deferred", || {
         let calls = standin.calls();
         let refused = (calls.iter()).filter(|c| c.method == "POST" && c.path == "/jobs");
