@@ -63,7 +63,7 @@ impl Dispatcher {
             refs,
             unavailable,
             unknown,
-            mut unreachable,
+            unreachable,
             deferred,
             failed,
         } = self.sort_answers(&ready, results).await;
@@ -71,24 +71,13 @@ impl Dispatcher {
             self.keep_unrecorded(taken, refs);
             return Err(e);
         }
-        // Nothing reached the MSS, and no earlier send of the same attempt may have: unmarked.
-        // A deferral made nothing at the MSS either.
-        unreachable.extend(deferred.iter().map(|d| (d.0, d.1)));
-        unreachable.retain(|(id, _)| first_sends.contains(id));
-        if !unreachable.is_empty() {
-            if let Err(e) = self.ledger.unsent(unreachable).await {
-                // What the MSS took in the same batch is kept, as when `submitted` fails.
-                self.keep_unrecorded(taken, refs);
-                return Err(e);
-            }
-        }
-        if let Some((_, _, why)) = deferred.first() {
-            let items = deferred.iter().map(|d| (d.0, d.1)).collect();
-            let until = self.clock.now_ms() + DEFERRED_WAIT_MS;
-            if let Err(e) = self.ledger.deferred(items, until, why.clone()).await {
-                self.keep_unrecorded(taken, refs);
-                return Err(e);
-            }
+        if let Err(e) = self
+            .record_unmade(unreachable, &deferred, &first_sends)
+            .await
+        {
+            // What the MSS took in the same batch is kept, as when `submitted` fails.
+            self.keep_unrecorded(taken, refs);
+            return Err(e);
         }
         if let Some(e) = unknown {
             // Not refused: the MSS may have queued them. They stay ready, marked, and are sent
@@ -117,6 +106,28 @@ impl Dispatcher {
             return Ok(Step::Unavailable);
         }
         Ok(Step::Worked(count))
+    }
+
+    /// Record the sends that made nothing at the MSS. The first sends among those that could
+    /// not reach it and those it deferred are unmarked (no earlier send of the same attempt may
+    /// have reached it); the deferred ones wait `DEFERRED_WAIT_MS`.
+    async fn record_unmade(
+        &self,
+        mut unmade: Vec<(i64, u32)>,
+        deferred: &[(i64, u32, String)],
+        first_sends: &std::collections::HashSet<i64>,
+    ) -> Result<(), LedgerError> {
+        unmade.extend(deferred.iter().map(|d| (d.0, d.1)));
+        unmade.retain(|(id, _)| first_sends.contains(id));
+        if !unmade.is_empty() {
+            self.ledger.unsent(unmade).await?;
+        }
+        if let Some((_, _, why)) = deferred.first() {
+            let items = deferred.iter().map(|d| (d.0, d.1)).collect();
+            let until = self.clock.now_ms() + DEFERRED_WAIT_MS;
+            self.ledger.deferred(items, until, why.clone()).await?;
+        }
+        Ok(())
     }
 
     /// What to do once the MSS's taking of request `id` (`t`) is recorded.

@@ -73,26 +73,30 @@ fn runs() -> &'static Runs {
 
 fn run_all() -> Runs {
     let records = trace();
-    let lib = library(4, 1);
+    let p = policy("volumes");
+    let load = arrivals(&p, &records).expect("classified");
+    let [held, volumes, pass_through] = reports(&records);
+    Runs {
+        held,
+        volumes,
+        pass_through,
+        outcome: run(&p, library(4, 1), &load, Micros::MAX),
+        policy: p,
+    }
+}
+
+/// The `held`, `volumes` and `pass_through` reports of `records` (4 drives, 10 TB windows).
+fn reports(records: &[TraceRecord]) -> [RunReport; 3] {
     let spec = RunSpec {
         baseline: None,
         window_bytes: 10 * TB,
         retry: RetrySettings::default(),
     };
-    let report = |mode: &str| {
+    ["held", "volumes", "pass_through"].map(|mode| {
         let p = policy(mode);
-        let load = arrivals(&p, &records).expect("classified");
-        simulate(&p, &lib, &load, spec).expect("simulated")
-    };
-    let p = policy("volumes");
-    let load = arrivals(&p, &records).expect("classified");
-    Runs {
-        held: report("held"),
-        volumes: report("volumes"),
-        pass_through: report("pass_through"),
-        outcome: run(&p, lib.clone(), &load, Micros::MAX),
-        policy: p,
-    }
+        let load = arrivals(&p, records).expect("classified");
+        simulate(&p, &library(4, 1), &load, spec).expect("simulated")
+    })
 }
 
 fn group<'r>(r: &'r RunReport, path: &str) -> &'r report::GroupReport {
@@ -142,18 +146,7 @@ fn on_tapes_of_their_own_the_volumes_mode_mounts_no_more_than_pass_through() {
     let mut params = goals_params();
     params.campaigns.fraction = 0.05;
     params.volumes.own_fraction = 1.0;
-    let records = generated_from(&params);
-    let spec = RunSpec {
-        baseline: None,
-        window_bytes: 10 * TB,
-        retry: RetrySettings::default(),
-    };
-    let report = |mode: &str| {
-        let p = policy(mode);
-        let load = arrivals(&p, &records).expect("classified");
-        simulate(&p, &library(4, 1), &load, spec).expect("simulated")
-    };
-    let (held, vol, pass) = (report("held"), report("volumes"), report("pass_through"));
+    let [held, vol, pass] = reports(&generated_from(&params));
     let mounts = |x: &RunReport| x.mounts_per_tb.expect("bytes done");
     assert!(
         mounts(&vol) <= mounts(&pass),
@@ -230,16 +223,8 @@ fn inversions_come_from_data_takings_tape_changes() {
         tapes.insert(std::mem::replace(&mut r.volume, first.clone()));
     }
     assert_eq!(tapes.len(), 5, "the trace changes tapes four times");
-    let spec = RunSpec {
-        baseline: None,
-        window_bytes: 10 * TB,
-        retry: RetrySettings::default(),
-    };
-    for mode in ["held", "volumes", "pass_through"] {
-        let p = policy(mode);
-        let load = arrivals(&p, &records).expect("classified");
-        let one_tape = simulate(&p, &library(4, 1), &load, spec).expect("simulated");
-        assert_eq!(one_tape.priority_inversions, 0, "{mode}");
+    for one_tape in reports(&records) {
+        assert_eq!(one_tape.priority_inversions, 0, "{}", one_tape.mode);
     }
     let r = runs();
     for x in [&r.held, &r.volumes, &r.pass_through] {

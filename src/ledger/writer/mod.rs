@@ -6,8 +6,8 @@
 //!
 //! `mod.rs`: the loop, gathering and the group commit; `state.rs`: the memory, its checkpoint
 //! and the per-transaction context [`state::Txn`]; `accept.rs`, `settle.rs` (MSS outcomes and
-//! the terminal charge), `release.rs` (holding and releasing), `idempotency.rs` (replays),
-//! `load.rs` (start-up).
+//! the terminal charge), `sends.rs` (a send's marks), `release.rs` (holding and releasing),
+//! `idempotency.rs` (replays), `load.rs` (start-up).
 
 mod accept;
 mod coalesce;
@@ -16,6 +16,7 @@ mod load;
 mod queued;
 mod release;
 mod removed;
+mod sends;
 mod settle;
 mod state;
 mod volumes;

@@ -1,0 +1,63 @@
+//! The marks of a send, before and after the MSS answers it: `sending` marks an attempt as
+//! possibly at the MSS before it goes; `deferred` holds back a send the MSS answered "not yet"
+//! (`unsent`, which may end a request, is with the other outcomes in `settle.rs`).
+
+use rusqlite::{params, OptionalExtension};
+
+use super::settle::clip_error;
+use super::state::Txn;
+
+impl Txn<'_, '_> {
+    /// These submissions are about to be sent: mark each attempt (`sent_attempt`) while the
+    /// request is still `accepted`, so that a cancel from now on goes to the MSS. Returns the
+    /// ids marked, in order, each with whether this is its attempt's first send (no earlier one
+    /// may have reached the MSS); the others ended or moved on meanwhile and are not sent.
+    pub fn sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<(i64, bool)>> {
+        let mut marked = Vec::with_capacity(items.len());
+        for &(id, attempt) in items {
+            let first = self
+                .tx
+                .prepare_cached(
+                    "UPDATE requests SET sent_attempt = ?2 WHERE id = ?1 AND attempt = ?2 \
+                     AND state = 'accepted' AND sent_attempt IS NOT ?2",
+                )?
+                .execute(params![id, attempt])?
+                == 1;
+            // Not marked now: already marked by an earlier send (a resend), or not to be sent.
+            let resend = !first
+                && self
+                    .tx
+                    .prepare_cached(
+                        "SELECT 1 FROM requests WHERE id = ?1 AND attempt = ?2 \
+                         AND state = 'accepted'",
+                    )?
+                    .query_row(params![id, attempt], |_| Ok(()))
+                    .optional()?
+                    .is_some();
+            if first || resend {
+                marked.push((id, first));
+            }
+        }
+        Ok(marked)
+    }
+
+    /// The MSS deferred these sends (it made nothing: FTS3's destination held by another
+    /// transfer): not sent again before `until_ms`, so the ready requests behind them go
+    /// meanwhile. Same attempt; `last_error` says why (the MSS's text: clipped, `clip_error`).
+    pub fn deferred(
+        &mut self,
+        items: &[(i64, u32)],
+        until_ms: i64,
+        reason: &str,
+    ) -> rusqlite::Result<()> {
+        let mut stmt = self.tx.prepare_cached(
+            "UPDATE requests SET next_attempt_ms = MAX(next_attempt_ms, ?3), last_error = ?4 \
+             WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
+        )?;
+        let reason = clip_error(reason);
+        for &(id, attempt) in items {
+            stmt.execute(params![id, attempt, until_ms, reason])?;
+        }
+        Ok(())
+    }
+}
