@@ -65,6 +65,7 @@ impl Dispatcher {
             unknown,
             unreachable,
             deferred,
+            deferred_why,
             failed,
         } = self.sort_answers(&ready, results).await;
         if let Some(e) = failed {
@@ -72,7 +73,7 @@ impl Dispatcher {
             return Err(e);
         }
         if let Err(e) = self
-            .record_unmade(unreachable, &deferred, &first_sends)
+            .record_unmade(unreachable, deferred, deferred_why, &first_sends)
             .await
         {
             // What the MSS took in the same batch is kept, as when `submitted` fails.
@@ -114,18 +115,18 @@ impl Dispatcher {
     async fn record_unmade(
         &self,
         mut unmade: Vec<(i64, u32)>,
-        deferred: &[(i64, u32, String)],
+        deferred: Vec<(i64, u32)>,
+        why: Option<String>,
         first_sends: &std::collections::HashSet<i64>,
     ) -> Result<(), LedgerError> {
-        unmade.extend(deferred.iter().map(|d| (d.0, d.1)));
+        unmade.extend(&deferred);
         unmade.retain(|(id, _)| first_sends.contains(id));
         if !unmade.is_empty() {
             self.ledger.unsent(unmade).await?;
         }
-        if let Some((_, _, why)) = deferred.first() {
-            let items = deferred.iter().map(|d| (d.0, d.1)).collect();
+        if let Some(why) = why {
             let until = self.clock.now_ms() + DEFERRED_WAIT_MS;
-            self.ledger.deferred(items, until, why.clone()).await?;
+            self.ledger.deferred(deferred, until, why).await?;
         }
         Ok(())
     }
@@ -205,7 +206,8 @@ impl Dispatcher {
                 }
                 Err(e @ MssError::Deferred(_)) => {
                     debug!(request_id = r.id, error = %e, "mss deferred the transfer");
-                    answers.deferred.push((r.id, r.attempt, e.to_string()));
+                    answers.deferred.push((r.id, r.attempt));
+                    answers.deferred_why.get_or_insert_with(|| e.to_string());
                 }
                 Err(e) if e.is_retryable() => {
                     match e {
@@ -260,8 +262,10 @@ struct BatchAnswers {
     unknown: Option<MssError>,
     /// (id, attempt) of those that could not connect to it.
     unreachable: Vec<(i64, u32)>,
-    /// (id, attempt, why) of those it deferred (an answer: it is up, and made nothing).
-    deferred: Vec<(i64, u32, String)>,
+    /// (id, attempt) of those it deferred (an answer: it is up, and made nothing) ...
+    deferred: Vec<(i64, u32)>,
+    /// ... and the first deferral's text, kept as their `last_error`.
+    deferred_why: Option<String>,
     /// Recording a refusal failed (the refused one is sent again, and refused again).
     failed: Option<LedgerError>,
 }

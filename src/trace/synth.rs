@@ -154,7 +154,7 @@ impl<'p> Generator<'p> {
             self.campaign_file(gi)
         } else {
             self.summary.scattered += 1;
-            let v = if self.own(gi) {
+            let v = if self.own() {
                 let rank = self.own_zipf[gi].sample(&mut self.rng) as u64;
                 self.own_volume(gi, rank)
             } else {
@@ -201,13 +201,12 @@ impl<'p> Generator<'p> {
         write_ref(&record, &mut b.line, out)
     }
 
-    /// Whether this recall of group gi is on its own volumes (`volumes.own_fraction`; no draw
-    /// at all when that is 0, so such traces are as they were before it existed).
-    fn own(&mut self, gi: usize) -> bool {
+    /// Whether this recall is on its group's own volumes (`volumes.own_fraction`; no draw at
+    /// all when that is 0, so such traces are as they were before it existed). Validation
+    /// leaves every group a volume of its own when it is above 0.
+    fn own(&mut self) -> bool {
         let fraction = self.p.volumes.own_fraction;
-        fraction > 0.0
-            && self.rng.chance(fraction)
-            && self.own_zipf.get(gi).is_some_and(|z| z.total() > 0.0)
+        fraction > 0.0 && self.rng.chance(fraction)
     }
 
     /// The volume index of group gi's own volume of rank `rank` (from 0).
@@ -217,7 +216,7 @@ impl<'p> Generator<'p> {
 
     /// A campaign's volume, uniform over group gi's own volumes or over all of them.
     fn campaign_volume(&mut self, gi: usize) -> u64 {
-        if self.own(gi) {
+        if self.own() {
             let owned = self.own_zipf[gi].len() as u64;
             let rank = self.rng.below(owned);
             self.own_volume(gi, rank)
@@ -349,12 +348,10 @@ fn own_zipf(p: &GenParams) -> Vec<Discrete> {
     let n = p.groups.len() as u64;
     (0..n)
         .map(|gi| {
-            let owned = if gi < p.volumes.count {
-                (p.volumes.count - 1 - gi) / n + 1
-            } else {
-                0
-            };
-            Discrete::zipf(owned, p.volumes.zipf_s)
+            Discrete::zipf(
+                p.volumes.count.saturating_sub(gi).div_ceil(n),
+                p.volumes.zipf_s,
+            )
         })
         .collect()
 }
