@@ -77,10 +77,10 @@ async fn fill(
         let items = batch(&policy, b * BATCH, BATCH.min(requests - b * BATCH));
         let accepted = ledger.accept(items).await?;
         clock.advance_ms(step / 3);
-        let started = events(&accepted, &mut seq, |_| EventKind::Started);
+        let started = events(&ledger, &accepted, &mut seq, |_| EventKind::Started);
         ledger.apply_status_events(started).await?;
         clock.advance_ms(step / 3);
-        let finished = events(&accepted, &mut seq, |i| {
+        let finished = events(&ledger, &accepted, &mut seq, |i| {
             if i % 50 == 0 {
                 EventKind::Failed {
                     reason: "bench".into(),
@@ -127,6 +127,7 @@ fn batch(policy: &PolicySettings, first: usize, count: usize) -> Vec<NewRequest>
 
 /// One event per accepted request (the `i`-th gets `kind(i)`), numbered on from `seq`.
 fn events(
+    ledger: &Ledger,
     accepted: &[Accepted],
     seq: &mut u64,
     kind: impl Fn(usize) -> EventKind,
@@ -138,7 +139,7 @@ fn events(
             *seq += 1;
             MssEvent {
                 seq: *seq,
-                key: a.id.to_string(),
+                key: ledger.mss_key(a.id),
                 attempt: 1,
                 at_ms: 0,
                 kind: kind(i),

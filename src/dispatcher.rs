@@ -295,7 +295,7 @@ impl Dispatcher {
             };
             let event = |kind| MssEvent {
                 seq: 0,
-                key: id.to_string(),
+                key: r.transfer.key.clone(),
                 attempt,
                 at_ms: self.clock.now_ms(),
                 kind,

@@ -64,6 +64,8 @@ pub struct Metrics {
     pub commit_commands: Histogram,
     /// Ledger transactions rolled back (a full disk, an I/O error).
     pub rollbacks: Counter,
+    /// MSS events for keys the ledger did not issue (a request lost with a restored backup).
+    pub unknown_key_events: Counter,
     pub mss_call_seconds: Family<CallLabels, Histogram>,
     /// The wait histograms' closed hours, summed (see [`waits`]).
     pub waits: WaitTotals,
@@ -85,6 +87,10 @@ impl crate::ledger::CommitObserver for Metrics {
 
     fn rolled_back(&self, _commands: usize) {
         self.rollbacks.inc();
+    }
+
+    fn unknown_key_events(&self, events: u64) {
+        self.unknown_key_events.inc_by(events);
     }
 }
 
@@ -114,6 +120,13 @@ impl Metrics {
              their requests were answered with the error and nothing of them was written",
             rollbacks.clone(),
         );
+        let unknown_key_events = Counter::default();
+        registry.register(
+            "mssbroker_mss_unknown_key_events",
+            "MSS events for transfers whose key this ledger did not issue (requests lost with a \
+             restored backup, or another broker's): never applied; listed by mssbroker unknown-keys",
+            unknown_key_events.clone(),
+        );
         registry.register(
             "mssbroker_mss_call_seconds",
             "Time of one call to the MSS adapter, by call and outcome (events is a long poll)",
@@ -123,6 +136,7 @@ impl Metrics {
             commit_seconds,
             commit_commands,
             rollbacks,
+            unknown_key_events,
             mss_call_seconds,
             waits: WaitTotals::default(),
             registry,

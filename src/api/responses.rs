@@ -98,6 +98,10 @@ pub struct RequestBody {
     pub mss_priority: i64,
     pub state: StateBody,
     pub attempt: u32,
+    /// The key its transfers carry at the MSS, its idempotency key there: `"{id}.{nonce}"`,
+    /// the nonce of the broker's start that made it (a restored backup never reuses one);
+    /// the bare id for a request made before version 9 of the ledger.
+    pub mss_key: String,
     pub mss_id: Option<String>,
     pub bytes_done: u64,
     pub charged: u64,
@@ -204,6 +208,7 @@ impl From<RequestRecord> for RequestBody {
             mss_priority: r.mss_priority,
             state: r.state.into(),
             attempt: r.attempt,
+            mss_key: r.mss_key,
             mss_id: r.mss_id,
             bytes_done: r.bytes_done,
             charged: r.charged,

@@ -18,6 +18,7 @@ mod client;
 mod mss_sim;
 mod reload;
 mod reports;
+mod restore;
 mod serve;
 mod simulate;
 mod trace;
@@ -93,6 +94,12 @@ enum Command {
     Trace(TraceCommand),
     /// A consistent copy of a database, taken while the broker runs (docs/operations.md).
     Backup(backup::BackupArgs),
+    /// Put a backup in the place of a stopped broker's database, keeping the one it replaces
+    /// (docs/operations.md, "Backup and restore").
+    Restore(restore::RestoreArgs),
+    /// List what the MSS reported of transfers this ledger did not make (requests lost with a
+    /// restored backup); read only, beside a running broker.
+    UnknownKeys(restore::UnknownKeysArgs),
     /// Replay a trace in virtual time through the broker's policy and a tape library model
     /// (docs/simulation.md).
     Simulate(simulate::SimulateArgs),
@@ -119,6 +126,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::CheckConfig { path, listen, db } => check_config(path, listen, db),
         Command::Shares(args) => shares(args),
         Command::Backup(args) => backup::run(args),
+        Command::Restore(args) => restore::run_restore(args),
+        Command::UnknownKeys(args) => restore::run_unknown_keys(args),
         Command::Trace(command) => trace::run(command),
         Command::Simulate(args) => simulate::run(args),
         command => {
@@ -154,6 +163,8 @@ async fn run_async(command: Command) -> anyhow::Result<ExitCode> {
         | Command::Shares(_)
         | Command::Trace(_)
         | Command::Backup(_)
+        | Command::Restore(_)
+        | Command::UnknownKeys(_)
         | Command::Simulate(_) => {
             unreachable!("handled without a runtime")
         }

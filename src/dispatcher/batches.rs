@@ -34,6 +34,7 @@ mod tests {
     fn ready(id: i64, volume: Option<&str>, release_seq: Option<i64>) -> ToSubmit {
         ToSubmit {
             id,
+            key: id.to_string(),
             attempt: 1,
             file: format!("/f{id}"),
             size_bytes: 1,

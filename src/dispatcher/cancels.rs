@@ -42,16 +42,16 @@ impl Dispatcher {
     /// Ask the MSS to cancel `t`. Whether to ask again later (the MSS could not be reached or
     /// its answer could not be read).
     pub(super) async fn cancel_at_mss(&self, t: &TransferRef) -> bool {
-        let id = &t.key;
+        let key = &t.key;
         match self.timed("cancel", self.adapter.cancel(t)).await {
-            Ok(()) => debug!(request_id = id, "cancel sent to the mss"),
+            Ok(()) => debug!(mss_key = %key, "cancel sent to the mss"),
             // Too late (running or finished) or unknown: the transfer's own event settles it.
-            Err(MssError::Rejected(why)) => debug!(request_id = id, %why, "mss did not cancel"),
+            Err(MssError::Rejected(why)) => debug!(mss_key = %key, %why, "mss did not cancel"),
             Err(e) if e.is_retryable() => {
-                warn!(request_id = id, error = %e, "cannot reach the mss to cancel; will retry");
+                warn!(mss_key = %key, error = %e, "cannot reach the mss to cancel; will retry");
                 return true;
             }
-            Err(e) => warn!(request_id = id, error = %e, "the mss's answer to a cancel"),
+            Err(e) => warn!(mss_key = %key, error = %e, "the mss's answer to a cancel"),
         }
         false
     }

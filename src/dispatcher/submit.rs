@@ -241,7 +241,7 @@ fn keep_marked(ready: &mut Vec<ToSubmit>, marked: &[(i64, bool)]) {
 /// The adapter's name for a submitted request's transfer.
 fn transfer_ref(r: &ToSubmit, mss_id: Option<String>) -> TransferRef {
     TransferRef {
-        key: r.id.to_string(),
+        key: r.key.clone(),
         attempt: r.attempt,
         mss_id,
         file: r.file.clone(),
@@ -272,7 +272,7 @@ struct BatchAnswers {
 
 fn transfer(r: &ToSubmit) -> Transfer {
     Transfer {
-        key: r.id.to_string(),
+        key: r.key.clone(),
         attempt: r.attempt,
         file: r.file.clone(),
         size_bytes: r.size_bytes,

@@ -207,6 +207,23 @@ impl LedgerReader {
         Ok(LedgerReader { conn })
     }
 
+    /// The MSS keys the ledger did not issue that the MSS reported (`mss_key`), oldest first,
+    /// at most `limit`, and how many there are (none in a database older than schema 9).
+    pub fn unknown_keys(
+        &self,
+        limit: usize,
+    ) -> Result<(Vec<super::mss_key::UnknownKey>, i64), LedgerError> {
+        let kept: bool = self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'unknown_keys')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !kept {
+            return Ok((Vec::new(), 0));
+        }
+        Ok(super::mss_key::unknown_keys(&self.conn, limit)?)
+    }
+
     /// The share view at `at_ms` (see [`super::Ledger::shares`]).
     pub fn shares(
         &self,

@@ -158,6 +158,7 @@ pub(super) fn explain_queued(
 pub(super) fn reprioritise(
     c: &Connection,
     memory: &Memory,
+    keys: &super::mss_key::MssKeys,
     max: usize,
     now: i64,
 ) -> rusqlite::Result<Vec<NewPriority>> {
@@ -179,7 +180,7 @@ pub(super) fn reprioritise(
         let attempt = r.get::<_, i64>(10)?.max(0) as u32;
         let old: i64 = r.get(11)?;
         let transfer = mss_adapters::TransferRef {
-            key: c.id.to_string(),
+            key: keys.key(c.id),
             attempt,
             mss_id: r.get(13)?,
             file: r.get(14)?,

@@ -19,8 +19,10 @@ mod history;
 pub mod identity;
 mod live;
 pub mod lock;
+pub mod mss_key;
 mod rank;
 mod read;
+pub mod restore;
 mod schema;
 pub mod stored_explain;
 mod types;
@@ -102,6 +104,8 @@ pub struct Ledger {
     /// Notified after a commit that made requests ready to submit.
     ready: Arc<Notify>,
     instance: Arc<str>,
+    /// Every request's MSS key (`mss_key`): fixed once the writer has started.
+    keys: Arc<mss_key::MssKeys>,
     /// The latest ranking of the held queue, for explain's positions.
     ranker: Arc<rank::Ranker>,
     clock: Arc<dyn Clock>,
@@ -135,6 +139,7 @@ impl Ledger {
             options,
             (ready.clone(), published.clone()),
         )?;
+        let keys = state.keys();
         let heartbeat = Arc::new(writer::Heartbeat::new());
         let beats = heartbeat.clone();
         let handle = std::thread::Builder::new()
@@ -155,6 +160,7 @@ impl Ledger {
                 reads,
                 ready,
                 instance: instance.into(),
+                keys,
                 ranker: Arc::default(),
                 clock,
                 published,
@@ -173,6 +179,11 @@ impl Ledger {
     /// transfers at an MSS (FTS3 submission ids), so a wiped database never reuses them.
     pub fn instance(&self) -> &str {
         &self.instance
+    }
+
+    /// The key request `id`'s transfers carry at the MSS (`mss_key`).
+    pub fn mss_key(&self, id: i64) -> String {
+        self.keys.key(id)
     }
 
     /// Time since the writer last committed a group or answered a tick.
@@ -325,8 +336,9 @@ impl Ledger {
 
     /// In-flight requests the MSS has said nothing of since `before_ms`.
     pub async fn stale(&self, before_ms: i64, limit: usize) -> Result<Vec<InFlight>, LedgerError> {
+        let keys = self.keys.clone();
         self.reads
-            .run(move |c| read::stale(c, before_ms, limit))
+            .run(move |c| read::stale(c, &keys, before_ms, limit))
             .await
     }
 
@@ -344,7 +356,8 @@ impl Ledger {
 
     /// Requests at the MSS (submitted or running).
     pub async fn in_flight(&self) -> Result<Vec<InFlight>, LedgerError> {
-        self.reads.run(read::in_flight).await
+        let keys = self.keys.clone();
+        self.reads.run(move |c| read::in_flight(c, &keys)).await
     }
 
     /// Release held requests whose groups are now under their feasibility caps. Returns how
@@ -398,12 +411,13 @@ impl Ledger {
         let before = self.memory()?;
         let published = self.published.clone();
         let now = self.clock.now_ms();
+        let keys = self.keys.clone();
         self.reads
             .run(move |c| {
                 // The rows and the memory of one commit: a request committed after the memory
                 // was taken would otherwise be placed without its group's charge.
                 let (tx, memory) = published.snapshot(c)?;
-                live::reprioritise(&tx, &memory.unwrap_or(before), max, now)
+                live::reprioritise(&tx, &memory.unwrap_or(before), &keys, max, now)
             })
             .await
     }
@@ -460,7 +474,8 @@ impl Ledger {
     }
 
     pub async fn request(&self, id: i64) -> Result<Option<RequestRecord>, LedgerError> {
-        self.reads.run(move |c| read::request(c, id)).await
+        let keys = self.keys.clone();
+        self.reads.run(move |c| read::request(c, &keys, id)).await
     }
 
     /// Requests ready to submit (state accepted, retry time reached): highest MSS priority
@@ -472,8 +487,9 @@ impl Ledger {
         now_ms: i64,
         limit: usize,
     ) -> Result<Vec<ToSubmit>, LedgerError> {
+        let keys = self.keys.clone();
         self.reads
-            .run(move |c| read::to_submit(c, after_id, now_ms, limit))
+            .run(move |c| read::to_submit(c, &keys, after_id, now_ms, limit))
             .await
     }
 
@@ -490,12 +506,16 @@ impl Ledger {
 
     /// Requests at the MSS whose cancellation has been asked for.
     pub async fn cancelling(&self) -> Result<Vec<InFlight>, LedgerError> {
-        self.reads.run(read::cancelling).await
+        let keys = self.keys.clone();
+        self.reads.run(move |c| read::cancelling(c, &keys)).await
     }
 
     /// Request `id`, if its cancel is one to carry to the MSS now (as `cancelling` lists them).
     pub async fn cancelling_one(&self, id: i64) -> Result<Option<InFlight>, LedgerError> {
-        self.reads.run(move |c| read::cancelling_one(c, id)).await
+        let keys = self.keys.clone();
+        self.reads
+            .run(move |c| read::cancelling_one(c, &keys, id))
+            .await
     }
 
     pub async fn groups(&self) -> Result<Vec<GroupRow>, LedgerError> {

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use mss_adapters::{Direction, EventCursor, TransferRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::mss_key::MssKeys;
 use super::stored_explain::StoredExplain;
 use super::wide::Wide;
 use super::LedgerError;
@@ -100,13 +101,15 @@ pub struct RequestRecord {
     pub position: Option<u64>,
     /// The request whose MSS transfer it rides on (a coalesced duplicate read).
     pub rides_on: Option<i64>,
+    /// The key its transfers carry at the MSS (`ledger::mss_key`).
+    pub mss_key: String,
 }
 
 impl RequestRecord {
     /// The request as the MSS adapter names its current attempt.
     pub fn transfer_ref(&self) -> TransferRef {
         TransferRef {
-            key: self.id.to_string(),
+            key: self.mss_key.clone(),
             attempt: self.attempt,
             mss_id: self.mss_id.clone(),
             file: self.file.clone(),
@@ -208,22 +211,35 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         bfid: row.get("bfid")?,
         position: stored_position(row.as_ref().column_index("position")?, row.get("position")?)?,
         rides_on: row.get("rides_on")?,
+        // Set by the reader, which knows the incarnations.
+        mss_key: String::new(),
     })
 }
 
-pub(super) fn request(c: &Connection, id: i64) -> rusqlite::Result<Option<RequestRecord>> {
-    c.prepare_cached(&format!(
-        "SELECT {} FROM requests WHERE id = ?1",
-        columns::record_columns()
-    ))?
-    .query_row([id], record)
-    .optional()
+pub(super) fn request(
+    c: &Connection,
+    keys: &MssKeys,
+    id: i64,
+) -> rusqlite::Result<Option<RequestRecord>> {
+    let mut found = c
+        .prepare_cached(&format!(
+            "SELECT {} FROM requests WHERE id = ?1",
+            columns::record_columns()
+        ))?
+        .query_row([id], record)
+        .optional()?;
+    if let Some(r) = &mut found {
+        r.mss_key = keys.key(r.id);
+    }
+    Ok(found)
 }
 
 /// What the dispatcher needs to submit one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToSubmit {
     pub id: i64,
+    /// Its MSS key (`ledger::mss_key`).
+    pub key: String,
     pub attempt: u32,
     pub file: String,
     pub size_bytes: u64,
@@ -241,6 +257,7 @@ pub struct ToSubmit {
 
 pub(super) fn to_submit(
     c: &Connection,
+    keys: &MssKeys,
     after_id: i64,
     now_ms: i64,
     limit: usize,
@@ -252,8 +269,10 @@ pub(super) fn to_submit(
     )?;
     let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
         let direction: String = row.get(7)?;
+        let id = row.get(0)?;
         Ok(ToSubmit {
-            id: row.get(0)?,
+            id,
+            key: keys.key(id),
             attempt: row.get::<_, i64>(1)? as u32,
             file: row.get(2)?,
             size_bytes: row.get::<_, i64>(3)? as u64,
@@ -285,14 +304,14 @@ pub struct InFlight {
 
 const IN_FLIGHT_COLUMNS: &str = "id, attempt, mss_id, file, size_bytes";
 
-fn in_flight_row(r: &Row<'_>) -> rusqlite::Result<InFlight> {
+fn in_flight_row(keys: &MssKeys, r: &Row<'_>) -> rusqlite::Result<InFlight> {
     let id: i64 = r.get(0)?;
     let attempt = r.get::<_, i64>(1)? as u32;
     Ok(InFlight {
         id,
         attempt,
         transfer: TransferRef {
-            key: id.to_string(),
+            key: keys.key(id),
             attempt,
             mss_id: r.get(2)?,
             file: r.get(3)?,
@@ -301,18 +320,19 @@ fn in_flight_row(r: &Row<'_>) -> rusqlite::Result<InFlight> {
     })
 }
 
-pub(super) fn in_flight(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
+pub(super) fn in_flight(c: &Connection, keys: &MssKeys) -> rusqlite::Result<Vec<InFlight>> {
     let mut stmt = c.prepare_cached(&format!(
         "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
          ORDER BY id"
     ))?;
-    let rows = stmt.query_map([], in_flight_row)?;
+    let rows = stmt.query_map([], |r| in_flight_row(keys, r))?;
     rows.collect()
 }
 
 /// In-flight requests the MSS has said nothing of since `before_ms` (no event, no status).
 pub(super) fn stale(
     c: &Connection,
+    keys: &MssKeys,
     before_ms: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<InFlight>> {
@@ -320,15 +340,15 @@ pub(super) fn stale(
         "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
          AND COALESCE(checked_ms, started_ms, submitted_ms, created_ms) <= ?1 ORDER BY id LIMIT ?2"
     ))?;
-    let rows = stmt.query_map(params![before_ms, limit as i64], in_flight_row)?;
+    let rows = stmt.query_map(params![before_ms, limit as i64], |r| in_flight_row(keys, r))?;
     rows.collect()
 }
 
-pub(super) fn cancelling(c: &Connection) -> rusqlite::Result<Vec<InFlight>> {
+pub(super) fn cancelling(c: &Connection, keys: &MssKeys) -> rusqlite::Result<Vec<InFlight>> {
     let mut stmt = c.prepare_cached(&format!(
         "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE {CANCELLING} ORDER BY id"
     ))?;
-    let rows = stmt.query_map([], in_flight_row)?;
+    let rows = stmt.query_map([], |r| in_flight_row(keys, r))?;
     rows.collect()
 }
 
@@ -343,11 +363,15 @@ pub(super) fn cancel_pending(c: &Connection) -> rusqlite::Result<Vec<i64>> {
 }
 
 /// Request `id`, if its cancel is one to carry to the MSS now (as [`cancelling`] lists them).
-pub(super) fn cancelling_one(c: &Connection, id: i64) -> rusqlite::Result<Option<InFlight>> {
+pub(super) fn cancelling_one(
+    c: &Connection,
+    keys: &MssKeys,
+    id: i64,
+) -> rusqlite::Result<Option<InFlight>> {
     c.prepare_cached(&format!(
         "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE id = ?1 AND {CANCELLING}"
     ))?
-    .query_row([id], in_flight_row)
+    .query_row([id], |r| in_flight_row(keys, r))
     .optional()
 }
 

@@ -165,7 +165,7 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 /// Numbered schema changes after version 1 (`SCHEMA`): `STEPS[0]` is version 2, and so on.
 /// Append a step for a change; never edit a shipped one (databases already carry it).
 const STEPS: &[Step] = &[
-    version_2, version_3, version_4, version_5, version_6, version_7, version_8,
+    version_2, version_3, version_4, version_5, version_6, version_7, version_8, version_9,
 ];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
@@ -238,6 +238,28 @@ fn version_8(conn: &Connection) -> rusqlite::Result<()> {
          DROP INDEX IF EXISTS requests_cancelling;
          CREATE INDEX requests_cancelling ON requests(id)
              WHERE cancel_requested = 1 AND state IN ('accepted', 'submitted', 'running');",
+    )
+}
+
+/// Version 9 (issue 37, a restored backup must not reuse MSS keys): `incarnations`, one row per
+/// start of the writer (the first request id it may create and the nonce of its requests' MSS
+/// keys, `ledger::mss_key`), and `unknown_keys`, what the MSS reported of keys this ledger did
+/// not issue (bounded: `mss_key::MAX_UNKNOWN_KEYS`). Requests made before keep their bare id as
+/// their key.
+fn version_9(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE incarnations (
+             first_id   INTEGER PRIMARY KEY,
+             nonce      TEXT    NOT NULL,
+             started_ms INTEGER NOT NULL
+         );
+         CREATE TABLE unknown_keys (
+             key        TEXT    PRIMARY KEY,
+             first_ms   INTEGER NOT NULL,
+             last_ms    INTEGER NOT NULL,
+             events     INTEGER NOT NULL,
+             last_event TEXT    NOT NULL
+         ) WITHOUT ROWID;",
     )
 }
 

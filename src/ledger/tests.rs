@@ -87,10 +87,10 @@ fn usage_of(groups: &[GroupRow], path: &str) -> (u128, u64) {
     (g.usage, g.pending)
 }
 
-fn event(id: i64, attempt: u32, seq: u64, kind: EventKind) -> MssEvent {
+fn event(l: &Ledger, id: i64, attempt: u32, seq: u64, kind: EventKind) -> MssEvent {
     MssEvent {
         seq,
-        key: id.to_string(),
+        key: l.mss_key(id),
         attempt,
         at_ms: 0,
         kind,
@@ -340,13 +340,14 @@ async fn completion_reconciles_and_failure_refunds() {
         after: 6,
     };
     let events = vec![
-        event(a, 1, 1, EventKind::Started),
+        event(l, a, 1, 1, EventKind::Started),
         // Actual bytes replace the estimate.
-        event(a, 1, 2, EventKind::Done { bytes: 900 }),
+        event(l, a, 1, 2, EventKind::Done { bytes: 900 }),
         // A duplicated event changes nothing.
-        event(a, 1, 3, EventKind::Done { bytes: 900 }),
+        event(l, a, 1, 3, EventKind::Done { bytes: 900 }),
         // Not retryable: failed and refunded.
         event(
+            l,
             b,
             1,
             4,
@@ -357,6 +358,7 @@ async fn completion_reconciles_and_failure_refunds() {
         ),
         // Retryable: back to accepted, attempt 2, charge kept.
         event(
+            l,
             c,
             1,
             5,
@@ -366,7 +368,7 @@ async fn completion_reconciles_and_failure_refunds() {
             },
         ),
         // An event of an old attempt is stale.
-        event(c, 1, 6, EventKind::Done { bytes: 4_000 }),
+        event(l, c, 1, 6, EventKind::Done { bytes: 4_000 }),
     ];
     let changed = l.apply_events(events, cursor.clone()).await.unwrap();
     assert_eq!(changed, 4);
@@ -385,6 +387,7 @@ async fn completion_reconciles_and_failure_refunds() {
     assert_eq!(l.to_submit(0, f.clock.now_ms(), 10).await.unwrap().len(), 1);
     // Attempt 2 of 2 fails retryably: no attempts left, failed and refunded.
     let ev = vec![event(
+        l,
         c,
         2,
         7,
@@ -442,7 +445,7 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
     assert_eq!(
         cancelling[0].transfer,
         mss_adapters::TransferRef {
-            key: b.to_string(),
+            key: l.mss_key(b),
             attempt: 1,
             mss_id: Some("m".into()),
             file: "/pnfs/b".into(),
@@ -453,7 +456,7 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
     let after = submitted_as(l, a, 1, "m2").await;
     assert_eq!(after, vec![AfterSubmit::CancelAtMss]);
     l.apply_events(
-        vec![event(b, 1, 1, EventKind::Cancelled)],
+        vec![event(l, b, 1, 1, EventKind::Cancelled)],
         EventCursor::default(),
     )
     .await
@@ -529,7 +532,7 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
         RequestState::Cancelled
     );
     l.apply_events(
-        vec![event(a, 1, 1, EventKind::Cancelled)],
+        vec![event(l, a, 1, 1, EventKind::Cancelled)],
         EventCursor::default(),
     )
     .await
@@ -688,7 +691,7 @@ async fn a_failure_after_a_cancel_is_a_cancel_not_a_retry() {
         reason: "File not requested with request ID m".into(),
         retryable: true,
     };
-    l.apply_events(vec![event(a, 1, 1, failed)], EventCursor::default())
+    l.apply_events(vec![event(l, a, 1, 1, failed)], EventCursor::default())
         .await
         .unwrap();
     assert_eq!(
@@ -767,7 +770,8 @@ async fn half_life_usage_has_no_drift_across_restarts() {
         // Complete the first two at a different size, cancel the third (a refund).
         for (ledger, accepted) in [(&opened.0, &a), (&twin.0, &b)] {
             seq += 1;
-            let done = |k: usize, bytes| event(accepted[k].id, 1, seq, EventKind::Done { bytes });
+            let done =
+                |k: usize, bytes| event(ledger, accepted[k].id, 1, seq, EventKind::Done { bytes });
             ledger
                 .apply_status_events(vec![done(0, 999_999), done(1, 2_000_017)])
                 .await
@@ -1021,7 +1025,7 @@ proptest::proptest! {
                             Op::Fail(_, retryable) => EventKind::Failed { reason: "x".into(), retryable: *retryable },
                             _ => unreachable!(),
                         };
-                        l.apply_status_events(vec![event(id, r.attempt, seq, kind)]).await.unwrap();
+                        l.apply_status_events(vec![event(l, id, r.attempt, seq, kind)]).await.unwrap();
                     }
                     Op::Cancel(i) => {
                         let Some(id) = pick(i) else { continue };
@@ -1056,7 +1060,7 @@ async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
         .id;
     let a = l.accept(vec![f.request("a", "mc", "x", 10)]).await.unwrap()[0].id;
     let b = l.accept(vec![f.request("b", "mc", "x", 10)]).await.unwrap()[0].id;
-    let start = |id, seq| event(id, 1, seq, EventKind::Started);
+    let start = |id, seq| event(l, id, 1, seq, EventKind::Started);
     // While daq is still in the broker, a start does not count: daq goes to the MSS first.
     l.apply_status_events(vec![start(a, 1)]).await.unwrap();
     let at_mss = |id: i64| SubmittedTransfer {
@@ -1115,7 +1119,7 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (want, 5));
     // Three complete an hour later (re-dated into the next window), two stay accepted.
     f.clock.advance_ms(3_600_000);
-    let done = |seq: u64, id: i64| event(id, 1, seq, EventKind::Done { bytes: SIZE });
+    let done = |seq: u64, id: i64| event(l, id, 1, seq, EventKind::Done { bytes: SIZE });
     l.apply_status_events(vec![done(1, ids[0]), done(2, ids[1]), done(3, ids[2])])
         .await
         .unwrap();

@@ -165,6 +165,8 @@ pub trait CommitObserver: Send + Sync {
     /// A group of `commands` was rolled back (its transaction failed: a full disk, an I/O
     /// error, the file replaced); every command in it was answered with the error.
     fn rolled_back(&self, _commands: usize) {}
+    /// Committed MSS events named keys this ledger did not issue (`ledger::mss_key`).
+    fn unknown_key_events(&self, _events: u64) {}
 }
 
 /// Records nothing (benchmarks and tests that do not read the histograms).

@@ -57,10 +57,10 @@ fn request(policy: &PolicySettings, crid: &str, group: &str, size: u64) -> NewRe
     }
 }
 
-fn ev(id: i64, seq: u64, kind: EventKind) -> MssEvent {
+fn ev(l: &Ledger, id: i64, seq: u64, kind: EventKind) -> MssEvent {
     MssEvent {
         seq,
-        key: id.to_string(),
+        key: l.mss_key(id),
         attempt: 1,
         at_ms: 0,
         kind,
@@ -120,29 +120,29 @@ async fn a_hand_worked_report() {
     .unwrap();
     clock.advance_ms(5 * MIN); // H0 + 15m
     l.apply_status_events(vec![
-        ev(a1, 1, EventKind::Started),
-        ev(b1, 2, EventKind::Started),
+        ev(&l, a1, 1, EventKind::Started),
+        ev(&l, b1, 2, EventKind::Started),
     ])
     .await
     .unwrap();
     clock.advance_ms(15 * MIN); // H0 + 30m
     l.apply_status_events(vec![
-        ev(a1, 3, EventKind::Done { bytes: 1000 }),
-        ev(b1, 4, EventKind::Done { bytes: 2000 }),
+        ev(&l, a1, 3, EventKind::Done { bytes: 1000 }),
+        ev(&l, b1, 4, EventKind::Done { bytes: 2000 }),
     ])
     .await
     .unwrap();
     clock.advance_ms(35 * MIN); // H0 + 65m: the next hour
     l.apply_status_events(vec![
-        ev(a2, 5, EventKind::Started),
-        ev(d1, 6, EventKind::Started),
+        ev(&l, a2, 5, EventKind::Started),
+        ev(&l, d1, 6, EventKind::Started),
     ])
     .await
     .unwrap();
     clock.advance_ms(5 * MIN); // H0 + 70m
     l.apply_status_events(vec![
-        ev(a2, 7, EventKind::Done { bytes: 3000 }),
-        ev(d1, 8, EventKind::Done { bytes: 500 }),
+        ev(&l, a2, 7, EventKind::Done { bytes: 3000 }),
+        ev(&l, d1, 8, EventKind::Done { bytes: 500 }),
     ])
     .await
     .unwrap();
@@ -156,6 +156,7 @@ async fn a_hand_worked_report() {
         .unwrap();
     clock.advance_ms(5 * MIN); // H0 + 80m
     l.apply_status_events(vec![ev(
+        &l,
         more[0].id,
         9,
         EventKind::Failed {

@@ -21,7 +21,7 @@ use mss_adapters::protocol::{Faults, Received};
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    open_db, request, set_faults, test_config, wait_for_count, ServeProcess, SimProcess,
+    key_id, open_db, request, set_faults, test_config, wait_for_count, ServeProcess, SimProcess,
 };
 
 /// Distinct files the load reads: few, so duplicates are the rule.
@@ -436,7 +436,7 @@ fn check(db: &std::path::Path, book: &Book, received: &[Received]) -> String {
             t.key,
             t.attempt
         );
-        let id: i64 = t.key.parse().unwrap();
+        let id = key_id(&t.key);
         assert!(by_id.contains_key(&id), "the MSS got {id}, never stored");
         at_mss.entry(id).or_default().insert(i64::from(t.attempt));
     }

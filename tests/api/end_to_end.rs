@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, test_config, SimProcess, TestApp, BIN};
+use crate::helpers::{key_id, open_db, request, test_config, SimProcess, TestApp, BIN};
 
 /// A mixed load: data taking plus several fair-share groups, singles and a batch.
 fn mixed_load() -> (Vec<Value>, Vec<Value>) {
@@ -99,9 +99,12 @@ async fn mixed_load_completes_with_exact_accounting() {
     );
     let keys: HashSet<&str> = received.received.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys.len(), 120);
-    let by_key: HashMap<String, &Value> = finals.iter().map(|r| (r["id"].to_string(), r)).collect();
+    let by_id: HashMap<i64, &Value> = finals
+        .iter()
+        .map(|r| (r["id"].as_i64().unwrap(), r))
+        .collect();
     for got in &received.received {
-        let r = by_key[&got.key];
+        let r = by_id[&key_id(&got.key)];
         assert_eq!(
             got.priority,
             r["mss_priority"].as_i64().unwrap(),
@@ -407,18 +410,18 @@ async fn a_requests_position_on_its_volume_reaches_the_mss() {
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
-    let by_key: HashMap<&str, _> = received
+    let by_id: HashMap<i64, _> = received
         .received
         .iter()
-        .map(|r| (r.key.as_str(), r))
+        .map(|r| (key_id(&r.key), r))
         .collect();
-    let placed_at_mss = by_key[id.to_string().as_str()];
+    let placed_at_mss = by_id[&id];
     assert_eq!(placed_at_mss.position, Some(4_000_000_000));
     assert_eq!(placed_at_mss.volume.as_deref(), Some("VR0001"));
     let other = received
         .received
         .iter()
-        .find(|r| r.key != id.to_string())
+        .find(|r| key_id(&r.key) != id)
         .unwrap();
     assert_eq!(other.position, None);
 }

@@ -354,6 +354,23 @@ pub fn request(crid: &str, mode: &str, group: &str, size: u64) -> Value {
     })
 }
 
+/// The request id an MSS key names (`"{id}.{nonce}"`, `ledger::mss_key`).
+pub fn key_id(key: &str) -> i64 {
+    let id = key.split_once('.').map_or(key, |(id, _)| id);
+    id.parse()
+        .unwrap_or_else(|_| panic!("not a broker's MSS key: {key:?}"))
+}
+
+/// The MSS key of request `id`, as the broker shows it.
+pub async fn mss_key(app: &TestApp, id: i64) -> String {
+    let (status, r) = app.get(&format!("/v1/requests/{id}")).await;
+    assert_eq!(status, 200, "{r}");
+    r["mss_key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no mss_key: {r}"))
+        .to_string()
+}
+
 /// The MSS never queued the same key and attempt twice.
 pub fn assert_each_attempt_once(received: &ReceivedResponse) {
     let keys: std::collections::HashSet<(&str, u32)> = received

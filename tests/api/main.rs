@@ -29,6 +29,7 @@ mod reload;
 mod replay;
 mod report;
 mod request_id;
+mod restore;
 mod shares;
 mod simulate;
 mod simulate_volumes;

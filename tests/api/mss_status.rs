@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use mss_adapters::protocol::{BadAnswer, Faults};
 use serde_json::Value;
 
-use crate::helpers::{request, set_faults, test_config, wait_for_count, SimProcess, TestApp};
+use crate::helpers::{
+    key_id, mss_key, request, set_faults, test_config, wait_for_count, SimProcess, TestApp,
+};
 
 async fn wait_state(app: &TestApp, id: i64, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -97,7 +99,7 @@ async fn one_unreadable_status_does_not_stop_every_other_request_after_an_mss_re
     let b = b["id"].as_i64().unwrap();
     wait_state(&app, b, "submitted").await;
     // From now on A's status answer cannot be read; then the MSS restarts (a new epoch).
-    *victim.lock().unwrap() = a.to_string();
+    *victim.lock().unwrap() = mss_key(&app, a).await;
     drop(sim);
     let _sim = SimProcess::start_on(&sim_addr, 1, 1000.0);
     // B is unknown to the restarted MSS: recovered (resubmitted), it finishes in well under a
@@ -119,7 +121,7 @@ async fn one_unreadable_status_does_not_stop_every_other_request_after_an_mss_re
 }
 
 /// The simulator's own view of a transfer (`GET /v1/transfers/{key}`).
-async fn sim_state(sim: &SimProcess, key: i64) -> Value {
+async fn sim_state(sim: &SimProcess, key: &str) -> Value {
     reqwest::get(format!("{}/v1/transfers/{key}", sim.url))
         .await
         .unwrap()
@@ -129,7 +131,7 @@ async fn sim_state(sim: &SimProcess, key: i64) -> Value {
 }
 
 /// The simulator's view of transfer `key` once it has ended there (done, cancelled or failed).
-async fn mss_end(sim: &SimProcess, key: i64, limit: Duration) -> Value {
+async fn mss_end(sim: &SimProcess, key: &str, limit: Duration) -> Value {
     let deadline = Instant::now() + limit;
     loop {
         let s = sim_state(sim, key).await;
@@ -142,7 +144,7 @@ async fn mss_end(sim: &SimProcess, key: i64, limit: Duration) -> Value {
 }
 
 /// Wait until the simulator has cancelled transfer `key`; `what` names the wait when it fails.
-async fn wait_mss_cancelled(sim: &SimProcess, key: i64, limit: Duration, what: &str) {
+async fn wait_mss_cancelled(sim: &SimProcess, key: &str, limit: Duration, what: &str) {
     let deadline = Instant::now() + limit;
     loop {
         let at_mss = sim_state(sim, key).await;
@@ -191,7 +193,7 @@ async fn a_cancel_refused_by_an_mss_outage_reaches_the_mss_once_it_is_back() {
     assert_eq!(status, 202, "{body}");
     // Well after the outage, the MSS must have been asked to drop it.
     let what = "the cancel never reached the mss after its outage";
-    wait_mss_cancelled(&sim, b, Duration::from_secs(12), what).await;
+    wait_mss_cancelled(&sim, &mss_key(&app, b).await, Duration::from_secs(12), what).await;
     let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
     assert_eq!(finals[0]["state"], "cancelled");
     app.stop().await;
@@ -223,7 +225,7 @@ async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_ms
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let seen = sim.received().await;
-        if seen.received.iter().any(|r| r.key == b.to_string()) && seen.duplicates >= 1 {
+        if seen.received.iter().any(|r| key_id(&r.key) == b) && seen.duplicates >= 1 {
             break;
         }
         assert!(Instant::now() < deadline, "the mss never got {b} twice");
@@ -236,7 +238,7 @@ async fn a_cancel_of_a_request_the_mss_queued_under_a_lost_answer_reaches_the_ms
         "{body}"
     );
     set_faults(&sim, &Faults::default()).await;
-    let at_mss = mss_end(&sim, b, Duration::from_secs(30)).await;
+    let at_mss = mss_end(&sim, &mss_key(&app, b).await, Duration::from_secs(30)).await;
     let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
     assert_eq!(
         at_mss["state"], "cancelled",
@@ -291,7 +293,7 @@ async fn a_carriers_cancel_waiting_on_its_rider_reaches_the_mss_after_a_restart(
         "{body}"
     );
     let what = "the carrier's cancel never reached the mss";
-    wait_mss_cancelled(&sim, c, Duration::from_secs(15), what).await;
+    wait_mss_cancelled(&sim, &mss_key(&app, c).await, Duration::from_secs(15), what).await;
     let finals = app.wait_final(&[c], Duration::from_secs(10)).await;
     assert_eq!(finals[0]["state"], "cancelled", "{}", finals[0]);
     app.stop().await;
@@ -338,7 +340,7 @@ async fn a_cancel_while_the_first_submission_is_unanswered_is_not_final_at_once(
         (202, Some("submitted")),
         "{body}"
     );
-    let at_mss = mss_end(&sim, b, Duration::from_secs(30)).await;
+    let at_mss = mss_end(&sim, &mss_key(&app, b).await, Duration::from_secs(30)).await;
     set_faults(&sim, &Faults::default()).await;
     let finals = app.wait_final(&[b], Duration::from_secs(10)).await;
     let (state, charged) = (
@@ -387,7 +389,7 @@ async fn a_cancel_after_an_outage_refused_the_submission_sends_nothing_again() {
     );
     let seen = sim.received().await;
     assert!(
-        !seen.received.iter().any(|r| r.key == b.to_string()),
+        !seen.received.iter().any(|r| key_id(&r.key) == b),
         "sent again after its cancel: {:?}",
         seen.received
     );

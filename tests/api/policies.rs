@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{open_db, request, test_config, wait_for_count, SimProcess, TestApp};
+use crate::helpers::{key_id, open_db, request, test_config, wait_for_count, SimProcess, TestApp};
 
 fn count(db: &std::path::Path, sql: &str) -> i64 {
     open_db(db).query_row(sql, [], |r| r.get(0)).unwrap()
@@ -88,11 +88,11 @@ async fn held_queue_survives_a_restart_in_order_and_data_taking_never_waits() {
         .await;
     assert_eq!(status, 202);
     assert_eq!(daq["state"], "accepted", "{daq}");
-    let daq_id = daq["id"].to_string();
+    let daq_id = daq["id"].as_i64().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let received = sim.received().await;
-        if let Some(t) = received.received.iter().find(|t| t.key == daq_id) {
+        if let Some(t) = received.received.iter().find(|t| key_id(&t.key) == daq_id) {
             assert_eq!(t.priority, 100);
             break;
         }

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::helpers::{
-    assert_each_attempt_once, open_db, request, run_ok, test_config, wait_final, wait_for_text,
-    ServeProcess, SimProcess, BIN,
+    assert_each_attempt_once, key_id, open_db, request, run_ok, test_config, wait_final,
+    wait_for_text, ServeProcess, SimProcess, BIN,
 };
 
 /// The shares of the base configuration the tests change.
@@ -218,13 +218,10 @@ async fn sighup_puts_new_shares_in_force_and_a_running_load_loses_nothing() {
     assert_eq!(rows as usize, ids.len());
     let received = sim.received().await;
     assert_each_attempt_once(&received);
-    let keys: std::collections::HashSet<&str> =
-        received.received.iter().map(|r| r.key.as_str()).collect();
+    let keys: std::collections::HashSet<i64> =
+        received.received.iter().map(|r| key_id(&r.key)).collect();
     for id in &ids {
-        assert!(
-            keys.contains(id.to_string().as_str()),
-            "request {id} never reached the mss"
-        );
+        assert!(keys.contains(id), "request {id} never reached the mss");
     }
     assert_eq!(keys.len(), ids.len());
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use mss_adapters::protocol::{Received, ReceivedResponse};
 use serde_json::Value;
 
-use crate::helpers::{open_db, request, test_config, SimProcess, TestApp};
+use crate::helpers::{key_id, open_db, request, test_config, SimProcess, TestApp};
 
 /// Ten GB: 20 s at the simulator's 500 MB/s, so nothing finishes while a test looks.
 const SIZE: u64 = 10_000_000_000;
@@ -46,11 +46,13 @@ fn count(db: &std::path::Path, sql: &str) -> i64 {
 
 /// The simulator's record once it holds every key of `ids` (panics after 15 s).
 async fn received_all(sim: &SimProcess, ids: &[i64]) -> ReceivedResponse {
-    let keys: Vec<String> = ids.iter().map(i64::to_string).collect();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let r = sim.received().await;
-        if keys.iter().all(|k| r.received.iter().any(|t| &t.key == k)) {
+        if ids
+            .iter()
+            .all(|&id| r.received.iter().any(|t| key_id(&t.key) == id))
+        {
             return r;
         }
         assert!(
@@ -64,9 +66,8 @@ async fn received_all(sim: &SimProcess, ids: &[i64]) -> ReceivedResponse {
 /// The transfers of `ids` as the MSS received them, checked to have come in one submission call
 /// and nothing else in between.
 fn one_call(r: &ReceivedResponse, ids: &[i64]) -> Vec<Received> {
-    let keys: Vec<String> = ids.iter().map(i64::to_string).collect();
     let at: Vec<usize> = (r.received.iter().enumerate())
-        .filter(|(_, t)| keys.contains(&t.key))
+        .filter(|(_, t)| ids.contains(&key_id(&t.key)))
         .map(|(i, _)| i)
         .collect();
     assert_eq!(at.len(), ids.len(), "each once: {r:?}");
@@ -315,7 +316,7 @@ async fn a_batch_counts_its_own_requests_against_a_feasibility_cap() {
     let r = sim.received().await;
     for id in &ids[2..] {
         assert!(
-            !r.received.iter().any(|t| t.key == id.to_string()),
+            !r.received.iter().any(|t| key_id(&t.key) == *id),
             "{id} passed the cap: {r:?}"
         );
     }

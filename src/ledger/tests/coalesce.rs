@@ -18,7 +18,7 @@ async fn record(l: &Ledger, id: i64) -> RequestRecord {
 
 async fn apply(l: &Ledger, id: i64, attempt: u32, seq: u64, kind: EventKind) {
     let n = l
-        .apply_status_events(vec![event(id, attempt, seq, kind)])
+        .apply_status_events(vec![event(l, id, attempt, seq, kind)])
         .await
         .expect("applied");
     assert_eq!(n, 1, "the event changed request {id}");

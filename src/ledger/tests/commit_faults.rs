@@ -41,14 +41,25 @@ enum Op {
 }
 
 async fn apply(l: &Ledger, op: &Op) -> Result<String, LedgerError> {
+    // An event names its request by id; each ledger of the pair has keys of its own.
+    let keyed = |events: Vec<MssEvent>| -> Vec<MssEvent> {
+        (events.into_iter())
+            .map(|e| MssEvent {
+                key: l.mss_key(e.key.parse().expect("an id")),
+                ..e
+            })
+            .collect()
+    };
     Ok(match op.clone() {
         Op::Accept(items) => format!("{:?}", l.accept_each(items).await?),
         Op::Sending(items) => format!("{:?}", l.sending(items).await?),
         Op::Submitted(items) => format!("{:?}", l.submitted(items).await?),
         Op::Unsent(items) => format!("{:?}", l.unsent(items).await?),
         Op::Rejected(id, a) => format!("{:?}", l.rejected(id, a, "no".into()).await?),
-        Op::Events(events, Some(c)) => format!("{:?}", l.apply_events(events, c).await?),
-        Op::Events(events, None) => format!("{:?}", l.apply_status_events(events).await?),
+        Op::Events(events, Some(c)) => format!("{:?}", l.apply_events(keyed(events), c).await?),
+        Op::Events(events, None) => {
+            format!("{:?}", l.apply_status_events(keyed(events)).await?)
+        }
         Op::Lost(id, a) => format!("{:?}", l.lost(id, a, "lost".into()).await?),
         Op::Cancel(id) => format!("{:?}", l.cancel(id).await?),
         Op::Release => format!("{:?}", l.release_held().await?),
@@ -56,7 +67,8 @@ async fn apply(l: &Ledger, op: &Op) -> Result<String, LedgerError> {
     })
 }
 
-/// Every row of every table (but the database's random instance id), as text.
+/// Every row of every table (but the database's random instance id and its incarnations'
+/// nonces), as text.
 pub(super) fn dump(path: &std::path::Path) -> Vec<String> {
     let c = rusqlite::Connection::open(path).expect("open");
     let tables: Vec<String> = c
@@ -84,7 +96,7 @@ pub(super) fn dump(path: &std::path::Path) -> Vec<String> {
             })
             .unwrap()
             .map(|r| r.unwrap())
-            .filter(|row| !row.contains("\"instance\""))
+            .filter(|row| !row.contains("\"instance\"") && !row.starts_with("incarnations:"))
             .collect();
         rows.sort();
         out.extend(rows);
@@ -191,8 +203,17 @@ impl Pair {
                 self.ids = all_ids(&self.fa.path);
             }
             25..45 => {
-                let ready = self.la().to_submit(0, i64::MAX / 2, 20).await.unwrap();
-                let ready_b = self.lb().to_submit(0, i64::MAX / 2, 20).await.unwrap();
+                // Each ledger keys its requests with a nonce of its own: compared without.
+                let unkeyed = |v: Vec<ToSubmit>| -> Vec<ToSubmit> {
+                    (v.into_iter())
+                        .map(|r| ToSubmit {
+                            key: String::new(),
+                            ..r
+                        })
+                        .collect()
+                };
+                let ready = unkeyed(self.la().to_submit(0, i64::MAX / 2, 20).await.unwrap());
+                let ready_b = unkeyed(self.lb().to_submit(0, i64::MAX / 2, 20).await.unwrap());
                 assert_eq!(
                     ready,
                     ready_b,
@@ -246,7 +267,14 @@ impl Pair {
                     },
                     _ => EventKind::Cancelled,
                 };
-                let e = event(id, r.attempt, self.seq, kind);
+                // Keyed by `apply`, for each ledger of the pair.
+                let e = MssEvent {
+                    seq: self.seq,
+                    key: id.to_string(),
+                    attempt: r.attempt,
+                    at_ms: 0,
+                    kind,
+                };
                 let cursor = (self.rng.below(2) == 0).then(|| EventCursor {
                     epoch: "e1".into(),
                     after: self.seq,

@@ -80,7 +80,7 @@ async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
         let ready = l.to_submit(0, i64::MAX / 2, 10).await.unwrap();
         assert_eq!(ready.iter().map(|t| t.id).collect::<Vec<_>>(), [a.id]);
         submit(&l, a.id, 1).await;
-        let done = event(a.id, 1, 1, EventKind::Done { bytes: 20_000 });
+        let done = event(&l, a.id, 1, 1, EventKind::Done { bytes: 20_000 });
         l.apply_status_events(vec![done]).await.unwrap();
         // A small request on another volume waits (not eligible yet) ...
         let q = accept(&l, on("q", "mc", "x", 100, "V2")).await;

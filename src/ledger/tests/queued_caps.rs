@@ -59,7 +59,7 @@ async fn the_node_cap_follows_the_requests_before_the_mss_and_survives_a_restart
     assert_eq!(refused.queued, 1600);
     // Done and cancelled requests leave the tally.
     submit(&l, first.id, 2).await;
-    let done = event(first.id, 2, 1, EventKind::Done { bytes: 600 });
+    let done = event(&l, first.id, 2, 1, EventKind::Done { bytes: 600 });
     l.apply_status_events(vec![done]).await.expect("applied");
     l.cancel(first.id + 1).await.expect("cancelled");
     let left = over(l.accept(vec![f.request("d", "analysis", "top", 401)]).await);
@@ -125,7 +125,7 @@ async fn a_user_tally_past_u64_is_exact_and_still_refuses_past_the_cap() {
             reason: "drive".into(),
             retryable: true,
         };
-        event(id, 1, seq as u64, kind)
+        event(&l, id, 1, seq as u64, kind)
     };
     let events = ids.iter().enumerate().map(failed).collect();
     l.apply_status_events(events).await.expect("applied");

@@ -230,7 +230,7 @@ impl Sequence {
             "event {id} a{} {kind:?} ({:?})",
             r.attempt, r.state
         ));
-        let e = event(id, r.attempt, self.seq, kind);
+        let e = event(&l, id, r.attempt, self.seq, kind);
         l.apply_status_events(vec![e]).await.expect("applied");
     }
 
@@ -315,7 +315,13 @@ impl Sequence {
             }
             for i in l.in_flight().await.expect("in flight") {
                 self.seq += 1;
-                let e = event(i.id, i.attempt, self.seq, EventKind::Done { bytes: 300 });
+                let e = event(
+                    &l,
+                    i.id,
+                    i.attempt,
+                    self.seq,
+                    EventKind::Done { bytes: 300 },
+                );
                 l.apply_status_events(vec![e]).await.expect("applied");
             }
         }

@@ -7,7 +7,7 @@ async fn rec(l: &Ledger, id: i64) -> RequestRecord {
 }
 
 async fn ev(l: &Ledger, id: i64, attempt: u32, kind: EventKind) -> usize {
-    l.apply_status_events(vec![event(id, attempt, 0, kind)])
+    l.apply_status_events(vec![event(l, id, attempt, 0, kind)])
         .await
         .unwrap()
 }

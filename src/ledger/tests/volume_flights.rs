@@ -80,7 +80,7 @@ async fn a_restart_counts_a_volume_in_flight_against_the_group_that_led_it() {
     );
     submit(&l, a1, 1).await;
     submit(&l, b1, 1).await;
-    let done = event(a1, 1, 1, EventKind::Done { bytes: 100 });
+    let done = event(&l, a1, 1, 1, EventKind::Done { bytes: 100 });
     assert_eq!(l.apply_status_events(vec![done]).await.unwrap(), 1);
     let a2 = accept(&l, on_volume(&f, "a2", "a", "/pnfs/a2", ("V2", 1))).await;
     assert_eq!(
@@ -100,7 +100,7 @@ async fn a_restart_counts_a_volume_in_flight_against_the_group_that_led_it() {
         "a still leads V1"
     );
     // b1 ends: V1 leaves flight, and a may lead V2.
-    let done = event(b1, 1, 2, EventKind::Done { bytes: 100 });
+    let done = event(&l, b1, 1, 2, EventKind::Done { bytes: 100 });
     assert_eq!(l.apply_status_events(vec![done]).await.unwrap(), 1);
     assert_eq!(state_of(&l, a2.id).await, RequestState::Accepted);
     drop(l);
@@ -143,7 +143,7 @@ async fn a_rider_that_takes_over_its_carriers_read_keeps_the_volume_in_flight() 
         "after a restart too"
     );
     submit(&l, b2.id, 1).await;
-    let done = event(b2.id, 1, 1, EventKind::Done { bytes: 100 });
+    let done = event(&l, b2.id, 1, 1, EventKind::Done { bytes: 100 });
     assert_eq!(l.apply_status_events(vec![done]).await.unwrap(), 1);
     assert_eq!(
         state_of(&l, c3.id).await,
@@ -186,7 +186,7 @@ async fn a_rider_does_not_wait_on_a_carrier_held_at_its_release() {
     let w = accept(&l, w).await;
     assert_eq!(state_of(&l, w.id).await, RequestState::Accepted);
     submit(&l, a0.id, 1).await;
-    let done = event(a0.id, 1, 1, EventKind::Done { bytes: 100 });
+    let done = event(&l, a0.id, 1, 1, EventKind::Done { bytes: 100 });
     assert_eq!(l.apply_status_events(vec![done]).await.unwrap(), 1);
     assert_eq!(state_of(&l, q.id).await, RequestState::Held);
     let rr = l.request(r.id).await.unwrap().unwrap();
@@ -263,7 +263,7 @@ async fn a_reload_keeps_a_volume_that_just_ended_sticky() {
     let a1 = accept(&l, big).await.id;
     assert_eq!(state_of(&l, a1).await, RequestState::Accepted);
     submit(&l, a1, 1).await;
-    let done = event(a1, 1, 1, EventKind::Done { bytes: 1000 });
+    let done = event(&l, a1, 1, 1, EventKind::Done { bytes: 1000 });
     l.apply_status_events(vec![done]).await.unwrap();
 
     // The same configuration again.

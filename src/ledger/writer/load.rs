@@ -20,6 +20,7 @@ use super::Writer;
 use crate::clock::Clock;
 use crate::domain::PolicySettings;
 use crate::ledger::live::Published;
+use crate::ledger::mss_key::MssKeys;
 use crate::ledger::wide::Wide;
 use crate::ledger::{identity, usage, LedgerError, LedgerOptions};
 use crate::policy::fbsng::Queues;
@@ -41,9 +42,15 @@ impl Writer {
         let idempotency = load_idempotency(&conn)?;
         info!(requests = idempotency.len(), "idempotency keys loaded");
         let state = load_state(&mut conn, &policy, clock.now_ms(), idempotency)?;
+        // Committed before any request of this start exists (see `ledger::mss_key`).
+        let keys = MssKeys::begin(&conn, clock.now_ms()).map_err(|e| LedgerError::Open {
+            path: options.path.clone(),
+            message: format!("cannot record this start's incarnation: {e}"),
+        })?;
         published.publish(&policy, &state.usage, &state.queues);
         Ok(Writer {
             conn,
+            keys: Arc::new(keys),
             policy,
             clock,
             state,

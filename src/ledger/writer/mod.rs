@@ -35,6 +35,7 @@ use super::live::Published;
 use super::stored_explain::StoredExplain;
 use mss_adapters::{EventCursor, MssEvent};
 
+use super::mss_key::MssKeys;
 use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError, QueuedCapRefused};
 use super::{NewPriority, NewRequest, SubmittedTransfer};
 use crate::clock::Clock;
@@ -44,6 +45,8 @@ use state::{Deltas, Txn, WriterState};
 
 pub(super) struct Writer {
     conn: Connection,
+    /// This ledger's MSS keys, this start's incarnation included (`ledger::mss_key`).
+    keys: Arc<MssKeys>,
     policy: Arc<PolicySettings>,
     clock: Arc<dyn Clock>,
     state: WriterState,
@@ -58,6 +61,13 @@ pub(super) struct Writer {
     /// The volume queue could not be reloaded after a rollback: tried again before the next
     /// transaction, so a batch the rollback undid does not hold its volume's slot for ever.
     volumes_stale: bool,
+}
+
+impl Writer {
+    /// This ledger's MSS keys (fixed for the life of the writer).
+    pub fn keys(&self) -> Arc<MssKeys> {
+        self.keys.clone()
+    }
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -512,7 +522,7 @@ impl Writer {
         // none reads this commit's rows with the memory of the one before (see `live`).
         let published = self.published.clone();
         let gate = published.gate();
-        let (outcome, ready) = self.transact(commands, &mut replies);
+        let (outcome, ready, unknown_keys) = self.transact(commands, &mut replies);
         let elapsed = started.elapsed();
         debug!(
             commands = count,
@@ -524,6 +534,9 @@ impl Writer {
             Ok(()) => {
                 // Only a group on disk is a commit: a rolled-back one is logged below.
                 self.metrics.committed(elapsed.as_secs_f64(), count);
+                if unknown_keys > 0 {
+                    self.metrics.unknown_key_events(unknown_keys);
+                }
                 self.state.keep();
                 self.published
                     .publish(&self.policy, &self.state.usage, &self.state.queues);
@@ -570,21 +583,23 @@ impl Writer {
     }
 
     /// Apply `commands` in one transaction and commit it; the replies go to `replies` (up to
-    /// the first failing command). Returns the outcome and whether a request became ready.
+    /// the first failing command). Returns the outcome, whether a request became ready and how
+    /// many MSS events named keys this ledger did not issue.
     fn transact(
         &mut self,
         commands: Vec<Command>,
         replies: &mut Vec<Reply>,
-    ) -> (rusqlite::Result<()>, bool) {
+    ) -> (rusqlite::Result<()>, bool, u64) {
         let now = self.clock.now_ms();
         let rebase = self.state.usage.rebase(now);
         self.state.usage.roll(now);
         let tx = match self.conn.transaction() {
             Ok(tx) => tx,
-            Err(e) => return (Err(e), false),
+            Err(e) => return (Err(e), false, 0),
         };
         let mut txn = Txn {
             tx: &tx,
+            keys: &self.keys,
             policy: &self.policy,
             retry: &self.retry,
             st: &mut self.state,
@@ -592,6 +607,7 @@ impl Writer {
             deltas: Deltas::default(),
             report: ReportDeltas::default(),
             ready: false,
+            unknown_keys: 0,
         };
         let outcome = (|| {
             if let Some(factor) = rebase {
@@ -608,10 +624,10 @@ impl Writer {
             txn.flush_deltas()?;
             txn.report.flush(txn.tx)
         })();
-        let ready = txn.ready;
+        let (ready, unknown_keys) = (txn.ready, txn.unknown_keys);
         let outcome = outcome
             .and_then(|()| self.file.check())
             .and_then(|()| tx.commit());
-        (outcome, ready)
+        (outcome, ready, unknown_keys)
     }
 }

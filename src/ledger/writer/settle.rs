@@ -10,6 +10,7 @@ use super::coalesce::{CarrierEnd, Carriers};
 use super::state::{Charge, Txn};
 use crate::domain::{Class, RequestState};
 use crate::ledger::aggregates::HourRow;
+use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
 use crate::policy;
@@ -338,12 +339,14 @@ impl Txn<'_, '_> {
     /// already final change nothing, so a duplicated or replayed event is harmless. Returns
     /// whether it changed the request.
     pub fn apply_event(&mut self, event: &MssEvent) -> rusqlite::Result<bool> {
-        let Ok(id) = event.key.parse::<i64>() else {
-            warn!(key = %event.key, "event for a key this broker never issued");
+        let KeyOwner::Ours(id) = self.keys.owner(&event.key) else {
+            self.unknown_key(event)?;
             return Ok(false);
         };
         let Some(row) = self.load_charged(id)? else {
-            warn!(request_id = id, "event for an unknown request");
+            // A key of this ledger's latest incarnation beyond its last request: not one it
+            // made (its requests are committed before they are sent).
+            self.unknown_key(event)?;
             return Ok(false);
         };
         if row.attempt != event.attempt
@@ -393,6 +396,27 @@ impl Txn<'_, '_> {
             }
         }
         Ok(true)
+    }
+
+    /// An event for a key this ledger did not issue: a transfer of a request it lost (a backup
+    /// restored after the request was acknowledged), or another broker's. Kept in
+    /// `unknown_keys`, logged the first time, counted; never applied to a request.
+    fn unknown_key(&mut self, event: &MssEvent) -> rusqlite::Result<()> {
+        let what = match &event.kind {
+            EventKind::Started => "started",
+            EventKind::Done { .. } => "done",
+            EventKind::Failed { .. } => "failed",
+            EventKind::Cancelled => "cancelled",
+        };
+        let what = format!("{what} (attempt {})", event.attempt);
+        let key = mss_adapters::answer::clip(&event.key, mss_adapters::answer::MAX_MESSAGE_CHARS);
+        if mss_key::record_unknown(self.tx, &key, &what, self.now)? {
+            warn!(mss_key = %key, event = %what, "the mss reports a transfer this ledger did not \
+                  issue (a request lost with a restored backup?): kept in unknown_keys \
+                  (mssbroker unknown-keys)");
+        }
+        self.unknown_keys += 1;
+        Ok(())
     }
 
     /// The MSS started the request's attempt.

@@ -369,6 +369,8 @@ pub(super) struct Deltas {
 /// transaction adds up (deltas, report aggregates, whether something became ready).
 pub(super) struct Txn<'a, 'c> {
     pub tx: &'a Transaction<'c>,
+    /// This ledger's MSS keys (an event's key to its request).
+    pub keys: &'a super::super::mss_key::MssKeys,
     pub policy: &'a PolicySettings,
     pub retry: &'a RetrySettings,
     pub st: &'a mut WriterState,
@@ -377,6 +379,8 @@ pub(super) struct Txn<'a, 'c> {
     pub report: ReportDeltas,
     /// Some request became ready to submit.
     pub ready: bool,
+    /// MSS events for keys this ledger did not issue (counted once committed).
+    pub unknown_keys: u64,
 }
 
 impl Txn<'_, '_> {
