@@ -14,6 +14,7 @@ mod mss;
 mod order;
 mod policy;
 mod raw;
+mod read;
 mod server;
 mod targets;
 mod tree;
@@ -131,16 +132,23 @@ impl Settings {
 
     /// Validate TOML text whose relative file names are taken from `base`.
     pub fn parse_in(text: &str, origin: &str, base: &Path) -> Result<Settings, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
             origin: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        Settings::from_raw(raw, origin, base)
+        let (raw, unknown) = read::read_raw(table, text, origin, &[])?;
+        Settings::from_raw(raw, unknown, origin, base)
     }
 
-    /// Validate the raw structs (read from a file, or from layers merged over it).
-    fn from_raw(raw: RawConfig, origin: &str, base: &Path) -> Result<Settings, ConfigError> {
-        let mut issues = Issues::default();
+    /// Validate the raw structs (read from a file, or from layers merged over it); `unknown`
+    /// are the unknown keys left out of them, reported with every other problem.
+    fn from_raw(
+        raw: RawConfig,
+        unknown: Vec<ConfigIssue>,
+        origin: &str,
+        base: &Path,
+    ) -> Result<Settings, ConfigError> {
+        let mut issues = Issues(unknown);
         let settings = validate(raw, origin, base, &mut issues);
         match settings {
             Some(s) if issues.0.is_empty() => Ok(s),
