@@ -1,6 +1,6 @@
 //! Configuration: the TOML file is read into raw structs, then validated into typed [`Settings`].
 //! Every validation error names the key it is about. The shipped `config/broker.toml` is also
-//! embedded in the binary, so `mssbroker serve` runs with no file at all.
+//! embedded in the binary ([`EMBEDDED`]), so `mssbroker serve` runs with no file at all.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -29,8 +29,13 @@ use crate::dispatcher::MssSettings;
 use crate::domain::PolicySettings;
 use crate::server::ServerSettings;
 
-/// The shipped configuration, used when no file is given and `config/broker.toml` is absent.
-pub const EMBEDDED: &str = include_str!("../../config/broker.toml");
+/// The shipped configuration, used when no file is given and `config/broker.toml` is absent (a
+/// binary run away from a checkout): `config/broker.toml` as it was at the last build of the
+/// crate's code, copied by build.rs so that an edit of the file alone rebuilds nothing.
+pub const EMBEDDED: &str = include_str!(concat!(env!("OUT_DIR"), "/broker.toml"));
+/// The shipped file as it is now, for the tests that check it (a test build depends on it).
+#[cfg(test)]
+pub(crate) const SHIPPED: &str = include_str!("../../config/broker.toml");
 /// Where `serve` looks for a configuration file when none is named.
 pub const DEFAULT_PATH: &str = "config/broker.toml";
 
