@@ -251,13 +251,16 @@ fn simulator_settings(settings: &Settings) -> Option<&SimulatorSettings> {
     }
 }
 
+/// An adapter, the address it talks to, and the embedded simulator if it runs.
+type BuiltAdapter = (Arc<dyn MssAdapter>, String, Option<SimulatorHandle>);
+
 /// The configured adapter, the address it talks to, and the embedded simulator if it runs (on
 /// `simulator_listener`, bound beforehand).
 fn build_adapter(
     settings: &Settings,
     instance: &str,
     simulator_listener: Option<(TcpListener, SocketAddr)>,
-) -> Result<(Arc<dyn MssAdapter>, String, Option<SimulatorHandle>), StartupError> {
+) -> Result<BuiltAdapter, StartupError> {
     Ok(match &settings.mss.adapter {
         AdapterSettings::Http { url, simulator } => {
             let (url, handle) = match (simulator, simulator_listener) {
