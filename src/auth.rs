@@ -12,8 +12,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// The demo token file shipped for local use, embedded so the embedded config works anywhere.
-pub const EMBEDDED_DEMO_TOKENS: &str = include_str!("../config/demo-tokens.toml");
+/// The demo token file shipped for local use, embedded so the embedded config works anywhere
+/// (copied by build.rs, as [`crate::config::EMBEDDED`] is).
+pub const EMBEDDED_DEMO_TOKENS: &str = include_str!(concat!(env!("OUT_DIR"), "/demo-tokens.toml"));
 
 /// What a caller may do.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! Prometheus metrics (`GET /metrics`, OpenMetrics text). Two kinds:
+//! Prometheus metrics (`GET /metrics`: OpenMetrics text to Prometheus, which asks for it;
+//! Prometheus' text format 0.0.4 to anything else, see [`wants_openmetrics`]). Two kinds:
 //!
 //! - **in-process** histograms, observed as things happen: ledger commit latency and batch
 //!   size, MSS call latency by call; held in [`Metrics`], shared by the writer, the dispatcher
@@ -214,6 +215,22 @@ pub fn prometheus_text(openmetrics: &str) -> String {
     out
 }
 
+/// Whether an `Accept` header asks for OpenMetrics (`application/openmetrics-text` with a
+/// q-value above 0), as Prometheus' scrapes do. Anything else (`*/*` from curl, `text/plain`,
+/// none) gets Prometheus' text format 0.0.4, which every Prometheus tool reads, as the official
+/// client libraries answer.
+pub fn wants_openmetrics(accept: &str) -> bool {
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default();
+        let q = parts
+            .filter_map(|p| p.strip_prefix("q="))
+            .find_map(|q| q.parse::<f64>().ok())
+            .unwrap_or(1.0);
+        media.eq_ignore_ascii_case("application/openmetrics-text") && q > 0.0
+    })
+}
+
 /// A group's `kind` label: `priority` for a priority class, else `fair_share`.
 fn kind_of(shares: &SharesView, path: &str) -> &'static str {
     if shares.priority_classes.iter().any(|c| c.path == path) {
@@ -333,7 +350,25 @@ impl LedgerFigures {
 
 #[cfg(test)]
 mod tests {
-    use super::prometheus_text;
+    use super::{prometheus_text, wants_openmetrics};
+
+    #[test]
+    fn openmetrics_only_to_a_client_that_asks_for_it() {
+        let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+                          application/openmetrics-text;version=0.0.1;q=0.5,\
+                          text/plain;version=0.0.4;q=0.4,*/*;q=0.1";
+        assert!(wants_openmetrics(prometheus));
+        assert!(wants_openmetrics("Application/OpenMetrics-Text"));
+        for other in [
+            "",
+            "*/*",
+            "text/plain",
+            "text/plain;version=0.0.4",
+            "application/openmetrics-text;q=0",
+        ] {
+            assert!(!wants_openmetrics(other), "{other}");
+        }
+    }
 
     #[test]
     fn prometheus_text_names_counters_by_their_samples_and_drops_unit_and_eof() {

@@ -35,9 +35,14 @@ use reload::{LoadSettings, Loaded, Reloader};
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr} ({key}): {source}{}",
+        in_use_hint(source, key)
+    )]
     Bind {
         addr: SocketAddr,
+        /// The key that sets the address.
+        key: &'static str,
         source: std::io::Error,
     },
     #[error(transparent)]
@@ -50,6 +55,15 @@ pub enum StartupError {
     Tokens(#[from] crate::auth::TokenFileError),
     #[error("refusing to listen on {addr}: {why}; listen on a loopback address (127.0.0.1) or configure your own token file")]
     Exposed { addr: SocketAddr, why: &'static str },
+}
+
+/// What to do about an address in use.
+fn in_use_hint(error: &std::io::Error, key: &str) -> String {
+    if error.kind() == std::io::ErrorKind::AddrInUse {
+        format!("; another program (another mssbroker?) listens there: stop it, or set another address in {key}")
+    } else {
+        String::new()
+    }
 }
 
 /// A built, bound, not yet serving broker.
@@ -91,13 +105,21 @@ impl Application {
     ) -> Result<Application, StartupError> {
         let settings = &loaded.settings;
         let tokens = load_tokens(settings)?;
+        // The addresses first: a port in use stops the start before a database is created or a
+        // simulator started.
+        let (listener, addr) = bind(settings.server.listen, "server.listen").await?;
+        let simulator_listener = match simulator_settings(settings) {
+            Some(sim) => Some(bind(sim.listen, "mss.simulator.listen").await?),
+            None => None,
+        };
         for note in &settings.notes {
             warn!(note = %note, "configuration note");
         }
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let options = ledger_options(settings, metrics.clone());
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
-        let (adapter, mss_url, simulator) = build_adapter(settings, ledger.instance()).await?;
+        let (adapter, mss_url, simulator) =
+            build_adapter(settings, ledger.instance(), simulator_listener)?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
         let stamp = ConfigStamp {
             origin: settings.origin.clone(),
@@ -139,7 +161,6 @@ impl Application {
             mss: adapter,
             readiness: Arc::new(readiness),
         };
-        let (listener, addr) = bind(settings.server.listen).await?;
         Ok(Application {
             listener,
             addr,
@@ -207,10 +228,14 @@ fn ledger_options(settings: &Settings, metrics: Arc<crate::metrics::Metrics>) ->
     }
 }
 
-/// The API's listener on `listen`, and the address it got (`listen`'s port may be 0).
-async fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupError> {
+/// A listener on `listen` (set by `key`), and the address it got (`listen`'s port may be 0).
+async fn bind(
+    listen: SocketAddr,
+    key: &'static str,
+) -> Result<(TcpListener, SocketAddr), StartupError> {
     let failed = |source| StartupError::Bind {
         addr: listen,
+        key,
         source,
     };
     let listener = TcpListener::bind(listen).await.map_err(failed)?;
@@ -218,19 +243,32 @@ async fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupEr
     Ok((listener, addr))
 }
 
-/// The configured adapter, the address it talks to, and the embedded simulator if it runs.
-async fn build_adapter(
+/// The embedded simulator's settings, if it runs.
+fn simulator_settings(settings: &Settings) -> Option<&SimulatorSettings> {
+    match &settings.mss.adapter {
+        AdapterSettings::Http { simulator, .. } => simulator.as_ref(),
+        _ => None,
+    }
+}
+
+/// An adapter, the address it talks to, and the embedded simulator if it runs.
+type BuiltAdapter = (Arc<dyn MssAdapter>, String, Option<SimulatorHandle>);
+
+/// The configured adapter, the address it talks to, and the embedded simulator if it runs (on
+/// `simulator_listener`, bound beforehand).
+fn build_adapter(
     settings: &Settings,
     instance: &str,
-) -> Result<(Arc<dyn MssAdapter>, String, Option<SimulatorHandle>), StartupError> {
+    simulator_listener: Option<(TcpListener, SocketAddr)>,
+) -> Result<BuiltAdapter, StartupError> {
     Ok(match &settings.mss.adapter {
         AdapterSettings::Http { url, simulator } => {
-            let (url, handle) = match simulator {
-                Some(sim) => {
-                    let (url, handle) = start_simulator(sim).await?;
+            let (url, handle) = match (simulator, simulator_listener) {
+                (Some(sim), Some(listener)) => {
+                    let (url, handle) = start_simulator(sim, listener);
                     (url, Some(handle))
                 }
-                None => (url.clone().unwrap_or_default(), None),
+                _ => (url.clone().unwrap_or_default(), None),
             };
             let adapter = Arc::new(HttpAdapter::new(&url, settings.mss.timeout)?);
             (adapter, url, handle)
@@ -276,26 +314,17 @@ fn load_tokens(settings: &Settings) -> Result<Option<Arc<TokenTable>>, StartupEr
     Ok(Some(Arc::new(table)))
 }
 
-/// Start the bundled simulator on its configured address; returns its URL and a stop handle.
-async fn start_simulator(
+/// Start the bundled simulator on its bound `listener`; returns its URL and a stop handle.
+fn start_simulator(
     sim: &SimulatorSettings,
-) -> Result<(String, SimulatorHandle), StartupError> {
-    let listener = TcpListener::bind(sim.listen)
-        .await
-        .map_err(|source| StartupError::Bind {
-            addr: sim.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| StartupError::Bind {
-        addr: sim.listen,
-        source,
-    })?;
+    (listener, addr): (TcpListener, SocketAddr),
+) -> (String, SimulatorHandle) {
     let (stop, stopped) = oneshot::channel::<()>();
     let handle = tokio::spawn(sim::run(listener, sim_config(sim), async {
         let _ = stopped.await;
     }));
     info!(%addr, "embedded mss simulator started");
-    Ok((format!("http://{addr}"), (stop, handle)))
+    (format!("http://{addr}"), (stop, handle))
 }
 
 /// The simulator's settings from the broker's `[mss.simulator]` table.

@@ -7,6 +7,7 @@
 //! site. The JSON output escapes them itself.
 
 use std::fmt::{self, Write};
+use std::io::IsTerminal;
 
 use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::format::{self, Writer};
@@ -31,11 +32,15 @@ pub async fn with_request_id<F: std::future::Future>(
     REQUEST_ID.scope(id, work).await
 }
 
-/// Install the global subscriber; `json` switches to one JSON object per line.
+/// Install the global subscriber; `json` switches to one JSON object per line. The text is
+/// coloured only when stderr is a terminal and `NO_COLOR` (<https://no-color.org>) is not set:
+/// a log written to a file, a pipe or the journal holds no escape sequences.
 pub fn init(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_writer(std::io::stderr);
     // Already installed (a second call in tests) is fine.
     let _ = if json {

@@ -199,13 +199,16 @@ pub(super) async fn report(
     Ok(Json(crate::report::read(&state.ledger, range, now).await?).into_response())
 }
 
-/// Prometheus metrics (OpenMetrics text; Prometheus' text format 0.0.4 to a client whose
-/// `Accept` asks for `text/plain` and not OpenMetrics): per group requests by state and bytes
+/// Prometheus metrics: OpenMetrics text to a client whose `Accept` asks for it (Prometheus
+/// does), else Prometheus' text format 0.0.4 (curl, `promtool check metrics`): per group requests by state and bytes
 /// done (counters), pending and held requests, usage and target share (gauges); ledger commit
 /// latency and commands per commit and MSS call latency (histograms); waits from acceptance to
 /// the first MSS start per group, from the ledger (histogram).
 #[utoipa::path(get, path = "/metrics", responses(
-    (status = 200, content_type = "application/openmetrics-text", body = String),
+    (status = 200, content(
+        (String = "text/plain"),
+        (String = "application/openmetrics-text"),
+    )),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
     (status = 503, body = error::ErrorBody),
 ))]
@@ -236,7 +239,7 @@ pub(super) async fn metrics(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if accept.contains("text/plain") && !accept.contains("application/openmetrics-text") {
+    if !crate::metrics::wants_openmetrics(accept) {
         let text = crate::metrics::prometheus_text(&text);
         let kind = "text/plain; version=0.0.4; charset=utf-8";
         return Ok(([(header::CONTENT_TYPE, kind)], text).into_response());

@@ -28,7 +28,7 @@ use client::{print_response, submit, with_token, SubmitArgs};
 use mss_sim::{mss_sim, SimArgs};
 use reports::{report, shares, ReportArgs, SharesArgs};
 use serve::serve;
-pub use serve::shutdown_signal;
+pub use serve::StopSignals;
 use trace::TraceCommand;
 
 #[derive(Debug, Parser)]

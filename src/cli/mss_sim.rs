@@ -1,6 +1,6 @@
 //! `mssbroker mss-sim`: the MSS simulator as a process of its own.
 
-use super::serve::{banner, shutdown_signal};
+use super::serve::{banner, StopSignals};
 use anyhow::{bail, Context};
 use clap::Args;
 use mss_adapters::sim::{self, LibraryConfig, SimConfig};
@@ -119,7 +119,13 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
     };
+    let stops = StopSignals::install()?;
     banner(&format!("mss simulator listening on http://{addr}\n"));
-    sim::run(listener, cfg, shutdown_signal()).await?;
+    sim::run(listener, cfg, async {
+        let signal = stops.recv().await;
+        tracing::info!(signal, "mss simulator stopping");
+    })
+    .await?;
+    tracing::info!("mss simulator stopped");
     Ok(ExitCode::SUCCESS)
 }

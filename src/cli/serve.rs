@@ -1,5 +1,5 @@
-//! `mssbroker serve`: the broker itself, with its signals (SIGTERM and Ctrl-C stop it, SIGHUP
-//! reloads the configuration: see `reload`).
+//! `mssbroker serve`: the broker itself, with its signals (SIGTERM and Ctrl-C stop it, logging
+//! which and when it has stopped; SIGHUP reloads the configuration: see `reload`).
 
 use crate::config::{layers, ConfigError};
 use crate::live_settings::Reload;
@@ -55,6 +55,8 @@ pub(super) async fn serve(
         .await
         .with_context(|| format!("cannot start with {}", settings.origin))?;
     reload_on_sighup(hangups, app.reloader());
+    // Before the banner and the "serving" line: a SIGTERM from then on stops it gracefully.
+    let stops = StopSignals::install()?;
     banner(&format!(
         "mssbroker listening on http://{}\nmss at {} (config {}, database {})\n",
         app.local_addr(),
@@ -62,7 +64,15 @@ pub(super) async fn serve(
         settings.origin,
         settings.database.path.display()
     ));
-    app.run_until_stopped(shutdown_signal()).await?;
+    let (why_tx, why) = tokio::sync::oneshot::channel();
+    app.run_until_stopped(async move {
+        let signal = stops.recv().await;
+        tracing::info!(signal, "stopping: finishing the requests in flight");
+        let _ = why_tx.send(signal);
+    })
+    .await?;
+    let signal = why.await.unwrap_or("shutdown");
+    tracing::info!(signal, "mssbroker stopped");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -113,24 +123,43 @@ fn reload_on_sighup(hangups: Hangups, reloader: Arc<dyn Reload>) {
     let _ = (hangups, reloader);
 }
 
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM and SIGINT (Ctrl-C) with their handlers installed: from then on neither ends the
+/// process at once, and [`StopSignals::recv`] completes with the first one's name.
+pub struct StopSignals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    pub fn install() -> anyhow::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                term: signal(SignalKind::terminate())
+                    .context("cannot install the SIGTERM handler")?,
+                int: signal(SignalKind::interrupt())
+                    .context("cannot install the SIGINT handler")?,
+            })
         }
-    };
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    /// The name of the first stop signal to come.
+    #[cfg(unix)]
+    pub async fn recv(mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
+    pub async fn recv(self) -> &'static str {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
     }
 }

@@ -3,7 +3,7 @@
 //! `mssbroker trace export`: the trace of a real ledger, read-only.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -35,7 +35,7 @@ pub(super) struct GenArgs {
     /// Number of recall requests, overriding the parameters' `requests`.
     #[arg(long)]
     requests: Option<u64>,
-    /// Where the trace goes [default: standard output].
+    /// Where the trace goes [default: standard output, unless it is a terminal].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Print the summary as JSON instead of a table (on standard error).
@@ -88,7 +88,7 @@ pub(super) struct ExportArgs {
     /// Only requests accepted before this instant (RFC 3339, or ms since 1970).
     #[arg(long)]
     until: Option<String>,
-    /// Where the trace goes [default: standard output].
+    /// Where the trace goes [default: standard output, unless it is a terminal].
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -122,12 +122,19 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs `write` on the file `path` (standard output when `None`). A file is written beside
 /// its destination and renamed onto it only once complete: a run that fails leaves no partial
-/// trace (and an older file of that name as it was).
+/// trace (and an older file of that name as it was). Standard output is refused when it is a
+/// terminal (megabytes of JSON lines are for a file or a pipe, not for a screen).
 fn write_trace<T>(
     path: Option<&Path>,
     write: impl FnOnce(&mut dyn Write) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let Some(path) = path else {
+        if std::io::stdout().is_terminal() {
+            anyhow::bail!(
+                "the trace goes to standard output, which is a terminal: give --out FILE \
+                 (e.g. --out trace.jsonl), or redirect it (> trace.jsonl) or pipe it"
+            );
+        }
         let stdout = std::io::stdout();
         let mut out = BufWriter::new(stdout.lock());
         let value = write(&mut out)?;

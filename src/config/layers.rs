@@ -13,7 +13,6 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::Path;
 
-use super::raw::RawConfig;
 use super::{ConfigError, ConfigIssue, Settings, DEFAULT_PATH, EMBEDDED};
 
 /// What an environment variable must start with to be read as configuration.
@@ -188,12 +187,9 @@ pub fn load(path: Option<&Path>, layers: &Layers) -> Result<Loaded, ConfigError>
     if !issues.is_empty() {
         return Err(invalid(issues));
     }
-    let raw = read_raw(table, &text, &sources).map_err(|e| match e {
-        Refused::File(message) => syntax(message),
-        Refused::Layer(issue) => invalid(vec![issue]),
-    })?;
+    let (raw, unknown) = super::read::read_raw(table, &text, &origin, &sources)?;
     let base = dir.unwrap_or(Path::new("."));
-    let mut settings = Settings::from_raw(raw, &origin, base)?;
+    let mut settings = Settings::from_raw(raw, unknown, &origin, base)?;
     // A relative token file from the file is next to it; from elsewhere, as given.
     let token_from_file =
         (sources.iter()).any(|s| s.key == "auth.token_file" && matches!(s.source, Source::File(_)));
@@ -210,57 +206,6 @@ fn read(path: &Path) -> Result<String, ConfigError> {
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// Why the merged table could not be read into the raw structs.
-enum Refused {
-    /// About the file's own text (with its line and column).
-    File(String),
-    /// About a key a layer set.
-    Layer(ConfigIssue),
-}
-
-/// Read the merged table; an error at a key a layer set names the layer, one in the file is
-/// reported from the file's text (so with its line).
-fn read_raw(table: toml::Table, text: &str, sources: &[Sourced]) -> Result<RawConfig, Refused> {
-    let error = match serde_path_to_error::deserialize(toml::Value::Table(table)) {
-        Ok(raw) => return Ok(raw),
-        Err(e) => e,
-    };
-    // The first line: toml adds where it was (`in \`server\``), which the key says.
-    let message = error.inner().to_string();
-    let message = message.lines().next().unwrap_or_default().to_string();
-    let mut key = error.path().to_string();
-    // An unknown key may be reported at its table: then add its name.
-    if let Some(name) = message
-        .strip_prefix("unknown field `")
-        .and_then(|rest| rest.split('`').next())
-        .filter(|name| !key.ends_with(&quoted(name)))
-    {
-        key = if key == "." {
-            name.to_string()
-        } else {
-            format!("{key}.{}", quoted(name))
-        };
-    }
-    let layer = (sources.iter())
-        .filter(|s| !matches!(s.source, Source::File(_)))
-        .find(|s| {
-            let under = |a: &str, b: &str| {
-                a.starts_with(&format!("{b}.")) || a.starts_with(&format!("{b}["))
-            };
-            key == s.key || under(&key, &s.key) || under(&s.key, &key)
-        });
-    if let Some(s) = layer {
-        return Err(Refused::Layer(ConfigIssue {
-            key,
-            message: format!("{message} (set by {})", s.source),
-        }));
-    }
-    Err(Refused::File(match toml::from_str::<RawConfig>(text) {
-        Err(e) => e.to_string(),
-        Ok(_) => format!("{key}: {message}"),
-    }))
 }
 
 /// Set `key` in `table`, making the tables on the way.
@@ -308,7 +253,7 @@ fn dotted(key: &[String]) -> String {
 }
 
 /// A key as TOML writes it: bare if it can be, else quoted.
-fn quoted(key: &str) -> String {
+pub(super) fn quoted(key: &str) -> String {
     let bare = !key.is_empty()
         && key
             .chars()

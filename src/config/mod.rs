@@ -1,6 +1,6 @@
 //! Configuration: the TOML file is read into raw structs, then validated into typed [`Settings`].
 //! Every validation error names the key it is about. The shipped `config/broker.toml` is also
-//! embedded in the binary, so `mssbroker serve` runs with no file at all.
+//! embedded in the binary ([`EMBEDDED`]), so `mssbroker serve` runs with no file at all.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -14,6 +14,7 @@ mod mss;
 mod order;
 mod policy;
 mod raw;
+mod read;
 mod server;
 mod targets;
 mod tree;
@@ -28,8 +29,13 @@ use crate::dispatcher::MssSettings;
 use crate::domain::PolicySettings;
 use crate::server::ServerSettings;
 
-/// The shipped configuration, used when no file is given and `config/broker.toml` is absent.
-pub const EMBEDDED: &str = include_str!("../../config/broker.toml");
+/// The shipped configuration, used when no file is given and `config/broker.toml` is absent (a
+/// binary run away from a checkout): `config/broker.toml` as it was at the last build of the
+/// crate's code, copied by build.rs so that an edit of the file alone rebuilds nothing.
+pub const EMBEDDED: &str = include_str!(concat!(env!("OUT_DIR"), "/broker.toml"));
+/// The shipped file as it is now, for the tests that check it (a test build depends on it).
+#[cfg(test)]
+pub(crate) const SHIPPED: &str = include_str!("../../config/broker.toml");
 /// Where `serve` looks for a configuration file when none is named.
 pub const DEFAULT_PATH: &str = "config/broker.toml";
 
@@ -131,16 +137,23 @@ impl Settings {
 
     /// Validate TOML text whose relative file names are taken from `base`.
     pub fn parse_in(text: &str, origin: &str, base: &Path) -> Result<Settings, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
             origin: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        Settings::from_raw(raw, origin, base)
+        let (raw, unknown) = read::read_raw(table, text, origin, &[])?;
+        Settings::from_raw(raw, unknown, origin, base)
     }
 
-    /// Validate the raw structs (read from a file, or from layers merged over it).
-    fn from_raw(raw: RawConfig, origin: &str, base: &Path) -> Result<Settings, ConfigError> {
-        let mut issues = Issues::default();
+    /// Validate the raw structs (read from a file, or from layers merged over it); `unknown`
+    /// are the unknown keys left out of them, reported with every other problem.
+    fn from_raw(
+        raw: RawConfig,
+        unknown: Vec<ConfigIssue>,
+        origin: &str,
+        base: &Path,
+    ) -> Result<Settings, ConfigError> {
+        let mut issues = Issues(unknown);
         let settings = validate(raw, origin, base, &mut issues);
         match settings {
             Some(s) if issues.0.is_empty() => Ok(s),

@@ -35,7 +35,7 @@ fn issues(text: &str) -> Vec<String> {
 
 #[test]
 fn shipped_config_is_valid() {
-    let s = Settings::parse(EMBEDDED, "embedded").expect("shipped config must validate");
+    let s = Settings::parse(SHIPPED, "embedded").expect("shipped config must validate");
     assert!(!s.policy.groups.is_empty());
 }
 
@@ -45,7 +45,7 @@ fn shipped_config_is_valid() {
 fn retry_defaults_agree_with_the_mss_defaults() {
     let parsed = Settings::parse(&base(), "test").expect("valid");
     assert_eq!(parsed.mss.retry, crate::domain::RetrySettings::default());
-    let shipped = Settings::parse(EMBEDDED, "embedded").expect("valid");
+    let shipped = Settings::parse(SHIPPED, "embedded").expect("valid");
     assert_eq!(shipped.mss.retry, crate::domain::RetrySettings::default());
 }
 
@@ -211,7 +211,7 @@ mod fuzz {
             ], 40)
         ) {
             let mut values = values.into_iter();
-            let text: String = EMBEDDED
+            let text: String = SHIPPED
                 .lines()
                 .map(|line| {
                     let is_number = line.split_once(" = ").is_some_and(|(_, v)| v.parse::<f64>().is_ok());

@@ -4,11 +4,14 @@
 //! legend, so a page can be checked for one series per group.
 //! A series with a single point (one bucket with data) has that point marked with a dot, since
 //! a line through one point draws nothing; the page's default range is bucketed by the hour
-//! (`range::BucketRule::Chart`) so a short history draws lines.
+//! (`range::BucketRule::Chart`) so a short history draws lines. Every chart spans the report's
+//! whole range of buckets (a group's share or the waits have points only where something
+//! happened), and waits are drawn in the unit that suits the longest (ms, s, min or h).
 
 use plotters::prelude::*;
 
-use super::{Figures, Report};
+use super::{Bucket, Figures, Report};
+use crate::ledger::aggregates::HOUR_MS;
 
 /// One line.
 pub struct Series {
@@ -16,17 +19,66 @@ pub struct Series {
     pub points: Vec<(i64, f64)>,
 }
 
+/// The time axis every chart of a report shares: the report's buckets, from the first to the
+/// last, counted in hours (hourly buckets) or days (daily and weekly), so every chart covers the
+/// same range whatever hours a series has points in, and ticks fall on whole hours or days.
+#[derive(Debug, Clone, Copy)]
+struct TimeAxis {
+    from: i64,
+    to: i64,
+    unit_ms: i64,
+}
+
+impl TimeAxis {
+    /// The axis of `r`'s buckets, or `None` when it has none.
+    fn of(r: &Report) -> Option<TimeAxis> {
+        let unit_ms = match r.bucket {
+            Bucket::Hour => HOUR_MS,
+            Bucket::Day | Bucket::Week => 24 * HOUR_MS,
+        };
+        let from = r.series.first()?.start_ms.div_euclid(unit_ms);
+        let to = r.series.last()?.start_ms.div_euclid(unit_ms);
+        Some(TimeAxis {
+            from,
+            // One bucket still gets an axis one unit long.
+            to: to.max(from + 1),
+            unit_ms,
+        })
+    }
+
+    /// Where an instant (a bucket's start) is on the axis.
+    fn x(&self, ms: i64) -> i64 {
+        ms.div_euclid(self.unit_ms)
+    }
+
+    /// A tick's label: day and time over up to two days, else month and day.
+    fn label(&self, x: i64) -> String {
+        let Ok(t) = jiff::Timestamp::from_millisecond(x.saturating_mul(self.unit_ms)) else {
+            return String::new();
+        };
+        let z = t.to_zoned(jiff::tz::TimeZone::UTC);
+        if (self.to - self.from) * self.unit_ms <= 2 * 24 * HOUR_MS {
+            z.strftime("%d %H:%M").to_string()
+        } else {
+            z.strftime("%m-%d").to_string()
+        }
+    }
+}
+
 /// A chart's SVG, or a note when there is nothing to draw.
 fn line_chart(
     caption: &str,
+    axis: Option<TimeAxis>,
     series: &[Series],
     targets: &[(usize, f64)],
     y_desc: &str,
     y_fmt: &dyn Fn(&f64) -> String,
 ) -> String {
-    let Some((x0, x1)) = x_range(series) else {
-        return "<p class=\"empty\">no data in this range</p>".into();
+    let axis = match axis {
+        Some(a) if series.iter().any(|s| !s.points.is_empty()) => a,
+        _ => return "<p class=\"empty\">no data in this range</p>".into(),
     };
+    let (x0, x1) = (axis.from, axis.to);
     let y_max = y_top(series, targets, y_desc);
     let mut svg = String::new();
     {
@@ -36,6 +88,8 @@ fn line_chart(
             let mut chart = ChartBuilder::on(&root)
                 .caption(caption, ("sans-serif", 16))
                 .margin(8)
+                // Half of the last tick's label lies right of the plot: room for it.
+                .margin_right(RIGHT_MARGIN)
                 .x_label_area_size(28)
                 .y_label_area_size(70)
                 .build_cartesian_2d(x0..x1, 0f64..y_max)?;
@@ -43,25 +97,23 @@ fn line_chart(
                 .configure_mesh()
                 .light_line_style(RGBColor(235, 235, 235))
                 .x_labels(6)
-                .x_label_formatter(&|ms| short_time(*ms, x1 - x0))
+                .x_label_formatter(&|x| axis.label(*x))
                 .y_labels(6)
                 .y_label_formatter(y_fmt)
                 .y_desc(y_desc)
                 .draw()?;
             for (i, s) in series.iter().enumerate() {
                 let color = Palette99::pick(i).to_rgba();
+                let points = || s.points.iter().map(|&(ms, v)| (axis.x(ms), v));
                 chart
-                    .draw_series(LineSeries::new(
-                        s.points.iter().copied(),
-                        color.stroke_width(2),
-                    ))?
+                    .draw_series(LineSeries::new(points(), color.stroke_width(2)))?
                     .label(s.name.as_str())
                     .legend(move |(x, y)| {
                         Rectangle::new([(x, y - 4), (x + 12, y + 4)], color.filled())
                     });
                 // One point draws no line: mark it so the series is seen.
-                if let [only] = s.points.as_slice() {
-                    chart.draw_series(std::iter::once(Circle::new(*only, 4, color.filled())))?;
+                if let [_] = s.points.as_slice() {
+                    chart.draw_series(points().map(|p| Circle::new(p, 4, color.filled())))?;
                 }
             }
             for &(i, t) in targets {
@@ -89,22 +141,11 @@ fn line_chart(
     svg
 }
 
-/// The first and last time of any series (at least 1 ms apart), or `None` with no points.
-fn x_range(series: &[Series]) -> Option<(i64, i64)> {
-    let x0 = series
-        .iter()
-        .flat_map(|s| s.points.first())
-        .map(|p| p.0)
-        .min()?;
-    let x1 = series
-        .iter()
-        .flat_map(|s| s.points.last())
-        .map(|p| p.0)
-        .max()?;
-    Some((x0, x1.max(x0 + 1)))
-}
+/// The chart's right margin in pixels: half the widest tick label ("28 20:00" in 12 px
+/// sans-serif is about 50 px wide) and some air.
+const RIGHT_MARGIN: u32 = 36;
 
-/// The top of the y axis: 8% over the highest point or target; counts and seconds get at
+/// The top of the y axis: 8% over the highest point or target; counts and durations get at
 /// least a few whole units of axis.
 fn y_top(series: &[Series], targets: &[(usize, f64)], y_desc: &str) -> f64 {
     let y_max = series
@@ -120,15 +161,17 @@ fn y_top(series: &[Series], targets: &[(usize, f64)], y_desc: &str) -> f64 {
     }
 }
 
-fn short_time(ms: i64, span_ms: i64) -> String {
-    let Ok(t) = jiff::Timestamp::from_millisecond(ms) else {
-        return String::new();
-    };
-    let z = t.to_zoned(jiff::tz::TimeZone::UTC);
-    if span_ms <= 2 * 86_400_000 {
-        z.strftime("%d %H:%M").to_string()
+/// The unit a duration axis whose longest duration is `max_ms` is drawn in: its length in ms,
+/// its name and its symbol. A 12 ms wait is drawn as 12 ms, not as 0 s.
+fn duration_unit(max_ms: f64) -> (f64, &'static str, &'static str) {
+    if max_ms < 1_000.0 {
+        (1.0, "milliseconds", "ms")
+    } else if max_ms < 120_000.0 {
+        (1_000.0, "seconds", "s")
+    } else if max_ms < 2.0 * 3_600_000.0 {
+        (60_000.0, "minutes", "min")
     } else {
-        z.strftime("%m-%d").to_string()
+        (3_600_000.0, "hours", "h")
     }
 }
 
@@ -155,6 +198,7 @@ fn per_bucket(
 
 /// The four charts, as (id, title, SVG).
 pub fn charts(r: &Report) -> Vec<(&'static str, &'static str, String)> {
+    let axis = TimeAxis::of(r);
     let groups = leaves(r);
     let pct = |v: &f64| format!("{:.0}%", v * 100.0);
     let share: Vec<Series> = groups
@@ -172,12 +216,21 @@ pub fn charts(r: &Report) -> Vec<(&'static str, &'static str, String)> {
     let cumulative = cumulative_bytes(r, &groups);
     let classes = pending_per_class(r);
     let waits = fair_share_waits(r);
+    let longest = (waits.iter().flat_map(|s| s.points.iter().map(|p| p.1))).fold(0.0, f64::max);
+    let (unit_ms, unit_name, unit) = duration_unit(longest);
+    let waits: Vec<Series> = (waits.into_iter())
+        .map(|s| Series {
+            name: s.name,
+            points: s.points.iter().map(|&(t, ms)| (t, ms / unit_ms)).collect(),
+        })
+        .collect();
     vec![
         (
             "chart-share",
             "Achieved share of bytes per bucket (lines) vs target (dashed)",
             line_chart(
                 "achieved vs target share",
+                axis,
                 &share,
                 &targets,
                 "share of bytes",
@@ -187,23 +240,38 @@ pub fn charts(r: &Report) -> Vec<(&'static str, &'static str, String)> {
         (
             "chart-bytes",
             "Cumulative bytes done per group",
-            line_chart("cumulative bytes", &cumulative, &[], "bytes", &|v: &f64| {
-                super::render::bytes(*v as i128)
-            }),
+            line_chart(
+                "cumulative bytes",
+                axis,
+                &cumulative,
+                &[],
+                "bytes",
+                &|v: &f64| super::render::bytes(*v as i128),
+            ),
         ),
         (
             "chart-pending",
             "Pending requests at the end of each bucket, per class",
-            line_chart("pending requests", &classes, &[], "requests", &|v: &f64| {
-                format!("{v:.0}")
-            }),
+            line_chart(
+                "pending requests",
+                axis,
+                &classes,
+                &[],
+                "requests",
+                &|v: &f64| format!("{v:.0}"),
+            ),
         ),
         (
             "chart-wait",
             "Wait from queueing to first start, fair-share requests",
-            line_chart("wait percentiles", &waits, &[], "seconds", &|v: &f64| {
-                format!("{v:.0}s")
-            }),
+            line_chart(
+                "wait percentiles",
+                axis,
+                &waits,
+                &[],
+                unit_name,
+                &|v: &f64| format!("{v:.0} {unit}"),
+            ),
         ),
     ]
 }
@@ -241,17 +309,17 @@ fn pending_per_class(r: &Report) -> Vec<Series> {
         .collect()
 }
 
-/// Fair share's wait p50 and p95, in seconds.
+/// Fair share's wait p50 and p95, in milliseconds.
 fn fair_share_waits(r: &Report) -> Vec<Series> {
     let all = "(all fair share)";
     vec![
         Series {
             name: "fair share p50".into(),
-            points: per_bucket(r, all, |f| f.wait_median_ms.map(|v| v / 1000.0)),
+            points: per_bucket(r, all, |f| f.wait_median_ms),
         },
         Series {
             name: "fair share p95".into(),
-            points: per_bucket(r, all, |f| f.wait_p95_ms.map(|v| v / 1000.0)),
+            points: per_bucket(r, all, |f| f.wait_p95_ms),
         },
     ]
 }

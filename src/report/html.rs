@@ -77,7 +77,9 @@ fn wait(v: Option<f64>) -> String {
         None => "–".into(),
         Some(v) if v >= 3_600_000.0 => format!("{:.1} h", v / 3_600_000.0),
         Some(v) if v >= 60_000.0 => format!("{:.1} min", v / 60_000.0),
-        Some(v) => format!("{:.1} s", v / 1000.0),
+        Some(v) if v >= 1_000.0 => format!("{:.1} s", v / 1000.0),
+        // Under a second in ms: a 12 ms wait is "12 ms", not "0.0 s".
+        Some(v) => format!("{v:.0} ms"),
     }
 }
 

@@ -354,3 +354,135 @@ fn the_default_since_is_never_before_1970() {
     let refused = parse_range(Some("0"), Some("0"), None, 0, 2_000).expect_err("an empty range");
     assert_eq!(refused.field, "since");
 }
+
+/// One request of group `a`, accepted 10 minutes into `H0`, started 12 ms later and done in
+/// that hour; nothing else happens in the three hours after. Returns its report over the four
+/// hours, by the hour.
+async fn one_short_wait() -> Report {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = config();
+    let policy = settings.policy.clone();
+    let clock = ManualClock::new(H0 + 10 * MIN);
+    let options = LedgerOptions {
+        path: dir.path().join("r.db"),
+        commit_batch_max: 64,
+        retry: RetrySettings {
+            max_attempts: 1,
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(10),
+        },
+        metrics: Arc::new(crate::ledger::NoObserver),
+    };
+    let (l, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone())).unwrap();
+    let id = l
+        .accept(vec![request(&policy, "a1", "a", 1000)])
+        .await
+        .unwrap()[0]
+        .id;
+    let submitted = crate::ledger::SubmittedTransfer {
+        id,
+        attempt: 1,
+        mss_id: "m1".into(),
+    };
+    l.submitted(vec![submitted]).await.unwrap();
+    clock.advance_ms(12);
+    l.apply_status_events(vec![ev(id, 1, EventKind::Started)])
+        .await
+        .unwrap();
+    clock.advance_ms(MIN);
+    l.apply_status_events(vec![ev(id, 2, EventKind::Done { bytes: 1000 })])
+        .await
+        .unwrap();
+    let range = ReportRange {
+        since_ms: H0,
+        until_ms: H0 + 4 * HOUR_MS,
+        bucket: Bucket::Hour,
+    };
+    let r = super::read(&l, range, H0 + 4 * HOUR_MS).await.unwrap();
+    drop(l);
+    writer.join().unwrap();
+    r
+}
+
+/// Each upright `<text>` of an SVG: its x, font size, anchor and content.
+fn svg_texts(svg: &str) -> Vec<(f64, f64, String, String)> {
+    let attr = |tag: &str, name: &str| {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(tag[at..at + tag[at..].find('"')?].to_string())
+    };
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let (tag, rest) = t.split_once('>')?;
+            if tag.contains("transform") {
+                return None;
+            }
+            let content = rest[..rest.find("</text>")?].trim().to_string();
+            Some((
+                attr(tag, "x")?.parse().ok()?,
+                attr(tag, "font-size")?.parse().ok()?,
+                attr(tag, "text-anchor").unwrap_or_else(|| "start".into()),
+                content,
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_chart_spans_the_whole_range_and_its_labels_fit() {
+    let r = one_short_wait().await;
+    let hours: Vec<String> = (0..4)
+        .map(|h| {
+            let t = jiff::Timestamp::from_millisecond(H0 + h * HOUR_MS).unwrap();
+            t.to_zoned(jiff::tz::TimeZone::UTC)
+                .strftime("%d %H:%M")
+                .to_string()
+        })
+        .collect();
+    for (id, _, svg) in super::charts::charts(&r) {
+        assert!(svg.contains("<svg"), "{id}: {svg}");
+        let texts = svg_texts(&svg);
+        // The x axis: a tick at every hour of the range, though the share and the waits have
+        // a point in the first hour only.
+        let ticks: Vec<&str> = (texts.iter())
+            .map(|t| t.3.as_str())
+            .filter(|s| hours.iter().any(|h| h == s))
+            .collect();
+        assert_eq!(ticks, hours, "{id}: {texts:?}");
+        // No text runs past the picture's right edge (760 px), at about 0.6 em a character.
+        for (x, size, anchor, text) in &texts {
+            let width = text.chars().count() as f64 * size * 0.6;
+            let right = match anchor.as_str() {
+                "middle" => x + width / 2.0,
+                "end" => *x,
+                _ => x + width,
+            };
+            assert!(right <= 760.0, "{id}: {text:?} ends at {right:.0} px");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_short_wait_is_shown_in_milliseconds() {
+    let r = one_short_wait().await;
+    let all = fig(&r.groups, "(all fair share)");
+    let p50 = all.wait_median_ms.expect("a wait");
+    assert!(p50 < 1000.0, "{p50}");
+    let page = super::html::page(&r, H0 + 4 * HOUR_MS, false).unwrap();
+    let shown = format!("<td>{p50:.0} ms</td>");
+    assert!(page.contains(&shown), "{shown} not in the table");
+    assert!(!page.contains("0.0 s"), "a wait shown as 0.0 s");
+    let (_, _, waits) = (super::charts::charts(&r).into_iter())
+        .find(|c| c.0 == "chart-wait")
+        .unwrap();
+    // The axis is in milliseconds (its title is drawn turned, so not among the upright texts).
+    let unit =
+        (waits.split('>')).any(|p| p.split('<').next().map(str::trim) == Some("milliseconds"));
+    assert!(unit, "the wait axis' unit");
+    let texts = svg_texts(&waits);
+    let labels: Vec<&str> = (texts.iter())
+        .map(|t| t.3.as_str())
+        .filter(|t| t.ends_with(" ms"))
+        .collect();
+    assert!(labels.len() >= 3, "the wait axis' labels in ms: {texts:?}");
+}

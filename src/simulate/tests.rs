@@ -145,7 +145,7 @@ fn a_mounted_volume_goes_before_a_higher_priority_volume_only_under_enstore() {
 }
 
 fn shipped() -> Arc<PolicySettings> {
-    crate::config::Settings::parse(crate::config::EMBEDDED, "embedded")
+    crate::config::Settings::parse(crate::config::SHIPPED, "embedded")
         .unwrap()
         .policy
 }
@@ -844,7 +844,7 @@ fn the_table_shows_retries_and_failures_only_when_there_were_some() {
 /// failures and riders all occur.
 #[test]
 fn with_failures_every_request_ends_once_in_every_mode() {
-    use crate::config::{Settings, EMBEDDED};
+    use crate::config::{Settings, SHIPPED};
     use crate::trace::{generate, read_trace, GenParams};
     let mut params = GenParams {
         seed: 3,
@@ -859,7 +859,7 @@ fn with_failures_every_request_ends_once_in_every_mode() {
     generate(&params, &mut bytes).expect("valid parameters");
     let records = read_trace(bytes.as_slice()).expect("a trace");
     for mode in ["pass_through", "held", "volumes"] {
-        let text = EMBEDDED.replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1);
+        let text = SHIPPED.replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1);
         let s = Settings::parse(&text, "failures").expect("valid configuration");
         let load = arrivals(&s.policy, &records).expect("classified");
         let lib = LibraryConfig {

@@ -6,7 +6,7 @@
 //! `max_volumes` = 2 (two of the four drives left for data taking).
 
 use super::*;
-use crate::config::{Settings, EMBEDDED};
+use crate::config::{Settings, SHIPPED};
 use crate::trace::{generate, read_trace, GenParams};
 
 const TB: u64 = 1_000_000_000_000;
@@ -45,7 +45,7 @@ fn generated_from(params: &GenParams) -> Vec<TraceRecord> {
 }
 
 fn policy(mode: &str) -> std::sync::Arc<PolicySettings> {
-    let text = EMBEDDED
+    let text = SHIPPED
         .replacen("algorithm = \"sam\"", "algorithm = \"fair_tree\"", 1)
         .replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1)
         .replacen("max_volumes = 8", "max_volumes = 2", 1);
@@ -259,7 +259,7 @@ fn at_capacity_a_starvation_bound_at_max_age_bounds_every_wait() {
         retry: RetrySettings::default(),
     };
     let longest = |max_wait_secs: u64| {
-        let text = EMBEDDED
+        let text = SHIPPED
             .replacen("algorithm = \"sam\"", "algorithm = \"fair_tree\"", 1)
             .replacen("mode = \"pass_through\"", "mode = \"volumes\"", 1)
             .replacen("max_volumes = 8", "max_volumes = 2", 1)

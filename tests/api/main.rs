@@ -14,6 +14,7 @@ mod crash_volumes;
 mod end_to_end;
 mod failures;
 mod faults;
+mod first_run;
 mod helpers;
 mod metrics;
 mod metrics_conventions;

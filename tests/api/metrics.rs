@@ -1,5 +1,6 @@
-//! `GET /metrics`: the exposition parses with an OpenMetrics parser, names follow the
-//! conventions, and the figures are the ledger's.
+//! `GET /metrics`: the exposition Prometheus asks for parses with an OpenMetrics parser, names
+//! follow the conventions, and the figures are the ledger's. (The answer to a client that does
+//! not ask for OpenMetrics is linted by promtool in `metrics_conventions.rs`.)
 
 use std::time::Duration;
 
@@ -8,6 +9,11 @@ use openmetrics_parser::{MetricsExposition, OpenMetricsType, OpenMetricsValue};
 use crate::helpers::{request, test_config, wait_final, ServeProcess, TestApp};
 
 type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
+
+/// The `Accept` of a Prometheus scrape (2.x and 3.x): OpenMetrics first.
+const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0;q=0.5,\
+                           application/openmetrics-text;version=0.0.1;q=0.4,\
+                           text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 
 /// The value of the sample of `family` whose labels include `labels` (a histogram: its count).
 fn value(e: &Exposition, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -54,6 +60,7 @@ async fn metrics_parse_and_carry_the_ledgers_figures() {
     let resp = app
         .client
         .get(format!("{}/metrics", app.base))
+        .header("accept", OPENMETRICS)
         .send()
         .await
         .unwrap();
@@ -155,7 +162,11 @@ fn wait_histogram(e: &Exposition, group: &str, kind: &str) -> Option<WaitHistogr
 }
 
 async fn scrape(client: &reqwest::Client, base: &str) -> Exposition {
-    let resp = client.get(format!("{base}/metrics")).send().await.unwrap();
+    let resp = (client.get(format!("{base}/metrics")))
+        .header("accept", OPENMETRICS)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
     openmetrics_parser::openmetrics::parse_openmetrics(&text)

@@ -135,3 +135,50 @@ fn a_token_file_from_the_file_is_next_to_it_and_one_from_the_environment_as_give
     let loaded = load_text(&text, &env(&[("MSSBROKER__AUTH__TOKEN_FILE", "mine.toml")])).unwrap();
     assert_eq!(loaded.settings.token_file.unwrap(), Path::new("mine.toml"));
 }
+
+#[test]
+fn every_unknown_key_is_reported_with_its_line_or_layer_and_the_rest_still_validated() {
+    let text = base()
+        + "[server]\nlisen = \"127.0.0.1:7001\"\nmax_conections = 5\n\
+           [[classification.rules]]\nstation = \"s\"\ngroup = \"mc\"\ngrop = \"mc\"\n";
+    let text = text.replacen("p_back = 10", "p_back = 50", 1);
+    let line = |needle: &str| {
+        text.lines()
+            .position(|l| l.starts_with(needle))
+            .map(|i| i + 1)
+            .unwrap()
+    };
+    let e = load_text(&text, &env(&[("MSSBROKER__USAGE__HALF_LIFE", "7")])).unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &e else {
+        panic!("not a list of issues: {e}");
+    };
+    let said: Vec<String> = issues.iter().map(|i| i.to_string()).collect();
+    for (key, place) in [
+        ("server.lisen", format!("(line {})", line("lisen"))),
+        (
+            "server.max_conections",
+            format!("(line {})", line("max_conections")),
+        ),
+        (
+            "classification.rules[0].grop",
+            format!("(line {})", line("grop")),
+        ),
+        (
+            "usage.half_life",
+            "(set by env:MSSBROKER__USAGE__HALF_LIFE)".into(),
+        ),
+    ] {
+        assert!(
+            said.iter()
+                .any(|s| s.starts_with(&format!("{key}: unknown field")) && s.ends_with(&place)),
+            "{key} {place}: {said:?}"
+        );
+    }
+    // The file's other keys were still read and validated.
+    assert!(
+        said.iter().any(|s| s.starts_with("policy.p_back")),
+        "{said:?}"
+    );
+    let unknown = said.iter().filter(|s| s.contains("unknown field")).count();
+    assert_eq!(unknown, 4, "{said:?}");
+}

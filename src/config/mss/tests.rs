@@ -198,7 +198,7 @@ fn the_simulator_model_is_chosen_by_key_and_the_shipped_file_uses_enstore() {
         has(&found, "mss.simulator.locate_seconds", "0 or more"),
         "{found:?}"
     );
-    let shipped = Settings::parse(crate::config::EMBEDDED, "embedded").unwrap();
+    let shipped = Settings::parse(crate::config::SHIPPED, "embedded").unwrap();
     match shipped.mss.adapter {
         super::AdapterSettings::Http { simulator, .. } => {
             assert_eq!(simulator.unwrap().model, Model::Enstore)
@@ -320,7 +320,7 @@ fn adapter_tables_must_match_the_adapter() {
 
 /// The commented example table of an adapter in the shipped file, uncommented.
 fn shipped_example(adapter: &str) -> String {
-    let text = super::super::EMBEDDED;
+    let text = super::super::SHIPPED;
     let start = text
         .find(&format!("# --- {adapter}:"))
         .unwrap_or_else(|| panic!("no example for {adapter}"));
@@ -337,7 +337,7 @@ fn shipped_example(adapter: &str) -> String {
 
 /// The shipped file with `adapter`, its simulator off, and the example table appended.
 fn shipped_with(adapter: &str, dir: &std::path::Path) -> Result<Settings, ConfigError> {
-    let mut text = super::super::EMBEDDED
+    let mut text = super::super::SHIPPED
         .replace("adapter = \"http\"", &format!("adapter = \"{adapter}\""))
         .replace("enabled = true", "enabled = false");
     if adapter == "tape_rest" {
@@ -404,7 +404,7 @@ fn the_documented_adapter_examples_are_valid_on_the_shipped_config() {
     for block in section.split("```toml\n").skip(1) {
         let snippet = &block[..block.find("```").expect("a closed block")];
         let snippet = snippet.replace("/data/stage", dir.path().join("stage").to_str().unwrap());
-        let mut config: toml::Table = toml::from_str(super::super::EMBEDDED).unwrap();
+        let mut config: toml::Table = toml::from_str(super::super::SHIPPED).unwrap();
         merge(
             &mut config,
             toml::from_str(&snippet).expect("a TOML snippet"),
