@@ -90,6 +90,7 @@ async fn a_hand_worked_report() {
             max: Duration::from_millis(10),
         },
         metrics: Arc::new(crate::ledger::NoObserver),
+        read_outputs: None,
     };
     let (l, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone())).unwrap();
     let p = &policy;

@@ -19,7 +19,7 @@ use crate::helpers::{
 };
 
 /// The test configuration with `mss` as its `[mss]` section.
-fn config_with(mss: &str) -> String {
+pub(crate) fn config_with(mss: &str) -> String {
     let base = test_config(Some("http://127.0.0.1:9"));
     let head = &base[..base.find("[mss]").expect("an [mss] section")];
     format!(
@@ -30,7 +30,7 @@ fn config_with(mss: &str) -> String {
 
 /// `[mss]` for the stand-in encp, its records in `dir`: the admin build, which takes the
 /// storage group of writes.
-fn encp_mss(dir: &Path, max_processes: usize) -> String {
+pub(crate) fn encp_mss(dir: &Path, max_processes: usize) -> String {
     format!(
         r#"adapter = "encp"
 [mss.encp]
@@ -51,7 +51,7 @@ env = {{ ENCP_DAQ = "1" }}
     )
 }
 
-fn with(base: Value, extra: Value) -> Value {
+pub(crate) fn with(base: Value, extra: Value) -> Value {
     let mut v = base;
     for (k, x) in extra.as_object().unwrap() {
         v[k] = x.clone();

@@ -15,6 +15,7 @@ mod end_to_end;
 mod failures;
 mod faults;
 mod helpers;
+mod local_files;
 mod metrics;
 mod metrics_conventions;
 mod mss_answers;
