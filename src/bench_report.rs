@@ -69,6 +69,7 @@ async fn fill(
         commit_batch_max: settings.database.commit_batch_max,
         retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
+        read_outputs: settings.mss.read_outputs(),
     };
     let (ledger, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone()))?;
     let step = 90 * DAY_MS / (requests / BATCH).max(1) as i64;

@@ -154,6 +154,7 @@ mod tests {
             commit_batch_max: 64,
             retry: settings.mss.retry,
             metrics: Arc::new(NoObserver),
+            read_outputs: settings.mss.read_outputs(),
         };
         let clock = Arc::new(crate::clock::SystemClock);
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock).unwrap();

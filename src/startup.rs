@@ -225,6 +225,7 @@ fn ledger_options(settings: &Settings, metrics: Arc<crate::metrics::Metrics>) ->
         commit_batch_max: settings.database.commit_batch_max,
         retry: settings.mss.retry,
         metrics,
+        read_outputs: settings.mss.read_outputs(),
     }
 }
 

@@ -10,7 +10,10 @@
 //! `src/manage_queue.py`, `SortedList`), so the MSS does age, slowly.
 //!
 //! Which options a run may have depends on the encp build (`build`: see [`build`]); a
-//! configuration passing one the build refuses is refused at load, naming it.
+//! configuration passing one the build refuses is refused at load, naming it. Configured
+//! options are read as encp's own parser reads them ([`options`]: `_` for `-`, unique
+//! prefixes), checked at their full names and passed at them; what encp would refuse is
+//! refused at load.
 //!
 //! What happened is read from the process:
 //! - a line of its standard output containing `started_pattern` (encp prints "Mover called
@@ -73,6 +76,7 @@ mod config;
 mod existing;
 mod invocation;
 mod local;
+pub mod options;
 mod outcome;
 pub mod status;
 mod watch;

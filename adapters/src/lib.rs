@@ -216,6 +216,15 @@ pub struct EventBatch {
 /// behave (encp exits, FTS3 and the WLCG Tape REST API are polled) and because a cursor stored
 /// in the broker's ledger in the same transaction as the events it covers loses nothing when the
 /// broker crashes.
+/// Where an adapter writes a read's station-side copy: the request's `local_file`, else a
+/// place of its own derived from the file (encp's `read_dir`, FTS3's `read_destination`).
+/// Declared from configuration alone, so the broker knows it before the adapter runs: two
+/// unfinished reads of different files may not share one (they would clobber each other).
+pub trait ReadOutput: Send + Sync + std::fmt::Debug {
+    /// The copy a read of `file` writes (`None`: none on the station's side).
+    fn read_output(&self, file: &str, local_file: Option<&str>) -> Option<String>;
+}
+
 #[async_trait]
 pub trait MssAdapter: Send + Sync + 'static {
     /// A short name for logs and metrics.

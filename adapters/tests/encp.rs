@@ -324,6 +324,82 @@ async fn an_option_the_running_build_refuses_fails_the_transfer_for_good() {
     assert_eq!(b.final_event("21").await, EventKind::Done { bytes: 10 });
 }
 
+/// Issue 37, item 7: encp reads `_` as `-` and a unique prefix as the option (Enstore's
+/// `src/option.py`). A spelling it takes passes the configuration check and runs, at the
+/// option's full name, on the user build; one it refuses (misspelt, ambiguous, or an option
+/// the build refuses under another spelling) is refused by the check naming `args`, and the
+/// stand-in, reading options as encp does, refuses it too, in encp's words: it never reaches a
+/// run to be retried.
+#[tokio::test]
+async fn the_configuration_check_takes_what_encp_takes_and_refuses_what_it_refuses() {
+    let cases: [(&[&str], Option<&str>); 6] = [
+        (&["--file_family=raw", "--thr"], None),
+        (&["--ver", "4"], Some("option --ver not a unique prefix")),
+        (&["--threded"], Some("option --threded not recognized")),
+        (
+            &["--prio_rity", "5"],
+            Some("option --prio_rity not recognized"),
+        ),
+        (
+            &["--stor", "cms"],
+            Some("option --storage-group is an administrator option"),
+        ),
+        (
+            &["--lib=LTO8"],
+            Some("option --library is an administrator option"),
+        ),
+    ];
+    for (args, encp_says) in cases {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let checked = RawEncpConfig {
+            command: encp_standin::script().display().to_string(),
+            build: Build::User,
+            args: args.clone(),
+            ..RawEncpConfig::default()
+        }
+        .validate(Path::new("/"));
+        assert_eq!(
+            checked.is_ok(),
+            encp_says.is_none(),
+            "{args:?}: {checked:?}"
+        );
+        if let Err(issues) = &checked {
+            assert!(issues.iter().all(|i| i.key == "args"), "{issues:?}");
+        }
+        // The stand-in as the user build, with the options before a read's two files.
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(encp_standin::script())
+            .args(&args)
+            .arg("/pnfs/cms/run1/f")
+            .arg(dir.path().join("f.out"))
+            .env("ENCP_STANDIN_DIR", dir.path())
+            .env("ENCP_STANDIN_BUILD", "user")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        match encp_says {
+            Some(words) => {
+                assert_eq!(out.status.code(), Some(1), "{args:?}: {said}");
+                assert_eq!(said.lines().next(), Some(words), "{args:?}");
+            }
+            None => assert!(out.status.success(), "{args:?}: {said}"),
+        }
+    }
+    // A spelling the check took runs on the user build, passed at the full names.
+    let mut b = Bench::new(|raw| {
+        raw.build = Build::User;
+        raw.storage_group = None;
+        raw.args = vec!["--file_family=raw".into(), "--thr".into()];
+        raw.env.insert("ENCP_STANDIN_BUILD".into(), "user".into());
+    });
+    b.control("spelt", "bytes 12\n");
+    b.adapter.submit(&b.read("30", "spelt", 15)).await.unwrap();
+    assert_eq!(b.final_event("30").await, EventKind::Done { bytes: 12 });
+    let args = &b.runs()[0].args;
+    let at = args.iter().position(|a| a == "--file-family").unwrap();
+    assert_eq!(args[at..at + 3], ["--file-family", "raw", "--threaded"]);
+}
+
 #[tokio::test]
 async fn a_run_past_its_timeout_is_stopped_and_fails_retryably() {
     let mut b = Bench::new(|raw| {

@@ -98,6 +98,10 @@ impl From<LedgerError> for ApiError {
         if let LedgerError::OverQueuedCap(r) = &e {
             return ApiError::from(r);
         }
+        // Naming the read that holds the copy is `submit`'s, which knows the caller.
+        if let LedgerError::OutputInUse(r) = &e {
+            return ApiError::new(StatusCode::CONFLICT, Some(r.field), r.to_string());
+        }
         error!(error = %e, "ledger error answered with 503");
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

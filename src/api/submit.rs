@@ -13,8 +13,8 @@ use super::error::{self, ApiError};
 use super::request::{self, RequestInput};
 use super::responses::{self, AcceptedBody, BatchBody, BatchResult};
 use super::{AppState, Shared};
-use crate::auth::RoleKind;
-use crate::ledger::{Accepted, NewRequest, QueuedCapRefused};
+use crate::auth::{Principal, RoleKind};
+use crate::ledger::{Accepted, NewRequest, OutputInUse, Refused};
 use crate::live_settings::Live;
 use crate::policy::{self, RequestFields};
 
@@ -170,9 +170,10 @@ fn mss_can_take(
 #[utoipa::path(post, path = "/v1/requests", request_body = request::SubmitRequest, responses(
     (status = 202, description = "committed (or a replay of a committed request)", body = AcceptedBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
-    (status = 403, body = error::ErrorBody), (status = 413, body = error::ErrorBody),
-    (status = 415, body = error::ErrorBody), (status = 422, body = responses::Unprocessable),
-    (status = 429, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 409, body = error::ErrorBody),
+    (status = 413, body = error::ErrorBody), (status = 415, body = error::ErrorBody),
+    (status = 422, body = responses::Unprocessable), (status = 429, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn submit_one(
     State(state): State<Shared>,
@@ -191,15 +192,20 @@ pub(super) async fn submit_one(
     caller.may_submit_for(&input.station, "station")?;
     let (gate, live) = state.live.deciding().await;
     let item = prepare(&state, &live, input, "")?;
-    let mut accepted = state.ledger.accept(vec![item]).await?;
+    let mut answers = state.ledger.accept_each(vec![item]).await?;
     drop(gate);
-    let a = accepted.pop().ok_or_else(|| {
+    let answer = answers.pop().ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             None,
             "no answer from the ledger",
         )
     })?;
+    let a = match answer {
+        Ok(a) => a,
+        Err(Refused::QueuedCap(r)) => return Err(ApiError::from(&r)),
+        Err(Refused::OutputInUse(r)) => return Err(in_use(&caller.0, &r, "")),
+    };
     tracing::debug!(request_id = a.id, group = %a.group, class = a.class.as_str(), priority = a.mss_priority, "accepted");
     Ok((StatusCode::ACCEPTED, Json(AcceptedBody::from(a))).into_response())
 }
@@ -219,6 +225,7 @@ pub(super) async fn submit_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
+    let who = caller.0.clone();
     let bytes = json_bytes(&headers, body)?;
     let size = bytes.len();
     if size <= INLINE_BODY_BYTES {
@@ -226,7 +233,7 @@ pub(super) async fn submit_batch(
         caller.charge(&state, items.len())?;
         let (gate, live) = state.live.deciding().await;
         let (refusals, valid) = prepare_items(&state, &live, &caller, &items)?;
-        return accept_batch(&state, gate, refusals, valid).await;
+        return accept_batch(&state, &who, gate, refusals, valid).await;
     }
     // Read and charged before the gate, as a small body is: a malformed or over-rate batch is
     // answered without waiting on a reload, and no reload (nor every submitter queued behind
@@ -261,20 +268,50 @@ pub(super) async fn submit_batch(
         prepare_items(&st, &live, &caller, &items)
     })
     .await??;
-    accept_batch(&state, gate, refusals, valid).await
+    accept_batch(&state, &who, gate, refusals, valid).await
 }
 
 /// The prepared items of a batch to the ledger under the decision gate, and the answer.
 async fn accept_batch(
     state: &Shared,
+    who: &Principal,
     gate: tokio::sync::RwLockReadGuard<'_, ()>,
     refusals: Vec<Option<BatchResult>>,
     valid: Vec<NewRequest>,
 ) -> Result<Response, ApiError> {
     let answers = state.ledger.accept_each(valid).await?;
     drop(gate);
-    let (results, capped) = merge_answers(refusals, answers)?;
+    let (results, capped) = merge_answers(who, refusals, answers)?;
     Ok(batch_response(results, capped))
+}
+
+/// A read refused because another unfinished read, of another file, writes its station-side
+/// copy: 409 naming the field, and naming that read only to a caller who may read it (another
+/// station's request stays unnamed, as `GET /v1/requests/{id}` keeps it).
+fn in_use(who: &Principal, r: &OutputInUse, prefix: &str) -> ApiError {
+    let whose = if who.may_act_for(&r.holder_station) {
+        format!(
+            "request {} (a read of `{}`, not finished) writes its copy there",
+            r.holder, r.holder_file
+        )
+    } else {
+        "it is in use: another unfinished read writes its copy there".to_string()
+    };
+    let copy = if r.field == "file" {
+        "this read's copy (the file's name in the adapter's read directory)"
+    } else {
+        "this read's copy"
+    };
+    ApiError::new(
+        StatusCode::CONFLICT,
+        Some(&format!("{prefix}{}", r.field)),
+        format!(
+            "{copy} would be `{}`, but {whose}: two reads of different files may not write one \
+             station-side file (a read of the same file to the same copy rides on it); name \
+             another local_file, or send it again once that read has ended",
+            r.output
+        ),
+    )
 }
 
 /// The largest body read on an HTTP worker (a batch of about 6,000 small items: a few
@@ -336,24 +373,33 @@ fn prepare_items(
 /// One result per item, in order: its refusal, or the ledger's answer; and how many the
 /// ledger refused for a queued-bytes cap.
 fn merge_answers(
+    who: &Principal,
     refusals: Vec<Option<BatchResult>>,
-    answers: Vec<Result<Accepted, QueuedCapRefused>>,
+    answers: Vec<Result<Accepted, Refused>>,
 ) -> Result<(Vec<BatchResult>, usize), ApiError> {
     let mut answers = answers.into_iter();
     let mut capped = 0;
     let results = refusals
         .into_iter()
-        .map(|r| match r {
+        .enumerate()
+        .map(|(i, r)| match r {
             Some(refused) => Ok(refused),
             None => answers
                 .next()
                 .map(|a| match a {
                     Ok(a) => BatchResult::Accepted(a.into()),
-                    Err(over) => {
+                    Err(Refused::QueuedCap(over)) => {
                         capped += 1;
                         BatchResult::Refused {
                             error: over.message,
                             field: Some(over.field),
+                        }
+                    }
+                    Err(Refused::OutputInUse(r)) => {
+                        let e = in_use(who, &r, &format!("requests[{i}]."));
+                        BatchResult::Refused {
+                            error: e.message,
+                            field: e.field,
                         }
                     }
                 })

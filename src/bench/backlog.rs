@@ -132,6 +132,7 @@ async fn decisions(settings: &Settings, ids: &[i64], samples: usize) -> anyhow::
         commit_batch_max: settings.database.commit_batch_max,
         retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
+        read_outputs: settings.mss.read_outputs(),
     };
     let t = Instant::now();
     let (ledger, writer) = Ledger::open(

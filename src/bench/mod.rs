@@ -159,6 +159,7 @@ async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Ro
         commit_batch_max: settings.database.commit_batch_max,
         retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
+        read_outputs: settings.mss.read_outputs(),
     };
     let clock = Arc::new(crate::clock::SystemClock);
     let (ledger, writer) = Ledger::open(&ledger_options, settings.policy.clone(), clock)?;

@@ -10,10 +10,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use mss_adapters::sim::library::name_position;
-
 use crate::ledger::{ExportedRequest, LedgerReader};
-use crate::trace::format::{own_volume, write_ref, RecordRef, MAX_SIZE_BYTES};
+use crate::trace::format::{write_ref, RecordRef, MAX_SIZE_BYTES};
 use crate::trace::{generate, Direction, GenParams};
 
 #[derive(Debug, Subcommand)]
@@ -178,10 +176,9 @@ struct Exported {
 }
 
 /// Streams the ledger's requests into `out` as trace records (docs/traces.md, "Exporting"):
-/// `t` from the first exported request, never decreasing; a request without a volume gets a
-/// volume of its own (`file:<file>`); `position` is the request's own, else the one the
-/// simulated library derives from the file name. A request over the trace format's size bound
-/// is left out (and counted).
+/// `t` from the first exported request, never decreasing; `volume` and `position` as the request
+/// gave them, left out where it gave none, so a replay reads it as the request it was. A
+/// request over the trace format's size bound is left out (and counted).
 fn export_to(
     reader: &LedgerReader,
     since: Option<i64>,
@@ -191,7 +188,6 @@ fn export_to(
     let mut first_ms: Option<i64> = None;
     let mut last_ms = i64::MIN;
     let mut buf = Vec::with_capacity(512);
-    let mut own = String::new();
     let mut too_large = 0;
     let n = reader.for_each_request(since, until, |r: &ExportedRequest| -> anyhow::Result<()> {
         if r.size_bytes > MAX_SIZE_BYTES {
@@ -207,14 +203,8 @@ fn export_to(
             station: &r.station,
             user: &r.user,
             file: &r.file,
-            volume: match r.volume.as_deref() {
-                Some(v) if !v.is_empty() => v,
-                _ => {
-                    own_volume(&r.file, &mut own);
-                    &own
-                }
-            },
-            position: r.position.unwrap_or_else(|| name_position(&r.file)),
+            volume: r.volume.as_deref().filter(|v| !v.is_empty()),
+            position: r.position,
             size_bytes: r.size_bytes,
             access_mode: &r.access_mode,
             physics_group: &r.physics_group,

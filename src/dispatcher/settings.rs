@@ -24,6 +24,18 @@ pub struct MssSettings {
     pub stale_after: Duration,
 }
 
+impl MssSettings {
+    /// Where the configured adapter writes a read's station-side copy (`None`: nowhere: the
+    /// simulator and Tape REST write none).
+    pub fn read_outputs(&self) -> Option<std::sync::Arc<dyn mss_adapters::ReadOutput>> {
+        match &self.adapter {
+            AdapterSettings::Encp(c) => Some(std::sync::Arc::new(c.clone())),
+            AdapterSettings::Fts3(c) => Some(std::sync::Arc::new(c.clone())),
+            AdapterSettings::Http { .. } | AdapterSettings::TapeRest(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum AdapterSettings {
     /// JSON over HTTP at `url`, or at the embedded simulator when `simulator` is set.

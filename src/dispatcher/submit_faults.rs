@@ -217,6 +217,7 @@ impl Rig {
             commit_batch_max: 64,
             retry: settings.mss.retry,
             metrics: Arc::new(crate::ledger::NoObserver),
+            read_outputs: settings.mss.read_outputs(),
         };
         let (ledger, writer) =
             Ledger::open(&options, settings.policy.clone(), Arc::new(clock.clone()))

@@ -46,8 +46,8 @@ pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRo
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
-    NoObserver, QueuedCapRefused, QueuedExplain, QueuedPlacement, RankInputs, RequestExtras,
-    SubmittedTransfer,
+    NoObserver, OutputInUse, QueuedCapRefused, QueuedExplain, QueuedPlacement, RankInputs, Refused,
+    RequestExtras, SubmittedTransfer,
 };
 pub use volume_wait::VolumeWait;
 use writer::Command;
@@ -81,6 +81,10 @@ pub enum LedgerError {
     /// A request would pass a queued-bytes cap: nothing was recorded (see [`Ledger::accept`]).
     #[error("{0}")]
     OverQueuedCap(QueuedCapRefused),
+    /// A read would write a station-side copy another unfinished read writes: nothing was
+    /// recorded (see [`Ledger::accept`]).
+    #[error("{0}")]
+    OutputInUse(OutputInUse),
     /// Another process writes this database (its lock file is locked).
     #[error("the database {path} is in use by another broker (pid {holder}; lock file {lock})")]
     Locked {
@@ -214,21 +218,28 @@ impl Ledger {
     }
 
     /// Decide, charge and commit new requests; answers come back in order, after the commit.
-    /// Record new requests. One refused by a queued-bytes cap makes the answer
-    /// [`LedgerError::OverQueuedCap`] (the items before and after it are still recorded): for one
-    /// request at a time, or where no cap is configured; a batch uses [`Ledger::accept_each`].
+    /// Record new requests. One refused on arrival makes the answer
+    /// [`LedgerError::OverQueuedCap`] or [`LedgerError::OutputInUse`] (the items before and
+    /// after it are still recorded): for one request at a time, or where nothing can be
+    /// refused; a batch uses [`Ledger::accept_each`].
     pub async fn accept(&self, items: Vec<NewRequest>) -> Result<Vec<Accepted>, LedgerError> {
         (self.accept_each(items).await?.into_iter())
-            .map(|r| r.map_err(LedgerError::OverQueuedCap))
+            .map(|r| {
+                r.map_err(|refused| match refused {
+                    Refused::QueuedCap(r) => LedgerError::OverQueuedCap(r),
+                    Refused::OutputInUse(r) => LedgerError::OutputInUse(r),
+                })
+            })
             .collect()
     }
 
-    /// Record new requests, answering each: accepted, or refused by a queued-bytes cap (checked
-    /// item by item in order, so the earlier items of the same call count).
+    /// Record new requests, answering each: accepted, or refused on arrival (a queued-bytes
+    /// cap; a station-side copy another unfinished read writes), checked item by item in
+    /// order, so the earlier items of the same call count.
     pub async fn accept_each(
         &self,
         items: Vec<NewRequest>,
-    ) -> Result<Vec<Result<Accepted, QueuedCapRefused>>, LedgerError> {
+    ) -> Result<Vec<Result<Accepted, Refused>>, LedgerError> {
         if items.is_empty() {
             return Ok(Vec::new());
         }

@@ -1284,6 +1284,7 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
             max: Duration::from_millis(1000),
         },
         metrics: Arc::new(crate::ledger::NoObserver),
+        read_outputs: f.settings.mss.read_outputs(),
     };
     Ledger::open(
         &options,
@@ -1387,6 +1388,7 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
 mod coalesce;
 mod commit_faults;
 mod commit_rollback;
+mod outputs;
 mod queued_caps;
 mod random_sequences;
 mod retry_paths;

@@ -69,6 +69,38 @@ pub struct QueuedCapRefused {
     pub cap: u64,
 }
 
+/// A new read refused because another unfinished read, of another file, writes the same
+/// station-side copy (its `local_file`, or the adapter's place for it): the two would clobber
+/// each other. Nothing of it was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{output}` is where another unfinished read writes its copy")]
+pub struct OutputInUse {
+    /// The request's field that names the copy: `local_file`, or `file` when the adapter
+    /// derives the copy from it (encp's `read_dir`).
+    pub field: &'static str,
+    /// The copy both would write.
+    pub output: String,
+    /// The unfinished request writing it, its station and file (for a caller who may read it).
+    pub holder: i64,
+    pub holder_station: String,
+    pub holder_file: String,
+}
+
+/// Why the ledger refused a new request on arrival: nothing of it was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error(transparent)]
+    QueuedCap(QueuedCapRefused),
+    #[error(transparent)]
+    OutputInUse(OutputInUse),
+}
+
+impl From<QueuedCapRefused> for Refused {
+    fn from(r: QueuedCapRefused) -> Self {
+        Refused::QueuedCap(r)
+    }
+}
+
 /// One transfer the MSS took.
 #[derive(Debug, Clone)]
 pub struct SubmittedTransfer {
@@ -155,6 +187,9 @@ pub struct LedgerOptions {
     pub retry: RetrySettings,
     /// Where commit latency and batch size are recorded (`metrics::Metrics` in the broker).
     pub metrics: Arc<dyn CommitObserver>,
+    /// Where the configured adapter writes a read's station-side copy (`None`: nowhere, as the
+    /// simulator): two unfinished reads of different files may not share one.
+    pub read_outputs: Option<Arc<dyn mss_adapters::ReadOutput>>,
 }
 
 /// Where the writer reports each group committed (not one rolled back): how long it took and

@@ -90,6 +90,7 @@ async fn a_hand_worked_report() {
             max: Duration::from_millis(10),
         },
         metrics: Arc::new(crate::ledger::NoObserver),
+        read_outputs: None,
     };
     let (l, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone())).unwrap();
     let p = &policy;
@@ -372,6 +373,7 @@ async fn one_short_wait() -> Report {
             max: Duration::from_millis(10),
         },
         metrics: Arc::new(crate::ledger::NoObserver),
+        read_outputs: None,
     };
     let (l, writer) = Ledger::open(&options, policy.clone(), Arc::new(clock.clone())).unwrap();
     let id = l
@@ -386,11 +388,11 @@ async fn one_short_wait() -> Report {
     };
     l.submitted(vec![submitted]).await.unwrap();
     clock.advance_ms(12);
-    l.apply_status_events(vec![ev(id, 1, EventKind::Started)])
+    l.apply_status_events(vec![ev(&l, id, 1, EventKind::Started)])
         .await
         .unwrap();
     clock.advance_ms(MIN);
-    l.apply_status_events(vec![ev(id, 2, EventKind::Done { bytes: 1000 })])
+    l.apply_status_events(vec![ev(&l, id, 2, EventKind::Done { bytes: 1000 })])
         .await
         .unwrap();
     let range = ReportRange {

@@ -885,3 +885,62 @@ fn with_failures_every_request_ends_once_in_every_mode() {
         );
     }
 }
+
+/// Issue 37, item 7: a trace line without `volume` or `position` is simulated as `serve` has a
+/// request without them. The broker's volume queue puts such requests on their group's
+/// pseudo-volume, always eligible: in `volumes` mode they are released at once, where the same
+/// requests on a named volume wait for it to become eligible (here `quiet_secs`). The library
+/// is given each file's name, from which it derives a volume of the file's own and a position,
+/// as it does for such a transfer from `serve`: two files without a volume, two mounts; on one
+/// named volume, one.
+#[test]
+fn a_trace_line_without_volume_or_position_is_a_request_without_them() {
+    let p = configured(
+        "[policy]\nalgorithm = \"sam\"\nmax_wait_secs = 0\nreprioritise_secs = 0\n\
+         [usage]\nmodel = \"none\"\n[shares]\na = 1\nb = 1\n\
+         [release]\nmode = \"volumes\"\n\
+         [release.volumes]\nmin_volume_files = 1000\nmin_volume_bytes = 1000000000000000\n\
+         quiet_secs = 3600\nmax_age_secs = 86400\nmax_volumes = 4\nsticky_secs = 0\n",
+    );
+    let a = g(&p, "a");
+    let trace = |named: &str| {
+        let line = |crid: &str, file: &str| {
+            format!(
+                r#"{{"t":0,"client_request_id":"{crid}","station":"s","user":"u","file":"{file}",{named}"size_bytes":1000000000,"access_mode":"a","physics_group":"p"}}"#
+            )
+        };
+        let text = [line("r1", "/pnfs/x/1.dat"), line("r2", "/pnfs/y/2.dat")].join("\n");
+        crate::trace::read_trace(text.as_bytes()).unwrap()
+    };
+    let lib = LibraryConfig {
+        mount_micros: 10 * SEC,
+        ..one_drive(Model::Enstore)
+    };
+    let bare = arrivals(&p, &trace("")).unwrap();
+    assert_eq!((bare[0].volume.as_deref(), bare[0].position), (None, None));
+    let o = run(&p, lib.clone(), &bare, u64::MAX);
+    assert_eq!(o.unfinished, 0);
+    assert!(o.waits[a.0].iter().all(|&w| w < 60 * SEC), "{:?}", o.waits);
+    assert_eq!(
+        o.library.total().mounting,
+        20 * SEC,
+        "a volume of each file's own"
+    );
+
+    let named = arrivals(&p, &trace(r#""volume":"V1","#)).unwrap();
+    assert_eq!(
+        (named[0].volume.as_deref(), named[0].position),
+        (Some("V1"), None)
+    );
+    let o = run(&p, lib, &named, u64::MAX);
+    assert!(
+        o.waits[a.0].iter().all(|&w| w >= 3600 * SEC),
+        "{:?}",
+        o.waits
+    );
+    assert_eq!(
+        o.library.total().mounting,
+        10 * SEC,
+        "one volume, one mount"
+    );
+}

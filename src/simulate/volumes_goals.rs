@@ -236,8 +236,8 @@ fn inversions_come_from_data_takings_tape_changes() {
 /// once, every volume mounted and unmounted once, no locate and no idle drive.
 fn efficiency_bound(records: &[TraceRecord], lib: &LibraryConfig) -> f64 {
     let bytes: u64 = records.iter().map(|r| r.size_bytes).sum();
-    let volumes: std::collections::HashSet<&str> =
-        records.iter().map(|r| r.volume.as_str()).collect();
+    let volumes: std::collections::HashSet<Option<&str>> =
+        records.iter().map(|r| r.volume.as_deref()).collect();
     let streaming = bytes as f64 / lib.bytes_per_sec as f64;
     let per_mount = (lib.mount_micros + lib.unmount_micros) as f64 / 1e6;
     streaming / (streaming + volumes.len() as f64 * per_mount)

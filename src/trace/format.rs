@@ -1,24 +1,13 @@
 //! The trace format: JSON lines, one request each (docs/traces.md). Reading is strict: unknown
 //! fields, missing fields, a negative or decreasing `t` and a zero `size_bytes` are refused,
-//! naming the line and the field.
+//! naming the line and the field. `volume` and `position` may be left out, as a request may
+//! leave them out: the line is then a request without them (`simulate::arrivals`).
 
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
 use super::TraceError;
-
-/// The prefix of the `volume` given to a request that named none (an exported ledger's
-/// request without a volume): `file:<its file>`, a volume of the file's own, which is what the
-/// simulated library does with a transfer without a volume. Tape labels hold no `:`.
-pub const OWN_VOLUME_PREFIX: &str = "file:";
-
-/// Writes into `buf` the volume of a request that named none (see [`OWN_VOLUME_PREFIX`]).
-pub fn own_volume(file: &str, buf: &mut String) {
-    buf.clear();
-    buf.push_str(OWN_VOLUME_PREFIX);
-    buf.push_str(file);
-}
 
 /// A request's direction: `read` (a recall from tape, the default, not written out) or
 /// `write` (the data-taking stream).
@@ -46,11 +35,13 @@ pub struct TraceRecord {
     pub station: String,
     pub user: String,
     pub file: String,
-    /// Tape label.
-    pub volume: String,
+    /// Tape label; absent for a request that named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
     /// Where the file is on its volume: the tape's file sequence number (the generator's, from
-    /// 1) or a byte offset.
-    pub position: u64,
+    /// 1) or a byte offset; absent for a request that gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
     /// > 0.
     pub size_bytes: u64,
     pub access_mode: String,
@@ -69,8 +60,10 @@ pub(crate) struct RecordRef<'a> {
     pub station: &'a str,
     pub user: &'a str,
     pub file: &'a str,
-    pub volume: &'a str,
-    pub position: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
     pub size_bytes: u64,
     pub access_mode: &'a str,
     pub physics_group: &'a str,
@@ -86,7 +79,7 @@ impl TraceRecord {
             station: &self.station,
             user: &self.user,
             file: &self.file,
-            volume: &self.volume,
+            volume: self.volume.as_deref(),
             position: self.position,
             size_bytes: self.size_bytes,
             access_mode: &self.access_mode,
@@ -167,6 +160,17 @@ fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
         return Err(refuse(
             "size_bytes".into(),
             format!("must be from 1 to {MAX_SIZE_BYTES} (1 PB)"),
+        ));
+    }
+    // As `POST /v1/requests` refuses a blank string: a request without a volume leaves it out.
+    if record
+        .volume
+        .as_deref()
+        .is_some_and(|v| v.trim().is_empty())
+    {
+        return Err(refuse(
+            "volume".into(),
+            "is blank: leave `volume` out for a request that names none".into(),
         ));
     }
     Ok(record)

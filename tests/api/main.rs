@@ -16,6 +16,7 @@ mod failures;
 mod faults;
 mod first_run;
 mod helpers;
+mod local_files;
 mod metrics;
 mod metrics_conventions;
 mod mss_answers;

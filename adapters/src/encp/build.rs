@@ -6,9 +6,13 @@
 //! option in encp's table (`EncpInterface.encp_options` in `src/encp.py`) has a user level, and
 //! `option.Interface.parse` (`src/option.py`) refuses an option above the build's level: it
 //! prints "option --NAME is an administrator option" and the usage line on standard output and
-//! exits 1. So the adapter must never pass one: the configuration is refused instead.
+//! exits 1. It checks the option at the full name its parser resolved (`--stor` is
+//! `--storage-group`: see [`super::options`]). So the adapter must never pass one: the
+//! configuration is refused instead.
 
 use serde::Deserialize;
+
+use super::options::Given;
 
 /// The encp build the site runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
@@ -38,55 +42,19 @@ impl Build {
     }
 }
 
-/// The options of encp's table that a user build refuses, with their level (`option.USER2` or
-/// `option.ADMIN` in `src/encp.py`); every other option of the table is `option.USER`.
-const ABOVE_USER: &[(&str, Build)] = &[
-    ("file-family-wrapper", Build::User2),
-    ("file-family-width", Build::User2),
-    ("get-bfid", Build::User2),
-    ("get-bfids", Build::User2),
-    ("get-cache", Build::User2),
-    ("ignore-fair-share", Build::Admin),
-    ("library", Build::User2),
-    ("max-retry", Build::Admin),
-    ("max-resubmit", Build::Admin),
-    ("mover-timeout", Build::User2),
-    ("override-deleted", Build::Admin),
-    ("override-notallowed", Build::Admin),
-    ("override-path", Build::User2),
-    ("override-ro-mount", Build::Admin),
-    ("pnfs-mount-point", Build::User2),
-    ("put-cache", Build::User2),
-    ("resubmit-timeout", Build::User2),
-    ("config-timeout", Build::User2),
-    ("shortcut", Build::User2),
-    ("skip-pnfs", Build::User2),
-    ("storage-group", Build::User2),
-];
-
-/// The level of a long option (`--name` or `--name=value`); `None` for anything else.
-pub fn level_of(arg: &str) -> Option<Build> {
-    let name = arg.strip_prefix("--")?;
-    let name = name.split_once('=').map_or(name, |(n, _)| n);
-    Some(
-        ABOVE_USER
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(Build::User, |(_, level)| *level),
-    )
-}
-
-/// The options among `args` that `build` refuses, as encp would name them.
-pub fn refused(build: Build, args: &[String]) -> Vec<&str> {
-    args.iter()
-        .map(String::as_str)
-        .filter(|a| level_of(a).is_some_and(|level| !build.allows(level)))
+/// The options among `given` (as encp read them: [`super::options::parse`]) that `build`
+/// refuses, each by its full name and level (`options::TABLE`), as encp checks them.
+pub fn refused(build: Build, given: &[Given]) -> Vec<&Given> {
+    given
+        .iter()
+        .filter(|g| !build.allows(g.spec.level))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::encp::options::parse;
 
     #[test]
     fn the_user_build_refuses_user2_and_admin_options_and_keeps_file_family() {
@@ -100,12 +68,25 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
+        let given = parse(&args, Build::Admin).unwrap().options;
+        let flags = |b| -> Vec<String> { refused(b, &given).iter().map(|g| g.flag()).collect() };
         assert_eq!(
-            refused(Build::User, &args),
-            ["--storage-group", "--library=LTO8", "--ignore-fair-share"]
+            flags(Build::User),
+            ["--storage-group", "--library", "--ignore-fair-share"]
         );
-        assert_eq!(refused(Build::User2, &args), ["--ignore-fair-share"]);
-        assert!(refused(Build::Admin, &args).is_empty());
-        assert_eq!(level_of("cms"), None);
+        assert_eq!(flags(Build::User2), ["--ignore-fair-share"]);
+        assert!(flags(Build::Admin).is_empty());
+        // Checked at the name encp reads: a prefix or underscores are the same option.
+        let given = parse(
+            &["--stor".into(), "cms".into(), "--ignore_fair".into()],
+            Build::User,
+        )
+        .unwrap()
+        .options;
+        let flags: Vec<String> = refused(Build::User, &given)
+            .iter()
+            .map(|g| g.flag())
+            .collect();
+        assert_eq!(flags, ["--storage-group", "--ignore-fair-share"]);
     }
 }

@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::build::{self, Build};
+use super::build::Build;
 use super::local::{has_dot_segment, has_parent_dir};
 use super::status::DEFAULT_FATAL_STATUSES;
 use crate::rest::Issue;
 use crate::{Capabilities, PriorityScale};
+
+mod args;
+use args::ArgLists;
 
 /// The largest regular priority Enstore's library manager keeps (`MAX_REG_PRIORITY`); above it,
 /// only `ENCP_DAQ` turns the excess into admin priority.
@@ -166,6 +169,8 @@ pub struct EncpConfig {
     pub read_dir: Option<PathBuf>,
     /// Directories a request's `local_file` must be under (empty: any absolute path).
     pub local_roots: Vec<PathBuf>,
+    /// The configured options at the full names encp reads them by (`--prio=5` is `--priority
+    /// 5`: `options`).
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub fatal_exit_codes: Vec<i32>,
@@ -182,6 +187,7 @@ pub struct EncpConfig {
 pub struct ClassSettings {
     pub priority: Option<i64>,
     pub env: BTreeMap<String, String>,
+    /// Its options at their full names, as `EncpConfig::args`.
     pub args: Vec<String>,
 }
 
@@ -207,9 +213,10 @@ impl RawEncpConfig {
             &mut issues,
         ));
         self.check_verbose(&mut issues);
-        self.check_build(&mut issues);
+        let lists = self.arg_lists(&mut issues);
+        self.check_build(&lists, &mut issues);
         self.check_daq(&mut issues);
-        self.check_status_stream(&mut issues);
+        self.check_run_options(&lists, &mut issues);
         self.check_cancel_command(&mut issues);
         let delayed = self.delayed_dismount(&mut issues);
         self.check_tags(&mut issues);
@@ -224,7 +231,7 @@ impl RawEncpConfig {
         }
         let stderr_lines = positive(self.stderr_lines, "stderr_lines", &mut issues) as usize;
         self.check_reprioritize_command(&mut issues);
-        let classes = self.classes(&mut issues);
+        let classes = self.classes(&lists, &mut issues);
         if !issues.is_empty() {
             return Err(issues);
         }
@@ -242,7 +249,7 @@ impl RawEncpConfig {
             delayed_dismount_minutes: delayed,
             read_dir,
             local_roots,
-            args: self.args.clone(),
+            args: ArgLists::canonical(&lists.top),
             env: self.env.clone(),
             fatal_exit_codes,
             fatal_statuses: self.fatal_statuses.clone(),
@@ -339,7 +346,11 @@ impl RawEncpConfig {
     }
 
     /// The priority classes; a priority above Enstore's regular range needs `ENCP_DAQ`.
-    fn classes(&self, issues: &mut Vec<Issue>) -> BTreeMap<String, ClassSettings> {
+    fn classes(
+        &self,
+        lists: &ArgLists,
+        issues: &mut Vec<Issue>,
+    ) -> BTreeMap<String, ClassSettings> {
         let mut classes = BTreeMap::new();
         for (name, c) in &self.classes {
             let key = format!("classes.\"{name}\".priority");
@@ -365,7 +376,7 @@ impl RawEncpConfig {
                 ClassSettings {
                     priority: c.priority,
                     env: c.env.clone(),
-                    args: c.args.clone(),
+                    args: ArgLists::canonical(lists.classes.get(name).unwrap_or(&None)),
                 },
             );
         }
@@ -407,62 +418,6 @@ impl RawEncpConfig {
                      ever be seen; use {MOVER_CALLBACK_VERBOSE} or more (or set started_pattern = \"\")",
                     self.verbose
                 ),
-            ));
-        }
-    }
-
-    /// Every option a run would pass must be one the configured encp build takes.
-    fn check_build(&self, issues: &mut Vec<Issue>) {
-        let mut refuse = |key: String, option: &str| {
-            issues.push(Issue::new(
-                &key,
-                format!(
-                    "passes {option}, which the {} build of encp refuses (\"option {option} is an \
-                     administrator option\"): remove it, or set build = \"{}\" if the site runs \
-                     that build",
-                    self.build.as_str(),
-                    build::level_of(option).unwrap_or(Build::Admin).as_str()
-                ),
-            ))
-        };
-        for (key, flag, value) in [
-            ("storage_group", "--storage-group", &self.storage_group),
-            ("library", "--library", &self.library),
-        ] {
-            if value.is_some() && !build::refused(self.build, &[flag.to_string()]).is_empty() {
-                refuse(key.to_string(), flag);
-            }
-        }
-        for option in build::refused(self.build, &self.args) {
-            refuse("args".into(), option);
-        }
-        for (name, c) in &self.classes {
-            for option in build::refused(self.build, &c.args) {
-                refuse(format!("classes.\"{name}\".args"), option);
-            }
-        }
-    }
-
-    /// `--data-access-layer` sends encp's STATUS block to stdout, failures included
-    /// (`print_data_access_layer_format` in Enstore's `src/encp.py`: stderr only when it was
-    /// not requested), where the adapter does not read it: every fatal status would be retried.
-    fn check_status_stream(&self, issues: &mut Vec<Issue>) {
-        let dal = |args: &[String]| args.iter().any(|a| a == "--data-access-layer");
-        let mut keys = Vec::new();
-        if dal(&self.args) {
-            keys.push("args".to_string());
-        }
-        for (name, c) in &self.classes {
-            if dal(&c.args) {
-                keys.push(format!("classes.\"{name}\".args"));
-            }
-        }
-        for key in keys {
-            issues.push(Issue::new(
-                &key,
-                "may not pass --data-access-layer: encp then prints its STATUS= line on stdout, \
-                 failures included, and the adapter reads the outcome from stderr (it asks \
-                 nothing more of encp than the STATUS line it always writes there)",
             ));
         }
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::config::EncpConfig;
 use super::local::has_dot_segment;
 use crate::protocol::{Direction, Transfer};
-use crate::MssError;
+use crate::{MssError, ReadOutput};
 
 /// One `encp` run: what to execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,15 +54,12 @@ pub fn invocation(cfg: &EncpConfig, t: &Transfer) -> Result<Invocation, MssError
     }
     let local = match t.direction {
         Direction::Read => {
-            let dest =
-                match (&t.local_file, &cfg.read_dir) {
-                    (Some(f), _) => PathBuf::from(f),
-                    (None, Some(dir)) => dir.join(basename(&t.file)),
-                    (None, None) => return Err(MssError::Rejected(
-                        "a read needs local_file (where to put it): mss.encp.read_dir is not set"
-                            .into(),
-                    )),
-                };
+            let Some(dest) = cfg.read_dest(&t.file, t.local_file.as_deref()) else {
+                return Err(MssError::Rejected(
+                    "a read needs local_file (where to put it): mss.encp.read_dir is not set"
+                        .into(),
+                ));
+            };
             match &t.bfid {
                 Some(bfid) => args.extend(["--get-bfid".into(), operand("bfid", bfid)?]),
                 None => args.push(operand("file", &t.file)?),
@@ -109,4 +106,22 @@ fn operand(what: &str, value: &str) -> Result<String, MssError> {
 
 fn basename(path: &str) -> &str {
     path.rsplit('/').find(|s| !s.is_empty()).unwrap_or(path)
+}
+
+impl EncpConfig {
+    /// Where a read of `file` goes: its `local_file`, else the file's basename in `read_dir`.
+    fn read_dest(&self, file: &str, local_file: Option<&str>) -> Option<PathBuf> {
+        match (local_file, &self.read_dir) {
+            (Some(f), _) => Some(PathBuf::from(f)),
+            (None, Some(dir)) => Some(dir.join(basename(file))),
+            (None, None) => None,
+        }
+    }
+}
+
+impl ReadOutput for EncpConfig {
+    fn read_output(&self, file: &str, local_file: Option<&str>) -> Option<String> {
+        let dest = self.read_dest(file, local_file)?;
+        Some(dest.display().to_string())
+    }
 }

@@ -43,9 +43,26 @@ pub fn status_of(line: &str) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
-/// What encp prints on standard output when the build refuses an option (`src/option.py`).
+/// What encp prints on standard output, before its usage line, when it refuses its command
+/// line (`print_usage` in `src/option.py`): the build refuses an option, or Python's `getopt`
+/// does (a misspelt or ambiguous option, a value missing: `options::OptionError`). The same
+/// command line would be refused again, so the run is not retried. The configuration check
+/// refuses all of these at start; this is for an encp whose table differs from the one the
+/// adapter knows.
 pub fn refused_option(stdout_line: &str) -> bool {
-    stdout_line.starts_with("option ") && stdout_line.ends_with(" is an administrator option")
+    let line = stdout_line.trim_end();
+    let Some(rest) = line.strip_prefix("option -") else {
+        return false;
+    };
+    [
+        " is an administrator option",
+        " not recognized",
+        " not a unique prefix",
+        " requires argument",
+        " must not have an argument",
+    ]
+    .iter()
+    .any(|end| rest.ends_with(end))
 }
 
 /// What encp prints on standard output once a file is transferred, at `--verbose` 4 and above
@@ -72,6 +89,15 @@ mod tests {
         assert!(refused_option(
             "option --library is an administrator option"
         ));
+        for line in [
+            "option --threded not recognized",
+            "option --ver not a unique prefix",
+            "option --file-family requires argument",
+            "option -v not recognized",
+        ] {
+            assert!(refused_option(line), "{line}");
+        }
+        assert!(!refused_option("USAGE: encp [OPTIONS]... <source file>"));
         assert!(copied("File /data/stage/f.root copied successfully."));
         assert!(!copied("Mover called back.  elapsed= 3.2"));
     }

@@ -267,6 +267,75 @@ fn the_data_access_layer_option_is_refused() {
     assert_eq!(found[0].0, "classes.\"dt\".args", "{found:?}");
 }
 
+/// Issue 37, item 7: encp's parser takes `_` for `-` and a unique prefix for the option
+/// (Enstore's `src/option.py`), so those spellings are checked at the option's full name (the
+/// user build refuses `--stor` as it refuses `--storage-group`) and, when taken, passed at it.
+#[test]
+fn spellings_encp_takes_are_checked_and_passed_at_the_options_full_name() {
+    let found = issues_of(
+        r#"{"args": ["--stor", "cms", "--data_access_layer"],
+            "classes": {"dt": {"args": ["--ignore_fair"]}}}"#,
+    );
+    let keys: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["args", "classes.\"dt\".args", "args"], "{found:?}");
+    assert!(
+        found[0].1.contains("`--stor` (--storage-group to encp)")
+            && found[0].1.contains("build = \"user2\""),
+        "{found:?}"
+    );
+    assert!(found[1].1.contains("--ignore-fair-share"), "{found:?}");
+    assert!(found[2].1.contains("--data-access-layer"), "{found:?}");
+    let raw = toml_like(
+        r#"{"build": "admin", "args": ["--file_family=raw", "--thr"],
+            "classes": {"dt": {"args": ["--ignore_fair"]}}}"#,
+    );
+    let cfg = raw.validate(Path::new("/")).unwrap();
+    assert_eq!(cfg.args, ["--file-family", "raw", "--threaded"]);
+    assert_eq!(cfg.classes["dt"].args, ["--ignore-fair-share"]);
+    let inv = invocation(&cfg, &transfer(Direction::Read)).unwrap();
+    let n = inv.args.len();
+    assert_eq!(
+        inv.args[n - 5..],
+        [
+            "--file-family",
+            "raw",
+            "--threaded",
+            "/pnfs/cms/run42/f1.root",
+            "/data/stage/f1.root"
+        ]
+    );
+}
+
+/// What encp itself refuses (a misspelt or ambiguous option, a missing value, a word it would
+/// take for a file, a bare `-`) is refused at load naming the key, never left to fail every
+/// run; so are options that end every run with exit 0 and no transfer.
+#[test]
+fn options_encp_would_refuse_or_that_transfer_nothing_are_refused_naming_the_key() {
+    let refused = |args: &str, says: &str| {
+        let found = issues_of(&format!(r#"{{"classes": {{"dt": {{"args": {args}}}}}}}"#));
+        assert_eq!(found.len(), 1, "{args}: {found:?}");
+        assert_eq!(found[0].0, "classes.\"dt\".args", "{args}");
+        assert!(found[0].1.contains(says), "{args}: {found:?}");
+    };
+    refused(r#"["--threded"]"#, "\"option --threded not recognized\"");
+    refused(
+        r#"["--prio_rity", "5"]"#,
+        "option --prio_rity not recognized",
+    );
+    refused(r#"["--ver", "4"]"#, "(it could be --verbose, --version)");
+    refused(r#"["--threaded", "--file-family"]"#, "requires argument");
+    refused(
+        r#"["--threaded=1"]"#,
+        "`1` is neither an option nor an option's value",
+    );
+    refused(r#"["cms"]"#, "encp would take it for a file");
+    refused(r#"["-"]"#, "traceback");
+    for option in ["--help", "-h", "--vers", "--usage", "--check"] {
+        refused(&format!(r#"["{option}"]"#), "exits 0 without transferring");
+    }
+    assert!(issues_of(r#"{"args": ["--", "--verb", "4"]}"#).is_empty());
+}
+
 #[test]
 fn a_cancel_command_needs_the_admin_build_and_the_ticket_verbosity() {
     let cmd = r#"["enstore", "library", "--delete-work", "{unique_id}", "{library}"]"#;

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::config::Fts3Config;
 use crate::protocol::{Direction, Transfer};
-use crate::MssError;
+use crate::{MssError, ReadOutput};
 
 /// FTS3's base for deterministic job ids (`fts3rest.lib.JobBuilder_utils.BASE_ID`).
 pub const BASE_ID: uuid::Uuid = uuid::uuid!("01874efb-4735-4595-bc9c-591aef8240c9");
@@ -116,15 +116,25 @@ pub fn file_entry(cfg: &Fts3Config, t: &Transfer) -> Result<Value, MssError> {
     Ok(file)
 }
 
+impl ReadOutput for Fts3Config {
+    /// A read's destination URL: its `local_file`, else `read_destination` + the file.
+    fn read_output(&self, file: &str, local_file: Option<&str>) -> Option<String> {
+        match (local_file, &self.read_destination) {
+            (Some(f), _) => Some(f.to_string()),
+            (None, Some(prefix)) => Some(format!("{prefix}{file}")),
+            (None, None) => None,
+        }
+    }
+}
+
 /// A transfer's source and destination URLs, or why FTS3 cannot be asked for it.
 pub fn endpoints(cfg: &Fts3Config, t: &Transfer) -> Result<(String, String), MssError> {
     let tape = format!("{}{}", cfg.tape_endpoint, t.file);
     let (source, destination) = match t.direction {
         Direction::Read => {
-            let dest = match (&t.local_file, &cfg.read_destination) {
-                (Some(f), _) => f.clone(),
-                (None, Some(prefix)) => format!("{prefix}{}", t.file),
-                (None, None) => {
+            let dest = match cfg.read_output(&t.file, t.local_file.as_deref()) {
+                Some(dest) => dest,
+                None => {
                     return Err(MssError::Rejected(
                         "a read needs local_file (its destination URL): \
                          mss.fts3.read_destination is not set"

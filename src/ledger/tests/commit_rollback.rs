@@ -191,6 +191,7 @@ async fn a_rolled_back_group_is_not_counted_as_a_commit() {
             max: Duration::from_millis(1000),
         },
         metrics: counted.clone(),
+        read_outputs: None,
     };
     let clock = Arc::new(f.clock.clone());
     let opened = Ledger::open(&options, f.settings.policy.clone(), clock).unwrap();

@@ -90,7 +90,9 @@ async fn the_user_cap_spans_groups_and_a_batch_is_checked_item_by_item() {
         "exactly at the user cap: {:?}",
         answers[0]
     );
-    let refused = answers[1].clone().expect_err("one byte past the user cap");
+    let Err(crate::ledger::Refused::QueuedCap(refused)) = answers[1].clone() else {
+        panic!("one byte past the user cap: {:?}", answers[1]);
+    };
     assert_eq!(refused.field, "limits.max_queued_bytes_per_user");
     assert_eq!((refused.queued, refused.cap), (1500, 1500));
     assert!(answers[2].is_ok(), "a priority class is never refused");

@@ -36,6 +36,7 @@ fn open(
             max: Duration::from_millis(1000),
         },
         metrics: Arc::new(NoObserver),
+        read_outputs: None,
     };
     Ledger::open(&options, policy, Arc::new(ManualClock::new(1_000_000)))
 }

@@ -1,5 +1,7 @@
-//! Accepting new requests: a replay answers with the stored request; otherwise the request is
-//! held (a feasibility cap), queued (the held release mode) or decided and charged now.
+//! Accepting new requests: a replay answers with the stored request; a request past a
+//! queued-bytes cap, or a read whose station-side copy another unfinished read writes
+//! (`outputs`), is refused; otherwise the request is held (a feasibility cap), queued (the held
+//! release mode) or decided and charged now.
 
 use rusqlite::{params, OptionalExtension};
 
@@ -12,7 +14,7 @@ use crate::domain::{GroupId, GroupKind};
 use crate::ledger::aggregates::HourRow;
 use crate::ledger::columns::{self, NewRow};
 use crate::ledger::read::{parse_class, parse_state};
-use crate::ledger::{Accepted, NewRequest};
+use crate::ledger::{Accepted, NewRequest, Refused};
 use crate::policy;
 use crate::policy::order::{is_fair, Candidate};
 use crate::shares::limits::held_by;
@@ -50,7 +52,10 @@ impl Txn<'_, '_> {
             item.size_bytes,
         );
         if let Err(refused) = caps {
-            return Ok(Err(refused));
+            return Ok(Err(refused.into()));
+        }
+        if let Some(in_use) = self.output_in_use(item)? {
+            return Ok(Err(Refused::OutputInUse(in_use)));
         }
         let mut candidate = self.candidate(item);
         let entry = self.entry(item, &candidate);
@@ -62,6 +67,7 @@ impl Txn<'_, '_> {
             },
         };
         let id = self.insert(item, &entry, candidate.slots)?;
+        self.hold_output(item, id);
         self.tx
             .prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
             .execute(params![id, fp as i64])?;

@@ -1,6 +1,6 @@
 //! Start-up: every configured group gets a row, and the writer's memory is loaded from the
 //! stored aggregates and rows (usage, held counts, the held queue, slots outstanding, FBSNG
-//! queue priorities, the idempotency map).
+//! queue priorities, the idempotency map, the station-side copies of the unfinished reads).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
+use super::outputs::Outputs;
 use super::queued::QueuedBytes;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::removed::removed_groups;
@@ -41,7 +42,9 @@ impl Writer {
         refuse_removed_groups(&conn, &policy)?;
         let idempotency = load_idempotency(&conn)?;
         info!(requests = idempotency.len(), "idempotency keys loaded");
-        let state = load_state(&mut conn, &policy, clock.now_ms(), idempotency)?;
+        let outputs = Outputs::load(&conn, options.read_outputs.clone())?;
+        let state =
+            load_state(&mut conn, &policy, clock.now_ms(), idempotency)?.with_outputs(outputs);
         // Committed before any request of this start exists (see `ledger::mss_key`).
         let keys = MssKeys::begin(&conn, clock.now_ms()).map_err(|e| LedgerError::Open {
             path: options.path.clone(),
@@ -87,8 +90,10 @@ impl Writer {
                 return Err(e);
             }
         };
-        // Keyed by request id and fingerprint, not by group: carried over as it is.
+        // Keyed by request id and fingerprint, not by group: carried over as they are (the
+        // adapter, which decides the copies, is not reloaded).
         state.idempotency = idempotency;
+        state.outputs = std::mem::take(&mut self.state.outputs);
         // What the volume queue's rows do not hold (volumes that ended within `sticky_secs`,
         // the size of each flight's last batch), kept as a rollback keeps it: else every
         // reload, a token rotation's too, would unmount the volumes the sticky rule keeps.
@@ -352,8 +357,9 @@ impl Writer {
     /// What the memory holds that the committed rows do not say, as start-up would load them
     /// under the policy in force (in a transaction rolled back): the held counts, the slots
     /// outstanding, the queued-bytes tallies, the queues' sizes, the priority requests waiting
-    /// must be equal; every read the rows say may carry its file must be in the carrier map (a
-    /// stale entry there is only a hint).
+    /// must be equal, and so must the station-side copies of the unfinished reads; every read
+    /// the rows say may carry its file must be in the carrier map (a stale entry there is only
+    /// a hint).
     pub(super) fn audit(&mut self) -> Result<Vec<String>, LedgerError> {
         let tx = self.conn.transaction()?;
         let rows = read_state(
@@ -438,6 +444,12 @@ impl Writer {
                 )
                 .unwrap_or(false)
         };
+        let outputs = Outputs::load(&self.conn, self.state.outputs.rule())?;
+        differ(
+            "station-side copies held",
+            format!("{:?}", self.state.outputs.held_by_id()),
+            format!("{:?}", outputs.held_by_id()),
+        );
         for (key, ids) in rows.carriers.entries() {
             let known = live.carriers.get(key);
             let missing: Vec<i64> = (ids.into_iter())

@@ -7,12 +7,14 @@
 //! `mod.rs`: the loop, gathering and the group commit; `state.rs`: the memory, its checkpoint
 //! and the per-transaction context [`state::Txn`]; `accept.rs`, `settle.rs` (MSS outcomes and
 //! the terminal charge), `sends.rs` (a send's marks), `release.rs` (holding and releasing),
-//! `idempotency.rs` (replays), `load.rs` (start-up).
+//! `idempotency.rs` (replays), `outputs.rs` (one station-side copy per unfinished read),
+//! `load.rs` (start-up).
 
 mod accept;
 mod coalesce;
 mod idempotency;
 mod load;
+mod outputs;
 mod queued;
 mod release;
 mod removed;
@@ -36,7 +38,7 @@ use super::stored_explain::StoredExplain;
 use mss_adapters::{EventCursor, MssEvent};
 
 use super::mss_key::MssKeys;
-use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError, QueuedCapRefused};
+use super::{usage, Accepted, AfterSubmit, CancelOutcome, LedgerError};
 use super::{NewPriority, NewRequest, SubmittedTransfer};
 use crate::clock::Clock;
 use crate::domain::{PolicySettings, RetrySettings};
@@ -211,8 +213,8 @@ impl Heartbeat {
     }
 }
 
-/// One new request's answer: recorded, or refused by a queued-bytes cap.
-pub(in crate::ledger) type Admitted = Result<Accepted, QueuedCapRefused>;
+/// One new request's answer: recorded, or refused on arrival.
+pub(in crate::ledger) type Admitted = Result<Accepted, super::Refused>;
 
 /// A caller's answer, held until the transaction's fate is known.
 enum Reply {

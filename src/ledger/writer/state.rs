@@ -10,6 +10,7 @@ use rusqlite::{params, Transaction};
 
 use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
+use super::outputs::{Held, Outputs};
 use super::queued::QueuedBytes;
 use crate::domain::{Class, RequestState};
 use crate::domain::{GroupId, PolicySettings, RetrySettings};
@@ -51,6 +52,9 @@ pub(super) struct WriterState {
     /// Which read may carry each file (`coalesce::Carriers`; changed through
     /// `offer_carrier` and `forget_carrier`, which journal).
     pub carriers: Carriers,
+    /// The station-side copy each unfinished read writes (`outputs::Outputs`; changed
+    /// through `output_held` and `free_output`, which journal).
+    pub outputs: Outputs,
     /// Since the last checkpoint: the copied figures and the journal of the rest.
     checkpoint: Option<Saved>,
     /// From a rolled-back transaction's checkpoint, until the volume queue is reloaded.
@@ -75,7 +79,8 @@ struct Saved {
     journal: Vec<Undo>,
 }
 
-/// One change to the queue, the idempotency map or the carriers, undone on rollback.
+/// One change to the queue, the idempotency map, the carriers or the copies held, undone on
+/// rollback.
 pub(super) enum Undo {
     Pushed(i64),
     Removed(Candidate),
@@ -85,6 +90,8 @@ pub(super) enum Undo {
     Queued(GroupId, String, i128),
     CarrierOffered(u64, i64),
     CarrierForgot(u64, i64),
+    OutputHeld(i64),
+    OutputFreed(i64, Held),
 }
 
 impl WriterState {
@@ -109,6 +116,7 @@ impl WriterState {
             volumes_due: None,
             queued: QueuedBytes::default(),
             carriers: Carriers::default(),
+            outputs: Outputs::default(),
             checkpoint: None,
             volume_memory: None,
         }
@@ -214,6 +222,12 @@ impl WriterState {
                 }
                 Undo::CarrierForgot(key, id) => {
                     self.carriers.offer(key, id);
+                }
+                Undo::OutputHeld(id) => {
+                    self.outputs.free(id);
+                }
+                Undo::OutputFreed(id, held) => {
+                    self.outputs.hold(id, held);
                 }
             }
         }

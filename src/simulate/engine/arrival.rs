@@ -25,6 +25,10 @@ pub struct Arrival {
     /// A fingerprint of the file read (reads of one file coalesce: `engine/coalesce.rs`);
     /// `None` never coalesces.
     pub file: Option<u64>,
+    /// The file's name, for a request without a volume or a position: the library derives
+    /// them from it, as it does for such a transfer from `serve` (`None`: the library sees an
+    /// empty name, which only a request with both never reads).
+    pub name: Option<String>,
 }
 
 impl Default for Arrival {
@@ -40,6 +44,7 @@ impl Default for Arrival {
             queue: 0.0,
             write: false,
             file: None,
+            name: None,
         }
     }
 }
@@ -50,7 +55,7 @@ pub(super) fn transfer(id: i64, a: &Arrival, attempt: u32) -> Transfer {
     Transfer {
         key: id.to_string(),
         attempt,
-        file: String::new(),
+        file: a.name.clone().unwrap_or_default(),
         size_bytes: a.size_bytes,
         priority: 0,
         volume: a.volume.clone(),

@@ -9,8 +9,8 @@ fn record() -> TraceRecord {
         station: "fnal-cms".into(),
         user: "u".into(),
         file: "/pnfs/a/1.dat".into(),
-        volume: "VR000001".into(),
-        position: 7,
+        volume: Some("VR000001".into()),
+        position: Some(7),
         size_bytes: 100,
         access_mode: "analysis".into(),
         physics_group: "higgs".into(),
@@ -61,8 +61,37 @@ fn an_unknown_field_is_refused_naming_line_and_field() {
 
 #[test]
 fn a_missing_field_is_refused_naming_it() {
-    let text = GOOD.replace("\"volume\":\"VR000001\",", "");
+    let text = GOOD.replace("\"station\":\"fnal-cms\",", "");
     let (line, field, _) = invalid(&text);
+    assert_eq!((line, field.as_str()), (1, "station"));
+}
+
+/// Issue 37, item 7: `volume` and `position` may be left out, as a request leaves them out;
+/// the line reads as a record without them and is written back without them. A blank volume is
+/// refused, as `POST /v1/requests` refuses one.
+#[test]
+fn a_line_without_volume_or_position_is_a_record_without_them() {
+    let bare = GOOD
+        .replace("\"volume\":\"VR000001\",", "")
+        .replace("\"position\":7,", "");
+    let records = read_trace(bare.as_bytes()).expect("reads");
+    let want = TraceRecord {
+        volume: None,
+        position: None,
+        ..record()
+    };
+    assert_eq!(records, std::slice::from_ref(&want));
+    let mut out = Vec::new();
+    write_record(&want, &mut out).expect("writes");
+    assert_eq!(String::from_utf8(out).expect("utf-8"), format!("{bare}\n"));
+    let no_position = GOOD.replace("\"position\":7,", "");
+    assert_eq!(
+        read_trace(no_position.as_bytes()).expect("reads")[0]
+            .volume
+            .as_deref(),
+        Some("VR000001")
+    );
+    let (line, field, _) = invalid(&GOOD.replace("\"VR000001\"", "\" \""));
     assert_eq!((line, field.as_str()), (1, "volume"));
 }
 
