@@ -59,7 +59,11 @@ impl Readiness {
     /// Every check's problem, if any (a few `stat`/`access` calls: cheap to answer often).
     pub fn check(&self) -> ReadyBody {
         let mut problems = Vec::new();
-        let mut add = |check, error: String| problems.push(Problem { check, error });
+        // An MSS error may quote the call's URL: shown without its password and query.
+        let mut add = |check, error: String| {
+            let error = mss_adapters::redact::urls(&error).into_owned();
+            problems.push(Problem { check, error })
+        };
         let age = self.ledger.writer_heartbeat_age();
         if age > WRITER_STALE {
             add(

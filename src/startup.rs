@@ -12,6 +12,7 @@ use std::sync::Arc;
 use mss_adapters::encp::EncpAdapter;
 use mss_adapters::fts3::Fts3Adapter;
 use mss_adapters::http::HttpAdapter;
+use mss_adapters::redact;
 use mss_adapters::sim::{self, LibraryConfig, SimConfig};
 use mss_adapters::tape_rest::TapeRestAdapter;
 use mss_adapters::{MssAdapter, MssError};
@@ -163,7 +164,8 @@ impl Application {
         self.state.reloader.clone()
     }
 
-    /// Base URL of the MSS in use (the embedded simulator's when it runs).
+    /// Base URL of the MSS in use (the embedded simulator's when it runs), without its password
+    /// and query string.
     pub fn mss_url(&self) -> &str {
         &self.mss_url
     }
@@ -218,7 +220,8 @@ async fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupEr
     Ok((listener, addr))
 }
 
-/// The configured adapter, the address it talks to, and the embedded simulator if it runs.
+/// The configured adapter, the address it talks to (as it may be shown: without the URL's
+/// password and query), and the embedded simulator if it runs.
 async fn build_adapter(
     settings: &Settings,
     instance: &str,
@@ -232,8 +235,9 @@ async fn build_adapter(
                 }
                 None => (url.clone().unwrap_or_default(), None),
             };
-            let adapter = Arc::new(HttpAdapter::new(&url, settings.mss.timeout)?);
-            (adapter, url, handle)
+            let adapter = HttpAdapter::new(&url, settings.mss.timeout)?;
+            let shown = adapter.base();
+            (Arc::new(adapter), shown, handle)
         }
         AdapterSettings::Encp(c) => {
             let what = format!("encp: {}", c.command.display());
@@ -241,12 +245,12 @@ async fn build_adapter(
         }
         AdapterSettings::Fts3(c) => (
             Arc::new(Fts3Adapter::new(c.clone(), instance)?),
-            c.url.clone(),
+            redact::urls(&c.url).into_owned(),
             None,
         ),
         AdapterSettings::TapeRest(c) => (
             Arc::new(TapeRestAdapter::new(c.clone())?),
-            c.url.clone(),
+            redact::urls(&c.url).into_owned(),
             None,
         ),
     })

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use mss_adapters::redact;
 use tracing::{info, warn};
 
 use crate::api::InputLimits;
@@ -258,7 +259,12 @@ fn fixed_unchanged(was: &Settings, now: &Settings) -> Result<(), ReloadError> {
     fixed.extend(fixed_mss(&was.mss, &now.mss));
     fixed.extend(fixed_limits(&was.limits, &now.limits));
     match fixed.into_iter().find(|(_, w, n)| w != n) {
-        Some((key, was, now)) => Err(ReloadError::Fixed { key, was, now }),
+        // The values are shown in the answer and the log: an adapter's URL without its secrets.
+        Some((key, was, now)) => Err(ReloadError::Fixed {
+            key,
+            was: redact::urls(&was).into_owned(),
+            now: redact::urls(&now).into_owned(),
+        }),
         None => Ok(()),
     }
 }

@@ -33,4 +33,5 @@ mod shares;
 mod simulate;
 mod simulate_volumes;
 mod trace_export;
+mod url_secrets;
 mod volumes;

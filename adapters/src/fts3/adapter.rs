@@ -17,6 +17,7 @@ use super::config::{Fts3Config, MIN_PRIORITY};
 use super::job::{conflict_is_ours, file_mss_id, job_id_in, split_mss_id};
 use super::poller::poll_loop;
 use super::progress::{is_staging, progress_of};
+use crate::endpoint::Endpoint;
 use crate::event_log::EventLog;
 use crate::protocol::Transfer;
 use crate::rest;
@@ -34,6 +35,8 @@ pub struct Fts3Adapter {
 pub(super) struct Shared {
     pub(super) cfg: Fts3Config,
     sid_prefix: String,
+    /// `cfg.url` parsed: every call's URL is built from it.
+    endpoint: Endpoint,
     client: Client,
     pub(super) log: EventLog,
     jobs: Mutex<HashMap<String, Track>>,
@@ -97,6 +100,7 @@ impl Fts3Adapter {
     /// the submission ids unless `sid_prefix` is set). Must run inside a tokio runtime.
     pub fn new(cfg: Fts3Config, instance: &str) -> Result<Fts3Adapter, MssError> {
         let client = cfg.auth.client(cfg.timeout)?;
+        let endpoint = Endpoint::parse(&cfg.url).map_err(MssError::Protocol)?;
         let sid_prefix = cfg
             .sid_prefix
             .clone()
@@ -104,6 +108,7 @@ impl Fts3Adapter {
         let shared = Arc::new(Shared {
             cfg,
             sid_prefix,
+            endpoint,
             client,
             log: EventLog::new("fts3"),
             jobs: Mutex::new(HashMap::new()),
@@ -284,9 +289,8 @@ impl Shared {
         method: reqwest::Method,
         path: &str,
     ) -> Result<reqwest::RequestBuilder, MssError> {
-        let rb = self
-            .client
-            .request(method, format!("{}{path}", self.cfg.url))
+        let rb = (self.client)
+            .request(method, self.endpoint.url(path))
             .header("accept", "application/json");
         self.cfg.auth.authorize(rb)
     }
