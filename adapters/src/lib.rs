@@ -17,6 +17,7 @@ pub mod fts3;
 pub mod http;
 pub mod protocol;
 pub mod redact;
+pub mod renew;
 pub mod rest;
 pub mod sim;
 #[cfg(feature = "standin")]

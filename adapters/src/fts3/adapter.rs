@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::Client;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::warn;
@@ -20,6 +19,7 @@ use super::progress::{is_staging, progress_of};
 use crate::endpoint::Endpoint;
 use crate::event_log::EventLog;
 use crate::protocol::Transfer;
+use crate::renew::RenewingClient;
 use crate::rest;
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, PriorityScale, Progress,
@@ -37,7 +37,8 @@ pub(super) struct Shared {
     sid_prefix: String,
     /// `cfg.url` parsed: every call's URL is built from it.
     endpoint: Endpoint,
-    client: Client,
+    /// Rebuilt when the certificate, key or CA files are renewed in place.
+    client: RenewingClient,
     pub(super) log: EventLog,
     jobs: Mutex<HashMap<String, Track>>,
     /// Transfers found in a job FTS3 holds (after a 409 or a lost answer) and not submitted
@@ -99,7 +100,7 @@ impl Fts3Adapter {
     /// Build the adapter and start its poller. `instance` names the broker's ledger (used in
     /// the submission ids unless `sid_prefix` is set). Must run inside a tokio runtime.
     pub fn new(cfg: Fts3Config, instance: &str) -> Result<Fts3Adapter, MssError> {
-        let client = cfg.auth.client(cfg.timeout)?;
+        let client = RenewingClient::new(&cfg.auth, cfg.timeout)?;
         let endpoint = Endpoint::parse(&cfg.url).map_err(MssError::Protocol)?;
         let sid_prefix = cfg
             .sid_prefix
@@ -289,7 +290,7 @@ impl Shared {
         method: reqwest::Method,
         path: &str,
     ) -> Result<reqwest::RequestBuilder, MssError> {
-        let rb = (self.client)
+        let rb = (self.client.client())
             .request(method, self.endpoint.url(path))
             .header("accept", "application/json");
         self.cfg.auth.authorize(rb)

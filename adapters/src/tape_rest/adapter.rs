@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::{Client, Method, StatusCode};
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tracing::{info, warn};
@@ -21,6 +21,7 @@ use super::stage::{id_segment, SETTLED_BEFORE_STAGING};
 use crate::endpoint::Endpoint;
 use crate::event_log::EventLog;
 use crate::protocol::Transfer;
+use crate::renew::RenewingClient;
 use crate::{redact, rest};
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
@@ -37,7 +38,8 @@ pub(super) struct Shared {
     pub(super) cfg: TapeRestConfig,
     /// `cfg.url` parsed: every call's URL is built from it.
     endpoint: Endpoint,
-    pub(super) client: Client,
+    /// Rebuilt when the certificate, key or CA files are renewed in place.
+    pub(super) client: RenewingClient,
     pub(super) log: EventLog,
     pub(super) tracks: Mutex<HashMap<String, Track>>,
     /// The `targetedMetadata` key, once the discovery document has been read.
@@ -63,7 +65,7 @@ impl TapeRestAdapter {
     /// Build the adapter and start its poller (which reads the discovery document first). Must
     /// run inside a tokio runtime.
     pub fn new(cfg: TapeRestConfig) -> Result<TapeRestAdapter, MssError> {
-        let client = cfg.auth.client(cfg.timeout)?;
+        let client = RenewingClient::new(&cfg.auth, cfg.timeout)?;
         let endpoint = Endpoint::parse(&cfg.url).map_err(MssError::Protocol)?;
         let max_files = AtomicUsize::new(cfg.max_files_per_request);
         let shared = Arc::new(Shared {
@@ -101,7 +103,7 @@ impl Shared {
         method: Method,
         path: &str,
     ) -> Result<reqwest::RequestBuilder, MssError> {
-        let rb = (self.client)
+        let rb = (self.client.client())
             .request(method, self.endpoint.url(path))
             .header("accept", "application/json");
         self.cfg.auth.authorize(rb)
@@ -119,7 +121,9 @@ impl Shared {
         let Some(url) = discovery::document_url(&self.cfg.url) else {
             return Ok(fallback);
         };
-        let rb = (self.client).get(&url).header("accept", "application/json");
+        let rb = (self.client.client())
+            .get(&url)
+            .header("accept", "application/json");
         let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
         let retry_later = answer.status.is_server_error()
             || answer.status == StatusCode::TOO_MANY_REQUESTS
