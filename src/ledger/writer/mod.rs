@@ -7,7 +7,8 @@
 //! `mod.rs`: the loop, gathering and the group commit; `state.rs`: the memory, its checkpoint
 //! and the per-transaction context [`state::Txn`]; `accept.rs`, `settle.rs` (MSS outcomes and
 //! the terminal charge), `sends.rs` (a send's marks), `release.rs` (holding and releasing),
-//! `idempotency.rs` (replays), `load.rs` (start-up).
+//! `idempotency.rs` (replays), `load.rs` (start-up), `rows.rs` (the memory per request row),
+//! `reload.rs` (a reload prepared off the writer).
 
 mod accept;
 mod coalesce;
@@ -15,7 +16,9 @@ mod idempotency;
 mod load;
 mod queued;
 mod release;
+mod reload;
 mod removed;
+mod rows;
 mod sends;
 mod settle;
 mod state;
@@ -28,6 +31,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, error};
 
 pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
+pub use reload::PreparedReload;
+pub(super) use reload::Ticket;
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
@@ -58,6 +63,10 @@ pub(super) struct Writer {
     /// The volume queue could not be reloaded after a rollback: tried again before the next
     /// transaction, so a batch the rollback undid does not hold its volume's slot for ever.
     volumes_stale: bool,
+    /// A reload being prepared off the writer: the rows changed since its snapshot are noted.
+    noting: Option<reload::Noting>,
+    /// Numbers the reloads' snapshots (an install must be of the latest).
+    reload_generation: u64,
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -144,10 +153,17 @@ pub(in crate::ledger) enum Command {
         path: String,
         reply: oneshot::Sender<Result<Vec<GroupCancel>, LedgerError>>,
     },
-    /// Decide with another policy from the next commit on: run between two commits, never in
-    /// one (see `Writer::reload`).
+    /// Open a reload's snapshot on `snapshot` and note the rows changed from now on: run
+    /// between two commits, never in one (see `reload`).
+    ReloadSnapshot {
+        snapshot: rusqlite::Connection,
+        ticket: std::sync::Weak<Ticket>,
+        reply: oneshot::Sender<Result<(u64, rusqlite::Connection), LedgerError>>,
+    },
+    /// Decide with a prepared policy from the next commit on: run between two commits, never
+    /// in one (see `reload`).
     Reload {
-        policy: Arc<PolicySettings>,
+        prepared: Box<PreparedReload>,
         reply: oneshot::Sender<Result<(), LedgerError>>,
     },
     /// Tests: what the writer's memory holds that the rows do not say (empty: nothing).
@@ -369,6 +385,11 @@ impl Txn<'_, '_> {
                 let _ = reply.send(Err(LedgerError::Storage(why)));
                 (Reply::Sent, Ok(()))
             }
+            Command::ReloadSnapshot { reply, .. } => {
+                let why = "a reload's snapshot cannot be taken inside a transaction".to_string();
+                let _ = reply.send(Err(LedgerError::Storage(why)));
+                (Reply::Sent, Ok(()))
+            }
         }
     }
 }
@@ -416,15 +437,28 @@ impl Writer {
     /// under the new one. A commit never sees half of each. True when the writer answered (the
     /// heartbeat `/readyz` reads).
     fn commit_around_reloads(&mut self, commands: Vec<Command>) -> bool {
+        self.forget_abandoned_reload();
         let mut group = Vec::with_capacity(commands.len());
         let mut answered = false;
         for command in commands {
             match command {
-                Command::Reload { policy, reply } => {
+                Command::Reload { prepared, reply } => {
                     if !group.is_empty() {
                         answered |= self.commit_group(std::mem::take(&mut group));
                     }
-                    let outcome = self.reload(policy);
+                    let outcome = self.install_reload(*prepared);
+                    answered |= outcome.is_ok();
+                    let _ = reply.send(outcome);
+                }
+                Command::ReloadSnapshot {
+                    snapshot,
+                    ticket,
+                    reply,
+                } => {
+                    if !group.is_empty() {
+                        answered |= self.commit_group(std::mem::take(&mut group));
+                    }
+                    let outcome = self.reload_snapshot(snapshot, ticket);
                     answered |= outcome.is_ok();
                     let _ = reply.send(outcome);
                 }

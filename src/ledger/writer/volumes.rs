@@ -178,6 +178,17 @@ pub(super) fn load_volume_queue(
     policy: &PolicySettings,
     now: i64,
 ) -> rusqlite::Result<VolumeQueue> {
+    let mut queue = load_waiting(conn, policy)?;
+    add_flights(conn, policy, now, &mut queue)?;
+    Ok(queue)
+}
+
+/// [`load_volume_queue`]'s first part: the `queued` requests in id order (a reload reads them
+/// off the writer, from its snapshot).
+pub(super) fn load_waiting(
+    conn: &Connection,
+    policy: &PolicySettings,
+) -> rusqlite::Result<VolumeQueue> {
     let settings = &policy.order.release.volumes;
     let mut queue = VolumeQueue::default();
     // Only the volumes mode keeps this queue: in `held` mode the queued rows are the held
@@ -198,6 +209,21 @@ pub(super) fn load_volume_queue(
             }
             None => warn!("a queued request of a group no longer configured stays queued"),
         }
+    }
+    Ok(queue)
+}
+
+/// [`load_volume_queue`]'s second part: the volumes in flight, from the rows at `now`, into
+/// `queue` (which holds the waiting requests).
+pub(super) fn add_flights(
+    conn: &Connection,
+    policy: &PolicySettings,
+    now: i64,
+    queue: &mut VolumeQueue,
+) -> rusqlite::Result<()> {
+    let settings = &policy.order.release.volumes;
+    if !policy.order.volumes() {
+        return Ok(());
     }
     let mut flights: BTreeMap<(String, VolumeId), Vec<InFlight>> = BTreeMap::new();
     let mut stmt = conn.prepare(&format!(
@@ -244,7 +270,7 @@ pub(super) fn load_volume_queue(
         };
         queue.batch_started(settings, policy, &batch, now);
     }
-    Ok(queue)
+    Ok(())
 }
 
 /// The last release sequence a request released and not yet ended carries (0: none): later
