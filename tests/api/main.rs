@@ -35,3 +35,4 @@ mod simulate_volumes;
 mod trace_export;
 mod url_secrets;
 mod volumes;
+mod volumes_reload;

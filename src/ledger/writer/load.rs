@@ -96,6 +96,7 @@ fn read_state(
     idempotency: Idempotency,
 ) -> Result<WriterState, LedgerError> {
     add_groups(conn, policy)?;
+    volumes::enter_mode(conn, policy)?;
     let rows = RowState::read(conn, policy)?;
     finish_state(conn, policy, now, rows, idempotency)
 }

@@ -32,6 +32,7 @@ use tracing::{info, warn};
 use super::idempotency::Idempotency;
 use super::load::{add_groups, finish_state, load_state, refuse_removed_groups};
 use super::rows::{Row, RowState};
+use super::volumes;
 use super::Writer;
 use crate::domain::PolicySettings;
 use crate::ledger::LedgerError;
@@ -196,6 +197,8 @@ impl Writer {
         let now = self.clock.now_ms();
         let tx = self.conn.transaction()?;
         add_groups(&tx, policy)?;
+        // Into the volumes mode: what the previous mode sent counts as volumes in flight.
+        volumes::enter_mode(&tx, policy)?;
         let mut outside = false;
         for id in noted {
             let was = Row::read(&p.snapshot, policy, id)?;
