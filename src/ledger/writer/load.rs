@@ -54,8 +54,7 @@ impl Writer {
             metrics: options.metrics.clone(),
             file,
             volumes_stale: false,
-            noting: None,
-            reload_generation: 0,
+            reloads: Default::default(),
         })
     }
 }

@@ -32,7 +32,7 @@ use tracing::{debug, error};
 
 pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
 pub use reload::PreparedReload;
-pub(super) use reload::Ticket;
+pub(super) use reload::{Step, Ticket};
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
@@ -63,10 +63,8 @@ pub(super) struct Writer {
     /// The volume queue could not be reloaded after a rollback: tried again before the next
     /// transaction, so a batch the rollback undid does not hold its volume's slot for ever.
     volumes_stale: bool,
-    /// A reload being prepared off the writer: the rows changed since its snapshot are noted.
-    noting: Option<reload::Noting>,
-    /// Numbers the reloads' snapshots (an install must be of the latest).
-    reload_generation: u64,
+    /// A reload being prepared off the writer (`reload.rs`).
+    reloads: reload::Reloads,
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -153,19 +151,9 @@ pub(in crate::ledger) enum Command {
         path: String,
         reply: oneshot::Sender<Result<Vec<GroupCancel>, LedgerError>>,
     },
-    /// Open a reload's snapshot on `snapshot` and note the rows changed from now on: run
-    /// between two commits, never in one (see `reload`).
-    ReloadSnapshot {
-        snapshot: rusqlite::Connection,
-        ticket: std::sync::Weak<Ticket>,
-        reply: oneshot::Sender<Result<(u64, rusqlite::Connection), LedgerError>>,
-    },
-    /// Decide with a prepared policy from the next commit on: run between two commits, never
-    /// in one (see `reload`).
-    Reload {
-        prepared: Box<PreparedReload>,
-        reply: oneshot::Sender<Result<(), LedgerError>>,
-    },
+    /// A reload's step (its snapshot, its install): run between two commits, never in one
+    /// (see `reload`).
+    Reload(reload::Step),
     /// Tests: what the writer's memory holds that the rows do not say (empty: nothing).
     #[cfg(test)]
     Audit {
@@ -380,14 +368,8 @@ impl Txn<'_, '_> {
                 (Reply::Sent, Ok(()))
             }
             // `run` takes reloads out of a group before it is applied; one here is refused.
-            Command::Reload { reply, .. } => {
-                let why = "a reload cannot run inside a transaction".to_string();
-                let _ = reply.send(Err(LedgerError::Storage(why)));
-                (Reply::Sent, Ok(()))
-            }
-            Command::ReloadSnapshot { reply, .. } => {
-                let why = "a reload's snapshot cannot be taken inside a transaction".to_string();
-                let _ = reply.send(Err(LedgerError::Storage(why)));
+            Command::Reload(step) => {
+                step.refuse("a reload cannot run inside a transaction");
                 (Reply::Sent, Ok(()))
             }
         }
@@ -442,25 +424,11 @@ impl Writer {
         let mut answered = false;
         for command in commands {
             match command {
-                Command::Reload { prepared, reply } => {
+                Command::Reload(step) => {
                     if !group.is_empty() {
                         answered |= self.commit_group(std::mem::take(&mut group));
                     }
-                    let outcome = self.install_reload(*prepared);
-                    answered |= outcome.is_ok();
-                    let _ = reply.send(outcome);
-                }
-                Command::ReloadSnapshot {
-                    snapshot,
-                    ticket,
-                    reply,
-                } => {
-                    if !group.is_empty() {
-                        answered |= self.commit_group(std::mem::take(&mut group));
-                    }
-                    let outcome = self.reload_snapshot(snapshot, ticket);
-                    answered |= outcome.is_ok();
-                    let _ = reply.send(outcome);
+                    answered |= self.reload_step(step);
                 }
                 #[cfg(test)]
                 Command::Audit { reply } => {

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rusqlite::hooks::Action;
 use rusqlite::Connection;
+use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use super::idempotency::Idempotency;
@@ -41,8 +42,16 @@ use crate::ledger::LedgerError;
 /// per row); the install then reads everything on the writer.
 pub(super) const MAX_NOTED: usize = 2_000_000;
 
-/// What the writer keeps while a reload is being prepared.
-pub(super) struct Noting {
+/// The writer's part in reloads: what it keeps while one is being prepared, and the number of
+/// the latest snapshot (an install must be of it).
+#[derive(Default)]
+pub(super) struct Reloads {
+    noting: Option<Noting>,
+    generation: u64,
+}
+
+/// What the writer keeps while a reload is being prepared: the rows changed since its snapshot.
+struct Noting {
     generation: u64,
     rows: Arc<Mutex<Noted>>,
     /// Held by the preparation: gone, the reload was abandoned.
@@ -95,11 +104,59 @@ impl PreparedReload {
     }
 }
 
+/// A reload's step, which the writer runs between two commits.
+pub(in crate::ledger) enum Step {
+    /// Step 1: open `snapshot`'s read transaction and note the rows changed from now on.
+    Snapshot {
+        snapshot: Connection,
+        ticket: Weak<Ticket>,
+        reply: oneshot::Sender<Result<(u64, Connection), LedgerError>>,
+    },
+    /// Step 3: put a prepared reload in force.
+    Install {
+        prepared: Box<PreparedReload>,
+        reply: oneshot::Sender<Result<(), LedgerError>>,
+    },
+}
+
+impl Step {
+    /// Answer that the step cannot run (`why`).
+    pub(super) fn refuse(self, why: &str) {
+        let e = || LedgerError::Storage(why.to_string());
+        let _ = match self {
+            Step::Snapshot { reply, .. } => reply.send(Err(e())).map_err(drop),
+            Step::Install { reply, .. } => reply.send(Err(e())).map_err(drop),
+        };
+    }
+}
+
 impl Writer {
+    /// Run `step` and answer it; whether it succeeded (the writer's heartbeat).
+    pub(super) fn reload_step(&mut self, step: Step) -> bool {
+        match step {
+            Step::Snapshot {
+                snapshot,
+                ticket,
+                reply,
+            } => {
+                let outcome = self.reload_snapshot(snapshot, ticket);
+                let ok = outcome.is_ok();
+                let _ = reply.send(outcome);
+                ok
+            }
+            Step::Install { prepared, reply } => {
+                let outcome = self.install_reload(*prepared);
+                let ok = outcome.is_ok();
+                let _ = reply.send(outcome);
+                ok
+            }
+        }
+    }
+
     /// Step 1: open `snapshot`'s read transaction here, between two commits, and note every
     /// request row changed from now on (a reload prepared earlier and not installed is
     /// forgotten).
-    pub(super) fn reload_snapshot(
+    fn reload_snapshot(
         &mut self,
         snapshot: Connection,
         ticket: Weak<Ticket>,
@@ -126,18 +183,18 @@ impl Writer {
                     n.ids.insert(rowid);
                 }
             }))?;
-        self.reload_generation += 1;
-        self.noting = Some(Noting {
-            generation: self.reload_generation,
+        self.reloads.generation += 1;
+        self.reloads.noting = Some(Noting {
+            generation: self.reloads.generation,
             rows,
             ticket,
         });
-        Ok((self.reload_generation, snapshot))
+        Ok((self.reloads.generation, snapshot))
     }
 
     /// Stop noting rows (a reload installed, refused or abandoned).
-    pub(super) fn stop_noting(&mut self) {
-        if self.noting.take().is_some() {
+    fn stop_noting(&mut self) {
+        if self.reloads.noting.take().is_some() {
             let none: Option<fn(Action, &str, &str, i64)> = None;
             if let Err(e) = self.conn.update_hook(none) {
                 warn!(error = %e, "cannot remove the reload's update hook");
@@ -147,7 +204,8 @@ impl Writer {
 
     /// Stop noting for a reload whose preparation was dropped (its caller went away).
     pub(super) fn forget_abandoned_reload(&mut self) {
-        let abandoned = (self.noting.as_ref()).is_some_and(|n| n.ticket.strong_count() == 0);
+        let abandoned =
+            (self.reloads.noting.as_ref()).is_some_and(|n| n.ticket.strong_count() == 0);
         if abandoned {
             info!("a reload being prepared was abandoned; the writer stops noting changed rows");
             self.stop_noting();
@@ -157,8 +215,8 @@ impl Writer {
     /// Step 3: decide with the prepared policy from the next commit on, between two commits.
     /// Refused, changing nothing, when the policy leaves out a group with unfinished requests
     /// or the memory cannot be read.
-    pub(super) fn install_reload(&mut self, mut p: PreparedReload) -> Result<(), LedgerError> {
-        let noted = match &self.noting {
+    fn install_reload(&mut self, mut p: PreparedReload) -> Result<(), LedgerError> {
+        let noted = match &self.reloads.noting {
             Some(n) if n.generation == p.generation => {
                 let mut rows = n.rows.lock().unwrap_or_else(|e| e.into_inner());
                 (!rows.overflowed).then(|| std::mem::take(&mut rows.ids))
