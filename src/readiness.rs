@@ -5,11 +5,15 @@
 //! one the writer has open (`ledger::identity`) and this process may write it and its directory
 //! (`access(2)`, so a file made read-only, or immutable, is seen before a restart would fail on
 //! it); and the MSS answered the dispatcher's latest call (a refusal is an answer).
+//!
+//! A load balancer probes every few seconds, so a probe is not logged; a change is, once: the
+//! broker becoming not ready (at WARN, with every problem) or ready again (at INFO), judged by
+//! which checks fail ([`Readiness::check`]).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::dispatcher::LastCall;
@@ -44,6 +48,8 @@ pub struct Readiness {
     /// The database file as the writer opened it.
     db_file: DbFile,
     mss: Arc<LastCall>,
+    /// The checks that failed at the previous probe (empty: ready; `None`: no probe yet).
+    last: Mutex<Option<Vec<&'static str>>>,
 }
 
 impl Readiness {
@@ -53,13 +59,46 @@ impl Readiness {
             db_path,
             db_file,
             mss,
+            last: Mutex::new(None),
         }
     }
 
-    /// Every check's problem, if any (a few `stat`/`access` calls: cheap to answer often).
+    /// Every check's problem, if any (a few `stat`/`access` calls: cheap to answer often); a
+    /// change of which checks fail since the previous probe is logged (see the module's notes).
     pub fn check(&self) -> ReadyBody {
+        let body = self.problems();
+        self.log_change(&body);
+        body
+    }
+
+    /// Log `body` if the checks that fail are not those of the previous probe: not ready at
+    /// WARN with the reasons, ready again at INFO. A first probe that finds the broker ready
+    /// says nothing.
+    fn log_change(&self, body: &ReadyBody) {
+        let failing: Vec<&'static str> = body.problems.iter().map(|p| p.check).collect();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let before = last.replace(failing.clone());
+        if before.as_ref() == Some(&failing) || (before.is_none() && failing.is_empty()) {
+            return;
+        }
+        if failing.is_empty() {
+            tracing::info!("ready again: /readyz answers 200");
+            return;
+        }
+        let reasons: Vec<String> = (body.problems.iter())
+            .map(|p| format!("{}: {}", p.check, p.error))
+            .collect();
+        tracing::warn!(checks = ?failing, problems = %reasons.join("; "),
+            "not ready: /readyz answers 503 until this changes");
+    }
+
+    fn problems(&self) -> ReadyBody {
         let mut problems = Vec::new();
-        let mut add = |check, error: String| problems.push(Problem { check, error });
+        // An MSS error may quote the call's URL: shown without its password and query.
+        let mut add = |check, error: String| {
+            let error = mss_adapters::redact::urls(&error).into_owned();
+            problems.push(Problem { check, error })
+        };
         let age = self.ledger.writer_heartbeat_age();
         if age > WRITER_STALE {
             add(

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use mss_adapters::encp::EncpAdapter;
 use mss_adapters::fts3::Fts3Adapter;
 use mss_adapters::http::HttpAdapter;
+use mss_adapters::redact;
 use mss_adapters::sim::{self, LibraryConfig, SimConfig};
 use mss_adapters::tape_rest::TapeRestAdapter;
 use mss_adapters::{MssAdapter, MssError};
@@ -184,7 +185,8 @@ impl Application {
         self.state.reloader.clone()
     }
 
-    /// Base URL of the MSS in use (the embedded simulator's when it runs).
+    /// Base URL of the MSS in use (the embedded simulator's when it runs), without its password
+    /// and query string.
     pub fn mss_url(&self) -> &str {
         &self.mss_url
     }
@@ -255,8 +257,9 @@ fn simulator_settings(settings: &Settings) -> Option<&SimulatorSettings> {
 /// An adapter, the address it talks to, and the embedded simulator if it runs.
 type BuiltAdapter = (Arc<dyn MssAdapter>, String, Option<SimulatorHandle>);
 
-/// The configured adapter, the address it talks to, and the embedded simulator if it runs (on
-/// `simulator_listener`, bound beforehand).
+/// The configured adapter, the address it talks to (as it may be shown: without the URL's
+/// password and query), and the embedded simulator if it runs (on `simulator_listener`, bound
+/// beforehand).
 fn build_adapter(
     settings: &Settings,
     instance: &str,
@@ -271,8 +274,9 @@ fn build_adapter(
                 }
                 _ => (url.clone().unwrap_or_default(), None),
             };
-            let adapter = Arc::new(HttpAdapter::new(&url, settings.mss.timeout)?);
-            (adapter, url, handle)
+            let adapter = HttpAdapter::new(&url, settings.mss.timeout)?;
+            let shown = adapter.base();
+            (Arc::new(adapter), shown, handle)
         }
         AdapterSettings::Encp(c) => {
             let what = format!("encp: {}", c.command.display());
@@ -280,12 +284,12 @@ fn build_adapter(
         }
         AdapterSettings::Fts3(c) => (
             Arc::new(Fts3Adapter::new(c.clone(), instance)?),
-            c.url.clone(),
+            redact::urls(&c.url).into_owned(),
             None,
         ),
         AdapterSettings::TapeRest(c) => (
             Arc::new(TapeRestAdapter::new(c.clone())?),
-            c.url.clone(),
+            redact::urls(&c.url).into_owned(),
             None,
         ),
     })

@@ -37,8 +37,9 @@ pub async fn read_body(mut resp: reqwest::Response, cap: usize) -> Result<Vec<u8
             Ok(None) => return Ok(body),
             Err(e) => {
                 return Err(MssError::Unknown(format!(
-                    "the answer could not be read after {} bytes: {e}",
-                    body.len()
+                    "the answer could not be read after {} bytes: {}",
+                    body.len(),
+                    crate::rest::shown(&e)
                 )))
             }
         }

@@ -1,6 +1,8 @@
 //! The HTTP adapter: JSON over HTTP with reqwest, the protocol in [`crate::protocol`] that the
 //! bundled simulator speaks. Answers are read bounded ([`crate::answer`]); a refusal is the
-//! simulator's own JSON error, and an answer that cannot be read is an unknown outcome.
+//! simulator's own JSON error, and an answer that cannot be read is an unknown outcome. Each
+//! call's URL is built from the parsed base ([`Endpoint`]): a base with a path, a trailing slash
+//! or a query string (kept on every call) works.
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use async_trait::async_trait;
 use reqwest::Client;
 
 use crate::answer::{clip, MAX_MESSAGE_CHARS};
+use crate::endpoint::Endpoint;
 use crate::protocol::{
     BatchItem, BatchRequest, BatchResponse, EventKind, EventsResponse, SubmitResponse, Transfer,
     TransferState,
@@ -21,28 +24,36 @@ use crate::{
 /// An adapter for an MSS reached at a base URL such as `http://127.0.0.1:7070`.
 #[derive(Debug, Clone)]
 pub struct HttpAdapter {
-    base: String,
+    base: Endpoint,
     client: Client,
     timeout: Duration,
 }
 
 impl HttpAdapter {
-    /// `timeout` bounds every call except event polls, which get their wait on top.
+    /// `timeout` bounds every call except event polls, which get their wait on top. A base
+    /// that is not an http(s) URL is refused (its secrets hidden in the message).
     pub fn new(base: &str, timeout: Duration) -> Result<HttpAdapter, MssError> {
+        let base = Endpoint::parse(base).map_err(MssError::Protocol)?;
         let client = Client::builder()
             .pool_max_idle_per_host(64)
             .connect_timeout(crate::rest::connect_timeout(timeout))
             .build()
-            .map_err(|e| MssError::Protocol(format!("cannot build http client: {e}")))?;
+            .map_err(|e| {
+                MssError::Protocol(format!(
+                    "cannot build http client: {}",
+                    crate::redact::urls(&e.to_string())
+                ))
+            })?;
         Ok(HttpAdapter {
-            base: base.trim_end_matches('/').to_string(),
+            base,
             client,
             timeout,
         })
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
+    /// The base URL as it may be shown (password and query hidden).
+    pub fn base(&self) -> String {
+        self.base.redacted()
     }
 }
 
@@ -59,7 +70,7 @@ impl MssAdapter for HttpAdapter {
     async fn submit(&self, transfer: &Transfer) -> Result<Submitted, MssError> {
         let resp = self
             .client
-            .post(format!("{}/v1/transfers", self.base))
+            .post(self.base.url("/v1/transfers"))
             .timeout(self.timeout)
             .json(transfer)
             .send()
@@ -79,7 +90,7 @@ impl MssAdapter for HttpAdapter {
         };
         let sent = self
             .client
-            .post(format!("{}/v1/transfers/batch", self.base))
+            .post(self.base.url("/v1/transfers/batch"))
             .timeout(self.timeout)
             .json(&body)
             .send()
@@ -129,7 +140,7 @@ impl MssAdapter for HttpAdapter {
     async fn cancel(&self, t: &TransferRef) -> Result<(), MssError> {
         let resp = self
             .client
-            .delete(format!("{}/v1/transfers/{}", self.base, t.key))
+            .delete(self.base.url(&format!("/v1/transfers/{}", t.key)))
             .timeout(self.timeout)
             .send()
             .await
@@ -140,7 +151,7 @@ impl MssAdapter for HttpAdapter {
     async fn reprioritize(&self, t: &TransferRef, priority: i64) -> Result<(), MssError> {
         let resp = self
             .client
-            .put(format!("{}/v1/transfers/{}/priority", self.base, t.key))
+            .put(self.base.url(&format!("/v1/transfers/{}/priority", t.key)))
             .json(&crate::protocol::PriorityChange {
                 attempt: t.attempt,
                 priority,
@@ -155,7 +166,7 @@ impl MssAdapter for HttpAdapter {
     async fn status(&self, t: &TransferRef) -> Result<Option<TransferStatus>, MssError> {
         let resp = self
             .client
-            .get(format!("{}/v1/transfers/{}", self.base, t.key))
+            .get(self.base.url(&format!("/v1/transfers/{}", t.key)))
             .timeout(self.timeout)
             .send()
             .await
@@ -194,7 +205,7 @@ impl MssAdapter for HttpAdapter {
     async fn events(&self, cursor: &EventCursor, wait: Duration) -> Result<EventBatch, MssError> {
         let resp = self
             .client
-            .get(format!("{}/v1/events", self.base))
+            .get(self.base.url("/v1/events"))
             .query(&[
                 ("epoch", cursor.epoch.clone()),
                 ("after", cursor.after.to_string()),

@@ -11,10 +11,13 @@
 
 pub mod answer;
 pub mod encp;
+pub mod endpoint;
 pub mod event_log;
 pub mod fts3;
 pub mod http;
 pub mod protocol;
+pub mod redact;
+pub mod renew;
 pub mod rest;
 pub mod sim;
 #[cfg(feature = "standin")]

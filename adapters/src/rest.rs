@@ -193,7 +193,7 @@ impl RestAuth {
         }
         builder
             .build()
-            .map_err(|e| MssError::Protocol(format!("cannot build the http client: {e}")))
+            .map_err(|e| MssError::Protocol(format!("cannot build the http client: {}", shown(&e))))
     }
 
     /// Add the bearer token (read now) to a request.
@@ -241,13 +241,19 @@ pub fn connect_timeout(timeout: Duration) -> Duration {
 }
 
 /// A transport failure: the MSS could not be reached (`Unreachable`: no connection, nothing
-/// sent), or the exchange broke off (`Unavailable`).
+/// sent), or the exchange broke off (`Unavailable`). The message names the call's URL with its
+/// secrets hidden ([`crate::redact::urls`]).
 pub fn transport(e: reqwest::Error) -> MssError {
     if e.is_connect() {
-        MssError::Unreachable(e.to_string())
+        MssError::Unreachable(shown(&e))
     } else {
-        MssError::Unavailable(e.to_string())
+        MssError::Unavailable(shown(&e))
     }
+}
+
+/// A reqwest error as it may be shown: reqwest's text names the URL, query string included.
+pub fn shown(e: &reqwest::Error) -> String {
+    crate::redact::urls(&e.to_string()).into_owned()
 }
 
 /// Send a submission, bounded by `timeout`. Unlike [`send`], a timeout after the connection
@@ -269,7 +275,8 @@ pub async fn send_submission(
 pub fn submission_transport(e: reqwest::Error) -> MssError {
     if e.is_timeout() && !e.is_connect() {
         MssError::Unknown(format!(
-            "no answer in time, the call may have taken effect: {e}"
+            "no answer in time, the call may have taken effect: {}",
+            shown(&e)
         ))
     } else {
         transport(e)

@@ -1,7 +1,8 @@
 //! Client-certificate authentication for real: the FTS3 stand-in behind TLS that requires a
 //! client certificate issued by a test CA. The adapter configured with `method =
 //! "certificate"` and the CA as `ca_file` gets its job in; without its certificate, or without
-//! trusting the server's CA, it does not reach FTS3 at all.
+//! trusting the server's CA, it does not reach FTS3 at all; a certificate renewed in place is
+//! presented from the next call on.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -44,29 +45,43 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
-/// PEM files in `dir`: ca.pem, client.pem and client-key.pem; and the server's TLS acceptor.
-fn pki(dir: &Path) -> TlsAcceptor {
+/// A certificate authority named `name`.
+fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "mssbroker test CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let server_key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&server_key, &ca)
-        .unwrap();
+    ca_params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A client certificate issued by `ca`, written (in place) to `dir`'s client.pem and
+/// client-key.pem.
+fn client_files(dir: &Path, ca: &CertifiedIssuer<'static, KeyPair>) {
     let client_key = KeyPair::generate().unwrap();
     let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     client_params
         .distinguished_name
         .push(DnType::CommonName, "mssbroker.example.org");
-    let client = client_params.signed_by(&client_key, &ca).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    let client = client_params.signed_by(&client_key, ca).unwrap();
     std::fs::write(dir.join("client.pem"), client.pem()).unwrap();
     std::fs::write(dir.join("client-key.pem"), client_key.serialize_pem()).unwrap();
+}
 
+/// PEM files in `dir`: ca.pem, client.pem and client-key.pem; and the server's TLS acceptor.
+fn pki(dir: &Path) -> TlsAcceptor {
+    let ca = authority("mssbroker test CA");
+    client_files(dir, &ca);
+    acceptor(dir, &ca)
+}
+
+/// The server's TLS acceptor, its certificate and the clients it accepts from `ca` (written to
+/// `dir`'s ca.pem).
+fn acceptor(dir: &Path, ca: &CertifiedIssuer<'static, KeyPair>) -> TlsAcceptor {
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&server_key, ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.der().clone()).unwrap();
     let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
@@ -172,4 +187,53 @@ async fn a_client_certificate_gets_in_and_nothing_else_does() {
         .count();
     assert_eq!(submissions, 1, "only the certified submission arrived");
     assert_eq!(standin.jobs().len(), 1);
+}
+
+/// A client certificate renewed in place (as a grid proxy is every few hours) is presented from
+/// the next call on, without a restart; a renewal caught half written is not used, and the
+/// certificate in use until then goes on being presented. Started with a certificate of a CA
+/// the server does not trust, the adapter gets nothing in; once the files hold one of the
+/// server's CA, it does. Before, the client built at start was kept for good.
+#[tokio::test]
+async fn a_certificate_renewed_in_place_is_presented_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let trusted = authority("mssbroker test CA");
+    let acceptor = acceptor(dir.path(), &trusted);
+    client_files(dir.path(), &authority("a CA the server does not know"));
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", tcp.local_addr().unwrap());
+    let standin = Fts3Standin::serve(
+        TlsListener { tcp, acceptor },
+        url.clone(),
+        "cms",
+        None,
+        Plan {
+            queued: Duration::from_secs(60),
+            active: Duration::from_secs(60),
+        },
+    );
+    let adapter = adapter(
+        &url,
+        dir.path(),
+        serde_json::json!({"method": "certificate", "certificate": "client.pem",
+                           "key": "client-key.pem", "ca_file": "ca.pem"}),
+    );
+    let refused = adapter.submit(&read("1")).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(standin.jobs().is_empty());
+
+    // Renewed in place with a certificate of the server's CA: the next call presents it.
+    client_files(dir.path(), &trusted);
+    let s = adapter.submit(&read("2")).await.unwrap();
+    assert_eq!(standin.jobs().len(), 1);
+    assert_eq!(standin.jobs()[0].job_id, s.mss_id);
+
+    // A renewal caught half written (the certificate cut short, the key not yet there): the
+    // credentials in use are kept, and calls go on.
+    let pem = std::fs::read(dir.path().join("client.pem")).unwrap();
+    std::fs::write(dir.path().join("client.pem"), &pem[..pem.len() / 2]).unwrap();
+    std::fs::remove_file(dir.path().join("client-key.pem")).unwrap();
+    let s = adapter.submit(&read("3")).await.unwrap();
+    assert_eq!(standin.jobs().len(), 2);
+    assert_eq!(standin.jobs()[1].job_id, s.mss_id);
 }

@@ -106,7 +106,8 @@ pub fn describe_sources(sources: &[Sourced]) -> String {
     let mut out = String::from("\nvalues set (every other key has its default):\n");
     let width = sources.iter().map(|s| s.key.len()).max().unwrap_or(0);
     for s in sources {
-        let mut value = s.value.to_string();
+        // An `mss.url` (or any URL) is shown without its password and query string.
+        let mut value = mss_adapters::redact::urls(&s.value.to_string()).into_owned();
         if value.chars().count() > VALUE_WIDTH {
             value = value.chars().take(VALUE_WIDTH - 3).collect::<String>() + "...";
         }

@@ -22,6 +22,7 @@ mod usage;
 
 pub use describe::{describe, describe_sources};
 
+use mss_adapters::redact;
 use raw::RawConfig;
 
 use crate::api::InputLimits;
@@ -47,8 +48,9 @@ pub struct ConfigIssue {
 }
 
 impl fmt::Display for ConfigIssue {
+    /// A URL the message quotes is shown without its password or query (`mss.url`'s secrets).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.message)
+        write!(f, "{}: {}", self.key, redact::urls(&self.message))
     }
 }
 
@@ -60,7 +62,11 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{origin}: not valid TOML for this configuration: {message}")]
+    /// TOML's message quotes the offending line, which may hold a URL with its secrets.
+    #[error(
+        "{origin}: not valid TOML for this configuration: {}",
+        redact::urls(message)
+    )]
     Syntax { origin: String, message: String },
     #[error("{origin}: {} problem(s):\n{}", issues.len(), issues.iter().map(|i| format!("  {i}")).collect::<Vec<_>>().join("\n"))]
     Invalid {

@@ -232,13 +232,10 @@ fn validate_adapter(
                     "needed for adapter \"http\" unless [mss.simulator] is enabled",
                 );
             }
-            if let Some(u) = url {
-                if !(u.starts_with("http://") || u.starts_with("https://")) {
-                    issues.add(
-                        "mss.url",
-                        format!("`{u}` must start with http:// or https://"),
-                    );
-                }
+            // Parsed as the adapter will (a query string is kept on every call; the message
+            // hides the URL's password and query).
+            if let Some(Err(why)) = url.map(mss_adapters::endpoint::Endpoint::parse) {
+                issues.add("mss.url", why);
             }
             Some(AdapterSettings::Http {
                 url: url.map(str::to_string),

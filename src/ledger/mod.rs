@@ -22,6 +22,7 @@ pub mod lock;
 pub mod mss_key;
 mod rank;
 mod read;
+mod reload;
 pub mod restore;
 mod schema;
 pub mod stored_explain;
@@ -51,7 +52,7 @@ pub use types::{
 };
 pub use volume_wait::VolumeWait;
 use writer::Command;
-pub use writer::{GroupCancel, RemovedGroup, RemovedGroups};
+pub use writer::{GroupCancel, PreparedReload, RemovedGroup, RemovedGroups};
 
 /// Why the ledger could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -459,13 +460,6 @@ impl Ledger {
     pub async fn cancel_group(&self, path: String) -> Result<Vec<GroupCancel>, LedgerError> {
         self.call(|reply| Command::CancelGroup { path, reply })
             .await
-    }
-
-    /// Decide with `policy` from the next commit on (see `writer::Writer::reload`): refused,
-    /// changing nothing, with `RemovedGroups` when it leaves out a group with unfinished
-    /// requests.
-    pub async fn reload(&self, policy: Arc<PolicySettings>) -> Result<(), LedgerError> {
-        self.call(|reply| Command::Reload { policy, reply }).await
     }
 
     /// Tests: what the writer's memory holds that its rows do not say (empty: nothing).

@@ -49,6 +49,11 @@ impl ReadPool {
         .map_err(|_| LedgerError::Closed)?
     }
 
+    /// A connection of its own, not pooled (a reload's snapshot, held while it is prepared).
+    pub fn fresh(&self) -> rusqlite::Result<Connection> {
+        schema::open_reader(&self.path)
+    }
+
     fn take(&self) -> Option<Connection> {
         self.idle.lock().ok()?.pop()
     }

@@ -24,13 +24,13 @@ const META_T0: &str = "half_life_t0_ms";
 const CHARGE_DATE: &str =
     "COALESCE(charged_ms, CASE WHEN state = 'done' THEN finished_ms ELSE created_ms END)";
 
-fn meta(c: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
+pub(super) fn meta(c: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
     c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
         .query_row([key], |r| r.get(0))
         .optional()
 }
 
-fn set_meta(tx: &Transaction<'_>, key: &str, value: &str) -> rusqlite::Result<()> {
+pub(super) fn set_meta(tx: &Transaction<'_>, key: &str, value: &str) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO meta(key, value) VALUES (?1, ?2) \
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",

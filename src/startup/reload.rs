@@ -1,9 +1,11 @@
 //! Reloading the configuration without a restart (SIGHUP and `POST /v1/admin/reload`): the
 //! file is read again through the same loader `serve` started with (the seam: whatever layers
 //! it merges), validated as at start-up, compared with what cannot change live, and its live
-//! part put in force in one step: the ledger writer takes the new policy between two commits
-//! (`Ledger::reload`), then [`LiveSettings`] is swapped while no request is being classified.
-//! A refusal changes nothing and says why, naming the key.
+//! part put in force in one step: the ledger reads the new policy's queues off the writer from a
+//! snapshot (`Ledger::prepare_reload`, while requests are still decided under the old one), the
+//! writer takes the new policy between two commits after catching up with the rows committed
+//! since (`Ledger::install_reload`), and [`LiveSettings`] is swapped, both while no request is
+//! being classified. A refusal changes nothing and says why, naming the key.
 //!
 //! What cannot change live (a restart does): `[server]` (the listener and the HTTP server are
 //! built once), `[database]`, `[auth] token_file`, `[mss]` but its submit rate and burst (the
@@ -13,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use mss_adapters::redact;
 use tracing::{info, warn};
 
 use crate::api::InputLimits;
@@ -204,9 +207,14 @@ impl Reloader {
         for note in &new.notes {
             warn!(note = %note, "configuration note");
         }
+        // The new policy's queues are read off the writer while requests are still decided
+        // under the old one; then, with the gate closed, the writer catches up with what was
+        // committed meanwhile and takes the new policy (see `ledger::Ledger::prepare_reload`).
+        let prepared =
+            (self.ledger.prepare_reload(new.policy.clone()).await).map_err(ReloadError::Ledger)?;
         let before = self.live.get();
         let _closed = self.live.swapping().await;
-        (self.ledger.reload(new.policy.clone()).await).map_err(ReloadError::Ledger)?;
+        (self.ledger.install_reload(prepared).await).map_err(ReloadError::Ledger)?;
         let stamp = ConfigStamp {
             origin: new.origin.clone(),
             sha256: loaded.sha256.clone(),
@@ -258,7 +266,12 @@ fn fixed_unchanged(was: &Settings, now: &Settings) -> Result<(), ReloadError> {
     fixed.extend(fixed_mss(&was.mss, &now.mss));
     fixed.extend(fixed_limits(&was.limits, &now.limits));
     match fixed.into_iter().find(|(_, w, n)| w != n) {
-        Some((key, was, now)) => Err(ReloadError::Fixed { key, was, now }),
+        // The values are shown in the answer and the log: an adapter's URL without its secrets.
+        Some((key, was, now)) => Err(ReloadError::Fixed {
+            key,
+            was: redact::urls(&was).into_owned(),
+            now: redact::urls(&now).into_owned(),
+        }),
         None => Ok(()),
     }
 }

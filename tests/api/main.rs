@@ -36,4 +36,6 @@ mod shares;
 mod simulate;
 mod simulate_volumes;
 mod trace_export;
+mod url_secrets;
 mod volumes;
+mod volumes_reload;

@@ -183,3 +183,60 @@ async fn readyz_is_503_naming_the_mss_while_it_does_not_answer() {
     let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
     assert!(errors.is_empty(), "{errors:#?}");
 }
+
+/// Lines of the log written after `from` bytes that contain `needle`.
+fn lines_after(log: &Path, from: usize, needle: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap();
+    (text[from..].lines())
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A load balancer probes `/readyz` every few seconds: while the broker stays not ready, every
+/// probe is answered 503, and the log says so once, at WARN with the reason, then once more
+/// (INFO) when it is ready again; not a line per probe. Before, a 503 was logged per probe (at
+/// ERROR, then at DEBUG, so not at all by default): neither the change nor its reason was in
+/// the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_readiness_is_logged_once_not_every_probe() {
+    let sim = SimProcess::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, log) = serve_in(dir.path(), &test_config(Some(&sim.url)), &[]);
+    wait_ready(&broker.base, "ready at start", |s, _| s == 200).await;
+    let from = std::fs::read_to_string(&log).unwrap().len();
+    let faults = |down_for_ms: u64| {
+        let sim = sim.url.clone();
+        async move {
+            let put = reqwest::Client::new()
+                .put(format!("{sim}/v1/faults"))
+                .json(&json!({ "down_for_ms": down_for_ms }))
+                .send()
+                .await
+                .unwrap();
+            assert!(put.status().is_success());
+        }
+    };
+    faults(60_000).await;
+    wait_ready(&broker.base, "mss down", |s, b| s == 503 && names(b, "mss")).await;
+    for _ in 0..5 {
+        let (status, body) = readyz(&broker.base).await;
+        assert!(status == 503 && names(&body, "mss"), "{status} {body}");
+    }
+    faults(0).await;
+    wait_ready(&broker.base, "mss back", |s, _| s == 200).await;
+    let down = lines_after(&log, from, "not ready");
+    assert_eq!(
+        down.len(),
+        1,
+        "one line for the change, not one per probe: {down:#?}"
+    );
+    assert!(
+        down[0].contains("WARN") && down[0].contains("mss") && down[0].contains("unavailable"),
+        "at WARN, with the reason: {}",
+        down[0]
+    );
+    let back = lines_after(&log, from, "ready again");
+    assert_eq!(back.len(), 1, "{back:#?}");
+    assert!(back[0].contains("INFO"), "{}", back[0]);
+}

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::Client;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::warn;
@@ -17,8 +16,10 @@ use super::config::{Fts3Config, MIN_PRIORITY};
 use super::job::{conflict_is_ours, file_mss_id, job_id_in, split_mss_id};
 use super::poller::poll_loop;
 use super::progress::{is_staging, progress_of};
+use crate::endpoint::Endpoint;
 use crate::event_log::EventLog;
 use crate::protocol::Transfer;
+use crate::renew::RenewingClient;
 use crate::rest;
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, PriorityScale, Progress,
@@ -34,7 +35,10 @@ pub struct Fts3Adapter {
 pub(super) struct Shared {
     pub(super) cfg: Fts3Config,
     sid_prefix: String,
-    client: Client,
+    /// `cfg.url` parsed: every call's URL is built from it.
+    endpoint: Endpoint,
+    /// Rebuilt when the certificate, key or CA files are renewed in place.
+    client: RenewingClient,
     pub(super) log: EventLog,
     jobs: Mutex<HashMap<String, Track>>,
     /// Transfers found in a job FTS3 holds (after a 409 or a lost answer) and not submitted
@@ -96,7 +100,8 @@ impl Fts3Adapter {
     /// Build the adapter and start its poller. `instance` names the broker's ledger (used in
     /// the submission ids unless `sid_prefix` is set). Must run inside a tokio runtime.
     pub fn new(cfg: Fts3Config, instance: &str) -> Result<Fts3Adapter, MssError> {
-        let client = cfg.auth.client(cfg.timeout)?;
+        let client = RenewingClient::new(&cfg.auth, cfg.timeout)?;
+        let endpoint = Endpoint::parse(&cfg.url).map_err(MssError::Protocol)?;
         let sid_prefix = cfg
             .sid_prefix
             .clone()
@@ -104,6 +109,7 @@ impl Fts3Adapter {
         let shared = Arc::new(Shared {
             cfg,
             sid_prefix,
+            endpoint,
             client,
             log: EventLog::new("fts3"),
             jobs: Mutex::new(HashMap::new()),
@@ -284,9 +290,8 @@ impl Shared {
         method: reqwest::Method,
         path: &str,
     ) -> Result<reqwest::RequestBuilder, MssError> {
-        let rb = self
-            .client
-            .request(method, format!("{}{path}", self.cfg.url))
+        let rb = (self.client.client())
+            .request(method, self.endpoint.url(path))
             .header("accept", "application/json");
         self.cfg.auth.authorize(rb)
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::{Client, Method, StatusCode};
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tracing::{info, warn};
@@ -18,9 +18,11 @@ use super::paths;
 use super::poller::poll_loop;
 use super::progress::file_progress;
 use super::stage::{id_segment, SETTLED_BEFORE_STAGING};
+use crate::endpoint::Endpoint;
 use crate::event_log::EventLog;
 use crate::protocol::Transfer;
-use crate::rest;
+use crate::renew::RenewingClient;
+use crate::{redact, rest};
 use crate::{
     Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
     TransferStatus,
@@ -34,7 +36,10 @@ pub struct TapeRestAdapter {
 
 pub(super) struct Shared {
     pub(super) cfg: TapeRestConfig,
-    pub(super) client: Client,
+    /// `cfg.url` parsed: every call's URL is built from it.
+    endpoint: Endpoint,
+    /// Rebuilt when the certificate, key or CA files are renewed in place.
+    pub(super) client: RenewingClient,
     pub(super) log: EventLog,
     pub(super) tracks: Mutex<HashMap<String, Track>>,
     /// The `targetedMetadata` key, once the discovery document has been read.
@@ -60,10 +65,12 @@ impl TapeRestAdapter {
     /// Build the adapter and start its poller (which reads the discovery document first). Must
     /// run inside a tokio runtime.
     pub fn new(cfg: TapeRestConfig) -> Result<TapeRestAdapter, MssError> {
-        let client = cfg.auth.client(cfg.timeout)?;
+        let client = RenewingClient::new(&cfg.auth, cfg.timeout)?;
+        let endpoint = Endpoint::parse(&cfg.url).map_err(MssError::Protocol)?;
         let max_files = AtomicUsize::new(cfg.max_files_per_request);
         let shared = Arc::new(Shared {
             cfg,
+            endpoint,
             client,
             log: EventLog::new("tape-rest"),
             tracks: Mutex::new(HashMap::new()),
@@ -96,9 +103,8 @@ impl Shared {
         method: Method,
         path: &str,
     ) -> Result<reqwest::RequestBuilder, MssError> {
-        let rb = self
-            .client
-            .request(method, format!("{}{path}", self.cfg.url))
+        let rb = (self.client.client())
+            .request(method, self.endpoint.url(path))
             .header("accept", "application/json");
         self.cfg.auth.authorize(rb)
     }
@@ -115,7 +121,9 @@ impl Shared {
         let Some(url) = discovery::document_url(&self.cfg.url) else {
             return Ok(fallback);
         };
-        let rb = self.client.get(&url).header("accept", "application/json");
+        let rb = (self.client.client())
+            .get(&url)
+            .header("accept", "application/json");
         let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
         let retry_later = answer.status.is_server_error()
             || answer.status == StatusCode::TOO_MANY_REQUESTS
@@ -131,16 +139,16 @@ impl Shared {
         let found = doc.as_ref().map(discovery::read);
         match found.as_ref().and_then(|d| d.endpoint.as_ref()) {
             Some((uri, version)) if uri.trim_end_matches('/') != self.cfg.url => warn!(
-                %uri, %version, configured = %self.cfg.url,
+                uri = %redact::urls(uri), %version, configured = %self.endpoint.redacted(),
                 "the site's discovery document lists another tape endpoint than the configured url"
             ),
             Some(_) => {}
             None => {
-                warn!(%url, status = %answer.status, "no v1 tape endpoint in the site's discovery document")
+                warn!(url = %redact::urls(&url), status = %answer.status, "no v1 tape endpoint in the site's discovery document")
             }
         }
         let site = found.and_then(|d| d.sitename);
-        info!(%url, sitename = ?site, metadata_key = %site.as_deref().unwrap_or(&fallback),
+        info!(url = %redact::urls(&url), sitename = ?site, metadata_key = %site.as_deref().unwrap_or(&fallback),
               "read the tape site's discovery document");
         Ok(site.unwrap_or(fallback))
     }

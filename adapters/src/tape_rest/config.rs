@@ -109,6 +109,10 @@ impl RawTapeRestConfig {
                 "an empty pattern would match everything",
             ));
         }
+        // Parsed as the adapter builds its calls from it (the message hides its secrets).
+        if let (Some(_), Err(why)) = (host, crate::endpoint::Endpoint::parse(&self.url)) {
+            issues.push(Issue::new("url", why));
+        }
         let auth = self.auth(base, &mut issues);
         if !issues.is_empty() {
             return Err(issues);
@@ -142,7 +146,7 @@ impl RawTapeRestConfig {
                 "url",
                 format!(
                     "`{}` must be the API's https:// base, e.g. https://dcache.example.org:3880/api/v1/tape",
-                    self.url
+                    crate::redact::urls(&self.url)
                 ),
             ));
         }

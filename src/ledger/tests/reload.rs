@@ -248,3 +248,121 @@ async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were() {
         stored.2
     );
 }
+
+/// Every row of every table of the file, as text, sorted: what "the database is unchanged"
+/// compares.
+fn dump(db: &std::path::Path) -> Vec<String> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let tables: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut out = Vec::new();
+    for t in tables {
+        let mut stmt = c.prepare(&format!("SELECT * FROM \"{t}\"")).unwrap();
+        let n = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(r) = rows.next().unwrap() {
+            let values: Vec<String> = (0..n)
+                .map(|i| format!("{:?}", r.get::<_, rusqlite::types::Value>(i).unwrap()))
+                .collect();
+            out.push(format!("{t}: {}", values.join(", ")));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A reload is read off the writer from a snapshot; what is committed meanwhile (requests
+/// queued, released, cancelled under the old policy) is caught up with at install, so the
+/// writer's memory is what the rows say (audited) and the queue goes on under the new policy.
+/// Without the catch-up the new queue would still hold the cancelled and the released requests
+/// and miss the one queued meanwhile.
+#[tokio::test]
+async fn a_reload_catches_up_with_what_was_committed_while_it_was_prepared() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let before = config(SHARES);
+    let (ledger, writer) = open(&db, before.clone()).unwrap();
+    let one = |crid: &str, mode: &str| item(&before, crid, mode, "x");
+    // One slot: mc-1 takes it, an-1..3 wait in the held queue.
+    let mc = ledger.accept(vec![one("mc-1", "mc")]).await.unwrap()[0].id;
+    let mut an = Vec::new();
+    for crid in ["an-1", "an-2", "an-3"] {
+        an.push(ledger.accept(vec![one(crid, "an")]).await.unwrap()[0].id);
+    }
+    // Reordered, with a new group: every group id changes.
+    let after = config("an = 1\nnew = 5\nmc = 3\n");
+    let prepared = ledger.prepare_reload(after.clone()).await.unwrap();
+    // Meanwhile, under the old policy: an-4 queues, an-2 is cancelled, mc-1 is cancelled and
+    // its slot goes to an-1.
+    an.push(ledger.accept(vec![one("an-4", "an")]).await.unwrap()[0].id);
+    ledger.cancel(an[1]).await.unwrap();
+    ledger.cancel(mc).await.unwrap();
+    let state = |r: Option<RequestRecord>| r.unwrap().state;
+    assert_eq!(
+        state(ledger.request(an[0]).await.unwrap()),
+        RequestState::Accepted
+    );
+    assert!(Arc::ptr_eq(&ledger.policy(), &before), "not in force yet");
+
+    ledger.install_reload(prepared).await.unwrap();
+    assert!(Arc::ptr_eq(&ledger.policy(), &after));
+    assert_eq!(ledger.audit().await.unwrap(), Vec::<String>::new());
+    // The queue is the rows': an-1's end releases an-3, then an-4, each charged to `an`.
+    ledger.cancel(an[0]).await.unwrap();
+    assert_eq!(
+        state(ledger.request(an[2]).await.unwrap()),
+        RequestState::Accepted
+    );
+    assert_eq!(usage_of(&ledger, "an").await, 1_000);
+    ledger.cancel(an[2]).await.unwrap();
+    assert_eq!(
+        state(ledger.request(an[3]).await.unwrap()),
+        RequestState::Accepted
+    );
+    assert_eq!(ledger.audit().await.unwrap(), Vec::<String>::new());
+    drop(ledger);
+    writer.join().unwrap();
+}
+
+/// A reload refused at its last step (a request committed while it was prepared is in a group
+/// it leaves out, found at install) writes nothing: the groups' rows it had added in its
+/// transaction are rolled back with the rest; every table is as it was, and the old policy
+/// stays in force.
+#[tokio::test]
+async fn a_reload_refused_at_install_leaves_every_row_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let before = config("mc = 3\nan = 1\nold = 1\n");
+    let (ledger, writer) = open(&db, before.clone()).unwrap();
+    (ledger.accept(vec![item(&before, "mc-1", "mc", "x")]).await).unwrap();
+    (ledger.accept(vec![item(&before, "an-1", "an", "x")]).await).unwrap();
+    // `old` out, `new` in: refused at once while `old` has unfinished requests; now it has none.
+    let after = config("mc = 3\nan = 1\nnew = 2\n");
+    let prepared = ledger.prepare_reload(after.clone()).await.unwrap();
+    (ledger
+        .accept(vec![item(&before, "old-1", "old", "x")])
+        .await)
+        .unwrap();
+    let rows = dump(&db);
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r.starts_with("groups: ") && r.contains("\"new\"")),
+        "{rows:#?}"
+    );
+    let refused = ledger.install_reload(prepared).await.unwrap_err();
+    assert!(
+        matches!(&refused, LedgerError::RemovedGroups(g) if g.0[0].path == "old"),
+        "{refused}"
+    );
+    assert_eq!(dump(&db), rows, "the refused reload changed the file");
+    assert!(Arc::ptr_eq(&ledger.policy(), &before));
+    assert_eq!(ledger.audit().await.unwrap(), Vec::<String>::new());
+    drop(ledger);
+    writer.join().unwrap();
+}

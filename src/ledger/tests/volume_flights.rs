@@ -288,3 +288,50 @@ async fn a_reload_keeps_a_volume_that_just_ended_sticky() {
     drop(l);
     close(opened);
 }
+
+/// A reload from `pass_through` into the volumes mode (one volume at a time): a's request on V1
+/// and b's on V2 went to the MSS under `pass_through`; they are in flight as much as a batch is,
+/// so a's request on V3, eligible, waits until both have ended, before a restart and after it.
+/// Before, they were not counted: V3 went at once, a third volume at the MSS.
+#[tokio::test]
+async fn a_reload_into_volumes_counts_what_pass_through_sent() {
+    let volumes = volumes_config("", 1);
+    let passing = volumes.replace("mode = \"volumes\"", "mode = \"pass_through\"");
+    let mut f = Fixture::with_config(&passing);
+    let opened = f.open();
+    let l = opened.0.clone();
+    let a1 = accept(&l, on_volume(&f, "a1", "a", "/pnfs/a1", ("V1", 1))).await;
+    let b1 = accept(&l, on_volume(&f, "b1", "b", "/pnfs/b1", ("V2", 1))).await;
+    submit(&l, a1.id, 1).await;
+    submit(&l, b1.id, 1).await;
+    let into = Settings::parse(&volumes, "test").unwrap();
+    l.reload(into.policy.clone()).await.unwrap();
+    assert_eq!(l.audit().await.unwrap(), Vec::<String>::new());
+    let a3 = accept(&l, on_volume(&f, "a3", "a", "/pnfs/a3", ("V3", 1))).await;
+    assert_eq!(
+        state_of(&l, a3.id).await,
+        RequestState::Queued,
+        "V1 and V2 are at the MSS"
+    );
+    let done = event(&l, a1.id, 1, 1, EventKind::Done { bytes: 100 });
+    assert_eq!(l.apply_status_events(vec![done]).await.unwrap(), 1);
+    assert_eq!(state_of(&l, a3.id).await, RequestState::Queued, "V2 is");
+    drop(l);
+    close(opened);
+
+    // A restart (in the volumes mode now) counts V2 too; its end lets V3 go.
+    f.settings = into;
+    let opened = f.open();
+    let l = opened.0.clone();
+    l.release_held().await.unwrap();
+    assert_eq!(
+        state_of(&l, a3.id).await,
+        RequestState::Queued,
+        "V2 still is"
+    );
+    let done = event(&l, b1.id, 1, 2, EventKind::Done { bytes: 100 });
+    assert_eq!(l.apply_status_events(vec![done]).await.unwrap(), 1);
+    assert_eq!(state_of(&l, a3.id).await, RequestState::Accepted);
+    drop(l);
+    close(opened);
+}

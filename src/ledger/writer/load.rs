@@ -9,12 +9,12 @@ use rusqlite::{Connection, Transaction};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
 use super::outputs::Outputs;
 use super::queued::QueuedBytes;
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::removed::removed_groups;
+use super::rows::RowState;
 use super::state::WriterState;
 use super::volumes;
 use super::Writer;
@@ -64,62 +64,16 @@ impl Writer {
             metrics: options.metrics.clone(),
             file,
             volumes_stale: false,
+            reloads: Default::default(),
         })
-    }
-
-    /// Decide with `policy` from the next commit on. Run between two commits: the memory is
-    /// rebuilt from the committed rows and aggregates as start-up builds it (every structure
-    /// indexed by group id is built anew for the new groups, by path), then swapped in whole
-    /// and published. Refused, changing nothing, when the policy leaves out a group with
-    /// unfinished requests or the memory cannot be read.
-    pub fn reload(&mut self, policy: Arc<PolicySettings>) -> Result<(), LedgerError> {
-        refuse_removed_groups(&self.conn, &policy)?;
-        // Nothing is written to a file that is no longer the database (as before a commit).
-        self.file.check()?;
-        let idempotency = std::mem::take(&mut self.state.idempotency);
-        let loaded = load_state(
-            &mut self.conn,
-            &policy,
-            self.clock.now_ms(),
-            Idempotency::default(),
-        );
-        let mut state = match loaded {
-            Ok(state) => state,
-            Err(e) => {
-                self.state.idempotency = idempotency;
-                return Err(e);
-            }
-        };
-        // Keyed by request id and fingerprint, not by group: carried over as they are (the
-        // adapter, which decides the copies, is not reloaded).
-        state.idempotency = idempotency;
-        state.outputs = std::mem::take(&mut self.state.outputs);
-        // What the volume queue's rows do not hold (volumes that ended within `sticky_secs`,
-        // the size of each flight's last batch), kept as a rollback keeps it: else every
-        // reload, a token rotation's too, would unmount the volumes the sticky rule keeps.
-        if self.policy.order.volumes() && policy.order.volumes() {
-            let (old, new) = (&self.policy, &policy);
-            let regroup =
-                |g: crate::domain::GroupId| new.group_by_path(old.groups.get(g.0)?.path.as_str());
-            state
-                .volumes
-                .restore(self.state.volumes.memory().regroup(regroup));
-        }
-        let _gate = self.published.gate();
-        self.state = state;
-        self.policy = policy;
-        self.published
-            .publish(&self.policy, &self.state.usage, &self.state.queues);
-        info!(
-            groups = self.policy.groups.len(),
-            "ledger writer reloaded its policy"
-        );
-        Ok(())
     }
 }
 
 /// The groups left out of `policy` that still have unfinished requests, as an error.
-fn refuse_removed_groups(conn: &Connection, policy: &PolicySettings) -> Result<(), LedgerError> {
+pub(super) fn refuse_removed_groups(
+    conn: &Connection,
+    policy: &PolicySettings,
+) -> Result<(), LedgerError> {
     let removed = removed_groups(conn, policy)?;
     if removed.0.is_empty() {
         return Ok(());
@@ -131,7 +85,7 @@ fn refuse_removed_groups(conn: &Connection, policy: &PolicySettings) -> Result<(
 /// indexed: the caller loads or keeps it). One transaction: what it writes for `policy` (the
 /// groups' rows, aggregates rebuilt for a new usage model) is committed only once the whole
 /// memory was read, so a load that fails (a refused reload) leaves the file as it was.
-fn load_state(
+pub(super) fn load_state(
     conn: &mut Connection,
     policy: &PolicySettings,
     now: i64,
@@ -151,29 +105,38 @@ fn read_state(
     idempotency: Idempotency,
 ) -> Result<WriterState, LedgerError> {
     add_groups(conn, policy)?;
+    volumes::enter_mode(conn, policy)?;
+    let rows = RowState::read(conn, policy)?;
+    finish_state(conn, policy, now, rows, idempotency)
+}
+
+/// The writer's memory for `policy` from `rows` (the part per request row, read already) and
+/// what is read here: usage (rebuilt, and written in the caller's transaction, for a changed
+/// usage model), the held counts and FBSNG queue priorities (per group), the volumes in flight
+/// and the last release sequence. Called after `add_groups`.
+pub(super) fn finish_state(
+    conn: &Transaction<'_>,
+    policy: &PolicySettings,
+    now: i64,
+    rows: RowState,
+    idempotency: Idempotency,
+) -> Result<WriterState, LedgerError> {
     let usage = load_usage(conn, policy, now)?;
     let held = usage::group_counts(conn, policy)?
         .into_iter()
         .map(|c| c.held)
         .collect();
-    // Uses the partial index on in-flight requests.
-    let priority_waiting: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
-         AND state = 'submitted' AND class = 'priority'",
-        [],
-        |r| r.get(0),
-    )?;
     info!(fair_total = %usage.at(now).fair_total(), model = policy.usage_model.name(),
         "ledger usage loaded");
-    let order = load_order_state(conn, policy)?;
-    if !order.0.is_empty() {
+    if !rows.queue.is_empty() {
         info!(
-            queued = order.0.len(),
+            queued = rows.queue.len(),
             mode = policy.order.release.mode.name(),
             "held release queue loaded"
         );
     }
-    let volumes = volumes::load_volume_queue(conn, policy, now)?;
+    let mut volumes = rows.volumes;
+    volumes::add_flights(conn, policy, now, &mut volumes)?;
     if !volumes.is_empty() {
         info!(
             queued = volumes.len(),
@@ -182,18 +145,25 @@ fn read_state(
         );
     }
     let release_seq = volumes::last_release_seq(conn)?;
-    let queued = load_queued_bytes(conn, policy)?;
-    Ok(
-        WriterState::new(usage, held, priority_waiting, order, idempotency)
-            .with_volumes(&policy.order.release.volumes, volumes, release_seq)
-            .with_queued(queued)
-            .with_carriers(Carriers::load(conn, policy.order.release.coalesce)?),
+    let queues = load_fbsng_priorities(conn, policy)?;
+    Ok(WriterState::new(
+        usage,
+        held,
+        rows.priority_waiting,
+        (rows.queue, rows.outstanding, queues),
+        idempotency,
     )
+    .with_volumes(&policy.order.release.volumes, volumes, release_seq)
+    .with_queued(rows.queued)
+    .with_carriers(rows.carriers))
 }
 
 /// A row for every configured group; a warning for stored usage of a group no longer
 /// configured.
-fn add_groups(conn: &Transaction<'_>, policy: &PolicySettings) -> Result<(), LedgerError> {
+pub(super) fn add_groups(
+    conn: &Transaction<'_>,
+    policy: &PolicySettings,
+) -> Result<(), LedgerError> {
     for g in &policy.groups {
         conn.execute(
             "INSERT OR IGNORE INTO groups(path) VALUES (?1)",
@@ -253,7 +223,7 @@ fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
 
 /// The queued-bytes tallies: the bytes of fair-share requests not yet at the MSS, per group and
 /// user (each state through its partial index).
-fn load_queued_bytes(
+pub(super) fn load_queued_bytes(
     conn: &Connection,
     policy: &PolicySettings,
 ) -> Result<QueuedBytes, LedgerError> {
@@ -287,12 +257,11 @@ fn load_queued_bytes(
     Ok(tally)
 }
 
-/// The held release queue, the slots outstanding per library and the FBSNG queue priorities,
-/// from the rows.
-fn load_order_state(
+/// The held release queue, from the rows `queued` (empty in the volumes mode).
+pub(super) fn load_held_queue(
     conn: &Connection,
     policy: &PolicySettings,
-) -> Result<(HeldQueue, HashMap<String, u32>, Queues), LedgerError> {
+) -> Result<HeldQueue, LedgerError> {
     // The volumes mode keeps its own queue (`volumes::load_volume_queue`).
     let where_queued = if policy.order.volumes() {
         "0"
@@ -327,6 +296,11 @@ fn load_order_state(
             "queued requests of a group no longer configured stay queued"
         );
     }
+    Ok(queue)
+}
+
+/// The slots outstanding per library: rows `accepted`, `submitted`, `running`.
+pub(super) fn load_outstanding(conn: &Connection) -> Result<HashMap<String, u32>, LedgerError> {
     let mut outstanding = HashMap::new();
     let mut stmt = conn.prepare(
         "SELECT library, SUM(slots) FROM requests \
@@ -337,6 +311,14 @@ fn load_order_state(
         let (lib, n) = row?;
         outstanding.insert(lib, n.clamp(0, i64::from(u32::MAX)) as u32);
     }
+    Ok(outstanding)
+}
+
+/// The FBSNG queue priorities, from the groups' rows.
+fn load_fbsng_priorities(
+    conn: &Connection,
+    policy: &PolicySettings,
+) -> Result<Queues, LedgerError> {
     let mut queues = Queues::new(&policy.order.fbsng);
     let mut stmt =
         conn.prepare("SELECT path, queue_priority FROM groups WHERE queue_priority IS NOT NULL")?;
@@ -349,7 +331,7 @@ fn load_order_state(
             }
         }
     }
-    Ok((queue, outstanding, queues))
+    Ok(queues)
 }
 
 #[cfg(test)]

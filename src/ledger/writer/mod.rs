@@ -8,7 +8,8 @@
 //! and the per-transaction context [`state::Txn`]; `accept.rs`, `settle.rs` (MSS outcomes and
 //! the terminal charge), `sends.rs` (a send's marks), `release.rs` (holding and releasing),
 //! `idempotency.rs` (replays), `outputs.rs` (one station-side copy per unfinished read),
-//! `load.rs` (start-up).
+//! `load.rs` (start-up), `rows.rs` (the memory per request row), `reload.rs` (a reload
+//! prepared off the writer).
 
 mod accept;
 mod coalesce;
@@ -17,7 +18,9 @@ mod load;
 mod outputs;
 mod queued;
 mod release;
+mod reload;
 mod removed;
+mod rows;
 mod sends;
 mod settle;
 mod state;
@@ -30,6 +33,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, error};
 
 pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
+pub use reload::PreparedReload;
+pub(super) use reload::{Step, Ticket};
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
@@ -63,6 +68,8 @@ pub(super) struct Writer {
     /// The volume queue could not be reloaded after a rollback: tried again before the next
     /// transaction, so a batch the rollback undid does not hold its volume's slot for ever.
     volumes_stale: bool,
+    /// A reload being prepared off the writer (`reload.rs`).
+    reloads: reload::Reloads,
 }
 
 impl Writer {
@@ -156,12 +163,9 @@ pub(in crate::ledger) enum Command {
         path: String,
         reply: oneshot::Sender<Result<Vec<GroupCancel>, LedgerError>>,
     },
-    /// Decide with another policy from the next commit on: run between two commits, never in
-    /// one (see `Writer::reload`).
-    Reload {
-        policy: Arc<PolicySettings>,
-        reply: oneshot::Sender<Result<(), LedgerError>>,
-    },
+    /// A reload's step (its snapshot, its install): run between two commits, never in one
+    /// (see `reload`).
+    Reload(reload::Step),
     /// Tests: what the writer's memory holds that the rows do not say (empty: nothing).
     #[cfg(test)]
     Audit {
@@ -376,9 +380,8 @@ impl Txn<'_, '_> {
                 (Reply::Sent, Ok(()))
             }
             // `run` takes reloads out of a group before it is applied; one here is refused.
-            Command::Reload { reply, .. } => {
-                let why = "a reload cannot run inside a transaction".to_string();
-                let _ = reply.send(Err(LedgerError::Storage(why)));
+            Command::Reload(step) => {
+                step.refuse("a reload cannot run inside a transaction");
                 (Reply::Sent, Ok(()))
             }
         }
@@ -428,17 +431,16 @@ impl Writer {
     /// under the new one. A commit never sees half of each. True when the writer answered (the
     /// heartbeat `/readyz` reads).
     fn commit_around_reloads(&mut self, commands: Vec<Command>) -> bool {
+        self.forget_abandoned_reload();
         let mut group = Vec::with_capacity(commands.len());
         let mut answered = false;
         for command in commands {
             match command {
-                Command::Reload { policy, reply } => {
+                Command::Reload(step) => {
                     if !group.is_empty() {
                         answered |= self.commit_group(std::mem::take(&mut group));
                     }
-                    let outcome = self.reload(policy);
-                    answered |= outcome.is_ok();
-                    let _ = reply.send(outcome);
+                    answered |= self.reload_step(step);
                 }
                 #[cfg(test)]
                 Command::Audit { reply } => {

@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, Connection};
-use tracing::warn;
+use rusqlite::{params, Connection, Transaction};
+use tracing::{info, warn};
 
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::state::{Charge, Txn};
@@ -172,11 +172,23 @@ type InFlight = (Candidate, Option<u64>, bool, Option<GroupId>);
 /// order, led by the group the first of them names in `release_lead`; for rows of builds
 /// before it, by the group of the first request marked `release_led`), so a restart (or a
 /// rollback) keeps the waiting volumes, their figures, the volumes' slots and each group's
-/// `max_volumes` count.
+/// `max_volumes` count. (What another release mode sent is numbered when this mode is entered,
+/// [`enter_mode`], and counts from then on.)
 pub(super) fn load_volume_queue(
     conn: &Connection,
     policy: &PolicySettings,
     now: i64,
+) -> rusqlite::Result<VolumeQueue> {
+    let mut queue = load_waiting(conn, policy)?;
+    add_flights(conn, policy, now, &mut queue)?;
+    Ok(queue)
+}
+
+/// [`load_volume_queue`]'s first part: the `queued` requests in id order (a reload reads them
+/// off the writer, from its snapshot).
+pub(super) fn load_waiting(
+    conn: &Connection,
+    policy: &PolicySettings,
 ) -> rusqlite::Result<VolumeQueue> {
     let settings = &policy.order.release.volumes;
     let mut queue = VolumeQueue::default();
@@ -198,6 +210,21 @@ pub(super) fn load_volume_queue(
             }
             None => warn!("a queued request of a group no longer configured stays queued"),
         }
+    }
+    Ok(queue)
+}
+
+/// [`load_volume_queue`]'s second part: the volumes in flight, from the rows at `now`, into
+/// `queue` (which holds the waiting requests).
+pub(super) fn add_flights(
+    conn: &Connection,
+    policy: &PolicySettings,
+    now: i64,
+    queue: &mut VolumeQueue,
+) -> rusqlite::Result<()> {
+    let settings = &policy.order.release.volumes;
+    if !policy.order.volumes() {
+        return Ok(());
     }
     let mut flights: BTreeMap<(String, VolumeId), Vec<InFlight>> = BTreeMap::new();
     let mut stmt = conn.prepare(&format!(
@@ -244,7 +271,7 @@ pub(super) fn load_volume_queue(
         };
         queue.batch_started(settings, policy, &batch, now);
     }
-    Ok(queue)
+    Ok(())
 }
 
 /// The last release sequence a request released and not yet ended carries (0: none): later
@@ -261,4 +288,49 @@ pub(super) fn last_release_seq(conn: &Connection) -> rusqlite::Result<i64> {
         |r| r.get(0),
     )?;
     Ok(seq.unwrap_or(0))
+}
+
+/// The `meta` key naming the release mode the rows were last kept under.
+const META_MODE: &str = "release_mode";
+
+/// Entering the volumes mode from another (a reload, or a start on a database another mode
+/// kept last, or one from before the mode was recorded): the fair-share requests that mode
+/// released and that have not ended (`accepted`, `submitted`, `running`, with no
+/// `release_seq`) are at the MSS as much as a batch is, so they are numbered after the last
+/// batch, each led by its own group, and load as volumes in flight (`add_flights`): they count
+/// against the libraries' and the groups' `max_volumes` until they end, and no volume goes to
+/// the MSS over the limit meanwhile. (Priority classes are sent at once in every mode, beside
+/// the volumes, and are never numbered.) Records the mode in force, in the caller's
+/// transaction. Returns how many requests were numbered.
+pub(super) fn enter_mode(tx: &Transaction<'_>, policy: &PolicySettings) -> rusqlite::Result<usize> {
+    let mode = policy.order.release.mode.name();
+    let was = crate::ledger::usage::meta(tx, META_MODE)?;
+    crate::ledger::usage::set_meta(tx, META_MODE, mode)?;
+    if !policy.order.volumes() || was.as_deref() == Some(mode) {
+        return Ok(0);
+    }
+    let ids: Vec<i64> = tx
+        .prepare(
+            "SELECT id FROM requests WHERE state = 'accepted' AND release_seq IS NULL \
+             AND class != 'priority' UNION ALL SELECT id FROM requests \
+             WHERE state IN ('submitted', 'running') AND release_seq IS NULL \
+             AND class != 'priority' ORDER BY id",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut seq = last_release_seq(tx)?;
+    let mut stmt = tx
+        .prepare("UPDATE requests SET release_seq = ?2, release_lead = group_path WHERE id = ?1")?;
+    for id in &ids {
+        seq += 1;
+        stmt.execute(params![id, seq])?;
+    }
+    if !ids.is_empty() {
+        info!(
+            requests = ids.len(),
+            was = was.as_deref().unwrap_or("not recorded"),
+            "entering the volumes release mode: requests the previous mode sent count as volumes in flight"
+        );
+    }
+    Ok(ids.len())
 }
