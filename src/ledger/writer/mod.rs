@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, error};
 
 pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
+pub(super) use removed::unfinished_of;
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
@@ -139,9 +140,9 @@ pub(in crate::ledger) enum Command {
         items: Vec<NewPriority>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
-    /// Cancel every unfinished request of a group.
-    CancelGroup {
-        path: String,
+    /// Cancel these requests of a group (one chunk of `cancel --group`).
+    CancelListed {
+        ids: Vec<i64>,
         reply: oneshot::Sender<Result<Vec<GroupCancel>, LedgerError>>,
     },
     /// Decide with another policy from the next commit on: run between two commits, never in
@@ -352,8 +353,8 @@ impl Txn<'_, '_> {
                     Reply::Cancel(tx, o)
                 })
             }
-            Command::CancelGroup { path, reply: tx } => {
-                reply(self.cancel_group(&path), Vec::new(), |v| {
+            Command::CancelListed { ids, reply: tx } => {
+                reply(self.cancel_listed(&ids), Vec::new(), |v| {
                     Reply::Group(tx, v)
                 })
             }
