@@ -14,7 +14,7 @@ use crate::ledger::CancelOutcome;
 /// Requests cancelled per writer transaction. A cancel costs tens of microseconds (its row, the
 /// refund, its riders, the queues), so a chunk holds the writer for a few milliseconds
 /// (docs/operations.md has the figures).
-pub const CANCEL_CHUNK: usize = 500;
+pub const CANCEL_CHUNK: usize = 200;
 
 /// Requests listed one by one in the answer, the lowest ids; the rest are only counted.
 pub const CANCEL_LISTED: usize = 100;

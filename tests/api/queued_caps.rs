@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::{request, test_config, ServeProcess, TestApp};
 
-/// Nothing listens at the MSS address, so accepted requests stay in the broker (they count).
+/// Nothing listens at the MSS address, so accepted requests stay unfinished (they count).
 fn config() -> String {
     test_config(Some("http://127.0.0.1:9")).replacen(
         "[limits]\n",
