@@ -2,7 +2,8 @@
 //! writer command. One transaction for the whole group held the writer for seconds on a large
 //! group (issue 37: 300k queued stalled submissions up to 4.9 s); in chunks of
 //! [`CANCEL_CHUNK`], commands waiting meanwhile are committed between two chunks (the channel
-//! is first in, first out, and the next chunk is sent only once the last one is answered). The
+//! is first in, first out, the next chunk is sent only once the last one is answered, and the
+//! writer commits a chunk in a transaction of its own: `Writer::commit_gathered`). The
 //! group's unfinished requests are listed once, off the writer, when the cancel begins;
 //! requests accepted into the group after that are not in the list (a second cancel takes them).
 //! The answer counts them all and lists the first [`CANCEL_LISTED`].
@@ -12,8 +13,9 @@ use crate::ledger::writer::{unfinished_of, Command};
 use crate::ledger::CancelOutcome;
 
 /// Requests cancelled per writer transaction. A cancel costs tens of microseconds (its row, the
-/// refund, its riders, the queues), so a chunk holds the writer for a few milliseconds
-/// (docs/operations.md has the figures).
+/// refund, its riders, the queues), so a chunk holds the writer for milliseconds, and a
+/// submission meanwhile waits for at most one chunk (docs/operations.md has the figures; 500
+/// let submissions wait over 100 ms on the shared test host).
 pub const CANCEL_CHUNK: usize = 200;
 
 /// Requests listed one by one in the answer, the lowest ids; the rest are only counted.

@@ -405,7 +405,7 @@ impl Writer {
         while let Some(first) = rx.blocking_recv() {
             let commands = self.gather(first, &mut rx, last);
             last = commands.len();
-            if self.commit_around_reloads(commands) {
+            if self.commit_gathered(commands) {
                 heartbeat.beat();
             }
         }
@@ -414,9 +414,11 @@ impl Writer {
 
     /// Commit `commands` as one group, unless a reload is among them: then what came before it
     /// is committed under the old policy, the reload runs, and what came after is committed
-    /// under the new one. A commit never sees half of each. True when the writer answered (the
-    /// heartbeat `/readyz` reads).
-    fn commit_around_reloads(&mut self, commands: Vec<Command>) -> bool {
+    /// under the new one. A commit never sees half of each. A chunk of `cancel --group` is
+    /// committed in a group of its own, after what came before it: a submission waiting
+    /// behind one chunk is then answered before the next, not committed with it. True when the
+    /// writer answered (the heartbeat `/readyz` reads).
+    fn commit_gathered(&mut self, commands: Vec<Command>) -> bool {
         let mut group = Vec::with_capacity(commands.len());
         let mut answered = false;
         for command in commands {
@@ -435,6 +437,12 @@ impl Writer {
                         answered |= self.commit_group(std::mem::take(&mut group));
                     }
                     let _ = reply.send(self.audit());
+                }
+                chunk @ Command::CancelListed { .. } => {
+                    if !group.is_empty() {
+                        answered |= self.commit_group(std::mem::take(&mut group));
+                    }
+                    answered |= self.commit_group(vec![chunk]);
                 }
                 other => group.push(other),
             }
