@@ -81,22 +81,33 @@ pub struct GroupCancelBody {
     pub id: i64,
     /// Its state before.
     pub previous_state: StateBody,
-    /// `cancelled` (refunded now), or its state at the MSS while the MSS is asked to drop it.
+    /// `cancelled` (refunded now), its state at the MSS while the MSS is asked to drop it, or
+    /// the final state it reached on its own before its turn.
     pub state: StateBody,
     /// The MSS is asked to drop it; a `cancelled` event settles and refunds it.
     pub at_mss: bool,
 }
 
-/// What `cancel-group` did.
+/// What `cancel-group` did: counts of every request, and the first ones by id.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CancelGroupBody {
     pub group: String,
+    /// The group's unfinished requests when the cancel began: every one is counted below.
+    pub total: usize,
     /// Cancelled and refunded now.
     pub cancelled: usize,
     /// At the MSS, asked to drop them.
     pub cancel_requested: usize,
-    /// Every request, in id order.
+    /// Ended on their own (done, failed, cancelled) before their turn: left as they were.
+    pub already_final: usize,
+    /// Ledger transactions the cancels took (a bounded number of requests each, so
+    /// submissions are committed between them).
+    pub transactions: usize,
+    /// The first requests (at most `requests_listed_max`), in id order; the rest are only
+    /// counted.
     pub requests: Vec<GroupCancelBody>,
+    /// The most `requests` lists.
+    pub requests_listed_max: usize,
 }
 
 /// The `group` of a `cancel-group` body, or a refusal naming the field as a request's would:
@@ -129,7 +140,9 @@ fn group_asked(body: &[u8]) -> Result<String, ApiError> {
 
 /// Cancel every unfinished request of a group, each as `DELETE /v1/requests/{id}` does: those
 /// not yet at the MSS are cancelled and refunded now, those at the MSS are cancelled there
-/// through the adapter. Each is reported with its previous state.
+/// through the adapter. The requests unfinished when it begins are cancelled a bounded number
+/// per ledger transaction, so submissions meanwhile are not held up; the answer counts them
+/// and lists the first ones with their previous state.
 #[utoipa::path(post, path = "/v1/admin/cancel-group", request_body = CancelGroupRequest, responses(
     (status = 200, body = CancelGroupBody),
     (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
@@ -155,41 +168,45 @@ pub(super) async fn cancel_group(
             ),
         ));
     }
-    let done = state.ledger.cancel_group(group.clone()).await?;
+    // As a single cancel: the dispatcher carries each to the MSS (retried from the ledger's
+    // flag if it has stopped).
+    let cancels = state.cancels.clone();
+    let at_mss = move |id| {
+        let _ = cancels.send(id);
+    };
+    let done = state.ledger.cancel_group(group.clone(), at_mss).await?;
     let configured = state.live.get().policy.group_by_path(&group).is_some();
-    if done.is_empty() && !configured {
+    if done.total == 0 && !configured {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             Some("group"),
             format!("no group `{group}` is configured and none of its requests is unfinished"),
         ));
     }
-    let mut requests = Vec::with_capacity(done.len());
-    for c in &done {
+    let requests = done.listed.iter().map(|c| {
         let (state_now, at_mss) = match c.outcome {
-            CancelOutcome::Requested(s) => {
-                // As a single cancel: the dispatcher carries it to the MSS (retried from the
-                // ledger's flag if it has stopped).
-                let _ = state.cancels.send(c.id);
-                (s, true)
-            }
+            CancelOutcome::Requested(s) => (s, true),
             CancelOutcome::AlreadyFinal(s) => (s, false),
             _ => (crate::domain::RequestState::Cancelled, false),
         };
-        requests.push(GroupCancelBody {
+        GroupCancelBody {
             id: c.id,
             previous_state: c.previous.into(),
             state: state_now.into(),
             at_mss,
-        });
-    }
-    let cancel_requested = requests.iter().filter(|r| r.at_mss).count();
-    tracing::info!(group = %group, cancelled = requests.len() - cancel_requested,
-        cancel_requested, "cancelled the unfinished requests of a group");
+        }
+    });
+    tracing::info!(group = %group, total = done.total, cancelled = done.cancelled,
+        cancel_requested = done.cancel_requested, already_final = done.already_final,
+        transactions = done.transactions, "cancelled the unfinished requests of a group");
     Ok(Json(CancelGroupBody {
         group,
-        cancelled: requests.len() - cancel_requested,
-        cancel_requested,
-        requests,
+        total: done.total,
+        cancelled: done.cancelled,
+        cancel_requested: done.cancel_requested,
+        already_final: done.already_final,
+        transactions: done.transactions,
+        requests: requests.collect(),
+        requests_listed_max: crate::ledger::CANCEL_LISTED,
     }))
 }

@@ -1,6 +1,7 @@
 //! `mssbroker cancel --group PATH`: ask a running broker to cancel every unfinished request of
 //! one group (`POST /v1/admin/cancel-group`, operator token), e.g. before a reload removes the
-//! group. Prints each request with its previous state.
+//! group. Prints the counts (the broker cancels in chunks, a ledger transaction each) and the
+//! first requests with their previous states.
 
 use std::process::ExitCode;
 

@@ -30,8 +30,8 @@ pub struct PolicySettings {
     pub rules: Vec<Rule>,
     /// Group of requests no rule matches, or `None` to refuse them.
     pub default_group: Option<GroupId>,
-    /// At most this many bytes of one user's fair-share requests not yet at the MSS (held,
-    /// queued, accepted); a submission past it is refused (429). `[limits]`.
+    /// At most this many bytes of one user's (a user name of one station) fair-share requests
+    /// not finished, riders included; a submission past it is refused (429). `[limits]`.
     pub max_queued_bytes_per_user: Option<u64>,
     /// Every group by its path (built by `config`).
     pub(crate) by_path: HashMap<String, GroupId>,

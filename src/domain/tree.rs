@@ -65,8 +65,8 @@ pub struct NodeLimits {
     /// Volumes release mode: most volumes in flight per library whose batch is led by a group
     /// at or below this node (CTA's drive caps, Enstore's storage-group limits).
     pub max_volumes: Option<u32>,
-    /// At most this many bytes of its requests not yet at the MSS (held, queued, accepted);
-    /// a submission past it is refused (429).
+    /// At most this many bytes of its fair-share requests not finished, riders included; a
+    /// submission past it is refused (429).
     pub max_queued_bytes: Option<u64>,
 }
 

@@ -15,6 +15,7 @@ pub mod aggregates;
 pub mod backup;
 mod columns;
 mod export;
+mod group_cancel;
 mod history;
 pub mod identity;
 mod live;
@@ -43,6 +44,7 @@ use crate::domain::{PolicySettings, RequestState};
 use crate::shares::view::SharesView;
 
 pub use export::ExportedRequest;
+pub use group_cancel::{GroupCancelled, CANCEL_CHUNK, CANCEL_LISTED};
 pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRow};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
@@ -452,13 +454,6 @@ impl Ledger {
     /// Record priorities the MSS has taken.
     pub async fn reprioritised(&self, items: Vec<NewPriority>) -> Result<usize, LedgerError> {
         self.call(|reply| Command::Reprioritised { items, reply })
-            .await
-    }
-
-    /// Cancel every unfinished request of group `path` (configured or not), each as `cancel`
-    /// does: the ones at the MSS come back `Requested`, for the dispatcher to carry there.
-    pub async fn cancel_group(&self, path: String) -> Result<Vec<GroupCancel>, LedgerError> {
-        self.call(|reply| Command::CancelGroup { path, reply })
             .await
     }
 

@@ -64,7 +64,7 @@ pub struct QueuedCapRefused {
     /// The configuration key of the cap.
     pub field: String,
     pub message: String,
-    /// Bytes queued before the MSS under the cap, without this request.
+    /// Bytes of unfinished requests under the cap, without this request.
     pub queued: u64,
     pub cap: u64,
 }

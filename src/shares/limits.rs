@@ -9,7 +9,11 @@
 //!   over it, new requests under it are held, not refused, until the request fits. Maui: "If
 //!   the fairshare cap is reached or exceeded, the job is not allowed to run" (seed 004,
 //!   6.3.3.2); counting the request being decided means a node never overshoots its cap by one
-//!   request of any size. A node with nothing counted yet is never held, so a request larger
+//!   request of any size. A percent cap compares the node's usage plus the request with the
+//!   total usage *before* the request, as Maui's `MFSCheckCap` does for `mfstCapRel`
+//!   (`(F->FSUsage[0] + F->FSFactor + FSReq) / (GP->F.FSUsage[0] + GP->F.FSFactor) * 100.0`
+//!   over the cap fails): a request adds to the node's part and not to the whole, so it cannot
+//!   dilute the share it is judged by. A node with nothing counted yet is never held, so a request larger
 //!   than the cap on its own is released once its node's window is empty instead of waiting
 //!   for ever.
 //!
@@ -142,11 +146,12 @@ pub fn over_feasibility(
                 "feasibility cap of `{path}` reached: {used} of {all} used {window}, cap {cap}%"
             ));
         }
-        let all_with = all.saturating_add(add);
-        if less_than(pct.num(), pct.den(), with, all_with) {
+        // Maui's `MFSCheckCap`: the node's usage plus the request, against the total usage
+        // before the request (`all` > 0: it holds `used`).
+        if less_than(pct.num(), pct.den(), with, all) {
             return Some(format!(
-                "feasibility cap of `{path}` would be passed: {with} of {all_with} used {window} \
-                 with the {add} requested, over the cap {cap}%"
+                "feasibility cap of `{path}` would be passed: {used} used + {add} requested = \
+                 {with}, against {all} used by all {window}: over the cap {cap}%"
             ));
         }
     }
@@ -305,10 +310,11 @@ mod tests {
         // Before, a node could overshoot by one request of any size: 60 is under 100, and a
         // request of a million was let through. Now it waits.
         assert!(held_by(&p, &u, x, 1_000_000).is_some());
-        // b: (30 + 30) / (90 + 30) = 60/120 = 50% exactly: fits; (30 + 31) / 121 = 50.4%: held.
-        assert_eq!(held_by(&p, &u, b, 30), None);
-        let reason = held_by(&p, &u, b, 31).unwrap();
-        assert!(reason.contains("61 of 121"), "{reason}");
+        // b: (30 + 15) / 90 = 50% exactly: fits; (30 + 16) / 90 = 51.1%: held (Maui's rule,
+        // `percent_feasibility_caps_compare_with_the_total_before_the_request`).
+        assert_eq!(held_by(&p, &u, b, 15), None);
+        let reason = held_by(&p, &u, b, 16).unwrap();
+        assert!(reason.contains("= 46, against 90"), "{reason}");
         // The node as it stands (what `mssbroker shares` shows) is not held.
         let node_a = p.group(x).ancestors[0];
         assert_eq!(cap_state(&p, &u, node_a), CapState::Ok);
@@ -319,6 +325,37 @@ mod tests {
         // Once anything is counted, the same request waits for the window to empty.
         let one = usage(&p, &[("a/y", 1), ("b", 90)]);
         assert!(held_by(&p, &one, x, 1_000).is_some());
+    }
+
+    /// Maui's `MFSCheckCap` for a percent cap (`mfstCapRel`): the node's usage plus the request
+    /// against the total usage before the request. Worked: `b` has a cap of 50% and 30 of 90
+    /// used (33.3%). A request of 15: (30 + 15) / 90 = 50%, not over: fits. One of 16:
+    /// 46 / 90 = 51.1%: held. One of 30: 60 / 90 = 66.7%: held; counting it in the total too,
+    /// (30 + 30) / (90 + 30) = 50%, would have let it through, and with it any request up to
+    /// the rest of the total: with a total of T, a node's share can only stay under p% when
+    /// the request is counted on one side.
+    #[test]
+    fn percent_feasibility_caps_compare_with_the_total_before_the_request() {
+        let p = policy("[targets.b]\nfeasibility_cap_percent = 50");
+        let b = p.group_by_path("b").unwrap();
+        let u = usage(&p, &[("a/x", 60), ("b", 30)]);
+        assert_eq!(
+            held_by(&p, &u, b, 15),
+            None,
+            "45 of 90 is 50%: reached, not passed"
+        );
+        let reason = held_by(&p, &u, b, 16).expect("46 of 90 is over 50%");
+        assert!(
+            reason.contains("30 used + 16 requested = 46, against 90"),
+            "{reason}"
+        );
+        assert!(
+            held_by(&p, &u, b, 30).is_some(),
+            "60 of 90: held, although 60 of 120 is 50%"
+        );
+        // Another node's usage is only in the total: a's 60 of 90 does not hold b.
+        let x = p.group_by_path("a/x").unwrap();
+        assert_eq!(held_by(&p, &u, x, 1_000), None, "a has no cap");
     }
 
     proptest::proptest! {

@@ -6,6 +6,7 @@ mod backup;
 mod bad_input;
 mod bench;
 mod browser;
+mod cancel_group;
 mod cli;
 mod coalesce;
 mod config_layers;

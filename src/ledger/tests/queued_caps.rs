@@ -1,6 +1,6 @@
-//! Queued-bytes caps through the writer and a real SQLite file: the tallies follow every move
-//! into and out of the states before the MSS, a replay is never refused, and a restart
-//! rebuilds them.
+//! Queued-bytes caps through the writer and a real SQLite file: the tallies count every
+//! unfinished request (riders too) from its acceptance to its end, a replay is never refused,
+//! and a restart or a reload rebuilds them.
 
 use super::*;
 
@@ -19,10 +19,11 @@ fn over(r: Result<Vec<Accepted>, LedgerError>) -> QueuedCapRefused {
 }
 
 /// The node cap: reaching it is accepted, one byte past it refused (nothing recorded); a
-/// replay is answered; a submission frees room and a lost attempt takes it again; a restart
-/// rebuilds the tally from the rows.
+/// replay is answered; every unfinished request counts, at the MSS, running and lost back to
+/// `accepted` alike (a move between unfinished states changes no total); a restart rebuilds
+/// the tally from the rows; only an end frees room.
 #[tokio::test]
-async fn the_node_cap_follows_the_requests_before_the_mss_and_survives_a_restart() {
+async fn the_node_cap_counts_every_unfinished_request_and_survives_a_restart() {
     let f = Fixture::with_config(&config());
     let opened = f.open();
     let l = opened.0.clone();
@@ -39,32 +40,69 @@ async fn the_node_cap_follows_the_requests_before_the_mss_and_survives_a_restart
     accept(&l, f.request("m", "mc", "x", 300)).await;
     let replay = accept(&l, f.request("a", "analysis", "higgs", 600)).await;
     assert!(replay.duplicate && replay.id == first.id);
-    // At the MSS it no longer counts.
+    // At the MSS, and running there, it still counts.
     submit(&l, first.id, 1).await;
-    accept(&l, f.request("c", "analysis", "top", 600)).await;
-    over(l.accept(vec![f.request("d", "analysis", "top", 1)]).await);
+    assert_eq!(
+        over(l.accept(vec![f.request("c", "analysis", "top", 1)]).await).queued,
+        1000
+    );
+    let started = event(&l, first.id, 1, 1, EventKind::Started);
+    l.apply_status_events(vec![started]).await.expect("applied");
+    assert_eq!(
+        over(l.accept(vec![f.request("c", "analysis", "top", 1)]).await).queued,
+        1000
+    );
     drop(l);
     close(opened);
 
     let opened = f.open();
     let l = opened.0.clone();
-    let refused = over(l.accept(vec![f.request("d", "analysis", "top", 1)]).await);
-    assert_eq!(
-        refused.queued, 1000,
-        "rebuilt at load: b and c, not the submitted a"
-    );
-    // The MSS lost a's attempt: back before the MSS, counted again (never refused).
+    let refused = over(l.accept(vec![f.request("c", "analysis", "top", 1)]).await);
+    assert_eq!(refused.queued, 1000, "rebuilt at load: a (running) and b");
+    // The MSS lost a's attempt: back before the MSS, counted once, not twice.
     assert!(l.lost(first.id, 1, "lost".into()).await.expect("lost"));
-    let refused = over(l.accept(vec![f.request("d", "analysis", "top", 1)]).await);
-    assert_eq!(refused.queued, 1600);
+    let refused = over(l.accept(vec![f.request("c", "analysis", "top", 1)]).await);
+    assert_eq!(refused.queued, 1000);
     // Done and cancelled requests leave the tally.
     submit(&l, first.id, 2).await;
-    let done = event(&l, first.id, 2, 1, EventKind::Done { bytes: 600 });
+    let done = event(&l, first.id, 2, 2, EventKind::Done { bytes: 600 });
     l.apply_status_events(vec![done]).await.expect("applied");
+    let left = over(l.accept(vec![f.request("c", "analysis", "top", 601)]).await);
+    assert_eq!(left.queued, 400, "only b is left");
     l.cancel(first.id + 1).await.expect("cancelled");
-    let left = over(l.accept(vec![f.request("d", "analysis", "top", 401)]).await);
-    assert_eq!(left.queued, 600, "only c is left");
-    accept(&l, f.request("d", "analysis", "top", 400)).await;
+    accept(&l, f.request("c", "analysis", "top", 1000)).await;
+    assert!(l.audit().await.expect("audited").is_empty());
+    drop(l);
+    close(opened);
+}
+
+/// Riders count from their acceptance (issue 37): a duplicate read that rides on another takes
+/// its own bytes from the cap, so riders cannot pile up past it, and a carrier's cancel that
+/// promotes a rider changes no total. The writer's memory agrees with the rows throughout.
+#[tokio::test]
+async fn a_rider_counts_against_the_caps_and_its_promotion_changes_no_total() {
+    let f = Fixture::with_config(&config());
+    let opened = f.open();
+    let l = opened.0.clone();
+    let read = |crid: &str, size: u64| {
+        let mut r = f.request(crid, "mc", "x", size);
+        r.file = "/pnfs/shared".into();
+        r
+    };
+    let carrier = accept(&l, read("a", 600)).await;
+    let rider = accept(&l, read("b", 600)).await;
+    assert_eq!(rider.state, RequestState::Riding);
+    let refused = over(l.accept(vec![read("c", 301)]).await);
+    assert_eq!(refused.field, "limits.max_queued_bytes_per_user");
+    assert_eq!(refused.queued, 1200, "the rider counts");
+    accept(&l, read("c", 300)).await;
+    // The carrier is cancelled before the MSS had it: the oldest rider takes its place.
+    l.cancel(carrier.id).await.expect("cancelled");
+    let promoted = l.request(rider.id).await.expect("read").expect("row");
+    assert_eq!(promoted.state, RequestState::Accepted);
+    let refused = over(l.accept(vec![read("d", 601)]).await);
+    assert_eq!(refused.queued, 900, "b and c, as before the cancel less a");
+    assert!(l.audit().await.expect("audited").is_empty());
     drop(l);
     close(opened);
 }
@@ -101,42 +139,47 @@ async fn the_user_cap_spans_groups_and_a_batch_is_checked_item_by_item() {
 }
 
 /// The tallies are exact past u64: sizes go up to `limits.max_size_bytes` (at most i64::MAX),
-/// and retries bring back before the MSS requests accepted while others were at the MSS, so a
-/// user's bytes before the MSS can pass u64::MAX although each acceptance kept under the cap.
-/// A tally saturated at u64::MAX then loses what went past it: once the others reach the MSS
-/// it is below the bytes really waiting, and a request past the cap is accepted. (A rollback
-/// replays its journal through the same arithmetic: `WriterState::rollback`.)
+/// and without a user cap (or after a reload lowers it) a user's unfinished bytes can pass
+/// u64::MAX. A tally saturated at u64::MAX would lose what went past it: once some of them end
+/// it would be below the bytes really unfinished, and a request past the cap would be
+/// accepted. (A rollback replays its journal through the same arithmetic:
+/// `WriterState::rollback`.)
 #[tokio::test]
 async fn a_user_tally_past_u64_is_exact_and_still_refuses_past_the_cap() {
     let most = i64::MAX as u64;
-    let f = Fixture::with_config(&format!(
-        "{CONFIG}\n[limits]\nmax_size_bytes = {most}\nmax_queued_bytes_per_user = {most}\n"
-    ));
+    let sizes = format!("{CONFIG}\n[limits]\nmax_size_bytes = {most}\n");
+    let f = Fixture::with_config(&sizes);
     let opened = f.open();
     let l = opened.0.clone();
-    // Three of the largest, each accepted (exactly at the cap) while the others are at the MSS.
+    // Three of the largest, with no cap: 3 * (2^63 - 1) bytes unfinished.
     let mut ids = Vec::new();
     for crid in ["a", "b", "c"] {
-        let id = accept(&l, f.request(crid, "mc", "x", most)).await.id;
-        submit(&l, id, 1).await;
-        ids.push(id);
+        ids.push(accept(&l, f.request(crid, "mc", "x", most)).await.id);
     }
-    // The MSS fails all three, to be tried again: 3 * (2^63 - 1) bytes before the MSS.
-    let failed = |(seq, &id): (usize, &i64)| {
-        let kind = EventKind::Failed {
-            reason: "drive".into(),
-            retryable: true,
-        };
-        event(&l, id, 1, seq as u64, kind)
-    };
-    let events = ids.iter().enumerate().map(failed).collect();
-    l.apply_status_events(events).await.expect("applied");
-    // Two are sent again: the third's bytes still wait, the cap is reached.
-    submit(&l, ids[0], 2).await;
-    submit(&l, ids[1], 2).await;
+    // The cap comes with a reload: the tally is rebuilt from the rows, exactly.
+    let capped = format!("{sizes}max_queued_bytes_per_user = {most}\n");
+    let policy = Settings::parse(&capped, "test").expect("valid").policy;
+    l.reload(policy).await.expect("reloaded");
+    let refused = over(l.accept(vec![f.request("d", "mc", "x", 1)]).await);
+    let exact = 3 * u128::from(most);
+    assert!(
+        refused.message.contains(&exact.to_string()),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        refused.queued,
+        u64::MAX,
+        "reported saturated, the message exact"
+    );
+    // Two end: the third's bytes still count, the cap is reached exactly.
+    l.cancel(ids[0]).await.expect("cancelled");
+    l.cancel(ids[1]).await.expect("cancelled");
     let refused = over(l.accept(vec![f.request("d", "mc", "x", 1)]).await);
     assert_eq!(refused.field, "limits.max_queued_bytes_per_user");
     assert_eq!((refused.queued, refused.cap), (most, most));
+    l.cancel(ids[2]).await.expect("cancelled");
+    accept(&l, f.request("d", "mc", "x", most)).await;
     drop(l);
     close(opened);
 }

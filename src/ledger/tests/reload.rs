@@ -160,12 +160,17 @@ async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
         .expect("opened with an orphan");
     assert!(at_open.to_string().contains("group `an`"), "{at_open}");
     let (ledger, writer) = open(&db, before).unwrap();
-    let cancelled = ledger.cancel_group("an".into()).await.unwrap();
-    let previous: Vec<RequestState> = cancelled.iter().map(|c| c.previous).collect();
+    let cancelled = ledger.cancel_group("an".into(), |_| {}).await.unwrap();
+    let previous: Vec<RequestState> = cancelled.listed.iter().map(|c| c.previous).collect();
     assert_eq!(previous, [RequestState::Accepted, RequestState::Queued]);
     assert!(cancelled
+        .listed
         .iter()
         .all(|c| c.outcome == CancelOutcome::Cancelled));
+    assert_eq!(
+        (cancelled.total, cancelled.cancelled, cancelled.transactions),
+        (2, 2, 1)
+    );
     assert_eq!(usage_of(&ledger, "an").await, 0);
     ledger.reload(without.clone()).await.unwrap();
     drop(ledger);

@@ -44,11 +44,15 @@ impl Txn<'_, '_> {
                 return Ok(Ok(a));
             }
         }
+        let owner = queued::Owner {
+            station: &item.station,
+            user: &item.user,
+        };
         let caps = queued::check(
             self.policy,
             &self.st.queued,
             item.group,
-            &item.user,
+            owner,
             item.size_bytes,
         );
         if let Err(refused) = caps {
@@ -78,7 +82,7 @@ impl Txn<'_, '_> {
         candidate.id = id;
         self.record_accepted(&entry, candidate, item);
         let path = self.policy.group(item.group).path.as_str();
-        self.queued_moved((path, &item.user, item.size_bytes), None, entry.state);
+        self.queued_moved((path, owner, item.size_bytes), None, entry.state);
         Ok(Ok(Accepted {
             id,
             group: self.policy.group(item.group).path.to_string(),

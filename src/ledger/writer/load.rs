@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::idempotency::Idempotency;
 use super::outputs::Outputs;
-use super::queued::QueuedBytes;
+use super::queued::{Owner, QueuedBytes};
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::removed::removed_groups;
 use super::rows::RowState;
@@ -221,29 +221,26 @@ fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
     Ok(idempotency)
 }
 
-/// The queued-bytes tallies: the bytes of fair-share requests not yet at the MSS, per group and
-/// user (each state through its partial index).
+/// The queued-bytes tallies: the bytes of fair-share requests not finished, per group and per
+/// user of a station (each unfinished state through its partial index, as `removed.rs` reads
+/// them).
 pub(super) fn load_queued_bytes(
     conn: &Connection,
     policy: &PolicySettings,
 ) -> Result<QueuedBytes, LedgerError> {
     let mut tally = QueuedBytes::default();
-    let mut stmt = conn.prepare(
+    let columns = "group_path, station, user_name, size_bytes";
+    let mut stmt = conn.prepare(&format!(
         // Row by row, not SUM(): a sum of sizes may pass i64, which SQLite refuses.
-        "SELECT group_path, user_name, size_bytes FROM requests WHERE state = 'held' \
-         UNION ALL SELECT group_path, user_name, size_bytes FROM requests WHERE state = 'queued' \
-         UNION ALL SELECT group_path, user_name, size_bytes FROM requests \
-           WHERE state = 'accepted'",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, i64>(2)?,
-        ))
-    })?;
-    for row in rows {
-        let (path, user, bytes) = row?;
+        "SELECT {columns} FROM requests WHERE state = 'held' \
+         UNION ALL SELECT {columns} FROM requests WHERE state = 'queued' \
+         UNION ALL SELECT {columns} FROM requests WHERE state = 'accepted' \
+         UNION ALL SELECT {columns} FROM requests WHERE state = 'riding' \
+         UNION ALL SELECT {columns} FROM requests WHERE state IN ('submitted', 'running')"
+    ))?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let path: String = r.get(0)?;
         let fair = policy.group_by_path(&path).filter(|&g| {
             matches!(
                 policy.group(g).kind,
@@ -251,7 +248,12 @@ pub(super) fn load_queued_bytes(
             )
         });
         if let Some(g) = fair {
-            tally.add(g, &user, i128::from(bytes.max(0)));
+            let (station, user): (String, String) = (r.get(1)?, r.get(2)?);
+            let owner = Owner {
+                station: &station,
+                user: &user,
+            };
+            tally.add(g, owner, i128::from(r.get::<_, i64>(3)?.max(0)));
         }
     }
     Ok(tally)
@@ -370,11 +372,6 @@ impl Writer {
             v.sort();
             format!("{v:?}")
         };
-        let users = |m: &HashMap<String, u128>| {
-            let mut v: Vec<_> = m.iter().collect();
-            v.sort();
-            format!("{v:?}")
-        };
         differ(
             "held",
             format!("{:?}", live.held),
@@ -392,8 +389,8 @@ impl Writer {
         );
         differ(
             "queued bytes by user",
-            users(&live.queued.by_user),
-            users(&rows.queued.by_user),
+            format!("{:?}", live.queued.users_sorted()),
+            format!("{:?}", rows.queued.users_sorted()),
         );
         differ(
             "held queue",

@@ -35,6 +35,7 @@ use tracing::{debug, error};
 pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
 pub use reload::PreparedReload;
 pub(super) use reload::{Step, Ticket};
+pub(super) use removed::unfinished_of;
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
@@ -158,9 +159,9 @@ pub(in crate::ledger) enum Command {
         items: Vec<NewPriority>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
-    /// Cancel every unfinished request of a group.
-    CancelGroup {
-        path: String,
+    /// Cancel these requests of a group (one chunk of `cancel --group`).
+    CancelListed {
+        ids: Vec<i64>,
         reply: oneshot::Sender<Result<Vec<GroupCancel>, LedgerError>>,
     },
     /// A reload's step (its snapshot, its install): run between two commits, never in one
@@ -368,8 +369,8 @@ impl Txn<'_, '_> {
                     Reply::Cancel(tx, o)
                 })
             }
-            Command::CancelGroup { path, reply: tx } => {
-                reply(self.cancel_group(&path), Vec::new(), |v| {
+            Command::CancelListed { ids, reply: tx } => {
+                reply(self.cancel_listed(&ids), Vec::new(), |v| {
                     Reply::Group(tx, v)
                 })
             }
@@ -419,7 +420,7 @@ impl Writer {
         while let Some(first) = rx.blocking_recv() {
             let commands = self.gather(first, &mut rx, last);
             last = commands.len();
-            if self.commit_around_reloads(commands) {
+            if self.commit_gathered(commands) {
                 heartbeat.beat();
             }
         }
@@ -428,9 +429,11 @@ impl Writer {
 
     /// Commit `commands` as one group, unless a reload is among them: then what came before it
     /// is committed under the old policy, the reload runs, and what came after is committed
-    /// under the new one. A commit never sees half of each. True when the writer answered (the
-    /// heartbeat `/readyz` reads).
-    fn commit_around_reloads(&mut self, commands: Vec<Command>) -> bool {
+    /// under the new one. A commit never sees half of each. A chunk of `cancel --group` is
+    /// committed in a group of its own, after what came before it: a submission waiting
+    /// behind one chunk is then answered before the next, not committed with it. True when the
+    /// writer answered (the heartbeat `/readyz` reads).
+    fn commit_gathered(&mut self, commands: Vec<Command>) -> bool {
         self.forget_abandoned_reload();
         let mut group = Vec::with_capacity(commands.len());
         let mut answered = false;
@@ -448,6 +451,12 @@ impl Writer {
                         answered |= self.commit_group(std::mem::take(&mut group));
                     }
                     let _ = reply.send(self.audit());
+                }
+                chunk @ Command::CancelListed { .. } => {
+                    if !group.is_empty() {
+                        answered |= self.commit_group(std::mem::take(&mut group));
+                    }
+                    answered |= self.commit_group(vec![chunk]);
                 }
                 other => group.push(other),
             }

@@ -1,9 +1,17 @@
-//! Queued-bytes caps: the bytes of fair-share requests not yet at the MSS (states `held`,
-//! `queued`, `accepted`; a retry back in `accepted` counts again), per group and per user, and
-//! the pure check a new request passes before it is recorded. Caps are set per share-tree node
-//! (`[targets."path"] max_queued_bytes`, the sum of the node's groups) and per user (`[limits]
-//! max_queued_bytes_per_user`). Priority classes are neither counted nor capped: data taking is
-//! never refused for the backlog of analysis.
+//! Queued-bytes caps: the bytes of fair-share requests not yet finished (every state but
+//! `done`, `failed` and `cancelled`: held, queued, accepted, submitted, running and riding), per
+//! group and per user of a station, and the pure check a new request passes before it is
+//! recorded. Caps are set per share-tree node (`[targets."path"] max_queued_bytes`, the sum of
+//! the node's groups) and per user (`[limits] max_queued_bytes_per_user`, one tally per
+//! (station, user): one station's `alice` is not another's). Priority classes are neither
+//! counted nor capped: data taking is never refused for the backlog of analysis.
+//!
+//! A request counts from its acceptance to its end, whatever it does in between, so no move
+//! between unfinished states changes a total: a rider counts although it takes no transfer of
+//! its own (it could otherwise be promoted past the cap when its carrier is cancelled, with no
+//! check, since it is acknowledged already), a request at the MSS counts as one waiting in the
+//! broker, and a retry changes nothing. Issue 37 found the gap: riders, counted at their check
+//! and never after, let one user queue 13 GB against a 3 GB cap by cancelling carriers.
 
 use std::collections::HashMap;
 
@@ -11,30 +19,34 @@ use super::state::Txn;
 use crate::domain::{GroupId, GroupKind, PolicySettings, RequestState};
 use crate::ledger::QueuedCapRefused;
 
-/// Whether a request in `state` is counted: in the broker, not yet at the MSS.
-pub(super) fn before_mss(state: RequestState) -> bool {
-    matches!(
-        state,
-        RequestState::Held | RequestState::Queued | RequestState::Accepted
-    )
+/// Whether a request in `state` is counted: not finished.
+pub(super) fn counted(state: RequestState) -> bool {
+    !state.is_terminal()
 }
 
-/// The tallies (bytes not yet at the MSS) the caps are checked against. Wide: each size is up
-/// to `limits.max_size_bytes` (i64::MAX), and retries bring back before the MSS requests
-/// accepted while others were at the MSS, so a tally can pass u64 with every acceptance under
-/// its cap. Exact, so a rollback's journal (`Undo::Queued`) takes each change back exactly;
-/// a u64 saturated there and lost what went past it.
+/// Whose bytes they are: the per-user cap is kept per user of a station.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Owner<'a> {
+    pub station: &'a str,
+    pub user: &'a str,
+}
+
+/// The tallies (bytes not finished) the caps are checked against. Wide: each size is up to
+/// `limits.max_size_bytes` (i64::MAX), and with a cap unset (or lowered by a reload) a tally can
+/// pass u64. Exact, so a rollback's journal (`Undo::Queued`) takes each change back exactly; a
+/// u64 saturated there and lost what went past it.
 #[derive(Default, Debug, Clone, PartialEq)]
 pub(super) struct QueuedBytes {
     /// Per group id.
     pub by_group: Vec<u128>,
-    /// Per user name (only users with bytes counted).
-    pub by_user: HashMap<String, u128>,
+    /// Per station, then per user name (only users with bytes counted, only stations with such
+    /// users).
+    pub by_user: HashMap<String, HashMap<String, u128>>,
 }
 
 impl QueuedBytes {
-    /// Add (`delta` > 0) or take away bytes of `user` in group `g`.
-    pub fn add(&mut self, g: GroupId, user: &str, delta: i128) {
+    /// Add (`delta` > 0) or take away bytes of `owner` in group `g`.
+    pub fn add(&mut self, g: GroupId, owner: Owner<'_>, delta: i128) {
         if delta == 0 {
             return;
         }
@@ -47,10 +59,20 @@ impl QueuedBytes {
             Err(_) => v.saturating_sub(delta.unsigned_abs()),
         };
         self.by_group[g.0] = step(self.by_group[g.0]);
-        let u = self.by_user.entry(user.to_string()).or_default();
+        let users = match self.by_user.get_mut(owner.station) {
+            Some(users) => users,
+            None => self.by_user.entry(owner.station.to_string()).or_default(),
+        };
+        let u = match users.get_mut(owner.user) {
+            Some(u) => u,
+            None => users.entry(owner.user.to_string()).or_default(),
+        };
         *u = step(*u);
         if *u == 0 {
-            self.by_user.remove(user);
+            users.remove(owner.user);
+            if users.is_empty() {
+                self.by_user.remove(owner.station);
+            }
         }
     }
 
@@ -58,15 +80,28 @@ impl QueuedBytes {
         self.by_group.get(g.0).copied().unwrap_or(0)
     }
 
-    /// Bytes queued under tree node `node`.
+    /// Bytes counted under tree node `node`.
     pub fn node(&self, policy: &PolicySettings, node: usize) -> u128 {
         (policy.tree.nodes[node].leaves.iter())
             .map(|&g| self.group(g))
             .fold(0u128, u128::saturating_add)
     }
 
-    pub fn user(&self, user: &str) -> u128 {
-        self.by_user.get(user).copied().unwrap_or(0)
+    pub fn user(&self, owner: Owner<'_>) -> u128 {
+        (self.by_user.get(owner.station))
+            .and_then(|users| users.get(owner.user))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every (station, user) with bytes counted, sorted (tests compare memory with the rows).
+    #[cfg(test)]
+    pub fn users_sorted(&self) -> Vec<(&str, &str, u128)> {
+        let mut v: Vec<_> = (self.by_user.iter())
+            .flat_map(|(s, users)| users.iter().map(move |(u, &b)| (s.as_str(), u.as_str(), b)))
+            .collect();
+        v.sort();
+        v
     }
 }
 
@@ -75,14 +110,14 @@ fn reported(queued: u128) -> u64 {
     u64::try_from(queued).unwrap_or(u64::MAX)
 }
 
-/// Whether a new request of `size` bytes by `user` in group `g` would take a node or the user
+/// Whether a new request of `size` bytes by `owner` in group `g` would take a node or the user
 /// past a cap (reaching it exactly is allowed). Nodes are checked from the top down, then the
 /// user.
 pub(super) fn check(
     policy: &PolicySettings,
     tally: &QueuedBytes,
     g: GroupId,
-    user: &str,
+    owner: Owner<'_>,
     size: u64,
 ) -> Result<(), QueuedCapRefused> {
     let info = policy.group(g);
@@ -97,8 +132,8 @@ pub(super) fn check(
                 return Err(QueuedCapRefused {
                     field: format!("targets.\"{}\".max_queued_bytes", node.path),
                     message: format!(
-                        "`{}` has {queued} bytes queued before the MSS; this request's {size} \
-                         bytes would pass its max_queued_bytes of {cap}",
+                        "`{}` has {queued} bytes queued (in requests not finished); this \
+                         request's {size} bytes would pass its max_queued_bytes of {cap}",
                         node.path
                     ),
                     queued: reported(queued),
@@ -108,13 +143,15 @@ pub(super) fn check(
         }
     }
     if let Some(cap) = policy.max_queued_bytes_per_user {
-        let queued = tally.user(user);
+        let queued = tally.user(owner);
         if queued.saturating_add(u128::from(size)) > u128::from(cap) {
+            let Owner { station, user } = owner;
             return Err(QueuedCapRefused {
                 field: "limits.max_queued_bytes_per_user".to_string(),
                 message: format!(
-                    "user `{user}` has {queued} bytes queued before the MSS; this request's \
-                     {size} bytes would pass max_queued_bytes_per_user of {cap}"
+                    "user `{user}` of station `{station}` has {queued} bytes queued (in \
+                     requests not finished); this request's {size} bytes would pass \
+                     max_queued_bytes_per_user of {cap}"
                 ),
                 queued: reported(queued),
                 cap,
@@ -126,10 +163,10 @@ pub(super) fn check(
 
 impl Txn<'_, '_> {
     /// A request of the group at `path` moves from `from` (`None`: new) to `to`: its bytes enter
-    /// or leave the tallies as it enters or leaves the states before the MSS.
+    /// the tallies when it is accepted and leave them when it ends.
     pub(super) fn queued_moved(
         &mut self,
-        (path, user, size): (&str, &str, u64),
+        (path, owner, size): (&str, Owner<'_>, u64),
         from: Option<RequestState>,
         to: RequestState,
     ) {
@@ -139,9 +176,9 @@ impl Txn<'_, '_> {
         if !matches!(self.policy.group(g).kind, GroupKind::FairShare { .. }) {
             return;
         }
-        let counted = |s: Option<RequestState>| i128::from(s.is_some_and(before_mss));
+        let counted = |s: Option<RequestState>| i128::from(s.is_some_and(counted));
         let delta = (counted(Some(to)) - counted(from)) * i128::from(size);
-        self.st.queued_bytes(g, user, delta);
+        self.st.queued_bytes(g, owner, delta);
     }
 }
 
@@ -175,6 +212,14 @@ url = "http://127.0.0.1:1"
         p.group_by_path(path).expect("configured group")
     }
 
+    /// `user` of station `st1`.
+    fn o(user: &str) -> Owner<'_> {
+        Owner {
+            station: "st1",
+            user,
+        }
+    }
+
     /// A node's cap counts every group under it; reaching it exactly is allowed, one byte past
     /// is refused with the node's key and the amount queued.
     #[test]
@@ -183,10 +228,10 @@ url = "http://127.0.0.1:1"
         let p = &settings.policy;
         let (a, b) = (group(p, "cms/a"), group(p, "cms/b"));
         let mut t = QueuedBytes::default();
-        t.add(a, "u1", 40);
-        t.add(b, "u2", 50);
-        assert_eq!(check(p, &t, a, "u3", 10), Ok(()));
-        let refused = check(p, &t, b, "u3", 11).expect_err("one byte past the cap");
+        t.add(a, o("u1"), 40);
+        t.add(b, o("u2"), 50);
+        assert_eq!(check(p, &t, a, o("u3"), 10), Ok(()));
+        let refused = check(p, &t, b, o("u3"), 11).expect_err("one byte past the cap");
         assert_eq!(refused.field, "targets.\"cms\".max_queued_bytes");
         assert_eq!((refused.queued, refused.cap), (90, 100));
         assert!(
@@ -195,10 +240,10 @@ url = "http://127.0.0.1:1"
             refused.message
         );
         // Another node's group is not under the cap.
-        assert_eq!(check(p, &t, group(p, "dune"), "u3", 60), Ok(()));
-        // Bytes that reach the MSS (or finish) free the room again.
-        t.add(b, "u2", -50);
-        assert_eq!(check(p, &t, b, "u3", 60), Ok(()));
+        assert_eq!(check(p, &t, group(p, "dune"), o("u3"), 60), Ok(()));
+        // Bytes that finish free the room again.
+        t.add(b, o("u2"), -50);
+        assert_eq!(check(p, &t, b, o("u3"), 60), Ok(()));
     }
 
     #[test]
@@ -207,19 +252,47 @@ url = "http://127.0.0.1:1"
         let p = &settings.policy;
         let (a, dune) = (group(p, "cms/a"), group(p, "dune"));
         let mut t = QueuedBytes::default();
-        t.add(a, "alice", 30);
-        t.add(dune, "alice", 30);
-        assert_eq!(check(p, &t, dune, "alice", 10), Ok(()));
-        let refused = check(p, &t, dune, "alice", 11).expect_err("one byte past the cap");
+        t.add(a, o("alice"), 30);
+        t.add(dune, o("alice"), 30);
+        assert_eq!(check(p, &t, dune, o("alice"), 10), Ok(()));
+        let refused = check(p, &t, dune, o("alice"), 11).expect_err("one byte past the cap");
         assert_eq!(refused.field, "limits.max_queued_bytes_per_user");
         assert_eq!((refused.queued, refused.cap), (60, 70));
-        assert_eq!(check(p, &t, dune, "bob", 70), Ok(()));
-        t.add(a, "alice", -30);
-        t.add(dune, "alice", -30);
+        assert_eq!(check(p, &t, dune, o("bob"), 70), Ok(()));
+        t.add(a, o("alice"), -30);
+        t.add(dune, o("alice"), -30);
         assert!(
             t.by_user.is_empty(),
-            "a user with nothing queued is forgotten"
+            "a user with nothing queued is forgotten, and a station with no such user"
         );
+    }
+
+    /// The user cap is per (station, user): one station's `alice` filling her cap leaves
+    /// another station's `alice` her own, and the refusal names the station.
+    #[test]
+    fn the_user_cap_is_per_station() {
+        let settings = Settings::parse(CONFIG, "test").expect("valid config");
+        let p = &settings.policy;
+        let dune = group(p, "dune");
+        let (here, there) = (
+            Owner {
+                station: "st-a",
+                user: "alice",
+            },
+            Owner {
+                station: "st-b",
+                user: "alice",
+            },
+        );
+        let mut t = QueuedBytes::default();
+        t.add(dune, here, 70);
+        let refused = check(p, &t, dune, here, 1).expect_err("st-a's alice is at her cap");
+        assert!(refused.message.contains("`st-a`"), "{}", refused.message);
+        assert_eq!(check(p, &t, dune, there, 70), Ok(()));
+        t.add(dune, there, 70);
+        assert_eq!((t.user(here), t.user(there)), (70, 70));
+        t.add(dune, here, -70);
+        assert_eq!(t.users_sorted(), [("st-b", "alice", 70)]);
     }
 
     #[test]
@@ -228,7 +301,7 @@ url = "http://127.0.0.1:1"
         let p = &settings.policy;
         let daq = p.priority_class("daq").expect("class");
         let mut t = QueuedBytes::default();
-        t.add(group(p, "dune"), "alice", 70);
-        assert_eq!(check(p, &t, daq, "alice", 1_000), Ok(()));
+        t.add(group(p, "dune"), o("alice"), 70);
+        assert_eq!(check(p, &t, daq, o("alice"), 1_000), Ok(()));
     }
 }

@@ -1,10 +1,12 @@
 //! Groups leaving the configuration: which of them still have unfinished requests (refused at
 //! start and at reload, by name with the counts per state), and cancelling every unfinished
-//! request of one group (`mssbroker cancel --group`), so none is silently orphaned.
+//! request of one group (`mssbroker cancel --group`), so none is silently orphaned: listed off
+//! the writer ([`unfinished_of`]), then cancelled a chunk per command ([`Txn::cancel_listed`],
+//! driven by `ledger::group_cancel`), so other commands are committed between chunks.
 
 use std::fmt;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use super::state::Txn;
 use crate::domain::{PolicySettings, RequestState};
@@ -105,25 +107,36 @@ pub(super) fn removed_groups(
     Ok(RemovedGroups(groups))
 }
 
+/// The ids of group `path`'s unfinished requests, in id order (a read connection: the writer
+/// is not held while a large group is listed).
+pub(in crate::ledger) fn unfinished_of(
+    conn: &Connection,
+    path: &str,
+) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT id FROM ({}) WHERE group_path = ?1 ORDER BY id",
+        unfinished("")
+    ))?;
+    let rows = stmt.query_map([path], |r| r.get(0))?;
+    rows.collect()
+}
+
 impl Txn<'_, '_> {
-    /// Cancel every unfinished request of group `path`, as a single cancel does each: those
-    /// not at the MSS cancelled and refunded now, those at the MSS flagged for the dispatcher.
-    pub fn cancel_group(&mut self, path: &str) -> rusqlite::Result<Vec<GroupCancel>> {
-        let found: Vec<(i64, RequestState)> = {
-            let mut stmt = self.tx.prepare(&format!(
-                "SELECT id, state FROM ({}) WHERE group_path = ?1 ORDER BY id",
-                unfinished("")
-            ))?;
-            let rows = stmt.query_map([path], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    parse_state(1, &r.get::<_, String>(1)?)?,
-                ))
-            })?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        let mut out = Vec::with_capacity(found.len());
-        for (id, previous) in found {
+    /// Cancel each of `ids` still unfinished, as a single cancel does: those not at the MSS
+    /// cancelled and refunded now, those at the MSS flagged for the dispatcher; one ended since
+    /// it was listed is reported `AlreadyFinal` and left as it is; an unknown id is skipped.
+    pub fn cancel_listed(&mut self, ids: &[i64]) -> rusqlite::Result<Vec<GroupCancel>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let previous: Option<String> = self
+                .tx
+                .prepare_cached("SELECT state FROM requests WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()?;
+            let Some(previous) = previous else {
+                continue;
+            };
+            let previous = parse_state(0, &previous)?;
             let outcome = self.cancel(id)?;
             out.push(GroupCancel {
                 id,

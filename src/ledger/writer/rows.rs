@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::coalesce::Carriers;
-use super::queued::QueuedBytes;
+use super::queued::{Owner, QueuedBytes};
 use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::volumes::{self, read_place, PLACE_COLUMNS};
 use crate::domain::order::Coalesce;
@@ -80,13 +80,17 @@ impl RowState {
             }
         }
         let sign = |n: i128| if add { n } else { -n };
-        if matches!(state, "held" | "queued" | "accepted") {
+        // Every unfinished request counts against its caps (`queued.rs`), as the loader reads it.
+        if r.unfinished() {
             let fair = policy
                 .group_by_path(&r.group_path)
                 .filter(|&g| matches!(policy.group(g).kind, GroupKind::FairShare { .. }));
             if let Some(g) = fair {
-                self.queued
-                    .add(g, &r.user, sign(i128::from(r.size_bytes.max(0))));
+                let owner = Owner {
+                    station: &r.station,
+                    user: &r.user,
+                };
+                (self.queued).add(g, owner, sign(i128::from(r.size_bytes.max(0))));
             }
         }
         let in_flight = matches!(state, "accepted" | "submitted" | "running");
@@ -120,6 +124,7 @@ pub(super) struct Row {
     state: String,
     class: String,
     group_path: String,
+    station: String,
     user: String,
     size_bytes: i64,
     library: String,
@@ -142,7 +147,7 @@ impl Row {
     ) -> Result<Option<Row>, LedgerError> {
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, state, class, user_name, direction, \
-             file, local_file FROM requests WHERE id = ?1"
+             file, local_file, station FROM requests WHERE id = ?1"
         ))?;
         let row = stmt
             .query_row([id], |r| {
@@ -165,6 +170,7 @@ impl Row {
                     direction: r.get(15)?,
                     file: r.get(16)?,
                     local_file: r.get(17)?,
+                    station: r.get(18)?,
                     candidate,
                     volume,
                     position,
@@ -177,10 +183,14 @@ impl Row {
     /// Whether the row is unfinished in a group `policy` does not configure (a reload that
     /// leaves it out must be refused).
     pub fn unfinished_outside(&self, policy: &PolicySettings) -> bool {
-        let unfinished = matches!(
+        self.unfinished() && policy.group_by_path(&self.group_path).is_none()
+    }
+
+    /// Not done, failed or cancelled.
+    fn unfinished(&self) -> bool {
+        matches!(
             self.state.as_str(),
             "accepted" | "held" | "queued" | "riding" | "submitted" | "running"
-        );
-        unfinished && policy.group_by_path(&self.group_path).is_none()
+        )
     }
 }

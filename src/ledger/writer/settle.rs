@@ -32,6 +32,7 @@ pub(super) struct Charged {
     /// A station or operator asked to cancel it while it was at the MSS.
     cancel_requested: bool,
     /// What the queued-bytes tallies count it by.
+    station: String,
     user: String,
     size_bytes: u64,
     /// Its key in the carrier map, if it is a read (`coalesce::Carriers`).
@@ -65,7 +66,11 @@ pub(super) fn clip_error(text: &str) -> std::borrow::Cow<'_, str> {
 impl Txn<'_, '_> {
     /// `row` moves to `to`: the queued-bytes tallies follow.
     fn tally(&mut self, row: &Charged, to: RequestState) {
-        let key = (row.group.as_str(), row.user.as_str(), row.size_bytes);
+        let owner = super::queued::Owner {
+            station: &row.station,
+            user: &row.user,
+        };
+        let key = (row.group.as_str(), owner, row.size_bytes);
         self.queued_moved(key, Some(row.state), to);
     }
 
@@ -75,7 +80,7 @@ impl Txn<'_, '_> {
                 "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
                  COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
                  slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
-                 local_file, sent_attempt IS attempt FROM requests WHERE id = ?1",
+                 local_file, sent_attempt IS attempt, station FROM requests WHERE id = ?1",
             )?
             .query_row([id], |r| {
                 Ok(Charged {
@@ -103,6 +108,7 @@ impl Txn<'_, '_> {
                         })
                         .transpose()?,
                     maybe_at_mss: r.get(18)?,
+                    station: r.get(19)?,
                 })
             })
             .optional()

@@ -11,7 +11,7 @@ use rusqlite::{params, Transaction};
 use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
 use super::outputs::{Held, Outputs};
-use super::queued::QueuedBytes;
+use super::queued::{Owner, QueuedBytes};
 use crate::domain::{Class, RequestState};
 use crate::domain::{GroupId, PolicySettings, RetrySettings};
 use crate::ledger::aggregates::ReportDeltas;
@@ -47,7 +47,8 @@ pub(super) struct WriterState {
     /// When time alone next changes what the volume queue may release (a waiting volume
     /// becomes eligible by age, a sticky one lapses), as of the last release pass.
     pub volumes_due: Option<i64>,
-    /// Bytes not yet at the MSS per group and user, for the queued-bytes caps.
+    /// Bytes of unfinished requests per group and per user of a station, for the queued-bytes
+    /// caps.
     pub queued: QueuedBytes,
     /// Which read may carry each file (`coalesce::Carriers`; changed through
     /// `offer_carrier` and `forget_carrier`, which journal).
@@ -87,7 +88,8 @@ pub(super) enum Undo {
     Passed(i64),
     Fingerprint(u64, i64),
     VolumePushed(i64),
-    Queued(GroupId, String, i128),
+    /// Bytes of (station, user) in a group entered (> 0) or left the tallies.
+    Queued(GroupId, String, String, i128),
     CarrierOffered(u64, i64),
     CarrierForgot(u64, i64),
     OutputHeld(i64),
@@ -216,7 +218,13 @@ impl WriterState {
                         self.volumes.remove(&self.volume_settings, id);
                     }
                 }
-                Undo::Queued(g, user, delta) => self.queued.add(g, &user, -delta),
+                Undo::Queued(g, station, user, delta) => {
+                    let owner = Owner {
+                        station: &station,
+                        user: &user,
+                    };
+                    self.queued.add(g, owner, -delta);
+                }
                 Undo::CarrierOffered(key, id) => {
                     self.carriers.forget(key, id);
                 }
@@ -325,11 +333,13 @@ impl WriterState {
         self.journal(Undo::Fingerprint(fp, id));
     }
 
-    /// A fair-share request's bytes entered (`delta` > 0) or left the states before the MSS.
-    pub fn queued_bytes(&mut self, g: GroupId, user: &str, delta: i128) {
+    /// A fair-share request's bytes entered (`delta` > 0: accepted) or left (it ended) the
+    /// tallies.
+    pub fn queued_bytes(&mut self, g: GroupId, owner: Owner<'_>, delta: i128) {
         if delta != 0 {
-            self.queued.add(g, user, delta);
-            self.journal(Undo::Queued(g, user.to_string(), delta));
+            self.queued.add(g, owner, delta);
+            let (station, user) = (owner.station.to_string(), owner.user.to_string());
+            self.journal(Undo::Queued(g, station, user, delta));
         }
     }
 }
@@ -539,6 +549,12 @@ adapter = "http"
 url = "http://127.0.0.1:1"
 "#;
 
+    /// The one owner of the tallies these tests change.
+    const U: Owner<'static> = Owner {
+        station: "st",
+        user: "u",
+    };
+
     /// A writer's state on `policy` with nothing in it but `queue`.
     fn state_with(policy: &PolicySettings, queue: HeldQueue) -> WriterState {
         WriterState::new(
@@ -586,7 +602,7 @@ url = "http://127.0.0.1:1"
         st.passed_over(2);
         st.passed_over(2);
         st.remember(42, 3);
-        st.queued_bytes(GroupId(0), "u", 500);
+        st.queued_bytes(GroupId(0), U, 500);
         st.rollback();
         let q = &st.queued;
         assert!(q.by_user.is_empty() && q.by_group.iter().all(|&b| b == 0));
@@ -616,17 +632,17 @@ url = "http://127.0.0.1:1"
         let policy = &settings.policy;
         let mut st = state_with(policy, HeldQueue::default());
         let most = i128::from(i64::MAX);
-        st.queued_bytes(GroupId(0), "u", most);
-        st.queued_bytes(GroupId(0), "u", most);
+        st.queued_bytes(GroupId(0), U, most);
+        st.queued_bytes(GroupId(0), U, most);
         let before = st.queued.clone();
         st.checkpoint();
-        st.queued_bytes(GroupId(0), "u", most);
+        st.queued_bytes(GroupId(0), U, most);
         st.rollback();
         assert_eq!(st.queued, before);
         st.checkpoint();
-        st.queued_bytes(GroupId(0), "u", most);
+        st.queued_bytes(GroupId(0), U, most);
         st.keep();
-        st.queued_bytes(GroupId(0), "u", -most);
+        st.queued_bytes(GroupId(0), U, -most);
         assert_eq!(st.queued, before, "and so does taking bytes away again");
     }
 
