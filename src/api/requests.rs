@@ -59,7 +59,9 @@ pub(super) async fn get_request(
         // Another station's request answers as if it did not exist: ids do not leak.
         Some(r) if caller.0.may_act_for(&r.station) => {
             let queued = r.state == crate::domain::RequestState::Queued;
+            let rides_on = readable(&state, &caller, r.rides_on).await?;
             let mut body = RequestBody::from(r);
+            body.rides_on = rides_on;
             if queued {
                 // Its placement now (the writer: one placement) and its position in the latest
                 // ranking of the queue (built off the writer).
@@ -88,6 +90,22 @@ pub(super) async fn get_request(
         }
         _ => Err(ApiError::not_found(format!("no request {id}"))),
     }
+}
+
+/// Request `id` (a rider's carrier), if `caller` may read it as `get_request` would: another
+/// station's request id is not shown, since that station reads it as 404.
+async fn readable(
+    state: &Shared,
+    caller: &Caller,
+    id: Option<i64>,
+) -> Result<Option<i64>, ApiError> {
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    Ok(match state.ledger.request(id).await? {
+        Some(carrier) if caller.0.may_act_for(&carrier.station) => Some(id),
+        _ => None,
+    })
 }
 
 /// Cancel a request.

@@ -133,7 +133,9 @@ pub struct RequestBody {
     /// place in the order; `null` otherwise.
     pub volume_wait: Option<VolumeWaitBody>,
     /// For a duplicate read (state `riding`, and after it settled): the request whose MSS
-    /// transfer it shares; it completes, fails or retries with that one. `null` otherwise.
+    /// transfer it shares; it completes, fails or retries with that one. Shown only to a caller
+    /// that may read that request (its station's token or an operator's): `null` for another
+    /// station's carrier, as for a request that rides on nothing.
     pub rides_on: Option<i64>,
 }
 
