@@ -64,6 +64,8 @@ pub struct Metrics {
     pub commit_commands: Histogram,
     /// Ledger transactions rolled back (a full disk, an I/O error).
     pub rollbacks: Counter,
+    /// Rankings of the held queue for explain's positions, by how long each took.
+    pub ranking_seconds: Histogram,
     pub mss_call_seconds: Family<CallLabels, Histogram>,
     /// The wait histograms' closed hours, summed (see [`waits`]).
     pub waits: WaitTotals,
@@ -85,6 +87,10 @@ impl crate::ledger::CommitObserver for Metrics {
 
     fn rolled_back(&self, _commands: usize) {
         self.rollbacks.inc();
+    }
+
+    fn ranked(&self, seconds: f64, _requests: usize) {
+        self.ranking_seconds.observe(seconds);
     }
 }
 
@@ -114,6 +120,13 @@ impl Metrics {
              their requests were answered with the error and nothing of them was written",
             rollbacks.clone(),
         );
+        let ranking_seconds = seconds_histogram();
+        registry.register(
+            "mssbroker_queue_ranking_seconds",
+            "Time of one ranking of the held queue for explain's positions (off the ledger \
+             writer; an explain never waits for one)",
+            ranking_seconds.clone(),
+        );
         registry.register(
             "mssbroker_mss_call_seconds",
             "Time of one call to the MSS adapter, by call and outcome (events is a long poll)",
@@ -123,6 +136,7 @@ impl Metrics {
             commit_seconds,
             commit_commands,
             rollbacks,
+            ranking_seconds,
             mss_call_seconds,
             waits: WaitTotals::default(),
             registry,

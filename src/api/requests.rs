@@ -9,6 +9,7 @@ use axum::Json;
 use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::responses::{self, CancelBody, RequestBody};
+use super::schemas::PositionBasisBody;
 use super::Shared;
 use crate::auth::RoleKind;
 use crate::domain::RequestState;
@@ -63,8 +64,8 @@ pub(super) async fn get_request(
             let mut body = RequestBody::from(r);
             body.rides_on = rides_on;
             if queued {
-                // Its placement now (the writer: one placement) and its position in the latest
-                // ranking of the queue (built off the writer).
+                // Its placement now (one placement, off the writer) and its position from the
+                // latest ranking of the queue, never waiting for one (`ledger/rank.rs`).
                 if let Some(q) = state.ledger.explain_queued(id).await? {
                     /// A queued request's explain: its live placement and its place in the
                     /// latest ranking, side by side in one object.
@@ -74,7 +75,7 @@ pub(super) async fn get_request(
                         explain: &'a crate::ledger::stored_explain::Explanation,
                         position: Option<usize>,
                         waiting: Option<usize>,
-                        ranked_at_ms: i64,
+                        ranked_at_ms: Option<i64>,
                     }
                     let live = Live {
                         explain: &q.explain,
@@ -83,6 +84,7 @@ pub(super) async fn get_request(
                         ranked_at_ms: q.ranked_at_ms,
                     };
                     body.explain = Some(serde_json::to_value(&live).unwrap_or_default());
+                    body.position_basis = PositionBasisBody::of(q.basis);
                     body.volume_wait = q.volume.map(Into::into);
                 }
             }

@@ -23,6 +23,7 @@ mod child;
 pub mod ingest;
 mod load;
 mod machine;
+mod read_back;
 
 pub use machine::{command_line, machine};
 

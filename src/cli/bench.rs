@@ -32,8 +32,9 @@ enum BenchMode {
         #[arg(long, default_value_t = 1000)]
         batch: usize,
     },
-    /// A held-mode broker with `--queued` requests queued: memory, time to the first 202 after a
-    /// restart, ingest with the backlog, cost of a release decision and of an explain.
+    /// A held-mode broker with `--queued` requests queued: memory, time to the first 202 and
+    /// the first explain after a restart, a request read back right after its 202, ingest with
+    /// the backlog, cost of a release decision, a ranking and an explain.
     Backlog {
         /// Requests queued before measuring.
         #[arg(long, default_value_t = 1_000_000)]
@@ -41,9 +42,12 @@ enum BenchMode {
         /// Concurrent clients of the ingest phase.
         #[arg(long, default_value_t = 64)]
         connections: usize,
-        /// Seconds of the ingest phase.
+        /// Seconds of the ingest phase, and of the read-back phase.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// Clients of the read-back phase: each posts a request and reads it back at once.
+        #[arg(long, default_value_t = 8)]
+        readers: usize,
         /// Timed release decisions and explains (each).
         #[arg(long, default_value_t = 1000)]
         samples: usize,
@@ -103,6 +107,7 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             queued,
             connections,
             seconds,
+            readers,
             samples,
             policy,
         }) => {
@@ -110,6 +115,7 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 queued: queued.max(1),
                 connections: connections.max(1),
                 seconds,
+                readers: readers.max(1),
                 samples: samples.max(1),
                 policy,
             };

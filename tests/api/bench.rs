@@ -75,6 +75,8 @@ fn bench_backlog_prints_positive_figures() {
         "0.3",
         "--samples",
         "20",
+        "--readers",
+        "2",
     ]);
     assert!(
         figure(&text, "queued (held", "bench backlog:") > 0.0,
@@ -83,8 +85,15 @@ fn bench_backlog_prints_positive_figures() {
     assert!(figure(&text, "restart:", "first 202") > 0.0, "{text}");
     assert!(figure(&text, "restart:", "VmRSS") > 0.0, "{text}");
     let explain = "first explain over HTTP";
-    assert!(figure(&text, explain, "next ones):") > 0.0, "{text}");
+    assert!(figure(&text, explain, "restart:") > 0.0, "{text}");
     assert!(figure(&text, explain, "VmRSS") > 0.0, "{text}");
+    let read_back = "just-submitted GET";
+    assert!(figure(&text, read_back, "p50") > 0.0, "{text}");
+    assert!(figure(&text, read_back, "p99") > 0.0, "{text}");
+    assert!(
+        figure(&text, "ranking of the queue", "requests in") > 0.0,
+        "{text}"
+    );
     assert!(
         figure(&text, "ingest with the backlog", "connections,") > 0.0,
         "{text}"

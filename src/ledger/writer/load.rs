@@ -41,7 +41,7 @@ impl Writer {
         let idempotency = load_idempotency(&conn)?;
         info!(requests = idempotency.len(), "idempotency keys loaded");
         let state = load_state(&mut conn, &policy, clock.now_ms(), idempotency)?;
-        published.publish(&policy, &state.usage, &state.queues);
+        published.publish(&policy, (&state.usage, &state.queues), &state.queue);
         Ok(Writer {
             conn,
             policy,
@@ -96,8 +96,11 @@ impl Writer {
         let _gate = self.published.gate();
         self.state = state;
         self.policy = policy;
-        self.published
-            .publish(&self.policy, &self.state.usage, &self.state.queues);
+        self.published.publish(
+            &self.policy,
+            (&self.state.usage, &self.state.queues),
+            &self.state.queue,
+        );
         info!(
             groups = self.policy.groups.len(),
             "ledger writer reloaded its policy"

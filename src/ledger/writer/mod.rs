@@ -525,8 +525,11 @@ impl Writer {
                 // Only a group on disk is a commit: a rolled-back one is logged below.
                 self.metrics.committed(elapsed.as_secs_f64(), count);
                 self.state.keep();
-                self.published
-                    .publish(&self.policy, &self.state.usage, &self.state.queues);
+                self.published.publish(
+                    &self.policy,
+                    (&self.state.usage, &self.state.queues),
+                    &self.state.queue,
+                );
                 drop(gate);
                 for (reply, traced) in replies.iter().zip(&traced) {
                     log_committed(reply, traced);
