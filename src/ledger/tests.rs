@@ -1383,6 +1383,7 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
 mod coalesce;
 mod commit_faults;
 mod commit_rollback;
+mod finished_keys;
 mod queued_caps;
 mod random_sequences;
 mod retry_paths;

@@ -1,11 +1,23 @@
 //! Replays of (station, client_request_id): a fingerprint of the pair maps to the request ids
 //! that carry it, confirmed against the row before a replay is answered.
+//!
+//! Unfinished requests' fingerprints are in memory ([`Idempotency`], loaded from the
+//! `idempotency` table); a finished request's move to the `idempotency_finished` table, keyed by
+//! fingerprint, in the transaction that makes it final ([`Txn::key_finished`]). A new request
+//! that misses in memory is looked up there ([`Txn::finished_with`]): an index probe instead of
+//! a map entry for every request ever accepted, so memory follows what is unfinished, and
+//! replays stay exact however old the request. The ingest path reads that index, never inserts
+//! into it: finished fingerprints are written at the rate requests end.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-/// Fingerprint -> request ids. Almost every fingerprint has one id; the rare collision keeps the
-/// others in `more`.
+use rusqlite::{params, OptionalExtension};
+
+use super::state::Txn;
+
+/// Fingerprint -> request ids of unfinished requests. Almost every fingerprint has one id; the
+/// rare collision keeps the others in `more`.
 #[derive(Default)]
 pub(super) struct Idempotency {
     first: HashMap<u64, i64>,
@@ -37,7 +49,8 @@ impl Idempotency {
         }
     }
 
-    /// Undo an `insert` of a rolled-back transaction.
+    /// Take `id` out (it finished, or its `insert` was rolled back). The map gives back memory
+    /// once it is a quarter full, so it follows what is unfinished now, not its peak.
     pub(super) fn remove(&mut self, fp: u64, id: i64) {
         if let Some(v) = self.more.get_mut(&fp) {
             v.retain(|&x| x != id);
@@ -48,11 +61,60 @@ impl Idempotency {
         if self.first.get(&fp) == Some(&id) {
             self.first.remove(&fp);
         }
+        let (len, room) = (self.first.len(), self.first.capacity());
+        if room > SHRINK_FROM && len < room / 4 {
+            self.first.shrink_to(len * 2);
+        }
+    }
+
+    /// Every (fingerprint, id), sorted (tests: the audit).
+    #[cfg(test)]
+    pub(super) fn entries(&self) -> Vec<(u64, i64)> {
+        let firsts = self.first.iter().map(|(&fp, &id)| (fp, id));
+        let more = (self.more.iter()).flat_map(|(&fp, ids)| ids.iter().map(move |&id| (fp, id)));
+        let mut all: Vec<(u64, i64)> = firsts.chain(more).collect();
+        all.sort_unstable();
+        all
     }
 
     /// Requests known (one per distinct fingerprint; for the start-up log).
     pub(super) fn len(&self) -> usize {
         self.first.len()
+    }
+}
+
+/// Below this many entries' room the map is not shrunk (it would only churn).
+const SHRINK_FROM: usize = 4096;
+
+impl Txn<'_, '_> {
+    /// Finished requests that may carry fingerprint `fp` (confirmed against the row by the
+    /// caller): an index probe of `idempotency_finished`.
+    pub fn finished_with(&self, fp: u64) -> rusqlite::Result<Vec<i64>> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("SELECT id FROM idempotency_finished WHERE fingerprint = ?1")?;
+        let ids = stmt.query_map([fp as i64], |r| r.get(0))?;
+        ids.collect()
+    }
+
+    /// Request `id` became final: its fingerprint moves from memory and the `idempotency` table
+    /// to `idempotency_finished` (a rollback puts the memory back).
+    pub fn key_finished(&mut self, id: i64) -> rusqlite::Result<()> {
+        let fp: Option<i64> = self
+            .tx
+            .prepare_cached("DELETE FROM idempotency WHERE id = ?1 RETURNING fingerprint")?
+            .query_row([id], |r| r.get(0))
+            .optional()?;
+        let Some(fp) = fp else {
+            return Ok(()); // moved already
+        };
+        self.tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO idempotency_finished (fingerprint, id) VALUES (?1, ?2)",
+            )?
+            .execute(params![fp, id])?;
+        self.st.forget(fp as u64, id);
+        Ok(())
     }
 }
 
