@@ -20,7 +20,9 @@ use crate::startup::Application;
 
 pub mod backlog;
 mod child;
+pub mod history;
 pub mod ingest;
+mod instant_mss;
 mod load;
 mod machine;
 mod read_back;

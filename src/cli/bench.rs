@@ -1,5 +1,6 @@
 //! `mssbroker bench`: today's flags (HTTP load, `--direct`, `--report-requests`,
-//! `--explain-queued`) without a subcommand, and the `ingest` and `backlog` benchmarks.
+//! `--explain-queued`) without a subcommand, and the `ingest`, `backlog` and `history`
+//! benchmarks.
 
 use std::process::ExitCode;
 
@@ -54,6 +55,26 @@ enum BenchMode {
         /// The ordering policy (sam, fair_tree, multifactor, fbsng) [default: the shipped one].
         #[arg(long)]
         policy: Option<String>,
+    },
+    /// Memory against history: `--requests` requests accepted and finished (the MSS finishes
+    /// each at once), with the broker process's resident memory every `--every` requests.
+    History {
+        /// Requests accepted and finished in all.
+        #[arg(long, default_value_t = 10_000_000)]
+        requests: usize,
+        /// A line every this many requests (each after every request so far is final).
+        #[arg(long, default_value_t = 1_000_000)]
+        every: usize,
+        /// Requests per POST /v1/requests/batch.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// The load waits while more than this many requests are unfinished.
+        #[arg(long, default_value_t = 100_000)]
+        unfinished: usize,
+        /// Seconds of batches posted at the end while the MSS takes nothing: ingest alone on
+        /// the history (each new request looked up among the finished ones' keys).
+        #[arg(long, default_value_t = 3.0)]
+        ingest_seconds: f64,
     },
 }
 
@@ -120,6 +141,22 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 policy,
             };
             crate::bench::backlog::run(&options).await?;
+        }
+        Some(BenchMode::History {
+            requests,
+            every,
+            batch,
+            unfinished,
+            ingest_seconds,
+        }) => {
+            let options = crate::bench::history::HistoryOptions {
+                requests: requests.max(1),
+                every: every.max(1),
+                batch: batch.clamp(1, 10_000),
+                unfinished: unfinished.max(1),
+                ingest_seconds,
+            };
+            crate::bench::history::run(&options).await?;
         }
         None => flags(args.flags).await?,
     }
