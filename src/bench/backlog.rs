@@ -140,7 +140,7 @@ async fn first_explain(
 
 /// Post single requests until one is answered 202; the seconds from the call to the answer of
 /// the first one (the broker is already built).
-async fn first_202(http: &reqwest::Client, base: &str) -> anyhow::Result<f64> {
+pub(super) async fn first_202(http: &reqwest::Client, base: &str) -> anyhow::Result<f64> {
     let t = Instant::now();
     let resp = http
         .post(format!("{base}/v1/requests"))

@@ -3,8 +3,9 @@
 //! that finishes every transfer at once (so its own memory is not the broker's), takes `N`
 //! requests in batches; every `--every` requests the load pauses until every request so far is
 //! final, and a line gives the requests accepted and finished, the broker process's `VmRSS` and
-//! `VmHWM`, the database's size and the rate since the last line. A broker's steady-state memory
-//! must depend on what is unfinished, not on how many requests it ever took.
+//! `VmHWM`, the database's size and the rate since the last line. At the end: ingest alone on
+//! that history (the MSS holding), and a restart on it. A broker's steady-state memory must
+//! depend on what is unfinished, not on how many requests it ever took.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -89,6 +90,17 @@ pub async fn run(o: &HistoryOptions) -> anyhow::Result<()> {
     println!(
         "ingest after {accepted} finished: batches of {}, {CLIENTS} clients, the MSS holding: {:.0} requests/s ({} requests, then finished)",
         o.batch, probe.0, probe.1
+    );
+    broker.stop().await?;
+    // A restart on the history: start-up reads the unfinished keys and the finished ones' filter.
+    let t = Instant::now();
+    let broker = ChildBroker::start(&dir, &history_config(&mss.url)?, &db).await?;
+    let probe = super::backlog::first_202(&http, &broker.base).await?;
+    println!(
+        "restart on the history: first 202 {:.3} s after start (the probe call itself {probe:.3} s); broker VmRSS {:.1} MB, VmHWM {:.1} MB",
+        t.elapsed().as_secs_f64(),
+        broker.status_mb("VmRSS"),
+        broker.status_mb("VmHWM")
     );
     broker.stop().await?;
     drop(mss);

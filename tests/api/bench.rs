@@ -150,6 +150,14 @@ fn bench_history_prints_memory_against_requests_accepted() {
         figure(&text, "ingest after 3000 finished", "holding:") > 0.0,
         "{text}"
     );
+    assert!(
+        figure(&text, "restart on the history", "first 202") > 0.0,
+        "{text}"
+    );
+    assert!(
+        figure(&text, "restart on the history", "VmRSS") > 0.0,
+        "{text}"
+    );
 }
 
 #[test]

@@ -239,6 +239,11 @@ fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
         let (id, fp) = row?;
         idempotency.insert(fp as u64, id);
     }
+    let mut stmt = conn.prepare("SELECT fingerprint FROM idempotency_finished")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        idempotency.finished(row.get::<_, i64>(0)? as u64);
+    }
     Ok(idempotency)
 }
 
@@ -465,12 +470,12 @@ impl Writer {
             let (id, station, crid): (i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
             let fp = super::idempotency::fingerprint(&station, &crid) as i64;
             let n: i64 = on_disk.query_row(rusqlite::params![fp, id], |r| r.get(0))?;
-            if n != 1 {
+            if n != 1 || !self.state.idempotency.may_have_finished(fp as u64) {
                 missing.push(id);
             }
         }
         differ(
-            "final requests without their fingerprint in `idempotency_finished`",
+            "final requests without their fingerprint in `idempotency_finished` and its filter",
             format!("{missing:?}"),
             "[]".into(),
         );
