@@ -102,7 +102,7 @@ pub(crate) fn held_config() -> anyhow::Result<String> {
         .replacen(limit, "\nlimit = 1\n", 1))
 }
 
-fn item(station: &str, n: usize) -> Value {
+pub(crate) fn item(station: &str, n: usize) -> Value {
     let groups = [
         ("analysis", "higgs"),
         ("analysis", "top"),
@@ -163,8 +163,10 @@ pub(crate) async fn get_once(http: &reqwest::Client, base: &str, id: i64) -> any
     let micros = t.elapsed().as_micros() as u64;
     anyhow::ensure!(status.as_u16() == 200, "GET {id}: {status}");
     if body["state"] == "queued" {
+        // No position only before the first ranking since the start (`not_ranked`).
+        let basis = body["position_basis"].as_str();
         anyhow::ensure!(
-            body["explain"]["position"].is_u64(),
+            body["explain"]["position"].is_u64() || basis == Some("not_ranked"),
             "GET {id}: a queued request without a position: {body}"
         );
     }

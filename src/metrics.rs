@@ -67,6 +67,8 @@ pub struct Metrics {
     pub rollbacks: Counter,
     /// MSS events for keys the ledger did not issue (a request lost with a restored backup).
     pub unknown_key_events: Counter,
+    /// Rankings of the held queue for explain's positions, by how long each took.
+    pub ranking_seconds: Histogram,
     pub mss_call_seconds: Family<CallLabels, Histogram>,
     /// The wait histograms' closed hours, summed (see [`waits`]).
     pub waits: WaitTotals,
@@ -92,6 +94,10 @@ impl crate::ledger::CommitObserver for Metrics {
 
     fn unknown_key_events(&self, events: u64) {
         self.unknown_key_events.inc_by(events);
+    }
+
+    fn ranked(&self, seconds: f64, _requests: usize) {
+        self.ranking_seconds.observe(seconds);
     }
 }
 
@@ -128,6 +134,13 @@ impl Metrics {
              restored backup, or another broker's): never applied; listed by mssbroker unknown-keys",
             unknown_key_events.clone(),
         );
+        let ranking_seconds = seconds_histogram();
+        registry.register(
+            "mssbroker_queue_ranking_seconds",
+            "Time of one ranking of the held queue for explain's positions (off the ledger \
+             writer; an explain never waits for one)",
+            ranking_seconds.clone(),
+        );
         registry.register(
             "mssbroker_mss_call_seconds",
             "Time of one call to the MSS adapter, by call and outcome (events is a long poll)",
@@ -138,6 +151,7 @@ impl Metrics {
             commit_commands,
             rollbacks,
             unknown_key_events,
+            ranking_seconds,
             mss_call_seconds,
             waits: WaitTotals::default(),
             registry,

@@ -119,6 +119,7 @@ impl Application {
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let options = ledger_options(settings, metrics.clone());
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
+        rank_in_background(&ledger, settings);
         let (adapter, mss_url, simulator) =
             build_adapter(settings, ledger.instance(), simulator_listener)?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
@@ -333,6 +334,21 @@ fn start_simulator(
 }
 
 /// The simulator's settings from the broker's `[mss.simulator]` table.
+/// The first ranking of the held queue for explain's positions, made in the background at
+/// start: an explain never waits for one, so until it is done explains answer without a
+/// position (`not_ranked`). The `volumes` mode ranks no single requests.
+fn rank_in_background(ledger: &Ledger, settings: &Settings) {
+    if settings.policy.order.volumes() {
+        return;
+    }
+    let ledger = ledger.clone();
+    tokio::spawn(async move {
+        if let Err(e) = ledger.rank_queue().await {
+            warn!(error = %e, "cannot rank the held queue");
+        }
+    });
+}
+
 pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
     SimConfig {
         library: LibraryConfig {

@@ -9,6 +9,7 @@ use axum::Json;
 use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::responses::{self, CancelBody, RequestBody};
+use super::schemas::PositionBasisBody;
 use super::Shared;
 use crate::auth::RoleKind;
 use crate::domain::RequestState;
@@ -59,10 +60,12 @@ pub(super) async fn get_request(
         // Another station's request answers as if it did not exist: ids do not leak.
         Some(r) if caller.0.may_act_for(&r.station) => {
             let queued = r.state == crate::domain::RequestState::Queued;
+            let rides_on = readable(&state, &caller, r.rides_on).await?;
             let mut body = RequestBody::from(r);
+            body.rides_on = rides_on;
             if queued {
-                // Its placement now (the writer: one placement) and its position in the latest
-                // ranking of the queue (built off the writer).
+                // Its placement now (one placement, off the writer) and its position from the
+                // latest ranking of the queue, never waiting for one (`ledger/rank.rs`).
                 if let Some(q) = state.ledger.explain_queued(id).await? {
                     /// A queued request's explain: its live placement and its place in the
                     /// latest ranking, side by side in one object.
@@ -72,7 +75,7 @@ pub(super) async fn get_request(
                         explain: &'a crate::ledger::stored_explain::Explanation,
                         position: Option<usize>,
                         waiting: Option<usize>,
-                        ranked_at_ms: i64,
+                        ranked_at_ms: Option<i64>,
                     }
                     let live = Live {
                         explain: &q.explain,
@@ -81,6 +84,7 @@ pub(super) async fn get_request(
                         ranked_at_ms: q.ranked_at_ms,
                     };
                     body.explain = Some(serde_json::to_value(&live).unwrap_or_default());
+                    body.position_basis = PositionBasisBody::of(q.basis);
                     body.volume_wait = q.volume.map(Into::into);
                 }
             }
@@ -88,6 +92,22 @@ pub(super) async fn get_request(
         }
         _ => Err(ApiError::not_found(format!("no request {id}"))),
     }
+}
+
+/// Request `id` (a rider's carrier), if `caller` may read it as `get_request` would: another
+/// station's request id is not shown, since that station reads it as 404.
+async fn readable(
+    state: &Shared,
+    caller: &Caller,
+    id: Option<i64>,
+) -> Result<Option<i64>, ApiError> {
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    Ok(match state.ledger.request(id).await? {
+        Some(carrier) if caller.0.may_act_for(&carrier.station) => Some(id),
+        _ => None,
+    })
 }
 
 /// Cancel a request.

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::schemas::{ClassBody, StateBody};
+use super::schemas::{ClassBody, PositionBasisBody, StateBody};
 use crate::ledger::{Accepted, RequestRecord};
 
 /// `GET /healthz`.
@@ -122,12 +122,15 @@ pub struct RequestBody {
     /// decided, and the policy's own figures in `detail` (SAM's usage and share with the
     /// request, Fair Tree's rank, multifactor's factors and weighted values, FBSNG's queue
     /// priorities). Computed now for a `queued` request, with its `position` (1-based) in its
-    /// library's release order and how many are `waiting` as of `ranked_at_ms`: taken from the
-    /// latest ranking of the whole queue (reused for at least 1 s; an estimate, since every
-    /// release changes usage); as decided (or last re-prioritised) otherwise; absent while
-    /// `held`.
+    /// library's release order, how many are `waiting` and `ranked_at_ms`, the ranking of the
+    /// whole queue the position comes from (see `position_basis`: an answer never waits for a
+    /// ranking; every release changes usage, so even a ranked position is a forecast); as
+    /// decided (or last re-prioritised) otherwise; absent while `held`.
     #[schema(value_type = Option<Object>)]
     pub explain: Option<Value>,
+    /// For a `queued` request outside the `volumes` mode: where `explain.position` comes from
+    /// (`ranking`, `estimate` or `not_ranked`); `null` otherwise.
+    pub position_basis: Option<PositionBasisBody>,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
     /// The file's position on its volume, as submitted.
@@ -137,7 +140,9 @@ pub struct RequestBody {
     /// place in the order; `null` otherwise.
     pub volume_wait: Option<VolumeWaitBody>,
     /// For a duplicate read (state `riding`, and after it settled): the request whose MSS
-    /// transfer it shares; it completes, fails or retries with that one. `null` otherwise.
+    /// transfer it shares; it completes, fails or retries with that one. Shown only to a caller
+    /// that may read that request (its station's token or an operator's): `null` for another
+    /// station's carrier, as for a request that rides on nothing.
     pub rides_on: Option<i64>,
 }
 
@@ -223,6 +228,7 @@ impl From<RequestRecord> for RequestBody {
             qos: r.qos.map(|q| q.as_str().to_string()),
             user_factor: r.user_factor,
             explain: r.explain.and_then(|e| serde_json::to_value(e.explain).ok()),
+            position_basis: None,
             local_file: r.local_file,
             bfid: r.bfid,
             position: r.position,

@@ -82,6 +82,34 @@ pub enum QosBody {
     Standby,
 }
 
+/// Where a queued request's `explain.position` comes from. `GET /v1/requests/{id}` never waits
+/// for a ranking of the queue: `ranking`, its place in the latest ranking (made at
+/// `explain.ranked_at_ms`, so as old as that); `estimate`, queued after that ranking: where its
+/// placement now falls among the requests it ranked (`waiting` counted now); `not_ranked`, no
+/// ranking yet since the broker started (one is being made): `position` is `null`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = PositionBasis)]
+pub enum PositionBasisBody {
+    Ranking,
+    Estimate,
+    NotRanked,
+}
+
+impl PositionBasisBody {
+    /// The API's spelling of the ledger's basis (`None` in the `volumes` mode, which ranks no
+    /// single requests).
+    pub fn of(basis: crate::ledger::PositionBasis) -> Option<PositionBasisBody> {
+        use crate::ledger::PositionBasis as B;
+        match basis {
+            B::Ranking => Some(PositionBasisBody::Ranking),
+            B::Estimate => Some(PositionBasisBody::Estimate),
+            B::NotRanked => Some(PositionBasisBody::NotRanked),
+            B::Volumes => None,
+        }
+    }
+}
+
 // The share view (`shares::view`) is a document of its own that names a domain `Class`; its
 // schema is the API's mirror's.
 impl utoipa::PartialSchema for domain::Class {

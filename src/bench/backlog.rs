@@ -2,14 +2,18 @@
 //! one slot, embedded simulator) with N requests queued, run as its own process (`mssbroker serve`,
 //! see `child`). Prints the broker process's resident memory (its `VmRSS`/`VmHWM`, without the
 //! load client), the time from starting the process to the first 202 after a restart on the
-//! filled database, the first explain of a queued request over HTTP (it ranks the queue) and the
-//! memory after it, ingest of single requests while the backlog is
-//! there, and, on the ledger opened directly on the same database, the cost of one release
-//! decision (`Ledger::release_held`) and of a queued request's explain
-//! (`Ledger::explain_queued`), p50 and p99.
+//! filled database, the first explain of a queued request over HTTP after the restart (an explain
+//! never waits for a ranking: it says where its position came from) and the memory after it, a
+//! read-back phase (`--readers` clients each post a request and `GET` it at once: the GET's p50
+//! and p99, `read_back`), ingest of single requests while the backlog is there, and, on the
+//! ledger opened directly on the same database, the cost of one release decision
+//! (`Ledger::release_held`), a ranking of the queue (`Ledger::rank_queue`) and a queued
+//! request's explain (`Ledger::explain_queued`), p50 and p99.
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use anyhow::Context;
 
 use super::child::ChildBroker;
 use super::load::{drive, Call, TOKEN};
@@ -23,8 +27,10 @@ pub struct BacklogOptions {
     pub queued: usize,
     /// Clients of the ingest phase.
     pub connections: usize,
-    /// Seconds of the ingest phase.
+    /// Seconds of the ingest phase, and of the read-back phase.
     pub seconds: f64,
+    /// Clients of the read-back phase.
+    pub readers: usize,
     /// Timed calls of each kind (release decisions, explains).
     pub samples: usize,
     /// `[policy] algorithm`, when not the shipped one.
@@ -76,12 +82,22 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
         broker.status_mb("VmHWM")
     );
     let probe = ids.get(ids.len() / 2).copied().unwrap_or_default();
-    let micros = crate::bench_explain::get_once(&http, &broker.base, probe).await?;
+    let (micros, basis) = first_explain(&http, &broker.base, probe).await?;
     println!(
-        "first explain over HTTP (ranks the queue, kept for the next ones): {:.3} s; broker VmRSS {:.0} MB after, VmHWM {:.0} MB",
-        micros as f64 / 1e6,
+        "first explain over HTTP after the restart: {:.2} ms (position_basis {basis}); broker VmRSS {:.0} MB after, VmHWM {:.0} MB",
+        micros as f64 / 1e3,
         broker.status_mb("VmRSS"),
         broker.status_mb("VmHWM")
+    );
+    let r = super::read_back::read_back(&broker.base, o.readers, o.seconds).await?;
+    let bases: Vec<String> = r.bases.iter().map(|(b, n)| format!("{b} {n}")).collect();
+    println!(
+        "just-submitted GET: {} clients each POST a request and GET it at once, p50 {:.2} ms, p99 {:.2} ms ({} GETs; position_basis: {})",
+        o.readers,
+        r.gets.p50_ms,
+        r.gets.p99_ms,
+        r.gets.requests,
+        bases.join(", ")
     );
     let r = drive(
         &broker.base,
@@ -102,9 +118,29 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The first explain of queued request `id`: its latency (µs) and where its position came from.
+async fn first_explain(
+    http: &reqwest::Client,
+    base: &str,
+    id: i64,
+) -> anyhow::Result<(u64, String)> {
+    let t = Instant::now();
+    let resp = http
+        .get(format!("{base}/v1/requests/{id}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?;
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await?;
+    let micros = t.elapsed().as_micros() as u64;
+    anyhow::ensure!(status.as_u16() == 200, "GET {id}: {status}");
+    let basis = body["position_basis"].as_str().unwrap_or("-").to_string();
+    Ok((micros, basis))
+}
+
 /// Post single requests until one is answered 202; the seconds from the call to the answer of
 /// the first one (the broker is already built).
-async fn first_202(http: &reqwest::Client, base: &str) -> anyhow::Result<f64> {
+pub(super) async fn first_202(http: &reqwest::Client, base: &str) -> anyhow::Result<f64> {
     let t = Instant::now();
     let resp = http
         .post(format!("{base}/v1/requests"))
@@ -152,12 +188,17 @@ async fn decisions(settings: &Settings, ids: &[i64], samples: usize) -> anyhow::
     }
     print_cost("release decision (Ledger::release_held)", release);
     let t = Instant::now();
-    anyhow::ensure!(
-        ledger.explain_queued(ids[ids.len() / 2]).await?.is_some(),
-        "the probe is not queued"
-    );
+    let first = ledger.explain_queued(ids[ids.len() / 2]).await?;
+    let first = first.context("the probe is not queued")?;
     println!(
-        "first explain (ranks the queue): {:.2} ms",
+        "first explain on the ledger, before any ranking: {:.2} ms ({:?})",
+        t.elapsed().as_secs_f64() * 1000.0,
+        first.basis
+    );
+    let t = Instant::now();
+    let ranked = ledger.rank_queue().await?;
+    println!(
+        "ranking of the queue (Ledger::rank_queue): {ranked} requests in {:.2} ms",
         t.elapsed().as_secs_f64() * 1000.0
     );
     let mut explain = Vec::with_capacity(samples);

@@ -20,9 +20,12 @@ use crate::startup::Application;
 
 pub mod backlog;
 mod child;
+pub mod history;
 pub mod ingest;
+mod instant_mss;
 mod load;
 mod machine;
+mod read_back;
 
 pub use machine::{command_line, machine};
 

@@ -1,5 +1,6 @@
 //! `mssbroker bench`: today's flags (HTTP load, `--direct`, `--report-requests`,
-//! `--explain-queued`) without a subcommand, and the `ingest` and `backlog` benchmarks.
+//! `--explain-queued`) without a subcommand, and the `ingest`, `backlog` and `history`
+//! benchmarks.
 
 use std::process::ExitCode;
 
@@ -32,8 +33,9 @@ enum BenchMode {
         #[arg(long, default_value_t = 1000)]
         batch: usize,
     },
-    /// A held-mode broker with `--queued` requests queued: memory, time to the first 202 after a
-    /// restart, ingest with the backlog, cost of a release decision and of an explain.
+    /// A held-mode broker with `--queued` requests queued: memory, time to the first 202 and
+    /// the first explain after a restart, a request read back right after its 202, ingest with
+    /// the backlog, cost of a release decision, a ranking and an explain.
     Backlog {
         /// Requests queued before measuring.
         #[arg(long, default_value_t = 1_000_000)]
@@ -41,15 +43,38 @@ enum BenchMode {
         /// Concurrent clients of the ingest phase.
         #[arg(long, default_value_t = 64)]
         connections: usize,
-        /// Seconds of the ingest phase.
+        /// Seconds of the ingest phase, and of the read-back phase.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// Clients of the read-back phase: each posts a request and reads it back at once.
+        #[arg(long, default_value_t = 8)]
+        readers: usize,
         /// Timed release decisions and explains (each).
         #[arg(long, default_value_t = 1000)]
         samples: usize,
         /// The ordering policy (sam, fair_tree, multifactor, fbsng) [default: the shipped one].
         #[arg(long)]
         policy: Option<String>,
+    },
+    /// Memory against history: `--requests` requests accepted and finished (the MSS finishes
+    /// each at once), with the broker process's resident memory every `--every` requests.
+    History {
+        /// Requests accepted and finished in all.
+        #[arg(long, default_value_t = 10_000_000)]
+        requests: usize,
+        /// A line every this many requests (each after every request so far is final).
+        #[arg(long, default_value_t = 1_000_000)]
+        every: usize,
+        /// Requests per POST /v1/requests/batch.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// The load waits while more than this many requests are unfinished.
+        #[arg(long, default_value_t = 100_000)]
+        unfinished: usize,
+        /// Seconds of batches posted at the end while the MSS takes nothing: ingest alone on
+        /// the history (each new request looked up among the finished ones' keys).
+        #[arg(long, default_value_t = 3.0)]
+        ingest_seconds: f64,
     },
 }
 
@@ -103,6 +128,7 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             queued,
             connections,
             seconds,
+            readers,
             samples,
             policy,
         }) => {
@@ -110,10 +136,27 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 queued: queued.max(1),
                 connections: connections.max(1),
                 seconds,
+                readers: readers.max(1),
                 samples: samples.max(1),
                 policy,
             };
             crate::bench::backlog::run(&options).await?;
+        }
+        Some(BenchMode::History {
+            requests,
+            every,
+            batch,
+            unfinished,
+            ingest_seconds,
+        }) => {
+            let options = crate::bench::history::HistoryOptions {
+                requests: requests.max(1),
+                every: every.max(1),
+                batch: batch.clamp(1, 10_000),
+                unfinished: unfinished.max(1),
+                ingest_seconds,
+            };
+            crate::bench::history::run(&options).await?;
         }
         None => flags(args.flags).await?,
     }

@@ -15,6 +15,7 @@ use super::{NewPriority, QueuedPlacement, RankInputs};
 use crate::domain::PolicySettings;
 use crate::policy::fbsng::Queues;
 use crate::policy::order::{place, Standing};
+use crate::policy::queue::{HeldQueue, RankKey};
 use crate::shares::UsageBook;
 
 /// The writer's memory as of its latest commit.
@@ -23,6 +24,8 @@ pub(super) struct Memory {
     pub policy: Arc<PolicySettings>,
     usage: UsageBook,
     queues: Queues,
+    /// Requests queued per library (the held queue's).
+    waiting: Vec<(String, usize)>,
 }
 
 /// Where the writer publishes its memory.
@@ -47,11 +50,17 @@ impl Published {
         }
     }
 
-    pub fn publish(&self, policy: &Arc<PolicySettings>, usage: &UsageBook, queues: &Queues) {
+    pub fn publish(
+        &self,
+        policy: &Arc<PolicySettings>,
+        (usage, queues): (&UsageBook, &Queues),
+        queue: &HeldQueue,
+    ) {
         let memory = Arc::new(Memory {
             policy: policy.clone(),
             usage: usage.clone(),
             queues: queues.clone(),
+            waiting: queue.waiting_by_library(),
         });
         if let Ok(mut latest) = self.latest.lock() {
             *latest = Some(memory);
@@ -104,6 +113,13 @@ impl Memory {
         usage
     }
 
+    /// Requests queued for `library` as of this memory's commit.
+    pub fn waiting(&self, library: &str) -> usize {
+        (self.waiting.iter())
+            .find(|(name, _)| name == library)
+            .map_or(0, |(_, n)| *n)
+    }
+
     /// Usage frozen at `now` and the queue priorities, for a ranking built off the writer.
     pub fn rank_inputs(&self, now: i64) -> RankInputs {
         RankInputs {
@@ -147,6 +163,8 @@ pub(super) fn explain_queued(
     };
     Ok(Some(QueuedPlacement {
         explain: Explanation::from(&p.explain),
+        key: RankKey::of(&candidate, &p),
+        library: candidate.library,
         volume,
     }))
 }

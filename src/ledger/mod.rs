@@ -49,8 +49,8 @@ pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRo
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
-    NoObserver, OutputInUse, QueuedCapRefused, QueuedExplain, QueuedPlacement, RankInputs, Refused,
-    RequestExtras, SubmittedTransfer,
+    NoObserver, OutputInUse, PositionBasis, QueuedCapRefused, QueuedExplain, QueuedPlacement,
+    RankInputs, Refused, RequestExtras, SubmittedTransfer,
 };
 pub use volume_wait::VolumeWait;
 use writer::Command;
@@ -168,7 +168,7 @@ impl Ledger {
                 ready,
                 instance: instance.into(),
                 keys,
-                ranker: Arc::default(),
+                ranker: Arc::new(rank::Ranker::new(options.metrics.clone())),
                 clock,
                 published,
                 heartbeat,
@@ -381,21 +381,26 @@ impl Ledger {
     }
 
     /// The live placement of a queued request (`None` when it is not queued) and its place in
-    /// the latest ranking of the queue (see `rank`): the writer computes one placement; the
-    /// position is looked up in a ranking built off the writer.
+    /// the latest ranking of the queue (see `rank`): one placement on the read pool, and the
+    /// position from the latest ranking, or estimated against it for a request queued after
+    /// it. Never waits for a ranking: one that is due is made in the background.
     pub async fn explain_queued(&self, id: i64) -> Result<Option<QueuedExplain>, LedgerError> {
-        let asked = std::time::Instant::now();
         let before = self.memory()?;
         let published = self.published.clone();
         let now = self.clock.now_ms();
-        let live = self
+        let answer = self
             .reads
             .run(move |c| {
                 let (tx, memory) = published.snapshot(c)?;
-                live::explain_queued(&tx, &memory.unwrap_or(before), id, now)
+                let memory = memory.unwrap_or(before);
+                let live = live::explain_queued(&tx, &memory, id, now)?;
+                Ok(live.map(|l| {
+                    let waiting = memory.waiting(&l.library);
+                    (l, waiting)
+                }))
             })
             .await?;
-        let Some(live) = live else {
+        let Some((live, waiting)) = answer else {
             return Ok(None);
         };
         if live.volume.is_some() {
@@ -405,18 +410,33 @@ impl Ledger {
                 explain: live.explain,
                 position: None,
                 waiting: None,
-                ranked_at_ms: now,
+                ranked_at_ms: None,
+                basis: PositionBasis::Volumes,
                 volume: live.volume,
             }));
         }
-        let (place, ranked_at_ms) = self.ranked_place(id, asked).await?;
+        let ranked = self.ranked_place(id, &live.library, &live.key);
+        let (position, waiting) = match (ranked.basis, ranked.place) {
+            (PositionBasis::Ranking, Some(p)) => (Some(p.position), Some(p.waiting)),
+            // Counted now: requests queued after the ranking are waiting too.
+            (_, Some(p)) => (Some(p.position.min(waiting.max(1))), Some(waiting.max(1))),
+            (_, None) => (None, Some(waiting.max(1))),
+        };
         Ok(Some(QueuedExplain {
             explain: live.explain,
-            position: place.map(|p| p.position),
-            waiting: place.map(|p| p.waiting),
-            ranked_at_ms,
+            position,
+            waiting,
+            ranked_at_ms: ranked.at_ms,
+            basis: ranked.basis,
             volume: None,
         }))
+    }
+
+    /// Rank the held queue now (off the writer, on the read pool), for explain's positions:
+    /// `serve` starts one at start so the first explains after a restart find a ranking.
+    /// Returns the requests ranked.
+    pub async fn rank_queue(&self) -> Result<usize, LedgerError> {
+        self.rank_now().await
     }
 
     /// Requests at the MSS (not yet running) whose priority the policy now puts elsewhere, at

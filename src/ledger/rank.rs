@@ -1,11 +1,16 @@
 //! Explain's positions in the held queue, off the writer. The writer answers an explain with one
 //! placement; the position comes from the latest [`Ranking`] of the whole queue, built on a
 //! blocking thread from a read snapshot of the `queued` rows and the writer's usage and queue
-//! priorities (published by the writer after every commit, see `live`). A ranking is reused while it is younger than
-//! [`reuse_for`] (then the next explain refreshes it in the background, answering from the old
-//! one); a request the latest ranking does not know (queued after it) waits for a ranking that
-//! started after its explain was asked, shared by every explain waiting for one and started no
-//! sooner than the latest one's reuse window ends (at most one build per window).
+//! priorities (published by the writer after every commit, see `live`).
+//!
+//! An explain never waits for a ranking (one takes about a second with 1M queued): a request the
+//! latest ranking knows answers with its place there; one queued after it with an estimate
+//! against it ([`Ranking::estimate`]); and before the first ranking since the start (`serve`
+//! starts one, [`Ledger::rank_queue`]) with no position. Each answer says which
+//! ([`PositionBasis`]). A ranking is reused while it is younger than [`reuse_for`]; an explain
+//! that finds it older, or finds its request missing from it, starts the next one in the
+//! background, no sooner than the window allows: at most one build per window, single-flight,
+//! whatever clients ask.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,9 +18,9 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::writer::{read_candidate, CANDIDATE_COLUMNS};
-use super::{Ledger, LedgerError};
+use super::{CommitObserver, Ledger, LedgerError, PositionBasis};
 use crate::policy::order::Standing;
-use crate::policy::queue::{Place, Ranking, RankingBuilder};
+use crate::policy::queue::{Place, RankKey, Ranking, RankingBuilder};
 
 /// A ranking is reused for at least this long.
 const REUSE_MIN: Duration = Duration::from_secs(1);
@@ -24,10 +29,11 @@ const REUSE_MIN: Duration = Duration::from_secs(1);
 const REUSE_FACTOR: u32 = 4;
 
 /// The latest ranking and the single-flight lock that builds the next.
-#[derive(Default)]
 pub(super) struct Ranker {
     latest: Mutex<Option<Arc<Built>>>,
     building: Arc<tokio::sync::Mutex<()>>,
+    /// Told how long each ranking took (`mssbroker_queue_ranking_seconds`).
+    observer: Arc<dyn CommitObserver>,
 }
 
 struct Built {
@@ -37,12 +43,28 @@ struct Built {
     took: Duration,
 }
 
+/// A queued request's position as the latest ranking gives it.
+pub(super) struct Ranked {
+    pub place: Option<Place>,
+    /// When that ranking was computed (`None`: there is none yet).
+    pub at_ms: Option<i64>,
+    pub basis: PositionBasis,
+}
+
 /// How long a ranking that took `took` to build is reused.
 fn reuse_for(took: Duration) -> Duration {
     REUSE_MIN.max(took * REUSE_FACTOR)
 }
 
 impl Ranker {
+    pub fn new(observer: Arc<dyn CommitObserver>) -> Ranker {
+        Ranker {
+            latest: Mutex::new(None),
+            building: Arc::default(),
+            observer,
+        }
+    }
+
     fn latest(&self) -> Option<Arc<Built>> {
         self.latest.lock().ok()?.clone()
     }
@@ -55,50 +77,60 @@ impl Ranker {
 }
 
 impl Ledger {
-    /// Request `id`'s place in a ranking that knows it (`None`: it left the queue before one
-    /// did), and when that ranking was computed.
-    pub(super) async fn ranked_place(
-        &self,
-        id: i64,
-        asked: Instant,
-    ) -> Result<(Option<Place>, i64), LedgerError> {
-        if let Some(built) = self.ranker.latest() {
-            if let Some(place) = built.ranking.get(id) {
-                if built.started.elapsed() >= reuse_for(built.took) {
-                    self.refresh_in_background();
-                }
-                return Ok((Some(place), built.ranking.at_ms));
+    /// Request `id`'s place (`library` and `key`: where and how its placement now orders it)
+    /// from the latest ranking, at once: its place there, an estimate against it, or none
+    /// before the first ranking. Starts the next ranking in the background when this one is
+    /// due for renewal or does not know the request.
+    pub(super) fn ranked_place(&self, id: i64, library: &str, key: &RankKey) -> Ranked {
+        let Some(built) = self.ranker.latest() else {
+            self.refresh_in_background();
+            return Ranked {
+                place: None,
+                at_ms: None,
+                basis: PositionBasis::NotRanked,
+            };
+        };
+        let at_ms = Some(built.ranking.at_ms);
+        if let Some(place) = built.ranking.get(id) {
+            if built.started.elapsed() >= reuse_for(built.took) {
+                self.refresh_in_background();
             }
+            return Ranked {
+                place: Some(place),
+                at_ms,
+                basis: PositionBasis::Ranking,
+            };
         }
-        let built = self.ranking_since(asked).await?;
-        Ok((built.ranking.get(id), built.ranking.at_ms))
+        // Queued after this ranking (or it left the queue meanwhile): the next one will know.
+        self.refresh_in_background();
+        Ranked {
+            place: Some(built.ranking.estimate(library, key)),
+            at_ms,
+            basis: PositionBasis::Estimate,
+        }
     }
 
-    /// A ranking whose build started at or after `asked`: one another caller built meanwhile,
-    /// or a new one, started no earlier than the latest one's reuse window allows, so clients
-    /// that ask about each request right after its 202 cannot make the queue be ranked back to
-    /// back: at most one build per window, whatever they ask.
-    async fn ranking_since(&self, asked: Instant) -> Result<Arc<Built>, LedgerError> {
+    /// Rank now, after any ranking being built; the requests ranked.
+    pub(super) async fn rank_now(&self) -> Result<usize, LedgerError> {
         let _one_at_a_time = self.ranker.building.lock().await;
-        if let Some(built) = self.ranker.latest() {
-            if built.started >= asked {
-                return Ok(built);
-            }
-            let window = reuse_for(built.took);
-            let age = built.started.elapsed();
-            if age < window {
-                tokio::time::sleep(window - age).await;
-            }
-        }
-        self.build_ranking().await
+        Ok(self.build_ranking().await?.ranking.len())
     }
 
+    /// Start the next ranking unless one is being built or waited for: it waits for the latest
+    /// one's reuse window to end, then builds, so clients that ask about each request right
+    /// after its 202 cannot make the queue be ranked back to back.
     fn refresh_in_background(&self) {
         let Ok(guard) = self.ranker.building.clone().try_lock_owned() else {
-            return; // one is being built
+            return; // one is on its way
         };
         let ledger = self.clone();
         tokio::spawn(async move {
+            if let Some(built) = ledger.ranker.latest() {
+                let (window, age) = (reuse_for(built.took), built.started.elapsed());
+                if age < window {
+                    tokio::time::sleep(window - age).await;
+                }
+            }
             if let Err(e) = ledger.build_ranking().await {
                 warn!(error = %e, "cannot rank the held queue");
             }
@@ -133,6 +165,9 @@ impl Ledger {
             started,
             took: started.elapsed(),
         });
+        self.ranker
+            .observer
+            .ranked(built.took.as_secs_f64(), built.ranking.len());
         self.ranker.store(built.clone());
         Ok(built)
     }

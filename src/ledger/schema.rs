@@ -81,7 +81,8 @@ CREATE TABLE IF NOT EXISTS requests (
 -- Idempotency: a 64-bit fingerprint of (station, client_request_id) per request, appended in id
 -- order. The writer loads it into memory at start and checks replays there, confirming a hit
 -- against the stored row. A UNIQUE index on (station, client_request_id) would do the same but
--- inserts at scattered positions: it halved insert throughput here.
+-- inserts at scattered positions: it halved insert throughput here. (Since version 10 it holds
+-- unfinished requests only: a finished one's moves to `idempotency_finished`.)
 CREATE TABLE IF NOT EXISTS idempotency (
     id          INTEGER PRIMARY KEY,
     fingerprint INTEGER NOT NULL
@@ -166,6 +167,7 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 /// Append a step for a change; never edit a shipped one (databases already carry it).
 const STEPS: &[Step] = &[
     version_2, version_3, version_4, version_5, version_6, version_7, version_8, version_9,
+    version_10,
 ];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
@@ -260,6 +262,28 @@ fn version_9(conn: &Connection) -> rusqlite::Result<()> {
              events     INTEGER NOT NULL,
              last_event TEXT    NOT NULL
          ) WITHOUT ROWID;",
+    )
+}
+
+/// Version 10 (issue 37, memory that follows unfinished requests): `idempotency_finished`, the fingerprints of finished requests (done, failed,
+/// cancelled) keyed by fingerprint, so the writer keeps only unfinished requests' fingerprints in
+/// memory (`idempotency`, which now holds only those) and looks a miss up here: a replay of a
+/// request finished years ago is still answered as a duplicate, and memory no longer grows with
+/// every request ever accepted. A request's fingerprint moves here when it becomes final (the
+/// settle path, paced by the tape, not by ingest, so the index's scattered inserts stay off the
+/// ingest path). The rows of requests already final move now, in fingerprint order.
+fn version_10(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE idempotency_finished (
+             fingerprint INTEGER NOT NULL,
+             id          INTEGER NOT NULL,
+             PRIMARY KEY (fingerprint, id)
+         ) WITHOUT ROWID;
+         INSERT INTO idempotency_finished (fingerprint, id)
+             SELECT i.fingerprint, i.id FROM idempotency i JOIN requests r ON r.id = i.id
+             WHERE r.state IN ('done', 'failed', 'cancelled')
+             ORDER BY i.fingerprint, i.id;
+         DELETE FROM idempotency WHERE id IN (SELECT id FROM idempotency_finished);",
     )
 }
 

@@ -1388,6 +1388,7 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
 mod coalesce;
 mod commit_faults;
 mod commit_rollback;
+mod finished_keys;
 mod outputs;
 mod queued_caps;
 mod random_sequences;

@@ -139,6 +139,10 @@ pub enum CancelOutcome {
 #[derive(Debug, Clone)]
 pub struct QueuedPlacement {
     pub explain: crate::ledger::stored_explain::Explanation,
+    /// Its library and what orders it there, to estimate its position in a ranking that does
+    /// not know it.
+    pub library: String,
+    pub key: crate::policy::queue::RankKey,
     /// In the `volumes` release mode: its volume and where it stands.
     pub volume: Option<crate::ledger::VolumeWait>,
 }
@@ -155,16 +159,34 @@ pub struct RankInputs {
 #[derive(Debug, Clone)]
 pub struct QueuedExplain {
     pub explain: crate::ledger::stored_explain::Explanation,
-    /// 1-based place in its library's release order as ranked at `ranked_at_ms`, if nothing
-    /// changed (`None`: it left the queue before a ranking saw it).
+    /// 1-based place in its library's release order (`None`: not ranked yet, or it left the
+    /// queue before a ranking saw it); how it was found is `basis`.
     pub position: Option<usize>,
-    /// Requests waiting in its library at `ranked_at_ms`.
+    /// Requests waiting in its library: as ranked at `ranked_at_ms` for a position from the
+    /// ranking, now for an estimate or no position.
     pub waiting: Option<usize>,
-    /// When the ranking was computed (ms since the epoch).
-    pub ranked_at_ms: i64,
+    /// When the ranking the position comes from was computed (ms since the epoch; `None`:
+    /// none yet).
+    pub ranked_at_ms: Option<i64>,
+    pub basis: PositionBasis,
     /// In the `volumes` release mode: its volume and where it stands (then no ranking of the
     /// queue is made: `position` and `waiting` are `None`).
     pub volume: Option<crate::ledger::VolumeWait>,
+}
+
+/// Where a queued request's position comes from. An explain never waits for a ranking of the
+/// queue (one takes about a second with 1M queued): it answers from the latest one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PositionBasis {
+    /// Its place in the latest ranking (as of its `ranked_at_ms`: older than now).
+    Ranking,
+    /// It was queued after the latest ranking: where its placement now falls among the
+    /// requests that ranking ordered.
+    Estimate,
+    /// No ranking has been made since the start (one is being made): no position.
+    NotRanked,
+    /// The `volumes` release mode ranks no single requests (see `volume`).
+    Volumes,
 }
 
 /// A request at the MSS whose priority the policy now puts elsewhere.
@@ -202,6 +224,9 @@ pub trait CommitObserver: Send + Sync {
     fn rolled_back(&self, _commands: usize) {}
     /// Committed MSS events named keys this ledger did not issue (`ledger::mss_key`).
     fn unknown_key_events(&self, _events: u64) {}
+    /// A ranking of the held queue for explain's positions (`ledger/rank.rs`, off the writer)
+    /// took `seconds` and ranked `requests`.
+    fn ranked(&self, _seconds: f64, _requests: usize) {}
 }
 
 /// Records nothing (benchmarks and tests that do not read the histograms).

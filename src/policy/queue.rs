@@ -191,6 +191,12 @@ impl HeldQueue {
         self.libs.get(self.names.numbers.get(library)?)
     }
 
+    /// Requests waiting per library (O(libraries)), for explain's `waiting`.
+    pub fn waiting_by_library(&self) -> Vec<(String, usize)> {
+        let slots = self.names.slots.iter().flatten();
+        slots.map(|(name, n)| (name.clone(), *n)).collect()
+    }
+
     /// Libraries with waiting requests, by name.
     pub fn libraries(&self) -> Vec<String> {
         let names = self.libs.keys().filter_map(|&n| self.names.name(n));
@@ -413,7 +419,8 @@ pub struct Place {
 /// first), oldest first on a tie. An estimate of what [`HeldQueue::pick`] will do: each release
 /// changes usage (and FBSNG's queue priorities), and the group-level policies release a group's
 /// requests in arrival order. Built in `O(n log n)` off the ledger writer, from a read snapshot
-/// of the queued rows; the writer never walks the queue for an explain.
+/// of the queued rows; the writer never walks the queue for an explain. A request queued after
+/// it is placed among the ranked ones by [`Ranking::estimate`].
 #[derive(Debug, Clone, Default)]
 pub struct Ranking {
     /// The instant (ms since the epoch) the order was computed for.
@@ -421,16 +428,45 @@ pub struct Ranking {
     /// (id, 1-based position, library number), sorted by id: 16 bytes a request (a
     /// `HashMap<i64, Place>` took about 50 MB with 1M queued, kept between explains).
     places: Vec<(i64, u32, u32)>,
-    /// Requests waiting per library number.
-    waiting: Vec<usize>,
+    /// By library number.
+    libraries: Vec<RankedLibrary>,
 }
 
-/// What orders one request in a [`Ranking`].
-struct RankKey {
+/// One library of a [`Ranking`].
+#[derive(Debug, Clone)]
+struct RankedLibrary {
+    name: String,
+    /// Requests waiting in it.
+    waiting: usize,
+    /// Every `stride`-th key of its order, the first included: at most [`SAMPLE_KEYS`] keys
+    /// (32 bytes each), so an estimate is exact below that many requests and within `stride`
+    /// positions above.
+    sample: Vec<RankKey>,
+    stride: usize,
+}
+
+/// Most keys a library's sample keeps (128 KiB).
+const SAMPLE_KEYS: usize = 4096;
+
+/// What orders one request in a [`Ranking`]: its place as [`place`] computed it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankKey {
     id: i64,
     starved: bool,
     created_ms: i64,
     score: f64,
+}
+
+impl RankKey {
+    /// The key of `c` placed as `p`.
+    pub fn of(c: &Candidate, p: &Placement) -> RankKey {
+        RankKey {
+            id: c.id,
+            starved: p.starved,
+            created_ms: c.created_ms,
+            score: p.score,
+        }
+    }
 }
 
 fn release_order(a: &RankKey, b: &RankKey) -> std::cmp::Ordering {
@@ -464,8 +500,38 @@ impl Ranking {
         let &(_, position, lib) = self.places.get(at)?;
         Some(Place {
             position: position as usize,
-            waiting: self.waiting.get(lib as usize).copied().unwrap_or(0),
+            waiting: self.libraries.get(lib as usize).map_or(0, |l| l.waiting),
         })
+    }
+
+    /// Where a request this ranking does not know (queued after it), keyed `key` at `library`,
+    /// falls among the requests it ranked there: 1 + those ahead of it (exact while its library
+    /// had at most [`SAMPLE_KEYS`] waiting, else the middle of the `stride` it falls in), of
+    /// the ranked ones and itself. Requests queued after the ranking are not counted.
+    pub fn estimate(&self, library: &str, key: &RankKey) -> Place {
+        let Some(lib) = self.libraries.iter().find(|l| l.name == library) else {
+            return Place {
+                position: 1,
+                waiting: 1,
+            };
+        };
+        let before = lib
+            .sample
+            .partition_point(|k| release_order(k, key).is_lt());
+        let ahead = match before {
+            0 => 0,
+            // The sample's key `before - 1` is ahead, so are the keys up to it; key `before`
+            // (if any) is not, nor those after it.
+            m => {
+                let least = (m - 1) * lib.stride + 1;
+                let most = (m * lib.stride).min(lib.waiting);
+                least + (most.saturating_sub(least)) / 2
+            }
+        };
+        Place {
+            position: ahead + 1,
+            waiting: lib.waiting + 1,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -496,13 +562,7 @@ impl<'s, 'a, U: UsageLookup> RankingBuilder<'s, 'a, U> {
     }
 
     pub fn push(&mut self, c: &Candidate) {
-        let p = place(self.order, self.standing, c, self.now_ms);
-        let key = RankKey {
-            id: c.id,
-            starved: p.starved,
-            created_ms: c.created_ms,
-            score: p.score,
-        };
+        let key = RankKey::of(c, &place(self.order, self.standing, c, self.now_ms));
         match self.libs.get_mut(c.library.as_str()) {
             Some(keys) => keys.push(key),
             None => {
@@ -512,20 +572,33 @@ impl<'s, 'a, U: UsageLookup> RankingBuilder<'s, 'a, U> {
     }
 
     pub fn finish(self) -> Ranking {
-        let mut places = Vec::with_capacity(self.libs.values().map(Vec::len).sum());
-        let mut waiting = Vec::with_capacity(self.libs.len());
-        for (mut keys, lib) in self.libs.into_values().zip(0u32..) {
+        Ranking::of_keys(self.libs, self.now_ms)
+    }
+}
+
+impl Ranking {
+    /// The ranking of each library's keys (any order) at `at_ms`.
+    fn of_keys(libs: HashMap<String, Vec<RankKey>>, at_ms: i64) -> Ranking {
+        let mut places = Vec::with_capacity(libs.values().map(Vec::len).sum());
+        let mut libraries = Vec::with_capacity(libs.len());
+        for ((name, mut keys), lib) in libs.into_iter().zip(0u32..) {
             keys.sort_unstable_by(release_order);
-            waiting.push(keys.len());
             for (i, k) in keys.iter().enumerate() {
                 places.push((k.id, u32::try_from(i + 1).unwrap_or(u32::MAX), lib));
             }
+            let stride = keys.len().div_ceil(SAMPLE_KEYS).max(1);
+            libraries.push(RankedLibrary {
+                name,
+                waiting: keys.len(),
+                sample: keys.iter().step_by(stride).copied().collect(),
+                stride,
+            });
         }
         places.sort_unstable_by_key(|p| p.0);
         Ranking {
-            at_ms: self.now_ms,
+            at_ms,
             places,
-            waiting,
+            libraries,
         }
     }
 }
@@ -625,5 +698,67 @@ mod tests {
         assert_eq!(q.libraries(), ["b"]);
         assert!(!q.names.numbers.contains_key("a"));
         assert_eq!(q.len(), 333 - 1, "b's requests (id 250 removed)");
+    }
+
+    /// A key with `score` (not starved).
+    fn key(id: i64, score: f64) -> RankKey {
+        RankKey {
+            id,
+            starved: false,
+            created_ms: id,
+            score,
+        }
+    }
+
+    /// An estimate places a request the ranking does not know exactly among a small library's
+    /// ranked requests, and within one sample stride among a large one's; it counts itself in
+    /// `waiting`, and a library the ranking never saw makes it first of one.
+    #[test]
+    fn an_estimate_falls_where_its_key_sorts_among_the_ranked() {
+        let ranked = |n: i64| {
+            // Scores n-1 .. 0 by id: id 0 is released first.
+            let keys = (0..n).map(|id| key(id, (n - 1 - id) as f64)).collect();
+            Ranking::of_keys(HashMap::from([("lto".to_string(), keys)]), 0)
+        };
+        let small = ranked(100);
+        for (score, ahead) in [(1000.0, 0), (99.0, 1), (49.5, 50), (-1.0, 100)] {
+            let got = small.estimate("lto", &key(500, score));
+            assert_eq!(
+                got,
+                Place {
+                    position: ahead + 1,
+                    waiting: 101
+                },
+                "{score}"
+            );
+        }
+        // A tie goes by id: a later request after the ranked one of its score.
+        assert_eq!(small.estimate("lto", &key(500, 49.0)).position, 52);
+        assert_eq!(
+            small.estimate("t10k", &key(500, 1.0)),
+            Place {
+                position: 1,
+                waiting: 1
+            }
+        );
+        // 100,000 ranked keep a sample of 4,096 keys at most: within a stride of exact.
+        let n = 100_000i64;
+        let large = ranked(n);
+        let stride = (n as usize).div_ceil(SAMPLE_KEYS);
+        assert!(large.libraries[0].sample.len() <= SAMPLE_KEYS);
+        for exact in [0usize, 1, 17, 4_999, 50_000, 99_999, 100_000] {
+            let score = n as f64 - exact as f64 - 0.5;
+            let got = large.estimate("lto", &key(n, score)).position - 1;
+            assert!(
+                got.abs_diff(exact) <= stride,
+                "{got} for {exact} (stride {stride})"
+            );
+        }
+        // A starved request goes before every request that is not.
+        let starved = RankKey {
+            starved: true,
+            ..key(n, -1.0)
+        };
+        assert_eq!(large.estimate("lto", &starved).position, 1);
     }
 }

@@ -75,6 +75,8 @@ fn bench_backlog_prints_positive_figures() {
         "0.3",
         "--samples",
         "20",
+        "--readers",
+        "2",
     ]);
     assert!(
         figure(&text, "queued (held", "bench backlog:") > 0.0,
@@ -83,8 +85,15 @@ fn bench_backlog_prints_positive_figures() {
     assert!(figure(&text, "restart:", "first 202") > 0.0, "{text}");
     assert!(figure(&text, "restart:", "VmRSS") > 0.0, "{text}");
     let explain = "first explain over HTTP";
-    assert!(figure(&text, explain, "next ones):") > 0.0, "{text}");
+    assert!(figure(&text, explain, "restart:") > 0.0, "{text}");
     assert!(figure(&text, explain, "VmRSS") > 0.0, "{text}");
+    let read_back = "just-submitted GET";
+    assert!(figure(&text, read_back, "p50") > 0.0, "{text}");
+    assert!(figure(&text, read_back, "p99") > 0.0, "{text}");
+    assert!(
+        figure(&text, "ranking of the queue", "requests in") > 0.0,
+        "{text}"
+    );
     assert!(
         figure(&text, "ingest with the backlog", "connections,") > 0.0,
         "{text}"
@@ -93,6 +102,62 @@ fn bench_backlog_prints_positive_figures() {
         assert!(figure(&text, line, "p50") > 0.0, "{line}: {text}");
         assert!(figure(&text, line, "p99") > 0.0, "{line}: {text}");
     }
+}
+
+/// `bench history` in short mode: every line's requests are all final, with the broker's
+/// memory, and the run ends with every request accepted and finished.
+#[test]
+fn bench_history_prints_memory_against_requests_accepted() {
+    let text = bench(&[
+        "history",
+        "--requests",
+        "3000",
+        "--every",
+        "1000",
+        "--batch",
+        "250",
+        "--unfinished",
+        "1000",
+        "--ingest-seconds",
+        "0.3",
+    ]);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("history: "))
+        .collect();
+    assert_eq!(lines.len(), 4, "a line at 0 and every 1000: {text}");
+    for (k, line) in lines.iter().enumerate() {
+        assert_eq!(
+            figure(line, "history:", "history:"),
+            (k * 1000) as f64,
+            "{text}"
+        );
+        assert!(figure(line, "history:", "VmRSS") > 0.0, "{text}");
+        assert!(figure(line, "history:", "VmHWM") > 0.0, "{text}");
+    }
+    for line in &lines[1..] {
+        assert!(figure(line, "history:", "database") > 0.0, "{text}");
+        let rate = line
+            .split(" requests/s")
+            .next()
+            .and_then(|l| l.rsplit(' ').next());
+        let rate: f64 = rate.and_then(|r| r.parse().ok()).unwrap_or(0.0);
+        assert!(rate > 0.0, "{line}");
+    }
+    let end = "requests accepted and finished";
+    assert_eq!(figure(&text, end, "bench history:"), 3000.0, "{text}");
+    assert!(
+        figure(&text, "ingest after 3000 finished", "holding:") > 0.0,
+        "{text}"
+    );
+    assert!(
+        figure(&text, "restart on the history", "first 202") > 0.0,
+        "{text}"
+    );
+    assert!(
+        figure(&text, "restart on the history", "VmRSS") > 0.0,
+        "{text}"
+    );
 }
 
 #[test]

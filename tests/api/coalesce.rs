@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{
-    assert_each_attempt_once, key_id, open_db, request, wait_final, BrokerFiles, ServeProcess,
-    SimProcess,
+    assert_each_attempt_once, key_id, open_db, request, test_config, wait_final, BrokerFiles,
+    ServeProcess, SimProcess,
 };
 
 /// 100 GB: 5 s of mount and 200 s of streaming at the simulator's 500 MB/s, about 2 s at a
@@ -141,4 +141,106 @@ async fn a_sigkill_while_a_request_rides_loses_neither() {
     assert!(received.received.iter().all(|t| key_id(&t.key) != ib));
     assert_eq!(charged(&db, ia).1, SIZE as i64);
     assert_eq!(charged(&db, ib).1, SIZE as i64);
+}
+
+/// Station tokens of `st-a` and `st-b` and an operator's, in a token file under `dir`.
+fn two_stations(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut text = String::new();
+    for (name, token, role, station) in [
+        ("a", "tok-a", "station", "station = \"st-a\"\n"),
+        ("b", "tok-b", "station", "station = \"st-b\"\n"),
+        ("op", "tok-op", "operator", ""),
+    ] {
+        text.push_str(&format!(
+            "[[tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nrole = \"{role}\"\n{station}",
+            mssbroker::auth::sha256_hex(token)
+        ));
+    }
+    let path = dir.join("tokens.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `method` on `path` of the broker at `base` with `token`: the status and JSON body.
+async fn call(
+    client: &reqwest::Client,
+    (base, token): (&str, &str),
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let url = format!("{base}{path}");
+    let req = match body {
+        Some(b) => client.post(url).json(b),
+        None => client.get(url),
+    };
+    let resp = req.bearer_auth(token).send().await.expect("answer");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// A rider's `rides_on` names its carrier only to a caller that may read the carrier, the rule
+/// of `GET` on the carrier itself: station b's read rides on station a's, and b's token (to
+/// which a's request is a 404) sees `null`; an operator sees the id, and so does station a for
+/// a read of its own riding on its own.
+#[tokio::test]
+async fn rides_on_is_shown_only_to_a_caller_that_may_read_the_carrier() {
+    let sim = SimProcess::start_with(2, 100.0);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    let auth = format!("\n[auth]\ntoken_file = {:?}\n", two_stations(dir.path()));
+    std::fs::write(&config, test_config(Some(&sim.url)) + &auth).unwrap();
+    let broker = ServeProcess::start(&config, &dir.path().join("broker.db"));
+    let client = reqwest::Client::new();
+    let (a, b, op) = (
+        (broker.base.as_str(), "tok-a"),
+        (broker.base.as_str(), "tok-b"),
+        (broker.base.as_str(), "tok-op"),
+    );
+    let post = "/v1/requests";
+    let (status, carrier) = call(
+        &client,
+        a,
+        post,
+        Some(&read_of("a1", "st-a", "analysis", "higgs")),
+    )
+    .await;
+    assert_eq!(status, 202, "{carrier}");
+    let (status, rider_b) = call(&client, b, post, Some(&read_of("b1", "st-b", "mc", "x"))).await;
+    assert_eq!(
+        (status, &rider_b["state"]),
+        (202, &"riding".into()),
+        "{rider_b}"
+    );
+    let (status, rider_a) = call(
+        &client,
+        a,
+        post,
+        Some(&read_of("a2", "st-a", "analysis", "top")),
+    )
+    .await;
+    assert_eq!(
+        (status, &rider_a["state"]),
+        (202, &"riding".into()),
+        "{rider_a}"
+    );
+    let id = |v: &Value| v["id"].as_i64().unwrap();
+    let (carrier, rider_b, rider_a) = (id(&carrier), id(&rider_b), id(&rider_a));
+
+    // Station b may not read the carrier, so its rider does not name it.
+    let (status, seen) = call(&client, b, &format!("/v1/requests/{carrier}"), None).await;
+    assert_eq!(status, 404, "{seen}");
+    let (status, seen) = call(&client, b, &format!("/v1/requests/{rider_b}"), None).await;
+    assert_eq!(status, 200, "{seen}");
+    assert_eq!(seen["state"], "riding", "{seen}");
+    assert!(
+        seen["rides_on"].is_null(),
+        "another station's id shown: {seen}"
+    );
+    // An operator may read both; station a reads its own rider's carrier, its own request.
+    let (_, seen) = call(&client, op, &format!("/v1/requests/{rider_b}"), None).await;
+    assert_eq!(seen["rides_on"], carrier, "{seen}");
+    let (_, seen) = call(&client, a, &format!("/v1/requests/{rider_a}"), None).await;
+    assert_eq!(seen["rides_on"], carrier, "{seen}");
+    let (status, _) = call(&client, a, &format!("/v1/requests/{rider_b}"), None).await;
+    assert_eq!(status, 404);
 }

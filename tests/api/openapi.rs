@@ -73,6 +73,21 @@ async fn the_served_document_matches_the_router() {
         (400, Some("id")),
         "{body}"
     );
+    // Where a queued request's position comes from is documented with its values.
+    let schemas = &doc["components"]["schemas"];
+    let basis = &schemas["RequestBody"]["properties"]["position_basis"];
+    assert!(
+        basis
+            .to_string()
+            .contains("#/components/schemas/PositionBasis"),
+        "{basis}"
+    );
+    assert_eq!(
+        schemas["PositionBasis"]["enum"],
+        serde_json::json!(["ranking", "estimate", "not_ranked"]),
+        "{}",
+        schemas["PositionBasis"]
+    );
     // And an undocumented path is the fallback.
     let (status, body) = app.get("/v1/nothing").await;
     assert_eq!(

@@ -13,12 +13,12 @@ fn count(db: &std::path::Path, sql: &str) -> i64 {
     open_db(db).query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
-/// Every queued request's position in the release order, by id.
+/// Every queued request's position in the release order, by id: from a ranking of the queue
+/// (an answer right after a change may estimate it or have none yet: wait until it is ranked).
 async fn positions(app: &TestApp, ids: &[i64]) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     for &id in ids {
-        let (status, body) = app.get(&format!("/v1/requests/{id}")).await;
-        assert_eq!(status, 200);
+        let body = ranked(app, id).await;
         if body["state"] == "queued" {
             let e = &body["explain"];
             assert_eq!(e["release_mode"], "held", "{body}");
@@ -29,6 +29,21 @@ async fn positions(app: &TestApp, ids: &[i64]) -> Vec<(i64, i64)> {
     }
     out.sort_by_key(|&(_, p)| p);
     out
+}
+
+/// Request `id` once its answer is not a queued request without a ranked position (it is
+/// ranked, or not queued).
+async fn ranked(app: &TestApp, id: i64) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = app.get(&format!("/v1/requests/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        if body["state"] != "queued" || body["position_basis"] == "ranking" {
+            return body;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ranked: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -132,16 +147,40 @@ async fn held_queue_survives_a_restart_in_order_and_data_taking_never_waits() {
     app.stop().await;
 }
 
-/// `position`, `waiting` and `ranked_at_ms` of a queued request (`None` once it is not queued).
-async fn place_of(app: &TestApp, id: i64) -> Option<(i64, i64, i64)> {
+/// Where a queued request stands (`None` once it is not queued).
+#[derive(Debug, Clone, PartialEq)]
+struct Stands {
+    position: Option<i64>,
+    waiting: i64,
+    ranked_at_ms: Option<i64>,
+    basis: String,
+}
+
+async fn place_of(app: &TestApp, id: i64) -> Option<Stands> {
     let (status, body) = app.get(&format!("/v1/requests/{id}")).await;
     assert_eq!(status, 200, "{body}");
     if body["state"] != "queued" {
         return None;
     }
     let e = &body["explain"];
-    let field = |k: &str| e[k].as_i64().unwrap_or_else(|| panic!("no {k} in {e}"));
-    Some((field("position"), field("waiting"), field("ranked_at_ms")))
+    let basis = body["position_basis"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"));
+    let stands = Stands {
+        position: e["position"].as_i64(),
+        waiting: e["waiting"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no waiting in {e}")),
+        ranked_at_ms: e["ranked_at_ms"].as_i64(),
+        basis: basis.to_string(),
+    };
+    // A position comes with the ranking it is from, ranked or estimated against; none before
+    // the first ranking.
+    let ranked = stands.basis == "ranking" || stands.basis == "estimate";
+    assert_eq!(stands.position.is_some(), ranked, "{body}");
+    assert_eq!(stands.ranked_at_ms.is_some(), ranked, "{body}");
+    assert!(ranked || stands.basis == "not_ranked", "{body}");
+    Some(stands)
 }
 
 #[tokio::test]
@@ -196,17 +235,28 @@ async fn queued_requests_explain_their_place_while_another_station_submits() {
         assert_eq!(status, 202, "{r}");
         assert_eq!(r["state"], "queued", "{r}");
         let id = r["id"].as_i64().unwrap();
-        let (position, waiting, _) = place_of(&app, id).await.expect("still queued");
-        assert!((1..=waiting).contains(&position), "{position} of {waiting}");
-        assert!(waiting as usize > queued.len() - 2, "{waiting}");
+        // Answered at once: ranked, estimated or not yet ranked; counted now in any case.
+        let stands = place_of(&app, id).await.expect("still queued");
+        let waiting = stands.waiting;
+        if let Some(position) = stands.position {
+            assert!((1..=waiting).contains(&position), "{stands:?}");
+        }
+        assert!(waiting as usize > queued.len() - 2, "{stands:?}");
         fresh.push(id);
     }
-    // Within one ranking, positions are distinct and within the queue.
+    // Within one ranking, ranked positions are distinct and within the queue.
     let mut by_ranking: std::collections::BTreeMap<i64, std::collections::BTreeMap<i64, i64>> =
         Default::default();
     for p in pollers {
-        for (id, (position, waiting, at)) in p.await.unwrap() {
-            assert!((1..=waiting).contains(&position), "{position} of {waiting}");
+        for (id, stands) in p.await.unwrap() {
+            if let Some(position) = stands.position {
+                assert!((1..=stands.waiting).contains(&position), "{stands:?}");
+            }
+            let (Some(position), Some(at), "ranking") =
+                (stands.position, stands.ranked_at_ms, stands.basis.as_str())
+            else {
+                continue;
+            };
             let ranked = by_ranking.entry(at).or_default();
             if let Some(&other) = ranked.get(&id) {
                 assert_eq!(other, position, "one ranking, one position for {id}");
@@ -219,11 +269,80 @@ async fn queued_requests_explain_their_place_while_another_station_submits() {
         let distinct: std::collections::BTreeSet<i64> = ranked.values().copied().collect();
         assert_eq!(distinct.len(), ranked.len(), "{ranked:?}");
     }
-    // The latest ranking knows the fresh requests and the old ones alike.
+    // A later ranking knows the fresh requests and the old ones alike.
     let last = *fresh.last().unwrap();
-    let (_, _, at) = place_of(&app, last).await.unwrap();
-    let (_, _, at_first) = place_of(&app, queued[queued.len() - 1]).await.unwrap();
-    assert!(at_first >= at, "{at_first} < {at}");
+    let at = ranked(&app, last).await["explain"]["ranked_at_ms"].as_i64();
+    let first = place_of(&app, queued[queued.len() - 1]).await.unwrap();
+    assert_eq!(first.basis, "ranking", "{first:?}");
+    assert!(first.ranked_at_ms >= at, "{first:?}, {at:?}");
+}
+
+/// The number after `name ` in a metrics text (0 when absent).
+fn metric(text: &str, name: &str) -> f64 {
+    (text.lines())
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Rankings of the held queue made so far (`mssbroker_queue_ranking_seconds`).
+async fn rankings(app: &TestApp) -> f64 {
+    let text = (app.client.get(format!("{}/metrics", app.base)).send().await)
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metric(&text, "mssbroker_queue_ranking_seconds_count")
+}
+
+/// A station reads its held-mode request back right after the 202 (docs/api.md tells it to):
+/// the answer never waits for a ranking of the queue. The only ranking is the one made at start,
+/// before the request: the answer comes from it, says its position is an estimate and counts
+/// the request waiting; a later ranking, made in the background, gives its ranked position.
+#[tokio::test]
+async fn a_request_read_back_after_its_202_is_answered_before_a_ranking_knows_it() {
+    // One slow drive and a limit of one: the second request stays queued.
+    let sim = SimProcess::start_with(1, 1.0);
+    let config = format!(
+        "{}\n[release]\nmode = \"held\"\nlimit = 1\n",
+        test_config(Some(&sim.url))
+    );
+    let app = TestApp::spawn(&config).await;
+    // The ranking made at start is done, and none is being made (nothing asked for one).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rankings(&app).await < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "no ranking at start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let body = request(&format!("r{i}"), "mc", "higgs", 10_000_000_000);
+        let (status, r) = app.post("/v1/requests", &body).await;
+        assert_eq!(status, 202, "{r}");
+        ids.push(r["id"].as_i64().unwrap());
+    }
+    let queued = ids[1];
+    let stands = place_of(&app, queued)
+        .await
+        .expect("queued behind the first");
+    assert_eq!(stands.basis, "estimate", "{stands:?}");
+    assert_eq!(
+        (stands.position, stands.waiting),
+        (Some(1), 1),
+        "{stands:?}"
+    );
+    let (_, body) = app.get(&format!("/v1/requests/{queued}")).await;
+    let created = body["created_ms"].as_i64().unwrap();
+    assert!(
+        stands.ranked_at_ms <= Some(created),
+        "{stands:?} for {body}"
+    );
+    // The ranking it started knows it.
+    let body = ranked(&app, queued).await;
+    assert_eq!(body["explain"]["position"], 1, "{body}");
+    assert_eq!(body["explain"]["waiting"], 1, "{body}");
+    assert!(rankings(&app).await >= 2.0);
+    app.stop().await;
 }
 
 #[tokio::test]

@@ -38,11 +38,8 @@ impl Txn<'_, '_> {
     /// checked after it, so a replay is never refused).
     pub fn accept_one(&mut self, item: &NewRequest) -> rusqlite::Result<Admitted> {
         let fp = fingerprint(&item.station, &item.client_request_id);
-        let known: Vec<i64> = self.st.idempotency.candidates(fp).collect();
-        for id in known {
-            if let Some(a) = self.replayed(id, item)? {
-                return Ok(Ok(a));
-            }
+        if let Some(a) = self.replay_of(fp, item)? {
+            return Ok(Ok(a));
         }
         let owner = queued::Owner {
             station: &item.station,
@@ -264,6 +261,23 @@ impl Txn<'_, '_> {
                 policy.group(g).path
             )
         })
+    }
+
+    /// The stored request this one replays, if any: an unfinished one with its fingerprint (in
+    /// memory), else a finished one (on disk).
+    fn replay_of(&self, fp: u64, item: &NewRequest) -> rusqlite::Result<Option<Accepted>> {
+        let unfinished: Vec<i64> = self.st.idempotency.candidates(fp).collect();
+        for id in unfinished {
+            if let Some(a) = self.replayed(id, item)? {
+                return Ok(Some(a));
+            }
+        }
+        for id in self.finished_with(fp)? {
+            if let Some(a) = self.replayed(id, item)? {
+                return Ok(Some(a));
+            }
+        }
+        Ok(None)
     }
 
     /// The stored request `id`, if it really is this station's `client_request_id` (a

@@ -50,7 +50,7 @@ impl Writer {
             path: options.path.clone(),
             message: format!("cannot record this start's incarnation: {e}"),
         })?;
-        published.publish(&policy, &state.usage, &state.queues);
+        published.publish(&policy, (&state.usage, &state.queues), &state.queue);
         Ok(Writer {
             conn,
             keys: Arc::new(keys),
@@ -217,6 +217,11 @@ fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
     for row in rows {
         let (id, fp) = row?;
         idempotency.insert(fp as u64, id);
+    }
+    let mut stmt = conn.prepare("SELECT fingerprint FROM idempotency_finished")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        idempotency.finished(row.get::<_, i64>(0)? as u64);
     }
     Ok(idempotency)
 }
@@ -411,6 +416,57 @@ impl Writer {
             "priority waiting",
             live.priority_waiting.to_string(),
             rows.priority_waiting.to_string(),
+        );
+        // Fingerprints: memory holds the `idempotency` table's, which are the unfinished
+        // requests'; every final request's is in `idempotency_finished`, under its own.
+        let table = load_idempotency(&self.conn)?;
+        differ(
+            "fingerprints",
+            format!("{:?}", self.state.idempotency.entries()),
+            format!("{:?}", table.entries()),
+        );
+        let count = |sql: &str| -> Result<i64, LedgerError> {
+            Ok(self.conn.query_row(sql, [], |r| r.get(0))?)
+        };
+        let finals = "('done', 'failed', 'cancelled')";
+        differ(
+            "fingerprints of final requests in `idempotency`",
+            count(&format!(
+                "SELECT COUNT(*) FROM idempotency i JOIN requests r ON r.id = i.id \
+                 WHERE r.state IN {finals}"
+            ))?
+            .to_string(),
+            "0".into(),
+        );
+        differ(
+            "unfinished requests without a fingerprint in `idempotency`",
+            count(&format!(
+                "SELECT COUNT(*) FROM requests r WHERE r.state NOT IN {finals} \
+                 AND NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.id = r.id)"
+            ))?
+            .to_string(),
+            "0".into(),
+        );
+        let mut finals_stmt = self.conn.prepare(&format!(
+            "SELECT id, station, client_request_id FROM requests WHERE state IN {finals}"
+        ))?;
+        let mut on_disk = self.conn.prepare(
+            "SELECT COUNT(*) FROM idempotency_finished WHERE fingerprint = ?1 AND id = ?2",
+        )?;
+        let mut final_rows = finals_stmt.query([])?;
+        let mut missing = Vec::new();
+        while let Some(r) = final_rows.next()? {
+            let (id, station, crid): (i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            let fp = super::idempotency::fingerprint(&station, &crid) as i64;
+            let n: i64 = on_disk.query_row(rusqlite::params![fp, id], |r| r.get(0))?;
+            if n != 1 || !self.state.idempotency.may_have_finished(fp as u64) {
+                missing.push(id);
+            }
+        }
+        differ(
+            "final requests without their fingerprint in `idempotency_finished` and its filter",
+            format!("{missing:?}"),
+            "[]".into(),
         );
         // A carrier whose caller asked to cancel it carries nothing more (`carrier_for`
         // forgets it when it meets it).

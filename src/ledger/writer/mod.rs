@@ -551,8 +551,11 @@ impl Writer {
                     self.metrics.unknown_key_events(unknown_keys);
                 }
                 self.state.keep();
-                self.published
-                    .publish(&self.policy, &self.state.usage, &self.state.queues);
+                self.published.publish(
+                    &self.policy,
+                    (&self.state.usage, &self.state.queues),
+                    &self.state.queue,
+                );
                 drop(gate);
                 for (reply, traced) in replies.iter().zip(&traced) {
                     log_committed(reply, traced);

@@ -312,8 +312,11 @@ impl Writer {
         let _gate = self.published.gate();
         self.state = state;
         self.policy = policy;
-        self.published
-            .publish(&self.policy, &self.state.usage, &self.state.queues);
+        self.published.publish(
+            &self.policy,
+            (&self.state.usage, &self.state.queues),
+            &self.state.queue,
+        );
         info!(
             groups = self.policy.groups.len(),
             "ledger writer reloaded its policy"

@@ -180,6 +180,7 @@ impl Txn<'_, '_> {
         self.moved(row.class, Some(row.state), state);
         self.tally(row, state);
         self.st.free_output(id);
+        self.key_finished(id)?;
         // Riders first: a promoted one joins this request's volume flight before it leaves.
         if row.outstanding() || matches!(row.state, RequestState::Queued | RequestState::Held) {
             let end = CarrierEnd::of(state, actual_bytes, error);

@@ -2,7 +2,8 @@
 //! changes it ([`Txn`]), and how a failed transaction puts it back: [`WriterState::checkpoint`]
 //! before, then [`WriterState::keep`] after COMMIT or [`WriterState::rollback`] after a failure.
 //! The small figures are copied at the checkpoint; the large ones (the held queue, the
-//! idempotency map) record each change in a journal that a rollback undoes in reverse.
+//! idempotency map of unfinished requests) record each change in a journal that a rollback
+//! undoes in reverse.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -87,6 +88,7 @@ pub(super) enum Undo {
     Removed(Candidate),
     Passed(i64),
     Fingerprint(u64, i64),
+    FingerprintFinished(u64, i64),
     VolumePushed(i64),
     /// Bytes of (station, user) in a group entered (> 0) or left the tallies.
     Queued(GroupId, String, String, i128),
@@ -213,6 +215,7 @@ impl WriterState {
                     }
                 }
                 Undo::Fingerprint(fp, id) => self.idempotency.remove(fp, id),
+                Undo::FingerprintFinished(fp, id) => self.idempotency.insert(fp, id),
                 Undo::VolumePushed(id) => {
                     if !reload {
                         self.volumes.remove(&self.volume_settings, id);
@@ -331,6 +334,12 @@ impl WriterState {
     pub fn remember(&mut self, fp: u64, id: i64) {
         self.idempotency.insert(fp, id);
         self.journal(Undo::Fingerprint(fp, id));
+    }
+
+    /// Request `id` is final: its fingerprint leaves memory (it is looked up on disk now).
+    pub fn forget(&mut self, fp: u64, id: i64) {
+        self.idempotency.remove(fp, id);
+        self.journal(Undo::FingerprintFinished(fp, id));
     }
 
     /// A fair-share request's bytes entered (`delta` > 0: accepted) or left (it ended) the
