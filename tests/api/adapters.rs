@@ -955,7 +955,10 @@ async fn fts3_cancels_one_request_of_a_batch_by_its_file_and_the_others_finish()
 /// and sends nothing twice; each request ends once, charged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkill_after_fts3_took_a_batch_whose_answer_was_lost_queues_nothing_twice() {
-    let standin = Fts3Standin::start("cms", None, fts3_plan(300))
+    // The job stays queued for 5 s, so it is still in flight when the restarted broker reads
+    // its jobs (with 300 ms, a loaded machine's restart found it finished, and a correct
+    // resubmission answered 409 "sid duplicated" made a second POST).
+    let standin = Fts3Standin::start("cms", None, fts3_plan(5_000))
         .await
         .unwrap();
     standin.lose_next_answers(1);
@@ -1008,7 +1011,7 @@ async fn a_sigkill_after_fts3_took_a_batch_whose_answer_was_lost_queues_nothing_
     assert_eq!(states, ["accepted"; 3], "the submission was never recorded");
 
     let broker = ServeProcess::start(&path, &db);
-    let done = wait_final(&client, &broker.base, &ids, Duration::from_secs(30)).await;
+    let done = wait_final(&client, &broker.base, &ids, Duration::from_secs(60)).await;
     assert!(done.iter().all(|r| r["state"] == "done"), "{done:?}");
     let jobs = standin.jobs();
     assert_eq!(jobs.len(), 1, "one job, never a second");
