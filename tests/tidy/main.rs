@@ -1,0 +1,578 @@
+//! The tidy test: every mechanically checkable rule of ARCHITECTURE.md's "Architecture
+//! invariants", run against the source tree, so a change that breaks one fails CI. Each test is
+//! named after its invariant (ARCHITECTURE names the test), and its failure says which
+//! invariant broke and where (`path:line: text`).
+//!
+//! The tree is read with `std::fs` (`source.rs`), and what is test code is known by structure:
+//! `#[cfg(test)]` items and the module files they declare, never a list of file names.
+//! The same shape as rust-analyzer's `tidy.rs`: plain tests over the files, no tool to install.
+
+mod lex;
+mod scan;
+mod source;
+
+use source::{fn_name, tree, Hit};
+
+/// Fails naming the invariant and every offending line, when there is one.
+fn assert_none(invariant: &str, hits: Vec<Hit<'_>>) {
+    if !hits.is_empty() {
+        let lines: Vec<String> = hits.iter().map(|h| format!("  {h}")).collect();
+        panic!("invariant broken: {invariant}\n{}", lines.join("\n"));
+    }
+}
+
+/// Fails naming the invariant when `hits` is empty: what it points at is gone.
+fn assert_found(invariant: &str, what: &str, hits: &[Hit<'_>]) {
+    assert!(
+        !hits.is_empty(),
+        "invariant broken: {invariant}\n  not found: {what}"
+    );
+}
+
+/// Product lines of `scope` whose code (comments and literals blanked) contains `needle`.
+fn code<'a>(scope: &'a str, needle: &'a str) -> Vec<Hit<'a>> {
+    tree()
+        .product(scope)
+        .filter(|h| h.line.code.contains(needle))
+        .collect()
+}
+
+/// Product lines of `scope` whose text (SQL and messages included) contains `needle`.
+fn text<'a>(scope: &'a str, needle: &'a str) -> Vec<Hit<'a>> {
+    tree()
+        .product(scope)
+        .filter(|h| h.line.raw.contains(needle))
+        .collect()
+}
+
+/// The top-level module of the broker a path of `src/` is in (`main` for `src/main.rs`).
+fn top_module(path: &str) -> &str {
+    let rest = path.strip_prefix("src/").unwrap_or(path);
+    let first = rest.split('/').next().unwrap_or(rest);
+    first.strip_suffix(".rs").unwrap_or(first)
+}
+
+/// The broker modules a line names as `crate::m` (or inside `crate::{m, ..}` on that line).
+fn crate_modules(code: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        if at > 0 && code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // `mss_adapters::` and the like end in `crate::` only by accident
+        }
+        let rest = &code[at + 7..];
+        let names = match rest.strip_prefix('{') {
+            Some(group) => group.split([',', '}']).collect(),
+            None => vec![rest],
+        };
+        for name in names {
+            let name = name.trim_start();
+            let end = name
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(name.len());
+            if end > 0 {
+                out.push(&name[..end]);
+            }
+        }
+    }
+    out
+}
+
+/// Product lines of `scope` that use `crate::m` for an `m` in `modules`.
+fn imports<'a>(scope: &'a str, modules: &'a [&'a str]) -> Vec<Hit<'a>> {
+    tree()
+        .product(scope)
+        .filter(|h| {
+            crate_modules(&h.line.code)
+                .iter()
+                .any(|m| modules.contains(m))
+        })
+        .collect()
+}
+
+/// The lines of `fn name` in `path`, from its `fn` line to its closing brace.
+fn fn_body<'a>(invariant: &str, path: &str, name: &str) -> Vec<Hit<'a>> {
+    let file = tree().file(path);
+    let start = file
+        .lines
+        .iter()
+        .position(|l| !l.test && fn_name(&l.code) == Some(name));
+    let Some(start) = start else {
+        panic!("invariant broken: {invariant}\n  not found: fn {name} in {path}");
+    };
+    let indent = &file.lines[start].raw
+        [..file.lines[start].raw.len() - file.lines[start].raw.trim_start().len()];
+    let close = format!("{indent}}}");
+    let end = file.lines[start..]
+        .iter()
+        .position(|l| l.raw == close)
+        .map_or(file.lines.len(), |n| start + n + 1);
+    file.lines[start..end]
+        .iter()
+        .map(|line| Hit { file, line })
+        .collect()
+}
+
+/// Whether each hit is in one of the `(file, fn)` places.
+fn outside<'a>(hits: Vec<Hit<'a>>, places: &[(&str, &str)]) -> Vec<Hit<'a>> {
+    hits.into_iter()
+        .filter(|h| {
+            !places
+                .iter()
+                .any(|&(path, f)| h.file.path == path && h.enclosing_fn() == Some(f))
+        })
+        .collect()
+}
+
+#[test]
+fn every_source_file_is_in_a_module_tree() {
+    // Otherwise a file's test or product status is unknown and the checks below miss it.
+    let unreached = &tree().unreached;
+    assert!(
+        unreached.is_empty(),
+        "no `mod` declaration reaches: {unreached:?}"
+    );
+}
+
+#[test]
+fn only_start_up_imports_config() {
+    const START_UP: &[&str] = &[
+        "config",
+        "startup",
+        "cli",
+        "bench",
+        "bench_explain",
+        "bench_report",
+        "main",
+    ];
+    let hits = imports("src", &["config"])
+        .into_iter()
+        .filter(|h| !START_UP.contains(&top_module(&h.file.path)));
+    assert_none(
+        "Only start-up imports `crate::config` (tests may)",
+        hits.collect(),
+    );
+}
+
+#[test]
+fn the_domain_depends_on_nothing_in_the_crate() {
+    let hits: Vec<Hit> = tree()
+        .product("src/domain")
+        .filter(|h| crate_modules(&h.line.code).iter().any(|&m| m != "domain"))
+        .collect();
+    assert_none("The domain depends on nothing in the crate", hits);
+}
+
+#[test]
+fn shares_does_not_depend_on_policy() {
+    assert_none(
+        "`shares` does not depend on `policy`",
+        imports("src/shares", &["policy"]),
+    );
+}
+
+#[test]
+fn the_writer_changes_its_policy_only_between_two_commits() {
+    let invariant = "The writer changes its policy only between two commits (`put_in_force`)";
+    let hits = code("src/ledger", "self.policy = ");
+    assert_found(invariant, "`self.policy = ` in put_in_force", &hits);
+    assert_none(
+        invariant,
+        outside(hits, &[("src/ledger/writer/reload.rs", "put_in_force")]),
+    );
+}
+
+#[test]
+fn each_config_default_is_stated_once() {
+    // No `fn d_x()` / `fn default_x()` beside the one `impl Default` or the field's default.
+    let hits = tree()
+        .product("src/config")
+        .filter(|h| {
+            fn_name(&h.line.code).is_some_and(|n| n.starts_with("d_") || n.starts_with("default_"))
+        })
+        .filter(|h| {
+            h.line
+                .code
+                .contains(&format!("{}()", fn_name(&h.line.code).unwrap_or_default()))
+        })
+        .collect();
+    assert_none("Each config default is stated once", hits);
+}
+
+/// Product lines of `scope` that open a file or read a clock.
+fn io_or_clock(scope: &str) -> Vec<Hit<'_>> {
+    const IO: &[&str] = &["std::fs", "Instant", "SystemTime"];
+    tree()
+        .product(scope)
+        .filter(|h| IO.iter().any(|w| h.line.code.contains(w)))
+        .collect()
+}
+
+#[test]
+fn trace_opens_no_file_and_reads_no_clock() {
+    assert_none(
+        "`trace` opens no file and reads no clock",
+        io_or_clock("src/trace"),
+    );
+}
+
+#[test]
+fn simulate_opens_no_file_and_reads_no_clock() {
+    assert_none(
+        "`simulate` opens no file and reads no clock",
+        io_or_clock("src/simulate"),
+    );
+}
+
+#[test]
+fn policy_is_pure() {
+    let mut hits = io_or_clock("src/policy");
+    for io in ["std::net", "std::io", "tokio", "reqwest", "rusqlite"] {
+        hits.extend(code("src/policy", io));
+    }
+    assert_none(
+        "Policy is pure: `policy/` does no I/O and reads no clock",
+        hits,
+    );
+}
+
+#[test]
+fn only_the_ledger_touches_sqlite() {
+    let hits = tree()
+        .lines("src")
+        .filter(|h| h.line.code.contains("rusqlite") && top_module(&h.file.path) != "ledger")
+        .collect();
+    assert_none("Only `ledger` touches SQLite", hits);
+}
+
+#[test]
+fn the_simulator_retries_a_failure_as_the_writer_does() {
+    let invariant =
+        "The simulator retries a failure as the writer does (the two conditions mirror)";
+    let sim = "retryable && info.attempt < self.settings.max_attempts";
+    let writer = "retryable && row.attempt < self.retry.max_attempts";
+    assert_found(invariant, sim, &code("src/simulate/engine/retry.rs", sim));
+    assert_found(
+        invariant,
+        writer,
+        &code("src/ledger/writer/settle.rs", writer),
+    );
+}
+
+#[test]
+fn the_simulator_dates_charges_as_the_writer_does() {
+    let invariant = "The simulator dates charges as the writer does";
+    fn_body(invariant, "src/simulate/engine.rs", "settle");
+    let pin = "fn a_charge_is_re_dated_when_its_transfer_ends";
+    let tests: Vec<Hit> = tree()
+        .lines("src/simulate")
+        .filter(|h| h.line.test && h.line.code.contains(pin))
+        .collect();
+    assert_found(
+        invariant,
+        "the test a_charge_is_re_dated_when_its_transfer_ends",
+        &tests,
+    );
+}
+
+#[test]
+fn nothing_is_sent_to_the_mss_unmarked() {
+    let invariant =
+        "Nothing is sent to the MSS unmarked (`sending`, `keep_marked`, then `submit_batch`)";
+    let body = fn_body(invariant, "src/dispatcher/submit.rs", "submit_once");
+    let first = |needle: &str| body.iter().position(|h| h.line.code.contains(needle));
+    let (sending, kept, sent) = (
+        first(".sending("),
+        first("keep_marked("),
+        first("self.adapter.submit_batch"),
+    );
+    let in_order = matches!((sending, kept, sent), (Some(a), Some(b), Some(c)) if a < b && b < c);
+    assert!(in_order, "invariant broken: {invariant}\n  in {}", body[0]);
+}
+
+#[test]
+fn a_deferred_send_does_not_head_the_next_batch() {
+    let invariant = "A deferred send does not head the next batch";
+    assert_found(
+        invariant,
+        "MssError::Deferred",
+        &code("src/dispatcher/submit.rs", "MssError::Deferred"),
+    );
+    let held_back = text("src/ledger/writer/sends.rs", "MAX(next_attempt_ms");
+    assert_found(invariant, "MAX(next_attempt_ms in the update", &held_back);
+}
+
+#[test]
+fn a_held_queue_chunk_never_holds_more_than_32_requests() {
+    let invariant = "A held-queue chunk never holds or reserves more than 32 requests";
+    assert_found(
+        invariant,
+        "clamp(4, CHUNK)",
+        &code("src/policy/queue/run.rs", "clamp(4, CHUNK)"),
+    );
+}
+
+#[test]
+fn a_held_mode_release_never_scores_the_whole_queue() {
+    let invariant = "A held-mode release never scores the whole queue (`pick_by_scan` only under `#[cfg(test)]`)";
+    let defs: Vec<Hit> = tree()
+        .lines("src")
+        .filter(|h| fn_name(&h.line.code) == Some("pick_by_scan"))
+        .collect();
+    assert_found(invariant, "fn pick_by_scan", &defs);
+    assert_none(
+        invariant,
+        defs.into_iter().filter(|h| !h.line.test).collect(),
+    );
+}
+
+#[test]
+fn a_question_reads_rows_and_memory_of_one_commit() {
+    let invariant =
+        "A question reads rows and memory of one commit (the writer holds `published.gate()`)";
+    assert_found(
+        invariant,
+        "published.gate()",
+        &code("src/ledger/writer/mod.rs", "published.gate()"),
+    );
+}
+
+#[test]
+fn only_api_knows_the_json_wire_shapes() {
+    const SHARED: &[&str] = &[
+        "src/report/mod.rs",
+        "src/report/range.rs",
+        "src/shares/view.rs",
+        "src/readiness.rs",
+    ];
+    let hits = code("src", "ToSchema")
+        .into_iter()
+        .filter(|h| top_module(&h.file.path) != "api" && !SHARED.contains(&h.file.path.as_str()))
+        .collect();
+    assert_none(
+        "Only `api/` knows the JSON wire shapes (but the shared documents)",
+        hits,
+    );
+}
+
+#[test]
+fn policy_types_have_no_wire_or_stored_shape() {
+    let hits = tree()
+        .lines("src/policy")
+        .filter(|h| h.line.code.contains("serde"))
+        .collect();
+    assert_none("Policy types have no wire or stored shape", hits);
+}
+
+#[test]
+fn roles_are_typed() {
+    let hits = tree()
+        .lines("src")
+        .filter(|h| h.line.code.contains("require(&[\""))
+        .collect();
+    assert_none(
+        "Roles are typed: no role name is a string outside `RoleKind::name`",
+        hits,
+    );
+}
+
+#[test]
+fn an_fts3_jobs_sid_is_its_first_transfers() {
+    let invariant = "An FTS3 job's sid is its first transfer's (`lead`), or recognises a listed job (`recover`)";
+    let hits = code("adapters/src/fts3/batch.rs", "self.sid(");
+    assert_found(invariant, "self.sid( from lead", &hits);
+    let wrong = hits
+        .into_iter()
+        .filter(|h| !h.line.code.contains("lead") && h.enclosing_fn() != Some("recover"));
+    assert_none(invariant, wrong.collect());
+}
+
+#[test]
+fn a_tape_rest_stage_id_goes_into_a_path_only_percent_encoded() {
+    let invariant = "A Tape REST stage id goes into a path only percent-encoded (`id_segment`)";
+    let paths = text("adapters/src/tape_rest", "\"/stage/{");
+    let encoded =
+        |h: &Hit| h.line.code.contains("id_segment(") || h.line.code.contains("paths_call(");
+    assert_found(invariant, "a /stage/{} path", &paths);
+    assert_none(
+        invariant,
+        paths.into_iter().filter(|h| !encoded(h)).collect(),
+    );
+    let replaced = code("adapters/src/tape_rest", ".replace(\"");
+    assert_none(
+        invariant,
+        replaced
+            .into_iter()
+            .filter(|h| !h.line.code.contains("id_segment("))
+            .collect(),
+    );
+}
+
+#[test]
+fn a_riding_request_never_reaches_the_mss() {
+    let invariant =
+        "A riding request never reaches the MSS (`riding` in `read.rs` only in `CANCELLING`)";
+    let hits = text("src/ledger/read.rs", "riding");
+    assert_none(
+        invariant,
+        outside(hits, &[("src/ledger/read.rs", "CANCELLING")]),
+    );
+}
+
+#[test]
+fn a_rolled_back_transaction_forgets_no_carrier() {
+    let invariant = "A rolled-back transaction forgets no carrier (the map changes only through journaled calls)";
+    let mut hits = code("src/ledger/writer", "carriers.offer");
+    hits.extend(code("src/ledger/writer", "carriers.forget"));
+    let places = [
+        ("src/ledger/writer/coalesce.rs", "load"),
+        ("src/ledger/writer/coalesce.rs", "offer_carrier"),
+        ("src/ledger/writer/coalesce.rs", "forget_carrier"),
+        ("src/ledger/writer/state.rs", "rollback"),
+        ("src/ledger/writer/rows.rs", "count"),
+    ];
+    assert_none(invariant, outside(hits, &places));
+}
+
+#[test]
+fn a_restart_forgets_no_carrier() {
+    let invariant = "A restart forgets no carrier (`release_one` offers the read it queues)";
+    let body = fn_body(invariant, "src/ledger/writer/release.rs", "release_one");
+    let offered: Vec<Hit> = body
+        .into_iter()
+        .filter(|h| h.line.code.contains("offer_read("))
+        .collect();
+    assert_found(invariant, "offer_read in release_one", &offered);
+}
+
+#[test]
+fn only_the_volumes_release_numbers_requests() {
+    let invariant = "Only the volumes mode's release numbers requests";
+    let set = text("src", "SET release_seq");
+    assert_found(invariant, "SET release_seq in volumes.rs", &set);
+    let set = set
+        .into_iter()
+        .filter(|h| h.file.path != "src/ledger/writer/volumes.rs");
+    assert_none(invariant, set.collect());
+    let promoted = text("src", "SET (release_seq");
+    assert_none(
+        invariant,
+        outside(promoted, &[("src/ledger/writer/coalesce.rs", "promote")]),
+    );
+}
+
+#[test]
+fn a_refused_call_of_several_transfers_is_sent_again_one_by_one() {
+    let invariant = "A refused call of several transfers is sent again one transfer at a time";
+    for path in [
+        "adapters/src/fts3/batch.rs",
+        "adapters/src/tape_rest/stage.rs",
+    ] {
+        assert_found(
+            invariant,
+            &format!("one by one in {path}"),
+            &text(path, "one by one"),
+        );
+    }
+}
+
+#[test]
+fn a_batch_call_refused_as_too_large_is_halved() {
+    let invariant = "A batch call refused as too large is halved, not resent whole";
+    let hits = code("adapters/src/http.rs", "PAYLOAD_TOO_LARGE");
+    assert_found(invariant, "PAYLOAD_TOO_LARGE in http.rs", &hits);
+}
+
+#[test]
+fn mss_answers_are_read_bounded() {
+    // A `reqwest::Response`'s body is read only by `answer::read_body`; `.json()` and `.text()`
+    // elsewhere are the adapters' own bounded `Answer`'s, which no `.await` follows.
+    let invariant = "MSS answers are read bounded (`answer::read_body`)";
+    let mut hits = Vec::new();
+    for file in tree()
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with("adapters/src/"))
+    {
+        let product: Vec<&source::Line> = file.lines.iter().filter(|l| !l.test).collect();
+        for (i, line) in product.iter().enumerate() {
+            let next = product.get(i + 1).map_or("", |l| l.code.trim_start());
+            for read in [
+                ".json()",
+                ".text()",
+                ".bytes()",
+                ".chunk()",
+                ".bytes_stream()",
+            ] {
+                let Some(at) = line.code.find(read) else {
+                    continue;
+                };
+                let after = line.code[at + read.len()..].trim_start();
+                let awaited =
+                    after.starts_with(".await") || (after.is_empty() && next.starts_with(".await"));
+                if awaited || read == ".bytes_stream()" {
+                    hits.push(Hit { file, line });
+                }
+            }
+        }
+    }
+    assert_none(
+        invariant,
+        outside(hits, &[("adapters/src/answer.rs", "read_body")]),
+    );
+}
+
+#[test]
+fn adapters_never_depend_on_the_broker() {
+    let invariant = "`adapters/` never depends on the broker";
+    let mut hits: Vec<Hit> = tree()
+        .lines("adapters")
+        .filter(|h| h.line.code.contains("mssbroker"))
+        .collect();
+    hits.extend(
+        tree()
+            .lines("adapters")
+            .filter(|h| crate_modules(&h.line.code).contains(&"mssbroker")),
+    );
+    assert_none(invariant, hits);
+    let manifest = std::fs::read_to_string(source::repo().join("adapters/Cargo.toml"))
+        .expect("adapters/Cargo.toml");
+    let dep = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("mssbroker"));
+    assert!(
+        dep.is_none(),
+        "invariant broken: {invariant}\n  adapters/Cargo.toml: {dep:?}"
+    );
+}
+
+#[test]
+fn the_stand_ins_are_not_compiled_into_the_product() {
+    let invariant = "The stand-ins are not compiled into the product";
+    let decl: Vec<Hit> = tree()
+        .lines("adapters/src/lib.rs")
+        .filter(|h| h.line.code.contains("mod standin"))
+        .collect();
+    assert_found(invariant, "mod standin in adapters/src/lib.rs", &decl);
+    // The declaration is test-only: `#[cfg(feature = "standin")]` is on it.
+    assert_none(
+        invariant,
+        decl.into_iter().filter(|h| !h.line.test).collect(),
+    );
+    for manifest in ["Cargo.toml", "adapters/Cargo.toml"] {
+        let text = std::fs::read_to_string(source::repo().join(manifest)).expect("a manifest");
+        let mut section = "";
+        for (n, line) in text.lines().enumerate() {
+            if line.starts_with('[') {
+                section = line.trim();
+            } else if line.contains("\"standin\"")
+                && section != "[dev-dependencies]"
+                && section != "[features]"
+            {
+                panic!(
+                    "invariant broken: {invariant}\n  {manifest}:{}: {line} (in {section})",
+                    n + 1
+                );
+            }
+        }
+    }
+}
