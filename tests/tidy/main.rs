@@ -576,3 +576,44 @@ fn the_stand_ins_are_not_compiled_into_the_product() {
         }
     }
 }
+
+/// The tests of the reader itself and of the map, which no invariant names.
+const NOT_INVARIANTS: &[&str] = &[
+    "every_source_file_is_in_a_module_tree",
+    "every_invariant_test_is_named_in_architecture",
+    "the_reader_knows_test_code_by_its_attribute",
+    "the_code_view_blanks_comments_and_literals",
+];
+
+#[test]
+fn every_invariant_test_is_named_in_architecture() {
+    // Both ways: a name ARCHITECTURE gives is a test here, and each test here is named there.
+    let map =
+        std::fs::read_to_string(source::repo().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let named: std::collections::BTreeSet<&str> = map
+        .match_indices("`tidy::")
+        .filter_map(|(at, _)| {
+            map[at + 7..]
+                .split('`')
+                .next()
+                .filter(|name| !name.is_empty())
+        })
+        .collect();
+    let tests: std::collections::BTreeSet<&str> = tree()
+        .lines("tests/tidy")
+        .zip(tree().lines("tests/tidy").skip(1))
+        .filter(|(attr, _)| attr.line.code.trim() == "#[test]")
+        .filter_map(|(_, f)| fn_name(&f.line.code))
+        .filter(|name| !NOT_INVARIANTS.contains(name))
+        .collect();
+    let unknown: Vec<_> = named.difference(&tests).collect();
+    let unnamed: Vec<_> = tests.difference(&named).collect();
+    assert!(
+        unknown.is_empty(),
+        "ARCHITECTURE.md names tidy tests that do not exist: {unknown:?}"
+    );
+    assert!(
+        unnamed.is_empty(),
+        "tidy tests no invariant in ARCHITECTURE.md names: {unnamed:?}"
+    );
+}

@@ -216,7 +216,7 @@ impl SourceFile {
                 number: i + 1,
                 raw: raw.to_string(),
                 code: code.to_string(),
-                test: whole_test || tests.iter().any(|&(a, b)| a <= i + 1 && i + 1 <= b),
+                test: whole_test || tests.iter().any(|&(a, b)| (a..=b).contains(&(i + 1))),
             })
             .collect();
         SourceFile { path, lines }
