@@ -7,7 +7,8 @@
 //!   waiting transfers ([`Aging`]).
 //! - [`Model::Enstore`]: Enstore's library manager and mover as their source shows them
 //!   (reads queued per volume in tape-position order, a drive stays on its volume while work
-//!   for it waits, a dismount delay, mount/locate/unmount times); see [`enstore`].
+//!   for it waits, a dismount delay) on a tape drive with a geometry ([`tape`]); see
+//!   [`enstore`].
 //!
 //! It does no I/O and owns no clock: callers say what time it is. The simulator server drives it
 //! from the wall clock scaled by a factor; tests and the broker's policy tests drive it in virtual
@@ -21,10 +22,12 @@ mod config;
 mod enstore;
 mod hash;
 mod stats;
+pub mod tape;
 
 use hash::FastMap;
 
 pub use config::{Aging, LibraryConfig, Model};
+pub use tape::{DriveKind, LocateCost, Order, Position, TapeDrive};
 pub use enstore::{name_position, POSITION_SPAN};
 
 pub use stats::{DriveTimes, LibraryStats};
@@ -135,7 +138,7 @@ impl Library {
         let drives = vec![Drive::default(); cfg.drives.max(1)];
         let enstore = match cfg.model {
             Model::Priority => None,
-            Model::Enstore => Some(enstore::Enstore::new(cfg.drives.max(1))),
+            Model::Enstore => Some(enstore::Enstore::new(cfg.drives.max(1), cfg.tape)),
         };
         Library {
             enstore,
@@ -372,6 +375,7 @@ impl Library {
             None => LibraryStats {
                 mounts: self.mounts,
                 unmounts: 0,
+                locates: 0,
                 drives: self.drives.iter().map(|d| d.times).collect(),
             },
         }
