@@ -238,8 +238,21 @@ impl Enstore {
         self.drives.iter().filter(busy).count()
     }
 
-    pub(super) fn stats(&self) -> &LibraryStats {
-        &self.stats
+    /// The counters up to the time the model has run to; an unmount under way counts up to
+    /// then (a transfer counts when it ends).
+    pub(super) fn stats(&self) -> LibraryStats {
+        let mut stats = self.stats.clone();
+        for (drive, times) in self.drives.iter().zip(&mut stats.drives) {
+            if let State::Unmounting { until, took, .. } = drive.state {
+                let started = until.saturating_sub(took);
+                times.unmounting += self.clock.min(until).saturating_sub(started);
+            }
+        }
+        stats
+    }
+
+    pub(super) fn mounts(&self) -> u64 {
+        self.stats.mounts
     }
 
     /// Queue a pending job that arrived at `at`.
@@ -284,7 +297,10 @@ impl Enstore {
         let Some(vq) = self.volumes.get_mut(volume.as_ref()) else {
             return false;
         };
-        let Some((_, pri)) = vq.by_pos.remove(&(queue_key(&job.transfer, &self.tape), job.arrival)) else {
+        let Some((_, pri)) = vq
+            .by_pos
+            .remove(&(queue_key(&job.transfer, &self.tape), job.arrival))
+        else {
             return false;
         };
         vq.by_pri.remove(&(Reverse(pri), job.arrival));

@@ -27,8 +27,8 @@ pub mod tape;
 use hash::FastMap;
 
 pub use config::{Aging, LibraryConfig, Model};
-pub use tape::{DriveKind, LocateCost, Order, Position, TapeDrive};
 pub use enstore::{name_position, POSITION_SPAN};
+pub use tape::{DriveKind, LocateCost, Order, Position, TapeDrive};
 
 pub use stats::{DriveTimes, LibraryStats};
 
@@ -363,7 +363,7 @@ impl Library {
 
     pub fn mounts(&self) -> u64 {
         match &self.enstore {
-            Some(e) => e.stats().mounts,
+            Some(e) => e.mounts(),
             None => self.mounts,
         }
     }
@@ -371,7 +371,7 @@ impl Library {
     /// Mounts, unmounts and where each drive's time went (see [`LibraryStats`]).
     pub fn stats(&self) -> LibraryStats {
         match &self.enstore {
-            Some(e) => e.stats().clone(),
+            Some(e) => e.stats(),
             None => LibraryStats {
                 mounts: self.mounts,
                 unmounts: 0,

@@ -312,7 +312,8 @@ impl TapeDrive {
         let on = |cond: bool, v: Micros| if cond { i128::from(v) } else { 0 };
         let forward = |p: &Place| p.wrap % 2 == 0;
         let behind = a.wrap == b.wrap && if forward(&a) { b.x < a.x } else { b.x > a.x };
-        let cost = i128::from(c.base) + on(a.wrap != b.wrap, c.wrap_change)
+        let cost = i128::from(c.base)
+            + on(a.wrap != b.wrap, c.wrap_change)
             + on(a.band != b.band, c.band_change)
             - on(a.half() != b.half(), c.half_change)
             + on(forward(&a) != forward(&b), c.direction_change)
