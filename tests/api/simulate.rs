@@ -175,7 +175,14 @@ fn simulate_models_the_configurations_drive_rate() {
         let out = Command::new(BIN)
             .args(["simulate", "--config", config, "--trace"])
             .arg(format!("{root}/examples/traces/mixed.jsonl"))
-            .args(["--policy", "sam", "--mode", "pass_through", "--format", "json"])
+            .args([
+                "--policy",
+                "sam",
+                "--mode",
+                "pass_through",
+                "--format",
+                "json",
+            ])
             .args(extra)
             .output()
             .unwrap();
@@ -190,7 +197,13 @@ fn simulate_models_the_configurations_drive_rate() {
     let fast = stream(&shipped_path, &[]);
     let slow = stream(site.to_str().unwrap(), &[]);
     let ratio = slow / fast;
-    assert!((ratio - 2.0).abs() <= 0.002, "streaming {slow} s against {fast} s");
+    assert!(
+        (ratio - 2.0).abs() <= 0.002,
+        "streaming {slow} s against {fast} s"
+    );
     let flagged = stream(site.to_str().unwrap(), &["--rate-mb-per-sec", "400"]);
-    assert!((flagged / fast - 1.0).abs() <= 0.001, "{flagged} s against {fast} s");
+    assert!(
+        (flagged / fast - 1.0).abs() <= 0.001,
+        "{flagged} s against {fast} s"
+    );
 }

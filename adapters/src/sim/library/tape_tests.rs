@@ -91,7 +91,11 @@ fn lto9_a_random_file_on_a_fresh_mount_costs_the_published_average_locate() {
     let mut ev = Vec::new();
     let offsets = scattered(400, cfg.tape.capacity_bytes, 38);
     for (i, o) in offsets.iter().enumerate() {
-        lib.submit(at_offset(&format!("f{i}"), &format!("V{i}"), *o, GB), 0, &mut ev);
+        lib.submit(
+            at_offset(&format!("f{i}"), &format!("V{i}"), *o, GB),
+            0,
+            &mut ev,
+        );
     }
     drain(&mut lib);
     let s = lib.stats();
@@ -128,10 +132,16 @@ fn an_end_to_end_pass_and_a_rewind_take_their_published_times() {
     drain(&mut lib);
     let s = lib.stats();
     let pass = s.total().streaming as f64 / 1e6;
-    assert!((pass - 160.7).abs() <= 0.01 * 160.7, "a wrap streams in {pass:.1} s");
+    assert!(
+        (pass - 160.7).abs() <= 0.01 * 160.7,
+        "a wrap streams in {pass:.1} s"
+    );
     let rewind = (s.total().unmounting - t.unload - t.robot) as f64 / 1e6;
     println!("LTO-9: one wrap streams in {pass:.1} s, then rewinds in {rewind:.1} s");
-    assert!((rewind - 110.0).abs() <= 0.05 * 110.0, "full rewind {rewind:.1} s");
+    assert!(
+        (rewind - 110.0).abs() <= 0.05 * 110.0,
+        "full rewind {rewind:.1} s"
+    );
 
     let mut lib = Library::new(cfg.clone());
     for (i, o) in scattered(400, t.capacity_bytes, 9).iter().enumerate() {
@@ -162,7 +172,11 @@ fn fifty_consecutive_2gb_files_stream_most_of_the_busy_time() {
     let mut lib = Library::new(lto9(1, Order::Position));
     let mut ev = Vec::new();
     for i in 0..50 {
-        lib.submit(at_fseq(&format!("f{i}"), "V", 4_001 + i, 2 * GB), 0, &mut ev);
+        lib.submit(
+            at_fseq(&format!("f{i}"), "V", 4_001 + i, 2 * GB),
+            0,
+            &mut ev,
+        );
     }
     let last = drain(&mut lib);
     let s = lib.stats();
