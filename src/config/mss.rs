@@ -164,7 +164,7 @@ impl Default for RawSimulator {
 enum ChosenAdapter<'a> {
     Http {
         url: Option<&'a str>,
-        simulator: Option<SimulatorSettings>,
+        simulator: Option<Box<SimulatorSettings>>,
     },
     /// `[mss.encp]` may be left out: every key has a default.
     Encp(Option<&'a RawEncpConfig>),
@@ -253,7 +253,7 @@ fn choose_adapter<'a>(
     match name {
         "http" => Some(ChosenAdapter::Http {
             url: raw.url.as_deref(),
-            simulator,
+            simulator: simulator.map(Box::new),
         }),
         "encp" => Some(ChosenAdapter::Encp(raw.encp.as_ref())),
         "fts3" => Some(ChosenAdapter::Fts3(raw.fts3.as_ref())),
@@ -296,7 +296,7 @@ fn validate_adapter(
             }
             Some(AdapterSettings::Http {
                 url: url.map(str::to_string),
-                simulator,
+                simulator: simulator.map(|s| *s),
             })
         }
         ChosenAdapter::Encp(table) => match table.cloned().unwrap_or_default().validate(base) {

@@ -296,7 +296,7 @@ impl TapeDrive {
         let along = (q * wraps as f64).min(wraps as f64 - 1e-9);
         let wrap = (along.floor() as u64).min(wraps - 1);
         let f = along - wrap as f64;
-        let x = if wrap % 2 == 0 { f } else { 1.0 - f };
+        let x = if wrap.is_multiple_of(2) { f } else { 1.0 - f };
         let band = wrap * self.bands.max(1) / wraps;
         Place { wrap, band, x }
     }
@@ -310,7 +310,7 @@ impl TapeDrive {
         let (a, b) = (self.place(from), self.place(to));
         let c = &self.locate;
         let on = |cond: bool, v: Micros| if cond { i128::from(v) } else { 0 };
-        let forward = |p: &Place| p.wrap % 2 == 0;
+        let forward = |p: &Place| p.wrap.is_multiple_of(2);
         let behind = a.wrap == b.wrap && if forward(&a) { b.x < a.x } else { b.x > a.x };
         let cost = i128::from(c.base)
             + on(a.wrap != b.wrap, c.wrap_change)
