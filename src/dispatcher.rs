@@ -36,7 +36,7 @@ mod submit;
 mod submit_faults;
 
 pub use last_call::{LastCall, Outcome};
-pub use settings::{AdapterSettings, MssSettings, SimulatorSettings, TapeTimes};
+pub use settings::{AdapterSettings, MssSettings, SimulatorSettings};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@ use mss_adapters::encp::EncpAdapter;
 use mss_adapters::fts3::Fts3Adapter;
 use mss_adapters::http::HttpAdapter;
 use mss_adapters::redact;
-use mss_adapters::sim::{self, LibraryConfig, SimConfig};
+use mss_adapters::sim::{self, SimConfig};
 use mss_adapters::tape_rest::TapeRestAdapter;
 use mss_adapters::{MssAdapter, MssError};
 use tokio::net::TcpListener;
@@ -351,20 +351,7 @@ fn rank_in_background(ledger: &Ledger, settings: &Settings) {
 
 pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
     SimConfig {
-        library: LibraryConfig {
-            drives: sim.drives,
-            mount_micros: (sim.mount_seconds * 1e6) as u64,
-            bytes_per_sec: sim.bytes_per_sec,
-            failure_rate: sim.failure_rate,
-            seed: sim.seed,
-            aging: sim.aging,
-            model: sim.model,
-            unmount_micros: sim.tape.unmount_micros,
-            locate_fixed_micros: sim.tape.locate_fixed_micros,
-            locate_micros_per_unit: sim.tape.locate_micros_per_unit,
-            dismount_delay_micros: sim.tape.dismount_delay_micros,
-            admin_from: sim.admin_from,
-        },
+        library: sim.library.clone(),
         time_scale: sim.time_scale,
         faults: Default::default(),
     }

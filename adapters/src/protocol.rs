@@ -60,10 +60,16 @@ pub struct Transfer {
     /// Enstore's bit-file id, when the station knows it (reads through `encp --get-bfid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bfid: Option<String>,
-    /// Where the file sits on its volume (file sequence number or byte offset), when the
-    /// station knows it; the simulator's Enstore model orders a volume's reads by it.
+    /// Where the file sits on its volume as a file sequence number (Enstore's location
+    /// cookie's third field, CTA's fSeq; 1 = the first data file), when the station knows it;
+    /// the simulator's Enstore model places the file at `(position - 1) * mean_file_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<u64>,
+    /// Where the file starts on its volume in bytes from the first data byte, when known (a
+    /// separate field, so a byte offset is never taken for a sequence number); the simulator
+    /// places the file there, whatever `position` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_bytes: Option<u64>,
 }
 
 /// What happened to a transfer at the MSS.

@@ -54,6 +54,7 @@ fn transfers(n: usize) -> Vec<Transfer> {
             local_file: None,
             bfid: None,
             position: None,
+            offset_bytes: None,
         })
         .collect()
 }

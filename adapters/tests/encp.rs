@@ -72,6 +72,7 @@ impl Bench {
             local_file: Some(self.local(&format!("{name}.out"))),
             bfid: None,
             position: None,
+            offset_bytes: None,
         }
     }
 

@@ -101,6 +101,7 @@ fn read(key: &str, path: &str, priority: i64) -> Transfer {
         local_file: None,
         bfid: None,
         position: None,
+        offset_bytes: None,
     }
 }
 

@@ -89,6 +89,7 @@ fn transfer(key: &str, file: &str, direction: Direction, local: Option<&str>) ->
         local_file: local.map(str::to_string),
         bfid: None,
         position: None,
+        offset_bytes: None,
     }
 }
 

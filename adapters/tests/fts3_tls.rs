@@ -122,6 +122,7 @@ fn read(key: &str) -> Transfer {
         local_file: None,
         bfid: None,
         position: None,
+        offset_bytes: None,
     }
 }
 

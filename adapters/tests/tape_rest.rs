@@ -74,6 +74,7 @@ fn read(key: &str, path: &str) -> Transfer {
         local_file: None,
         bfid: None,
         position: None,
+        offset_bytes: None,
     }
 }
 

@@ -15,8 +15,9 @@ pub(super) struct SimArgs {
     drives: usize,
     #[arg(long, default_value_t = 60.0)]
     mount_seconds: f64,
-    #[arg(long, default_value_t = 300.0)]
-    rate_mb_per_sec: f64,
+    /// Transfer rate of one drive [default: the drive profile's].
+    #[arg(long)]
+    rate_mb_per_sec: Option<f64>,
     /// Virtual seconds per real second.
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
@@ -41,15 +42,13 @@ pub(super) struct SimArgs {
     /// "enstore" (per-volume queues in tape order, the mounted volume first, a dismount delay).
     #[arg(long, default_value = "priority")]
     model: String,
-    /// Enstore model: seconds to unmount a volume.
-    #[arg(long, default_value_t = 60.0)]
-    unmount_seconds: f64,
-    /// Enstore model: the fixed part of a locate, seconds.
-    #[arg(long, default_value_t = 20.0)]
-    locate_seconds: f64,
-    /// Enstore model: locate seconds per unit of position distance.
-    #[arg(long, default_value_t = 0.01)]
-    locate_seconds_per_unit: f64,
+    /// Enstore model: the drive profile, lto8, lto9, ts1160 or custom (docs/enstore-model.md;
+    /// every figure of a profile is a key of `[mss.simulator]` for `serve` and `simulate`).
+    #[arg(long, default_value = "lto9")]
+    drive: String,
+    /// Enstore model: the order of a mounted volume's reads, position (Enstore) or rao (CTA).
+    #[arg(long, default_value = "position")]
+    order: String,
     /// Enstore model: seconds a drive keeps an idle volume mounted (Enstore's dismount_delay).
     #[arg(long, default_value_t = 60.0)]
     dismount_delay_seconds: f64,
@@ -62,7 +61,7 @@ pub(super) struct SimArgs {
 pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
     let positive = |v: f64| v.is_finite() && v > 0.0;
     if !positive(args.time_scale)
-        || !positive(args.rate_mb_per_sec)
+        || !args.rate_mb_per_sec.is_none_or(positive)
         || ![
             args.failure_rate,
             args.submit_failure_rate,
@@ -80,6 +79,17 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             args.model
         );
     };
+    let Some(kind) = mss_adapters::sim::library::DriveKind::parse(&args.drive) else {
+        bail!(
+            "--drive must be lto8, lto9, ts1160 or custom, not `{}`",
+            args.drive
+        );
+    };
+    let Some(order) = mss_adapters::sim::library::Order::parse(&args.order) else {
+        bail!("--order must be position or rao, not `{}`", args.order);
+    };
+    let (rate, mut tape) = kind.profile();
+    tape.order = order;
     let seconds = |v: f64, flag: &str| -> anyhow::Result<u64> {
         if v >= 0.0 && v.is_finite() && v < 1e9 {
             Ok((v * 1e6).round() as u64)
@@ -95,17 +105,14 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
         library: LibraryConfig {
             drives: args.drives.max(1),
             mount_micros: (args.mount_seconds.max(0.0) * 1e6) as u64,
-            bytes_per_sec: (args.rate_mb_per_sec * 1e6) as u64,
+            bytes_per_sec: args
+                .rate_mb_per_sec
+                .map_or(rate, |r| (r * 1e6).round() as u64),
             failure_rate: args.failure_rate,
             seed: args.seed,
             aging: None,
             model,
-            unmount_micros: seconds(args.unmount_seconds, "unmount-seconds")?,
-            locate_fixed_micros: seconds(args.locate_seconds, "locate-seconds")?,
-            locate_micros_per_unit: seconds(
-                args.locate_seconds_per_unit,
-                "locate-seconds-per-unit",
-            )?,
+            tape,
             dismount_delay_micros: seconds(args.dismount_delay_seconds, "dismount-delay-seconds")?,
             admin_from: args.admin_priority_from,
         },

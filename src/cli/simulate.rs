@@ -13,7 +13,7 @@ use clap::Args;
 use crate::config::Settings;
 use crate::simulate::{self, Baseline, Report, RunSpec};
 use crate::trace::{read_trace, TraceRecord};
-use mss_adapters::sim::library::Model;
+use mss_adapters::sim::library::{DriveKind, LibraryConfig, Model, Order};
 
 #[derive(Debug, Args)]
 pub(super) struct SimulateArgs {
@@ -30,12 +30,25 @@ pub(super) struct SimulateArgs {
     /// pass_through, held or volumes [default: the configuration's].
     #[arg(long)]
     mode: Option<String>,
-    /// Tape drives in the library.
-    #[arg(long, default_value_t = 4)]
-    drives: usize,
-    /// The library model: enstore or priority.
-    #[arg(long, default_value = "enstore")]
-    model: String,
+    /// Tape drives in the library [default: `[mss.simulator] drives`, else 4].
+    #[arg(long)]
+    drives: Option<usize>,
+    /// The library model: enstore or priority [default: `[mss.simulator] model` when set,
+    /// else enstore].
+    #[arg(long)]
+    model: Option<String>,
+    /// The drive profile: lto8, lto9, ts1160 or custom [default: `[mss.simulator] drive`,
+    /// else lto9]; a profile given here replaces the table's figures with its own.
+    #[arg(long)]
+    drive: Option<String>,
+    /// The order of a mounted volume's reads: position (Enstore) or rao (CTA) [default:
+    /// `[mss.simulator] order`, else position].
+    #[arg(long)]
+    order: Option<String>,
+    /// Transfer rate of one drive, MB/s [default: `[mss.simulator] rate_mb_per_sec`, else the
+    /// profile's].
+    #[arg(long)]
+    rate_mb_per_sec: Option<f64>,
     /// Bytes done per share-error window.
     #[arg(long, default_value_t = simulate::DEFAULT_WINDOW_BYTES)]
     window_bytes: u64,
@@ -47,18 +60,20 @@ pub(super) struct SimulateArgs {
     /// table or json.
     #[arg(long, default_value = "table")]
     format: String,
-    /// Enstore model: transfers at or above this MSS priority are admin requests, as a site's
+    /// Enstore model: transfers at or above this priority are admin requests, as a site's
     /// library manager configuration makes data taking's (priority classes get the broker's
-    /// highest priorities) [default: none].
+    /// highest priorities) [default: `[mss.simulator] admin_priority_from`, else none].
     #[arg(long)]
     admin_priority_from: Option<i64>,
     /// Fraction of transfers the library fails (retryably) at their end, 0..1; each is tried
-    /// again as `[mss] retry_*` say, as `serve` does.
-    #[arg(long, default_value_t = 0.0)]
-    failure_rate: f64,
-    /// Seed of the library's failures and of weighted_random.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// again as `[mss] retry_*` say, as `serve` does [default: `[mss.simulator]
+    /// failure_rate`, else 0].
+    #[arg(long)]
+    failure_rate: Option<f64>,
+    /// Seed of the library's failures and of weighted_random [default: `[mss.simulator]
+    /// seed`, else 1].
+    #[arg(long)]
+    seed: Option<u64>,
     /// Vary a `[release.volumes]` key over values: KEY=V1,V2,... (repeat for more keys; the
     /// runs are their cross product in the volumes mode, with held and pass_through as
     /// baselines; instead of --mode/--compare).
@@ -90,9 +105,6 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         "table" => false,
         other => bail!("--format {other}: expected table or json"),
     };
-    let Some(model) = Model::parse(&args.model) else {
-        bail!("--model {}: expected enstore or priority", args.model);
-    };
     if args.chart.is_some() && args.sweep.is_empty() {
         bail!("--chart draws a sweep: give --sweep KEY=V1,V2,...");
     }
@@ -106,16 +118,7 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         File::open(&args.trace).with_context(|| format!("cannot open {}", args.trace.display()))?;
     let records = read_trace(BufReader::new(file))
         .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
-    let mut library = simulate::library(args.drives, args.seed);
-    library.model = model;
-    library.admin_from = args.admin_priority_from;
-    if !(0.0..=1.0).contains(&args.failure_rate) {
-        bail!(
-            "--failure-rate {}: expected a fraction from 0 to 1",
-            args.failure_rate
-        );
-    }
-    library.failure_rate = args.failure_rate;
+    let library = library(&args, &text)?;
     if !args.sweep.is_empty() {
         sweep::run(&args, &text, &records, &library)?;
         return Ok(ExitCode::SUCCESS);
@@ -140,6 +143,66 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         print!("{}", simulate::report::table(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The library `[mss.simulator]` of the configuration describes (enabled or not; the defaults
+/// of an empty table without one), under the Enstore model unless the table or `--model` says
+/// otherwise, with the flags put over it.
+fn library(args: &SimulateArgs, text: &str) -> anyhow::Result<LibraryConfig> {
+    let origin = args.config.display().to_string();
+    let base = args.config.parent().unwrap_or(Path::new("."));
+    let settings = Settings::parse_in(text, &origin, base)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("the configuration {origin}"))?;
+    let (mut library, model_set) = match &settings.mss.simulator {
+        Some(sim) => (sim.library.clone(), sim.model_set),
+        None => (LibraryConfig::default(), false),
+    };
+    if !model_set {
+        library.model = Model::Enstore;
+    }
+    if let Some(name) = &args.model {
+        let Some(model) = Model::parse(name) else {
+            bail!("--model {name}: expected enstore or priority");
+        };
+        library.model = model;
+    }
+    if let Some(name) = &args.drive {
+        let Some(kind) = DriveKind::parse(name) else {
+            bail!("--drive {name}: expected lto8, lto9, ts1160 or custom");
+        };
+        let order = library.tape.order;
+        (library.bytes_per_sec, library.tape) = kind.profile();
+        library.tape.order = order;
+    }
+    if let Some(name) = &args.order {
+        let Some(order) = Order::parse(name) else {
+            bail!("--order {name}: expected position or rao");
+        };
+        library.tape.order = order;
+    }
+    if let Some(rate) = args.rate_mb_per_sec {
+        if !(rate > 0.0 && rate.is_finite()) {
+            bail!("--rate-mb-per-sec {rate}: expected a rate above 0");
+        }
+        library.bytes_per_sec = (rate * 1e6).round() as u64;
+    }
+    if let Some(drives) = args.drives {
+        library.drives = drives.max(1);
+    }
+    if let Some(seed) = args.seed {
+        library.seed = seed;
+    }
+    if args.admin_priority_from.is_some() {
+        library.admin_from = args.admin_priority_from;
+    }
+    if let Some(rate) = args.failure_rate {
+        if !(0.0..=1.0).contains(&rate) {
+            bail!("--failure-rate {rate}: expected a fraction from 0 to 1");
+        }
+        library.failure_rate = rate;
+    }
+    Ok(library)
 }
 
 /// The policy/mode pairs to run (`None`: the configuration's mode).

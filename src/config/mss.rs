@@ -16,13 +16,15 @@ use mss_adapters::{Band, PriorityScale};
 use serde::Deserialize;
 
 mod checks;
+mod drive;
 
 pub(super) use checks::check_against_policy;
 
 use super::raw::int;
 use super::{parse_addr, positive, Issues};
-use crate::dispatcher::{AdapterSettings, MssSettings, SimulatorSettings, TapeTimes};
+use crate::dispatcher::{AdapterSettings, MssSettings, SimulatorSettings};
 use crate::domain::RetrySettings;
+use mss_adapters::sim::library::LibraryConfig;
 use mss_adapters::sim::Model;
 
 #[derive(Debug, Deserialize)]
@@ -66,7 +68,8 @@ struct RawSimulator {
     listen: String,
     drives: i64,
     mount_seconds: f64,
-    rate_mb_per_sec: f64,
+    /// Absent: the drive profile's.
+    rate_mb_per_sec: Option<f64>,
     time_scale: f64,
     failure_rate: f64,
     seed: i64,
@@ -74,12 +77,38 @@ struct RawSimulator {
     age_time_minutes: i64,
     /// Enstore's `DELTA_PRI`.
     delta_pri: i64,
-    /// The library model: "priority" or "enstore".
-    model: String,
-    unmount_seconds: f64,
-    locate_seconds: f64,
-    locate_seconds_per_unit: f64,
+    /// The library model: "priority" (when absent) or "enstore".
+    model: Option<String>,
     dismount_delay_seconds: f64,
+    /// The drive profile: "lto8", "lto9" (when absent), "ts1160" or "custom"; every figure
+    /// below, when given, overrides the profile's (`drive.rs`).
+    drive: String,
+    capacity_tb: Option<f64>,
+    wraps: Option<i64>,
+    bands: Option<i64>,
+    mean_file_bytes: Option<i64>,
+    robot_seconds: Option<f64>,
+    load_seconds: Option<f64>,
+    mount_delay_seconds: Option<f64>,
+    unload_seconds: Option<f64>,
+    rewind_full_seconds: Option<f64>,
+    unthread_step_seconds: Option<f64>,
+    locate_base_seconds: Option<f64>,
+    locate_wrap_change_seconds: Option<f64>,
+    locate_band_change_seconds: Option<f64>,
+    locate_half_change_seconds: Option<f64>,
+    locate_direction_change_seconds: Option<f64>,
+    locate_step_back_seconds: Option<f64>,
+    locate_per_length_seconds: Option<f64>,
+    per_file_read_seconds: Option<f64>,
+    per_file_write_seconds: Option<f64>,
+    mover_poll_seconds: Option<f64>,
+    /// "position" (Enstore, when absent) or "rao" (CTA).
+    order: String,
+    /// Keys of the flat tape times before the drive model: refused, naming what replaced them.
+    unmount_seconds: Option<f64>,
+    locate_seconds: Option<f64>,
+    locate_seconds_per_unit: Option<f64>,
     /// Transfers at or above this priority are the Enstore model's admin requests.
     admin_priority_from: Option<i64>,
 }
@@ -91,17 +120,39 @@ impl Default for RawSimulator {
             listen: "127.0.0.1:0".into(),
             drives: 4,
             mount_seconds: 60.0,
-            rate_mb_per_sec: 300.0,
+            rate_mb_per_sec: None,
             time_scale: 1.0,
             failure_rate: 0.0,
             seed: 1,
             age_time_minutes: 0,
             delta_pri: 1,
-            model: "priority".into(),
-            unmount_seconds: 60.0,
-            locate_seconds: 20.0,
-            locate_seconds_per_unit: 0.01,
+            model: None,
             dismount_delay_seconds: 60.0,
+            drive: "lto9".into(),
+            capacity_tb: None,
+            wraps: None,
+            bands: None,
+            mean_file_bytes: None,
+            robot_seconds: None,
+            load_seconds: None,
+            mount_delay_seconds: None,
+            unload_seconds: None,
+            rewind_full_seconds: None,
+            unthread_step_seconds: None,
+            locate_base_seconds: None,
+            locate_wrap_change_seconds: None,
+            locate_band_change_seconds: None,
+            locate_half_change_seconds: None,
+            locate_direction_change_seconds: None,
+            locate_step_back_seconds: None,
+            locate_per_length_seconds: None,
+            per_file_read_seconds: None,
+            per_file_write_seconds: None,
+            mover_poll_seconds: None,
+            order: "position".into(),
+            unmount_seconds: None,
+            locate_seconds: None,
+            locate_seconds_per_unit: None,
             admin_priority_from: None,
         }
     }
@@ -113,7 +164,7 @@ impl Default for RawSimulator {
 enum ChosenAdapter<'a> {
     Http {
         url: Option<&'a str>,
-        simulator: Option<SimulatorSettings>,
+        simulator: Option<Box<SimulatorSettings>>,
     },
     /// `[mss.encp]` may be left out: every key has a default.
     Encp(Option<&'a RawEncpConfig>),
@@ -129,7 +180,11 @@ pub(super) fn validate_mss(
     default_bands: Vec<Band>,
     issues: &mut Issues,
 ) -> Option<MssSettings> {
-    let chosen = choose_adapter(&raw, issues)?;
+    let table = raw
+        .simulator
+        .as_ref()
+        .and_then(|s| validate_simulator(s, issues));
+    let chosen = choose_adapter(&raw, table.clone(), issues)?;
     let adapter = validate_adapter(chosen, base, default_bands, issues)?;
     let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
     let batch = positive(raw.submit_batch, "mss.submit_batch", issues);
@@ -154,16 +209,18 @@ pub(super) fn validate_mss(
         retry,
         event_wait: ms(raw.event_wait_ms, "mss.event_wait_ms", issues),
         stale_after: ms(raw.stale_after_ms, "mss.stale_after_ms", issues),
+        simulator: table,
     })
 }
 
 /// Which adapter `mss.adapter` names, with its table; every key or table set for another
 /// adapter is refused, naming what to change.
-fn choose_adapter<'a>(raw: &'a RawMss, issues: &mut Issues) -> Option<ChosenAdapter<'a>> {
-    let simulator = match &raw.simulator {
-        Some(s) if s.enabled => validate_simulator(s, issues),
-        _ => None,
-    };
+fn choose_adapter<'a>(
+    raw: &'a RawMss,
+    table: Option<SimulatorSettings>,
+    issues: &mut Issues,
+) -> Option<ChosenAdapter<'a>> {
+    let simulator = table.filter(|s| s.enabled);
     let name = raw.adapter.as_str();
     for (table, present) in [
         ("encp", raw.encp.is_some()),
@@ -196,7 +253,7 @@ fn choose_adapter<'a>(raw: &'a RawMss, issues: &mut Issues) -> Option<ChosenAdap
     match name {
         "http" => Some(ChosenAdapter::Http {
             url: raw.url.as_deref(),
-            simulator,
+            simulator: simulator.map(Box::new),
         }),
         "encp" => Some(ChosenAdapter::Encp(raw.encp.as_ref())),
         "fts3" => Some(ChosenAdapter::Fts3(raw.fts3.as_ref())),
@@ -239,7 +296,7 @@ fn validate_adapter(
             }
             Some(AdapterSettings::Http {
                 url: url.map(str::to_string),
-                simulator,
+                simulator: simulator.map(|s| *s),
             })
         }
         ChosenAdapter::Encp(table) => match table.cloned().unwrap_or_default().validate(base) {
@@ -285,59 +342,46 @@ fn validate_simulator(s: &RawSimulator, issues: &mut Issues) -> Option<Simulator
     if !(s.mount_seconds >= 0.0 && s.mount_seconds.is_finite()) {
         issues.add("mss.simulator.mount_seconds", "must be 0 or more");
     }
-    if !(s.rate_mb_per_sec > 0.0 && s.rate_mb_per_sec.is_finite()) {
-        issues.add("mss.simulator.rate_mb_per_sec", "must be above 0");
-    }
     if !(s.time_scale > 0.0 && s.time_scale.is_finite()) {
         issues.add("mss.simulator.time_scale", "must be above 0");
     }
     if !(0.0..=1.0).contains(&s.failure_rate) {
         issues.add("mss.simulator.failure_rate", "must be between 0 and 1");
     }
-    let model = Model::parse(&s.model).unwrap_or_else(|| {
+    let name = s.model.as_deref().unwrap_or("priority");
+    let model = Model::parse(name).unwrap_or_else(|| {
         issues.add(
             "mss.simulator.model",
-            format!(
-                "unknown library model `{}`: \"priority\" or \"enstore\"",
-                s.model
-            ),
+            format!("unknown library model `{name}`: \"priority\" or \"enstore\""),
         );
         Model::Priority
     });
-    Some(SimulatorSettings {
-        listen,
+    let (bytes_per_sec, tape) = drive::tape_drive(s, issues);
+    let dismount_delay_micros = drive::micros(
+        Some(s.dismount_delay_seconds),
+        0,
+        "dismount_delay_seconds",
+        issues,
+    );
+    let library = LibraryConfig {
+        model,
         drives: positive(s.drives, "mss.simulator.drives", issues),
-        mount_seconds: s.mount_seconds,
-        bytes_per_sec: (s.rate_mb_per_sec * 1e6) as u64,
-        time_scale: s.time_scale,
+        mount_micros: (s.mount_seconds.max(0.0) * 1e6) as u64,
+        bytes_per_sec,
         failure_rate: s.failure_rate,
         seed: s.seed as u64,
         aging: sim_aging(s, issues),
-        model,
-        tape: sim_tape_times(s, issues),
+        tape,
+        dismount_delay_micros,
         admin_from: s.admin_priority_from,
-    })
-}
-
-/// The Enstore model's tape times, each 0 or more (virtual seconds in the file).
-fn sim_tape_times(s: &RawSimulator, issues: &mut Issues) -> TapeTimes {
-    let mut micros = |v: f64, key: &str| {
-        if v >= 0.0 && v.is_finite() && v < 1e9 {
-            (v * 1e6).round() as u64
-        } else {
-            issues.add(
-                format!("mss.simulator.{key}"),
-                "must be 0 or more (seconds)",
-            );
-            0
-        }
     };
-    TapeTimes {
-        unmount_micros: micros(s.unmount_seconds, "unmount_seconds"),
-        locate_fixed_micros: micros(s.locate_seconds, "locate_seconds"),
-        locate_micros_per_unit: micros(s.locate_seconds_per_unit, "locate_seconds_per_unit"),
-        dismount_delay_micros: micros(s.dismount_delay_seconds, "dismount_delay_seconds"),
-    }
+    Some(SimulatorSettings {
+        listen,
+        time_scale: s.time_scale,
+        library,
+        model_set: s.model.is_some(),
+        enabled: s.enabled,
+    })
 }
 
 /// `age_time_minutes` and `delta_pri` as the model's aging (off at 0 minutes).

@@ -22,6 +22,9 @@ pub struct MssSettings {
     pub event_wait: Duration,
     /// After this long without news of an in-flight request, ask the MSS for its status.
     pub stale_after: Duration,
+    /// `[mss.simulator]` as given, enabled or not (`None`: no table): `simulate` models its
+    /// drives.
+    pub simulator: Option<SimulatorSettings>,
 }
 
 impl MssSettings {
@@ -76,27 +79,12 @@ impl AdapterSettings {
 #[derive(Debug, Clone)]
 pub struct SimulatorSettings {
     pub listen: SocketAddr,
-    pub drives: usize,
-    pub mount_seconds: f64,
-    pub bytes_per_sec: u64,
     pub time_scale: f64,
-    pub failure_rate: f64,
-    pub seed: u64,
-    /// Enstore's queue aging, modelled (`age_time_minutes` > 0).
-    pub aging: Option<mss_adapters::sim::library::Aging>,
-    /// The library's scheduling model.
-    pub model: mss_adapters::sim::Model,
-    /// The Enstore model's tape times.
-    pub tape: TapeTimes,
-    /// The Enstore model's admin requests: at or above this priority.
-    pub admin_from: Option<i64>,
-}
-
-/// The Enstore model's tape times, in virtual microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TapeTimes {
-    pub unmount_micros: u64,
-    pub locate_fixed_micros: u64,
-    pub locate_micros_per_unit: u64,
-    pub dismount_delay_micros: u64,
+    /// The library model, drives and all, as `[mss.simulator]` sets it: what `serve`'s
+    /// embedded simulator runs, and what `mssbroker simulate` starts from.
+    pub library: mss_adapters::sim::library::LibraryConfig,
+    /// Whether the table set `model` (`simulate` runs the Enstore model when it did not).
+    pub model_set: bool,
+    /// Whether the table is enabled (`serve` starts a simulator only then).
+    pub enabled: bool,
 }

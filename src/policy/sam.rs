@@ -183,6 +183,7 @@ url = "http://127.0.0.1:1"
                     local_file: None,
                     bfid: None,
                     position: None,
+                    offset_bytes: None,
                 },
                 now,
                 &mut started,

@@ -146,6 +146,11 @@ pub fn run_retrying(
     let mut next_tick = period;
     let mut i = 0;
     loop {
+        if i >= load.len() && r.info.is_empty() {
+            // Everything finished: the drives' time is counted up to here (the makespan), not
+            // through the dismount delays and unmounts that follow.
+            break;
+        }
         let next_arrival = load.get(i).map(|a| a.at);
         let next_end = r.lib.next_wakeup();
         let t = [

@@ -35,8 +35,11 @@ pub struct RunReport {
     /// Streaming over the drives' working time (mounting, locating, streaming, unmounting; idle
     /// left out). `None` when no drive worked.
     pub drive_efficiency_working: Option<f64>,
-    /// Where the drives' time went, summed over the drives.
+    /// Where the drives' time went, summed over the drives: under the Enstore model, with
+    /// every request finished, the parts add up to drives × makespan.
     pub drive_time_s: DriveTimeReport,
+    /// Locates that moved the tape (the next file on tape needs none).
+    pub locates: u64,
     /// Waits of every fair-share request, arrival to start (nearest rank).
     pub fair_wait_p95_s: f64,
     pub fair_wait_max_s: f64,
@@ -54,17 +57,38 @@ pub struct RunReport {
     pub groups: Vec<GroupReport>,
 }
 
-/// The drives' time by what they did, in seconds summed over the drives (under the priority
-/// model only `streaming_s` and `mounting_s` are kept).
+/// The drives' time by what they did, in seconds summed over the drives, up to the makespan
+/// (under the priority model only `stream` and `mount` are kept).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DriveTimeReport {
-    pub streaming_s: f64,
-    pub mounting_s: f64,
-    pub locating_s: f64,
-    pub unmounting_s: f64,
-    /// Idle (empty, or waiting out the dismount delay) while a transfer was pending.
-    pub idle_with_work_s: f64,
-    pub idle_without_work_s: f64,
+    /// Robot, load and thread, Enstore's mount delay.
+    pub mount: f64,
+    /// Positioning the tape before a file.
+    pub locate: f64,
+    /// Reading or writing data at the drive's rate.
+    pub stream: f64,
+    /// Per file, beyond locate and streaming (Enstore's callback, CRC, file marks).
+    pub per_file: f64,
+    /// Rewind, unload and the robot's move back.
+    pub unmount: f64,
+    /// Idle (empty, waiting for the mover's poll, or waiting out the dismount delay) while a
+    /// transfer was pending.
+    pub idle_with_work: f64,
+    /// Idle with nothing pending.
+    pub idle: f64,
+}
+
+impl DriveTimeReport {
+    /// Every part.
+    pub fn total(&self) -> f64 {
+        self.mount
+            + self.locate
+            + self.stream
+            + self.per_file
+            + self.unmount
+            + self.idle_with_work
+            + self.idle
+    }
 }
 
 /// One group of a run.
@@ -196,6 +220,7 @@ pub fn run_report(
         drive_efficiency: o.library.drive_efficiency(),
         drive_efficiency_working: o.library.working_efficiency(),
         drive_time_s: drive_times(&o.library),
+        locates: o.library.locates,
         fair_wait_p95_s: secs(percentile(&fair_waits, 0.95)),
         fair_wait_max_s: secs(fair_waits.last().copied().unwrap_or(0)),
         batches: batched.then_some(o.batches.len() as u64),
@@ -212,12 +237,13 @@ pub fn run_report(
 fn drive_times(library: &mss_adapters::sim::library::LibraryStats) -> DriveTimeReport {
     let t = library.total();
     DriveTimeReport {
-        streaming_s: secs(t.streaming),
-        mounting_s: secs(t.mounting),
-        locating_s: secs(t.locating),
-        unmounting_s: secs(t.unmounting),
-        idle_with_work_s: secs(t.idle_with_work),
-        idle_without_work_s: secs(t.idle_without_work),
+        mount: secs(t.mounting),
+        locate: secs(t.locating),
+        stream: secs(t.streaming),
+        per_file: secs(t.per_file),
+        unmount: secs(t.unmounting),
+        idle_with_work: secs(t.idle_with_work),
+        idle: secs(t.idle_without_work),
     }
 }
 
@@ -289,6 +315,13 @@ pub fn table(report: &Report) -> String {
         "fair_wait_p95_s",
         "fair_wait_max_s",
         "batches",
+        "mount%",
+        "locate%",
+        "stream%",
+        "per_file%",
+        "unmount%",
+        "idle_work%",
+        "idle%",
     ];
     let rows: Vec<Vec<String>> = report
         .runs
@@ -308,6 +341,9 @@ pub fn table(report: &Report) -> String {
                 format!("{:.0}", r.fair_wait_max_s),
                 r.batches.map_or_else(|| "-".to_string(), |b| b.to_string()),
             ]
+            .into_iter()
+            .chain(shares(&r.drive_time_s))
+            .collect()
         })
         .collect();
     let (header, rows) = with_failures(header, rows, &report.runs);
@@ -317,6 +353,30 @@ pub fn table(report: &Report) -> String {
         out.push_str(&groups_table(&r.groups));
     }
     out
+}
+
+/// Each part of the drives' time as a percentage of all of it.
+fn shares(t: &DriveTimeReport) -> Vec<String> {
+    let total = t.total();
+    let pct = |v: f64| {
+        if total > 0.0 {
+            format!("{:.1}", 100.0 * v / total)
+        } else {
+            "-".to_string()
+        }
+    };
+    [
+        t.mount,
+        t.locate,
+        t.stream,
+        t.per_file,
+        t.unmount,
+        t.idle_with_work,
+        t.idle,
+    ]
+    .into_iter()
+    .map(pct)
+    .collect()
 }
 
 /// The runs' `retried` and `failed` as two more columns, when any run had a failure

@@ -157,3 +157,53 @@ fn simulate_with_failures_retries_them_and_ends_every_request_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--failure-rate 1.5"), "{stderr}");
 }
+
+/// Issue 38: `simulate --config` models the configuration's drives: the shipped configuration
+/// with `[mss.simulator] rate_mb_per_sec` halved (400 MB/s, LTO-9's, to 200) streams the same
+/// bytes of the shipped trace in twice the time, within 0.1 % (each file's time is rounded up
+/// to the microsecond), and a `--rate-mb-per-sec` flag overrides the table.
+#[test]
+fn simulate_models_the_configurations_drive_rate() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let shipped = std::fs::read_to_string(format!("{root}/config/broker.toml")).unwrap();
+    let slow = shipped.replacen("# rate_mb_per_sec = 400.0", "rate_mb_per_sec = 200.0", 1);
+    assert_ne!(slow, shipped, "the shipped file documents rate_mb_per_sec");
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, slow).unwrap();
+    let stream = |config: &str, extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["simulate", "--config", config, "--trace"])
+            .arg(format!("{root}/examples/traces/mixed.jsonl"))
+            .args([
+                "--policy",
+                "sam",
+                "--mode",
+                "pass_through",
+                "--format",
+                "json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let run = &report["runs"][0];
+        assert_eq!(files_done(run), example_requests());
+        number(&run["drive_time_s"], "stream")
+    };
+    let shipped_path = format!("{root}/config/broker.toml");
+    let fast = stream(&shipped_path, &[]);
+    let slow = stream(site.to_str().unwrap(), &[]);
+    let ratio = slow / fast;
+    assert!(
+        (ratio - 2.0).abs() <= 0.002,
+        "streaming {slow} s against {fast} s"
+    );
+    let flagged = stream(site.to_str().unwrap(), &["--rate-mb-per-sec", "400"]);
+    assert!(
+        (flagged / fast - 1.0).abs() <= 0.001,
+        "{flagged} s against {fast} s"
+    );
+}

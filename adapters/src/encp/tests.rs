@@ -32,6 +32,7 @@ fn transfer(direction: Direction) -> Transfer {
         local_file: Some("/data/stage/f1.root".into()),
         bfid: None,
         position: None,
+        offset_bytes: None,
     }
 }
 

@@ -34,6 +34,7 @@ fn transfer(direction: Direction) -> Transfer {
         local_file: None,
         bfid: None,
         position: None,
+        offset_bytes: None,
     }
 }
 

@@ -31,6 +31,7 @@ fn the_stage_body_carries_the_group_as_activity() {
         local_file: None,
         bfid: None,
         position: None,
+        offset_bytes: None,
     };
     let body = stage_body(&cfg(), "dcache.example.org", &[&t]);
     assert_eq!(
@@ -95,6 +96,7 @@ fn a_request_holds_distinct_normalised_paths_up_to_the_limit() {
         local_file: None,
         bfid: None,
         position: None,
+        offset_bytes: None,
     };
     let batch = [t("/a/b"), t("/c"), t("/a//b"), t("/d"), t("/e")];
     let groups = group_distinct(&batch, &[0, 1, 2, 3, 4], 3);

@@ -1,4 +1,5 @@
 use super::super::{ConfigError, Settings};
+use mss_adapters::sim::library::TapeDrive;
 
 const POLICY: &str = r#"
 [policy]
@@ -159,7 +160,7 @@ fn the_simulator_ages_as_enstore_when_asked() {
         format!("[mss]\nadapter = \"http\"\n[mss.simulator]\nenabled = true\n{extra}")
     };
     let aging = |extra: &str| match parse(&sim(extra), dir.path()).unwrap().mss.adapter {
-        super::AdapterSettings::Http { simulator, .. } => simulator.unwrap().aging,
+        super::AdapterSettings::Http { simulator, .. } => simulator.unwrap().library.aging,
         _ => panic!("not the simulator"),
     };
     assert_eq!(aging(""), None);
@@ -187,23 +188,76 @@ fn the_simulator_model_is_chosen_by_key_and_the_shipped_file_uses_enstore() {
         super::AdapterSettings::Http { simulator, .. } => simulator.unwrap(),
         _ => panic!("not the simulator"),
     };
-    assert_eq!(simulator(&sim("")).model, Model::Priority);
+    assert_eq!(simulator(&sim("")).library.model, Model::Priority);
     let enstore = simulator(&sim("model = \"enstore\"\ndismount_delay_seconds = 10\n"));
-    assert_eq!(enstore.model, Model::Enstore);
-    assert_eq!(enstore.tape.dismount_delay_micros, 10_000_000);
-    assert_eq!(enstore.tape.unmount_micros, 60_000_000);
-    let found = issues(&sim("model = \"lto\"\nlocate_seconds = -1\n"));
+    assert_eq!(enstore.library.model, Model::Enstore);
+    assert_eq!(enstore.library.dismount_delay_micros, 10_000_000);
+    assert_eq!(enstore.library.tape, TapeDrive::lto9());
+    let found = issues(&sim("model = \"lto\"\nlocate_base_seconds = -1\n"));
     assert!(has(&found, "mss.simulator.model", "lto"), "{found:?}");
     assert!(
-        has(&found, "mss.simulator.locate_seconds", "0 or more"),
+        has(&found, "mss.simulator.locate_base_seconds", "0 or more"),
         "{found:?}"
     );
     let shipped = Settings::parse(crate::config::SHIPPED, "embedded").unwrap();
     match shipped.mss.adapter {
         super::AdapterSettings::Http { simulator, .. } => {
-            assert_eq!(simulator.unwrap().model, Model::Enstore)
+            assert_eq!(simulator.unwrap().library.model, Model::Enstore)
         }
         _ => panic!("the shipped file runs the simulator"),
+    }
+}
+
+/// Issue 38: `drive` picks a profile whose every figure a key overrides; a wrong value is named
+/// by its key, and the flat tape times the drive model replaced are refused, saying what
+/// replaced them.
+#[test]
+fn the_simulated_drive_is_a_profile_with_every_figure_a_key() {
+    use mss_adapters::sim::library::{DriveKind, Order};
+    let dir = tempfile::tempdir().unwrap();
+    let sim = |extra: &str| {
+        format!("[mss]\nadapter = \"http\"\n[mss.simulator]\nenabled = true\n{extra}")
+    };
+    let library = |extra: &str| match parse(&sim(extra), dir.path()).unwrap().mss.adapter {
+        super::AdapterSettings::Http { simulator, .. } => simulator.unwrap().library,
+        _ => panic!("not the simulator"),
+    };
+    let lto8 = library("drive = \"lto8\"\n");
+    assert_eq!(lto8.tape, TapeDrive::lto8());
+    assert_eq!(lto8.bytes_per_sec, DriveKind::Lto8.profile().0);
+    let tuned = library(
+        "drive = \"lto8\"\nrate_mb_per_sec = 250\nwraps = 100\nload_seconds = 9\n\
+         locate_per_length_seconds = 30\norder = \"rao\"\nmover_poll_seconds = 0\n",
+    );
+    assert_eq!(tuned.bytes_per_sec, 250_000_000);
+    assert_eq!(
+        (
+            tuned.tape.wraps,
+            tuned.tape.load,
+            tuned.tape.locate.per_length
+        ),
+        (100, 9_000_000, 30_000_000)
+    );
+    assert_eq!((tuned.tape.order, tuned.tape.mover_poll), (Order::Rao, 0));
+    assert_eq!(
+        tuned.tape.unload,
+        TapeDrive::lto8().unload,
+        "the profile's own"
+    );
+    let found = issues(&sim(
+        "drive = \"lto7\"\norder = \"fifo\"\nwraps = 0\nrate_mb_per_sec = 0\n\
+         capacity_tb = -1\nrewind_full_seconds = -3\nunmount_seconds = 60\n",
+    ));
+    for (key, says) in [
+        ("mss.simulator.drive", "lto7"),
+        ("mss.simulator.order", "fifo"),
+        ("mss.simulator.wraps", "1 or more"),
+        ("mss.simulator.rate_mb_per_sec", "above 0"),
+        ("mss.simulator.capacity_tb", "above 0"),
+        ("mss.simulator.rewind_full_seconds", "0 or more"),
+        ("mss.simulator.unmount_seconds", "drive model"),
+    ] {
+        assert!(has(&found, key, says), "{key}: {found:?}");
     }
 }
 

@@ -68,5 +68,6 @@ pub(super) fn transfer(id: i64, a: &Arrival, attempt: u32) -> Transfer {
         local_file: None,
         bfid: None,
         position: a.position,
+        offset_bytes: None,
     }
 }

@@ -1,5 +1,6 @@
 //! How the simulated library behaves: [`LibraryConfig`], its [`Model`] and queue [`Aging`].
 
+use super::tape::TapeDrive;
 use super::Micros;
 
 /// How the simulated library behaves.
@@ -8,8 +9,8 @@ pub struct LibraryConfig {
     /// Which scheduling model (default [`Model::Priority`]).
     pub model: Model,
     pub drives: usize,
-    /// Time to mount a volume on a drive. Under [`Model::Priority`] it includes the dismount of
-    /// the volume the drive held; under [`Model::Enstore`] the dismount is `unmount_micros`.
+    /// [`Model::Priority`] only: time to mount a volume on a drive, the dismount of the volume
+    /// the drive held included (under [`Model::Enstore`] the [`TapeDrive`] says).
     pub mount_micros: Micros,
     /// Transfer rate of one drive.
     pub bytes_per_sec: u64,
@@ -20,13 +21,9 @@ pub struct LibraryConfig {
     /// [`Model::Priority`] each transfer ages from its arrival; under [`Model::Enstore`] a
     /// volume's best request ages from the creation of the volume's queue.
     pub aging: Option<Aging>,
-    /// [`Model::Enstore`] only: time to unmount a volume.
-    pub unmount_micros: Micros,
-    /// [`Model::Enstore`] only: the fixed part of a locate.
-    pub locate_fixed_micros: Micros,
-    /// [`Model::Enstore`] only: locate time per unit of position distance (a position is a
-    /// file sequence number or a byte offset, whichever the transfers carry).
-    pub locate_micros_per_unit: Micros,
+    /// [`Model::Enstore`] only: the drives (geometry, locate, rewind, mount and unmount, per
+    /// file, mover poll, order within a mount).
+    pub tape: TapeDrive,
     /// [`Model::Enstore`] only: how long a drive with nothing more for its volume keeps it
     /// mounted (Enstore's mover `dismount_delay`, default 60 s).
     pub dismount_delay_micros: Micros,
@@ -98,20 +95,18 @@ impl Aging {
 }
 
 impl Default for LibraryConfig {
-    /// Four drives at 300 MB/s, a 60 s mount; for the Enstore model a 60 s unmount, a locate
-    /// of 20 s plus 10 ms per position unit, and Enstore's 60 s dismount delay.
+    /// Four LTO-9 drives ([`TapeDrive::lto9`], 400 MB/s), a 60 s mount under the priority
+    /// model, and Enstore's 60 s dismount delay.
     fn default() -> Self {
         LibraryConfig {
             model: Model::Priority,
             drives: 4,
             mount_micros: 60_000_000,
-            bytes_per_sec: 300_000_000,
+            bytes_per_sec: 400_000_000,
             failure_rate: 0.0,
             seed: 1,
             aging: None,
-            unmount_micros: 60_000_000,
-            locate_fixed_micros: 20_000_000,
-            locate_micros_per_unit: 10_000,
+            tape: TapeDrive::lto9(),
             dismount_delay_micros: 60_000_000,
             admin_from: None,
         }

@@ -22,10 +22,22 @@
 //!
 //! - With `admin_from`, admin requests go first: [`admin`].
 //!
-//! Simplifications: the library manager answers at once (Enstore's movers poll every 15 s);
-//! writes' volume families and per-host limits are not modelled (a write waits
-//! on its volume like a read); a transfer without a volume gets a volume of its own. A file's position is the transfer's `position`,
-//! else [`name_position`] of its file name.
+//! - The drive is [`TapeDrive`]: a file's place on the cartridge from its [`Position`], CTA's
+//!   locate cost, a rewind from where the head is, robot, load and unload; see [`super::tape`].
+//!   Within a mount the reads go in the [`Order`] configured: Enstore's position order, or
+//!   CTA's recommended access order (the cheapest locate from the head next).
+//! - Movers poll: an idle drive takes work at its next `mover_poll` tick (drive `d` of `n`
+//!   ticks at `d * poll / n + k * poll`), a bound drive takes its volume's next file at once
+//!   when it finishes one (`transfer_completed` asks at once) and later arrivals at its next
+//!   tick, and the dismount timer is checked at a tick (`check_dismount_timer` runs in
+//!   `update_lm`): the wait is idle time with work.
+//! - Writes go to the volume's end of data (`mover.py` refuses any other place: "Can only
+//!   write at end of tape"), after the volume's reads; the end of data is the end of the
+//!   furthest file seen on the volume (0 for a volume never seen: a blank tape), and each
+//!   write moves it on.
+//!
+//! Simplifications: writes' volume families and per-host limits are not modelled (a write
+//! waits on its volume like a read); a transfer without a volume gets a volume of its own.
 //!
 //! Cost: every operation is O(log n) in the pending transfers (a `BTreeMap` per volume by
 //! position and one by priority, and one ordered index of volumes by their best request) plus
@@ -35,9 +47,10 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::tape::{Order, Position, TapeDrive};
 use super::{finish, stream_micros, Aging, DriveTimes, Job, LibraryConfig, LibraryEvent};
 use super::{FastMap, Jobs, LibraryStats, Micros, Phase};
-use crate::protocol::{EventKind, Transfer};
+use crate::protocol::{Direction, EventKind, Transfer};
 
 mod admin;
 
@@ -60,10 +73,37 @@ pub fn name_position(file: &str) -> u64 {
     h % POSITION_SPAN
 }
 
-/// Where a transfer's file sits on its volume.
-pub fn position(t: &Transfer) -> u64 {
-    t.position.unwrap_or_else(|| name_position(&t.file))
+/// Where a transfer's file sits on its volume: its byte offset when it gives one, else its
+/// file sequence number, else a place hashed from its file name.
+pub fn position(t: &Transfer) -> Position {
+    match (t.offset_bytes, t.position) {
+        (Some(o), _) => Position::Byte(o),
+        (None, Some(n)) => Position::Fseq(n),
+        (None, None) => Position::Hashed(name_position(&t.file)),
+    }
 }
+
+/// The key a transfer is queued under on its volume: where its file starts (bytes), a write
+/// after every read (it goes to the end of data, wherever that is when it starts).
+fn queue_key(t: &Transfer, tape: &TapeDrive) -> u64 {
+    match t.direction {
+        Direction::Write => u64::MAX,
+        Direction::Read => position(t).offset(tape),
+    }
+}
+
+/// Where the head is after reading a file at `pos` of `size` bytes: the start of the next
+/// file (for a sequence number, the next number's place, so the next file costs nothing).
+fn end_of(pos: Position, size: u64, tape: &TapeDrive) -> u64 {
+    match pos {
+        Position::Fseq(n) => tape.fseq_offset(n.saturating_add(1)),
+        other => other.offset(tape).saturating_add(size),
+    }
+}
+
+/// At most this many queued files are weighed for the recommended access order (CTA's
+/// default `RetrieveFetchBytesFiles` of 4000 files).
+const RAO_WINDOW: usize = 4000;
 
 /// The queue a transfer waits in: its volume, or one of its own when it has none.
 fn volume_of(t: &Transfer) -> Cow<'_, str> {
@@ -100,26 +140,32 @@ enum State {
     Busy {
         volume: String,
         key: String,
-        position: u64,
+        /// Where the head is when it is done (bytes from the first data byte).
+        head: u64,
         end: Micros,
         times: DriveTimes,
     },
-    /// Holding `volume` with nothing to do until `until`, then unmounting.
+    /// Holding `volume` with nothing to do until `until`, then unmounting; bound since `since`.
     Bound {
         volume: String,
         until: Micros,
+        since: Micros,
     },
+    /// Unmounting `volume` until `until`, which takes `took`.
     Unmounting {
         volume: String,
         until: Micros,
+        took: Micros,
     },
 }
 
 #[derive(Debug, Clone)]
 struct Drive {
     state: State,
-    /// Position of the last file read on the mounted volume.
+    /// Where the head is on the mounted volume (bytes from the first data byte; 0 = BOT).
     head: u64,
+    /// Bytes read or written since the mount.
+    moved: u64,
     /// Whether its last transfer was an admin request.
     admin: bool,
 }
@@ -148,16 +194,23 @@ pub(super) struct Enstore {
     /// Idle time has been counted up to here.
     clock: Micros,
     stats: LibraryStats,
+    /// The drives' model.
+    tape: TapeDrive,
+    /// Each named volume's end of data (bytes).
+    eod: FastMap<String, u64>,
 }
 
 impl Enstore {
-    pub(super) fn new(drives: usize) -> Enstore {
+    pub(super) fn new(drives: usize, tape: TapeDrive) -> Enstore {
         let drive = Drive {
             state: State::Empty,
             head: 0,
+            moved: 0,
             admin: false,
         };
         Enstore {
+            tape,
+            eod: FastMap::default(),
             volumes: FastMap::default(),
             index: BTreeMap::new(),
             held: FastMap::default(),
@@ -185,15 +238,33 @@ impl Enstore {
         self.drives.iter().filter(busy).count()
     }
 
-    pub(super) fn stats(&self) -> &LibraryStats {
-        &self.stats
+    /// The counters up to the time the model has run to; an unmount under way counts up to
+    /// then (a transfer counts when it ends).
+    pub(super) fn stats(&self) -> LibraryStats {
+        let mut stats = self.stats.clone();
+        for (drive, times) in self.drives.iter().zip(&mut stats.drives) {
+            if let State::Unmounting { until, took, .. } = drive.state {
+                let started = until.saturating_sub(took);
+                times.unmounting += self.clock.min(until).saturating_sub(started);
+            }
+        }
+        stats
+    }
+
+    pub(super) fn mounts(&self) -> u64 {
+        self.stats.mounts
     }
 
     /// Queue a pending job that arrived at `at`.
     pub(super) fn push(&mut self, job: &Job, aging: Option<Aging>, at: Micros) {
         let volume = volume_of(&job.transfer);
-        let pos = position(&job.transfer);
+        let pos = queue_key(&job.transfer, &self.tape);
         let pri = job.transfer.priority;
+        if let (Some(v), Direction::Read) = (&job.transfer.volume, job.transfer.direction) {
+            let end = end_of(position(&job.transfer), job.transfer.size_bytes, &self.tape);
+            let eod = self.eod.entry(v.clone()).or_insert(0);
+            *eod = (*eod).max(end);
+        }
         if !self.volumes.contains_key(volume.as_ref()) {
             self.serials += 1;
             if let Some(aging) = aging {
@@ -226,7 +297,10 @@ impl Enstore {
         let Some(vq) = self.volumes.get_mut(volume.as_ref()) else {
             return false;
         };
-        let Some((_, pri)) = vq.by_pos.remove(&(position(&job.transfer), job.arrival)) else {
+        let Some((_, pri)) = vq
+            .by_pos
+            .remove(&(queue_key(&job.transfer, &self.tape), job.arrival))
+        else {
             return false;
         };
         vq.by_pri.remove(&(Reverse(pri), job.arrival));
@@ -242,7 +316,7 @@ impl Enstore {
         let Some(vq) = self.volumes.get_mut(volume.as_ref()) else {
             return;
         };
-        let pos = position(&job.transfer);
+        let pos = queue_key(&job.transfer, &self.tape);
         let Some(entry) = vq.by_pos.get_mut(&(pos, job.arrival)) else {
             return;
         };
@@ -362,24 +436,39 @@ impl Enstore {
             State::Busy {
                 volume,
                 key,
-                position,
+                head,
                 times,
                 ..
             } => {
                 self.stats.drives[d].add(&times);
-                drive.head = position;
-                let until = at.saturating_add(cfg.dismount_delay_micros);
-                drive.state = State::Bound { volume, until };
+                if times.locating > 0 {
+                    self.stats.locates += 1;
+                }
+                drive.head = head;
+                let delay = at.saturating_add(cfg.dismount_delay_micros);
+                let until = self.tick(d, delay);
+                let drive = &mut self.drives[d];
+                drive.state = State::Bound {
+                    volume,
+                    until,
+                    since: at,
+                };
                 finish(cfg, jobs, key, at, out);
             }
             State::Bound { volume, .. } => {
                 self.stats.unmounts += 1;
-                let until = at.saturating_add(cfg.unmount_micros);
-                drive.state = State::Unmounting { volume, until };
+                let took = self.tape.unmount_micros(drive.head, drive.moved);
+                let until = at.saturating_add(took);
+                drive.state = State::Unmounting {
+                    volume,
+                    until,
+                    took,
+                };
             }
-            State::Unmounting { volume, .. } => {
-                self.stats.drives[d].unmounting += cfg.unmount_micros;
+            State::Unmounting { volume, took, .. } => {
+                self.stats.drives[d].unmounting += took;
                 drive.head = 0;
+                drive.moved = 0;
                 self.held.remove(&volume);
             }
             State::Empty => {}
@@ -434,12 +523,14 @@ impl Enstore {
                 self.start(cfg, jobs, (d, volume, key, false), at, out);
             }
         }
-        for d in 0..self.drives.len() {
+        let mut empty: Vec<(Micros, usize)> = (0..self.drives.len())
+            .filter(|&d| matches!(self.drives[d].state, State::Empty))
+            .map(|d| (self.tick(d, at), d))
+            .collect();
+        empty.sort_unstable();
+        for (_, d) in empty {
             if self.pending == 0 {
                 return;
-            }
-            if !matches!(self.drives[d].state, State::Empty) {
-                continue;
             }
             let free = self.index.values().find(|v| !self.held.contains_key(*v));
             let Some(volume) = free.cloned() else {
@@ -454,6 +545,8 @@ impl Enstore {
 
     /// Take a volume's next request: the first position after `head` (wrapping to the lowest),
     /// or the lowest when the volume is just being mounted.
+    /// Under [`Order::Rao`], the request with the cheapest locate from the head (from BOT
+    /// just after a mount) among the next [`RAO_WINDOW`] from it, the first among equals.
     fn take(
         &mut self,
         volume: &str,
@@ -461,10 +554,25 @@ impl Enstore {
         aging: Option<Aging>,
         at: Micros,
     ) -> Option<String> {
+        let eod = self.eod.get(volume).copied().unwrap_or(0);
+        let tape = self.tape;
         let vq = self.volumes.get_mut(volume)?;
-        let after = head.and_then(|h| h.checked_add(1)).map(|next| (next, 0));
-        let ahead = after.and_then(|from| vq.by_pos.range(from..).next());
-        let (&slot, _) = ahead.or_else(|| vq.by_pos.iter().next())?;
+        let from = (head.unwrap_or(0), 0);
+        let circular = || vq.by_pos.range(from..).chain(vq.by_pos.range(..from));
+        let slot = match tape.order {
+            Order::Position => {
+                let ahead = head.and_then(|_| vq.by_pos.range(from..).next());
+                ahead.or_else(|| vq.by_pos.iter().next()).map(|(s, _)| *s)
+            }
+            Order::Rao => {
+                let cost = |&(start, _): &(u64, u64)| {
+                    let target = if start == u64::MAX { eod } else { start };
+                    tape.locate_micros(from.0, target)
+                };
+                let window = circular().take(RAO_WINDOW).map(|(s, _)| *s);
+                window.min_by_key(cost)
+            }
+        }?;
         let (key, pri) = vq.by_pos.remove(&slot)?;
         vq.by_pri.remove(&(Reverse(pri), slot.1));
         self.pending -= 1;
@@ -481,25 +589,41 @@ impl Enstore {
         at: Micros,
         out: &mut Vec<LibraryEvent>,
     ) {
+        let wait = self.poll_wait(d, at);
         let Some(job) = jobs.get_mut(&key) else {
             return;
         };
+        let tape = &self.tape;
+        let size = job.transfer.size_bytes;
         let pos = position(&job.transfer);
-        let head = if mount {
-            None
-        } else {
-            Some(self.drives[d].head)
+        let head = if mount { 0 } else { self.drives[d].head };
+        let (target, head_after) = match job.transfer.direction {
+            Direction::Read => (pos.offset(tape), end_of(pos, size, tape)),
+            Direction::Write => {
+                let eod = self.eod.entry(volume.clone()).or_insert(0);
+                let start = *eod;
+                *eod = start.saturating_add(size);
+                (start, *eod)
+            }
+        };
+        let per_file = match job.transfer.direction {
+            Direction::Read => tape.per_file_read,
+            Direction::Write => tape.per_file_write,
         };
         let times = DriveTimes {
-            mounting: if mount { cfg.mount_micros } else { 0 },
-            locating: locate_micros(cfg, head, pos),
-            streaming: stream_micros(job.transfer.size_bytes, cfg.bytes_per_sec),
+            mounting: if mount { tape.mount_micros() } else { 0 },
+            locating: tape.locate_micros(head, target),
+            streaming: stream_micros(size, cfg.bytes_per_sec),
+            per_file,
+            idle_with_work: wait,
             ..DriveTimes::default()
         };
         if mount {
             self.stats.mounts += 1;
             self.held.insert(volume.clone(), d);
+            self.drives[d].moved = 0;
         }
+        self.drives[d].moved = self.drives[d].moved.saturating_add(size);
         self.drives[d].admin = cfg
             .admin_from
             .is_some_and(|from| job.transfer.priority >= from);
@@ -510,17 +634,49 @@ impl Enstore {
             attempt: job.transfer.attempt,
             kind: EventKind::Started,
         });
-        let end = at
-            .saturating_add(times.mounting)
-            .saturating_add(times.locating)
-            .saturating_add(times.streaming);
+        let end = at.saturating_add(times.busy());
         self.drives[d].state = State::Busy {
             volume,
             key,
-            position: pos,
+            head: head_after,
             end,
             times,
         };
+    }
+
+    /// The first poll of drive `d` at or after `at`: drive `d` of `n` asks the library
+    /// manager at `d * poll / n + k * poll` (at once with no poll).
+    fn tick(&self, d: usize, at: Micros) -> Micros {
+        let poll = self.tape.mover_poll;
+        if poll == 0 {
+            return at;
+        }
+        let n = self.drives.len().max(1) as u64;
+        let phase = poll / n * d as u64;
+        if at <= phase {
+            return phase;
+        }
+        let k = (at - phase).div_ceil(poll);
+        phase.saturating_add(k.saturating_mul(poll))
+    }
+
+    /// How long drive `d`, about to start a transfer at `at`, waits for its mover to ask:
+    /// nothing when it has just finished one (`transfer_completed` asks at once), else until
+    /// its next poll.
+    fn poll_wait(&self, d: usize, at: Micros) -> Micros {
+        match self.drives[d].state {
+            State::Bound { since, .. } if since == at => 0,
+            _ => self.tick(d, at) - at,
+        }
+    }
+
+    /// Drive `d` unmounts its volume now (to go to another at once): how long it takes.
+    pub(super) fn unmount_now(&mut self, d: usize) -> Micros {
+        let drive = &mut self.drives[d];
+        let took = self.tape.unmount_micros(drive.head, drive.moved);
+        drive.head = 0;
+        drive.moved = 0;
+        took
     }
 
     /// Recompute a volume's tag from its best request (dropping the queue when empty).
@@ -576,22 +732,4 @@ fn tag_of(vq: &VolQueue, aging: Option<Aging>, at: Micros) -> Option<Slot> {
     let (&(Reverse(pri), arrival), _) = vq.by_pri.iter().next()?;
     let gain = aging.map_or(0, |a| a.gain(at.saturating_sub(vq.created)));
     Some((Reverse(pri.saturating_add(gain)), arrival))
-}
-
-/// How long a drive positions to `pos` from the file it last read (`head`, `None` just after a
-/// mount, when the tape is at its beginning). Reading a file leaves the tape after that file's
-/// trailing file mark, so the next file on tape needs no motion: Enstore's `ftt_driver.py`,
-/// `FTTDriver.seek`, returns at once when the drive is already at the target file
-/// (`block == 0 and fil == target`) and otherwise skips file marks forward or back
-/// (`skip_fm`), which costs the fixed part plus the distance (counted from the file last read).
-fn locate_micros(cfg: &LibraryConfig, head: Option<u64>, pos: u64) -> Micros {
-    let from = match head {
-        Some(last) if last.checked_add(1) == Some(pos) => return 0,
-        Some(last) => last,
-        None => 0,
-    };
-    cfg.locate_fixed_micros.saturating_add(
-        cfg.locate_micros_per_unit
-            .saturating_mul(pos.abs_diff(from)),
-    )
 }

@@ -1,6 +1,11 @@
 //! [`Model::Enstore`] by hand: every expected time below is computed from the test config
-//! (mount 100 µs, unmount 50, locate 10 + 1 per position unit, dismount delay 1,000, 1 MB/s so
-//! a 1,000-byte file streams in 1,000 µs).
+//! ([`enstore`]: mount 100 µs, unmount 50, dismount delay 1,000, 1 MB/s so a 1,000-byte file
+//! streams in 1,000 µs; one wrap of 100 files of 1,000 bytes, file `n` starting at byte
+//! `(n - 1) * 1,000`; a locate from the head, at the end of the file last read (the start of
+//! tape after a mount), to a file's start costs 10 + 1 per 1,000 bytes of distance, and
+//! nothing when the file starts where the head is). Recomputed by hand for issue 38's drive
+//! model: the locate is now counted from the end of the file last read, not its position, and
+//! file 1 starts at the beginning of tape.
 
 use super::*;
 use crate::protocol::Direction;
@@ -20,6 +25,26 @@ fn read(key: &str, priority: i64, volume: &str, position: u64) -> Transfer {
         local_file: None,
         bfid: None,
         position: Some(position),
+        offset_bytes: None,
+    }
+}
+
+/// The test drive: one wrap of 100 files of 1,000 bytes; a locate of 10 + 100 per tape length
+/// (1 per file); load 100, unload 50; no robot, rewind, per-file time or mover poll.
+fn test_drive() -> TapeDrive {
+    TapeDrive {
+        capacity_bytes: 100 * FILE,
+        wraps: 1,
+        bands: 1,
+        mean_file_bytes: FILE,
+        load: 100,
+        unload: 50,
+        locate: LocateCost {
+            base: 10,
+            per_length: 100,
+            ..LocateCost::ZERO
+        },
+        ..TapeDrive::instant()
     }
 }
 
@@ -28,9 +53,7 @@ fn enstore(drives: usize) -> LibraryConfig {
         model: Model::Enstore,
         drives,
         mount_micros: 100,
-        unmount_micros: 50,
-        locate_fixed_micros: 10,
-        locate_micros_per_unit: 1,
+        tape: test_drive(),
         dismount_delay_micros: 1_000,
         bytes_per_sec: 1_000_000,
         failure_rate: 0.0,
@@ -68,22 +91,25 @@ fn two_transfers_on_one_volume_one_mount_then_the_dismount_delay() {
     lib.submit(read("a", 1, "V1", 5), 0, &mut ev);
     lib.submit(read("b", 1, "V1", 7), 0, &mut ev);
     lib.advance(4_000, &mut ev);
-    // a: mount 100 + locate 10+5 + 1,000; b: locate 10+2 from a's position + 1,000.
-    assert_eq!(done(&ev), pairs(&[("a", 1_115), ("b", 2_127)]));
-    // Bound until 3,127, unmounted at 3,177, idle the rest of the 4,000.
+    // a (bytes 4,000-5,000): mount 100 + locate 10+4 from the start of tape + 1,000; b (from
+    // byte 6,000): locate 10+1 from the end of a + 1,000.
+    assert_eq!(done(&ev), pairs(&[("a", 1_114), ("b", 2_125)]));
+    // Bound until 3,125, unmounted at 3,175, idle the rest of the 4,000.
     let s = lib.stats();
     assert_eq!((s.mounts, s.unmounts), (1, 1));
     let expected = DriveTimes {
         streaming: 2_000,
         mounting: 100,
-        locating: 27,
+        locating: 25,
         unmounting: 50,
+        per_file: 0,
         idle_with_work: 0,
-        idle_without_work: 1_000 + 823,
+        idle_without_work: 1_000 + 825,
     };
     assert_eq!(s.drives, [expected]);
     assert_eq!(s.total().total(), 4_000);
-    assert_eq!(s.drive_efficiency(), Some(2_000.0 / 2_177.0));
+    assert_eq!(s.locates, 2);
+    assert_eq!(s.drive_efficiency(), Some(2_000.0 / 2_175.0));
 }
 
 /// The issue's case: a mounted volume's next request goes before a higher-priority request
@@ -100,12 +126,12 @@ fn a_mounted_volume_is_served_before_a_higher_priority_elsewhere_only_under_enst
     let mut lib = Library::new(enstore(1));
     let mut ev = Vec::new();
     submit_all(&mut lib, &mut ev);
-    // a 100+11+1,000; c is the next file on tape: no locate, 1,000; the drive then waits out
-    // its delay (1,000) with b waiting, unmounts (50), mounts V2 (100), locates (11), streams
-    // (1,000).
+    // a 100+0+1,000 (file 1 is at the start of tape); c is the next file on tape: no
+    // locate, 1,000; the drive then waits out its delay (1,000) with b waiting, unmounts (50),
+    // mounts V2 (100), locates nothing, streams (1,000).
     assert_eq!(
         done(&ev),
-        pairs(&[("a", 1_111), ("c", 2_111), ("b", 4_272)])
+        pairs(&[("a", 1_100), ("c", 2_100), ("b", 4_250)])
     );
     assert_eq!(lib.stats().drives[0].idle_with_work, 1_000);
 
@@ -129,21 +155,23 @@ fn a_mounted_volume_is_served_before_a_higher_priority_elsewhere_only_under_enst
 fn the_dismount_delay_is_honoured() {
     let mut lib = Library::new(enstore(1));
     let mut ev = Vec::new();
-    lib.submit(read("a", 1, "V1", 0), 0, &mut ev);
-    // a ends at 1,110; the drive holds V1 until 2,110.
-    lib.submit(read("b", 1, "V1", 0), 2_000, &mut ev);
+    lib.submit(read("a", 1, "V1", 1), 0, &mut ev);
+    // a ends at 100 + 0 + 1,000 = 1,100; the drive holds V1 until 2,100.
+    lib.submit(read("b", 1, "V1", 1), 2_000, &mut ev);
     assert_eq!(lib.mounts(), 1, "b is served without a mount");
-    // b ends at 2,000 + 10 + 1,000 = 3,010; the delay runs out at 4,010.
-    lib.submit(read("c", 1, "V1", 0), 4_010, &mut ev);
+    // b, the same file again, locates back from its end: 10 + 1; it ends at 2,000 + 11 +
+    // 1,000 = 3,011; the delay runs out at 4,011.
+    lib.submit(read("c", 1, "V1", 1), 4_011, &mut ev);
     lib.advance(10_000, &mut ev);
     assert_eq!(
         times(&ev, true),
-        pairs(&[("a", 0), ("b", 2_000), ("c", 4_060)])
+        pairs(&[("a", 0), ("b", 2_000), ("c", 4_061)])
     );
-    // c: the rest of the unmount (50), a mount (100), a locate (10), 1,000.
+    // c: the rest of the unmount (50), a mount (100), no locate (file 1, at the start of
+    // tape), 1,000.
     assert_eq!(
         done(&ev),
-        pairs(&[("a", 1_110), ("b", 3_010), ("c", 5_170)])
+        pairs(&[("a", 1_100), ("b", 3_011), ("c", 5_161)])
     );
     let s = lib.stats();
     assert_eq!((s.mounts, s.unmounts), (2, 2));
@@ -168,17 +196,19 @@ fn a_bound_drive_sweeps_positions_upwards_and_wraps() {
     lib.submit(read("p15", 1, "V1", 15), 2_500, &mut ev);
     lib.submit(read("p60", 1, "V1", 60), 2_500, &mut ev);
     lib.advance(10_000, &mut ev);
-    // Locates: 10+10 from the start of tape, then 10 + the distance from the last file.
+    // Locates: 10+9 from the start of tape to file 10's start (byte 9,000), then 10 + the
+    // files between the end of the last file and the start of the next: 9, 9, 19, 9, 9, and
+    // 56 back from the end of file 70 to the start of file 15.
     assert_eq!(
         done(&ev),
         pairs(&[
-            ("p10", 1_120),
-            ("p20", 2_140),
-            ("p30", 3_160),
-            ("p50", 4_190),
-            ("p60", 5_210),
-            ("p70", 6_230),
-            ("p15", 7_295),
+            ("p10", 1_119),
+            ("p20", 2_138),
+            ("p30", 3_157),
+            ("p50", 4_186),
+            ("p60", 5_205),
+            ("p70", 6_224),
+            ("p15", 7_290),
         ])
     );
     assert_eq!(lib.mounts(), 1);
@@ -190,21 +220,21 @@ fn a_bound_drive_sweeps_positions_upwards_and_wraps() {
 fn an_idle_drive_does_not_mount_a_volume_another_drive_holds() {
     let mut lib = Library::new(enstore(2));
     let mut ev = Vec::new();
-    lib.submit(read("a", 1, "V1", 0), 0, &mut ev);
-    // Position 2, not 1 (the next file needs no locate): b locates 10 + 2 from a's file.
-    lib.submit(read("b", 1, "V1", 2), 0, &mut ev);
-    lib.advance(2_122, &mut ev);
-    assert_eq!(times(&ev, true), pairs(&[("a", 0), ("b", 1_110)]));
-    assert_eq!(done(&ev), pairs(&[("a", 1_110), ("b", 2_122)]));
+    lib.submit(read("a", 1, "V1", 1), 0, &mut ev);
+    // Position 3, not 2 (the next file needs no locate): b locates 10 + 1 from a's end.
+    lib.submit(read("b", 1, "V1", 3), 0, &mut ev);
+    lib.advance(2_111, &mut ev);
+    assert_eq!(times(&ev, true), pairs(&[("a", 0), ("b", 1_100)]));
+    assert_eq!(done(&ev), pairs(&[("a", 1_100), ("b", 2_111)]));
     let s = lib.stats();
     assert_eq!(s.mounts, 1);
-    assert_eq!(s.drives[1].idle_with_work, 1_110);
-    assert_eq!(s.drives[1].idle_without_work, 1_012);
-    // Drive 0 dismounts at 3,122 and unmounts until 3,172: c, arriving meanwhile, waits.
-    lib.submit(read("c", 1, "V1", 0), 3_130, &mut ev);
+    assert_eq!(s.drives[1].idle_with_work, 1_100);
+    assert_eq!(s.drives[1].idle_without_work, 1_011);
+    // Drive 0 dismounts at 3,111 and unmounts until 3,161: c, arriving meanwhile, waits.
+    lib.submit(read("c", 1, "V1", 1), 3_130, &mut ev);
     assert_eq!(lib.running(), 0);
     lib.advance(10_000, &mut ev);
-    assert_eq!(times(&ev, true).last(), Some(&("c".to_string(), 3_172)));
+    assert_eq!(times(&ev, true).last(), Some(&("c".to_string(), 3_161)));
     assert_eq!(lib.mounts(), 2);
 }
 
@@ -245,7 +275,7 @@ fn a_position_from_the_file_name_is_stable() {
     assert!(p < enstore::POSITION_SPAN);
     let mut t = read("f", 1, "V", 0);
     t.position = None;
-    assert_eq!(enstore::position(&t), p);
+    assert_eq!(enstore::position(&t), Position::Hashed(p));
 }
 
 /// Cancelling or re-prioritising a queued read keeps the per-volume queues consistent.
@@ -306,7 +336,7 @@ fn two_hundred_thousand_requests_go_through_and_the_counts_add_up() {
         t.position = Some(step() % 10_000);
         t.size_bytes = 1_000_000 + step() % 4_000_000_000;
         bytes += t.size_bytes;
-        streamed += t.size_bytes.div_ceil(300);
+        streamed += t.size_bytes.div_ceil(400);
         // One arrival every 2 s of virtual time: queues build up, then drain.
         lib.submit(t, i * 2_000_000, &mut ev);
         count(&mut ev);
@@ -343,7 +373,7 @@ fn two_hundred_thousand_requests_go_through_and_the_counts_add_up() {
     );
     assert_eq!(
         total.streaming, streamed,
-        "300 MB/s: a file streams in size/300 µs"
+        "400 MB/s: a file streams in size/400 µs"
     );
 }
 
@@ -379,19 +409,20 @@ fn consecutive_files_need_no_locate_and_a_gap_or_a_wrap_does() {
     }
     lib.submit(read("f1", 1, "V1", 1), 1_500, &mut ev);
     lib.advance(20_000, &mut ev);
-    // f3: mount 100 + locate 10+3 + 1,000; f4, f5: 1,000 each; f9: 10+4 + 1,000; f1 (wraps
-    // back): 10+8 + 1,000.
+    // f3: mount 100 + locate 10+2 (to byte 2,000) + 1,000; f4, f5: 1,000 each; f9: 10+3
+    // (from byte 5,000 to 8,000) + 1,000; f1 (wraps back from byte 9,000 to 0): 10+9 + 1,000.
     assert_eq!(
         done(&ev),
         pairs(&[
-            ("f3", 1_113),
-            ("f4", 2_113),
-            ("f5", 3_113),
-            ("f9", 4_127),
-            ("f1", 5_145),
+            ("f3", 1_112),
+            ("f4", 2_112),
+            ("f5", 3_112),
+            ("f9", 4_125),
+            ("f1", 5_144),
         ])
     );
-    assert_eq!(lib.stats().drives[0].locating, 13 + 14 + 18);
+    assert_eq!(lib.stats().drives[0].locating, 12 + 13 + 19);
+    assert_eq!(lib.stats().locates, 3);
 }
 
 /// Admin requests (priority 100 and up here): the drive that finishes a regular request on V1
@@ -411,12 +442,13 @@ fn an_admin_request_takes_over_a_drive_done_with_a_regular_one_when_none_is_idle
     });
     let mut ev = Vec::new();
     submit_all(&mut lib, &mut ev);
-    // a 100+11+1,000 = 1,111; daq: unmount V1 50, mount V2 100, locate 11, 1,000 = 2,272;
-    // c: only an admin request takes a bound drive away, so the drive keeps V2 for its delay
-    // (1,000), unmounts (50), mounts V1 (100), locates from the start (12), 1,000: 4,434.
+    // a 100+0+1,000 = 1,100; daq: unmount V1 50, mount V2 100, no locate (file 1), 1,000 =
+    // 2,250; c: only an admin request takes a bound drive away, so the drive keeps V2 for its
+    // delay (1,000), unmounts (50), mounts V1 (100), locates from the start to file 2 (10+1),
+    // 1,000: 4,411.
     assert_eq!(
         done(&ev),
-        pairs(&[("a", 1_111), ("daq", 2_272), ("c", 4_434)])
+        pairs(&[("a", 1_100), ("daq", 2_250), ("c", 4_411)])
     );
     let s = lib.stats();
     // V1, V2, V1 mounted; V1 left for daq, V2 and V1 each after their delay.
@@ -430,11 +462,11 @@ fn an_admin_request_takes_over_a_drive_done_with_a_regular_one_when_none_is_idle
 
 /// A drive that leaves its volume for an admin request unloads it first: the volume is free
 /// for the other drives only when that unmount ends (Enstore sees it at the mover until then).
-/// Two drives, no dismount delay. a (V1, position 30) on drive 0 ends at 100+40+1,000 = 1,140;
-/// b (V2, position 1) on drive 1 at 1,111, which then unmounts V2 until 1,161. daq (admin, V3)
-/// arrives at 1,120; at 1,140 no drive is empty, so drive 0 takes daq: it unmounts V1 until
-/// 1,190, then mounts V3. Drive 1, empty at 1,161, mounts V1 for c only at 1,190: done at
-/// 1,190+100+41+1,000 = 2,331.
+/// Two drives, no dismount delay. a (V1, position 30, byte 29,000) on drive 0 ends at
+/// 100+39+1,000 = 1,139; b (V2, position 1) on drive 1 at 1,100, which then unmounts V2 until
+/// 1,150. daq (admin, V3) arrives at 1,120; at 1,139 no drive is empty, so drive 0 takes daq:
+/// it unmounts V1 until 1,189, then mounts V3. Drive 1, empty at 1,150, mounts V1 for c only at
+/// 1,189: done at 1,189+100+40+1,000 = 2,329 (recomputed for issue 38's locate).
 #[test]
 fn a_volume_left_for_an_admin_request_is_busy_until_unmounted() {
     let mut lib = Library::new(LibraryConfig {
@@ -449,9 +481,9 @@ fn a_volume_left_for_an_admin_request_is_busy_until_unmounted() {
     lib.submit(read("daq", 100, "V3", 1), 1_120, &mut ev);
     lib.advance(10_000, &mut ev);
     let started = times(&ev, true);
-    assert!(started.contains(&("c".to_string(), 1_190)), "{started:?}");
+    assert!(started.contains(&("c".to_string(), 1_189)), "{started:?}");
     assert!(
-        done(&ev).contains(&("c".to_string(), 2_331)),
+        done(&ev).contains(&("c".to_string(), 2_329)),
         "{:?}",
         done(&ev)
     );
@@ -469,12 +501,12 @@ fn an_idle_drive_takes_an_admin_request_and_a_busy_one_keeps_its_volume() {
     lib.submit(read("c", 1, "V1", 2), 0, &mut ev);
     lib.submit(read("daq", 100, "V2", 1), 1, &mut ev);
     lib.advance(2_500, &mut ev);
-    // a 1,111 then c, the next file, 2,111 on drive 0; daq on drive 1 from 1: 1+100+11+1,000.
+    // a 1,100 then c, the next file, 2,100 on drive 0; daq on drive 1 from 1: 1+100+0+1,000.
     assert_eq!(
         done(&ev),
-        pairs(&[("a", 1_111), ("daq", 1_112), ("c", 2_111)])
+        pairs(&[("a", 1_100), ("daq", 1_101), ("c", 2_100)])
     );
-    // Two mounts; the one unmount is V2's, after its delay (2,112).
+    // Two mounts; the one unmount is V2's, after its delay (2,101).
     let s = lib.stats();
     assert_eq!((s.mounts, s.unmounts), (2, 1), "drive 0 never left V1");
 }

@@ -7,7 +7,8 @@
 //!   waiting transfers ([`Aging`]).
 //! - [`Model::Enstore`]: Enstore's library manager and mover as their source shows them
 //!   (reads queued per volume in tape-position order, a drive stays on its volume while work
-//!   for it waits, a dismount delay, mount/locate/unmount times); see [`enstore`].
+//!   for it waits, a dismount delay) on a tape drive with a geometry ([`tape`]); see
+//!   [`enstore`].
 //!
 //! It does no I/O and owns no clock: callers say what time it is. The simulator server drives it
 //! from the wall clock scaled by a factor; tests and the broker's policy tests drive it in virtual
@@ -21,11 +22,13 @@ mod config;
 mod enstore;
 mod hash;
 mod stats;
+pub mod tape;
 
 use hash::FastMap;
 
 pub use config::{Aging, LibraryConfig, Model};
 pub use enstore::{name_position, POSITION_SPAN};
+pub use tape::{DriveKind, LocateCost, Order, Position, TapeDrive};
 
 pub use stats::{DriveTimes, LibraryStats};
 
@@ -135,7 +138,7 @@ impl Library {
         let drives = vec![Drive::default(); cfg.drives.max(1)];
         let enstore = match cfg.model {
             Model::Priority => None,
-            Model::Enstore => Some(enstore::Enstore::new(cfg.drives.max(1))),
+            Model::Enstore => Some(enstore::Enstore::new(cfg.drives.max(1), cfg.tape)),
         };
         Library {
             enstore,
@@ -360,7 +363,7 @@ impl Library {
 
     pub fn mounts(&self) -> u64 {
         match &self.enstore {
-            Some(e) => e.stats().mounts,
+            Some(e) => e.mounts(),
             None => self.mounts,
         }
     }
@@ -368,10 +371,11 @@ impl Library {
     /// Mounts, unmounts and where each drive's time went (see [`LibraryStats`]).
     pub fn stats(&self) -> LibraryStats {
         match &self.enstore {
-            Some(e) => e.stats().clone(),
+            Some(e) => e.stats(),
             None => LibraryStats {
                 mounts: self.mounts,
                 unmounts: 0,
+                locates: 0,
                 drives: self.drives.iter().map(|d| d.times).collect(),
             },
         }
@@ -562,5 +566,7 @@ impl Drop for PriorityChanges<'_> {
 
 #[cfg(test)]
 mod enstore_tests;
+#[cfg(test)]
+mod tape_tests;
 #[cfg(test)]
 mod tests;

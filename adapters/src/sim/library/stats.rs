@@ -3,7 +3,7 @@
 
 use super::Micros;
 
-/// Where one drive's virtual time went. Under [`super::Model::Enstore`] the six parts add up to
+/// Where one drive's virtual time went. Under [`super::Model::Enstore`] the seven parts add up to
 /// the time the library has run once every drive is back to idle; under
 /// [`super::Model::Priority`] only `streaming` and `mounting` are kept (a transfer's are
 /// counted when it starts).
@@ -15,8 +15,10 @@ pub struct DriveTimes {
     pub mounting: Micros,
     /// Positioning the tape before a transfer.
     pub locating: Micros,
-    /// Unloading a volume.
+    /// Rewinding and unloading a volume.
     pub unmounting: Micros,
+    /// Per file, beyond locating and streaming (Enstore's callback, CRC, file marks).
+    pub per_file: Micros,
     /// Idle (empty, or mounted waiting out the dismount delay) while some transfer was pending.
     pub idle_with_work: Micros,
     /// Idle while nothing was pending.
@@ -26,12 +28,13 @@ pub struct DriveTimes {
 impl DriveTimes {
     /// Time the drive cost: everything but idling with nothing to do.
     pub fn busy(&self) -> Micros {
-        self.streaming + self.mounting + self.locating + self.unmounting + self.idle_with_work
+        self.working() + self.idle_with_work
     }
 
-    /// Time the drive was working: streaming, mounting, locating or unmounting (idle left out).
+    /// Time the drive was working: streaming, mounting, locating, unmounting or per file
+    /// (idle left out).
     pub fn working(&self) -> Micros {
-        self.streaming + self.mounting + self.locating + self.unmounting
+        self.streaming + self.mounting + self.locating + self.unmounting + self.per_file
     }
 
     /// Every part, idle without work included.
@@ -45,6 +48,7 @@ impl DriveTimes {
         self.mounting += other.mounting;
         self.locating += other.locating;
         self.unmounting += other.unmounting;
+        self.per_file += other.per_file;
         self.idle_with_work += other.idle_with_work;
         self.idle_without_work += other.idle_without_work;
     }
@@ -57,6 +61,8 @@ pub struct LibraryStats {
     pub mounts: u64,
     /// Volumes unloaded (always 0 under [`super::Model::Priority`], whose mount includes it).
     pub unmounts: u64,
+    /// Locates that moved the tape (the next file on tape needs none).
+    pub locates: u64,
     /// Per drive, in drive order.
     pub drives: Vec<DriveTimes>,
 }

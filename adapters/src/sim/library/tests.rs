@@ -14,6 +14,7 @@ fn transfer(key: &str, priority: i64, size: u64, volume: Option<&str>) -> Transf
         local_file: None,
         bfid: None,
         position: None,
+        offset_bytes: None,
     }
 }
 

@@ -113,13 +113,14 @@ impl Enstore {
         // it. Enstore's mover.py `mount_volume` (MV 6989–6993) dismounts the current tape
         // synchronously before loading the new one, and library_manager.py keeps a volume in
         // `volumes_at_movers` until its mover reports IDLE (LM 4195; docs/enstore-model.md).
+        let took = self.unmount_now(d);
         self.releasing
-            .insert((at.saturating_add(cfg.unmount_micros), own.to_string(), d));
+            .insert((at.saturating_add(took), own.to_string(), d));
         self.stats.unmounts += 1;
-        self.stats.drives[d].unmounting += cfg.unmount_micros;
+        self.stats.drives[d].unmounting += took;
         self.start(cfg, jobs, (d, volume, key, true), at, out);
         if let State::Busy { end, .. } = &mut self.drives[d].state {
-            *end = end.saturating_add(cfg.unmount_micros);
+            *end = end.saturating_add(took);
         }
         true
     }
