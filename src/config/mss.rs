@@ -16,6 +16,7 @@ use mss_adapters::{Band, PriorityScale};
 use serde::Deserialize;
 
 mod checks;
+mod lookup;
 
 pub(super) use checks::check_against_policy;
 
@@ -57,6 +58,8 @@ pub(super) struct RawMss {
     fts3: Option<RawFts3Config>,
     #[serde(default)]
     tape_rest: Option<RawTapeRestConfig>,
+    #[serde(default)]
+    volume_lookup: Option<lookup::RawVolumeLookup>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +132,7 @@ pub(super) fn validate_mss(
     default_bands: Vec<Band>,
     issues: &mut Issues,
 ) -> Option<MssSettings> {
+    let volume_lookup = (raw.volume_lookup.as_ref()).map(|l| lookup::validate(l, issues));
     let chosen = choose_adapter(&raw, issues)?;
     let adapter = validate_adapter(chosen, base, default_bands, issues)?;
     let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
@@ -154,6 +158,7 @@ pub(super) fn validate_mss(
         retry,
         event_wait: ms(raw.event_wait_ms, "mss.event_wait_ms", issues),
         stale_after: ms(raw.stale_after_ms, "mss.stale_after_ms", issues),
+        volume_lookup: volume_lookup.flatten(),
     })
 }
 

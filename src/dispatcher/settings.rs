@@ -22,6 +22,9 @@ pub struct MssSettings {
     pub event_wait: Duration,
     /// After this long without news of an in-flight request, ask the MSS for its status.
     pub stale_after: Duration,
+    /// `[mss.volume_lookup]`: where a file lies when the station does not say, and how long a
+    /// request waits for the answer in the `volumes` mode (ms; also in `VolumeSettings`).
+    pub volume_lookup: Option<(mss_adapters::locate::LookupSettings, i64)>,
 }
 
 impl MssSettings {

@@ -19,6 +19,7 @@ mod group_cancel;
 mod history;
 pub mod identity;
 mod live;
+mod located;
 pub mod lock;
 pub mod mss_key;
 mod rank;
@@ -44,6 +45,7 @@ use crate::domain::{PolicySettings, RequestState};
 use crate::shares::view::SharesView;
 
 pub use export::ExportedRequest;
+pub use located::{VolumeFound, LOOKUP_FAILED};
 pub use group_cancel::{GroupCancelled, CANCEL_CHUNK, CANCEL_LISTED};
 pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRow};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
