@@ -139,7 +139,12 @@ impl Dispatcher {
         if let Some((lookup, _)) = this.settings.volume_lookup.clone() {
             let concurrency = lookup.concurrency;
             let locator = mss_adapters::locate::Locator::new(lookup);
-            let run = VolumeLocator::new(this.ledger.clone(), locator, concurrency, this.metrics.clone());
+            let run = VolumeLocator::new(
+                this.ledger.clone(),
+                locator,
+                concurrency,
+                this.metrics.clone(),
+            );
             tasks.spawn(run.run());
         }
         tasks.spawn(this.cancel_loop(cancels, jobs));

@@ -240,8 +240,9 @@ fn with_lookup(
     mut policy: crate::domain::PolicySettings,
     mss: Option<&MssSettings>,
 ) -> crate::domain::PolicySettings {
-    policy.order.release.volumes.lookup_wait_ms =
-        mss.and_then(|m| m.volume_lookup.as_ref()).map(|(_, wait)| *wait);
+    policy.order.release.volumes.lookup_wait_ms = mss
+        .and_then(|m| m.volume_lookup.as_ref())
+        .map(|(_, wait)| *wait);
     policy
 }
 

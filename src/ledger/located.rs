@@ -40,9 +40,7 @@ impl Ledger {
         after_id: i64,
         limit: usize,
     ) -> Result<Vec<(i64, String)>, LedgerError> {
-        self.reads
-            .run(move |c| unlocated(c, after_id, limit))
-            .await
+        self.reads.run(move |c| unlocated(c, after_id, limit)).await
     }
 
     /// Store lookups' answers; a request still waiting moves to its volume's queue. Returns

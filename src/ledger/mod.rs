@@ -45,9 +45,9 @@ use crate::domain::{PolicySettings, RequestState};
 use crate::shares::view::SharesView;
 
 pub use export::ExportedRequest;
-pub use located::{VolumeFound, LOOKUP_FAILED};
 pub use group_cancel::{GroupCancelled, CANCEL_CHUNK, CANCEL_LISTED};
 pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRow};
+pub use located::{VolumeFound, LOOKUP_FAILED};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,

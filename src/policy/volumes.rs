@@ -170,8 +170,12 @@ impl VolumeQueue {
         self.remove(settings, c.id);
         let vol = VolumeId::Unlocated(c.group);
         let name = Label::new(&c.library);
-        self.index.insert(c.id, (name.clone(), vol.clone(), u64::MAX));
-        self.libs.entry(name).or_default().push(settings, vol, c, u64::MAX);
+        self.index
+            .insert(c.id, (name.clone(), vol.clone(), u64::MAX));
+        self.libs
+            .entry(name)
+            .or_default()
+            .push(settings, vol, c, u64::MAX);
     }
 
     /// The lookup answered for waiting request `id`: it moves to `volume` at `position`

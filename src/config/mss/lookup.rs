@@ -43,7 +43,10 @@ pub(in crate::config) fn validate(
     let method = method(raw, issues);
     let mut within = |v: i64, name: &str, lo: i64, hi: i64| {
         if !(lo..=hi).contains(&v) {
-            issues.add(format!("{KEY}.{name}"), format!("must be from {lo} to {hi}"));
+            issues.add(
+                format!("{KEY}.{name}"),
+                format!("must be from {lo} to {hi}"),
+            );
         }
         v.clamp(lo, hi)
     };

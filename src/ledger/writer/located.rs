@@ -35,7 +35,10 @@ impl Txn<'_, '_> {
             took += usize::from(volume.is_some());
             let position = position.and_then(|p| u64::try_from(p).ok());
             let moved = self.st.relocate_volume(item.id, volume, position);
-            debug!(request = item.id, volume, moved, source, "volume lookup stored");
+            debug!(
+                request = item.id,
+                volume, moved, source, "volume lookup stored"
+            );
         }
         Ok(took)
     }

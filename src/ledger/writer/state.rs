@@ -285,7 +285,12 @@ impl WriterState {
 
     /// A lookup answered for request `id`: if it waits in the volume queue, it moves to
     /// `volume` (`None`: its group's requests without a volume). Whether it moved.
-    pub fn relocate_volume(&mut self, id: i64, volume: Option<&str>, position: Option<u64>) -> bool {
+    pub fn relocate_volume(
+        &mut self,
+        id: i64,
+        volume: Option<&str>,
+        position: Option<u64>,
+    ) -> bool {
         self.before_volume_change();
         let moved = self
             .volumes

@@ -223,7 +223,9 @@ impl Lib {
         let from = match vol {
             VolumeId::Loose(_) => None,
             // Waits for the lookup's answer, its oldest request `lookup_wait_ms` at most.
-            VolumeId::Unlocated(_) => Some((oldest.saturating_add(s.lookup_wait_ms.unwrap_or(0)), false)),
+            VolumeId::Unlocated(_) => {
+                Some((oldest.saturating_add(s.lookup_wait_ms.unwrap_or(0)), false))
+            }
             VolumeId::Tape(_) => eligible_from(s, v.bytes, v.reqs.len(), oldest, newest),
         };
         match from {
