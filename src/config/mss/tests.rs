@@ -438,6 +438,25 @@ fn the_shipped_volume_lookup_example_is_valid_and_sets_the_wait() {
     assert_eq!(lookup.method.name(), "enstore-layer4");
     assert_eq!(wait, 60_000);
     assert_eq!(s.policy.order.release.volumes.lookup_wait_ms, Some(60_000));
+    assert!(
+        !s.notes.iter().any(|n| n.contains("volume_lookup")),
+        "{:?}",
+        s.notes
+    );
+    let held = text.replace("mode = \"volumes\"", "mode = \"held\"");
+    let s = Settings::parse_in(
+        &format!("{held}\n{example}\n"),
+        "shipped example",
+        dir.path(),
+    )
+    .unwrap();
+    assert!(
+        s.notes
+            .iter()
+            .any(|n| n.contains("mss.volume_lookup is set")),
+        "{:?}",
+        s.notes
+    );
     let none = Settings::parse_in(&text, "shipped", dir.path()).unwrap();
     assert_eq!(none.policy.order.release.volumes.lookup_wait_ms, None);
 }
