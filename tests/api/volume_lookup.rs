@@ -232,7 +232,11 @@ async fn a_request_waits_for_its_lookup_and_explain_says_so() {
     let started = Instant::now();
     let id = submit(&app, "cslow").await;
     submit(&app, "c0").await;
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let body = explain(&app, id).await;
     assert_eq!(body["state"], "queued", "{body}");
     assert_eq!(body["volume_source"], "none", "{body}");
