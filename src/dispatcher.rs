@@ -1,6 +1,6 @@
 //! The dispatcher: moves committed requests to the MSS and MSS events back into the ledger.
 //!
-//! Six loops, all restartable from the ledger alone:
+//! Six loops (seven with volume lookups), all restartable from the ledger alone:
 //! - **submit**: takes ready requests, highest MSS priority first (data taking never waits in
 //!   the broker behind fair-share requests) and then in decision order, no more than the
 //!   adapter has room for (an `encp` adapter runs a bounded number of processes), waits for the
@@ -21,6 +21,8 @@
 //!   queued at the MSS (wait time and decayed usage change with time alone; the starvation
 //!   bound lifts a request that waited `policy.max_wait_secs`) and sends the changes through
 //!   the adapter, when the MSS can take them.
+//! - **locate** (with `[mss.volume_lookup]`, `dispatcher/locator.rs`): looks up where the
+//!   files of queued requests without a volume lie, and stores the answers.
 //! - **stale**: asks the MSS for the status of in-flight requests it has said nothing of for a
 //!   while, which recovers lost events and transfers the MSS lost. The same settling runs for
 //!   every in-flight request when the MSS's event log starts over (a new epoch).
@@ -30,12 +32,14 @@
 mod batches;
 mod cancels;
 mod last_call;
+mod locator;
 mod settings;
 mod submit;
 #[cfg(test)]
 mod submit_faults;
 
 pub use last_call::{LastCall, Outcome};
+pub use locator::VolumeLocator;
 pub use settings::{AdapterSettings, MssSettings, SimulatorSettings};
 
 use std::sync::Arc;
@@ -132,6 +136,17 @@ impl Dispatcher {
         tasks.spawn(this.clone().submit_loop());
         tasks.spawn(this.clone().event_loop());
         tasks.spawn(this.clone().stale_loop());
+        if let Some((lookup, _)) = this.settings.volume_lookup.clone() {
+            let concurrency = lookup.concurrency;
+            let locator = mss_adapters::locate::Locator::new(lookup);
+            let run = VolumeLocator::new(
+                this.ledger.clone(),
+                locator,
+                concurrency,
+                this.metrics.clone(),
+            );
+            tasks.spawn(run.run());
+        }
         tasks.spawn(this.cancel_loop(cancels, jobs));
     }
 

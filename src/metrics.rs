@@ -38,6 +38,15 @@ pub struct CallLabels {
     pub outcome: String,
 }
 
+/// Labels of a volume lookup (issue 38).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    /// `enstore-layer4` or `command`.
+    pub method: String,
+    /// `found` or `failed`.
+    pub outcome: String,
+}
+
 /// Labels of a group.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GroupLabels {
@@ -70,6 +79,9 @@ pub struct Metrics {
     /// Rankings of the held queue for explain's positions, by how long each took.
     pub ranking_seconds: Histogram,
     pub mss_call_seconds: Family<CallLabels, Histogram>,
+    /// Volume lookups by method and outcome, and those the cache answered.
+    pub volume_lookups: Family<LookupLabels, Counter>,
+    pub volume_lookup_cache_hits: Counter,
     /// The wait histograms' closed hours, summed (see [`waits`]).
     pub waits: WaitTotals,
     registry: Registry,
@@ -146,7 +158,23 @@ impl Metrics {
             "Time of one call to the MSS adapter, by call and outcome (events is a long poll)",
             mss_call_seconds.clone(),
         );
+        let volume_lookups = Family::<LookupLabels, Counter>::default();
+        registry.register(
+            "mssbroker_volume_lookups",
+            "Lookups of where a file lies for requests without a volume ([mss.volume_lookup]), \
+             by method and outcome (found, failed: the request goes without a volume)",
+            volume_lookups.clone(),
+        );
+        let volume_lookup_cache_hits = Counter::default();
+        registry.register(
+            "mssbroker_volume_lookup_cache_hits",
+            "Volume lookups answered from the lookup cache (counted in mssbroker_volume_lookups \
+             too)",
+            volume_lookup_cache_hits.clone(),
+        );
         Metrics {
+            volume_lookups,
+            volume_lookup_cache_hits,
             commit_seconds,
             commit_commands,
             rollbacks,
@@ -155,6 +183,19 @@ impl Metrics {
             mss_call_seconds,
             waits: WaitTotals::default(),
             registry,
+        }
+    }
+
+    /// Record one volume lookup.
+    pub fn volume_lookup(&self, method: &str, found: bool, cached: bool) {
+        self.volume_lookups
+            .get_or_create(&LookupLabels {
+                method: method.to_string(),
+                outcome: if found { "found" } else { "failed" }.to_string(),
+            })
+            .inc();
+        if cached {
+            self.volume_lookup_cache_hits.inc();
         }
     }
 

@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod event_log;
 pub mod fts3;
 pub mod http;
+pub mod locate;
 pub mod protocol;
 pub mod redact;
 pub mod renew;

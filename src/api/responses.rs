@@ -90,7 +90,17 @@ pub struct RequestBody {
     pub size_bytes: u64,
     pub access_mode: String,
     pub physics_group: String,
+    /// The tape volume the file lies on: as the station named it, or as the volume lookup found
+    /// it (see `volume_source`).
     pub volume: Option<String>,
+    /// Where `volume` (and `position`) came from: `station` (the request named it), `lookup`
+    /// (`[mss.volume_lookup]` found it, `volume_lookup` says how), or `none`.
+    pub volume_source: VolumeSourceBody,
+    /// The volume lookup's outcome: its method (`enstore-layer4`, `command`) when it found the
+    /// volume, `failed` when it found none (the request goes without a volume, never refused);
+    /// `null` when no lookup answered (none configured, the station named the volume, or the
+    /// answer not in yet).
+    pub volume_lookup: Option<String>,
     // `read` or `write`, spelt here rather than by the adapters crate's serde.
     pub direction: String,
     pub group: String,
@@ -133,7 +143,8 @@ pub struct RequestBody {
     pub position_basis: Option<PositionBasisBody>,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
-    /// The file's position on its volume, as submitted.
+    /// The file's position on its volume, as submitted or as the volume lookup found it (the
+    /// file's number on the tape, from Enstore's location cookie).
     pub position: Option<u64>,
     /// For a request waiting in the `volumes` release mode (state `queued`): its volume, the
     /// volume's queued bytes and files, which eligibility rule it waits on, and its group's
@@ -146,11 +157,36 @@ pub struct RequestBody {
     pub rides_on: Option<i64>,
 }
 
+/// Where a request's volume came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = VolumeSource)]
+pub enum VolumeSourceBody {
+    /// The request named it.
+    Station,
+    /// The volume lookup (`[mss.volume_lookup]`) found it.
+    Lookup,
+    /// The request has no volume.
+    None,
+}
+
+impl VolumeSourceBody {
+    /// From the row's `volume` and `volume_source`.
+    pub fn of(volume: Option<&str>, source: Option<&str>) -> VolumeSourceBody {
+        match (volume.filter(|v| !v.is_empty()), source) {
+            (None, _) => VolumeSourceBody::None,
+            (Some(_), Some(s)) if s != crate::ledger::LOOKUP_FAILED => VolumeSourceBody::Lookup,
+            (Some(_), _) => VolumeSourceBody::Station,
+        }
+    }
+}
+
 /// Where a request waiting in the `volumes` release mode stands (docs/volumes-live.md).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct VolumeWaitBody {
     /// Its tape volume (`null`: its group's requests without a volume, one pseudo-volume that
-    /// is always eligible).
+    /// is always eligible; or, while the volume lookup has not answered, its group's requests
+    /// waiting for theirs, eligible once the oldest has waited `[mss.volume_lookup] wait_secs`).
     pub volume: Option<String>,
     /// Bytes and files waiting on that volume now, of every group.
     pub queued_bytes: u64,
@@ -160,10 +196,11 @@ pub struct VolumeWaitBody {
     pub newest_ms: i64,
     /// Whether the volume may be mounted now.
     pub eligible: bool,
-    /// The rule that makes it eligible (`no_volume`, `mounted`, `min_volume_bytes`,
-    /// `min_volume_files`, `quiet_secs`, `max_age_secs`) or the one it waits on
-    /// (`waiting_quiet_secs`, `waiting_max_age_secs`: eligible at `eligible_at_ms` unless more
-    /// bytes or files come first).
+    /// The rule that makes it eligible (`no_volume`, `volume_lookup_wait_secs`, `mounted`,
+    /// `min_volume_bytes`, `min_volume_files`, `quiet_secs`, `max_age_secs`) or the one it waits
+    /// on (`waiting_volume_lookup`: eligible at `eligible_at_ms` without a volume unless the
+    /// lookup answers first; `waiting_quiet_secs`, `waiting_max_age_secs`: eligible at
+    /// `eligible_at_ms` unless more bytes or files come first).
     pub rule: String,
     pub eligible_at_ms: Option<i64>,
     /// Volumes in flight at its library, and the most `release.volumes.max_volumes` allows.
@@ -206,6 +243,8 @@ impl From<RequestRecord> for RequestBody {
             size_bytes: r.size_bytes,
             access_mode: r.access_mode,
             physics_group: r.physics_group,
+            volume_source: VolumeSourceBody::of(r.volume.as_deref(), r.volume_source.as_deref()),
+            volume_lookup: r.volume_source,
             volume: r.volume,
             direction: r.direction.as_str().to_string(),
             group: r.group,

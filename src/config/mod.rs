@@ -227,11 +227,23 @@ fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> O
         token_file,
         server: server?,
         database,
-        policy: Arc::new(policy?),
+        policy: Arc::new(with_lookup(policy?, mss.as_ref())),
         limits,
         mss: mss?,
         notes,
     })
+}
+
+/// `[mss.volume_lookup] wait_secs` into the volumes mode's rules: with a lookup, a request
+/// without a volume waits that long for its answer.
+fn with_lookup(
+    mut policy: crate::domain::PolicySettings,
+    mss: Option<&MssSettings>,
+) -> crate::domain::PolicySettings {
+    policy.order.release.volumes.lookup_wait_ms = mss
+        .and_then(|m| m.volume_lookup.as_ref())
+        .map(|(_, wait)| *wait);
+    policy
 }
 
 fn parse_addr(s: &str, key: &str, issues: &mut Issues) -> Option<SocketAddr> {

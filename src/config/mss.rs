@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 mod checks;
 mod drive;
+mod lookup;
 
 pub(super) use checks::check_against_policy;
 
@@ -59,6 +60,8 @@ pub(super) struct RawMss {
     fts3: Option<RawFts3Config>,
     #[serde(default)]
     tape_rest: Option<RawTapeRestConfig>,
+    #[serde(default)]
+    volume_lookup: Option<lookup::RawVolumeLookup>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,6 +187,7 @@ pub(super) fn validate_mss(
         .simulator
         .as_ref()
         .and_then(|s| validate_simulator(s, issues));
+    let volume_lookup = (raw.volume_lookup.as_ref()).map(|l| lookup::validate(l, issues));
     let chosen = choose_adapter(&raw, table.clone(), issues)?;
     let adapter = validate_adapter(chosen, base, default_bands, issues)?;
     let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
@@ -210,6 +214,7 @@ pub(super) fn validate_mss(
         event_wait: ms(raw.event_wait_ms, "mss.event_wait_ms", issues),
         stale_after: ms(raw.stale_after_ms, "mss.stale_after_ms", issues),
         simulator: table,
+        volume_lookup: volume_lookup.flatten(),
     })
 }
 

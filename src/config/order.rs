@@ -367,6 +367,8 @@ fn validate_volumes(raw: &RawVolumes, issues: &mut Issues) -> VolumeSettings {
         sticky_ms,
         max_volumes: positive(raw.max_volumes, key("max_volumes"), u32max, issues) as u32,
         libraries,
+        // Set from `[mss.volume_lookup]` once `[mss]` is read (`config::mss`).
+        lookup_wait_ms: None,
     }
 }
 

@@ -25,6 +25,9 @@ pub struct MssSettings {
     /// `[mss.simulator]` as given, enabled or not (`None`: no table): `simulate` models its
     /// drives.
     pub simulator: Option<SimulatorSettings>,
+    /// `[mss.volume_lookup]`: where a file lies when the station does not say, and how long a
+    /// request waits for the answer in the `volumes` mode (ms; also in `VolumeSettings`).
+    pub volume_lookup: Option<(mss_adapters::locate::LookupSettings, i64)>,
 }
 
 impl MssSettings {

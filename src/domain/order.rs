@@ -94,6 +94,10 @@ pub struct VolumeSettings {
     pub max_volumes: u32,
     /// Per named library, instead of `max_volumes`.
     pub libraries: BTreeMap<String, u32>,
+    /// With `[mss.volume_lookup]` set: how long a request without a volume waits for the
+    /// lookup's answer before it goes without one (`wait_secs`); `None`: no lookup, such a
+    /// request goes at once.
+    pub lookup_wait_ms: Option<i64>,
 }
 
 impl Default for VolumeSettings {
@@ -109,6 +113,7 @@ impl Default for VolumeSettings {
             sticky_ms: 60_000,
             max_volumes: 8,
             libraries: BTreeMap::new(),
+            lookup_wait_ms: None,
         }
     }
 }

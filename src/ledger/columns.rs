@@ -93,6 +93,7 @@ const COLUMNS: &[(&str, Fill)] = &[
         fill_null!(|r| r.item.extras.position.and_then(|p| i64::try_from(p).ok())),
     ),
     ("rides_on", fill_null!(|r| r.rides_on)),
+    ("volume_source", None),
 ];
 
 /// The columns a record SELECT reads (`SELECT {record_columns()} FROM requests ...`).

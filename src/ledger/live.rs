@@ -141,22 +141,24 @@ pub(super) fn explain_queued(
     let policy = &*memory.policy;
     let candidate = c
         .prepare_cached(&format!(
-            "SELECT {CANDIDATE_COLUMNS}, volume FROM requests WHERE id = ?1 AND state = 'queued'"
+            "SELECT {CANDIDATE_COLUMNS}, volume, volume_source IS NULL FROM requests \
+             WHERE id = ?1 AND state = 'queued'"
         ))?
         .query_row([id], |r| {
             let volume: Option<String> = r.get(10)?;
-            Ok(read_candidate(policy, r)?.map(|c| (c, volume)))
+            let unanswered: bool = r.get(11)?;
+            Ok(read_candidate(policy, r)?.map(|c| (c, volume, unanswered)))
         })
         .optional()?
         .flatten();
-    let Some((candidate, volume)) = candidate else {
+    let Some((candidate, volume, unanswered)) = candidate else {
         return Ok(None);
     };
     let usage = memory.usage_at(now);
     let standing = Standing::new(policy, usage.at(now), &memory.queues);
     let p = place(&policy.order, &standing, &candidate, now);
     let volume = if policy.order.volumes() {
-        let at = (&candidate, volume.as_deref());
+        let at = (&candidate, volume.as_deref(), unanswered);
         Some(volume_wait(c, policy, &standing, at, now)?)
     } else {
         None

@@ -19,6 +19,7 @@ mod group_cancel;
 mod history;
 pub mod identity;
 mod live;
+mod located;
 pub mod lock;
 pub mod mss_key;
 mod rank;
@@ -46,6 +47,7 @@ use crate::shares::view::SharesView;
 pub use export::ExportedRequest;
 pub use group_cancel::{GroupCancelled, CANCEL_CHUNK, CANCEL_LISTED};
 pub use history::{LedgerReader, MetricFigures, ReportFigures, ReportRows, WaitRow};
+pub use located::{VolumeFound, LOOKUP_FAILED};
 pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
@@ -110,6 +112,8 @@ pub struct Ledger {
     reads: Arc<read::ReadPool>,
     /// Notified after a commit that made requests ready to submit.
     ready: Arc<Notify>,
+    /// Notified after requests without a volume were accepted (the locator's wake-up).
+    unlocated: Arc<Notify>,
     instance: Arc<str>,
     /// Every request's MSS key (`mss_key`): fixed once the writer has started.
     keys: Arc<mss_key::MssKeys>,
@@ -166,6 +170,7 @@ impl Ledger {
                 tx,
                 reads,
                 ready,
+                unlocated: Arc::new(Notify::new()),
                 instance: instance.into(),
                 keys,
                 ranker: Arc::new(rank::Ranker::new(options.metrics.clone())),
@@ -201,6 +206,11 @@ impl Ledger {
     /// An empty command: answered by the writer when it is alive (keeps its heartbeat).
     pub async fn tick(&self) -> Result<(), LedgerError> {
         self.call(|reply| Command::Tick { reply }).await
+    }
+
+    /// Wait for requests without a volume to be accepted (the volume locator).
+    pub fn unlocated_accepted(&self) -> &Arc<Notify> {
+        &self.unlocated
     }
 
     /// Wait for a commit that made requests ready to submit.
@@ -247,12 +257,18 @@ impl Ledger {
             return Ok(Vec::new());
         }
         let request_id = crate::telemetry::request_id();
-        self.call(|reply| Command::Accept {
-            items,
-            request_id,
-            reply,
-        })
-        .await
+        let without_volume = (items.iter()).any(|i| i.volume.as_deref().is_none_or(str::is_empty));
+        let answers = self
+            .call(|reply| Command::Accept {
+                items,
+                request_id,
+                reply,
+            })
+            .await;
+        if without_volume && answers.is_ok() {
+            self.unlocated.notify_one();
+        }
+        answers
     }
 
     /// Record that the MSS took these transfers.

@@ -102,10 +102,13 @@ pub struct RequestRecord {
     pub explain: Option<StoredExplain>,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
-    /// The file's position on its volume, if the request gave one.
+    /// The file's position on its volume, if the request gave one or a lookup found it.
     pub position: Option<u64>,
     /// The request whose MSS transfer it rides on (a coalesced duplicate read).
     pub rides_on: Option<i64>,
+    /// Where `volume` and `position` came from when the station gave no volume: the lookup's
+    /// name (`enstore-layer4`, `command`), `failed`, or `None` (not looked up).
+    pub volume_source: Option<String>,
     /// The key its transfers carry at the MSS (`ledger::mss_key`).
     pub mss_key: String,
 }
@@ -216,6 +219,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         bfid: row.get("bfid")?,
         position: stored_position(row.as_ref().column_index("position")?, row.get("position")?)?,
         rides_on: row.get("rides_on")?,
+        volume_source: row.get("volume_source")?,
         // Set by the reader, which knows the incarnations.
         mss_key: String::new(),
     })
@@ -254,7 +258,7 @@ pub struct ToSubmit {
     pub direction: Direction,
     pub local_file: Option<String>,
     pub bfid: Option<String>,
-    /// The file's position on its volume, if the request gave one.
+    /// The file's position on its volume, if the request gave one or a lookup found it.
     pub position: Option<u64>,
     /// Its number in a `volumes` batch (consecutive within a batch, in position order).
     pub release_seq: Option<i64>,

@@ -167,7 +167,7 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 /// Append a step for a change; never edit a shipped one (databases already carry it).
 const STEPS: &[Step] = &[
     version_2, version_3, version_4, version_5, version_6, version_7, version_8, version_9,
-    version_10,
+    version_10, version_11,
 ];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
@@ -284,6 +284,20 @@ fn version_10(conn: &Connection) -> rusqlite::Result<()> {
              WHERE r.state IN ('done', 'failed', 'cancelled')
              ORDER BY i.fingerprint, i.id;
          DELETE FROM idempotency WHERE id IN (SELECT id FROM idempotency_finished);",
+    )
+}
+
+/// Version 11 (issue 38, where a file lies when the station does not say): `volume_source`,
+/// NULL while a request without a volume has not been looked up (and for every request with a
+/// station's volume), the lookup's name (`enstore-layer4`, `command`) when it found the volume
+/// and position it stored in `volume` and `position`, `failed` when it found none.
+/// `requests_unlocated` lists the queued requests a lookup has still to answer, so the locator
+/// reads them without walking the queue.
+fn version_11(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE requests ADD COLUMN volume_source TEXT;
+         CREATE INDEX requests_unlocated ON requests(id)
+             WHERE state = 'queued' AND volume IS NULL AND volume_source IS NULL;",
     )
 }
 

@@ -1394,3 +1394,4 @@ mod queued_caps;
 mod random_sequences;
 mod retry_paths;
 mod volume_flights;
+mod volume_lookup;

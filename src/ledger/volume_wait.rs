@@ -15,7 +15,7 @@ use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use crate::domain::PolicySettings;
 use crate::policy::order::{is_fair, Candidate, Standing};
 use crate::policy::queue::Ranking;
-use crate::policy::volumes::{rule, Eligibility};
+use crate::policy::volumes::{locating as locating_rule, rule, Eligibility};
 use crate::shares::UsageLookup;
 
 /// Where a request waiting in the `volumes` release mode stands.
@@ -32,9 +32,9 @@ pub struct VolumeWait {
     pub newest_ms: i64,
     /// Whether the volume may be mounted now.
     pub eligible: bool,
-    /// The rule that makes it eligible (`no_volume`, `mounted`, `min_volume_bytes`,
-    /// `min_volume_files`, `quiet_secs`, `max_age_secs`) or the one it waits on
-    /// (`waiting_quiet_secs`, `waiting_max_age_secs`).
+    /// The rule that makes it eligible (`no_volume`, `volume_lookup_wait_secs`, `mounted`,
+    /// `min_volume_bytes`, `min_volume_files`, `quiet_secs`, `max_age_secs`) or the one it waits
+    /// on (`waiting_volume_lookup`, `waiting_quiet_secs`, `waiting_max_age_secs`).
     pub rule: &'static str,
     /// When it waits: the instant it becomes eligible by that rule if nothing more comes.
     pub eligible_at_ms: Option<i64>,
@@ -48,16 +48,19 @@ pub struct VolumeWait {
     pub groups_waiting: usize,
 }
 
-/// [`VolumeWait`] of queued request `c` (read with its volume) at `now`.
+/// [`VolumeWait`] of queued request `c` (read with its volume, and whether no volume lookup
+/// has answered for it) at `now`.
 pub(super) fn volume_wait<U: UsageLookup>(
     c: &Connection,
     policy: &PolicySettings,
     standing: &Standing<'_, U>,
-    (request, volume): (&Candidate, Option<&str>),
+    (request, volume, unanswered): (&Candidate, Option<&str>, bool),
     now: i64,
 ) -> rusqlite::Result<VolumeWait> {
     let settings = &policy.order.release.volumes;
     let volume = volume.filter(|v| !v.is_empty());
+    // Waiting for the lookup's answer, among its group's requests that wait for theirs.
+    let locating = volume.is_none() && unanswered && settings.lookup_wait_ms.is_some();
     let group_path = policy.group(request.group).path.as_str();
     // One statement per case, so each uses the index on the queued rows by library and volume.
     let figures = |sql: &str, p: &[&dyn rusqlite::ToSql]| {
@@ -76,6 +79,10 @@ pub(super) fn volume_wait<U: UsageLookup>(
     };
     let (bytes, files, oldest_ms, newest_ms) = match volume {
         Some(v) => figures("volume = ?2", params![request.library, v])?,
+        None if locating => figures(
+            "volume IS NULL AND volume_source IS NULL AND group_path = ?2",
+            params![request.library, group_path],
+        )?,
         None => figures(
             "(volume IS NULL OR volume = '') AND group_path = ?2",
             params![request.library, group_path],
@@ -83,6 +90,7 @@ pub(super) fn volume_wait<U: UsageLookup>(
     };
     let flying = volumes_in_flight(c, &request.library)?;
     let eligibility = match volume {
+        None if locating => locating_rule(settings, oldest_ms, now),
         None => Eligibility::Loose,
         Some(v) if flying.contains(&(Some(v.to_string()), String::new())) => Eligibility::Mounted,
         Some(_) => rule(settings, bytes, files as usize, oldest_ms, newest_ms, now),
@@ -97,7 +105,7 @@ pub(super) fn volume_wait<U: UsageLookup>(
         eligible: eligibility.is_eligible(),
         rule: eligibility.name(),
         eligible_at_ms: match eligibility {
-            Eligibility::Waiting { at_ms, .. } => Some(at_ms),
+            Eligibility::Waiting { at_ms, .. } | Eligibility::Locating { at_ms } => Some(at_ms),
             _ => None,
         },
         volumes_in_flight: flying.len(),

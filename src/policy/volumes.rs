@@ -41,7 +41,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use eligibility::{rule, Eligibility, VolumeStatus};
+pub use eligibility::{locating, rule, Eligibility, VolumeStatus};
 pub use label::Label;
 use state::Lib;
 
@@ -50,6 +50,11 @@ use state::Lib;
 pub enum VolumeId {
     Tape(Label),
     Loose(GroupId),
+    /// A group's requests without a volume waiting for the volume lookup (`[mss.volume_lookup]`,
+    /// [`VolumeQueue::push_unlocated`]): eligible only once its oldest has waited
+    /// `lookup_wait_ms`, never taken along by a mount; an answer moves a request to its tape
+    /// ([`VolumeQueue::relocate`]).
+    Unlocated(GroupId),
 }
 
 impl VolumeId {
@@ -65,7 +70,7 @@ impl VolumeId {
     pub fn label(&self) -> Option<&str> {
         match self {
             VolumeId::Tape(v) => Some(v.as_str()),
-            VolumeId::Loose(_) => None,
+            VolumeId::Loose(_) | VolumeId::Unlocated(_) => None,
         }
     }
 }
@@ -122,6 +127,7 @@ impl VolumeId {
         match self {
             VolumeId::Tape(label) => Some(VolumeId::Tape(label.clone())),
             VolumeId::Loose(g) => regroup(*g).map(VolumeId::Loose),
+            VolumeId::Unlocated(g) => regroup(*g).map(VolumeId::Unlocated),
         }
     }
 }
@@ -156,6 +162,38 @@ impl VolumeQueue {
         self.index.insert(c.id, (name.clone(), vol.clone(), pos));
         let lib = self.libs.entry(name).or_default();
         lib.push(settings, vol, c, pos);
+    }
+
+    /// Queue `c`, which has no volume yet, on its group's pseudo-volume of requests waiting
+    /// for the volume lookup (see [`VolumeId::Unlocated`]).
+    pub fn push_unlocated(&mut self, settings: &VolumeSettings, c: Candidate) {
+        self.remove(settings, c.id);
+        let vol = VolumeId::Unlocated(c.group);
+        let name = Label::new(&c.library);
+        self.index
+            .insert(c.id, (name.clone(), vol.clone(), u64::MAX));
+        self.libs
+            .entry(name)
+            .or_default()
+            .push(settings, vol, c, u64::MAX);
+    }
+
+    /// The lookup answered for waiting request `id`: it moves to `volume` at `position`
+    /// (`None`: no volume found, its group's requests without one). Whether it was waiting.
+    pub fn relocate(
+        &mut self,
+        settings: &VolumeSettings,
+        id: i64,
+        volume: Option<&str>,
+        position: Option<u64>,
+    ) -> bool {
+        match self.remove(settings, id) {
+            Some(c) => {
+                self.push(settings, c, volume, position);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Take waiting request `id` out (cancelled, or released by other means).

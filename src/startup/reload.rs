@@ -336,6 +336,12 @@ fn fixed_mss(w: &MssSettings, n: &MssSettings) -> Vec<Pair> {
         ("mss.retry_max_ms", d(w.retry.max), d(n.retry.max)),
         ("mss.event_wait_ms", d(w.event_wait), d(n.event_wait)),
         ("mss.stale_after_ms", d(w.stale_after), d(n.stale_after)),
+        // The locator runs with the lookup it started with.
+        (
+            "mss.volume_lookup",
+            lookup_shown(&w.volume_lookup),
+            lookup_shown(&n.volume_lookup),
+        ),
     ]
 }
 
@@ -369,6 +375,20 @@ fn fixed_limits(w: &InputLimits, n: &InputLimits) -> Vec<Pair> {
             d(n.max_report_buckets),
         ),
     ]
+}
+
+/// `[mss.volume_lookup]` as a refusal shows it: the method and a digest of the rest (a
+/// command's arguments may carry a site's secret).
+fn lookup_shown(l: &Option<(mss_adapters::locate::LookupSettings, i64)>) -> String {
+    use std::hash::{Hash, Hasher};
+    match l {
+        None => "not set".into(),
+        Some((s, wait)) => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            format!("{s:?} {wait}").hash(&mut h);
+            format!("{} #{:016x}", s.method.name(), h.finish())
+        }
+    }
 }
 
 fn d(v: impl std::fmt::Debug) -> String {

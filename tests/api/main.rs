@@ -38,5 +38,6 @@ mod simulate;
 mod simulate_volumes;
 mod trace_export;
 mod url_secrets;
+mod volume_lookup;
 mod volumes;
 mod volumes_reload;

@@ -50,6 +50,13 @@ pub(in crate::config) fn check_against_policy(
         }
     }
     note_reprioritise(mss, order, &caps, notes);
+    if mss.volume_lookup.is_some() && !order.volumes() {
+        notes.push(format!(
+            "mss.volume_lookup is set, but release.mode is \"{}\": lookups run only in the \
+             volumes mode, where a request's volume batches it with its tape",
+            order.release.mode.name()
+        ));
+    }
     let batch_files = order.release.volumes.batch_max_files as usize;
     if order.volumes() && batch_files > mss.submit_batch {
         notes.push(format!(

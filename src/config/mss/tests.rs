@@ -473,3 +473,108 @@ fn the_documented_adapter_examples_are_valid_on_the_shipped_config() {
     }
     assert_eq!(checked, ["encp", "fts3", "tape_rest"]);
 }
+
+const LOOKUP: &str =
+    "[mss]\nadapter = \"http\"\nurl = \"http://127.0.0.1:1\"\n[mss.volume_lookup]\n";
+
+#[test]
+fn the_shipped_volume_lookup_example_is_valid_and_sets_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = super::super::SHIPPED.replace("mode = \"pass_through\"", "mode = \"volumes\"");
+    let example = shipped_example("volume_lookup");
+    let s = Settings::parse_in(
+        &format!("{text}\n{example}\n"),
+        "shipped example",
+        dir.path(),
+    )
+    .unwrap_or_else(|e| panic!("volume_lookup example: {e}"));
+    let (lookup, wait) = s.mss.volume_lookup.clone().expect("a lookup");
+    assert_eq!(lookup.method.name(), "enstore-layer4");
+    assert_eq!(wait, 60_000);
+    assert_eq!(s.policy.order.release.volumes.lookup_wait_ms, Some(60_000));
+    assert!(
+        !s.notes.iter().any(|n| n.contains("volume_lookup")),
+        "{:?}",
+        s.notes
+    );
+    let held = text.replace("mode = \"volumes\"", "mode = \"held\"");
+    let s = Settings::parse_in(
+        &format!("{held}\n{example}\n"),
+        "shipped example",
+        dir.path(),
+    )
+    .unwrap();
+    assert!(
+        s.notes
+            .iter()
+            .any(|n| n.contains("mss.volume_lookup is set")),
+        "{:?}",
+        s.notes
+    );
+    let none = Settings::parse_in(&text, "shipped", dir.path()).unwrap();
+    assert_eq!(none.policy.order.release.volumes.lookup_wait_ms, None);
+}
+
+#[test]
+fn a_volume_lookup_is_refused_naming_its_key() {
+    let cases = [
+        (
+            "method = \"pnfs\"",
+            "mss.volume_lookup.method",
+            "known: enstore-layer4, command",
+        ),
+        (
+            "method = \"enstore-layer4\"",
+            "mss.volume_lookup.namespace_mount",
+            "required",
+        ),
+        (
+            "method = \"enstore-layer4\"\nnamespace_mount = \"pnfs\"",
+            "mss.volume_lookup.namespace_mount",
+            "absolute",
+        ),
+        (
+            "method = \"enstore-layer4\"\nnamespace_mount = \"/pnfs\"\ncommand = [\"x\"]",
+            "mss.volume_lookup.command",
+            "remove it",
+        ),
+        (
+            "method = \"command\"",
+            "mss.volume_lookup.command",
+            "required",
+        ),
+        (
+            "method = \"command\"\ncommand = []",
+            "mss.volume_lookup.command",
+            "required",
+        ),
+        (
+            "method = \"command\"\ncommand = [\"/bin/x\"]\nnamespace_mount = \"/pnfs\"",
+            "mss.volume_lookup.namespace_mount",
+            "remove it",
+        ),
+        (
+            "method = \"command\"\ncommand = [\"/bin/x\"]\ntimeout_secs = 0",
+            "mss.volume_lookup.timeout_secs",
+            "from 1",
+        ),
+        (
+            "method = \"command\"\ncommand = [\"/bin/x\"]\ntimeout_secs = 30\nwait_secs = 10",
+            "mss.volume_lookup.wait_secs",
+            "at least timeout_secs",
+        ),
+        (
+            "method = \"command\"\ncommand = [\"/bin/x\"]\nconcurrency = 0",
+            "mss.volume_lookup.concurrency",
+            "from 1",
+        ),
+    ];
+    for (table, key, words) in cases {
+        let found = issues(&format!("{LOOKUP}{table}\n"));
+        assert!(has(&found, key, words), "{table}: {found:?}");
+    }
+    let typo = issues(&format!(
+        "{LOOKUP}method = \"command\"\ncommand = [\"/bin/x\"]\ntimeout = 3\n"
+    ));
+    assert!(typo.iter().any(|i| i.contains("timeout")), "{typo:?}");
+}

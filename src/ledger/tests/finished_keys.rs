@@ -73,12 +73,15 @@ async fn a_version_9_database_moves_its_finished_keys_out_of_memory() {
     let ids = three(&f, &opened.0).await;
     close(opened);
     {
-        // Back to version 9's shape: every fingerprint in `idempotency`, no finished table.
+        // Back to version 9's shape: every fingerprint in `idempotency`, no finished table
+        // (and none of version 11's volume lookup).
         let c = rusqlite::Connection::open(&f.path).unwrap();
         c.execute_batch(
             "INSERT INTO idempotency (id, fingerprint) \
                  SELECT id, fingerprint FROM idempotency_finished; \
              DROP TABLE idempotency_finished; \
+             DROP INDEX requests_unlocated; \
+             ALTER TABLE requests DROP COLUMN volume_source; \
              PRAGMA user_version = 9;",
         )
         .unwrap();

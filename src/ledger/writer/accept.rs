@@ -219,7 +219,7 @@ impl Txn<'_, '_> {
             RequestState::Queued => {
                 self.report.add(path, self.now, row);
                 let (volume, position) = (item.volume.as_deref(), item.extras.position);
-                self.enqueue(candidate, volume, position);
+                self.enqueue_new(candidate, volume, position, true);
             }
             RequestState::Riding => {
                 let row = HourRow {

@@ -435,7 +435,7 @@ impl Txn<'_, '_> {
         })?;
         if let Some((c, place)) = queued {
             let (volume, position) = place?;
-            self.enqueue(c, volume.as_deref(), position);
+            self.enqueue(c, volume.as_deref(), position)?;
         }
         self.joined_queue(&row);
         self.took_over(first, rest, (&file, local.as_deref()))

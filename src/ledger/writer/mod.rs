@@ -15,6 +15,7 @@ mod accept;
 mod coalesce;
 mod idempotency;
 mod load;
+mod located;
 mod outputs;
 mod queued;
 mod release;
@@ -157,6 +158,11 @@ pub(in crate::ledger) enum Command {
     },
     Reprioritised {
         items: Vec<NewPriority>,
+        reply: oneshot::Sender<Result<usize, LedgerError>>,
+    },
+    /// Lookups' answers: where requests without a volume lie (`Ledger::located`).
+    Located {
+        items: Vec<super::VolumeFound>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
     /// Cancel these requests of a group (one chunk of `cancel --group`).
@@ -357,6 +363,9 @@ impl Txn<'_, '_> {
                 (Reply::Count(reply, changed), r)
             }
             Command::Checked { ids, reply } => (Reply::Done(reply), self.checked(&ids)),
+            Command::Located { items, reply: tx } => {
+                reply(self.located(&items), 0, |n| Reply::Count(tx, n))
+            }
             Command::Reprioritised { items, reply: tx } => {
                 reply(self.reprioritised(&items), 0, |n| Reply::Count(tx, n))
             }

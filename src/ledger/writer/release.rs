@@ -128,7 +128,7 @@ impl Txn<'_, '_> {
             self.offer_read(c.id, read, true);
             self.charge(path, Charge::held(-1));
             self.report.add(path, self.now, released);
-            self.enqueue(c, place.0.as_deref(), place.1);
+            self.enqueue(c, place.0.as_deref(), place.1)?;
         } else {
             let p = self.placement(&c);
             self.decide_and_charge(&c, &p)?;

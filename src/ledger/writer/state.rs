@@ -277,6 +277,30 @@ impl WriterState {
             .push(&self.volume_settings, c, volume, position);
     }
 
+    /// Put a request without a volume into the volume queue to wait for the volume lookup.
+    pub fn enqueue_unlocated(&mut self, c: Candidate) {
+        self.journal(Undo::VolumePushed(c.id));
+        self.volumes.push_unlocated(&self.volume_settings, c);
+    }
+
+    /// A lookup answered for request `id`: if it waits in the volume queue, it moves to
+    /// `volume` (`None`: its group's requests without a volume). Whether it moved.
+    pub fn relocate_volume(
+        &mut self,
+        id: i64,
+        volume: Option<&str>,
+        position: Option<u64>,
+    ) -> bool {
+        self.before_volume_change();
+        let moved = self
+            .volumes
+            .relocate(&self.volume_settings, id, volume, position);
+        if moved {
+            self.volumes_changed();
+        }
+        moved
+    }
+
     /// Take a request out of the volume queue (cancelled, or held again).
     pub fn dequeue_volume(&mut self, id: i64) {
         self.before_volume_change();

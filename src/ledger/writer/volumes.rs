@@ -66,12 +66,49 @@ pub(in crate::ledger) fn read_place(
 impl Txn<'_, '_> {
     /// Put a request that waits in the broker into the queue of the release mode: the volume
     /// queue (`volumes`) or the held queue.
-    pub fn enqueue(&mut self, c: Candidate, volume: Option<&str>, position: Option<u64>) {
-        if self.policy.order.volumes() {
-            self.st.enqueue_volume(c, volume, position);
-        } else {
+    /// With a volume lookup configured, a request without a volume that no lookup has answered
+    /// waits for one (see `policy::volumes::VolumeId::Unlocated`).
+    pub fn enqueue(
+        &mut self,
+        c: Candidate,
+        volume: Option<&str>,
+        position: Option<u64>,
+    ) -> rusqlite::Result<()> {
+        let lookup = self.policy.order.release.volumes.lookup_wait_ms.is_some();
+        let unanswered = self.policy.order.volumes()
+            && lookup
+            && volume.is_none_or(str::is_empty)
+            && !self.looked_up(c.id)?;
+        self.enqueue_new(c, volume, position, unanswered);
+        Ok(())
+    }
+
+    /// [`Self::enqueue`] of a request whose row says whether a lookup answered for it
+    /// (`unanswered`: none did; a request just inserted).
+    pub fn enqueue_new(
+        &mut self,
+        c: Candidate,
+        volume: Option<&str>,
+        position: Option<u64>,
+        unanswered: bool,
+    ) {
+        if !self.policy.order.volumes() {
             self.st.enqueue(c);
+            return;
         }
+        let lookup = self.policy.order.release.volumes.lookup_wait_ms.is_some();
+        if lookup && unanswered && volume.is_none_or(str::is_empty) {
+            self.st.enqueue_unlocated(c);
+        } else {
+            self.st.enqueue_volume(c, volume, position);
+        }
+    }
+
+    /// Whether a lookup answered for request `id` (`volume_source` set).
+    fn looked_up(&self, id: i64) -> rusqlite::Result<bool> {
+        self.tx
+            .prepare_cached("SELECT volume_source IS NOT NULL FROM requests WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
     }
 
     /// Release the batches the volume queue gives, per library, until it gives none. Returns
@@ -197,8 +234,9 @@ pub(super) fn load_waiting(
     if !policy.order.volumes() {
         return Ok(queue);
     }
+    let lookup = settings.lookup_wait_ms.is_some();
     let mut stmt = conn.prepare(&format!(
-        "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests \
+        "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, volume_source IS NULL FROM requests \
          WHERE state = 'queued' ORDER BY id"
     ))?;
     let mut rows = stmt.query([])?;
@@ -206,7 +244,12 @@ pub(super) fn load_waiting(
         match read_candidate(policy, r)? {
             Some(c) => {
                 let (volume, position) = read_place(r)?;
-                queue.push(settings, c, volume.as_deref(), position);
+                let unanswered: bool = r.get(12)?;
+                if lookup && unanswered && volume.as_deref().is_none_or(str::is_empty) {
+                    queue.push_unlocated(settings, c);
+                } else {
+                    queue.push(settings, c, volume.as_deref(), position);
+                }
             }
             None => warn!("a queued request of a group no longer configured stays queued"),
         }

@@ -9,6 +9,11 @@ use crate::domain::order::VolumeSettings;
 pub enum Eligibility {
     /// A group's requests without a volume: always eligible.
     Loose,
+    /// A group's requests without a volume waiting for the volume lookup's answer: eligible
+    /// (without a volume) at `at_ms`, when the oldest has waited `lookup_wait_ms`.
+    Locating { at_ms: i64 },
+    /// ...and that wait is over.
+    LookupLate,
     /// In flight, or finished within `sticky_ms`: no mount needed.
     Mounted,
     /// Queued bytes reached `min_volume_bytes`.
@@ -26,13 +31,18 @@ pub enum Eligibility {
 
 impl Eligibility {
     pub fn is_eligible(self) -> bool {
-        !matches!(self, Eligibility::Waiting { .. })
+        !matches!(
+            self,
+            Eligibility::Waiting { .. } | Eligibility::Locating { .. }
+        )
     }
 
     /// The rule's name as explain shows it.
     pub fn name(self) -> &'static str {
         match self {
             Eligibility::Loose => "no_volume",
+            Eligibility::Locating { .. } => "waiting_volume_lookup",
+            Eligibility::LookupLate => "volume_lookup_wait_secs",
             Eligibility::Mounted => "mounted",
             Eligibility::Bytes => "min_volume_bytes",
             Eligibility::Files => "min_volume_files",
@@ -66,6 +76,8 @@ pub(super) fn status(
     let (oldest_ms, newest_ms) = v.age_span();
     let eligibility = if matches!(id, VolumeId::Loose(_)) {
         Eligibility::Loose
+    } else if matches!(id, VolumeId::Unlocated(_)) {
+        locating(s, oldest_ms, now_ms)
     } else if mounted {
         Eligibility::Mounted
     } else {
@@ -128,4 +140,15 @@ pub(super) fn eligible_from(
         }
     }
     Some((by_age, false))
+}
+
+/// The rule of a group's requests waiting for the volume lookup, the oldest of them created at
+/// `oldest_ms`.
+pub fn locating(s: &VolumeSettings, oldest_ms: i64, now_ms: i64) -> Eligibility {
+    let at_ms = oldest_ms.saturating_add(s.lookup_wait_ms.unwrap_or(0));
+    if now_ms >= at_ms {
+        Eligibility::LookupLate
+    } else {
+        Eligibility::Locating { at_ms }
+    }
 }

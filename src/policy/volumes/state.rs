@@ -222,6 +222,10 @@ impl Lib {
         let (oldest, newest) = v.age_span();
         let from = match vol {
             VolumeId::Loose(_) => None,
+            // Waits for the lookup's answer, its oldest request `lookup_wait_ms` at most.
+            VolumeId::Unlocated(_) => {
+                Some((oldest.saturating_add(s.lookup_wait_ms.unwrap_or(0)), false))
+            }
             VolumeId::Tape(_) => eligible_from(s, v.bytes, v.reqs.len(), oldest, newest),
         };
         match from {
@@ -290,7 +294,9 @@ impl Lib {
     /// Volumes to keep busy, in order: in flight and nearly done, then finished within
     /// `sticky_ms` (if a volume may be added); each with requests waiting.
     pub fn sticky_volumes(&self, max_volumes: u32) -> Vec<VolumeId> {
-        let waiting = |v: &VolumeId| self.vols.contains_key(v);
+        // Requests waiting for their lookup are never taken along by a mount.
+        let waiting =
+            |v: &VolumeId| self.vols.contains_key(v) && !matches!(v, VolumeId::Unlocated(_));
         let room = self.flights.len() < max_volumes as usize;
         let flying = self
             .flights
