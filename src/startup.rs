@@ -115,8 +115,8 @@ impl Application {
         clock: Arc<dyn Clock>,
     ) -> Result<Application, StartupError> {
         let settings = &loaded.settings;
-        refuse_plain_http(&settings.server)?;
         let identities = load_identities(settings, None)?;
+        refuse_plain_http(&settings.server)?;
         let tls = match &settings.server.tls {
             Some(t) => Some(TlsSource::load(t)?),
             None => None,
@@ -201,6 +201,14 @@ impl Application {
         self.addr
     }
 
+    /// `https` when the API is served over TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        match self.tls.as_ref().map(|t| t.current().server.is_some()) {
+            Some(true) => "https",
+            _ => "http",
+        }
+    }
+
     /// What reloads this broker's configuration (SIGHUP's handler calls it).
     pub fn reloader(&self) -> Arc<dyn crate::live_settings::Reload> {
         self.state.reloader.clone()
@@ -218,13 +226,10 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
+        let scheme = self.scheme();
         let mut tasks = JoinSet::new();
         self.dispatcher.spawn(self.cancels, &mut tasks);
         tasks.spawn(crate::readiness::tick_loop(self.state.ledger.clone()));
-        let scheme = match self.tls.as_ref().map(|t| t.current().server.is_some()) {
-            Some(true) => "https",
-            _ => "http",
-        };
         info!(addr = %self.addr, scheme, mss = %self.mss_url, "mssbroker serving");
         let router = api::router(self.state);
         let served =

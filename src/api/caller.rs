@@ -61,6 +61,7 @@ impl axum::extract::FromRequestParts<Shared> for Caller {
                         e.retry_after = Some(5);
                         Err(e)
                     }
+                    None if refused.plain => Err(ApiError::unauthenticated()),
                     None => Err(ApiError::refused_credential(
                         refused.status,
                         refused.message,
@@ -80,6 +81,8 @@ struct Refused {
     kind: &'static str,
     /// What the log may name (a certificate's subject; never a token).
     subject: String,
+    /// An unknown opaque token: the plain challenge (the token file's refusal as before).
+    plain: bool,
 }
 
 /// The caller of a bearer token: the token file first, then, for a JWT, its issuer.
@@ -93,13 +96,12 @@ async fn by_token(live: &Live, token: &str, now_ms: i64) -> Result<Principal, Re
         fingerprint: token.as_bytes().to_vec(),
         kind,
         subject: String::new(),
+        plain: false,
     };
     if live.issuers.is_empty() || token.split('.').count() != 3 {
-        return Err(refused(
-            StatusCode::UNAUTHORIZED,
-            "unknown token (Authorization: Bearer TOKEN, or HTTP Basic with the token as the password)".into(),
-            "token",
-        ));
+        let mut unknown = refused(StatusCode::UNAUTHORIZED, "unknown token".into(), "token");
+        unknown.plain = true;
+        return Err(unknown);
     }
     let now = u64::try_from(now_ms / 1000).unwrap_or(0);
     live.issuers.verify(token, now).await.map_err(|e| {
@@ -132,6 +134,7 @@ fn by_certificate(
         message,
         kind: "certificate",
         subject,
+        plain: false,
     };
     Some(match cert {
         Ok(dn) => x509::principal_for(&live.x509, &dn).ok_or_else(|| {

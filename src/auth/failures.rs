@@ -14,9 +14,9 @@ use sha2::{Digest, Sha256};
 use tracing::warn;
 
 /// Refused credentials one address may present per minute, after its burst.
-pub const FAILURES_PER_MINUTE: u32 = 30;
+pub const FAILURES_PER_MINUTE: u32 = 60;
 /// Refused credentials one address may present at once.
-pub const FAILURE_BURST: u32 = 30;
+pub const FAILURE_BURST: u32 = 50;
 /// Fingerprints kept to log each refused credential once; forgotten all at once beyond this.
 const REMEMBERED: usize = 10_000;
 

@@ -5,8 +5,8 @@
 //! - Keys: the issuer's `.well-known/openid-configuration` names its `jwks_uri`; the key set is
 //!   fetched over HTTPS (verified against the issuer's `ca_file`, else the system roots),
 //!   cached for [`KEYS_FRESH`], and fetched again when a token names a `kid` the cache does
-//!   not hold, at most once per [`UNKNOWN_KID_GAP`] (a stream of made-up `kid`s does not
-//!   become a stream of fetches). Symmetric (`oct`) keys in a key set are ignored.
+//!   not hold; a fetch that still does not find it holds further ones back for
+//!   [`UNKNOWN_KID_GAP`] (a stream of made-up `kid`s does not become a stream of fetches). Symmetric (`oct`) keys in a key set are ignored.
 //! - Algorithms: RS256/384/512, PS256/384/512, ES256/384, EdDSA, and only the one the key's type
 //!   allows; `alg: none` and HMAC are refused before any key is looked at.
 //! - Times: `exp` (required), `nbf` and `iat` checked with [`SKEW_SECS`] of clock skew.
@@ -151,6 +151,7 @@ impl Issuers {
         let key = issuer.keys.key(kid, alg).await?;
         let mut validation = Validation::new(alg);
         validation.leeway = SKEW_SECS;
+        validation.validate_nbf = true;
         validation.validate_aud = false;
         validation.set_issuer(&[iss]);
         validation.set_required_spec_claims(&["exp", "iss"]);
@@ -345,12 +346,14 @@ impl KeyCache {
                 .unknown_kid_fetch
                 .is_none_or(|t| t.elapsed() >= UNKNOWN_KID_GAP);
         if may_refetch {
-            state.unknown_kid_fetch = Some(Instant::now());
             self.fetch(&mut state).await?;
             if let Some(k) = find(&state, kid, alg) {
                 info!(iss = %self.iss, "the issuer's keys were rotated: a new key is in use");
                 return Ok(k);
             }
+            // Only a fetch that did not find the key holds the next one back: a rotation is
+            // picked up at once, a made-up kid costs one fetch per gap.
+            state.unknown_kid_fetch = Some(Instant::now());
         }
         Err(TokenRefused::Invalid(match kid {
             Some(kid) => format!("unknown key id (kid `{}`) for this issuer", shown(kid)),

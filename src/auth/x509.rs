@@ -78,6 +78,15 @@ pub fn is_proxy(der: &[u8]) -> bool {
     })
 }
 
+/// The subject public key info (DER) of a proxy certificate; `None` for any other.
+pub fn proxy_public_key(der: &[u8]) -> Option<Vec<u8>> {
+    if !is_proxy(der) {
+        return None;
+    }
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    Some(cert.public_key().raw.to_vec())
+}
+
 /// A name in RFC 4514 form: RDNs last to first, joined by `,`; multi-valued RDNs by `+`.
 pub fn rfc4514(name: &X509Name<'_>) -> String {
     let rdns: Vec<String> = name

@@ -10,7 +10,8 @@
 //! right after the handshake ([`ClientTrust::verify`]: chain to `client_ca`, validity dates,
 //! CRLs when given), so a refused certificate is answered with a 401 saying why rather than a
 //! bare TLS alert, and a caller presenting none may still use a token. RFC 3820 proxy
-//! certificates are refused with a message saying so (see `verify`).
+//! certificates are refused with a message saying so (see `verify`; over TLS 1.2 they get a
+//! bare alert at the handshake).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,9 @@ use std::sync::{Arc, RwLock};
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, UnixTime};
+use rustls::pki_types::{
+    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, SubjectPublicKeyInfoDer, UnixTime,
+};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{
@@ -125,6 +128,7 @@ fn server_config(
     let builder = match clients {
         Some(trust) => builder.with_client_cert_verifier(Arc::new(AskForClientCert {
             inner: trust.verifier.clone(),
+            algorithms: provider().signature_verification_algorithms,
         })),
         None => builder.with_no_client_auth(),
     };
@@ -287,6 +291,7 @@ fn why(e: &rustls::Error) -> String {
 #[derive(Debug)]
 struct AskForClientCert {
     inner: Arc<dyn ClientCertVerifier>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
 }
 
 impl ClientCertVerifier for AskForClientCert {
@@ -320,13 +325,24 @@ impl ClientCertVerifier for AskForClientCert {
         self.inner.verify_tls12_signature(message, cert, dss)
     }
 
+    /// A proxy certificate's critical ProxyCertInfo extension makes webpki refuse to read it,
+    /// so its key's proof is checked on the raw key here (TLS 1.3), letting the refusal be a
+    /// 401 that says why rather than a bare alert. Over TLS 1.2 a proxy gets the alert.
     fn verify_tls13_signature(
         &self,
         message: &[u8],
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        match crate::auth::x509::proxy_public_key(cert) {
+            Some(spki) => rustls::crypto::verify_tls13_signature_with_raw_key(
+                message,
+                &SubjectPublicKeyInfoDer::from(spki),
+                dss,
+                &self.algorithms,
+            ),
+            None => self.inner.verify_tls13_signature(message, cert, dss),
+        }
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
