@@ -439,7 +439,7 @@ mod tests {
     fn none_and_hmac_are_refused_by_name() {
         for alg in ["none", "NONE", "HS256", "HS512"] {
             let e = allowed_algorithm(alg).unwrap_err().to_string();
-            assert!(e.contains(alg), "{e}");
+            assert!(e.to_lowercase().contains(&alg.to_lowercase()), "{e}");
         }
         assert_eq!(allowed_algorithm("ES256").unwrap(), Algorithm::ES256);
     }
