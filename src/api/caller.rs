@@ -177,9 +177,9 @@ fn client_ip(peer: Option<&Peer>, headers: &axum::http::HeaderMap, proxies: &[Ip
         .get_all("x-forwarded-for")
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-        .last()
+        .next_back()
+        .and_then(|v| v.rsplit(',').next())
+        .and_then(|a| a.trim().parse::<IpAddr>().ok())
         .unwrap_or(ip)
 }
 

@@ -47,7 +47,11 @@ pub async fn run(o: &IngestOptions) -> anyhow::Result<()> {
         o.seconds,
         o.rounds,
         o.batch,
-        if o.tls.is_some() { "https (TLS)" } else { "plain http" },
+        if o.tls.is_some() {
+            "https (TLS)"
+        } else {
+            "plain http"
+        },
         if o.fresh_connections {
             "a new connection per call"
         } else {
@@ -145,7 +149,8 @@ async fn one_round(o: &IngestOptions, round: usize) -> anyhow::Result<Phases> {
         s,
         "b",
         o.fresh_connections,
-    ).await?;
+    )
+    .await?;
     let (cpu3, after) = (cpu(), commits(&base).await?);
     if let (Some(a), Some(b), Some(c), Some(d)) = (cpu0, cpu1, cpu2, cpu3) {
         let per = |from: f64, to: f64, r: &Round| (to - from) * 1e6 / r.requests.max(1) as f64;

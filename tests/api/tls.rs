@@ -915,3 +915,48 @@ async fn refusals_are_logged_once_without_the_token_and_rate_limited_per_address
     );
     assert!(r.headers().get("retry-after").is_some());
 }
+
+/// Behind a proxy: the client certificate a trusted proxy forwards (`X-SSL-Client-Cert`,
+/// URL-encoded PEM) is verified and mapped like a direct one; from an address that is not a
+/// trusted proxy the header is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxy_forwards_the_client_certificate() {
+    let pki = Pki::new();
+    let escaped: String = std::fs::read_to_string(pki.file("user.pem"))
+        .unwrap()
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect();
+    let expired: String = std::fs::read_to_string(pki.file("expired.pem"))
+        .unwrap()
+        .bytes()
+        .map(|b| format!("%{b:02X}"))
+        .collect();
+    let server = |proxy: &str| {
+        format!(
+            "plain_http = \"behind_proxy\"\ntrusted_proxies = [\"{proxy}\"]\n\
+             [server.tls]\nclient_ca = {:?}\n\n\
+             [[auth.x509]]\nsubject = \"{USER_DN}\"\nrole = \"reader\"\n",
+            pki.file("ca.pem")
+        )
+    };
+    let trusted = TlsApp::spawn(&config_with(&server("127.0.0.1"), "")).await;
+    let untrusted = TlsApp::spawn(&config_with(&server("10.9.9.9"), "")).await;
+    assert!(trusted.base.starts_with("http://"));
+    let client = reqwest::Client::new();
+    let get = |base: &str, cert: &str| {
+        client
+            .get(format!("{base}/v1/groups"))
+            .header("x-ssl-client-cert", cert)
+            .header("x-forwarded-for", "192.0.2.7")
+            .send()
+    };
+    assert_eq!(get(&trusted.base, &escaped).await.unwrap().status(), 200);
+    let resp = get(&trusted.base, &expired).await.unwrap();
+    assert_eq!(resp.status(), 401);
+    assert!(www_authenticate(&resp).contains("expired"));
+    assert_eq!(get(&untrusted.base, &escaped).await.unwrap().status(), 401);
+}
