@@ -4,6 +4,14 @@
 //!
 //! Roles: `station` (bound to one station: submits for it, reads and cancels its requests),
 //! `mss` (posts MSS events), `reader` (groups, reports, metrics), `operator` (everything).
+//!
+//! Besides the token file, a caller may be a client certificate (`x509`: its subject mapped by
+//! `[[auth.x509]]`) or a WLCG JWT (`jwt`: verified against `[[auth.issuers]]`); `failures`
+//! answers, logs and rate-limits the refusals of all three.
+
+pub mod failures;
+pub mod jwt;
+pub mod x509;
 
 use std::fmt;
 use std::path::Path;
@@ -80,6 +88,9 @@ pub struct Principal {
     /// The token's name in the file (for logs and per-token rate limits).
     pub name: String,
     pub role: Role,
+    /// A WLCG token's storage scopes: the paths its station may stage and create files under
+    /// (`None`: no path limit).
+    pub scope: Option<std::sync::Arc<jwt::TokenScope>>,
 }
 
 impl Principal {
@@ -88,6 +99,7 @@ impl Principal {
         Principal {
             name: "anonymous".into(),
             role: Role::Operator,
+            scope: None,
         }
     }
 
@@ -99,6 +111,32 @@ impl Principal {
             _ => false,
         }
     }
+}
+
+/// The role a `role` string and an optional `station` name, as the token file and
+/// `[[auth.x509]]` write them; the refusal names the field (`role` or `station`).
+pub fn role_of(role: &str, station: Option<String>) -> Result<Role, (&'static str, String)> {
+    let kind = RoleKind::parse(role).ok_or_else(|| {
+        (
+            "role",
+            format!("`{role}` is not one of station, mss, reader, operator"),
+        )
+    })?;
+    match (kind, station) {
+        (RoleKind::Station, Some(s)) if !s.is_empty() => Ok(Role::Station(s)),
+        (RoleKind::Station, _) => Err(("station", "a station entry names its station".into())),
+        (_, Some(_)) => Err(("station", "only station entries name a station".into())),
+        (RoleKind::Mss, None) => Ok(Role::Mss),
+        (RoleKind::Reader, None) => Ok(Role::Reader),
+        (RoleKind::Operator, None) => Ok(Role::Operator),
+    }
+}
+
+/// `[[auth.x509]]` and `[[auth.issuers]]`, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthSettings {
+    pub x509: Vec<x509::X509Rule>,
+    pub issuers: Vec<jwt::IssuerSettings>,
 }
 
 /// Why a token file cannot be used.
@@ -203,7 +241,14 @@ impl TokenTable {
             if entries.iter().any(|(h, _)| *h == hash) {
                 return Err(invalid(format!("{key}: the same token is listed twice")));
             }
-            entries.push((hash, Principal { name: t.name, role }));
+            entries.push((
+                hash,
+                Principal {
+                    name: t.name,
+                    role,
+                    scope: None,
+                },
+            ));
         }
         Ok(TokenTable {
             entries,

@@ -12,6 +12,8 @@ use std::sync::{Arc, RwLock};
 
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 
+use crate::auth::jwt::Issuers;
+use crate::auth::x509::X509Rule;
 use crate::auth::TokenTable;
 use crate::domain::PolicySettings;
 
@@ -39,7 +41,36 @@ pub struct Live {
     /// The bearer tokens, read from the token file at start and at every reload (so tokens
     /// rotate without a restart); `None`: authentication is off and every caller is an operator.
     pub tokens: Option<Arc<TokenTable>>,
+    /// Client certificate subjects and their roles (`[[auth.x509]]`).
+    pub x509: Arc<[X509Rule]>,
+    /// WLCG token issuers and their key caches (`[[auth.issuers]]`).
+    pub issuers: Arc<Issuers>,
     pub stamp: ConfigStamp,
+}
+
+/// Who may call: the token file, certificate subjects, token issuers.
+pub struct Identities {
+    pub tokens: Option<Arc<TokenTable>>,
+    pub x509: Arc<[X509Rule]>,
+    pub issuers: Arc<Issuers>,
+}
+
+impl Identities {
+    /// Nobody: authentication is off.
+    pub fn none() -> Identities {
+        Identities {
+            tokens: None,
+            x509: Arc::from(Vec::new()),
+            issuers: Arc::new(Issuers::empty()),
+        }
+    }
+}
+
+impl Live {
+    /// Whether callers must authenticate (else each is an operator: loopback only).
+    pub fn auth_on(&self) -> bool {
+        self.tokens.is_some() || !self.x509.is_empty() || !self.issuers.is_empty()
+    }
 }
 
 impl Live {
@@ -49,7 +80,7 @@ impl Live {
         policy: Arc<PolicySettings>,
         station: (u32, u32),
         submit: (u32, u32),
-        tokens: Option<Arc<TokenTable>>,
+        identities: Identities,
         stamp: ConfigStamp,
         before: Option<&Live>,
     ) -> Live {
@@ -67,7 +98,9 @@ impl Live {
             station_rate: station,
             submit_limiter,
             submit_rate: submit,
-            tokens,
+            tokens: identities.tokens,
+            x509: identities.x509,
+            issuers: identities.issuers,
             stamp,
         }
     }

@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::api::{self, AppState};
+use crate::auth::jwt::Issuers;
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
@@ -29,8 +30,10 @@ use crate::dispatcher::Dispatcher;
 use crate::dispatcher::{AdapterSettings, SimulatorSettings};
 use crate::ledger::identity::DbFile;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
-use crate::live_settings::{ConfigStamp, LiveSettings};
+use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
 use crate::readiness::Readiness;
+use crate::server::tls::TlsSource;
+use crate::server::{PlainHttp, ServerSettings};
 use reload::{LoadSettings, Loaded, Reloader};
 
 /// Why the broker could not start.
@@ -56,6 +59,12 @@ pub enum StartupError {
     Tokens(#[from] crate::auth::TokenFileError),
     #[error("refusing to listen on {addr}: {why}; listen on a loopback address (127.0.0.1) or configure your own token file")]
     Exposed { addr: SocketAddr, why: &'static str },
+    #[error("refusing to listen on {addr} in plain HTTP: every token and request would cross the network in clear text; configure [server.tls] (cert, key), or set [server] plain_http = \"behind_proxy\" if a TLS proxy terminates in front of the broker, or listen on a loopback address (127.0.0.1)")]
+    PlainHttp { addr: SocketAddr },
+    #[error("cannot use the TLS files: {0}")]
+    Tls(#[from] crate::server::tls::TlsError),
+    #[error("auth.issuers: {0}")]
+    Issuers(String),
 }
 
 /// What to do about an address in use.
@@ -78,6 +87,7 @@ pub struct Application {
     writer: std::thread::JoinHandle<()>,
     simulator: Option<SimulatorHandle>,
     server: crate::server::ServerSettings,
+    tls: Option<TlsSource>,
 }
 
 impl Application {
@@ -105,7 +115,12 @@ impl Application {
         clock: Arc<dyn Clock>,
     ) -> Result<Application, StartupError> {
         let settings = &loaded.settings;
-        let tokens = load_tokens(settings)?;
+        let identities = load_identities(settings, None)?;
+        refuse_plain_http(&settings.server)?;
+        let tls = match &settings.server.tls {
+            Some(t) => Some(TlsSource::load(t)?),
+            None => None,
+        };
         // The addresses first: a port in use stops the start before a database is created or a
         // simulator started.
         let (listener, addr) = bind(settings.server.listen, "server.listen").await?;
@@ -129,7 +144,7 @@ impl Application {
             loaded_at_ms: clock.now_ms(),
         };
         let live = Arc::new(LiveSettings::new(reload::live_of(
-            settings, tokens, stamp, None,
+            settings, identities, stamp, None,
         )));
         let reloader = Reloader::new(
             load,
@@ -137,6 +152,7 @@ impl Application {
             live.clone(),
             ledger.clone(),
             clock.clone(),
+            tls.clone(),
         );
         let dispatcher = Dispatcher::new(
             ledger.clone(),
@@ -162,6 +178,9 @@ impl Application {
             cancels: cancel_tx,
             mss: adapter,
             readiness: Arc::new(readiness),
+            tls: tls.clone(),
+            trusted_proxies: settings.server.trusted_proxies.clone().into(),
+            auth_failures: Arc::new(crate::auth::failures::FailureGate::new()),
         };
         Ok(Application {
             listener,
@@ -173,12 +192,21 @@ impl Application {
             writer,
             simulator,
             server: settings.server.clone(),
+            tls,
         })
     }
 
     /// The address the API is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `https` when the API is served over TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        match self.tls.as_ref().map(|t| t.current().server.is_some()) {
+            Some(true) => "https",
+            _ => "http",
+        }
     }
 
     /// What reloads this broker's configuration (SIGHUP's handler calls it).
@@ -198,12 +226,14 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
+        let scheme = self.scheme();
         let mut tasks = JoinSet::new();
         self.dispatcher.spawn(self.cancels, &mut tasks);
         tasks.spawn(crate::readiness::tick_loop(self.state.ledger.clone()));
-        info!(addr = %self.addr, mss = %self.mss_url, "mssbroker serving");
+        info!(addr = %self.addr, scheme, mss = %self.mss_url, "mssbroker serving");
         let router = api::router(self.state);
-        let served = crate::server::serve(self.listener, router, &self.server, shutdown).await;
+        let served =
+            crate::server::serve(self.listener, router, &self.server, self.tls, shutdown).await;
         tasks.shutdown().await;
         // Every ledger handle is gone with the router and the loops: the writer drains and exits.
         let writer = self.writer;
@@ -296,28 +326,51 @@ fn build_adapter(
     })
 }
 
-/// Load the token file, and refuse to expose publicly known tokens (or none) beyond loopback.
-fn load_tokens(settings: &Settings) -> Result<Option<Arc<TokenTable>>, StartupError> {
-    let addr = settings.server.listen;
-    let exposed = !addr.ip().is_loopback();
-    let Some(path) = &settings.token_file else {
-        if exposed {
-            return Err(StartupError::Exposed {
-                addr,
-                why: "authentication is off ([auth] is not configured)",
-            });
-        }
-        return Ok(None);
-    };
-    let table = TokenTable::load(path)?;
-    if table.demo && exposed {
-        return Err(StartupError::Exposed {
-            addr,
-            why: "the configured tokens are the public demo tokens",
+/// Refuse plain HTTP beyond loopback unless a TLS proxy is said to terminate in front.
+fn refuse_plain_http(server: &ServerSettings) -> Result<(), StartupError> {
+    let tls = server.tls.as_ref().is_some_and(|t| t.cert.is_some());
+    let loopback = server.listen.ip().is_loopback();
+    if !tls && !loopback && server.plain_http != PlainHttp::BehindProxy {
+        return Err(StartupError::PlainHttp {
+            addr: server.listen,
         });
     }
-    info!(file = %path.display(), demo = table.demo, "bearer tokens loaded");
-    Ok(Some(Arc::new(table)))
+    Ok(())
+}
+
+/// Load the token file and the certificate and issuer rules (key caches taken over from
+/// `before`), and refuse to expose publicly known tokens (or none) beyond loopback.
+fn load_identities(settings: &Settings, before: Option<&Live>) -> Result<Identities, StartupError> {
+    let addr = settings.server.listen;
+    let exposed = !addr.ip().is_loopback();
+    let issuers = Issuers::new(&settings.auth.issuers, before.map(|b| &*b.issuers))
+        .map_err(StartupError::Issuers)?;
+    let x509: Arc<[_]> = settings.auth.x509.clone().into();
+    let tokens = match &settings.token_file {
+        Some(path) => {
+            let table = TokenTable::load(path)?;
+            if table.demo && exposed {
+                return Err(StartupError::Exposed {
+                    addr,
+                    why: "the configured tokens are the public demo tokens",
+                });
+            }
+            info!(file = %path.display(), demo = table.demo, "bearer tokens loaded");
+            Some(Arc::new(table))
+        }
+        None => None,
+    };
+    if tokens.is_none() && x509.is_empty() && issuers.is_empty() && exposed {
+        return Err(StartupError::Exposed {
+            addr,
+            why: "authentication is off ([auth] is not configured)",
+        });
+    }
+    Ok(Identities {
+        tokens,
+        x509,
+        issuers: Arc::new(issuers),
+    })
 }
 
 /// Start the bundled simulator on its bound `listener`; returns its URL and a stop handle.

@@ -16,6 +16,9 @@ pub struct ApiError {
     pub field: Option<String>,
     /// Seconds for a `Retry-After` header (429, 503).
     pub retry_after: Option<u64>,
+    /// The `WWW-Authenticate` of a refused credential (RFC 6750's `error` and
+    /// `error_description`); a 401 without one gets the plain challenge.
+    pub challenge: Option<String>,
 }
 
 /// Every refusal: what is wrong, and the field (or header) at fault.
@@ -32,7 +35,35 @@ impl ApiError {
             message: message.into(),
             field: field.map(str::to_string),
             retry_after: None,
+            challenge: None,
         }
+    }
+
+    /// A refused credential: 401 (`invalid_token`) or 403 (`insufficient_scope`), with a
+    /// `WWW-Authenticate` naming the problem.
+    pub fn refused_credential(status: StatusCode, message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        let error = if status == StatusCode::FORBIDDEN {
+            "insufficient_scope"
+        } else {
+            "invalid_token"
+        };
+        let description: String = message
+            .chars()
+            .map(|c| {
+                if c == '"' || c == '\\' || c.is_control() {
+                    '\''
+                } else {
+                    c
+                }
+            })
+            .filter(char::is_ascii)
+            .collect();
+        let mut e = ApiError::new(status, Some("authorization"), message);
+        e.challenge = Some(format!(
+            "Bearer realm=\"mssbroker\", error=\"{error}\", error_description=\"{description}\""
+        ));
+        e
     }
 
     /// 401: no token, or one the broker does not know.
@@ -124,7 +155,12 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, secs.into());
         }
-        if self.status == StatusCode::UNAUTHORIZED {
+        if let Some(value) = self
+            .challenge
+            .and_then(|c| header::HeaderValue::from_str(&c).ok())
+        {
+            headers.insert(header::WWW_AUTHENTICATE, value);
+        } else if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer, Basic realm=\"mssbroker\""),

@@ -47,6 +47,14 @@ pub struct AppState {
     pub mss: Arc<dyn mss_adapters::MssAdapter>,
     /// What `/readyz` checks.
     pub readiness: Arc<crate::readiness::Readiness>,
+    /// The client CAs a forwarded client certificate is verified against (and the listener's
+    /// TLS material), when `[server.tls]` is set.
+    pub tls: Option<crate::server::tls::TlsSource>,
+    /// Whose `X-Forwarded-For` and `X-SSL-Client-Cert` are believed (`[server]
+    /// trusted_proxies`, behind a proxy).
+    pub trusted_proxies: Arc<[crate::server::IpNet]>,
+    /// Refused credentials: logged once, rate-limited per address.
+    pub auth_failures: Arc<crate::auth::failures::FailureGate>,
 }
 
 /// The state as the handlers hold it: one `Arc`, so the clone axum makes per request (and per

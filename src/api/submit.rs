@@ -190,6 +190,7 @@ pub(super) async fn submit_one(
     })
     .await??;
     caller.may_submit_for(&input.station, "station")?;
+    caller.may_transfer(&input.file, input.direction, "file")?;
     let (gate, live) = state.live.deciding().await;
     let item = prepare(&state, &live, input, "")?;
     let mut answers = state.ledger.accept_each(vec![item]).await?;
@@ -355,6 +356,9 @@ fn prepare_items(
         let parsed = RequestInput::from_slice_at(raw.get().as_bytes(), &state.limits, &prefix);
         for station in stations_of(&parsed, raw) {
             caller.may_submit_for(&station, &format!("{prefix}station"))?;
+        }
+        if let Ok(input) = &parsed {
+            caller.may_transfer(&input.file, input.direction, &format!("{prefix}file"))?;
         }
         match parsed.and_then(|input| prepare(state, live, input, &prefix)) {
             Ok(item) => {

@@ -105,6 +105,7 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
         o.connections,
         o.seconds,
         "bl",
+        false,
     )
     .await?;
     println!(

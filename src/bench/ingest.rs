@@ -5,6 +5,8 @@
 //! second, p50 and p99 latency per call, the mean ledger commit size in commands (from the
 //! commit histogram of `/metrics`), and the single-request/healthz ratio.
 
+use std::path::PathBuf;
+
 use anyhow::Context;
 
 use super::child::RoundBroker;
@@ -20,6 +22,10 @@ pub struct IngestOptions {
     pub rounds: usize,
     /// Requests per batch in the batch phase.
     pub batch: usize,
+    /// Serve over TLS with this certificate chain and key (PEM).
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// A new connection for every call (over TLS: a full handshake per call).
+    pub fresh_connections: bool,
 }
 
 /// One round's three phases.
@@ -36,8 +42,21 @@ struct Phases {
 pub async fn run(o: &IngestOptions) -> anyhow::Result<()> {
     println!("{}\n{}", command_line(), machine());
     println!(
-        "bench ingest: {} connections, {} s per phase, {} round(s), batches of {}",
-        o.connections, o.seconds, o.rounds, o.batch
+        "bench ingest: {} connections, {} s per phase, {} round(s), batches of {}, {}, {}",
+        o.connections,
+        o.seconds,
+        o.rounds,
+        o.batch,
+        if o.tls.is_some() {
+            "https (TLS)"
+        } else {
+            "plain http"
+        },
+        if o.fresh_connections {
+            "a new connection per call"
+        } else {
+            "keep-alive connections"
+        }
     );
     let mut all = Vec::new();
     for round in 0..o.rounds {
@@ -102,16 +121,36 @@ async fn one_round(o: &IngestOptions, round: usize) -> anyhow::Result<Phases> {
         settings.limits.max_batch
     );
     settings.limits.max_batch = settings.limits.max_batch.max(o.batch);
+    if let Some((cert, key)) = &o.tls {
+        anyhow::ensure!(
+            std::env::var_os(super::child::SERVE_BINARY).is_none(),
+            "--tls-cert runs the broker in this process only (unset {})",
+            super::child::SERVE_BINARY
+        );
+        settings.server.tls = Some(crate::server::TlsSettings {
+            cert: Some((cert.clone(), key.clone())),
+            client_ca: None,
+            crl: Vec::new(),
+        });
+    }
     let broker = RoundBroker::start(&settings, crate::config::EMBEDDED, &dir).await?;
     let base = broker.base().to_string();
     let (c, s) = (o.connections, o.seconds);
     let cpu = || broker.cpu_seconds();
     let cpu0 = cpu();
-    let healthz = drive(&base, Call::Healthz, c, s, "h").await?;
+    let healthz = drive(&base, Call::Healthz, c, s, "h", o.fresh_connections).await?;
     let (cpu1, before) = (cpu(), commits(&base).await?);
-    let single = drive(&base, Call::Submit(1), c, s, "s").await?;
+    let single = drive(&base, Call::Submit(1), c, s, "s", o.fresh_connections).await?;
     let (cpu2, middle) = (cpu(), commits(&base).await?);
-    let batch = drive(&base, Call::Submit(o.batch.max(2)), c, s, "b").await?;
+    let batch = drive(
+        &base,
+        Call::Submit(o.batch.max(2)),
+        c,
+        s,
+        "b",
+        o.fresh_connections,
+    )
+    .await?;
     let (cpu3, after) = (cpu(), commits(&base).await?);
     if let (Some(a), Some(b), Some(c), Some(d)) = (cpu0, cpu1, cpu2, cpu3) {
         let per = |from: f64, to: f64, r: &Round| (to - from) * 1e6 / r.requests.max(1) as f64;

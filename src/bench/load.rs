@@ -35,7 +35,7 @@ pub(crate) struct Broker {
 impl Broker {
     pub async fn start(settings: &Settings) -> anyhow::Result<Broker> {
         let app = Application::build(settings).await?;
-        let base = format!("http://{}", app.local_addr());
+        let base = format!("{}://{}", app.scheme(), app.local_addr());
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until_stopped(async {
             let _ = stopped.await;
@@ -50,20 +50,33 @@ impl Broker {
     }
 }
 
+/// A load client for `base`: keep-alive (one idle connection kept), or a new connection for
+/// every call when `fresh` (over TLS: a handshake per call). Over `https` the broker's
+/// certificate is not verified: the benchmark started that broker itself with the certificate
+/// it was given, and measures the cost of TLS, not a trust decision.
+pub(crate) fn http_client(base: &str, fresh: bool) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(if fresh { 0 } else { 1 })
+        .tls_danger_accept_invalid_certs(base.starts_with("https://"))
+        .build()
+}
+
 /// Run `connections` clients doing `call` for `seconds`; requests counted (a batch counts its
-/// requests) and each call's latency. `tag` keeps client request ids apart between runs.
+/// requests) and each call's latency. `tag` keeps client request ids apart between runs;
+/// `fresh`: a new connection for every call.
 pub(crate) async fn drive(
     base: &str,
     call: Call,
     connections: usize,
     seconds: f64,
     tag: &str,
+    fresh: bool,
 ) -> anyhow::Result<Round> {
     let running = Arc::new(AtomicBool::new(true));
     let clients: Vec<_> = (0..connections)
         .map(|c| {
             let (base, tag, running) = (base.to_string(), format!("{tag}-{c}"), running.clone());
-            tokio::spawn(async move { client(&base, call, &tag, c, &running).await })
+            tokio::spawn(async move { client(&base, call, &tag, c, &running, fresh).await })
         })
         .collect();
     let start = Instant::now();
@@ -88,10 +101,9 @@ async fn client(
     tag: &str,
     c: usize,
     running: &AtomicBool,
+    fresh: bool,
 ) -> anyhow::Result<(u64, Vec<u64>)> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(1)
-        .build()?;
+    let http = http_client(base, fresh)?;
     let (mut n, mut done, mut latencies) = (0usize, 0u64, Vec::new());
     while running.load(Ordering::Relaxed) {
         let request = match call {
@@ -149,7 +161,7 @@ pub(super) fn item(tag: &str, c: usize, n: usize) -> Value {
 
 /// The ledger's commit histogram so far, from `GET /metrics`: (commits, commands).
 pub(crate) async fn commits(base: &str) -> anyhow::Result<(f64, f64)> {
-    let text = reqwest::Client::new()
+    let text = http_client(base, false)?
         .get(format!("{base}/metrics"))
         .bearer_auth(TOKEN)
         .send()

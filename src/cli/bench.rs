@@ -32,6 +32,17 @@ enum BenchMode {
         /// Requests per POST in the batch phase.
         #[arg(long, default_value_t = 1000)]
         batch: usize,
+        /// Serve over TLS with this certificate chain (PEM; with --tls-key). The load client
+        /// does not verify it: the handshake and encryption are what is measured.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The private key of --tls-cert (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
+        /// A new connection for every call instead of keep-alive (with --tls-cert: a handshake
+        /// per call).
+        #[arg(long)]
+        fresh_connections: bool,
     },
     /// A held-mode broker with `--queued` requests queued: memory, time to the first 202 and
     /// the first explain after a restart, a request read back right after its 202, ingest with
@@ -115,12 +126,17 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             seconds,
             rounds,
             batch,
+            tls_cert,
+            tls_key,
+            fresh_connections,
         }) => {
             let options = crate::bench::ingest::IngestOptions {
                 connections: connections.max(1),
                 seconds,
                 rounds: rounds.max(1),
                 batch: batch.max(2),
+                tls: tls_cert.zip(tls_key),
+                fresh_connections,
             };
             crate::bench::ingest::run(&options).await?;
         }

@@ -58,7 +58,8 @@ pub(super) async fn serve(
     // Before the banner and the "serving" line: a SIGTERM from then on stops it gracefully.
     let stops = StopSignals::install()?;
     banner(&format!(
-        "mssbroker listening on http://{}\nmss at {} (config {}, database {})\n",
+        "mssbroker listening on {}://{}\nmss at {} (config {}, database {})\n",
+        app.scheme(),
         app.local_addr(),
         app.mss_url(),
         settings.origin,

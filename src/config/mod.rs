@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod auth;
 mod describe;
 pub mod layers;
 mod limits;
@@ -87,6 +88,8 @@ pub struct Settings {
     /// The token file (`[auth] token_file`, relative to the configuration's directory); `None`
     /// turns authentication off.
     pub token_file: Option<PathBuf>,
+    /// Client certificate subjects and token issuers (`[[auth.x509]]`, `[[auth.issuers]]`).
+    pub auth: crate::auth::AuthSettings,
     pub server: ServerSettings,
     pub database: DatabaseSettings,
     pub policy: Arc<PolicySettings>,
@@ -188,7 +191,7 @@ impl Issues {
 // ---------------------------------------------------------------------------------------------
 
 fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> Option<Settings> {
-    let server = server::validate_server(&raw.server, issues);
+    let server = server::validate_server(&raw.server, base, issues);
     let database = DatabaseSettings {
         path: PathBuf::from(&raw.database.path),
         commit_batch_max: positive(
@@ -211,20 +214,24 @@ fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> O
     if let (Some(m), Some(p)) = (&mss, &policy) {
         mss::check_against_policy(m, p, issues, &mut notes);
     }
-    let token_file = match raw.auth {
-        Some(a) if a.token_file.is_empty() => {
-            issues.add(
-                "auth.token_file",
-                "may not be empty (remove [auth] to turn authentication off)",
-            );
-            None
-        }
-        Some(a) => Some(PathBuf::from(a.token_file)),
-        None => None,
+    let (token_file, auth) = match raw.auth {
+        Some(a) => auth::validate_auth(a, base, issues),
+        None => (None, crate::auth::AuthSettings::default()),
     };
+    let client_ca = |s: &ServerSettings| s.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    if server.as_ref().is_some_and(|s| !client_ca(s)) && !auth.x509.is_empty() {
+        issues.add(
+            "auth.x509",
+            "client certificates need server.tls.client_ca to verify them",
+        );
+    }
+    if server.as_ref().is_some_and(client_ca) && auth.x509.is_empty() {
+        notes.push("server.tls.client_ca is set but no [[auth.x509]] maps a certificate to a role: certificates are verified and refused".into());
+    }
     Some(Settings {
         origin: origin.to_string(),
         token_file,
+        auth,
         server: server?,
         database,
         policy: Arc::new(with_lookup(policy?, mss.as_ref())),

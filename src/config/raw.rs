@@ -44,7 +44,43 @@ pub(super) struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAuth {
-    pub token_file: String,
+    pub token_file: Option<String>,
+    /// `[[auth.x509]]`: client certificate subjects and their roles.
+    #[serde(default)]
+    pub x509: Vec<RawX509>,
+    /// `[[auth.issuers]]`: WLCG token issuers.
+    #[serde(default)]
+    pub issuers: Vec<RawIssuer>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawX509 {
+    pub subject: Option<String>,
+    pub subject_prefix: Option<String>,
+    pub role: String,
+    pub station: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIssuer {
+    pub iss: String,
+    pub audience: Option<String>,
+    pub ca_file: Option<String>,
+    #[serde(default)]
+    pub groups: BTreeMap<String, String>,
+    pub station_claim: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub client_ca: Option<String>,
+    #[serde(default)]
+    pub crl: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,6 +91,10 @@ pub(super) struct RawServer {
     pub header_read_timeout_ms: i64,
     pub idle_timeout_ms: i64,
     pub body_timeout_ms: i64,
+    /// "loopback_only" (the default) or "behind_proxy".
+    pub plain_http: String,
+    pub trusted_proxies: Vec<String>,
+    pub tls: Option<RawTls>,
 }
 
 impl Default for RawServer {
@@ -65,6 +105,9 @@ impl Default for RawServer {
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             body_timeout_ms: 30_000,
+            plain_http: "loopback_only".into(),
+            trusted_proxies: Vec::new(),
+            tls: None,
         }
     }
 }

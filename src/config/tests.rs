@@ -226,3 +226,66 @@ mod fuzz {
         }
     }
 }
+
+/// `[server.tls]`, `plain_http`, `trusted_proxies`, `[[auth.x509]]` and `[[auth.issuers]]`:
+/// each refusal names its key.
+#[test]
+fn secure_deployment_keys_are_refused_by_name() {
+    let server = |extra: &str| format!("[server]\n{extra}\n{}", base());
+    for (text, key) in [
+        (server("plain_http = \"open\""), "server.plain_http"),
+        (
+            server("plain_http = \"behind_proxy\"\ntrusted_proxies = [\"10.0.0.0/33\"]"),
+            "server.trusted_proxies[0]",
+        ),
+        (
+            server("trusted_proxies = [\"10.0.0.1\"]"),
+            "server.trusted_proxies",
+        ),
+        (server("[server.tls]\ncert = \"c.pem\""), "server.tls.key"),
+        (
+            server("[server.tls]\nclient_ca = \"ca\""),
+            "server.tls.cert",
+        ),
+        (
+            base() + "[auth]\n[[auth.x509]]\nsubject = \"CN=a\"\nrole = \"reader\"\n",
+            "auth.x509",
+        ),
+        (
+            server("[server.tls]\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"")
+                + "[auth]\n[[auth.x509]]\nrole = \"reader\"\n",
+            "auth.x509[0].subject",
+        ),
+        (
+            server("[server.tls]\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"")
+                + "[auth]\n[[auth.x509]]\nsubject = \"CN=a\"\nrole = \"station\"\n",
+            "auth.x509[0].station",
+        ),
+        (
+            base() + "[auth]\n[[auth.issuers]]\niss = \"http://iam.example.org/\"\n",
+            "auth.issuers[0].iss",
+        ),
+        (
+            base()
+                + "[auth]\n[[auth.issuers]]\niss = \"https://iam.example.org/\"\n\
+                   groups = { \"/cms\" = \"king\" }\n",
+            "auth.issuers[0].groups",
+        ),
+        (base() + "[auth]\n", "auth"),
+    ] {
+        let found = issues(&text);
+        assert!(
+            found.iter().any(|i| i.starts_with(&format!("{key}:"))),
+            "{key}: {found:?}"
+        );
+    }
+    let ok = server(
+        "plain_http = \"behind_proxy\"\ntrusted_proxies = [\"10.0.0.0/24\", \"::1\"]\n\
+         [server.tls]\nclient_ca = \"/etc/grid-security/certificates\"",
+    ) + "[auth]\n[[auth.x509]]\nsubject_prefix = \"/DC=ch/DC=cern/OU=Users\"\nrole = \"reader\"\n";
+    let s = Settings::parse(&ok, "test").expect("valid");
+    assert_eq!(s.server.trusted_proxies.len(), 2);
+    assert!(s.server.trusted_proxies[0].contains("10.0.0.7".parse().unwrap()));
+    assert!(!s.server.trusted_proxies[0].contains("10.0.1.7".parse().unwrap()));
+    assert!(s.token_file.is_none() && s.auth.x509.len() == 1);
+}

@@ -158,7 +158,10 @@ fn dispatcher_of(
         loaded_at_ms: 0,
     };
     let live = Arc::new(LiveSettings::new(crate::startup::reload::live_of(
-        settings, None, stamp, None,
+        settings,
+        crate::live_settings::Identities::none(),
+        stamp,
+        None,
     )));
     Dispatcher::new(
         ledger.clone(),

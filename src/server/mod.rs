@@ -12,11 +12,13 @@ pub mod fds;
 mod idle;
 pub mod request_id;
 mod settings;
+pub mod tls;
 
-pub use settings::ServerSettings;
+pub use settings::{IpNet, PlainHttp, ServerSettings, TlsSettings};
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,11 +45,21 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// Descriptors kept for everything but connections (database, MSS client, logs).
 const RESERVED_FDS: u64 = 128;
 
-/// Serve `router` on `listener` until `shutdown` completes, then wait for requests in flight.
+/// Who is at the other end of a connection, put in every request's extensions: its address
+/// and, over TLS with `client_ca`, its verified certificate's subject (or why it was refused).
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub cert: Option<Arc<tls::PeerCert>>,
+}
+
+/// Serve `router` on `listener` (over TLS when `tls` has a server certificate) until
+/// `shutdown` completes, then wait for requests in flight.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &ServerSettings,
+    tls: Option<tls::TlsSource>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     check_fd_limit(settings.max_connections);
@@ -71,14 +83,17 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, _peer)) => match slots.clone().try_acquire_owned() {
+            Ok((stream, addr)) => match slots.clone().try_acquire_owned() {
                 Ok(slot) => {
                     let conn = Connection {
                         stream,
+                        addr,
                         slot,
                         idle: settings.idle_timeout,
+                        handshake: settings.header_read_timeout,
                     };
-                    conn.spawn(&http, app.clone(), &graceful);
+                    let material = tls.as_ref().map(tls::TlsSource::current);
+                    conn.spawn(&http, app.clone(), &graceful, material);
                 }
                 Err(_) => {
                     refusals.note(None);
@@ -99,38 +114,87 @@ pub async fn serve(
 /// An accepted connection and the slot it holds.
 struct Connection {
     stream: TcpStream,
+    addr: SocketAddr,
     slot: OwnedSemaphorePermit,
     idle: Duration,
+    /// The longest a TLS handshake may take (the header read timeout).
+    handshake: Duration,
 }
 
 impl Connection {
-    /// Serve it on its own task until it closes, times out or goes idle.
-    fn spawn(self, http: &http1::Builder, app: Router, graceful: &GracefulShutdown) {
+    /// Serve it on its own task until it closes, times out or goes idle; over TLS when
+    /// `material` has a server certificate, the handshake first (bounded by `handshake`).
+    fn spawn(
+        self,
+        http: &http1::Builder,
+        app: Router,
+        graceful: &GracefulShutdown,
+        material: Option<Arc<tls::TlsMaterial>>,
+    ) {
         let activity = idle::Activity::new();
-        let io = TokioIo::new(idle::Tracked::new(self.stream, activity.clone()));
-        let handling = activity.clone();
-        let service = tower::service_fn(move |request: Request<Incoming>| {
-            let busy = handling.handling();
-            let answer = app.clone().oneshot(request);
-            async move {
-                let answer = answer.await;
-                drop(busy);
-                answer
-            }
-        });
-        let served = graceful.watch(http.serve_connection(io, TowerToHyperService::new(service)));
-        let (slot, idle) = (self.slot, self.idle);
+        let stream = idle::Tracked::new(self.stream, activity.clone());
+        let (http, watcher) = (http.clone(), graceful.watcher());
+        let (slot, idle, addr, limit) = (self.slot, self.idle, self.addr, self.handshake);
         tokio::spawn(async move {
-            tokio::select! {
-                result = served => {
-                    if let Err(e) = result {
-                        debug!(error = %e, "connection closed");
-                    }
+            let server = material.as_ref().and_then(|m| m.server.clone());
+            let Some(config) = server else {
+                let peer = Peer { addr, cert: None };
+                serve_io(stream, peer, &http, app, watcher, activity, idle).await;
+                drop(slot);
+                return;
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let trust = material.as_ref().and_then(|m| m.clients.clone());
+                    let presented = tls.get_ref().1.peer_certificates();
+                    let cert = match (trust, presented) {
+                        (Some(trust), Some(chain)) => Some(Arc::new(trust.verify(chain))),
+                        _ => None,
+                    };
+                    let peer = Peer { addr, cert };
+                    serve_io(tls, peer, &http, app, watcher, activity, idle).await;
                 }
-                () = activity.idle_for(idle) => debug!("idle connection closed"),
+                Ok(Err(e)) => debug!(peer = %addr, error = %e, "tls handshake failed"),
+                Err(_) => debug!(peer = %addr, "tls handshake timed out"),
             }
             drop(slot);
         });
+    }
+}
+
+/// Serve HTTP/1.1 on `io` until it closes or goes idle for `idle`; each request carries `peer`.
+async fn serve_io<I>(
+    io: I,
+    peer: Peer,
+    http: &http1::Builder,
+    app: Router,
+    watcher: hyper_util::server::graceful::Watcher,
+    activity: idle::Activity,
+    idle: Duration,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let handling = activity.clone();
+    let service = tower::service_fn(move |mut request: Request<Incoming>| {
+        let busy = handling.handling();
+        request.extensions_mut().insert(peer.clone());
+        let answer = app.clone().oneshot(request);
+        async move {
+            let answer = answer.await;
+            drop(busy);
+            answer
+        }
+    });
+    let served =
+        watcher.watch(http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)));
+    tokio::select! {
+        result = served => {
+            if let Err(e) = result {
+                debug!(error = %e, "connection closed");
+            }
+        }
+        () = activity.idle_for(idle) => debug!("idle connection closed"),
     }
 }
 

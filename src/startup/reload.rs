@@ -19,14 +19,14 @@ use mss_adapters::redact;
 use tracing::{info, warn};
 
 use crate::api::InputLimits;
-use crate::auth::TokenTable;
 use crate::clock::Clock;
 use crate::config::layers::{self, Layers, Sourced};
 use crate::config::{ConfigError, Settings, DEFAULT_PATH, EMBEDDED};
 use crate::dispatcher::MssSettings;
 use crate::ledger::{Ledger, LedgerError};
-use crate::live_settings::{ConfigStamp, Live, LiveSettings};
+use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
 use crate::live_settings::{Refusal, Reload, ReloadRefused, Reloaded};
+use crate::server::tls::TlsSource;
 
 /// A loaded configuration and the SHA-256 of the file bytes it came from.
 #[derive(Clone)]
@@ -117,6 +117,9 @@ pub enum ReloadError {
     /// The token file (its path is fixed) cannot be read or is refused.
     #[error("{0}")]
     Tokens(String),
+    /// The TLS files (their paths are fixed) cannot be read or are refused.
+    #[error("{0}")]
+    Tls(crate::server::tls::TlsError),
 }
 
 impl ReloadError {
@@ -131,6 +134,7 @@ impl ReloadError {
             ReloadError::Ledger(LedgerError::RemovedGroups(_)) => "shares".to_string(),
             ReloadError::Ledger(_) => "config".to_string(),
             ReloadError::Tokens(_) => "auth.token_file".to_string(),
+            ReloadError::Tls(e) => e.key.to_string(),
         }
     }
 
@@ -141,7 +145,7 @@ impl ReloadError {
             ReloadError::Fixed { .. } => Refusal::Fixed,
             ReloadError::Ledger(LedgerError::RemovedGroups(_)) => Refusal::RemovedGroups,
             ReloadError::Ledger(_) => Refusal::Failed,
-            ReloadError::Tokens(_) => Refusal::Invalid,
+            ReloadError::Tokens(_) | ReloadError::Tls(_) => Refusal::Invalid,
         };
         ReloadRefused {
             why,
@@ -159,6 +163,8 @@ pub struct Reloader {
     live: Arc<LiveSettings>,
     ledger: Ledger,
     clock: Arc<dyn Clock>,
+    /// The TLS files in force, read again at every reload.
+    tls: Option<TlsSource>,
     /// One reload at a time (SIGHUP and the endpoint may come together).
     one: tokio::sync::Mutex<()>,
 }
@@ -170,6 +176,7 @@ impl Reloader {
         live: Arc<LiveSettings>,
         ledger: Ledger,
         clock: Arc<dyn Clock>,
+        tls: Option<TlsSource>,
     ) -> Reloader {
         Reloader {
             load,
@@ -177,6 +184,7 @@ impl Reloader {
             live,
             ledger,
             clock,
+            tls,
             one: tokio::sync::Mutex::new(()),
         }
     }
@@ -202,8 +210,15 @@ impl Reloader {
             .map_err(ReloadError::Config)?;
         fixed_unchanged(&self.started, &loaded.settings)?;
         let new = &loaded.settings;
-        // The token file's contents are live (the path is not): tokens rotate by a reload.
-        let tokens = super::load_tokens(new).map_err(|e| ReloadError::Tokens(e.to_string()))?;
+        // The token file's contents are live (the path is not): tokens rotate by a reload; so
+        // are the TLS files' (a renewed certificate is served from the next handshake on).
+        let before = self.live.get();
+        let identities = super::load_identities(new, Some(&before))
+            .map_err(|e| ReloadError::Tokens(e.to_string()))?;
+        let tls = match &self.tls {
+            Some(source) => Some(source.prepare().map_err(ReloadError::Tls)?),
+            None => None,
+        };
         for note in &new.notes {
             warn!(note = %note, "configuration note");
         }
@@ -212,7 +227,6 @@ impl Reloader {
         // committed meanwhile and takes the new policy (see `ledger::Ledger::prepare_reload`).
         let prepared =
             (self.ledger.prepare_reload(new.policy.clone()).await).map_err(ReloadError::Ledger)?;
-        let before = self.live.get();
         let _closed = self.live.swapping().await;
         (self.ledger.install_reload(prepared).await).map_err(ReloadError::Ledger)?;
         let stamp = ConfigStamp {
@@ -221,7 +235,10 @@ impl Reloader {
             loaded_at_ms: self.clock.now_ms(),
         };
         self.live
-            .swap(live_of(new, tokens, stamp.clone(), Some(&before)));
+            .swap(live_of(new, identities, stamp.clone(), Some(&before)));
+        if let (Some(source), Some(material)) = (&self.tls, tls) {
+            source.install(material);
+        }
         Ok(Reloaded {
             changed: stamp.sha256 != before.stamp.sha256,
             stamp,
@@ -243,7 +260,7 @@ impl Reload for Reloader {
 /// The live part of `settings`.
 pub fn live_of(
     settings: &Settings,
-    tokens: Option<Arc<TokenTable>>,
+    identities: Identities,
     stamp: ConfigStamp,
     before: Option<&Live>,
 ) -> Live {
@@ -254,7 +271,7 @@ pub fn live_of(
             settings.limits.station_burst,
         ),
         (settings.mss.submit_rate_per_sec, settings.mss.submit_burst),
-        tokens,
+        identities,
         stamp,
         before,
     )
@@ -314,6 +331,13 @@ fn fixed_server(was: &Settings, now: &Settings) -> Vec<Pair> {
             d(now.database.commit_batch_max),
         ),
         ("auth.token_file", d(&was.token_file), d(&now.token_file)),
+        ("server.plain_http", d(w.plain_http), d(n.plain_http)),
+        (
+            "server.trusted_proxies",
+            d(&w.trusted_proxies),
+            d(&n.trusted_proxies),
+        ),
+        ("server.tls", d(&w.tls), d(&n.tls)),
     ]
 }
 

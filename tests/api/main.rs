@@ -36,6 +36,7 @@ mod restore;
 mod shares;
 mod simulate;
 mod simulate_volumes;
+mod tls;
 mod trace_export;
 mod url_secrets;
 mod volume_lookup;
