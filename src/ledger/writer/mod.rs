@@ -20,6 +20,7 @@ mod queued;
 mod release;
 mod reload;
 mod removed;
+mod reserve;
 mod rows;
 mod sends;
 mod settle;
@@ -554,7 +555,7 @@ impl Writer {
                 self.published.publish(
                     &self.policy,
                     (&self.state.usage, &self.state.queues),
-                    &self.state.queue,
+                    (&self.state.queue, self.state.priority_demand()),
                 );
                 drop(gate);
                 for (reply, traced) in replies.iter().zip(&traced) {
