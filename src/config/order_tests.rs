@@ -166,9 +166,17 @@ fn reserve_keys_are_read_and_bad_ones_refused_naming_the_key() {
     );
     let s = Settings::parse(&text, "test").expect("valid");
     let r = &s.policy.order.release.reserve;
-    assert_eq!((r.drives, r.window_ms, r.drives_of("LTO8")), (1, 900_000, 2));
+    assert_eq!(
+        (r.drives, r.window_ms, r.drives_of("LTO8")),
+        (1, 900_000, 2)
+    );
     let cases = [
-        ("volumes", "max_volumes = 2", "drives = 2", "release.reserve.drives"),
+        (
+            "volumes",
+            "max_volumes = 2",
+            "drives = 2",
+            "release.reserve.drives",
+        ),
         ("held", "", "drives = 8", "release.reserve.drives"),
         (
             "volumes",
@@ -177,7 +185,12 @@ fn reserve_keys_are_read_and_bad_ones_refused_naming_the_key() {
             "release.reserve.libraries.\"LTO8\"",
         ),
         ("volumes", "", "drives = -1", "release.reserve.drives"),
-        ("held", "", "window_secs = -1", "release.reserve.window_secs"),
+        (
+            "held",
+            "",
+            "window_secs = -1",
+            "release.reserve.window_secs",
+        ),
         ("held", "", "colour = 1", "colour"),
     ];
     for (mode, volumes, reserve, key) in cases {

@@ -125,7 +125,10 @@ mod tests {
             last_seen_ms: Some(0),
         };
         let r = reservation(&s, "", d, 10_000_000);
-        assert_eq!((r.reserved, r.priority_waiting, r.until_ms), (1, true, None));
+        assert_eq!(
+            (r.reserved, r.priority_waiting, r.until_ms),
+            (1, true, None)
+        );
         assert_eq!(r.fair_cap(6), 5);
         assert_eq!(reservation(&s, "big", d, 0).fair_cap(6), 4);
         assert!(!reservation(&s, "none", d, 0).holds());

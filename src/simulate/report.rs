@@ -215,7 +215,8 @@ pub fn run_report(
         .flat_map(|g| o.waits[g.0].iter().copied())
         .collect();
     priority_waits.sort_unstable();
-    let priority_wait = |p: f64| (!priority_waits.is_empty()).then(|| secs(percentile(&priority_waits, p)));
+    let priority_wait =
+        |p: f64| (!priority_waits.is_empty()).then(|| secs(percentile(&priority_waits, p)));
     let batched = mode == "volumes";
     let batch_files: usize = o.batches.iter().map(|b| b.files).sum();
     RunReport {

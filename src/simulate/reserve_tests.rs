@@ -106,7 +106,11 @@ fn a_priority_request_arriving_while_every_drive_is_busy_starts_on_the_reserved_
     let on = policy("volumes", "drives = 1\nwindow_secs = 600");
     let o = run(&on, two_drives(), &load(&on, true), u64::MAX);
     assert_eq!(data_taking_waits(&on, &o), vec![0, 0]);
-    assert_eq!(v3_first_batch(&o), 906 * SEC, "the window's end, not before");
+    assert_eq!(
+        v3_first_batch(&o),
+        906 * SEC,
+        "the window's end, not before"
+    );
     assert_eq!(o.unfinished, 0);
 }
 

@@ -58,8 +58,7 @@ async fn wait_state(app: &TestApp, id: i64, states: &[&str], limit: Duration) ->
 }
 
 #[tokio::test]
-async fn a_data_taking_request_arriving_while_batches_hold_the_drives_starts_on_the_reserved_one()
-{
+async fn a_data_taking_request_arriving_while_batches_hold_the_drives_starts_on_the_reserved_one() {
     let sim = SimProcess::start_with_drives(2, 10.0, &["--model", "enstore"]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("broker.db");

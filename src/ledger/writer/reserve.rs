@@ -12,7 +12,12 @@ impl Txn<'_, '_> {
     /// What the reservation holds back at `library` now.
     pub fn reservation(&self, library: &str) -> Reservation {
         let demand = self.st.priority_demand();
-        reservation(&self.policy.order.release.reserve, library, demand, self.now)
+        reservation(
+            &self.policy.order.release.reserve,
+            library,
+            demand,
+            self.now,
+        )
     }
 
     /// Slots priority-class requests take at `library` (accepted, submitted, running): only

@@ -15,7 +15,12 @@ impl Run<'_> {
             waiting: self.waiting_priority,
             last_seen_ms: self.priority_seen.last_seen_ms,
         };
-        reservation(&self.policy.order.release.reserve, "", demand, self.now_ms())
+        reservation(
+            &self.policy.order.release.reserve,
+            "",
+            demand,
+            self.now_ms(),
+        )
     }
 
     /// A request ended at the library: a priority one gives its slots back and is seen (as
