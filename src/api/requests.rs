@@ -8,7 +8,7 @@ use axum::Json;
 
 use super::caller::Caller;
 use super::error::{self, ApiError};
-use super::responses::{self, CancelBody, RequestBody};
+use super::responses::{self, CancelBody, DriveReserveBody, RequestBody};
 use super::schemas::PositionBasisBody;
 use super::Shared;
 use crate::auth::RoleKind;
@@ -86,6 +86,12 @@ pub(super) async fn get_request(
                     body.explain = Some(serde_json::to_value(&live).unwrap_or_default());
                     body.position_basis = PositionBasisBody::of(q.basis);
                     body.volume_wait = q.volume.map(Into::into);
+                    body.drive_reserve = q.drive_reserve.map(|r| DriveReserveBody {
+                        reserved_drives: r.reserved,
+                        priority_waiting: r.priority_waiting,
+                        until_ms: r.until_ms,
+                        library: q.library.clone(),
+                    });
                 }
             }
             Ok(Json(body).into_response())

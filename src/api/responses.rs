@@ -150,6 +150,10 @@ pub struct RequestBody {
     /// volume's queued bytes and files, which eligibility rule it waits on, and its group's
     /// place in the order; `null` otherwise.
     pub volume_wait: Option<VolumeWaitBody>,
+    /// For a `queued` request in the `held` or `volumes` release mode while its library keeps
+    /// drives free of fair-share work for data taking (`[release.reserve]`, docs/volumes.md "A
+    /// drive for data taking"): how many, and why; `null` when no drive is held back.
+    pub drive_reserve: Option<DriveReserveBody>,
     /// For a duplicate read (state `riding`, and after it settled): the request whose MSS
     /// transfer it shares; it completes, fails or retries with that one. Shown only to a caller
     /// that may read that request (its station's token or an operator's): `null` for another
@@ -179,6 +183,22 @@ impl VolumeSourceBody {
             (Some(_), _) => VolumeSourceBody::Station,
         }
     }
+}
+
+/// Drives a library keeps free of fair-share work for the priority classes (data taking).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DriveReserveBody {
+    /// The library.
+    pub library: String,
+    /// Slots (drives) fair-share work may not take now (`release.reserve.drives`).
+    pub reserved_drives: u32,
+    /// A priority-class request waits at the MSS now: besides the reserved drives, no sticky
+    /// volume is extended and no other group rides on a batch.
+    pub priority_waiting: bool,
+    /// When the reservation lapses unless data taking is seen again (ms since the epoch):
+    /// `release.reserve.window_secs` after a priority request last moved; `null` while one
+    /// waits.
+    pub until_ms: Option<i64>,
 }
 
 /// Where a request waiting in the `volumes` release mode stands (docs/volumes-live.md).
@@ -272,6 +292,7 @@ impl From<RequestRecord> for RequestBody {
             bfid: r.bfid,
             position: r.position,
             volume_wait: None,
+            drive_reserve: None,
             rides_on: r.rides_on,
         }
     }

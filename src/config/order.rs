@@ -13,6 +13,7 @@ use crate::domain::{GroupId, GroupInfo, GroupKind};
 use crate::policy::fbsng::QueueParams;
 use crate::policy::multifactor::{Multifactor, Qos, SizeFavours};
 use crate::policy::order::{Algorithm, OrderSettings, Release, ReleaseMode, VolumeSettings};
+use crate::policy::reserve::ReserveSettings;
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -64,6 +65,26 @@ pub(super) struct RawRelease {
     libraries: BTreeMap<String, i64>,
     volumes: RawVolumes,
     coalesce: String,
+    reserve: RawReserve,
+}
+
+/// `[release.reserve]`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawReserve {
+    drives: i64,
+    window_secs: i64,
+    libraries: BTreeMap<String, i64>,
+}
+
+impl Default for RawReserve {
+    fn default() -> Self {
+        RawReserve {
+            drives: 0,
+            window_secs: 600,
+            libraries: BTreeMap::new(),
+        }
+    }
 }
 
 impl Default for RawRelease {
@@ -75,6 +96,7 @@ impl Default for RawRelease {
             libraries: BTreeMap::new(),
             volumes: RawVolumes::default(),
             coalesce: "in_flight".into(),
+            reserve: RawReserve::default(),
         }
     }
 }
@@ -277,14 +299,79 @@ fn validate_release(raw: &RawRelease, issues: &mut Issues) -> Release {
             );
             Coalesce::InFlight
         });
-    Release {
+    let mut release = Release {
         mode,
         limit,
         libraries,
         slot_bytes: raw.slot_bytes.max(0) as u64,
         volumes: validate_volumes(&raw.volumes, issues),
         coalesce,
+        reserve: ReserveSettings::default(),
+    };
+    release.reserve = validate_reserve(&raw.reserve, &release, issues);
+    release
+}
+
+/// `[release.reserve]`: `drives` 0 (off) or more, and below every library's slots in the mode
+/// (held: `limit`, volumes: `max_volumes`), so fair share always keeps one; `window_secs` 0 or
+/// more.
+fn validate_reserve(raw: &RawReserve, release: &Release, issues: &mut Issues) -> ReserveSettings {
+    let count = |v: i64, k: &str, issues: &mut Issues| -> u32 {
+        if !(0..=i64::from(u32::MAX)).contains(&v) {
+            issues.add(k, format!("must be 0 (off) or a positive integer, got {v}"));
+            return 0;
+        }
+        v as u32
+    };
+    let drives = count(raw.drives, "release.reserve.drives", issues);
+    let libraries: BTreeMap<String, u32> = (raw.libraries.iter())
+        .map(|(name, &v)| {
+            let k = format!("release.reserve.libraries.\"{name}\"");
+            (name.clone(), count(v, &k, issues))
+        })
+        .collect();
+    if !(0..=i64::MAX / 1000).contains(&raw.window_secs) {
+        issues.add(
+            "release.reserve.window_secs",
+            format!(
+                "must be 0 or a positive number of seconds, got {}",
+                raw.window_secs
+            ),
+        );
     }
+    let reserve = ReserveSettings {
+        drives,
+        window_ms: raw.window_secs.clamp(0, i64::MAX / 1000) * 1000,
+        libraries,
+    };
+    let (cap_key, cap_of): (&str, &dyn Fn(&str) -> u32) = match release.mode {
+        ReleaseMode::Held => ("release.limit", &|l| release.limit_of(l)),
+        ReleaseMode::Volumes => ("release.volumes.max_volumes", &|l| {
+            release.volumes.max_volumes_of(l)
+        }),
+        ReleaseMode::PassThrough => return reserve,
+    };
+    let named = (release.libraries.keys())
+        .chain(release.volumes.libraries.keys())
+        .chain(reserve.libraries.keys());
+    for lib in std::iter::once(&String::new()).chain(named) {
+        let (d, cap) = (reserve.drives_of(lib), cap_of(lib));
+        if d > 0 && d >= cap {
+            let key = if reserve.libraries.contains_key(lib) {
+                format!("release.reserve.libraries.\"{lib}\"")
+            } else {
+                "release.reserve.drives".to_string()
+            };
+            issues.add(
+                key,
+                format!(
+                    "must be below {cap_key} of library \"{lib}\" ({cap}), so fair share keeps a \
+                     slot, got {d}"
+                ),
+            );
+        }
+    }
+    reserve
 }
 
 /// `[release.volumes]`: every amount positive, except `quiet_secs` and `sticky_secs` (0: off);

@@ -1,4 +1,5 @@
-//! `[release.volumes]` and `[targets."path"] max_volumes`, through `Settings::parse`.
+//! `[release.volumes]`, `[release.reserve]` and `[targets."path"] max_volumes`, through
+//! `Settings::parse`.
 
 use crate::config::{ConfigError, Settings};
 use crate::domain::order::{ReleaseMode, VolumeSettings};
@@ -152,4 +153,57 @@ fn a_bad_group_max_volumes_is_refused_naming_the_key() {
             "{v}: {found:?}"
         );
     }
+}
+
+/// `[release.reserve]`: read in every mode; `drives` below each library's slots of the mode
+/// (held: `limit`, volumes: `max_volumes`), else an issue naming the key (the per-library one
+/// when it is a library's own figure); negative amounts and unknown keys refused.
+#[test]
+fn reserve_keys_are_read_and_bad_ones_refused_naming_the_key() {
+    let text = base(
+        "[release]\nmode = \"volumes\"\n[release.volumes]\nmax_volumes = 6\n\
+         [release.reserve]\ndrives = 1\nwindow_secs = 900\n[release.reserve.libraries]\nLTO8 = 2",
+    );
+    let s = Settings::parse(&text, "test").expect("valid");
+    let r = &s.policy.order.release.reserve;
+    assert_eq!(
+        (r.drives, r.window_ms, r.drives_of("LTO8")),
+        (1, 900_000, 2)
+    );
+    let cases = [
+        (
+            "volumes",
+            "max_volumes = 2",
+            "drives = 2",
+            "release.reserve.drives",
+        ),
+        ("held", "", "drives = 8", "release.reserve.drives"),
+        (
+            "volumes",
+            "max_volumes = 6\n[release.volumes.libraries]\nLTO8 = 2",
+            "drives = 1\n[release.reserve.libraries]\nLTO8 = 2",
+            "release.reserve.libraries.\"LTO8\"",
+        ),
+        ("volumes", "", "drives = -1", "release.reserve.drives"),
+        (
+            "held",
+            "",
+            "window_secs = -1",
+            "release.reserve.window_secs",
+        ),
+        ("held", "", "colour = 1", "colour"),
+    ];
+    for (mode, volumes, reserve, key) in cases {
+        let text = base(&format!(
+            "[release]\nmode = \"{mode}\"\n[release.volumes]\n{volumes}\n[release.reserve]\n{reserve}"
+        ));
+        let found = issues(&text);
+        assert!(
+            found.iter().any(|i| i.contains(key)),
+            "{reserve}: expected an issue naming {key}, got {found:?}"
+        );
+    }
+    // Pass-through reserves nothing, so any figure is accepted there.
+    let text = base("[release]\nmode = \"pass_through\"\n[release.reserve]\ndrives = 9");
+    assert!(issues(&text).is_empty(), "{:?}", issues(&text));
 }

@@ -71,6 +71,20 @@ pub struct Release {
     pub volumes: VolumeSettings,
     /// Which requests duplicate reads ride on.
     pub coalesce: Coalesce,
+    /// `[release.reserve]`: drives kept for the priority classes (`policy::reserve`).
+    pub reserve: ReserveSettings,
+}
+
+/// `[release.reserve]`, validated (its behaviour: `policy::reserve`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReserveSettings {
+    /// Slots (drives) per library kept free of fair-share work while priority demand lasts
+    /// (0: off).
+    pub drives: u32,
+    /// How long after a priority request was last seen the drives stay reserved.
+    pub window_ms: i64,
+    /// Per named library, instead of `drives`.
+    pub libraries: BTreeMap<String, u32>,
 }
 
 /// `[release.volumes]`: when a tape volume's waiting requests are released, and how many.

@@ -16,6 +16,7 @@ use crate::domain::PolicySettings;
 use crate::policy::fbsng::Queues;
 use crate::policy::order::{place, Standing};
 use crate::policy::queue::{HeldQueue, RankKey};
+use crate::policy::reserve::{reservation, PriorityDemand};
 use crate::shares::UsageBook;
 
 /// The writer's memory as of its latest commit.
@@ -26,6 +27,8 @@ pub(super) struct Memory {
     queues: Queues,
     /// Requests queued per library (the held queue's).
     waiting: Vec<(String, usize)>,
+    /// What the writer saw of the priority classes (the drive reservation's input).
+    priority: PriorityDemand,
 }
 
 /// Where the writer publishes its memory.
@@ -54,13 +57,14 @@ impl Published {
         &self,
         policy: &Arc<PolicySettings>,
         (usage, queues): (&UsageBook, &Queues),
-        queue: &HeldQueue,
+        (queue, priority): (&HeldQueue, PriorityDemand),
     ) {
         let memory = Arc::new(Memory {
             policy: policy.clone(),
             usage: usage.clone(),
             queues: queues.clone(),
             waiting: queue.waiting_by_library(),
+            priority,
         });
         if let Ok(mut latest) = self.latest.lock() {
             *latest = Some(memory);
@@ -163,11 +167,19 @@ pub(super) fn explain_queued(
     } else {
         None
     };
+    let reserve = reservation(
+        &policy.order.release.reserve,
+        &candidate.library,
+        memory.priority,
+        now,
+    );
+    let held_back = policy.order.held() || policy.order.volumes();
     Ok(Some(QueuedPlacement {
         explain: Explanation::from(&p.explain),
         key: RankKey::of(&candidate, &p),
         library: candidate.library,
         volume,
+        drive_reserve: (held_back && reserve.holds()).then_some(reserve),
     }))
 }
 

@@ -429,6 +429,8 @@ impl Ledger {
                 ranked_at_ms: None,
                 basis: PositionBasis::Volumes,
                 volume: live.volume,
+                library: live.library,
+                drive_reserve: live.drive_reserve,
             }));
         }
         let ranked = self.ranked_place(id, &live.library, &live.key);
@@ -445,6 +447,8 @@ impl Ledger {
             ranked_at_ms: ranked.at_ms,
             basis: ranked.basis,
             volume: None,
+            library: live.library,
+            drive_reserve: live.drive_reserve,
         }))
     }
 

@@ -145,6 +145,9 @@ pub struct QueuedPlacement {
     pub key: crate::policy::queue::RankKey,
     /// In the `volumes` release mode: its volume and where it stands.
     pub volume: Option<crate::ledger::VolumeWait>,
+    /// `held` and `volumes` modes: the drives its library keeps for the priority classes now
+    /// (`policy::reserve`), if any.
+    pub drive_reserve: Option<crate::policy::reserve::Reservation>,
 }
 
 /// What ranking the queue needs from the writer's memory.
@@ -172,6 +175,9 @@ pub struct QueuedExplain {
     /// In the `volumes` release mode: its volume and where it stands (then no ranking of the
     /// queue is made: `position` and `waiting` are `None`).
     pub volume: Option<crate::ledger::VolumeWait>,
+    /// Its library, and the drives the library keeps for the priority classes now, if any.
+    pub library: String,
+    pub drive_reserve: Option<crate::policy::reserve::Reservation>,
 }
 
 /// Where a queued request's position comes from. An explain never waits for a ranking of the

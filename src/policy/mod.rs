@@ -8,6 +8,7 @@ pub mod fbsng;
 pub mod multifactor;
 pub mod order;
 pub mod queue;
+pub mod reserve;
 pub mod sam;
 pub mod volumes;
 

@@ -75,6 +75,7 @@ impl OrderSettings {
                 slot_bytes: 0,
                 volumes: VolumeSettings::default(),
                 coalesce: crate::domain::order::Coalesce::InFlight,
+                reserve: Default::default(),
             },
             band_low: p_back,
             band_high: p_front,

@@ -31,6 +31,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::order::{place, Algorithm, Candidate, OrderSettings, Standing};
+use super::reserve::Reservation;
 use crate::domain::order::VolumeSettings;
 use crate::domain::GroupId;
 use crate::shares::UsageLookup;
@@ -319,13 +320,36 @@ impl VolumeQueue {
         library: &str,
         now_ms: i64,
     ) -> Option<Batch> {
+        self.next_batch_reserving(order, standing, library, now_ms, Reservation::default())
+    }
+
+    /// [`Self::next_batch`] under a drive reservation for the priority classes
+    /// (`policy::reserve`): at most `reserve.fair_cap(max_volumes)` volumes in flight, and while
+    /// a priority request waits no sticky volume is extended and no other group rides (the
+    /// drives finish their batches and come free for it).
+    pub fn next_batch_reserving<U: UsageLookup>(
+        &mut self,
+        order: &OrderSettings,
+        standing: &Standing<'_, U>,
+        library: &str,
+        now_ms: i64,
+        reserve: Reservation,
+    ) -> Option<Batch> {
         let s = &order.release.volumes;
         let lib = self.libs.get_mut(&Label::new(library))?;
         lib.promote(now_ms);
         lib.forget_stale(s, now_ms);
+        let max_volumes = reserve.fair_cap(s.max_volumes_of(library));
+        let no_riders = reserve.priority_waiting;
         let under = |g: GroupId| not_ahead(standing, g);
+        let rides = |g: GroupId| !no_riders && under(g);
         let caps = state::NodeCaps::new(standing.policy);
-        for vol in lib.sticky_volumes(s.max_volumes_of(library)) {
+        let sticky = if reserve.priority_waiting {
+            Vec::new()
+        } else {
+            lib.sticky_volumes(max_volumes)
+        };
+        for vol in sticky {
             let on_it = |g: GroupId| {
                 lib.vols
                     .get(&vol)
@@ -338,10 +362,10 @@ impl VolumeQueue {
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);
-                return Some(lib.cut(s, library, at, None, &under));
+                return Some(lib.cut(s, library, at, None, &rides));
             }
         }
-        if lib.flights.len() >= s.max_volumes_of(library) as usize {
+        if lib.flights.len() >= max_volumes as usize {
             return None;
         }
         let at = (library, &*lib, &self.index);
@@ -356,7 +380,7 @@ impl VolumeQueue {
             Some((vol, k)) => (vol, Some(k)),
             None => (lib.best_volume(g, &under)?, None),
         };
-        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &under))
+        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight

@@ -20,6 +20,7 @@ use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Maintained};
 use crate::policy::queue::HeldQueue;
+use crate::policy::reserve::PriorityDemand;
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
 
@@ -36,6 +37,7 @@ mod arrival;
 mod coalesce;
 mod outcome;
 mod reprioritise;
+mod reserve;
 mod retry;
 mod volumes;
 
@@ -92,6 +94,11 @@ struct Run<'a> {
     unsaturated: usize,
     /// Priority-class requests arrived, not started.
     waiting_priority: u64,
+    /// When a priority-class request was last seen (arriving or starting), for the drive
+    /// reservation's window (`policy::reserve`).
+    priority_seen: PriorityDemand,
+    /// Slots of priority-class requests at the library.
+    priority_slots: u32,
     events: Vec<LibraryEvent>,
     /// Scratch space of re-prioritisation: (id, new priority).
     changes: Vec<(i64, i64)>,
@@ -158,6 +165,7 @@ pub fn run_retrying(
             next_end,
             next_tick.filter(|_| !r.info.is_empty()),
             r.volumes_wakeup(),
+            r.reserve_wakeup(),
             r.retries.wakeup(),
         ]
         .into_iter()
@@ -247,6 +255,8 @@ impl<'a> Run<'a> {
             needs_share,
             waiting: vec![0; n],
             waiting_priority: 0,
+            priority_seen: PriorityDemand::default(),
+            priority_slots: 0,
             events: Vec::new(),
             changes: Vec::new(),
             carriers: HashMap::new(),
@@ -297,6 +307,7 @@ impl<'a> Run<'a> {
             }
         } else {
             self.waiting_priority += 1;
+            self.priority_seen.seen(self.now_ms());
         }
         if self.ride(&c, a, info) {
             return;
@@ -346,6 +357,9 @@ impl<'a> Run<'a> {
             arrived = info.arrived;
         }
         self.outstanding += c.slots;
+        if !self.fair[c.group.0] {
+            self.priority_slots += c.slots;
+        }
         // Re-prioritised at the library unless released in a volume's batch, which keeps its
         // batch's priority (`ledger/live.rs`, `reprioritise`).
         if !self.by_volume() && self.fair[c.group.0] && self.picker == Picker::Policy {
@@ -372,7 +386,8 @@ impl<'a> Run<'a> {
             return;
         }
         loop {
-            let free = order.release.limit_of("").saturating_sub(self.outstanding);
+            let limit = order.release.limit_of("");
+            let free = (self.reservation()).fair_free(limit, self.outstanding, self.priority_slots);
             if free == 0 {
                 return;
             }
@@ -448,6 +463,7 @@ impl<'a> Run<'a> {
                     self.settle(&info, Some(bytes), e.at);
                     self.done(g, bytes, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
+                    self.priority_ended(&info);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
                     self.carrier_ended(info.id, file, Some(bytes), e.at);
@@ -461,6 +477,7 @@ impl<'a> Run<'a> {
                     }
                     self.settle(&info, None, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
+                    self.priority_ended(&info);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
                     self.carrier_ended(info.id, file, None, e.at);
@@ -552,6 +569,7 @@ impl<'a> Run<'a> {
             }
         } else {
             self.waiting_priority = self.waiting_priority.saturating_sub(1);
+            self.priority_seen.seen(self.now_ms());
         }
     }
 

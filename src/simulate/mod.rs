@@ -157,6 +157,8 @@ pub fn simulate(
 }
 
 #[cfg(test)]
+mod reserve_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod volumes_goals;

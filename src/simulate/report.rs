@@ -43,6 +43,10 @@ pub struct RunReport {
     /// Waits of every fair-share request, arrival to start (nearest rank).
     pub fair_wait_p95_s: f64,
     pub fair_wait_max_s: f64,
+    /// Waits of every priority-class request (data taking), arrival to start (nearest rank);
+    /// `None` (null) when the trace has none.
+    pub priority_wait_p50_s: Option<f64>,
+    pub priority_wait_p99_s: Option<f64>,
     /// Volumes mode: batches released and their mean size (null in the other modes).
     pub batches: Option<u64>,
     pub batch_mean_files: Option<f64>,
@@ -205,6 +209,14 @@ pub fn run_report(
         .flat_map(|g| o.waits[g.0].iter().copied())
         .collect();
     fair_waits.sort_unstable();
+    let mut priority_waits: Vec<Micros> = policy
+        .group_ids()
+        .filter(|g| targets[g.0].is_none())
+        .flat_map(|g| o.waits[g.0].iter().copied())
+        .collect();
+    priority_waits.sort_unstable();
+    let priority_wait =
+        |p: f64| (!priority_waits.is_empty()).then(|| secs(percentile(&priority_waits, p)));
     let batched = mode == "volumes";
     let batch_files: usize = o.batches.iter().map(|b| b.files).sum();
     RunReport {
@@ -223,6 +235,8 @@ pub fn run_report(
         locates: o.library.locates,
         fair_wait_p95_s: secs(percentile(&fair_waits, 0.95)),
         fair_wait_max_s: secs(fair_waits.last().copied().unwrap_or(0)),
+        priority_wait_p50_s: priority_wait(0.50),
+        priority_wait_p99_s: priority_wait(0.99),
         batches: batched.then_some(o.batches.len() as u64),
         batch_mean_files: (batched && !o.batches.is_empty())
             .then(|| batch_files as f64 / o.batches.len() as f64),
@@ -314,6 +328,8 @@ pub fn table(report: &Report) -> String {
         "drive_eff",
         "fair_wait_p95_s",
         "fair_wait_max_s",
+        "prio_wait_p50_s",
+        "prio_wait_p99_s",
         "batches",
         "mount%",
         "locate%",
@@ -339,6 +355,8 @@ pub fn table(report: &Report) -> String {
                 opt(r.drive_efficiency, 3),
                 format!("{:.0}", r.fair_wait_p95_s),
                 format!("{:.0}", r.fair_wait_max_s),
+                opt(r.priority_wait_p50_s, 0),
+                opt(r.priority_wait_p99_s, 0),
                 r.batches.map_or_else(|| "-".to_string(), |b| b.to_string()),
             ]
             .into_iter()

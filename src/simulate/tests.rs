@@ -143,6 +143,38 @@ fn a_mounted_volume_goes_before_a_higher_priority_volume_only_under_enstore() {
     assert_eq!(priority.start_times, vec![(0, a), (SEC, daq), (2 * SEC, a)]);
 }
 
+/// The run report gives data taking's (the priority classes') p50 and p99 wait, in JSON and in
+/// the table, and `-` for a trace without any. By hand, from the case above under Enstore: the
+/// data-taking request arrives at 0.5 s and starts at 2 s (after V1's two reads): 1.5 s.
+#[test]
+fn the_report_gives_data_takings_wait() {
+    let p = sam_pass_through();
+    let (a, daq) = (g(&p, "a"), g(&p, "daq"));
+    let load = vec![
+        arrival(0, a, "V1", 1),
+        arrival(SEC / 2, daq, "V2", 1),
+        arrival(SEC / 2, a, "V1", 2),
+    ];
+    let o = run(&p, one_drive(Model::Enstore), &load, u64::MAX);
+    let r = report::run_report(&p, "sam", "pass_through", 3, &o, GB);
+    assert_eq!(r.priority_wait_p50_s, Some(1.5));
+    assert_eq!(r.priority_wait_p99_s, Some(1.5));
+    let table = report::table(&Report { runs: vec![r] });
+    let cell = |t: &str, column: &str| {
+        let mut lines = t.lines().map(|l| l.split_whitespace().collect::<Vec<_>>());
+        let header = lines.next().unwrap_or_default();
+        let at = header.iter().position(|h| *h == column).unwrap();
+        lines.next().unwrap_or_default()[at].to_string()
+    };
+    assert_eq!(cell(&table, "prio_wait_p50_s"), "2");
+    assert_eq!(cell(&table, "prio_wait_p99_s"), "2");
+    let fair_only = run(&p, one_drive(Model::Enstore), &[load[0].clone()], u64::MAX);
+    let r = report::run_report(&p, "sam", "pass_through", 1, &fair_only, GB);
+    assert_eq!(r.priority_wait_p99_s, None);
+    let table = report::table(&Report { runs: vec![r] });
+    assert_eq!(cell(&table, "prio_wait_p99_s"), "-");
+}
+
 fn shipped() -> Arc<PolicySettings> {
     crate::config::Settings::parse(crate::config::SHIPPED, "embedded")
         .unwrap()

@@ -70,6 +70,11 @@ impl SimProcess {
         SimProcess::spawn(listen, drives, time_scale, &[])
     }
 
+    /// A simulator of `drives` drives at `time_scale` with extra flags.
+    pub fn start_with_drives(drives: usize, time_scale: f64, extra: &[&str]) -> SimProcess {
+        SimProcess::spawn("127.0.0.1:0", drives, time_scale, extra)
+    }
+
     /// The default simulator with extra flags (ones the defaults do not set).
     pub fn start_with_args(extra: &[&str]) -> SimProcess {
         SimProcess::spawn("127.0.0.1:0", 4, 1000.0, extra)

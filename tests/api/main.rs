@@ -32,6 +32,7 @@ mod reload;
 mod replay;
 mod report;
 mod request_id;
+mod reserve;
 mod restore;
 mod shares;
 mod simulate;

@@ -50,7 +50,11 @@ impl Writer {
             path: options.path.clone(),
             message: format!("cannot record this start's incarnation: {e}"),
         })?;
-        published.publish(&policy, (&state.usage, &state.queues), &state.queue);
+        published.publish(
+            &policy,
+            (&state.usage, &state.queues),
+            (&state.queue, state.priority_demand()),
+        );
         Ok(Writer {
             conn,
             keys: Arc::new(keys),

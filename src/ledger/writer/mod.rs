@@ -21,6 +21,7 @@ mod queued;
 mod release;
 mod reload;
 mod removed;
+mod reserve;
 mod rows;
 mod sends;
 mod settle;
@@ -563,7 +564,7 @@ impl Writer {
                 self.published.publish(
                     &self.policy,
                     (&self.state.usage, &self.state.queues),
-                    &self.state.queue,
+                    (&self.state.queue, self.state.priority_demand()),
                 );
                 drop(gate);
                 for (reply, traced) in replies.iter().zip(&traced) {

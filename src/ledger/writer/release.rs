@@ -191,7 +191,7 @@ impl Txn<'_, '_> {
             return Ok(released);
         }
         for lib in self.st.queue.libraries() {
-            while let Some(free) = self.free_slots(&lib) {
+            while let Some(free) = self.free_slots(&lib)? {
                 let order = &self.policy.order;
                 let pick = {
                     let usage = self.st.usage.at(self.now);
@@ -205,16 +205,24 @@ impl Txn<'_, '_> {
         Ok(released)
     }
 
-    /// Slots free at library `lib` (`None`: none).
-    fn free_slots(&self, lib: &str) -> Option<u32> {
+    /// Slots free for fair-share work at library `lib` (`None`: none): in held mode what the
+    /// limit leaves, less the drives reserved for the priority classes (`policy::reserve`).
+    fn free_slots(&self, lib: &str) -> rusqlite::Result<Option<u32>> {
         let order = &self.policy.order;
-        let limit = if order.held() {
-            order.release.limit_of(lib)
-        } else {
-            u32::MAX
-        };
         let used = self.st.outstanding.get(lib).copied().unwrap_or(0);
-        Some(limit.saturating_sub(used)).filter(|&free| free > 0)
+        let free = if order.held() {
+            let limit = order.release.limit_of(lib);
+            let reserve = self.reservation(lib);
+            let priority = if reserve.holds() {
+                self.priority_slots(lib)?
+            } else {
+                0
+            };
+            reserve.fair_free(limit, used, priority)
+        } else {
+            u32::MAX.saturating_sub(used)
+        };
+        Ok(Some(free).filter(|&free| free > 0))
     }
 
     /// Release the queue's pick (or hold it again if its group is now over a cap). Returns

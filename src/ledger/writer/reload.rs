@@ -315,7 +315,7 @@ impl Writer {
         self.published.publish(
             &self.policy,
             (&self.state.usage, &self.state.queues),
-            &self.state.queue,
+            (&self.state.queue, self.state.priority_demand()),
         );
         info!(
             groups = self.policy.groups.len(),

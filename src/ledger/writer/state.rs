@@ -21,6 +21,7 @@ use crate::policy::fbsng::Queues;
 use crate::policy::order::VolumeSettings;
 use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
 use crate::policy::queue::HeldQueue;
+use crate::policy::reserve::PriorityDemand;
 use crate::policy::volumes::{Batch, VolumeMemory, VolumeQueue};
 use crate::shares::{UsageBook, UsageModel};
 
@@ -32,6 +33,9 @@ pub(super) struct WriterState {
     pub held: Vec<u64>,
     /// Priority-class requests queued at the MSS (submitted, not yet running).
     pub priority_waiting: i64,
+    /// When a priority-class request last moved (accepted, submitted, started, ended): the
+    /// drive reservation's window runs from it (`policy::reserve`; not kept over a restart).
+    pub priority_seen: PriorityDemand,
     /// The held release mode's queue (rows in state `queued`).
     pub queue: HeldQueue,
     /// Slots taken at the MSS per library (requests accepted, submitted or running).
@@ -69,6 +73,7 @@ struct Saved {
     usage: UsageBook,
     held: Vec<u64>,
     priority_waiting: i64,
+    priority_seen: PriorityDemand,
     outstanding: HashMap<String, u32>,
     queues: Queues,
     release_seq: i64,
@@ -110,6 +115,7 @@ impl WriterState {
             usage,
             held,
             priority_waiting,
+            priority_seen: PriorityDemand::default(),
             queue,
             outstanding,
             queues,
@@ -164,12 +170,22 @@ impl WriterState {
         self.held.iter().all(|&h| h == 0) && self.queue.is_empty() && volumes_idle
     }
 
+    /// What the writer sees of the priority classes: requests queued at the MSS, and when one
+    /// last moved (`policy::reserve`).
+    pub fn priority_demand(&self) -> PriorityDemand {
+        PriorityDemand {
+            waiting: u64::try_from(self.priority_waiting).unwrap_or(0),
+            last_seen_ms: self.priority_seen.last_seen_ms,
+        }
+    }
+
     /// Remember the present, so a failed transaction can come back to it.
     pub fn checkpoint(&mut self) {
         self.checkpoint = Some(Saved {
             usage: self.usage.clone(),
             held: self.held.clone(),
             priority_waiting: self.priority_waiting,
+            priority_seen: self.priority_seen,
             outstanding: self.outstanding.clone(),
             queues: self.queues.clone(),
             release_seq: self.release_seq,
@@ -201,6 +217,7 @@ impl WriterState {
         self.usage = saved.usage;
         self.held = saved.held;
         self.priority_waiting = saved.priority_waiting;
+        self.priority_seen = saved.priority_seen;
         self.outstanding = saved.outstanding;
         self.queues = saved.queues;
         for op in saved.journal.into_iter().rev() {
@@ -470,6 +487,7 @@ impl Txn<'_, '_> {
         if class != Class::Priority {
             return;
         }
+        self.st.priority_seen.seen(self.now);
         let waiting = |s: Option<RequestState>| matches!(s, Some(RequestState::Submitted));
         self.st.priority_waiting += i64::from(waiting(Some(to))) - i64::from(waiting(from));
     }

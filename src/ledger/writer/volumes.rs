@@ -117,17 +117,20 @@ impl Txn<'_, '_> {
         let mut released = 0;
         for lib in self.st.volumes.libraries() {
             loop {
+                let reserve = self.reservation(&lib);
                 let batch = {
                     let (policy, now) = (self.policy, self.now);
                     let st = &mut *self.st;
                     let standing = Standing::new(policy, st.usage.at(now), &st.queues);
-                    st.volumes.next_batch(&policy.order, &standing, &lib, now)
+                    (st.volumes).next_batch_reserving(&policy.order, &standing, &lib, now, reserve)
                 };
                 let Some(batch) = batch else { break };
                 released += self.release_batch(batch)?;
             }
         }
-        self.st.volumes_due = self.st.volumes.next_wakeup(self.now);
+        let libraries = self.st.volumes.libraries();
+        let due = self.st.volumes.next_wakeup(self.now);
+        self.st.volumes_due = due.into_iter().chain(self.reserve_due(&libraries)).min();
         Ok(released)
     }
 

@@ -26,10 +26,16 @@ impl Run<'_> {
     pub(super) fn volumes_release(&mut self) {
         let now_ms = self.now_ms();
         loop {
+            let reserve = self.reservation();
             let batch = {
                 let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
-                self.volumes
-                    .next_batch(&self.policy.order, &standing, "", now_ms)
+                (self.volumes).next_batch_reserving(
+                    &self.policy.order,
+                    &standing,
+                    "",
+                    now_ms,
+                    reserve,
+                )
             };
             let Some(batch) = batch else { return };
             self.volumes_send(&batch, now_ms);
