@@ -103,6 +103,18 @@ pub struct EventCursor {
     pub after: u64,
 }
 
+/// The query of `GET /v1/events`: the reader's cursor and how long the server may hold the
+/// answer while there is nothing new (every field optional: a reader with none starts over).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct EventsQuery {
+    #[serde(default)]
+    pub epoch: String,
+    #[serde(default)]
+    pub after: u64,
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
 /// Answer to `POST /v1/transfers`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubmitResponse {

@@ -20,7 +20,6 @@ use mss_adapters::protocol::{
     BatchItem, BatchRequest, BatchResponse, ErrorBody, EventKind, EventsResponse, MssEvent,
     SubmitResponse, Transfer,
 };
-use serde::Deserialize;
 use tokio::sync::watch;
 
 /// Most events one poll returns.
@@ -188,17 +187,10 @@ async fn unknown() -> Response {
     (StatusCode::NOT_FOUND, Json(body)).into_response()
 }
 
-#[derive(Debug, Deserialize)]
-struct EventsQuery {
-    #[serde(default)]
-    epoch: String,
-    #[serde(default)]
-    after: u64,
-    #[serde(default)]
-    wait_ms: u64,
-}
-
-async fn events(State(shared): State<Arc<Shared>>, Query(q): Query<EventsQuery>) -> Response {
+async fn events(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<mss_adapters::protocol::EventsQuery>,
+) -> Response {
     // Another epoch: the reader starts over, from what is kept.
     let after = if q.epoch == shared.epoch { q.after } else { 0 };
     let mut seen = shared.last.subscribe();

@@ -14,7 +14,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
@@ -412,17 +411,10 @@ async fn transfer(State(shared): State<Arc<Shared>>, Path(key): Path<String>) ->
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct EventsQuery {
-    #[serde(default)]
-    epoch: String,
-    #[serde(default)]
-    after: u64,
-    #[serde(default)]
-    wait_ms: u64,
-}
-
-async fn events(State(shared): State<Arc<Shared>>, Query(q): Query<EventsQuery>) -> Response {
+async fn events(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<crate::protocol::EventsQuery>,
+) -> Response {
     if let Some(refused) = shared.gate(false).await {
         return refused;
     }
