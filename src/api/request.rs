@@ -96,12 +96,20 @@ pub struct SubmitRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1)]
     pub bfid: Option<String>,
-    /// Where the file lies on its volume (the tape's file sequence number or a byte offset), if
-    /// known: the MSS reads a volume's files in this order.
+    /// Where the file lies on its volume as its file sequence number on the tape (Enstore's
+    /// location cookie's file number, CTA's fSeq; 1 = the first data file), if known: the MSS
+    /// reads a volume's files in this order.
     #[serde(default, deserialize_with = "given::position")]
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
     pub position: Option<u64>,
+    /// Where the file starts on its volume in bytes from the first data byte (CTA's catalogue
+    /// knows it beside the fSeq), if known; reads only. It may be given with `position`: the
+    /// offset is where the drive goes, the sequence number stays the file's number.
+    #[serde(default, deserialize_with = "given::offset_bytes")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
+    pub offset_bytes: Option<u64>,
 }
 
 // The items are read one by one ([`batch_items`]), each as a [`SubmitRequest`].
@@ -132,12 +140,18 @@ pub struct RequestInput {
     pub local_file: Option<String>,
     /// Enstore's bit-file id of the file to read.
     pub bfid: Option<String>,
-    /// The file's position on its volume.
+    /// The file's position on its volume: its file sequence number.
     pub position: Option<u64>,
+    /// Where the file starts on its volume, in bytes (at most [`MAX_OFFSET_BYTES`]).
+    pub offset_bytes: Option<u64>,
 }
 
+/// The largest `offset_bytes` taken: 1 PB, twenty times the largest cartridge made (IBM
+/// TS1170's 50 TB native); a larger figure is a mistake of unit, not a place on a tape.
+pub const MAX_OFFSET_BYTES: u64 = 1_000_000_000_000_000;
+
 /// The fields of [`SubmitRequest`], in the order they are validated.
-pub const FIELDS: [&str; 15] = [
+pub const FIELDS: [&str; 16] = [
     "client_request_id",
     "station",
     "user",
@@ -153,6 +167,7 @@ pub const FIELDS: [&str; 15] = [
     "local_file",
     "bfid",
     "position",
+    "offset_bytes",
 ];
 
 const QOS_VALUES: &str = "must be \"expedite\", \"normal\" or \"standby\"";
@@ -210,12 +225,19 @@ impl SubmitRequest {
             local_file: optional_text("local_file", self.local_file, limits.max_path_len)?,
             bfid: optional_text("bfid", self.bfid, n)?,
             position: self.position.map(position).transpose()?,
+            offset_bytes: self.offset_bytes.map(offset_bytes).transpose()?,
         };
         // Checks across fields, after every field was validated.
         if input.bfid.is_some() && input.direction == Direction::Write {
             return Err(ApiError::field(
                 "bfid",
                 "only a read names a bfid (a write has none yet)",
+            ));
+        }
+        if input.offset_bytes.is_some() && input.direction == Direction::Write {
+            return Err(ApiError::field(
+                "offset_bytes",
+                "only a read names an offset (a write goes to the volume's end of data)",
             ));
         }
         Ok(input)
@@ -249,6 +271,18 @@ fn position(p: u64) -> Result<u64, ApiError> {
         Err(ApiError::field(
             "position",
             format!("may be at most {}", i64::MAX),
+        ))
+    }
+}
+
+/// A byte offset on a volume: at most [`MAX_OFFSET_BYTES`].
+fn offset_bytes(o: u64) -> Result<u64, ApiError> {
+    if o <= MAX_OFFSET_BYTES {
+        Ok(o)
+    } else {
+        Err(ApiError::field(
+            "offset_bytes",
+            format!("may be at most {MAX_OFFSET_BYTES} (1 PB), got {o}"),
         ))
     }
 }

@@ -146,6 +146,9 @@ pub struct RequestBody {
     /// The file's position on its volume, as submitted or as the volume lookup found it (the
     /// file's number on the tape, from Enstore's location cookie).
     pub position: Option<u64>,
+    /// Where the file starts on its volume in bytes, as submitted (`null` when not given; the
+    /// volume lookup never sets it). The MSS is sent both; the simulator places the file here.
+    pub offset_bytes: Option<u64>,
     /// For a request waiting in the `volumes` release mode (state `queued`): its volume, the
     /// volume's queued bytes and files, which eligibility rule it waits on, and its group's
     /// place in the order; `null` otherwise.
@@ -291,6 +294,7 @@ impl From<RequestRecord> for RequestBody {
             local_file: r.local_file,
             bfid: r.bfid,
             position: r.position,
+            offset_bytes: r.offset_bytes,
             volume_wait: None,
             drive_reserve: None,
             rides_on: r.rides_on,

@@ -77,6 +77,7 @@ fn prepare(
             local_file: input.local_file,
             bfid: input.bfid,
             position: input.position,
+            offset_bytes: input.offset_bytes,
         },
     })
 }

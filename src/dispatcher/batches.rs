@@ -45,6 +45,7 @@ mod tests {
             local_file: None,
             bfid: None,
             position: None,
+            offset_bytes: None,
             release_seq,
         }
     }

@@ -283,6 +283,6 @@ fn transfer(r: &ToSubmit) -> Transfer {
         local_file: r.local_file.clone(),
         bfid: r.bfid.clone(),
         position: r.position,
-        offset_bytes: None,
+        offset_bytes: r.offset_bytes,
     }
 }

@@ -94,6 +94,14 @@ const COLUMNS: &[(&str, Fill)] = &[
     ),
     ("rides_on", fill_null!(|r| r.rides_on)),
     ("volume_source", None),
+    (
+        "offset_bytes",
+        fill_null!(|r| r
+            .item
+            .extras
+            .offset_bytes
+            .and_then(|o| i64::try_from(o).ok())),
+    ),
 ];
 
 /// The columns a record SELECT reads (`SELECT {record_columns()} FROM requests ...`).

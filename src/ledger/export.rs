@@ -25,14 +25,18 @@ pub struct ExportedRequest {
     /// The volume the request named, if any, and the position on it the request gave.
     pub volume: Option<String>,
     pub position: Option<u64>,
+    /// Where the file starts on the volume in bytes, as the request gave it.
+    pub offset_bytes: Option<u64>,
     pub size_bytes: u64,
     pub access_mode: String,
     pub physics_group: String,
     pub direction: Direction,
 }
 
+/// The export's query; `{offset}` is the `offset_bytes` column, or NULL in a database older
+/// than schema 12 (a reader migrates nothing).
 const EXPORT_SQL: &str = "SELECT id, created_ms, station, client_request_id, user_name, file, \
-     volume, size_bytes, access_mode, physics_group, direction, position FROM requests \
+     volume, size_bytes, access_mode, physics_group, direction, position, {offset} FROM requests \
      WHERE created_ms >= ?1 AND created_ms < ?2 ORDER BY id";
 
 impl LedgerReader {
@@ -46,7 +50,17 @@ impl LedgerReader {
         mut each: impl FnMut(&ExportedRequest) -> Result<(), E>,
     ) -> Result<u64, E> {
         let storage = |e: rusqlite::Error| E::from(LedgerError::from(e));
-        let mut stmt = self.conn.prepare(EXPORT_SQL).map_err(storage)?;
+        let has_offset: bool = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) > 0 FROM pragma_table_info('requests') WHERE name = 'offset_bytes'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(storage)?;
+        let offset = if has_offset { "offset_bytes" } else { "NULL" };
+        let sql = EXPORT_SQL.replace("{offset}", offset);
+        let mut stmt = self.conn.prepare(&sql).map_err(storage)?;
         let since = since_ms.unwrap_or(i64::MIN);
         let until = until_ms.unwrap_or(i64::MAX);
         let mut rows = stmt.query(params![since, until]).map_err(storage)?;
@@ -75,5 +89,6 @@ fn exported(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExportedRequest> {
         physics_group: row.get(9)?,
         direction: stored_direction(10, &direction)?,
         position: super::read::stored_position(11, row.get(11)?)?,
+        offset_bytes: super::read::stored_offset(12, row.get(12)?)?,
     })
 }

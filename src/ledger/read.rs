@@ -109,6 +109,8 @@ pub struct RequestRecord {
     /// Where `volume` and `position` came from when the station gave no volume: the lookup's
     /// name (`enstore-layer4`, `command`), `failed`, or `None` (not looked up).
     pub volume_source: Option<String>,
+    /// Where the file starts on its volume in bytes, if the request gave it.
+    pub offset_bytes: Option<u64>,
     /// The key its transfers carry at the MSS (`ledger::mss_key`).
     pub mss_key: String,
 }
@@ -147,6 +149,13 @@ pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
 /// corrupt row, reported as an error.
 pub(super) fn stored_position(i: usize, p: Option<i64>) -> rusqlite::Result<Option<u64>> {
     p.map(|p| u64::try_from(p).map_err(|_| bad_column(i, "position")))
+        .transpose()
+}
+
+/// A stored byte offset (written only from a `u64` at most 1 PB): a negative one is a corrupt
+/// row, reported as an error.
+pub(super) fn stored_offset(i: usize, o: Option<i64>) -> rusqlite::Result<Option<u64>> {
+    o.map(|o| u64::try_from(o).map_err(|_| bad_column(i, "offset_bytes")))
         .transpose()
 }
 
@@ -220,6 +229,10 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         position: stored_position(row.as_ref().column_index("position")?, row.get("position")?)?,
         rides_on: row.get("rides_on")?,
         volume_source: row.get("volume_source")?,
+        offset_bytes: stored_offset(
+            row.as_ref().column_index("offset_bytes")?,
+            row.get("offset_bytes")?,
+        )?,
         // Set by the reader, which knows the incarnations.
         mss_key: String::new(),
     })
@@ -260,6 +273,8 @@ pub struct ToSubmit {
     pub bfid: Option<String>,
     /// The file's position on its volume, if the request gave one or a lookup found it.
     pub position: Option<u64>,
+    /// Where the file starts on its volume in bytes, if the request gave it.
+    pub offset_bytes: Option<u64>,
     /// Its number in a `volumes` batch (consecutive within a batch, in position order).
     pub release_seq: Option<i64>,
 }
@@ -273,7 +288,7 @@ pub(super) fn to_submit(
 ) -> rusqlite::Result<Vec<ToSubmit>> {
     let mut stmt = c.prepare_cached(
         "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction, \
-         local_file, bfid, position, release_seq FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
+         local_file, bfid, position, release_seq, offset_bytes FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
          ORDER BY mss_priority DESC, release_seq, id LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
@@ -293,6 +308,7 @@ pub(super) fn to_submit(
             bfid: row.get(9)?,
             position: stored_position(10, row.get(10)?)?,
             release_seq: row.get(11)?,
+            offset_bytes: stored_offset(12, row.get(12)?)?,
         })
     })?;
     rows.collect()

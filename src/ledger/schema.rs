@@ -167,7 +167,7 @@ type Step = fn(&Connection) -> rusqlite::Result<()>;
 /// Append a step for a change; never edit a shipped one (databases already carry it).
 const STEPS: &[Step] = &[
     version_2, version_3, version_4, version_5, version_6, version_7, version_8, version_9,
-    version_10, version_11,
+    version_10, version_11, version_12,
 ];
 
 /// Version 2: a request's position on its volume (issue 15), NULL when not given.
@@ -299,6 +299,14 @@ fn version_11(conn: &Connection) -> rusqlite::Result<()> {
          CREATE INDEX requests_unlocated ON requests(id)
              WHERE state = 'queued' AND volume IS NULL AND volume_source IS NULL;",
     )
+}
+
+/// Version 12 (issue 38, a byte offset from the station to the tape): `offset_bytes`, where the
+/// file starts on its volume in bytes as the station gave it (NULL when not given, and for
+/// every request before): told apart from `position`, the file sequence number, by its column,
+/// never by its size. The volume lookup never writes it.
+fn version_12(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("ALTER TABLE requests ADD COLUMN offset_bytes INTEGER;")
 }
 
 /// The schema version this binary writes (`PRAGMA user_version`); a database at a higher one

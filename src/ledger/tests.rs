@@ -1389,6 +1389,7 @@ mod coalesce;
 mod commit_faults;
 mod commit_rollback;
 mod finished_keys;
+mod offsets;
 mod outputs;
 mod queued_caps;
 mod random_sequences;

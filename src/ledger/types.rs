@@ -37,8 +37,11 @@ pub struct RequestExtras {
     pub local_file: Option<String>,
     /// Enstore's bit-file id of the file to read.
     pub bfid: Option<String>,
-    /// The file's position on its volume (at most `i64::MAX`, as the API checks).
+    /// The file's position on its volume (at most `i64::MAX`, as the API checks): its file
+    /// sequence number.
     pub position: Option<u64>,
+    /// Where the file starts on its volume, in bytes (at most 1 PB, as the API checks).
+    pub offset_bytes: Option<u64>,
 }
 
 /// What the ledger answered to one new request.

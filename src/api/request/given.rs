@@ -137,6 +137,25 @@ pub fn position<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error
     }
 }
 
+/// A byte offset on a volume: a whole number that is not negative (its bound is checked in
+/// `validate`).
+pub fn offset_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match given(d)? {
+        Given::Null => Ok(None),
+        Given::Unsigned(v) => Ok(Some(v)),
+        Given::Negative(_) => Err(D::Error::custom("must be 0 or more (bytes)")),
+        Given::Float(v) if past_u64(v) => Err(D::Error::custom(format!(
+            "may be at most {} (1 PB)",
+            super::MAX_OFFSET_BYTES
+        ))),
+        Given::Float(_) => Err(D::Error::custom("must be a whole number of bytes")),
+        other => Err(D::Error::custom(format!(
+            "must be an integer, got {}",
+            other.kind()
+        ))),
+    }
+}
+
 /// A whole number too large for a u64, as serde_json gives it (a float).
 fn past_u64(v: f64) -> bool {
     v.fract() == 0.0 && v >= 18_446_744_073_709_551_616.0

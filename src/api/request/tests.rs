@@ -26,6 +26,22 @@ fn good() -> Value {
            "size_bytes": 10, "access_mode": "mc", "physics_group": "top"})
 }
 
+/// Both places may be given: the sequence number and the offset are kept apart, each as given;
+/// the largest offset taken is the stated bound.
+#[test]
+fn an_offset_reads_beside_the_sequence_number() {
+    let mut g = good();
+    g["position"] = json!(12);
+    g["offset_bytes"] = json!(MAX_OFFSET_BYTES);
+    let r = parse(&g, &limits(), "").unwrap();
+    assert_eq!(
+        (r.position, r.offset_bytes),
+        (Some(12), Some(MAX_OFFSET_BYTES))
+    );
+    let r = parse(&good(), &limits(), "").unwrap();
+    assert_eq!((r.position, r.offset_bytes), (None, None));
+}
+
 fn field_of(v: Value) -> String {
     parse(&v, &limits(), "").unwrap_err().field.unwrap()
 }
@@ -271,7 +287,7 @@ fn refusals_are_worded_as_the_api_words_them() {
         g.as_object_mut().unwrap().remove(k);
         serde_json::to_vec(&g).unwrap()
     };
-    let cases: [(Vec<u8>, &str, &str); 12] = [
+    let cases: [(Vec<u8>, &str, &str); 17] = [
         (without("user"), "user", "is required"),
         (with("user", json!(null)), "user", "is required"),
         (with("user", json!(4)), "user", "must be a string, got a number"),
@@ -283,7 +299,25 @@ fn refusals_are_worded_as_the_api_words_them() {
         (with("qos", json!("fast")), "qos", QOS_VALUES),
         (with("user_factor", json!({})), "user_factor", "must be a number, got an object"),
         (br#"{"user": 1, "user": 2}"#.to_vec(), "user", "`user` is given more than once"),
-        (with("bogus", json!(1)), "bogus", "unknown field `bogus`; known fields: client_request_id, station, user, file, size_bytes, access_mode, physics_group, volume, direction, library, qos, user_factor, local_file, bfid, position"),
+        (with("bogus", json!(1)), "bogus", "unknown field `bogus`; known fields: client_request_id, station, user, file, size_bytes, access_mode, physics_group, volume, direction, library, qos, user_factor, local_file, bfid, position, offset_bytes"),
+        (with("offset_bytes", json!(-1)), "offset_bytes", "must be 0 or more (bytes)"),
+        (with("offset_bytes", json!("7")), "offset_bytes", "must be an integer, got a string"),
+        (with("offset_bytes", json!(1.5)), "offset_bytes", "must be a whole number of bytes"),
+        (
+            with("offset_bytes", json!(MAX_OFFSET_BYTES + 1)),
+            "offset_bytes",
+            "may be at most 1000000000000000 (1 PB), got 1000000000000001",
+        ),
+        (
+            {
+                let mut g = good();
+                g["direction"] = json!("write");
+                g["offset_bytes"] = json!(0);
+                serde_json::to_vec(&g).unwrap()
+            },
+            "offset_bytes",
+            "only a read names an offset (a write goes to the volume's end of data)",
+        ),
     ];
     for (body, field, message) in cases {
         assert_eq!(

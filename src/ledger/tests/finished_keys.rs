@@ -74,7 +74,7 @@ async fn a_version_9_database_moves_its_finished_keys_out_of_memory() {
     close(opened);
     {
         // Back to version 9's shape: every fingerprint in `idempotency`, no finished table
-        // (and none of version 11's volume lookup).
+        // (and none of version 11's volume lookup or version 12's offset).
         let c = rusqlite::Connection::open(&f.path).unwrap();
         c.execute_batch(
             "INSERT INTO idempotency (id, fingerprint) \
@@ -82,6 +82,7 @@ async fn a_version_9_database_moves_its_finished_keys_out_of_memory() {
              DROP TABLE idempotency_finished; \
              DROP INDEX requests_unlocated; \
              ALTER TABLE requests DROP COLUMN volume_source; \
+             ALTER TABLE requests DROP COLUMN offset_bytes; \
              PRAGMA user_version = 9;",
         )
         .unwrap();
