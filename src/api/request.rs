@@ -146,9 +146,7 @@ pub struct RequestInput {
     pub offset_bytes: Option<u64>,
 }
 
-/// The largest `offset_bytes` taken: 1 PB, twenty times the largest cartridge made (IBM
-/// TS1170's 50 TB native); a larger figure is a mistake of unit, not a place on a tape.
-pub const MAX_OFFSET_BYTES: u64 = 1_000_000_000_000_000;
+pub use crate::domain::MAX_OFFSET_BYTES;
 
 /// The fields of [`SubmitRequest`], in the order they are validated.
 pub const FIELDS: [&str; 16] = [

@@ -176,7 +176,7 @@ struct Exported {
 }
 
 /// Streams the ledger's requests into `out` as trace records (docs/traces.md, "Exporting"):
-/// `t` from the first exported request, never decreasing; `volume` and `position` as the request
+/// `t` from the first exported request, never decreasing; `volume`, `position` and `offset_bytes` as the request
 /// gave them, left out where it gave none, so a replay reads it as the request it was. A
 /// request over the trace format's size bound is left out (and counted).
 fn export_to(
@@ -205,6 +205,7 @@ fn export_to(
             file: &r.file,
             volume: r.volume.as_deref().filter(|v| !v.is_empty()),
             position: r.position,
+            offset_bytes: r.offset_bytes,
             size_bytes: r.size_bytes,
             access_mode: &r.access_mode,
             physics_group: &r.physics_group,

@@ -8,6 +8,11 @@ pub mod tree;
 pub use settings::{Benefit, DeltaForm, PolicySettings, RetrySettings, Rule, UsageModel};
 pub use tree::{GroupId, GroupInfo, GroupKind, NodeLimits, ShareNode, ShareTree};
 
+/// The largest byte offset on a volume a request or a trace may give (`offset_bytes`): 1 PB,
+/// twenty times the largest cartridge made (IBM TS1170's 50 TB native); a larger figure is a
+/// mistake of unit, not a place on a tape.
+pub const MAX_OFFSET_BYTES: u64 = 1_000_000_000_000_000;
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};

@@ -54,8 +54,8 @@ pub fn library(drives: usize, seed: u64) -> LibraryConfig {
 }
 
 /// The trace's records as the engine's load: each classified by `policy::classify` into its
-/// group, worth `policy::benefit` of its access mode and size, with its volume, position and
-/// direction; `t` in seconds to virtual microseconds (rounded). A record without a volume or a
+/// group, worth `policy::benefit` of its access mode and size, with its volume, position, byte
+/// offset (the library places the file by it when given) and direction; `t` in seconds to virtual microseconds (rounded). A record without a volume or a
 /// position is a request without it, as `serve` has one: the broker's volume queue puts it on
 /// its group's pseudo-volume, after the positioned requests (`VolumeQueue::push`), and the
 /// library is given its file's name, from which it derives a volume of the file's own and a
@@ -85,7 +85,9 @@ pub fn arrivals(
                 size_bytes: r.size_bytes,
                 volume: r.volume.clone(),
                 position: r.position,
-                name: (r.volume.is_none() || r.position.is_none()).then(|| r.file.clone()),
+                offset_bytes: r.offset_bytes,
+                name: (r.volume.is_none() || (r.position.is_none() && r.offset_bytes.is_none()))
+                    .then(|| r.file.clone()),
                 benefit: Some(benefit(policy, &r.access_mode, r.size_bytes)),
                 qos: policy.order.qos(None, &r.access_mode),
                 queue: policy.order.queue_factor(&r.access_mode),

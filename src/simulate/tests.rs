@@ -996,3 +996,60 @@ fn a_trace_line_without_volume_or_position_is_a_request_without_them() {
         "one volume, one mount"
     );
 }
+
+/// A trace's `offset_bytes` places its files (issue 38): the same five 10 GB reads of one LTO-9
+/// volume, with the same file sequence numbers 1..5, cost locates by their byte offsets. Back
+/// to back (each starts where the one before ends) they need no locate after the mount; spread
+/// 4 TB apart they cost the model's locate from each file's end to the next one's start, and
+/// nothing else: without the offsets the two traces would be the same load.
+#[test]
+fn a_traces_byte_offsets_place_its_files_and_cost_their_locates() {
+    let p = sam_pass_through();
+    let size = 10 * GB;
+    let trace = |offset: &dyn Fn(u64) -> u64| {
+        let text: Vec<String> = (0..5u64)
+            .map(|i| {
+                format!(
+                    r#"{{"t":0,"client_request_id":"r{i}","station":"s","user":"u","file":"/pnfs/v/{i}.dat","volume":"V1","position":{},"offset_bytes":{},"size_bytes":{size},"access_mode":"a","physics_group":"p"}}"#,
+                    i + 1,
+                    offset(i)
+                )
+            })
+            .collect();
+        crate::trace::read_trace(text.join("\n").as_bytes()).unwrap()
+    };
+    let (rate, tape) = mss_adapters::sim::library::DriveKind::Lto9.profile();
+    let lib = LibraryConfig {
+        model: Model::Enstore,
+        drives: 1,
+        tape,
+        bytes_per_sec: rate,
+        ..LibraryConfig::default()
+    };
+    let locate = |records: &[crate::trace::TraceRecord]| {
+        let load = arrivals(&p, records).unwrap();
+        let o = run(&p, lib.clone(), &load, u64::MAX);
+        assert_eq!(o.unfinished, 0);
+        (o.library.total().locating, o.library.locates)
+    };
+    let close = |i: u64| i * size;
+    let far = |i: u64| i * 4_000_000_000_000;
+    let (near_time, _) = locate(&trace(&close));
+    let (far_time, far_locates) = locate(&trace(&far));
+    assert_eq!(near_time, 0, "back to back: the head is at each next file");
+    // The model's own cost of each move, read in offset order from the start of the tape.
+    let by_hand: u64 = (0..5u64)
+        .map(|i| {
+            let from = if i == 0 { 0 } else { far(i - 1) + size };
+            tape.locate_micros(from, far(i))
+        })
+        .sum();
+    assert_eq!(far_time, by_hand);
+    assert_eq!(far_locates, 4);
+    assert!(far_time > near_time);
+    // Without its offsets the far trace is the same load as the close one: the files by their
+    // sequence numbers, each next one where the head stops.
+    let mut bare = trace(&far);
+    bare.iter_mut().for_each(|r| r.offset_bytes = None);
+    assert_eq!(locate(&bare).0, near_time);
+}

@@ -1,13 +1,14 @@
 //! The trace format: JSON lines, one request each (docs/traces.md). Reading is strict: unknown
 //! fields, missing fields, a negative or decreasing `t` and a zero `size_bytes` are refused,
-//! naming the line and the field. `volume` and `position` may be left out, as a request may
-//! leave them out: the line is then a request without them (`simulate::arrivals`).
+//! naming the line and the field. `volume`, `position` and `offset_bytes` may be left out, as a
+//! request may leave them out: the line is then a request without them (`simulate::arrivals`).
 
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
 use super::TraceError;
+use crate::domain::MAX_OFFSET_BYTES;
 
 /// A request's direction: `read` (a recall from tape, the default, not written out) or
 /// `write` (the data-taking stream).
@@ -39,9 +40,14 @@ pub struct TraceRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
     /// Where the file is on its volume: the tape's file sequence number (the generator's, from
-    /// 1) or a byte offset; absent for a request that gave none.
+    /// 1); absent for a request that gave none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<u64>,
+    /// Where the file starts on its volume, in bytes from the first data byte (reads only, at
+    /// most 1 PB); absent for a request that gave none. The library model places the file here,
+    /// whatever `position` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_bytes: Option<u64>,
     /// > 0.
     pub size_bytes: u64,
     pub access_mode: String,
@@ -64,6 +70,8 @@ pub(crate) struct RecordRef<'a> {
     pub volume: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub position: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset_bytes: Option<u64>,
     pub size_bytes: u64,
     pub access_mode: &'a str,
     pub physics_group: &'a str,
@@ -81,6 +89,7 @@ impl TraceRecord {
             file: &self.file,
             volume: self.volume.as_deref(),
             position: self.position,
+            offset_bytes: self.offset_bytes,
             size_bytes: self.size_bytes,
             access_mode: &self.access_mode,
             physics_group: &self.physics_group,
@@ -162,6 +171,7 @@ fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
             format!("must be from 1 to {MAX_SIZE_BYTES} (1 PB)"),
         ));
     }
+    offset(&record).map_err(|m| refuse("offset_bytes".into(), m.into()))?;
     // As `POST /v1/requests` refuses a blank string: a request without a volume leaves it out.
     if record
         .volume
@@ -174,6 +184,18 @@ fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
         ));
     }
     Ok(record)
+}
+
+/// As `POST /v1/requests` checks `offset_bytes`: at most 1 PB, and on a read only (a write goes
+/// to the volume's end of data).
+fn offset(record: &TraceRecord) -> Result<(), &'static str> {
+    match record.offset_bytes {
+        Some(o) if o > MAX_OFFSET_BYTES => Err("may be at most 1000000000000000 (1 PB)"),
+        Some(_) if record.direction == Direction::Write => {
+            Err("only a read names an offset (a write goes to the volume's end of data)")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The latest `t` a trace may hold: about 31.7 years, so the simulator's microsecond clock and

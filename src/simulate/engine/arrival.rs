@@ -13,8 +13,11 @@ pub struct Arrival {
     pub group: GroupId,
     pub size_bytes: u64,
     pub volume: Option<String>,
-    /// Where the file is on its volume (`Transfer.position`).
+    /// Where the file is on its volume (`Transfer.position`): its file sequence number.
     pub position: Option<u64>,
+    /// Where the file starts on its volume in bytes (`Transfer.offset_bytes`): the library
+    /// places it here, whatever `position` says.
+    pub offset_bytes: Option<u64>,
     /// What it is worth to its group (`None`: `policy::benefit` of its bytes, no access mode).
     pub benefit: Option<u64>,
     pub qos: Qos,
@@ -39,6 +42,7 @@ impl Default for Arrival {
             size_bytes: 0,
             volume: None,
             position: None,
+            offset_bytes: None,
             benefit: None,
             qos: Qos::Normal,
             queue: 0.0,
@@ -68,6 +72,6 @@ pub(super) fn transfer(id: i64, a: &Arrival, attempt: u32) -> Transfer {
         local_file: None,
         bfid: None,
         position: a.position,
-        offset_bytes: None,
+        offset_bytes: a.offset_bytes,
     }
 }

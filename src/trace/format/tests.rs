@@ -11,6 +11,7 @@ fn record() -> TraceRecord {
         file: "/pnfs/a/1.dat".into(),
         volume: Some("VR000001".into()),
         position: Some(7),
+        offset_bytes: None,
         size_bytes: 100,
         access_mode: "analysis".into(),
         physics_group: "higgs".into(),
@@ -93,6 +94,35 @@ fn a_line_without_volume_or_position_is_a_record_without_them() {
     );
     let (line, field, _) = invalid(&GOOD.replace("\"VR000001\"", "\" \""));
     assert_eq!((line, field.as_str()), (1, "volume"));
+}
+
+/// Issue 38: a byte offset reads beside the sequence number and is written back after it; one
+/// past 1 PB, or on a write, is refused naming `offset_bytes`, as `POST /v1/requests` refuses it.
+#[test]
+fn a_byte_offset_reads_beside_the_position_and_is_bounded() {
+    let offset = GOOD.replace(
+        "\"position\":7,",
+        "\"position\":7,\"offset_bytes\":5000000000,",
+    );
+    let records = read_trace(offset.as_bytes()).expect("reads");
+    let want = TraceRecord {
+        offset_bytes: Some(5_000_000_000),
+        ..record()
+    };
+    assert_eq!(records, std::slice::from_ref(&want));
+    let mut out = Vec::new();
+    write_record(&want, &mut out).expect("writes");
+    assert_eq!(
+        String::from_utf8(out).expect("utf-8"),
+        format!("{offset}\n")
+    );
+    let too_far = GOOD.replace("\"position\":7,", "\"offset_bytes\":1000000000000001,");
+    let (line, field, _) = invalid(&too_far);
+    assert_eq!((line, field.as_str()), (1, "offset_bytes"));
+    let negative = GOOD.replace("\"position\":7,", "\"offset_bytes\":-1,");
+    assert_eq!(invalid(&negative).1, "offset_bytes");
+    let write = offset.replace("}", ",\"direction\":\"write\"}");
+    assert_eq!(invalid(&write).1, "offset_bytes");
 }
 
 #[test]

@@ -436,6 +436,7 @@ proptest! {
         id in "[a-z0-9-]{1,20}",
         file in "/[a-z0-9/._-]{1,40}",
         position in proptest::option::of(any::<u64>()),
+        offset in proptest::option::of(0u64..=crate::domain::MAX_OFFSET_BYTES),
         named in any::<bool>(),
         size in 1u64..=crate::trace::format::MAX_SIZE_BYTES,
         write in any::<bool>(),
@@ -448,6 +449,8 @@ proptest! {
             file,
             volume: named.then(|| "VR000001".into()),
             position,
+            // A write names no offset (the trace refuses one).
+            offset_bytes: offset.filter(|_| !write),
             size_bytes: size,
             access_mode: "analysis".into(),
             physics_group: "higgs".into(),
