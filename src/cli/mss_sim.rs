@@ -1,31 +1,47 @@
 //! `mssbroker mss-sim`: the MSS simulator as a process of its own.
 
 use super::serve::{banner, StopSignals};
+use crate::config::Settings;
 use anyhow::{bail, Context};
 use clap::Args;
+use mss_adapters::sim::library::{DriveKind, Model, Order};
 use mss_adapters::sim::{self, LibraryConfig, SimConfig};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub(super) struct SimArgs {
-    #[arg(long, default_value = "127.0.0.1:7070")]
-    listen: SocketAddr,
-    #[arg(long, default_value_t = 4)]
-    drives: usize,
-    #[arg(long, default_value_t = 60.0)]
-    mount_seconds: f64,
-    /// Transfer rate of one drive [default: the drive profile's].
+    /// A broker configuration whose `[mss.simulator]` table (enabled or not) this simulator
+    /// runs, as `serve`'s embedded one would: its listen address, time scale and library;
+    /// every flag given here overrides its key.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// [default: `[mss.simulator] listen` with --config, else 127.0.0.1:7070]
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// [default: `[mss.simulator] drives` with --config, else 4]
+    #[arg(long)]
+    drives: Option<usize>,
+    /// "priority" model: seconds to mount a volume [default: `[mss.simulator] mount_seconds`
+    /// with --config, else 60].
+    #[arg(long)]
+    mount_seconds: Option<f64>,
+    /// Transfer rate of one drive [default: `[mss.simulator] rate_mb_per_sec`, else the drive
+    /// profile's].
     #[arg(long)]
     rate_mb_per_sec: Option<f64>,
-    /// Virtual seconds per real second.
-    #[arg(long, default_value_t = 1.0)]
-    time_scale: f64,
-    /// Fraction of transfers that fail (retryably), 0..1.
-    #[arg(long, default_value_t = 0.0)]
-    failure_rate: f64,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Virtual seconds per real second [default: `[mss.simulator] time_scale` with --config,
+    /// else 1].
+    #[arg(long)]
+    time_scale: Option<f64>,
+    /// Fraction of transfers that fail (retryably), 0..1 [default: `[mss.simulator]
+    /// failure_rate` with --config, else 0].
+    #[arg(long)]
+    failure_rate: Option<f64>,
+    /// [default: `[mss.simulator] seed` with --config, else 1]
+    #[arg(long)]
+    seed: Option<u64>,
     /// Fraction of submission calls answered 503, 0..1.
     #[arg(long, default_value_t = 0.0)]
     submit_failure_rate: f64,
@@ -39,57 +55,66 @@ pub(super) struct SimArgs {
     #[arg(long, default_value_t = 0.0)]
     duplicate_event_rate: f64,
     /// The library model: "priority" (strict priority over all pending transfers) or
-    /// "enstore" (per-volume queues in tape order, the mounted volume first, a dismount delay).
-    #[arg(long, default_value = "priority")]
-    model: String,
-    /// Enstore model: the drive profile, lto8, lto9, ts1160 or custom (docs/enstore-model.md;
-    /// every figure of a profile is a key of `[mss.simulator]` for `serve` and `simulate`).
-    #[arg(long, default_value = "lto9")]
-    drive: String,
-    /// Enstore model: the order of a mounted volume's reads, position (Enstore) or rao (CTA).
-    #[arg(long, default_value = "position")]
-    order: String,
-    /// Enstore model: seconds a drive keeps an idle volume mounted (Enstore's dismount_delay).
-    #[arg(long, default_value_t = 60.0)]
-    dismount_delay_seconds: f64,
+    /// "enstore" (per-volume queues in tape order, the mounted volume first, a dismount delay)
+    /// [default: `[mss.simulator] model` with --config, else priority].
+    #[arg(long)]
+    model: Option<String>,
+    /// Enstore model: the drive profile, lto8, lto9, ts1160 or custom (docs/enstore-model.md);
+    /// a profile given here replaces the configuration's figures with its own [default:
+    /// `[mss.simulator] drive` and its figures with --config, else lto9].
+    #[arg(long)]
+    drive: Option<String>,
+    /// Enstore model: the order of a mounted volume's reads, position (Enstore) or rao (CTA)
+    /// [default: `[mss.simulator] order` with --config, else position].
+    #[arg(long)]
+    order: Option<String>,
+    /// Enstore model: seconds a drive keeps an idle volume mounted (Enstore's dismount_delay)
+    /// [default: `[mss.simulator] dismount_delay_seconds` with --config, else 60].
+    #[arg(long)]
+    dismount_delay_seconds: Option<f64>,
     /// Enstore model: transfers at or above this priority are admin requests (served first by
-    /// an idle drive, and taking over a drive done with a regular transfer when none is idle).
+    /// an idle drive, and taking over a drive done with a regular transfer when none is idle)
+    /// [default: `[mss.simulator] admin_priority_from` with --config, else none].
     #[arg(long)]
     admin_priority_from: Option<i64>,
 }
 
-pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
+/// What the simulator runs before the flags: `[mss.simulator]` of `--config`, else the
+/// defaults (127.0.0.1:7070, real time, [`LibraryConfig::default`]).
+struct Base {
+    listen: SocketAddr,
+    time_scale: f64,
+    library: LibraryConfig,
+}
+
+fn base(config: Option<&Path>) -> anyhow::Result<Base> {
+    let Some(path) = config else {
+        return Ok(Base {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            time_scale: 1.0,
+            library: LibraryConfig::default(),
+        });
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let origin = path.display().to_string();
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let settings = Settings::parse_in(&text, &origin, dir)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("the configuration {origin}"))?;
+    let Some(sim) = settings.mss.simulator else {
+        bail!("{origin} has no [mss.simulator] table: nothing to simulate");
+    };
+    Ok(Base {
+        listen: sim.listen,
+        time_scale: sim.time_scale,
+        library: sim.library,
+    })
+}
+
+/// The flags put over the base's library.
+fn library(args: &SimArgs, mut library: LibraryConfig) -> anyhow::Result<LibraryConfig> {
     let positive = |v: f64| v.is_finite() && v > 0.0;
-    if !positive(args.time_scale)
-        || !args.rate_mb_per_sec.is_none_or(positive)
-        || ![
-            args.failure_rate,
-            args.submit_failure_rate,
-            args.drop_event_rate,
-            args.duplicate_event_rate,
-        ]
-        .iter()
-        .all(|r| (0.0..=1.0).contains(r))
-    {
-        bail!("--time-scale and --rate-mb-per-sec must be above 0, every --*-rate within 0..1");
-    }
-    let Some(model) = mss_adapters::sim::Model::parse(&args.model) else {
-        bail!(
-            "--model must be \"priority\" or \"enstore\", not `{}`",
-            args.model
-        );
-    };
-    let Some(kind) = mss_adapters::sim::library::DriveKind::parse(&args.drive) else {
-        bail!(
-            "--drive must be lto8, lto9, ts1160 or custom, not `{}`",
-            args.drive
-        );
-    };
-    let Some(order) = mss_adapters::sim::library::Order::parse(&args.order) else {
-        bail!("--order must be position or rao, not `{}`", args.order);
-    };
-    let (rate, mut tape) = kind.profile();
-    tape.order = order;
     let seconds = |v: f64, flag: &str| -> anyhow::Result<u64> {
         if v >= 0.0 && v.is_finite() && v < 1e9 {
             Ok((v * 1e6).round() as u64)
@@ -97,26 +122,78 @@ pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
             bail!("--{flag} must be 0 or more seconds")
         }
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    if let Some(name) = &args.model {
+        let Some(model) = Model::parse(name) else {
+            bail!("--model must be \"priority\" or \"enstore\", not `{name}`");
+        };
+        library.model = model;
+    }
+    if let Some(name) = &args.drive {
+        let Some(kind) = DriveKind::parse(name) else {
+            bail!("--drive must be lto8, lto9, ts1160 or custom, not `{name}`");
+        };
+        let order = library.tape.order;
+        (library.bytes_per_sec, library.tape) = kind.profile();
+        library.tape.order = order;
+    }
+    if let Some(name) = &args.order {
+        let Some(order) = Order::parse(name) else {
+            bail!("--order must be position or rao, not `{name}`");
+        };
+        library.tape.order = order;
+    }
+    if let Some(rate) = args.rate_mb_per_sec {
+        if !positive(rate) {
+            bail!("--rate-mb-per-sec must be above 0");
+        }
+        library.bytes_per_sec = (rate * 1e6).round() as u64;
+    }
+    if let Some(drives) = args.drives {
+        library.drives = drives.max(1);
+    }
+    if let Some(mount) = args.mount_seconds {
+        library.mount_micros = seconds(mount, "mount-seconds")?;
+    }
+    if let Some(delay) = args.dismount_delay_seconds {
+        library.dismount_delay_micros = seconds(delay, "dismount-delay-seconds")?;
+    }
+    if let Some(rate) = args.failure_rate {
+        library.failure_rate = rate;
+    }
+    if let Some(seed) = args.seed {
+        library.seed = seed;
+    }
+    if args.admin_priority_from.is_some() {
+        library.admin_from = args.admin_priority_from;
+    }
+    Ok(library)
+}
+
+pub(super) async fn mss_sim(args: SimArgs) -> anyhow::Result<ExitCode> {
+    let base = base(args.config.as_deref())?;
+    let library = library(&args, base.library)?;
+    let time_scale = args.time_scale.unwrap_or(base.time_scale);
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(time_scale)
+        || ![
+            library.failure_rate,
+            args.submit_failure_rate,
+            args.drop_event_rate,
+            args.duplicate_event_rate,
+        ]
+        .iter()
+        .all(|r| (0.0..=1.0).contains(r))
+    {
+        bail!("--time-scale must be above 0, every --*-rate within 0..1");
+    }
+    let listen = args.listen.unwrap_or(base.listen);
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let cfg = SimConfig {
-        library: LibraryConfig {
-            drives: args.drives.max(1),
-            mount_micros: (args.mount_seconds.max(0.0) * 1e6) as u64,
-            bytes_per_sec: args
-                .rate_mb_per_sec
-                .map_or(rate, |r| (r * 1e6).round() as u64),
-            failure_rate: args.failure_rate,
-            seed: args.seed,
-            aging: None,
-            model,
-            tape,
-            dismount_delay_micros: seconds(args.dismount_delay_seconds, "dismount-delay-seconds")?,
-            admin_from: args.admin_priority_from,
-        },
-        time_scale: args.time_scale,
+        library,
+        time_scale,
         faults: mss_adapters::protocol::Faults {
             submit_failure_rate: args.submit_failure_rate,
             down_for_ms: 0,

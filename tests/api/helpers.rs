@@ -81,16 +81,28 @@ impl SimProcess {
     }
 
     fn spawn(listen: &str, drives: usize, time_scale: f64, extra: &[&str]) -> SimProcess {
+        let drives = drives.to_string();
+        let time_scale = time_scale.to_string();
+        let mut args = vec!["--listen", listen];
+        args.extend(["--mount-seconds", "5", "--rate-mb-per-sec", "500"]);
+        args.extend(["--drives", &drives, "--time-scale", &time_scale]);
+        args.extend(extra);
+        SimProcess::spawn_args(&args)
+    }
+
+    /// `mss-sim --config config` and `extra` flags: the simulator `[mss.simulator]` of a
+    /// broker configuration describes (its listen address included).
+    pub fn start_with_config(config: &std::path::Path, extra: &[&str]) -> SimProcess {
+        let config = config.to_str().expect("a UTF-8 path");
+        let mut args = vec!["--config", config];
+        args.extend(extra);
+        SimProcess::spawn_args(&args)
+    }
+
+    fn spawn_args(args: &[&str]) -> SimProcess {
         let mut child = Command::new(BIN)
-            .args(["mss-sim", "--listen", listen])
-            .args(["--mount-seconds", "5", "--rate-mb-per-sec", "500"])
-            .args([
-                "--drives",
-                &drives.to_string(),
-                "--time-scale",
-                &time_scale.to_string(),
-            ])
-            .args(extra)
+            .arg("mss-sim")
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

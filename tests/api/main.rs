@@ -22,6 +22,7 @@ mod metrics;
 mod metrics_conventions;
 mod mss_answers;
 mod mss_status;
+mod offsets;
 mod openapi;
 mod overflow;
 mod policies;
