@@ -39,9 +39,14 @@ pub(super) struct SubmitArgs {
     /// read (stage from tape) or write (store to tape).
     #[arg(long)]
     direction: Option<String>,
-    /// The file's position on its volume (file sequence number or byte offset), if known.
+    /// The file's position on its volume as its file sequence number (1 = the first data
+    /// file), if known.
     #[arg(long)]
     position: Option<u64>,
+    /// Where the file starts on its volume, in bytes from the first data byte, if known
+    /// (reads only).
+    #[arg(long)]
+    offset_bytes: Option<u64>,
 }
 
 pub(super) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
@@ -75,6 +80,7 @@ pub(super) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
                 volume: args.volume.clone(),
                 direction: args.direction.clone(),
                 position: args.position,
+                offset_bytes: args.offset_bytes,
                 ..Default::default()
             };
             serde_json::to_value(&request)?
