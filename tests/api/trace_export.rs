@@ -138,13 +138,13 @@ fn with(mut base: Value, extra: Value) -> Value {
     base
 }
 
-/// Singles (with and without a volume, from two stations and several users, one a write of
+/// Singles (with and without a volume and a byte offset, from two stations and several users, one a write of
 /// the data-taking class) and a batch over several groups, some caught by the rules.
 fn load() -> (Vec<Value>, Vec<Value>) {
     let singles = vec![
         with(
             request("s-0", "analysis", "higgs", 1_000_000),
-            json!({"volume": "VR000001", "position": 37}),
+            json!({"volume": "VR000001", "position": 37, "offset_bytes": 74_000_000_000u64}),
         ),
         with(
             request("s-1", "mc", "top", 2_000_000),
@@ -171,7 +171,10 @@ fn load() -> (Vec<Value>, Vec<Value>) {
             let (mode, group) = modes[(i % 4) as usize];
             let r = request(&format!("b-{i}"), mode, group, 1_000_000 + i * 10_000);
             match i % 3 {
-                0 => with(r, json!({"volume": format!("VR00010{}", i % 2)})),
+                0 => with(
+                    r,
+                    json!({"volume": format!("VR00010{}", i % 2), "offset_bytes": i * 1_000_000_000}),
+                ),
                 1 => with(r, json!({"station": "cdf-farm", "user": format!("u{i}")})),
                 _ => r,
             }
@@ -237,6 +240,11 @@ async fn the_export_of_a_live_broker_holds_every_request_and_classifies_as_it_di
             record.position,
             r["position"].as_u64(),
             "{crid}: its position, left out where it gave none"
+        );
+        assert_eq!(
+            record.offset_bytes,
+            r["offset_bytes"].as_u64(),
+            "{crid}: its byte offset, left out where it gave none"
         );
         assert_eq!(Some(record.size_bytes), r["size_bytes"].as_u64(), "{crid}");
         assert_eq!(record.access_mode, r["access_mode"].as_str().unwrap());
