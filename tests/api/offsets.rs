@@ -201,3 +201,26 @@ async fn bad_offsets_are_refused_naming_the_field_and_change_nothing() {
     assert_eq!(status, 202, "{answer}");
     app.stop().await;
 }
+
+/// A configuration without `[mss.simulator]` gives `mss-sim --config` nothing to run: it
+/// refuses to start, naming the table, and a bad flag over a good file is refused by name.
+#[test]
+fn mss_sim_refuses_a_configuration_without_a_simulator() {
+    let dir = tempfile::tempdir().unwrap();
+    let without = dir.path().join("no-sim.toml");
+    std::fs::write(&without, test_config(Some("http://127.0.0.1:1"))).unwrap();
+    let refused = |args: &[&str]| {
+        let out = std::process::Command::new(crate::helpers::BIN)
+            .arg("mss-sim")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let said = refused(&["--config", without.to_str().unwrap()]);
+    assert!(said.contains("[mss.simulator]"), "{said}");
+    let with = simulator_config(dir.path());
+    let said = refused(&["--config", with.to_str().unwrap(), "--order", "zigzag"]);
+    assert!(said.contains("--order"), "{said}");
+}
