@@ -33,14 +33,13 @@ mod batches;
 mod cancels;
 mod last_call;
 mod locator;
-mod settings;
 mod submit;
 #[cfg(test)]
 mod submit_faults;
 
+pub use crate::domain::mss::{AdapterSettings, MssSettings, SimulatorSettings};
 pub use last_call::{LastCall, Outcome};
 pub use locator::VolumeLocator;
-pub use settings::{AdapterSettings, MssSettings, SimulatorSettings};
 
 use std::sync::Arc;
 use std::time::Duration;

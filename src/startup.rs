@@ -32,8 +32,8 @@ use crate::ledger::identity::DbFile;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
 use crate::readiness::Readiness;
-use crate::server::tls::TlsSource;
 use crate::server::{PlainHttp, ServerSettings};
+use crate::tls::TlsSource;
 use reload::{LoadSettings, Loaded, Reloader};
 
 /// Why the broker could not start.
@@ -62,7 +62,7 @@ pub enum StartupError {
     #[error("refusing to listen on {addr} in plain HTTP: every token and request would cross the network in clear text; configure [server.tls] (cert, key), or set [server] plain_http = \"behind_proxy\" if a TLS proxy terminates in front of the broker, or listen on a loopback address (127.0.0.1)")]
     PlainHttp { addr: SocketAddr },
     #[error("cannot use the TLS files: {0}")]
-    Tls(#[from] crate::server::tls::TlsError),
+    Tls(#[from] crate::tls::TlsError),
     #[error("auth.issuers: {0}")]
     Issuers(String),
 }

@@ -6,7 +6,6 @@ mod admin;
 mod body_budget;
 mod caller;
 pub mod error;
-mod limits;
 mod reads;
 pub mod request;
 mod requests;
@@ -14,7 +13,7 @@ pub mod responses;
 pub mod schemas;
 mod submit;
 
-pub use limits::InputLimits;
+pub use crate::domain::limits::InputLimits;
 
 use std::sync::Arc;
 
@@ -49,10 +48,10 @@ pub struct AppState {
     pub readiness: Arc<crate::readiness::Readiness>,
     /// The client CAs a forwarded client certificate is verified against (and the listener's
     /// TLS material), when `[server.tls]` is set.
-    pub tls: Option<crate::server::tls::TlsSource>,
+    pub tls: Option<crate::tls::TlsSource>,
     /// Whose `X-Forwarded-For` and `X-SSL-Client-Cert` are believed (`[server]
     /// trusted_proxies`, behind a proxy).
-    pub trusted_proxies: Arc<[crate::server::IpNet]>,
+    pub trusted_proxies: Arc<[crate::domain::server::IpNet]>,
     /// Refused credentials: logged once, rate-limited per address.
     pub auth_failures: Arc<crate::auth::failures::FailureGate>,
 }

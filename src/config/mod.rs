@@ -26,10 +26,10 @@ pub use describe::{describe, describe_sources};
 use mss_adapters::redact;
 use raw::RawConfig;
 
-use crate::api::InputLimits;
-use crate::dispatcher::MssSettings;
+use crate::domain::limits::InputLimits;
+use crate::domain::mss::MssSettings;
+use crate::domain::server::ServerSettings;
 use crate::domain::PolicySettings;
-use crate::server::ServerSettings;
 
 /// The shipped configuration, used when no file is given and `config/broker.toml` is absent (a
 /// binary run away from a checkout): `config/broker.toml` as it was at the last build of the
@@ -89,7 +89,7 @@ pub struct Settings {
     /// turns authentication off.
     pub token_file: Option<PathBuf>,
     /// Client certificate subjects and token issuers (`[[auth.x509]]`, `[[auth.issuers]]`).
-    pub auth: crate::auth::AuthSettings,
+    pub auth: crate::domain::auth::AuthSettings,
     pub server: ServerSettings,
     pub database: DatabaseSettings,
     pub policy: Arc<PolicySettings>,
@@ -216,7 +216,7 @@ fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> O
     }
     let (token_file, auth) = match raw.auth {
         Some(a) => auth::validate_auth(a, base, issues),
-        None => (None, crate::auth::AuthSettings::default()),
+        None => (None, crate::domain::auth::AuthSettings::default()),
     };
     let client_ca = |s: &ServerSettings| s.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     if server.as_ref().is_some_and(|s| !client_ca(s)) && !auth.x509.is_empty() {

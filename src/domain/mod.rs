@@ -1,7 +1,11 @@
 //! Typed values the rest of the broker can trust: built once from input by a `parse` constructor
 //! and never wrong afterwards.
 
+pub mod auth;
+pub mod limits;
+pub mod mss;
 pub mod order;
+pub mod server;
 pub mod settings;
 pub mod tree;
 

@@ -256,7 +256,7 @@ impl Ledger {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let request_id = crate::telemetry::request_id();
+        let request_id = crate::request_scope::request_id();
         let without_volume = (items.iter()).any(|i| i.volume.as_deref().is_none_or(str::is_empty));
         let answers = self
             .call(|reply| Command::Accept {
@@ -504,7 +504,7 @@ impl Ledger {
     }
 
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {
-        let request_id = crate::telemetry::request_id();
+        let request_id = crate::request_scope::request_id();
         self.call(|reply| Command::Cancel {
             id,
             request_id,
