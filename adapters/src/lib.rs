@@ -10,6 +10,7 @@
 //! in its [`Capabilities`], so the broker's configuration check can refuse what cannot work.
 
 pub mod answer;
+pub mod check;
 pub mod encp;
 pub mod endpoint;
 pub mod event_log;

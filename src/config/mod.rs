@@ -186,6 +186,12 @@ impl Issues {
     }
 }
 
+impl mss_adapters::check::Issues for Issues {
+    fn record(&mut self, key: &str, message: String) {
+        self.add(key, message);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------------------------
@@ -266,12 +272,9 @@ fn parse_addr(s: &str, key: &str, issues: &mut Issues) -> Option<SocketAddr> {
     }
 }
 
+/// The adapters' check ([`mss_adapters::check::positive`]), as the broker's counts (`usize`).
 fn positive(v: i64, key: &str, issues: &mut Issues) -> usize {
-    if v <= 0 {
-        issues.add(key, format!("must be a positive integer, got {v}"));
-        return 1;
-    }
-    v as usize
+    mss_adapters::check::positive(v, key, issues) as usize
 }
 
 #[cfg(test)]
