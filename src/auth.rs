@@ -8,6 +8,18 @@
 //! Besides the token file, a caller may be a client certificate (`x509`: its subject mapped by
 //! `[[auth.x509]]`) or a WLCG JWT (`jwt`: verified against `[[auth.issuers]]`); `failures`
 //! answers, logs and rate-limits the refusals of all three.
+//!
+//! The token file (SHA-256 hashes, roles), constant-time lookup, `Principal`. The roles and the
+//! `[[auth.x509]]`/`[[auth.issuers]]` rules are `domain::auth`'s (config builds them), re-exported. The demo file is
+//! embedded too. A token's `role` is parsed once into `Role` (a station role carries its station);
+//! `RoleKind` is the role without its data. `api::Caller` is the extractor that authenticates each
+//! request; each handler states the roles it allows as `RoleKind`s, so a misspelt role does not
+//! compile. `auth/x509.rs`: `[[auth.x509]]`, a verified client certificate's subject DN (RFC 4514
+//! or grid form) to a role, RFC 3820 proxies refused; `auth/jwt.rs`: `[[auth.issuers]]`, WLCG JWTs
+//! verified offline (discovery and JWKS cached an hour, an unknown `kid` refetched, asymmetric
+//! algorithms only, `exp`/`nbf`/`iat` with 60 s of skew, WLCG profile 1.0 scopes and
+//! `wlcg.groups`); `auth/failures.rs`: a refused credential logged once by its hash, an address
+//! rate-limited after a burst of failures.
 
 pub mod failures;
 pub mod jwt;

@@ -2,6 +2,14 @@
 //! build the adapter, the dispatcher and the API, and bind the listener. `Application::build`
 //! binds (port 0 allowed) and exposes the bound address, so tests start a whole broker in three
 //! lines; `run_until_stopped` serves until the given shutdown future completes.
+//!
+//! `Application::build` (binds, port 0 allowed, exposes `local_addr()`), then
+//! `run_until_stopped(shutdown)` (serves through `server::serve`). Opens the ledger, then builds
+//! the configured adapter (`build_adapter`: the ledger's `instance()` names FTS3 submissions),
+//! starts the embedded simulator when configured, logs the configuration's notes.
+//! `build_reloadable` takes the `LoadSettings` function a reload calls again. `startup/reload.rs`:
+//! `Reloader` (load, validate, refuse what cannot change live key by key, `Ledger::reload`, then
+//! swap `LiveSettings` with the gate closed; the file's SHA-256 in `Loaded`).
 
 pub mod reload;
 

@@ -5,6 +5,9 @@
 //! characters (newline, carriage return, ESC, ...), so text from outside (an MSS's error body, a
 //! station's file name) can never forge a log line or a terminal sequence, whatever the call
 //! site. The JSON output escapes them itself.
+//!
+//! Tracing subscriber (text or JSON lines, `RUST_LOG`); the text output's `escaping_fields` escapes
+//! control characters and `hidden_text` characters (Cf, Zl, Zp) in every field value.
 
 use std::fmt::{self, Write};
 use std::io::IsTerminal;

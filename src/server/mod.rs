@@ -6,6 +6,20 @@
 //! requests is being handled is closed. Accept
 //! errors (`EMFILE`) pause the loop briefly and are logged at most every few seconds. On
 //! shutdown the listener closes, idle connections close and requests in flight finish.
+//!
+//! The HTTP server. `mod.rs` (`serve`: the accept loop on hyper's http1 with axum's router as the
+//! service; a semaphore of `max_connections`, the excess answered a plain 503 by at most 128 tasks
+//! at once; the header-read timeout; graceful shutdown; throttled accept errors), `idle.rs`
+//! (`Tracked` stream stamping its reads and writes, `Activity::handling` held while a request is
+//! handled, `Activity::idle_for`), `body.rs` (the body deadline middleware: 408 naming `body`),
+//! `fds.rs` (`RLIMIT_NOFILE` read and raised), `request_id.rs`
+//! (tower-http's request-id and trace layers: a span per request with `x_request_id`, method,
+//! route; status and latency on the response line; the id put in scope for the ledger through
+//! `request_scope::with_request_id`). TLS (`[server.tls]`: tokio-rustls in the same accept loop)
+//! is the `tls` module, below `server` and `api`, which both use it; the settings are
+//! `domain::server` (`ServerSettings`: the refusal of plain HTTP beyond loopback unless
+//! `plain_http = "behind_proxy"`, forwarded addresses and certificates believed only from
+//! `trusted_proxies`).
 
 mod body;
 pub mod fds;
