@@ -47,6 +47,68 @@ fn only_start_up_imports_config() {
     );
 }
 
+/// ARCHITECTURE's layer picture, bottom first (`scripts/code-shape`'s `LAYERS` is the same).
+const LAYERS: &[&[&str]] = &[
+    &[
+        "domain",
+        "clock",
+        "hidden_text",
+        "text_table",
+        "request_scope",
+    ],
+    &["shares", "policy", "trace", "simulate"],
+    &["config"],
+    &[
+        "ledger",
+        "report",
+        "auth",
+        "tls",
+        "live_settings",
+        "dispatcher",
+        "api",
+        "metrics",
+        "readiness",
+    ],
+    &["server", "telemetry"],
+    &[
+        "startup",
+        "cli",
+        "bench",
+        "bench_explain",
+        "bench_report",
+        "main",
+    ],
+];
+
+/// Imports up the layers that issue 41's shared transitions take away (`REPRIORITISE_BATCH`);
+/// remove the entry with them. Nothing may be added here.
+const UP_UNTIL_SHARED_TRANSITIONS: &[(&str, &str)] = &[("simulate", "dispatcher")];
+
+#[test]
+fn no_module_imports_a_layer_above_its_own() {
+    let layer = |m: &str| LAYERS.iter().position(|l| l.contains(&m));
+    let mut unplaced: Vec<&str> = tree()
+        .product("src")
+        .map(|h| top_module(&h.file.path))
+        .filter(|&m| m != "lib" && layer(m).is_none())
+        .collect();
+    unplaced.dedup();
+    assert!(
+        unplaced.is_empty(),
+        "modules missing from the layer picture (LAYERS here, ARCHITECTURE, scripts/code-shape): {unplaced:?}"
+    );
+    let hits = tree()
+        .product("src")
+        .filter(|h| {
+            let from = top_module(&h.file.path);
+            crate_modules(&h.line.code).iter().any(|&to| {
+                layer(to) > layer(from) && !UP_UNTIL_SHARED_TRANSITIONS.contains(&(from, to))
+            })
+        })
+        .collect();
+    assert_none("No module imports one from a layer above its own", hits);
+}
+
 #[test]
 fn the_domain_depends_on_nothing_in_the_crate() {
     let hits: Vec<Hit> = tree()
