@@ -8,10 +8,24 @@
 //! Besides the token file, a caller may be a client certificate (`x509`: its subject mapped by
 //! `[[auth.x509]]`) or a WLCG JWT (`jwt`: verified against `[[auth.issuers]]`); `failures`
 //! answers, logs and rate-limits the refusals of all three.
+//!
+//! The token file (SHA-256 hashes, roles), constant-time lookup, `Principal`. The roles and the
+//! `[[auth.x509]]`/`[[auth.issuers]]` rules are `domain::auth`'s (config builds them), re-exported. The demo file is
+//! embedded too. A token's `role` is parsed once into `Role` (a station role carries its station);
+//! `RoleKind` is the role without its data. `api::Caller` is the extractor that authenticates each
+//! request; each handler states the roles it allows as `RoleKind`s, so a misspelt role does not
+//! compile. `auth/x509.rs`: `[[auth.x509]]`, a verified client certificate's subject DN (RFC 4514
+//! or grid form) to a role, RFC 3820 proxies refused; `auth/jwt.rs`: `[[auth.issuers]]`, WLCG JWTs
+//! verified offline (discovery and JWKS cached an hour, an unknown `kid` refetched, asymmetric
+//! algorithms only, `exp`/`nbf`/`iat` with 60 s of skew, WLCG profile 1.0 scopes and
+//! `wlcg.groups`); `auth/failures.rs`: a refused credential logged once by its hash, an address
+//! rate-limited after a burst of failures.
 
 pub mod failures;
 pub mod jwt;
 pub mod x509;
+
+pub use crate::domain::auth::{role_of, AuthSettings, Role, RoleKind};
 
 use std::fmt;
 use std::path::Path;
@@ -23,64 +37,6 @@ use subtle::ConstantTimeEq;
 /// The demo token file shipped for local use, embedded so the embedded config works anywhere
 /// (copied by build.rs, as [`crate::config::EMBEDDED`] is).
 pub const EMBEDDED_DEMO_TOKENS: &str = include_str!(concat!(env!("OUT_DIR"), "/demo-tokens.toml"));
-
-/// What a caller may do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Role {
-    Station(String),
-    Mss,
-    Reader,
-    Operator,
-}
-
-impl Role {
-    /// The role without its station: what an endpoint's `require` names.
-    pub fn kind(&self) -> RoleKind {
-        match self {
-            Role::Station(_) => RoleKind::Station,
-            Role::Mss => RoleKind::Mss,
-            Role::Reader => RoleKind::Reader,
-            Role::Operator => RoleKind::Operator,
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.kind().name()
-    }
-}
-
-/// A role as the token file's `role` names it, parsed once when the file is loaded, so a
-/// misspelt role is a load error and a misspelt `require` does not compile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoleKind {
-    Station,
-    Mss,
-    Reader,
-    Operator,
-}
-
-impl RoleKind {
-    pub const ALL: [RoleKind; 4] = [
-        RoleKind::Station,
-        RoleKind::Mss,
-        RoleKind::Reader,
-        RoleKind::Operator,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            RoleKind::Station => "station",
-            RoleKind::Mss => "mss",
-            RoleKind::Reader => "reader",
-            RoleKind::Operator => "operator",
-        }
-    }
-
-    /// The role the token file's `role` string names, if any.
-    pub fn parse(s: &str) -> Option<RoleKind> {
-        RoleKind::ALL.into_iter().find(|k| k.name() == s)
-    }
-}
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,32 +67,6 @@ impl Principal {
             _ => false,
         }
     }
-}
-
-/// The role a `role` string and an optional `station` name, as the token file and
-/// `[[auth.x509]]` write them; the refusal names the field (`role` or `station`).
-pub fn role_of(role: &str, station: Option<String>) -> Result<Role, (&'static str, String)> {
-    let kind = RoleKind::parse(role).ok_or_else(|| {
-        (
-            "role",
-            format!("`{role}` is not one of station, mss, reader, operator"),
-        )
-    })?;
-    match (kind, station) {
-        (RoleKind::Station, Some(s)) if !s.is_empty() => Ok(Role::Station(s)),
-        (RoleKind::Station, _) => Err(("station", "a station entry names its station".into())),
-        (_, Some(_)) => Err(("station", "only station entries name a station".into())),
-        (RoleKind::Mss, None) => Ok(Role::Mss),
-        (RoleKind::Reader, None) => Ok(Role::Reader),
-        (RoleKind::Operator, None) => Ok(Role::Operator),
-    }
-}
-
-/// `[[auth.x509]]` and `[[auth.issuers]]`, validated.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AuthSettings {
-    pub x509: Vec<x509::X509Rule>,
-    pub issuers: Vec<jwt::IssuerSettings>,
 }
 
 /// Why a token file cannot be used.

@@ -1,5 +1,7 @@
 //! Time, injected: the ledger stamps rows with whatever clock it is given, so tests can control
 //! time and the policy never reads one.
+//!
+//! `Clock` (injected; `SystemClock`, `ManualClock` for tests), `parse_instant`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

@@ -28,19 +28,38 @@
 //!   every in-flight request when the MSS's event log starts over (a new epoch).
 //!
 //! Each loop's body is a `*_once` step a test can call directly.
+//!
+//! The submit, event, stale, cancel and release loops, each around a testable step (`submit_once`,
+//! `events_once`, `check_stale_once`; release is one ledger command). `dispatcher/submit.rs`: the
+//! submit step, `submit_once`, its answers sorted (`sort_answers`) and the answers whose recording
+//! failed kept for the next step (`keep_unrecorded`, `record_late`). `submit_once` takes no more
+//! ready requests than the adapter's `room()`; when it is full the loop waits for `room_freed()`.
+//! Every call after submission names the transfer by the `TransferRef` the ledger builds
+//! (`InFlight`, `RequestRecord::transfer_ref`). The settings (`MssSettings`,
+//! `AdapterSettings`, `SimulatorSettings`) are `domain::mss`'s, re-exported here. `dispatcher/locator.rs`: `VolumeLocator`, the loop that
+//! (with `[mss.volume_lookup]`, in the `volumes` mode) looks up queued requests without a volume
+//! (`Ledger::unlocated`) and stores the answers (`Ledger::located`, `ledger/writer/located.rs`:
+//! stored once, a waiting request moved to its tape's queue; schema version 11, `volume_source`).
+//! `dispatcher/last_call.rs`: `LastCall`, the latest MSS call's outcome (a refusal is an answer),
+//! recorded by `timed` and `submit_once`, read by `/readyz`. `dispatcher/cancels.rs`: the cancel
+//! loop, carrying a request's cancel to the MSS while the ledger lists it (`cancelling_one`: at the
+//! MSS, no rider waiting) and sending again what the MSS could not take, with the retry backoff; at
+//! start it takes every cancel the ledger has pending (`cancel_pending`), and the submit loop hands
+//! it the cancels its answers call for (`AfterSubmit::CancelAtMss`, `CancelRequested`).
+//! `dispatcher/batches.rs`: `whole`, a full read of ready requests cut before a `volumes` batch it
+//! would split (the batch goes whole in the next call).
 
 mod batches;
 mod cancels;
 mod last_call;
 mod locator;
-mod settings;
 mod submit;
 #[cfg(test)]
 mod submit_faults;
 
+pub use crate::domain::mss::{AdapterSettings, MssSettings, SimulatorSettings};
 pub use last_call::{LastCall, Outcome};
 pub use locator::VolumeLocator;
-pub use settings::{AdapterSettings, MssSettings, SimulatorSettings};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! Unicode format characters (Cf: bidi overrides such as U+202E, zero-width characters) and
 //! line or paragraph separators (Zl, Zp). Station strings containing them are refused
 //! (`api::request`); text from elsewhere (an MSS's answer) has them escaped in logs (`telemetry`).
+//!
+//! Which characters hide or reorder text (refused in station strings, escaped in logs).
 
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod policy;
 pub mod readiness;
 pub mod report;
+pub mod request_scope;
 pub mod server;
 pub mod shares;
 pub mod simulate;
@@ -26,4 +27,5 @@ pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod test_fixture;
 pub mod text_table;
+pub mod tls;
 pub mod trace;

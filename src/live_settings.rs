@@ -4,6 +4,12 @@
 //! bearer tokens, and the stamp of the configuration they came from. The API classifies with it, the dispatcher
 //! paces submissions with it; the ledger writer gets the same policy by a command (see
 //! `reload`), so a decision never sees half of one configuration and half of another.
+//!
+//! `Live` (the policy, the station and submit rate limiters, the bearer tokens read from the token
+//! file at start and at each reload, the `ConfigStamp`: hash and load time) behind one swap
+//! (`LiveSettings`), read by the API (`Caller`'s tokens, classification, station rates, `GET
+//! /v1/groups`) and the dispatcher (submit rate); its gate is held by a submission from
+//! classification to the ledger's answer and closed by a reload; the `Reload` trait the API calls.
 
 use std::future::Future;
 use std::num::NonZeroU32;

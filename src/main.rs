@@ -1,4 +1,6 @@
 //! The `mssbroker` binary: a thin shell around [`mssbroker::cli::run`].
+//!
+//! Sets the allocator and calls `cli::run()`; prints the error once.
 
 use std::process::ExitCode;
 

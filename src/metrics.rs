@@ -12,6 +12,15 @@
 //!   are in `GET /v1/groups` and `GET /v1/report`;
 //! - **waits** from acceptance to the first MSS start per group (`mssbroker_request_wait_seconds`,
 //!   `kind="priority"` is data taking), from the ledger's wait histograms ([`waits`]).
+//!
+//! The Prometheus exposition (prometheus-client): in-process histograms (commit latency and
+//! commands, MSS calls) and the ledger's figures encoded at scrape time (bytes done as a float
+//! counter: its exact sum may pass u64); OpenMetrics only to a client whose `Accept` asks for it
+//! (every Prometheus scrape does), else `prometheus_text`'s text format 0.0.4 (what curl gets and
+//! promtool lints). Names per Prometheus' conventions; `contrib/grafana/mssbroker.json` is a
+//! dashboard over them. `metrics/waits.rs`: `mssbroker_request_wait_seconds` from the ledger's
+//! `report_waits` (exact buckets, every fourth bin; `WaitTotals` keeps the closed hours' sums so a
+//! scrape reads only recent rows).
 
 use std::sync::atomic::AtomicU64;
 

@@ -9,6 +9,10 @@
 //! A load balancer probes every few seconds, so a probe is not logged; a change is, once: the
 //! broker becoming not ready (at WARN, with every problem) or ready again (at INFO), judged by
 //! which checks fail ([`Readiness::check`]).
+//!
+//! `/readyz`'s checks (`Readiness::check`: the writer's heartbeat age, the database file's identity
+//! and `access(W_OK)`, the dispatcher's `LastCall`) and `tick_loop` (an empty writer command every
+//! second, spawned by `run_until_stopped`); a change of the answer is logged once, not every probe.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;

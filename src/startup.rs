@@ -2,6 +2,14 @@
 //! build the adapter, the dispatcher and the API, and bind the listener. `Application::build`
 //! binds (port 0 allowed) and exposes the bound address, so tests start a whole broker in three
 //! lines; `run_until_stopped` serves until the given shutdown future completes.
+//!
+//! `Application::build` (binds, port 0 allowed, exposes `local_addr()`), then
+//! `run_until_stopped(shutdown)` (serves through `server::serve`). Opens the ledger, then builds
+//! the configured adapter (`build_adapter`: the ledger's `instance()` names FTS3 submissions),
+//! starts the embedded simulator when configured, logs the configuration's notes.
+//! `build_reloadable` takes the `LoadSettings` function a reload calls again. `startup/reload.rs`:
+//! `Reloader` (load, validate, refuse what cannot change live key by key, `Ledger::reload`, then
+//! swap `LiveSettings` with the gate closed; the file's SHA-256 in `Loaded`).
 
 pub mod reload;
 
@@ -32,8 +40,8 @@ use crate::ledger::identity::DbFile;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
 use crate::readiness::Readiness;
-use crate::server::tls::TlsSource;
 use crate::server::{PlainHttp, ServerSettings};
+use crate::tls::TlsSource;
 use reload::{LoadSettings, Loaded, Reloader};
 
 /// Why the broker could not start.
@@ -62,7 +70,7 @@ pub enum StartupError {
     #[error("refusing to listen on {addr} in plain HTTP: every token and request would cross the network in clear text; configure [server.tls] (cert, key), or set [server] plain_http = \"behind_proxy\" if a TLS proxy terminates in front of the broker, or listen on a loopback address (127.0.0.1)")]
     PlainHttp { addr: SocketAddr },
     #[error("cannot use the TLS files: {0}")]
-    Tls(#[from] crate::server::tls::TlsError),
+    Tls(#[from] crate::tls::TlsError),
     #[error("auth.issuers: {0}")]
     Issuers(String),
 }

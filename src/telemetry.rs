@@ -1,10 +1,13 @@
-//! Logging: structured `tracing` output to stderr, filtered by `RUST_LOG` (default `info`), and
-//! the HTTP request id in scope for the work a request causes.
+//! Logging: structured `tracing` output to stderr, filtered by `RUST_LOG` (default `info`). (The
+//! HTTP request id in scope for the work a request causes is `request_scope`'s.)
 //!
 //! Every field value of the text output goes through [`escaping_fields`], which escapes control
 //! characters (newline, carriage return, ESC, ...), so text from outside (an MSS's error body, a
 //! station's file name) can never forge a log line or a terminal sequence, whatever the call
 //! site. The JSON output escapes them itself.
+//!
+//! Tracing subscriber (text or JSON lines, `RUST_LOG`); the text output's `escaping_fields` escapes
+//! control characters and `hidden_text` characters (Cf, Zl, Zp) in every field value.
 
 use std::fmt::{self, Write};
 use std::io::IsTerminal;
@@ -13,24 +16,6 @@ use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::format::{self, Writer};
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::EnvFilter;
-
-tokio::task_local! {
-    static REQUEST_ID: std::sync::Arc<str>;
-}
-
-/// The id (`x-request-id`) of the HTTP request whose work is running on this task, if any: the
-/// ledger carries it to the writer thread, whose log lines for that work name it.
-pub fn request_id() -> Option<std::sync::Arc<str>> {
-    REQUEST_ID.try_with(|id| id.clone()).ok()
-}
-
-/// Run `work` with `id` as its [`request_id`].
-pub async fn with_request_id<F: std::future::Future>(
-    id: std::sync::Arc<str>,
-    work: F,
-) -> F::Output {
-    REQUEST_ID.scope(id, work).await
-}
 
 /// Install the global subscriber; `json` switches to one JSON object per line. The text is
 /// coloured only when stderr is a terminal and `NO_COLOR` (<https://no-color.org>) is not set:

@@ -1,5 +1,7 @@
 //! Plain-text tables for the CLI: the first column left-aligned, the others right-aligned,
 //! two spaces apart, each column as wide as its widest cell.
+//!
+//! Aligned plain-text tables for the CLI (`shares`, `report`, `simulate`).
 
 /// `header` and `rows` as aligned lines, each ending in a newline.
 pub fn aligned<S: AsRef<str>>(header: &[&str], rows: &[Vec<S>]) -> String {

@@ -5,6 +5,10 @@
 //!
 //! A body that cannot be read whole (over the cap, stalled past the call's timeout, cut off) is
 //! an *unknown* outcome, not a refusal: the MSS may have done what it was asked.
+//!
+//! Reading MSS answers bounded (`read_body`, in chunks up to `MAX_ANSWER_BYTES`, 16 MiB; more is an
+//! `Unknown` outcome) and `clip` (the MSS text kept in messages, logs and `last_error`:
+//! `MAX_MESSAGE_CHARS`).
 
 use std::borrow::Cow;
 

@@ -68,6 +68,26 @@
 //! Every child gets SIGTERM when the broker dies (Linux `PR_SET_PDEATHSIG`): a transfer the
 //! broker no longer watches is stopped, and the broker submits it again as a new attempt after
 //! its restart, so it is never run twice at once.
+//!
+//! Enstore, one `encp` process per run (`encp.rs`: the module's notes with their Enstore sources,
+//! and the re-exports). `config.rs`: `[mss.encp]` raw and validated (issues in key order),
+//! `capabilities`; `local.rs`: `check_local_file_for` (symlinks resolved, then under a
+//! `local_roots` entry with `{station}` expanded, not a directory); `existing.rs`: a read whose
+//! output is there before encp runs (refused at attempt 1, done at a later one when it is a regular
+//! file of exactly the declared size: the earlier attempt's copy); `invocation.rs`: the pure
+//! command line (`operand` refuses a leading `-`: encp's parser does not honour `--`);
+//! `outcome.rs`: the pure `outcome` (what the run `Said`: its `STATUS=` name, an option its build
+//! refused, to an event; `done_unless_directory`); `adapter.rs`: the adapter (a semaphore of
+//! `max_processes`, runs and finished runs in memory); `watch.rs`: one watcher task per run (start,
+//! the LM ticket's unique id and "copied successfully" from stdout, the STATUS line from stderr,
+//! timeout, cancellation by SIGTERM then SIGKILL to the process group, the output a SIGKILLed read
+//! left removed, children with `PR_SET_PDEATHSIG`); `commands.rs`: `cancel_command` for a ticket
+//! still queued and the runner of the site's commands; `build.rs`: the encp builds (user, user2,
+//! admin: Enstore's `encp_user.py`, `encp_user2.py`, `encp.py`) and the level of each option of
+//! encp's table; `status.rs`: the `STATUS=` line and the default `fatal_statuses` (from
+//! `e_errors.py`); `options.rs`: encp's options parsed as Enstore's `option.py` parses them
+//! (`config/args.rs` reads `[mss.encp] args` with it), refused at start; `tests.rs`: the unit
+//! tests.
 
 mod adapter;
 pub mod build;

@@ -5,6 +5,9 @@
 //! sends them as HTTP Basic and never in the request line. Built by string formatting instead,
 //! `http://host/?token=abc` gave `http://host/?token=abc/v1/transfers`: every call went to
 //! `/` with a garbled query.
+//!
+//! `Endpoint`, a parsed base URL whose query is kept on every call built from it and whose user and
+//! password go as Basic authentication.
 
 use reqwest::Url;
 

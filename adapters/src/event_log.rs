@@ -7,6 +7,10 @@
 //! in-flight request through the adapter's `status` first. Events are kept until a read asks for
 //! what follows them: the broker asks with the cursor it committed together with their effects,
 //! so nothing it has not applied is dropped.
+//!
+//! An in-process event log with an epoch and a cursor, for adapters that learn of changes
+//! themselves (a process exiting, a polled state): the same protocol as the simulator's log; a new
+//! epoch at every start makes the broker recover in-flight requests by `status`.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

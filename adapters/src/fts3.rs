@@ -54,6 +54,24 @@
 //! - **Authentication**: a bearer token (read from a file at every call) or an X.509 client
 //!   certificate. FTS3 refuses tape staging and archiving with tokens, so configuration refuses
 //!   that combination.
+//!
+//! FTS3 (`fts3.rs`: the notes with their FTS3 sources, the re-exports). `config.rs`: config (bands,
+//! the one `activity`); `job.rs`: the deterministic `job_id`/`job_id_in` (under `vos_id[0]` of `GET
+//! /whoami`, in `Shared::vo_ids`: read at the first need and again by `rederive` when a lookup
+//! misses or on a 409 for our sid, the earlier ones kept), the pure `job_body` (`retry: -1`),
+//! `conflict_is_ours` (409 for our sid vs "The submission is duplicated": a destination held by a
+//! file not ended, `Deferred` until it ends, and held back meanwhile by `holds.rs`, `Holds`: 30 s
+//! doubling to 10 minutes, freed when FTS3 takes a transfer there or one the adapter follows there
+//! ends), `clashing` (the files that 409 names by `dest_surl_uuid`) and `apart_by_destination`;
+//! `progress.rs`: `progress_of` (`STARTED` a start only for staging jobs; null `recoverable`
+//! classified by `retryable_by_reason`, FTS3's own heuristics); `adapter.rs`: the adapter, jobs in
+//! flight in memory (a transfer's `Track` holds its job and, in a job of several files, its
+//! `file_index`), per-file cancel; `batch.rs`: submission in jobs of one volume (`jobs_of` groups,
+//! the first transfer's sid, 409 and lost answers resolved by reading the job's files'
+//! `file_metadata`, the jobs in flight read once after a start, `recover`; the grouping `jobs_of`,
+//! `batch_body`, `file_entry` and `split_mss_id` are in `job.rs`); `poller.rs`: the poller (each
+//! job asked once per poll, up to 50 ids a `GET /jobs/{ids}`, each transfer following its own
+//! file).
 
 mod adapter;
 mod batch;

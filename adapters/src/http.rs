@@ -3,6 +3,8 @@
 //! simulator's own JSON error, and an answer that cannot be read is an unknown outcome. Each
 //! call's URL is built from the parsed base ([`Endpoint`]): a base with a path, a trailing slash
 //! or a query string (kept on every call) works.
+//!
+//! `HttpAdapter` on reqwest; answers through `rest::Answer`, transport errors are `Unavailable`.
 
 use std::time::Duration;
 

@@ -8,8 +8,21 @@
 //! back [`MssEvent`]s. Everything about a particular MSS (wire format, retries it can't make
 //! sense of, its notion of a queue) stays behind [`MssAdapter`], and what it can do is declared
 //! in its [`Capabilities`], so the broker's configuration check can refuse what cannot work.
+//!
+//! The `MssAdapter` trait (`capabilities`, `submit`, `submit_batch`, `room` and `room_freed`,
+//! `cancel`, `reprioritize`, `release`, `status`, `events(cursor, wait)`), `Capabilities` (a
+//! `PriorityScale`: none, a direct range or bands; what else the MSS can do), `TransferRef` (key,
+//! attempt, the MSS id the broker recorded, file, size: how every call after submission names a
+//! transfer) and `MssError` (`Unreachable`, no connection made: nothing sent; `Unavailable`;
+//! `Unknown`, an answer that could not be read; and `Deferred`, the MSS answering "not yet", are
+//! retryable; `Rejected` and `Protocol` are not; `is_answer`: `Rejected` and `Deferred`, which
+//! leave the MSS counted as up for `/readyz`; a `Deferred` send waits `DEFERRED_WAIT_MS` in the
+//! ledger, `Ledger::deferred`, so it never heads every batch). `MssAdapter::cancel_reaches_mss`
+//! (default: `cancel`) says whether a cancel reaches the MSS's queue, not only the broker's side
+//! (`GET /v1/mss`).
 
 pub mod answer;
+pub mod check;
 pub mod encp;
 pub mod endpoint;
 pub mod event_log;

@@ -26,6 +26,10 @@
 //! Either is strict: anything else it reads is a failed lookup ([`LookupError`]), and a failed
 //! lookup only means the request goes without a volume. Answers are cached by path for a while
 //! ([`Locator`]). No error or log line carries the command's arguments or anything it printed.
+//!
+//! The files (`layer4.rs`, `command.rs`, `cache.rs`): where a file lies when the station does not
+//! say: Enstore's layer 4 under a mount of the name space, or a site command; strict parsers of the
+//! upstream format, each call bounded in time, output and concurrency, answers cached by path.
 
 mod cache;
 mod command;

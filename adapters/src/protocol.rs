@@ -4,6 +4,11 @@
 //! reads one transfer, `GET /v1/events?epoch=E&after=N&wait_ms=W` long-polls the event log and
 //! `GET /v1/received` lists every submission the MSS accepted (for tests and audits);
 //! `PUT /v1/faults` sets the faults the simulator injects.
+//!
+//! The JSON wire types shared by the HTTP adapter and the simulator server: `Transfer` (key = the
+//! request's MSS key, `ledger::mss_key`; attempt, priority, optional tape `position`, ...),
+//! `MssEvent` (seq, key, attempt, kind), `EventCursor` (epoch + seq), `EventsQuery` (the events
+//! endpoint's query, read by the simulator server and the bench's instant MSS).
 
 use serde::{Deserialize, Serialize};
 

@@ -6,6 +6,9 @@
 //! name, the host, the port and the path, which say where the broker talks to. It works on any
 //! text (an error message that quotes a URL, reqwest's "error sending request for url (...)"),
 //! so every place that shows text that may hold a URL calls this one function.
+//!
+//! `urls`, an MSS URL with its user, password and query replaced, for every log line, answer and
+//! error (`/readyz`, start-up, `check-config`).
 
 use std::borrow::Cow;
 

@@ -8,6 +8,9 @@
 //! certificate) the client built from the previous ones is kept and the reason is logged once
 //! for that version of the files; files seen changing while they were read are tried again at
 //! the next call. (The bearer token file needs none of this: it is read at every call.)
+//!
+//! `RenewingClient`, a reqwest client rebuilt when its client certificate or CA file changes on
+//! disk (certificates renewed in place, no restart).
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};

@@ -5,6 +5,13 @@
 //! logged at warn with the server's text), another refusal is `Rejected` when the server's own JSON error says so, and an answer
 //! that cannot be read (a proxy's page, a garbled, stalled or over-size body) is `Unknown`.
 //! Bodies are read through [`Answer`], bounded by [`MAX_ANSWER_BYTES`].
+//!
+//! What the REST adapters share: `auth` (bearer token read from a file at every call, or an X.509
+//! client certificate; a CA bundle), the reqwest client, and `Answer` (a response read bounded) to
+//! `MssError`: 5xx/408/429 `Unavailable`; 401/403/419 (`is_credential_refusal`: an expired token,
+//! FTS3's delegation) `Unavailable` and logged at warn; another 4xx with the server's own JSON
+//! error `Rejected`; a proxy's page, an unparsable or unreadable body `Unknown`; `not_found` only
+//! for the server's own 404.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -32,6 +32,15 @@
 //! broken off before its headers) is staged again under a new request; the first request's
 //! pins expire after `diskLifetime`. Within one process a resend of a transfer the adapter
 //! follows is answered from its tracks (`stage.rs` `triage`).
+//!
+//! The WLCG Tape REST API (`tape_rest.rs`: the notes, the re-exports). `config.rs`: config;
+//! `progress.rs`: the pure `file_progress` (dCache's `state` form and EOS-CTA's `{path, onDisk,
+//! error}`); `stage.rs`: submission (`stage_body`, archiveinfo before staging, batches of distinct
+//! normalised paths per stage request, split on 413; a 201 whose body cannot be read is known by
+//! its `Location`, `location_request_id`); `adapter.rs`: the adapter (the sitename read once from
+//! the discovery document, cancel and release); `poller.rs`: a poller that deletes finished
+//! requests; `discovery.rs` (the well-known document), `archive.rs` (archiveinfo to a decision),
+//! `paths.rs` (lexical normalisation), `duration.rs` (`disk_lifetime` as Java's `Duration.parse`).
 
 mod adapter;
 mod archive;

@@ -8,8 +8,9 @@ use super::error::ApiError;
 use super::{AppState, Shared};
 use crate::auth::jwt::{TokenRefused, TokenScope};
 use crate::auth::{x509, Principal, Role, RoleKind};
+use crate::domain::server::IpNet;
 use crate::live_settings::Live;
-use crate::server::{IpNet, Peer};
+use crate::tls::Peer;
 
 /// The authenticated caller of a request.
 pub struct Caller(pub Principal);
@@ -151,7 +152,7 @@ fn by_certificate(
 /// The header a trusted proxy forwards the client's certificate in.
 const FORWARDED_CERT: &str = "x-ssl-client-cert";
 
-fn forwarded_cert(value: &[u8], state: &AppState) -> crate::server::tls::PeerCert {
+fn forwarded_cert(value: &[u8], state: &AppState) -> crate::tls::PeerCert {
     let pem: Vec<u8> = percent_encoding::percent_decode(value).collect();
     let trust = state.tls.as_ref().and_then(|t| t.current().clients.clone());
     match trust {

@@ -1,12 +1,33 @@
 //! The HTTP API (axum, JSON, under `/v1`). Handlers parse and classify a request off the ledger
 //! writer (so JSON and classification cost the writer nothing), then hand typed requests to the
 //! ledger and answer 202 only after the commit.
+//!
+//! The router, the OpenAPI document and the handlers' shared state (`mod.rs`); the caller's
+//! credential (an `Authorization` header, else the client certificate) and rate limit
+//! (`caller.rs`); handlers by resource: `submit.rs` (`POST /v1/requests` and `/batch`; `prepare`
+//! classifies, `mss_can_take` refuses what the adapter cannot take), `requests.rs` (one request by
+//! id: `GET`, cancel, release through the adapter), `reads.rs` (`/healthz`, `/v1/mss`,
+//! `/v1/groups`, `/v1/report`, `/report`, `/metrics`), `admin.rs` (`POST /v1/admin/reload` through
+//! the `live_settings::Reload` trait, `POST /v1/admin/cancel-group`). `request.rs` is the one
+//! definition of a request: `SubmitRequest` is the raw serde struct a body is read into, the
+//! OpenAPI schema and what the CLI serialises; `validate` makes the typed `RequestInput`
+//! (`check_text` is what every station string must be, `check_operand` what `file`, `local_file`
+//! and `bfid` must be too); `request/given.rs` how each field takes a JSON value (the API's wording
+//! of a wrong type); `request/read.rs` names a refused body's fault (`serde_path_to_error`);
+//! `request/batch.rs` (`batch_items` reads a batch as `&RawValue` slices, counted while read).
+//! `responses.rs`: the answers, built from ledger and adapter types; `schemas.rs`: the API's
+//! mirrors of `domain::Class` and `RequestState` (`ClassBody`, `StateBody`). `ApiError` ->
+//! `{"error", "field"}` (`error.rs`; the `json_errors` layer gives axum's own refusals that shape).
+//! Each handler carries its `#[utoipa::path]`; `router_and_openapi` registers handlers through
+//! utoipa-axum so the router and the OpenAPI document come from the same attributes.
+//! `body_budget.rs`: the memory all bodies being read may take together
+//! (`limits.max_bodies_in_memory_bytes`, a semaphore of KiB taken by declared length; 503 when it
+//! stays spent). `InputLimits` is `domain::limits`'s.
 
 mod admin;
 mod body_budget;
 mod caller;
 pub mod error;
-mod limits;
 mod reads;
 pub mod request;
 mod requests;
@@ -14,7 +35,7 @@ pub mod responses;
 pub mod schemas;
 mod submit;
 
-pub use limits::InputLimits;
+pub use crate::domain::limits::InputLimits;
 
 use std::sync::Arc;
 
@@ -49,10 +70,10 @@ pub struct AppState {
     pub readiness: Arc<crate::readiness::Readiness>,
     /// The client CAs a forwarded client certificate is verified against (and the listener's
     /// TLS material), when `[server.tls]` is set.
-    pub tls: Option<crate::server::tls::TlsSource>,
+    pub tls: Option<crate::tls::TlsSource>,
     /// Whose `X-Forwarded-For` and `X-SSL-Client-Cert` are believed (`[server]
     /// trusted_proxies`, behind a proxy).
-    pub trusted_proxies: Arc<[crate::server::IpNet]>,
+    pub trusted_proxies: Arc<[crate::domain::server::IpNet]>,
     /// Refused credentials: logged once, rate-limited per address.
     pub auth_failures: Arc<crate::auth::failures::FailureGate>,
 }

@@ -18,7 +18,6 @@
 //!   default).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +26,8 @@ use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 use tracing::{info, warn};
+
+pub use crate::domain::auth::IssuerSettings;
 
 use super::{Principal, Role, RoleKind};
 
@@ -40,18 +41,6 @@ pub const SKEW_SECS: u64 = 60;
 pub const ANY_AUDIENCE: &str = "https://wlcg.cern.ch/jwt/v1/any";
 /// How long a discovery or key fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One `[[auth.issuers]]` entry, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IssuerSettings {
-    pub iss: String,
-    pub audience: Option<String>,
-    pub ca_file: Option<PathBuf>,
-    /// `wlcg.groups` entries and the roles they give.
-    pub groups: Vec<(String, RoleKind)>,
-    /// The claim naming a station token's station.
-    pub station_claim: String,
-}
 
 /// What a token's scopes allow: the paths under which it may stage and create files.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -7,37 +7,9 @@
 
 use x509_parser::prelude::*;
 
-use super::{Principal, Role};
+pub use crate::domain::auth::{normalise_rule_dn, SubjectMatch, X509Rule};
 
-/// How a rule matches a subject.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubjectMatch {
-    /// The whole DN.
-    Exact(String),
-    /// The DN ends with these RDNs (RFC 4514 order), i.e. the grid DN begins with them.
-    Prefix(String),
-}
-
-/// One `[[auth.x509]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct X509Rule {
-    pub subject: SubjectMatch,
-    pub role: Role,
-}
-
-impl X509Rule {
-    fn matches(&self, dn: &str) -> bool {
-        match &self.subject {
-            SubjectMatch::Exact(s) => dn == s,
-            SubjectMatch::Prefix(p) => {
-                dn == p
-                    || dn
-                        .strip_suffix(p.as_str())
-                        .is_some_and(|h| h.ends_with(','))
-            }
-        }
-    }
-}
+use super::Principal;
 
 /// The caller a verified certificate's subject maps to, if any rule names it.
 pub fn principal_for(rules: &[X509Rule], dn: &str) -> Option<Principal> {
@@ -46,18 +18,6 @@ pub fn principal_for(rules: &[X509Rule], dn: &str) -> Option<Principal> {
         role: r.role.clone(),
         scope: None,
     })
-}
-
-/// A DN as a rule writes it, in RFC 4514 form: a grid DN (`/DC=ch/DC=cern/CN=x`) is reversed
-/// and joined by commas; spaces after commas are dropped.
-pub fn normalise_rule_dn(s: &str) -> String {
-    let s = s.trim();
-    if let Some(grid) = s.strip_prefix('/') {
-        let mut rdns: Vec<&str> = grid.split('/').filter(|r| !r.is_empty()).collect();
-        rdns.reverse();
-        return rdns.join(",");
-    }
-    s.split(',').map(str::trim).collect::<Vec<_>>().join(",")
 }
 
 /// The subject of a DER certificate in RFC 4514 form.
@@ -149,6 +109,7 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Role;
 
     #[test]
     fn grid_dns_become_rfc4514_and_prefixes_match_whole_rdns() {

@@ -5,6 +5,21 @@
 //! clients posting single requests (or batches) for `seconds`, and prints throughput and latency
 //! percentiles per round and the median over rounds. The load generator shares the machine's
 //! cores with the broker, so the figures are a floor, not a ceiling.
+//!
+//! `mssbroker bench` (`mod.rs`: the in-repo load benchmark and `--direct`), `ingest.rs` (`bench
+//! ingest`: healthz baseline, single requests, batches, mean commit size, ratio), `backlog.rs`
+//! (`bench backlog --queued N`: memory, restart to first 202, release decision and explain cost,
+//! ingest with the backlog), `load.rs` (a broker started on a temporary database, concurrent
+//! clients, the commit histogram from `/metrics`), `child.rs` (the broker as a `serve` child
+//! process: its own `VmRSS`/`VmHWM` and CPU time; the binary named by `MSSBROKER_BENCH_SERVE` for
+//! A/B runs and `perf -p`), `machine.rs` (command line, cores, CPU model, kernel,
+//! `/proc/PID/status` figures); `bench_report.rs`: `bench --report-requests N`, reports on a long
+//! history; `bench_explain.rs`: `bench --explain-queued N`, explains of queued requests polled
+//! while another station posts. `benches/` (criterion, `harness = false`): `placement.rs` (one
+//! `policy::order::place` per policy at 10, 100, 1,000 generated groups), `report.rs` (reports over
+//! 1M requests of history from `bench_report::fill_file`; 10M with `MSSBROKER_BENCH_10M=1`).
+//! Figures: `docs/benchmarks.md`. `scripts/batch-rss`: the real `serve`'s peak RSS under concurrent
+//! 16 MB batch bodies.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,5 +1,18 @@
 //! The `mssbroker` command line: raw flags (clap) turned into settings and actions. This is the
 //! binary's edge, so errors are `anyhow` with context, printed once by `main`.
+//!
+//! The clap commands (`mod.rs`: `Cli`, `Command`, `run`, `check-config`, `status`), one file per
+//! larger command: `bench.rs` (`bench`: today's flags without a subcommand, and `bench ingest` /
+//! `bench backlog`), `serve.rs` (`serve`: the one `LoadSettings` function (file, then the
+//! `--listen`/`--db` flags) used at start and at every reload, SIGHUP calling the reloader, the
+//! descriptor limit raised before building), `cancel.rs` (`cancel --group`: `POST
+//! /v1/admin/cancel-group`), `reload.rs` (`reload`: `POST /v1/admin/reload`), `client.rs` (`submit`
+//! and the shared HTTP answer printing), `reports.rs` (`shares`, `report`), `backup.rs` (`backup`:
+//! flags into `ledger::backup`), `mss_sim.rs` (`mss-sim`), `trace.rs` (`trace gen`: parameters from
+//! TOML into `trace::synth::generate`, the trace to a file or stdout, the summary on stderr; `trace
+//! export`: `LedgerReader::for_each_request` streamed row by row into trace records), `simulate.rs`
+//! (`simulate`: `[policy] algorithm` and `[release] mode` put into the configuration's TOML and
+//! validated as `serve` would, one run per policy/mode pair). The only place that uses `anyhow`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

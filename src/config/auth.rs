@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use super::raw::RawAuth;
 use super::Issues;
-use crate::auth::jwt::IssuerSettings;
-use crate::auth::x509::{normalise_rule_dn, SubjectMatch, X509Rule};
-use crate::auth::{role_of, AuthSettings, RoleKind};
+use crate::domain::auth::{
+    normalise_rule_dn, role_of, AuthSettings, IssuerSettings, RoleKind, SubjectMatch, X509Rule,
+};
 
 /// The token file (relative as written: `Settings::load` puts it next to the configuration)
 /// and the certificate and issuer rules; every refusal names its key.

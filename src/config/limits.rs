@@ -2,7 +2,7 @@
 
 use super::raw::RawLimits;
 use super::{positive, Issues};
-use crate::api::InputLimits;
+use crate::domain::limits::InputLimits;
 
 pub(super) fn validate_limits(raw: &RawLimits, issues: &mut Issues) -> InputLimits {
     let limits = InputLimits {

@@ -1,6 +1,31 @@
 //! Configuration: the TOML file is read into raw structs, then validated into typed [`Settings`].
 //! Every validation error names the key it is about. The shipped `config/broker.toml` is also
 //! embedded in the binary ([`EMBEDDED`]), so `mssbroker serve` runs with no file at all.
+//!
+//! Start-up's: the TOML file validated into `Settings`, every `ConfigIssue` naming its key; nothing
+//! but start-up code (`startup`, `cli`, `bench*`) imports it. It depends on the domain (where the
+//! settings types it builds live: `domain::{limits, mss, server, auth}`, re-exported by the modules
+//! that read them) and on the pure modules whose values it builds (`policy`, `shares`), never on a
+//! module above it. `raw.rs` (the raw tables,
+//! `deny_unknown_fields`; every default stated once: `#[serde(default)]` with one `impl Default`,
+//! or at the field), `mod.rs` (loading, `validate`), one file per section that builds the settings
+//! of the module that reads them: `server.rs`, `limits.rs`, `policy.rs` (priority classes, groups,
+//! classification into `PolicySettings`), `tree.rs` (the share tree, an exact `Fraction` per node;
+//! 0 under siblings that all have 0 shares, the parent's for a `"parent"` leaf), `targets.rs`
+//! (floors and caps), `usage.rs` (`UsageModel`), `order.rs` (ordering keys and `[release]` into
+//! `OrderSettings`), `mss.rs` (`[mss]`: the adapter `mss.adapter` names is chosen with its table
+//! alone (`ChosenAdapter`), validated by the adapter into `AdapterSettings`; FTS3's default bands)
+//! with `mss/checks.rs` (`check_against_policy`: the adapter's `Capabilities` against the ordering
+//! policy and release mode; errors for what cannot work, `Settings.notes` for what works with less)
+//! and `mss/drive.rs` (`[mss.simulator]`'s drive profile and its keys into a `LibraryConfig`, read
+//! whole by `serve` and `simulate` alike, enabled or not), `describe.rs` (`check-config`'s view,
+//! and `describe_sources`: each value set and its source), `layers.rs` (`layers::load`: the file's
+//! TOML table, then `MSSBROKER__*` variables as TOML values, then flags, merged as tables before
+//! `RawConfig` is read, so the file's checks apply to every layer; `Sourced` per value set);
+//! `read.rs` (the merged table read, every unknown key reported with its line or layer, the rest
+//! still validated). The shipped `config/broker.toml` is embedded as `EMBEDDED`, copied into
+//! OUT_DIR by `build.rs` (so an edit of the file alone rebuilds nothing; a checkout reads the file
+//! at run time).
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -26,10 +51,10 @@ pub use describe::{describe, describe_sources};
 use mss_adapters::redact;
 use raw::RawConfig;
 
-use crate::api::InputLimits;
-use crate::dispatcher::MssSettings;
+use crate::domain::limits::InputLimits;
+use crate::domain::mss::MssSettings;
+use crate::domain::server::ServerSettings;
 use crate::domain::PolicySettings;
-use crate::server::ServerSettings;
 
 /// The shipped configuration, used when no file is given and `config/broker.toml` is absent (a
 /// binary run away from a checkout): `config/broker.toml` as it was at the last build of the
@@ -89,7 +114,7 @@ pub struct Settings {
     /// turns authentication off.
     pub token_file: Option<PathBuf>,
     /// Client certificate subjects and token issuers (`[[auth.x509]]`, `[[auth.issuers]]`).
-    pub auth: crate::auth::AuthSettings,
+    pub auth: crate::domain::auth::AuthSettings,
     pub server: ServerSettings,
     pub database: DatabaseSettings,
     pub policy: Arc<PolicySettings>,
@@ -186,6 +211,12 @@ impl Issues {
     }
 }
 
+impl mss_adapters::check::Issues for Issues {
+    fn record(&mut self, key: &str, message: String) {
+        self.add(key, message);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------------------------
@@ -216,7 +247,7 @@ fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> O
     }
     let (token_file, auth) = match raw.auth {
         Some(a) => auth::validate_auth(a, base, issues),
-        None => (None, crate::auth::AuthSettings::default()),
+        None => (None, crate::domain::auth::AuthSettings::default()),
     };
     let client_ca = |s: &ServerSettings| s.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     if server.as_ref().is_some_and(|s| !client_ca(s)) && !auth.x509.is_empty() {
@@ -266,12 +297,9 @@ fn parse_addr(s: &str, key: &str, issues: &mut Issues) -> Option<SocketAddr> {
     }
 }
 
+/// The adapters' check ([`mss_adapters::check::positive`]), as the broker's counts (`usize`).
 fn positive(v: i64, key: &str, issues: &mut Issues) -> usize {
-    if v <= 0 {
-        issues.add(key, format!("must be a positive integer, got {v}"));
-        return 1;
-    }
-    v as usize
+    mss_adapters::check::positive(v, key, issues) as usize
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub(super) use checks::check_against_policy;
 
 use super::raw::int;
 use super::{parse_addr, positive, Issues};
-use crate::dispatcher::{AdapterSettings, MssSettings, SimulatorSettings};
+use crate::domain::mss::{AdapterSettings, MssSettings, SimulatorSettings};
 use crate::domain::RetrySettings;
 use mss_adapters::sim::library::LibraryConfig;
 use mss_adapters::sim::Model;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::raw::{RawServer, RawTls};
 use super::{parse_addr, Issues};
-use crate::server::{IpNet, PlainHttp, ServerSettings, TlsSettings};
+use crate::domain::server::{IpNet, PlainHttp, ServerSettings, TlsSettings};
 
 /// `[server]` validated; every refusal names its key; relative file names are taken from
 /// `base` (the configuration's directory).

@@ -18,10 +18,10 @@ use mss_adapters::{
 };
 
 use super::cancels::Retries;
-use super::settings::AdapterSettings;
 use super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
+use crate::domain::mss::AdapterSettings;
 use crate::domain::RequestState;
 use crate::ledger::{CancelOutcome, LedgerOptions, NewRequest};
 use crate::live_settings::{ConfigStamp, LiveSettings};

@@ -1,7 +1,26 @@
 //! Typed values the rest of the broker can trust: built once from input by a `parse` constructor
 //! and never wrong afterwards.
+//!
+//! Typed values and shared data every layer may read, depending on nothing in the crate. `mod.rs`
+//! (`GroupPath`, `Fraction`, `RequestState`, `Class`: parsed once, then trusted; no OpenAPI schema
+//! and no wire shape of their own: `RequestState` has no serde at all, `Class` keeps serde for the
+//! share view document, and the API answers with its mirrors in `api/schemas.rs`), `tree.rs` (the
+//! share tree and the groups: `ShareTree`, `ShareNode`, `NodeLimits`, `GroupId` -> `GroupInfo`,
+//! priority classes first, then leaves depth first; each leaf knows its tree path `ancestors`, each
+//! node its `leaves`; `ShareTree::standing`, the node a `"parent"` leaf is judged by),
+//! `settings.rs` (`PolicySettings`, `Benefit`, `DeltaForm`, `Rule`, `UsageModel`, `RetrySettings`),
+//! `order.rs` (the ordering policy's data: `OrderSettings`, `Algorithm`, `Release`, `Multifactor`,
+//! `Qos`, `QueueParams`; their behaviour stays in `policy::order`, `policy::multifactor`,
+//! `policy::fbsng`, which re-export them). The settings `config` builds for the modules above it
+//! live here too, so that `config` imports none of them: `mss.rs` (`MssSettings`, the adapters'
+//! tables), `server.rs` (`ServerSettings`, `IpNet`), `limits.rs` (`InputLimits`), `auth.rs` (roles,
+//! `[[auth.x509]]` rules, `[[auth.issuers]]`).
 
+pub mod auth;
+pub mod limits;
+pub mod mss;
 pub mod order;
+pub mod server;
 pub mod settings;
 pub mod tree;
 

@@ -10,6 +10,67 @@
 //!
 //! Reads (request lookups, the dispatcher's queue, group figures) use a small pool of read-only
 //! connections; WAL lets them run beside the writer.
+//!
+//! The only module that writes SQL. `schema.rs` (tables, pragmas, the schema version in `PRAGMA
+//! user_version`: 1 is `SCHEMA`, reached from an unversioned file by the column migrations, later
+//! changes numbered `STEPS`; a newer file refused with `SchemaTooNew`; the database's random
+//! `instance` id in `meta`; INTEGER sum columns migrated to TEXT by re-creating their tables, sums
+//! that had already overflowed into REAL recomputed from the request rows, `report_hours`
+//! excepted), `wide.rs` (`Wide`: an `i128` stored as a TEXT decimal; the SQL functions `wide_add`
+//! and `wide_sum`, registered on every connection), `aggregates.rs` (`report_hours` /
+//! `report_waits` deltas per transaction), `backup.rs` (`mssbroker backup`: SQLite's online backup
+//! from a read-only connection, no lock file, one read transaction across paced steps;
+//! `<to>.partial`, fsync, hard link, never overwrites), `restore.rs` (`mssbroker restore`: under
+//! the lock, the backup copied to `<db>.restoring`, the replaced file kept with its WAL as
+//! `<db>.replaced-<time>`, renamed in), `mss_key.rs` (every start an incarnation `(first id,
+//! nonce)`; a request's MSS key `"{id}.{nonce}"`; `owner` maps an event's key back,
+//! `record_unknown` keeps the rest in `unknown_keys`, listed by `mssbroker unknown-keys`),
+//! `writer/` (the writer thread, every state transition: `mod.rs` the loop, gathering, the group
+//! commit and the write-only `Command`; `state.rs` `WriterState`, the memory, with
+//! `checkpoint`/`keep`/`rollback` (small figures and the volume queue's sticky volumes copied, the
+//! queue, the idempotency map, the queued-bytes tallies and the carriers journalled), and `Txn`,
+//! one transaction's context and deltas; `accept.rs`; `settle.rs` (submitted, rejected, unsent,
+//! lost, MSS events, cancel, `finalize`); `sends.rs` (`sending`, the mark before a send;
+//! `deferred`, a send the MSS answered "not yet"); `release.rs` (held and queued releases);
+//! `volumes.rs` (the `volumes` release mode: batches from the `VolumeQueue` at the end of every
+//! transaction, each request charged to its own group at the batch's one priority and numbered in
+//! position order in `release_seq`, the flight's leading group in `release_lead`;
+//! `load_volume_queue` from the queued and in-flight rows, at start, at reload and after a
+//! rollback; a rollback, and a reload that stays in the volumes mode (regrouped by path), give back
+//! what the rows do not hold, `VolumeQueue::memory`; docs/volumes-live.md); `coalesce.rs`
+//! (duplicate reads ride on a queued or in-flight read of the same file, found through `Carriers`,
+//! a hint map in `WriterState` of every read that may carry each file, oldest first, confirmed
+//! against the row; state `riding`; they settle with their carrier in the same transaction;
+//! docs/coalescing.md); `idempotency.rs` (unfinished requests' fingerprints in memory, a finished
+//! one's in `idempotency_finished` on disk behind a fixed-size Bloom filter, so memory follows what
+//! is unfinished); `queued.rs` (queued-bytes caps per (station, user) `Owner`: every unfinished
+//! request counts, riders too; Maui's percent cap against the total before the request);
+//! `outputs.rs` (`ReadOutput`: one station-side copy per unfinished read, `Refused`); `load.rs`
+//! (start-up: the memory rebuilt from the rows); `reload.rs` and `rows.rs` (a reload prepared off
+//! the writer from the rows an SQLite update hook marked, put in force between two commits);
+//! `removed.rs` (unfinished requests of groups a configuration leaves out, refused at start and
+//! reload; `cancel_group`)), `group_cancel.rs` (`cancel --group` in chunks of 200 per transaction,
+//! a bounded answer), `reload.rs` (the `Ledger`'s reload calls), `volume_wait.rs` (explain's
+//! `VolumeWait` for a request waiting in the `volumes` mode, off the writer by index lookups),
+//! `live.rs` (questions off the writer: explain's placement, rank inputs, re-prioritisation, on the
+//! read pool against the usage and queue priorities the writer publishes after each commit),
+//! `columns.rs` (the one column list of a request record: the INSERT and the record SELECT),
+//! `stored_explain.rs` (`StoredExplain`, the versioned stored explain: version 1 named fields, as
+//! the API shows them; version 2, written since 2026-11-26, the same figures by position,
+//! `stored_explain/packed.rs`), `usage.rs` (loading the `UsageBook` from the aggregates, rebuilding
+//! them from request rows when the usage model changed), `read.rs` (read pool and queries),
+//! `history.rs` (share view, `ReportRows`, metric figures; `LedgerReader`, a database opened
+//! read-only for the CLI and benchmarks), `export.rs` (`LedgerReader::for_each_request`: requests
+//! in id order, filtered on `created_ms`, one row at a time into a callback, for `trace export`),
+//! `rank.rs` (explain's positions: the latest `Ranking` of the held queue, built on a blocking
+//! thread from a read snapshot of the `queued` rows and the published `RankInputs`, reused for
+//! max(1 s, 4x its build time), single-flight; an explain never waits for one: a request queued
+//! after it gets an estimate from the ranking's sample, `position_basis` says which; `serve` ranks
+//! once at start in the background), `types.rs` (`NewRequest`, the answers, `LedgerOptions`,
+//! `CommitObserver`), `mod.rs` (the `Ledger` handle), `lock.rs` (`DbLock`: `<db>.lock` flock'd with
+//! the holder's PID, taken by `Ledger::open` before the database opens, released when the writer
+//! thread ends), `identity.rs` (`DbFile`: the opened file's device and inode, checked against the
+//! path before every COMMIT), `tests.rs`.
 
 pub mod aggregates;
 pub mod backup;
@@ -256,7 +317,7 @@ impl Ledger {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let request_id = crate::telemetry::request_id();
+        let request_id = crate::request_scope::request_id();
         let without_volume = (items.iter()).any(|i| i.volume.as_deref().is_none_or(str::is_empty));
         let answers = self
             .call(|reply| Command::Accept {
@@ -504,7 +565,7 @@ impl Ledger {
     }
 
     pub async fn cancel(&self, id: i64) -> Result<CancelOutcome, LedgerError> {
-        let request_id = crate::telemetry::request_id();
+        let request_id = crate::request_scope::request_id();
         self.call(|reply| Command::Cancel {
             id,
             request_id,

@@ -1,7 +1,7 @@
 //! FBSNG's dynamic queue priorities (seed 003), pure.
 //!
 //! Every fair-share group is a queue with a priority `P`. The seed gives the parameters and
-//! their intent but not every step, so this is the reading the code implements (ARCHITECTURE.md
+//! their intent but not every step, so this is the reading the code implements (docs/departures.md
 //! lists it as a choice):
 //!
 //! - A queue starts at `qp_min`.

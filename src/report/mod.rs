@@ -1,10 +1,19 @@
-//! Share reports, pure: from the ledger's hourly aggregates (see `ledger::aggregates`) to what
+//! Share reports: from the ledger's hourly aggregates (see `ledger::aggregates`) to what
 //! an operator reads: per group and tree node, target vs achieved share of bytes and files,
 //! what was accepted, done, failed, cancelled, pending and held, front/back decisions, wait
 //! time percentiles, the deviation from target; per priority class the same, plus every hour a
 //! fair-share request started while a priority-class request waited; and the same figures per
 //! bucket (hour, day, week) as a time series. `mssbroker report`, `GET /v1/report` and the HTML
 //! page all render a [`Report`].
+//!
+//! The rendering is pure; `read` and `read_file` query the ledger, and the bins are the ledger's
+//! own (`ledger::aggregates`), so `report` sits above the ledger in the layer picture. `mod.rs` (`Report` built from the hourly aggregates: per node, class and bucket;
+//! wait quantiles from merged histograms; `read`/`read_file` build one from the ledger's
+//! `ReportFigures`), `range.rs` (`parse_range`, and `parse_range_for` with a `BucketRule`: the
+//! page's charts default to hours up to 7 days), `render.rs` (table, per-bucket tables for
+//! `--buckets`, CSV), `charts.rs` (plotters SVG line charts; data series 2 px wide so a test can
+//! count them; a single point marked with a dot), `html.rs` (the askama page, template in
+//! `templates/report.html`; per-bucket tables with `?buckets=true`).
 
 pub mod charts;
 pub mod html;

@@ -6,15 +6,27 @@
 //! requests is being handled is closed. Accept
 //! errors (`EMFILE`) pause the loop briefly and are logged at most every few seconds. On
 //! shutdown the listener closes, idle connections close and requests in flight finish.
+//!
+//! The HTTP server. `mod.rs` (`serve`: the accept loop on hyper's http1 with axum's router as the
+//! service; a semaphore of `max_connections`, the excess answered a plain 503 by at most 128 tasks
+//! at once; the header-read timeout; graceful shutdown; throttled accept errors), `idle.rs`
+//! (`Tracked` stream stamping its reads and writes, `Activity::handling` held while a request is
+//! handled, `Activity::idle_for`), `body.rs` (the body deadline middleware: 408 naming `body`),
+//! `fds.rs` (`RLIMIT_NOFILE` read and raised), `request_id.rs`
+//! (tower-http's request-id and trace layers: a span per request with `x_request_id`, method,
+//! route; status and latency on the response line; the id put in scope for the ledger through
+//! `request_scope::with_request_id`). TLS (`[server.tls]`: tokio-rustls in the same accept loop)
+//! is the `tls` module, below `server` and `api`, which both use it; the settings are
+//! `domain::server` (`ServerSettings`: the refusal of plain HTTP beyond loopback unless
+//! `plain_http = "behind_proxy"`, forwarded addresses and certificates believed only from
+//! `trusted_proxies`).
 
 mod body;
 pub mod fds;
 mod idle;
 pub mod request_id;
-mod settings;
-pub mod tls;
 
-pub use settings::{IpNet, PlainHttp, ServerSettings, TlsSettings};
+pub use crate::domain::server::{IpNet, PlainHttp, ServerSettings, TlsSettings};
 
 use std::future::Future;
 use std::io;
@@ -35,6 +47,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
+use crate::tls;
+
 /// Connections being answered 503 at once; beyond this the excess is closed unanswered.
 const REFUSING_AT_ONCE: usize = 128;
 /// Longest a refused connection is kept to deliver its 503 (short: an idle client holding it
@@ -44,14 +58,6 @@ const REFUSAL_TIME: Duration = Duration::from_millis(250);
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// Descriptors kept for everything but connections (database, MSS client, logs).
 const RESERVED_FDS: u64 = 128;
-
-/// Who is at the other end of a connection, put in every request's extensions: its address
-/// and, over TLS with `client_ca`, its verified certificate's subject (or why it was refused).
-#[derive(Debug, Clone)]
-pub struct Peer {
-    pub addr: SocketAddr,
-    pub cert: Option<Arc<tls::PeerCert>>,
-}
 
 /// Serve `router` on `listener` (over TLS when `tls` has a server certificate) until
 /// `shutdown` completes, then wait for requests in flight.
@@ -138,7 +144,7 @@ impl Connection {
         tokio::spawn(async move {
             let server = material.as_ref().and_then(|m| m.server.clone());
             let Some(config) = server else {
-                let peer = Peer { addr, cert: None };
+                let peer = tls::Peer { addr, cert: None };
                 serve_io(stream, peer, &http, app, watcher, activity, idle).await;
                 drop(slot);
                 return;
@@ -152,7 +158,7 @@ impl Connection {
                         (Some(trust), Some(chain)) => Some(Arc::new(trust.verify(chain))),
                         _ => None,
                     };
-                    let peer = Peer { addr, cert };
+                    let peer = tls::Peer { addr, cert };
                     serve_io(tls, peer, &http, app, watcher, activity, idle).await;
                 }
                 Ok(Err(e)) => debug!(peer = %addr, error = %e, "tls handshake failed"),
@@ -166,7 +172,7 @@ impl Connection {
 /// Serve HTTP/1.1 on `io` until it closes or goes idle for `idle`; each request carries `peer`.
 async fn serve_io<I>(
     io: I,
-    peer: Peer,
+    peer: tls::Peer,
     http: &http1::Builder,
     app: Router,
     watcher: hyper_util::server::graceful::Watcher,

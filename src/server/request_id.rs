@@ -7,7 +7,7 @@
 //! by default; a 5xx answer is logged at ERROR by tower-http's `on_failure`, except 503: a
 //! deliberate "not now" (`/readyz` not ready, load shed, the MSS unreachable), whose cause, if
 //! any, its handler logs; a probe every few seconds must not fill the log with errors). The id
-//! is also in scope (`telemetry::request_id`) for the work the request causes on
+//! is also in scope (`request_scope::request_id`) for the work the request causes on
 //! its task, so the ledger can carry it to the writer thread and log it there.
 
 use axum::extract::{MatchedPath, Request};
@@ -78,7 +78,7 @@ async fn drop_unusable(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-/// Run the handler with the request's id in scope (see `telemetry::request_id`).
+/// Run the handler with the request's id in scope (see `request_scope::request_id`).
 async fn in_scope(request: Request, next: Next) -> Response {
     let id = request
         .headers()
@@ -86,7 +86,7 @@ async fn in_scope(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .map(std::sync::Arc::<str>::from);
     match id {
-        Some(id) => crate::telemetry::with_request_id(id, next.run(request)).await,
+        Some(id) => crate::request_scope::with_request_id(id, next.run(request)).await,
         None => next.run(request).await,
     }
 }

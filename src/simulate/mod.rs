@@ -7,6 +7,33 @@
 //! - `baseline`: the comparison-only policies `fifo` and `weighted_random`;
 //! - `report`: the JSON report, the share error windows and the table;
 //! - `tradeoff`: the volumes mode's tradeoff chart (mounts per TB against p95 wait).
+//!
+//! The what-if simulator (`mssbroker simulate`, docs/simulation.md), pure (the CLI reads the
+//! configuration and the trace). `engine.rs` (the discrete-event loop in virtual microseconds:
+//! arrivals classified by `policy::classify`, `place`, `HeldQueue::pick`, `UsageBook` read through
+//! `policy::order::Maintained`, FBSNG `Queues` against `mss_adapters::sim::library::Library` with
+//! `forget_finished`; `Outcome`, with each request's `Decision` (group, class, MSS priority) for
+//! the replay test `tests/api/replay.rs`; also the policy tests' engine; `Run::settle` re-dates a
+//! request's charge to its transfer's end, as the writer's `settle::finalize` does),
+//! `engine/arrival.rs` (`Arrival`, a request of the load, and the `Transfer` of one of its
+//! attempts), `engine/outcome.rs` (`Outcome`, `Decision`, `Finished`: what a run reports),
+//! `engine/reprioritise.rs` (the re-prioritisation of what waits at the library, in `pass_through`
+//! and `held`, as the dispatcher's), `engine/volumes.rs` (the volumes mode: `VolumeQueue` batches
+//! charged at release, submitted at once), `engine/coalesce.rs` (duplicate reads ride on a carrier
+//! under `[release] coalesce`, as the writer's `coalesce.rs` decides), `engine/retry.rs` (a failed
+//! attempt with attempts left waits out `RetrySettings::backoff` keeping its charge, slots, volume
+//! flight and riders, and is sent again at its last priority, as the writer's `settle.rs` `failed`
+//! does; `--failure-rate`), `tradeoff.rs` (the `--sweep` chart: mounts per TB against p95 wait,
+//! SVG), `volumes_goals.rs` (issue 16's goals on a generated trace, a test), `at_library.rs`
+//! (fair-share requests pending at the library per group by priority, so a re-prioritisation
+//! touches only what changes; a pass sends at most the dispatcher's `REPRIORITISE_BATCH` changes,
+//! lowest ids first, as `serve` does: a k-way merge of the sorted buckets for the group policies;
+//! for multifactor, which places each request itself, `at_library/placed.rs` keeps each pending
+//! request with the time its priority holds until, from `policy::order::mss_priority_until`, and a
+//! pass places only those due, those over the last cap, or all when a group's Fair Tree rank
+//! moved), `baseline.rs` (`fifo` and `weighted_random`, comparison only, a pick beside
+//! `HeldQueue::pick`), `report.rs` (the JSON report, the share error windows over the saturated
+//! part, nearest-rank waits, the table), `mod.rs` (trace to arrivals, `simulate`, `SimError`).
 
 mod at_library;
 pub mod baseline;

@@ -26,7 +26,7 @@ use crate::dispatcher::MssSettings;
 use crate::ledger::{Ledger, LedgerError};
 use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
 use crate::live_settings::{Refusal, Reload, ReloadRefused, Reloaded};
-use crate::server::tls::TlsSource;
+use crate::tls::TlsSource;
 
 /// A loaded configuration and the SHA-256 of the file bytes it came from.
 #[derive(Clone)]
@@ -119,7 +119,7 @@ pub enum ReloadError {
     Tokens(String),
     /// The TLS files (their paths are fixed) cannot be read or are refused.
     #[error("{0}")]
-    Tls(crate::server::tls::TlsError),
+    Tls(crate::tls::TlsError),
 }
 
 impl ReloadError {

@@ -47,6 +47,68 @@ fn only_start_up_imports_config() {
     );
 }
 
+/// ARCHITECTURE's layer picture, bottom first (`scripts/code-shape`'s `LAYERS` is the same).
+const LAYERS: &[&[&str]] = &[
+    &[
+        "domain",
+        "clock",
+        "hidden_text",
+        "text_table",
+        "request_scope",
+    ],
+    &["shares", "policy", "trace", "simulate"],
+    &["config"],
+    &[
+        "ledger",
+        "report",
+        "auth",
+        "tls",
+        "live_settings",
+        "dispatcher",
+        "api",
+        "metrics",
+        "readiness",
+    ],
+    &["server", "telemetry"],
+    &[
+        "startup",
+        "cli",
+        "bench",
+        "bench_explain",
+        "bench_report",
+        "main",
+    ],
+];
+
+/// Imports up the layers that issue 41's shared transitions take away (`REPRIORITISE_BATCH`);
+/// remove the entry with them. Nothing may be added here.
+const UP_UNTIL_SHARED_TRANSITIONS: &[(&str, &str)] = &[("simulate", "dispatcher")];
+
+#[test]
+fn no_module_imports_a_layer_above_its_own() {
+    let layer = |m: &str| LAYERS.iter().position(|l| l.contains(&m));
+    let mut unplaced: Vec<&str> = tree()
+        .product("src")
+        .map(|h| top_module(&h.file.path))
+        .filter(|&m| m != "lib" && layer(m).is_none())
+        .collect();
+    unplaced.dedup();
+    assert!(
+        unplaced.is_empty(),
+        "modules missing from the layer picture (LAYERS here, ARCHITECTURE, scripts/code-shape): {unplaced:?}"
+    );
+    let hits = tree()
+        .product("src")
+        .filter(|h| {
+            let from = top_module(&h.file.path);
+            crate_modules(&h.line.code).iter().any(|&to| {
+                layer(to) > layer(from) && !UP_UNTIL_SHARED_TRANSITIONS.contains(&(from, to))
+            })
+        })
+        .collect();
+    assert_none("No module imports one from a layer above its own", hits);
+}
+
 #[test]
 fn the_domain_depends_on_nothing_in_the_crate() {
     let hits: Vec<Hit> = tree()
@@ -472,10 +534,11 @@ fn the_stand_ins_are_not_compiled_into_the_product() {
     }
 }
 
-/// The tests of the reader itself and of the map, which no invariant names.
+/// The tests of the reader itself and of the docs, which no invariant names.
 const NOT_INVARIANTS: &[&str] = &[
     "every_source_file_is_in_a_module_tree",
     "every_invariant_test_is_named_in_architecture",
+    "readme_tables_have_no_cell_over_300_characters",
     "the_reader_knows_test_code_by_its_attribute",
     "the_code_view_blanks_comments_and_literals",
 ];
@@ -511,4 +574,53 @@ fn every_invariant_test_is_named_in_architecture() {
         unnamed.is_empty(),
         "tidy tests no invariant in ARCHITECTURE.md names: {unnamed:?}"
     );
+}
+
+/// Longest a README table cell may be: a headline and a link; the detail is in docs/.
+const README_CELL_MAX: usize = 300;
+
+#[test]
+fn readme_tables_have_no_cell_over_300_characters() {
+    let readme = std::fs::read_to_string(source::repo().join("README.md")).expect("README.md");
+    let long: Vec<String> = readme
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with('|'))
+        .flat_map(|(n, line)| table_cells(line).into_iter().map(move |cell| (n, cell)))
+        .filter(|(_, cell)| cell.chars().count() > README_CELL_MAX)
+        .map(|(n, cell)| {
+            let head: String = cell.chars().take(60).collect();
+            format!(
+                "README.md:{}: {} characters: {head}...",
+                n + 1,
+                cell.chars().count()
+            )
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "README table cells over {README_CELL_MAX} characters (move the detail to docs/):\n  {}",
+        long.join("\n  ")
+    );
+}
+
+/// A Markdown table row's cells: split at `|` outside code spans and not escaped.
+fn table_cells(row: &str) -> Vec<String> {
+    let (mut cells, mut cell, mut in_code, mut escaped) = (Vec::new(), String::new(), false, false);
+    for c in row.trim().trim_start_matches('|').chars() {
+        match c {
+            '|' if !in_code && !escaped => cells.push(std::mem::take(&mut cell)),
+            _ => {
+                in_code ^= c == '`';
+                cell.push(c);
+            }
+        }
+        escaped = c == '\\';
+    }
+    cells.push(cell);
+    cells
+        .into_iter()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .collect()
 }

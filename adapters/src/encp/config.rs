@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::build::Build;
 use super::local::{has_dot_segment, has_parent_dir};
 use super::status::DEFAULT_FATAL_STATUSES;
+use crate::check::positive;
 use crate::rest::Issue;
 use crate::{Capabilities, PriorityScale};
 
@@ -381,19 +382,6 @@ impl RawEncpConfig {
             );
         }
         classes
-    }
-}
-
-/// A count or a number of seconds: positive (1 stands in after an issue).
-fn positive(v: i64, key: &str, issues: &mut Vec<Issue>) -> u64 {
-    if v <= 0 {
-        issues.push(Issue::new(
-            key,
-            format!("must be a positive integer, got {v}"),
-        ));
-        1
-    } else {
-        v as u64
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::check::{non_negative, positive};
 use crate::rest::{self, Issue, RawAuth, RestAuth};
 use crate::{Band, Capabilities, PriorityScale};
 
@@ -134,8 +135,8 @@ impl RawFts3Config {
         if self.job_max_files <= 0 {
             issues.push(Issue::new("job_max_files", "must be a positive integer"));
         }
-        let poll = positive_ms(self.poll_ms, "poll_ms", &mut issues);
-        let timeout = positive_ms(self.timeout_ms, "timeout_ms", &mut issues);
+        let poll = Duration::from_millis(positive(self.poll_ms, "poll_ms", &mut issues));
+        let timeout = Duration::from_millis(positive(self.timeout_ms, "timeout_ms", &mut issues));
         let tape = bring_online > 0 || archive_timeout > 0;
         let auth = self.auth(base, tape, &mut issues);
         if !issues.is_empty() {
@@ -217,27 +218,6 @@ impl RawFts3Config {
         }
         auth
     }
-}
-
-/// Seconds that may be 0 (0 stands in after an issue).
-fn non_negative(v: i64, key: &str, issues: &mut Vec<Issue>) -> u64 {
-    if v < 0 {
-        issues.push(Issue::new(key, format!("must be 0 or more, got {v}")));
-        0
-    } else {
-        v as u64
-    }
-}
-
-/// Milliseconds that must be positive (1 stands in after an issue).
-fn positive_ms(v: i64, key: &str, issues: &mut Vec<Issue>) -> Duration {
-    if v <= 0 {
-        issues.push(Issue::new(
-            key,
-            format!("must be a positive integer, got {v}"),
-        ));
-    }
-    Duration::from_millis(v.max(1) as u64)
 }
 
 fn check_url_prefix(url: &str, key: &str, issues: &mut Vec<Issue>) {

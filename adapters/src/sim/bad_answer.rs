@@ -1,6 +1,10 @@
 //! The answers the simulator gives instead of its own when told to ([`BadAnswer`]): garbled,
 //! stalled, a proxy's 404, an over-size body, a huge error body full of newlines. Bodies are
 //! streamed, and the bytes actually sent are counted, so a test can tell how much a client read.
+//!
+//! The simulator's bad answers to submissions (`protocol::BadAnswer`: garbled, stalled, a proxy's
+//! 404, an over-size body (streamed, bytes sent counted), a huge error body full of newlines),
+//! given before or after queuing the transfers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -3,6 +3,11 @@
 //! long-poll with a cursor, and records every submission it accepted, keyed by the idempotency
 //! key, so tests can prove nothing reached the MSS twice. Faults (`PUT /v1/faults`) make calls
 //! fail, slow or answer badly ([`super::bad_answer`]).
+//!
+//! The simulator HTTP server: runs the model on the wall clock times `time_scale`, keeps the event
+//! log clients long-poll, records accepted submissions (`GET /v1/received`, with `calls`: how many
+//! each submission call queued), and injects faults (`PUT /v1/faults`: failing or slow calls, an
+//! outage, dropped or duplicated events) from a seeded coin.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

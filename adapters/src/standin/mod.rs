@@ -3,6 +3,16 @@
 //! call. The stand-in `encp` is a script (`adapters/tests/stand-ins/encp`); [`encp`] finds it
 //! and reads what its runs recorded. Compiled only with the crate's `standin` feature, which the
 //! tests of this crate and of the broker turn on as a dev-dependency: never in the product.
+//!
+//! Stand-ins of the real interfaces for tests, compiled only with the crate's `standin` feature
+//! (off by default; see "Dependencies and why"): `fts3.rs` and `tape_rest.rs` (axum servers that
+//! check every body against what the real ones accept, apply their semantics and record every call)
+//! and `encp.rs` (where the stand-in script `adapters/tests/stand-ins/encp` is, and its run
+//! records). The FTS3 stand-in derives `vos` from the credential (a token's from
+//! `set_token_groups`) and serves `/whoami`, answers 419 by `set_delegation`, refuses a destination
+//! a file not ended holds under `set_check_duplicates` (FTS3's `dest_surl_uuid`), lets `/hold/`
+//! jobs run by `release_held`, applies `retry` 0 as its server default and shows staging failures
+//! with `recoverable` null.
 
 pub mod encp;
 pub mod events;

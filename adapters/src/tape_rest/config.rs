@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::duration;
+use crate::check::positive;
 use crate::rest::{Issue, RawAuth, RestAuth};
 use crate::{Capabilities, PriorityScale};
 
@@ -162,19 +163,6 @@ impl RawTapeRestConfig {
             message: i.message,
         }));
         auth
-    }
-}
-
-/// A count or a number of milliseconds: positive (1 stands in after an issue).
-fn positive(v: i64, key: &str, issues: &mut Vec<Issue>) -> u64 {
-    if v <= 0 {
-        issues.push(Issue::new(
-            key,
-            format!("must be a positive integer, got {v}"),
-        ));
-        1
-    } else {
-        v as u64
     }
 }
 

@@ -7,7 +7,7 @@ use mss_adapters::encp::EncpConfig;
 use mss_adapters::{Band, Capabilities, PriorityScale};
 
 use super::super::Issues;
-use crate::dispatcher::{AdapterSettings, MssSettings};
+use crate::domain::mss::{AdapterSettings, MssSettings};
 use crate::domain::{GroupKind, PolicySettings};
 use crate::policy::order::{Algorithm, OrderSettings};
 

@@ -13,6 +13,23 @@
 //! It does no I/O and owns no clock: callers say what time it is. The simulator server drives it
 //! from the wall clock scaled by a factor; tests and the broker's policy tests drive it in virtual
 //! time. Failures are decided by a hash of (seed, key, attempt), so a run is reproducible.
+//!
+//! The pure library-manager model, in virtual microseconds, no I/O, no clock. `mod.rs`:
+//! `LibraryConfig` (drives, the drive profile, order, dismount delay, mover poll, hash-seeded
+//! failures, optional `Aging`); `tape.rs`: the drive (serpentine wraps, bands, direction,
+//! longitudinal position; a file's place by `Position::{Fseq, Byte, Hashed}`; CTA's locate cost
+//! calibrated to the published average; rewind from the head's position; robot, load, unload;
+//! per-file time; writes at end of data; SLTF for `order = "rao"`; the `lto8`, `lto9`, `ts1160`
+//! profiles, each figure's source cited), the `Library` facade and `Model::Priority` (one queue by
+//! priority then arrival: the default; `forget_finished`: done jobs dropped, no `received` log, for
+//! the simulator); `enstore.rs`: `Model::Enstore` (reads queued per volume in position order, a
+//! bound drive takes its volume's next position first (C-SCAN), a dismount delay, held volumes
+//! skipped by idle drives, volumes ranked by their best request aged per queue; O(log n) per
+//! operation; cites Enstore's source, the facts collected in `docs/enstore-model.md`);
+//! `enstore/admin.rs`: admin requests (`admin_from`: idle drives take them first, a drive done with
+//! a regular transfer leaves its volume for one when none is idle); `stats.rs`: mounts, unmounts,
+//! locates and the drives' time split into mount, locate, stream, per-file, unmount, idle with work
+//! and idle, adding up to drives x makespan (`drive_efficiency`); `hash.rs`: the maps' fast hasher.
 
 use std::collections::BTreeMap;
 

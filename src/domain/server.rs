@@ -1,4 +1,5 @@
-//! The HTTP server's validated settings (`[server]`), built by `config`.
+//! The HTTP server's validated settings (`[server]`), built by `config`, read by `server` and
+//! `api` (`trusted_proxies`). Here, below all three, so that none imports another for them.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

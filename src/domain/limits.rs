@@ -1,4 +1,5 @@
-//! Bounds on what a station may send (`[limits]`), validated by `config`, enforced by `api`.
+//! Bounds on what a station may send (`[limits]`), validated by `config`, enforced by `api`
+//! (here, below both).
 
 /// Bounds on what a station may send.
 #[derive(Debug, Clone)]

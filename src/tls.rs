@@ -14,6 +14,7 @@
 //! bare alert at the handshake).
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -30,7 +31,15 @@ use rustls::{
 };
 use tracing::{info, warn};
 
-use super::TlsSettings;
+use crate::domain::server::TlsSettings;
+
+/// Who is at the other end of a connection, put in every request's extensions: its address
+/// and, over TLS with `client_ca`, its verified certificate's subject (or why it was refused).
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub cert: Option<Arc<PeerCert>>,
+}
 
 /// Why the TLS files cannot be used; names the key whose file it is.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,6 @@
 //! The dispatcher's validated settings (`[mss]`): which adapter and its table, rates, retries.
-//! Built by `config`; read by the dispatcher and by start-up, which builds the adapter.
+//! Built by `config`; read by the dispatcher and by start-up, which builds the adapter. Here,
+//! below both, so that `config` depends on the domain and not on the module it configures.
 
 use std::net::SocketAddr;
 use std::time::Duration;
