@@ -89,7 +89,14 @@ fn a_sweep_prints_every_run_and_draws_the_chart() {
         let cells: Vec<&str> = line[row.len()..].split_whitespace().collect();
         cells[at - 1].parse().unwrap()
     };
-    let single = simulate(&["--policy", "fair_tree", "--mode", "volumes", "--format", "json"]);
+    let single = simulate(&[
+        "--policy",
+        "fair_tree",
+        "--mode",
+        "volumes",
+        "--format",
+        "json",
+    ]);
     let report: Value = serde_json::from_slice(&single.stdout).unwrap();
     let run = &report["runs"][0];
     let row = "batch_max_bytes=100000000000 min_volume_bytes=500000000000";
@@ -98,7 +105,10 @@ fn a_sweep_prints_every_run_and_draws_the_chart() {
         ("prio_wait_p99_s", "priority_wait_p99_s"),
     ] {
         let whole = run[key].as_f64().unwrap();
-        assert!((cell(row, column) - whole).abs() <= 0.5, "{column}: {whole}");
+        assert!(
+            (cell(row, column) - whole).abs() <= 0.5,
+            "{column}: {whole}"
+        );
     }
     let svg = std::fs::read_to_string(&chart).expect("the chart is written");
     assert!(svg.starts_with("<svg"));
