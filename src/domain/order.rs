@@ -120,7 +120,7 @@ impl Default for VolumeSettings {
         VolumeSettings {
             min_volume_bytes: 500_000_000_000,
             min_volume_files: 10_000,
-            quiet_ms: 600_000,
+            quiet_ms: 3_600_000,
             max_age_ms: 14_400_000,
             batch_max_bytes: 100_000_000_000,
             batch_max_files: 10_000,

@@ -72,6 +72,44 @@ fn a_sweep_prints_every_run_and_draws_the_chart() {
             "{run} in\n{table}"
         );
     }
+    // Every figure a default is chosen on is a column, and a row's figures are its run's: the
+    // 100 GB / 500 GB point is the shipped `[release.volumes]`, so `--mode volumes` runs it.
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    for column in [
+        "mounts_per_tb",
+        "share_err_max_pp",
+        "makespan_s",
+        "prio_wait_p99_s",
+    ] {
+        assert!(header.contains(&column), "{column} in {header:?}");
+    }
+    let cell = |row: &str, column: &str| -> f64 {
+        let at = header.iter().position(|h| *h == column).unwrap();
+        let line = table.lines().find(|l| l.starts_with(row)).unwrap();
+        let cells: Vec<&str> = line[row.len()..].split_whitespace().collect();
+        cells[at - 1].parse().unwrap()
+    };
+    let single = simulate(&[
+        "--policy",
+        "fair_tree",
+        "--mode",
+        "volumes",
+        "--format",
+        "json",
+    ]);
+    let report: Value = serde_json::from_slice(&single.stdout).unwrap();
+    let run = &report["runs"][0];
+    let row = "batch_max_bytes=100000000000 min_volume_bytes=500000000000";
+    for (column, key) in [
+        ("makespan_s", "makespan_s"),
+        ("prio_wait_p99_s", "priority_wait_p99_s"),
+    ] {
+        let whole = run[key].as_f64().unwrap();
+        assert!(
+            (cell(row, column) - whole).abs() <= 0.5,
+            "{column}: {whole}"
+        );
+    }
     let svg = std::fs::read_to_string(&chart).expect("the chart is written");
     assert!(svg.starts_with("<svg"));
     for name in [

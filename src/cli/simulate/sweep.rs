@@ -1,6 +1,8 @@
 //! `mssbroker simulate --sweep KEY=V1,V2,... [--sweep ...] [--chart FILE.svg]`: the volumes
 //! mode over the cross product of `[release.volumes]` values, with `held` and `pass_through` as
-//! baselines, printed as a table and drawn as mounts per TB against the fair-share p95 wait.
+//! baselines, printed as a table (mounts per TB, fair-share p95 wait, share error, drive
+//! efficiency, makespan, data taking's p99 wait: the figures a default is chosen on) and drawn as
+//! mounts per TB against the fair-share p95 wait.
 
 use anyhow::{bail, Context};
 
@@ -142,6 +144,8 @@ fn table(points: &[(Point, RunReport)]) -> String {
         "fair_wait_p95_s",
         "share_err_max_pp",
         "drive_eff",
+        "makespan_s",
+        "prio_wait_p99_s",
     ];
     let rows: Vec<Vec<String>> = points
         .iter()
@@ -154,6 +158,9 @@ fn table(points: &[(Point, RunReport)]) -> String {
                     .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
                 r.drive_efficiency
                     .map_or_else(|| "-".into(), |v| format!("{v:.3}")),
+                format!("{:.0}", r.makespan_s),
+                r.priority_wait_p99_s
+                    .map_or_else(|| "-".into(), |v| format!("{v:.0}")),
             ]
         })
         .collect();
