@@ -51,13 +51,10 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
+use crate::policy::transition::REPRIORITISE_BATCH;
 use crate::ledger::{InFlight, Ledger, LedgerError, SubmittedTransfer};
 use crate::live_settings::LiveSettings;
 use cancels::CancelJob;
-
-/// Most priority changes one re-prioritisation pass sends (the simulator's engine sends as
-/// many).
-pub(crate) const REPRIORITISE_BATCH: usize = 10_000;
 
 /// Most stale requests one sweep checks.
 const STALE_BATCH: usize = 500;

@@ -10,6 +10,7 @@ pub mod order;
 pub mod queue;
 pub mod reserve;
 pub mod sam;
+pub mod transition;
 pub mod volumes;
 
 pub use classify::{classify, ClassifyError, RequestFields};

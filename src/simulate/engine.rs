@@ -21,6 +21,7 @@ use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Maintained};
 use crate::policy::queue::HeldQueue;
 use crate::policy::reserve::PriorityDemand;
+use crate::policy::transition::{settle, AfterFailure, Dated};
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
 
@@ -454,13 +455,17 @@ impl<'a> Run<'a> {
                 .ok()
                 .and_then(|i| self.load.get(i))
                 .and_then(|a| a.file);
-            match e.kind {
-                EventKind::Started => {
+            let after_failure = match e.kind {
+                EventKind::Failed { retryable, .. } => self.retries.on_failure(&info, retryable),
+                _ => AfterFailure::Final,
+            };
+            match (e.kind, after_failure) {
+                (EventKind::Started, _) => {
                     self.started(e.at, info);
                     self.carrier_started(info.id, file, e.at);
                 }
-                EventKind::Done { bytes } => {
-                    self.settle(&info, Some(bytes), e.at);
+                (EventKind::Done { bytes }, _) => {
+                    self.settle_charge(&info, Some(bytes), e.at);
                     self.done(g, bytes, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.priority_ended(&info);
@@ -468,14 +473,14 @@ impl<'a> Run<'a> {
                     self.volumes_ended(info.id);
                     self.carrier_ended(info.id, file, Some(bytes), e.at);
                 }
-                EventKind::Failed { retryable, .. } if self.retries.left(&info, retryable) => {
-                    self.retry_later(info, &e.key, e.at);
+                (EventKind::Failed { .. }, AfterFailure::Retry { attempt, after }) => {
+                    self.retry_later(info, &e.key, e.at, (attempt, after));
                 }
-                EventKind::Failed { .. } | EventKind::Cancelled => {
-                    if matches!(e.kind, EventKind::Failed { .. }) {
+                (kind @ (EventKind::Failed { .. } | EventKind::Cancelled), _) => {
+                    if matches!(kind, EventKind::Failed { .. }) {
                         self.out.failed += 1;
                     }
-                    self.settle(&info, None, e.at);
+                    self.settle_charge(&info, None, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.priority_ended(&info);
                     self.info.remove(&info.id);
@@ -518,21 +523,34 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Settle a request's charge as `serve`'s writer does when it ends (`ledger/writer/settle.rs`,
-    /// `finalize`): the estimate is taken back at its own date, and the benefit of the bytes
-    /// done (none when it failed) is charged at `at`, when the end is known.
-    fn settle(&mut self, info: &Info, done: Option<u64>, at: Micros) {
+    /// Settle a request's charge when it ends at `at` by the writer's own rule
+    /// (`policy::transition::settle`, which `ledger/writer/settle.rs`'s `finalize` calls): the
+    /// estimate is taken back at its own date, and the benefit of the bytes done (none when it
+    /// failed) is charged at `at`, when the end is known.
+    fn settle_charge(&mut self, info: &Info, done: Option<u64>, at: Micros) {
+        let charged = Dated {
+            benefit: info.charge,
+            at_ms: info.charged_ms,
+        };
+        let settled = settle(charged, done.map(|bytes| self.worth(info, bytes)), (at / 1000) as i64);
         let g = info.group;
-        self.usage.add(g, -i128::from(info.charge), info.charged_ms);
-        let Some(bytes) = done else { return };
+        self.usage
+            .add(g, -i128::from(settled.refund.benefit), settled.refund.at_ms);
+        if let Some(actual) = settled.actual {
+            self.usage.add(g, i128::from(actual.benefit), actual.at_ms);
+        }
+    }
+
+    /// What `bytes` done are worth to `info`'s group. The library reports every request done
+    /// with its own size: its estimate, whatever benefit the load gave it. A rider is done with
+    /// its carrier's bytes, worth what its own access mode makes them: its estimate scaled by
+    /// bytes over its size (its weight).
+    fn worth(&self, info: &Info, bytes: u64) -> u64 {
         let size = usize::try_from(info.id - 1)
             .ok()
             .and_then(|i| self.load.get(i))
             .map(|a| a.size_bytes);
-        // The library reports every request done with its own size: its estimate, whatever
-        // benefit the load gave it. A rider is done with its carrier's bytes, worth what its own
-        // access mode makes them: its estimate scaled by bytes over its size (its weight).
-        let actual = match (size, &self.policy.benefit) {
+        match (size, &self.policy.benefit) {
             (Some(size), _) if size == bytes => info.charge,
             (_, Benefit::Bytes) => bytes,
             (_, Benefit::Files) => 1,
@@ -541,8 +559,7 @@ impl<'a> Run<'a> {
                     / u128::from(size.unwrap_or(1).max(1));
                 u64::try_from(scaled).unwrap_or(u64::MAX)
             }
-        };
-        self.usage.add(g, i128::from(actual), (at / 1000) as i64);
+        }
     }
 
     /// A request of `g` finished at `at` with `bytes` done.
