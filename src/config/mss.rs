@@ -42,11 +42,11 @@ pub(super) struct RawMss {
     submit_burst: i64,
     #[serde(default = "int::<256>")]
     submit_batch: i64,
-    #[serde(default = "int::<5>")]
+    #[serde(default = "default_retry_max_attempts")]
     retry_max_attempts: i64,
-    #[serde(default = "int::<500>")]
+    #[serde(default = "default_retry_base_ms")]
     retry_base_ms: i64,
-    #[serde(default = "int::<60_000>")]
+    #[serde(default = "default_retry_max_ms")]
     retry_max_ms: i64,
     #[serde(default = "int::<1_000>")]
     event_wait_ms: i64,
@@ -62,6 +62,21 @@ pub(super) struct RawMss {
     tape_rest: Option<RawTapeRestConfig>,
     #[serde(default)]
     volume_lookup: Option<lookup::RawVolumeLookup>,
+}
+
+/// `[mss] retry_max_attempts`'s default: `RetrySettings::DEFAULT`'s.
+fn default_retry_max_attempts() -> i64 {
+    i64::from(RetrySettings::DEFAULT.max_attempts)
+}
+
+/// `[mss] retry_base_ms`'s default: `RetrySettings::DEFAULT`'s.
+fn default_retry_base_ms() -> i64 {
+    RetrySettings::DEFAULT.base.as_millis() as i64
+}
+
+/// `[mss] retry_max_ms`'s default: `RetrySettings::DEFAULT`'s.
+fn default_retry_max_ms() -> i64 {
+    RetrySettings::DEFAULT.max.as_millis() as i64
 }
 
 #[derive(Debug, Deserialize)]
