@@ -243,6 +243,7 @@ impl<'a> Run<'a> {
                 bulk_starts: vec![0; n],
                 max_passed: vec![0; n],
                 files: vec![0; n],
+                charged: vec![0; n],
                 waits: vec![Vec::new(); n],
                 start_order: Vec::with_capacity(load.len()),
                 start_times: Vec::with_capacity(load.len()),
@@ -538,6 +539,7 @@ impl<'a> Run<'a> {
             .add(g, -i128::from(settled.refund.benefit), settled.refund.at_ms);
         if let Some(actual) = settled.actual {
             self.usage.add(g, i128::from(actual.benefit), actual.at_ms);
+            self.out.charged[g.0] += u128::from(actual.benefit);
         }
     }
 
