@@ -52,9 +52,9 @@ use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
 use crate::domain::RetrySettings;
-use crate::policy::transition::REPRIORITISE_BATCH;
 use crate::ledger::{InFlight, Ledger, LedgerError, SubmittedTransfer};
 use crate::live_settings::LiveSettings;
+use crate::policy::transition::REPRIORITISE_BATCH;
 use cancels::CancelJob;
 
 /// Most stale requests one sweep checks.

@@ -533,7 +533,11 @@ impl<'a> Run<'a> {
             benefit: info.charge,
             at_ms: info.charged_ms,
         };
-        let settled = settle(charged, done.map(|bytes| self.worth(info, bytes)), (at / 1000) as i64);
+        let settled = settle(
+            charged,
+            done.map(|bytes| self.worth(info, bytes)),
+            (at / 1000) as i64,
+        );
         let g = info.group;
         self.usage
             .add(g, -i128::from(settled.refund.benefit), settled.refund.at_ms);

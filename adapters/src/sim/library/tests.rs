@@ -206,7 +206,9 @@ fn the_failure_coin_ignores_the_brokers_incarnation_nonce() {
             lib.submit(transfer(&format!("{i}{nonce}"), 1, 10, None), 0, &mut ev);
         }
         lib.advance(u64::MAX / 2, &mut ev);
-        let ids = ev.iter().filter(|e| matches!(e.kind, EventKind::Failed { .. }));
+        let ids = ev
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Failed { .. }));
         ids.map(|e| coin_key(&e.key).to_string())
             .collect::<Vec<_>>()
     };
