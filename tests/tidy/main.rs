@@ -186,7 +186,7 @@ fn the_simulator_has_no_transition_rule_of_its_own() {
 #[test]
 fn the_simulator_dates_charges_as_the_writer_does() {
     let invariant = "The simulator dates charges as the writer does";
-    fn_body(invariant, "src/simulate/engine.rs", "settle_charge");
+    fn_body(invariant, "src/simulate/engine/charge.rs", "settle_charge");
     let pin = "fn a_charge_is_re_dated_when_its_transfer_ends";
     let tests: Vec<Hit> = tree()
         .lines("src/simulate")
