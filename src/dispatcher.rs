@@ -70,13 +70,11 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
+use crate::domain::RetrySettings;
 use crate::ledger::{InFlight, Ledger, LedgerError, SubmittedTransfer};
 use crate::live_settings::LiveSettings;
+use crate::policy::transition::REPRIORITISE_BATCH;
 use cancels::CancelJob;
-
-/// Most priority changes one re-prioritisation pass sends (the simulator's engine sends as
-/// many).
-pub(crate) const REPRIORITISE_BATCH: usize = 10_000;
 
 /// Most stale requests one sweep checks.
 const STALE_BATCH: usize = 500;
@@ -388,7 +386,7 @@ impl Dispatcher {
     }
 
     async fn submit_loop(self: Arc<Self>) {
-        let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
+        let mut backoff = Backoff::new(self.settings.retry);
         loop {
             match self.submit_once().await {
                 Ok(Step::Worked(_)) => backoff.reset(),
@@ -430,7 +428,7 @@ impl Dispatcher {
     }
 
     async fn event_loop(self: Arc<Self>) {
-        let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
+        let mut backoff = Backoff::new(self.settings.retry);
         loop {
             match self.events_once(self.settings.event_wait).await {
                 Ok(Step::Worked(_)) | Ok(Step::Idle) | Ok(Step::Full) => backoff.reset(),
@@ -444,51 +442,49 @@ impl Dispatcher {
     }
 }
 
-/// Capped exponential backoff with jitter: the delay doubles from `base` up to `max`, and up to
-/// a quarter of it is taken off at random so brokers do not retry in step. Never above `max`.
+/// A loop's outage backoff: [`RetrySettings::jittered`] of the failures in a row (the one
+/// backoff on the `[mss] retry_*` keys, which a request's retries wait too), the jitter drawn
+/// from the clock's nanoseconds so brokers do not retry in step.
 struct Backoff {
-    base: Duration,
-    max: Duration,
-    current: Duration,
+    retry: RetrySettings,
+    /// Failures since the loop last worked.
+    failures: u32,
 }
 
 impl Backoff {
-    fn new(base: Duration, max: Duration) -> Backoff {
-        Backoff {
-            base,
-            max,
-            current: base.min(max),
-        }
+    fn new(retry: RetrySettings) -> Backoff {
+        Backoff { retry, failures: 0 }
     }
 
     fn reset(&mut self) {
-        self.current = self.base.min(self.max);
+        self.failures = 0;
     }
 
     fn next(&mut self) -> Duration {
-        let d = self.current;
-        self.current = self.current.saturating_mul(2).min(self.max);
+        self.failures = self.failures.saturating_add(1);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|t| t.subsec_nanos())
             .unwrap_or(0);
-        jittered(d, self.max, f64::from(nanos % 1000) / 1000.0)
+        (self.retry).jittered(self.failures, f64::from(nanos % 1000) / 1000.0)
     }
-}
-
-/// `delay` (capped at `max`) less `jitter` (0..=1) times a quarter of it.
-fn jittered(delay: Duration, max: Duration, jitter: f64) -> Duration {
-    let d = delay.min(max);
-    d.saturating_sub(d.mul_f64(jitter.clamp(0.0, 1.0) / 4.0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn retry(base: u64, max: u64) -> RetrySettings {
+        RetrySettings {
+            max_attempts: 5,
+            base: Duration::from_millis(base),
+            max: Duration::from_millis(max),
+        }
+    }
+
     #[test]
     fn backoff_grows_to_its_cap_with_bounded_jitter() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+        let mut b = Backoff::new(retry(100, 800));
         let seen: Vec<Duration> = (0..6).map(|_| b.next()).collect();
         for (d, want) in seen.iter().zip([100u64, 200, 400, 800, 800, 800]) {
             let want = Duration::from_millis(want);
@@ -500,21 +496,12 @@ mod tests {
 
     #[test]
     fn backoff_never_exceeds_its_max_whatever_the_jitter() {
-        // The shipped figures: 500 ms doubling to 60 s (64 s uncapped), where 69.6 s and
-        // 72.6 s were seen.
+        // `RetrySettings::jittered` is checked for every jitter in `domain/settings.rs`; the
+        // loop's, with its own draw, over a long outage.
         for (base, max) in [(500, 60_000), (100, 800), (700, 700), (1, 86_400_000)] {
-            let (base, max) = (Duration::from_millis(base), Duration::from_millis(max));
-            for jitter in [0.0, 0.001, 0.25, 0.5, 0.999, 1.0, 7.0, -1.0] {
-                let mut delay = base;
-                for _ in 0..80 {
-                    let d = jittered(delay, max, jitter);
-                    assert!(d <= max, "{d:?} over {max:?} (jitter {jitter})");
-                    assert!(d >= delay.min(max).mul_f64(0.75), "{d:?}");
-                    delay = delay.saturating_mul(2);
-                }
-            }
-            let mut b = Backoff::new(base, max);
-            assert!((0..200).map(|_| b.next()).all(|d| d <= max));
+            let r = retry(base, max);
+            let mut b = Backoff::new(r);
+            assert!((0..200).map(|_| b.next()).all(|d| d <= r.max));
         }
     }
 }

@@ -42,12 +42,15 @@ pub(super) struct RawMss {
     submit_burst: i64,
     #[serde(default = "int::<256>")]
     submit_batch: i64,
-    #[serde(default = "int::<5>")]
-    retry_max_attempts: i64,
-    #[serde(default = "int::<500>")]
-    retry_base_ms: i64,
-    #[serde(default = "int::<60_000>")]
-    retry_max_ms: i64,
+    /// Absent: `RetrySettings::DEFAULT`'s, the one statement of the default.
+    #[serde(default)]
+    retry_max_attempts: Option<i64>,
+    /// Absent: `RetrySettings::DEFAULT`'s, the one statement of the default.
+    #[serde(default)]
+    retry_base_ms: Option<i64>,
+    /// Absent: `RetrySettings::DEFAULT`'s, the one statement of the default.
+    #[serde(default)]
+    retry_max_ms: Option<i64>,
     #[serde(default = "int::<1_000>")]
     event_wait_ms: i64,
     #[serde(default = "int::<600_000>")]
@@ -192,11 +195,7 @@ pub(super) fn validate_mss(
     let adapter = validate_adapter(chosen, base, default_bands, issues)?;
     let burst = positive(raw.submit_burst, "mss.submit_burst", issues) as u32;
     let batch = positive(raw.submit_batch, "mss.submit_batch", issues);
-    let retry = RetrySettings {
-        max_attempts: positive(raw.retry_max_attempts, "mss.retry_max_attempts", issues) as u32,
-        base: Duration::from_millis(positive(raw.retry_base_ms, "mss.retry_base_ms", issues) as u64),
-        max: Duration::from_millis(positive(raw.retry_max_ms, "mss.retry_max_ms", issues) as u64),
-    };
+    let retry = retry_settings(&raw, issues);
     if retry.max < retry.base {
         issues.add("mss.retry_max_ms", "must not be below mss.retry_base_ms");
     }
@@ -458,6 +457,21 @@ pub(super) fn describe(mss: &MssSettings) -> String {
         caps.max_outstanding
             .map_or("unlimited".to_string(), |n| format!("at most {n}")),
     )
+}
+
+/// `[mss] retry_*`, each absent key at `RetrySettings::DEFAULT`'s value.
+fn retry_settings(raw: &RawMss, issues: &mut Issues) -> RetrySettings {
+    let d = RetrySettings::DEFAULT;
+    let ms = |v: Option<i64>, default: Duration, key: &str, issues: &mut Issues| {
+        let v = v.unwrap_or(default.as_millis() as i64);
+        Duration::from_millis(positive(v, key, issues) as u64)
+    };
+    let attempts = raw.retry_max_attempts.unwrap_or(i64::from(d.max_attempts));
+    RetrySettings {
+        max_attempts: positive(attempts, "mss.retry_max_attempts", issues) as u32,
+        base: ms(raw.retry_base_ms, d.base, "mss.retry_base_ms", issues),
+        max: ms(raw.retry_max_ms, d.max, "mss.retry_max_ms", issues),
+    }
 }
 
 #[cfg(test)]

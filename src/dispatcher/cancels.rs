@@ -124,7 +124,7 @@ impl Dispatcher {
     ) {
         let mut retry = Retries::default();
         self.carried_over(&mut retry).await;
-        let mut backoff = Backoff::new(self.settings.retry.base, self.settings.retry.max);
+        let mut backoff = Backoff::new(self.settings.retry);
         // When the next retry pass runs: new cancels arriving meanwhile do not move it.
         let mut due: Option<tokio::time::Instant> = None;
         loop {

@@ -17,6 +17,7 @@ use crate::policy::fbsng::Queues;
 use crate::policy::order::{place, Standing};
 use crate::policy::queue::{HeldQueue, RankKey};
 use crate::policy::reserve::{reservation, PriorityDemand};
+use crate::policy::transition::replaced;
 use crate::shares::UsageBook;
 
 /// The writer's memory as of its latest commit.
@@ -184,7 +185,7 @@ pub(super) fn explain_queued(
 }
 
 /// Requests queued at the MSS whose priority the policy now puts elsewhere, at most `max`.
-/// Their charge is already in the usage, so they are placed with no benefit of their own. A
+/// Their charge is already in the usage, so they are placed as `transition::replaced`. A
 /// request released in a `volumes` batch (`release_seq` set) keeps its batch's one priority, so
 /// the library keeps reading the volume's batch together.
 pub(super) fn reprioritise(
@@ -205,10 +206,10 @@ pub(super) fn reprioritise(
     let mut out = Vec::new();
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let Some(mut c) = read_candidate(policy, r)? else {
+        let Some(c) = read_candidate(policy, r)? else {
             continue;
         };
-        c.benefit = 0;
+        let c = replaced(c);
         let attempt = r.get::<_, i64>(10)?.max(0) as u32;
         let old: i64 = r.get(11)?;
         let transfer = mss_adapters::TransferRef {

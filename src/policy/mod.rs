@@ -1,7 +1,8 @@
 //! The broker's decisions, as pure functions: which group a request belongs to
-//! ([`classify`]), what it is worth ([`benefit`]), and at what MSS priority it enters the queue
-//! ([`sam`]). Nothing here does I/O or reads a clock, so the live broker, replays and tests run
-//! the same decisions on the same inputs.
+//! ([`classify`]), what it is worth ([`benefit`]), at what MSS priority it enters the queue
+//! ([`sam`]), and the rules it follows when it changes state, which the ledger's writer and the
+//! simulator both call ([`transition`]). Nothing here does I/O or reads a clock, so the live
+//! broker, replays and tests run the same decisions on the same inputs.
 //!
 //! Pure decisions. `classify.rs` (priority class, rules, natural leaf, default), `sam.rs`
 //! (re-exports `shares::sam::decide` and tests it), `multifactor.rs` (the multifactor design note's
@@ -42,6 +43,7 @@ pub mod order;
 pub mod queue;
 pub mod reserve;
 pub mod sam;
+pub mod transition;
 pub mod volumes;
 
 pub use classify::{classify, ClassifyError, RequestFields};

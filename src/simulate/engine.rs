@@ -15,12 +15,13 @@ use mss_adapters::{EventKind, Transfer};
 
 use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
-use crate::domain::{Benefit, Class, GroupId, PolicySettings, RetrySettings};
+use crate::domain::{Class, GroupId, PolicySettings, RetrySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Maintained};
 use crate::policy::queue::HeldQueue;
 use crate::policy::reserve::PriorityDemand;
+use crate::policy::transition::AfterFailure;
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
 
@@ -34,6 +35,7 @@ pub enum Picker {
 }
 
 mod arrival;
+mod charge;
 mod coalesce;
 mod outcome;
 mod reprioritise;
@@ -242,6 +244,7 @@ impl<'a> Run<'a> {
                 bulk_starts: vec![0; n],
                 max_passed: vec![0; n],
                 files: vec![0; n],
+                charged: vec![0; n],
                 waits: vec![Vec::new(); n],
                 start_order: Vec::with_capacity(load.len()),
                 start_times: Vec::with_capacity(load.len()),
@@ -454,13 +457,17 @@ impl<'a> Run<'a> {
                 .ok()
                 .and_then(|i| self.load.get(i))
                 .and_then(|a| a.file);
-            match e.kind {
-                EventKind::Started => {
+            let after_failure = match e.kind {
+                EventKind::Failed { retryable, .. } => self.retries.on_failure(&info, retryable),
+                _ => AfterFailure::Final,
+            };
+            match (e.kind, after_failure) {
+                (EventKind::Started, _) => {
                     self.started(e.at, info);
                     self.carrier_started(info.id, file, e.at);
                 }
-                EventKind::Done { bytes } => {
-                    self.settle(&info, Some(bytes), e.at);
+                (EventKind::Done { bytes }, _) => {
+                    self.settle_charge(&info, Some(bytes), e.at);
                     self.done(g, bytes, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.priority_ended(&info);
@@ -468,14 +475,14 @@ impl<'a> Run<'a> {
                     self.volumes_ended(info.id);
                     self.carrier_ended(info.id, file, Some(bytes), e.at);
                 }
-                EventKind::Failed { retryable, .. } if self.retries.left(&info, retryable) => {
-                    self.retry_later(info, &e.key, e.at);
+                (EventKind::Failed { .. }, AfterFailure::Retry { attempt, after }) => {
+                    self.retry_later(info, &e.key, e.at, (attempt, after));
                 }
-                EventKind::Failed { .. } | EventKind::Cancelled => {
-                    if matches!(e.kind, EventKind::Failed { .. }) {
+                (kind @ (EventKind::Failed { .. } | EventKind::Cancelled), _) => {
+                    if matches!(kind, EventKind::Failed { .. }) {
                         self.out.failed += 1;
                     }
-                    self.settle(&info, None, e.at);
+                    self.settle_charge(&info, None, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);
                     self.priority_ended(&info);
                     self.info.remove(&info.id);
@@ -516,33 +523,6 @@ impl<'a> Run<'a> {
         if !self.policy.order.held() && !self.policy.order.volumes() {
             self.fbsng_started(g);
         }
-    }
-
-    /// Settle a request's charge as `serve`'s writer does when it ends (`ledger/writer/settle.rs`,
-    /// `finalize`): the estimate is taken back at its own date, and the benefit of the bytes
-    /// done (none when it failed) is charged at `at`, when the end is known.
-    fn settle(&mut self, info: &Info, done: Option<u64>, at: Micros) {
-        let g = info.group;
-        self.usage.add(g, -i128::from(info.charge), info.charged_ms);
-        let Some(bytes) = done else { return };
-        let size = usize::try_from(info.id - 1)
-            .ok()
-            .and_then(|i| self.load.get(i))
-            .map(|a| a.size_bytes);
-        // The library reports every request done with its own size: its estimate, whatever
-        // benefit the load gave it. A rider is done with its carrier's bytes, worth what its own
-        // access mode makes them: its estimate scaled by bytes over its size (its weight).
-        let actual = match (size, &self.policy.benefit) {
-            (Some(size), _) if size == bytes => info.charge,
-            (_, Benefit::Bytes) => bytes,
-            (_, Benefit::Files) => 1,
-            (size, Benefit::WeightedBytes(_)) => {
-                let scaled = u128::from(info.charge) * u128::from(bytes)
-                    / u128::from(size.unwrap_or(1).max(1));
-                u64::try_from(scaled).unwrap_or(u64::MAX)
-            }
-        };
-        self.usage.add(g, i128::from(actual), (at / 1000) as i64);
     }
 
     /// A request of `g` finished at `at` with `bytes` done.

@@ -16,6 +16,12 @@
 //! one and a half seconds between the two halves of the load, so decay changes the fractions
 //! the second half is judged by. The live broker decides at the wall clock; the replay at the
 //! trace's `t` (the requests' `created_ms` from the first), so the two see the same decay.
+//!
+//! Outcomes (issue 41): a second load, of reads some of which are duplicates, against a
+//! simulator that fails attempts, replayed from its export gives the live broker's retries,
+//! riders, final failures and charges per group (what was done charged, a failure refunded):
+//! the writer and the engine apply the same transition rules (`policy::transition`), and the
+//! library's failure coin is drawn per request id and attempt, so both see the same failures.
 
 use std::path::Path;
 use std::time::Duration;
@@ -27,7 +33,7 @@ use mssbroker::simulate;
 use mssbroker::trace::{read_trace, TraceRecord};
 use serde_json::{json, Value};
 
-use crate::helpers::{request, run_ok, test_config, ServeProcess};
+use crate::helpers::{open_db, request, run_ok, test_config, wait_final, ServeProcess};
 
 /// Decay that matters within the test's few seconds.
 const USAGE: &str = "\n[usage]\nmodel = \"half_life\"\nhalf_life_secs = 1\n";
@@ -200,4 +206,175 @@ async fn a_replayed_export_makes_the_live_brokers_decisions() {
     assert!(live
         .iter()
         .any(|(g, c, _)| g == "datataking" && c == "priority"));
+}
+
+/// The outcome load: (group letter, megabytes, the earlier request whose file it reads again).
+/// With the failure coin below (rate 1/2, seed 3, two attempts), the carriers fail and retry
+/// so that a rider waits out a retry, a rider fails with its carrier, a read without riders
+/// fails for good and others are done at once (each checked on the live run below, not
+/// assumed).
+const OUTCOME_LOAD: [(char, u64, Option<usize>); 14] = [
+    ('H', 4, None),
+    ('R', 4, Some(0)),
+    ('T', 7, None),
+    ('M', 5, None),
+    ('H', 5, Some(3)),
+    ('R', 6, None),
+    ('T', 3, None),
+    ('M', 3, Some(6)),
+    ('R', 2, None),
+    ('M', 8, None),
+    ('H', 6, None),
+    ('T', 6, Some(10)),
+    ('R', 9, None),
+    ('T', 5, None),
+];
+const FAILURE_RATE: f64 = 0.5;
+const FAILURE_SEED: u64 = 3;
+
+/// The live simulator fails attempts with the coin; transfers take half a second of wall time
+/// at least (a 5 s mount at 10 times), so a duplicate posted after its carrier finds it in
+/// flight; two attempts a request.
+fn outcome_config() -> String {
+    test_config(None)
+        .replace("time_scale = 1000.0", "time_scale = 10.0")
+        .replace(
+            "[mss.simulator]\n",
+            &format!("[mss.simulator]\nfailure_rate = {FAILURE_RATE}\nseed = {FAILURE_SEED}\n"),
+        )
+        .replace("retry_base_ms", "retry_max_attempts = 2\nretry_base_ms")
+}
+
+fn outcome_body(i: usize) -> Value {
+    let (group, mb, again) = OUTCOME_LOAD[i];
+    let mut r = body(i, (group, mb));
+    r["client_request_id"] = json!(format!("o-{i}"));
+    if let Some(first) = again {
+        r["file"] = json!(format!("/pnfs/test/r-{first}"));
+    }
+    r
+}
+
+/// What the runs are compared on: retries, riders, final failures, and per group the requests
+/// done, their bytes and what they were charged.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcomes {
+    retried: u64,
+    riders: u64,
+    failed: u64,
+    per_group: std::collections::BTreeMap<String, (u64, u128, u128)>,
+}
+
+/// The live broker's outcomes, from its requests' rows.
+fn live_outcomes(db: &Path) -> Outcomes {
+    let conn = open_db(db);
+    let mut stmt = conn
+        .prepare(
+            "SELECT group_path, state, attempt, rides_on IS NOT NULL, charged, bytes_done \
+             FROM requests ORDER BY id",
+        )
+        .unwrap();
+    let mut out = Outcomes {
+        retried: 0,
+        riders: 0,
+        failed: 0,
+        per_group: Default::default(),
+    };
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, bool>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
+            ))
+        })
+        .unwrap();
+    for row in rows {
+        let (group, state, attempt, riding, charged, bytes) = row.unwrap();
+        out.riders += u64::from(riding);
+        if !riding {
+            out.retried += (attempt - 1) as u64;
+        }
+        out.failed += u64::from(state == "failed");
+        let g = out.per_group.entry(group).or_default();
+        if state == "done" {
+            g.0 += 1;
+            g.1 += bytes as u128;
+        }
+        g.2 += charged as u128;
+    }
+    out
+}
+
+/// The replay's outcomes, on the library failing with the live simulator's coin.
+fn replayed_outcomes(config: &Path, trace: &[TraceRecord]) -> Outcomes {
+    let settings = Settings::load(config).unwrap();
+    let policy = &settings.policy;
+    let load = simulate::arrivals(policy, trace).unwrap();
+    let mut library = simulate::library(4, FAILURE_SEED);
+    library.failure_rate = FAILURE_RATE;
+    let picker = simulate::Picker::Policy;
+    let retry = settings.mss.retry;
+    let o = simulate::engine::run_retrying(policy, library, &load, Micros::MAX, picker, retry);
+    assert_eq!(o.unfinished, 0, "the replay ran to the end");
+    let mut per_group = std::collections::BTreeMap::new();
+    for g in policy.group_ids() {
+        let figures = (o.files[g.0], o.bytes[g.0], o.charged[g.0]);
+        if figures != (0, 0, 0) {
+            per_group.insert(policy.group(g).path.as_str().to_string(), figures);
+        }
+    }
+    Outcomes {
+        retried: o.retried,
+        riders: o.coalesced,
+        failed: o.failed,
+        per_group,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_export_gives_the_live_retries_riders_and_refunds() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, outcome_config()).unwrap();
+    let db = dir.path().join("broker.db");
+    let serve = ServeProcess::start(&config, &db);
+    let client = reqwest::Client::new();
+
+    let mut ids = Vec::new();
+    for (i, (_, _, again)) in OUTCOME_LOAD.iter().enumerate() {
+        let resp = client
+            .post(format!("{}/v1/requests", serve.base))
+            .json(&outcome_body(i))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+        let r: Value = resp.json().await.unwrap();
+        let riding = r["state"] == "riding";
+        assert_eq!(riding, again.is_some(), "request o-{i}: {r}");
+        ids.push(r["id"].as_i64().unwrap());
+    }
+    wait_final(&client, &serve.base, &ids, Duration::from_secs(120)).await;
+    let live = live_outcomes(&db);
+
+    // The load could tell: retries, riders, failures (a rider's among them) and done requests.
+    assert!(live.retried > 0 && live.riders > 0, "{live:?}");
+    let rider_failed: bool = open_db(&db)
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM requests WHERE rides_on IS NOT NULL AND state = 'failed')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(rider_failed && live.failed > 1, "{live:?}");
+    assert!(live.per_group.values().any(|g| g.0 > 0), "{live:?}");
+
+    let trace = export(dir.path(), &db);
+    assert_eq!(trace.len(), OUTCOME_LOAD.len(), "one record per request");
+    let replayed = replayed_outcomes(&config, &trace);
+    assert_eq!(live, replayed, "live vs replayed outcomes");
 }

@@ -80,10 +80,6 @@ const LAYERS: &[&[&str]] = &[
     ],
 ];
 
-/// Imports up the layers that issue 41's shared transitions take away (`REPRIORITISE_BATCH`);
-/// remove the entry with them. Nothing may be added here.
-const UP_UNTIL_SHARED_TRANSITIONS: &[(&str, &str)] = &[("simulate", "dispatcher")];
-
 #[test]
 fn no_module_imports_a_layer_above_its_own() {
     let layer = |m: &str| LAYERS.iter().position(|l| l.contains(&m));
@@ -101,9 +97,9 @@ fn no_module_imports_a_layer_above_its_own() {
         .product("src")
         .filter(|h| {
             let from = top_module(&h.file.path);
-            crate_modules(&h.line.code).iter().any(|&to| {
-                layer(to) > layer(from) && !UP_UNTIL_SHARED_TRANSITIONS.contains(&(from, to))
-            })
+            crate_modules(&h.line.code)
+                .iter()
+                .any(|&to| layer(to) > layer(from))
         })
         .collect();
     assert_none("No module imports one from a layer above its own", hits);
@@ -200,24 +196,55 @@ fn only_the_ledger_touches_sqlite() {
     assert_none("Only `ledger` touches SQLite", hits);
 }
 
+/// Where the rules a request follows when it changes state live, each once.
+const TRANSITIONS: &str = "src/policy/transition.rs";
+
+/// The public functions of `TRANSITIONS`: one per rule.
+fn transition_rules() -> Vec<&'static str> {
+    tree()
+        .product(TRANSITIONS)
+        .filter(|h| h.line.code.trim_start().starts_with("pub fn "))
+        .filter_map(|h| fn_name(&h.line.code))
+        .collect()
+}
+
 #[test]
-fn the_simulator_retries_a_failure_as_the_writer_does() {
-    let invariant =
-        "The simulator retries a failure as the writer does (the two conditions mirror)";
-    let sim = "retryable && info.attempt < self.settings.max_attempts";
-    let writer = "retryable && row.attempt < self.retry.max_attempts";
-    assert_found(invariant, sim, &code("src/simulate/engine/retry.rs", sim));
+fn the_simulator_has_no_transition_rule_of_its_own() {
+    let invariant = "The simulator applies the writer's transition rules (`policy::transition`), \
+                     defining none of its own";
+    let rules = transition_rules();
     assert_found(
         invariant,
-        writer,
-        &code("src/ledger/writer/settle.rs", writer),
+        "the rules in policy/transition.rs",
+        &code(TRANSITIONS, "pub fn may_ride"),
     );
+    // Simulate defines none of the rules, nor the copies it had: the writer's `may_carry`, the
+    // retry condition (`left`), the ride condition (`may_ride_on`), the charge re-dating
+    // (`settle`); nor the pass's limit, nor anything of the dispatcher.
+    const COPIES: &[&str] = &["may_ride_on", "left", "settle", "retries"];
+    let defined = tree().lines("src/simulate").filter(|h| {
+        fn_name(&h.line.code).is_some_and(|n| rules.contains(&n) || COPIES.contains(&n))
+    });
+    let limit = (code("src", "const REPRIORITISE_BATCH").into_iter())
+        .filter(|h| h.file.path != TRANSITIONS);
+    let upward = imports("src/simulate", &["dispatcher", "ledger"]);
+    assert_none(invariant, defined.chain(limit).chain(upward).collect());
+    // The writer and the simulator both call each rule (the simulator keeps no error texts).
+    for rule in &rules {
+        let call = format!("{rule}(");
+        let writer = code("src/ledger", &call);
+        assert_found(invariant, &format!("the writer's call of {rule}"), &writer);
+        if *rule != "final_failure" {
+            let sim = code("src/simulate", &call);
+            assert_found(invariant, &format!("the simulator's call of {rule}"), &sim);
+        }
+    }
 }
 
 #[test]
 fn the_simulator_dates_charges_as_the_writer_does() {
     let invariant = "The simulator dates charges as the writer does";
-    fn_body(invariant, "src/simulate/engine.rs", "settle");
+    fn_body(invariant, "src/simulate/engine/charge.rs", "settle_charge");
     let pin = "fn a_charge_is_re_dated_when_its_transfer_ends";
     let tests: Vec<Hit> = tree()
         .lines("src/simulate")

@@ -17,6 +17,7 @@ use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{Accepted, NewRequest, Refused};
 use crate::policy;
 use crate::policy::order::{is_fair, Candidate};
+use crate::policy::transition::{rider_charged_on_joining, CarrierView};
 use crate::shares::limits::held_by;
 
 /// How a new request is recorded: its (possibly provisional) decision, its state and what it
@@ -154,10 +155,15 @@ impl Txn<'_, '_> {
     /// A duplicate read riding on `carrier`: decided now, and charged now, like a request
     /// released with it, if the carrier is decided; else charged when the carrier is released
     /// (`super::coalesce`).
-    fn riding(&self, item: &NewRequest, candidate: &Candidate, carrier: (i64, bool)) -> Entry {
-        let (carrier, decided) = carrier;
+    fn riding(
+        &self,
+        item: &NewRequest,
+        candidate: &Candidate,
+        (carrier, view): (i64, CarrierView),
+    ) -> Entry {
+        let charged = rider_charged_on_joining(view);
         let p = self.placement(candidate);
-        let (benefit, bytes) = if decided {
+        let (benefit, bytes) = if charged {
             (item.benefit, item.size_bytes)
         } else {
             (0, 0)
@@ -170,7 +176,7 @@ impl Txn<'_, '_> {
             state: RequestState::Riding,
             benefit,
             bytes,
-            charged_ms: decided.then_some(self.now),
+            charged_ms: charged.then_some(self.now),
             explain: super::explain_text(&p),
             held_reason: None,
             rides_on: Some(carrier),

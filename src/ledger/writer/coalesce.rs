@@ -42,6 +42,7 @@ use crate::domain::{Class, RequestState};
 use crate::ledger::read::parse_class;
 use crate::ledger::NewRequest;
 use crate::policy::order::is_fair;
+use crate::policy::transition::{may_carry, may_ride, CarrierView};
 use mss_adapters::Direction;
 
 /// Which reads may carry each file: the fingerprint of the file and its local copy to every
@@ -206,16 +207,17 @@ impl<'e> CarrierEnd<'e> {
 }
 
 impl Txn<'_, '_> {
-    /// The request a new read of `item` rides on, if any, and whether that one is decided
-    /// (released to the MSS side) or still queued in the broker.
+    /// The request a new read of `item` rides on, if any, and what a rider needs to know of it
+    /// (whether it is decided, released to the MSS side, or still queued in the broker).
     pub(super) fn carrier_for(
         &mut self,
         item: &NewRequest,
-    ) -> rusqlite::Result<Option<(i64, bool)>> {
+    ) -> rusqlite::Result<Option<(i64, CarrierView)>> {
         let Some(key) = carrier_key(item) else {
             return Ok(None);
         };
-        if self.policy.order.release.coalesce == Coalesce::Off {
+        let coalesce = self.policy.order.release.coalesce;
+        if coalesce == Coalesce::Off {
             return Ok(None);
         }
         let fair = is_fair(self.policy, item.group);
@@ -237,11 +239,13 @@ impl Txn<'_, '_> {
                 self.st.forget_carrier(key, id);
                 continue;
             };
-            let priority = parse_class(0, &class)? == Class::Priority;
-            let allowed = self.policy.order.release.coalesce.allows(decided);
+            let carrier = CarrierView {
+                fair: parse_class(0, &class)? != Class::Priority,
+                decided,
+            };
             // Else a later one may do: a priority-class carrier beside an older fair-share one.
-            if allowed && (priority || fair) {
-                return Ok(Some((id, decided)));
+            if may_ride(coalesce, fair, carrier) {
+                return Ok(Some((id, carrier)));
             }
         }
         Ok(None)
@@ -268,11 +272,10 @@ impl Txn<'_, '_> {
         }
     }
 
-    /// Whether a read decided, or queued in the broker (`queued`), may carry its file: a queued
-    /// one only under `coalesce = "queued"` (else it would stand in the way of a later read of
-    /// the file that is released first).
+    /// Whether a read decided, or queued in the broker (`queued`), may carry its file
+    /// ([`may_carry`]).
     fn may_carry(&self, queued: bool) -> bool {
-        !queued || self.policy.order.release.coalesce == Coalesce::Queued
+        may_carry(self.policy.order.release.coalesce, queued)
     }
 
     /// The riders waiting on `carrier`: the priority-class ones first, each part oldest first

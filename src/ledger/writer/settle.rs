@@ -14,6 +14,7 @@ use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
 use crate::policy;
+use crate::policy::transition::{after_failure, final_failure, settle, AfterFailure, Dated};
 
 /// The columns finalising needs.
 pub(super) struct Charged {
@@ -196,21 +197,28 @@ impl Txn<'_, '_> {
             self.st.dequeue(id);
             self.st.dequeue_volume(id);
         }
-        let refund = Charge {
-            usage: -i128::from(row.charged),
+        let charged = Dated {
+            benefit: row.charged.max(0) as u64,
             at_ms: row.charged_ms,
+        };
+        let settled = settle(charged, actual_bytes.map(|_| benefit as u64), self.now);
+        let refund = Charge {
+            usage: -i128::from(settled.refund.benefit),
+            at_ms: settled.refund.at_ms,
             bytes: -i128::from(row.charged_bytes),
             pending: -1,
             held: -i64::from(row.state == RequestState::Held),
         };
         self.charge(&row.group, refund);
-        let actual = Charge {
-            usage: i128::from(benefit),
-            at_ms: self.now,
-            bytes: i128::from(bytes),
-            ..Charge::default()
-        };
-        self.charge(&row.group, actual);
+        if let Some(actual) = settled.actual {
+            let actual = Charge {
+                usage: i128::from(actual.benefit),
+                at_ms: actual.at_ms,
+                bytes: i128::from(bytes),
+                ..Charge::default()
+            };
+            self.charge(&row.group, actual);
+        }
         Ok(())
     }
 
@@ -383,10 +391,10 @@ impl Txn<'_, '_> {
             // just failed. (With attempts left, the arm below passes the transfer to a rider.)
             EventKind::Failed { reason, retryable }
                 if row.cancel_requested
-                    && !self.retries(&row, *retryable)
+                    && self.after_failure(&row, *retryable) == AfterFailure::Final
                     && self.has_riders(id)? =>
             {
-                let why = self.final_failure(&row, reason);
+                let why = final_failure(self.retry, row.attempt, reason);
                 self.carrier_ended(id, CarrierEnd::Failed(&why), true)?;
                 self.finalize(id, &row, RequestState::Cancelled, None, None)?;
             }
@@ -461,7 +469,8 @@ impl Txn<'_, '_> {
         Ok(true)
     }
 
-    /// The MSS failed the attempt: another attempt after a backoff, or failed for good.
+    /// The MSS failed the attempt: another attempt after a backoff, or failed for good
+    /// ([`after_failure`]).
     fn failed(
         &mut self,
         id: i64,
@@ -469,35 +478,30 @@ impl Txn<'_, '_> {
         reason: &str,
         retryable: bool,
     ) -> rusqlite::Result<()> {
-        if self.retries(row, retryable) {
-            let delay = self.retry.backoff(row.attempt).as_millis() as i64;
-            self.tx
-                .prepare_cached(
-                    "UPDATE requests SET state = 'accepted', attempt = attempt + 1, \
-                     mss_id = NULL, next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
-                )?
-                .execute(params![id, self.now + delay, clip_error(reason)])?;
-            self.moved(row.class, Some(row.state), RequestState::Accepted);
-            self.tally(row, RequestState::Accepted);
-            self.ready = true;
-            Ok(())
-        } else {
-            let why = self.final_failure(row, reason);
-            self.finalize(id, row, RequestState::Failed, None, Some(&why))
+        match self.after_failure(row, retryable) {
+            AfterFailure::Retry { attempt, after } => {
+                let due = self.now + after.as_millis() as i64;
+                self.tx
+                    .prepare_cached(
+                        "UPDATE requests SET state = 'accepted', attempt = ?2, \
+                         mss_id = NULL, next_attempt_ms = ?3, last_error = ?4 WHERE id = ?1",
+                    )?
+                    .execute(params![id, attempt, due, clip_error(reason)])?;
+                self.moved(row.class, Some(row.state), RequestState::Accepted);
+                self.tally(row, RequestState::Accepted);
+                self.ready = true;
+                Ok(())
+            }
+            AfterFailure::Final => {
+                let why = final_failure(self.retry, row.attempt, reason);
+                self.finalize(id, row, RequestState::Failed, None, Some(&why))
+            }
         }
     }
 
-    /// Whether a failure of `row`'s attempt is followed by another attempt.
-    fn retries(&self, row: &Charged, retryable: bool) -> bool {
-        retryable && row.attempt < self.retry.max_attempts
-    }
-
-    /// The error a request failed for good with: the MSS's reason and the attempts spent.
-    fn final_failure(&self, row: &Charged, reason: &str) -> String {
-        format!(
-            "{reason} (attempt {} of {})",
-            row.attempt, self.retry.max_attempts
-        )
+    /// What follows a failure of `row`'s attempt.
+    fn after_failure(&self, row: &Charged, retryable: bool) -> AfterFailure {
+        after_failure(self.retry, row.attempt, retryable)
     }
 
     pub fn store_cursor(&self, cursor: &EventCursor) -> rusqlite::Result<()> {

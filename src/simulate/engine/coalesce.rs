@@ -1,17 +1,19 @@
-//! Duplicate reads coalesce in virtual time as `serve`'s writer coalesces them
-//! (`ledger::writer::coalesce`, docs/coalescing.md): a read of a file another read is
-//! transferring, or waits in the broker's queue to, rides on it. It is decided when it
-//! arrives, charged to its own group when its carrier is (at once if the carrier is decided,
-//! else at the carrier's release), takes no drive, and is done with the carrier's bytes when
-//! the carrier is, its charge settled then as the carrier's is. Its wait ends when the carrier
-//! starts; it is no start of its own, so it is never a priority inversion.
+//! Duplicate reads coalesce in virtual time by the writer's own rules
+//! (`policy::transition`: `may_carry`, `may_ride`, `rider_charged_on_joining`, which
+//! `ledger::writer::coalesce` calls; docs/coalescing.md): a read of a file another read is
+//! transferring, or waits in the broker's queue to, rides on it. It is decided when it arrives,
+//! charged to its own group when its carrier is (at once if the carrier is decided, else at the
+//! carrier's release), takes no drive, and is done with the carrier's bytes when the carrier
+//! is, its charge settled then as the carrier's is. Its wait ends when the carrier starts; it
+//! is no start of its own, so it is never a priority inversion. What is kept here is the
+//! engine's bookkeeping of carriers and riders, not a rule.
 
 use mss_adapters::sim::library::Micros;
 
 use super::{Arrival, Candidate, Decision, Info, Run};
 use crate::domain::order::Coalesce;
-use crate::domain::GroupId;
 use crate::policy::order::place;
+use crate::policy::transition::{may_carry, may_ride, rider_charged_on_joining, CarrierView};
 
 /// A request riding on another's transfer.
 #[derive(Debug, Clone, Copy)]
@@ -47,15 +49,11 @@ impl Run<'_> {
         // them: one it may not ride on (not decided under "in_flight", or a fair-share one for
         // a priority-class read) leaves it a carrier of its own, for the reads after it.
         let found = (self.carriers.get(&key).into_iter().flatten())
-            .find(|carrier| self.may_ride_on(carrier, c.group, coalesce))
+            .find(|carrier| may_ride(coalesce, self.fair[c.group.0], self.view(carrier)))
             .copied();
         let Some(carrier) = found else {
-            let carrier = Carrier {
-                id: c.id,
-                decided: false,
-                started: false,
-            };
-            self.carriers.entry(key).or_default().push(carrier);
+            // Queued in the broker until sent (`carrier_sent`).
+            self.offer_carrier(key, c.id, true);
             return false;
         };
         let now_ms = self.now_ms();
@@ -69,7 +67,8 @@ impl Run<'_> {
             class: Some(p.class),
             mss_priority: p.mss_priority,
         });
-        if carrier.decided {
+        let charged = rider_charged_on_joining(self.view(&carrier));
+        if charged {
             self.usage.add(c.group, i128::from(c.benefit), now_ms);
             (info.charge, info.charged_ms) = (c.benefit, now_ms);
         }
@@ -80,19 +79,37 @@ impl Run<'_> {
         let rider = Rider {
             info,
             benefit: c.benefit,
-            charged: carrier.decided,
+            charged,
             waiting: !carrier.started,
         };
         self.riders.entry(carrier.id).or_default().push(rider);
         true
     }
 
-    /// Whether a read of `group` may ride on `carrier` under `coalesce`.
-    fn may_ride_on(&self, carrier: &Carrier, group: GroupId, coalesce: Coalesce) -> bool {
-        let carrier_fair = self.info.get(&carrier.id).map(|i| self.fair[i.group.0]);
-        // A priority-class read never waits behind a fair-share transfer.
-        let class_allows = self.fair[group.0] || carrier_fair != Some(true);
-        class_allows && coalesce.allows(carrier.decided)
+    /// What a rider needs to know of `carrier`.
+    fn view(&self, carrier: &Carrier) -> CarrierView {
+        let group = self.info.get(&carrier.id).map(|i| i.group);
+        CarrierView {
+            fair: group.is_some_and(|g| self.fair[g.0]),
+            decided: carrier.decided,
+        }
+    }
+
+    /// `id`, a read of file `key` queued in the broker (`queued`) or just sent, may carry it if
+    /// the writer's rule says so: kept in id order, as the writer's `Carriers` keeps them.
+    fn offer_carrier(&mut self, key: u64, id: i64, queued: bool) {
+        if !may_carry(self.policy.order.release.coalesce, queued) {
+            return;
+        }
+        let list = self.carriers.entry(key).or_default();
+        if let Err(at) = list.binary_search_by_key(&id, |c| c.id) {
+            let carrier = Carrier {
+                id,
+                decided: !queued,
+                started: false,
+            };
+            list.insert(at, carrier);
+        }
     }
 
     /// The carrier `id` of `file`, if it is one.
@@ -103,8 +120,13 @@ impl Run<'_> {
 
     /// Request `id` was decided and sent to the library: its riders are charged.
     pub(super) fn carrier_sent(&mut self, id: i64, file: Option<u64>) {
-        if let Some(c) = self.carrier_mut(id, file) {
-            c.decided = true;
+        match self.carrier_mut(id, file) {
+            Some(c) => c.decided = true,
+            None => {
+                if let Some(key) = file {
+                    self.offer_carrier(key, id, false);
+                }
+            }
         }
         let now_ms = self.now_ms();
         let Some(riders) = self.riders.get_mut(&id) else {
@@ -178,7 +200,7 @@ impl Run<'_> {
             if r.waiting {
                 self.no_longer_waiting(g);
             }
-            self.settle(&r.info, bytes, at);
+            self.settle_charge(&r.info, bytes, at);
             match bytes {
                 Some(bytes) => self.done(g, bytes, at),
                 // The engine cancels nothing: its carrier failed for good, so does it.

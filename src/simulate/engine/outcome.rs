@@ -54,6 +54,10 @@ pub struct Outcome {
     /// Fair-share starts at the library while a priority-class request was waiting (in the
     /// broker or at the library, not started).
     pub priority_inversions: u64,
+    /// Per group: the benefit charged for the requests that ended, as settled at their end
+    /// (`policy::transition::settle`): what the bytes done were worth, nothing for a failure
+    /// (its estimate refunded).
+    pub charged: Vec<u128>,
     /// Reads that rode on another read of the same file (no transfer of their own).
     pub coalesced: u64,
     /// Failed attempts sent again after the backoff (`engine/retry.rs`), and requests failed

@@ -1,13 +1,15 @@
 //! The re-prioritisation of the fair-share requests pending at the library, as the
 //! dispatcher's periodic `reprioritise` does in `serve` in every release mode (a request
-//! released in a `volumes` batch keeps its batch's priority): the changed requests in id order,
-//! at most the dispatcher's `REPRIORITISE_BATCH` per pass.
+//! released in a `volumes` batch keeps its batch's priority): each placed again as the writer's
+//! rule places it (`policy::transition::replaced`), the changed requests in id order, at most
+//! `policy::transition::REPRIORITISE_BATCH` per pass. `at_library::AtLibrary` finds the changes without
+//! placing every pending request, which is the engine's speed, not a rule of its own.
 
 use super::{Picker, Run};
-use crate::dispatcher::REPRIORITISE_BATCH;
 use crate::domain::GroupId;
 use crate::policy::multifactor::Qos;
 use crate::policy::order::{mss_priority_until, place, Algorithm, Candidate, Standing};
+use crate::policy::transition::{replaced, REPRIORITISE_BATCH};
 
 impl Run<'_> {
     /// Recompute the priority of every fair-share request still pending at the library, and
@@ -34,19 +36,19 @@ impl Run<'_> {
                 .ok()
                 .and_then(|i| load.get(i))
                 .map_or(0, |a| a.size_bytes);
-            let c = Candidate {
+            let c = replaced(Candidate {
                 id,
                 group,
                 library: String::new(),
                 created_ms: (info.arrived / 1000) as i64,
                 size_bytes,
-                benefit: 0,
+                benefit: info.charge,
                 qos: info.qos,
                 user: 1.0,
                 queue: info.queue,
                 slots: info.slots,
                 passed: 0,
-            };
+            });
             Some(mss_priority_until(order, &standing, &c, now_ms))
         };
         // A group's priorities hold only while its Fair Tree rank does.
@@ -99,7 +101,8 @@ impl Run<'_> {
         let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
         let targets: Vec<(GroupId, i64)> = (self.at_lib.groups())
             .map(|g| {
-                let c = Candidate {
+                // The group's placement; the starvation bound is by arrival (`starve` above).
+                let c = replaced(Candidate {
                     id: 0,
                     group: g,
                     library: String::new(),
@@ -111,7 +114,7 @@ impl Run<'_> {
                     queue: 0.0,
                     slots: 1,
                     passed: 0,
-                };
+                });
                 (g, place(order, &standing, &c, now_ms).mss_priority)
             })
             .collect();

@@ -1,20 +1,22 @@
-//! Failed attempts retried as `serve`'s writer retries them (`ledger/writer/settle.rs`,
-//! `failed`): a retryable failure with attempts left goes back to `accepted` for
-//! `RetrySettings::backoff` of the attempt that failed, keeping its charge, its slots, its
-//! place in a volume's flight and its riders, and is sent again at the MSS priority it had
-//! (`serve` re-prioritises only what is at the MSS, `ledger/live.rs`, `reprioritise`); the
-//! last attempt's failure is final (refunded, `settle`). Retries due at one instant go out as
-//! the submit loop reads ready requests: highest priority first, then by id. A priority-class
-//! retry waits again from its resend to its start, as `serve` counts a priority-class request
-//! `submitted` (`ledger/writer/state.rs`, `moved`), and a read riding on a retried carrier
-//! waits for the carrier's next start.
+//! Failed attempts retried as `serve`'s writer retries them: what follows a failure is the
+//! writer's own rule (`policy::transition::after_failure`): a retryable failure with attempts
+//! left goes back to `accepted` for the backoff of the attempt that failed, keeping its charge,
+//! its slots, its place in a volume's flight and its riders, and is sent again at the MSS
+//! priority it had (`serve` re-prioritises only what is at the MSS, `ledger/live.rs`,
+//! `reprioritise`); the last attempt's failure is final (refunded, `settle`). Retries due at one
+//! instant go out as the submit loop reads ready requests: highest priority first, then by id.
+//! A priority-class retry waits again from its resend to its start, as `serve` counts a
+//! priority-class request `submitted` (`ledger/writer/state.rs`, `moved`), and a read riding on
+//! a retried carrier waits for the carrier's next start.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use mss_adapters::sim::library::Micros;
 
 use super::{transfer, Info, Run};
 use crate::domain::RetrySettings;
+use crate::policy::transition::{after_failure, AfterFailure};
 
 /// The failed attempts waiting out their backoff.
 #[derive(Debug)]
@@ -32,9 +34,9 @@ impl Retries {
         }
     }
 
-    /// Whether a failure of `info`'s attempt is tried again.
-    pub(super) fn left(&self, info: &Info, retryable: bool) -> bool {
-        retryable && info.attempt < self.settings.max_attempts
+    /// What follows a failure of `info`'s attempt.
+    pub(super) fn on_failure(&self, info: &Info, retryable: bool) -> AfterFailure {
+        after_failure(&self.settings, info.attempt, retryable)
     }
 
     /// When the next retry is due.
@@ -44,14 +46,14 @@ impl Retries {
 }
 
 impl Run<'_> {
-    /// `info`'s attempt (library key `key`) failed at `at` with attempts left: sent again after
-    /// the backoff, at the priority the library had for it.
-    pub(super) fn retry_later(&mut self, info: Info, key: &str, at: Micros) {
+    /// `info`'s attempt (library key `key`) failed at `at` with attempts left: sent again as
+    /// `attempt` `after` the backoff, at the priority the library had for it.
+    pub(super) fn retry_later(&mut self, info: Info, key: &str, at: Micros, next: (u32, Duration)) {
+        let (attempt, after) = next;
         let priority = self.lib.job(key).map_or(0, |j| j.transfer.priority);
-        let backoff = self.retries.settings.backoff(info.attempt);
-        let due = at.saturating_add(backoff.as_micros() as Micros);
+        let due = at.saturating_add(after.as_micros() as Micros);
         if let Some(i) = self.info.get_mut(&info.id) {
-            i.attempt += 1;
+            i.attempt = attempt;
         }
         self.carrier_waits_again(info.id);
         self.retries.due.insert((due, info.id), priority);

@@ -494,7 +494,7 @@ fn finish(
         return;
     };
     let attempt = job.transfer.attempt;
-    let kind = if fails(cfg.seed, &key, attempt, cfg.failure_rate) {
+    let kind = if fails(cfg.seed, coin_key(&key), attempt, cfg.failure_rate) {
         job.phase = Phase::Failed;
         EventKind::Failed {
             reason: "simulated drive error".to_string(),
@@ -520,6 +520,14 @@ fn stream_micros(size: u64, bytes_per_sec: u64) -> Micros {
     let rate = u128::from(bytes_per_sec.max(1));
     let micros = (u128::from(size) * 1_000_000).div_ceil(rate);
     u64::try_from(micros).unwrap_or(u64::MAX)
+}
+
+/// What of a transfer's key the failure coin is drawn on: the request id, without the
+/// broker's incarnation nonce (`{id}.{nonce}`), so a live run against the simulator and the
+/// replay of its exported ledger (`mssbroker simulate`, whose keys are the ids) fail the same
+/// attempts of the same requests.
+fn coin_key(key: &str) -> &str {
+    key.split_once('.').map_or(key, |(id, _)| id)
 }
 
 /// Whether this attempt of this transfer fails: a reproducible coin from a hash.

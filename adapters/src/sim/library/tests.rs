@@ -193,6 +193,31 @@ fn failure_coin_is_reproducible_and_near_its_rate() {
     assert_eq!(fails(7, "x", 1, 0.5), fails(7, "x", 1, 0.5));
 }
 
+/// A broker's key is `{id}.{nonce}`, `simulate`'s the id alone: the coin is drawn on the id,
+/// so a live run and its replay fail the same attempts.
+#[test]
+fn the_failure_coin_ignores_the_brokers_incarnation_nonce() {
+    let failed = |nonce: &str| {
+        let mut cfg = one_drive();
+        cfg.failure_rate = 0.5;
+        let mut lib = Library::new(cfg);
+        let mut ev = Vec::new();
+        for i in 1..=40 {
+            lib.submit(transfer(&format!("{i}{nonce}"), 1, 10, None), 0, &mut ev);
+        }
+        lib.advance(u64::MAX / 2, &mut ev);
+        let ids = ev
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Failed { .. }));
+        ids.map(|e| coin_key(&e.key).to_string())
+            .collect::<Vec<_>>()
+    };
+    let bare = failed("");
+    assert!((5..35).contains(&bare.len()), "{bare:?}");
+    assert_eq!(failed(".9f3a61c2"), bare);
+    assert_eq!(failed(".0000beef"), bare);
+}
+
 /// `forget_finished`: the same transfers end in the same order at the same times under both
 /// models, but a done transfer is no longer kept (nor logged in `received`), while one still
 /// pending is.

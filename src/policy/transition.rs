@@ -1,0 +1,179 @@
+//! The rules a request follows when it changes state, each one function of the request's
+//! figures and the settings, called by the ledger's writer (`ledger/writer/`) and by the
+//! simulator's engine (`simulate/engine/`) alike, so the two cannot drift apart:
+//!
+//! - **who may ride** on another read's transfer, and who may carry one ([`may_ride`],
+//!   [`may_carry`]; docs/coalescing.md);
+//! - **what a failure costs**: another attempt after the backoff while one is left, else a
+//!   final failure ([`after_failure`], [`final_failure`]);
+//! - **when and what is charged or refunded**: a request at its decision, a rider when its
+//!   carrier is decided ([`rider_charged_on_joining`]), and at the transfer's end the estimate
+//!   taken back at its own date and the actual charged then ([`settle`]);
+//! - **the re-prioritisation pass**: who is placed again and how ([`replaced`]), at most
+//!   [`REPRIORITISE_BATCH`] changes a pass, lowest ids first.
+//!
+//! The simulator models no reload of the policy, so what a reload changes stays the writer's
+//! (`ledger/writer/reload.rs`).
+
+use std::time::Duration;
+
+use super::order::Candidate;
+use crate::domain::order::Coalesce;
+use crate::domain::RetrySettings;
+
+/// Most priority changes one re-prioritisation pass sends, lowest ids first (the dispatcher's
+/// pass and the simulator's alike).
+pub const REPRIORITISE_BATCH: usize = 10_000;
+
+/// Whether a read decided, or queued in the broker (`queued`), may carry its file under
+/// `coalesce`: a queued one only under `coalesce = "queued"` (else it would stand in the way of
+/// a later read of the file that is released first). Under `coalesce = "off"` nothing rides
+/// ([`may_ride`]), whoever carries.
+pub fn may_carry(coalesce: Coalesce, queued: bool) -> bool {
+    !queued || coalesce == Coalesce::Queued
+}
+
+/// What a rider needs to know of a carrier of its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CarrierView {
+    /// Its group is a fair-share one (not a priority class).
+    pub fair: bool,
+    /// It was decided (released to the MSS side), rather than queued in the broker.
+    pub decided: bool,
+}
+
+/// Whether a read (of a fair-share group: `rider_fair`) may ride on `carrier` under `coalesce`:
+/// on a decided carrier, or under `coalesce = "queued"` a queued one too; and a priority-class
+/// read never on a fair-share carrier (it would wait behind a lower class).
+pub fn may_ride(coalesce: Coalesce, rider_fair: bool, carrier: CarrierView) -> bool {
+    coalesce.allows(carrier.decided) && (rider_fair || !carrier.fair)
+}
+
+/// Whether a rider is charged when it joins: when its carrier is decided (a request is charged
+/// at its decision); else when its carrier is.
+pub fn rider_charged_on_joining(carrier: CarrierView) -> bool {
+    carrier.decided
+}
+
+/// What follows a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Sent again as `attempt` after `after`, keeping its charge and its place.
+    Retry { attempt: u32, after: Duration },
+    /// Failed for good: its charge is refunded ([`settle`]).
+    Final,
+}
+
+/// What follows the failure of `attempt` (from 1): another attempt, after
+/// [`RetrySettings::backoff`], if the failure is `retryable` and attempts are left.
+pub fn after_failure(retry: &RetrySettings, attempt: u32, retryable: bool) -> AfterFailure {
+    if retryable && attempt < retry.max_attempts {
+        AfterFailure::Retry {
+            attempt: attempt + 1,
+            after: retry.backoff(attempt),
+        }
+    } else {
+        AfterFailure::Final
+    }
+}
+
+/// The error a request failed for good with: the MSS's reason and the attempts spent.
+pub fn final_failure(retry: &RetrySettings, attempt: u32, reason: &str) -> String {
+    format!("{reason} (attempt {attempt} of {})", retry.max_attempts)
+}
+
+/// A charge to a group: a benefit, dated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dated {
+    pub benefit: u64,
+    pub at_ms: i64,
+}
+
+/// What a transfer's end does to its request's charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settlement {
+    /// Taken back (subtracted) at its own date.
+    pub refund: Dated,
+    /// Charged, dated at the end (`None`: nothing was transferred, a failure or a cancel).
+    pub actual: Option<Dated>,
+}
+
+/// A request charged `charged` ended at `now_ms`, done with a transfer worth `actual` (`None`:
+/// failed or cancelled): its estimate is taken back at its own date, and what the transfer was
+/// worth is charged now, when it was received.
+pub fn settle(charged: Dated, actual: Option<u64>, now_ms: i64) -> Settlement {
+    Settlement {
+        refund: charged,
+        actual: actual.map(|benefit| Dated {
+            benefit,
+            at_ms: now_ms,
+        }),
+    }
+}
+
+/// `c`, waiting at the MSS, as a re-prioritisation pass places it again: with no benefit of its
+/// own, since its charge is already in the usage.
+pub fn replaced(c: Candidate) -> Candidate {
+    Candidate { benefit: 0, ..c }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry() -> RetrySettings {
+        RetrySettings {
+            max_attempts: 3,
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(150),
+        }
+    }
+
+    #[test]
+    fn a_retryable_failure_is_retried_until_the_attempts_run_out() {
+        let r = retry();
+        let again = |attempt, after| AfterFailure::Retry {
+            attempt,
+            after: Duration::from_millis(after),
+        };
+        assert_eq!(after_failure(&r, 1, true), again(2, 100));
+        assert_eq!(after_failure(&r, 2, true), again(3, 150));
+        assert_eq!(after_failure(&r, 3, true), AfterFailure::Final);
+        assert_eq!(after_failure(&r, 1, false), AfterFailure::Final);
+        assert_eq!(final_failure(&r, 3, "tape"), "tape (attempt 3 of 3)");
+    }
+
+    #[test]
+    fn a_priority_class_read_never_rides_on_a_fair_share_carrier() {
+        let carrier = |fair, decided| CarrierView { fair, decided };
+        for coalesce in [Coalesce::InFlight, Coalesce::Queued] {
+            assert!(may_ride(coalesce, true, carrier(true, true)));
+            assert!(may_ride(coalesce, false, carrier(false, true)));
+            assert!(may_ride(coalesce, true, carrier(false, true)));
+            assert!(!may_ride(coalesce, false, carrier(true, true)));
+        }
+        assert!(!may_ride(Coalesce::InFlight, true, carrier(true, false)));
+        assert!(may_ride(Coalesce::Queued, true, carrier(true, false)));
+        assert!(!may_ride(Coalesce::Off, true, carrier(true, true)));
+        assert!(may_carry(Coalesce::InFlight, false) && !may_carry(Coalesce::InFlight, true));
+        assert!(may_carry(Coalesce::Queued, true) && !may_carry(Coalesce::Off, true));
+    }
+
+    #[test]
+    fn a_settled_charge_is_taken_back_at_its_date_and_the_actual_charged_at_the_end() {
+        let charged = Dated {
+            benefit: 7,
+            at_ms: 10,
+        };
+        let s = settle(charged, Some(5), 99);
+        assert_eq!(s.refund, charged);
+        assert_eq!(
+            s.actual,
+            Some(Dated {
+                benefit: 5,
+                at_ms: 99
+            })
+        );
+        assert_eq!(settle(charged, None, 99).actual, None);
+    }
+}
