@@ -277,6 +277,17 @@ impl VolumeQueue {
         out
     }
 
+    /// The groups with a waiting request the policy could release at `now_ms`: on an eligible
+    /// volume, or on one in flight or sticky (what the share error over eligible demand counts).
+    pub fn eligible_groups(&mut self, settings: &VolumeSettings, now_ms: i64) -> BTreeSet<GroupId> {
+        let mut out = BTreeSet::new();
+        for lib in self.libs.values_mut() {
+            lib.promote(now_ms);
+            lib.eligible_groups(settings, now_ms, &mut out);
+        }
+        out
+    }
+
     /// Volume `volume` of `library` at `now_ms`: its queued bytes and files, and which rule
     /// makes it eligible or which it waits on (what explain shows).
     pub fn status(
@@ -375,7 +386,20 @@ impl VolumeQueue {
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);
-                return Some(lib.cut(s, library, at, None, &rides));
+                return Some(lib.cut(s, library, at, None, &rides, false));
+            }
+            // With `ride_lead_bytes`, the requests left on a mounted volume by groups ahead of
+            // their share ride on the mount too (none leads: each within its allowance).
+            if s.ride_lead_bytes.is_some() {
+                let allowed = |g| on_it(g) && rides(g) > 0 && may_lead(g);
+                let at = (library, &*lib, &self.index);
+                if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
+                    let at = (vol, g, BatchReason::Sticky);
+                    let batch = lib.cut(s, library, at, None, &rides, true);
+                    if !batch.requests.is_empty() {
+                        return Some(batch);
+                    }
+                }
             }
         }
         if lib.flights.len() >= max_volumes as usize {
@@ -393,7 +417,14 @@ impl VolumeQueue {
             Some((vol, k)) => (vol, Some(k)),
             None => (lib.best_volume(g, &weighs)?, None),
         };
-        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
+        Some(lib.cut(
+            s,
+            library,
+            (vol, g, BatchReason::Chosen),
+            first,
+            &rides,
+            false,
+        ))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight

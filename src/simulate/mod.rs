@@ -159,6 +159,8 @@ pub fn simulate(
 #[cfg(test)]
 mod reserve_tests;
 #[cfg(test)]
+mod ride_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod volumes_goals;

@@ -279,6 +279,24 @@ impl Lib {
                 .is_some_and(|t| now_ms - *t <= s.sticky_ms)
     }
 
+    /// Into `out`, the groups with an eligible volume (after [`Self::promote`]) or requests on
+    /// a volume in flight or sticky at `now_ms`.
+    pub fn eligible_groups(&self, s: &VolumeSettings, now_ms: i64, out: &mut BTreeSet<GroupId>) {
+        for (g, t) in &self.groups {
+            if !t.ready.is_empty() {
+                out.insert(*g);
+            }
+        }
+        let mounted = (self.flights.keys())
+            .chain(self.recent.keys())
+            .filter(|v| self.mounted_at(s, v, now_ms));
+        for v in mounted {
+            if let Some(vol) = self.vols.get(v) {
+                out.extend(vol.groups.keys().copied());
+            }
+        }
+    }
+
     /// When a pending volume becomes eligible or a sticky one lapses, after `now_ms`.
     pub fn next_wakeup(&self, now_ms: i64) -> Option<i64> {
         let pending = self.pending.iter().map(|(t, _)| *t).find(|&t| t > now_ms);
@@ -364,8 +382,9 @@ impl Lib {
     /// The batch of `vol` led by `g`: `first` (a (position, id) of `g` on it, always taken),
     /// then `g`'s requests in position order up to the caps, then those of other groups in
     /// position order while there is room, each group's up to the benefit `rides` allows it (a
-    /// group a request of which that allowance left out is named in `ride_capped`); the whole
-    /// in position order.
+    /// group a request of which that allowance left out is named in `ride_capped`), `g`'s own
+    /// too when `all_ride` (a mounted volume kept busy for groups ahead of their share); the
+    /// whole in position order.
     pub fn cut(
         &self,
         s: &VolumeSettings,
@@ -373,6 +392,7 @@ impl Lib {
         (vol, g, reason): (VolumeId, GroupId, BatchReason),
         first: Option<(u64, i64)>,
         rides: &dyn Fn(GroupId) -> super::ride::Allowance,
+        all_ride: bool,
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
@@ -391,14 +411,14 @@ impl Lib {
             let mut riders: BTreeMap<GroupId, u64> = v
                 .groups
                 .keys()
-                .filter(|&&o| o != g)
+                .filter(|&&o| o != g || all_ride)
                 .map(|&o| (o, rides(o)))
                 .filter(|&(_, room)| room > 0)
                 .collect();
             let others: Vec<&(u64, i64)> = v
                 .reqs
                 .iter()
-                .filter(|(_, (o, _))| riders.contains_key(o))
+                .filter(|(_, (o, _))| *o != g && riders.contains_key(o))
                 .map(|(k, _)| k)
                 .collect();
             for k in own.chain(others).filter(|&&k| Some(k) != first) {
