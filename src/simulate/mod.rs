@@ -161,6 +161,8 @@ mod reserve_tests;
 #[cfg(test)]
 mod ride_tests;
 #[cfg(test)]
+mod tape_goals;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod volumes_goals;
