@@ -386,20 +386,7 @@ impl VolumeQueue {
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);
-                return Some(lib.cut(s, library, at, None, &rides, false));
-            }
-            // With `ride_lead_bytes`, the requests left on a mounted volume by groups ahead of
-            // their share ride on the mount too (none leads: each within its allowance).
-            if s.ride_lead_bytes.is_some() {
-                let allowed = |g| on_it(g) && rides(g) > 0 && may_lead(g);
-                let at = (library, &*lib, &self.index);
-                if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
-                    let at = (vol, g, BatchReason::Sticky);
-                    let batch = lib.cut(s, library, at, None, &rides, true);
-                    if !batch.requests.is_empty() {
-                        return Some(batch);
-                    }
-                }
+                return Some(lib.cut(s, library, at, None, &rides));
             }
         }
         if lib.flights.len() >= max_volumes as usize {
@@ -417,14 +404,7 @@ impl VolumeQueue {
             Some((vol, k)) => (vol, Some(k)),
             None => (lib.best_volume(g, &weighs)?, None),
         };
-        Some(lib.cut(
-            s,
-            library,
-            (vol, g, BatchReason::Chosen),
-            first,
-            &rides,
-            false,
-        ))
+        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight

