@@ -130,7 +130,11 @@ pub(super) fn run(
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let line = combo.first().map(|(k, v)| format!("{k}={v}"));
+        // One key swept: its runs are one curve; more: one line per value of the first.
+        let line = match combo.as_slice() {
+            [(k, _)] => Some(k.clone()),
+            _ => combo.first().map(|(k, v)| format!("{k}={v}")),
+        };
         points.push((point(&run, label, line), run));
     }
     print!("{}", table(&points));
