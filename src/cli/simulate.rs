@@ -83,6 +83,10 @@ pub(super) struct SimulateArgs {
     /// as SVG.
     #[arg(long)]
     chart: Option<PathBuf>,
+    /// With --chart: the x axis, wait_p95 (the fair-share p95 wait) or share_error (the
+    /// largest share error over the windows).
+    #[arg(long, default_value = "wait_p95")]
+    chart_x: String,
 }
 
 mod sweep;

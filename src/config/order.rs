@@ -114,6 +114,7 @@ pub(super) struct RawVolumes {
     sticky_secs: i64,
     max_volumes: i64,
     libraries: BTreeMap<String, i64>,
+    ride_lead_bytes: Option<i64>,
 }
 
 impl Default for RawVolumes {
@@ -129,6 +130,7 @@ impl Default for RawVolumes {
             sticky_secs: d.sticky_ms / 1000,
             max_volumes: i64::from(d.max_volumes),
             libraries: BTreeMap::new(),
+            ride_lead_bytes: None,
         }
     }
 }
@@ -456,6 +458,16 @@ fn validate_volumes(raw: &RawVolumes, issues: &mut Issues) -> VolumeSettings {
         libraries,
         // Set from `[mss.volume_lookup]` once `[mss]` is read (`config::mss`).
         lookup_wait_ms: None,
+        ride_lead_bytes: raw.ride_lead_bytes.and_then(|v| {
+            if v < 0 {
+                issues.add(
+                    key("ride_lead_bytes"),
+                    format!("must be 0 or a positive number of bytes, got {v}"),
+                );
+                return None;
+            }
+            Some(v as u64)
+        }),
     }
 }
 

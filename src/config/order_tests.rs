@@ -48,6 +48,7 @@ batch_max_bytes = 5000
 batch_max_files = 9
 sticky_secs = 45
 max_volumes = 3
+ride_lead_bytes = 200000000000
 [release.volumes.libraries]
 "LTO8" = 2
 [targets."analysis"]
@@ -76,6 +77,7 @@ max_volumes = 2
         ),
         (5000, 9, 45_000, 3)
     );
+    assert_eq!(v.ride_lead_bytes, Some(200_000_000_000));
     assert_eq!(
         (v.max_volumes_of("LTO8"), v.max_volumes_of("other")),
         (2, 3)
@@ -110,6 +112,7 @@ fn bad_volumes_keys_are_refused_naming_the_key() {
         ("sticky_secs = -1", "release.volumes.sticky_secs"),
         ("max_volumes = 0", "release.volumes.max_volumes"),
         ("max_volumes = 4294967296", "release.volumes.max_volumes"),
+        ("ride_lead_bytes = -1", "release.volumes.ride_lead_bytes"),
         (
             "max_age_secs = 100\nquiet_secs = 101",
             "release.volumes.quiet_secs",

@@ -112,6 +112,11 @@ pub struct VolumeSettings {
     /// lookup's answer before it goes without one (`wait_secs`); `None`: no lookup, such a
     /// request goes at once.
     pub lookup_wait_ms: Option<i64>,
+    /// Riding with a repaid lead (issue 39): `Some(b)`, a group's requests on a volume another
+    /// group's batch mounts ride while the group's lead over its share (benefit units) stays
+    /// at most `b`, and a group whose ride the bound cut rides no more until it is back at its
+    /// share; `None`, only groups not ahead of their share ride, as much as the batch holds.
+    pub ride_lead_bytes: Option<u64>,
 }
 
 impl Default for VolumeSettings {
@@ -128,6 +133,7 @@ impl Default for VolumeSettings {
             max_volumes: 8,
             libraries: BTreeMap::new(),
             lookup_wait_ms: None,
+            ride_lead_bytes: None,
         }
     }
 }

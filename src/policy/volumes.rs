@@ -38,12 +38,14 @@ use crate::shares::UsageLookup;
 
 mod eligibility;
 mod label;
+mod ride;
 mod state;
 #[cfg(test)]
 mod tests;
 
 pub use eligibility::{locating, rule, Eligibility, VolumeStatus};
 pub use label::Label;
+pub use ride::lead;
 use state::Lib;
 
 /// A tape volume of a library, or the pseudo-volume of a group's requests without one.
@@ -97,6 +99,9 @@ pub struct Batch {
     /// In tape-position order; each charged to its own `group`.
     pub requests: Vec<Candidate>,
     pub bytes: u64,
+    /// Groups whose ride `[release.volumes] ride_lead_bytes` cut short: once the batch starts,
+    /// they ride no more until they are back at their share (`ride`).
+    pub ride_capped: Vec<GroupId>,
 }
 
 impl Batch {
@@ -144,6 +149,9 @@ pub struct VolumeQueue {
     index: Index,
     /// Released request id -> (library, volume), until it ends.
     flying: HashMap<i64, (Label, VolumeId)>,
+    /// Groups repaying a ride's lead (`ride_lead_bytes`): they ride no more until they are
+    /// back at their share. Not kept over a restart (the bound holds without it).
+    repaying: BTreeSet<GroupId>,
 }
 
 impl VolumeQueue {
@@ -269,6 +277,17 @@ impl VolumeQueue {
         out
     }
 
+    /// The groups with a waiting request the policy could release at `now_ms`: on an eligible
+    /// volume, or on one in flight or sticky (what the share error over eligible demand counts).
+    pub fn eligible_groups(&mut self, settings: &VolumeSettings, now_ms: i64) -> BTreeSet<GroupId> {
+        let mut out = BTreeSet::new();
+        for lib in self.libs.values_mut() {
+            lib.promote(now_ms);
+            lib.eligible_groups(settings, now_ms, &mut out);
+        }
+        out
+    }
+
     /// Volume `volume` of `library` at `now_ms`: its queued bytes and files, and which rule
     /// makes it eligible or which it waits on (what explain shows).
     pub fn status(
@@ -309,8 +328,9 @@ impl VolumeQueue {
     /// group's oldest request that has waited `max_age_ms` on a volume not in flight (that
     /// request first in the batch), else of the group's fullest eligible volumes the one whose
     /// mount reads the most. The batch is the volume's requests of that group in position order
-    /// up to the batch caps, then the requests on it of other groups not ahead of their share
-    /// (riders), in position order while room is left.
+    /// up to the batch caps, then the requests on it of other groups (riders) in position order
+    /// while room is left: of groups not ahead of their share, or, with `ride_lead_bytes`, of
+    /// groups not repaying a lead while their lead stays within it (`ride::allowance`).
     /// Nothing changes until [`Self::batch_started`] (but volumes whose time came are marked
     /// eligible).
     pub fn next_batch<U: UsageLookup>(
@@ -336,13 +356,17 @@ impl VolumeQueue {
         reserve: Reservation,
     ) -> Option<Batch> {
         let s = &order.release.volumes;
+        ride::repaid(standing, &mut self.repaying);
+        let repaying = &self.repaying;
         let lib = self.libs.get_mut(&Label::new(library))?;
         lib.promote(now_ms);
         lib.forget_stale(s, now_ms);
         let max_volumes = reserve.fair_cap(s.max_volumes_of(library));
         let no_riders = reserve.priority_waiting;
-        let under = |g: GroupId| not_ahead(standing, g);
-        let rides = |g: GroupId| !no_riders && under(g);
+        let under = |g: GroupId| ride::not_ahead(standing, g);
+        let may_ride = |g: GroupId| ride::allowance(s, standing, repaying, g);
+        let rides = |g: GroupId| if no_riders { 0 } else { may_ride(g) };
+        let weighs = |g: GroupId| may_ride(g) > 0;
         let caps = state::NodeCaps::new(standing.policy);
         let sticky = if reserve.priority_waiting {
             Vec::new()
@@ -370,7 +394,7 @@ impl VolumeQueue {
         }
         let at = (library, &*lib, &self.index);
         let g = lead_group(order, standing, at, now_ms, |g| {
-            caps.allows(g, &lib.node_flights) && lib.best_volume(g, &under).is_some()
+            caps.allows(g, &lib.node_flights) && lib.best_volume(g, &weighs).is_some()
         })?;
         // An old request on a small tape does not wait behind the group's fuller ones: its
         // volume goes, and the request is in the batch whatever its position.
@@ -378,7 +402,7 @@ impl VolumeQueue {
         let locate = |id| index.get(&id).map(|(_, vol, pos)| (vol, *pos));
         let (vol, first) = match lib.overdue(g, now_ms.saturating_sub(s.max_age_ms), locate) {
             Some((vol, k)) => (vol, Some(k)),
-            None => (lib.best_volume(g, &under)?, None),
+            None => (lib.best_volume(g, &weighs)?, None),
         };
         Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
     }
@@ -414,6 +438,7 @@ impl VolumeQueue {
         let lib = self.libs.entry(name).or_default();
         lib.take(settings, &batch.volume, &here);
         lib.started(&caps, batch, now_ms);
+        self.repaying.extend(batch.ride_capped.iter().copied());
     }
 
     /// The group whose `max_volumes` counts `volume`'s flight in `library` (the group that led
@@ -513,22 +538,6 @@ fn lead_group<U: UsageLookup>(
         })
         .min()
         .map(|(_, _, g)| g)
-}
-
-/// Whether `g` has not used more than its target share of the fair-share usage (at the start,
-/// with no usage, every group): it may ride on another group's mount, or keep a mounted volume.
-/// A group ahead of its share waits for the policy to choose it, so riders cannot carry a group
-/// past its share.
-fn not_ahead<U: UsageLookup>(standing: &Standing<'_, U>, g: GroupId) -> bool {
-    let crate::domain::GroupKind::FairShare { share } = standing.policy.group(g).kind else {
-        return true;
-    };
-    let total = standing.usage.fair_total();
-    if total == 0 {
-        return true;
-    }
-    let used = standing.usage.value(g) as f64 / total as f64;
-    used <= share.num() as f64 / share.den() as f64
 }
 
 /// A score ordered by `total_cmp`.

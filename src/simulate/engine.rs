@@ -531,11 +531,13 @@ impl<'a> Run<'a> {
         self.out.files[g.0] += 1;
         self.out.makespan = self.out.makespan.max(at);
         if self.fair[g.0] {
+            let eligible = self.saturated_eligible();
             self.out.finished.push(Finished {
                 at,
                 group: g,
                 bytes,
                 saturated: self.saturated(),
+                eligible,
             });
         }
     }
@@ -556,6 +558,27 @@ impl<'a> Run<'a> {
     /// Every fair-share group with a share above 0 has a request waiting (and there is one).
     fn saturated(&self) -> bool {
         self.unsaturated == 0 && self.needs_share.iter().any(|&s| s)
+    }
+
+    /// [`Self::saturated`], counting only what the policy could send: in the volumes mode a
+    /// group whose waiting requests are all queued on volumes not yet eligible has none.
+    fn saturated_eligible(&mut self) -> bool {
+        if !self.saturated() {
+            return false;
+        }
+        if !self.by_volume() {
+            return true;
+        }
+        let now_ms = self.now_ms();
+        let s = &self.policy.order.release.volumes;
+        let eligible = self.volumes.eligible_groups(s, now_ms);
+        let queued = self.volumes.waiting_per_group();
+        (self.needs_share.iter().enumerate())
+            .filter(|(_, &needs)| needs)
+            .all(|(g, _)| {
+                let held = queued.get(&GroupId(g)).map_or(0, |&n| n as u64);
+                self.waiting[g] > held || eligible.contains(&GroupId(g))
+            })
     }
 }
 

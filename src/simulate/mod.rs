@@ -188,6 +188,10 @@ pub fn simulate(
 #[cfg(test)]
 mod reserve_tests;
 #[cfg(test)]
+mod ride_tests;
+#[cfg(test)]
+mod tape_goals;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod volumes_goals;

@@ -26,6 +26,12 @@ pub struct RunReport {
     /// `None` (null) when no share window completed.
     pub share_error_max_pp: Option<f64>,
     pub share_error_mean_pp: Option<f64>,
+    /// The same over eligible demand: only requests finished while every fair-share group with
+    /// a share had a request the policy could send ([`Finished::eligible`]; in the volumes
+    /// mode a group waiting only on volumes not yet eligible does not count as waiting). The
+    /// same as the above in the other modes.
+    pub share_error_eligible_max_pp: Option<f64>,
+    pub share_error_eligible_mean_pp: Option<f64>,
     pub priority_inversions: u64,
     pub mounts: u64,
     /// `None` when nothing was done.
@@ -136,10 +142,20 @@ pub fn share_error(
     targets: &[Option<f64>],
     window_bytes: u64,
 ) -> Option<ShareError> {
+    share_error_of(finished, targets, window_bytes, |f| f.saturated)
+}
+
+/// [`share_error`] over the requests `counts` admits (instead of the saturated ones).
+pub fn share_error_of(
+    finished: &[Finished],
+    targets: &[Option<f64>],
+    window_bytes: u64,
+    counts: impl Fn(&Finished) -> bool,
+) -> Option<ShareError> {
     let mut bytes = vec![0u128; targets.len()];
     let mut in_window: u128 = 0;
     let (mut max, mut sum, mut pairs, mut windows) = (0.0_f64, 0.0_f64, 0usize, 0usize);
-    for f in finished.iter().filter(|f| f.saturated) {
+    for f in finished.iter().filter(|f| counts(f)) {
         let Some(b) = bytes.get_mut(f.group.0) else {
             continue;
         };
@@ -195,6 +211,7 @@ pub fn run_report(
         .map(|g| target_share(policy, g))
         .collect();
     let err = share_error(&o.finished, &targets, window_bytes);
+    let err_eligible = share_error_of(&o.finished, &targets, window_bytes, |f| f.eligible);
     let achieved = achieved_bytes(o, targets.len());
     let fair_bytes: u128 = achieved.iter().sum();
     let all_bytes: u128 = o.bytes.iter().sum();
@@ -226,6 +243,8 @@ pub fn run_report(
         makespan_s: secs(o.makespan),
         share_error_max_pp: err.map(|e| e.max_pp),
         share_error_mean_pp: err.map(|e| e.mean_pp),
+        share_error_eligible_max_pp: err_eligible.map(|e| e.max_pp),
+        share_error_eligible_mean_pp: err_eligible.map(|e| e.mean_pp),
         priority_inversions: o.priority_inversions,
         mounts,
         mounts_per_tb: (all_bytes > 0).then(|| mounts as f64 / (all_bytes as f64 / TB)),
@@ -322,6 +341,7 @@ pub fn table(report: &Report) -> String {
         "makespan_s",
         "share_err_max_pp",
         "share_err_mean_pp",
+        "share_err_elig_max_pp",
         "prio_inversions",
         "mounts",
         "mounts_per_tb",
@@ -349,6 +369,7 @@ pub fn table(report: &Report) -> String {
                 format!("{:.0}", r.makespan_s),
                 opt(r.share_error_max_pp, 2),
                 opt(r.share_error_mean_pp, 2),
+                opt(r.share_error_eligible_max_pp, 2),
                 r.priority_inversions.to_string(),
                 r.mounts.to_string(),
                 opt(r.mounts_per_tb, 1),

@@ -225,6 +225,7 @@ fn share_error_windows_on_a_hand_made_outcome() {
         group,
         bytes,
         saturated,
+        eligible: saturated,
     };
     let targets = [Some(0.5), Some(0.5), None];
     let done = [

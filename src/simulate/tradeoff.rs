@@ -1,7 +1,8 @@
-//! The volumes mode's tradeoff: mounts per TB against the fair-share p95 wait as its settings
-//! vary (`mssbroker simulate --sweep ... --chart FILE.svg`, docs/volumes.md), drawn as an SVG
-//! scatter (plotters, as `report::charts`): one line of points per value of the first swept key,
-//! the baselines (held, pass_through) as single marked points.
+//! The volumes mode's tradeoff: mounts per TB against the fair-share p95 wait, or against the
+//! share error (`--chart-x share_error`), as its settings vary (`mssbroker simulate --sweep ...
+//! --chart FILE.svg`, docs/volumes.md), drawn as an SVG scatter (plotters, as
+//! `report::charts`): one line of points per value of the first swept key, the baselines
+//! (held, pass_through) as single marked points.
 
 use plotters::prelude::*;
 
@@ -14,14 +15,50 @@ pub struct Point {
     pub line: Option<String>,
     pub wait_p95_s: f64,
     pub mounts_per_tb: f64,
+    /// The largest share error over the windows, in percentage points (0 when none completed).
+    pub share_error_pp: f64,
+}
+
+/// What the chart's x axis shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XAxis {
+    /// The fair-share p95 wait, seconds.
+    WaitP95,
+    /// The largest share error over the windows, percentage points.
+    ShareError,
+}
+
+impl XAxis {
+    /// `--chart-x`'s value read.
+    pub fn parse(s: &str) -> Option<XAxis> {
+        match s {
+            "wait_p95" => Some(XAxis::WaitP95),
+            "share_error" => Some(XAxis::ShareError),
+            _ => None,
+        }
+    }
+
+    fn of(self, p: &Point) -> f64 {
+        match self {
+            XAxis::WaitP95 => p.wait_p95_s,
+            XAxis::ShareError => p.share_error_pp,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            XAxis::WaitP95 => "fair-share wait p95 (s)",
+            XAxis::ShareError => "share error, max over windows (pp)",
+        }
+    }
 }
 
 /// The chart's SVG text, or an error message when it cannot be drawn.
-pub fn svg(title: &str, points: &[Point]) -> Result<String, String> {
+pub fn svg(title: &str, x: XAxis, points: &[Point]) -> Result<String, String> {
     if points.is_empty() {
         return Err("no runs to draw".into());
     }
-    let x_max = points.iter().map(|p| p.wait_p95_s).fold(1.0, f64::max) * 1.1;
+    let x_max = points.iter().map(|p| x.of(p)).fold(1.0, f64::max) * 1.1;
     let y_max = points.iter().map(|p| p.mounts_per_tb).fold(1.0, f64::max) * 1.1;
     let mut lines: Vec<&str> = Vec::new();
     for p in points {
@@ -45,7 +82,7 @@ pub fn svg(title: &str, points: &[Point]) -> Result<String, String> {
             chart
                 .configure_mesh()
                 .light_line_style(RGBColor(235, 235, 235))
-                .x_desc("fair-share wait p95 (s)")
+                .x_desc(x.describe())
                 .y_desc("mounts per TB")
                 .draw()?;
             for (i, line) in lines.iter().enumerate() {
@@ -53,7 +90,7 @@ pub fn svg(title: &str, points: &[Point]) -> Result<String, String> {
                 let mut pts: Vec<(f64, f64)> = points
                     .iter()
                     .filter(|p| p.line.as_deref() == Some(*line))
-                    .map(|p| (p.wait_p95_s, p.mounts_per_tb))
+                    .map(|p| (x.of(p), p.mounts_per_tb))
                     .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                 chart
@@ -65,7 +102,7 @@ pub fn svg(title: &str, points: &[Point]) -> Result<String, String> {
                 chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
             }
             for p in points.iter().filter(|p| p.line.is_none()) {
-                let at = (p.wait_p95_s, p.mounts_per_tb);
+                let at = (x.of(p), p.mounts_per_tb);
                 chart
                     .draw_series([Cross::new(at, 7, BLACK.stroke_width(2))])?
                     .label(p.label.clone())
@@ -101,6 +138,7 @@ mod tests {
             line: line.map(str::to_owned),
             wait_p95_s: w,
             mounts_per_tb: m,
+            share_error_pp: w / 10.0,
         };
         let points = [
             p("a", Some("batch_max_bytes=1"), 10.0, 5.0),
@@ -109,7 +147,7 @@ mod tests {
             p("held", None, 50.0, 40.0),
             p("pass_through", None, 5.0, 9.0),
         ];
-        let svg = svg("t", &points).expect("drawn");
+        let svg = svg("t", XAxis::WaitP95, &points).expect("drawn");
         assert!(svg.starts_with("<svg"));
         for name in [
             "volumes batch_max_bytes=1",
@@ -124,6 +162,10 @@ mod tests {
             3,
             "one marker per volumes run"
         );
-        assert!(super::svg("t", &[]).is_err());
+        assert!(super::svg("t", XAxis::WaitP95, &[]).is_err());
+        let by_error = super::svg("t", XAxis::ShareError, &points).expect("drawn");
+        assert!(by_error.contains("share error"));
+        assert_eq!(XAxis::parse("share_error"), Some(XAxis::ShareError));
+        assert_eq!(XAxis::parse("colour"), None);
     }
 }

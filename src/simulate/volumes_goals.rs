@@ -249,7 +249,7 @@ fn efficiency_bound(records: &[TraceRecord], lib: &LibraryConfig) -> f64 {
 /// unload, robot), a mount, per file of the trace's `mean` size the per-file time and the
 /// published average locate (45 s on LTO-9, that of a random file from the start of tape: a
 /// batch's files, in position order, cost less), and the bytes at the drive's rate.
-fn batch_secs(lib: &LibraryConfig, batch_bytes: u64, mean: f64) -> f64 {
+pub(super) fn batch_secs(lib: &LibraryConfig, batch_bytes: u64, mean: f64) -> f64 {
     let t = &lib.tape;
     let unmount = t.rewind_full + 2 * t.unthread_step + t.unload + t.robot;
     let files = (batch_bytes as f64 / mean).ceil();

@@ -13,7 +13,7 @@ use crate::trace::TraceRecord;
 use mss_adapters::sim::library::LibraryConfig;
 
 /// The `[release.volumes]` keys a sweep may vary.
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "min_volume_bytes",
     "min_volume_files",
     "quiet_secs",
@@ -22,6 +22,7 @@ const KEYS: [&str; 8] = [
     "batch_max_files",
     "sticky_secs",
     "max_volumes",
+    "ride_lead_bytes",
 ];
 
 /// `KEY=V1,V2,...` read.
@@ -95,6 +96,7 @@ fn point(run: &RunReport, label: String, line: Option<String>) -> Point {
         line,
         wait_p95_s: run.fair_wait_p95_s,
         mounts_per_tb: run.mounts_per_tb.unwrap_or(0.0),
+        share_error_pp: run.share_error_max_pp.unwrap_or(0.0),
     }
 }
 
@@ -110,6 +112,12 @@ pub(super) fn run(
         .iter()
         .map(|s| axis(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let Some(x) = tradeoff::XAxis::parse(&args.chart_x) else {
+        bail!(
+            "--chart-x {}: expected wait_p95 or share_error",
+            args.chart_x
+        );
+    };
     let policy = args.policy.clone().unwrap_or_default();
     let mut points = Vec::new();
     for mode in ["held", "pass_through"] {
@@ -124,14 +132,21 @@ pub(super) fn run(
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let line = combo.first().map(|(k, v)| format!("{k}={v}"));
+        // One key swept: its runs are one curve; more: one line per value of the first.
+        let line = match combo.as_slice() {
+            [(k, _)] => Some(k.clone()),
+            _ => combo.first().map(|(k, v)| format!("{k}={v}")),
+        };
         points.push((point(&run, label, line), run));
     }
     print!("{}", table(&points));
     if let Some(path) = &args.chart {
         let only: Vec<Point> = points.iter().map(|(p, _)| p.clone()).collect();
-        let title = "volumes mode: mounts per TB against fair-share p95 wait";
-        let svg = tradeoff::svg(title, &only).map_err(|e| anyhow::anyhow!("the chart: {e}"))?;
+        let title = match x {
+            tradeoff::XAxis::WaitP95 => "volumes mode: mounts per TB against fair-share p95 wait",
+            tradeoff::XAxis::ShareError => "volumes mode: mounts per TB against share error",
+        };
+        let svg = tradeoff::svg(title, x, &only).map_err(|e| anyhow::anyhow!("the chart: {e}"))?;
         std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())

@@ -729,6 +729,7 @@ url = "http://127.0.0.1:1"
             reason: crate::policy::volumes::BatchReason::Chosen,
             requests: vec![candidate(1)],
             bytes: 10,
+            ride_capped: vec![],
         };
         st.volume_batch_started(policy, &batch, 0);
         assert!(st.volumes.is_empty());

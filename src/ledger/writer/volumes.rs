@@ -314,6 +314,7 @@ pub(super) fn add_flights(
             reason: BatchReason::Chosen,
             bytes: requests.iter().map(|c| c.size_bytes).sum(),
             requests,
+            ride_capped: Vec::new(),
         };
         queue.batch_started(settings, policy, &batch, now);
     }

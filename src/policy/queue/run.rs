@@ -69,6 +69,10 @@ impl Waiting {
     pub(crate) fn size_bytes(&self) -> u64 {
         self.size_bytes
     }
+
+    pub(crate) fn benefit(&self) -> u64 {
+        self.benefit
+    }
 }
 
 /// Sorted by id. Invariant: each chunk is non-empty and sorted, its key is at most its first

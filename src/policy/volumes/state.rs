@@ -279,6 +279,24 @@ impl Lib {
                 .is_some_and(|t| now_ms - *t <= s.sticky_ms)
     }
 
+    /// Into `out`, the groups with an eligible volume (after [`Self::promote`]) or requests on
+    /// a volume in flight or sticky at `now_ms`.
+    pub fn eligible_groups(&self, s: &VolumeSettings, now_ms: i64, out: &mut BTreeSet<GroupId>) {
+        for (g, t) in &self.groups {
+            if !t.ready.is_empty() {
+                out.insert(*g);
+            }
+        }
+        let mounted = (self.flights.keys())
+            .chain(self.recent.keys())
+            .filter(|v| self.mounted_at(s, v, now_ms));
+        for v in mounted {
+            if let Some(vol) = self.vols.get(v) {
+                out.extend(vol.groups.keys().copied());
+            }
+        }
+    }
+
     /// When a pending volume becomes eligible or a sticky one lapses, after `now_ms`.
     pub fn next_wakeup(&self, now_ms: i64) -> Option<i64> {
         let pending = self.pending.iter().map(|(t, _)| *t).find(|&t| t > now_ms);
@@ -362,18 +380,21 @@ impl Lib {
     }
 
     /// The batch of `vol` led by `g`: `first` (a (position, id) of `g` on it, always taken),
-    /// then `g`'s requests in position order up to the caps, then those of other groups `rides`
-    /// admits in position order while there is room; the whole in position order.
+    /// then `g`'s requests in position order up to the caps, then those of other groups in
+    /// position order while there is room, each group's up to the benefit `rides` allows it (a
+    /// group a request of which that allowance left out is named in `ride_capped`); the whole
+    /// in position order.
     pub fn cut(
         &self,
         s: &VolumeSettings,
         library: &str,
         (vol, g, reason): (VolumeId, GroupId, BatchReason),
         first: Option<(u64, i64)>,
-        rides: &dyn Fn(GroupId) -> bool,
+        rides: &dyn Fn(GroupId) -> super::ride::Allowance,
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
+        let mut capped: BTreeSet<GroupId> = BTreeSet::new();
         if let Some(v) = self.vols.get(&vol) {
             if let Some((k, (_, w))) = first.and_then(|k| Some((k, v.reqs.get(&k)?))) {
                 bytes += w.size_bytes();
@@ -385,23 +406,32 @@ impl Lib {
                         && bytes.saturating_add(size) <= s.batch_max_bytes)
             };
             let own = v.groups.get(&g).into_iter().flat_map(|on| &on.pos);
-            let riders: BTreeSet<GroupId> = v
+            let mut riders: BTreeMap<GroupId, u64> = v
                 .groups
                 .keys()
-                .copied()
-                .filter(|&o| o != g && rides(o))
+                .filter(|&&o| o != g)
+                .map(|&o| (o, rides(o)))
+                .filter(|&(_, room)| room > 0)
                 .collect();
-            let others = v
+            let others: Vec<&(u64, i64)> = v
                 .reqs
                 .iter()
-                .filter(|(_, (o, _))| riders.contains(o))
-                .map(|(k, _)| k);
+                .filter(|(_, (o, _))| riders.contains_key(o))
+                .map(|(k, _)| k)
+                .collect();
             for k in own.chain(others).filter(|&&k| Some(k) != first) {
-                let Some((_, w)) = v.reqs.get(k) else {
+                let Some((o, w)) = v.reqs.get(k) else {
                     continue;
                 };
                 if !fits(bytes, picked.len(), w.size_bytes()) {
                     break;
+                }
+                if let Some(room) = riders.get_mut(o) {
+                    if w.benefit() > *room {
+                        capped.insert(*o);
+                        continue;
+                    }
+                    *room -= w.benefit();
                 }
                 bytes += w.size_bytes();
                 picked.push(*k);
@@ -422,6 +452,7 @@ impl Lib {
             reason,
             requests,
             bytes,
+            ride_capped: capped.into_iter().collect(),
         }
     }
 

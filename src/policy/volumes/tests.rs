@@ -488,6 +488,7 @@ fn a_restart_restores_a_volume_in_flight_until_its_requests_end() {
         reason: BatchReason::Chosen,
         requests: vec![],
         bytes: 0,
+        ride_capped: vec![],
     };
     for id in [100, 101] {
         let mut c = h.q.get(1).expect("queued").clone();
@@ -520,4 +521,90 @@ fn the_library_limit_holds_back_a_new_volume() {
     assert!(h.start(0).is_some());
     assert!(h.next(0).is_none(), "max_volumes = 2");
     assert_eq!(h.q.volumes_in_flight(""), 2);
+}
+
+/// Group `g`'s lead over its share in `h`'s usage at `now_ms`, worked here from the book (not
+/// through `ride::lead`): usage minus share times the fair-share total.
+fn lead_of(h: &H, g: GroupId, now_ms: i64) -> f64 {
+    let at = h.book.at(now_ms);
+    let crate::domain::GroupKind::FairShare { share } = h.p.group(g).kind else {
+        panic!("a fair-share group");
+    };
+    let share = share.num() as f64 / share.den() as f64;
+    at.value(g) as f64 - share * at.fair_total() as f64
+}
+
+#[test]
+fn with_ride_lead_bytes_a_group_ahead_of_its_share_rides_within_the_bound() {
+    // a (1/4) is 10 ahead of its share (a 100, b 260: 100 - 360 / 4), so without the key it
+    // would not ride (`a_group_ahead_of_its_share_does_not_ride`); the bound 300 leaves it
+    // (300 - 10) / (3/4) = 386 to ride, so both of its 60s go with b's batch.
+    let mut h = H::new("ride_lead_bytes = 300");
+    h.book.add(h.g("a"), 100, 0);
+    h.book.add(h.g("b"), 260, 0);
+    assert!((lead_of(&h, h.g("a"), 0) - 10.0).abs() < 1e-9);
+    let b1 = h.add("b", Some("V"), 0, 100, 0);
+    let a1 = h.add("a", Some("V"), 1, 60, 0);
+    let a2 = h.add("a", Some("V"), 2, 60, 0);
+    let b = h.start(0).expect("a batch");
+    assert_eq!((b.group, ids(&b)), (h.g("b"), vec![b1, a1, a2]));
+    assert!(b.ride_capped.is_empty());
+    assert!(lead_of(&h, h.g("a"), 0) <= 300.0);
+}
+
+#[test]
+fn riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid() {
+    // Each round a volume comes with one request of b (3/4) and three of a (1/4), and two
+    // batches go (two drives); b has a backlog of tapes of its own, so it always has work. a
+    // rides on b's mounts until the bound stops it, then rides no more until b's batches bring
+    // it back to its share.
+    const BOUND: f64 = 150.0;
+    let mut h = H::new("ride_lead_bytes = 150");
+    let (a, bg) = (h.g("a"), h.g("b"));
+    let (mut rode, mut capped, mut repaid) = (0, 0, 0);
+    let mut repaying: Option<GroupId> = None;
+    for w in 0..400 {
+        for pos in 0..2 {
+            h.add("b", Some(&format!("W{w}")), pos, 100, 0);
+        }
+    }
+    for round in 0..200i64 {
+        let now = round * 1000;
+        let vol = format!("V{round}");
+        h.add("b", Some(&vol), 0, 100, now);
+        for pos in 1..4 {
+            h.add("a", Some(&vol), pos, 40, now);
+        }
+        for _ in 0..2 {
+            let Some(batch) = h.start(now) else { break };
+            for o in [a, bg] {
+                if o == batch.group || !batch.requests.iter().any(|c| c.group == o) {
+                    continue;
+                }
+                rode += 1;
+                assert!(
+                    lead_of(&h, o, now) <= BOUND + 1e-6,
+                    "round {round}: {o:?} rode to a lead of {}",
+                    lead_of(&h, o, now)
+                );
+                if repaying == Some(o) {
+                    panic!("round {round}: {o:?} rode while repaying its lead");
+                }
+            }
+            if let Some(&g) = batch.ride_capped.first() {
+                capped += 1;
+                repaying = Some(g);
+            }
+            // What the next batch's decision sees: a group back at its share is repaid.
+            if repaying.is_some_and(|g| lead_of(&h, g, now) <= 0.0) {
+                repaying = None;
+                repaid += 1;
+            }
+            for c in &batch.requests {
+                h.q.request_finished(&h.p, c.id, now);
+            }
+        }
+    }
+    assert!(rode > 10 && capped > 3, "rode {rode}, capped {capped}");
+    assert!(repaid + 1 >= capped, "repaid {repaid} of {capped} leads");
 }

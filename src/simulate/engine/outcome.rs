@@ -15,6 +15,9 @@ pub struct Finished {
     /// Whether every fair-share group with a share above 0 had a request waiting (arrived, not
     /// started at the library) at that instant.
     pub saturated: bool,
+    /// Saturated on eligible demand: every such group had a request the policy could send
+    /// (in the volumes mode, on an eligible or mounted volume; in the other modes, any).
+    pub eligible: bool,
 }
 
 /// What the broker decided for one request when it sent it to the library: what `GET
