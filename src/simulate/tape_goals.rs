@@ -4,8 +4,8 @@
 //! The traces are the issue's (docs/volumes.md, "Issue 39's goals") scaled down: seed 7,
 //! `SCALE` of its 80,000 recalls at the same 0.3/s over `SCALE` of its 3,000 volumes (the
 //! same requests per volume), half in campaigns, data taking at 0.006/s. The configuration is
-//! the shipped one with `limit` and `max_volumes` at the 6 drives and `ride_lead_bytes` at
-//! 100 GB (1 pp of a 10 TB window). The full-size runs are the documented `simulate --compare`
+//! the shipped one with `limit` and `max_volumes` at the 6 drives (`ride_lead_bytes` unset, as
+//! shipped). The full-size runs are the documented `simulate --compare`
 //! commands; their figures are in docs/volumes.md.
 
 use super::*;
@@ -47,12 +47,7 @@ fn policy(algorithm: &str, mode: &str) -> std::sync::Arc<PolicySettings> {
         )
         .replacen("mode = \"pass_through\"", &format!("mode = \"{mode}\""), 1)
         .replacen("\nmax_volumes = 8\n", "\nmax_volumes = 6\n", 1)
-        .replacen("\nlimit = 8\n", "\nlimit = 6\n", 1)
-        .replacen(
-            "\n# ride_lead_bytes = 200000000000\n",
-            "\nride_lead_bytes = 100000000000\n",
-            1,
-        );
+        .replacen("\nlimit = 8\n", "\nlimit = 6\n", 1);
     let s = Settings::parse(&text, "goals").expect("valid configuration");
     let o = &s.policy.order;
     assert_eq!(
@@ -60,7 +55,7 @@ fn policy(algorithm: &str, mode: &str) -> std::sync::Arc<PolicySettings> {
         (algorithm, mode)
     );
     assert_eq!(o.release.volumes.max_volumes, 6);
-    assert_eq!(o.release.volumes.ride_lead_bytes, Some(100_000_000_000));
+    assert_eq!(o.release.volumes.ride_lead_bytes, None, "the shipped rule");
     s.policy
 }
 
@@ -134,9 +129,9 @@ fn figures(m: &Modes) -> String {
 }
 
 /// Met on both traces under both policies: data taking's p99 wait at most 300 s in `held` and
-/// `volumes`; `volumes` at most a third of `held`'s mounts per TB; every request done. On own
-/// tapes, also: `volumes` within 2 pp of every share per 10 TB window over eligible demand (the
-/// figure the goals use: docs/volumes.md) and its drive efficiency at least 0.85 times
+/// `volumes`; `volumes` at most a third of `held`'s mounts per TB and within 2 pp of every share
+/// per 10 TB window over eligible demand (the figure the goals use: docs/volumes.md); every
+/// request done. On own tapes, also `volumes`' drive efficiency at least 0.85 times
 /// `pass_through`'s; under Fair Tree its makespan at most 1.15 times. No tolerance beyond the
 /// goals' own figures.
 #[test]
@@ -152,10 +147,10 @@ fn issue_39_goals_met_on_shared_and_own_tapes() {
             let done: u64 = r.groups.iter().map(|g| g.files).sum();
             assert_eq!(done, r.requests, "{at}: {} left requests", r.mode);
         }
+        let (v, p) = (&m.volumes, &m.pass_through);
+        let err = v.share_error_eligible_max_pp.expect("windows");
+        assert!(err <= 2.0, "{at}: share error {err}");
         if *trace == "own" {
-            let (v, p) = (&m.volumes, &m.pass_through);
-            let err = v.share_error_eligible_max_pp.expect("windows");
-            assert!(err <= 2.0, "{at}: share error {err}");
             assert!(eff(v) >= 0.85 * eff(p), "{at}");
             if *algorithm == "fair_tree" {
                 assert!(v.makespan_s <= 1.15 * p.makespan_s, "{at}");
@@ -164,39 +159,32 @@ fn issue_39_goals_met_on_shared_and_own_tapes() {
     }
 }
 
-/// The goals these traces miss, each pinned as measured (the assertion is the miss, so a
-/// change that reaches a goal fails here and must turn that line into the goal;
-/// docs/volumes.md, "Issue 39's goals", says why and gives the full-size figures).
+/// The goals these traces miss, as a bound on how far: `volumes` against `pass_through` no
+/// worse than measured (2026-11-29, the shipped defaults) by more than 5 %, so a change that
+/// moves `volumes` further from a goal fails here, and one that reaches it does not.
+/// docs/volumes.md, "Issue 39's goals", gives the full-size figures and why they are missed.
 #[test]
-fn issue_39_goals_missed_as_documented() {
+fn volumes_stays_within_its_measured_distance_of_the_missed_goals() {
     for ((trace, algorithm), m) in runs() {
         let at = format!("{trace}/{algorithm}: {}", figures(m));
         let (v, p) = (&m.volumes, &m.pass_through);
         let mount_ratio = mounts(v) / mounts(p);
-        // The figures, for `--nocapture`.
-        eprintln!(
-            "{at}\n  volumes/pass_through: mounts x{mount_ratio:.2} makespan x{:.2} eff x{:.2}",
-            v.makespan_s / p.makespan_s,
-            eff(v) / eff(p)
-        );
+        let makespan_ratio = v.makespan_s / p.makespan_s;
+        let eff_ratio = eff(v) / eff(p);
+        eprintln!("{at}\n  volumes/pass_through: mounts x{mount_ratio:.2} makespan x{makespan_ratio:.2} eff x{eff_ratio:.2}");
         if *trace == "own" {
-            // FIXME(issue 39): the goal is mount_ratio <= 1 (measured 1.26 SAM, 1.12 Fair
-            // Tree), and under SAM a makespan at most 1.15 times pass_through's (1.16).
-            assert!(mount_ratio > 1.0, "reached: {at}");
-            if *algorithm == "sam" {
-                assert!(v.makespan_s > 1.15 * p.makespan_s, "reached: {at}");
-            }
+            // Goal: mounts at most pass_through's (measured 1.32 SAM, 1.12 Fair Tree); under
+            // SAM a makespan at most 1.15 times (1.20).
+            assert!(mount_ratio <= 1.39, "{at}");
+            assert!(makespan_ratio <= 1.26, "{at}");
             continue;
         }
-        // FIXME(issue 39): the goals are a share error of 2 pp at most (measured 3.14 SAM,
-        // 2.62 Fair Tree, over eligible demand), mount_ratio <= 1.5 (1.59, 1.67), a makespan at
-        // most 1.15 times pass_through's (1.34, 1.28) and a drive efficiency at least 0.85
-        // times (0.77, 0.79).
-        let err = v.share_error_eligible_max_pp.expect("windows");
-        assert!(err > 2.0, "reached: {at}");
-        assert!(mount_ratio > 1.5, "reached: {at}");
-        assert!(v.makespan_s > 1.15 * p.makespan_s, "reached: {at}");
-        assert!(eff(v) < 0.85 * eff(p), "reached: {at}");
+        // Goals: mounts at most 1.5 times pass_through's (measured 1.79 SAM, 1.80 Fair Tree), a
+        // makespan at most 1.15 times (1.44, 1.34) and a drive efficiency at least 0.85 times
+        // (0.72, 0.76).
+        assert!(mount_ratio <= 1.89, "{at}");
+        assert!(makespan_ratio <= 1.51, "{at}");
+        assert!(eff_ratio >= 0.68, "{at}");
     }
 }
 
