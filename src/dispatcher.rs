@@ -315,7 +315,7 @@ impl Dispatcher {
                 Err(MssError::Unavailable(e) | MssError::Unreachable(e)) => {
                     warn!(request_id = id, error = %e, "cannot reach the mss for a transfer's state");
                     if !still.is_empty() {
-                        self.ledger.checked(still).await?;
+                        self.ledger.confirm_in_flight(still).await?;
                     }
                     return Ok(false);
                 }
@@ -356,12 +356,13 @@ impl Dispatcher {
                 _ => {
                     let reason =
                         format!("{why}; the mss no longer knows this transfer, submitted again");
-                    resubmitted += usize::from(self.ledger.lost(id, attempt, reason).await?);
+                    resubmitted +=
+                        usize::from(self.ledger.resubmit_lost(id, attempt, reason).await?);
                 }
             }
         }
         if !still.is_empty() {
-            self.ledger.checked(still).await?;
+            self.ledger.confirm_in_flight(still).await?;
         }
         if resubmitted + settled > 0 {
             info!(

@@ -40,7 +40,7 @@ impl Dispatcher {
         // Marked before they go: from now on the MSS may hold them, and a cancel goes there.
         // Those cancelled (or moved on) since they were read are not sent.
         let marked = (self.ledger)
-            .sending(ready.iter().map(|r| (r.id, r.attempt)).collect())
+            .mark_sending(ready.iter().map(|r| (r.id, r.attempt)).collect())
             .await?;
         keep_marked(&mut ready, &marked);
         if ready.is_empty() {
@@ -122,7 +122,7 @@ impl Dispatcher {
         unmade.extend(&deferred);
         unmade.retain(|(id, _)| first_sends.contains(id));
         if !unmade.is_empty() {
-            self.ledger.unsent(unmade).await?;
+            self.ledger.mark_unsent(unmade).await?;
         }
         if let Some(why) = why {
             let until = self.clock.now_ms() + DEFERRED_WAIT_MS;

@@ -447,7 +447,7 @@ async fn a_cancel_asked_while_the_submission_was_out_reaches_the_mss_after_a_fai
 }
 
 /// The same when another transfer of the batch could not reach the MSS and recording that
-/// (`unsent`) is the commit that fails: what the MSS took is kept all the same.
+/// (`mark_unsent`) is the commit that fails: what the MSS took is kept all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_asked_while_out_reaches_the_mss_when_the_failed_commit_is_unsent() {
     let dir = tempfile::tempdir().expect("temp dir");

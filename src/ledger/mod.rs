@@ -30,7 +30,7 @@
 //! `checkpoint`/`keep`/`rollback` (small figures and the volume queue's sticky volumes copied, the
 //! queue, the idempotency map, the queued-bytes tallies and the carriers journalled), and `Txn`,
 //! one transaction's context and deltas; `accept.rs`; `settle.rs` (submitted, rejected, unsent,
-//! lost, MSS events, cancel, `finalize`); `sends.rs` (`sending`, the mark before a send;
+//! lost, MSS events, cancel, `finalize`); `sends.rs` (`mark_sending`, the mark before a send;
 //! `deferred`, a send the MSS answered "not yet"); `release.rs` (held and queued releases);
 //! `volumes.rs` (the `volumes` release mode: batches from the `VolumeQueue` at the end of every
 //! transaction, each request charged to its own group at the batch's one priority and numbered in
@@ -356,13 +356,16 @@ impl Ledger {
     /// These submissions, (id, attempt), are about to be sent: from the commit on the MSS may
     /// hold them, and a cancel goes there. Returns the ids to send, in order (those still
     /// `accepted` at that attempt), each with whether it is its attempt's first send.
-    pub async fn sending(&self, items: Vec<(i64, u32)>) -> Result<Vec<(i64, bool)>, LedgerError> {
+    pub async fn mark_sending(
+        &self,
+        items: Vec<(i64, u32)>,
+    ) -> Result<Vec<(i64, bool)>, LedgerError> {
         self.call(|reply| Command::Sending { items, reply }).await
     }
 
     /// These first sends, (id, attempt), could not connect to the MSS (nothing reached it): a
     /// cancel of them is final at once again, and one asked for meanwhile ends them now.
-    pub async fn unsent(&self, items: Vec<(i64, u32)>) -> Result<(), LedgerError> {
+    pub async fn mark_unsent(&self, items: Vec<(i64, u32)>) -> Result<(), LedgerError> {
         self.call(|reply| Command::Unsent { items, reply }).await
     }
 
@@ -421,7 +424,7 @@ impl Ledger {
     }
 
     /// The MSS confirmed these in-flight requests are still queued or running.
-    pub async fn checked(&self, ids: Vec<i64>) -> Result<(), LedgerError> {
+    pub async fn confirm_in_flight(&self, ids: Vec<i64>) -> Result<(), LedgerError> {
         self.call(|reply| Command::Checked { ids, reply }).await
     }
 
@@ -435,7 +438,12 @@ impl Ledger {
 
     /// The MSS no longer knows this attempt (it lost its queue): submit the request again as a
     /// new attempt, keeping its charge. Returns whether the request was in flight.
-    pub async fn lost(&self, id: i64, attempt: u32, reason: String) -> Result<bool, LedgerError> {
+    pub async fn resubmit_lost(
+        &self,
+        id: i64,
+        attempt: u32,
+        reason: String,
+    ) -> Result<bool, LedgerError> {
         self.call(|reply| Command::Lost {
             id,
             attempt,

@@ -466,10 +466,10 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
     close(opened);
 }
 
-/// A request is marked before its submission goes out (`sending`): from then on the MSS may
+/// A request is marked before its submission goes out (`mark_sending`): from then on the MSS may
 /// hold it, so its cancel is not final at once (the MSS would transfer a file nobody is charged
 /// for). It is taken as at the MSS, never sent again, and settled as an in-flight request is:
-/// by the answer that names it and the MSS's cancel, or by `lost` when the MSS does not hold
+/// by the answer that names it and the MSS's cancel, or by `resubmit_lost` when the MSS does not hold
 /// it. A request never marked for its attempt is cancelled at once; one cancelled before it
 /// was marked is not sent at all.
 #[tokio::test]
@@ -490,7 +490,7 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
     // d is cancelled after it was read for submission, before it was marked: not sent.
     assert_eq!(l.cancel(d).await.unwrap(), CancelOutcome::Cancelled);
     let marked = l
-        .sending(vec![(a, 1), (b, 1), (c, 7), (d, 1)])
+        .mark_sending(vec![(a, 1), (b, 1), (c, 7), (d, 1)])
         .await
         .unwrap();
     assert_eq!(
@@ -499,7 +499,10 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
         "c's attempt is 1, d has ended"
     );
     // Sent again (its answer unreadable): not the attempt's first send.
-    assert_eq!(l.sending(vec![(a, 1)]).await.unwrap(), vec![(a, false)]);
+    assert_eq!(
+        l.mark_sending(vec![(a, 1)]).await.unwrap(),
+        vec![(a, false)]
+    );
     for id in [a, b] {
         assert_eq!(
             l.cancel(id).await.unwrap(),
@@ -526,7 +529,10 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
         (RequestState::Submitted, Some("m"))
     );
     // b's submission never reached the MSS: its status is unknown there, and it ends cancelled.
-    assert!(l.lost(b, 1, "unknown to the mss".into()).await.unwrap());
+    assert!(l
+        .resubmit_lost(b, 1, "unknown to the mss".into())
+        .await
+        .unwrap());
     assert_eq!(
         l.request(b).await.unwrap().unwrap().state,
         RequestState::Cancelled
@@ -557,12 +563,12 @@ async fn a_first_send_that_could_not_connect_is_unmarked() {
         .await
         .unwrap();
     let (x, y) = (acc[0].id, acc[1].id);
-    l.sending(vec![(x, 1), (y, 1)]).await.unwrap();
+    l.mark_sending(vec![(x, 1), (y, 1)]).await.unwrap();
     assert_eq!(
         l.cancel(y).await.unwrap(),
         CancelOutcome::Requested(RequestState::Submitted)
     );
-    l.unsent(vec![(x, 1), (y, 1)]).await.unwrap();
+    l.mark_unsent(vec![(x, 1), (y, 1)]).await.unwrap();
     assert_eq!(
         l.request(y).await.unwrap().unwrap().state,
         RequestState::Cancelled
@@ -590,7 +596,7 @@ async fn a_deferred_send_waits_until_its_instant_while_the_others_go() {
     let ids = |v: Vec<ToSubmit>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
     let now = f.clock.now_ms();
     assert_eq!(ids(l.to_submit(0, now, 10).await.unwrap()), vec![x, y]);
-    l.sending(vec![(x, 1)]).await.unwrap();
+    l.mark_sending(vec![(x, 1)]).await.unwrap();
     l.deferred(vec![(x, 1)], now + 1_000, "destination held".into())
         .await
         .unwrap();
@@ -632,7 +638,7 @@ async fn a_deferred_sends_reason_is_clipped_where_it_is_kept() {
         .unwrap();
     let x = acc[0].id;
     let now = f.clock.now_ms();
-    l.sending(vec![(x, 1)]).await.unwrap();
+    l.mark_sending(vec![(x, 1)]).await.unwrap();
     l.deferred(vec![(x, 1)], now + 1_000, "held ".repeat(2_000))
         .await
         .unwrap();
@@ -656,7 +662,7 @@ async fn a_refused_send_of_a_request_cancelled_meanwhile_ends_it_cancelled() {
         .await
         .unwrap()[0]
         .id;
-    l.sending(vec![(a, 1)]).await.unwrap();
+    l.mark_sending(vec![(a, 1)]).await.unwrap();
     assert_eq!(
         l.cancel(a).await.unwrap(),
         CancelOutcome::Requested(RequestState::Submitted)

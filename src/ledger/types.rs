@@ -118,7 +118,7 @@ pub enum AfterSubmit {
     Recorded,
     /// The request was cancelled while it was being submitted: cancel it at the MSS too.
     CancelAtMss,
-    /// Its cancel was asked for while it was being sent (marked by `Ledger::sending`, taken as
+    /// Its cancel was asked for while it was being sent (marked by `Ledger::mark_sending`, taken as
     /// at the MSS by the cancel): the MSS's answer names it now, so the cancel goes again with
     /// that name. (A request cancelled while it waited to be resent after an unreadable answer
     /// is not resent, so no answer comes for it: its cancel goes to the adapter, which finds

@@ -359,7 +359,7 @@ async fn removing_a_group_with_unfinished_requests_is_refused_until_cancel_group
     // The dispatcher keeps trying the MSS, marking each request before each send (the mark
     // goes when the connection is refused). A cancel that lands between the two cannot know
     // nothing was sent: the request waits as `submitted` with its cancel asked, and the
-    // refused connection ends it cancelled moments later (`Ledger::unsent`).
+    // refused connection ends it cancelled moments later (`Ledger::mark_unsent`).
     let cancel = ["cancel", "--group", "mc", "--url", &broker.base];
     let answer: Value = serde_json::from_str(&run_ok(&cancel)).unwrap();
     let (now, asked) = (&answer["cancelled"], &answer["cancel_requested"]);

@@ -260,11 +260,11 @@ fn the_simulator_dates_charges_as_the_writer_does() {
 #[test]
 fn nothing_is_sent_to_the_mss_unmarked() {
     let invariant =
-        "Nothing is sent to the MSS unmarked (`sending`, `keep_marked`, then `submit_batch`)";
+        "Nothing is sent to the MSS unmarked (`mark_sending`, `keep_marked`, then `submit_batch`)";
     let body = fn_body(invariant, "src/dispatcher/submit.rs", "submit_once");
     let first = |needle: &str| body.iter().position(|h| h.line.code.contains(needle));
     let (sending, kept, sent) = (
-        first(".sending("),
+        first(".mark_sending("),
         first("keep_marked("),
         first("self.adapter.submit_batch"),
     );

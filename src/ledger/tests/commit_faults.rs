@@ -52,15 +52,15 @@ async fn apply(l: &Ledger, op: &Op) -> Result<String, LedgerError> {
     };
     Ok(match op.clone() {
         Op::Accept(items) => format!("{:?}", l.accept_each(items).await?),
-        Op::Sending(items) => format!("{:?}", l.sending(items).await?),
+        Op::Sending(items) => format!("{:?}", l.mark_sending(items).await?),
         Op::Submitted(items) => format!("{:?}", l.submitted(items).await?),
-        Op::Unsent(items) => format!("{:?}", l.unsent(items).await?),
+        Op::Unsent(items) => format!("{:?}", l.mark_unsent(items).await?),
         Op::Rejected(id, a) => format!("{:?}", l.rejected(id, a, "no".into()).await?),
         Op::Events(events, Some(c)) => format!("{:?}", l.apply_events(keyed(events), c).await?),
         Op::Events(events, None) => {
             format!("{:?}", l.apply_status_events(keyed(events)).await?)
         }
-        Op::Lost(id, a) => format!("{:?}", l.lost(id, a, "lost".into()).await?),
+        Op::Lost(id, a) => format!("{:?}", l.resubmit_lost(id, a, "lost".into()).await?),
         Op::Cancel(id) => format!("{:?}", l.cancel(id).await?),
         Op::Release => format!("{:?}", l.release_held().await?),
         Op::Tick => format!("{:?}", l.tick().await?),

@@ -132,7 +132,9 @@ async fn an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent() {
     let l = opened.0.clone();
     let cancelled = accept(&l, f.request("a", "mc", "x", 500)).await.id;
     let resent = accept(&l, f.request("b", "mc", "x", 500)).await.id;
-    l.sending(vec![(cancelled, 1), (resent, 1)]).await.unwrap();
+    l.mark_sending(vec![(cancelled, 1), (resent, 1)])
+        .await
+        .unwrap();
     let asked = l.cancel(cancelled).await.unwrap();
     assert_eq!(asked, CancelOutcome::Requested(RequestState::Submitted));
     let answers = |id: i64| SubmittedTransfer {

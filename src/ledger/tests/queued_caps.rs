@@ -60,7 +60,10 @@ async fn the_node_cap_counts_every_unfinished_request_and_survives_a_restart() {
     let refused = over(l.accept(vec![f.request("c", "analysis", "top", 1)]).await);
     assert_eq!(refused.queued, 1000, "rebuilt at load: a (running) and b");
     // The MSS lost a's attempt: back before the MSS, counted once, not twice.
-    assert!(l.lost(first.id, 1, "lost".into()).await.expect("lost"));
+    assert!(l
+        .resubmit_lost(first.id, 1, "lost".into())
+        .await
+        .expect("lost"));
     let refused = over(l.accept(vec![f.request("c", "analysis", "top", 1)]).await);
     assert_eq!(refused.queued, 1000);
     // Done and cancelled requests leave the tally.

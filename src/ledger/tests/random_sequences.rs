@@ -183,7 +183,10 @@ impl Sequence {
             return;
         }
         let t = &ready[self.rng.below(ready.len() as u64) as usize];
-        let marked = l.sending(vec![(t.id, t.attempt)]).await.expect("marked");
+        let marked = l
+            .mark_sending(vec![(t.id, t.attempt)])
+            .await
+            .expect("marked");
         let Some(&(_, first)) = marked.first() else {
             return;
         };
@@ -195,7 +198,9 @@ impl Sequence {
             1 => "unanswered",
             2 => {
                 if first {
-                    l.unsent(vec![(t.id, t.attempt)]).await.expect("unsent");
+                    l.mark_unsent(vec![(t.id, t.attempt)])
+                        .await
+                        .expect("unsent");
                 }
                 "unreachable"
             }
@@ -239,7 +244,10 @@ impl Sequence {
         let l = self.ledger();
         if lose {
             let r = l.request(id).await.expect("read").expect("stored");
-            let changed = l.lost(id, r.attempt, "lost".into()).await.expect("lost");
+            let changed = l
+                .resubmit_lost(id, r.attempt, "lost".into())
+                .await
+                .expect("lost");
             self.log
                 .push(format!("lost {id} ({:?}) -> {changed}", r.state));
         } else {
@@ -305,7 +313,7 @@ impl Sequence {
             l.tick().await.expect("tick");
             let ready = l.to_submit(0, i64::MAX / 2, 1000).await.expect("ready");
             let marked = l
-                .sending(ready.iter().map(|t| (t.id, t.attempt)).collect())
+                .mark_sending(ready.iter().map(|t| (t.id, t.attempt)).collect())
                 .await
                 .expect("marked");
             for (id, _) in marked {

@@ -112,7 +112,10 @@ async fn a_retried_attempt_cancelled_while_maybe_at_the_mss_is_not_stale_at_once
     f.clock.advance_ms(3_600_000);
     ev(&l, a.id, 1, retryable()).await;
     f.clock.advance_ms(1000);
-    assert_eq!(l.sending(vec![(a.id, 2)]).await.unwrap(), [(a.id, true)]);
+    assert_eq!(
+        l.mark_sending(vec![(a.id, 2)]).await.unwrap(),
+        [(a.id, true)]
+    );
     assert_eq!(
         l.cancel(a.id).await.unwrap(),
         CancelOutcome::Requested(RequestState::Submitted)

@@ -335,9 +335,11 @@ impl Txn<'_, '_> {
                 reply,
             } => (Reply::Done(reply), self.rejected(id, attempt, &reason)),
             Command::Sending { items, reply: tx } => {
-                reply(self.sending(&items), Vec::new(), |v| Reply::Marked(tx, v))
+                reply(self.mark_sending(&items), Vec::new(), |v| {
+                    Reply::Marked(tx, v)
+                })
             }
-            Command::Unsent { items, reply } => (Reply::Done(reply), self.unsent(&items)),
+            Command::Unsent { items, reply } => (Reply::Done(reply), self.mark_unsent(&items)),
             Command::Deferred {
                 items,
                 until_ms,
@@ -349,7 +351,7 @@ impl Txn<'_, '_> {
                 attempt,
                 reason,
                 reply: tx,
-            } => reply(self.lost(id, attempt, &reason), false, |v| {
+            } => reply(self.resubmit_lost(id, attempt, &reason), false, |v| {
                 Reply::Lost(tx, v)
             }),
             Command::Events {
@@ -363,7 +365,7 @@ impl Txn<'_, '_> {
                     .and_then(|()| cursor.as_ref().map_or(Ok(()), |c| self.store_cursor(c)));
                 (Reply::Count(reply, changed), r)
             }
-            Command::Checked { ids, reply } => (Reply::Done(reply), self.checked(&ids)),
+            Command::Checked { ids, reply } => (Reply::Done(reply), self.confirm_in_flight(&ids)),
             Command::Located { items, reply: tx } => {
                 reply(self.located(&items), 0, |n| Reply::Count(tx, n))
             }

@@ -1,6 +1,6 @@
-//! The marks of a send, before and after the MSS answers it: `sending` marks an attempt as
+//! The marks of a send, before and after the MSS answers it: `mark_sending` marks an attempt as
 //! possibly at the MSS before it goes; `deferred` holds back a send the MSS answered "not yet"
-//! (`unsent`, which may end a request, is with the other outcomes in `settle.rs`).
+//! (`mark_unsent`, which may end a request, is with the other outcomes in `settle.rs`).
 
 use rusqlite::{params, OptionalExtension};
 
@@ -12,7 +12,7 @@ impl Txn<'_, '_> {
     /// request is still `accepted`, so that a cancel from now on goes to the MSS. Returns the
     /// ids marked, in order, each with whether this is its attempt's first send (no earlier one
     /// may have reached the MSS); the others ended or moved on meanwhile and are not sent.
-    pub fn sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<(i64, bool)>> {
+    pub fn mark_sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<(i64, bool)>> {
         let mut marked = Vec::with_capacity(items.len());
         for &(id, attempt) in items {
             let first = self

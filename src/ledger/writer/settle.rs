@@ -301,7 +301,7 @@ impl Txn<'_, '_> {
     /// These first sends of their attempts could not connect to the MSS: nothing reached it.
     /// The mark goes (a cancel is final at once again); one whose cancel was asked for while it
     /// was being sent (`cancel_maybe_at_mss`, no MSS id) ends cancelled now.
-    pub fn unsent(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<()> {
+    pub fn mark_unsent(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<()> {
         for &(id, attempt) in items {
             let Some(row) = self.load_charged(id)? else {
                 continue;
@@ -325,7 +325,7 @@ impl Txn<'_, '_> {
     }
 
     /// The MSS lost an in-flight attempt: back to `accepted` as the next attempt, at once.
-    pub fn lost(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<bool> {
+    pub fn resubmit_lost(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<bool> {
         let Some(row) = self.load_charged(id)? else {
             return Ok(false);
         };
@@ -545,7 +545,7 @@ impl Txn<'_, '_> {
     /// The cancel of an `accepted` request the MSS may hold (`sent_attempt`): it is taken as
     /// at the MSS (`submitted`, its MSS id unknown until an answer names it) and never sent
     /// again. The cancel goes to the MSS by its key; if the MSS does not hold it, the stale
-    /// sweep's status finds it unknown and `lost` ends it cancelled; if it does, its events or
+    /// sweep's status finds it unknown and `resubmit_lost` ends it cancelled; if it does, its events or
     /// its status settle it (transferred: charged).
     fn cancel_maybe_at_mss(&mut self, id: i64, row: &Charged) -> rusqlite::Result<CancelOutcome> {
         let to = RequestState::Submitted;
@@ -561,7 +561,7 @@ impl Txn<'_, '_> {
     }
 
     /// The MSS confirmed these in-flight requests are still queued or running.
-    pub fn checked(&self, ids: &[i64]) -> rusqlite::Result<()> {
+    pub fn confirm_in_flight(&self, ids: &[i64]) -> rusqlite::Result<()> {
         let mut stmt = self
             .tx
             .prepare_cached("UPDATE requests SET checked_ms = ?2 WHERE id = ?1")?;
