@@ -315,14 +315,14 @@ fn a_question_reads_rows_and_memory_of_one_commit() {
     assert_found(
         invariant,
         "published.gate()",
-        &code("src/ledger/writer/mod.rs", "published.gate()"),
+        &code("src/ledger/writer.rs", "published.gate()"),
     );
 }
 
 #[test]
 fn only_api_knows_the_json_wire_shapes() {
     const SHARED: &[&str] = &[
-        "src/report/mod.rs",
+        "src/report.rs",
         "src/report/range.rs",
         "src/shares/view.rs",
         "src/readiness.rs",

@@ -33,7 +33,7 @@
 //! pass places only those due, those over the last cap, or all when a group's Fair Tree rank
 //! moved), `baseline.rs` (`fifo` and `weighted_random`, comparison only, a pick beside
 //! `HeldQueue::pick`), `report.rs` (the JSON report, the share error windows over the saturated
-//! part, nearest-rank waits, the table), `mod.rs` (trace to arrivals, `simulate`, `SimError`).
+//! part, nearest-rank waits, the table), `simulate.rs` (trace to arrivals, `simulate`, `SimError`).
 
 mod at_library;
 pub mod baseline;
