@@ -685,7 +685,4 @@ pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "ledger/tests/reload.rs"]
-mod reload_tests;
-#[cfg(test)]
 mod tests;

@@ -590,8 +590,4 @@ impl Drop for PriorityChanges<'_> {
 }
 
 #[cfg(test)]
-mod enstore_tests;
-#[cfg(test)]
-mod tape_tests;
-#[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@
 //! 100 GB (1 pp of a 10 TB window). The full-size runs are the documented `simulate --compare`
 //! commands; their figures are in docs/volumes.md.
 
-use super::*;
+use super::super::*;
 use crate::config::{Settings, SHIPPED};
 use crate::trace::{generate, read_trace, GenParams};
 
