@@ -419,7 +419,7 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
 }
 
 #[cfg(test)]
-mod gate_tests {
+mod tests {
     use super::*;
     use std::time::Duration;
 
