@@ -25,7 +25,7 @@ pub mod simulate;
 pub mod startup;
 pub mod telemetry;
 #[cfg(test)]
-pub(crate) mod test_fixture;
+pub(crate) mod tests;
 pub mod text_table;
 pub mod tls;
 pub mod trace;

@@ -191,7 +191,7 @@ mod tests {
     async fn each_check_is_reported_by_name_and_all_passing_is_ready() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
-        let settings = crate::test_fixture::TestConfig::new().settings();
+        let settings = crate::tests::TestConfig::new().settings();
         let options = LedgerOptions {
             path: path.clone(),
             commit_batch_max: 64,

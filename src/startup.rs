@@ -419,7 +419,7 @@ pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
 }
 
 #[cfg(test)]
-mod gate_tests {
+mod tests {
     use super::*;
     use std::time::Duration;
 
@@ -430,7 +430,7 @@ mod gate_tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_malformed_batch_is_answered_while_a_reload_holds_the_gate() {
         let dir = tempfile::tempdir().unwrap();
-        let mut settings = crate::test_fixture::TestConfig::new().settings();
+        let mut settings = crate::tests::TestConfig::new().settings();
         settings.database.path = dir.path().join("gate.db");
         settings.server.listen = "127.0.0.1:0".parse().unwrap();
         let app = Application::build(&settings).await.unwrap();

@@ -578,5 +578,4 @@ fn fbsng_queues(
 }
 
 #[cfg(test)]
-#[path = "order_tests.rs"]
 mod tests;

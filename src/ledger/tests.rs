@@ -1399,6 +1399,7 @@ mod offsets;
 mod outputs;
 mod queued_caps;
 mod random_sequences;
+mod reload;
 mod retry_paths;
 mod volume_flights;
 mod volume_lookup;

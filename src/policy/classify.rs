@@ -56,7 +56,7 @@ fn matches(rule: &Rule, r: &RequestFields<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_fixture::TestConfig;
+    use crate::tests::TestConfig;
 
     fn policy(extra: &str) -> std::sync::Arc<PolicySettings> {
         let shares =

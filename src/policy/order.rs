@@ -477,7 +477,3 @@ fn fair_tree_arm(band: [i64; 2], (rank, leaves): (u32, u32)) -> Arm {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-#[path = "order/tests/maintained.rs"]
-mod maintained_tests;

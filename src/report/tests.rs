@@ -12,7 +12,7 @@ use crate::config::Settings;
 use crate::domain::RetrySettings;
 use crate::ledger::aggregates::wait_bin;
 use crate::ledger::{Ledger, LedgerOptions, NewRequest};
-use crate::test_fixture::TestConfig;
+use crate::tests::TestConfig;
 
 /// The shared test configuration with windowed usage, `daq` as the priority class and two
 /// groups a (1/4) and b (3/4).

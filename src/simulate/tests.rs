@@ -11,7 +11,7 @@ use super::report::{percentile, share_error};
 use super::*;
 use crate::domain::{Class, GroupId, PolicySettings, RetrySettings};
 use crate::policy::order::Candidate;
-use crate::test_fixture::TestConfig;
+use crate::tests::TestConfig;
 
 const SEC: u64 = 1_000_000;
 const GB: u64 = 1_000_000_000;
@@ -1054,3 +1054,8 @@ fn a_traces_byte_offsets_place_its_files_and_cost_their_locates() {
     bare.iter_mut().for_each(|r| r.offset_bytes = None);
     assert_eq!(locate(&bare).0, near_time);
 }
+
+mod reserve;
+mod ride;
+mod tape_goals;
+mod volumes_goals;

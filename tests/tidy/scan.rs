@@ -17,17 +17,23 @@ pub struct ModDecl {
 /// What one file says about its structure: its test-only spans (offsets) and its modules.
 pub struct Scan {
     test_spans: Vec<(usize, usize)>,
+    /// The spans under `#[cfg(test)]` itself (unit tests; not the `standin` feature).
+    unit_test_spans: Vec<(usize, usize)>,
     pub decls: Vec<ModDecl>,
-    /// `#![cfg(test)]` at the top of the file.
+    /// `#![cfg(test)]` (or `#![cfg(feature = "standin")]`) at the top of the file.
     pub inner_test: bool,
+    /// `#![cfg(test)]` itself at the top of the file.
+    pub inner_unit_test: bool,
 }
 
 impl Scan {
     pub fn of(raw: &[char], code: &[char]) -> Scan {
         let mut scan = Scan {
             test_spans: Vec::new(),
+            unit_test_spans: Vec::new(),
             decls: Vec::new(),
             inner_test: false,
+            inner_unit_test: false,
         };
         let mut i = 0;
         while i < code.len() {
@@ -47,15 +53,18 @@ impl Scan {
 
     /// Reads the attributes starting at `i` and the item they are on; returns where to go on.
     fn attributes(&mut self, raw: &[char], code: &[char], start: usize) -> usize {
-        let (mut i, mut test, mut path) = (start, false, None);
+        let (mut i, mut test, mut unit_test, mut path) = (start, false, false, None);
         while let Some((inner, end)) = attribute_at(code, i) {
             let text: String = raw[i..=end].iter().collect();
             let squeezed: String = text.chars().filter(|c| !c.is_whitespace()).collect();
             let test_only = is_test_cfg(&squeezed);
-            if inner && test_only && depth_at(code, i) == 0 {
-                self.inner_test = true;
+            let unit_test_only = is_unit_test_cfg(&squeezed);
+            if inner && depth_at(code, i) == 0 {
+                self.inner_test |= test_only;
+                self.inner_unit_test |= unit_test_only;
             }
             test |= test_only && !inner;
+            unit_test |= unit_test_only && !inner;
             if let Some(p) = squeezed
                 .strip_prefix("#[path=\"")
                 .and_then(|p| p.strip_suffix("\"]"))
@@ -80,6 +89,9 @@ impl Scan {
         if test {
             self.test_spans.push((start, item_end(code, item)));
         }
+        if unit_test {
+            self.unit_test_spans.push((start, item_end(code, item)));
+        }
         // Go on inside the item: it may hold more attributes and modules.
         if word_at(code, visibility_end, "mod") {
             visibility_end + 3
@@ -90,6 +102,13 @@ impl Scan {
 
     pub fn in_test(&self, at: usize) -> bool {
         self.test_spans.iter().any(|&(a, b)| a <= at && at <= b)
+    }
+
+    /// Under `#[cfg(test)]` itself: unit test code, not the `standin` feature's.
+    pub fn in_unit_test(&self, at: usize) -> bool {
+        self.unit_test_spans
+            .iter()
+            .any(|&(a, b)| a <= at && at <= b)
     }
 
     /// The test spans as 1-based line ranges.
@@ -109,13 +128,24 @@ impl Scan {
 
 /// `cfg(test)`, `cfg(feature = "standin")` or an `all(..)` holding one (whitespace removed).
 fn is_test_cfg(attr: &str) -> bool {
+    cfg_holds(attr, |p| {
+        p.starts_with("test") || p.starts_with("feature=\"standin\"")
+    })
+}
+
+/// `cfg(test)` or an `all(..)` holding it (whitespace removed): unit tests only.
+fn is_unit_test_cfg(attr: &str) -> bool {
+    cfg_holds(attr, |p| p.starts_with("test"))
+}
+
+/// Whether a `cfg` attribute's predicate, or one of its `all(..)`'s, is `test_only`.
+fn cfg_holds(attr: &str, test_only: impl Fn(&str) -> bool) -> bool {
     let Some(pred) = attr
         .strip_prefix("#[cfg(")
         .or_else(|| attr.strip_prefix("#![cfg("))
     else {
         return false;
     };
-    let test_only = |p: &str| p.starts_with("test") || p.starts_with("feature=\"standin\"");
     test_only(pred) || (pred.starts_with("all(") && pred[4..].split(',').any(test_only))
 }
 
@@ -232,4 +262,17 @@ fn the_reader_knows_test_code_by_its_attribute() {
     assert_eq!(decls, expected);
     assert_eq!(scan.decls[0].path_attr.as_deref(), Some("x_tests.rs"));
     assert_eq!(scan.line_spans(&chars), [(1, 3), (5, 8), (10, 11)]);
+}
+
+#[test]
+fn the_reader_tells_unit_tests_from_the_stand_ins() {
+    let text = "#[cfg(feature = \"standin\")]\nmod s;\n#[cfg(all(test, unix))]\nmod u;\n";
+    let chars: Vec<char> = text.chars().collect();
+    let scan = Scan::of(&chars, &crate::lex::blank(&chars));
+    let decls: Vec<(&str, bool, bool)> = scan
+        .decls
+        .iter()
+        .map(|d| (d.name.as_str(), scan.in_test(d.at), scan.in_unit_test(d.at)))
+        .collect();
+    assert_eq!(decls, [("s", true, false), ("u", true, true)]);
 }

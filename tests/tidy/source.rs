@@ -10,6 +10,9 @@
 //!   (`the_stand_ins_are_not_compiled_into_the_product` checks that only tests enable it);
 //! - the integration tests (`tests/`, `adapters/tests/`) are test code.
 //!
+//! A file brought in by `#[cfg(test)] mod x;` (or below one) is also marked `unit_test`, which
+//! the `standin` feature's files are not: the test-naming check reads that.
+//!
 //! Each line also has its `code` view (`lex::blank`): comments and literals' contents blanked.
 
 use std::collections::BTreeSet;
@@ -24,6 +27,8 @@ use crate::scan::{ModDecl, Scan};
 pub struct SourceFile {
     pub path: String,
     pub lines: Vec<Line>,
+    /// Brought in by a `#[cfg(test)] mod x;`, or below one: a unit test module's file.
+    pub unit_test: bool,
 }
 
 pub struct Line {
@@ -67,14 +72,18 @@ impl Tree {
             unreached: Vec::new(),
         };
         for root in CRATE_ROOTS {
-            tree.walk(repo, root.to_string(), false);
+            tree.walk(repo, root.to_string(), Walked::default());
         }
         for dir in TEST_DIRS {
             for path in rs_files(repo, dir) {
                 let text = read(repo, &path);
                 let code = blank(&text.chars().collect::<Vec<_>>());
+                let test = Walked {
+                    test: true,
+                    unit_test: false,
+                };
                 tree.files
-                    .push(SourceFile::new(path, &text, &code, &[], true));
+                    .push(SourceFile::new(path, &text, &code, &[], test));
             }
         }
         let reached: BTreeSet<&str> = tree.files.iter().map(|f| f.path.as_str()).collect();
@@ -88,21 +97,25 @@ impl Tree {
     }
 
     /// Reads one module file and, depth first, the module files it declares.
-    fn walk(&mut self, repo: &Path, path: String, test: bool) {
+    fn walk(&mut self, repo: &Path, path: String, parent: Walked) {
         let text = read(repo, &path);
         let chars: Vec<char> = text.chars().collect();
         let code = blank(&chars);
         let scan = Scan::of(&chars, &code);
-        let whole_test = test || scan.inner_test;
-        let children: Vec<(String, bool)> = scan
+        let whole = Walked {
+            test: parent.test || scan.inner_test,
+            unit_test: parent.unit_test || scan.inner_unit_test,
+        };
+        let children: Vec<(String, Walked)> = scan
             .decls
             .iter()
             .filter(|d| !d.inline)
             .map(|d| {
-                (
-                    child_path(repo, &path, d, &scan),
-                    whole_test || scan.in_test(d.at),
-                )
+                let child = Walked {
+                    test: whole.test || scan.in_test(d.at),
+                    unit_test: whole.unit_test || scan.in_unit_test(d.at),
+                };
+                (child_path(repo, &path, d, &scan), child)
             })
             .collect();
         self.files.push(SourceFile::new(
@@ -110,10 +123,10 @@ impl Tree {
             &text,
             &code,
             &scan.line_spans(&chars),
-            whole_test,
+            whole,
         ));
-        for (child, test) in children {
-            self.walk(repo, child, test);
+        for (child, walked) in children {
+            self.walk(repo, child, walked);
         }
     }
 
@@ -136,6 +149,15 @@ impl Tree {
             .find(|f| f.path == path)
             .unwrap_or_else(|| panic!("{path} is not in the module tree (moved or renamed?)"))
     }
+}
+
+/// What the declarations that reach a file say of all of it.
+#[derive(Clone, Copy, Default)]
+struct Walked {
+    /// Test-only code (see the module's doc).
+    test: bool,
+    /// Under a `#[cfg(test)] mod` (not only the `standin` feature).
+    unit_test: bool,
 }
 
 fn in_scope(path: &str, scope: &str) -> bool {
@@ -205,7 +227,7 @@ impl SourceFile {
         text: &str,
         code: &[char],
         tests: &[(usize, usize)],
-        whole_test: bool,
+        whole: Walked,
     ) -> Self {
         let code: String = code.iter().collect();
         let lines = text
@@ -216,10 +238,14 @@ impl SourceFile {
                 number: i + 1,
                 raw: raw.to_string(),
                 code: code.to_string(),
-                test: whole_test || tests.iter().any(|&(a, b)| (a..=b).contains(&(i + 1))),
+                test: whole.test || tests.iter().any(|&(a, b)| (a..=b).contains(&(i + 1))),
             })
             .collect();
-        SourceFile { path, lines }
+        SourceFile {
+            path,
+            lines,
+            unit_test: whole.unit_test,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mss_adapters::Direction;
 
-use super::*;
+use super::super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::RetrySettings;

@@ -9,7 +9,7 @@ use super::*;
 use crate::policy::queue::{HeldQueue, Ranking};
 use crate::shares::UsageBook;
 use crate::simulate::engine::{run, Arrival, Outcome};
-use crate::test_fixture::TestConfig;
+use crate::tests::TestConfig;
 
 fn settings(policy_keys: &str, shares: &str, extra: &str) -> Arc<PolicySettings> {
     TestConfig::new()
@@ -901,3 +901,5 @@ proptest::proptest! {
         }
     }
 }
+
+mod maintained;

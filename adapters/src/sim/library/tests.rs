@@ -281,3 +281,6 @@ fn a_library_that_forgets_finishes_the_same_and_keeps_only_what_is_in_flight() {
         assert!(d_after && !lean_d_after, "{model:?}");
     }
 }
+
+mod enstore;
+mod tape;

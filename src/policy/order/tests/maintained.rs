@@ -4,9 +4,9 @@
 
 use proptest::prelude::*;
 
-use super::*;
+use super::super::*;
 use crate::shares::UsageBook;
-use crate::test_fixture::TestConfig;
+use crate::tests::TestConfig;
 
 const SHARES: &str = "a = 2\n\"a/x\" = 1\n\"a/y\" = 3\nb = 1\n\"b/z\" = 1\nc = 3";
 

@@ -24,7 +24,7 @@
 //! attempt with attempts left waits out `RetrySettings::backoff` keeping its charge, slots, volume
 //! flight and riders, and is sent again at its last priority, as the writer's `settle.rs` `failed`
 //! does; `--failure-rate`), `tradeoff.rs` (the `--sweep` chart: mounts per TB against p95 wait,
-//! SVG), `volumes_goals.rs` (issue 16's goals on a generated trace, a test), `at_library.rs`
+//! SVG), `tests/volumes_goals.rs` (issue 16's goals on a generated trace, a test), `at_library.rs`
 //! (fair-share requests pending at the library per group by priority, so a re-prioritisation
 //! touches only what changes; a pass sends at most the dispatcher's `REPRIORITISE_BATCH` changes,
 //! lowest ids first, as `serve` does: a k-way merge of the sorted buckets for the group policies;
@@ -33,7 +33,7 @@
 //! pass places only those due, those over the last cap, or all when a group's Fair Tree rank
 //! moved), `baseline.rs` (`fifo` and `weighted_random`, comparison only, a pick beside
 //! `HeldQueue::pick`), `report.rs` (the JSON report, the share error windows over the saturated
-//! part, nearest-rank waits, the table), `mod.rs` (trace to arrivals, `simulate`, `SimError`).
+//! part, nearest-rank waits, the table), `simulate.rs` (trace to arrivals, `simulate`, `SimError`).
 
 mod at_library;
 pub mod baseline;
@@ -186,12 +186,4 @@ pub fn simulate(
 }
 
 #[cfg(test)]
-mod reserve_tests;
-#[cfg(test)]
-mod ride_tests;
-#[cfg(test)]
-mod tape_goals;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod volumes_goals;

@@ -8,7 +8,7 @@
 //! that read them) and on the pure modules whose values it builds (`policy`, `shares`), never on a
 //! module above it. `raw.rs` (the raw tables,
 //! `deny_unknown_fields`; every default stated once: `#[serde(default)]` with one `impl Default`,
-//! or at the field), `mod.rs` (loading, `validate`), one file per section that builds the settings
+//! or at the field), `config.rs` (loading, `validate`), one file per section that builds the settings
 //! of the module that reads them: `server.rs`, `limits.rs`, `policy.rs` (priority classes, groups,
 //! classification into `PolicySettings`), `tree.rs` (the share tree, an exact `Fraction` per node;
 //! 0 under siblings that all have 0 shares, the parent's for a `"parent"` leaf), `targets.rs`
@@ -62,7 +62,7 @@ use crate::domain::PolicySettings;
 pub const EMBEDDED: &str = include_str!(concat!(env!("OUT_DIR"), "/broker.toml"));
 /// The shipped file as it is now, for the tests that check it (a test build depends on it).
 #[cfg(test)]
-pub(crate) const SHIPPED: &str = include_str!("../../config/broker.toml");
+pub(crate) const SHIPPED: &str = include_str!("../config/broker.toml");
 /// Where `serve` looks for a configuration file when none is named.
 pub const DEFAULT_PATH: &str = "config/broker.toml";
 

@@ -33,7 +33,7 @@
 //! 64-byte `Waiting` plus its group; the position lives in the queue's id index), `label.rs` a
 //! volume label kept inline up to 16 bytes and ordered as its text; `VolumeId::Unlocated(group)`:
 //! requests waiting for their volume lookup, eligible once the oldest has waited the lookup's
-//! `wait_secs`, never taken along by a mount), `mod.rs` (`benefit`). The virtual-time engine that
+//! `wait_secs`, never taken along by a mount), `policy.rs` (`benefit`). The virtual-time engine that
 //! runs them against the simulator's `Library` is `simulate/engine.rs`.
 
 pub mod classify;

@@ -3,10 +3,10 @@
 
 use mss_adapters::sim::library::{LibraryConfig, Model, TapeDrive};
 
-use super::engine::{run, Arrival};
-use super::report::run_report;
+use super::super::engine::{run, Arrival};
+use super::super::report::run_report;
 use crate::domain::{GroupId, PolicySettings};
-use crate::test_fixture::TestConfig;
+use crate::tests::TestConfig;
 
 const GB: u64 = 1_000_000_000;
 

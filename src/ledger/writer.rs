@@ -4,7 +4,7 @@
 //! checkpoint ([`state::WriterState`]), and every caller gets the error: no partial state, no
 //! answer for anything not on disk.
 //!
-//! `mod.rs`: the loop, gathering and the group commit; `state.rs`: the memory, its checkpoint
+//! `writer.rs`: the loop, gathering and the group commit; `state.rs`: the memory, its checkpoint
 //! and the per-transaction context [`state::Txn`]; `accept.rs`, `settle.rs` (MSS outcomes and
 //! the terminal charge), `sends.rs` (a send's marks), `release.rs` (holding and releasing),
 //! `idempotency.rs` (replays), `outputs.rs` (one station-side copy per unfinished read),

@@ -25,7 +25,7 @@
 //! `<db>.replaced-<time>`, renamed in), `mss_key.rs` (every start an incarnation `(first id,
 //! nonce)`; a request's MSS key `"{id}.{nonce}"`; `owner` maps an event's key back,
 //! `record_unknown` keeps the rest in `unknown_keys`, listed by `mssbroker unknown-keys`),
-//! `writer/` (the writer thread, every state transition: `mod.rs` the loop, gathering, the group
+//! `writer/` (the writer thread, every state transition: `writer.rs` the loop, gathering, the group
 //! commit and the write-only `Command`; `state.rs` `WriterState`, the memory, with
 //! `checkpoint`/`keep`/`rollback` (small figures and the volume queue's sticky volumes copied, the
 //! queue, the idempotency map, the queued-bytes tallies and the carriers journalled), and `Txn`,
@@ -67,7 +67,7 @@
 //! max(1 s, 4x its build time), single-flight; an explain never waits for one: a request queued
 //! after it gets an estimate from the ranking's sample, `position_basis` says which; `serve` ranks
 //! once at start in the background), `types.rs` (`NewRequest`, the answers, `LedgerOptions`,
-//! `CommitObserver`), `mod.rs` (the `Ledger` handle), `lock.rs` (`DbLock`: `<db>.lock` flock'd with
+//! `CommitObserver`), `ledger.rs` (the `Ledger` handle), `lock.rs` (`DbLock`: `<db>.lock` flock'd with
 //! the holder's PID, taken by `Ledger::open` before the database opens, released when the writer
 //! thread ends), `identity.rs` (`DbFile`: the opened file's device and inode, checked against the
 //! path before every COMMIT), `tests.rs`.
@@ -692,8 +692,5 @@ pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
     }
 }
 
-#[cfg(test)]
-#[path = "tests/reload.rs"]
-mod reload_tests;
 #[cfg(test)]
 mod tests;

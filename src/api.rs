@@ -2,7 +2,7 @@
 //! writer (so JSON and classification cost the writer nothing), then hand typed requests to the
 //! ledger and answer 202 only after the commit.
 //!
-//! The router, the OpenAPI document and the handlers' shared state (`mod.rs`); the caller's
+//! The router, the OpenAPI document and the handlers' shared state (`api.rs`); the caller's
 //! credential (an `Authorization` header, else the client certificate) and rate limit
 //! (`caller.rs`); handlers by resource: `submit.rs` (`POST /v1/requests` and `/batch`; `prepare`
 //! classifies, `mss_can_take` refuses what the adapter cannot take), `requests.rs` (one request by

@@ -1,7 +1,7 @@
 //! Issue 38's physics, pinned through the real [`Library`] on the published drive figures
 //! (docs/enstore-model.md, "The tape drive"); each test states its tolerance.
 
-use super::*;
+use super::super::*;
 use crate::protocol::Direction;
 
 const GB: u64 = 1_000_000_000;

@@ -14,7 +14,7 @@
 //! from the wall clock scaled by a factor; tests and the broker's policy tests drive it in virtual
 //! time. Failures are decided by a hash of (seed, key, attempt), so a run is reproducible.
 //!
-//! The pure library-manager model, in virtual microseconds, no I/O, no clock. `mod.rs`:
+//! The pure library-manager model, in virtual microseconds, no I/O, no clock. `library.rs`:
 //! `LibraryConfig` (drives, the drive profile, order, dismount delay, mover poll, hash-seeded
 //! failures, optional `Aging`); `tape.rs`: the drive (serpentine wraps, bands, direction,
 //! longitudinal position; a file's place by `Position::{Fseq, Byte, Hashed}`; CTA's locate cost
@@ -589,9 +589,5 @@ impl Drop for PriorityChanges<'_> {
     }
 }
 
-#[cfg(test)]
-mod enstore_tests;
-#[cfg(test)]
-mod tape_tests;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@
 //! model: the locate is now counted from the end of the file last read, not its position, and
 //! file 1 starts at the beginning of tape.
 
-use super::*;
+use super::super::*;
 use crate::protocol::Direction;
 
 const FILE: u64 = 1_000;

@@ -1,7 +1,7 @@
 //! Typed values the rest of the broker can trust: built once from input by a `parse` constructor
 //! and never wrong afterwards.
 //!
-//! Typed values and shared data every layer may read, depending on nothing in the crate. `mod.rs`
+//! Typed values and shared data every layer may read, depending on nothing in the crate. `domain.rs`
 //! (`GroupPath`, `Fraction`, `RequestState`, `Class`: parsed once, then trusted; no OpenAPI schema
 //! and no wire shape of their own: `RequestState` has no serde at all, `Class` keeps serde for the
 //! share view document, and the API answers with its mirrors in `api/schemas.rs`), `tree.rs` (the

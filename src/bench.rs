@@ -6,7 +6,7 @@
 //! percentiles per round and the median over rounds. The load generator shares the machine's
 //! cores with the broker, so the figures are a floor, not a ceiling.
 //!
-//! `mssbroker bench` (`mod.rs`: the in-repo load benchmark and `--direct`), `ingest.rs` (`bench
+//! `mssbroker bench` (`bench.rs`: the in-repo load benchmark and `--direct`), `ingest.rs` (`bench
 //! ingest`: healthz baseline, single requests, batches, mean commit size, ratio), `backlog.rs`
 //! (`bench backlog --queued N`: memory, restart to first 202, release decision and explain cost,
 //! ingest with the backlog), `load.rs` (a broker started on a temporary database, concurrent

@@ -3,10 +3,10 @@
 
 use mss_adapters::sim::library::{LibraryConfig, Micros, Model, TapeDrive};
 
-use super::engine::{run, Arrival, Outcome};
-use super::{arrivals, library, simulate, RunSpec};
+use super::super::engine::{run, Arrival, Outcome};
+use super::super::{arrivals, library, simulate, RunSpec};
 use crate::domain::{GroupId, PolicySettings};
-use crate::test_fixture::TestConfig;
+use crate::tests::TestConfig;
 
 const SEC: u64 = 1_000_000;
 const GB: u64 = 1_000_000_000;

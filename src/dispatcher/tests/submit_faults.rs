@@ -17,15 +17,15 @@ use mss_adapters::{
     TransferStatus,
 };
 
-use super::cancels::Retries;
-use super::*;
+use super::super::cancels::Retries;
+use super::super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::mss::AdapterSettings;
 use crate::domain::RequestState;
 use crate::ledger::{CancelOutcome, LedgerOptions, NewRequest};
 use crate::live_settings::{ConfigStamp, LiveSettings};
-use crate::test_fixture::BASE;
+use crate::tests::BASE;
 
 /// The real adapter, with the database file moved away right after the MSS took a batch (the
 /// writer's identity check then fails the next COMMIT, as a full disk would), once, when armed.

@@ -1,7 +1,7 @@
 //! The `mssbroker` command line: raw flags (clap) turned into settings and actions. This is the
 //! binary's edge, so errors are `anyhow` with context, printed once by `main`.
 //!
-//! The clap commands (`mod.rs`: `Cli`, `Command`, `run`, `check-config`, `status`), one file per
+//! The clap commands (`cli.rs`: `Cli`, `Command`, `run`, `check-config`, `status`), one file per
 //! larger command: `bench.rs` (`bench`: today's flags without a subcommand, and `bench ingest` /
 //! `bench backlog`), `serve.rs` (`serve`: the one `LoadSettings` function (file, then the
 //! `--listen`/`--db` flags) used at start and at every reload, SIGHUP calling the reloader, the

@@ -8,7 +8,7 @@
 //! shipped). The full-size runs are the documented `simulate --compare`
 //! commands; their figures are in docs/volumes.md.
 
-use super::*;
+use super::super::*;
 use crate::config::{Settings, SHIPPED};
 use crate::trace::{generate, read_trace, GenParams};
 

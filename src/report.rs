@@ -7,7 +7,7 @@
 //! page all render a [`Report`].
 //!
 //! The rendering is pure; `read` and `read_file` query the ledger, and the bins are the ledger's
-//! own (`ledger::aggregates`), so `report` sits above the ledger in the layer picture. `mod.rs` (`Report` built from the hourly aggregates: per node, class and bucket;
+//! own (`ledger::aggregates`), so `report` sits above the ledger in the layer picture. `report.rs` (`Report` built from the hourly aggregates: per node, class and bucket;
 //! wait quantiles from merged histograms; `read`/`read_file` build one from the ledger's
 //! `ReportFigures`), `range.rs` (`parse_range`, and `parse_range_for` with a `BucketRule`: the
 //! page's charts default to hours up to 7 days), `render.rs` (table, per-bucket tables for

@@ -5,7 +5,7 @@
 //! Enstore model with 4 drives and its 60 s dismount delay; `[release.volumes]` as shipped but
 //! `max_volumes` = 2 (two of the four drives left for data taking).
 
-use super::*;
+use super::super::*;
 use crate::config::{Settings, SHIPPED};
 use crate::trace::{generate, read_trace, GenParams};
 

@@ -7,7 +7,7 @@
 //! errors (`EMFILE`) pause the loop briefly and are logged at most every few seconds. On
 //! shutdown the listener closes, idle connections close and requests in flight finish.
 //!
-//! The HTTP server. `mod.rs` (`serve`: the accept loop on hyper's http1 with axum's router as the
+//! The HTTP server. `server.rs` (`serve`: the accept loop on hyper's http1 with axum's router as the
 //! service; a semaphore of `max_connections`, the excess answered a plain 503 by at most 128 tasks
 //! at once; the header-read timeout; graceful shutdown; throttled accept errors), `idle.rs`
 //! (`Tracked` stream stamping its reads and writes, `Activity::handling` held while a request is
