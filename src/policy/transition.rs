@@ -9,6 +9,8 @@
 //! - **when and what is charged or refunded**: a request at its decision, a rider when its
 //!   carrier is decided ([`rider_charged_on_joining`]), and at the transfer's end the estimate
 //!   taken back at its own date and the actual charged then ([`settle`]);
+//! - **a rider takes its carrier's outcome**: what its riders become when a carrier is done,
+//!   fails for good, is retried or is cancelled ([`riders_follow`]);
 //! - **the re-prioritisation pass**: who is placed again and how ([`replaced`]), at most
 //!   [`REPRIORITISE_BATCH`] changes a pass, lowest ids first.
 //!
@@ -19,7 +21,7 @@ use std::time::Duration;
 
 use super::order::Candidate;
 use crate::domain::order::Coalesce;
-use crate::domain::RetrySettings;
+use crate::domain::{RequestState, RetrySettings};
 
 /// Most priority changes one re-prioritisation pass sends, lowest ids first (the dispatcher's
 /// pass and the simulator's alike).
@@ -111,6 +113,66 @@ pub fn settle(charged: Dated, actual: Option<u64>, now_ms: i64) -> Settlement {
     }
 }
 
+/// How a carrier's attempt ended, as its riders see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CarrierEnd<'e> {
+    /// Done, with the bytes it transferred.
+    Done(u64),
+    /// Failed for good (or the MSS refused it), with its error.
+    Failed(&'e str),
+    /// Failed an attempt, or the MSS lost one, and it is sent again.
+    Retried,
+    /// Cancelled without a result; `decided`: it had been released to the MSS side (else it
+    /// was queued in the broker, or held).
+    Cancelled { decided: bool },
+}
+
+/// What a carrier's riders become when its attempt ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RidersFollow {
+    /// Each ends in `state` with the carrier's `bytes` (`None`: nothing transferred) and
+    /// `error`, its charge settled as any request's ([`settle`]: its estimate taken back at
+    /// its own date, what the bytes are worth to its own group charged at the end).
+    Settle {
+        state: RequestState,
+        bytes: Option<u64>,
+        error: Option<String>,
+    },
+    /// They ride on, their charges and attempts as they are, and wait for its next start.
+    WaitOn,
+    /// The first (the oldest priority-class rider, else the oldest) takes the carrier's place
+    /// as a request of its own, in `state`: `accepted` (a transfer of its own, ready at once,
+    /// keeping its charge) for a decided carrier, else `queued` (its place in the broker's
+    /// queue, uncharged like any queued request); the others ride on it.
+    FirstTakesOver { state: RequestState },
+}
+
+/// What the riders of request `carrier` become when its attempt ends as `end`: they take its
+/// outcome (done or failed for good), wait on while it is retried, and one of them carries the
+/// file on when it is cancelled.
+pub fn riders_follow(carrier: i64, end: CarrierEnd) -> RidersFollow {
+    match end {
+        CarrierEnd::Done(bytes) => RidersFollow::Settle {
+            state: RequestState::Done,
+            bytes: Some(bytes),
+            error: None,
+        },
+        CarrierEnd::Failed(why) => RidersFollow::Settle {
+            state: RequestState::Failed,
+            bytes: None,
+            error: Some(format!("its carrier, request {carrier}, failed: {why}")),
+        },
+        CarrierEnd::Retried => RidersFollow::WaitOn,
+        CarrierEnd::Cancelled { decided } => RidersFollow::FirstTakesOver {
+            state: if decided {
+                RequestState::Accepted
+            } else {
+                RequestState::Queued
+            },
+        },
+    }
+}
+
 /// `c`, waiting at the MSS, as a re-prioritisation pass places it again: with no benefit of its
 /// own, since its charge is already in the usage.
 pub fn replaced(c: Candidate) -> Candidate {
@@ -175,5 +237,30 @@ mod tests {
             })
         );
         assert_eq!(settle(charged, None, 99).actual, None);
+    }
+
+    #[test]
+    fn riders_take_their_carriers_outcome_and_one_carries_on_after_a_cancel() {
+        let done = riders_follow(4, CarrierEnd::Done(9));
+        let RidersFollow::Settle { state, bytes, .. } = done else {
+            panic!("a done carrier's riders settle: {done:?}");
+        };
+        assert_eq!((state, bytes), (RequestState::Done, Some(9)));
+        let failed = riders_follow(4, CarrierEnd::Failed("tape"));
+        let RidersFollow::Settle {
+            state,
+            bytes,
+            error,
+        } = failed
+        else {
+            panic!("a failed carrier's riders settle: {failed:?}");
+        };
+        assert_eq!((state, bytes), (RequestState::Failed, None));
+        assert!(error.is_some_and(|e| e.contains("request 4") && e.contains("tape")));
+        assert_eq!(riders_follow(4, CarrierEnd::Retried), RidersFollow::WaitOn);
+        let takes_over = |decided| riders_follow(4, CarrierEnd::Cancelled { decided });
+        let state = |state| RidersFollow::FirstTakesOver { state };
+        assert_eq!(takes_over(true), state(RequestState::Accepted));
+        assert_eq!(takes_over(false), state(RequestState::Queued));
     }
 }

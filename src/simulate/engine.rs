@@ -21,7 +21,7 @@ use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, Maintained};
 use crate::policy::queue::HeldQueue;
 use crate::policy::reserve::PriorityDemand;
-use crate::policy::transition::AfterFailure;
+use crate::policy::transition::{AfterFailure, CarrierEnd};
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
 
@@ -453,10 +453,7 @@ impl<'a> Run<'a> {
                 continue;
             };
             let g = info.group;
-            let file = usize::try_from(info.id - 1)
-                .ok()
-                .and_then(|i| self.load.get(i))
-                .and_then(|a| a.file);
+            let file = self.file_of(info.id);
             let after_failure = match e.kind {
                 EventKind::Failed { retryable, .. } => self.retries.on_failure(&info, retryable),
                 _ => AfterFailure::Final,
@@ -473,13 +470,17 @@ impl<'a> Run<'a> {
                     self.priority_ended(&info);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
-                    self.carrier_ended(info.id, file, Some(bytes), e.at);
+                    self.carrier_ended(info.id, file, CarrierEnd::Done(bytes), e.at);
                 }
                 (EventKind::Failed { .. }, AfterFailure::Retry { attempt, after }) => {
                     self.retry_later(info, &e.key, e.at, (attempt, after));
                 }
                 (kind @ (EventKind::Failed { .. } | EventKind::Cancelled), _) => {
-                    if matches!(kind, EventKind::Failed { .. }) {
+                    let end = match &kind {
+                        EventKind::Failed { reason, .. } => CarrierEnd::Failed(reason),
+                        _ => CarrierEnd::Cancelled { decided: true },
+                    };
+                    if matches!(end, CarrierEnd::Failed(_)) {
                         self.out.failed += 1;
                     }
                     self.settle_charge(&info, None, e.at);
@@ -487,7 +488,7 @@ impl<'a> Run<'a> {
                     self.priority_ended(&info);
                     self.info.remove(&info.id);
                     self.volumes_ended(info.id);
-                    self.carrier_ended(info.id, file, None, e.at);
+                    self.carrier_ended(info.id, file, end, e.at);
                 }
             }
         }

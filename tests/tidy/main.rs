@@ -277,6 +277,25 @@ fn the_simulator_has_no_transition_rule_of_its_own() {
             assert_found(invariant, &format!("the simulator's call of {rule}"), &sim);
         }
     }
+    // A rider takes its carrier's outcome by one rule: both `carrier_ended`s ask
+    // `riders_follow`, and no other file words a rider's error.
+    for path in [
+        "src/ledger/writer/coalesce.rs",
+        "src/simulate/engine/coalesce.rs",
+    ] {
+        let body = fn_body(invariant, path, "carrier_ended");
+        let asks = (body.iter().copied())
+            .filter(|h| h.line.code.contains("riders_follow("))
+            .collect::<Vec<_>>();
+        assert_found(
+            invariant,
+            &format!("riders_follow( in {path}'s carrier_ended"),
+            &asks,
+        );
+    }
+    let worded =
+        (text("src", "its carrier, request").into_iter()).filter(|h| h.file.path != TRANSITIONS);
+    assert_none(invariant, worded.collect());
 }
 
 #[test]

@@ -42,7 +42,9 @@ use crate::domain::{Class, RequestState};
 use crate::ledger::read::parse_class;
 use crate::ledger::NewRequest;
 use crate::policy::order::is_fair;
-use crate::policy::transition::{may_carry, may_ride, CarrierView};
+use crate::policy::transition::{
+    may_carry, may_ride, riders_follow, CarrierEnd, CarrierView, RidersFollow,
+};
 use mss_adapters::Direction;
 
 /// Which reads may carry each file: the fingerprint of the file and its local copy to every
@@ -187,22 +189,18 @@ impl super::state::WriterState {
     }
 }
 
-/// How a carrier's attempt ended, for its riders.
-pub(super) enum CarrierEnd<'e> {
-    Done(u64),
-    Failed(&'e str),
-    /// Cancelled without a result: the transfer passes to a rider.
-    Cancelled,
-}
-
-impl<'e> CarrierEnd<'e> {
-    /// How a carrier that moved to the terminal `state` ended.
-    pub(super) fn of(state: RequestState, bytes: Option<u64>, error: Option<&'e str>) -> Self {
-        match (state, bytes) {
-            (RequestState::Done, Some(b)) => CarrierEnd::Done(b),
-            (RequestState::Failed, _) => CarrierEnd::Failed(error.unwrap_or("failed")),
-            _ => CarrierEnd::Cancelled,
-        }
+/// How a carrier that moved to the terminal `state` ended, for its riders (`decided`: it had
+/// been released to the MSS side).
+pub(super) fn carrier_end<'e>(
+    state: RequestState,
+    bytes: Option<u64>,
+    error: Option<&'e str>,
+    decided: bool,
+) -> CarrierEnd<'e> {
+    match (state, bytes) {
+        (RequestState::Done, Some(b)) => CarrierEnd::Done(b),
+        (RequestState::Failed, _) => CarrierEnd::Failed(error.unwrap_or("failed")),
+        _ => CarrierEnd::Cancelled { decided },
     }
 }
 
@@ -299,13 +297,13 @@ impl Txn<'_, '_> {
     pub(super) fn carrier_left(
         &mut self,
         carrier: i64,
-        (key, decided): (Option<u64>, bool),
+        key: Option<u64>,
         end: CarrierEnd,
     ) -> rusqlite::Result<()> {
         if let Some(key) = key {
             self.st.forget_carrier(key, carrier);
         }
-        self.carrier_ended(carrier, end, decided)
+        self.carrier_ended(carrier, end)
     }
 
     /// `carrier`, queued in the broker, was just decided and charged: so are its riders, each
@@ -342,32 +340,32 @@ impl Txn<'_, '_> {
         Ok(())
     }
 
-    /// `carrier`'s attempt ended: its riders follow (see the module's rules). `decided`: the
-    /// carrier had been released to the MSS side (else it was queued in the broker).
-    pub(super) fn carrier_ended(
-        &mut self,
-        carrier: i64,
-        end: CarrierEnd,
-        decided: bool,
-    ) -> rusqlite::Result<()> {
+    /// `carrier`'s attempt ended as `end`: its riders follow by the shared rule
+    /// (`policy::transition::riders_follow`, which the simulator's engine calls too).
+    pub(super) fn carrier_ended(&mut self, carrier: i64, end: CarrierEnd) -> rusqlite::Result<()> {
+        let follow = riders_follow(carrier, end);
+        if follow == RidersFollow::WaitOn {
+            return Ok(());
+        }
         let riders = self.riders(carrier)?;
         let Some((&first, rest)) = riders.split_first() else {
             return Ok(());
         };
-        match end {
-            CarrierEnd::Done(bytes) => {
+        match follow {
+            RidersFollow::Settle {
+                state,
+                bytes,
+                error,
+            } => {
                 for &id in &riders {
-                    self.settle_rider(id, RequestState::Done, Some(bytes), None)?;
+                    self.settle_rider(id, state, bytes, error.as_deref())?;
                 }
             }
-            CarrierEnd::Failed(why) => {
-                let why = format!("its carrier, request {carrier}, failed: {why}");
-                for &id in &riders {
-                    self.settle_rider(id, RequestState::Failed, None, Some(&why))?;
-                }
-            }
-            CarrierEnd::Cancelled if decided => self.promote(carrier, first, rest)?,
-            CarrierEnd::Cancelled => self.promote_queued(first, rest)?,
+            RidersFollow::WaitOn => {}
+            RidersFollow::FirstTakesOver {
+                state: RequestState::Queued,
+            } => self.promote_queued(first, rest)?,
+            RidersFollow::FirstTakesOver { .. } => self.promote(carrier, first, rest)?,
         }
         Ok(())
     }
@@ -411,17 +409,16 @@ impl Txn<'_, '_> {
     /// feasibility cap): a held request carries nothing (it may wait indefinitely), so its
     /// riders go on as if it had been cancelled in the queue.
     pub(super) fn carrier_held(&mut self, carrier: i64) -> rusqlite::Result<()> {
-        let riders = self.riders(carrier)?;
-        let Some((&first, rest)) = riders.split_first() else {
+        if !self.has_riders(carrier)? {
             return Ok(());
-        };
+        }
         let (file, local): (String, Option<String>) = self
             .tx
             .prepare_cached("SELECT file, local_file FROM requests WHERE id = ?1")?
             .query_row([carrier], |r| Ok((r.get(0)?, r.get(1)?)))?;
         self.st
             .forget_carrier(Carriers::key(&file, local.as_deref()), carrier);
-        self.promote_queued(first, rest)
+        self.carrier_ended(carrier, CarrierEnd::Cancelled { decided: false })
     }
 
     /// `first`'s carrier, still queued in the broker, was cancelled: `first` takes its place

@@ -6,7 +6,7 @@ use mss_adapters::{EventCursor, EventKind, MssEvent};
 use rusqlite::{params, OptionalExtension};
 use tracing::warn;
 
-use super::coalesce::{CarrierEnd, Carriers};
+use super::coalesce::{carrier_end, Carriers};
 use super::state::{Charge, Txn};
 use crate::domain::{Class, RequestState};
 use crate::ledger::aggregates::HourRow;
@@ -14,7 +14,9 @@ use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
 use crate::policy;
-use crate::policy::transition::{after_failure, final_failure, settle, AfterFailure, Dated};
+use crate::policy::transition::{
+    after_failure, final_failure, settle, AfterFailure, CarrierEnd, Dated,
+};
 
 /// The columns finalising needs.
 pub(super) struct Charged {
@@ -184,8 +186,8 @@ impl Txn<'_, '_> {
         self.key_finished(id)?;
         // Riders first: a promoted one joins this request's volume flight before it leaves.
         if row.outstanding() || matches!(row.state, RequestState::Queued | RequestState::Held) {
-            let end = CarrierEnd::of(state, actual_bytes, error);
-            self.carrier_left(id, (row.carrier_key, row.outstanding()), end)?;
+            let end = carrier_end(state, actual_bytes, error, row.outstanding());
+            self.carrier_left(id, row.carrier_key, end)?;
         }
         if row.outstanding() {
             self.occupy(&row.library, row.slots, false);
@@ -348,6 +350,7 @@ impl Txn<'_, '_> {
             )?
             .execute(params![id, self.now, reason])?;
         self.ready = true;
+        self.carrier_ended(id, CarrierEnd::Retried)?;
         Ok(true)
     }
 
@@ -379,7 +382,7 @@ impl Txn<'_, '_> {
             // Its caller cancelled while riders waited on the transfer (so the MSS was not
             // asked to cancel it): the riders take the result, the carrier is refunded.
             EventKind::Done { bytes } if row.cancel_requested && self.has_riders(id)? => {
-                self.carrier_ended(id, CarrierEnd::Done(*bytes), true)?;
+                self.carrier_ended(id, CarrierEnd::Done(*bytes))?;
                 self.finalize(id, &row, RequestState::Cancelled, None, None)?;
             }
             EventKind::Done { bytes } => {
@@ -395,7 +398,7 @@ impl Txn<'_, '_> {
                     && self.has_riders(id)? =>
             {
                 let why = final_failure(self.retry, row.attempt, reason);
-                self.carrier_ended(id, CarrierEnd::Failed(&why), true)?;
+                self.carrier_ended(id, CarrierEnd::Failed(&why))?;
                 self.finalize(id, &row, RequestState::Cancelled, None, None)?;
             }
             // A cancel was asked while it was at the MSS, which answers with a failure (EOS
@@ -490,7 +493,7 @@ impl Txn<'_, '_> {
                 self.moved(row.class, Some(row.state), RequestState::Accepted);
                 self.tally(row, RequestState::Accepted);
                 self.ready = true;
-                Ok(())
+                self.carrier_ended(id, CarrierEnd::Retried)
             }
             AfterFailure::Final => {
                 let why = final_failure(self.retry, row.attempt, reason);

@@ -1,5 +1,5 @@
 //! Duplicate reads coalesce in virtual time by the writer's own rules
-//! (`policy::transition`: `may_carry`, `may_ride`, `rider_charged_on_joining`, which
+//! (`policy::transition`: `may_carry`, `may_ride`, `rider_charged_on_joining`, `riders_follow`, which
 //! `ledger::writer::coalesce` calls; docs/coalescing.md): a read of a file another read is
 //! transferring, or waits in the broker's queue to, rides on it. It is decided when it arrives,
 //! charged to its own group when its carrier is (at once if the carrier is decided, else at the
@@ -12,8 +12,12 @@ use mss_adapters::sim::library::Micros;
 
 use super::{Arrival, Candidate, Decision, Info, Run};
 use crate::domain::order::Coalesce;
+use crate::domain::RequestState;
 use crate::policy::order::place;
-use crate::policy::transition::{may_carry, may_ride, rider_charged_on_joining, CarrierView};
+use crate::policy::transition::{
+    may_carry, may_ride, rider_charged_on_joining, riders_follow, CarrierEnd, CarrierView,
+    RidersFollow,
+};
 
 /// A request riding on another's transfer.
 #[derive(Debug, Clone, Copy)]
@@ -139,16 +143,10 @@ impl Run<'_> {
         }
     }
 
-    /// Carrier `id` failed an attempt and will be sent again: a read riding on it from now
-    /// waits for its next start.
-    pub(super) fn carrier_waits_again(&mut self, id: i64) {
-        let file = usize::try_from(id - 1)
-            .ok()
-            .and_then(|i| self.load.get(i))
-            .and_then(|a| a.file);
-        if let Some(c) = self.carrier_mut(id, file) {
-            c.started = false;
-        }
+    /// The file request `id` reads, if it is a read of a known file.
+    pub(super) fn file_of(&self, id: i64) -> Option<u64> {
+        let i = usize::try_from(id - 1).ok()?;
+        self.load.get(i)?.file
     }
 
     /// Carrier `id` (of `file`) started at `at`: its riders' waits end.
@@ -175,11 +173,40 @@ impl Run<'_> {
         self.no_longer_waiting(g);
     }
 
-    /// Carrier `id` (of `file`) ended at `at`, done with `bytes` or not: so do its riders.
+    /// Carrier `id`'s (of `file`) attempt ended at `at` as `end`: its riders follow by the
+    /// writer's own rule (`policy::transition::riders_follow`).
     pub(super) fn carrier_ended(
         &mut self,
         id: i64,
         file: Option<u64>,
+        end: CarrierEnd,
+        at: Micros,
+    ) {
+        match riders_follow(id, end) {
+            // A read riding on it from now waits for its next start.
+            RidersFollow::WaitOn => {
+                if let Some(c) = self.carrier_mut(id, file) {
+                    c.started = false;
+                }
+            }
+            RidersFollow::Settle { state, bytes, .. } => {
+                self.riders_settle(id, file, state, bytes, at);
+            }
+            // The engine cancels nothing (its library reports a cancel only when asked), so no
+            // carrier ends so; were one to, its riders would be counted failed, not carried on.
+            RidersFollow::FirstTakesOver { .. } => {
+                self.riders_settle(id, file, RequestState::Failed, None, at);
+            }
+        }
+    }
+
+    /// Carrier `id` (of `file`) carries no more: its riders end in `state` at `at`, done with
+    /// `bytes` or not (the simulator keeps no error texts).
+    fn riders_settle(
+        &mut self,
+        id: i64,
+        file: Option<u64>,
+        state: RequestState,
         bytes: Option<u64>,
         at: Micros,
     ) {
@@ -201,10 +228,9 @@ impl Run<'_> {
                 self.no_longer_waiting(g);
             }
             self.settle_charge(&r.info, bytes, at);
-            match bytes {
-                Some(bytes) => self.done(g, bytes, at),
-                // The engine cancels nothing: its carrier failed for good, so does it.
-                None => self.out.failed += 1,
+            match (state, bytes) {
+                (RequestState::Done, Some(bytes)) => self.done(g, bytes, at),
+                _ => self.out.failed += 1,
             }
         }
     }

@@ -16,7 +16,7 @@ use mss_adapters::sim::library::Micros;
 
 use super::{transfer, Info, Run};
 use crate::domain::RetrySettings;
-use crate::policy::transition::{after_failure, AfterFailure};
+use crate::policy::transition::{after_failure, AfterFailure, CarrierEnd};
 
 /// The failed attempts waiting out their backoff.
 #[derive(Debug)]
@@ -55,7 +55,8 @@ impl Run<'_> {
         if let Some(i) = self.info.get_mut(&info.id) {
             i.attempt = attempt;
         }
-        self.carrier_waits_again(info.id);
+        let file = self.file_of(info.id);
+        self.carrier_ended(info.id, file, CarrierEnd::Retried, at);
         self.retries.due.insert((due, info.id), priority);
         self.out.retried += 1;
     }
