@@ -1,5 +1,5 @@
 //! One placement (`policy::order::place`) per policy at 10, 100 and 1,000 groups, three ways:
-//! from a kept standing that is current (`placement`), from a fresh `Standing`
+//! from a kept standing that is current (`placement`), from a fresh `ShareSnapshot`
 //! (`placement_fresh`, the figure of the first measurement) and after a charge at a new instant
 //! (`placement_after_charge`). The configuration is the shipped one with its `[shares]` replaced by a generated
 //! two-level tree (parents of ten leaves each) and `policy.algorithm` set, parsed through
@@ -14,7 +14,7 @@ use mssbroker::config::{Settings, EMBEDDED};
 use mssbroker::domain::order::Qos;
 use mssbroker::domain::PolicySettings;
 use mssbroker::policy::fbsng::Queues;
-use mssbroker::policy::order::{place, Candidate, Maintained, Standing};
+use mssbroker::policy::order::{place, Candidate, ShareSnapshot, ShareSnapshotCache};
 use mssbroker::shares::UsageBook;
 
 const POLICIES: [&str; 4] = ["sam", "fair_tree", "multifactor", "fbsng"];
@@ -87,7 +87,7 @@ fn fixture(algorithm: &str, leaves: usize) -> Fixture {
 
 const NOW: i64 = 3_600_000;
 
-/// `placement`: one `place` from a kept standing (`policy::order::Maintained`, current: no
+/// `placement`: one `place` from a kept standing (`policy::order::ShareSnapshotCache`, current: no
 /// charge since it was computed, same instant), what the simulator pays for each decision of
 /// one instant after the first.
 fn placement(c: &mut Criterion) {
@@ -95,10 +95,10 @@ fn placement(c: &mut Criterion) {
     for algorithm in POLICIES {
         for leaves in SIZES {
             let f = fixture(algorithm, leaves);
-            let mut kept = Maintained::default();
+            let mut kept = ShareSnapshotCache::default();
             group.bench_with_input(BenchmarkId::new(algorithm, leaves), &leaves, |b, _| {
                 b.iter(|| {
-                    let s = kept.standing(&f.policy, &f.book, &f.queues, NOW);
+                    let s = kept.snapshot(&f.policy, &f.book, &f.queues, NOW);
                     black_box(place(&f.policy.order, &s, black_box(&f.candidate), NOW))
                 })
             });
@@ -107,7 +107,7 @@ fn placement(c: &mut Criterion) {
     group.finish();
 }
 
-/// `placement_fresh`: one `place` with a fresh `Standing` per call (usage summed and, for
+/// `placement_fresh`: one `place` with a fresh `ShareSnapshot` per call (usage summed and, for
 /// fair_tree and multifactor, the tree ranked in every call), what the ledger writer does per
 /// decision today.
 fn placement_fresh(c: &mut Criterion) {
@@ -117,7 +117,7 @@ fn placement_fresh(c: &mut Criterion) {
             let f = fixture(algorithm, leaves);
             group.bench_with_input(BenchmarkId::new(algorithm, leaves), &leaves, |b, _| {
                 b.iter(|| {
-                    let s = Standing::new(&f.policy, f.book.at(NOW), &f.queues);
+                    let s = ShareSnapshot::new(&f.policy, f.book.at(NOW), &f.queues);
                     black_box(place(&f.policy.order, &s, black_box(&f.candidate), NOW))
                 })
             });
@@ -135,13 +135,13 @@ fn placement_after_charge(c: &mut Criterion) {
     for algorithm in POLICIES {
         for leaves in SIZES {
             let mut f = fixture(algorithm, leaves);
-            let mut kept = Maintained::default();
+            let mut kept = ShareSnapshotCache::default();
             let mut now = NOW;
             group.bench_with_input(BenchmarkId::new(algorithm, leaves), &leaves, |b, _| {
                 b.iter(|| {
                     now += 1;
                     f.book.add(f.candidate.group, 1, now);
-                    let s = kept.standing(&f.policy, &f.book, &f.queues, now);
+                    let s = kept.snapshot(&f.policy, &f.book, &f.queues, now);
                     black_box(place(&f.policy.order, &s, black_box(&f.candidate), now))
                 })
             });

@@ -9,10 +9,10 @@
 //! weighted factors onto an MSS priority band; `Multifactor::place`, its arm of `place`),
 //! `fbsng.rs` (the FBSNG design note's queue priorities: `Queues::started`, `holds`, `order`;
 //! `pick_section` for the section gap; `place`, its arm), `order.rs` (`OrderSettings`, `Candidate`,
-//! `Standing` (usage, lazily the Fair Tree, FBSNG queues), `Maintained` (`U` and the Fair Tree kept
+//! `ShareSnapshot` (usage, lazily the Fair Tree, FBSNG queues), `ShareSnapshotCache` (`U` and the Fair Tree kept
 //! between decisions while the book's generation and, for decaying models, the instant are
 //! unchanged), `place`: the MSS priority, class, held-mode score and `Explain` of a request under
-//! the configured policy, with the starvation bound; each policy's `Arm` comes from its module,
+//! the configured policy, with the starvation bound; each policy's `FairPlacement` comes from its module,
 //! SAM's and Fair Tree's from `sam_arm`/`fair_tree_arm` here), `queue.rs` (`HeldQueue`: waiting
 //! requests per library and group, `pick` the next to release, `placement` of one for explain;
 //! `queue/run.rs`: one group's requests in id order, in chunks of 32 compact `Waiting`s that

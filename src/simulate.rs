@@ -11,7 +11,7 @@
 //! The what-if simulator (`mssbroker simulate`, docs/simulation.md), pure (the CLI reads the
 //! configuration and the trace). `engine.rs` (the discrete-event loop in virtual microseconds:
 //! arrivals classified by `policy::classify`, `place`, `HeldQueue::pick`, `UsageBook` read through
-//! `policy::order::Maintained`, FBSNG `Queues` against `mss_adapters::sim::library::Library` with
+//! `policy::order::ShareSnapshotCache`, FBSNG `Queues` against `mss_adapters::sim::library::Library` with
 //! `forget_finished`; `Outcome`, with each request's `Decision` (group, class, MSS priority) for
 //! the replay test `tests/api/replay.rs`; also the policy tests' engine; `Run::settle` re-dates a
 //! request's charge to its transfer's end, as the writer's `settle::finalize` does),
@@ -24,20 +24,20 @@
 //! attempt with attempts left waits out `RetrySettings::backoff` keeping its charge, slots, volume
 //! flight and riders, and is sent again at its last priority, as the writer's `settle.rs` `failed`
 //! does; `--failure-rate`), `tradeoff.rs` (the `--sweep` chart: mounts per TB against p95 wait,
-//! SVG), `tests/volumes_goals.rs` (issue 16's goals on a generated trace, a test), `at_library.rs`
+//! SVG), `tests/volumes_goals.rs` (issue 16's goals on a generated trace, a test), `pending_at_library.rs`
 //! (fair-share requests pending at the library per group by priority, so a re-prioritisation
 //! touches only what changes; a pass sends at most the dispatcher's `REPRIORITISE_BATCH` changes,
 //! lowest ids first, as `serve` does: a k-way merge of the sorted buckets for the group policies;
-//! for multifactor, which places each request itself, `at_library/placed.rs` keeps each pending
+//! for multifactor, which places each request itself, `pending_at_library/placed.rs` keeps each pending
 //! request with the time its priority holds until, from `policy::order::mss_priority_until`, and a
 //! pass places only those due, those over the last cap, or all when a group's Fair Tree rank
 //! moved), `baseline.rs` (`fifo` and `weighted_random`, comparison only, a pick beside
 //! `HeldQueue::pick`), `report.rs` (the JSON report, the share error windows over the saturated
 //! part, nearest-rank waits, the table), `simulate.rs` (trace to arrivals, `simulate`, `SimError`).
 
-mod at_library;
 pub mod baseline;
 pub mod engine;
+mod pending_at_library;
 pub mod report;
 pub mod tradeoff;
 

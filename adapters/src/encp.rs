@@ -76,7 +76,7 @@
 //! output is there before encp runs (refused at attempt 1, done at a later one when it is a regular
 //! file of exactly the declared size: the earlier attempt's copy); `invocation.rs`: the pure
 //! command line (`operand` refuses a leading `-`: encp's parser does not honour `--`);
-//! `outcome.rs`: the pure `outcome` (what the run `Said`: its `STATUS=` name, an option its build
+//! `outcome.rs`: the pure `outcome` (what the run `RunOutput`: its `STATUS=` name, an option its build
 //! refused, to an event; `done_unless_directory`); `adapter.rs`: the adapter (a semaphore of
 //! `max_processes`, runs and finished runs in memory); `watch.rs`: one watcher task per run (start,
 //! the LM ticket's unique id and "copied successfully" from stdout, the STATUS line from stderr,
@@ -109,7 +109,7 @@ pub use config::{
 };
 pub use invocation::{invocation, Invocation};
 pub use local::STATION;
-pub use outcome::{done_unless_directory, outcome, Exit, Said};
+pub use outcome::{done_unless_directory, outcome, Exit, RunOutput};
 pub use status::DEFAULT_FATAL_STATUSES;
 
 #[cfg(test)]

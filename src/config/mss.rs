@@ -21,7 +21,7 @@ mod lookup;
 
 pub(super) use checks::check_against_policy;
 
-use super::raw::int;
+use super::raw::default_int;
 use super::{parse_addr, positive, Issues};
 use crate::domain::mss::{AdapterSettings, MssSettings, SimulatorSettings};
 use crate::domain::RetrySettings;
@@ -34,13 +34,13 @@ pub(super) struct RawMss {
     adapter: String,
     #[serde(default)]
     url: Option<String>,
-    #[serde(default = "int::<10_000>")]
+    #[serde(default = "default_int::<10_000>")]
     timeout_ms: i64,
-    #[serde(default = "int::<5_000>")]
+    #[serde(default = "default_int::<5_000>")]
     submit_rate_per_sec: i64,
-    #[serde(default = "int::<500>")]
+    #[serde(default = "default_int::<500>")]
     submit_burst: i64,
-    #[serde(default = "int::<256>")]
+    #[serde(default = "default_int::<256>")]
     submit_batch: i64,
     /// Absent: `RetrySettings::DEFAULT`'s, the one statement of the default.
     #[serde(default)]
@@ -51,9 +51,9 @@ pub(super) struct RawMss {
     /// Absent: `RetrySettings::DEFAULT`'s, the one statement of the default.
     #[serde(default)]
     retry_max_ms: Option<i64>,
-    #[serde(default = "int::<1_000>")]
+    #[serde(default = "default_int::<1_000>")]
     event_wait_ms: i64,
-    #[serde(default = "int::<600_000>")]
+    #[serde(default = "default_int::<600_000>")]
     stale_after_ms: i64,
     #[serde(default)]
     simulator: Option<RawSimulator>,

@@ -1,6 +1,6 @@
 //! The configuration file as read, before validation: one struct per table, unknown keys
 //! refused. Every default is stated once: in the `impl Default` of a table whose keys are all
-//! optional (`#[serde(default)]` on the struct), or at the field with [`int`] or a named
+//! optional (`#[serde(default)]` on the struct), or at the field with [`default_int`] or a named
 //! function where the table also has required keys.
 
 use std::collections::BTreeMap;
@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::mss::RawMss;
 use super::order::{RawFbsng, RawMultifactor, RawRelease};
 
-/// An integer default stated at its field: `#[serde(default = "int::<512>")]`.
-pub(super) fn int<const N: i64>() -> i64 {
+/// An integer default stated at its field: `#[serde(default = "default_int::<512>")]`.
+pub(super) fn default_int<const N: i64>() -> i64 {
     N
 }
 

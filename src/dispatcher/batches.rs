@@ -7,7 +7,7 @@ use crate::ledger::ToSubmit;
 /// full and ends inside a run of one volume's consecutive `release_seq`s, that run waits for the
 /// next call, so a batch reaches the MSS in one call (unless it alone fills a call: then it goes
 /// in order over several).
-pub(super) fn whole(mut ready: Vec<ToSubmit>, limit: usize) -> Vec<ToSubmit> {
+pub(super) fn keep_batches_whole(mut ready: Vec<ToSubmit>, limit: usize) -> Vec<ToSubmit> {
     if ready.len() < limit || ready.is_empty() {
         return ready;
     }
@@ -63,16 +63,16 @@ mod tests {
             ready(4, Some("VB"), Some(9)),
             ready(5, Some("VB"), Some(10)),
         ];
-        assert_eq!(ids(&whole(mixed.clone(), 5)), [1, 2, 3]);
-        assert_eq!(ids(&whole(mixed.clone(), 6)), [1, 2, 3, 4, 5]);
-        assert_eq!(ids(&whole(mixed[..3].to_vec(), 3)), [1]);
+        assert_eq!(ids(&keep_batches_whole(mixed.clone(), 5)), [1, 2, 3]);
+        assert_eq!(ids(&keep_batches_whole(mixed.clone(), 6)), [1, 2, 3, 4, 5]);
+        assert_eq!(ids(&keep_batches_whole(mixed[..3].to_vec(), 3)), [1]);
         let one_batch = mixed[3..].to_vec();
-        assert_eq!(ids(&whole(one_batch, 2)), [4, 5]);
+        assert_eq!(ids(&keep_batches_whole(one_batch, 2)), [4, 5]);
         // Not consecutive numbers: two batches of one volume, the first kept.
         let two = vec![ready(6, Some("VA"), Some(1)), ready(7, Some("VA"), Some(3))];
-        assert_eq!(ids(&whole(two, 2)), [6]);
+        assert_eq!(ids(&keep_batches_whole(two, 2)), [6]);
         let plain = vec![ready(8, None, None), ready(9, Some("VA"), None)];
-        assert_eq!(ids(&whole(plain, 2)), [8, 9]);
-        assert!(whole(Vec::new(), 0).is_empty());
+        assert_eq!(ids(&keep_batches_whole(plain, 2)), [8, 9]);
+        assert!(keep_batches_whole(Vec::new(), 0).is_empty());
     }
 }

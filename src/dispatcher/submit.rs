@@ -29,7 +29,8 @@ impl Dispatcher {
             r.min(self.settings.submit_batch)
         });
         let now = self.clock.now_ms();
-        let mut ready = batches::whole(self.ledger.to_submit(0, now, limit).await?, limit);
+        let mut ready =
+            batches::keep_batches_whole(self.ledger.to_submit(0, now, limit).await?, limit);
         if ready.is_empty() {
             return Ok(Step::Idle);
         }

@@ -14,7 +14,7 @@ use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use super::{NewPriority, QueuedPlacement, RankInputs};
 use crate::domain::PolicySettings;
 use crate::policy::fbsng::Queues;
-use crate::policy::order::{place, Standing};
+use crate::policy::order::{place, ShareSnapshot};
 use crate::policy::queue::{HeldQueue, RankKey};
 use crate::policy::reserve::{reservation, PriorityDemand};
 use crate::policy::transition::replaced;
@@ -160,7 +160,7 @@ pub(super) fn explain_queued(
         return Ok(None);
     };
     let usage = memory.usage_at(now);
-    let standing = Standing::new(policy, usage.at(now), &memory.queues);
+    let standing = ShareSnapshot::new(policy, usage.at(now), &memory.queues);
     let p = place(&policy.order, &standing, &candidate, now);
     let volume = if policy.order.volumes() {
         let at = (&candidate, volume.as_deref(), unanswered);
@@ -202,7 +202,7 @@ pub(super) fn reprioritise(
          AND class != 'priority' AND release_seq IS NULL ORDER BY id"
     ))?;
     let usage = memory.usage_at(now);
-    let standing = Standing::new(policy, usage.at(now), &memory.queues);
+    let standing = ShareSnapshot::new(policy, usage.at(now), &memory.queues);
     let mut out = Vec::new();
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {

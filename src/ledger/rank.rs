@@ -19,7 +19,7 @@ use tracing::warn;
 
 use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use super::{CommitObserver, Ledger, LedgerError, PositionBasis};
-use crate::policy::order::Standing;
+use crate::policy::order::ShareSnapshot;
 use crate::policy::queue::{Place, RankKey, Ranking, RankingBuilder};
 
 /// A ranking is reused for at least this long.
@@ -145,7 +145,7 @@ impl Ledger {
         let ranking = self
             .reads
             .run(move |conn| {
-                let standing = Standing::new(&policy, inputs.usage, &inputs.queues);
+                let standing = ShareSnapshot::new(&policy, inputs.usage, &inputs.queues);
                 let mut ranking = RankingBuilder::new(&policy.order, &standing, inputs.now_ms);
                 let mut stmt = conn.prepare_cached(&format!(
                     "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued'"

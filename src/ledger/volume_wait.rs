@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use crate::domain::PolicySettings;
-use crate::policy::order::{is_fair, Candidate, Standing};
+use crate::policy::order::{is_fair, Candidate, ShareSnapshot};
 use crate::policy::queue::Ranking;
 use crate::policy::volumes::{locating as locating_rule, rule, Eligibility};
 use crate::shares::UsageLookup;
@@ -53,7 +53,7 @@ pub struct VolumeWait {
 pub(super) fn volume_wait<U: UsageLookup>(
     c: &Connection,
     policy: &PolicySettings,
-    standing: &Standing<'_, U>,
+    standing: &ShareSnapshot<'_, U>,
     (request, volume, unanswered): (&Candidate, Option<&str>, bool),
     now: i64,
 ) -> rusqlite::Result<VolumeWait> {
@@ -146,7 +146,7 @@ fn volumes_in_flight(
 fn group_place<U: UsageLookup>(
     c: &Connection,
     policy: &PolicySettings,
-    standing: &Standing<'_, U>,
+    standing: &ShareSnapshot<'_, U>,
     request: &Candidate,
     now: i64,
 ) -> rusqlite::Result<(Option<usize>, usize)> {

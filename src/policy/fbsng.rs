@@ -29,7 +29,7 @@
 
 pub use crate::domain::order::QueueParams;
 
-use super::order::{Arm, Detail};
+use super::order::{Detail, FairPlacement};
 
 impl Default for QueueParams {
     fn default() -> Self {
@@ -115,9 +115,14 @@ pub struct Section {
 /// FBSNG's placement of a request whose group's queue has `queue_priority`: its priority
 /// above the `lowest` queue's, from the band's low end, capped at its high end; in held mode
 /// the queue priority is the score. `passed` is the request's section priority, for explain.
-pub(super) fn place(band: [i64; 2], queue_priority: i64, lowest: i64, passed: u32) -> Arm {
+pub(super) fn place(
+    band: [i64; 2],
+    queue_priority: i64,
+    lowest: i64,
+    passed: u32,
+) -> FairPlacement {
     let [low, high] = band;
-    Arm {
+    FairPlacement {
         mss_priority: low
             .saturating_add(queue_priority.saturating_sub(lowest))
             .min(high),

@@ -17,7 +17,7 @@
 
 pub use crate::domain::order::{Multifactor, Qos, SizeFavours};
 
-use super::order::{Arm, Candidate, Detail};
+use super::order::{Candidate, Detail, FairPlacement};
 
 impl Qos {
     pub fn parse(s: &str) -> Option<Qos> {
@@ -88,10 +88,10 @@ impl Multifactor {
         (rank, leaves): (u32, u32),
         c: &Candidate,
         waited_ms: i64,
-    ) -> Arm {
+    ) -> FairPlacement {
         let factors = self.factors(&Self::inputs((rank, leaves), c, waited_ms));
         let score = self.score(&factors);
-        Arm {
+        FairPlacement {
             mss_priority: self.mss_priority(score),
             score,
             detail: Detail::Multifactor {

@@ -133,19 +133,19 @@ pub struct Candidate {
 }
 
 /// The group-level figures one ordering reads at one instant. The Fair Tree is computed on
-/// first use (or kept by a [`Maintained`] across the decisions it stays valid for).
-pub struct Standing<'a, U: UsageLookup> {
+/// first use (or kept by a [`ShareSnapshotCache`] across the decisions it stays valid for).
+pub struct ShareSnapshot<'a, U: UsageLookup> {
     pub policy: &'a PolicySettings,
     pub usage: U,
     pub queues: &'a Queues,
     tree: OnceCell<FairTree>,
-    /// A [`Maintained`]'s tree, used instead of `tree` when given.
+    /// A [`ShareSnapshotCache`]'s tree, used instead of `tree` when given.
     kept: Option<&'a OnceCell<FairTree>>,
 }
 
-impl<'a, U: UsageLookup> Standing<'a, U> {
+impl<'a, U: UsageLookup> ShareSnapshot<'a, U> {
     pub fn new(policy: &'a PolicySettings, usage: U, queues: &'a Queues) -> Self {
-        Standing {
+        ShareSnapshot {
             policy,
             usage,
             queues,
@@ -203,24 +203,24 @@ fn tree_of(policy: &PolicySettings, usage: &impl UsageLookup) -> FairTree {
 /// charge, a load, a rebase, a roll) or, under a model where usage moves with time alone, the
 /// instant did. So the decisions of one instant with no charge between them share one
 /// computation, and a cumulative book's `U` is never summed. The values are the ones a fresh
-/// [`Standing`] computes (a property test checks), so decisions stay exact.
+/// [`ShareSnapshot`] computes (a property test checks), so decisions stay exact.
 #[derive(Debug, Default)]
-pub struct Maintained {
+pub struct ShareSnapshotCache {
     /// (book generation, instant or 0 when usage does not move with time) of what is kept.
     key: Option<(u64, i64)>,
     fair_total: u128,
     tree: OnceCell<FairTree>,
 }
 
-impl Maintained {
+impl ShareSnapshotCache {
     /// The standing at `now_ms`, from what is kept when it is still current.
-    pub fn standing<'a>(
+    pub fn snapshot<'a>(
         &'a mut self,
         policy: &'a PolicySettings,
         book: &'a UsageBook,
         queues: &'a Queues,
         now_ms: i64,
-    ) -> Standing<'a, BookAt<'a>> {
+    ) -> ShareSnapshot<'a, BookAt<'a>> {
         let instant = if book.moves_with_time() { now_ms } else { 0 };
         let key = (book.generation(), instant);
         if self.key != Some(key) {
@@ -228,7 +228,7 @@ impl Maintained {
             self.fair_total = book.at(now_ms).fair_total();
             self.tree = OnceCell::new();
         }
-        Standing {
+        ShareSnapshot {
             policy,
             usage: book.at_with_total(now_ms, self.fair_total),
             queues,
@@ -315,7 +315,7 @@ pub enum Detail {
 /// Where request `c` goes now.
 pub fn place<U: UsageLookup>(
     order: &OrderSettings,
-    standing: &Standing<'_, U>,
+    standing: &ShareSnapshot<'_, U>,
     c: &Candidate,
     now_ms: i64,
 ) -> Placement {
@@ -347,8 +347,8 @@ pub fn place<U: UsageLookup>(
     let sam = super::sam::decide(policy, &standing.usage, c.group, c.benefit);
     let band = [order.band_low, order.band_high];
     let arm = match &order.algorithm {
-        Algorithm::Sam => sam_arm(standing, c, sam.mss_priority, sam.class == Class::Front),
-        Algorithm::FairTree => fair_tree_arm(band, standing.rank(c.group)),
+        Algorithm::Sam => sam_placement(standing, c, sam.mss_priority, sam.class == Class::Front),
+        Algorithm::FairTree => fair_tree_placement(band, standing.rank(c.group)),
         Algorithm::Multifactor(m) => m.place(band, standing.rank(c.group), c, waited_ms),
         Algorithm::Fbsng => super::fbsng::place(
             band,
@@ -357,7 +357,7 @@ pub fn place<U: UsageLookup>(
             c.passed,
         ),
     };
-    let Arm {
+    let FairPlacement {
         mss_priority,
         score,
         detail,
@@ -393,7 +393,7 @@ pub fn place<U: UsageLookup>(
 /// the starvation bound; a group-level policy's may change at the next millisecond.
 pub fn mss_priority_until<U: UsageLookup>(
     order: &OrderSettings,
-    standing: &Standing<'_, U>,
+    standing: &ShareSnapshot<'_, U>,
     c: &Candidate,
     now_ms: i64,
 ) -> (i64, Option<i64>) {
@@ -416,19 +416,19 @@ pub fn mss_priority_until<U: UsageLookup>(
 
 /// What one policy says of a fair-share request: its MSS priority, its score in the broker's
 /// queue (held mode: higher is released first) and its figures for explain.
-pub(super) struct Arm {
+pub(super) struct FairPlacement {
     pub mss_priority: i64,
     pub score: f64,
     pub detail: Detail,
 }
 
 /// SAM: front or back as [`super::sam::decide`] said, with the fractions it compared.
-fn sam_arm<U: UsageLookup>(
-    standing: &Standing<'_, U>,
+fn sam_placement<U: UsageLookup>(
+    standing: &ShareSnapshot<'_, U>,
     c: &Candidate,
     mss_priority: i64,
     front: bool,
-) -> Arm {
+) -> FairPlacement {
     let usage = &standing.usage;
     let add = u128::from(c.benefit).saturating_mul(usage.unit());
     let own = crate::shares::sam::standing_value(standing.policy, usage, c.group);
@@ -438,7 +438,7 @@ fn sam_arm<U: UsageLookup>(
         GroupKind::FairShare { share } => share.num() as f64 / share.den() as f64,
         GroupKind::Priority { .. } => 0.0,
     };
-    Arm {
+    FairPlacement {
         mss_priority,
         score: f64::from(u8::from(front)),
         detail: Detail::Sam {
@@ -458,12 +458,12 @@ fn sam_arm<U: UsageLookup>(
 
 /// Fair Tree: rank `r` of `N` leaves onto the band,
 /// `band_low + round((r - 1) * (band_high - band_low) / (N - 1))`.
-fn fair_tree_arm(band: [i64; 2], (rank, leaves): (u32, u32)) -> Arm {
+fn fair_tree_placement(band: [i64; 2], (rank, leaves): (u32, u32)) -> FairPlacement {
     let [low, high] = band;
     let step = i128::from(rank.saturating_sub(1)) * i128::from(high - low);
     let denom = i128::from(leaves.saturating_sub(1).max(1));
     let p = low + ((2 * step + denom) / (2 * denom)) as i64;
-    Arm {
+    FairPlacement {
         mss_priority: p.min(high),
         score: f64::from(rank) / f64::from(leaves),
         detail: Detail::FairTree {

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use super::fbsng::{pick_section, Section};
-use super::order::{place, Algorithm, Candidate, OrderSettings, Placement, Standing};
+use super::order::{place, Algorithm, Candidate, OrderSettings, Placement, ShareSnapshot};
 use crate::domain::order::Multifactor;
 use crate::domain::GroupId;
 use crate::shares::UsageLookup;
@@ -223,7 +223,7 @@ impl HeldQueue {
     pub fn pick<U: UsageLookup>(
         &self,
         order: &OrderSettings,
-        standing: &Standing<'_, U>,
+        standing: &ShareSnapshot<'_, U>,
         library: &str,
         free: u32,
         now_ms: i64,
@@ -250,7 +250,7 @@ impl HeldQueue {
     fn pick_multifactor<U: UsageLookup>(
         &self,
         m: &Multifactor,
-        (order, standing): (&OrderSettings, &Standing<'_, U>),
+        (order, standing): (&OrderSettings, &ShareSnapshot<'_, U>),
         (lib, library): (u32, &str),
         free: u32,
         now_ms: i64,
@@ -295,7 +295,7 @@ impl HeldQueue {
     pub(crate) fn pick_by_scan<U: UsageLookup>(
         &self,
         order: &OrderSettings,
-        standing: &Standing<'_, U>,
+        standing: &ShareSnapshot<'_, U>,
         library: &str,
         free: u32,
         now_ms: i64,
@@ -314,7 +314,7 @@ impl HeldQueue {
     pub fn placement<U: UsageLookup>(
         &self,
         order: &OrderSettings,
-        standing: &Standing<'_, U>,
+        standing: &ShareSnapshot<'_, U>,
         id: i64,
         now_ms: i64,
     ) -> Option<Placement> {
@@ -337,7 +337,7 @@ fn oldest_starved(
 }
 
 fn pick_fbsng<U: UsageLookup>(
-    (order, standing): (&OrderSettings, &Standing<'_, U>),
+    (order, standing): (&OrderSettings, &ShareSnapshot<'_, U>),
     (library, groups): (&str, &BTreeMap<GroupId, Run>),
     free: u32,
     now_ms: i64,
@@ -371,7 +371,7 @@ fn pick_fbsng<U: UsageLookup>(
 /// The pick among `candidates`: the highest score, the smallest id on a tie; none if it does
 /// not fit in `free` slots.
 fn best_of<U: UsageLookup>(
-    (order, standing): (&OrderSettings, &Standing<'_, U>),
+    (order, standing): (&OrderSettings, &ShareSnapshot<'_, U>),
     candidates: impl IntoIterator<Item = Candidate>,
     free: u32,
     now_ms: i64,
@@ -393,7 +393,7 @@ fn best_of<U: UsageLookup>(
 
 fn pick_of<U: UsageLookup>(
     order: &OrderSettings,
-    standing: &Standing<'_, U>,
+    standing: &ShareSnapshot<'_, U>,
     c: Candidate,
     now_ms: i64,
     passed_over: Vec<i64>,
@@ -483,7 +483,7 @@ impl Ranking {
     /// Rank `waiting` (any order) at `now_ms`.
     pub fn new<U: UsageLookup>(
         order: &OrderSettings,
-        standing: &Standing<'_, U>,
+        standing: &ShareSnapshot<'_, U>,
         waiting: &[Candidate],
         now_ms: i64,
     ) -> Ranking {
@@ -546,13 +546,13 @@ impl Ranking {
 /// A [`Ranking`] built one request at a time (so the whole queue need not be in memory at once).
 pub struct RankingBuilder<'s, 'a, U: UsageLookup> {
     order: &'s OrderSettings,
-    standing: &'s Standing<'a, U>,
+    standing: &'s ShareSnapshot<'a, U>,
     now_ms: i64,
     libs: HashMap<String, Vec<RankKey>>,
 }
 
 impl<'s, 'a, U: UsageLookup> RankingBuilder<'s, 'a, U> {
-    pub fn new(order: &'s OrderSettings, standing: &'s Standing<'a, U>, now_ms: i64) -> Self {
+    pub fn new(order: &'s OrderSettings, standing: &'s ShareSnapshot<'a, U>, now_ms: i64) -> Self {
         RankingBuilder {
             order,
             standing,

@@ -30,7 +30,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::order::{place, Algorithm, Candidate, OrderSettings, Standing};
+use super::order::{place, Algorithm, Candidate, OrderSettings, ShareSnapshot};
 use super::reserve::Reservation;
 use crate::domain::order::VolumeSettings;
 use crate::domain::GroupId;
@@ -336,7 +336,7 @@ impl VolumeQueue {
     pub fn next_batch<U: UsageLookup>(
         &mut self,
         order: &OrderSettings,
-        standing: &Standing<'_, U>,
+        standing: &ShareSnapshot<'_, U>,
         library: &str,
         now_ms: i64,
     ) -> Option<Batch> {
@@ -350,7 +350,7 @@ impl VolumeQueue {
     pub fn next_batch_reserving<U: UsageLookup>(
         &mut self,
         order: &OrderSettings,
-        standing: &Standing<'_, U>,
+        standing: &ShareSnapshot<'_, U>,
         library: &str,
         now_ms: i64,
         reserve: Reservation,
@@ -494,7 +494,7 @@ impl VolumeQueue {
 /// tie). One placement per group, never per request.
 fn lead_group<U: UsageLookup>(
     order: &OrderSettings,
-    standing: &Standing<'_, U>,
+    standing: &ShareSnapshot<'_, U>,
     (library, lib, index): (&str, &Lib, &Index),
     now_ms: i64,
     allowed: impl Fn(GroupId) -> bool,

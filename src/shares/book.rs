@@ -43,7 +43,7 @@ pub struct UsageBook {
     /// model's `U` in O(1).
     fair_cumulative: u128,
     /// Counts every change to the book, so what was computed from it can tell it is current
-    /// (`policy::order::Maintained`).
+    /// (`policy::order::ShareSnapshotCache`).
     generation: u64,
 }
 
@@ -220,7 +220,7 @@ impl UsageBook {
     }
 
     /// [`UsageBook::at`] with `U` already known (computed from this book, unchanged since, at
-    /// this instant): what `policy::order::Maintained` hands out.
+    /// this instant): what `policy::order::ShareSnapshotCache` hands out.
     pub fn at_with_total(&self, now_ms: i64, fair_total: u128) -> BookAt<'_> {
         BookAt {
             fair_total: Some(fair_total),

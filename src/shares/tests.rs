@@ -1,6 +1,6 @@
 //! Hand-worked cases of the share tree's stricter semantics, through every policy that reads
 //! shares: siblings that all have 0 shares, and `"parent"` leaves (Slurm's `fairshare=parent`).
-//! Multifactor's fair-share factor is the Fair Tree `rank / N` (`Standing::rank`), so the
+//! Multifactor's fair-share factor is the Fair Tree `rank / N` (`ShareSnapshot::rank`), so the
 //! Fair Tree figures below are its inputs; FBSNG orders queues by their own parameters and
 //! never reads shares.
 

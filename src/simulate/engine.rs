@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use mss_adapters::sim::library::{Library, LibraryConfig, LibraryEvent, Micros};
 use mss_adapters::{EventKind, Transfer};
 
-use super::at_library::AtLibrary;
 use super::baseline::{Baseline, BaselineQueue};
+use super::pending_at_library::PendingAtLibrary;
 use crate::domain::{Class, GroupId, PolicySettings, RetrySettings};
 use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
-use crate::policy::order::{is_fair, place, Candidate, Maintained};
+use crate::policy::order::{is_fair, place, Candidate, ShareSnapshotCache};
 use crate::policy::queue::HeldQueue;
 use crate::policy::reserve::PriorityDemand;
 use crate::policy::transition::{AfterFailure, CarrierEnd};
@@ -74,14 +74,14 @@ struct Run<'a> {
     lib: Library,
     usage: UsageBook,
     /// What decisions read of `usage`, kept while it is current.
-    standing: Maintained,
+    snapshots: ShareSnapshotCache,
     queues: Queues,
     queue: HeldQueue,
     /// Volumes mode: the broker's queue by tape volume.
     volumes: VolumeQueue,
     baseline: BaselineQueue,
     /// Fair-share requests pending at the library by priority (not those of a volume batch).
-    at_lib: AtLibrary,
+    pending: PendingAtLibrary,
     outstanding: u32,
     /// id -> what is kept of it, from arrival to end.
     info: HashMap<i64, Info>,
@@ -228,12 +228,12 @@ impl<'a> Run<'a> {
             picker,
             lib: lean(library),
             usage: UsageBook::new(policy, 0),
-            standing: Maintained::default(),
+            snapshots: ShareSnapshotCache::default(),
             queues: Queues::new(&policy.order.fbsng),
             queue: HeldQueue::default(),
             volumes: VolumeQueue::default(),
             baseline: BaselineQueue::new(seed),
-            at_lib: AtLibrary::for_algorithm(&policy.order.algorithm, n)
+            pending: PendingAtLibrary::for_algorithm(&policy.order.algorithm, n)
                 .starving(policy.order.max_wait_ms.is_some()),
             outstanding: 0,
             info: HashMap::with_capacity(load.len()),
@@ -341,8 +341,8 @@ impl<'a> Run<'a> {
         let now_ms = self.now_ms();
         let (priority, class) = decided.unwrap_or_else(|| {
             let standing = self
-                .standing
-                .standing(self.policy, &self.usage, &self.queues, now_ms);
+                .snapshots
+                .snapshot(self.policy, &self.usage, &self.queues, now_ms);
             let p = place(&self.policy.order, &standing, &c, now_ms);
             (p.mss_priority, Some(p.class))
         });
@@ -366,7 +366,7 @@ impl<'a> Run<'a> {
         // Re-prioritised at the library unless released in a volume's batch, which keeps its
         // batch's priority (`ledger/live.rs`, `reprioritise`).
         if !self.by_volume() && self.fair[c.group.0] && self.picker == Picker::Policy {
-            self.at_lib
+            self.pending
                 .add(c.id, c.group, t.priority, (arrived, self.now));
         }
         let file = usize::try_from(c.id - 1)
@@ -399,8 +399,8 @@ impl<'a> Run<'a> {
                 Picker::Policy => {
                     let pick = {
                         let standing =
-                            self.standing
-                                .standing(self.policy, &self.usage, &self.queues, now_ms);
+                            self.snapshots
+                                .snapshot(self.policy, &self.usage, &self.queues, now_ms);
                         self.queue.pick(order, &standing, "", free, now_ms)
                     };
                     let Some(pick) = pick else { return };
@@ -496,7 +496,7 @@ impl<'a> Run<'a> {
 
     fn started(&mut self, at: Micros, info: Info) {
         let g = info.group;
-        self.at_lib.remove(info.id);
+        self.pending.remove(info.id);
         if info.started {
             // A retry: `serve` reports a request's first start; a priority-class retry waited
             // at the library since it was sent again (`engine/retry.rs`).

@@ -299,45 +299,53 @@ type Pair = (&'static str, String, String);
 fn fixed_server(was: &Settings, now: &Settings) -> Vec<Pair> {
     let (w, n) = (&was.server, &now.server);
     vec![
-        ("server.listen", d(w.listen), d(n.listen)),
+        ("server.listen", debug_text(w.listen), debug_text(n.listen)),
         (
             "server.max_connections",
-            d(w.max_connections),
-            d(n.max_connections),
+            debug_text(w.max_connections),
+            debug_text(n.max_connections),
         ),
         (
             "server.header_read_timeout_ms",
-            d(w.header_read_timeout),
-            d(n.header_read_timeout),
+            debug_text(w.header_read_timeout),
+            debug_text(n.header_read_timeout),
         ),
         (
             "server.idle_timeout_ms",
-            d(w.idle_timeout),
-            d(n.idle_timeout),
+            debug_text(w.idle_timeout),
+            debug_text(n.idle_timeout),
         ),
         (
             "server.body_timeout_ms",
-            d(w.body_timeout),
-            d(n.body_timeout),
+            debug_text(w.body_timeout),
+            debug_text(n.body_timeout),
         ),
         (
             "database.path",
-            d(&was.database.path),
-            d(&now.database.path),
+            debug_text(&was.database.path),
+            debug_text(&now.database.path),
         ),
         (
             "database.commit_batch_max",
-            d(was.database.commit_batch_max),
-            d(now.database.commit_batch_max),
+            debug_text(was.database.commit_batch_max),
+            debug_text(now.database.commit_batch_max),
         ),
-        ("auth.token_file", d(&was.token_file), d(&now.token_file)),
-        ("server.plain_http", d(w.plain_http), d(n.plain_http)),
+        (
+            "auth.token_file",
+            debug_text(&was.token_file),
+            debug_text(&now.token_file),
+        ),
+        (
+            "server.plain_http",
+            debug_text(w.plain_http),
+            debug_text(n.plain_http),
+        ),
         (
             "server.trusted_proxies",
-            d(&w.trusted_proxies),
-            d(&n.trusted_proxies),
+            debug_text(&w.trusted_proxies),
+            debug_text(&n.trusted_proxies),
         ),
-        ("server.tls", d(&w.tls), d(&n.tls)),
+        ("server.tls", debug_text(&w.tls), debug_text(&n.tls)),
     ]
 }
 
@@ -348,18 +356,46 @@ fn fixed_mss(w: &MssSettings, n: &MssSettings) -> Vec<Pair> {
             w.adapter.name().into(),
             n.adapter.name().into(),
         ),
-        (adapter_key(&w.adapter), d(&w.adapter), d(&n.adapter)),
-        ("mss.timeout_ms", d(w.timeout), d(n.timeout)),
-        ("mss.submit_batch", d(w.submit_batch), d(n.submit_batch)),
+        (
+            adapter_key(&w.adapter),
+            debug_text(&w.adapter),
+            debug_text(&n.adapter),
+        ),
+        (
+            "mss.timeout_ms",
+            debug_text(w.timeout),
+            debug_text(n.timeout),
+        ),
+        (
+            "mss.submit_batch",
+            debug_text(w.submit_batch),
+            debug_text(n.submit_batch),
+        ),
         (
             "mss.retry_max_attempts",
-            d(w.retry.max_attempts),
-            d(n.retry.max_attempts),
+            debug_text(w.retry.max_attempts),
+            debug_text(n.retry.max_attempts),
         ),
-        ("mss.retry_base_ms", d(w.retry.base), d(n.retry.base)),
-        ("mss.retry_max_ms", d(w.retry.max), d(n.retry.max)),
-        ("mss.event_wait_ms", d(w.event_wait), d(n.event_wait)),
-        ("mss.stale_after_ms", d(w.stale_after), d(n.stale_after)),
+        (
+            "mss.retry_base_ms",
+            debug_text(w.retry.base),
+            debug_text(n.retry.base),
+        ),
+        (
+            "mss.retry_max_ms",
+            debug_text(w.retry.max),
+            debug_text(n.retry.max),
+        ),
+        (
+            "mss.event_wait_ms",
+            debug_text(w.event_wait),
+            debug_text(n.event_wait),
+        ),
+        (
+            "mss.stale_after_ms",
+            debug_text(w.stale_after),
+            debug_text(n.stale_after),
+        ),
         // The locator runs with the lookup it started with.
         (
             "mss.volume_lookup",
@@ -373,30 +409,38 @@ fn fixed_limits(w: &InputLimits, n: &InputLimits) -> Vec<Pair> {
     vec![
         (
             "limits.max_body_bytes",
-            d(w.max_body_bytes),
-            d(n.max_body_bytes),
+            debug_text(w.max_body_bytes),
+            debug_text(n.max_body_bytes),
         ),
         (
             "limits.max_bodies_in_memory_bytes",
-            d(w.max_bodies_in_memory_bytes),
-            d(n.max_bodies_in_memory_bytes),
+            debug_text(w.max_bodies_in_memory_bytes),
+            debug_text(n.max_bodies_in_memory_bytes),
         ),
-        ("limits.max_batch", d(w.max_batch), d(n.max_batch)),
+        (
+            "limits.max_batch",
+            debug_text(w.max_batch),
+            debug_text(n.max_batch),
+        ),
         (
             "limits.max_size_bytes",
-            d(w.max_size_bytes),
-            d(n.max_size_bytes),
+            debug_text(w.max_size_bytes),
+            debug_text(n.max_size_bytes),
         ),
         (
             "limits.max_string_len",
-            d(w.max_string_len),
-            d(n.max_string_len),
+            debug_text(w.max_string_len),
+            debug_text(n.max_string_len),
         ),
-        ("limits.max_path_len", d(w.max_path_len), d(n.max_path_len)),
+        (
+            "limits.max_path_len",
+            debug_text(w.max_path_len),
+            debug_text(n.max_path_len),
+        ),
         (
             "limits.max_report_buckets",
-            d(w.max_report_buckets),
-            d(n.max_report_buckets),
+            debug_text(w.max_report_buckets),
+            debug_text(n.max_report_buckets),
         ),
     ]
 }
@@ -415,7 +459,7 @@ fn lookup_shown(l: &Option<(mss_adapters::locate::LookupSettings, i64)>) -> Stri
     }
 }
 
-fn d(v: impl std::fmt::Debug) -> String {
+fn debug_text(v: impl std::fmt::Debug) -> String {
     format!("{v:?}")
 }
 

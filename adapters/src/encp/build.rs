@@ -12,7 +12,7 @@
 
 use serde::Deserialize;
 
-use super::options::Given;
+use super::options::ParsedOption;
 
 /// The encp build the site runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
@@ -44,7 +44,7 @@ impl Build {
 
 /// The options among `given` (as encp read them: [`super::options::parse`]) that `build`
 /// refuses, each by its full name and level (`options::TABLE`), as encp checks them.
-pub fn refused(build: Build, given: &[Given]) -> Vec<&Given> {
+pub fn refused(build: Build, given: &[ParsedOption]) -> Vec<&ParsedOption> {
     given
         .iter()
         .filter(|g| !build.allows(g.spec.level))

@@ -120,7 +120,7 @@ pub fn named(name: &str) -> Option<&'static Spec> {
 
 /// One option as encp read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Given {
+pub struct ParsedOption {
     pub spec: &'static Spec,
     /// Its value, for an option that takes one.
     pub value: Option<String>,
@@ -128,7 +128,7 @@ pub struct Given {
     pub written: String,
 }
 
-impl Given {
+impl ParsedOption {
     /// `--NAME`, as encp names the option it read (in "option --NAME is an administrator
     /// option").
     pub fn flag(&self) -> String {
@@ -149,7 +149,7 @@ impl Given {
 /// What encp read of a command line: its options in order, and its operands (the files).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Parsed {
-    pub options: Vec<Given>,
+    pub options: Vec<ParsedOption>,
     pub operands: Vec<String>,
 }
 
@@ -227,7 +227,7 @@ fn take_operands(argv: &mut Argv, operands: &mut Vec<String>) {
 }
 
 /// Python's `getopt.getopt`: switches up to the first argument that is none, or past a `--`.
-fn getopt(argv: &mut Argv, build: Build, out: &mut Vec<Given>) -> Result<(), OptionError> {
+fn getopt(argv: &mut Argv, build: Build, out: &mut Vec<ParsedOption>) -> Result<(), OptionError> {
     while let Some((arg, _)) = argv.front() {
         if !arg.starts_with('-') || arg == "-" {
             break;
@@ -245,7 +245,7 @@ fn getopt(argv: &mut Argv, build: Build, out: &mut Vec<Given>) -> Result<(), Opt
 }
 
 /// `getopt.do_longs` and `long_has_args`.
-fn long_option(text: &str, written: String, argv: &mut Argv) -> Result<Given, OptionError> {
+fn long_option(text: &str, written: String, argv: &mut Argv) -> Result<ParsedOption, OptionError> {
     let (name, inline) = match text.split_once('=') {
         Some((n, v)) => (n, Some(v.to_string())),
         None => (text, None),
@@ -271,7 +271,7 @@ fn long_option(text: &str, written: String, argv: &mut Argv) -> Result<Given, Op
         (false, Some(_)) => return Err(OptionError::MustNotHaveArgument(spec.name)),
         (false, None) => None,
     };
-    Ok(Given {
+    Ok(ParsedOption {
         spec,
         value,
         written,
@@ -285,7 +285,7 @@ fn short_options(
     written: &str,
     build: Build,
     argv: &mut Argv,
-    out: &mut Vec<Given>,
+    out: &mut Vec<ParsedOption>,
 ) -> Result<(), OptionError> {
     let mut rest = letters;
     while let Some(c) = rest.chars().next() {
@@ -302,7 +302,7 @@ fn short_options(
             let next = argv.pop_front();
             Some(next.ok_or(OptionError::ShortRequiresArgument(c))?.0)
         };
-        out.push(Given {
+        out.push(ParsedOption {
             spec,
             value,
             written: written.to_string(),

@@ -20,7 +20,7 @@ pub enum Exit {
 
 /// What a run said, read from its output as it ran.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Said {
+pub struct RunOutput {
     /// The name on its last `STATUS=` line (standard error).
     pub status: Option<String>,
     /// The lines after that STATUS line (encp's message).
@@ -34,7 +34,7 @@ pub struct Said {
 }
 
 /// What an ended run means for the transfer. `bytes` is the local file's size after a success.
-pub fn outcome(cfg: &EncpConfig, exit: Exit, said: &Said, bytes: u64) -> EventKind {
+pub fn outcome(cfg: &EncpConfig, exit: Exit, said: &RunOutput, bytes: u64) -> EventKind {
     let reason = |what: String, text: &str| {
         if text.trim().is_empty() {
             what

@@ -117,25 +117,25 @@ fn a_read_without_a_destination_uses_read_dir_or_is_refused() {
     assert!(!c.capabilities().reads_need_local_file);
 }
 
-fn failed(c: &EncpConfig, exit: Exit, said: &Said) -> (bool, String) {
+fn failed(c: &EncpConfig, exit: Exit, said: &RunOutput) -> (bool, String) {
     match outcome(c, exit, said, 0) {
         EventKind::Failed { retryable, reason } => (retryable, reason),
         other => panic!("{other:?}"),
     }
 }
 
-fn status(name: &str, message: &str) -> Said {
-    Said {
+fn status(name: &str, message: &str) -> RunOutput {
+    RunOutput {
         status: Some(name.into()),
         message: message.into(),
-        ..Said::default()
+        ..RunOutput::default()
     }
 }
 
 #[test]
 fn the_status_line_decides_retries_not_the_exit_code_or_the_tail() {
     let c = cfg();
-    let done = outcome(&c, Exit::Code(0), &Said::default(), 7);
+    let done = outcome(&c, Exit::Code(0), &RunOutput::default(), 7);
     assert_eq!(done, EventKind::Done { bytes: 7 });
     // encp exits 1 for every ordinary failure: the STATUS name decides.
     let (retryable, reason) = failed(&c, Exit::Code(1), &status("NOACCESS", "volume VR1234"));
@@ -154,15 +154,15 @@ fn the_status_line_decides_retries_not_the_exit_code_or_the_tail() {
     assert!(failed(&c, Exit::Code(1), &said).0);
     // No STATUS line: exit 2 is encp's "should never happen", the rest is retried, and an
     // option the build refused is refused again on every try.
-    let tail = |t: &str| Said {
+    let tail = |t: &str| RunOutput {
         tail: t.into(),
-        ..Said::default()
+        ..RunOutput::default()
     };
     assert!(!failed(&c, Exit::Code(2), &tail("Traceback")).0);
     assert!(failed(&c, Exit::Code(1), &tail("ERROR: DELETED")).0);
-    let refused = Said {
+    let refused = RunOutput {
         refused: Some("option --library is an administrator option".into()),
-        ..Said::default()
+        ..RunOutput::default()
     };
     let (retryable, reason) = failed(&c, Exit::Code(1), &refused);
     assert!(!retryable);
@@ -171,8 +171,8 @@ fn the_status_line_decides_retries_not_the_exit_code_or_the_tail() {
     assert!(retryable);
     assert!(reason.contains("timed out after 86400 s"), "{reason}");
     assert!(reason.ends_with("last line"));
-    assert!(failed(&c, Exit::Signal(9), &Said::default()).0);
-    let cancelled = outcome(&c, Exit::Cancelled, &Said::default(), 0);
+    assert!(failed(&c, Exit::Signal(9), &RunOutput::default()).0);
+    let cancelled = outcome(&c, Exit::Cancelled, &RunOutput::default(), 0);
     assert_eq!(cancelled, EventKind::Cancelled);
 }
 
@@ -421,9 +421,9 @@ fn the_tail_keeps_the_last_lines() {
 #[test]
 fn a_run_that_said_copied_is_done_however_it_ended() {
     let c = cfg();
-    let said = Said {
+    let said = RunOutput {
         copied: true,
-        ..Said::default()
+        ..RunOutput::default()
     };
     for exit in [
         Exit::TimedOut,

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use super::adapter::Shared;
 use super::commands::delete_ticket;
 use super::invocation::Invocation;
-use super::outcome::{done_unless_directory, outcome, Exit, Said};
+use super::outcome::{done_unless_directory, outcome, Exit, RunOutput};
 use super::status;
 use crate::protocol::{EventKind, Transfer};
 
@@ -155,7 +155,7 @@ impl Readers {
     }
 
     /// What the run said, once both streams have ended.
-    async fn said(self) -> Said {
+    async fn said(self) -> RunOutput {
         let (seen, err_tail) = match self.stderr {
             Some(h) => h.await.unwrap_or_default(),
             None => Default::default(),
@@ -164,7 +164,7 @@ impl Readers {
             Some(h) => h.await.unwrap_or_default(),
             None => Default::default(),
         };
-        Said {
+        RunOutput {
             status: seen.status,
             message: seen.after.join("\n"),
             refused: out.refused,
@@ -179,7 +179,7 @@ impl Readers {
 }
 
 /// The run's event: a success measured on the local side, a failure's reason clipped.
-fn ended(sh: &Shared, exit: Exit, said: &Said, local: &Path, size_bytes: u64) -> EventKind {
+fn ended(sh: &Shared, exit: Exit, said: &RunOutput, local: &Path, size_bytes: u64) -> EventKind {
     let kind = if exit == Exit::Code(0) || said.copied {
         match std::fs::metadata(local) {
             Ok(m) => done_unless_directory(local, m.is_dir(), m.len()),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use mss_adapters::locate::{LookupSettings, Method};
 use serde::Deserialize;
 
-use crate::config::raw::int;
+use crate::config::raw::default_int;
 use crate::config::Issues;
 
 const KEY: &str = "mss.volume_lookup";
@@ -23,15 +23,15 @@ pub(in crate::config) struct RawVolumeLookup {
     path_prefix: Option<String>,
     #[serde(default)]
     command: Option<Vec<String>>,
-    #[serde(default = "int::<10>")]
+    #[serde(default = "default_int::<10>")]
     timeout_secs: i64,
-    #[serde(default = "int::<4>")]
+    #[serde(default = "default_int::<4>")]
     concurrency: i64,
-    #[serde(default = "int::<100_000>")]
+    #[serde(default = "default_int::<100_000>")]
     cache_entries: i64,
-    #[serde(default = "int::<3_600>")]
+    #[serde(default = "default_int::<3_600>")]
     cache_ttl_secs: i64,
-    #[serde(default = "int::<60>")]
+    #[serde(default = "default_int::<60>")]
     wait_secs: i64,
 }
 

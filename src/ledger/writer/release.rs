@@ -11,7 +11,7 @@ use crate::domain::{GroupId, PolicySettings};
 use crate::ledger::aggregates::HourRow;
 use crate::ledger::read::stored_qos;
 use crate::policy;
-use crate::policy::order::{Candidate, Placement, Standing};
+use crate::policy::order::{Candidate, Placement, ShareSnapshot};
 use crate::shares::limits::held_by;
 
 /// A row's volume and tape position.
@@ -195,7 +195,7 @@ impl Txn<'_, '_> {
                 let order = &self.policy.order;
                 let pick = {
                     let usage = self.st.usage.at(self.now);
-                    let standing = Standing::new(self.policy, usage, &self.st.queues);
+                    let standing = ShareSnapshot::new(self.policy, usage, &self.st.queues);
                     self.st.queue.pick(order, &standing, &lib, free, self.now)
                 };
                 let Some(pick) = pick else { break };

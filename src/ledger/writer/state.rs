@@ -19,7 +19,7 @@ use crate::ledger::aggregates::ReportDeltas;
 use crate::ledger::wide::Wide;
 use crate::policy::fbsng::Queues;
 use crate::policy::order::VolumeSettings;
-use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, Standing};
+use crate::policy::order::{is_fair, place, Algorithm, Candidate, Placement, ShareSnapshot};
 use crate::policy::queue::HeldQueue;
 use crate::policy::reserve::PriorityDemand;
 use crate::policy::volumes::{Batch, VolumeMemory, VolumeQueue};
@@ -526,7 +526,7 @@ impl Txn<'_, '_> {
 
     /// Where request `c` goes now, under the configured policy.
     pub fn placement(&self, c: &Candidate) -> Placement {
-        let standing = Standing::new(self.policy, self.st.usage.at(self.now), &self.st.queues);
+        let standing = ShareSnapshot::new(self.policy, self.st.usage.at(self.now), &self.st.queues);
         place(&self.policy.order, &standing, c, self.now)
     }
 

@@ -19,7 +19,7 @@ use super::state::{Charge, Txn};
 use crate::domain::GroupId;
 use crate::domain::PolicySettings;
 use crate::ledger::aggregates::HourRow;
-use crate::policy::order::{Candidate, Standing};
+use crate::policy::order::{Candidate, ShareSnapshot};
 use crate::policy::volumes::{Batch, BatchReason, VolumeId, VolumeQueue};
 use crate::shares::limits::held_by;
 use crate::shares::UsageLookup;
@@ -121,7 +121,7 @@ impl Txn<'_, '_> {
                 let batch = {
                     let (policy, now) = (self.policy, self.now);
                     let st = &mut *self.st;
-                    let standing = Standing::new(policy, st.usage.at(now), &st.queues);
+                    let standing = ShareSnapshot::new(policy, st.usage.at(now), &st.queues);
                     (st.volumes).next_batch_reserving(&policy.order, &standing, &lib, now, reserve)
                 };
                 let Some(batch) = batch else { break };

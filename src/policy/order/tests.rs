@@ -57,7 +57,7 @@ fn sam_explains_its_fractions() {
     let p = settings("", "a = 1\nb = 3", "");
     let q = Queues::new(&p.order.fbsng);
     let b = book(&p, &[("a", 100), ("b", 100)]);
-    let s = Standing::new(&p, b.at(0), &q);
+    let s = ShareSnapshot::new(&p, b.at(0), &q);
     // (100 + 50) / (200 + 50) = 0.6 >= 1/4: back.
     let placed = place(&p.order, &s, &cand(&p, 1, "a", 0, 50), 0);
     assert_eq!((placed.class, placed.mss_priority), (Class::Back, 10));
@@ -90,7 +90,7 @@ fn fair_tree_maps_ranks_onto_the_band() {
     );
     let q = Queues::new(&p.order.fbsng);
     let b = book(&p, &[("a", 10), ("b", 20), ("c", 30), ("d", 40)]);
-    let s = Standing::new(&p, b.at(0), &q);
+    let s = ShareSnapshot::new(&p, b.at(0), &q);
     let prio: Vec<i64> = ["a", "b", "c", "d"]
         .iter()
         .map(|x| place(&p.order, &s, &cand(&p, 1, x, 0, 1), 0).mss_priority)
@@ -124,7 +124,7 @@ fn multifactor_hand_worked_through_the_configuration() {
     );
     let q = Queues::new(&p.order.fbsng);
     let b = book(&p, &[("a", 10), ("b", 20), ("c", 30), ("d", 40)]);
-    let s = Standing::new(&p, b.at(0), &q);
+    let s = ShareSnapshot::new(&p, b.at(0), &q);
     let mut c = cand(&p, 1, "b", 0, 50_000_000_000);
     c.qos = Qos::Expedite;
     let now = 6 * 3_600_000;
@@ -159,7 +159,7 @@ fn fbsng_priority_is_the_queue_priority_above_the_lowest() {
     q.priority[g(&p, "b").0] = 7;
     q.priority[g(&p, "c").0] = 99;
     let b = book(&p, &[]);
-    let s = Standing::new(&p, b.at(0), &q);
+    let s = ShareSnapshot::new(&p, b.at(0), &q);
     let at = |x| place(&p.order, &s, &cand(&p, 1, x, 0, 1), 0).mss_priority;
     assert_eq!((at("a"), at("b"), at("c")), (10, 17, 40));
 }
@@ -175,7 +175,7 @@ fn a_request_that_waited_max_wait_is_starved_whatever_the_policy() {
         assert_eq!(p.order.starved_priority, 99);
         let q = Queues::new(&p.order.fbsng);
         let b = book(&p, &[("a", 1000)]);
-        let s = Standing::new(&p, b.at(0), &q);
+        let s = ShareSnapshot::new(&p, b.at(0), &q);
         let c = cand(&p, 1, "a", 0, 1);
         assert_ne!(
             place(&p.order, &s, &c, 3_599_999).mss_priority,
@@ -208,7 +208,7 @@ fn held_queue_releases_front_before_back_then_oldest_and_starved_first() {
     held.push(cand(&p, 1, "a", 0, 10));
     held.push(cand(&p, 2, "a", 0, 10));
     held.push(cand(&p, 3, "b", 50_000, 10));
-    let s = Standing::new(&p, b.at(0), &q);
+    let s = ShareSnapshot::new(&p, b.at(0), &q);
     // b is under its 3/4 (front), a over its 1/4: b first although it came last.
     let first = held.pick(&p.order, &s, "", 1, 60_000).unwrap();
     assert_eq!(first.candidate.id, 3);
@@ -278,7 +278,7 @@ fn an_explain_on_the_writer_places_one_request_whatever_the_queue_length() {
                 inner: b.at(0),
                 reads: std::cell::Cell::new(0),
             };
-            let s = Standing::new(&p, usage, &q);
+            let s = ShareSnapshot::new(&p, usage, &q);
             let placed = held.placement(&p.order, &s, 7, n * 1000);
             assert!(placed.is_some(), "{algo}");
             s.usage.reads.get()
@@ -292,7 +292,7 @@ fn an_explain_on_the_writer_places_one_request_whatever_the_queue_length() {
 /// The position a request is ranked at, the slow way: one plus the requests placed ahead of it.
 fn position_by_walk(
     p: &PolicySettings,
-    s: &Standing<'_, impl crate::shares::UsageLookup>,
+    s: &ShareSnapshot<'_, impl crate::shares::UsageLookup>,
     all: &[Candidate],
     me: &Candidate,
     now: i64,
@@ -330,7 +330,7 @@ fn a_ranking_agrees_with_counting_the_requests_ahead() {
         let mut q = Queues::new(&p.order.fbsng);
         q.priority[g(&p, "b").0] = 3;
         let b = book(&p, &[("a", 400), ("b", 20), ("c", 30)]);
-        let s = Standing::new(&p, b.at(0), &q);
+        let s = ShareSnapshot::new(&p, b.at(0), &q);
         let mut all: Vec<Candidate> = (1..=300)
             .map(|id| {
                 let group = ["a", "b", "c", "d"][(id % 4) as usize];
@@ -758,7 +758,7 @@ proptest::proptest! {
         for (k, &(step, arrival, gone, reweigh)) in steps.iter().enumerate() {
             now += step;
             let p = &policies[usize::from(reweigh && k % 3 == 2)];
-            let s = Standing::new(p, b.at(0), &q);
+            let s = ShareSnapshot::new(p, b.at(0), &q);
             for lib in ["", "lto"] {
                 let fast = held.pick(&p.order, &s, lib, 1, now).map(|x| x.candidate.id);
                 let scan = held.pick_by_scan(&p.order, &s, lib, 1, now).map(|x| x.candidate.id);
@@ -848,7 +848,7 @@ proptest::proptest! {
         let p = band_policy(algorithm, WIDE, bounded, "");
         let q = Queues::new(&p.order.fbsng);
         let b = book(&p, &abcd(usage));
-        let s = Standing::new(&p, b.at(0), &q);
+        let s = ShareSnapshot::new(&p, b.at(0), &q);
         let c = case_request(&p, r, class);
         let now = c.created_ms + later;
         proptest::prop_assert_eq!(
@@ -883,7 +883,7 @@ proptest::proptest! {
         let p = band_policy(algorithm, band, bounded, &format!("wait_weight = {wait_weight}"));
         let q = Queues::new(&p.order.fbsng);
         let b = book(&p, &abcd(usage));
-        let s = Standing::new(&p, b.at(0), &q);
+        let s = ShareSnapshot::new(&p, b.at(0), &q);
         let c = case_request(&p, r, class);
         let now = c.created_ms + later;
         let (priority, until) = mss_priority_until(&p.order, &s, &c, now);
@@ -902,4 +902,4 @@ proptest::proptest! {
     }
 }
 
-mod maintained;
+mod snapshot_cache;

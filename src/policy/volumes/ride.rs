@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use crate::domain::order::VolumeSettings;
 use crate::domain::{GroupId, GroupKind};
-use crate::policy::order::Standing;
+use crate::policy::order::ShareSnapshot;
 use crate::shares::UsageLookup;
 
 /// How much (benefit units) a group's requests may ride on one batch; 0: none.
@@ -22,7 +22,7 @@ pub(super) type Allowance = u64;
 /// A priority class (never queued here) or a group that is the whole fair share has no lead.
 pub(super) fn allowance<U: UsageLookup>(
     s: &VolumeSettings,
-    standing: &Standing<'_, U>,
+    standing: &ShareSnapshot<'_, U>,
     repaying: &BTreeSet<GroupId>,
     g: GroupId,
 ) -> Allowance {
@@ -51,7 +51,7 @@ pub(super) fn allowance<U: UsageLookup>(
 
 /// Group `g`'s lead over its share, in benefit units (negative: behind it), and its share;
 /// `None` for a priority class. With no usage yet, every group is at its share (lead 0).
-pub fn lead<U: UsageLookup>(standing: &Standing<'_, U>, g: GroupId) -> Option<(f64, f64)> {
+pub fn lead<U: UsageLookup>(standing: &ShareSnapshot<'_, U>, g: GroupId) -> Option<(f64, f64)> {
     let GroupKind::FairShare { share } = standing.policy.group(g).kind else {
         return None;
     };
@@ -66,7 +66,7 @@ pub fn lead<U: UsageLookup>(standing: &Standing<'_, U>, g: GroupId) -> Option<(f
 /// with no usage, every group): it may keep a mounted volume (the sticky rule), and, without
 /// `ride_lead_bytes`, ride on another group's mount. A group ahead of its share waits for the
 /// policy to choose it.
-pub(super) fn not_ahead<U: UsageLookup>(standing: &Standing<'_, U>, g: GroupId) -> bool {
+pub(super) fn not_ahead<U: UsageLookup>(standing: &ShareSnapshot<'_, U>, g: GroupId) -> bool {
     let GroupKind::FairShare { share } = standing.policy.group(g).kind else {
         return true;
     };
@@ -79,6 +79,9 @@ pub(super) fn not_ahead<U: UsageLookup>(standing: &Standing<'_, U>, g: GroupId) 
 }
 
 /// The groups repaying a lead that are back at their share stop repaying.
-pub(super) fn repaid<U: UsageLookup>(standing: &Standing<'_, U>, repaying: &mut BTreeSet<GroupId>) {
+pub(super) fn repaid<U: UsageLookup>(
+    standing: &ShareSnapshot<'_, U>,
+    repaying: &mut BTreeSet<GroupId>,
+) {
     repaying.retain(|&g| !not_ahead(standing, g));
 }

@@ -94,7 +94,7 @@ impl H {
     }
 
     fn next(&mut self, now_ms: i64) -> Option<Batch> {
-        let standing = Standing::new(&self.p, self.book.at(now_ms), &self.queues);
+        let standing = ShareSnapshot::new(&self.p, self.book.at(now_ms), &self.queues);
         self.q.next_batch(&self.p.order, &standing, "", now_ms)
     }
 

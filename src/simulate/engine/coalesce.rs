@@ -62,8 +62,8 @@ impl Run<'_> {
         };
         let now_ms = self.now_ms();
         let standing = self
-            .standing
-            .standing(self.policy, &self.usage, &self.queues, now_ms);
+            .snapshots
+            .snapshot(self.policy, &self.usage, &self.queues, now_ms);
         let p = place(&self.policy.order, &standing, c, now_ms);
         self.out.decisions.push(Decision {
             arrival: c.id,

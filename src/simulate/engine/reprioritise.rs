@@ -2,21 +2,21 @@
 //! dispatcher's periodic `reprioritise` does in `serve` in every release mode (a request
 //! released in a `volumes` batch keeps its batch's priority): each placed again as the writer's
 //! rule places it (`policy::transition::replaced`), the changed requests in id order, at most
-//! `policy::transition::REPRIORITISE_BATCH` per pass. `at_library::AtLibrary` finds the changes without
+//! `policy::transition::REPRIORITISE_BATCH` per pass. `pending_at_library::PendingAtLibrary` finds the changes without
 //! placing every pending request, which is the engine's speed, not a rule of its own.
 
 use super::{Picker, Run};
 use crate::domain::GroupId;
 use crate::policy::multifactor::Qos;
-use crate::policy::order::{mss_priority_until, place, Algorithm, Candidate, Standing};
+use crate::policy::order::{mss_priority_until, place, Algorithm, Candidate, ShareSnapshot};
 use crate::policy::transition::{replaced, REPRIORITISE_BATCH};
 
 impl Run<'_> {
     /// Recompute the priority of every fair-share request still pending at the library, and
     /// change those that differ (as the dispatcher's re-prioritisation does). Group-level
-    /// policies: one placement per group, the starvation bound by arrival ([`AtLibrary`]);
+    /// policies: one placement per group, the starvation bound by arrival ([`PendingAtLibrary`]);
     /// multifactor (per-request factors): the pending requests whose priority may have
-    /// changed since it was last placed (`at_library/placed.rs`).
+    /// changed since it was last placed (`pending_at_library/placed.rs`).
     pub(super) fn reprioritise(&mut self) {
         if self.by_volume() || self.picker != Picker::Policy {
             return;
@@ -26,7 +26,7 @@ impl Run<'_> {
         }
         let order = &self.policy.order;
         let now_ms = self.now_ms();
-        let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+        let standing = ShareSnapshot::new(self.policy, self.usage.at(now_ms), &self.queues);
         let mut changes = std::mem::take(&mut self.changes);
         changes.clear();
         let (info, load) = (&self.info, self.load);
@@ -60,7 +60,7 @@ impl Run<'_> {
             .collect();
         // The dispatcher's pass sends the lowest ids first, at most REPRIORITISE_BATCH.
         let at = (now_ms, marks.as_slice());
-        self.at_lib
+        self.pending
             .placed_changes(at, place, REPRIORITISE_BATCH, &mut changes);
         self.send_changes(changes);
     }
@@ -95,11 +95,11 @@ impl Run<'_> {
             // last microsecond of millisecond now_ms - max_wait_ms.
             if let Some(ms) = now_ms.checked_sub(max_wait).filter(|&ms| ms >= 0) {
                 let bound = (ms as u64).saturating_mul(1000).saturating_add(999);
-                self.at_lib.starve(bound);
+                self.pending.starve(bound);
             }
         }
-        let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
-        let targets: Vec<(GroupId, i64)> = (self.at_lib.groups())
+        let standing = ShareSnapshot::new(self.policy, self.usage.at(now_ms), &self.queues);
+        let targets: Vec<(GroupId, i64)> = (self.pending.groups())
             .map(|g| {
                 // The group's placement; the starvation bound is by arrival (`starve` above).
                 let c = replaced(Candidate {
@@ -119,7 +119,7 @@ impl Run<'_> {
             })
             .collect();
         let starved = order.starved_priority;
-        self.at_lib
+        self.pending
             .changes(&targets, starved, REPRIORITISE_BATCH, &mut changes);
         changes.sort_unstable();
         self.send_changes(changes);

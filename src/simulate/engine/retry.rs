@@ -91,7 +91,7 @@ impl Run<'_> {
         if !self.fair[info.group.0] {
             self.waiting_priority += 1;
         } else if !self.by_volume() && self.picker == super::Picker::Policy {
-            self.at_lib
+            self.pending
                 .add(id, info.group, priority, (info.arrived, self.now));
         }
         let mut events = std::mem::take(&mut self.events);

@@ -7,7 +7,7 @@
 use mss_adapters::sim::library::Micros;
 
 use super::{Arrival, Picker, Run};
-use crate::policy::order::{place, Candidate, Standing};
+use crate::policy::order::{place, Candidate, ShareSnapshot};
 use crate::policy::volumes::Batch;
 
 impl Run<'_> {
@@ -28,7 +28,7 @@ impl Run<'_> {
         loop {
             let reserve = self.reservation();
             let batch = {
-                let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+                let standing = ShareSnapshot::new(self.policy, self.usage.at(now_ms), &self.queues);
                 (self.volumes).next_batch_reserving(
                     &self.policy.order,
                     &standing,
@@ -47,7 +47,7 @@ impl Run<'_> {
         self.volumes.batch_started(s, self.policy, batch, now_ms);
         let priority = {
             let lead = batch.requests.iter().find(|c| c.group == batch.group);
-            let standing = Standing::new(self.policy, self.usage.at(now_ms), &self.queues);
+            let standing = ShareSnapshot::new(self.policy, self.usage.at(now_ms), &self.queues);
             lead.map(|c| {
                 let p = place(&self.policy.order, &standing, c, now_ms);
                 (p.mss_priority, Some(p.class))

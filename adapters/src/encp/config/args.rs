@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::RawEncpConfig;
 use crate::encp::build;
-use crate::encp::options::{self, Given, OptionError, Parsed};
+use crate::encp::options::{self, OptionError, Parsed, ParsedOption};
 use crate::rest::Issue;
 
 /// `args` and each class's `args` as encp reads them; `None` where encp would refuse the list
@@ -77,7 +77,7 @@ impl RawEncpConfig {
     /// Every option a run would pass must be one the configured encp build takes, at the name
     /// encp reads it by.
     pub(super) fn check_build(&self, lists: &ArgLists, issues: &mut Vec<Issue>) {
-        let mut refuse = |key: String, g: &Given| {
+        let mut refuse = |key: String, g: &ParsedOption| {
             let option = g.flag();
             issues.push(Issue::new(
                 &key,
@@ -103,7 +103,7 @@ impl RawEncpConfig {
                 let value = value.clone();
                 refuse(
                     key.to_string(),
-                    &Given {
+                    &ParsedOption {
                         spec,
                         value,
                         written,

@@ -1,4 +1,4 @@
-//! [`Maintained`] against a fresh [`Standing`]: after any sequence of charges and refunds at
+//! [`ShareSnapshotCache`] against a fresh [`ShareSnapshot`]: after any sequence of charges and refunds at
 //! moving instants, under every usage model, the kept state gives the same `U`, the same Fair
 //! Tree ranks and the same placement of every group's request, for every policy.
 
@@ -44,7 +44,7 @@ proptest! {
             let q = Queues::new(&p.order.fbsng);
             let ids: Vec<GroupId> = p.group_ids().collect();
             let mut book = UsageBook::new(&p, 0);
-            let mut kept = Maintained::default();
+            let mut kept = ShareSnapshotCache::default();
             let mut now = 0i64;
             let mut charged: Vec<(GroupId, i128, i64)> = Vec::new();
             for &(gi, benefit, dt, refund) in &steps {
@@ -60,8 +60,8 @@ proptest! {
                 book.roll(now);
                 // Twice at the same instant: the second read is the kept one.
                 for _ in 0..2 {
-                    let fresh = Standing::new(&p, book.at(now), &q);
-                    let mine = kept.standing(&p, &book, &q, now);
+                    let fresh = ShareSnapshot::new(&p, book.at(now), &q);
+                    let mine = kept.snapshot(&p, &book, &q, now);
                     prop_assert_eq!(mine.usage.fair_total(), fresh.usage.fair_total());
                     for &g in &ids {
                         if is_fair(&p, g) {

@@ -2,8 +2,8 @@
 //! current MSS priority, so a re-prioritisation touches only the requests whose priority
 //! changes (what the engine's full scan would change, without the scan): for the group-level
 //! policies (SAM, Fair Tree, FBSNG) a pending request's placement depends only on its group,
-//! except for the starvation bound, which depends on its arrival ([`AtLibrary::starve`]). A
-//! policy that places each request itself (multifactor, [`AtLibrary::per_request`]) keeps them
+//! except for the starvation bound, which depends on its arrival ([`PendingAtLibrary::starve`]). A
+//! policy that places each request itself (multifactor, [`PendingAtLibrary::per_request`]) keeps them
 //! by id, each with the time its priority holds until ([`placed`]), so a pass places only those
 //! that may have changed.
 
@@ -20,7 +20,7 @@ mod placed;
 use placed::Placed;
 
 #[derive(Debug, Clone, Default)]
-pub(super) struct AtLibrary {
+pub(super) struct PendingAtLibrary {
     /// Per group (`GroupId.0`): priority -> ids.
     groups: Vec<BTreeMap<i64, BTreeSet<i64>>>,
     /// id -> group, for the requests in `groups` (a group has few priorities: its bucket is
@@ -39,36 +39,36 @@ pub(super) struct AtLibrary {
     starves: bool,
 }
 
-impl AtLibrary {
-    pub fn new(groups: usize) -> AtLibrary {
-        AtLibrary {
+impl PendingAtLibrary {
+    pub fn new(groups: usize) -> PendingAtLibrary {
+        PendingAtLibrary {
             groups: vec![BTreeMap::new(); groups],
             starves: true,
-            ..AtLibrary::default()
+            ..PendingAtLibrary::default()
         }
     }
 
     /// Keep arrivals for [`Self::starve`] only when `starves` (the policy has a starvation
     /// bound).
-    pub fn starving(self, starves: bool) -> AtLibrary {
-        AtLibrary { starves, ..self }
+    pub fn starving(self, starves: bool) -> PendingAtLibrary {
+        PendingAtLibrary { starves, ..self }
     }
 
     /// Per request for multifactor, whose factors are each request's; by group otherwise.
-    pub fn for_algorithm(algorithm: &Algorithm, groups: usize) -> AtLibrary {
+    pub fn for_algorithm(algorithm: &Algorithm, groups: usize) -> PendingAtLibrary {
         match algorithm {
-            Algorithm::Multifactor(_) => AtLibrary::per_request(groups),
-            _ => AtLibrary::new(groups),
+            Algorithm::Multifactor(_) => PendingAtLibrary::per_request(groups),
+            _ => PendingAtLibrary::new(groups),
         }
     }
 
     /// For a policy that places each request itself (multifactor): [`Self::placed_changes`]
     /// and [`Self::pending`] read the requests in id order; [`Self::changes`] and
     /// [`Self::starve`] see none.
-    pub fn per_request(groups: usize) -> AtLibrary {
-        AtLibrary {
+    pub fn per_request(groups: usize) -> PendingAtLibrary {
+        PendingAtLibrary {
             placed: Some(Placed::default()),
-            ..AtLibrary::new(groups)
+            ..PendingAtLibrary::new(groups)
         }
     }
 
@@ -278,15 +278,15 @@ impl AtLibrary {
 
 #[cfg(test)]
 mod tests {
-    use super::AtLibrary;
+    use super::PendingAtLibrary;
     use crate::domain::GroupId;
 
     /// Group 0's ids 1, 3, 5, 7 and group 1's 2, 4, 6, 8, all at priority 10.
-    fn library() -> AtLibrary {
-        fill(AtLibrary::new(2))
+    fn library() -> PendingAtLibrary {
+        fill(PendingAtLibrary::new(2))
     }
 
-    fn fill(mut lib: AtLibrary) -> AtLibrary {
+    fn fill(mut lib: PendingAtLibrary) -> PendingAtLibrary {
         for id in 1..=8 {
             lib.add(
                 id,
@@ -302,7 +302,7 @@ mod tests {
     /// bound, whichever order it came to the library in.
     #[test]
     fn requests_sent_out_of_arrival_order_starve_by_arrival() {
-        let mut lib = AtLibrary::new(1);
+        let mut lib = PendingAtLibrary::new(1);
         for (id, arrived) in [(1, 5_000), (2, 1_000), (3, 9_000), (4, 3_000)] {
             lib.add(id, GroupId(0), 10, (arrived, 10_000));
         }
@@ -345,7 +345,7 @@ mod tests {
     /// meanwhile is not sent, and one already sent its priority is not sent it again.
     #[test]
     fn a_placed_pass_sends_the_lowest_changed_ids_first_and_the_rest_later() {
-        let mut lib = fill(AtLibrary::per_request(2));
+        let mut lib = fill(PendingAtLibrary::per_request(2));
         // Odd ids (group 0) to 20, even ids to 10 (unchanged) but 2 and 8 to 30; each may
         // change again at any time (placed at every pass).
         let place = |id: i64, g: GroupId| {
@@ -385,7 +385,7 @@ mod tests {
     /// when a group's rank moved.
     #[test]
     fn a_placed_pass_places_only_the_requests_due_or_of_a_moved_rank() {
-        let mut lib = fill(AtLibrary::per_request(2));
+        let mut lib = fill(PendingAtLibrary::per_request(2));
         // Group 0's priority holds until 1,000 ms, then rises; group 1's never changes.
         let placed = std::cell::RefCell::new(Vec::new());
         let place = |now: i64| {
