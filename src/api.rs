@@ -81,7 +81,7 @@ pub struct AppState {
 /// The state as the handlers hold it: one `Arc`, so the clone axum makes per request (and per
 /// extractor) is one counter, not one per field (the field-wise clone and drop were 5% of the
 /// broker's CPU under single-request ingest).
-pub type Shared = Arc<AppState>;
+pub type AppHandle = Arc<AppState>;
 
 /// The API's routes and its OpenAPI document, built together from the handlers' `#[utoipa::path]`
 /// attributes, so neither can drift from the other.

@@ -56,7 +56,7 @@ mod locator;
 mod submit;
 
 pub use crate::domain::mss::{AdapterSettings, MssSettings, SimulatorSettings};
-pub use last_call::{LastCall, Outcome};
+pub use last_call::{CallOutcome, LastCall};
 pub use locator::VolumeLocator;
 
 use std::sync::Arc;

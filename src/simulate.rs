@@ -12,11 +12,11 @@
 //! configuration and the trace). `engine.rs` (the discrete-event loop in virtual microseconds:
 //! arrivals classified by `policy::classify`, `place`, `HeldQueue::pick`, `UsageBook` read through
 //! `policy::order::ShareSnapshotCache`, FBSNG `Queues` against `mss_adapters::sim::library::Library` with
-//! `forget_finished`; `Outcome`, with each request's `Decision` (group, class, MSS priority) for
+//! `forget_finished`; `RunRecord`, with each request's `SentDecision` (group, class, MSS priority) for
 //! the replay test `tests/api/replay.rs`; also the policy tests' engine; `Run::settle` re-dates a
 //! request's charge to its transfer's end, as the writer's `settle::finalize` does),
 //! `engine/arrival.rs` (`Arrival`, a request of the load, and the `Transfer` of one of its
-//! attempts), `engine/outcome.rs` (`Outcome`, `Decision`, `Finished`: what a run reports),
+//! attempts), `engine/outcome.rs` (`RunRecord`, `SentDecision`, `Finished`: what a run reports),
 //! `engine/reprioritise.rs` (the re-prioritisation of what waits at the library, in `pass_through`
 //! and `held`, as the dispatcher's), `engine/volumes.rs` (the volumes mode: `VolumeQueue` batches
 //! charged at release, submitted at once), `engine/coalesce.rs` (duplicate reads ride on a carrier
@@ -44,8 +44,8 @@ pub mod tradeoff;
 use mss_adapters::sim::library::{LibraryConfig, Micros, Model};
 
 pub use baseline::Baseline;
-pub use engine::{run, run_with, Arrival, Decision, Outcome, Picker};
-pub use report::{Report, RunReport};
+pub use engine::{run, run_with, Arrival, Picker, RunRecord, SentDecision};
+pub use report::{RunReport, SimulationReport};
 
 use crate::domain::order::ReleaseMode;
 use crate::domain::{PolicySettings, RetrySettings};

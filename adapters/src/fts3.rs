@@ -57,7 +57,7 @@
 //!
 //! FTS3 (`fts3.rs`: the notes with their FTS3 sources, the re-exports). `config.rs`: config (bands,
 //! the one `activity`); `job.rs`: the deterministic `job_id`/`job_id_in` (under `vos_id[0]` of `GET
-//! /whoami`, in `Shared::vo_ids`: read at the first need and again by `rederive` when a lookup
+//! /whoami`, in `Fts3State::vo_ids`: read at the first need and again by `rederive` when a lookup
 //! misses or on a 409 for our sid, the earlier ones kept), the pure `job_body` (`retry: -1`),
 //! `conflict_is_ours` (409 for our sid vs "The submission is duplicated": a destination held by a
 //! file not ended, `Deferred` until it ends, and held back meanwhile by `holds.rs`, `Holds`: 30 s

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::schemas::StateBody;
-use super::Shared;
+use super::AppHandle;
 use crate::auth::RoleKind;
 use crate::ledger::CancelOutcome;
 use crate::live_settings::Refusal;
@@ -44,7 +44,7 @@ pub struct ReloadBody {
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn reload(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
 ) -> Result<Json<ReloadBody>, ApiError> {
     caller.require(&[RoleKind::Operator], "reload the configuration")?;
@@ -151,7 +151,7 @@ fn group_asked(body: &[u8]) -> Result<String, ApiError> {
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn cancel_group(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,

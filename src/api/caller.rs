@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use axum::http::{header, StatusCode};
 
 use super::error::ApiError;
-use super::{AppState, Shared};
+use super::{AppHandle, AppState};
 use crate::auth::jwt::{TokenRefused, TokenScope};
 use crate::auth::{x509, Principal, Role, RoleKind};
 use crate::domain::server::IpNet;
@@ -15,12 +15,12 @@ use crate::tls::Peer;
 /// The authenticated caller of a request.
 pub struct Caller(pub Principal);
 
-impl axum::extract::FromRequestParts<Shared> for Caller {
+impl axum::extract::FromRequestParts<AppHandle> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        state: &Shared,
+        state: &AppHandle,
     ) -> Result<Self, Self::Rejection> {
         let live = state.live.get();
         if !live.auth_on() {

@@ -10,7 +10,7 @@ use axum::Json;
 use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::responses;
-use super::{AppState, Shared};
+use super::{AppHandle, AppState};
 use crate::auth::RoleKind;
 use crate::report::range::BucketRule;
 use crate::shares::view::{LoadedConfig, SharesView};
@@ -30,7 +30,7 @@ pub(super) async fn healthz() -> Json<responses::Health> {
     (status = 200, body = crate::readiness::ReadyBody),
     (status = 503, body = crate::readiness::ReadyBody),
 ))]
-pub(super) async fn readyz(State(state): State<Shared>) -> Response {
+pub(super) async fn readyz(State(state): State<AppHandle>) -> Response {
     let body = state.readiness.check();
     let status = if body.ready {
         StatusCode::OK
@@ -46,7 +46,7 @@ pub(super) async fn readyz(State(state): State<Shared>) -> Response {
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
 ))]
 pub(super) async fn mss(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
 ) -> Result<Json<responses::MssBody>, ApiError> {
     caller.require(
@@ -81,7 +81,7 @@ pub struct GroupsQuery {
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn groups(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     query: Result<Query<GroupsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -190,7 +190,7 @@ fn report_range(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn report(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -213,7 +213,7 @@ pub(super) async fn report(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn metrics(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -266,7 +266,7 @@ pub(super) async fn metrics(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn report_page(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     query: Result<Query<ReportPageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {

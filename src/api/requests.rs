@@ -10,7 +10,7 @@ use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::responses::{self, CancelBody, DriveReserveBody, RequestBody};
 use super::schemas::PositionBasisBody;
-use super::Shared;
+use super::AppHandle;
 use crate::auth::RoleKind;
 use crate::domain::RequestState;
 use crate::ledger::CancelOutcome;
@@ -50,7 +50,7 @@ fn id_of(raw: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn get_request(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     raw: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
@@ -103,7 +103,7 @@ pub(super) async fn get_request(
 /// Request `id` (a rider's carrier), if `caller` may read it as `get_request` would: another
 /// station's request id is not shown, since that station reads it as 404.
 async fn readable(
-    state: &Shared,
+    state: &AppHandle,
     caller: &Caller,
     id: Option<i64>,
 ) -> Result<Option<i64>, ApiError> {
@@ -126,7 +126,7 @@ async fn readable(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn cancel_request(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     raw: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
@@ -176,7 +176,7 @@ pub(super) async fn cancel_request(
     (status = 502, body = error::ErrorBody), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn release_request(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     raw: Result<Path<String>, PathRejection>,
 ) -> Result<Json<responses::ReleaseBody>, ApiError> {

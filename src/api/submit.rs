@@ -12,7 +12,7 @@ use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::request::{self, RequestInput};
 use super::responses::{self, AcceptedBody, BatchBody, BatchResult};
-use super::{AppState, Shared};
+use super::{AppHandle, AppState};
 use crate::auth::{Principal, RoleKind};
 use crate::ledger::{Accepted, NewRequest, OutputInUse, Refused};
 use crate::live_settings::Live;
@@ -177,7 +177,7 @@ fn mss_can_take(
     (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn submit_one(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -221,7 +221,7 @@ pub(super) async fn submit_one(
     (status = 429, body = responses::TooMany), (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn submit_batch(
-    State(state): State<Shared>,
+    State(state): State<AppHandle>,
     caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -275,7 +275,7 @@ pub(super) async fn submit_batch(
 
 /// The prepared items of a batch to the ledger under the decision gate, and the answer.
 async fn accept_batch(
-    state: &Shared,
+    state: &AppHandle,
     who: &Principal,
     gate: tokio::sync::RwLockReadGuard<'_, ()>,
     refusals: Vec<Option<BatchResult>>,
@@ -345,7 +345,7 @@ async fn off_the_workers<T: Send + 'static>(
 /// order), and the items that go. Another station's request in a station's batch refuses the
 /// whole batch: it is a client error, and nothing of the batch is committed.
 fn prepare_items(
-    state: &Shared,
+    state: &AppHandle,
     live: &Live,
     caller: &Caller,
     items: &[&serde_json::value::RawValue],

@@ -28,7 +28,7 @@ const MAX_EVENTS_PER_POLL: usize = 10_000;
 /// The MSS serving on a loopback port until dropped.
 pub(crate) struct InstantMss {
     pub url: String,
-    shared: Arc<Shared>,
+    shared: Arc<InstantMssState>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -45,7 +45,8 @@ struct Log {
     events: VecDeque<MssEvent>,
 }
 
-struct Shared {
+/// The instant MSS's state, shared by its handlers.
+struct InstantMssState {
     epoch: String,
     /// Submissions are answered 503 (the broker keeps its requests and backs off).
     holding: AtomicBool,
@@ -54,7 +55,7 @@ struct Shared {
     last: watch::Sender<u64>,
 }
 
-impl Shared {
+impl InstantMssState {
     fn lock(&self) -> MutexGuard<'_, Log> {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -98,7 +99,7 @@ fn now_ms() -> i64 {
 impl InstantMss {
     pub async fn start() -> anyhow::Result<InstantMss> {
         let (last, _) = watch::channel(0);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(InstantMssState {
             epoch: format!("instant-{}", now_ms()),
             holding: AtomicBool::new(false),
             log: Mutex::new(Log {
@@ -148,7 +149,7 @@ fn refused(e: serde_json::Error) -> Response {
     (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
 }
 
-async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+async fn submit(State(shared): State<Arc<InstantMssState>>, body: axum::body::Bytes) -> Response {
     if let Some(answer) = shared.holding.load(Ordering::Relaxed).then(held).flatten() {
         return answer;
     }
@@ -162,7 +163,10 @@ async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
     (StatusCode::CREATED, Json(answer)).into_response()
 }
 
-async fn submit_batch(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+async fn submit_batch(
+    State(shared): State<Arc<InstantMssState>>,
+    body: axum::body::Bytes,
+) -> Response {
     if let Some(answer) = shared.holding.load(Ordering::Relaxed).then(held).flatten() {
         return answer;
     }
@@ -188,7 +192,7 @@ async fn unknown() -> Response {
 }
 
 async fn events(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<InstantMssState>>,
     Query(q): Query<mss_adapters::protocol::EventsQuery>,
 ) -> Response {
     // Another epoch: the reader starts over, from what is kept.

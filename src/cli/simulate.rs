@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::config::Settings;
-use crate::simulate::{self, Baseline, Report, RunSpec};
+use crate::simulate::{self, Baseline, RunSpec, SimulationReport};
 use crate::trace::{read_trace, TraceRecord};
 use mss_adapters::sim::library::{DriveKind, LibraryConfig, Model, Order};
 
@@ -127,7 +127,7 @@ pub(super) fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         sweep::run(&args, &text, &records, &library)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut report = Report { runs: Vec::new() };
+    let mut report = SimulationReport { runs: Vec::new() };
     for (policy, mode) in &pairs {
         let started = Instant::now();
         let run = run_pair(&args, &text, &records, &library, policy, mode.as_deref())?;

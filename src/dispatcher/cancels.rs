@@ -27,12 +27,12 @@ pub(super) enum CancelJob {
 
 /// What the MSS could not take yet, sent again at the next retry pass.
 #[derive(Default)]
-pub(super) struct Retries {
+pub(super) struct CancelsToRetry {
     requests: BTreeSet<i64>,
     transfers: Vec<TransferRef>,
 }
 
-impl Retries {
+impl CancelsToRetry {
     pub(super) fn is_empty(&self) -> bool {
         self.requests.is_empty() && self.transfers.is_empty()
     }
@@ -89,7 +89,7 @@ impl Dispatcher {
         }
     }
 
-    pub(super) async fn run_job(&self, job: CancelJob, retry: &mut Retries) {
+    pub(super) async fn run_job(&self, job: CancelJob, retry: &mut CancelsToRetry) {
         match job {
             CancelJob::Request(id) => self.cancel_one(id, &mut retry.requests).await,
             CancelJob::Transfer(t) => {
@@ -102,7 +102,7 @@ impl Dispatcher {
 
     /// Cancels asked for before a restart, from the ledger: every request whose cancel is
     /// asked for and that has not ended (at the MSS or waiting to be resent; riders or not).
-    pub(super) async fn carried_over(&self, retry: &mut Retries) {
+    pub(super) async fn carried_over(&self, retry: &mut CancelsToRetry) {
         match self.ledger.cancel_pending().await {
             Ok(ids) => {
                 if !ids.is_empty() {
@@ -122,7 +122,7 @@ impl Dispatcher {
         mut cancels: mpsc::UnboundedReceiver<i64>,
         mut jobs: mpsc::UnboundedReceiver<CancelJob>,
     ) {
-        let mut retry = Retries::default();
+        let mut retry = CancelsToRetry::default();
         self.carried_over(&mut retry).await;
         let mut backoff = Backoff::new(self.settings.retry);
         // When the next retry pass runs: new cancels arriving meanwhile do not move it.
@@ -147,7 +147,7 @@ impl Dispatcher {
                 },
                 Some(job) = jobs.recv() => self.run_job(job, &mut retry).await,
                 () = retry_pass => {
-                    let Retries { requests, transfers } = std::mem::take(&mut retry);
+                    let CancelsToRetry { requests, transfers } = std::mem::take(&mut retry);
                     for id in requests {
                         self.run_job(CancelJob::Request(id), &mut retry).await;
                     }

@@ -8,11 +8,11 @@ use mss_adapters::MssError;
 
 /// The latest call's outcome; `None` before the first.
 #[derive(Debug, Default)]
-pub struct LastCall(Mutex<Option<Outcome>>);
+pub struct LastCall(Mutex<Option<CallOutcome>>);
 
 /// One call's outcome.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct CallOutcome {
     /// The adapter call (`submit_batch`, `events`, `status`, ...).
     pub call: &'static str,
     /// Why the MSS did not answer; `None` when it did.
@@ -20,7 +20,7 @@ pub struct Outcome {
     pub at: Instant,
 }
 
-impl Outcome {
+impl CallOutcome {
     pub fn age(&self) -> Duration {
         self.at.elapsed()
     }
@@ -30,7 +30,7 @@ impl LastCall {
     /// Record `call`'s outcome: a refusal or a deferral is an answer; any other error is not.
     pub fn record(&self, call: &'static str, error: Option<&MssError>) {
         let error = error.filter(|e| !e.is_answer()).map(|e| e.to_string());
-        let outcome = Outcome {
+        let outcome = CallOutcome {
             call,
             error,
             at: Instant::now(),
@@ -41,7 +41,7 @@ impl LastCall {
     }
 
     /// The latest outcome, if a call was made.
-    pub fn get(&self) -> Option<Outcome> {
+    pub fn get(&self) -> Option<CallOutcome> {
         self.0.lock().ok().and_then(|last| last.clone())
     }
 }

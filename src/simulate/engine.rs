@@ -45,7 +45,7 @@ mod volumes;
 
 use arrival::transfer;
 pub use arrival::Arrival;
-pub use outcome::{target_share, Decision, Finished, Outcome};
+pub use outcome::{target_share, Finished, RunRecord, SentDecision};
 pub use volumes::BatchRecord;
 
 /// What the engine keeps of a request between its arrival and its end.
@@ -85,7 +85,7 @@ struct Run<'a> {
     outstanding: u32,
     /// id -> what is kept of it, from arrival to end.
     info: HashMap<i64, Info>,
-    out: Outcome,
+    out: RunRecord,
     now: Micros,
     /// Per group: fair share, and fair share with a share above 0.
     fair: Vec<bool>,
@@ -109,7 +109,7 @@ struct Run<'a> {
     carriers: HashMap<u64, Vec<coalesce::Carrier>>,
     riders: HashMap<i64, Vec<coalesce::Rider>>,
     /// Failed attempts waiting out their backoff.
-    retries: retry::Retries,
+    retries: retry::BackoffQueue,
 }
 
 /// Run `load` (sorted by arrival) until `until` with the configured policy; only what
@@ -119,7 +119,7 @@ pub fn run(
     library: LibraryConfig,
     load: &[Arrival],
     until: Micros,
-) -> Outcome {
+) -> RunRecord {
     run_with(policy, library, load, until, Picker::Policy)
 }
 
@@ -130,7 +130,7 @@ pub fn run_with(
     load: &[Arrival],
     until: Micros,
     picker: Picker,
-) -> Outcome {
+) -> RunRecord {
     run_retrying(
         policy,
         library,
@@ -149,7 +149,7 @@ pub fn run_retrying(
     until: Micros,
     picker: Picker,
     retry: RetrySettings,
-) -> Outcome {
+) -> RunRecord {
     let mut r = Run::new(policy, load, library, picker, retry);
     let period = policy.order.reprioritise.map(|d| d.as_micros() as Micros);
     let mut next_tick = period;
@@ -237,7 +237,7 @@ impl<'a> Run<'a> {
                 .starving(policy.order.max_wait_ms.is_some()),
             outstanding: 0,
             info: HashMap::with_capacity(load.len()),
-            out: Outcome {
+            out: RunRecord {
                 starts: vec![0; n],
                 bytes: vec![0; n],
                 max_wait: vec![0; n],
@@ -250,7 +250,7 @@ impl<'a> Run<'a> {
                 start_times: Vec::with_capacity(load.len()),
                 finished: Vec::with_capacity(load.len()),
                 decisions: Vec::with_capacity(load.len()),
-                ..Outcome::default()
+                ..RunRecord::default()
             },
             now: 0,
             unsaturated: needs_share.iter().filter(|&&s| s).count(),
@@ -264,7 +264,7 @@ impl<'a> Run<'a> {
             changes: Vec::new(),
             carriers: HashMap::new(),
             riders: HashMap::new(),
-            retries: retry::Retries::new(retry),
+            retries: retry::BackoffQueue::new(retry),
         }
     }
 
@@ -347,7 +347,7 @@ impl<'a> Run<'a> {
             (p.mss_priority, Some(p.class))
         });
         t.priority = priority;
-        self.out.decisions.push(Decision {
+        self.out.decisions.push(SentDecision {
             arrival: c.id,
             group: c.group,
             class,

@@ -19,6 +19,8 @@ use crate::policy::order::Algorithm;
 mod placed;
 use placed::Placed;
 
+/// The fair-share requests pending at the library, kept so a re-prioritisation pass finds the
+/// ones whose priority changes without a scan (see the module's doc).
 #[derive(Debug, Clone, Default)]
 pub(super) struct PendingAtLibrary {
     /// Per group (`GroupId.0`): priority -> ids.

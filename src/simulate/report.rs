@@ -1,9 +1,9 @@
 //! What a simulation reports (docs/simulation.md): the JSON document `{"runs": [...]}` and its
-//! table, computed from an [`Outcome`].
+//! table, computed from a [`RunRecord`].
 
 use serde::Serialize;
 
-use super::engine::{target_share, Finished, Outcome};
+use super::engine::{target_share, Finished, RunRecord};
 use crate::domain::{GroupId, PolicySettings};
 use mss_adapters::sim::library::Micros;
 
@@ -12,7 +12,7 @@ pub const TB: f64 = 1e12;
 
 /// The report of `mssbroker simulate`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub struct SimulationReport {
     pub runs: Vec<RunReport>,
 }
 
@@ -203,7 +203,7 @@ pub fn run_report(
     name: &str,
     mode: &str,
     requests: u64,
-    o: &Outcome,
+    o: &RunRecord,
     window_bytes: u64,
 ) -> RunReport {
     let targets: Vec<Option<f64>> = policy
@@ -282,7 +282,7 @@ fn drive_times(library: &mss_adapters::sim::library::LibraryStats) -> DriveTimeR
 
 fn group_report(
     policy: &PolicySettings,
-    o: &Outcome,
+    o: &RunRecord,
     g: GroupId,
     target: Option<f64>,
     (achieved, fair_bytes): (u128, u128),
@@ -312,7 +312,7 @@ fn group_report(
 /// Per group, the fair-share bytes `achieved_share` is computed from: those finished while the
 /// trace was saturated (the bytes the share windows cut, the last incomplete window included),
 /// or, when nothing finished saturated, every fair-share byte done.
-fn achieved_bytes(o: &Outcome, groups: usize) -> Vec<u128> {
+fn achieved_bytes(o: &RunRecord, groups: usize) -> Vec<u128> {
     let mut bytes = vec![0u128; groups];
     for f in o.finished.iter().filter(|f| f.saturated) {
         if let Some(b) = bytes.get_mut(f.group.0) {
@@ -334,7 +334,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 }
 
 /// The report as text: one line per run, then each run's groups.
-pub fn table(report: &Report) -> String {
+pub fn table(report: &SimulationReport) -> String {
     let header = vec![
         "policy/mode",
         "requests",

@@ -159,7 +159,7 @@ fn the_report_gives_data_takings_wait() {
     let r = report::run_report(&p, "sam", "pass_through", 3, &o, GB);
     assert_eq!(r.priority_wait_p50_s, Some(1.5));
     assert_eq!(r.priority_wait_p99_s, Some(1.5));
-    let table = report::table(&Report { runs: vec![r] });
+    let table = report::table(&SimulationReport { runs: vec![r] });
     let cell = |t: &str, column: &str| {
         let mut lines = t.lines().map(|l| l.split_whitespace().collect::<Vec<_>>());
         let header = lines.next().unwrap_or_default();
@@ -171,7 +171,7 @@ fn the_report_gives_data_takings_wait() {
     let fair_only = run(&p, one_drive(Model::Enstore), &[load[0].clone()], u64::MAX);
     let r = report::run_report(&p, "sam", "pass_through", 1, &fair_only, GB);
     assert_eq!(r.priority_wait_p99_s, None);
-    let table = report::table(&Report { runs: vec![r] });
+    let table = report::table(&SimulationReport { runs: vec![r] });
     assert_eq!(cell(&table, "prio_wait_p99_s"), "-");
 }
 
@@ -202,7 +202,7 @@ fn the_same_trace_and_seed_give_the_same_json() {
     };
     let once = |lib: &LibraryConfig| {
         let r = simulate(&p, lib, &load, spec).unwrap();
-        serde_json::to_string(&Report { runs: vec![r] }).unwrap()
+        serde_json::to_string(&SimulationReport { runs: vec![r] }).unwrap()
     };
     let lib = library(4, 7);
     let first = once(&lib);
@@ -698,7 +698,7 @@ fn failing(model: Model) -> LibraryConfig {
 }
 
 /// `load` to the end on [`failing`]`(model)`, with `attempts` attempts of [`retrying`].
-fn run_failing(p: &PolicySettings, model: Model, load: &[Arrival], attempts: u32) -> Outcome {
+fn run_failing(p: &PolicySettings, model: Model, load: &[Arrival], attempts: u32) -> RunRecord {
     run_retrying(
         p,
         failing(model),
@@ -871,7 +871,7 @@ fn the_table_shows_retries_and_failures_only_when_there_were_some() {
         };
         let o = run_retrying(&p, lib, &load, u64::MAX, Picker::Policy, retrying(2));
         let r = report::run_report(&p, "sam", "pass_through", 1, &o, GB);
-        report::table(&Report { runs: vec![r] })
+        report::table(&SimulationReport { runs: vec![r] })
     };
     let failing = table(1.0);
     let lines: Vec<Vec<&str>> = (failing.lines().take(2))

@@ -104,13 +104,13 @@ struct Book {
     unexpected: Vec<String>,
 }
 
-type Shared = Arc<Mutex<Book>>;
+type BookHandle = Arc<Mutex<Book>>;
 
 /// One worker: seeded submissions and cancels until the broker dies.
 async fn worker(
     base: String,
     client: reqwest::Client,
-    book: Shared,
+    book: BookHandle,
     w: usize,
     seed: u64,
     tag: String,
@@ -244,7 +244,7 @@ async fn sigkill_in_volumes_mode_with_queued_coalescing_and_cancels_moves_and_ch
     let (config_path, db) = (dir.path().join("broker.toml"), dir.path().join("broker.db"));
     std::fs::write(&config_path, config(&sim.url)).unwrap();
     let workers = 6usize;
-    let book: Shared = Arc::new(Mutex::new(Book {
+    let book: BookHandle = Arc::new(Mutex::new(Book {
         mine: vec![Vec::new(); workers],
         ..Book::default()
     }));

@@ -26,10 +26,11 @@ const FINISHED_KEPT: usize = 65_536;
 
 /// The Enstore adapter.
 pub struct EncpAdapter {
-    shared: Arc<Shared>,
+    shared: Arc<EncpState>,
 }
 
-pub(super) struct Shared {
+/// The encp adapter's state, shared by its handle and the tasks that watch its runs.
+pub(super) struct EncpState {
     pub(super) cfg: EncpConfig,
     pub(super) log: EventLog,
     slots: Arc<Semaphore>,
@@ -78,7 +79,7 @@ impl EncpAdapter {
     pub fn new(cfg: EncpConfig) -> EncpAdapter {
         let slots = Arc::new(Semaphore::new(cfg.max_processes));
         EncpAdapter {
-            shared: Arc::new(Shared {
+            shared: Arc::new(EncpState {
                 cfg,
                 log: EventLog::new("encp"),
                 slots,
@@ -94,7 +95,7 @@ impl EncpAdapter {
     }
 }
 
-impl Shared {
+impl EncpState {
     pub(super) fn lock(&self) -> MutexGuard<'_, Procs> {
         self.procs.lock().unwrap_or_else(|e| e.into_inner())
     }

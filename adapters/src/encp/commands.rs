@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::process::Command;
 use tracing::{info, warn};
 
-use super::adapter::Shared;
+use super::adapter::EncpState;
 use super::config::{LIBRARY, UNIQUE_ID};
 use crate::protocol::Transfer;
 use crate::MssError;
@@ -17,7 +17,7 @@ use crate::MssError;
 /// ticket), delete its ticket from the library manager's queue with `cancel_command`, if it
 /// was still queued there: encp printed its ticket (read to the end of its output, so a
 /// ticket printed just before the stop is known) and no mover called back.
-pub(super) async fn delete_ticket(sh: &Shared, t: &Transfer) {
+pub(super) async fn delete_ticket(sh: &EncpState, t: &Transfer) {
     let Some(template) = &sh.cfg.cancel_command else {
         return;
     };

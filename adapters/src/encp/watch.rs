@@ -13,7 +13,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::adapter::Shared;
+use super::adapter::EncpState;
 use super::commands::delete_ticket;
 use super::invocation::Invocation;
 use super::outcome::{done_unless_directory, outcome, Exit, RunOutput};
@@ -72,7 +72,7 @@ pub(super) struct Output {
 /// Watch one run to its end: report a start, enforce the timeout and cancellation, then
 /// publish the outcome and free the slot.
 pub(super) async fn watch(
-    sh: Arc<Shared>,
+    sh: Arc<EncpState>,
     mut child: Child,
     t: Transfer,
     output: Output,
@@ -126,7 +126,7 @@ struct StdoutSeen {
 }
 
 impl Readers {
-    fn start(sh: &Arc<Shared>, child: &mut Child, t: &Transfer) -> Readers {
+    fn start(sh: &Arc<EncpState>, child: &mut Child, t: &Transfer) -> Readers {
         let lines = sh.cfg.stderr_lines;
         let stdout = child.stdout.take().map(|out| {
             let sh = sh.clone();
@@ -179,7 +179,7 @@ impl Readers {
 }
 
 /// The run's event: a success measured on the local side, a failure's reason clipped.
-fn ended(sh: &Shared, exit: Exit, said: &RunOutput, local: &Path, size_bytes: u64) -> EventKind {
+fn ended(sh: &EncpState, exit: Exit, said: &RunOutput, local: &Path, size_bytes: u64) -> EventKind {
     let kind = if exit == Exit::Code(0) || said.copied {
         match std::fs::metadata(local) {
             Ok(m) => done_unless_directory(local, m.is_dir(), m.len()),
@@ -325,7 +325,7 @@ async fn next_line<R: AsyncBufRead + Unpin>(
 
 /// One line of a run's standard output: the start, the ticket's unique id and library, or an
 /// option the build refused (returned).
-fn on_stdout(sh: &Shared, key: &str, attempt: u32, line: &str) -> Option<String> {
+fn on_stdout(sh: &EncpState, key: &str, attempt: u32, line: &str) -> Option<String> {
     if status::refused_option(line) {
         return Some(line.to_string());
     }

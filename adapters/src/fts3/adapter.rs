@@ -28,11 +28,12 @@ use crate::{
 
 /// The FTS3 adapter.
 pub struct Fts3Adapter {
-    shared: Arc<Shared>,
+    shared: Arc<Fts3State>,
     poller: tokio::task::JoinHandle<()>,
 }
 
-pub(super) struct Shared {
+/// The FTS3 adapter's state, shared by its handle and its poller.
+pub(super) struct Fts3State {
     pub(super) cfg: Fts3Config,
     sid_prefix: String,
     /// `cfg.url` parsed: every call's URL is built from it.
@@ -106,7 +107,7 @@ impl Fts3Adapter {
             .sid_prefix
             .clone()
             .unwrap_or_else(|| format!("mssbroker-{instance}"));
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Fts3State {
             cfg,
             sid_prefix,
             endpoint,
@@ -148,7 +149,7 @@ impl Track {
     }
 }
 
-impl Shared {
+impl Fts3State {
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<String, Track>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -213,7 +214,7 @@ impl Shared {
 
     /// The VO id FTS3 derives job ids from for this credential: `vos_id[0]` of `GET /whoami`
     /// (fts-rest-flask `controllers/delegation.py` `whoami`), read at the first need and again
-    /// only when it may have changed ([`Shared::rederive`]).
+    /// only when it may have changed ([`Fts3State::rederive`]).
     pub(super) async fn vo_id(&self) -> Result<uuid::Uuid, MssError> {
         if let Some(id) = self.vo_ids_mut().first() {
             return Ok(*id);

@@ -19,7 +19,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tracing::warn;
 
-use super::adapter::{Conflict, Shared, Track};
+use super::adapter::{Conflict, Fts3State, Track};
 use super::job::{
     apart_by_destination, batch_body, clashing, endpoints, file_entry, file_mss_id, file_owner,
     job_body, jobs_of,
@@ -47,7 +47,7 @@ impl Place {
 
 type Answers = Vec<Option<Result<Submitted, MssError>>>;
 
-impl Shared {
+impl Fts3State {
     /// Submit `transfers`, in jobs of one volume each where they share one: one answer each.
     pub(super) async fn submit_all(
         &self,
@@ -490,7 +490,7 @@ enum Posted {
 /// How long after a failed reading of the jobs in flight it is tried again.
 const RECOVER_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
-impl Shared {
+impl Fts3State {
     /// Read this broker's jobs in flight once after the start (tried again at a submission a
     /// minute after a failure, until it succeeds; a submission does not wait for it).
     pub(super) async fn recover_once(&self) {

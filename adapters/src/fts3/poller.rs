@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use super::adapter::{file_at, Shared};
+use super::adapter::{file_at, Fts3State};
 use super::progress::progress_of;
 use crate::event_log::Seen;
 use crate::rest;
@@ -21,7 +21,7 @@ const POLL_BATCH: usize = 50;
 pub(super) const FILE_FIELDS: &str =
     "file_id,file_index,file_state,filesize,user_filesize,reason,recoverable";
 
-impl Shared {
+impl Fts3State {
     /// `GET /jobs/{ids}` with the file fields: one JSON object per id asked for.
     pub(super) async fn get_jobs(&self, ids: &[String]) -> Result<Vec<Value>, MssError> {
         let rb = self
@@ -89,7 +89,7 @@ impl Shared {
 }
 
 /// Poll the jobs in flight every `poll_ms`.
-pub(super) async fn poll_loop(sh: Arc<Shared>) {
+pub(super) async fn poll_loop(sh: Arc<Fts3State>) {
     // The credential's VO id, read at start (submissions wait for it if this fails).
     if let Err(e) = sh.vo_id().await {
         warn!(error = %e, "cannot read fts3's /whoami yet; retried at the first submission");

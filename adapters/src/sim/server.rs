@@ -81,7 +81,8 @@ impl Sim {
     }
 }
 
-struct Shared {
+/// The simulator server's state, shared by its handlers and its driver.
+struct SimServerState {
     sim: Mutex<Sim>,
     epoch: String,
     started: Instant,
@@ -95,7 +96,7 @@ struct Shared {
     bad_answer_bytes: Arc<AtomicU64>,
 }
 
-impl Shared {
+impl SimServerState {
     fn lock(&self) -> MutexGuard<'_, Sim> {
         // A panic while holding the lock would be a bug in the pure model; keep serving.
         self.sim.lock().unwrap_or_else(|e| e.into_inner())
@@ -195,7 +196,7 @@ pub async fn run(
     let now_wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(SimServerState {
         sim: Mutex::new(Sim {
             library: Library::new(cfg.library.clone()),
             log: Vec::new(),
@@ -227,7 +228,7 @@ pub async fn run(
 }
 
 /// The simulator's routes.
-fn router(shared: Arc<Shared>) -> Router {
+fn router(shared: Arc<SimServerState>) -> Router {
     Router::new()
         .route("/v1/transfers", post(submit))
         .route("/v1/transfers/batch", post(submit_batch))
@@ -245,7 +246,7 @@ fn router(shared: Arc<Shared>) -> Router {
 
 /// Advance the library as virtual time passes, sleeping until the next transfer ends or a
 /// submission arrives.
-async fn drive(shared: Arc<Shared>) {
+async fn drive(shared: Arc<SimServerState>) {
     loop {
         let next = {
             let mut sim = shared.lock();
@@ -266,14 +267,14 @@ async fn drive(shared: Arc<Shared>) {
     }
 }
 
-async fn submit(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+async fn submit(State(shared): State<Arc<SimServerState>>, body: axum::body::Bytes) -> Response {
     if let Some(refused) = shared.gate(true).await {
         return refused;
     }
     shared.submission_answer(|| submit_one(&shared, &body))
 }
 
-fn submit_one(shared: &Shared, body: &[u8]) -> Response {
+fn submit_one(shared: &SimServerState, body: &[u8]) -> Response {
     let transfer: Transfer = match serde_json::from_slice(body) {
         Ok(t) => t,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -301,14 +302,17 @@ fn submit_one(shared: &Shared, body: &[u8]) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn submit_batch(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+async fn submit_batch(
+    State(shared): State<Arc<SimServerState>>,
+    body: axum::body::Bytes,
+) -> Response {
     if let Some(refused) = shared.gate(true).await {
         return refused;
     }
     shared.submission_answer(|| submit_many(&shared, &body))
 }
 
-fn submit_many(shared: &Shared, body: &[u8]) -> Response {
+fn submit_many(shared: &SimServerState, body: &[u8]) -> Response {
     let batch: BatchRequest = match serde_json::from_slice(body) {
         Ok(b) => b,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -340,7 +344,7 @@ fn submit_many(shared: &Shared, body: &[u8]) -> Response {
     Json(BatchResponse { results }).into_response()
 }
 
-async fn cancel(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+async fn cancel(State(shared): State<Arc<SimServerState>>, Path(key): Path<String>) -> Response {
     if let Some(refused) = shared.gate(false).await {
         return refused;
     }
@@ -369,7 +373,7 @@ fn pending_only(outcome: CancelOutcome, unknown: &str) -> Response {
 
 /// `PUT /v1/transfers/{key}/priority` with `{"attempt": n, "priority": p}`.
 async fn set_priority(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<SimServerState>>,
     Path(key): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -397,7 +401,7 @@ async fn set_priority(
     pending_only(outcome, "no such transfer attempt")
 }
 
-async fn transfer(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Response {
+async fn transfer(State(shared): State<Arc<SimServerState>>, Path(key): Path<String>) -> Response {
     if let Some(refused) = shared.gate(false).await {
         return refused;
     }
@@ -417,7 +421,7 @@ async fn transfer(State(shared): State<Arc<Shared>>, Path(key): Path<String>) ->
 }
 
 async fn events(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<SimServerState>>,
     Query(q): Query<crate::protocol::EventsQuery>,
 ) -> Response {
     if let Some(refused) = shared.gate(false).await {
@@ -440,7 +444,7 @@ async fn events(
     .into_response()
 }
 
-async fn received(State(shared): State<Arc<Shared>>) -> Response {
+async fn received(State(shared): State<Arc<SimServerState>>) -> Response {
     let sim = shared.lock();
     Json(ReceivedResponse {
         received: sim.library.received().to_vec(),
@@ -452,7 +456,10 @@ async fn received(State(shared): State<Arc<Shared>>) -> Response {
     .into_response()
 }
 
-async fn set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+async fn set_faults(
+    State(shared): State<Arc<SimServerState>>,
+    body: axum::body::Bytes,
+) -> Response {
     let faults: Faults = match serde_json::from_slice(&body) {
         Ok(f) => f,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -464,7 +471,7 @@ async fn set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) 
     Json(faults).into_response()
 }
 
-async fn get_faults(State(shared): State<Arc<Shared>>) -> Response {
+async fn get_faults(State(shared): State<Arc<SimServerState>>) -> Response {
     Json(shared.lock().faults.clone()).into_response()
 }
 

@@ -30,11 +30,12 @@ use crate::{
 
 /// The WLCG Tape REST API adapter.
 pub struct TapeRestAdapter {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<TapeRestState>,
     poller: tokio::task::JoinHandle<()>,
 }
 
-pub(super) struct Shared {
+/// The tape REST adapter's state, shared by its handle and its poller.
+pub(super) struct TapeRestState {
     pub(super) cfg: TapeRestConfig,
     /// `cfg.url` parsed: every call's URL is built from it.
     endpoint: Endpoint,
@@ -68,7 +69,7 @@ impl TapeRestAdapter {
         let client = RenewingClient::new(&cfg.auth, cfg.timeout)?;
         let endpoint = Endpoint::parse(&cfg.url).map_err(MssError::Protocol)?;
         let max_files = AtomicUsize::new(cfg.max_files_per_request);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(TapeRestState {
             cfg,
             endpoint,
             client,
@@ -89,7 +90,7 @@ impl Drop for TapeRestAdapter {
     }
 }
 
-impl Shared {
+impl TapeRestState {
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<String, Track>> {
         self.tracks.lock().unwrap_or_else(|e| e.into_inner())
     }

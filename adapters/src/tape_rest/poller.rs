@@ -8,14 +8,14 @@ use reqwest::Method;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::adapter::{Shared, Track};
+use super::adapter::{TapeRestState, Track};
 use super::progress::{all_final, file_progress};
 use super::stage::id_segment;
 use crate::event_log::Seen;
 use crate::rest;
 use crate::MssError;
 
-impl Shared {
+impl TapeRestState {
     /// `GET /stage/{id}`, or `None` when the server does not know the request.
     pub(super) async fn stage_request(&self, id: &str) -> Result<Option<Value>, MssError> {
         let rb = self.request(Method::GET, &format!("/stage/{}", id_segment(id)))?;
@@ -99,7 +99,7 @@ impl Shared {
     }
 }
 
-pub(super) async fn poll_loop(sh: Arc<Shared>) {
+pub(super) async fn poll_loop(sh: Arc<TapeRestState>) {
     if let Err(e) = sh.site().await {
         warn!(error = %e, "cannot read the tape site's discovery document; trying again at the first submission");
     }

@@ -17,7 +17,7 @@ use mss_adapters::{
     TransferStatus,
 };
 
-use super::super::cancels::Retries;
+use super::super::cancels::CancelsToRetry;
 use super::super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
@@ -272,7 +272,7 @@ impl Rig {
                 handed.push(job);
             }
         }
-        let (n, mut retry) = (handed.len(), Retries::default());
+        let (n, mut retry) = (handed.len(), CancelsToRetry::default());
         for job in handed {
             self.dispatcher.run_job(job, &mut retry).await;
         }
@@ -282,7 +282,7 @@ impl Rig {
 
     /// The cancel loop's start: every cancel the ledger has pending, carried.
     async fn carry_over(&self) {
-        let mut retry = Retries::default();
+        let mut retry = CancelsToRetry::default();
         self.dispatcher.carried_over(&mut retry).await;
         assert!(retry.is_empty(), "the stand-in took every cancel");
     }

@@ -8,7 +8,7 @@ use mss_adapters::sim::library::LibraryConfig;
 use super::*;
 use crate::policy::queue::{HeldQueue, Ranking};
 use crate::shares::UsageBook;
-use crate::simulate::engine::{run, Arrival, Outcome};
+use crate::simulate::engine::{run, Arrival, RunRecord};
 use crate::tests::TestConfig;
 
 fn settings(policy_keys: &str, shares: &str, extra: &str) -> Arc<PolicySettings> {
@@ -407,7 +407,7 @@ fn saturated(p: &PolicySettings, groups: &[(&str, u64)], per_group: usize) -> Ve
     v
 }
 
-fn fraction(o: &Outcome, p: &PolicySettings, path: &str, among: &[&str]) -> f64 {
+fn fraction(o: &RunRecord, p: &PolicySettings, path: &str, among: &[&str]) -> f64 {
     let total: u64 = among.iter().map(|x| o.starts[g(p, x).0]).sum();
     o.starts[g(p, path).0] as f64 / total as f64
 }

@@ -10,7 +10,7 @@
 
 use mss_adapters::sim::library::Micros;
 
-use super::{Arrival, Candidate, Decision, Info, Run};
+use super::{Arrival, Candidate, Info, Run, SentDecision};
 use crate::domain::order::Coalesce;
 use crate::domain::RequestState;
 use crate::policy::order::place;
@@ -65,7 +65,7 @@ impl Run<'_> {
             .snapshots
             .snapshot(self.policy, &self.usage, &self.queues, now_ms);
         let p = place(&self.policy.order, &standing, c, now_ms);
-        self.out.decisions.push(Decision {
+        self.out.decisions.push(SentDecision {
             arrival: c.id,
             group: c.group,
             class: Some(p.class),

@@ -24,7 +24,7 @@ pub struct Finished {
 /// /v1/requests/{id}` shows of a live decision (group, class, MSS priority). `class` is `None`
 /// where a comparison baseline decided (it has no class).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
+pub struct SentDecision {
     /// The request's place in the load, from 1 (`load[arrival - 1]`).
     pub arrival: i64,
     pub group: GroupId,
@@ -34,7 +34,7 @@ pub struct Decision {
 
 /// What happened in a run.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Outcome {
+pub struct RunRecord {
     /// Per group (`GroupId.0`): first starts, bytes done, longest wait from arrival to start.
     pub starts: Vec<u64>,
     pub bytes: Vec<u128>,
@@ -76,10 +76,10 @@ pub struct Outcome {
     /// Volumes mode: every batch released, in order.
     pub batches: Vec<BatchRecord>,
     /// Each request's decision, in the order the broker sent them to the library.
-    pub decisions: Vec<Decision>,
+    pub decisions: Vec<SentDecision>,
 }
 
-impl Outcome {
+impl RunRecord {
     /// Each fair-share group's share of the bytes done, against its target: the largest
     /// absolute difference in percentage points.
     pub fn share_error(&self, policy: &PolicySettings) -> f64 {

@@ -20,15 +20,15 @@ use crate::policy::transition::{after_failure, AfterFailure, CarrierEnd};
 
 /// The failed attempts waiting out their backoff.
 #[derive(Debug)]
-pub(super) struct Retries {
+pub(super) struct BackoffQueue {
     settings: RetrySettings,
     /// (due, id) -> the MSS priority it is sent again at.
     due: BTreeMap<(Micros, i64), i64>,
 }
 
-impl Retries {
-    pub(super) fn new(settings: RetrySettings) -> Retries {
-        Retries {
+impl BackoffQueue {
+    pub(super) fn new(settings: RetrySettings) -> BackoffQueue {
+        BackoffQueue {
             settings,
             due: BTreeMap::new(),
         }

@@ -3,7 +3,7 @@
 
 use mss_adapters::sim::library::{LibraryConfig, Micros, Model, TapeDrive};
 
-use super::super::engine::{run, Arrival, Outcome};
+use super::super::engine::{run, Arrival, RunRecord};
 use super::super::{arrivals, library, simulate, RunSpec};
 use crate::domain::{GroupId, PolicySettings};
 use crate::tests::TestConfig;
@@ -77,14 +77,14 @@ fn load(p: &PolicySettings, with_data_taking: bool) -> Vec<Arrival> {
 }
 
 /// When V3's first batch (14 files of 7 GB: 98 GB, where V1's are 100 GB) went.
-fn v3_first_batch(o: &Outcome) -> Micros {
+fn v3_first_batch(o: &RunRecord) -> Micros {
     (o.batches.iter())
         .find(|b| b.bytes == 98 * GB)
         .expect("a batch of V3")
         .at
 }
 
-fn data_taking_waits(p: &PolicySettings, o: &Outcome) -> Vec<Micros> {
+fn data_taking_waits(p: &PolicySettings, o: &RunRecord) -> Vec<Micros> {
     o.waits[p.group_by_path("daq").expect("daq").0].clone()
 }
 

@@ -61,7 +61,7 @@ struct Runs {
     held: RunReport,
     volumes: RunReport,
     pass_through: RunReport,
-    outcome: Outcome,
+    outcome: RunRecord,
     policy: std::sync::Arc<PolicySettings>,
 }
 
