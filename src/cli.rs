@@ -28,6 +28,7 @@ mod backup;
 mod bench;
 mod cancel;
 mod client;
+mod drive_flags;
 mod mss_sim;
 mod reload;
 mod reports;

@@ -1,10 +1,10 @@
 //! `mssbroker mss-sim`: the MSS simulator as a process of its own.
 
+use super::drive_flags::DriveFlags;
 use super::serve::{banner, StopSignals};
 use crate::config::Settings;
 use anyhow::{bail, Context};
 use clap::Args;
-use mss_adapters::sim::library::{DriveKind, Model, Order};
 use mss_adapters::sim::{self, LibraryConfig, SimConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -114,7 +114,6 @@ fn base(config: Option<&Path>) -> anyhow::Result<Base> {
 
 /// The flags put over the base's library.
 fn library(args: &SimArgs, mut library: LibraryConfig) -> anyhow::Result<LibraryConfig> {
-    let positive = |v: f64| v.is_finite() && v > 0.0;
     let seconds = |v: f64, flag: &str| -> anyhow::Result<u64> {
         if v >= 0.0 && v.is_finite() && v < 1e9 {
             Ok((v * 1e6).round() as u64)
@@ -122,32 +121,13 @@ fn library(args: &SimArgs, mut library: LibraryConfig) -> anyhow::Result<Library
             bail!("--{flag} must be 0 or more seconds")
         }
     };
-    if let Some(name) = &args.model {
-        let Some(model) = Model::parse(name) else {
-            bail!("--model must be \"priority\" or \"enstore\", not `{name}`");
-        };
-        library.model = model;
+    DriveFlags {
+        model: args.model.as_deref(),
+        drive: args.drive.as_deref(),
+        order: args.order.as_deref(),
+        rate_mb_per_sec: args.rate_mb_per_sec,
     }
-    if let Some(name) = &args.drive {
-        let Some(kind) = DriveKind::parse(name) else {
-            bail!("--drive must be lto8, lto9, ts1160 or custom, not `{name}`");
-        };
-        let order = library.tape.order;
-        (library.bytes_per_sec, library.tape) = kind.profile();
-        library.tape.order = order;
-    }
-    if let Some(name) = &args.order {
-        let Some(order) = Order::parse(name) else {
-            bail!("--order must be position or rao, not `{name}`");
-        };
-        library.tape.order = order;
-    }
-    if let Some(rate) = args.rate_mb_per_sec {
-        if !positive(rate) {
-            bail!("--rate-mb-per-sec must be above 0");
-        }
-        library.bytes_per_sec = (rate * 1e6).round() as u64;
-    }
+    .apply(&mut library)?;
     if let Some(drives) = args.drives {
         library.drives = drives.max(1);
     }

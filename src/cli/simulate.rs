@@ -10,10 +10,11 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 
+use super::drive_flags::DriveFlags;
 use crate::config::Settings;
 use crate::simulate::{self, Baseline, RunSpec, SimulationReport};
 use crate::trace::{read_trace, TraceRecord};
-use mss_adapters::sim::library::{DriveKind, LibraryConfig, Model, Order};
+use mss_adapters::sim::library::{LibraryConfig, Model};
 
 #[derive(Debug, Args)]
 pub(super) struct SimulateArgs {
@@ -165,32 +166,13 @@ fn library(args: &SimulateArgs, text: &str) -> anyhow::Result<LibraryConfig> {
     if !model_set {
         library.model = Model::Enstore;
     }
-    if let Some(name) = &args.model {
-        let Some(model) = Model::parse(name) else {
-            bail!("--model {name}: expected enstore or priority");
-        };
-        library.model = model;
+    DriveFlags {
+        model: args.model.as_deref(),
+        drive: args.drive.as_deref(),
+        order: args.order.as_deref(),
+        rate_mb_per_sec: args.rate_mb_per_sec,
     }
-    if let Some(name) = &args.drive {
-        let Some(kind) = DriveKind::parse(name) else {
-            bail!("--drive {name}: expected lto8, lto9, ts1160 or custom");
-        };
-        let order = library.tape.order;
-        (library.bytes_per_sec, library.tape) = kind.profile();
-        library.tape.order = order;
-    }
-    if let Some(name) = &args.order {
-        let Some(order) = Order::parse(name) else {
-            bail!("--order {name}: expected position or rao");
-        };
-        library.tape.order = order;
-    }
-    if let Some(rate) = args.rate_mb_per_sec {
-        if !(rate > 0.0 && rate.is_finite()) {
-            bail!("--rate-mb-per-sec {rate}: expected a rate above 0");
-        }
-        library.bytes_per_sec = (rate * 1e6).round() as u64;
-    }
+    .apply(&mut library)?;
     if let Some(drives) = args.drives {
         library.drives = drives.max(1);
     }
