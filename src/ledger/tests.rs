@@ -9,7 +9,8 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::Class;
-use crate::domain::RetrySettings;
+use crate::domain::{RequestState, RetrySettings};
+use crate::shares::view::SharesView;
 
 const CONFIG: &str = r#"
 [policy]

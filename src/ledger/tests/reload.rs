@@ -11,6 +11,7 @@ use mss_adapters::Direction;
 use super::super::*;
 use crate::clock::ManualClock;
 use crate::config::Settings;
+use crate::domain::RequestState;
 use crate::domain::RetrySettings;
 
 const SHARES: &str = "mc = 3\nan = 1\n";
