@@ -26,15 +26,15 @@
 //! nonce)`; a request's MSS key `"{id}.{nonce}"`; `owner` maps an event's key back,
 //! `record_unknown` keeps the rest in `unknown_keys`, listed by `mssbroker unknown-keys`),
 //! `writer/` (the writer thread, every state transition: `writer.rs` the loop, gathering, the group
-//! commit and the write-only `Command`; `state.rs` `WriterState`, the memory, with
-//! `checkpoint`/`keep`/`rollback` (small figures and the volume queue's sticky volumes copied, the
-//! queue, the idempotency map, the queued-bytes tallies and the carriers journalled), and `Txn`,
-//! one transaction's context and deltas; `accept.rs`; `settle.rs` (submitted, rejected, unsent,
-//! lost, MSS events, cancel, `finalize`); `sends.rs` (`mark_sending`, the mark before a send;
-//! `deferred`, a send the MSS answered "not yet"); `release.rs` (held and queued releases);
-//! `volumes.rs` (the `volumes` release mode: batches from the `VolumeQueue` at the end of every
-//! transaction, each request charged to its own group at the batch's one priority and numbered in
-//! position order in `release_seq`, the flight's leading group in `release_lead`;
+//! commit; `command.rs` the write-only `Command`, applied and answered; `state.rs` `WriterState`,
+//! the memory, with `checkpoint`/`keep`/`rollback` (small figures and the volume queue's sticky
+//! volumes copied, the queue, the idempotency map, the queued-bytes tallies and the carriers
+//! journalled), and `Txn`, one transaction's context and deltas; `accept.rs`; `settle.rs`
+//! (submitted, rejected, unsent, lost, MSS events, cancel, `finalize`); `sends.rs` (`mark_sending`,
+//! the mark before a send; `deferred`, a send the MSS answered "not yet"); `release.rs` (held and
+//! queued releases); `volumes.rs` (the `volumes` release mode: batches from the `VolumeQueue` at
+//! the end of every transaction, each request charged to its own group at the batch's one priority
+//! and numbered in position order in `release_seq`, the flight's leading group in `release_lead`;
 //! `load_volume_queue` from the queued and in-flight rows, at start, at reload and after a
 //! rollback; a rollback, and a reload that stays in the volumes mode (regrouped by path), give back
 //! what the rows do not hold, `VolumeQueue::memory`; docs/volumes-live.md); `coalesce.rs`
@@ -67,12 +67,12 @@
 //! max(1 s, 4x its build time), single-flight; an explain never waits for one: a request queued
 //! after it gets an estimate from the ranking's sample, `position_basis` says which; `serve` ranks
 //! once at start in the background), `types.rs` (`NewRequest`, the answers, `LedgerOptions`,
-//! `CommitObserver`), `ledger.rs` (the `Ledger` handle: opening, the writer thread),
-//! `commands.rs` (its methods that record: one writer `Command` each, answered after the commit),
-//! `questions.rs` (its methods answered off the writer, on the read pool), `lock.rs` (`DbLock`: `<db>.lock` flock'd with
-//! the holder's PID, taken by `Ledger::open` before the database opens, released when the writer
-//! thread ends), `identity.rs` (`DbFile`: the opened file's device and inode, checked against the
-//! path before every COMMIT), `tests.rs`.
+//! `CommitObserver`), `ledger.rs` (the `Ledger` handle: opening, the writer thread), `commands.rs`
+//! (its methods that record: one writer `Command` each, answered after the commit), `questions.rs`
+//! (its methods answered off the writer, on the read pool), `lock.rs` (`DbLock`: `<db>.lock`
+//! flock'd with the holder's PID, taken by `Ledger::open` before the database opens, released when
+//! the writer thread ends), `identity.rs` (`DbFile`: the opened file's device and inode, checked
+//! against the path before every COMMIT), `tests.rs`.
 
 pub mod aggregates;
 pub mod backup;
