@@ -2,7 +2,7 @@
 //! given, each checked with an error naming the key (the figures' sources are in
 //! docs/enstore-model.md and config/broker.toml).
 
-use mss_adapters::sim::library::{DriveKind, Order, TapeDrive};
+use mss_adapters::sim::library::{DriveKind, LocateCost, Order, TapeDrive};
 
 use super::{Issues, RawSimulator};
 
@@ -51,39 +51,9 @@ fn amount(v: Option<f64>, unit: f64, fallback: u64, key: &str, issues: &mut Issu
 
 /// The drive's streaming rate (bytes per second) and the drive.
 pub(super) fn tape_drive(s: &RawSimulator, issues: &mut Issues) -> (u64, TapeDrive) {
-    for (key, set) in [
-        ("unmount_seconds", s.unmount_seconds.is_some()),
-        ("locate_seconds", s.locate_seconds.is_some()),
-        (
-            "locate_seconds_per_unit",
-            s.locate_seconds_per_unit.is_some(),
-        ),
-    ] {
-        if set {
-            issues.add(
-                format!("mss.simulator.{key}"),
-                "was replaced by the drive model: choose `drive` (lto8, lto9, ts1160, custom) \
-                 and set its figures (unload_seconds, rewind_full_seconds, locate_*_seconds)",
-            );
-        }
-    }
-    let kind = DriveKind::parse(&s.drive).unwrap_or_else(|| {
-        issues.add(
-            "mss.simulator.drive",
-            format!(
-                "unknown drive `{}`: \"lto8\", \"lto9\", \"ts1160\" or \"custom\"",
-                s.drive
-            ),
-        );
-        DriveKind::Lto9
-    });
-    let order = Order::parse(&s.order).unwrap_or_else(|| {
-        issues.add(
-            "mss.simulator.order",
-            format!("unknown order `{}`: \"position\" or \"rao\"", s.order),
-        );
-        Order::Position
-    });
+    refuse_replaced_keys(s, issues);
+    let kind = drive_kind(s, issues);
+    let order = access_order(s, issues);
     let (rate, p) = kind.profile();
     let rate = amount(s.rate_mb_per_sec, 1e6, rate, "rate_mb_per_sec", issues);
     let wraps = count(s.wraps, p.wraps, 1, "wraps", issues);
@@ -91,41 +61,8 @@ pub(super) fn tape_drive(s: &RawSimulator, issues: &mut Issues) -> (u64, TapeDri
     if bands > wraps {
         issues.add("mss.simulator.bands", "must not exceed mss.simulator.wraps");
     }
+    let locate = locate_cost(s, &p.locate, issues);
     let mut m = |v: Option<f64>, fallback: u64, key: &str| micros(v, fallback, key, issues);
-    let l = p.locate;
-    let locate = mss_adapters::sim::library::LocateCost {
-        base: m(s.locate_base_seconds, l.base, "locate_base_seconds"),
-        wrap_change: m(
-            s.locate_wrap_change_seconds,
-            l.wrap_change,
-            "locate_wrap_change_seconds",
-        ),
-        band_change: m(
-            s.locate_band_change_seconds,
-            l.band_change,
-            "locate_band_change_seconds",
-        ),
-        half_change: m(
-            s.locate_half_change_seconds,
-            l.half_change,
-            "locate_half_change_seconds",
-        ),
-        direction_change: m(
-            s.locate_direction_change_seconds,
-            l.direction_change,
-            "locate_direction_change_seconds",
-        ),
-        step_back: m(
-            s.locate_step_back_seconds,
-            l.step_back,
-            "locate_step_back_seconds",
-        ),
-        per_length: m(
-            s.locate_per_length_seconds,
-            l.per_length,
-            "locate_per_length_seconds",
-        ),
-    };
     let drive = TapeDrive {
         kind,
         wraps,
@@ -163,4 +100,88 @@ pub(super) fn tape_drive(s: &RawSimulator, issues: &mut Issues) -> (u64, TapeDri
         ),
     };
     (rate, drive)
+}
+
+/// The keys of the model before the drive profiles: an issue for each one set.
+fn refuse_replaced_keys(s: &RawSimulator, issues: &mut Issues) {
+    for (key, set) in [
+        ("unmount_seconds", s.unmount_seconds.is_some()),
+        ("locate_seconds", s.locate_seconds.is_some()),
+        (
+            "locate_seconds_per_unit",
+            s.locate_seconds_per_unit.is_some(),
+        ),
+    ] {
+        if set {
+            issues.add(
+                format!("mss.simulator.{key}"),
+                "was replaced by the drive model: choose `drive` (lto8, lto9, ts1160, custom) \
+                 and set its figures (unload_seconds, rewind_full_seconds, locate_*_seconds)",
+            );
+        }
+    }
+}
+
+/// The drive profile `drive` names (LTO-9 after an issue when it names none).
+fn drive_kind(s: &RawSimulator, issues: &mut Issues) -> DriveKind {
+    DriveKind::parse(&s.drive).unwrap_or_else(|| {
+        issues.add(
+            "mss.simulator.drive",
+            format!(
+                "unknown drive `{}`: \"lto8\", \"lto9\", \"ts1160\" or \"custom\"",
+                s.drive
+            ),
+        );
+        DriveKind::Lto9
+    })
+}
+
+/// The order of reads within a mount `order` names (position order after an issue).
+fn access_order(s: &RawSimulator, issues: &mut Issues) -> Order {
+    Order::parse(&s.order).unwrap_or_else(|| {
+        issues.add(
+            "mss.simulator.order",
+            format!("unknown order `{}`: \"position\" or \"rao\"", s.order),
+        );
+        Order::Position
+    })
+}
+
+/// The locate cost: the profile's `profile`, each part overridden by its `locate_*_seconds`.
+fn locate_cost(s: &RawSimulator, profile: &LocateCost, issues: &mut Issues) -> LocateCost {
+    let mut m = |v: Option<f64>, fallback: u64, key: &str| micros(v, fallback, key, issues);
+    let l = profile;
+    LocateCost {
+        base: m(s.locate_base_seconds, l.base, "locate_base_seconds"),
+        wrap_change: m(
+            s.locate_wrap_change_seconds,
+            l.wrap_change,
+            "locate_wrap_change_seconds",
+        ),
+        band_change: m(
+            s.locate_band_change_seconds,
+            l.band_change,
+            "locate_band_change_seconds",
+        ),
+        half_change: m(
+            s.locate_half_change_seconds,
+            l.half_change,
+            "locate_half_change_seconds",
+        ),
+        direction_change: m(
+            s.locate_direction_change_seconds,
+            l.direction_change,
+            "locate_direction_change_seconds",
+        ),
+        step_back: m(
+            s.locate_step_back_seconds,
+            l.step_back,
+            "locate_step_back_seconds",
+        ),
+        per_length: m(
+            s.locate_per_length_seconds,
+            l.per_length,
+            "locate_per_length_seconds",
+        ),
+    }
 }
