@@ -380,36 +380,16 @@ fn validate_reserve(raw: &RawReserve, release: &Release, issues: &mut Issues) ->
 /// `quiet_secs` and `sticky_secs` at most `max_age_secs`.
 fn validate_volumes(raw: &RawVolumes, issues: &mut Issues) -> VolumeSettings {
     let key = |k: &str| format!("release.volumes.{k}");
-    let positive = |v: i64, k: String, max: i64, issues: &mut Issues| -> i64 {
-        if v <= 0 || v > max {
-            issues.add(
-                k,
-                format!("must be a positive integer up to {max}, got {v}"),
-            );
-            return 1;
-        }
-        v
-    };
-    let secs = |v: i64, k: String, issues: &mut Issues| -> i64 {
-        if !(0..=i64::MAX / 1000).contains(&v) {
-            issues.add(
-                k,
-                format!("must be 0 (off) or a positive number of seconds, got {v}"),
-            );
-            return 0;
-        }
-        v * 1000
-    };
     let u32max = i64::from(u32::MAX);
-    let max_age_ms = 1000
-        * positive(
-            raw.max_age_secs,
-            key("max_age_secs"),
-            i64::MAX / 1000,
-            issues,
-        );
-    let quiet_ms = secs(raw.quiet_secs, key("quiet_secs"), issues);
-    let sticky_ms = secs(raw.sticky_secs, key("sticky_secs"), issues);
+    let max_age_ms = positive_up_to(
+        raw.max_age_secs,
+        key("max_age_secs"),
+        i64::MAX / 1000,
+        issues,
+    );
+    let max_age_ms = 1000 * max_age_ms;
+    let quiet_ms = millis_or_off(raw.quiet_secs, key("quiet_secs"), issues);
+    let sticky_ms = millis_or_off(raw.sticky_secs, key("sticky_secs"), issues);
     for (k, v) in [("quiet_secs", quiet_ms), ("sticky_secs", sticky_ms)] {
         if v > max_age_ms {
             issues.add(
@@ -427,48 +407,61 @@ fn validate_volumes(raw: &RawVolumes, issues: &mut Issues) -> VolumeSettings {
         .iter()
         .map(|(name, &v)| {
             let k = key(&format!("libraries.\"{name}\""));
-            (name.clone(), positive(v, k, u32max, issues) as u32)
+            (name.clone(), positive_up_to(v, k, u32max, issues) as u32)
         })
         .collect();
+    let mut positive = |v: i64, k: &str, max: i64| positive_up_to(v, key(k), max, issues);
     VolumeSettings {
-        min_volume_bytes: positive(
-            raw.min_volume_bytes,
-            key("min_volume_bytes"),
-            i64::MAX,
-            issues,
-        ) as u64,
-        min_volume_files: positive(
-            raw.min_volume_files,
-            key("min_volume_files"),
-            u32max,
-            issues,
-        ) as u32,
+        min_volume_bytes: positive(raw.min_volume_bytes, "min_volume_bytes", i64::MAX) as u64,
+        min_volume_files: positive(raw.min_volume_files, "min_volume_files", u32max) as u32,
         quiet_ms,
         max_age_ms,
-        batch_max_bytes: positive(
-            raw.batch_max_bytes,
-            key("batch_max_bytes"),
-            i64::MAX,
-            issues,
-        ) as u64,
-        batch_max_files: positive(raw.batch_max_files, key("batch_max_files"), u32max, issues)
-            as u32,
+        batch_max_bytes: positive(raw.batch_max_bytes, "batch_max_bytes", i64::MAX) as u64,
+        batch_max_files: positive(raw.batch_max_files, "batch_max_files", u32max) as u32,
         sticky_ms,
-        max_volumes: positive(raw.max_volumes, key("max_volumes"), u32max, issues) as u32,
+        max_volumes: positive(raw.max_volumes, "max_volumes", u32max) as u32,
         libraries,
         // Set from `[mss.volume_lookup]` once `[mss]` is read (`config::mss`).
         lookup_wait_ms: None,
-        ride_lead_bytes: raw.ride_lead_bytes.and_then(|v| {
-            if v < 0 {
-                issues.add(
-                    key("ride_lead_bytes"),
-                    format!("must be 0 or a positive number of bytes, got {v}"),
-                );
-                return None;
-            }
-            Some(v as u64)
-        }),
+        ride_lead_bytes: ride_lead_bytes(raw.ride_lead_bytes, issues),
     }
+}
+
+/// `v` when it is in `1..=max`, else 1 and an issue naming `key`.
+fn positive_up_to(v: i64, key: String, max: i64, issues: &mut Issues) -> i64 {
+    if v <= 0 || v > max {
+        issues.add(
+            key,
+            format!("must be a positive integer up to {max}, got {v}"),
+        );
+        return 1;
+    }
+    v
+}
+
+/// `v` seconds as milliseconds (0: off), else 0 and an issue naming `key`.
+fn millis_or_off(v: i64, key: String, issues: &mut Issues) -> i64 {
+    if !(0..=i64::MAX / 1000).contains(&v) {
+        issues.add(
+            key,
+            format!("must be 0 (off) or a positive number of seconds, got {v}"),
+        );
+        return 0;
+    }
+    v * 1000
+}
+
+/// `release.volumes.ride_lead_bytes`: a number of bytes, 0 or more, when given.
+fn ride_lead_bytes(v: Option<i64>, issues: &mut Issues) -> Option<u64> {
+    let v = v?;
+    if v < 0 {
+        issues.add(
+            "release.volumes.ride_lead_bytes",
+            format!("must be 0 or a positive number of bytes, got {v}"),
+        );
+        return None;
+    }
+    Some(v as u64)
 }
 
 /// The band the non-SAM policies map onto, the starvation bound and its priority, and the
