@@ -47,33 +47,8 @@ pub(super) fn validate_server(
             "may not be below server.header_read_timeout_ms (it would cut a request head short)",
         );
     }
-    let plain_http = match raw.plain_http.as_str() {
-        "loopback_only" => PlainHttp::LoopbackOnly,
-        "behind_proxy" => PlainHttp::BehindProxy,
-        other => {
-            issues.add(
-                "server.plain_http",
-                format!("`{other}` is not one of loopback_only, behind_proxy"),
-            );
-            PlainHttp::LoopbackOnly
-        }
-    };
-    let mut trusted_proxies = Vec::new();
-    for (i, p) in raw.trusted_proxies.iter().enumerate() {
-        match IpNet::parse(p) {
-            Some(net) => trusted_proxies.push(net),
-            None => issues.add(
-                format!("server.trusted_proxies[{i}]"),
-                format!("`{p}` is not an address or network such as 10.0.0.5 or 10.0.0.0/24"),
-            ),
-        }
-    }
-    if !trusted_proxies.is_empty() && plain_http != PlainHttp::BehindProxy {
-        issues.add(
-            "server.trusted_proxies",
-            "only used with server.plain_http = \"behind_proxy\"",
-        );
-    }
+    let plain_http = plain_http(&raw.plain_http, issues);
+    let trusted_proxies = trusted_proxies(&raw.trusted_proxies, plain_http, issues);
     let tls = raw
         .tls
         .as_ref()
@@ -88,6 +63,42 @@ pub(super) fn validate_server(
         trusted_proxies,
         tls,
     })
+}
+
+/// `server.plain_http`: where plain HTTP may be served (loopback only after an issue).
+fn plain_http(raw: &str, issues: &mut Issues) -> PlainHttp {
+    match raw {
+        "loopback_only" => PlainHttp::LoopbackOnly,
+        "behind_proxy" => PlainHttp::BehindProxy,
+        other => {
+            issues.add(
+                "server.plain_http",
+                format!("`{other}` is not one of loopback_only, behind_proxy"),
+            );
+            PlainHttp::LoopbackOnly
+        }
+    }
+}
+
+/// `server.trusted_proxies`: each an address or network, used only behind a proxy.
+fn trusted_proxies(raw: &[String], plain_http: PlainHttp, issues: &mut Issues) -> Vec<IpNet> {
+    let mut trusted_proxies = Vec::new();
+    for (i, p) in raw.iter().enumerate() {
+        match IpNet::parse(p) {
+            Some(net) => trusted_proxies.push(net),
+            None => issues.add(
+                format!("server.trusted_proxies[{i}]"),
+                format!("`{p}` is not an address or network such as 10.0.0.5 or 10.0.0.0/24"),
+            ),
+        }
+    }
+    if !trusted_proxies.is_empty() && plain_http != PlainHttp::BehindProxy {
+        issues.add(
+            "server.trusted_proxies",
+            "only used with server.plain_http = \"behind_proxy\"",
+        );
+    }
+    trusted_proxies
 }
 
 /// `[server.tls]`: a certificate needs its key; without them only `client_ca` behind a proxy.
