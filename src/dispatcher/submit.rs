@@ -4,7 +4,7 @@
 
 use std::num::NonZeroU32;
 
-use mss_adapters::{MssError, Transfer, TransferRef};
+use mss_adapters::{MssError, Submitted, Transfer, TransferRef};
 use tracing::{debug, warn};
 
 use super::cancels::CancelJob;
@@ -21,13 +21,9 @@ impl Dispatcher {
     /// Submit one batch of ready requests, as many as the adapter has room for.
     pub async fn submit_once(&self) -> Result<Step, LedgerError> {
         self.record_late().await?;
-        let room = self.adapter.room();
-        if room == Some(0) {
+        let Some(limit) = self.batch_limit() else {
             return Ok(Step::Full);
-        }
-        let limit = room.map_or(self.settings.submit_batch, |r| {
-            r.min(self.settings.submit_batch)
-        });
+        };
         let now = self.clock.now_ms();
         let mut ready =
             batches::keep_batches_whole(self.ledger.to_submit(0, now, limit).await?, limit);
@@ -52,13 +48,7 @@ impl Dispatcher {
         let transfers: Vec<Transfer> = ready.iter().map(transfer).collect();
         let started = std::time::Instant::now();
         let results = self.adapter.submit_batch(&transfers).await;
-        let ok = results.iter().all(|r| r.is_ok());
-        // One transfer refused or deferred is an answer; one that could not reach the MSS is
-        // not.
-        let failed = (results.iter()).find_map(|r| (r.as_ref().err()).filter(|e| !e.is_answer()));
-        self.last_call.record("submit_batch", failed);
-        self.metrics
-            .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());
+        self.count_the_call(&results, started);
         let BatchAnswers {
             taken,
             refs,
@@ -88,26 +78,58 @@ impl Dispatcher {
             warn!(error = %e, "the mss's answer to a submission could not be read; will resend");
         }
         let count = taken.len();
-        if !taken.is_empty() {
-            let ids: Vec<i64> = taken.iter().map(|t| t.id).collect();
-            let after = match self.ledger.submitted(taken.clone()).await {
-                Ok(after) => after,
-                Err(e) => {
-                    // Those still `accepted` go again; one a cancel took as at the MSS
-                    // meanwhile does not, and only this answer names it.
-                    self.keep_unrecorded(taken, refs);
-                    return Err(e);
-                }
-            };
-            (self.unrecorded_list()).retain(|(s, _)| !ids.contains(&s.id));
-            for ((id, t), a) in ids.into_iter().zip(refs).zip(after) {
-                self.after_submit(id, t, a);
-            }
-        }
+        self.record_taken(taken, refs).await?;
         if unavailable && count == 0 {
             return Ok(Step::Unavailable);
         }
         Ok(Step::Worked(count))
+    }
+
+    /// How many ready requests one call may carry: the adapter's room, at most `submit_batch`;
+    /// `None` when the adapter has no room.
+    fn batch_limit(&self) -> Option<usize> {
+        let batch = self.settings.submit_batch;
+        match self.adapter.room() {
+            Some(0) => None,
+            room => Some(room.map_or(batch, |r| r.min(batch))),
+        }
+    }
+
+    /// The call's outcome in `last_call` (for `/readyz`) and its time in the metrics.
+    fn count_the_call(&self, results: &[Result<Submitted, MssError>], started: std::time::Instant) {
+        let ok = results.iter().all(|r| r.is_ok());
+        // One transfer refused or deferred is an answer; one that could not reach the MSS is
+        // not.
+        let failed = (results.iter()).find_map(|r| (r.as_ref().err()).filter(|e| !e.is_answer()));
+        self.last_call.record("submit_batch", failed);
+        self.metrics
+            .mss_call("submit_batch", ok, started.elapsed().as_secs_f64());
+    }
+
+    /// Record what the MSS took. When that fails to commit it is kept and recorded at the next
+    /// step: those still `accepted` go again; one a cancel took as at the MSS meanwhile does
+    /// not, and only this answer names it.
+    async fn record_taken(
+        &self,
+        taken: Vec<SubmittedTransfer>,
+        refs: Vec<TransferRef>,
+    ) -> Result<(), LedgerError> {
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = taken.iter().map(|t| t.id).collect();
+        let after = match self.ledger.submitted(taken.clone()).await {
+            Ok(after) => after,
+            Err(e) => {
+                self.keep_unrecorded(taken, refs);
+                return Err(e);
+            }
+        };
+        (self.unrecorded_list()).retain(|(s, _)| !ids.contains(&s.id));
+        for ((id, t), a) in ids.into_iter().zip(refs).zip(after) {
+            self.after_submit(id, t, a);
+        }
+        Ok(())
     }
 
     /// Record the sends that made nothing at the MSS. The first sends among those that could
