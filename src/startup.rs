@@ -125,17 +125,15 @@ impl Application {
         let settings = &loaded.settings;
         let identities = load_identities(settings, None)?;
         refuse_plain_http(&settings.server)?;
-        let tls = match &settings.server.tls {
-            Some(t) => Some(TlsSource::load(t)?),
-            None => None,
-        };
+        let tls = settings
+            .server
+            .tls
+            .as_ref()
+            .map(TlsSource::load)
+            .transpose()?;
         // The addresses first: a port in use stops the start before a database is created or a
         // simulator started.
-        let (listener, addr) = bind(settings.server.listen, "server.listen").await?;
-        let simulator_listener = match simulator_settings(settings) {
-            Some(sim) => Some(bind(sim.listen, "mss.simulator.listen").await?),
-            None => None,
-        };
+        let ((listener, addr), simulator_listener) = bind_listeners(settings).await?;
         for note in &settings.notes {
             warn!(note = %note, "configuration note");
         }
@@ -146,14 +144,7 @@ impl Application {
         let (adapter, mss_url, simulator) =
             build_adapter(settings, ledger.instance(), simulator_listener)?;
         let (cancel_tx, cancels) = mpsc::unbounded_channel();
-        let stamp = ConfigStamp {
-            origin: settings.origin.clone(),
-            sha256: loaded.sha256.clone(),
-            loaded_at_ms: clock.now_ms(),
-        };
-        let live = Arc::new(LiveSettings::new(reload::live_of(
-            settings, identities, stamp, None,
-        )));
+        let live = first_live_settings(&loaded, identities, clock.now_ms());
         let reloader = Reloader::new(
             load,
             settings.clone(),
@@ -270,11 +261,34 @@ fn ledger_options(settings: &Settings, metrics: Arc<crate::metrics::Metrics>) ->
     }
 }
 
+/// The API's listener and, when the configuration runs one, the simulator's.
+async fn bind_listeners(settings: &Settings) -> Result<(Bound, Option<Bound>), StartupError> {
+    let api = bind(settings.server.listen, "server.listen").await?;
+    let simulator = match simulator_settings(settings) {
+        Some(sim) => Some(bind(sim.listen, "mss.simulator.listen").await?),
+        None => None,
+    };
+    Ok((api, simulator))
+}
+
+/// A bound listener and its address.
+type Bound = (TcpListener, SocketAddr);
+
+/// The settings a reload may change, as `loaded` gives them at the start.
+fn first_live_settings(loaded: &Loaded, identities: Identities, now_ms: i64) -> Arc<LiveSettings> {
+    let settings = &loaded.settings;
+    let stamp = ConfigStamp {
+        origin: settings.origin.clone(),
+        sha256: loaded.sha256.clone(),
+        loaded_at_ms: now_ms,
+    };
+    Arc::new(LiveSettings::new(reload::live_of(
+        settings, identities, stamp, None,
+    )))
+}
+
 /// A listener on `listen` (set by `key`), and the address it got (`listen`'s port may be 0).
-async fn bind(
-    listen: SocketAddr,
-    key: &'static str,
-) -> Result<(TcpListener, SocketAddr), StartupError> {
+async fn bind(listen: SocketAddr, key: &'static str) -> Result<Bound, StartupError> {
     let failed = |source| StartupError::Bind {
         addr: listen,
         key,
