@@ -64,6 +64,42 @@ impl Procs {
     }
 }
 
+impl Procs {
+    /// The answer to a send of a transfer this adapter runs or ran: a duplicate of the attempt
+    /// running or finished, or not now while an earlier attempt runs. `None`: a new run.
+    fn answer_to_a_resend(&self, t: &Transfer) -> Option<Result<Submitted, MssError>> {
+        if let Some(run) = self.running.get(&t.key) {
+            if run.attempt == t.attempt {
+                return Some(Ok(Submitted {
+                    mss_id: format!("encp:{}", run.pid),
+                    duplicate: true,
+                }));
+            }
+            return Some(Err(MssError::Unavailable(format!(
+                "attempt {} of this transfer is still running",
+                run.attempt
+            ))));
+        }
+        let finished = self.finished.get(&t.key);
+        finished.filter(|(a, _)| *a >= t.attempt).map(|_| {
+            Ok(Submitted {
+                mss_id: "encp:finished".into(),
+                duplicate: true,
+            })
+        })
+    }
+}
+
+/// Links may have changed since the request arrived: the local file must still be where the
+/// roots allow, and not a directory.
+fn recheck_local_file(cfg: &EncpConfig, t: &Transfer) -> Result<(), MssError> {
+    let Some(f) = &t.local_file else {
+        return Ok(());
+    };
+    cfg.check_local_file(f)
+        .map_err(|why| MssError::Rejected(format!("local_file `{f}` {why}")))
+}
+
 pub(super) struct Proc {
     pub(super) attempt: u32,
     pid: u32,
@@ -142,32 +178,11 @@ impl MssAdapter for EncpAdapter {
         // Checked and started under one lock (spawning does not wait), so one key never runs
         // twice at once.
         let mut p = sh.lock();
-        if let Some(run) = p.running.get(&t.key) {
-            if run.attempt == t.attempt {
-                return Ok(Submitted {
-                    mss_id: format!("encp:{}", run.pid),
-                    duplicate: true,
-                });
-            }
-            return Err(MssError::Unavailable(format!(
-                "attempt {} of this transfer is still running",
-                run.attempt
-            )));
-        }
-        if p.finished.get(&t.key).is_some_and(|(a, _)| *a >= t.attempt) {
-            return Ok(Submitted {
-                mss_id: "encp:finished".into(),
-                duplicate: true,
-            });
+        if let Some(answer) = p.answer_to_a_resend(t) {
+            return answer;
         }
         let inv = invocation(&sh.cfg, t)?;
-        if let Some(f) = &t.local_file {
-            // Links may have changed since the request arrived: the file must still be where
-            // the roots allow, and not a directory.
-            sh.cfg
-                .check_local_file(f)
-                .map_err(|why| MssError::Rejected(format!("local_file `{f}` {why}")))?;
-        }
+        recheck_local_file(&sh.cfg, t)?;
         // A read whose output is there already ends without encp (`existing`): the earlier
         // attempt's copy is done, anything else refused as encp would. A write's namespace
         // entry there is refused the same way, but for the empty one, without a bfid, that a
