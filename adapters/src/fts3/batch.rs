@@ -11,8 +11,9 @@
 //! may have created is looked up, so a transfer that went in a job led by another is not sent
 //! in a second one even when the company changed meanwhile. What a restart of the broker
 //! forgets of that, the jobs in flight read after the start (`recover`) cover.
+//!
+//! Reading a job's files and looking up the jobs FTS3 may hold already is `batch/lookup.rs`.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use reqwest::StatusCode;
@@ -27,6 +28,8 @@ use super::job::{
 use crate::protocol::Transfer;
 use crate::rest;
 use crate::{MssError, Submitted};
+
+mod lookup;
 
 /// Where a transfer sits in a job FTS3 holds: the job and, in a job of several files, its index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +48,7 @@ impl Place {
     }
 }
 
-type Answers = Vec<Option<Result<Submitted, MssError>>>;
+pub(super) type Answers = Vec<Option<Result<Submitted, MssError>>>;
 
 impl Fts3State {
     /// Submit `transfers`, in jobs of one volume each where they share one: one answer each.
@@ -151,43 +154,12 @@ impl Fts3State {
     /// Submit the transfers at `job` (positions in `transfers`) in one job, then what FTS3 did
     /// not already hold of them in another, until each has an answer.
     async fn submit_job(&self, transfers: &[Transfer], mut job: Vec<usize>, out: &mut Answers) {
-        job.retain(|&i| match file_entry(&self.cfg, &transfers[i]) {
-            Ok(_) => true,
-            Err(e) => {
-                out[i] = Some(Err(e));
-                false
-            }
-        });
-        // A destination FTS3 refused lately for another transfer holding it waits for its
-        // next try here, not in another doomed `POST /jobs` (`holds.rs`).
-        let now = Instant::now();
-        for (i, dest) in self.destinations(transfers, &job) {
-            if let Some(wait) = self.holds.check(&dest, now) {
-                out[i] = Some(Err(wait));
-            }
-        }
-        job.retain(|&i| out[i].is_none());
+        self.answer_the_unsendable(transfers, &mut job, out);
         while let Some(&lead) = job.first() {
             let members: Vec<&Transfer> = job.iter().map(|&i| &transfers[i]).collect();
             match self.post_job(&members).await {
                 Ok(Posted::Created(job_id, level)) => {
-                    for (_, dest) in self.destinations(transfers, &job) {
-                        self.holds.release(&dest);
-                    }
-                    let many = members.len() > 1;
-                    for (n, &i) in job.iter().enumerate() {
-                        let place = Place {
-                            attempt: transfers[i].attempt,
-                            job_id: job_id.clone(),
-                            index: many.then_some(n as u64),
-                        };
-                        self.follow(&transfers[i], &place, level);
-                        out[i] = Some(Ok(Submitted {
-                            mss_id: place.mss_id(),
-                            duplicate: false,
-                        }));
-                    }
-                    return;
+                    return self.follow_created(transfers, &job, (job_id, level), out);
                 }
                 Ok(Posted::Exists(job_id)) => {
                     if let Err(e) = self.adopt(&job_id, &transfers[lead]).await {
@@ -218,26 +190,7 @@ impl Fts3State {
                     if named.is_empty() {
                         named.push(0);
                     }
-                    // Not a refusal: FTS3 made nothing (the transaction is rolled back), and
-                    // takes the same submission once the file holding the destination has
-                    // ended. Deferred, so the broker sends it again later with the same key
-                    // and attempt, spending no attempt, and counts FTS3 as up.
-                    let why = format!(
-                        "fts3 holds another transfer to the same destination that has not ended \
-                         (its dest_surl_uuid: the VO is in FTS3's CheckDuplicates); sent again \
-                         once it has: {message}"
-                    );
-                    let now = Instant::now();
-                    for &n in &named {
-                        if let Some((_, dest)) = at.get(n) {
-                            self.holds.hold(dest, &why, now);
-                        }
-                        out[job[n]] = Some(Err(MssError::Deferred(why.clone())));
-                    }
-                    job = (job.iter().enumerate())
-                        .filter(|(n, _)| !named.contains(n))
-                        .map(|(_, &i)| i)
-                        .collect();
+                    job = self.defer_clashing(&job, &at, &named, &message, out);
                 }
                 Err(e) if e.is_retryable() => return self.unsettled(transfers, &job, e, out),
                 // FTS3 refuses a whole submission for one bad file: fts-rest-flask builds every
@@ -260,6 +213,90 @@ impl Fts3State {
                 }
             }
         }
+    }
+
+    /// Answers, and takes out of `job`, the transfers that cannot go in it: those with no file
+    /// entry FTS3 would take, and those whose destination FTS3 refused lately for another
+    /// transfer holding it, which wait for their next try here, not in another doomed
+    /// `POST /jobs` (`holds.rs`).
+    fn answer_the_unsendable(
+        &self,
+        transfers: &[Transfer],
+        job: &mut Vec<usize>,
+        out: &mut Answers,
+    ) {
+        job.retain(|&i| match file_entry(&self.cfg, &transfers[i]) {
+            Ok(_) => true,
+            Err(e) => {
+                out[i] = Some(Err(e));
+                false
+            }
+        });
+        let now = Instant::now();
+        for (i, dest) in self.destinations(transfers, job) {
+            if let Some(wait) = self.holds.check(&dest, now) {
+                out[i] = Some(Err(wait));
+            }
+        }
+        job.retain(|&i| out[i].is_none());
+    }
+
+    /// FTS3 made the job `job_id` at `level`: its destinations are no longer held, and each of
+    /// its transfers is followed and answered with its place in it.
+    fn follow_created(
+        &self,
+        transfers: &[Transfer],
+        job: &[usize],
+        (job_id, level): (String, i64),
+        out: &mut Answers,
+    ) {
+        for (_, dest) in self.destinations(transfers, job) {
+            self.holds.release(&dest);
+        }
+        let many = job.len() > 1;
+        for (n, &i) in job.iter().enumerate() {
+            let place = Place {
+                attempt: transfers[i].attempt,
+                job_id: job_id.clone(),
+                index: many.then_some(n as u64),
+            };
+            self.follow(&transfers[i], &place, level);
+            out[i] = Some(Ok(Submitted {
+                mss_id: place.mss_id(),
+                duplicate: false,
+            }));
+        }
+    }
+
+    /// The transfers at positions `named` of `job` clash with a transfer FTS3 holds to the
+    /// same destination (`at`: each position's destination). Not a refusal: FTS3 made nothing
+    /// (the transaction is rolled back), and takes the same submission once the file holding
+    /// the destination has ended. Deferred, so the broker sends it again later with the same
+    /// key and attempt, spending no attempt, and counts FTS3 as up. Returns the rest of `job`.
+    fn defer_clashing(
+        &self,
+        job: &[usize],
+        at: &[(usize, String)],
+        named: &[usize],
+        message: &str,
+        out: &mut Answers,
+    ) -> Vec<usize> {
+        let why = format!(
+            "fts3 holds another transfer to the same destination that has not ended \
+             (its dest_surl_uuid: the VO is in FTS3's CheckDuplicates); sent again \
+             once it has: {message}"
+        );
+        let now = Instant::now();
+        for &n in named {
+            if let Some((_, dest)) = at.get(n) {
+                self.holds.hold(dest, &why, now);
+            }
+            out[job[n]] = Some(Err(MssError::Deferred(why.clone())));
+        }
+        (job.iter().enumerate())
+            .filter(|(n, _)| !named.contains(n))
+            .map(|(_, &i)| i)
+            .collect()
     }
 
     /// The transfers at `job` may be in a job FTS3 made under its first one's sid: each is
@@ -332,148 +369,6 @@ impl Fts3State {
                 ))
             })?;
         Ok(Posted::Created(id.to_string(), level))
-    }
-
-    /// Note where every transfer of a job FTS3 holds sits in it, from its files' metadata. The
-    /// job's first transfer `lead` must be among them (its sid named the job).
-    async fn adopt(&self, job_id: &str, lead: &Transfer) -> Result<(), MssError> {
-        let Some(files) = self.files_of(job_id).await? else {
-            return Err(MssError::Unknown(format!(
-                "fts3 answered that job {job_id} exists, then that it does not"
-            )));
-        };
-        self.note(job_id, &files);
-        let many = files.len() > 1;
-        let mut found = self.found_mut();
-        let lead_found = found
-            .get(&lead.key)
-            .is_some_and(|p| p.attempt == lead.attempt);
-        if !lead_found && !many {
-            // A job of one file without our metadata (a broker of old): its sid is this
-            // transfer's, so the file is.
-            let place = Place {
-                attempt: lead.attempt,
-                job_id: job_id.to_string(),
-                index: None,
-            };
-            found.insert(lead.key.clone(), place);
-        } else if !lead_found {
-            return Err(MssError::Rejected(format!(
-                "fts3 holds job {job_id} under this transfer's sid, without this transfer in it"
-            )));
-        }
-        Ok(())
-    }
-
-    /// The files of a job (`file_index` and `file_metadata` of each), `None` if FTS3 does not
-    /// know it.
-    async fn files_of(&self, job_id: &str) -> Result<Option<Vec<Value>>, MssError> {
-        let rb = self
-            .request(reqwest::Method::GET, &format!("/jobs/{job_id}"))?
-            .query(&[("files", "file_id,file_index,file_metadata")]);
-        let answer = rest::Answer::read(rest::send(rb, self.cfg.timeout).await?).await?;
-        if answer.not_found() {
-            return Ok(None);
-        }
-        if !answer.status.is_success() {
-            return Err(answer.error());
-        }
-        let job: Value = answer.json()?;
-        let files = job.get("files").and_then(Value::as_array).cloned();
-        files
-            .map(Some)
-            .ok_or_else(|| MssError::Protocol(format!("no files in job {job_id}")))
-    }
-
-    /// Before sending again a transfer whose submission's answer was lost, look up the job that
-    /// submission may have created: what it holds is submitted already. A transfer whose job
-    /// cannot be looked up now, or was not found so soon after the lost answer that FTS3 may
-    /// still be creating it, is answered with that (retryable) error, not sent.
-    async fn look_up_uncertain(&self, transfers: &[Transfer], out: &mut Answers) {
-        let mut sids: HashMap<String, (Option<Instant>, Vec<usize>)> = HashMap::new();
-        {
-            let mut uncertain = self.uncertain_mut();
-            for (i, t) in transfers.iter().enumerate() {
-                match uncertain.get(&t.key) {
-                    Some((attempt, sid, at)) if *attempt == t.attempt => {
-                        let entry = sids.entry(sid.clone()).or_insert((*at, Vec::new()));
-                        entry.1.push(i);
-                    }
-                    // A later attempt: the broker settled the lost one (it failed it).
-                    Some(_) => {
-                        uncertain.remove(&t.key);
-                    }
-                    None => {}
-                }
-            }
-        }
-        for (sid, (lost_at, at)) in sids {
-            let answer = match self.look_up(&sid).await {
-                Ok(true) => Ok(()),
-                Ok(false) if lost_at.is_none_or(|t| t.elapsed() > self.cfg.timeout * 2) => Ok(()),
-                Ok(false) => Err(MssError::Unavailable(format!(
-                    "fts3 does not show job `{sid}` yet, whose submission's answer was lost; \
-                     waiting for it to settle before sending its transfers again"
-                ))),
-                Err(e) => Err(MssError::Unknown(format!(
-                    "cannot look up job `{sid}`, whose submission's answer was lost: {e}"
-                ))),
-            };
-            match answer {
-                Ok(()) => self.uncertain_mut().retain(|_, (_, s, _)| *s != sid),
-                Err(e) => {
-                    for i in at {
-                        out[i] = Some(Err(e.clone()));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Note what the job of `sid` holds; whether FTS3 has it. Looked for under every VO id
-    /// the credential has had, then, when none has it, under the one FTS3 derives now if that
-    /// changed (a renewed token): FTS3 names a job under the VO of the call that made it.
-    pub(super) async fn look_up(&self, sid: &str) -> Result<bool, MssError> {
-        for vo_id in self.vo_ids().await? {
-            if self.look_up_in(&vo_id, sid).await? {
-                return Ok(true);
-            }
-        }
-        match self.rederive().await? {
-            (vo_id, true) => self.look_up_in(&vo_id, sid).await,
-            (_, false) => Ok(false),
-        }
-    }
-
-    /// Note what the job of `sid` under `vo_id` holds; whether FTS3 has it.
-    async fn look_up_in(&self, vo_id: &uuid::Uuid, sid: &str) -> Result<bool, MssError> {
-        let job_id = super::job::job_id_in(vo_id, sid);
-        let Some(files) = self.files_of(&job_id).await? else {
-            return Ok(false);
-        };
-        self.note(&job_id, &files);
-        Ok(true)
-    }
-
-    /// Note where each of a job's files (`file_index`, `file_metadata`) sits.
-    fn note(&self, job_id: &str, files: &[Value]) {
-        let many = files.len() > 1;
-        let mut found = self.found_mut();
-        for f in files {
-            if let (Some((key, attempt)), Some(index)) =
-                (file_owner(f), f.get("file_index").and_then(Value::as_u64))
-            {
-                let index = many.then_some(index);
-                found.insert(
-                    key,
-                    Place {
-                        attempt,
-                        job_id: job_id.to_string(),
-                        index,
-                    },
-                );
-            }
-        }
     }
 }
 
