@@ -43,15 +43,7 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("mssbroker-bench-backlog-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let mut config = crate::bench_explain::held_config()?;
-    if let Some(policy) = &o.policy {
-        let shipped = "\nalgorithm = \"sam\"\n";
-        anyhow::ensure!(
-            config.contains(shipped),
-            "the shipped config no longer has [policy] algorithm = \"sam\" as --policy expects"
-        );
-        config = config.replacen(shipped, &format!("\nalgorithm = \"{policy}\"\n"), 1);
-    }
+    let config = backlog_config(o.policy.as_deref())?;
     let mut settings = Settings::parse(&config, "embedded config/broker.toml, held")?;
     settings.database.path = dir.join("bench.db");
     let db = settings.database.path.clone();
@@ -117,6 +109,20 @@ pub async fn run(o: &BacklogOptions) -> anyhow::Result<()> {
     decisions(&settings, &ids, o.samples.max(1)).await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The shipped configuration in the held mode, with `[policy] algorithm = policy` when given.
+fn backlog_config(policy: Option<&str>) -> anyhow::Result<String> {
+    let config = crate::bench_explain::held_config()?;
+    let Some(policy) = policy else {
+        return Ok(config);
+    };
+    let shipped = "\nalgorithm = \"sam\"\n";
+    anyhow::ensure!(
+        config.contains(shipped),
+        "the shipped config no longer has [policy] algorithm = \"sam\" as --policy expects"
+    );
+    Ok(config.replacen(shipped, &format!("\nalgorithm = \"{policy}\"\n"), 1))
 }
 
 /// The first explain of queued request `id`: its latency (µs) and where its position came from.
