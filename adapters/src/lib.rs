@@ -29,6 +29,7 @@ pub mod event_log;
 pub mod fts3;
 pub mod http;
 pub mod locate;
+mod opening;
 pub mod protocol;
 pub mod redact;
 pub mod renew;

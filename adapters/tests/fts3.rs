@@ -912,3 +912,49 @@ async fn one_file_fts3_refuses_fails_alone_not_its_whole_batch() {
         );
     }
 }
+
+/// Waits (up to 10 s) for `adapter.room()` to be `want`; whether it was.
+async fn room_becomes(adapter: &dyn MssAdapter, want: Option<usize>) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while adapter.room() != want {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
+#[tokio::test]
+async fn the_room_is_max_outstanding_less_the_transfers_followed() {
+    let b = Bench::new("none").await;
+    let mut cfg = config(&b.standin, b.dir.path(), "none");
+    cfg.max_outstanding = Some(2);
+    let stated = cfg.capabilities();
+    let adapter = Fts3Adapter::new(cfg, "abc123").unwrap();
+    assert_eq!((adapter.name(), adapter.capabilities()), ("fts3", stated));
+    assert_eq!(adapter.room(), Some(2));
+    adapter
+        .submit(&read("r1", "/cms/room/f1", 10))
+        .await
+        .unwrap();
+    assert_eq!(adapter.room(), Some(1));
+    adapter
+        .submit(&read("r2", "/cms/room/f2", 10))
+        .await
+        .unwrap();
+    assert_eq!(adapter.room(), Some(0));
+    // Each transfer's end gives its room back.
+    let mut events = EventReader::new();
+    for key in ["r1", "r2"] {
+        let end = events.final_event(&adapter, key).await;
+        assert!(matches!(end, EventKind::Done { .. }), "{key}: {end:?}");
+    }
+    assert!(
+        room_becomes(&adapter, Some(2)).await,
+        "{:?}",
+        adapter.room()
+    );
+    // Without max_outstanding, no limit.
+    assert_eq!(b.adapter.room(), None);
+}

@@ -546,3 +546,46 @@ async fn a_garbled_stage_answer_without_a_location_stays_unknown() {
     }
     assert_eq!(b.standin.requests().len(), 2);
 }
+
+/// Waits (up to 10 s) for `adapter.room()` to be `want`; whether it was.
+async fn room_becomes(adapter: &dyn MssAdapter, want: Option<usize>) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while adapter.room() != want {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
+#[tokio::test]
+async fn the_room_is_max_outstanding_less_the_transfers_followed() {
+    let b = Bench::new().await;
+    let mut cfg = config(&b.standin.url, b.dir.path());
+    cfg.max_outstanding = Some(2);
+    let stated = cfg.capabilities();
+    let adapter = TapeRestAdapter::new(cfg).unwrap();
+    assert_eq!(
+        (adapter.name(), adapter.capabilities()),
+        ("tape_rest", stated)
+    );
+    assert_eq!(adapter.room(), Some(2));
+    adapter.submit(&read("r1", "/data/room/f1")).await.unwrap();
+    assert_eq!(adapter.room(), Some(1));
+    adapter.submit(&read("r2", "/data/room/f2")).await.unwrap();
+    assert_eq!(adapter.room(), Some(0));
+    // Each transfer's end gives its room back.
+    let mut events = EventReader::new();
+    for key in ["r1", "r2"] {
+        let end = events.final_event(&adapter, key).await;
+        assert!(matches!(end, EventKind::Done { .. }), "{key}: {end:?}");
+    }
+    assert!(
+        room_becomes(&adapter, Some(2)).await,
+        "{:?}",
+        adapter.room()
+    );
+    // Without max_outstanding, no limit.
+    assert_eq!(b.adapter.room(), None);
+}

@@ -15,10 +15,10 @@ use super::existing::existing_output;
 use super::invocation::invocation;
 use super::watch::{spawn, watch, Output};
 use crate::event_log::EventLog;
+use crate::opening::adapter_opening;
 use crate::protocol::{Direction, EventKind, Transfer};
 use crate::{
-    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
-    TransferStatus,
+    EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef, TransferStatus,
 };
 
 /// Finished transfers remembered for status queries.
@@ -145,18 +145,15 @@ impl EncpState {
 
 #[async_trait]
 impl MssAdapter for EncpAdapter {
-    fn name(&self) -> &'static str {
-        "encp"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.shared.cfg.capabilities()
-    }
+    adapter_opening!("encp");
 
     fn cancel_reaches_mss(&self) -> bool {
         self.shared.cfg.cancel_command.is_some()
     }
 
+    /// Not the followed transfers under `max_outstanding` of FTS3 and Tape REST
+    /// (`crate::opening`): the encp processes that may start now, `max_processes` less those
+    /// running; a run frees its slot when it exits (`room_freed`).
     fn room(&self) -> Option<usize> {
         Some(self.shared.slots.available_permits())
     }

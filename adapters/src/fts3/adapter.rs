@@ -18,12 +18,13 @@ use super::poller::poll_loop;
 use super::progress::{is_staging, progress_of};
 use crate::endpoint::Endpoint;
 use crate::event_log::EventLog;
+use crate::opening::adapter_opening;
 use crate::protocol::Transfer;
 use crate::renew::RenewingClient;
 use crate::rest;
 use crate::{
-    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, PriorityScale, Progress,
-    Submitted, TransferRef, TransferStatus,
+    EventBatch, EventCursor, MssAdapter, MssError, PriorityScale, Progress, Submitted, TransferRef,
+    TransferStatus,
 };
 
 /// The FTS3 adapter.
@@ -380,20 +381,7 @@ pub(super) enum Conflict {
 
 #[async_trait]
 impl MssAdapter for Fts3Adapter {
-    fn name(&self) -> &'static str {
-        "fts3"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.shared.cfg.capabilities()
-    }
-
-    fn room(&self) -> Option<usize> {
-        self.shared
-            .cfg
-            .max_outstanding
-            .map(|max| max.saturating_sub(self.shared.lock().len()))
-    }
+    adapter_opening!("fts3", room: followed up to max_outstanding);
 
     fn check_file(&self, file: &str) -> Result<(), String> {
         super::config::check_file(file)

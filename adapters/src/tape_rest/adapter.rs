@@ -20,12 +20,12 @@ use super::progress::file_progress;
 use super::stage::{id_segment, SETTLED_BEFORE_STAGING};
 use crate::endpoint::Endpoint;
 use crate::event_log::EventLog;
+use crate::opening::adapter_opening;
 use crate::protocol::Transfer;
 use crate::renew::RenewingClient;
 use crate::{redact, rest};
 use crate::{
-    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef,
-    TransferStatus,
+    EventBatch, EventCursor, MssAdapter, MssError, Progress, Submitted, TransferRef, TransferStatus,
 };
 
 /// The WLCG Tape REST API adapter.
@@ -190,20 +190,7 @@ impl TapeRestState {
 
 #[async_trait]
 impl MssAdapter for TapeRestAdapter {
-    fn name(&self) -> &'static str {
-        "tape_rest"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.shared.cfg.capabilities()
-    }
-
-    fn room(&self) -> Option<usize> {
-        self.shared
-            .cfg
-            .max_outstanding
-            .map(|max| max.saturating_sub(self.shared.lock().len()))
-    }
+    adapter_opening!("tape_rest", room: followed up to max_outstanding);
 
     async fn submit(&self, t: &Transfer) -> Result<Submitted, MssError> {
         self.submit_batch(std::slice::from_ref(t))
