@@ -1,22 +1,20 @@
 //! What happens to a request after it is decided: the MSS took it, refused it, lost it, started,
 //! finished or failed it (its events), a caller cancelled it; and the terminal step that settles
-//! its charge ([`Txn::finalize`]).
+//! its charge ([`Txn::finalize`], `settle/finalize.rs`).
 
 use mss_adapters::{EventCursor, EventKind, MssEvent};
 use rusqlite::{params, OptionalExtension};
 use tracing::warn;
 
-use super::coalesce::{carrier_end, Carriers};
-use super::state::{Charge, Txn};
+use super::coalesce::Carriers;
+use super::state::Txn;
 use crate::domain::{Class, RequestState};
-use crate::ledger::aggregates::HourRow;
 use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
-use crate::policy;
-use crate::policy::transition::{
-    after_failure, final_failure, settle, AfterFailure, CarrierEnd, Dated,
-};
+use crate::policy::transition::{after_failure, final_failure, AfterFailure, CarrierEnd};
+
+mod finalize;
 
 /// The columns finalising needs.
 pub(super) struct Charged {
@@ -128,100 +126,6 @@ impl Txn<'_, '_> {
     /// A rider takes over its carrier's place in the broker's queue.
     pub(super) fn joined_queue(&mut self, row: &Charged) {
         self.tally(row, RequestState::Queued);
-    }
-
-    /// Move a request to a terminal state and settle its charge: `actual` bytes replace the
-    /// estimate (done), or the charge is refunded (failed, cancelled). The estimate is taken
-    /// back at its own date; the actual is charged now, when it was received. A carrier's
-    /// riders follow it ([`super::coalesce`]).
-    pub(super) fn finalize(
-        &mut self,
-        id: i64,
-        row: &Charged,
-        state: RequestState,
-        actual_bytes: Option<u64>,
-        error: Option<&str>,
-    ) -> rusqlite::Result<()> {
-        // What the MSS reports is not bounded by `limits.max_size_bytes`: a per-request figure
-        // stays an i64 column, so an absurd report saturates instead of wrapping negative.
-        let (benefit, bytes) = match actual_bytes {
-            Some(b) => {
-                let b = b.min(i64::MAX as u64);
-                let benefit = policy::benefit(self.policy, &row.access_mode, b);
-                (i64::try_from(benefit).unwrap_or(i64::MAX), b as i64)
-            }
-            None => (0, 0),
-        };
-        self.tx
-            .prepare_cached(
-                "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, \
-                 bytes_done = ?5, finished_ms = ?6, last_error = COALESCE(?7, last_error), \
-                 charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
-            )?
-            .execute(params![
-                id,
-                state.as_str(),
-                benefit,
-                bytes,
-                bytes,
-                self.now,
-                error.map(clip_error)
-            ])?;
-        self.report.add(
-            &row.group,
-            self.now,
-            HourRow {
-                done: i64::from(state == RequestState::Done),
-                failed: i64::from(state == RequestState::Failed),
-                cancelled: i64::from(state == RequestState::Cancelled),
-                held_cancelled: i64::from(row.state == RequestState::Held),
-                bytes_done: i128::from(bytes),
-                benefit_done: i128::from(benefit),
-                ..HourRow::default()
-            },
-        );
-        self.moved(row.class, Some(row.state), state);
-        self.tally(row, state);
-        self.st.free_output(id);
-        self.key_finished(id)?;
-        // Riders first: a promoted one joins this request's volume flight before it leaves.
-        if row.outstanding() || matches!(row.state, RequestState::Queued | RequestState::Held) {
-            let end = carrier_end(state, actual_bytes, error, row.outstanding());
-            self.carrier_left(id, row.carrier_key, end)?;
-        }
-        if row.outstanding() {
-            self.occupy(&row.library, row.slots, false);
-            if self.policy.order.volumes() {
-                self.st.volume_request_finished(self.policy, id, self.now);
-            }
-        }
-        if row.state == RequestState::Queued {
-            self.st.dequeue(id);
-            self.st.dequeue_volume(id);
-        }
-        let charged = Dated {
-            benefit: row.charged.max(0) as u64,
-            at_ms: row.charged_ms,
-        };
-        let settled = settle(charged, actual_bytes.map(|_| benefit as u64), self.now);
-        let refund = Charge {
-            usage: -i128::from(settled.refund.benefit),
-            at_ms: settled.refund.at_ms,
-            bytes: -i128::from(row.charged_bytes),
-            pending: -1,
-            held: -i64::from(row.state == RequestState::Held),
-        };
-        self.charge(&row.group, refund);
-        if let Some(actual) = settled.actual {
-            let actual = Charge {
-                usage: i128::from(actual.benefit),
-                at_ms: actual.at_ms,
-                bytes: i128::from(bytes),
-                ..Charge::default()
-            };
-            self.charge(&row.group, actual);
-        }
-        Ok(())
     }
 
     pub fn submitted_one(&mut self, item: &SubmittedTransfer) -> rusqlite::Result<AfterSubmit> {
