@@ -9,6 +9,7 @@ pub mod bench_report;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod database_url;
 pub mod dispatcher;
 pub mod domain;
 pub mod hidden_text;

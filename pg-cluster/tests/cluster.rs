@@ -9,9 +9,14 @@ use pg_cluster::Cluster;
 fn a_cluster_starts_accepts_connections_and_restarts() {
     let cluster = Cluster::start().expect("a cluster");
     assert_eq!(cluster.psql("SELECT 40 + 2").expect("psql"), "42");
-    cluster.psql("CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)").expect("a table");
+    cluster
+        .psql("CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)")
+        .expect("a table");
     cluster.stop_immediately().expect("stopped");
-    assert!(cluster.psql("SELECT 1").is_err(), "a stopped cluster answered");
+    assert!(
+        cluster.psql("SELECT 1").is_err(),
+        "a stopped cluster answered"
+    );
     cluster.start_again().expect("started again");
     // Crash recovery kept the committed row.
     assert_eq!(cluster.psql("SELECT n FROM kept").expect("psql"), "7");

@@ -93,6 +93,7 @@ const LAYERS: &[&[&str]] = &[
         "hidden_text",
         "text_table",
         "request_scope",
+        "database_url",
     ],
     &["shares", "policy", "trace", "simulate"],
     &["config"],
