@@ -13,6 +13,7 @@ pub mod database_url;
 pub mod dispatcher;
 pub mod domain;
 pub mod hidden_text;
+pub mod leadership;
 pub mod ledger;
 pub mod live_settings;
 pub mod metrics;

@@ -99,6 +99,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &[
         "ledger",
+        "leadership",
         "report",
         "auth",
         "tls",
