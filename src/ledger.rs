@@ -83,6 +83,7 @@ mod live;
 mod located;
 pub mod lock;
 pub mod mss_key;
+pub mod postgres;
 mod rank;
 mod read;
 mod reload;
