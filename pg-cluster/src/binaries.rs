@@ -52,6 +52,6 @@ fn debian_dirs() -> Vec<PathBuf> {
             Some((version, e.path().join("bin")))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     found.into_iter().map(|(_, dir)| dir).collect()
 }
