@@ -316,3 +316,13 @@ async fn a_leader_whose_backend_freezes_reports_lost_when_its_heartbeat_goes_una
     let (_, again) = one_leads(&[&a]).await;
     assert_eq!(again, epoch + 1);
 }
+
+#[test]
+fn the_lock_key_is_the_documented_one() {
+    // docs/ha.md and this module's documentation give these numbers to operators.
+    assert_eq!(LOCK_KEY, 7886774239119764338);
+    assert_eq!(
+        ((LOCK_KEY >> 32) as u32, LOCK_KEY as u32),
+        (1836282722, 1919904626)
+    );
+}
