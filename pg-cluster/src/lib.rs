@@ -11,7 +11,7 @@
 //! `initdb` takes over a second, so a process makes one template data directory (per
 //! PostgreSQL build, shared by later processes) and each cluster starts from a copy of it
 //! (`cp -a`, then `pg_ctl start -w`: well under a second). Both live in /dev/shm when it is
-//! there (a copy to the disk of a machine busy building took 2-3 s; to tmpfs 0.1 s), else in the
+//! there with 1 GB free (a copy to the disk of a machine busy building took 2-3 s; to tmpfs 0.1 s), else in the
 //! system's temporary directory; WAL segments of 1 MB keep a cluster near 12 MB.
 //!
 //! `initdb` and `postgres` refuse to run as root: as root, they run as the user `postgres`
@@ -124,13 +124,19 @@ impl Cluster {
 
     /// Stop at once (`pg_ctl stop -m immediate`): every backend killed, no checkpoint; the
     /// next start recovers from the WAL, as after a crash.
+    /// Returns once the server process has exited (pg_ctl returns when its pid file is gone,
+    /// a moment before).
     pub fn stop_immediately(&self) -> Result<(), ClusterError> {
         let data = self.data();
+        let pid = server_pid(&data);
         run(self
             .as_server(&self.bindir.join("pg_ctl"))
             .args(["stop", "-w", "-s", "-m", "immediate", "-D"])
-            .arg(&data))
-        .map(drop)
+            .arg(&data))?;
+        if let Some(pid) = pid {
+            wait_gone(&pid);
+        }
+        Ok(())
     }
 
     /// Start again after `stop_immediately`, on the same port.
@@ -208,6 +214,31 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // A stopped cluster answers with an error: nothing to do then.
         let _ = self.stop_immediately();
+    }
+}
+
+/// The postmaster's pid, from its pid file (None: not running).
+fn server_pid(data: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(data.join("postmaster.pid")).ok()?;
+    Some(text.lines().next()?.trim().to_string())
+}
+
+/// Wait (up to 10 s) until process `pid` has exited: gone from /proc, or a zombie.
+fn wait_gone(pid: &str) {
+    let stat = Path::new("/proc").join(pid).join("stat");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(&stat) {
+            // The state follows the command's closing parenthesis.
+            Ok(s)
+                if !s
+                    .rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z')) =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            _ => return,
+        }
     }
 }
 
@@ -297,15 +328,35 @@ fn id_of(name: &str, flag: &str) -> Result<u32, ClusterError> {
         })
 }
 
-/// Where clusters and templates live: /dev/shm (tmpfs) if writable, else the temporary directory.
+/// Where clusters and templates live: /dev/shm (tmpfs) if it is writable and has room (a
+/// container's is often 64 MB), else the temporary directory.
 fn scratch() -> PathBuf {
     let shm = PathBuf::from("/dev/shm");
-    let writable = std::fs::metadata(&shm).is_ok_and(|m| m.is_dir() && !m.permissions().readonly());
-    if writable {
+    if free_bytes(&shm).is_some_and(|free| free >= SHM_NEEDED) {
         shm
     } else {
         std::env::temp_dir()
     }
+}
+
+/// Room /dev/shm must have: the template and a handful of clusters (each about 30 MB).
+const SHM_NEEDED: u64 = 1 << 30;
+
+/// The bytes an unprivileged user may still write under `dir`, if it is a writable directory.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `path` is a NUL-terminated string and `stat` a zeroed struct statvfs that
+    // statvfs fills; access only reads the path.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    if unsafe { libc::access(path.as_ptr(), libc::W_OK) } != 0 {
+        return None;
+    }
+    #[allow(clippy::useless_conversion)] // u32 on some targets
+    Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
 }
 
 /// Give a directory to the server's user.

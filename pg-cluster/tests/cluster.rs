@@ -26,11 +26,23 @@ fn a_cluster_starts_accepts_connections_and_restarts() {
 fn a_dropped_cluster_leaves_nothing_behind() {
     let cluster = Cluster::start().expect("a cluster");
     let dir = cluster.socket_dir().to_path_buf();
-    let port = cluster.port();
+    let pid_file = std::fs::read_to_string(dir.join("data").join("postmaster.pid"))
+        .expect("the server's pid file");
+    let pid = pid_file.lines().next().expect("a pid").trim().to_string();
+    assert!(runs(&pid));
     drop(cluster);
     assert!(!dir.exists(), "{} is still there", dir.display());
-    // Its port is free again: nothing listens.
-    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    assert!(!runs(&pid), "the server, pid {pid}, still runs");
+}
+
+/// Whether process `pid` runs: in /proc and not a zombie (where PID 1 reaps late, an exited
+/// server stays one for a while).
+fn runs(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(std::path::Path::new("/proc").join(pid).join("stat"));
+    stat.is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 #[test]
