@@ -72,8 +72,7 @@ impl Cluster {
     /// A new cluster, started and accepting connections.
     pub fn start() -> Result<Cluster, ClusterError> {
         let began = Instant::now();
-        let bindir = find_bindir().ok_or(ClusterError::NoBinaries)?;
-        let run_as = run_as()?;
+        let (bindir, run_as) = setting()?;
         let template = template(&bindir, run_as.as_ref())?;
         let dir = tempfile::Builder::new()
             .prefix("pg-cluster-")
@@ -290,6 +289,24 @@ fn free_port() -> Result<u16, ClusterError> {
         .map_err(|source| io("reading the free port", source))?
         .port();
     Ok(port)
+}
+
+/// The binaries and the user to run them as, found once per process.
+fn setting() -> Result<(PathBuf, Option<RunAs>), ClusterError> {
+    static FOUND: OnceLock<Result<(PathBuf, Option<RunAs>), String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let bindir = find_bindir().ok_or(ClusterError::NoBinaries);
+            bindir
+                .and_then(|b| Ok((b, run_as()?)))
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|output| ClusterError::Failed {
+            command: "looking for the binaries and the user to run them as".to_string(),
+            status: "failed".to_string(),
+            output,
+        })
 }
 
 /// As root: the user to run the server as (`postgres`, else `nobody`); otherwise none.
