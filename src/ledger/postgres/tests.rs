@@ -210,32 +210,52 @@ async fn brokers_starting_together_create_the_schema_once() {
     assert_eq!(froms, [0, schema::LATEST]);
 }
 
+/// The ledger's statement text for SQLite with its `?N` as PostgreSQL's `$N`.
+fn dollars(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        let numbered = c == '?' && chars.peek().is_some_and(char::is_ascii_digit);
+        out.push(if numbered { '$' } else { c });
+    }
+    out
+}
+
 #[tokio::test]
-async fn wide_sums_are_exact_past_i64() {
+async fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
     let cluster = Cluster::start().expect("a cluster");
     let mut client = connect(&cluster).await;
     schema::migrate(&mut client).await.expect("created");
+    // The writer's upsert of a group's deltas (writer/state.rs) with the two changes
+    // PostgreSQL needs (docs/ha.md): the target's columns qualified (an unqualified `usage`
+    // beside `excluded` is ambiguous there; SQLite takes either), and the wide parameters cast
+    // from text until `Wide` binds as NUMERIC.
+    let upsert = dollars(
+        "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
+         VALUES (?1, ?2::text::wide, ?3::text::wide, ?4, ?5) \
+         ON CONFLICT(path) DO UPDATE SET usage = wide_add(groups.usage, excluded.usage), \
+         usage_bytes = wide_add(groups.usage_bytes, excluded.usage_bytes), \
+         pending = groups.pending + excluded.pending, \
+         held = groups.held + excluded.held",
+    );
     let near = (i128::MAX - 1).to_string();
     let big = i64::MAX.to_string();
-    client
-        .execute(
-            "INSERT INTO groups (path, usage) VALUES ('/a', $1::text::numeric),
-                 ('/b', $2::text::numeric), ('/c', $2::text::numeric)",
-            &[&near, &big],
-        )
-        .await
-        .expect("rows");
-    client
-        .execute(
-            "UPDATE groups SET usage = usage + $1::text::numeric WHERE path = '/a'",
-            &[&"1"],
-        )
-        .await
-        .expect("added");
+    for (path, usage) in [
+        ("/a", near.as_str()),
+        ("/a", "1"),
+        ("/b", &big),
+        ("/c", &big),
+    ] {
+        client
+            .execute(&upsert, &[&path, &usage, &"0", &1i64, &0i64])
+            .await
+            .expect("an upsert");
+    }
     let row = client
         .query_one(
             "SELECT (SELECT usage::text FROM groups WHERE path = '/a'),
-                    (SELECT SUM(usage)::text FROM groups WHERE path IN ('/b', '/c'))",
+                    (SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/b', '/c')),
+                    (SELECT wide_sum(usage)::text FROM groups WHERE path = '/none')",
             &[],
         )
         .await
@@ -245,12 +265,17 @@ async fn wide_sums_are_exact_past_i64() {
         row.get::<_, String>(1),
         (2 * i128::from(i64::MAX)).to_string()
     );
-    // Past i128 the column refuses rather than rounds.
+    assert_eq!(row.get::<_, String>(2), "0", "wide_sum over no rows");
+    // Past i128 the sum is refused (as SQLite's wide_add refuses), not rounded or stored.
     let over = client
-        .execute(
-            "UPDATE groups SET usage = usage * 10 WHERE path = '/a'",
+        .execute(&upsert, &[&"/a", &"1", &"0", &0i64, &0i64])
+        .await;
+    assert!(over.is_err(), "a sum past i128 was stored");
+    let past = client
+        .query_one(
+            "SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/a', '/b')",
             &[],
         )
         .await;
-    assert!(over.is_err(), "a sum past 39 digits was stored");
+    assert!(past.is_err(), "wide_sum past i128 answered");
 }
