@@ -86,6 +86,7 @@ mod live;
 mod located;
 pub mod lock;
 pub mod mss_key;
+pub mod postgres;
 mod questions;
 mod rank;
 mod read;

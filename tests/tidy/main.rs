@@ -113,11 +113,13 @@ const LAYERS: &[&[&str]] = &[
         "hidden_text",
         "text_table",
         "request_scope",
+        "database_url",
     ],
     &["shares", "policy", "trace", "simulate"],
     &["config"],
     &[
         "ledger",
+        "leadership",
         "report",
         "auth",
         "tls",

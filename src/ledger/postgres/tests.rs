@@ -1,0 +1,281 @@
+//! The PostgreSQL schema against a real cluster (pg-cluster), and against the SQLite schema it
+//! translates.
+
+use std::collections::BTreeMap;
+
+use pg_cluster::Cluster;
+use tokio_postgres::{Client, NoTls};
+
+use super::schema::{self, PgSchemaError};
+
+async fn connect(cluster: &Cluster) -> Client {
+    let (client, connection) = tokio_postgres::connect(&cluster.url(), NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    client
+}
+
+/// Columns by table: (name, type, not null).
+type Columns = BTreeMap<String, Vec<(String, String, bool)>>;
+
+async fn pg_columns(client: &Client) -> Columns {
+    let mut out = Columns::new();
+    for r in client
+        .query(
+            "SELECT table_name::text, column_name::text, data_type::text, is_nullable = 'NO'
+             FROM information_schema.columns WHERE table_schema = current_schema()
+             ORDER BY table_name, ordinal_position",
+            &[],
+        )
+        .await
+        .expect("columns")
+    {
+        out.entry(r.get(0))
+            .or_default()
+            .push((r.get(1), r.get(2), r.get(3)));
+    }
+    out
+}
+
+async fn pg_indexes(client: &Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = current_schema()
+             AND indexname NOT LIKE '%_pkey' ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("indexes")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// The SQLite ledger's columns and indexes at `ledger::schema::LATEST`, from a new file.
+fn sqlite_schema() -> (Columns, Vec<String>) {
+    let dir = tempfile::tempdir().expect("a directory");
+    let conn = crate::ledger::schema::open_writer(&dir.path().join("l.db")).expect("a ledger");
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .expect("tables");
+    let mut columns = Columns::new();
+    for t in tables {
+        let cols: Vec<(String, String, bool)> = conn
+            .prepare(&format!(
+                "SELECT name, type, \"notnull\" OR pk FROM pragma_table_info('{t}') ORDER BY cid"
+            ))
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .expect("columns");
+        columns.insert(t, cols);
+    }
+    let indexes = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index'
+             AND name NOT LIKE 'sqlite_autoindex%' ORDER BY name",
+        )
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .expect("indexes");
+    (columns, indexes)
+}
+
+/// The wide sums: TEXT decimals on SQLite, NUMERIC here.
+const WIDE: &[(&str, &str)] = &[
+    ("groups", "usage"),
+    ("groups", "usage_bytes"),
+    ("usage_windows", "usage"),
+    ("report_hours", "bytes_done"),
+    ("report_hours", "benefit_done"),
+];
+
+fn translated(table: &str, column: &str, sqlite_type: &str) -> &'static str {
+    if WIDE.contains(&(table, column)) {
+        return "numeric";
+    }
+    match sqlite_type {
+        "INTEGER" => "bigint",
+        "REAL" => "double precision",
+        _ => "text",
+    }
+}
+
+#[test]
+fn both_backends_are_at_the_same_version() {
+    // A new SQLite step needs its PostgreSQL step (same number, same tables).
+    assert_eq!(schema::LATEST, crate::ledger::schema::LATEST);
+}
+
+#[tokio::test]
+async fn the_schema_is_created_on_an_empty_database_as_sqlite_has_it() {
+    let cluster = Cluster::start().expect("a cluster");
+    let mut client = connect(&cluster).await;
+    assert_eq!(schema::migrate(&mut client).await.expect("created"), 0);
+    assert_eq!(
+        schema::version(&client).await.expect("version"),
+        schema::LATEST
+    );
+
+    let (sqlite, sqlite_indexes) = sqlite_schema();
+    let pg = pg_columns(&client).await;
+    assert_eq!(
+        pg.keys().collect::<Vec<_>>(),
+        sqlite.keys().collect::<Vec<_>>(),
+        "tables"
+    );
+    for (table, columns) in &sqlite {
+        let expected: Vec<(String, String, bool)> = columns
+            .iter()
+            .map(|(c, t, not_null)| (c.clone(), translated(table, c, t).to_string(), *not_null))
+            .collect();
+        let mut expected_sorted = expected.clone();
+        expected_sorted.sort();
+        let mut found = pg[table].clone();
+        found.sort();
+        assert_eq!(found, expected_sorted, "the columns of {table}");
+    }
+    assert_eq!(pg_indexes(&client).await, sqlite_indexes, "indexes");
+}
+
+#[tokio::test]
+async fn a_second_start_changes_nothing() {
+    let cluster = Cluster::start().expect("a cluster");
+    let mut client = connect(&cluster).await;
+    schema::migrate(&mut client).await.expect("created");
+    let instance = schema::instance(&client).await.expect("an instance id");
+    client
+        .execute("INSERT INTO groups (path, usage) VALUES ('/a', 5)", &[])
+        .await
+        .expect("a row");
+    assert_eq!(
+        schema::migrate(&mut client).await.expect("again"),
+        schema::LATEST
+    );
+    assert_eq!(schema::instance(&client).await.expect("again"), instance);
+    let usage: String = client
+        .query_one("SELECT usage::text FROM groups WHERE path = '/a'", &[])
+        .await
+        .expect("kept")
+        .get(0);
+    assert_eq!(usage, "5");
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_left_as_it_is() {
+    let cluster = Cluster::start().expect("a cluster");
+    let mut client = connect(&cluster).await;
+    schema::migrate(&mut client).await.expect("created");
+    let newer = schema::LATEST + 1;
+    client
+        .execute(
+            "UPDATE meta SET value = $1 WHERE key = 'schema_version'",
+            &[&newer.to_string()],
+        )
+        .await
+        .expect("a newer version");
+    match schema::migrate(&mut client).await {
+        Err(PgSchemaError::SchemaTooNew { found, known }) => {
+            assert_eq!((found, known), (newer, schema::LATEST))
+        }
+        other => panic!("a newer schema was not refused: {other:?}"),
+    }
+    assert_eq!(schema::version(&client).await.expect("version"), newer);
+}
+
+#[tokio::test]
+async fn another_applications_tables_are_not_created_over() {
+    let cluster = Cluster::start().expect("a cluster");
+    let mut client = connect(&cluster).await;
+    client
+        .batch_execute("CREATE TABLE groups (gid int)")
+        .await
+        .expect("a foreign table");
+    assert!(matches!(
+        schema::migrate(&mut client).await,
+        Err(PgSchemaError::NotOurs { table }) if table == "groups"
+    ));
+    assert_eq!(schema::version(&client).await.expect("version"), 0);
+}
+
+#[tokio::test]
+async fn brokers_starting_together_create_the_schema_once() {
+    let cluster = Cluster::start().expect("a cluster");
+    let (mut a, mut b) = (connect(&cluster).await, connect(&cluster).await);
+    let (ra, rb) = tokio::join!(schema::migrate(&mut a), schema::migrate(&mut b));
+    let mut froms = [ra.expect("a"), rb.expect("b")];
+    froms.sort();
+    assert_eq!(froms, [0, schema::LATEST]);
+}
+
+/// The ledger's statement text for SQLite with its `?N` as PostgreSQL's `$N`.
+fn dollars(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        let numbered = c == '?' && chars.peek().is_some_and(char::is_ascii_digit);
+        out.push(if numbered { '$' } else { c });
+    }
+    out
+}
+
+#[tokio::test]
+async fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
+    let cluster = Cluster::start().expect("a cluster");
+    let mut client = connect(&cluster).await;
+    schema::migrate(&mut client).await.expect("created");
+    // The writer's upsert of a group's deltas (writer/state.rs) with the two changes
+    // PostgreSQL needs (docs/ha.md): the target's columns qualified (an unqualified `usage`
+    // beside `excluded` is ambiguous there; SQLite takes either), and the wide parameters cast
+    // from text until `Wide` binds as NUMERIC.
+    let upsert = dollars(
+        "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
+         VALUES (?1, ?2::text::wide, ?3::text::wide, ?4, ?5) \
+         ON CONFLICT(path) DO UPDATE SET usage = wide_add(groups.usage, excluded.usage), \
+         usage_bytes = wide_add(groups.usage_bytes, excluded.usage_bytes), \
+         pending = groups.pending + excluded.pending, \
+         held = groups.held + excluded.held",
+    );
+    let near = (i128::MAX - 1).to_string();
+    let big = i64::MAX.to_string();
+    for (path, usage) in [
+        ("/a", near.as_str()),
+        ("/a", "1"),
+        ("/b", &big),
+        ("/c", &big),
+    ] {
+        client
+            .execute(&upsert, &[&path, &usage, &"0", &1i64, &0i64])
+            .await
+            .expect("an upsert");
+    }
+    let row = client
+        .query_one(
+            "SELECT (SELECT usage::text FROM groups WHERE path = '/a'),
+                    (SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/b', '/c')),
+                    (SELECT wide_sum(usage)::text FROM groups WHERE path = '/none')",
+            &[],
+        )
+        .await
+        .expect("read");
+    assert_eq!(row.get::<_, String>(0), i128::MAX.to_string());
+    assert_eq!(
+        row.get::<_, String>(1),
+        (2 * i128::from(i64::MAX)).to_string()
+    );
+    assert_eq!(row.get::<_, String>(2), "0", "wide_sum over no rows");
+    // Past i128 the sum is refused (as SQLite's wide_add refuses), not rounded or stored.
+    let over = client
+        .execute(&upsert, &[&"/a", &"1", &"0", &0i64, &0i64])
+        .await;
+    assert!(over.is_err(), "a sum past i128 was stored");
+    let past = client
+        .query_one(
+            "SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/a', '/b')",
+            &[],
+        )
+        .await;
+    assert!(past.is_err(), "wide_sum past i128 answered");
+}
