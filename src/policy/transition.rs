@@ -11,15 +11,22 @@
 //!   taken back at its own date and the actual charged then ([`settle`]);
 //! - **a rider takes its carrier's outcome**: what its riders become when a carrier is done,
 //!   fails for good, is retried or is cancelled ([`riders_follow`]);
-//! - **the re-prioritisation pass**: who is placed again and how ([`replaced`]), at most
+//! - **the re-prioritisation pass**: which requests waiting at the MSS get which new priority,
+//!   in what order and how many a pass ([`reprioritise_pass`], made of [`reprioritised`],
+//!   [`priority_now`] and [`pass_changes`]; `transition/reprioritise.rs`), at most
 //!   [`REPRIORITISE_BATCH`] changes a pass, lowest ids first.
 //!
 //! The simulator models no reload of the policy, so what a reload changes stays the writer's
 //! (`ledger/writer/reload.rs`).
 
+mod reprioritise;
+
+pub use reprioritise::{
+    pass_changes, priority_now, replaced, reprioritise_pass, reprioritised, Proposed, Waiting,
+};
+
 use std::time::Duration;
 
-use super::order::Candidate;
 use crate::domain::order::Coalesce;
 use crate::domain::{RequestState, RetrySettings};
 
@@ -171,12 +178,6 @@ pub fn riders_follow(carrier: i64, end: CarrierEnd) -> RidersFollow {
             },
         },
     }
-}
-
-/// `c`, waiting at the MSS, as a re-prioritisation pass places it again: with no benefit of its
-/// own, since its charge is already in the usage.
-pub fn replaced(c: Candidate) -> Candidate {
-    Candidate { benefit: 0, ..c }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, ShareSnapshotCache};
 use crate::policy::queue::HeldQueue;
 use crate::policy::reserve::PriorityDemand;
-use crate::policy::transition::{AfterFailure, CarrierEnd};
+use crate::policy::transition::{reprioritised, AfterFailure, CarrierEnd};
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
 
@@ -46,6 +46,8 @@ mod volumes;
 use arrival::transfer;
 pub use arrival::Arrival;
 pub use outcome::{target_share, Finished, RunRecord, SentDecision};
+#[cfg(test)]
+pub(super) use reprioritise::{CHECK_PASSES, PASSES_CHECKED};
 pub use volumes::BatchRecord;
 
 /// What the engine keeps of a request between its arrival and its end.
@@ -363,9 +365,10 @@ impl<'a> Run<'a> {
         if !self.fair[c.group.0] {
             self.priority_slots += c.slots;
         }
-        // Re-prioritised at the library unless released in a volume's batch, which keeps its
-        // batch's priority (`ledger/live.rs`, `reprioritise`).
-        if !self.by_volume() && self.fair[c.group.0] && self.picker == Picker::Policy {
+        // Re-prioritised at the library as the pass's rule says (a volume's batch keeps its
+        // batch's priority); a baseline picker places nothing.
+        let fair = self.fair[c.group.0];
+        if reprioritised(fair, self.by_volume()) && self.picker == Picker::Policy {
             self.pending
                 .add(c.id, c.group, t.priority, (arrived, self.now));
         }
