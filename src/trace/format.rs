@@ -55,6 +55,11 @@ pub struct TraceRecord {
     /// Optional, `read` when absent.
     #[serde(default, skip_serializing_if = "Direction::is_read")]
     pub direction: Direction,
+    /// Seconds from the trace start when the client cancelled the request, at or after `t`;
+    /// absent for a request never cancelled (the format's second version: a first-version
+    /// trace has no such field and reads as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_t: Option<f64>,
 }
 
 /// A record with borrowed strings: what the generator writes without allocating per record.
@@ -77,6 +82,8 @@ pub(crate) struct RecordRef<'a> {
     pub physics_group: &'a str,
     #[serde(skip_serializing_if = "Direction::is_read")]
     pub direction: Direction,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled_t: Option<f64>,
 }
 
 impl TraceRecord {
@@ -94,6 +101,7 @@ impl TraceRecord {
             access_mode: &self.access_mode,
             physics_group: &self.physics_group,
             direction: self.direction,
+            cancelled_t: self.cancelled_t,
         }
     }
 }
@@ -172,6 +180,17 @@ fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
         ));
     }
     offset(&record).map_err(|m| refuse("offset_bytes".into(), m.into()))?;
+    if let Some(c) = record.cancelled_t {
+        if !(record.t..=MAX_T_SECS).contains(&c) {
+            return Err(refuse(
+                "cancelled_t".into(),
+                format!(
+                    "{c} is not a time from the record's t ({}) to {MAX_T_SECS:e} s",
+                    record.t
+                ),
+            ));
+        }
+    }
     // As `POST /v1/requests` refuses a blank string: a request without a volume leaves it out.
     if record
         .volume
