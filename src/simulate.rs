@@ -120,6 +120,7 @@ pub fn arrivals(
                 queue: policy.order.queue_factor(&r.access_mode),
                 write: r.direction == Direction::Write,
                 file: (r.direction == Direction::Read).then(|| file_key(&r.file)),
+                cancelled_at: r.cancelled_t.map(|c| (c * 1e6).round() as Micros),
             })
         })
         .collect()

@@ -197,8 +197,9 @@ fn export_to(
         let origin = *first_ms.get_or_insert(r.created_ms);
         // A wall clock that stepped back keeps the previous `t`: a trace never goes back.
         last_ms = last_ms.max(r.created_ms);
+        let t_of = |ms: i64| ms.saturating_sub(origin) as f64 / 1000.0;
         let record = RecordRef {
-            t: last_ms.saturating_sub(origin) as f64 / 1000.0,
+            t: t_of(last_ms),
             client_request_id: &r.client_request_id,
             station: &r.station,
             user: &r.user,
@@ -213,6 +214,8 @@ fn export_to(
                 mss_adapters::Direction::Read => Direction::Read,
                 mss_adapters::Direction::Write => Direction::Write,
             },
+            // At or after its own `t`, as the format requires.
+            cancelled_t: r.cancelled_ms.map(|ms| t_of(ms.max(last_ms))),
         };
         write_ref(&record, &mut buf, &mut out)?;
         Ok(())

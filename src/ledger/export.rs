@@ -31,12 +31,15 @@ pub struct ExportedRequest {
     pub access_mode: String,
     pub physics_group: String,
     pub direction: Direction,
+    /// When it was cancelled (its end, ms since 1970), if it was.
+    pub cancelled_ms: Option<i64>,
 }
 
 /// The export's query; `{offset}` is the `offset_bytes` column, or NULL in a database older
 /// than schema 12 (a reader migrates nothing).
 const EXPORT_SQL: &str = "SELECT id, created_ms, station, client_request_id, user_name, file, \
-     volume, size_bytes, access_mode, physics_group, direction, position, {offset} FROM requests \
+     volume, size_bytes, access_mode, physics_group, direction, position, {offset}, \
+     CASE WHEN state = 'cancelled' THEN finished_ms END FROM requests \
      WHERE created_ms >= ?1 AND created_ms < ?2 ORDER BY id";
 
 impl LedgerReader {
@@ -90,5 +93,6 @@ fn exported(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExportedRequest> {
         direction: stored_direction(10, &direction)?,
         position: super::read::stored_position(11, row.get(11)?)?,
         offset_bytes: super::read::stored_offset(12, row.get(12)?)?,
+        cancelled_ms: row.get(13)?,
     })
 }

@@ -4,6 +4,7 @@
 //! what a ranking of the queue needs, and the requests at the MSS whose priority the policy now
 //! puts elsewhere. None of them is a writer command.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension};
@@ -17,7 +18,7 @@ use crate::policy::fbsng::Queues;
 use crate::policy::order::{place, ShareSnapshot};
 use crate::policy::queue::{HeldQueue, RankKey};
 use crate::policy::reserve::{reservation, PriorityDemand};
-use crate::policy::transition::replaced;
+use crate::policy::transition::{reprioritise_pass, reprioritised, Waiting};
 use crate::shares::UsageBook;
 
 /// The writer's memory as of its latest commit.
@@ -184,10 +185,10 @@ pub(super) fn explain_queued(
     }))
 }
 
-/// Requests queued at the MSS whose priority the policy now puts elsewhere, at most `max`.
-/// Their charge is already in the usage, so they are placed as `transition::replaced`. A
-/// request released in a `volumes` batch (`release_seq` set) keeps its batch's one priority, so
-/// the library keeps reading the volume's batch together.
+/// Requests queued at the MSS whose priority the policy now puts elsewhere, at most `max`: the
+/// rows read here, the pass decided by `transition::reprioritise_pass` (the one the simulator's
+/// engine follows): a fair-share request not released in a `volumes` batch (`release_seq`
+/// set), placed as `transition::replaced`, lowest ids first.
 pub(super) fn reprioritise(
     c: &Connection,
     memory: &Memory,
@@ -197,42 +198,47 @@ pub(super) fn reprioritise(
 ) -> rusqlite::Result<Vec<NewPriority>> {
     let policy = &*memory.policy;
     let mut stmt = c.prepare_cached(&format!(
-        "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class, mss_id, file FROM requests \
-         WHERE state IN ('submitted', 'running') AND state = 'submitted' \
-         AND class != 'priority' AND release_seq IS NULL ORDER BY id"
+        "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class, mss_id, file, \
+         release_seq IS NOT NULL FROM requests \
+         WHERE state IN ('submitted', 'running') AND state = 'submitted' ORDER BY id"
     ))?;
-    let usage = memory.usage_at(now);
-    let standing = ShareSnapshot::new(policy, usage.at(now), &memory.queues);
-    let mut out = Vec::new();
+    let mut waiting = Vec::new();
+    let mut transfers = HashMap::new();
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let Some(c) = read_candidate(policy, r)? else {
+        let fair = r.get::<_, String>(12)? != "priority";
+        if !reprioritised(fair, r.get(15)?) {
+            continue;
+        }
+        let Some(candidate) = read_candidate(policy, r)? else {
             continue;
         };
-        let c = replaced(c);
         let attempt = r.get::<_, i64>(10)?.max(0) as u32;
-        let old: i64 = r.get(11)?;
         let transfer = mss_adapters::TransferRef {
-            key: keys.key(c.id),
+            key: keys.key(candidate.id),
             attempt,
             mss_id: r.get(13)?,
             file: r.get(14)?,
-            size_bytes: c.size_bytes,
+            size_bytes: candidate.size_bytes,
         };
-        let p = place(&policy.order, &standing, &c, now);
-        if p.mss_priority != old {
-            out.push(NewPriority {
-                id: c.id,
-                attempt,
-                transfer,
-                old_priority: old,
-                mss_priority: p.mss_priority,
-                explain: StoredExplain::from(&p.explain),
-            });
-            if out.len() >= max {
-                break;
-            }
-        }
+        transfers.insert(candidate.id, transfer);
+        let sent = r.get(11)?;
+        waiting.push(Waiting { candidate, sent });
     }
-    Ok(out)
+    let usage = memory.usage_at(now);
+    let standing = ShareSnapshot::new(policy, usage.at(now), &memory.queues);
+    let pass = reprioritise_pass(&policy.order, &standing, now, waiting, max);
+    Ok((pass.into_iter())
+        .filter_map(|p| {
+            let transfer = transfers.remove(&p.id)?;
+            Some(NewPriority {
+                id: p.id,
+                attempt: transfer.attempt,
+                transfer,
+                old_priority: p.sent,
+                mss_priority: p.now,
+                explain: StoredExplain::from(&p.with.explain),
+            })
+        })
+        .collect())
 }

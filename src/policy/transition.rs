@@ -10,16 +10,24 @@
 //!   carrier is decided ([`rider_charged_on_joining`]), and at the transfer's end the estimate
 //!   taken back at its own date and the actual charged then ([`settle`]);
 //! - **a rider takes its carrier's outcome**: what its riders become when a carrier is done,
-//!   fails for good, is retried or is cancelled ([`riders_follow`]);
-//! - **the re-prioritisation pass**: who is placed again and how ([`replaced`]), at most
+//!   fails for good, is retried or is cancelled ([`riders_follow`]), and which of them carries
+//!   the file on after a cancel ([`take_over_order`]);
+//! - **the re-prioritisation pass**: which requests waiting at the MSS get which new priority,
+//!   in what order and how many a pass ([`reprioritise_pass`], made of [`reprioritised`],
+//!   [`priority_now`] and [`pass_changes`]; `transition/reprioritise.rs`), at most
 //!   [`REPRIORITISE_BATCH`] changes a pass, lowest ids first.
 //!
 //! The simulator models no reload of the policy, so what a reload changes stays the writer's
 //! (`ledger/writer/reload.rs`).
 
+mod reprioritise;
+
+pub use reprioritise::{
+    pass_changes, priority_now, replaced, reprioritise_pass, reprioritised, Proposed, Waiting,
+};
+
 use std::time::Duration;
 
-use super::order::Candidate;
 use crate::domain::order::Coalesce;
 use crate::domain::{RequestState, RetrySettings};
 
@@ -173,10 +181,13 @@ pub fn riders_follow(carrier: i64, end: CarrierEnd) -> RidersFollow {
     }
 }
 
-/// `c`, waiting at the MSS, as a re-prioritisation pass places it again: with no benefit of its
-/// own, since its charge is already in the usage.
-pub fn replaced(c: Candidate) -> Candidate {
-    Candidate { benefit: 0, ..c }
+/// The order in which a carrier's riders, (id, of a priority class), stand to carry its file on:
+/// the priority-class ones first, each part oldest (lowest id) first; the first is the one that
+/// takes over when the carrier is cancelled ([`RidersFollow::FirstTakesOver`]).
+pub fn take_over_order(riders: impl IntoIterator<Item = (i64, bool)>) -> Vec<i64> {
+    let mut riders: Vec<(i64, bool)> = riders.into_iter().collect();
+    riders.sort_unstable_by_key(|&(id, priority_class)| (!priority_class, id));
+    riders.into_iter().map(|(id, _)| id).collect()
 }
 
 #[cfg(test)]
@@ -262,5 +273,11 @@ mod tests {
         let state = |state| RidersFollow::FirstTakesOver { state };
         assert_eq!(takes_over(true), state(RequestState::Accepted));
         assert_eq!(takes_over(false), state(RequestState::Queued));
+        let order = take_over_order([(7, false), (9, true), (3, false), (8, true)]);
+        assert_eq!(
+            order,
+            [8, 9, 3, 7],
+            "priority class first, each oldest first"
+        );
     }
 }

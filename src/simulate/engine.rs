@@ -21,7 +21,7 @@ use crate::policy::multifactor::Qos;
 use crate::policy::order::{is_fair, place, Candidate, ShareSnapshotCache};
 use crate::policy::queue::HeldQueue;
 use crate::policy::reserve::PriorityDemand;
-use crate::policy::transition::{AfterFailure, CarrierEnd};
+use crate::policy::transition::{reprioritised, AfterFailure, CarrierEnd};
 use crate::policy::volumes::VolumeQueue;
 use crate::shares::UsageBook;
 
@@ -35,6 +35,7 @@ pub enum Picker {
 }
 
 mod arrival;
+mod cancel;
 mod charge;
 mod coalesce;
 mod outcome;
@@ -46,6 +47,8 @@ mod volumes;
 use arrival::transfer;
 pub use arrival::Arrival;
 pub use outcome::{target_share, Finished, RunRecord, SentDecision};
+#[cfg(test)]
+pub(super) use reprioritise::{CHECK_PASSES, PASSES_CHECKED};
 pub use volumes::BatchRecord;
 
 /// What the engine keeps of a request between its arrival and its end.
@@ -110,6 +113,10 @@ struct Run<'a> {
     riders: HashMap<i64, Vec<coalesce::Rider>>,
     /// Failed attempts waiting out their backoff.
     retries: retry::BackoffQueue,
+    /// The load's cancels, (when, id), in time order (`engine/cancel.rs`).
+    cancels: std::collections::BTreeSet<(Micros, i64)>,
+    /// Carriers at the library whose cancel was asked while riders waited on them.
+    cancel_requested: std::collections::HashSet<i64>,
 }
 
 /// Run `load` (sorted by arrival) until `until` with the configured policy; only what
@@ -169,6 +176,7 @@ pub fn run_retrying(
             r.volumes_wakeup(),
             r.reserve_wakeup(),
             r.retries.wakeup(),
+            r.cancels_wakeup(),
         ]
         .into_iter()
         .flatten()
@@ -185,6 +193,7 @@ pub fn run_retrying(
             r.arrive(i as i64 + 1, a);
             i += 1;
         }
+        r.cancel_due();
         // Ticks that fell in an idle gap (nothing at the library, so left out above) are
         // skipped, not run late: the next is the first on the period's beat at or after now,
         // as `serve`'s timer would have it (now itself: it runs here, before the release).
@@ -265,6 +274,10 @@ impl<'a> Run<'a> {
             carriers: HashMap::new(),
             riders: HashMap::new(),
             retries: retry::BackoffQueue::new(retry),
+            cancels: (load.iter().zip(1..))
+                .filter_map(|(a, id)| Some((a.cancelled_at?.max(a.at), id)))
+                .collect(),
+            cancel_requested: Default::default(),
         }
     }
 
@@ -363,9 +376,10 @@ impl<'a> Run<'a> {
         if !self.fair[c.group.0] {
             self.priority_slots += c.slots;
         }
-        // Re-prioritised at the library unless released in a volume's batch, which keeps its
-        // batch's priority (`ledger/live.rs`, `reprioritise`).
-        if !self.by_volume() && self.fair[c.group.0] && self.picker == Picker::Policy {
+        // Re-prioritised at the library as the pass's rule says (a volume's batch keeps its
+        // batch's priority); a baseline picker places nothing.
+        let fair = self.fair[c.group.0];
+        if reprioritised(fair, self.by_volume()) && self.picker == Picker::Policy {
             self.pending
                 .add(c.id, c.group, t.priority, (arrived, self.now));
         }
@@ -454,6 +468,11 @@ impl<'a> Run<'a> {
             };
             let g = info.group;
             let file = self.file_of(info.id);
+            if self.cancel_requested.contains(&info.id)
+                && self.cancel_requested_event(&e.kind, e.at, info, file)
+            {
+                continue;
+            }
             let after_failure = match e.kind {
                 EventKind::Failed { retryable, .. } => self.retries.on_failure(&info, retryable),
                 _ => AfterFailure::Final,
@@ -482,6 +501,11 @@ impl<'a> Run<'a> {
                     };
                     if matches!(end, CarrierEnd::Failed(_)) {
                         self.out.failed += 1;
+                    } else {
+                        // Cancelled before it started (`engine/cancel.rs`).
+                        self.out.cancelled += 1;
+                        self.pending.remove(info.id);
+                        self.no_longer_waiting(g);
                     }
                     self.settle_charge(&info, None, e.at);
                     self.outstanding = self.outstanding.saturating_sub(info.slots);

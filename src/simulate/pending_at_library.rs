@@ -15,6 +15,7 @@ use mss_adapters::sim::library::Micros;
 
 use crate::domain::GroupId;
 use crate::policy::order::Algorithm;
+use crate::policy::transition::{pass_changes, Proposed};
 
 mod placed;
 use placed::Placed;
@@ -128,6 +129,20 @@ impl PendingAtLibrary {
         self.placed.iter().flat_map(Placed::pending)
     }
 
+    /// Every request pending here and the priority last sent, (id, priority), in id order.
+    #[cfg(test)]
+    pub fn sent(&self) -> Vec<(i64, i64)> {
+        if let Some(placed) = &self.placed {
+            return placed.pending().map(|(id, _, p)| (id, p)).collect();
+        }
+        let buckets = self.groups.iter().flatten();
+        let in_groups = buckets.flat_map(|(&p, ids)| ids.iter().map(move |&id| (id, p)));
+        let starved = self.starved.iter().map(|(&id, &p)| (id, p));
+        let mut all: Vec<(i64, i64)> = in_groups.chain(starved).collect();
+        all.sort_unstable();
+        all
+    }
+
     /// The priority changes of one pass of a policy that places each request itself
     /// (multifactor) at `now_ms`, `marks` each group's Fair Tree rank: `place` gives a pending
     /// request's priority now and the time it holds until (`None`: leave it); those that
@@ -228,20 +243,29 @@ impl PendingAtLibrary {
             }
             return;
         }
-        // The lowest `max` ids of the starved and of every bucket off its group's priority: a
-        // merge of those sorted sets that stops there, not a sort of everything moving.
-        type Ids<'a> = Box<dyn Iterator<Item = (i64, i64)> + 'a>;
-        let starved_ids: Ids<'_> = Box::new(self.starved.keys().map(move |&id| (id, starved)));
+        // The starved and every bucket off its group's priority, merged into one id order (a
+        // merge that stops where the pass does, not a sort of everything moving); the pass's
+        // rule (`transition::pass_changes`) takes the lowest `max`.
+        type Ids<'a> = Box<dyn Iterator<Item = Proposed<()>> + 'a>;
+        let proposed = |id, sent, now| Proposed {
+            id,
+            sent,
+            now,
+            with: (),
+        };
+        let starved_ids: Ids<'_> =
+            Box::new((self.starved.iter()).map(move |(&id, &sent)| proposed(id, sent, starved)));
         let moving = targets.iter().flat_map(|&(g, p)| {
             let buckets = self.groups.get(g.0).into_iter().flatten();
             let off = buckets.filter(move |(&q, _)| q != p);
-            off.map(move |(_, ids)| Box::new(ids.iter().map(move |&id| (id, p))) as Ids<'_>)
+            off.map(move |(&q, ids)| {
+                Box::new(ids.iter().map(move |&id| proposed(id, q, p))) as Ids<'_>
+            })
         });
-        let all: Vec<(i64, i64)> = std::iter::once(starved_ids)
+        let merged = std::iter::once(starved_ids)
             .chain(moving)
-            .kmerge()
-            .take(max)
-            .collect();
+            .kmerge_by(|a, b| a.id < b.id);
+        let all: Vec<(i64, i64)> = pass_changes(merged, max).map(|c| (c.id, c.now)).collect();
         for &(id, p) in &all {
             if self.starved.remove(&id).is_none() {
                 self.rebucket(id, p);

@@ -61,6 +61,8 @@ pub struct RunReport {
     /// Failed attempts sent again, and requests failed for good (`--failure-rate`).
     pub retried: u64,
     pub failed: u64,
+    /// Requests the trace cancelled (`cancelled_t`) that ended cancelled, riders included.
+    pub cancelled: u64,
     /// Priority changes of requests pending at the library that it took (the dispatcher's
     /// re-prioritisation).
     pub priority_changes: u64,
@@ -262,6 +264,7 @@ pub fn run_report(
         coalesced: o.coalesced,
         retried: o.retried,
         failed: o.failed,
+        cancelled: o.cancelled,
         priority_changes: o.priority_changes,
         groups,
     }

@@ -1055,6 +1055,8 @@ fn a_traces_byte_offsets_place_its_files_and_cost_their_locates() {
     assert_eq!(locate(&bare).0, near_time);
 }
 
+mod cancel;
+mod reprioritise;
 mod reserve;
 mod ride;
 mod tape_goals;

@@ -26,19 +26,22 @@ impl Direction {
     }
 }
 
-/// One request of a trace, in the order its fields are written.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One request of a trace, in the order its fields are written: [`TraceRecord`] (owned, what
+/// a trace is read into) and `RecordRef` (borrowed, what the generator and the export write
+/// without allocating per record) are this one shape over two kinds of text, so they serialise
+/// alike by construction.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TraceRecord {
+pub struct Record<S> {
     /// Seconds from the trace start, >= 0, non-decreasing along the trace.
     pub t: f64,
-    pub client_request_id: String,
-    pub station: String,
-    pub user: String,
-    pub file: String,
+    pub client_request_id: S,
+    pub station: S,
+    pub user: S,
+    pub file: S,
     /// Tape label; absent for a request that named none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume: Option<String>,
+    pub volume: Option<S>,
     /// Where the file is on its volume: the tape's file sequence number (the generator's, from
     /// 1); absent for a request that gave none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,34 +53,23 @@ pub struct TraceRecord {
     pub offset_bytes: Option<u64>,
     /// > 0.
     pub size_bytes: u64,
-    pub access_mode: String,
-    pub physics_group: String,
+    pub access_mode: S,
+    pub physics_group: S,
     /// Optional, `read` when absent.
     #[serde(default, skip_serializing_if = "Direction::is_read")]
     pub direction: Direction,
+    /// Seconds from the trace start when the client cancelled the request, at or after `t`;
+    /// absent for a request never cancelled (the format's second version: a first-version
+    /// trace has no such field and reads as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_t: Option<f64>,
 }
 
-/// A record with borrowed strings: what the generator writes without allocating per record.
-/// Serialises exactly as the `TraceRecord` with the same values.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct RecordRef<'a> {
-    pub t: f64,
-    pub client_request_id: &'a str,
-    pub station: &'a str,
-    pub user: &'a str,
-    pub file: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub volume: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub position: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offset_bytes: Option<u64>,
-    pub size_bytes: u64,
-    pub access_mode: &'a str,
-    pub physics_group: &'a str,
-    #[serde(skip_serializing_if = "Direction::is_read")]
-    pub direction: Direction,
-}
+/// One request of a trace, as read.
+pub type TraceRecord = Record<String>;
+
+/// A record with borrowed strings: what the generator and the export write.
+pub(crate) type RecordRef<'a> = Record<&'a str>;
 
 impl TraceRecord {
     pub(crate) fn as_ref(&self) -> RecordRef<'_> {
@@ -94,6 +86,7 @@ impl TraceRecord {
             access_mode: &self.access_mode,
             physics_group: &self.physics_group,
             direction: self.direction,
+            cancelled_t: self.cancelled_t,
         }
     }
 }
@@ -172,6 +165,17 @@ fn parse_line(line: &str, line_no: usize) -> Result<TraceRecord, TraceError> {
         ));
     }
     offset(&record).map_err(|m| refuse("offset_bytes".into(), m.into()))?;
+    if let Some(c) = record.cancelled_t {
+        if !(record.t..=MAX_T_SECS).contains(&c) {
+            return Err(refuse(
+                "cancelled_t".into(),
+                format!(
+                    "{c} is not a time from the record's t ({}) to {MAX_T_SECS:e} s",
+                    record.t
+                ),
+            ));
+        }
+    }
     // As `POST /v1/requests` refuses a blank string: a request without a volume leaves it out.
     if record
         .volume

@@ -196,6 +196,7 @@ impl<'p> Generator<'p> {
             access_mode: &group.access_mode,
             physics_group: &group.physics_group,
             direction: Direction::Read,
+            cancelled_t: None,
         };
         self.last_t = record.t;
         self.summary.bytes = self.summary.bytes.saturating_add(size_bytes);
@@ -304,6 +305,7 @@ impl<'p> Generator<'p> {
                 access_mode: &d.access_mode,
                 physics_group: &d.physics_group,
                 direction: Direction::Write,
+                cancelled_t: None,
             };
             self.last_t = record.t;
             self.summary.data_taking += 1;

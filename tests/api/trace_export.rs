@@ -14,7 +14,7 @@ use mssbroker::policy::{classify, RequestFields};
 use mssbroker::trace::{read_trace, Direction, TraceRecord};
 use serde_json::{json, Value};
 
-use crate::helpers::{open_db, request, run_ok, test_config, ServeProcess, BIN};
+use crate::helpers::{open_db, request, run_ok, test_config, wait_final, ServeProcess, BIN};
 
 /// Rules and a default group on top of the test configuration, so classification looks at the
 /// station and the file as well as the access mode and physics group.
@@ -434,4 +434,64 @@ async fn requests_over_the_trace_formats_size_bound_are_left_out_and_counted() {
     let trace = read_trace(std::io::BufReader::new(std::fs::File::open(&out).unwrap())).unwrap();
     let got: Vec<&str> = trace.iter().map(|r| r.client_request_id.as_str()).collect();
     assert_eq!(got, ["s-0", "s-1", "s-3", "s-4"]);
+}
+
+/// The trace format's second version: a request the client cancelled carries `cancelled_t`,
+/// when it ended cancelled (`finished_ms`) on the trace's clock; one not cancelled (done, or
+/// cancelled too late) carries none. Every request of the load is cancelled as soon as it is
+/// accepted: those still queued at the broker or the MSS end cancelled, those already read end
+/// done. Each file is 1 TB (two seconds of the simulator's drive at its time scale), so most
+/// still wait at the MSS when their cancel comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_request_is_exported_with_when_it_was_cancelled() {
+    let broker = Broker::start();
+    let (singles, batch) = load();
+    let large = |r: &Value| with(r.clone(), json!({"size_bytes": 1_000_000_000_000u64}));
+    let singles: Vec<Value> = singles.iter().map(large).collect();
+    let batch: Vec<Value> = batch.iter().map(large).collect();
+    let ids = broker.submit(&singles, &batch).await;
+    for id in &ids {
+        let url = format!("{}/v1/requests/{id}", broker.serve.base);
+        let status = broker.client.delete(url).send().await.unwrap().status();
+        assert!(
+            status.is_success() || status.as_u16() == 409,
+            "{id}: {status}"
+        );
+    }
+    let finals = wait_final(
+        &broker.client,
+        &broker.serve.base,
+        &ids,
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    let conn = open_db(&broker.db);
+    let mut stmt = conn
+        .prepare("SELECT created_ms, state, finished_ms FROM requests ORDER BY id")
+        .unwrap();
+    let rows: Vec<(i64, String, Option<i64>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), finals.len());
+    let trace = broker.export(&[]);
+    assert_eq!(trace.len(), rows.len());
+    let origin = rows[0].0;
+    let mut cancelled = 0;
+    for (record, (created_ms, state, finished_ms)) in trace.iter().zip(&rows) {
+        let want = (state == "cancelled").then(|| {
+            let end = finished_ms
+                .expect("a cancelled request has ended")
+                .max(*created_ms);
+            (end - origin) as f64 / 1000.0
+        });
+        assert_eq!(
+            record.cancelled_t, want,
+            "{} ({state})",
+            record.client_request_id
+        );
+        cancelled += usize::from(want.is_some());
+    }
+    assert!(cancelled > 0, "no request was cancelled in time: {rows:?}");
 }

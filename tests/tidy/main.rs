@@ -259,13 +259,21 @@ fn only_the_ledger_touches_sqlite() {
 /// Where the rules a request follows when it changes state live, each once.
 const TRANSITIONS: &str = "src/policy/transition.rs";
 
-/// The public functions of `TRANSITIONS`: one per rule.
-fn transition_rules() -> Vec<&'static str> {
+/// Where the re-prioritisation pass's rules live (a child of `TRANSITIONS`).
+const REPRIORITISE: &str = "src/policy/transition/reprioritise.rs";
+
+/// The public functions of `scope`: one per rule.
+fn rules_in(scope: &'static str) -> Vec<&'static str> {
     tree()
-        .product(TRANSITIONS)
+        .product(scope)
         .filter(|h| h.line.code.trim_start().starts_with("pub fn "))
         .filter_map(|h| fn_name(&h.line.code))
         .collect()
+}
+
+/// The public functions of `TRANSITIONS`: one per rule.
+fn transition_rules() -> Vec<&'static str> {
+    rules_in(TRANSITIONS)
 }
 
 #[test]
@@ -273,17 +281,24 @@ fn the_simulator_has_no_transition_rule_of_its_own() {
     let invariant = "The simulator applies the writer's transition rules (`policy::transition`), \
                      defining none of its own";
     let rules = transition_rules();
+    let pass_rules = rules_in(REPRIORITISE);
     assert_found(
         invariant,
         "the rules in policy/transition.rs",
         &code(TRANSITIONS, "pub fn may_ride"),
+    );
+    assert_found(
+        invariant,
+        "the re-prioritisation pass in policy/transition/reprioritise.rs",
+        &code(REPRIORITISE, "pub fn reprioritise_pass"),
     );
     // Simulate defines none of the rules, nor the copies it had: the writer's `may_carry`, the
     // retry condition (`left`), the ride condition (`may_ride_on`), the charge re-dating
     // (`settle`); nor the pass's limit, nor anything of the dispatcher.
     const COPIES: &[&str] = &["may_ride_on", "left", "settle", "retries"];
     let defined = tree().lines("src/simulate").filter(|h| {
-        fn_name(&h.line.code).is_some_and(|n| rules.contains(&n) || COPIES.contains(&n))
+        fn_name(&h.line.code)
+            .is_some_and(|n| rules.contains(&n) || pass_rules.contains(&n) || COPIES.contains(&n))
     });
     let limit = (code("src", "const REPRIORITISE_BATCH").into_iter())
         .filter(|h| h.file.path != TRANSITIONS);
@@ -318,6 +333,72 @@ fn the_simulator_has_no_transition_rule_of_its_own() {
     let worded =
         (text("src", "its carrier, request").into_iter()).filter(|h| h.file.path != TRANSITIONS);
     assert_none(invariant, worded.collect());
+    the_pass_is_decided_once(invariant);
+}
+
+/// The re-prioritisation pass (who gets which new priority, in what order, how many) is decided
+/// by `transition::reprioritise_pass` and its parts: the live side asks the whole pass; the
+/// simulator's index asks its parts (who, the priority now, which changes are sent) and places
+/// nothing itself, and its test code checks it against the whole pass.
+fn the_pass_is_decided_once(invariant: &str) {
+    let whole = fn_body(invariant, REPRIORITISE, "reprioritise_pass");
+    for part in ["replaced(", "pass_changes("] {
+        let asks: Vec<Hit> = (whole.iter().copied())
+            .filter(|h| h.line.code.contains(part))
+            .collect();
+        assert_found(
+            invariant,
+            &format!("reprioritise_pass asking {part}"),
+            &asks,
+        );
+    }
+    const LIVE: &str = "src/ledger/live.rs";
+    let live = fn_body(invariant, LIVE, "reprioritise");
+    let asks =
+        |hits: &[Hit], call: &str| -> bool { hits.iter().any(|h| h.line.code.contains(call)) };
+    for call in ["reprioritise_pass(", "reprioritised("] {
+        assert!(
+            asks(&live, call),
+            "invariant broken: {invariant}\n  not found: {call} in {LIVE}'s reprioritise"
+        );
+    }
+    for call in ["reprioritised(", "priority_now(", "pass_changes("] {
+        assert_found(
+            invariant,
+            &format!("the simulator's call of {call}"),
+            &code("src/simulate", call),
+        );
+    }
+    const SIM: &str = "src/simulate/engine/reprioritise.rs";
+    let checked: Vec<Hit> = tree()
+        .lines(SIM)
+        .filter(|h| h.line.test && h.line.code.contains("reprioritise_pass("))
+        .collect();
+    assert_found(
+        invariant,
+        "the simulator's passes checked against reprioritise_pass",
+        &checked,
+    );
+    // Nobody else places a waiting request: no `place(` in the live pass, and the simulator's
+    // pass and index neither import `order::place` nor ask `mss_priority_until`.
+    let imports_place = |h: &Hit| {
+        let code = h.line.code.trim_start();
+        code.starts_with("use ")
+            && code.contains("order::")
+            && code
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .any(|w| w == "place")
+    };
+    let index = [
+        "src/simulate/pending_at_library.rs",
+        "src/simulate/pending_at_library",
+    ];
+    let sim = (tree().product(SIM)).chain(index.into_iter().flat_map(|p| tree().product(p)));
+    let own: Vec<Hit> = (live.into_iter())
+        .filter(|h| h.line.code.contains("place("))
+        .chain(sim.filter(|h| imports_place(h) || h.line.code.contains("mss_priority_until")))
+        .collect();
+    assert_none(invariant, own);
 }
 
 #[test]

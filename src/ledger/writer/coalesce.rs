@@ -43,7 +43,7 @@ use crate::ledger::read::parse_class;
 use crate::ledger::NewRequest;
 use crate::policy::order::is_fair;
 use crate::policy::transition::{
-    may_carry, may_ride, riders_follow, CarrierEnd, CarrierView, RidersFollow,
+    may_carry, may_ride, riders_follow, take_over_order, CarrierEnd, CarrierView, RidersFollow,
 };
 use mss_adapters::Direction;
 
@@ -276,15 +276,14 @@ impl Txn<'_, '_> {
         may_carry(self.policy.order.release.coalesce, queued)
     }
 
-    /// The riders waiting on `carrier`: the priority-class ones first, each part oldest first
-    /// (the first is the one that carries the file on if the carrier is cancelled).
+    /// The riders waiting on `carrier` in the order they stand to carry its file on
+    /// (`transition::take_over_order`: the first takes over if the carrier is cancelled).
     fn riders(&self, carrier: i64) -> rusqlite::Result<Vec<i64>> {
         let mut stmt = self.tx.prepare_cached(
-            "SELECT id FROM requests WHERE rides_on = ?1 AND state = 'riding' \
-             ORDER BY class = 'priority' DESC, id",
+            "SELECT id, class = 'priority' FROM requests WHERE rides_on = ?1 AND state = 'riding'",
         )?;
-        let rows = stmt.query_map([carrier], |r| r.get(0))?;
-        rows.collect()
+        let rows = stmt.query_map([carrier], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(take_over_order(rows.collect::<rusqlite::Result<Vec<_>>>()?))
     }
 
     /// Whether any request rides on `carrier`.

@@ -32,6 +32,9 @@ pub struct Arrival {
     /// them from it, as it does for such a transfer from `serve` (`None`: the library sees an
     /// empty name, which only a request with both never reads).
     pub name: Option<String>,
+    /// When the client cancels it (`None`: never): the engine replays the cancel as `serve`
+    /// carries it out (`engine/cancel.rs`).
+    pub cancelled_at: Option<Micros>,
 }
 
 impl Default for Arrival {
@@ -49,6 +52,7 @@ impl Default for Arrival {
             write: false,
             file: None,
             name: None,
+            cancelled_at: None,
         }
     }
 }

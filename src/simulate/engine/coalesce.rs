@@ -22,12 +22,14 @@ use crate::policy::transition::{
 /// A request riding on another's transfer.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rider {
-    info: Info,
-    benefit: u64,
+    pub(super) info: Info,
+    pub(super) benefit: u64,
+    /// Its decision's MSS priority (what it is sent at if it takes over a decided carrier).
+    pub(super) priority: i64,
     /// Charged to its group (its carrier was decided).
-    charged: bool,
+    pub(super) charged: bool,
     /// Its wait has not ended (its carrier has not started).
-    waiting: bool,
+    pub(super) waiting: bool,
 }
 
 /// A read carrying its file: its id, and whether it was decided (sent to the library) and
@@ -83,6 +85,7 @@ impl Run<'_> {
         let rider = Rider {
             info,
             benefit: c.benefit,
+            priority: p.mss_priority,
             charged,
             waiting: !carrier.started,
         };
@@ -192,11 +195,28 @@ impl Run<'_> {
             RidersFollow::Settle { state, bytes, .. } => {
                 self.riders_settle(id, file, state, bytes, at);
             }
-            // The engine cancels nothing (its library reports a cancel only when asked), so no
-            // carrier ends so; were one to, its riders would be counted failed, not carried on.
-            RidersFollow::FirstTakesOver { .. } => {
-                self.riders_settle(id, file, RequestState::Failed, None, at);
+            // A cancelled carrier (a trace's `cancelled_t`, `engine/cancel.rs`): one of its
+            // riders carries the file on, as a request of its own in `state`.
+            RidersFollow::FirstTakesOver { state } => self.take_over(id, file, state),
+        }
+    }
+
+    /// Carrier `id` (of `file`) carries it no more, and no other read of it takes its place.
+    pub(super) fn forget_carrier(&mut self, id: i64, file: Option<u64>) {
+        if let Some(k) = file {
+            if let Some(list) = self.carriers.get_mut(&k) {
+                list.retain(|c| c.id != id);
+                if list.is_empty() {
+                    self.carriers.remove(&k);
+                }
             }
+        }
+    }
+
+    /// A read of `file` (`queued` in the broker, or sent) carries it from now, if it may.
+    pub(super) fn carry(&mut self, id: i64, file: Option<u64>, queued: bool) {
+        if let Some(key) = file {
+            self.offer_carrier(key, id, queued);
         }
     }
 
@@ -210,14 +230,7 @@ impl Run<'_> {
         bytes: Option<u64>,
         at: Micros,
     ) {
-        if let Some(k) = file {
-            if let Some(list) = self.carriers.get_mut(&k) {
-                list.retain(|c| c.id != id);
-                if list.is_empty() {
-                    self.carriers.remove(&k);
-                }
-            }
-        }
+        self.forget_carrier(id, file);
         let Some(riders) = self.riders.remove(&id) else {
             return;
         };

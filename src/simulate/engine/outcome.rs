@@ -67,6 +67,8 @@ pub struct RunRecord {
     /// for good (their attempts used up; riders of a failed carrier included).
     pub retried: u64,
     pub failed: u64,
+    /// Requests cancelled (a trace's `cancelled_t`) before they started, riders included.
+    pub cancelled: u64,
     /// Priority changes the library took (the re-prioritisation passes').
     pub priority_changes: u64,
     /// When the last request finished.

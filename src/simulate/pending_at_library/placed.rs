@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::GroupId;
+use crate::policy::transition::{pass_changes, Proposed};
 
 /// A pending request: its group, the priority last sent, and the time (ms) from which its
 /// priority may differ (`i64::MAX`: never).
@@ -73,31 +74,39 @@ impl Placed {
         out: &mut Vec<(i64, i64)>,
     ) {
         let ids = self.due_now(now_ms, marks);
-        let mut sent = 0;
-        for (k, &id) in ids.iter().enumerate() {
-            if sent == max {
-                // Over the cap: placed again at the next pass, as a full pass would.
-                for &rest in &ids[k..] {
-                    self.set_due(rest, now_ms);
-                }
-                return;
-            }
-            let Some(e) = self.entries.get(&id).copied() else {
-                continue;
-            };
+        // Each request placed: (id, its next due time), recorded once the pass is decided.
+        let mut placed: Vec<(i64, i64)> = Vec::with_capacity(ids.len());
+        let entries = &self.entries;
+        let proposed = ids.iter().filter_map(|&id| {
+            let e = entries.get(&id)?;
             let Some((p, until)) = place(id, e.group) else {
-                self.set_due(id, now_ms);
-                continue;
+                placed.push((id, now_ms));
+                return None;
             };
-            if p != e.priority {
-                out.push((id, p));
-                sent += 1;
-                if let Some(e) = self.entries.get_mut(&id) {
-                    e.priority = p;
-                }
+            placed.push((id, until.unwrap_or(i64::MAX)));
+            Some(Proposed {
+                id,
+                sent: e.priority,
+                now: p,
+                with: (),
+            })
+        });
+        // The pass's rule decides which are sent (`transition::pass_changes`); it stops asking
+        // past the cap, so what it did not reach is placed again at the next pass.
+        let sent: Vec<(i64, i64)> = pass_changes(proposed, max).map(|p| (p.id, p.now)).collect();
+        let reached = placed.last().map_or(0, |&(id, _)| id);
+        for &(id, p) in &sent {
+            if let Some(e) = self.entries.get_mut(&id) {
+                e.priority = p;
             }
-            self.set_due(id, until.unwrap_or(i64::MAX));
         }
+        for (id, due) in placed {
+            self.set_due(id, due);
+        }
+        for &rest in ids.iter().filter(|&&id| id > reached) {
+            self.set_due(rest, now_ms);
+        }
+        out.extend(sent);
     }
 
     /// The ids a pass at `now_ms` places, in id order, taken out of `due`: every pending one

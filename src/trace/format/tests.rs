@@ -16,6 +16,7 @@ fn record() -> TraceRecord {
         access_mode: "analysis".into(),
         physics_group: "higgs".into(),
         direction: Direction::Read,
+        cancelled_t: None,
     }
 }
 
@@ -184,4 +185,33 @@ fn garbage_and_trailing_text_are_refused_on_their_line() {
     assert_eq!(line, 2);
     let (line, field, _) = invalid(&format!("{GOOD} {{}}\n"));
     assert_eq!((line, field.as_str()), (1, "(record)"));
+}
+
+/// The format's second version: a cancelled request carries `cancelled_t`, written last and
+/// read back; a first-version line (no such field) reads as a request never cancelled, and is
+/// written back byte for byte; a cancel before the request's `t` is refused naming the field.
+#[test]
+fn a_cancel_is_read_after_its_request_and_old_traces_read_as_before() {
+    assert_eq!(read_trace(GOOD.as_bytes()).expect("reads"), vec![record()]);
+    let mut out = Vec::new();
+    write_record(&record(), &mut out).expect("writes");
+    assert_eq!(String::from_utf8(out).expect("utf-8"), format!("{GOOD}\n"));
+    let cancelled = GOOD.replace('}', ",\"cancelled_t\":2.25}");
+    let want = TraceRecord {
+        cancelled_t: Some(2.25),
+        ..record()
+    };
+    assert_eq!(
+        read_trace(cancelled.as_bytes()).expect("reads"),
+        std::slice::from_ref(&want)
+    );
+    let mut out = Vec::new();
+    write_record(&want, &mut out).expect("writes");
+    assert_eq!(
+        String::from_utf8(out).expect("utf-8"),
+        format!("{cancelled}\n")
+    );
+    let early = GOOD.replace('}', ",\"cancelled_t\":0.25}");
+    let (line, field, message) = invalid(&early);
+    assert_eq!((line, field.as_str()), (1, "cancelled_t"), "{message}");
 }

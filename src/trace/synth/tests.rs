@@ -455,6 +455,7 @@ proptest! {
             access_mode: "analysis".into(),
             physics_group: "higgs".into(),
             direction: if write { Direction::Write } else { Direction::Read },
+            cancelled_t: None,
         };
         let mut out = Vec::new();
         write_record(&record, &mut out).expect("writes");
