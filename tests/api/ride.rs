@@ -167,3 +167,38 @@ async fn a_group_ahead_of_its_share_rides_a_mounted_volume_within_the_bound_and_
         .any(|t| key_id(&t.key) == top));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_group_the_bound_stopped_does_not_ride_again_after_a_restart() {
+    let sim = SimProcess::start_with(1, 1.0);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("broker.db");
+    let config = config(&sim, Some(BOUND));
+    let app = TestApp::spawn_on(&config, db.clone()).await;
+    mc_and_top_ahead(&app, &sim).await;
+    let (reprocessing, mc, top) = shared_volume(&app).await;
+    received_all(&sim, &[reprocessing[0], reprocessing[1], mc]).await;
+    assert_eq!(row(&db, top).1, "queued", "the bound stopped top");
+    app.stop().await;
+
+    // Usage now: 40 + 40 + 20 + 10 = 110 GB; top's lead 40 - 33 = 7 GB, still ahead of its
+    // share: it repays. A ride of 10 GB would take its lead to 14 GB, within the bound, but a
+    // group repaying rides no more until it is back at its share, over a restart too.
+    let app = TestApp::spawn_on(&config, db.clone()).await;
+    let mut ids = Vec::new();
+    for k in [1, 3, 4] {
+        let crid = format!("vb-r{k}");
+        ids.push(submit(&app, &on_volume(&crid, "reprocessing", "VB", k, GB)).await);
+    }
+    let top_vb = submit(&app, &on_volume("vb-top", "top", "VB", 2, 10 * GB)).await;
+    let r = received_all(&sim, &ids).await;
+    let call = call_of(&r, ids[0]);
+    assert_eq!(call, ids, "reprocessing's batch alone: {r:?}");
+    let (_, state, _, charged) = row(&db, top_vb);
+    assert_eq!((state.as_str(), charged), ("queued", 0));
+    assert_eq!(
+        app.group("analysis/top").await["usage_bytes"].as_u64(),
+        Some(40 * GB)
+    );
+    app.stop().await;
+}

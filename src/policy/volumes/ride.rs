@@ -78,6 +78,14 @@ pub(super) fn not_ahead<U: UsageLookup>(standing: &ShareSnapshot<'_, U>, g: Grou
     used <= share.num() as f64 / share.den() as f64
 }
 
+/// The groups ahead of their share (see [`not_ahead`]).
+pub(super) fn ahead<U: UsageLookup>(standing: &ShareSnapshot<'_, U>) -> BTreeSet<GroupId> {
+    (0..standing.policy.groups.len())
+        .map(GroupId)
+        .filter(|&g| !not_ahead(standing, g))
+        .collect()
+}
+
 /// The groups repaying a lead that are back at their share stop repaying.
 pub(super) fn repaid<U: UsageLookup>(
     standing: &ShareSnapshot<'_, U>,
