@@ -17,7 +17,9 @@
 //!    [`VolumeQueue::request_finished`]. A retried request stays in flight.
 //! 4. after a restart: push every queued row again, and for the released rows not yet ended
 //!    build one [`Batch`] per (library, volume) (its `group` the one that led it, or any of
-//!    theirs) and call [`VolumeQueue::batch_started`], so the volumes in flight count again.
+//!    theirs) and call [`VolumeQueue::batch_started`], so the volumes in flight count again;
+//!    then [`VolumeQueue::repay_every_lead`] (which groups repay a ride's lead is not in the
+//!    rows), or, after a rollback or a reload, [`VolumeQueue::restore`] the queue's memory.
 //!
 //! A volume is eligible when its queued requests reach `min_volume_bytes` or `min_volume_files`,
 //! its newest request is `quiet_ms` old, or its oldest `max_age_ms` old; requests without a
@@ -111,19 +113,25 @@ impl Batch {
     }
 }
 
-/// [`VolumeQueue::memory`]: per library, what its rows do not hold.
+/// [`VolumeQueue::memory`]: per library, what its rows do not hold, and the groups repaying a
+/// ride's lead.
 #[derive(Debug, Clone, Default)]
-pub struct VolumeMemory(Vec<(Label, state::LibMemory)>);
+pub struct VolumeMemory {
+    libs: Vec<(Label, state::LibMemory)>,
+    repaying: BTreeSet<GroupId>,
+}
 
 impl VolumeMemory {
-    /// The same memory for another tree (a reload): a group's pseudo-volume under the id
-    /// `regroup` gives the group now, left out for a group no longer configured.
+    /// The same memory for another tree (a reload): a group's pseudo-volume and a group
+    /// repaying under the id `regroup` gives the group now, left out for a group no longer
+    /// configured.
     pub fn regroup(self, regroup: impl Fn(GroupId) -> Option<GroupId>) -> VolumeMemory {
-        VolumeMemory(
-            (self.0.into_iter())
+        VolumeMemory {
+            libs: (self.libs.into_iter())
                 .map(|(name, lib)| (name, lib.regroup(&regroup)))
                 .collect(),
-        )
+            repaying: self.repaying.into_iter().filter_map(&regroup).collect(),
+        }
     }
 }
 
@@ -150,7 +158,8 @@ pub struct VolumeQueue {
     /// Released request id -> (library, volume), until it ends.
     flying: HashMap<i64, (Label, VolumeId)>,
     /// Groups repaying a ride's lead (`ride_lead_bytes`): they ride no more until they are
-    /// back at their share. Not kept over a restart (the bound holds without it).
+    /// back at their share. Kept over a rollback and a reload ([`VolumeMemory`]); after a
+    /// restart, rebuilt as every group ahead of its share ([`Self::repay_every_lead`]).
     repaying: BTreeSet<GroupId>,
 }
 
@@ -237,21 +246,35 @@ impl VolumeQueue {
         self.flying.len()
     }
 
-    /// What the rows do not hold (sticky volumes, each flight's last batch), so that a queue
-    /// rebuilt from them after a rollback can be given it back ([`VolumeQueue::restore`]).
+    /// What the rows do not hold (sticky volumes, each flight's last batch, the groups
+    /// repaying a lead), so that a queue rebuilt from them after a rollback can be given it
+    /// back ([`VolumeQueue::restore`]).
     pub fn memory(&self) -> VolumeMemory {
-        VolumeMemory(
-            (self.libs.iter())
+        VolumeMemory {
+            libs: (self.libs.iter())
                 .map(|(name, lib)| (name.clone(), lib.memory()))
                 .collect(),
-        )
+            repaying: self.repaying.clone(),
+        }
     }
 
     /// `m`, taken before a rolled-back transaction, into this queue rebuilt from the rows.
+    /// The groups repaying are `m`'s (those [`Self::repay_every_lead`] assumed are replaced).
     pub fn restore(&mut self, m: VolumeMemory) {
-        for (name, memory) in m.0 {
+        for (name, memory) in m.libs {
             self.libs.entry(name).or_default().restore(memory);
         }
+        self.repaying = m.repaying;
+    }
+
+    /// A queue rebuilt from the rows with no memory of which groups repay a lead (a start):
+    /// every group ahead of its share in `standing` repays. A group the bound stopped is ahead
+    /// of its share until it is repaid (a decision drops the others from the set), so this
+    /// holds every group that was repaying, and usage, which is stored, stands as it did: no
+    /// group rides again before it is back at its share. The cost: a group ahead of its share
+    /// that the bound had not stopped rides only once it is back (the rule without the bound).
+    pub fn repay_every_lead<U: UsageLookup>(&mut self, standing: &ShareSnapshot<'_, U>) {
+        self.repaying = ride::ahead(standing);
     }
 
     /// Libraries with waiting requests or volumes in flight.
@@ -320,8 +343,8 @@ impl VolumeQueue {
 
     /// The batch to release next at `library`, if any. First a volume in flight that is nearly
     /// done (or finished within `sticky_ms`, while fewer than `max_volumes` are in flight) and
-    /// has requests of a group not ahead of its share, led by the one of those the policy ranks
-    /// first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
+    /// has requests of a group not ahead of its share by more than a quarter of a batch
+    /// (`ride::may_keep`), led by the one of those the policy ranks first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
     /// first among those with an eligible volume not in flight and under their `[targets]`
     /// `max_volumes` (starved first, then the policy's order, as
     /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and the volume of that
@@ -363,7 +386,7 @@ impl VolumeQueue {
         lib.forget_stale(s, now_ms);
         let max_volumes = reserve.fair_cap(s.max_volumes_of(library));
         let no_riders = reserve.priority_waiting;
-        let under = |g: GroupId| ride::not_ahead(standing, g);
+        let keeps = |g: GroupId| ride::may_keep(s, standing, g);
         let may_ride = |g: GroupId| ride::allowance(s, standing, repaying, g);
         let rides = |g: GroupId| if no_riders { 0 } else { may_ride(g) };
         let weighs = |g: GroupId| may_ride(g) > 0;
@@ -382,7 +405,7 @@ impl VolumeQueue {
             // A volume no longer in flight starts a new flight, led by `g`: its caps count it.
             let flying = lib.flights.contains_key(&vol);
             let may_lead = |g| flying || caps.allows(g, &lib.node_flights);
-            let allowed = |g| on_it(g) && under(g) && may_lead(g);
+            let allowed = |g| on_it(g) && keeps(g) && may_lead(g);
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);

@@ -35,6 +35,7 @@ mod report;
 mod request_id;
 mod reserve;
 mod restore;
+mod ride;
 mod shares;
 mod simulate;
 mod simulate_volumes;

@@ -25,6 +25,7 @@ use crate::ledger::mss_key::MssKeys;
 use crate::ledger::wide::Wide;
 use crate::ledger::{identity, usage, LedgerError, LedgerOptions};
 use crate::policy::fbsng::Queues;
+use crate::policy::order::ShareSnapshot;
 use crate::policy::queue::HeldQueue;
 use crate::shares::{UsageBook, UsageLookup};
 
@@ -150,6 +151,9 @@ pub(super) fn finish_state(
     }
     let release_seq = volumes::last_release_seq(conn)?;
     let queues = load_fbsng_priorities(conn, policy)?;
+    // Which groups repay a ride's lead is not in the rows: every group ahead of its share does
+    // (a reload or a rollback gives the queue the set it had instead).
+    volumes.repay_every_lead(&ShareSnapshot::new(policy, usage.at(now), &queues));
     Ok(WriterState::new(
         usage,
         held,

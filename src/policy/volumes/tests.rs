@@ -608,3 +608,78 @@ fn riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid() {
     assert!(rode > 10 && capped > 3, "rode {rode}, capped {capped}");
     assert!(repaid + 1 >= capped, "repaid {repaid} of {capped} leads");
 }
+
+#[test]
+fn a_group_repaying_stays_repaying_over_a_rollback_and_a_restart() {
+    // a (1/4) is 25 ahead of its share (a 100, b 200); the bound 40 leaves it (40 - 25) / (3/4)
+    // = 20 to ride: its 100 is left out of b's batch of 10, and it repays (22.5 ahead after
+    // it). A second volume brings a 20 (a lead of 37.5: within the bound) for a queue that
+    // remembers (a rollback's memory), one rebuilt at a start, and one that forgot.
+    let mut h = H::new("ride_lead_bytes = 40");
+    h.book.add(h.g("a"), 100, 0);
+    h.book.add(h.g("b"), 200, 0);
+    h.add("b", Some("V"), 0, 10, 0);
+    h.add("a", Some("V"), 1, 100, 0);
+    let b = h.start(0).expect("a batch");
+    assert_eq!(b.ride_capped, vec![h.g("a")]);
+    let b2 = h.add("b", Some("W"), 0, 90, 0);
+    h.add("a", Some("W"), 1, 20, 0);
+    let rebuild = |h: &H| {
+        let mut q = VolumeQueue::default();
+        for id in [2, 3, 4] {
+            let c = h.q.get(id).expect("waiting");
+            let vol = h.q.volume_of(id).and_then(|v| v.label().map(str::to_owned));
+            q.push(
+                &h.p.order.release.volumes,
+                c,
+                vol.as_deref(),
+                Some(id as u64),
+            );
+        }
+        q
+    };
+    // A rollback: the rows' queue given the memory back.
+    let mut after_rollback = rebuild(&h);
+    after_rollback.restore(h.q.memory());
+    // A start: no memory; every group ahead of its share repays.
+    let mut after_start = rebuild(&h);
+    let standing = ShareSnapshot::new(&h.p, h.book.at(0), &h.queues);
+    after_start.repay_every_lead(&standing);
+    for mut q in [after_rollback, after_start] {
+        let b = (q.next_batch(&h.p.order, &standing, "", 0)).expect("b's batch");
+        assert_eq!(ids(&b), vec![b2], "a rides while repaying");
+    }
+    // Without either, a would ride.
+    let mut forgot = rebuild(&h);
+    let b = (forgot.next_batch(&h.p.order, &standing, "", 0)).expect("b's batch");
+    assert_eq!(b.requests.len(), 2);
+}
+
+#[test]
+fn a_group_ahead_of_its_share_by_at_most_a_quarter_batch_keeps_its_mounted_volume() {
+    // a (1/4) leads V (100 bytes), which ends; a 1-byte request of a comes on V within
+    // sticky_secs (not eligible by itself). Batches are 250 bytes at most: a keeps V while it
+    // is at most 62.5 ahead of its share.
+    let sticky = |a_before: i128, b: i128| {
+        let mut h = H::new("");
+        h.book.add(h.g("a"), a_before, 0);
+        h.book.add(h.g("b"), b, 0);
+        let v = h.add("a", Some("V"), 0, 100, 0);
+        h.start(0).expect("V");
+        h.q.request_finished(&h.p, v, 1000);
+        h.add("a", Some("V"), 1, 1, 2000);
+        let lead = lead_of(&h, h.g("a"), 3000);
+        (lead, h.next(3000).map(|b| (b.reason, b.volume)))
+    };
+    // 100 of 320: 20 ahead (more than its quarter, so the rule before did not keep V).
+    let (lead, kept) = sticky(0, 220);
+    assert!((lead - 20.0).abs() < 1e-9, "{lead}");
+    assert_eq!(
+        kept,
+        Some((BatchReason::Sticky, VolumeId::Tape("V".into())))
+    );
+    // 200 of 400: 100 ahead, past a quarter of a batch: V waits for its own rules.
+    let (lead, kept) = sticky(100, 200);
+    assert!((lead - 100.0).abs() < 1e-9, "{lead}");
+    assert_eq!(kept, None);
+}
