@@ -343,8 +343,8 @@ impl VolumeQueue {
 
     /// The batch to release next at `library`, if any. First a volume in flight that is nearly
     /// done (or finished within `sticky_ms`, while fewer than `max_volumes` are in flight) and
-    /// has requests of a group not ahead of its share by more than a quarter of a batch
-    /// (`ride::may_keep`), led by the one of those the policy ranks first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
+    /// has requests of a group not ahead of its share, led by the one of those the policy ranks
+    /// first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
     /// first among those with an eligible volume not in flight and under their `[targets]`
     /// `max_volumes` (starved first, then the policy's order, as
     /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and the volume of that
@@ -386,7 +386,7 @@ impl VolumeQueue {
         lib.forget_stale(s, now_ms);
         let max_volumes = reserve.fair_cap(s.max_volumes_of(library));
         let no_riders = reserve.priority_waiting;
-        let keeps = |g: GroupId| ride::may_keep(s, standing, g);
+        let under = |g: GroupId| ride::not_ahead(standing, g);
         let may_ride = |g: GroupId| ride::allowance(s, standing, repaying, g);
         let rides = |g: GroupId| if no_riders { 0 } else { may_ride(g) };
         let weighs = |g: GroupId| may_ride(g) > 0;
@@ -405,7 +405,7 @@ impl VolumeQueue {
             // A volume no longer in flight starts a new flight, led by `g`: its caps count it.
             let flying = lib.flights.contains_key(&vol);
             let may_lead = |g| flying || caps.allows(g, &lib.node_flights);
-            let allowed = |g| on_it(g) && keeps(g) && may_lead(g);
+            let allowed = |g| on_it(g) && under(g) && may_lead(g);
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use crate::domain::order::VolumeSettings;
-use crate::domain::{Benefit, GroupId, GroupKind};
+use crate::domain::{GroupId, GroupKind};
 use crate::policy::order::ShareSnapshot;
 use crate::shares::UsageLookup;
 
@@ -76,28 +76,6 @@ pub(super) fn not_ahead<U: UsageLookup>(standing: &ShareSnapshot<'_, U>, g: Grou
     }
     let used = standing.usage.value(g) as f64 / total as f64;
     used <= share.num() as f64 / share.den() as f64
-}
-
-/// Whether `g` may lead the next batch on a volume already mounted (the sticky rule): a group
-/// not ahead of its share, or ahead of it by at most a quarter of a batch (`batch_max_bytes /
-/// 4` in benefit units; `batch_max_files / 4` where the benefit is files). A group just past
-/// its share keeps the drive on the volume instead of leaving its requests there for a mount on
-/// its next turn; its lead from this stays under one and a quarter batches, which the group
-/// choice repays as it repays any lead. (Half a batch saves more mounts but lets data taking
-/// wait behind the drives it keeps: docs/volumes.md, "Keeping a mounted volume".)
-pub(super) fn may_keep<U: UsageLookup>(
-    s: &VolumeSettings,
-    standing: &ShareSnapshot<'_, U>,
-    g: GroupId,
-) -> bool {
-    if not_ahead(standing, g) {
-        return true;
-    }
-    let batch = match standing.policy.benefit {
-        Benefit::Files => u64::from(s.batch_max_files),
-        Benefit::Bytes | Benefit::WeightedBytes(_) => s.batch_max_bytes,
-    };
-    lead(standing, g).is_none_or(|(lead, _)| lead <= batch as f64 / 4.0)
 }
 
 /// The groups ahead of their share (see [`not_ahead`]).

@@ -654,32 +654,3 @@ fn a_group_repaying_stays_repaying_over_a_rollback_and_a_restart() {
     let b = (forgot.next_batch(&h.p.order, &standing, "", 0)).expect("b's batch");
     assert_eq!(b.requests.len(), 2);
 }
-
-#[test]
-fn a_group_ahead_of_its_share_by_at_most_a_quarter_batch_keeps_its_mounted_volume() {
-    // a (1/4) leads V (100 bytes), which ends; a 1-byte request of a comes on V within
-    // sticky_secs (not eligible by itself). Batches are 250 bytes at most: a keeps V while it
-    // is at most 62.5 ahead of its share.
-    let sticky = |a_before: i128, b: i128| {
-        let mut h = H::new("");
-        h.book.add(h.g("a"), a_before, 0);
-        h.book.add(h.g("b"), b, 0);
-        let v = h.add("a", Some("V"), 0, 100, 0);
-        h.start(0).expect("V");
-        h.q.request_finished(&h.p, v, 1000);
-        h.add("a", Some("V"), 1, 1, 2000);
-        let lead = lead_of(&h, h.g("a"), 3000);
-        (lead, h.next(3000).map(|b| (b.reason, b.volume)))
-    };
-    // 100 of 320: 20 ahead (more than its quarter, so the rule before did not keep V).
-    let (lead, kept) = sticky(0, 220);
-    assert!((lead - 20.0).abs() < 1e-9, "{lead}");
-    assert_eq!(
-        kept,
-        Some((BatchReason::Sticky, VolumeId::Tape("V".into())))
-    );
-    // 200 of 400: 100 ahead, past a quarter of a batch: V waits for its own rules.
-    let (lead, kept) = sticky(100, 200);
-    assert!((lead - 100.0).abs() < 1e-9, "{lead}");
-    assert_eq!(kept, None);
-}

@@ -160,8 +160,7 @@ fn issue_39_goals_met_on_shared_and_own_tapes() {
 }
 
 /// The goals these traces miss, as a bound on how far: `volumes` against `pass_through` no
-/// worse than measured (2026-11-29, the shipped defaults, with the sticky rule's quarter batch:
-/// `policy::volumes::ride::may_keep`) by more than 5 %, so a change that
+/// worse than measured (2026-11-29, the shipped defaults) by more than 5 %, so a change that
 /// moves `volumes` further from a goal fails here, and one that reaches it does not.
 /// docs/volumes.md, "Issue 39's goals", gives the full-size figures and why they are missed.
 #[test]
@@ -174,20 +173,18 @@ fn volumes_stays_within_its_measured_distance_of_the_missed_goals() {
         let eff_ratio = eff(v) / eff(p);
         eprintln!("{at}\n  volumes/pass_through: mounts x{mount_ratio:.2} makespan x{makespan_ratio:.2} eff x{eff_ratio:.2}");
         if *trace == "own" {
-            // Goal: mounts at most pass_through's (measured 1.25 SAM, 1.09 Fair Tree; 1.32 and
-            // 1.12 before the quarter batch); under SAM a makespan at most 1.15 times (1.16;
-            // 1.20 before).
-            assert!(mount_ratio <= 1.31, "{at}");
-            assert!(makespan_ratio <= 1.22, "{at}");
+            // Goal: mounts at most pass_through's (measured 1.32 SAM, 1.12 Fair Tree); under
+            // SAM a makespan at most 1.15 times (1.20).
+            assert!(mount_ratio <= 1.39, "{at}");
+            assert!(makespan_ratio <= 1.26, "{at}");
             continue;
         }
-        // Goals: mounts at most 1.5 times pass_through's (measured 1.63 SAM, 1.71 Fair Tree;
-        // 1.79 and 1.80 before the quarter batch), a makespan at most 1.15 times (1.37, 1.32;
-        // 1.44 and 1.34 before) and a drive efficiency at least 0.85 times (0.76, 0.78; 0.72
-        // and 0.76 before).
-        assert!(mount_ratio <= 1.80, "{at}");
-        assert!(makespan_ratio <= 1.44, "{at}");
-        assert!(eff_ratio >= 0.72, "{at}");
+        // Goals: mounts at most 1.5 times pass_through's (measured 1.79 SAM, 1.80 Fair Tree), a
+        // makespan at most 1.15 times (1.44, 1.34) and a drive efficiency at least 0.85 times
+        // (0.72, 0.76).
+        assert!(mount_ratio <= 1.89, "{at}");
+        assert!(makespan_ratio <= 1.51, "{at}");
+        assert!(eff_ratio >= 0.68, "{at}");
     }
 }
 
