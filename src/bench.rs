@@ -169,7 +169,7 @@ pub(crate) fn summarise(requests: u64, elapsed: f64, mut latencies: Vec<u64>) ->
 
 /// The ledger alone: tasks call `Ledger::accept` with one request each, as handlers do.
 async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Round> {
-    use crate::ledger::{Ledger, LedgerOptions, NewRequest};
+    use crate::ledger::{Ledger, LedgerOptions, NewRequest, RequestInput};
     let dir = scratch_dir(round)?;
     let settings = Settings::parse(crate::config::EMBEDDED, "embedded")?;
     let ledger_options = LedgerOptions {
@@ -204,19 +204,21 @@ async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Ro
                             file: "/f",
                         };
                         NewRequest {
-                            station: format!("station-{c}"),
-                            client_request_id: format!("d-{n}"),
-                            user: "bench".into(),
-                            file: format!("/pnfs/bench/{c}/{n}"),
-                            size_bytes: 1_000_000_000 + n,
-                            access_mode: mode.into(),
-                            physics_group: group.into(),
-                            volume: None,
-                            direction: mss_adapters::Direction::Read,
+                            input: RequestInput {
+                                station: format!("station-{c}"),
+                                client_request_id: format!("d-{n}"),
+                                user: "bench".into(),
+                                file: format!("/pnfs/bench/{c}/{n}"),
+                                size_bytes: 1_000_000_000 + n,
+                                access_mode: mode.into(),
+                                physics_group: group.into(),
+                                volume: None,
+                                direction: mss_adapters::Direction::Read,
+                                extras: Default::default(),
+                            },
                             group: crate::policy::classify(&policy, &fields)
                                 .unwrap_or(crate::domain::GroupId(0)),
                             benefit: 1_000_000_000 + n,
-                            extras: Default::default(),
                         }
                     })
                     .collect();

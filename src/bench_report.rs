@@ -13,7 +13,7 @@ use mss_adapters::{EventKind, MssEvent};
 use crate::clock::{Clock, ManualClock};
 use crate::config::Settings;
 use crate::domain::PolicySettings;
-use crate::ledger::{Accepted, Ledger, LedgerOptions, LedgerReader, NewRequest};
+use crate::ledger::{Accepted, Ledger, LedgerOptions, LedgerReader, NewRequest, RequestInput};
 use crate::report::{Bucket, ReportRange};
 
 const DAY_MS: i64 = 86_400_000;
@@ -109,18 +109,20 @@ fn batch(policy: &PolicySettings, first: usize, count: usize) -> Vec<NewRequest>
             let g = groups[n % groups.len()];
             let path = policy.group(g).path.to_string();
             NewRequest {
-                station: "bench".into(),
-                client_request_id: format!("r{n}"),
-                user: "u".into(),
-                file: format!("/pnfs/bench/{n}"),
-                size_bytes: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
-                access_mode: path.split('/').next().unwrap_or("mc").to_string(),
-                physics_group: "x".into(),
-                volume: None,
-                direction: mss_adapters::Direction::Read,
+                input: RequestInput {
+                    station: "bench".into(),
+                    client_request_id: format!("r{n}"),
+                    user: "u".into(),
+                    file: format!("/pnfs/bench/{n}"),
+                    size_bytes: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
+                    access_mode: path.split('/').next().unwrap_or("mc").to_string(),
+                    physics_group: "x".into(),
+                    volume: None,
+                    direction: mss_adapters::Direction::Read,
+                    extras: Default::default(),
+                },
                 group: g,
                 benefit: 1_000_000_000 + (n as u64 % 7) * 100_000_000,
-                extras: Default::default(),
             }
         })
         .collect()

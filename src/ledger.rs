@@ -116,7 +116,7 @@ pub use read::{GroupRow, InFlight, RequestRecord, ToSubmit};
 pub use types::{
     Accepted, AfterSubmit, CancelOutcome, CommitObserver, LedgerOptions, NewPriority, NewRequest,
     NoObserver, OutputInUse, PositionBasis, QueuedCapRefused, QueuedExplain, QueuedPlacement,
-    RankInputs, Refused, RequestExtras, SubmittedTransfer,
+    RankInputs, Refused, RequestExtras, RequestInput, SubmittedTransfer,
 };
 pub use volume_wait::VolumeWait;
 use writer::Command;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use crate::api::InputLimits;
+use crate::ledger::RequestExtras;
 use crate::policy::multifactor::Qos;
 
 mod batch;
@@ -119,32 +120,9 @@ pub struct SubmitBatch {
     pub requests: Vec<SubmitRequest>,
 }
 
-/// A request body, validated: every field present, of its type and within bounds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RequestInput {
-    pub client_request_id: String,
-    pub station: String,
-    pub user: String,
-    pub file: String,
-    pub size_bytes: u64,
-    pub access_mode: String,
-    pub physics_group: String,
-    pub volume: Option<String>,
-    pub direction: Direction,
-    /// The MSS library the transfer needs (the held release mode limits each library).
-    pub library: Option<String>,
-    pub qos: Option<Qos>,
-    /// The submitter's own factor in [0, 1]: it can only lower the request's priority.
-    pub user_factor: Option<f64>,
-    /// The station-side copy: where a read puts the file, what a write stores.
-    pub local_file: Option<String>,
-    /// Enstore's bit-file id of the file to read.
-    pub bfid: Option<String>,
-    /// The file's position on its volume: its file sequence number.
-    pub position: Option<u64>,
-    /// Where the file starts on its volume, in bytes (at most [`MAX_OFFSET_BYTES`]).
-    pub offset_bytes: Option<u64>,
-}
+/// A request body, validated: every field present, of its type and within bounds. It is the
+/// ledger's own record of a request's fields, what `NewRequest` holds.
+pub use crate::ledger::RequestInput;
 
 pub use crate::domain::MAX_OFFSET_BYTES;
 
@@ -197,6 +175,8 @@ impl SubmitRequest {
             None => Err(ApiError::field(field, "is required")),
             Some(v) => optional_text(field, Some(v), max).map(|v| v.unwrap_or_default()),
         };
+        // Built in [`FIELDS`] order (a struct's fields are evaluated as written): the first
+        // refusal is that of the first field at fault.
         let input = RequestInput {
             client_request_id: text("client_request_id", self.client_request_id, n)?,
             station: text("station", self.station, n)?,
@@ -211,28 +191,31 @@ impl SubmitRequest {
                 Some(d) => Direction::parse(d)
                     .ok_or_else(|| ApiError::field("direction", DIRECTION_VALUES))?,
             },
-            library: optional_text("library", self.library, n)?,
-            qos: self
-                .qos
-                .map(|q| Qos::parse(&q).ok_or_else(|| ApiError::field("qos", QOS_VALUES)))
-                .transpose()?,
-            user_factor: self
-                .user_factor
-                .map(|u| user_factor(u).map_err(|m| ApiError::field("user_factor", m)))
-                .transpose()?,
-            local_file: optional_text("local_file", self.local_file, limits.max_path_len)?,
-            bfid: optional_text("bfid", self.bfid, n)?,
-            position: self.position.map(position).transpose()?,
-            offset_bytes: self.offset_bytes.map(offset_bytes).transpose()?,
+            extras: RequestExtras {
+                // '' is the default library: the check above refuses an empty name.
+                library: optional_text("library", self.library, n)?.unwrap_or_default(),
+                qos: self
+                    .qos
+                    .map(|q| Qos::parse(&q).ok_or_else(|| ApiError::field("qos", QOS_VALUES)))
+                    .transpose()?,
+                user_factor: self
+                    .user_factor
+                    .map(|u| user_factor(u).map_err(|m| ApiError::field("user_factor", m)))
+                    .transpose()?,
+                local_file: optional_text("local_file", self.local_file, limits.max_path_len)?,
+                bfid: optional_text("bfid", self.bfid, n)?,
+                position: self.position.map(position).transpose()?,
+                offset_bytes: self.offset_bytes.map(offset_bytes).transpose()?,
+            },
         };
         // Checks across fields, after every field was validated.
-        if input.bfid.is_some() && input.direction == Direction::Write {
+        if input.extras.bfid.is_some() && input.direction == Direction::Write {
             return Err(ApiError::field(
                 "bfid",
                 "only a read names a bfid (a write has none yet)",
             ));
         }
-        if input.offset_bytes.is_some() && input.direction == Direction::Write {
+        if input.extras.offset_bytes.is_some() && input.direction == Direction::Write {
             return Err(ApiError::field(
                 "offset_bytes",
                 "only a read names an offset (a write goes to the volume's end of data)",

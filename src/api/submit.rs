@@ -56,29 +56,12 @@ fn prepare(
     let group = policy::classify(&live.policy, &fields)
         .map_err(|e| ApiError::field(&format!("{prefix}physics_group"), e.to_string()))?;
     mss_can_take(state.mss.as_ref(), &input, prefix)?;
-    library_known(&live.policy, input.library.as_deref(), prefix)?;
+    library_known(&live.policy, &input.extras.library, prefix)?;
     let benefit = policy::benefit(&live.policy, &input.access_mode, input.size_bytes);
     Ok(NewRequest {
-        station: input.station,
-        client_request_id: input.client_request_id,
-        user: input.user,
-        file: input.file,
-        size_bytes: input.size_bytes,
-        access_mode: input.access_mode,
-        physics_group: input.physics_group,
-        volume: input.volume,
-        direction: input.direction,
+        input,
         group,
         benefit,
-        extras: crate::ledger::RequestExtras {
-            library: input.library.unwrap_or_default(),
-            qos: input.qos,
-            user_factor: input.user_factor,
-            local_file: input.local_file,
-            bfid: input.bfid,
-            position: input.position,
-            offset_bytes: input.offset_bytes,
-        },
     })
 }
 
@@ -88,16 +71,16 @@ fn prepare(
 /// per request would skip the queue.
 fn library_known(
     policy: &crate::domain::PolicySettings,
-    library: Option<&str>,
+    library: &str,
     prefix: &str,
 ) -> Result<(), ApiError> {
     let release = &policy.order.release;
     let named =
         |l: &str| release.libraries.contains_key(l) || release.volumes.libraries.contains_key(l);
     match library {
-        None | Some("") => Ok(()),
-        Some(l) if named(l) => Ok(()),
-        Some(_) => {
+        "" => Ok(()),
+        l if named(l) => Ok(()),
+        _ => {
             let known: std::collections::BTreeSet<&str> = (release.libraries.keys())
                 .chain(release.volumes.libraries.keys())
                 .map(String::as_str)
@@ -136,13 +119,13 @@ fn mss_can_take(
                 format!("the {name} adapter's MSS only stages files: \"read\" only"),
             )
         }
-        Direction::Read if caps.reads_need_local_file && input.local_file.is_none() => {
+        Direction::Read if caps.reads_need_local_file && input.extras.local_file.is_none() => {
             return field(
                 "local_file",
                 format!("is required for a read with the {name} adapter: where the file goes"),
             )
         }
-        Direction::Write if caps.writes_need_local_file && input.local_file.is_none() => {
+        Direction::Write if caps.writes_need_local_file && input.extras.local_file.is_none() => {
             return field(
                 "local_file",
                 format!("is required for a write with the {name} adapter: the file to store"),
@@ -153,12 +136,12 @@ fn mss_can_take(
     if let Err(why) = mss.check_file(&input.file) {
         return field("file", format!("{why} for the {name} adapter"));
     }
-    if let Some(f) = &input.local_file {
+    if let Some(f) = &input.extras.local_file {
         if let Err(why) = mss.check_local_file_for(&input.station, f) {
             return field("local_file", format!("{why} for the {name} adapter"));
         }
     }
-    if input.bfid.is_some() && !caps.bfid {
+    if input.extras.bfid.is_some() && !caps.bfid {
         return field(
             "bfid",
             format!("the {name} adapter names files by path and cannot use a bfid"),

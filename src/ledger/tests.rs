@@ -67,18 +67,20 @@ impl Fixture {
         };
         let group_id = crate::policy::classify(policy, &fields).unwrap();
         NewRequest {
-            station: "st1".into(),
-            client_request_id: crid.into(),
-            user: "u".into(),
-            file: format!("/pnfs/{crid}"),
-            size_bytes: size,
-            access_mode: mode.into(),
-            physics_group: group.into(),
-            volume: None,
-            direction: Direction::Read,
+            input: RequestInput {
+                station: "st1".into(),
+                client_request_id: crid.into(),
+                user: "u".into(),
+                file: format!("/pnfs/{crid}"),
+                size_bytes: size,
+                access_mode: mode.into(),
+                physics_group: group.into(),
+                volume: None,
+                direction: Direction::Read,
+                extras: Default::default(),
+            },
             group: group_id,
             benefit: crate::policy::benefit(policy, mode, size),
-            extras: Default::default(),
         }
     }
 }
@@ -737,7 +739,7 @@ async fn a_replay_after_restart_is_still_a_duplicate() {
     );
     // The same client_request_id from another station is another request.
     let mut other = f.request("keep", "mc", "x", 7);
-    other.station = "st2".into();
+    other.input.station = "st2".into();
     let o = reopened.0.accept(vec![other]).await.unwrap();
     assert!(!o[0].duplicate);
     close(reopened);

@@ -7,12 +7,15 @@ use std::sync::Arc;
 use crate::domain::{Class, RequestState};
 use crate::domain::{GroupId, RetrySettings};
 
-/// A validated, classified request on its way into the ledger. The decision is made by the
-/// writer, in commit order, so it sees every earlier request's charge.
-#[derive(Debug, Clone)]
-pub struct NewRequest {
-    pub station: String,
+/// A request's own fields, checked: what a station asked for, before the broker classified it.
+/// The API's reader fills it (`api::request::SubmitRequest::validate`), [`NewRequest`] holds it
+/// beside what the broker adds. A new request field is added here once (in [`RequestExtras`]
+/// when it is optional), besides the wire type `SubmitRequest` and the stored
+/// [`RequestRecord`](crate::ledger::RequestRecord), which are kept apart on purpose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestInput {
     pub client_request_id: String,
+    pub station: String,
     pub user: String,
     pub file: String,
     pub size_bytes: u64,
@@ -20,16 +23,36 @@ pub struct NewRequest {
     pub physics_group: String,
     pub volume: Option<String>,
     pub direction: mss_adapters::Direction,
+    /// What the ordering policies and the MSS adapter read besides the above.
+    pub extras: RequestExtras,
+}
+
+/// A validated, classified request on its way into the ledger. The decision is made by the
+/// writer, in commit order, so it sees every earlier request's charge.
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    /// The request as the station gave it; the writer reads its fields as the new request's
+    /// own (`item.station`, `item.extras.bfid`: see the `Deref` below).
+    pub input: RequestInput,
     pub group: GroupId,
     pub benefit: u64,
-    /// What the ordering policies read besides the above.
-    pub extras: RequestExtras,
+}
+
+// A new request is its input plus its classification: its fields are read through to the
+// input, so the writer and the ledger's columns name them as before.
+impl std::ops::Deref for NewRequest {
+    type Target = RequestInput;
+
+    fn deref(&self) -> &RequestInput {
+        &self.input
+    }
 }
 
 /// A request's optional fields: ordering inputs and what the MSS adapter needs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestExtras {
-    /// The MSS library ('' the default one).
+    /// The MSS library ('' the default one: the API refuses an empty `library`, so '' is one
+    /// the station did not name).
     pub library: String,
     pub qos: Option<crate::policy::multifactor::Qos>,
     pub user_factor: Option<f64>,

@@ -11,7 +11,7 @@ use crate::clock::{Clock, ManualClock};
 use crate::config::Settings;
 use crate::domain::RetrySettings;
 use crate::ledger::aggregates::wait_bin;
-use crate::ledger::{Ledger, LedgerOptions, NewRequest};
+use crate::ledger::{Ledger, LedgerOptions, NewRequest, RequestInput};
 use crate::tests::TestConfig;
 
 /// The shared test configuration with windowed usage, `daq` as the priority class and two
@@ -42,18 +42,20 @@ const H0: i64 = 1_000 * HOUR_MS;
 fn request(policy: &PolicySettings, crid: &str, group: &str, size: u64) -> NewRequest {
     let mode = if group == "daq" { "daq" } else { group };
     NewRequest {
-        station: "st".into(),
-        client_request_id: crid.into(),
-        user: "u".into(),
-        file: format!("/f/{crid}"),
-        size_bytes: size,
-        access_mode: mode.into(),
-        physics_group: "x".into(),
-        volume: None,
-        direction: mss_adapters::Direction::Read,
+        input: RequestInput {
+            station: "st".into(),
+            client_request_id: crid.into(),
+            user: "u".into(),
+            file: format!("/f/{crid}"),
+            size_bytes: size,
+            access_mode: mode.into(),
+            physics_group: "x".into(),
+            volume: None,
+            direction: mss_adapters::Direction::Read,
+            extras: Default::default(),
+        },
         group: policy.group_by_path(group).unwrap(),
         benefit: size,
-        extras: Default::default(),
     }
 }
 

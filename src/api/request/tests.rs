@@ -35,11 +35,11 @@ fn an_offset_reads_beside_the_sequence_number() {
     g["offset_bytes"] = json!(MAX_OFFSET_BYTES);
     let r = parse(&g, &limits(), "").unwrap();
     assert_eq!(
-        (r.position, r.offset_bytes),
+        (r.extras.position, r.extras.offset_bytes),
         (Some(12), Some(MAX_OFFSET_BYTES))
     );
     let r = parse(&good(), &limits(), "").unwrap();
-    assert_eq!((r.position, r.offset_bytes), (None, None));
+    assert_eq!((r.extras.position, r.extras.offset_bytes), (None, None));
 }
 
 fn field_of(v: Value) -> String {
@@ -234,18 +234,20 @@ proptest! {
                     ("access_mode", Some(&r.access_mode), l.max_string_len),
                     ("physics_group", Some(&r.physics_group), l.max_string_len),
                     ("volume", r.volume.as_ref(), l.max_string_len),
-                    ("library", r.library.as_ref(), l.max_string_len),
-                    ("local_file", r.local_file.as_ref(), l.max_path_len),
-                    ("bfid", r.bfid.as_ref(), l.max_string_len),
+                    // '' is the default library, one not given.
+                    ("library", Some(&r.extras.library).filter(|l| !l.is_empty()), l.max_string_len),
+                    ("local_file", r.extras.local_file.as_ref(), l.max_path_len),
+                    ("bfid", r.extras.bfid.as_ref(), l.max_string_len),
                 ] {
                     if let Some(t) = text {
                         prop_assert!(check_value(name, t, max).is_ok(), "{} = {:?}", name, t);
                         prop_assert_eq!(Some(&Value::String(t.clone())), v.get(name));
                     }
                 }
+                prop_assert_eq!(r.extras.library.is_empty(), v.get("library").is_none());
                 prop_assert!(r.size_bytes > 0 && r.size_bytes <= l.max_size_bytes);
-                prop_assert!(r.user_factor.is_none_or(|u| (0.0..=1.0).contains(&u)));
-                prop_assert!(!(r.bfid.is_some() && r.direction == Direction::Write));
+                prop_assert!(r.extras.user_factor.is_none_or(|u| (0.0..=1.0).contains(&u)));
+                prop_assert!(!(r.extras.bfid.is_some() && r.direction == Direction::Write));
             }
             Err(e) => {
                 let field = e.field.unwrap_or_default();

@@ -23,7 +23,7 @@ use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::mss::AdapterSettings;
 use crate::domain::RequestState;
-use crate::ledger::{CancelOutcome, LedgerOptions, NewRequest};
+use crate::ledger::{CancelOutcome, LedgerOptions, NewRequest, RequestInput};
 use crate::live_settings::{ConfigStamp, LiveSettings};
 use crate::tests::BASE;
 
@@ -130,18 +130,20 @@ fn read_of(settings: &Settings, file: &str) -> NewRequest {
         file,
     };
     NewRequest {
-        station: "st1".into(),
-        client_request_id: "r1".into(),
-        user: "u".into(),
-        file: file.into(),
-        size_bytes: 1_000,
-        access_mode: "mc".into(),
-        physics_group: "x".into(),
-        volume: None,
-        direction: mss_adapters::Direction::Read,
+        input: RequestInput {
+            station: "st1".into(),
+            client_request_id: "r1".into(),
+            user: "u".into(),
+            file: file.into(),
+            size_bytes: 1_000,
+            access_mode: "mc".into(),
+            physics_group: "x".into(),
+            volume: None,
+            direction: mss_adapters::Direction::Read,
+            extras: Default::default(),
+        },
         group: crate::policy::classify(&settings.policy, &fields).expect("a group"),
         benefit: 1_000,
-        extras: Default::default(),
     }
 }
 
@@ -303,7 +305,7 @@ impl Rig {
     }
     async fn accept(&self, crid: &str, file: &str) -> i64 {
         let mut request = read_of(&self.settings, file);
-        request.client_request_id = crid.into();
+        request.input.client_request_id = crid.into();
         self.ledger.accept(vec![request]).await.expect("accepted")[0].id
     }
 

@@ -5,11 +5,10 @@ use super::*;
 
 /// A read of `file` by station `station` (request `crid`) for `group` of `mode`.
 fn read_of(f: &Fixture, crid: &str, mode: &str, group: &str, file: &str) -> NewRequest {
-    NewRequest {
-        station: format!("st-{crid}"),
-        file: file.into(),
-        ..f.request(crid, mode, group, 500)
-    }
+    let mut r = f.request(crid, mode, group, 500);
+    r.input.station = format!("st-{crid}");
+    r.input.file = file.into();
+    r
 }
 
 async fn record(l: &Ledger, id: i64) -> RequestRecord {
@@ -40,7 +39,7 @@ async fn a_duplicate_read_rides_and_completes_with_its_carrier() {
     let other = accept(&l, read_of(&f, "c", "mc", "x", "/pnfs/other")).await;
     assert_eq!(other.state, RequestState::Accepted);
     let mut elsewhere = read_of(&f, "d", "mc", "x", "/pnfs/same");
-    elsewhere.extras.local_file = Some("/data/d".into());
+    elsewhere.input.extras.local_file = Some("/data/d".into());
     assert_eq!(accept(&l, elsewhere).await.state, RequestState::Accepted);
     let groups = l.groups().await.unwrap();
     assert_eq!(usage_of(&groups, "mc").1, 3, "b counts as pending");
@@ -410,16 +409,17 @@ async fn a_read_released_from_a_hold_into_the_queue_carries_its_file() {
     let f = Fixture::with_config(&format!("{CONFIG}{extra}"));
     let opened = f.open();
     let l = opened.0.clone();
-    let sized = |crid: &str, mode: &str, group: &str, file: &str, size: u64| NewRequest {
-        size_bytes: size,
-        ..read_of(&f, crid, mode, group, file)
+    let sized = |crid: &str, mode: &str, group: &str, file: &str, size: u64| {
+        let mut r = read_of(&f, crid, mode, group, file);
+        r.input.size_bytes = size;
+        r
     };
     let a0 = accept(&l, sized("a0", "mc", "x", "/pnfs/a0", 100)).await;
     let q = accept(&l, sized("q", "mc", "x", "/pnfs/q", 100)).await;
     assert_eq!(q.state, RequestState::Queued);
     // mc goes over its cap with a request of another library (which has its own slot).
     let mut w = sized("w", "mc", "x", "/pnfs/w", 850);
-    w.extras.library = "L2".into();
+    w.input.extras.library = "L2".into();
     let w = accept(&l, w).await;
     assert_eq!(record(&l, w.id).await.state, RequestState::Accepted);
     submit(&l, a0.id, 1).await;

@@ -194,11 +194,11 @@ impl Pair {
                 let mut r =
                     self.fa
                         .request(&format!("r{n}"), mode, group, 100 + self.rng.below(600));
-                r.station = format!("st{}", self.rng.below(2));
-                r.client_request_id = format!("c{}", self.rng.below(40));
-                r.file = format!("/pnfs/f{}", self.rng.below(3));
-                r.volume = Some(format!("V{}", self.rng.below(2)));
-                r.extras.position = Some(self.rng.below(1000));
+                r.input.station = format!("st{}", self.rng.below(2));
+                r.input.client_request_id = format!("c{}", self.rng.below(40));
+                r.input.file = format!("/pnfs/f{}", self.rng.below(3));
+                r.input.volume = Some(format!("V{}", self.rng.below(2)));
+                r.input.extras.position = Some(self.rng.below(1000));
                 self.run(Op::Accept(vec![r]), fault).await;
                 self.ids = all_ids(&self.fa.path);
             }

@@ -27,10 +27,11 @@ async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file() {
     let f = Fixture::new();
     let opened = f.open();
     let l = opened.0.clone();
-    let read = |crid: &str| NewRequest {
-        station: format!("st-{crid}"),
-        file: "/pnfs/same".into(),
-        ..f.request(crid, "mc", "x", 500)
+    let read = |crid: &str| {
+        let mut r = f.request(crid, "mc", "x", 500);
+        r.input.station = format!("st-{crid}");
+        r.input.file = "/pnfs/same".into();
+        r
     };
     let a = accept(&l, read("a")).await;
     assert_eq!(a.state, RequestState::Accepted);
@@ -71,9 +72,10 @@ async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
         let f = Fixture::with_config(&config);
         let opened = f.open();
         let l = opened.0.clone();
-        let on = |crid: &str, mode: &str, group: &str, size: u64, vol: &str| NewRequest {
-            volume: Some(vol.into()),
-            ..f.request(crid, mode, group, size)
+        let on = |crid: &str, mode: &str, group: &str, size: u64, vol: &str| {
+            let mut r = f.request(crid, mode, group, size);
+            r.input.volume = Some(vol.into());
+            r
         };
         // A volume's batch, mounted, read and done: V0 is sticky from now.
         let a = accept(&l, on("a", "mc", "x", 20_000, "V0")).await;

@@ -59,7 +59,7 @@ async fn a_finished_requests_key_leaves_memory_and_its_replay_is_still_a_duplica
     replayed(&f, l, ids).await;
     // Another station's same client_request_id is a request of its own.
     let mut other = f.request("done", "mc", "x", 7);
-    other.station = "st2".into();
+    other.input.station = "st2".into();
     assert!(!accept(l, other).await.duplicate);
     close(opened);
 }

@@ -8,9 +8,9 @@ use crate::ledger::LedgerReader;
 /// A read on `V1` at file sequence number `position`, starting `offset` bytes in.
 fn placed(f: &Fixture, crid: &str, position: u64, offset: Option<u64>) -> NewRequest {
     let mut r = f.request(crid, "mc", "x", 100);
-    r.volume = Some("V1".into());
-    r.extras.position = Some(position);
-    r.extras.offset_bytes = offset;
+    r.input.volume = Some("V1".into());
+    r.input.extras.position = Some(position);
+    r.input.extras.offset_bytes = offset;
     r
 }
 

@@ -17,9 +17,9 @@ fn encp_config() -> String {
 /// A read by station `st-<crid>` of `file` to `local` (`None`: `read_dir`).
 fn read(f: &Fixture, crid: &str, file: &str, local: Option<&str>) -> NewRequest {
     let mut r = f.request(crid, "mc", "x", 500);
-    r.station = format!("st-{crid}");
-    r.file = file.into();
-    r.extras.local_file = local.map(str::to_string);
+    r.input.station = format!("st-{crid}");
+    r.input.file = file.into();
+    r.input.extras.local_file = local.map(str::to_string);
     r
 }
 
@@ -74,7 +74,7 @@ async fn a_read_of_another_file_to_a_copy_in_use_is_refused_until_that_read_ends
     assert_eq!((refused.field, refused.holder), ("local_file", d.id));
     // A write reads its local_file: no copy of a read's is taken.
     let mut w = read(&f, "w", "/pnfs/w/g.root", Some("/data/x.out"));
-    w.direction = Direction::Write;
+    w.input.direction = Direction::Write;
     accept(&l, w).await;
     assert_eq!(rows(&f), 4, "a refusal records nothing");
     audit_clean(&l).await;

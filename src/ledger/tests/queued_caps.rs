@@ -89,7 +89,7 @@ async fn a_rider_counts_against_the_caps_and_its_promotion_changes_no_total() {
     let l = opened.0.clone();
     let read = |crid: &str, size: u64| {
         let mut r = f.request(crid, "mc", "x", size);
-        r.file = "/pnfs/shared".into();
+        r.input.file = "/pnfs/shared".into();
         r
     };
     let carrier = accept(&l, read("a", 600)).await;

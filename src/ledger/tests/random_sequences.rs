@@ -118,10 +118,10 @@ impl Sequence {
         let mut r = self
             .f
             .request(&format!("r{n}"), mode, group, 100 + self.rng.below(600));
-        r.station = format!("st{n}");
-        r.file = format!("/pnfs/f{}", self.rng.below(3));
-        r.volume = Some(format!("V{}", self.rng.below(2)));
-        r.extras.position = Some(self.rng.below(1000));
+        r.input.station = format!("st{n}");
+        r.input.file = format!("/pnfs/f{}", self.rng.below(3));
+        r.input.volume = Some(format!("V{}", self.rng.below(2)));
+        r.input.extras.position = Some(self.rng.below(1000));
         let a = match self.ledger().accept(vec![r]).await {
             Err(LedgerError::OverQueuedCap(refused)) => {
                 self.log

@@ -52,18 +52,20 @@ fn item(policy: &PolicySettings, crid: &str, mode: &str, group: &str) -> NewRequ
         file: "/f",
     };
     NewRequest {
-        station: "st1".into(),
-        client_request_id: crid.into(),
-        user: "u".into(),
-        file: format!("/pnfs/{crid}"),
-        size_bytes: 1_000,
-        access_mode: mode.into(),
-        physics_group: group.into(),
-        volume: None,
-        direction: Direction::Read,
+        input: RequestInput {
+            station: "st1".into(),
+            client_request_id: crid.into(),
+            user: "u".into(),
+            file: format!("/pnfs/{crid}"),
+            size_bytes: 1_000,
+            access_mode: mode.into(),
+            physics_group: group.into(),
+            volume: None,
+            direction: Direction::Read,
+            extras: Default::default(),
+        },
         group: crate::policy::classify(policy, &fields).unwrap(),
         benefit: crate::policy::benefit(policy, mode, 1_000),
-        extras: Default::default(),
     }
 }
 

@@ -34,10 +34,11 @@ async fn a_cancelled_carrier_that_fails_for_good_fails_its_riders() {
     let f = Fixture::new();
     let opened = f.open();
     let l = opened.0.clone();
-    let read = |crid: &str, mode: &str, group: &str| NewRequest {
-        station: format!("st-{crid}"),
-        file: "/pnfs/gone".into(),
-        ..f.request(crid, mode, group, 500)
+    let read = |crid: &str, mode: &str, group: &str| {
+        let mut r = f.request(crid, mode, group, 500);
+        r.input.station = format!("st-{crid}");
+        r.input.file = "/pnfs/gone".into();
+        r
     };
     let a = accept(&l, read("a", "mc", "x")).await;
     submit(&l, a.id, 1).await;

@@ -45,10 +45,10 @@ fn volumes_config(targets: &str, max_volumes: u32) -> String {
 /// A read of `file` on `volume` at `position` by group `mode` (request `crid`, its own station).
 fn on_volume(f: &Fixture, crid: &str, mode: &str, file: &str, at: (&str, u64)) -> NewRequest {
     let mut r = f.request(crid, mode, "x", 100);
-    r.station = format!("st-{crid}");
-    r.file = file.into();
-    r.volume = Some(at.0.into());
-    r.extras.position = Some(at.1);
+    r.input.station = format!("st-{crid}");
+    r.input.file = file.into();
+    r.input.volume = Some(at.0.into());
+    r.input.extras.position = Some(at.1);
     r
 }
 
@@ -165,10 +165,11 @@ async fn a_rider_does_not_wait_on_a_carrier_held_at_its_release() {
     let f = Fixture::with_config(&format!("{CONFIG}{extra}"));
     let opened = f.open();
     let l = opened.0.clone();
-    let read = |crid: &str, mode: &str, group: &str, file: &str, size: u64| NewRequest {
-        station: format!("st-{crid}"),
-        file: file.into(),
-        ..f.request(crid, mode, group, size)
+    let read = |crid: &str, mode: &str, group: &str, file: &str, size: u64| {
+        let mut r = f.request(crid, mode, group, size);
+        r.input.station = format!("st-{crid}");
+        r.input.file = file.into();
+        r
     };
     let a0 = accept(&l, read("a0", "mc", "x", "/pnfs/a0", 100)).await;
     assert_eq!(
@@ -182,7 +183,7 @@ async fn a_rider_does_not_wait_on_a_carrier_held_at_its_release() {
     assert_eq!(r.state, RequestState::Riding);
     // mc goes over its cap with a request of another library (which has its own slot).
     let mut w = read("w", "mc", "x", "/pnfs/w", 850);
-    w.extras.library = "L2".into();
+    w.input.extras.library = "L2".into();
     let w = accept(&l, w).await;
     assert_eq!(state_of(&l, w.id).await, RequestState::Accepted);
     submit(&l, a0.id, 1).await;
@@ -259,7 +260,7 @@ async fn a_reload_keeps_a_volume_that_just_ended_sticky() {
     let opened = f.open();
     let l = opened.0.clone();
     let mut big = on_volume(&f, "a1", "a", "/pnfs/a1", ("V1", 1));
-    big.size_bytes = 1000;
+    big.input.size_bytes = 1000;
     let a1 = accept(&l, big).await.id;
     assert_eq!(state_of(&l, a1).await, RequestState::Accepted);
     submit(&l, a1, 1).await;
@@ -269,7 +270,7 @@ async fn a_reload_keeps_a_volume_that_just_ended_sticky() {
     // The same configuration again.
     l.reload(f.settings.policy.clone()).await.unwrap();
     let mut fuller = on_volume(&f, "b3", "b", "/pnfs/b3", ("V2", 1));
-    fuller.size_bytes = 1000;
+    fuller.input.size_bytes = 1000;
     let both = l
         .accept(vec![
             on_volume(&f, "b2", "b", "/pnfs/b2", ("V1", 2)),

@@ -40,8 +40,8 @@ max_volumes = 8
 
 fn read(f: &Fixture, crid: &str, volume: Option<(&str, u64)>) -> NewRequest {
     let mut r = f.request(crid, "a", "x", 100);
-    r.volume = volume.map(|v| v.0.to_string());
-    r.extras.position = volume.map(|v| v.1);
+    r.input.volume = volume.map(|v| v.0.to_string());
+    r.input.extras.position = volume.map(|v| v.1);
     r
 }
 
