@@ -235,7 +235,11 @@ proptest! {
                     ("physics_group", Some(&r.physics_group), l.max_string_len),
                     ("volume", r.volume.as_ref(), l.max_string_len),
                     // '' is the default library, one not given.
-                    ("library", Some(&r.extras.library).filter(|l| !l.is_empty()), l.max_string_len),
+                    (
+                        "library",
+                        Some(&r.extras.library).filter(|t| !t.is_empty()),
+                        l.max_string_len,
+                    ),
                     ("local_file", r.extras.local_file.as_ref(), l.max_path_len),
                     ("bfid", r.extras.bfid.as_ref(), l.max_string_len),
                 ] {
@@ -244,7 +248,8 @@ proptest! {
                         prop_assert_eq!(Some(&Value::String(t.clone())), v.get(name));
                     }
                 }
-                prop_assert_eq!(r.extras.library.is_empty(), v.get("library").is_none());
+                let library_not_given = v.get("library").is_none_or(Value::is_null);
+                prop_assert_eq!(r.extras.library.is_empty(), library_not_given);
                 prop_assert!(r.size_bytes > 0 && r.size_bytes <= l.max_size_bytes);
                 prop_assert!(r.extras.user_factor.is_none_or(|u| (0.0..=1.0).contains(&u)));
                 prop_assert!(!(r.extras.bfid.is_some() && r.direction == Direction::Write));
