@@ -15,6 +15,9 @@ pub const SQLITE_ONLY: &[&str] = &[
     "src/ledger/postgres/",
 ];
 
+/// A check of a line's literal text (lowercased), and what to write instead when it fires.
+type Check = (fn(&str) -> bool, &'static str);
+
 /// Product lines of `src/ledger` outside [`SQLITE_ONLY`] with a SQLite-only spelling, each
 /// with what to write instead.
 pub fn sqlite_only_spellings() -> Vec<(Hit<'static>, &'static str)> {
@@ -36,7 +39,7 @@ pub fn spelling(raw: &str, code: &str) -> Option<&'static str> {
         return Some("`INSERT ... RETURNING id`, not `last_insert_rowid()`");
     }
     let sql = literal_text(raw, code).to_ascii_lowercase();
-    let checks: [(fn(&str) -> bool, &str); 4] = [
+    let checks: [Check; 4] = [
         (
             |s| s.contains("insert or "),
             "`INSERT ... ON CONFLICT DO NOTHING` (or `DO UPDATE`), not `INSERT OR IGNORE/REPLACE`",
