@@ -139,17 +139,24 @@ impl ReportDeltas {
              benefit_done, started_over_priority, coalesced) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
              ?18) \
-             ON CONFLICT(path, hour) DO UPDATE SET accepted = accepted + excluded.accepted, \
-             held = held + excluded.held, released = released + excluded.released, \
-             held_cancelled = held_cancelled + excluded.held_cancelled, \
-             front = front + excluded.front, back = back + excluded.back, \
-             priority = priority + excluded.priority, started = started + excluded.started, \
-             wait_ms_sum = wait_ms_sum + excluded.wait_ms_sum, done = done + excluded.done, \
-             failed = failed + excluded.failed, cancelled = cancelled + excluded.cancelled, \
-             bytes_done = wide_add(bytes_done, excluded.bytes_done), \
-             benefit_done = wide_add(benefit_done, excluded.benefit_done), \
-             started_over_priority = started_over_priority + excluded.started_over_priority, \
-             coalesced = coalesced + excluded.coalesced",
+             ON CONFLICT(path, hour) DO UPDATE SET \
+             accepted = report_hours.accepted + excluded.accepted, \
+             held = report_hours.held + excluded.held, \
+             released = report_hours.released + excluded.released, \
+             held_cancelled = report_hours.held_cancelled + excluded.held_cancelled, \
+             front = report_hours.front + excluded.front, \
+             back = report_hours.back + excluded.back, \
+             priority = report_hours.priority + excluded.priority, \
+             started = report_hours.started + excluded.started, \
+             wait_ms_sum = report_hours.wait_ms_sum + excluded.wait_ms_sum, \
+             done = report_hours.done + excluded.done, \
+             failed = report_hours.failed + excluded.failed, \
+             cancelled = report_hours.cancelled + excluded.cancelled, \
+             bytes_done = wide_add(report_hours.bytes_done, excluded.bytes_done), \
+             benefit_done = wide_add(report_hours.benefit_done, excluded.benefit_done), \
+             started_over_priority = \
+             report_hours.started_over_priority + excluded.started_over_priority, \
+             coalesced = report_hours.coalesced + excluded.coalesced",
         )?;
         for (path, hour, r) in self
             .hours
@@ -182,7 +189,8 @@ impl ReportDeltas {
         }
         let mut stmt = tx.prepare_cached(
             "INSERT INTO report_waits (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT(path, hour, bin) DO UPDATE SET count = count + excluded.count",
+             ON CONFLICT(path, hour, bin) DO UPDATE SET \
+             count = report_waits.count + excluded.count",
         )?;
         for (path, (hour, bin), n) in self
             .waits

@@ -126,7 +126,7 @@ pub(super) fn insert_sql() -> &'static str {
             .collect();
         let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
         format!(
-            "INSERT INTO requests ({}) VALUES ({})",
+            "INSERT INTO requests ({}) VALUES ({}) RETURNING id",
             names.join(", "),
             values.join(", ")
         )

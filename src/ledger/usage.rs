@@ -85,7 +85,7 @@ pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqli
         if let UsageModel::Windows { depth, .. } = policy.usage_model {
             let from = policy.usage_model.window_of(now_ms) - depth as i64 + 1;
             let mut stmt = c.prepare_cached(
-                "SELECT path, window, usage FROM usage_windows WHERE window >= ?1",
+                "SELECT path, \"window\", usage FROM usage_windows WHERE \"window\" >= ?1",
             )?;
             let rows = stmt.query_map([from], |r| {
                 Ok((
@@ -164,8 +164,9 @@ pub fn persist_rebuilt(
     }
     tx.execute("DELETE FROM usage_windows", [])?;
     if let UsageModel::Windows { .. } = policy.usage_model {
-        let mut insert = tx
-            .prepare_cached("INSERT INTO usage_windows(path, window, usage) VALUES (?1, ?2, ?3)")?;
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3)",
+        )?;
         for ((path, window), usage) in window_sums(tx, &policy.usage_model)? {
             insert.execute(params![path, window, Wide(usage)])?;
         }

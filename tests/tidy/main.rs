@@ -7,6 +7,7 @@
 //! `#[cfg(test)]` items and the module files they declare, never a list of file names.
 //! The same shape as rust-analyzer's `tidy.rs`: plain tests over the files, no tool to install.
 
+mod dialect;
 mod find;
 mod lex;
 mod scan;
@@ -254,6 +255,23 @@ fn only_the_ledger_touches_sqlite() {
         .filter(|h| h.line.code.contains("rusqlite") && top_module(&h.file.path) != "ledger")
         .collect();
     assert_none("Only `ledger` touches SQLite", hits);
+}
+
+#[test]
+fn the_ledgers_shared_sql_is_portable() {
+    // What a PostgreSQL ledger will run too (docs/ha.md, "The port"): no spelling only SQLite
+    // takes, outside the files that stay SQLite's (`dialect::SQLITE_ONLY`).
+    let hits = dialect::sqlite_only_spellings();
+    let lines: Vec<String> = hits
+        .iter()
+        .map(|(h, fix)| format!("  {h}\n    write {fix}"))
+        .collect();
+    assert!(
+        lines.is_empty(),
+        "invariant broken: The ledger's shared SQL is portable (SQLite-only spellings only in \
+         schema, backup, restore):\n{}",
+        lines.join("\n")
+    );
 }
 
 /// Where the rules a request follows when it changes state live, each once.
@@ -729,6 +747,7 @@ const NOT_INVARIANTS: &[&str] = &[
     "the_reader_knows_test_code_by_its_attribute",
     "the_reader_tells_unit_tests_from_the_stand_ins",
     "the_code_view_blanks_comments_and_literals",
+    "each_sqlite_only_spelling_is_found_and_its_portable_one_is_not",
     "the_reader_finds_a_functions_name_as_the_shape_script_does",
 ];
 

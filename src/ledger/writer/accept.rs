@@ -201,8 +201,7 @@ impl Txn<'_, '_> {
             rides_on: e.rides_on,
         };
         (self.tx.prepare_cached(columns::insert_sql())?)
-            .execute(rusqlite::params_from_iter(row.values()))?;
-        Ok(self.tx.last_insert_rowid())
+            .query_row(rusqlite::params_from_iter(row.values()), |r| r.get(0))
     }
 
     /// Count, queue and charge a request just inserted.

@@ -178,7 +178,8 @@ impl Txn<'_, '_> {
         };
         self.tx
             .prepare_cached(
-                "INSERT OR IGNORE INTO idempotency_finished (fingerprint, id) VALUES (?1, ?2)",
+                "INSERT INTO idempotency_finished (fingerprint, id) VALUES (?1, ?2) \
+                 ON CONFLICT DO NOTHING",
             )?
             .execute(params![fp, id])?;
         self.st.idempotency.finished(fp as u64);

@@ -174,7 +174,7 @@ pub(super) fn add_groups(
 ) -> Result<(), LedgerError> {
     for g in &policy.groups {
         conn.execute(
-            "INSERT OR IGNORE INTO groups(path) VALUES (?1)",
+            "INSERT INTO groups(path) VALUES (?1) ON CONFLICT DO NOTHING",
             [g.path.as_str()],
         )?;
     }

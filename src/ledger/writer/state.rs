@@ -536,10 +536,10 @@ impl Txn<'_, '_> {
         let mut stmt = tx.prepare_cached(
             "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
              VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT(path) DO UPDATE SET usage = wide_add(usage, excluded.usage), \
-             usage_bytes = wide_add(usage_bytes, excluded.usage_bytes), \
-             pending = pending + excluded.pending, \
-             held = held + excluded.held",
+             ON CONFLICT(path) DO UPDATE SET usage = wide_add(groups.usage, excluded.usage), \
+             usage_bytes = wide_add(groups.usage_bytes, excluded.usage_bytes), \
+             pending = groups.pending + excluded.pending, \
+             held = groups.held + excluded.held",
         )?;
         for (path, c) in deltas.groups.iter().filter(|(_, c)| !c.is_zero()) {
             stmt.execute(params![
@@ -570,8 +570,9 @@ impl Txn<'_, '_> {
             }
         }
         let mut stmt = tx.prepare_cached(
-            "INSERT INTO usage_windows(path, window, usage) VALUES (?1, ?2, ?3) \
-             ON CONFLICT(path, window) DO UPDATE SET usage = wide_add(usage, excluded.usage)",
+            "INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3) \
+             ON CONFLICT(path, \"window\") DO UPDATE SET \
+             usage = wide_add(usage_windows.usage, excluded.usage)",
         )?;
         for ((path, window), usage) in &deltas.windows {
             if *usage != 0 {
