@@ -126,7 +126,7 @@ pub(super) fn insert_sql() -> &'static str {
             .collect();
         let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
         format!(
-            "INSERT INTO requests ({}) VALUES ({}) RETURNING id",
+            "INSERT INTO requests ({}) VALUES ({})",
             names.join(", "),
             values.join(", ")
         )
