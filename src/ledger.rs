@@ -66,7 +66,8 @@
 //! thread from a read snapshot of the `queued` rows and the published `RankInputs`, reused for
 //! max(1 s, 4x its build time), single-flight; an explain never waits for one: a request queued
 //! after it gets an estimate from the ranking's sample, `position_basis` says which; `serve` ranks
-//! once at start in the background), `types.rs` (`NewRequest`, the answers, `LedgerOptions`,
+//! once at start in the background), `types.rs` (`RequestInput`, the request's own fields once,
+//! which the API fills; `NewRequest`, it beside group and benefit; the answers, `LedgerOptions`,
 //! `CommitObserver`), `ledger.rs` (the `Ledger` handle: opening, the writer thread), `commands.rs`
 //! (its methods that record: one writer `Command` each, answered after the commit), `questions.rs`
 //! (its methods answered off the writer, on the read pool), `lock.rs` (`DbLock`: `<db>.lock`
