@@ -132,6 +132,22 @@ impl SimProcess {
     }
 }
 
+/// The simulator's record once it holds every key of `ids` (panics after 20 s).
+pub async fn received_all(sim: &SimProcess, ids: &[i64]) -> ReceivedResponse {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = sim.received().await;
+        if (ids.iter()).all(|&id| r.received.iter().any(|t| key_id(&t.key) == id)) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all of {ids:?} reached the mss: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 impl Drop for SimProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

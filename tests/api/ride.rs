@@ -10,12 +10,10 @@
 //! has 10 GB (16 + 0.7 * 10 = 23 GB: within the bound) and top 20 GB (16 + 0.7 * 20 = 30 GB:
 //! past it).
 
-use std::time::{Duration, Instant};
-
 use mss_adapters::protocol::ReceivedResponse;
 use serde_json::Value;
 
-use crate::helpers::{key_id, open_db, request, test_config, SimProcess, TestApp};
+use crate::helpers::{key_id, open_db, received_all, request, test_config, SimProcess, TestApp};
 
 const GB: u64 = 1_000_000_000;
 /// The bound, in bytes (benefit units: the base configuration's benefit is bytes).
@@ -49,22 +47,6 @@ async fn submit(app: &TestApp, body: &Value) -> i64 {
     let (status, r) = app.post("/v1/requests", body).await;
     assert_eq!(status, 202, "{r}");
     r["id"].as_i64().unwrap()
-}
-
-/// The simulator's record once it holds every key of `ids` (panics after 15 s).
-async fn received_all(sim: &SimProcess, ids: &[i64]) -> ReceivedResponse {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = sim.received().await;
-        if (ids.iter()).all(|&id| r.received.iter().any(|t| key_id(&t.key) == id)) {
-            return r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not all of {ids:?} reached the mss: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The ids of the MSS call that carried request `id`, in the order the MSS received them.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use mss_adapters::protocol::ReceivedResponse;
 use serde_json::Value;
 
-use crate::helpers::{key_id, request, test_config, SimProcess, TestApp};
+use crate::helpers::{key_id, received_all, request, test_config, SimProcess, TestApp};
 
 /// Small: every transfer ends within the test.
 const SIZE: u64 = 1_000_000;
@@ -45,22 +45,6 @@ async fn submit(app: &TestApp, crid: &str) -> i64 {
         .await;
     assert_eq!(status, 202, "{r}");
     r["id"].as_i64().unwrap()
-}
-
-/// The simulator's record once it holds every key of `ids` (panics after 20 s).
-async fn received_all(sim: &SimProcess, ids: &[i64]) -> ReceivedResponse {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = sim.received().await;
-        if (ids.iter()).all(|&id| r.received.iter().any(|t| key_id(&t.key) == id)) {
-            return r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not all of {ids:?} reached the mss: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// `ids` reached the MSS in one call, in this order, on `volume` at `positions`.

@@ -3,12 +3,12 @@
 //! its own group; a request waiting explains its volume; a restart keeps the waiting volumes and
 //! the volumes in flight; priority classes are never held.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mss_adapters::protocol::{Received, ReceivedResponse};
 use serde_json::Value;
 
-use crate::helpers::{key_id, open_db, request, test_config, SimProcess, TestApp};
+use crate::helpers::{key_id, open_db, received_all, request, test_config, SimProcess, TestApp};
 
 /// Ten GB: 20 s at the simulator's 500 MB/s, so nothing finishes while a test looks.
 const SIZE: u64 = 10_000_000_000;
@@ -42,25 +42,6 @@ async fn submit(app: &TestApp, body: &Value, state: &str) -> i64 {
 
 fn count(db: &std::path::Path, sql: &str) -> i64 {
     open_db(db).query_row(sql, [], |r| r.get(0)).unwrap()
-}
-
-/// The simulator's record once it holds every key of `ids` (panics after 15 s).
-async fn received_all(sim: &SimProcess, ids: &[i64]) -> ReceivedResponse {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = sim.received().await;
-        if ids
-            .iter()
-            .all(|&id| r.received.iter().any(|t| key_id(&t.key) == id))
-        {
-            return r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not all of {ids:?} reached the mss: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The transfers of `ids` as the MSS received them, checked to have come in one submission call
