@@ -205,7 +205,7 @@ fn rewritten_statements_keep_their_literals_on_the_server() {
             let sqlite = format!(
                 "SELECT '{}', ?2::bigint /* {} */, '{}', ?1::bigint -- ?3 '\n",
                 a.replace('\'', "''"),
-                b.replace("*/", "* /"),
+                b.replace('*', ""),
                 b.replace('\'', "''"),
             );
             let sql = rewrite(&sqlite).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -231,6 +231,8 @@ fn wide() -> impl Strategy<Value = i128> {
         Just(i128::MAX),
         Just(i128::MIN),
         (0u32..127).prop_map(|p| 1i128 << p),
+        // Trailing zero digits, which PostgreSQL leaves out of the binary form.
+        (any::<i32>(), 0u32..29).prop_map(|(m, e)| i128::from(m) * 10i128.pow(e)),
     ]
 }
 

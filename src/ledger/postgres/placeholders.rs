@@ -4,9 +4,11 @@
 //!
 //! A pure scan over the SQL text. It leaves alone what is not code: string literals (`'...'`,
 //! `''` inside being a quote), quoted identifiers (`"..."`, with `""`), line comments (`--` to
-//! the end of the line) and block comments (`/* ... */`, not nested, as SQLite reads them). A
-//! bare `?` (SQLite's next-number parameter) is refused: the ledger always numbers its
-//! parameters, so a bare one is a slip that would bind the wrong value on one backend.
+//! the end of the line) and block comments (`/* ... */`). A bare `?` (SQLite's next-number
+//! parameter) is refused: the ledger always numbers its parameters, so a bare one is a slip
+//! that would bind the wrong value on one backend. So is a `/*` inside a block comment:
+//! PostgreSQL nests block comments and SQLite does not, so the two backends would read the
+//! rest of the statement differently (the test on a real server found it).
 
 /// Why a statement's text cannot be rewritten (the byte offset is into the SQL text).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,6 +21,8 @@ pub enum PlaceholderError {
     Zero { at: usize },
     #[error("SQL at byte {at}: a {what} that never ends")]
     Unterminated { at: usize, what: &'static str },
+    #[error("SQL at byte {at}: `/*` inside a block comment (PostgreSQL nests block comments, SQLite does not)")]
+    NestedComment { at: usize },
 }
 
 /// `sql` with every `?N` outside literals, quoted identifiers and comments written `$N`.
@@ -85,15 +89,17 @@ fn line_comment(bytes: &[u8], start: usize) -> usize {
 }
 
 /// The end (past `*/`) of the block comment at `start`.
+/// A `/*` before the end is refused: PostgreSQL would read it as a nested comment.
 fn block_comment(bytes: &[u8], start: usize) -> Result<usize, PlaceholderError> {
-    bytes[start + 2..]
-        .windows(2)
-        .position(|w| w == b"*/")
-        .map(|p| start + 2 + p + 2)
-        .ok_or(PlaceholderError::Unterminated {
-            at: start,
-            what: "block comment",
-        })
+    let body = &bytes[start + 2..];
+    let end = (body.windows(2).position(|w| w == b"*/")).ok_or(PlaceholderError::Unterminated {
+        at: start,
+        what: "block comment",
+    })?;
+    match body.windows(2).position(|w| w == b"/*") {
+        Some(p) if p < end => Err(PlaceholderError::NestedComment { at: start + 2 + p }),
+        _ => Ok(start + 2 + end + 2),
+    }
 }
 
 /// One past the last ASCII digit of the run starting at `start`.
@@ -158,6 +164,19 @@ mod tests {
             rewrite("SELECT 1 /* ?1 *"),
             Err(PlaceholderError::Unterminated { at: 9, .. })
         ));
+        // `/*` in a comment: a nested comment to PostgreSQL, text to SQLite.
+        assert_eq!(
+            rewrite("SELECT ?1 /* a /* b */, ?2"),
+            Err(PlaceholderError::NestedComment { at: 15 })
+        );
+        assert_eq!(
+            rewrite("SELECT ?1 /*a/*/, ?2"),
+            Err(PlaceholderError::NestedComment { at: 13 })
+        );
+        assert_eq!(
+            rewrite("SELECT /*/ a */ ?1").as_deref(),
+            Ok("SELECT /*/ a */ $1")
+        );
         // The message names the place and the fix, not the statement's values.
         let shown = PlaceholderError::Bare { at: 3 }.to_string();
         assert!(shown.contains("byte 3") && shown.contains("?1"), "{shown}");
@@ -198,7 +217,10 @@ mod tests {
             tricky.prop_map(Piece::Identifier),
             "[a-z0-9 ?'\"*/\\-$]{0,12}".prop_map(Piece::LineComment),
             tricky
-                .prop_filter("no comment end", |s| !s.contains("*/") && !s.ends_with('*'))
+                .prop_filter("no comment end or nested start", |s| {
+                    let body = format!("{s}*/");
+                    body.find("*/") == Some(s.len()) && !body.contains("/*")
+                })
                 .prop_map(Piece::BlockComment),
             (1u16..=999).prop_map(Piece::Parameter),
         ]
