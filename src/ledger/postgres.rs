@@ -12,6 +12,4 @@ pub mod placeholders;
 pub mod schema;
 
 #[cfg(test)]
-mod cluster_tests;
-#[cfg(test)]
 mod tests;

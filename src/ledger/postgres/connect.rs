@@ -71,6 +71,9 @@ fn is_loopback_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// Against a real server.
+    mod cluster;
+
     use super::*;
 
     fn url(s: &str) -> DatabaseUrl {

@@ -425,6 +425,9 @@ fn copy(tx: &mut Transaction<'_>, p: &Prepared, rows: &[Row]) -> Result<Vec<i64>
 
 #[cfg(test)]
 mod tests {
+    /// Against a real server.
+    mod cluster;
+
     use super::*;
 
     #[test]

@@ -169,6 +169,9 @@ fn signed(magnitude: u128, negative: bool) -> Result<i128, NumericError> {
 
 #[cfg(test)]
 mod tests {
+    /// Against a real server.
+    mod cluster;
+
     use proptest::prelude::*;
 
     use super::*;

@@ -112,6 +112,9 @@ fn digits_end(bytes: &[u8], start: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    /// Against a real server.
+    mod cluster;
+
     use proptest::prelude::*;
 
     use super::*;
