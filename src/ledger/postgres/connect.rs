@@ -1,0 +1,128 @@
+//! The ledger's connection to PostgreSQL: a blocking [`postgres::Client`] (the writer is a plain
+//! thread, as on SQLite), made from a checked [`DatabaseUrl`] with its timeouts and keepalives
+//! (a dead server or network fails the writer's statements within seconds), named
+//! `"<application_name> ledger"` in `pg_stat_activity` (beside the leadership's session).
+//!
+//! No TLS yet (`DatabaseUrl` refuses `sslmode=require`): so, as `serve` refuses plain HTTP
+//! beyond loopback, the ledger connects only to loopback addresses (`localhost`, 127.0.0.0/8,
+//! `::1`) and unix sockets, and refuses any other host with an error naming `database.url`
+//! before anything is sent: the broker's queries, and its password if it has one, never cross
+//! a network in clear text.
+//!
+//! Every error shows the URL as `DatabaseUrl` shows it: never the password.
+
+use std::net::IpAddr;
+
+use postgres::{Client, NoTls};
+use tokio_postgres::config::Host;
+
+use crate::database_url::DatabaseUrl;
+
+/// Why the ledger has no connection.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("database.url: host `{host}` is neither a loopback address nor a unix socket, and the broker connects to PostgreSQL without TLS (not supported yet): give 127.0.0.1, ::1, localhost or a unix socket's directory (host=/run/postgresql)")]
+    PlainTextBeyondLoopback { host: String },
+    #[error("connecting to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: postgres::Error,
+    },
+}
+
+/// A ledger connection to `url` (refused, before connecting, beyond loopback).
+pub fn connect(url: &DatabaseUrl) -> Result<Client, ConnectError> {
+    only_loopback(url)?;
+    let mut config = postgres::Config::from(url.config().clone());
+    let name = url.config().get_application_name().unwrap_or("mssbroker");
+    config.application_name(&format!("{name} ledger"));
+    config
+        .connect(NoTls)
+        .map_err(|source| ConnectError::Connect {
+            url: url.to_string(),
+            source,
+        })
+}
+
+/// Refuse a host that is neither loopback nor a unix socket. Where the string gives a
+/// `hostaddr` for a host, that address is where the connection goes, so it is judged instead.
+pub fn only_loopback(url: &DatabaseUrl) -> Result<(), ConnectError> {
+    let config = url.config();
+    let (hosts, addrs) = (config.get_hosts(), config.get_hostaddrs());
+    let beyond =
+        (0..hosts.len().max(addrs.len())).find_map(|i| match (addrs.get(i), hosts.get(i)) {
+            (Some(addr), _) => (!addr.is_loopback()).then(|| addr.to_string()),
+            (None, Some(Host::Tcp(name))) => (!is_loopback_name(name)).then(|| name.clone()),
+            (None, Some(Host::Unix(_)) | None) => None,
+        });
+    match beyond {
+        Some(host) => Err(ConnectError::PlainTextBeyondLoopback { host }),
+        None => Ok(()),
+    }
+}
+
+/// `localhost` or a loopback IP address (`[::1]` as the URL writes it too). A name is not
+/// resolved: another name for a loopback address is refused.
+fn is_loopback_name(name: &str) -> bool {
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost") || bare.parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Against a real server.
+    mod cluster;
+
+    use super::*;
+
+    fn url(s: &str) -> DatabaseUrl {
+        DatabaseUrl::parse(s).expect("a valid url")
+    }
+
+    #[test]
+    fn loopback_addresses_and_sockets_are_taken() {
+        for ok in [
+            "postgresql://broker@127.0.0.1:5432/mss",
+            "postgresql://broker@127.8.9.1/mss",
+            "postgresql://broker@[::1]:5432/mss",
+            "postgresql://broker@localhost/mss",
+            "postgresql://broker@LocalHost,127.0.0.1/mss",
+            "host=/run/postgresql user=broker dbname=mss",
+            "postgresql://broker@%2Frun%2Fpostgresql/mss",
+            "host=db.example.org hostaddr=127.0.0.1 user=broker dbname=mss",
+        ] {
+            assert!(only_loopback(&url(ok)).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn any_other_host_is_refused_naming_the_key_and_host() {
+        for (bad, host) in [
+            (
+                "postgresql://broker:pw@db.example.org/mss",
+                "db.example.org",
+            ),
+            ("postgresql://broker@127.0.0.1,10.0.0.7/mss", "10.0.0.7"),
+            ("host=192.168.1.5 user=broker dbname=mss", "192.168.1.5"),
+            ("postgresql://broker@[2001:db8::1]/mss", "2001:db8::1"),
+            (
+                "host=localhost hostaddr=10.1.1.1 user=broker dbname=mss",
+                "10.1.1.1",
+            ),
+        ] {
+            let refused = only_loopback(&url(bad)).expect_err(bad);
+            let shown = refused.to_string();
+            assert!(
+                shown.starts_with("database.url:") && shown.contains(host),
+                "{shown}"
+            );
+            assert!(!shown.contains("pw@"), "{shown}");
+            // connect() refuses the same before any connection is tried.
+            assert!(matches!(
+                connect(&url(bad)),
+                Err(ConnectError::PlainTextBeyondLoopback { .. })
+            ));
+        }
+    }
+}
