@@ -33,6 +33,10 @@ pub const WRITER_STALE: Duration = Duration::from_secs(5);
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ReadyBody {
     pub ready: bool,
+    /// `leader` (this broker holds office) or `standby` (it does not: never ready).
+    pub role: &'static str,
+    /// The epoch it leads at, or last led at (a standby that never led: none).
+    pub epoch: Option<i64>,
     /// What is wrong; empty when ready.
     pub problems: Vec<Problem>,
 }
@@ -40,7 +44,7 @@ pub struct ReadyBody {
 /// One failed check.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Problem {
-    /// `writer`, `database` or `mss`.
+    /// `writer`, `database`, `mss`, or `role` (a standby).
     pub check: &'static str,
     pub error: String,
 }
@@ -133,7 +137,30 @@ impl Readiness {
         }
         ReadyBody {
             ready: problems.is_empty(),
+            role: "leader",
+            epoch: None,
             problems,
+        }
+    }
+}
+
+impl ReadyBody {
+    /// The answer of a leader at `epoch`.
+    pub fn led_at(mut self, epoch: i64) -> ReadyBody {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// The answer of a standby: not ready, saying so.
+    pub fn standby(standby: &crate::office::Standby) -> ReadyBody {
+        ReadyBody {
+            ready: false,
+            role: "standby",
+            epoch: standby.epoch,
+            problems: vec![Problem {
+                check: "role",
+                error: standby.to_string(),
+            }],
         }
     }
 }
