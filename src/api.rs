@@ -39,11 +39,11 @@ pub use crate::domain::limits::InputLimits;
 
 use std::sync::Arc;
 
+use crate::office::{Office, OfficeSlot};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use crate::office::{Office, OfficeSlot};
 use error::ApiError;
 
 /// What the handlers share: the server's parts for the process's life, and the term of office

@@ -33,12 +33,19 @@ pub const WRITER_STALE: Duration = Duration::from_secs(5);
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ReadyBody {
     pub ready: bool,
-    /// `leader` (this broker holds office) or `standby` (it does not: never ready).
-    pub role: &'static str,
-    /// The epoch it leads at, or last led at (a standby that never led: none).
-    pub epoch: Option<i64>,
+    /// Present on a standby (a broker that does not lead, never ready); absent on the leader,
+    /// whose body is as it always was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbyBody>,
     /// What is wrong; empty when ready.
     pub problems: Vec<Problem>,
+}
+
+/// A standby's part of `/readyz`'s answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct StandbyBody {
+    /// The leader epoch it last led at or saw lost (none: it never led).
+    pub epoch: Option<i64>,
 }
 
 /// One failed check.
@@ -137,29 +144,21 @@ impl Readiness {
         }
         ReadyBody {
             ready: problems.is_empty(),
-            role: "leader",
-            epoch: None,
+            standby: None,
             problems,
         }
     }
 }
 
 impl ReadyBody {
-    /// The answer of a leader at `epoch`.
-    pub fn led_at(mut self, epoch: i64) -> ReadyBody {
-        self.epoch = Some(epoch);
-        self
-    }
-
-    /// The answer of a standby: not ready, saying so.
-    pub fn standby(standby: &crate::office::Standby) -> ReadyBody {
+    /// The answer of a standby that last led at `epoch`: not ready, saying `why`.
+    pub fn standby(epoch: Option<i64>, why: String) -> ReadyBody {
         ReadyBody {
             ready: false,
-            role: "standby",
-            epoch: standby.epoch,
+            standby: Some(StandbyBody { epoch }),
             problems: vec![Problem {
                 check: "role",
-                error: standby.to_string(),
+                error: why,
             }],
         }
     }

@@ -246,13 +246,10 @@ impl Application {
         let scheme = self.scheme();
         let (stop_terms, terms_stop) = oneshot::channel();
         let slot = self.state.office.clone();
-        let terms = tokio::spawn(term::hold(
-            self.terms,
-            slot,
-            self.role,
-            self.first,
-            terms_stop,
-        ));
+        // Published before the first request is served: a leader never answers "standby" at
+        // start.
+        let first = self.first.map(|t| t.start(&self.terms, &slot));
+        let terms = tokio::spawn(term::hold(self.terms, slot, self.role, first, terms_stop));
         info!(addr = %self.addr, scheme, mss = %self.mss_url, "mssbroker serving");
         let router = api::router(self.state);
         let served =
@@ -338,7 +335,13 @@ fn start_simulator_if_any(
     listener: Option<(TcpListener, SocketAddr)>,
 ) -> (String, Option<SimulatorHandle>) {
     match (&settings.mss.adapter, listener) {
-        (AdapterSettings::Http { simulator: Some(sim), .. }, Some(listener)) => {
+        (
+            AdapterSettings::Http {
+                simulator: Some(sim),
+                ..
+            },
+            Some(listener),
+        ) => {
             let (url, handle) = start_simulator(sim, listener);
             (url, Some(handle))
         }

@@ -25,15 +25,15 @@ pub(super) async fn healthz() -> Json<responses::Health> {
 
 /// Readiness; needs no token. 200 when this broker leads, the ledger writer is alive and
 /// recent, the database file is the configured one and writable, and the MSS answered the
-/// latest call; else 503 with what is wrong (`role` `standby`: it does not lead).
+/// latest call; else 503 with what is wrong (with `standby` when it does not lead).
 #[utoipa::path(get, path = "/readyz", security(()), responses(
     (status = 200, body = crate::readiness::ReadyBody),
     (status = 503, body = crate::readiness::ReadyBody),
 ))]
 pub(super) async fn readyz(State(state): State<AppHandle>) -> Response {
     let body = match state.office.current() {
-        Ok(office) => office.readiness.check().led_at(office.epoch),
-        Err(standby) => crate::readiness::ReadyBody::standby(&standby),
+        Ok(office) => office.readiness.check(),
+        Err(standby) => crate::readiness::ReadyBody::standby(standby.epoch, standby.to_string()),
     };
     let status = if body.ready {
         StatusCode::OK

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mss_adapters::{
-    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Submitted, Transfer,
-    TransferRef, TransferStatus,
+    Capabilities, EventBatch, EventCursor, MssAdapter, MssError, Submitted, Transfer, TransferRef,
+    TransferStatus,
 };
 
 /// Whether a term is still in office: set at its start, cleared once, at its end.

@@ -24,9 +24,9 @@ use crate::config::layers::{self, Layers, Sourced};
 use crate::config::{ConfigError, Settings, DEFAULT_PATH, EMBEDDED};
 use crate::dispatcher::MssSettings;
 use crate::ledger::LedgerError;
-use crate::office::{OfficeSlot, Standby};
 use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
 use crate::live_settings::{Refusal, Reload, ReloadRefused, Reloaded};
+use crate::office::{OfficeSlot, Standby};
 use crate::tls::TlsSource;
 
 /// A loaded configuration and the SHA-256 of the file bytes it came from.
@@ -232,8 +232,8 @@ impl Reloader {
         // The new policy's queues are read off the writer while requests are still decided
         // under the old one; then, with the gate closed, the writer catches up with what was
         // committed meanwhile and takes the new policy (see `ledger::Ledger::prepare_reload`).
-        let prepared =
-            (office.ledger.prepare_reload(new.policy.clone()).await).map_err(ReloadError::Ledger)?;
+        let prepared = (office.ledger.prepare_reload(new.policy.clone()).await)
+            .map_err(ReloadError::Ledger)?;
         let _closed = self.live.swapping().await;
         (office.ledger.install_reload(prepared).await).map_err(ReloadError::Ledger)?;
         let stamp = ConfigStamp {

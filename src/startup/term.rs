@@ -55,7 +55,7 @@ pub(super) struct Term {
 }
 
 /// A started term: its office published, its loops running.
-struct Running {
+pub(super) struct Running {
     office: Arc<Office>,
     tasks: JoinSet<()>,
     writer: std::thread::JoinHandle<()>,
@@ -98,7 +98,7 @@ impl TermContext {
 
 impl Term {
     /// Start the term's loops, then publish its office.
-    fn start(self, ctx: &TermContext, slot: &OfficeSlot) -> Running {
+    pub(super) fn start(self, ctx: &TermContext, slot: &OfficeSlot) -> Running {
         let mut tasks = JoinSet::new();
         let ledger = self.office.ledger.clone();
         self.dispatcher.spawn(self.cancels, &mut tasks);
@@ -130,20 +130,22 @@ impl Running {
         let writer = self.writer;
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         ctx.metrics.left_office();
-        info!(epoch, "the term of office has ended: its dispatcher and writer have stopped");
+        info!(
+            epoch,
+            "the term of office has ended: its dispatcher and writer have stopped"
+        );
     }
 }
 
-/// Terms as `role` says, starting with `first` (opened at build), until `stop` completes; then
-/// the term in force ends.
+/// Terms as `role` says, starting with `running` (the first term, started before the server
+/// serves its first request), until `stop` completes; then the term in force ends.
 pub(super) async fn hold(
     ctx: Arc<TermContext>,
     slot: Arc<OfficeSlot>,
     mut role: watch::Receiver<Role>,
-    first: Option<Term>,
+    mut running: Option<Running>,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let mut running = first.map(|t| t.start(&ctx, &slot));
     let mut fixed = false;
     loop {
         let now = *role.borrow_and_update();
@@ -174,7 +176,10 @@ async fn follow(
     let running = match running {
         Some(r) if leading != Some(r.office.epoch) => {
             r.end(ctx, slot).await;
-            warn!(?role, "standby: /readyz and writes answer 503 until this broker leads again");
+            warn!(
+                ?role,
+                "standby: /readyz and writes answer 503 until this broker leads again"
+            );
             None
         }
         other => other,
@@ -197,3 +202,6 @@ async fn follow(
         (_, running) => running,
     }
 }
+
+#[cfg(test)]
+mod tests;
