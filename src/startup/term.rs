@@ -9,7 +9,8 @@
 //!
 //! With no leadership configured the role is [`sole_leader`]: `Leader { epoch: 1 }` for the
 //! process's life, its first term opened while the broker is built (so a ledger that cannot be
-//! opened stops the start, as before).
+//! opened stops the start, as before). A role watch whose sender is dropped (its source ended)
+//! is taken as `Standby` for good.
 
 use std::sync::Arc;
 
@@ -30,10 +31,12 @@ use crate::office::mss_gate::{Gated, InOffice};
 use crate::office::{Office, OfficeSlot};
 use crate::readiness::Readiness;
 
-/// The role of a broker with no leadership configured: the leader at epoch 1, for good (the
-/// sender is dropped, so the role never changes).
+/// The role of a broker with no leadership configured: the leader at epoch 1, for good (one
+/// sender for the process, kept for its life and never sent on).
 pub fn sole_leader() -> watch::Receiver<Role> {
-    watch::channel(Role::Leader { epoch: 1 }).1
+    static SOLE: std::sync::OnceLock<watch::Sender<Role>> = std::sync::OnceLock::new();
+    SOLE.get_or_init(|| watch::channel(Role::Leader { epoch: 1 }).0)
+        .subscribe()
 }
 
 /// What every term is built from: the process's parts.
@@ -146,18 +149,26 @@ pub(super) async fn hold(
     mut running: Option<Running>,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let mut fixed = false;
+    // A role whose source has ended (a `Contender` gone) is no longer known: standing by.
+    let mut ended = false;
     loop {
-        let now = *role.borrow_and_update();
+        let now = if ended {
+            Role::Standby
+        } else {
+            *role.borrow_and_update()
+        };
         slot.saw(now);
         running = follow(&ctx, &slot, now, running).await;
-        if fixed {
+        if ended {
             let _ = (&mut stop).await;
             break;
         }
         tokio::select! {
-            changed = role.changed() => fixed = changed.is_err(),
+            changed = role.changed() => ended = changed.is_err(),
             _ = &mut stop => break,
+        }
+        if ended {
+            error!("the leadership role's source has ended: standing by until a restart");
         }
     }
     if let Some(r) = running {

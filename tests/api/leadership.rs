@@ -228,6 +228,15 @@ async fn a_broker_acknowledges_and_sends_only_while_it_leads() {
         .post("/v1/requests", &request("lead-a", "analysis", "top", 1_000))
         .await;
     assert_eq!((status, again["id"].as_i64()), (202, Some(a)), "{again}");
+
+    // The role's source ends (a `Contender` gone): the role is no longer known, so standby.
+    drop(role);
+    let (status, body) = wait_role(&app, "standby").await;
+    assert_eq!(
+        (status, body["standby"]["epoch"].clone()),
+        (503, json!(8)),
+        "{body}"
+    );
     app.stop().await;
 }
 
