@@ -166,7 +166,7 @@ impl Application {
         }
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let live = first_live_settings(&loaded, identities, clock.now_ms());
-        let (http_url, simulator) = start_simulator_if_any(settings, simulator_listener);
+        let http_url = http_url(settings, simulator_listener.as_ref().map(|(_, a)| *a));
         let mss_url = shown_mss(settings, &http_url)?;
         let terms = Arc::new(TermContext {
             settings: settings.clone(),
@@ -175,10 +175,13 @@ impl Application {
             metrics: metrics.clone(),
             http_url,
         });
-        let first = match role.borrow().leading() {
+        let leading = role.borrow().leading();
+        let first = match leading {
             Some(epoch) => Some(terms.open(epoch)?),
             None => None,
         };
+        // Once the first term's ledger is open: a start that fails starts no simulator.
+        let simulator = start_simulator_if_any(settings, simulator_listener);
         let office = Arc::new(OfficeSlot::default());
         let reloader = Reloader::new(
             load,
@@ -327,26 +330,29 @@ fn simulator_settings(settings: &Settings) -> Option<&SimulatorSettings> {
     }
 }
 
-/// Start the embedded simulator when the configuration runs one (on `listener`, bound
-/// beforehand): the URL the HTTP adapter talks to (the simulator's, else `[mss] url`, else
-/// empty for other adapters), and the simulator's stop handle.
+/// The URL the HTTP adapter talks to: the embedded simulator's (at `simulator`, its bound
+/// address), else `[mss] url`, else empty (other adapters).
+fn http_url(settings: &Settings, simulator: Option<SocketAddr>) -> String {
+    match (&settings.mss.adapter, simulator) {
+        (
+            AdapterSettings::Http {
+                simulator: Some(_), ..
+            },
+            Some(addr),
+        ) => format!("http://{addr}"),
+        (AdapterSettings::Http { url, .. }, _) => url.clone().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// Start the embedded simulator when the configuration runs one, on its bound `listener`.
 fn start_simulator_if_any(
     settings: &Settings,
     listener: Option<(TcpListener, SocketAddr)>,
-) -> (String, Option<SimulatorHandle>) {
-    match (&settings.mss.adapter, listener) {
-        (
-            AdapterSettings::Http {
-                simulator: Some(sim),
-                ..
-            },
-            Some(listener),
-        ) => {
-            let (url, handle) = start_simulator(sim, listener);
-            (url, Some(handle))
-        }
-        (AdapterSettings::Http { url, .. }, _) => (url.clone().unwrap_or_default(), None),
-        _ => (String::new(), None),
+) -> Option<SimulatorHandle> {
+    match (simulator_settings(settings), listener) {
+        (Some(sim), Some(listener)) => Some(start_simulator(sim, listener)),
+        _ => None,
     }
 }
 
@@ -423,17 +429,17 @@ fn load_identities(settings: &Settings, before: Option<&Live>) -> Result<Identit
     })
 }
 
-/// Start the bundled simulator on its bound `listener`; returns its URL and a stop handle.
+/// Start the bundled simulator on its bound `listener`; returns its stop handle.
 fn start_simulator(
     sim: &SimulatorSettings,
     (listener, addr): (TcpListener, SocketAddr),
-) -> (String, SimulatorHandle) {
+) -> SimulatorHandle {
     let (stop, stopped) = oneshot::channel::<()>();
     let handle = tokio::spawn(sim::run(listener, sim_config(sim), async {
         let _ = stopped.await;
     }));
     info!(%addr, "embedded mss simulator started");
-    (format!("http://{addr}"), (stop, handle))
+    (stop, handle)
 }
 
 /// The first ranking of the held queue for explain's positions, made in the background when a
