@@ -1,15 +1,19 @@
-//! Putting the broker together: open the ledger, start the embedded simulator if configured,
-//! build the adapter, the dispatcher and the API, and bind the listener. `Application::build`
-//! binds (port 0 allowed) and exposes the bound address, so tests start a whole broker in three
-//! lines; `run_until_stopped` serves until the given shutdown future completes.
+//! Putting the broker together: bind the listener, start the embedded simulator if configured,
+//! build the API, and hold office as a leadership `Role` says. `Application::build` binds (port
+//! 0 allowed) and exposes the bound address, so tests start a whole broker in three lines;
+//! `run_until_stopped` serves until the given shutdown future completes.
 //!
 //! `Application::build` (binds, port 0 allowed, exposes `local_addr()`), then
-//! `run_until_stopped(shutdown)` (serves through `server::serve`). Opens the ledger, then builds
-//! the configured adapter (`build_adapter`: the ledger's `instance()` names FTS3 submissions),
-//! starts the embedded simulator when configured, logs the configuration's notes.
-//! `build_reloadable` takes the `LoadSettings` function a reload calls again. `startup/reload.rs`:
-//! `Reloader` (load, validate, refuse what cannot change live key by key, `Ledger::reload`, then
-//! swap `LiveSettings` with the gate closed; the file's SHA-256 in `Loaded`).
+//! `run_until_stopped(shutdown)` (serves through `server::serve`). The server's parts live for
+//! the process; the ledger, the adapter, the dispatcher and readiness live for one term of office
+//! (`startup/term.rs`: `TermContext::open` opens the ledger, then builds the configured adapter
+//! (`build_adapter`: the ledger's `instance()` names FTS3 submissions) gated on the term; `hold`
+//! follows the `Role` watch). `build_led` takes the role (`term::sole_leader()` without
+//! leadership: the leader at epoch 1 for good; `build_with_role` for tests); when it leads at
+//! build, the first term is opened there. `build_reloadable` takes the `LoadSettings` function a
+//! reload calls again. `startup/reload.rs`: `Reloader` (load, validate, refuse what cannot change
+//! live key by key, `Ledger::reload` on the term's ledger, then swap `LiveSettings` with the gate
+//! closed; the file's SHA-256 in `Loaded`).
 
 pub mod reload;
 pub mod term;
