@@ -39,19 +39,20 @@ pub use crate::domain::limits::InputLimits;
 
 use std::sync::Arc;
 
+use crate::office::{Office, OfficeSlot};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use tokio::sync::mpsc;
-
-use crate::ledger::Ledger;
 use error::ApiError;
 
-/// What the handlers share.
+/// What the handlers share: the server's parts for the process's life, and the term of office
+/// in force (`office`), if any.
 #[derive(Clone)]
 pub struct AppState {
-    pub ledger: Ledger,
+    /// The ledger, the MSS adapter, the dispatcher's cancels and readiness of the term in force;
+    /// empty on a standby (writes and reads answer 503, see [`AppState::office`]).
+    pub office: Arc<OfficeSlot>,
     /// The broker's clock: share figures are computed for its now.
     pub clock: Arc<dyn crate::clock::Clock>,
     /// In-process metrics, exposed with the ledger's figures at `/metrics`.
@@ -62,12 +63,6 @@ pub struct AppState {
     /// Reloads the configuration (`POST /v1/admin/reload`).
     pub reloader: Arc<dyn crate::live_settings::Reload>,
     pub limits: InputLimits,
-    /// Ids whose cancellation the dispatcher must carry to the MSS.
-    pub cancels: mpsc::UnboundedSender<i64>,
-    /// The MSS adapter: what it can do decides what a request may ask for.
-    pub mss: Arc<dyn mss_adapters::MssAdapter>,
-    /// What `/readyz` checks.
-    pub readiness: Arc<crate::readiness::Readiness>,
     /// The client CAs a forwarded client certificate is verified against (and the listener's
     /// TLS material), when `[server.tls]` is set.
     pub tls: Option<crate::tls::TlsSource>,
@@ -76,6 +71,30 @@ pub struct AppState {
     pub trusted_proxies: Arc<[crate::domain::server::IpNet]>,
     /// Refused credentials: logged once, rate-limited per address.
     pub auth_failures: Arc<crate::auth::failures::FailureGate>,
+}
+
+impl AppState {
+    /// The term of office in force, or 503 "standby" with `Retry-After`.
+    pub fn office(&self) -> Result<Arc<Office>, ApiError> {
+        self.office.current().map_err(ApiError::from)
+    }
+}
+
+/// A write's answer only while `office` still holds: a term that ended while the ledger
+/// answered acknowledges nothing (503; a resubmission with the same `client_request_id` finds
+/// what was committed).
+pub fn still_in_office(office: &Office) -> Result<(), ApiError> {
+    if office.holds() {
+        return Ok(());
+    }
+    let mut e = ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "this broker stopped leading before it could answer: the outcome is not known; \
+         resubmit with the same client_request_id to the leader",
+    );
+    e.retry_after = Some(crate::office::STANDBY_RETRY_AFTER_SECS);
+    Err(e)
 }
 
 /// The state as the handlers hold it: one `Arc`, so the clone axum makes per request (and per

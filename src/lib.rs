@@ -17,6 +17,7 @@ pub mod leadership;
 pub mod ledger;
 pub mod live_settings;
 pub mod metrics;
+pub mod office;
 pub mod policy;
 pub mod readiness;
 pub mod report;

@@ -93,6 +93,13 @@ pub struct Metrics {
     pub volume_lookup_cache_hits: Counter,
     /// The wait histograms' closed hours, summed (see [`waits`]).
     pub waits: WaitTotals,
+    /// 1 while this broker holds a term of office, 0 once its term has ended (loops stopped,
+    /// writer closed).
+    pub leader: Gauge,
+    /// The epoch it leads at, or last led at (0: never led).
+    pub leader_epoch: Gauge,
+    /// Terms of office started in this process (takeovers).
+    pub leader_terms: Counter,
     registry: Registry,
 }
 
@@ -181,7 +188,11 @@ impl Metrics {
              too)",
             volume_lookup_cache_hits.clone(),
         );
+        let (leader, leader_epoch, leader_terms) = leadership(&mut registry);
         Metrics {
+            leader,
+            leader_epoch,
+            leader_terms,
             volume_lookups,
             volume_lookup_cache_hits,
             commit_seconds,
@@ -193,6 +204,26 @@ impl Metrics {
             waits: WaitTotals::default(),
             registry,
         }
+    }
+
+    /// A term of office started at `epoch`.
+    pub fn took_office(&self, epoch: i64) {
+        self.leader_epoch.set(epoch);
+        self.leader.set(1);
+        self.leader_terms.inc();
+    }
+
+    /// The term of office ended: a standby.
+    pub fn left_office(&self) {
+        self.leader.set(0);
+    }
+
+    /// The in-process metrics alone (a standby's: it has no ledger to read figures from).
+    pub fn encode_process(&self) -> String {
+        let mut out = String::new();
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_eof(&mut out);
+        out
     }
 
     /// Record one volume lookup.
@@ -242,6 +273,33 @@ impl Metrics {
         let _ = encode_eof(&mut out);
         out
     }
+}
+
+/// The leadership metrics (issue 42): role, epoch, terms started.
+fn leadership(registry: &mut Registry) -> (Gauge, Gauge, Counter) {
+    let leader = Gauge::default();
+    registry.register(
+        "mssbroker_leader",
+        "1 while this broker holds a term of office (leads: acknowledges writes, sends to the \
+         MSS); 0 on a standby, from the moment a term has ended (its dispatcher stopped, its \
+         ledger writer closed; /readyz turns 503 before that, at the flip); a broker with no \
+         leadership configured leads for good",
+        leader.clone(),
+    );
+    let epoch = Gauge::default();
+    registry.register(
+        "mssbroker_leader_epoch",
+        "The leader epoch this broker leads at, or last led at (0: never led); 1 with no \
+         leadership configured",
+        epoch.clone(),
+    );
+    let terms = Counter::default();
+    registry.register(
+        "mssbroker_leader_terms",
+        "Terms of office this process started (takeovers, the first included)",
+        terms.clone(),
+    );
+    (leader, epoch, terms)
 }
 
 /// The exposition in Prometheus' text format 0.0.4, for a scraper or a tool (`promtool check

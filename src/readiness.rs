@@ -33,14 +33,25 @@ pub const WRITER_STALE: Duration = Duration::from_secs(5);
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ReadyBody {
     pub ready: bool,
+    /// Present on a standby (a broker that does not lead, never ready); absent on the leader,
+    /// whose body is as it always was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbyBody>,
     /// What is wrong; empty when ready.
     pub problems: Vec<Problem>,
+}
+
+/// A standby's part of `/readyz`'s answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct StandbyBody {
+    /// The leader epoch it last led at or saw lost (none: it never led).
+    pub epoch: Option<i64>,
 }
 
 /// One failed check.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Problem {
-    /// `writer`, `database` or `mss`.
+    /// `writer`, `database`, `mss`, or `role` (a standby).
     pub check: &'static str,
     pub error: String,
 }
@@ -133,7 +144,22 @@ impl Readiness {
         }
         ReadyBody {
             ready: problems.is_empty(),
+            standby: None,
             problems,
+        }
+    }
+}
+
+impl ReadyBody {
+    /// The answer of a standby that last led at `epoch`: not ready, saying `why`.
+    pub fn standby(epoch: Option<i64>, why: String) -> ReadyBody {
+        ReadyBody {
+            ready: false,
+            standby: Some(StandbyBody { epoch }),
+            problems: vec![Problem {
+                check: "role",
+                error: why,
+            }],
         }
     }
 }

@@ -1,17 +1,22 @@
-//! Putting the broker together: open the ledger, start the embedded simulator if configured,
-//! build the adapter, the dispatcher and the API, and bind the listener. `Application::build`
-//! binds (port 0 allowed) and exposes the bound address, so tests start a whole broker in three
-//! lines; `run_until_stopped` serves until the given shutdown future completes.
+//! Putting the broker together: bind the listener, start the embedded simulator if configured,
+//! build the API, and hold office as a leadership `Role` says. `Application::build` binds (port
+//! 0 allowed) and exposes the bound address, so tests start a whole broker in three lines;
+//! `run_until_stopped` serves until the given shutdown future completes.
 //!
 //! `Application::build` (binds, port 0 allowed, exposes `local_addr()`), then
-//! `run_until_stopped(shutdown)` (serves through `server::serve`). Opens the ledger, then builds
-//! the configured adapter (`build_adapter`: the ledger's `instance()` names FTS3 submissions),
-//! starts the embedded simulator when configured, logs the configuration's notes.
-//! `build_reloadable` takes the `LoadSettings` function a reload calls again. `startup/reload.rs`:
-//! `Reloader` (load, validate, refuse what cannot change live key by key, `Ledger::reload`, then
-//! swap `LiveSettings` with the gate closed; the file's SHA-256 in `Loaded`).
+//! `run_until_stopped(shutdown)` (serves through `server::serve`). The server's parts live for
+//! the process; the ledger, the adapter, the dispatcher and readiness live for one term of office
+//! (`startup/term.rs`: `TermContext::open` opens the ledger, then builds the configured adapter
+//! (`build_adapter`: the ledger's `instance()` names FTS3 submissions) gated on the term; `hold`
+//! follows the `Role` watch). `build_led` takes the role (`term::sole_leader()` without
+//! leadership: the leader at epoch 1 for good; `build_with_role` for tests); when it leads at
+//! build, the first term is opened there. `build_reloadable` takes the `LoadSettings` function a
+//! reload calls again. `startup/reload.rs`: `Reloader` (load, validate, refuse what cannot change
+//! live key by key, `Ledger::reload` on the term's ledger, then swap `LiveSettings` with the gate
+//! closed; the file's SHA-256 in `Loaded`).
 
 pub mod reload;
+pub mod term;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,8 +30,7 @@ use mss_adapters::sim::{self, SimConfig};
 use mss_adapters::tape_rest::TapeRestAdapter;
 use mss_adapters::{MssAdapter, MssError};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
 use crate::api::{self, AppState};
@@ -34,15 +38,15 @@ use crate::auth::jwt::Issuers;
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
-use crate::dispatcher::Dispatcher;
 use crate::dispatcher::{AdapterSettings, SimulatorSettings};
-use crate::ledger::identity::DbFile;
+use crate::leadership::Role;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
-use crate::readiness::Readiness;
+use crate::office::OfficeSlot;
 use crate::server::{PlainHttp, ServerSettings};
 use crate::tls::TlsSource;
 use reload::{LoadSettings, Loaded, Reloader};
+use term::{Term, TermContext};
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -84,15 +88,17 @@ fn in_use_hint(error: &std::io::Error, key: &str) -> String {
     }
 }
 
-/// A built, bound, not yet serving broker.
+/// A built, bound, not yet serving broker: the server's parts for the process's life, and the
+/// terms of office a `Role` watch drives (`startup/term.rs`).
 pub struct Application {
     listener: TcpListener,
     addr: SocketAddr,
     mss_url: String,
     state: AppState,
-    dispatcher: Dispatcher,
-    cancels: mpsc::UnboundedReceiver<i64>,
-    writer: std::thread::JoinHandle<()>,
+    terms: Arc<TermContext>,
+    role: watch::Receiver<Role>,
+    /// The first term, opened at build when the role leads then.
+    first: Option<Term>,
     simulator: Option<SimulatorHandle>,
     server: crate::server::ServerSettings,
     tls: Option<TlsSource>,
@@ -116,11 +122,36 @@ impl Application {
     }
 
     /// Build from `loaded`, which `load` produced: SIGHUP and `POST /v1/admin/reload` call
-    /// `load` again (see `reload`).
+    /// `load` again (see `reload`). No leadership is configured: the broker is the sole leader
+    /// (`term::sole_leader`).
     pub async fn build_reloadable(
         loaded: Loaded,
         load: LoadSettings,
         clock: Arc<dyn Clock>,
+    ) -> Result<Application, StartupError> {
+        Application::build_led(loaded, load, clock, term::sole_leader()).await
+    }
+
+    /// Build from settings given in-process, holding office as `role` says (the seam a
+    /// leadership `Contender`'s `role()` plugs into; tests drive it through the sender).
+    pub async fn build_with_role(
+        settings: &Settings,
+        clock: Arc<dyn Clock>,
+        role: watch::Receiver<Role>,
+    ) -> Result<Application, StartupError> {
+        let loaded = Loaded::in_process(settings.clone());
+        let again = loaded.clone();
+        let load: LoadSettings = Arc::new(move || Ok(again.clone()));
+        Application::build_led(loaded, load, clock, role).await
+    }
+
+    /// Build from `loaded` (which `load` produced), holding office as `role` says: when it
+    /// leads already, the first term's ledger is opened here (an error stops the start).
+    pub async fn build_led(
+        loaded: Loaded,
+        load: LoadSettings,
+        clock: Arc<dyn Clock>,
+        role: watch::Receiver<Role>,
     ) -> Result<Application, StartupError> {
         let settings = &loaded.settings;
         let identities = load_identities(settings, None)?;
@@ -138,45 +169,39 @@ impl Application {
             warn!(note = %note, "configuration note");
         }
         let metrics = Arc::new(crate::metrics::Metrics::new());
-        let options = ledger_options(settings, metrics.clone());
-        let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock.clone())?;
-        rank_in_background(&ledger, settings);
-        let (adapter, mss_url, simulator) =
-            build_adapter(settings, ledger.instance(), simulator_listener)?;
-        let (cancel_tx, cancels) = mpsc::unbounded_channel();
         let live = first_live_settings(&loaded, identities, clock.now_ms());
+        let http_url = http_url(settings, simulator_listener.as_ref().map(|(_, a)| *a));
+        let mss_url = shown_mss(settings, &http_url)?;
+        let terms = Arc::new(TermContext {
+            settings: settings.clone(),
+            live: live.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            http_url,
+        });
+        let leading = role.borrow().leading();
+        let first = match leading {
+            Some(epoch) => Some(terms.open(epoch)?),
+            None => None,
+        };
+        // Once the first term's ledger is open: a start that fails starts no simulator.
+        let simulator = start_simulator_if_any(settings, simulator_listener);
+        let office = Arc::new(OfficeSlot::default());
         let reloader = Reloader::new(
             load,
             settings.clone(),
             live.clone(),
-            ledger.clone(),
+            office.clone(),
             clock.clone(),
             tls.clone(),
         );
-        let dispatcher = Dispatcher::new(
-            ledger.clone(),
-            adapter.clone(),
-            settings.mss.clone(),
-            live.clone(),
-            clock.clone(),
-            metrics.clone(),
-        );
-        let readiness = Readiness::new(
-            ledger.clone(),
-            options.path.clone(),
-            DbFile::of(&options.path)?,
-            dispatcher.last_call(),
-        );
         let state = AppState {
-            ledger: ledger.clone(),
+            office,
             clock: clock.clone(),
             metrics: metrics.clone(),
             live: live.clone(),
             reloader: Arc::new(reloader),
             limits: settings.limits.clone(),
-            cancels: cancel_tx,
-            mss: adapter,
-            readiness: Arc::new(readiness),
             tls: tls.clone(),
             trusted_proxies: settings.server.trusted_proxies.clone().into(),
             auth_failures: Arc::new(crate::auth::failures::FailureGate::new()),
@@ -186,9 +211,9 @@ impl Application {
             addr,
             mss_url,
             state,
-            dispatcher,
-            cancels,
-            writer,
+            terms,
+            role,
+            first,
             simulator,
             server: settings.server.clone(),
             tls,
@@ -219,24 +244,26 @@ impl Application {
         &self.mss_url
     }
 
-    /// Serve until `shutdown` completes, then stop the loops, let the ledger writer finish what
-    /// it has, and stop the embedded simulator.
+    /// Serve until `shutdown` completes, then end the term of office (its loops stopped, its
+    /// ledger writer finishing what it has), and stop the embedded simulator.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
         let scheme = self.scheme();
-        let mut tasks = JoinSet::new();
-        self.dispatcher.spawn(self.cancels, &mut tasks);
-        tasks.spawn(crate::readiness::tick_loop(self.state.ledger.clone()));
+        let (stop_terms, terms_stop) = oneshot::channel();
+        let slot = self.state.office.clone();
+        // Published before the first request is served: a leader never answers "standby" at
+        // start.
+        let first = self.first.map(|t| t.start(&self.terms, &slot));
+        let terms = tokio::spawn(term::hold(self.terms, slot, self.role, first, terms_stop));
         info!(addr = %self.addr, scheme, mss = %self.mss_url, "mssbroker serving");
         let router = api::router(self.state);
         let served =
             crate::server::serve(self.listener, router, &self.server, self.tls, shutdown).await;
-        tasks.shutdown().await;
-        // Every ledger handle is gone with the router and the loops: the writer drains and exits.
-        let writer = self.writer;
-        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        // The router is gone: the term's ledger handles are the loops' and the office's.
+        let _ = stop_terms.send(());
+        let _ = terms.await;
         if let Some((stop, handle)) = self.simulator {
             let _ = stop.send(());
             let _ = handle.await;
@@ -307,44 +334,55 @@ fn simulator_settings(settings: &Settings) -> Option<&SimulatorSettings> {
     }
 }
 
-/// An adapter, the address it talks to, and the embedded simulator if it runs.
-type BuiltAdapter = (Arc<dyn MssAdapter>, String, Option<SimulatorHandle>);
+/// The URL the HTTP adapter talks to: the embedded simulator's (at `simulator`, its bound
+/// address), else `[mss] url`, else empty (other adapters).
+fn http_url(settings: &Settings, simulator: Option<SocketAddr>) -> String {
+    match (&settings.mss.adapter, simulator) {
+        (
+            AdapterSettings::Http {
+                simulator: Some(_), ..
+            },
+            Some(addr),
+        ) => format!("http://{addr}"),
+        (AdapterSettings::Http { url, .. }, _) => url.clone().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
 
-/// The configured adapter, the address it talks to (as it may be shown: without the URL's
-/// password and query), and the embedded simulator if it runs (on `simulator_listener`, bound
-/// beforehand).
+/// Start the embedded simulator when the configuration runs one, on its bound `listener`.
+fn start_simulator_if_any(
+    settings: &Settings,
+    listener: Option<(TcpListener, SocketAddr)>,
+) -> Option<SimulatorHandle> {
+    match (simulator_settings(settings), listener) {
+        (Some(sim), Some(listener)) => Some(start_simulator(sim, listener)),
+        _ => None,
+    }
+}
+
+/// The address the configured adapter talks to, as it may be shown (without the URL's
+/// password and query).
+fn shown_mss(settings: &Settings, http_url: &str) -> Result<String, StartupError> {
+    Ok(match &settings.mss.adapter {
+        AdapterSettings::Http { .. } => HttpAdapter::new(http_url, settings.mss.timeout)?.base(),
+        AdapterSettings::Encp(c) => format!("encp: {}", c.command.display()),
+        AdapterSettings::Fts3(c) => redact::urls(&c.url).into_owned(),
+        AdapterSettings::TapeRest(c) => redact::urls(&c.url).into_owned(),
+    })
+}
+
+/// The configured adapter (the ledger's `instance` names FTS3 submissions; `http_url` is what
+/// the HTTP adapter talks to).
 fn build_adapter(
     settings: &Settings,
     instance: &str,
-    simulator_listener: Option<(TcpListener, SocketAddr)>,
-) -> Result<BuiltAdapter, StartupError> {
+    http_url: &str,
+) -> Result<Arc<dyn MssAdapter>, StartupError> {
     Ok(match &settings.mss.adapter {
-        AdapterSettings::Http { url, simulator } => {
-            let (url, handle) = match (simulator, simulator_listener) {
-                (Some(sim), Some(listener)) => {
-                    let (url, handle) = start_simulator(sim, listener);
-                    (url, Some(handle))
-                }
-                _ => (url.clone().unwrap_or_default(), None),
-            };
-            let adapter = HttpAdapter::new(&url, settings.mss.timeout)?;
-            let shown = adapter.base();
-            (Arc::new(adapter), shown, handle)
-        }
-        AdapterSettings::Encp(c) => {
-            let what = format!("encp: {}", c.command.display());
-            (Arc::new(EncpAdapter::new(c.clone())), what, None)
-        }
-        AdapterSettings::Fts3(c) => (
-            Arc::new(Fts3Adapter::new(c.clone(), instance)?),
-            redact::urls(&c.url).into_owned(),
-            None,
-        ),
-        AdapterSettings::TapeRest(c) => (
-            Arc::new(TapeRestAdapter::new(c.clone())?),
-            redact::urls(&c.url).into_owned(),
-            None,
-        ),
+        AdapterSettings::Http { .. } => Arc::new(HttpAdapter::new(http_url, settings.mss.timeout)?),
+        AdapterSettings::Encp(c) => Arc::new(EncpAdapter::new(c.clone())),
+        AdapterSettings::Fts3(c) => Arc::new(Fts3Adapter::new(c.clone(), instance)?),
+        AdapterSettings::TapeRest(c) => Arc::new(TapeRestAdapter::new(c.clone())?),
     })
 }
 
@@ -395,35 +433,30 @@ fn load_identities(settings: &Settings, before: Option<&Live>) -> Result<Identit
     })
 }
 
-/// Start the bundled simulator on its bound `listener`; returns its URL and a stop handle.
+/// Start the bundled simulator on its bound `listener`; returns its stop handle.
 fn start_simulator(
     sim: &SimulatorSettings,
     (listener, addr): (TcpListener, SocketAddr),
-) -> (String, SimulatorHandle) {
+) -> SimulatorHandle {
     let (stop, stopped) = oneshot::channel::<()>();
     let handle = tokio::spawn(sim::run(listener, sim_config(sim), async {
         let _ = stopped.await;
     }));
     info!(%addr, "embedded mss simulator started");
-    (format!("http://{addr}"), (stop, handle))
+    (stop, handle)
+}
+
+/// The first ranking of the held queue for explain's positions, made in the background when a
+/// term starts: an explain never waits for one, so until it is done explains answer without a
+/// position (`not_ranked`). The `volumes` mode ranks no single requests (the term does not
+/// start this then).
+async fn rank_queue(ledger: Ledger) {
+    if let Err(e) = ledger.rank_queue().await {
+        warn!(error = %e, "cannot rank the held queue");
+    }
 }
 
 /// The simulator's settings from the broker's `[mss.simulator]` table.
-/// The first ranking of the held queue for explain's positions, made in the background at
-/// start: an explain never waits for one, so until it is done explains answer without a
-/// position (`not_ranked`). The `volumes` mode ranks no single requests.
-fn rank_in_background(ledger: &Ledger, settings: &Settings) {
-    if settings.policy.order.volumes() {
-        return;
-    }
-    let ledger = ledger.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ledger.rank_queue().await {
-            warn!(error = %e, "cannot rank the held queue");
-        }
-    });
-}
-
 pub fn sim_config(sim: &SimulatorSettings) -> SimConfig {
     SimConfig {
         library: sim.library.clone(),

@@ -48,6 +48,7 @@ pub(super) async fn reload(
     caller: Caller,
 ) -> Result<Json<ReloadBody>, ApiError> {
     caller.require(&[RoleKind::Operator], "reload the configuration")?;
+    state.office()?;
     match state.reloader.reload("api").await {
         Ok(r) => Ok(Json(ReloadBody {
             origin: r.stamp.origin,
@@ -157,6 +158,7 @@ pub(super) async fn cancel_group(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<CancelGroupBody>, ApiError> {
     caller.require(&[RoleKind::Operator], "cancel a group's requests")?;
+    let office = state.office()?;
     let body = super::submit::json_bytes(&headers, body)?;
     let group = group_asked(&body)?.trim().to_string();
     if group.is_empty() || group.len() > state.limits.max_path_len {
@@ -170,11 +172,12 @@ pub(super) async fn cancel_group(
     }
     // As a single cancel: the dispatcher carries each to the MSS (retried from the ledger's
     // flag if it has stopped).
-    let cancels = state.cancels.clone();
+    let cancels = office.cancels.clone();
     let at_mss = move |id| {
         let _ = cancels.send(id);
     };
-    let done = state.ledger.cancel_group(group.clone(), at_mss).await?;
+    let done = office.ledger.cancel_group(group.clone(), at_mss).await?;
+    super::still_in_office(&office)?;
     let configured = state.live.get().policy.group_by_path(&group).is_some();
     if done.total == 0 && !configured {
         return Err(ApiError::new(

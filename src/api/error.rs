@@ -144,6 +144,15 @@ impl From<LedgerError> for ApiError {
     }
 }
 
+/// No term of office: 503 with `Retry-After`, saying this broker is a standby.
+impl From<crate::office::Standby> for ApiError {
+    fn from(s: crate::office::Standby) -> Self {
+        let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, None, s.to_string());
+        e.retry_after = Some(crate::office::STANDBY_RETRY_AFTER_SECS);
+        e
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Json(ErrorBody {

@@ -23,15 +23,18 @@ pub(super) async fn healthz() -> Json<responses::Health> {
     })
 }
 
-/// Readiness; needs no token. 200 when the ledger writer is alive and recent, the database file
-/// is the configured one and writable, and the MSS answered the latest call; else 503 with what
-/// is wrong.
+/// Readiness; needs no token. 200 when this broker leads, the ledger writer is alive and
+/// recent, the database file is the configured one and writable, and the MSS answered the
+/// latest call; else 503 with what is wrong (with `standby` when it does not lead).
 #[utoipa::path(get, path = "/readyz", security(()), responses(
     (status = 200, body = crate::readiness::ReadyBody),
     (status = 503, body = crate::readiness::ReadyBody),
 ))]
 pub(super) async fn readyz(State(state): State<AppHandle>) -> Response {
-    let body = state.readiness.check();
+    let body = match state.office.current() {
+        Ok(office) => office.readiness.check(),
+        Err(standby) => crate::readiness::ReadyBody::standby(standby.epoch, standby.to_string()),
+    };
     let status = if body.ready {
         StatusCode::OK
     } else {
@@ -44,6 +47,7 @@ pub(super) async fn readyz(State(state): State<AppHandle>) -> Response {
 #[utoipa::path(get, path = "/v1/mss", responses(
     (status = 200, body = responses::MssBody),
     (status = 401, body = error::ErrorBody), (status = 403, body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
 ))]
 pub(super) async fn mss(
     State(state): State<AppHandle>,
@@ -53,13 +57,14 @@ pub(super) async fn mss(
         &[RoleKind::Station, RoleKind::Reader, RoleKind::Operator],
         "read the mss capabilities",
     )?;
+    let office = state.office()?;
     Ok(Json(
         responses::MssBody::new(
-            state.mss.name(),
-            &state.mss.capabilities(),
-            state.mss.room(),
+            office.mss.name(),
+            &office.mss.capabilities(),
+            office.mss.room(),
         )
-        .cancel_reaches_mss(state.mss.cancel_reaches_mss()),
+        .cancel_reaches_mss(office.mss.cancel_reaches_mss()),
     ))
 }
 
@@ -98,7 +103,7 @@ pub(super) async fn groups(
     };
     // Under the reload gate: the figures and the stamp are of the same configuration.
     let (gate, live) = state.live.deciding().await;
-    let mut view = state.ledger.shares(at_ms, now).await?;
+    let mut view = state.office()?.ledger.shares(at_ms, now).await?;
     drop(gate);
     view.config = Some(LoadedConfig {
         origin: live.stamp.origin.clone(),
@@ -196,7 +201,7 @@ pub(super) async fn report(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read reports")?;
     let (range, now) = report_range(&state, &query_of(query)?, BucketRule::Table)?;
-    Ok(Json(crate::report::read(&state.ledger, range, now).await?).into_response())
+    Ok(Json(crate::report::read(&state.office()?.ledger, range, now).await?).into_response())
 }
 
 /// Prometheus metrics: OpenMetrics text to a client whose `Accept` asks for it (Prometheus
@@ -219,8 +224,12 @@ pub(super) async fn metrics(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Reader, RoleKind::Operator], "read metrics")?;
     let now_ms = state.clock.now_ms();
-    let figures = state.ledger.metric_figures(now_ms).await?;
-    let (ledger, metrics) = (state.ledger.clone(), state.metrics.clone());
+    let Ok(office) = state.office.current() else {
+        // A standby has no ledger: its own metrics (the role among them) only.
+        return Ok(exposition(&headers, state.metrics.encode_process()));
+    };
+    let figures = office.ledger.metric_figures(now_ms).await?;
+    let (ledger, metrics) = (office.ledger.clone(), state.metrics.clone());
     // A task of its own: the first read after a start sums every hour, and a scraper that
     // times out meanwhile must not make the next scrape read them all again.
     let waits = tokio::spawn(async move { metrics.waits.read(&ledger, now_ms).await })
@@ -235,6 +244,11 @@ pub(super) async fn metrics(
     let text = state
         .metrics
         .encode(&figures.totals, &figures.shares, &waits);
+    Ok(exposition(&headers, text))
+}
+
+/// `text` (OpenMetrics) as the `Accept` header asks for it.
+fn exposition(headers: &HeaderMap, text: String) -> Response {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -242,16 +256,16 @@ pub(super) async fn metrics(
     if !crate::metrics::wants_openmetrics(accept) {
         let text = crate::metrics::prometheus_text(&text);
         let kind = "text/plain; version=0.0.4; charset=utf-8";
-        return Ok(([(header::CONTENT_TYPE, kind)], text).into_response());
+        return ([(header::CONTENT_TYPE, kind)], text).into_response();
     }
-    Ok((
+    (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         text,
     )
-        .into_response())
+        .into_response()
 }
 
 /// The share report as an HTML page for people: the table, charts of share, bytes, pending
@@ -289,7 +303,7 @@ pub(super) async fn report_page(
         bucket: q.bucket,
     };
     let (range, now) = report_range(&state, &range_query, BucketRule::Chart)?;
-    let report = crate::report::read(&state.ledger, range, now).await?;
+    let report = crate::report::read(&state.office()?.ledger, range, now).await?;
     let html = crate::report::html::page(&report, now, per_bucket).map_err(|e| {
         tracing::error!(error = %e, "report page not rendered");
         ApiError::new(

@@ -14,6 +14,7 @@ use super::AppHandle;
 use crate::auth::RoleKind;
 use crate::domain::RequestState;
 use crate::ledger::CancelOutcome;
+use crate::office::Office;
 
 /// A request id in a path: ASCII digits only, without a sign or leading zeros, so one request
 /// has one spelling (`+1` and `01` are not request 1).
@@ -56,17 +57,18 @@ pub(super) async fn get_request(
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "read requests")?;
     let id = id_of(raw)?;
-    match state.ledger.request(id).await? {
+    let office = state.office()?;
+    match office.ledger.request(id).await? {
         // Another station's request answers as if it did not exist: ids do not leak.
         Some(r) if caller.0.may_act_for(&r.station) => {
             let queued = r.state == crate::domain::RequestState::Queued;
-            let rides_on = readable(&state, &caller, r.rides_on).await?;
+            let rides_on = readable(&office, &caller, r.rides_on).await?;
             let mut body = RequestBody::from(r);
             body.rides_on = rides_on;
             if queued {
                 // Its placement now (one placement, off the writer) and its position from the
                 // latest ranking of the queue, never waiting for one (`ledger/rank.rs`).
-                if let Some(q) = state.ledger.explain_queued(id).await? {
+                if let Some(q) = office.ledger.explain_queued(id).await? {
                     /// A queued request's explain: its live placement and its place in the
                     /// latest ranking, side by side in one object.
                     #[derive(serde::Serialize)]
@@ -103,14 +105,14 @@ pub(super) async fn get_request(
 /// Request `id` (a rider's carrier), if `caller` may read it as `get_request` would: another
 /// station's request id is not shown, since that station reads it as 404.
 async fn readable(
-    state: &AppHandle,
+    office: &Office,
     caller: &Caller,
     id: Option<i64>,
 ) -> Result<Option<i64>, ApiError> {
     let Some(id) = id else {
         return Ok(None);
     };
-    Ok(match state.ledger.request(id).await? {
+    Ok(match office.ledger.request(id).await? {
         Some(carrier) if caller.0.may_act_for(&carrier.station) => Some(id),
         _ => None,
     })
@@ -131,14 +133,17 @@ pub(super) async fn cancel_request(
     raw: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "cancel requests")?;
+    let office = state.office()?;
     // A cancel takes a writer transaction and may call the MSS: it counts against the rate.
     caller.charge(&state, 1)?;
     let id = id_of(raw)?;
-    match state.ledger.request(id).await? {
+    match office.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => {}
         _ => return Err(ApiError::not_found(format!("no request {id}"))),
     }
-    match state.ledger.cancel(id).await? {
+    let outcome = office.ledger.cancel(id).await?;
+    super::still_in_office(&office)?;
+    match outcome {
         CancelOutcome::Cancelled => Ok(Json(CancelBody {
             id,
             state: RequestState::Cancelled.into(),
@@ -147,7 +152,7 @@ pub(super) async fn cancel_request(
         .into_response()),
         CancelOutcome::Requested(current) => {
             // The dispatcher may have stopped; the ledger keeps the flag and it is retried then.
-            let _ = state.cancels.send(id);
+            let _ = office.cancels.send(id);
             Ok((
                 StatusCode::ACCEPTED,
                 Json(CancelBody {
@@ -184,18 +189,19 @@ pub(super) async fn release_request(
         &[RoleKind::Station, RoleKind::Operator],
         "release staged files",
     )?;
+    let office = state.office()?;
     // A release calls the MSS: it counts against the station's rate.
     caller.charge(&state, 1)?;
     let id = id_of(raw)?;
-    let r = match state.ledger.request(id).await? {
+    let r = match office.ledger.request(id).await? {
         Some(r) if caller.0.may_act_for(&r.station) => r,
         _ => return Err(ApiError::not_found(format!("no request {id}"))),
     };
     let conflict = |m: String| ApiError::new(StatusCode::CONFLICT, Some("id"), m);
-    if !state.mss.capabilities().release {
+    if !office.mss.capabilities().release {
         return Err(conflict(format!(
             "the {} adapter keeps no disk copies to release",
-            state.mss.name()
+            office.mss.name()
         )));
     }
     if r.state != RequestState::Done || r.direction != mss_adapters::Direction::Read {
@@ -205,7 +211,7 @@ pub(super) async fn release_request(
             r.state.as_str()
         )));
     }
-    match state.mss.release(&r.transfer_ref()).await {
+    match office.mss.release(&r.transfer_ref()).await {
         Ok(()) => Ok(Json(responses::ReleaseBody { id, released: true })),
         Err(mss_adapters::MssError::Rejected(m)) => Err(conflict(format!("the mss refused: {m}"))),
         Err(mss_adapters::MssError::Unavailable(m) | mss_adapters::MssError::Unreachable(m)) => {

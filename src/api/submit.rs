@@ -12,10 +12,11 @@ use super::caller::Caller;
 use super::error::{self, ApiError};
 use super::request::{self, RequestInput};
 use super::responses::{self, AcceptedBody, BatchBody, BatchResult};
-use super::{AppHandle, AppState};
+use super::AppHandle;
 use crate::auth::{Principal, RoleKind};
 use crate::ledger::{Accepted, NewRequest, OutputInUse, Refused};
 use crate::live_settings::Live;
+use crate::office::Office;
 use crate::policy::{self, RequestFields};
 
 /// Check the content type and read the body.
@@ -41,7 +42,7 @@ pub(super) fn json_bytes(
 /// Classify a parsed request into what the ledger takes, under `live`'s policy (the caller
 /// holds the reload gate until the ledger answered: the writer decides with the same policy).
 fn prepare(
-    state: &AppState,
+    office: &Office,
     live: &Live,
     input: RequestInput,
     prefix: &str,
@@ -55,7 +56,7 @@ fn prepare(
     };
     let group = policy::classify(&live.policy, &fields)
         .map_err(|e| ApiError::field(&format!("{prefix}physics_group"), e.to_string()))?;
-    mss_can_take(state.mss.as_ref(), &input, prefix)?;
+    mss_can_take(office.mss.as_ref(), &input, prefix)?;
     library_known(&live.policy, &input.extras.library, prefix)?;
     let benefit = policy::benefit(&live.policy, &input.access_mode, input.size_bytes);
     Ok(NewRequest {
@@ -166,6 +167,7 @@ pub(super) async fn submit_one(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
+    let office = state.office()?;
     caller.charge(&state, 1)?;
     let bytes = json_bytes(&headers, body)?;
     let st = state.clone();
@@ -176,9 +178,10 @@ pub(super) async fn submit_one(
     caller.may_submit_for(&input.station, "station")?;
     caller.may_transfer(&input.file, input.direction, "file")?;
     let (gate, live) = state.live.deciding().await;
-    let item = prepare(&state, &live, input, "")?;
-    let mut answers = state.ledger.accept_each(vec![item]).await?;
+    let item = prepare(&office, &live, input, "")?;
+    let mut answers = office.ledger.accept_each(vec![item]).await?;
     drop(gate);
+    super::still_in_office(&office)?;
     let answer = answers.pop().ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -210,6 +213,7 @@ pub(super) async fn submit_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(&[RoleKind::Station, RoleKind::Operator], "submit requests")?;
+    let office = state.office()?;
     let who = caller.0.clone();
     let bytes = json_bytes(&headers, body)?;
     let size = bytes.len();
@@ -217,8 +221,8 @@ pub(super) async fn submit_batch(
         let items = request::batch_items(&bytes, &state.limits)?;
         caller.charge(&state, items.len())?;
         let (gate, live) = state.live.deciding().await;
-        let (refusals, valid) = prepare_items(&state, &live, &caller, &items)?;
-        return accept_batch(&state, &who, gate, refusals, valid).await;
+        let (refusals, valid) = prepare_items(&state, &office, &live, &caller, &items)?;
+        return accept_batch(&office, &who, gate, refusals, valid).await;
     }
     // Read and charged before the gate, as a small body is: a malformed or over-rate batch is
     // answered without waiting on a reload, and no reload (nor every submitter queued behind
@@ -239,6 +243,7 @@ pub(super) async fn submit_batch(
     .await??;
     let (gate, live) = state.live.deciding().await;
     let st = state.clone();
+    let of = office.clone();
     let (refusals, valid) = off_the_workers(size, move || {
         let items = (spans.into_iter())
             .map(|span| serde_json::from_slice::<&serde_json::value::RawValue>(&bytes[span]))
@@ -250,22 +255,23 @@ pub(super) async fn submit_batch(
                     format!("reading a batch item again failed: {e}"),
                 )
             })?;
-        prepare_items(&st, &live, &caller, &items)
+        prepare_items(&st, &of, &live, &caller, &items)
     })
     .await??;
-    accept_batch(&state, &who, gate, refusals, valid).await
+    accept_batch(&office, &who, gate, refusals, valid).await
 }
 
 /// The prepared items of a batch to the ledger under the decision gate, and the answer.
 async fn accept_batch(
-    state: &AppHandle,
+    office: &Office,
     who: &Principal,
     gate: tokio::sync::RwLockReadGuard<'_, ()>,
     refusals: Vec<Option<BatchResult>>,
     valid: Vec<NewRequest>,
 ) -> Result<Response, ApiError> {
-    let answers = state.ledger.accept_each(valid).await?;
+    let answers = office.ledger.accept_each(valid).await?;
     drop(gate);
+    super::still_in_office(office)?;
     let (results, capped) = merge_answers(who, refusals, answers)?;
     Ok(batch_response(results, capped))
 }
@@ -329,6 +335,7 @@ async fn off_the_workers<T: Send + 'static>(
 /// whole batch: it is a client error, and nothing of the batch is committed.
 fn prepare_items(
     state: &AppHandle,
+    office: &Office,
     live: &Live,
     caller: &Caller,
     items: &[&serde_json::value::RawValue],
@@ -344,7 +351,7 @@ fn prepare_items(
         if let Ok(input) = &parsed {
             caller.may_transfer(&input.file, input.direction, &format!("{prefix}file"))?;
         }
-        match parsed.and_then(|input| prepare(state, live, input, &prefix)) {
+        match parsed.and_then(|input| prepare(office, live, input, &prefix)) {
             Ok(item) => {
                 valid.push(item);
                 refusals.push(None);

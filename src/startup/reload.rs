@@ -23,9 +23,10 @@ use crate::clock::Clock;
 use crate::config::layers::{self, Layers, Sourced};
 use crate::config::{ConfigError, Settings, DEFAULT_PATH, EMBEDDED};
 use crate::dispatcher::MssSettings;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::LedgerError;
 use crate::live_settings::{ConfigStamp, Identities, Live, LiveSettings};
 use crate::live_settings::{Refusal, Reload, ReloadRefused, Reloaded};
+use crate::office::{OfficeSlot, Standby};
 use crate::tls::TlsSource;
 
 /// A loaded configuration and the SHA-256 of the file bytes it came from.
@@ -120,6 +121,9 @@ pub enum ReloadError {
     /// The TLS files (their paths are fixed) cannot be read or are refused.
     #[error("{0}")]
     Tls(crate::tls::TlsError),
+    /// No term of office: there is no ledger to take a new policy.
+    #[error("{0}")]
+    Standby(Standby),
 }
 
 impl ReloadError {
@@ -135,6 +139,7 @@ impl ReloadError {
             ReloadError::Ledger(_) => "config".to_string(),
             ReloadError::Tokens(_) => "auth.token_file".to_string(),
             ReloadError::Tls(e) => e.key.to_string(),
+            ReloadError::Standby(_) => "leadership".to_string(),
         }
     }
 
@@ -144,7 +149,7 @@ impl ReloadError {
             ReloadError::Config(_) => Refusal::Invalid,
             ReloadError::Fixed { .. } => Refusal::Fixed,
             ReloadError::Ledger(LedgerError::RemovedGroups(_)) => Refusal::RemovedGroups,
-            ReloadError::Ledger(_) => Refusal::Failed,
+            ReloadError::Ledger(_) | ReloadError::Standby(_) => Refusal::Failed,
             ReloadError::Tokens(_) | ReloadError::Tls(_) => Refusal::Invalid,
         };
         ReloadRefused {
@@ -161,7 +166,8 @@ pub struct Reloader {
     /// The configuration the broker started with: what cannot change is compared to it.
     started: Settings,
     live: Arc<LiveSettings>,
-    ledger: Ledger,
+    /// The term of office whose ledger takes the new policy.
+    office: Arc<OfficeSlot>,
     clock: Arc<dyn Clock>,
     /// The TLS files in force, read again at every reload.
     tls: Option<TlsSource>,
@@ -174,7 +180,7 @@ impl Reloader {
         load: LoadSettings,
         started: Settings,
         live: Arc<LiveSettings>,
-        ledger: Ledger,
+        office: Arc<OfficeSlot>,
         clock: Arc<dyn Clock>,
         tls: Option<TlsSource>,
     ) -> Reloader {
@@ -182,7 +188,7 @@ impl Reloader {
             load,
             started,
             live,
-            ledger,
+            office,
             clock,
             tls,
             one: tokio::sync::Mutex::new(()),
@@ -203,6 +209,7 @@ impl Reloader {
 
     async fn reload_quietly(&self) -> Result<Reloaded, ReloadError> {
         let _one = self.one.lock().await;
+        let office = self.office.current().map_err(ReloadError::Standby)?;
         let load = self.load.clone();
         let loaded = tokio::task::spawn_blocking(move || load())
             .await
@@ -225,10 +232,10 @@ impl Reloader {
         // The new policy's queues are read off the writer while requests are still decided
         // under the old one; then, with the gate closed, the writer catches up with what was
         // committed meanwhile and takes the new policy (see `ledger::Ledger::prepare_reload`).
-        let prepared =
-            (self.ledger.prepare_reload(new.policy.clone()).await).map_err(ReloadError::Ledger)?;
+        let prepared = (office.ledger.prepare_reload(new.policy.clone()).await)
+            .map_err(ReloadError::Ledger)?;
         let _closed = self.live.swapping().await;
-        (self.ledger.install_reload(prepared).await).map_err(ReloadError::Ledger)?;
+        (office.ledger.install_reload(prepared).await).map_err(ReloadError::Ledger)?;
         let stamp = ConfigStamp {
             origin: new.origin.clone(),
             sha256: loaded.sha256.clone(),

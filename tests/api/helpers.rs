@@ -233,6 +233,25 @@ impl TestApp {
         let app = Application::build_with_clock(&settings, clock)
             .await
             .expect("build broker");
+        TestApp::run(app, db)
+    }
+
+    /// Start a broker that holds office as `role` says (the test holds the sender).
+    pub async fn spawn_with_role(
+        config: &str,
+        db: PathBuf,
+        role: tokio::sync::watch::Receiver<mssbroker::leadership::Role>,
+    ) -> TestApp {
+        let mut settings = Settings::parse(config, "test").expect("test config");
+        settings.database.path = db.clone();
+        let app = Application::build_with_role(&settings, Arc::new(SystemClock), role)
+            .await
+            .expect("build broker");
+        TestApp::run(app, db)
+    }
+
+    /// Serve `app` (built on `db`) in this test's runtime.
+    fn run(app: Application, db: PathBuf) -> TestApp {
         let addr: SocketAddr = app.local_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(async move {

@@ -17,6 +17,7 @@ mod failures;
 mod faults;
 mod first_run;
 mod helpers;
+mod leadership;
 mod local_files;
 mod metrics;
 mod metrics_conventions;

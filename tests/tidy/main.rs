@@ -129,6 +129,7 @@ const LAYERS: &[&[&str]] = &[
         "api",
         "metrics",
         "readiness",
+        "office",
     ],
     &["server", "telemetry"],
     &[

@@ -1,0 +1,218 @@
+//! Terms of office (issue 42, step 5): a `leadership::Role` watch drives them. On `Leader {
+//! epoch }` a term opens the ledger as at start (the writer's start is a new incarnation),
+//! builds the MSS adapter gated on the term, starts the dispatcher's loops and the writer's tick,
+//! then publishes the office. On `Standby` or `Lost` it ends: **first** the office is withdrawn
+//! (`OfficeSlot::withdraw`: no write is acknowledged from that instant, and the term's adapter
+//! starts no MSS call), **then** the dispatcher's loops are aborted and awaited, then the writer
+//! ends once the last ledger handle is gone. A later `Leader` is a new term at its epoch; a
+//! `Leader` at another epoch without a `Lost` between ends the old term first.
+//!
+//! With no leadership configured the role is [`sole_leader`]: `Leader { epoch: 1 }` for the
+//! process's life, its first term opened while the broker is built (so a ledger that cannot be
+//! opened stops the start, as before). A role watch whose sender is dropped (its source ended)
+//! is taken as `Standby` for good.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+
+use super::StartupError;
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::dispatcher::Dispatcher;
+use crate::leadership::Role;
+use crate::ledger::identity::DbFile;
+use crate::ledger::Ledger;
+use crate::live_settings::LiveSettings;
+use crate::metrics::Metrics;
+use crate::office::mss_gate::{Gated, InOffice};
+use crate::office::{Office, OfficeSlot};
+use crate::readiness::Readiness;
+
+/// The role of a broker with no leadership configured: the leader at epoch 1, for good (one
+/// sender for the process, kept for its life and never sent on).
+pub fn sole_leader() -> watch::Receiver<Role> {
+    static SOLE: std::sync::OnceLock<watch::Sender<Role>> = std::sync::OnceLock::new();
+    SOLE.get_or_init(|| watch::channel(Role::Leader { epoch: 1 }).0)
+        .subscribe()
+}
+
+/// What every term is built from: the process's parts.
+pub(super) struct TermContext {
+    pub settings: Settings,
+    pub live: Arc<LiveSettings>,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Arc<Metrics>,
+    /// The URL the HTTP adapter talks to (the embedded simulator's when it runs).
+    pub http_url: String,
+}
+
+/// An opened term, not yet started.
+pub(super) struct Term {
+    office: Arc<Office>,
+    dispatcher: Dispatcher,
+    cancels: mpsc::UnboundedReceiver<i64>,
+    writer: std::thread::JoinHandle<()>,
+}
+
+/// A started term: its office published, its loops running.
+pub(super) struct Running {
+    office: Arc<Office>,
+    tasks: JoinSet<()>,
+    writer: std::thread::JoinHandle<()>,
+}
+
+impl TermContext {
+    /// Open a term at `epoch`: the ledger (with the policy in force), the gated adapter, the
+    /// dispatcher and readiness. Blocking (the ledger opens its file and loads its state).
+    pub fn open(&self, epoch: i64) -> Result<Term, StartupError> {
+        let options = super::ledger_options(&self.settings, self.metrics.clone());
+        let policy = self.live.get().policy.clone();
+        let (ledger, writer) = Ledger::open(&options, policy, self.clock.clone())?;
+        let term = InOffice::new();
+        let inner = super::build_adapter(&self.settings, ledger.instance(), &self.http_url)?;
+        let mss: Arc<dyn mss_adapters::MssAdapter> = Arc::new(Gated::new(inner, term.clone()));
+        let (cancel_tx, cancels) = mpsc::unbounded_channel();
+        let dispatcher = Dispatcher::new(
+            ledger.clone(),
+            mss.clone(),
+            self.settings.mss.clone(),
+            self.live.clone(),
+            self.clock.clone(),
+            self.metrics.clone(),
+        );
+        let readiness = Readiness::new(
+            ledger.clone(),
+            options.path.clone(),
+            DbFile::of(&options.path)?,
+            dispatcher.last_call(),
+        );
+        let office = Office::new(epoch, ledger, mss, cancel_tx, readiness, term);
+        Ok(Term {
+            office: Arc::new(office),
+            dispatcher,
+            cancels,
+            writer,
+        })
+    }
+}
+
+impl Term {
+    /// Start the term's loops, then publish its office.
+    pub(super) fn start(self, ctx: &TermContext, slot: &OfficeSlot) -> Running {
+        let mut tasks = JoinSet::new();
+        let ledger = self.office.ledger.clone();
+        self.dispatcher.spawn(self.cancels, &mut tasks);
+        tasks.spawn(crate::readiness::tick_loop(ledger.clone()));
+        if !ctx.settings.policy.order.volumes() {
+            tasks.spawn(super::rank_queue(ledger));
+        }
+        let epoch = self.office.epoch;
+        ctx.metrics.took_office(epoch);
+        slot.publish(self.office.clone());
+        info!(epoch, "leading: this broker's term of office has started");
+        Running {
+            office: self.office,
+            tasks,
+            writer: self.writer,
+        }
+    }
+}
+
+impl Running {
+    /// End the term: withdraw the office (no acknowledgement, no MSS call from here on), stop
+    /// the loops, then wait for the writer, which ends with the last ledger handle.
+    async fn end(self, ctx: &TermContext, slot: &OfficeSlot) {
+        let epoch = self.office.epoch;
+        slot.withdraw();
+        let mut tasks = self.tasks;
+        tasks.shutdown().await;
+        drop(self.office);
+        let writer = self.writer;
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        ctx.metrics.left_office();
+        info!(
+            epoch,
+            "the term of office has ended: its dispatcher and writer have stopped"
+        );
+    }
+}
+
+/// Terms as `role` says, starting with `running` (the first term, started before the server
+/// serves its first request), until `stop` completes; then the term in force ends.
+pub(super) async fn hold(
+    ctx: Arc<TermContext>,
+    slot: Arc<OfficeSlot>,
+    mut role: watch::Receiver<Role>,
+    mut running: Option<Running>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    // A role whose source has ended (a `Contender` gone) is no longer known: standing by.
+    let mut ended = false;
+    loop {
+        let now = if ended {
+            Role::Standby
+        } else {
+            *role.borrow_and_update()
+        };
+        slot.saw(now);
+        running = follow(&ctx, &slot, now, running).await;
+        if ended {
+            let _ = (&mut stop).await;
+            break;
+        }
+        tokio::select! {
+            changed = role.changed() => ended = changed.is_err(),
+            _ = &mut stop => break,
+        }
+        if ended {
+            error!("the leadership role's source has ended: standing by until a restart");
+        }
+    }
+    if let Some(r) = running {
+        r.end(&ctx, &slot).await;
+    }
+}
+
+/// The term in force once `role` is followed from `running`.
+async fn follow(
+    ctx: &Arc<TermContext>,
+    slot: &OfficeSlot,
+    role: Role,
+    running: Option<Running>,
+) -> Option<Running> {
+    let leading = role.leading();
+    let running = match running {
+        Some(r) if leading != Some(r.office.epoch) => {
+            r.end(ctx, slot).await;
+            warn!(
+                ?role,
+                "standby: /readyz and writes answer 503 until this broker leads again"
+            );
+            None
+        }
+        other => other,
+    };
+    match (leading, running) {
+        (Some(epoch), None) => {
+            let opening = ctx.clone();
+            match tokio::task::spawn_blocking(move || opening.open(epoch)).await {
+                Ok(Ok(term)) => Some(term.start(ctx, slot)),
+                Ok(Err(e)) => {
+                    error!(epoch, error = %e, "cannot take office; staying a standby");
+                    None
+                }
+                Err(e) => {
+                    error!(epoch, error = %e, "opening the term failed; staying a standby");
+                    None
+                }
+            }
+        }
+        (_, running) => running,
+    }
+}
+
+#[cfg(test)]
+mod tests;
