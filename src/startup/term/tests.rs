@@ -37,9 +37,9 @@ async fn a_write_that_took_the_office_before_the_term_ended_is_not_acknowledged(
     let server = tokio::spawn(app.run_until_stopped(async {
         let _ = stopped.await;
     }));
-    let office = slot
-        .current()
-        .expect("the first term is published before serving");
+    // The first term is published when the server task runs, before it serves: wait for it.
+    until("the first term published", || slot.current().is_ok()).await;
+    let office = slot.current().expect("published");
     let holders = Arc::strong_count(&office);
     let closed = live.swapping().await;
     let body = serde_json::json!({
