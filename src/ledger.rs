@@ -79,6 +79,7 @@ pub mod aggregates;
 pub mod backup;
 mod columns;
 mod commands;
+mod db;
 mod export;
 mod group_cancel;
 mod history;
@@ -164,8 +165,8 @@ pub enum LedgerError {
     },
 }
 
-impl From<rusqlite::Error> for LedgerError {
-    fn from(e: rusqlite::Error) -> Self {
+impl From<db::DbError> for LedgerError {
+    fn from(e: db::DbError) -> Self {
         LedgerError::Storage(e.to_string())
     }
 }
