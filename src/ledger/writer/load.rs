@@ -20,6 +20,7 @@ use super::volumes;
 use super::Writer;
 use crate::clock::Clock;
 use crate::domain::PolicySettings;
+use crate::ledger::db::Db;
 use crate::ledger::live::Published;
 use crate::ledger::mss_key::MssKeys;
 use crate::ledger::wide::Wide;
@@ -47,9 +48,11 @@ impl Writer {
         let state =
             load_state(&mut conn, &policy, clock.now_ms(), idempotency)?.with_outputs(outputs);
         // Committed before any request of this start exists (see `ledger::mss_key`).
-        let keys = MssKeys::begin(&conn, clock.now_ms()).map_err(|e| LedgerError::Open {
-            path: options.path.clone(),
-            message: format!("cannot record this start's incarnation: {e}"),
+        let keys = MssKeys::begin(&Db::borrowed(&conn), clock.now_ms()).map_err(|e| {
+            LedgerError::Open {
+                path: options.path.clone(),
+                message: format!("cannot record this start's incarnation: {e}"),
+            }
         })?;
         published.publish(
             &policy,
@@ -127,7 +130,7 @@ pub(super) fn finish_state(
     idempotency: Idempotency,
 ) -> Result<WriterState, LedgerError> {
     let usage = load_usage(conn, policy, now)?;
-    let held = usage::group_counts(conn, policy)?
+    let held = usage::group_counts(&Db::borrowed(conn), policy)?
         .into_iter()
         .map(|c| c.held)
         .collect();
@@ -201,16 +204,17 @@ fn load_usage(
     now: i64,
 ) -> Result<UsageBook, LedgerError> {
     let started = std::time::Instant::now();
-    let loaded = usage::load_book(tx, policy, now)?;
+    let db = Db::borrowed(tx);
+    let loaded = usage::load_book(&db, policy, now)?;
     if loaded.rebuilt {
-        usage::persist_rebuilt(tx, policy, &loaded.book)?;
+        usage::persist_rebuilt(&db, policy, &loaded.book)?;
         info!(
             model = %policy.usage_model.describe(),
             millis = started.elapsed().as_millis() as u64,
             "usage aggregates rebuilt from the requests for a changed usage model"
         );
     } else {
-        usage::store_model(tx, policy, &loaded.book)?;
+        usage::store_model(&db, policy, &loaded.book)?;
     }
     Ok(loaded.book)
 }
