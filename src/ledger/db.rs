@@ -411,6 +411,20 @@ impl Stmt<'_> {
         Ok(out)
     }
 
+    /// The rows, each read by `f`, as an iterator (streamed: nothing collected).
+    pub fn query_map<'s, T>(
+        &'s mut self,
+        params: &[&dyn Param],
+        mut f: impl FnMut(&Row<'_>) -> DbResult<T> + 's,
+    ) -> DbResult<impl Iterator<Item = DbResult<T>> + 's> {
+        match &mut self.inner {
+            StmtInner::Sqlite(s) => Ok(s
+                .query_and_then(rusqlite::params_from_iter(binds(params)), move |r| {
+                    f(&Row::from_sqlite(r))
+                })?),
+        }
+    }
+
     pub fn for_each<E: From<DbError>>(
         &mut self,
         params: &[&dyn Param],

@@ -194,14 +194,14 @@ impl Reply {
 
 /// A result and the reply it makes (with a stand-in answer when it failed: the reply then
 /// carries the transaction's error).
-fn reply<T, R>(
-    result: rusqlite::Result<T>,
+fn reply<T, R, E: Into<rusqlite::Error>>(
+    result: Result<T, E>,
     failed: T,
     make: impl FnOnce(T) -> R,
 ) -> (R, rusqlite::Result<()>) {
     match result {
         Ok(v) => (make(v), Ok(())),
-        Err(e) => (make(failed), Err(e)),
+        Err(e) => (make(failed), Err(e.into())),
     }
 }
 
