@@ -8,7 +8,7 @@
 //! descriptor limit raised before building), `cancel.rs` (`cancel --group`: `POST
 //! /v1/admin/cancel-group`), `reload.rs` (`reload`: `POST /v1/admin/reload`), `client.rs` (`submit`
 //! and the shared HTTP answer printing), `reports.rs` (`shares`, `report`), `backup.rs` (`backup`:
-//! flags into `ledger::backup`), `mss_sim.rs` (`mss-sim`), `drive_flags.rs` (the drive flags
+//! flags into `ledger::backup`), `mss_sim.rs` (`mss-sim`), `library_flags.rs` (the library flags
 //! `simulate` and `mss-sim` both put over `[mss.simulator]`), `trace.rs` (`trace gen`: parameters from
 //! TOML into `trace::synth::generate`, the trace to a file or stdout, the summary on stderr; `trace
 //! export`: `LedgerReader::for_each_request` streamed row by row into trace records), `simulate.rs`
@@ -29,7 +29,7 @@ mod backup;
 mod bench;
 mod cancel;
 mod client;
-mod drive_flags;
+mod library_flags;
 mod mss_sim;
 mod reload;
 mod reports;

@@ -1,6 +1,6 @@
 //! `mssbroker mss-sim`: the MSS simulator as a process of its own.
 
-use super::drive_flags::DriveFlags;
+use super::library_flags::LibraryFlags;
 use super::serve::{banner, StopSignals};
 use crate::config::Settings;
 use anyhow::{bail, Context};
@@ -20,28 +20,14 @@ pub(super) struct SimArgs {
     /// [default: `[mss.simulator] listen` with --config, else 127.0.0.1:7070]
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// [default: `[mss.simulator] drives` with --config, else 4]
-    #[arg(long)]
-    drives: Option<usize>,
     /// "priority" model: seconds to mount a volume [default: `[mss.simulator] mount_seconds`
     /// with --config, else 60].
     #[arg(long)]
     mount_seconds: Option<f64>,
-    /// Transfer rate of one drive [default: `[mss.simulator] rate_mb_per_sec`, else the drive
-    /// profile's].
-    #[arg(long)]
-    rate_mb_per_sec: Option<f64>,
     /// Virtual seconds per real second [default: `[mss.simulator] time_scale` with --config,
     /// else 1].
     #[arg(long)]
     time_scale: Option<f64>,
-    /// Fraction of transfers that fail (retryably), 0..1 [default: `[mss.simulator]
-    /// failure_rate` with --config, else 0].
-    #[arg(long)]
-    failure_rate: Option<f64>,
-    /// [default: `[mss.simulator] seed` with --config, else 1]
-    #[arg(long)]
-    seed: Option<u64>,
     /// Fraction of submission calls answered 503, 0..1.
     #[arg(long, default_value_t = 0.0)]
     submit_failure_rate: f64,
@@ -54,29 +40,12 @@ pub(super) struct SimArgs {
     /// Fraction of events written to the event log twice, 0..1.
     #[arg(long, default_value_t = 0.0)]
     duplicate_event_rate: f64,
-    /// The library model: "priority" (strict priority over all pending transfers) or
-    /// "enstore" (per-volume queues in tape order, the mounted volume first, a dismount delay)
-    /// [default: `[mss.simulator] model` with --config, else priority].
-    #[arg(long)]
-    model: Option<String>,
-    /// Enstore model: the drive profile, lto8, lto9, ts1160 or custom (docs/enstore-model.md);
-    /// a profile given here replaces the configuration's figures with its own [default:
-    /// `[mss.simulator] drive` and its figures with --config, else lto9].
-    #[arg(long)]
-    drive: Option<String>,
-    /// Enstore model: the order of a mounted volume's reads, position (Enstore) or rao (CTA)
-    /// [default: `[mss.simulator] order` with --config, else position].
-    #[arg(long)]
-    order: Option<String>,
     /// Enstore model: seconds a drive keeps an idle volume mounted (Enstore's dismount_delay)
     /// [default: `[mss.simulator] dismount_delay_seconds` with --config, else 60].
     #[arg(long)]
     dismount_delay_seconds: Option<f64>,
-    /// Enstore model: transfers at or above this priority are admin requests (served first by
-    /// an idle drive, and taking over a drive done with a regular transfer when none is idle)
-    /// [default: `[mss.simulator] admin_priority_from` with --config, else none].
-    #[arg(long)]
-    admin_priority_from: Option<i64>,
+    #[command(flatten)]
+    library: LibraryFlags,
 }
 
 /// What the simulator runs before the flags: `[mss.simulator]` of `--config`, else the
@@ -121,30 +90,12 @@ fn library(args: &SimArgs, mut library: LibraryConfig) -> anyhow::Result<Library
             bail!("--{flag} must be 0 or more seconds")
         }
     };
-    DriveFlags {
-        model: args.model.as_deref(),
-        drive: args.drive.as_deref(),
-        order: args.order.as_deref(),
-        rate_mb_per_sec: args.rate_mb_per_sec,
-    }
-    .apply(&mut library)?;
-    if let Some(drives) = args.drives {
-        library.drives = drives.max(1);
-    }
+    args.library.apply(&mut library)?;
     if let Some(mount) = args.mount_seconds {
         library.mount_micros = seconds(mount, "mount-seconds")?;
     }
     if let Some(delay) = args.dismount_delay_seconds {
         library.dismount_delay_micros = seconds(delay, "dismount-delay-seconds")?;
-    }
-    if let Some(rate) = args.failure_rate {
-        library.failure_rate = rate;
-    }
-    if let Some(seed) = args.seed {
-        library.seed = seed;
-    }
-    if args.admin_priority_from.is_some() {
-        library.admin_from = args.admin_priority_from;
     }
     Ok(library)
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use super::drive_flags::DriveFlags;
+use super::library_flags::LibraryFlags;
 use crate::config::Settings;
 use crate::simulate::{self, Baseline, RunSpec, SimulationReport};
 use crate::trace::{read_trace, TraceRecord};
@@ -31,25 +31,6 @@ pub(super) struct SimulateArgs {
     /// pass_through, held or volumes [default: the configuration's].
     #[arg(long)]
     mode: Option<String>,
-    /// Tape drives in the library [default: `[mss.simulator] drives`, else 4].
-    #[arg(long)]
-    drives: Option<usize>,
-    /// The library model: enstore or priority [default: `[mss.simulator] model` when set,
-    /// else enstore].
-    #[arg(long)]
-    model: Option<String>,
-    /// The drive profile: lto8, lto9, ts1160 or custom [default: `[mss.simulator] drive`,
-    /// else lto9]; a profile given here replaces the table's figures with its own.
-    #[arg(long)]
-    drive: Option<String>,
-    /// The order of a mounted volume's reads: position (Enstore) or rao (CTA) [default:
-    /// `[mss.simulator] order`, else position].
-    #[arg(long)]
-    order: Option<String>,
-    /// Transfer rate of one drive, MB/s [default: `[mss.simulator] rate_mb_per_sec`, else the
-    /// profile's].
-    #[arg(long)]
-    rate_mb_per_sec: Option<f64>,
     /// Bytes done per share-error window.
     #[arg(long, default_value_t = simulate::DEFAULT_WINDOW_BYTES)]
     window_bytes: u64,
@@ -61,20 +42,6 @@ pub(super) struct SimulateArgs {
     /// table or json.
     #[arg(long, default_value = "table")]
     format: String,
-    /// Enstore model: transfers at or above this priority are admin requests, as a site's
-    /// library manager configuration makes data taking's (priority classes get the broker's
-    /// highest priorities) [default: `[mss.simulator] admin_priority_from`, else none].
-    #[arg(long)]
-    admin_priority_from: Option<i64>,
-    /// Fraction of transfers the library fails (retryably) at their end, 0..1; each is tried
-    /// again as `[mss] retry_*` say, as `serve` does [default: `[mss.simulator]
-    /// failure_rate`, else 0].
-    #[arg(long)]
-    failure_rate: Option<f64>,
-    /// Seed of the library's failures and of weighted_random [default: `[mss.simulator]
-    /// seed`, else 1].
-    #[arg(long)]
-    seed: Option<u64>,
     /// Vary a `[release.volumes]` key over values: KEY=V1,V2,... (repeat for more keys; the
     /// runs are their cross product in the volumes mode, with held and pass_through as
     /// baselines; instead of --mode/--compare).
@@ -88,6 +55,8 @@ pub(super) struct SimulateArgs {
     /// largest share error over the windows).
     #[arg(long, default_value = "wait_p95")]
     chart_x: String,
+    #[command(flatten)]
+    library: LibraryFlags,
 }
 
 mod sweep;
@@ -166,28 +135,7 @@ fn library(args: &SimulateArgs, text: &str) -> anyhow::Result<LibraryConfig> {
     if !model_set {
         library.model = Model::Enstore;
     }
-    DriveFlags {
-        model: args.model.as_deref(),
-        drive: args.drive.as_deref(),
-        order: args.order.as_deref(),
-        rate_mb_per_sec: args.rate_mb_per_sec,
-    }
-    .apply(&mut library)?;
-    if let Some(drives) = args.drives {
-        library.drives = drives.max(1);
-    }
-    if let Some(seed) = args.seed {
-        library.seed = seed;
-    }
-    if args.admin_priority_from.is_some() {
-        library.admin_from = args.admin_priority_from;
-    }
-    if let Some(rate) = args.failure_rate {
-        if !(0.0..=1.0).contains(&rate) {
-            bail!("--failure-rate {rate}: expected a fraction from 0 to 1");
-        }
-        library.failure_rate = rate;
-    }
+    args.library.apply(&mut library)?;
     Ok(library)
 }
 

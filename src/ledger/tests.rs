@@ -1406,6 +1406,7 @@ mod outputs;
 mod queued_caps;
 mod random_sequences;
 mod reload;
+mod reload_noting;
 mod retry_paths;
 mod volume_flights;
 mod volume_lookup;

@@ -18,6 +18,7 @@ mod command;
 mod idempotency;
 mod load;
 mod located;
+mod noted;
 mod outputs;
 mod queued;
 mod release;
@@ -335,6 +336,7 @@ impl Writer {
             report: ReportDeltas::default(),
             ready: false,
             unknown_keys: 0,
+            changed: noted::Changed::new(self.reloads.noting()),
         };
         let outcome = (|| {
             if let Some(factor) = rebase {
@@ -354,9 +356,13 @@ impl Writer {
                 .map_err(rusqlite::Error::from)
         })();
         let (ready, unknown_keys) = (txn.ready, txn.unknown_keys);
+        let changed = txn.changed.into_ids();
         let outcome = outcome
             .and_then(|()| self.file.check().map_err(rusqlite::Error::from))
             .and_then(|()| tx.commit());
+        if outcome.is_ok() {
+            self.reloads.committed(changed);
+        }
         (outcome, ready, unknown_keys)
     }
 }

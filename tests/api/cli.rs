@@ -263,3 +263,39 @@ fn a_trace_gen_that_fails_part_way_leaves_no_partial_trace() {
         "only the params and the older file: {left:?}"
     );
 }
+
+/// `mss-sim` and `simulate` read their library flags through one struct: a failure rate
+/// outside 0..1 is refused by both with the same message naming the flag (`mss-sim` said only
+/// "every --*-rate within 0..1"), before the simulator listens.
+#[test]
+fn mss_sim_refuses_a_failure_rate_outside_zero_to_one_as_simulate_does() {
+    let mut child = Command::new(BIN)
+        .args([
+            "mss-sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--failure-rate",
+            "1.5",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A simulator that took the flag would listen until stopped: wait for an exit, not forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("mss-sim took --failure-rate 1.5 and kept running");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert!(!status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--failure-rate 1.5"), "{stderr}");
+}

@@ -69,6 +69,7 @@ impl Txn<'_, '_> {
             },
         };
         let id = self.insert(item, &entry, candidate.slots)?;
+        self.note(id);
         self.hold_output(item, id);
         self.tx
             .prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?

@@ -322,6 +322,7 @@ impl Txn<'_, '_> {
             };
             let size = size.max(0) as u64;
             let benefit = crate::policy::benefit(self.policy, &mode, size);
+            self.note(id);
             self.tx
                 .prepare_cached(
                     "UPDATE requests SET charged = ?2, charged_bytes = ?3, charged_ms = ?4 \
@@ -393,6 +394,7 @@ impl Txn<'_, '_> {
         };
         let (file, local) = self.unlink(first, RequestState::Accepted)?;
         if self.st.volume_join_flight(first, carrier) {
+            self.note(first);
             self.tx
                 .prepare_cached(
                     "UPDATE requests SET (release_seq, release_lead) = \
@@ -447,6 +449,7 @@ impl Txn<'_, '_> {
         first: i64,
         state: RequestState,
     ) -> rusqlite::Result<(String, Option<String>)> {
+        self.note(first);
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = ?2, rides_on = NULL, next_attempt_ms = \
@@ -470,6 +473,7 @@ impl Txn<'_, '_> {
             .tx
             .prepare_cached("UPDATE requests SET rides_on = ?1 WHERE id = ?2")?;
         for id in rest {
+            self.note(*id);
             stmt.execute(params![first, id])?;
         }
         Ok(())

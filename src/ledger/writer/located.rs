@@ -21,6 +21,7 @@ impl Txn<'_, '_> {
                 Some((v, p)) => (Some(v.as_str()), i64::try_from(*p).ok(), item.source),
                 None => (None, None, LOOKUP_FAILED),
             };
+            self.note(item.id);
             let changed = self
                 .tx
                 .prepare_cached(

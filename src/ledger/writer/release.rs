@@ -91,6 +91,7 @@ impl Txn<'_, '_> {
             ..HourRow::default()
         };
         if self.policy.order.held() || self.policy.order.volumes() {
+            self.note(c.id);
             let read: Option<(String, Option<String>)> = self
                 .tx
                 .prepare_cached(
@@ -120,6 +121,7 @@ impl Txn<'_, '_> {
         c: &Candidate,
         p: &Placement,
     ) -> rusqlite::Result<()> {
+        self.note(c.id);
         let read: Option<(String, Option<String>)> = self
             .tx
             .prepare_cached(
@@ -209,6 +211,7 @@ impl Txn<'_, '_> {
         let path = self.policy.group(c.group).path.to_string();
         if let Some(reason) = held_by(self.policy, &self.st.usage.at(self.now), c.group, c.benefit)
         {
+            self.note(c.id);
             self.tx
                 .prepare_cached(
                     "UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1",
@@ -226,6 +229,7 @@ impl Txn<'_, '_> {
             self.fbsng_started(c.group);
         }
         for &id in &pick.passed_over {
+            self.note(id);
             self.tx
                 .prepare_cached("UPDATE requests SET passed = passed + 1 WHERE id = ?1")?
                 .execute([id])?;

@@ -3,7 +3,8 @@
 //!
 //! 1. **Snapshot** (`Command::ReloadSnapshot`, on the writer, between two commits): a read
 //!    transaction is opened on a connection of its own, and from then on the writer notes the id
-//!    of every request row any statement inserts or changes (SQLite's update hook).
+//!    of every request row its statements insert or change (each statement notes its own rows,
+//!    `noted.rs`; a debug build's install checks that none was missed).
 //! 2. **Prepare** (off the writer, on a blocking thread): everything of the new memory that grows
 //!    with the rows ([`RowState`]: the held queue, the volume queue's waiting requests, the
 //!    queued-bytes tallies, the slots outstanding, the carriers) is read from the snapshot for
@@ -18,29 +19,25 @@
 //!    writer's work is what changed during the preparation, not the queue.
 //!
 //! The noting stops when the reload is installed or its preparation is dropped (the writer sees
-//! its ticket gone); past [`MAX_NOTED`] rows it gives up, and the install then reads everything
+//! its ticket gone); past `noted::MAX_NOTED` rows it gives up, and the install then reads everything
 //! on the writer as a start does (correct, only slower). A change of the usage model still
 //! rebuilds the usage aggregates from every request on the writer, as a start does.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-use rusqlite::hooks::Action;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use super::idempotency::Idempotency;
 use super::load::{add_groups, finish_state, load_state, refuse_removed_groups};
+use super::noted::Noted;
 use super::rows::{Row, RowState};
 use super::volumes;
 use super::Writer;
 use crate::domain::PolicySettings;
 use crate::ledger::LedgerError;
-
-/// Most rows noted during one preparation before the writer gives up noting (8 bytes and some
-/// per row); the install then reads everything on the writer.
-pub(super) const MAX_NOTED: usize = 2_000_000;
 
 /// The writer's part in reloads: what it keeps while one is being prepared, and the number of
 /// the latest snapshot (an install must be of it).
@@ -53,15 +50,23 @@ pub(super) struct Reloads {
 /// What the writer keeps while a reload is being prepared: the rows changed since its snapshot.
 struct Noting {
     generation: u64,
-    rows: Arc<Mutex<Noted>>,
+    rows: Noted,
     /// Held by the preparation: gone, the reload was abandoned.
     ticket: Weak<Ticket>,
 }
 
-#[derive(Default)]
-struct Noted {
-    ids: HashSet<i64>,
-    overflowed: bool,
+impl Reloads {
+    /// Whether a reload is being prepared: the transactions note the rows they change.
+    pub fn noting(&self) -> bool {
+        self.noting.is_some()
+    }
+
+    /// A transaction committed, changing the `requests` rows `ids`.
+    pub fn committed(&mut self, ids: Vec<i64>) {
+        if let Some(n) = &mut self.noting {
+            n.rows.add(ids);
+        }
+    }
 }
 
 /// A preparation's claim on the writer's noting.
@@ -165,28 +170,10 @@ impl Writer {
         snapshot.execute_batch("BEGIN")?;
         // A read transaction takes its snapshot at its first read.
         snapshot.query_row("SELECT COUNT(*) FROM meta", [], |r| r.get::<_, i64>(0))?;
-        let rows = Arc::new(Mutex::new(Noted::default()));
-        let noted = rows.clone();
-        self.conn
-            .update_hook(Some(move |_: Action, _: &str, table: &str, rowid: i64| {
-                if table != "requests" {
-                    return;
-                }
-                let mut n = noted.lock().unwrap_or_else(|e| e.into_inner());
-                if n.overflowed {
-                    return;
-                }
-                if n.ids.len() >= MAX_NOTED {
-                    n.overflowed = true;
-                    n.ids = HashSet::new();
-                } else {
-                    n.ids.insert(rowid);
-                }
-            }))?;
         self.reloads.generation += 1;
         self.reloads.noting = Some(Noting {
             generation: self.reloads.generation,
-            rows,
+            rows: Noted::default(),
             ticket,
         });
         Ok((self.reloads.generation, snapshot))
@@ -194,12 +181,7 @@ impl Writer {
 
     /// Stop noting rows (a reload installed, refused or abandoned).
     fn stop_noting(&mut self) {
-        if self.reloads.noting.take().is_some() {
-            let none: Option<fn(Action, &str, &str, i64)> = None;
-            if let Err(e) = self.conn.update_hook(none) {
-                warn!(error = %e, "cannot remove the reload's update hook");
-            }
-        }
+        self.reloads.noting = None;
     }
 
     /// Stop noting for a reload whose preparation was dropped (its caller went away).
@@ -216,14 +198,10 @@ impl Writer {
     /// Refused, changing nothing, when the policy leaves out a group with unfinished requests
     /// or the memory cannot be read.
     fn install_reload(&mut self, mut p: PreparedReload) -> Result<(), LedgerError> {
-        let noted = match &self.reloads.noting {
-            Some(n) if n.generation == p.generation => {
-                let mut rows = n.rows.lock().unwrap_or_else(|e| e.into_inner());
-                (!rows.overflowed).then(|| std::mem::take(&mut rows.ids))
-            }
+        let noted = match self.reloads.noting.take() {
+            Some(n) if n.generation == p.generation => n.rows.take(),
             _ => None,
         };
-        self.stop_noting();
         let (Some(noted), Some(rows)) = (noted, p.rows.take()) else {
             warn!("the rows changed while the reload was prepared could not all be noted: reading them all on the writer");
             return self.reload_from_rows(p.policy);
@@ -254,6 +232,16 @@ impl Writer {
         let policy = &*p.policy;
         let now = self.clock.now_ms();
         let tx = self.conn.transaction()?;
+        // A statement that changed a row without noting it would leave the row's part of the
+        // memory as the snapshot had it: found here in tests, before anything is written.
+        #[cfg(debug_assertions)]
+        {
+            let missed = super::noted::unnoted(&p.snapshot, &tx, &noted)?;
+            assert!(
+                missed.is_empty(),
+                "requests rows changed while a reload was prepared, not noted by the writer: {missed:?}"
+            );
+        }
         add_groups(&tx, policy)?;
         // Into the volumes mode: what the previous mode sent counts as volumes in flight.
         volumes::enter_mode(&tx, policy)?;

@@ -15,6 +15,7 @@ impl Txn<'_, '_> {
     pub fn mark_sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<(i64, bool)>> {
         let mut marked = Vec::with_capacity(items.len());
         for &(id, attempt) in items {
+            self.note(id);
             let first = self
                 .tx
                 .prepare_cached(
@@ -56,6 +57,7 @@ impl Txn<'_, '_> {
         )?;
         let reason = clip_error(reason);
         for &(id, attempt) in items {
+            self.note(id);
             stmt.execute(params![id, attempt, until_ms, reason])?;
         }
         Ok(())

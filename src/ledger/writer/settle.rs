@@ -142,6 +142,7 @@ impl Txn<'_, '_> {
         };
         // checked_ms: this attempt's news (submitted_ms stays the first attempt's, for the
         // reports), so the stale sweep counts a retry's silence from its own submission.
+        self.note(item.id);
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
@@ -218,6 +219,7 @@ impl Txn<'_, '_> {
             }
             match row.state {
                 RequestState::Accepted => {
+                    self.note(id);
                     self.tx
                         .prepare_cached("UPDATE requests SET sent_attempt = NULL WHERE id = ?1")?
                         .execute([id])?;
@@ -248,6 +250,7 @@ impl Txn<'_, '_> {
         }
         self.moved(row.class, Some(row.state), RequestState::Accepted);
         self.tally(&row, RequestState::Accepted);
+        self.note(id);
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
@@ -350,6 +353,7 @@ impl Txn<'_, '_> {
         }
         // started_ms is the first start: a report's wait is from queueing to first start;
         // checked_ms is this attempt's news, which the stale sweep counts from.
+        self.note(id);
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = 'running', started_ms = COALESCE(started_ms, ?2), \
@@ -389,6 +393,7 @@ impl Txn<'_, '_> {
         match self.after_failure(row, retryable) {
             AfterFailure::Retry { attempt, after } => {
                 let due = self.now + after.as_millis() as i64;
+                self.note(id);
                 self.tx
                     .prepare_cached(
                         "UPDATE requests SET state = 'accepted', attempt = ?2, \
@@ -444,6 +449,7 @@ impl Txn<'_, '_> {
         if row.state == RequestState::Accepted {
             return self.cancel_maybe_at_mss(id, &row);
         }
+        self.note(id);
         self.tx
             .prepare_cached("UPDATE requests SET cancel_requested = 1 WHERE id = ?1")?
             .execute([id])?;
@@ -457,6 +463,7 @@ impl Txn<'_, '_> {
     /// its status settle it (transferred: charged).
     fn cancel_maybe_at_mss(&mut self, id: i64, row: &Charged) -> rusqlite::Result<CancelOutcome> {
         let to = RequestState::Submitted;
+        self.note(id);
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = ?2, cancel_requested = 1, \
@@ -474,6 +481,7 @@ impl Txn<'_, '_> {
             .tx
             .prepare_cached("UPDATE requests SET checked_ms = ?2 WHERE id = ?1")?;
         for id in ids {
+            self.note(*id);
             stmt.execute(params![id, self.now])?;
         }
         Ok(())
@@ -483,6 +491,7 @@ impl Txn<'_, '_> {
     pub fn reprioritised(&self, items: &[NewPriority]) -> rusqlite::Result<usize> {
         let mut n = 0;
         for i in items {
+            self.note(i.id);
             n += self
                 .tx
                 .prepare_cached(

@@ -11,6 +11,7 @@ use rusqlite::{params, Transaction};
 
 use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
+use super::noted::Changed;
 use super::outputs::{Held, Outputs};
 use super::queued::{Owner, QueuedBytes};
 use crate::domain::{Class, RequestState};
@@ -455,9 +456,17 @@ pub(super) struct Txn<'a, 'c> {
     pub ready: bool,
     /// MSS events for keys this ledger did not issue (counted once committed).
     pub unknown_keys: u64,
+    /// The `requests` rows this transaction changed, for a reload being prepared.
+    pub changed: Changed,
 }
 
 impl Txn<'_, '_> {
+    /// Request row `id` was inserted or changed: every statement that writes a `requests` row
+    /// calls this (a reload being prepared catches up with those rows, `noted.rs`).
+    pub fn note(&self, id: i64) {
+        self.changed.note(id);
+    }
+
     /// Slots a request takes at the MSS from now (`+`) or no longer (`-`).
     pub fn occupy(&mut self, library: &str, slots: u32, taken: bool) {
         let e = self.st.outstanding.entry(library.to_string()).or_default();

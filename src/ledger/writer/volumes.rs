@@ -178,6 +178,7 @@ impl Txn<'_, '_> {
             }
             self.decide_and_charge(c, &p)?;
             self.st.release_seq += 1;
+            self.note(c.id);
             self.tx
                 .prepare_cached(
                     "UPDATE requests SET release_seq = ?2, release_lead = ?3 WHERE id = ?1",
@@ -194,6 +195,7 @@ impl Txn<'_, '_> {
     /// A request of a batch whose group is over a feasibility cap: `held` again, uncharged.
     fn hold_again(&mut self, c: &Candidate, reason: &str) -> rusqlite::Result<()> {
         self.st.dequeue_volume(c.id);
+        self.note(c.id);
         self.tx
             .prepare_cached("UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1")?
             .execute(params![c.id, reason])?;
@@ -348,7 +350,8 @@ const META_MODE: &str = "release_mode";
 /// against the libraries' and the groups' `max_volumes` until they end, and no volume goes to
 /// the MSS over the limit meanwhile. (Priority classes are sent at once in every mode, beside
 /// the volumes, and are never numbered.) Records the mode in force, in the caller's
-/// transaction. Returns how many requests were numbered.
+/// transaction. Returns how many requests were numbered. Its rows are not noted for a reload
+/// (`noted.rs`): it runs only where none is being prepared, at start and in a reload's install.
 pub(super) fn enter_mode(tx: &Transaction<'_>, policy: &PolicySettings) -> rusqlite::Result<usize> {
     let mode = policy.order.release.mode.name();
     let db = crate::ledger::db::Db::borrowed(tx);

@@ -75,6 +75,7 @@ impl Txn<'_, '_> {
         (benefit, bytes): (i64, i64),
         error: Option<&str>,
     ) -> rusqlite::Result<()> {
+        self.note(id);
         self.tx
             .prepare_cached(
                 "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, \
