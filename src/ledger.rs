@@ -11,7 +11,11 @@
 //! Reads (request lookups, the dispatcher's queue, group figures) use a small pool of read-only
 //! connections; WAL lets them run beside the writer.
 //!
-//! The only module that writes SQL. `schema.rs` (tables, pragmas, the schema version in `PRAGMA
+//! The only module that writes SQL, through `db.rs` (`DbConn`, `Db`, `Tx`: the layer every
+//! statement runs through instead of rusqlite, one SQL dialect with `?N` placeholders, typed row
+//! reads; today over SQLite alone, its escape hatch `Db::sqlite()` for the SQLite-only files:
+//! schema, backup, restore, wide; docs/ha.md, step 3). `candidate.rs` (`read_candidate`, a
+//! request row as the ordering sees it, for the writer and the questions off it). `schema.rs` (tables, pragmas, the schema version in `PRAGMA
 //! user_version`: 1 is `SCHEMA`, reached from an unversioned file by the column migrations, later
 //! changes numbered `STEPS`; a newer file refused with `SchemaTooNew`; the database's random
 //! `instance` id in `meta`; INTEGER sum columns migrated to TEXT by re-creating their tables, sums
@@ -77,8 +81,10 @@
 
 pub mod aggregates;
 pub mod backup;
+mod candidate;
 mod columns;
 mod commands;
+mod db;
 mod export;
 mod group_cancel;
 mod history;
@@ -164,8 +170,8 @@ pub enum LedgerError {
     },
 }
 
-impl From<rusqlite::Error> for LedgerError {
-    fn from(e: rusqlite::Error) -> Self {
+impl From<db::DbError> for LedgerError {
+    fn from(e: db::DbError) -> Self {
         LedgerError::Storage(e.to_string())
     }
 }

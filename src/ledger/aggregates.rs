@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, Transaction};
+use super::db::{params, Db, DbResult};
 
 use super::wide::Wide;
 use crate::domain::Class;
@@ -132,8 +132,8 @@ impl ReportDeltas {
     }
 
     /// Write the deltas (in the caller's transaction).
-    pub fn flush(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
-        let mut stmt = tx.prepare_cached(
+    pub fn flush(&self, tx: &Db<'_>) -> DbResult<()> {
+        let mut stmt = tx.prepare(
             "INSERT INTO report_hours (path, hour, accepted, held, released, held_cancelled, \
              front, back, priority, started, wait_ms_sum, done, failed, cancelled, bytes_done, \
              benefit_done, started_over_priority, coalesced) \
@@ -187,7 +187,7 @@ impl ReportDeltas {
                 r.coalesced
             ])?;
         }
-        let mut stmt = tx.prepare_cached(
+        let mut stmt = tx.prepare(
             "INSERT INTO report_waits (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4) \
              ON CONFLICT(path, hour, bin) DO UPDATE SET \
              count = report_waits.count + excluded.count",

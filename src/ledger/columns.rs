@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use rusqlite::types::{ToSqlOutput, Value};
+use super::db::Value;
 
 use super::NewRequest;
 use crate::domain::{Class, RequestState};
@@ -31,18 +31,18 @@ pub(super) struct NewRow<'a> {
 }
 
 /// How a new request fills a column (`None`: the column's default; the writer sets it later).
-type Fill = Option<for<'a, 'b> fn(&'b NewRow<'a>) -> ToSqlOutput<'a>>;
+type Fill = Option<for<'a, 'b> fn(&'b NewRow<'a>) -> Value<'a>>;
 
 macro_rules! fill {
     (|$r:ident| $e:expr) => {
-        Some(|$r| ToSqlOutput::from($e))
+        Some(|$r| Value::from($e))
     };
 }
 
 /// [`fill!`] for a value that may be NULL.
 macro_rules! fill_null {
     (|$r:ident| $e:expr) => {
-        Some(|$r| $e.map_or(ToSqlOutput::Owned(Value::Null), ToSqlOutput::from))
+        Some(|$r| $e.map_or(Value::Null, Value::from))
     };
 }
 
@@ -135,7 +135,7 @@ pub(super) fn insert_sql() -> &'static str {
 
 impl<'a> NewRow<'a> {
     /// The INSERT's parameters, in [`insert_sql`]'s order.
-    pub fn values(&self) -> impl Iterator<Item = ToSqlOutput<'a>> + '_ {
+    pub fn values(&self) -> impl Iterator<Item = Value<'a>> + '_ {
         COLUMNS
             .iter()
             .filter_map(move |(_, fill)| fill.map(|f| f(self)))

@@ -6,8 +6,8 @@
 //! rowid needs no sort and no index; `--since`/`--until` filter on `created_ms` along the way.
 
 use mss_adapters::Direction;
-use rusqlite::params;
 
+use super::db::{params, DbError, DbResult, Row};
 use super::history::LedgerReader;
 use super::read::stored_direction;
 use super::LedgerError;
@@ -52,32 +52,41 @@ impl LedgerReader {
         until_ms: Option<i64>,
         mut each: impl FnMut(&ExportedRequest) -> Result<(), E>,
     ) -> Result<u64, E> {
-        let storage = |e: rusqlite::Error| E::from(LedgerError::from(e));
-        let has_offset: bool = self
-            .conn
-            .query_row(
-                "SELECT COUNT(*) > 0 FROM pragma_table_info('requests') WHERE name = 'offset_bytes'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(storage)?;
+        let storage = |e: DbError| E::from(LedgerError::from(e));
+        let db = self.conn.db();
+        let has_offset = db.has_column("requests", "offset_bytes").map_err(storage)?;
         let offset = if has_offset { "offset_bytes" } else { "NULL" };
         let sql = EXPORT_SQL.replace("{offset}", offset);
-        let mut stmt = self.conn.prepare(&sql).map_err(storage)?;
         let since = since_ms.unwrap_or(i64::MIN);
         let until = until_ms.unwrap_or(i64::MAX);
-        let mut rows = stmt.query(params![since, until]).map_err(storage)?;
         let mut n = 0;
-        while let Some(row) = rows.next().map_err(storage)? {
-            let request = exported(row).map_err(storage)?;
-            each(&request)?;
+        let walked = db.for_each(&sql, params![since, until], |row| {
+            let request = exported(row)?;
+            each(&request).map_err(Stop::Each)?;
             n += 1;
+            Ok(())
+        });
+        match walked {
+            Ok(()) => Ok(n),
+            Err(Stop::Db(e)) => Err(storage(e)),
+            Err(Stop::Each(e)) => Err(e),
         }
-        Ok(n)
     }
 }
 
-fn exported(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExportedRequest> {
+/// Why the walk stopped: the database, or the caller's function.
+enum Stop<E> {
+    Db(DbError),
+    Each(E),
+}
+
+impl<E> From<DbError> for Stop<E> {
+    fn from(e: DbError) -> Self {
+        Stop::Db(e)
+    }
+}
+
+fn exported(row: &Row<'_>) -> DbResult<ExportedRequest> {
     let direction: String = row.get(10)?;
     Ok(ExportedRequest {
         id: row.get(0)?,
@@ -87,7 +96,7 @@ fn exported(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExportedRequest> {
         user: row.get(4)?,
         file: row.get(5)?,
         volume: row.get(6)?,
-        size_bytes: row.get::<_, i64>(7)?.max(0) as u64,
+        size_bytes: row.get::<i64>(7)?.max(0) as u64,
         access_mode: row.get(8)?,
         physics_group: row.get(9)?,
         direction: stored_direction(10, &direction)?,

@@ -66,7 +66,7 @@ impl Ledger {
         path: String,
         mut at_mss: impl FnMut(i64) + Send + 'static,
     ) -> Result<GroupCancelled, LedgerError> {
-        let ids = self.reads.run(move |c| unfinished_of(c, &path)).await?;
+        let ids = (self.reads).run(move |c| unfinished_of(c, &path)).await?;
         let ledger = self.clone();
         let work = async move {
             let mut done = GroupCancelled {

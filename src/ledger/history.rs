@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 
-use rusqlite::Connection;
+use super::db::{params, Db, DbConn, DbResult, Row};
 
 use super::aggregates::HourRow;
 use super::{schema, usage, wide, LedgerError};
@@ -45,11 +45,11 @@ pub struct MetricFigures {
 /// at any later instant; an instant in the past is replayed from the requests charged up to it
 /// (a full scan). The ledger counts (pending, held) are always the present ones.
 pub(super) fn read_shares(
-    c: &Connection,
+    c: &Db<'_>,
     policy: &PolicySettings,
     at_ms: i64,
     now_ms: i64,
-) -> rusqlite::Result<SharesView> {
+) -> DbResult<SharesView> {
     let book = if at_ms < now_ms {
         usage::book_as_of(c, policy, at_ms)?
     } else {
@@ -69,7 +69,7 @@ const AGG_COLS: &str = "accepted, held, released, held_cancelled, front, back, p
     started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done, started_over_priority, \
     coalesced";
 
-fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<HourRow> {
+fn agg_row(r: &Row<'_>, o: usize) -> DbResult<HourRow> {
     Ok(HourRow {
         accepted: r.get(o)?,
         held: r.get(o + 1)?,
@@ -83,15 +83,15 @@ fn agg_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<HourRow> {
         done: r.get(o + 9)?,
         failed: r.get(o + 10)?,
         cancelled: r.get(o + 11)?,
-        bytes_done: r.get::<_, wide::Wide>(o + 12)?.0,
-        benefit_done: r.get::<_, wide::Wide>(o + 13)?.0,
+        bytes_done: r.get::<wide::Wide>(o + 12)?.0,
+        benefit_done: r.get::<wide::Wide>(o + 13)?.0,
         started_over_priority: r.get(o + 14)?,
         coalesced: r.get(o + 15)?,
     })
 }
 
 /// Per group path, the aggregates summed over every hour before `hour` (`i64::MAX`: all).
-pub(super) fn totals_before(c: &Connection, hour: i64) -> rusqlite::Result<Vec<(String, HourRow)>> {
+pub(super) fn totals_before(c: &Db<'_>, hour: i64) -> DbResult<Vec<(String, HourRow)>> {
     let sums = AGG_COLS
         .split(", ")
         .map(|c| match c {
@@ -101,49 +101,45 @@ pub(super) fn totals_before(c: &Connection, hour: i64) -> rusqlite::Result<Vec<(
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let mut st = c.prepare_cached(&format!(
-        "SELECT path, {sums} FROM report_hours WHERE hour < ?1 GROUP BY path ORDER BY path"
-    ))?;
-    let rows = st.query_map([hour], |r| Ok((r.get::<_, String>(0)?, agg_row(r, 1)?)))?;
-    rows.collect()
+    c.query_rows(
+        &format!(
+            "SELECT path, {sums} FROM report_hours WHERE hour < ?1 GROUP BY path ORDER BY path"
+        ),
+        params![hour],
+        |r| Ok((r.get::<String>(0)?, agg_row(r, 1)?)),
+    )
 }
 
 /// The aggregates a report over `hours` (hour numbers, end exclusive) needs: a few thousand
 /// rows for months of history.
-pub(super) fn report_rows(c: &Connection, hours: Range<i64>) -> rusqlite::Result<ReportRows> {
+pub(super) fn report_rows(c: &Db<'_>, hours: Range<i64>) -> DbResult<ReportRows> {
     let (since, until) = (hours.start, hours.end);
     let mut out = ReportRows {
         before: totals_before(c, since)?.into_iter().collect(),
         ..Default::default()
     };
-    let mut st = c.prepare(&format!(
-        "SELECT path, hour, {AGG_COLS} FROM report_hours WHERE hour >= ?1 AND hour < ?2"
-    ))?;
-    for r in st.query_map([since, until], |r| {
-        Ok((r.get(0)?, r.get(1)?, agg_row(r, 2)?))
-    })? {
-        out.hours.push(r?);
-    }
-    let mut st = c.prepare(
-        "SELECT path, hour, bin, count FROM report_waits WHERE hour >= ?1 AND hour < ?2",
+    out.hours = c.query_rows(
+        &format!("SELECT path, hour, {AGG_COLS} FROM report_hours WHERE hour >= ?1 AND hour < ?2"),
+        params![since, until],
+        |r| Ok((r.get(0)?, r.get(1)?, agg_row(r, 2)?)),
     )?;
-    for r in st.query_map([since, until], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-    })? {
-        out.waits.push(r?);
-    }
+    out.waits = c.query_rows(
+        "SELECT path, hour, bin, count FROM report_waits WHERE hour >= ?1 AND hour < ?2",
+        params![since, until],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
     Ok(out)
 }
 
 /// A report's inputs from the database behind `c`: the rows over `hours` and the share view at
 /// `diagnose_at_ms`.
 pub(super) fn report_figures(
-    c: &Connection,
+    c: &Db<'_>,
     policy: &PolicySettings,
     hours: Range<i64>,
     diagnose_at_ms: i64,
     now_ms: i64,
-) -> rusqlite::Result<ReportFigures> {
+) -> DbResult<ReportFigures> {
     Ok(ReportFigures {
         rows: report_rows(c, hours)?,
         diagnose: read_shares(c, policy, diagnose_at_ms, now_ms)?,
@@ -152,10 +148,10 @@ pub(super) fn report_figures(
 
 /// The ledger's figures now, for the Prometheus exposition.
 pub(super) fn metric_figures(
-    c: &Connection,
+    c: &Db<'_>,
     policy: &PolicySettings,
     now_ms: i64,
-) -> rusqlite::Result<MetricFigures> {
+) -> DbResult<MetricFigures> {
     Ok(MetricFigures {
         totals: totals_before(c, i64::MAX)?,
         shares: read_shares(c, policy, now_ms, now_ms)?,
@@ -179,22 +175,16 @@ pub type WaitRow = (String, i64, i64, i64);
 /// keeps the closed hours' sums itself, so a scrape reads only the recent rows): per group and
 /// bin, the hours before `seal` summed into one row (its hour the latest of them), and the
 /// hours from `seal` on summed into another.
-pub(super) fn wait_rows_since(
-    c: &Connection,
-    since: i64,
-    seal: i64,
-) -> rusqlite::Result<Vec<WaitRow>> {
-    let mut st = c.prepare_cached(WAIT_ROWS_SINCE)?;
-    let rows = st.query_map([since, seal], |r| {
+pub(super) fn wait_rows_since(c: &Db<'_>, since: i64, seal: i64) -> DbResult<Vec<WaitRow>> {
+    c.query_rows(WAIT_ROWS_SINCE, params![since, seal], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-    })?;
-    rows.collect()
+    })
 }
 
 /// A database opened read-only, outside a running broker (`mssbroker shares --db`,
 /// `report --db`, the report benchmark). Refuses a database newer than this build.
 pub struct LedgerReader {
-    pub(super) conn: Connection,
+    pub(super) conn: DbConn,
 }
 
 impl LedgerReader {
@@ -204,7 +194,9 @@ impl LedgerReader {
             message: e.to_string(),
         })?;
         schema::check_version(&conn, path)?;
-        Ok(LedgerReader { conn })
+        Ok(LedgerReader {
+            conn: DbConn::from_sqlite(conn),
+        })
     }
 
     /// The MSS keys the ledger did not issue that the MSS reported (`mss_key`), oldest first,
@@ -213,15 +205,10 @@ impl LedgerReader {
         &self,
         limit: usize,
     ) -> Result<(Vec<super::mss_key::UnknownKey>, i64), LedgerError> {
-        let kept: bool = self.conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'unknown_keys')",
-            [],
-            |r| r.get(0),
-        )?;
-        if !kept {
+        if !self.conn.db().has_table("unknown_keys")? {
             return Ok((Vec::new(), 0));
         }
-        Ok(super::mss_key::unknown_keys(&self.conn, limit)?)
+        Ok(super::mss_key::unknown_keys(&self.conn.db(), limit)?)
     }
 
     /// The share view at `at_ms` (see [`super::Ledger::shares`]).
@@ -231,7 +218,7 @@ impl LedgerReader {
         at_ms: i64,
         now_ms: i64,
     ) -> Result<SharesView, LedgerError> {
-        Ok(read_shares(&self.conn, policy, at_ms, now_ms)?)
+        Ok(read_shares(&self.conn.db(), policy, at_ms, now_ms)?)
     }
 
     /// A report's inputs (see [`super::Ledger::report_figures`]).
@@ -243,7 +230,7 @@ impl LedgerReader {
         now_ms: i64,
     ) -> Result<ReportFigures, LedgerError> {
         Ok(report_figures(
-            &self.conn,
+            &self.conn.db(),
             policy,
             hours,
             diagnose_at_ms,
@@ -255,16 +242,23 @@ impl LedgerReader {
     pub fn aggregate_rows(&self) -> Result<i64, LedgerError> {
         Ok(self
             .conn
-            .query_row("SELECT COUNT(*) FROM report_hours", [], |r| r.get(0))?)
+            .db()
+            .query_one("SELECT COUNT(*) FROM report_hours", params![], |r| r.get(0))?)
     }
 
     /// The naive per-group sum over every request row that the aggregates replace (for the
     /// report benchmark's comparison). Returns how many (group, state) rows it made.
     pub fn scan_requests_per_group(&self) -> Result<usize, LedgerError> {
-        let mut st = self.conn.prepare(
+        let mut n = 0;
+        self.conn.db().for_each(
             "SELECT group_path, state, COUNT(*), SUM(bytes_done) FROM requests GROUP BY 1, 2",
+            params![],
+            |r| {
+                r.get::<i64>(2)?;
+                n += 1;
+                Ok::<_, LedgerError>(())
+            },
         )?;
-        let n = st.query_map([], |r| r.get::<_, i64>(2))?.count();
         Ok(n)
     }
 }
@@ -289,6 +283,8 @@ mod tests {
                 }
             }
         }
+        let c = DbConn::from_sqlite(c);
+        let c = c.db();
         // From hour 4 on, hours 4..7 summed apart from hours 7..10.
         let mut got = wait_rows_since(&c, 4, 7).unwrap();
         got.sort();
@@ -311,6 +307,7 @@ mod tests {
         assert!(wait_rows_since(&c, 10, 10).unwrap().is_empty());
         // The plan seeks the key per group: no full scan of report_waits.
         let plan: Vec<String> = c
+            .sqlite()
             .prepare(&format!("EXPLAIN QUERY PLAN {WAIT_ROWS_SINCE}"))
             .unwrap()
             .query_map([7, 9], |r| r.get::<_, String>(3))

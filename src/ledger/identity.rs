@@ -7,6 +7,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::db::DbError;
 use super::LedgerError;
 
 /// The database file as it was opened.
@@ -31,23 +32,20 @@ impl DbFile {
         })
     }
 
-    /// Fail unless `path` still names the opened file; as a SQLite I/O error, so the writer's
+    /// Fail unless `path` still names the opened file ([`DbError::FileGone`]), so the writer's
     /// transaction code rolls back and answers every command with it.
-    pub fn check(&self) -> rusqlite::Result<()> {
+    pub fn check(&self) -> Result<(), DbError> {
         let why = match std::fs::metadata(&self.path) {
             Ok(m) if m.dev() == self.dev && m.ino() == self.ino => return Ok(()),
             Ok(_) => "replaced by another file",
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "deleted",
             Err(_) => "unreadable",
         };
-        Err(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
-            Some(format!(
-                "the open database is no longer the file at {} ({why}): nothing is \
-                 acknowledged until the broker is restarted on a restored database",
-                self.path.display()
-            )),
-        ))
+        Err(DbError::FileGone(format!(
+            "the open database is no longer the file at {} ({why}): nothing is \
+             acknowledged until the broker is restarted on a restored database",
+            self.path.display()
+        )))
     }
 }
 

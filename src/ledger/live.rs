@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rusqlite::{Connection, OptionalExtension};
+use super::db::{params, Db, DbError, DbResult, Tx};
 
+use super::candidate::{read_candidate, CANDIDATE_COLUMNS};
 use super::stored_explain::{Explanation, StoredExplain};
 use super::volume_wait::volume_wait;
-use super::writer::{read_candidate, CANDIDATE_COLUMNS};
 use super::{NewPriority, QueuedPlacement, RankInputs};
 use crate::domain::PolicySettings;
 use crate::policy::fbsng::Queues;
@@ -87,13 +87,9 @@ impl Published {
     /// A read transaction on `c` whose snapshot is of the same commit as the memory returned
     /// with it (`None` only before the writer loaded). The snapshot is fixed by a first read
     /// while the gate is held.
-    pub fn snapshot<'c>(
-        &self,
-        c: &'c Connection,
-    ) -> rusqlite::Result<(rusqlite::Transaction<'c>, Option<Arc<Memory>>)> {
+    pub fn snapshot<'c>(&self, c: &'c Db<'_>) -> DbResult<(Tx<'c>, Option<Arc<Memory>>)> {
         let _gate = self.gate();
-        let tx = c.unchecked_transaction()?;
-        tx.query_row("SELECT COUNT(*) FROM sqlite_master", [], |_| Ok(()))?;
+        let tx = c.snapshot()?;
         Ok((tx, self.latest()))
     }
 
@@ -139,23 +135,25 @@ impl Memory {
 /// Queued request `id`'s placement now (`None` when it is not queued): one placement, not a
 /// walk of the queue.
 pub(super) fn explain_queued(
-    c: &Connection,
+    c: &Db<'_>,
     memory: &Memory,
     id: i64,
     now: i64,
-) -> rusqlite::Result<Option<QueuedPlacement>> {
+) -> DbResult<Option<QueuedPlacement>> {
     let policy = &*memory.policy;
     let candidate = c
-        .prepare_cached(&format!(
-            "SELECT {CANDIDATE_COLUMNS}, volume, volume_source IS NULL FROM requests \
-             WHERE id = ?1 AND state = 'queued'"
-        ))?
-        .query_row([id], |r| {
-            let volume: Option<String> = r.get(10)?;
-            let unanswered: bool = r.get(11)?;
-            Ok(read_candidate(policy, r)?.map(|c| (c, volume, unanswered)))
-        })
-        .optional()?
+        .query_opt(
+            &format!(
+                "SELECT {CANDIDATE_COLUMNS}, volume, volume_source IS NULL FROM requests \
+                 WHERE id = ?1 AND state = 'queued'"
+            ),
+            params![id],
+            |r| {
+                let volume: Option<String> = r.get(10)?;
+                let unanswered: bool = r.get(11)?;
+                Ok(read_candidate(policy, r)?.map(|c| (c, volume, unanswered)))
+            },
+        )?
         .flatten();
     let Some((candidate, volume, unanswered)) = candidate else {
         return Ok(None);
@@ -190,30 +188,29 @@ pub(super) fn explain_queued(
 /// engine follows): a fair-share request not released in a `volumes` batch (`release_seq`
 /// set), placed as `transition::replaced`, lowest ids first.
 pub(super) fn reprioritise(
-    c: &Connection,
+    c: &Db<'_>,
     memory: &Memory,
     keys: &super::mss_key::MssKeys,
     max: usize,
     now: i64,
-) -> rusqlite::Result<Vec<NewPriority>> {
+) -> DbResult<Vec<NewPriority>> {
     let policy = &*memory.policy;
-    let mut stmt = c.prepare_cached(&format!(
+    let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, attempt, mss_priority, class, mss_id, file, \
          release_seq IS NOT NULL FROM requests \
          WHERE state IN ('submitted', 'running') AND state = 'submitted' ORDER BY id"
-    ))?;
+    );
     let mut waiting = Vec::new();
     let mut transfers = HashMap::new();
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let fair = r.get::<_, String>(12)? != "priority";
+    c.for_each(&sql, params![], |r| {
+        let fair = r.get::<String>(12)? != "priority";
         if !reprioritised(fair, r.get(15)?) {
-            continue;
+            return Ok::<_, DbError>(());
         }
         let Some(candidate) = read_candidate(policy, r)? else {
-            continue;
+            return Ok(());
         };
-        let attempt = r.get::<_, i64>(10)?.max(0) as u32;
+        let attempt = r.get::<i64>(10)?.max(0) as u32;
         let transfer = mss_adapters::TransferRef {
             key: keys.key(candidate.id),
             attempt,
@@ -224,7 +221,8 @@ pub(super) fn reprioritise(
         transfers.insert(candidate.id, transfer);
         let sent = r.get(11)?;
         waiting.push(Waiting { candidate, sent });
-    }
+        Ok(())
+    })?;
     let usage = memory.usage_at(now);
     let standing = ShareSnapshot::new(policy, usage.at(now), &memory.queues);
     let pass = reprioritise_pass(&policy.order, &standing, now, waiting, max);

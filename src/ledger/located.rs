@@ -2,7 +2,7 @@
 //! the requests the locator (`dispatcher::locator`) looks up, and what it found stored on
 //! them through the writer (`writer/located.rs`).
 
-use rusqlite::{params, Connection};
+use super::db::{params, Db, DbResult};
 
 use super::{Command, Ledger, LedgerError};
 
@@ -21,16 +21,14 @@ pub const LOOKUP_FAILED: &str = "failed";
 
 /// Queued requests without a volume not yet looked up, after `after_id`, in id order: (id,
 /// file). Read through the partial index `requests_unlocated`.
-fn unlocated(c: &Connection, after_id: i64, limit: usize) -> rusqlite::Result<Vec<(i64, String)>> {
-    let mut stmt = c.prepare_cached(
+fn unlocated(c: &Db<'_>, after_id: i64, limit: usize) -> DbResult<Vec<(i64, String)>> {
+    c.query_rows(
         "SELECT id, file FROM requests INDEXED BY requests_unlocated \
          WHERE state = 'queued' AND volume IS NULL AND volume_source IS NULL AND id > ?1 \
          ORDER BY id LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![after_id, limit as i64], |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    })?;
-    rows.collect()
+        params![after_id, limit],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 impl Ledger {

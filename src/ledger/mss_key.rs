@@ -25,7 +25,7 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use rusqlite::{params, Connection};
+use super::db::{params, Db, DbResult};
 
 /// Rows kept in `unknown_keys`; keys beyond are counted and logged, not stored.
 pub const MAX_UNKNOWN_KEYS: i64 = 100_000;
@@ -49,11 +49,12 @@ pub enum KeyOwner {
 impl MssKeys {
     /// Start a new incarnation: its range begins after the last request id. The row is
     /// committed (the connection is in autocommit) before any request of it can be made.
-    pub fn begin(conn: &Connection, now_ms: i64) -> rusqlite::Result<MssKeys> {
-        let next: i64 =
-            conn.query_row("SELECT COALESCE(MAX(id), 0) + 1 FROM requests", [], |r| {
-                r.get(0)
-            })?;
+    pub fn begin(conn: &Db<'_>, now_ms: i64) -> DbResult<MssKeys> {
+        let next: i64 = conn.query_one(
+            "SELECT COALESCE(MAX(id), 0) + 1 FROM requests",
+            params![],
+            |r| r.get(0),
+        )?;
         let mut keys = MssKeys::read(conn)?;
         let mut nonce = fresh_nonce();
         // Never the nonce of an earlier incarnation (2^-64 per pair, but cheap to rule out).
@@ -74,12 +75,12 @@ impl MssKeys {
     }
 
     /// The incarnations recorded in the database (read-only tools).
-    pub fn read(conn: &Connection) -> rusqlite::Result<MssKeys> {
-        let mut stmt =
-            conn.prepare("SELECT first_id, nonce FROM incarnations ORDER BY first_id")?;
-        let ranges = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+    pub fn read(conn: &Db<'_>) -> DbResult<MssKeys> {
+        let ranges = conn.query_rows(
+            "SELECT first_id, nonce FROM incarnations ORDER BY first_id",
+            params![],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         Ok(MssKeys { ranges })
     }
 
@@ -141,43 +142,35 @@ pub struct UnknownKey {
 
 /// Record an MSS event for a key this ledger did not issue. Returns whether the key is new
 /// (first seen, and stored or beyond the table's bound): the caller logs those.
-pub fn record_unknown(
-    tx: &Connection,
-    key: &str,
-    what: &str,
-    now_ms: i64,
-) -> rusqlite::Result<bool> {
-    let updated = tx
-        .prepare_cached(
-            "UPDATE unknown_keys SET last_ms = ?2, events = events + 1, last_event = ?3 \
-             WHERE key = ?1",
-        )?
-        .execute(params![key, now_ms, what])?;
+pub fn record_unknown(tx: &Db<'_>, key: &str, what: &str, now_ms: i64) -> DbResult<bool> {
+    let updated = tx.execute(
+        "UPDATE unknown_keys SET last_ms = ?2, events = events + 1, last_event = ?3 \
+         WHERE key = ?1",
+        params![key, now_ms, what],
+    )?;
     if updated > 0 {
         return Ok(false);
     }
-    let stored: i64 = tx
-        .prepare_cached("SELECT COUNT(*) FROM unknown_keys")?
-        .query_row([], |r| r.get(0))?;
+    let stored: i64 = tx.query_one("SELECT COUNT(*) FROM unknown_keys", params![], |r| r.get(0))?;
     if stored < MAX_UNKNOWN_KEYS {
-        tx.prepare_cached(
+        tx.execute(
             "INSERT INTO unknown_keys(key, first_ms, last_ms, events, last_event) \
              VALUES (?1, ?2, ?2, 1, ?3)",
-        )?
-        .execute(params![key, now_ms, what])?;
+            params![key, now_ms, what],
+        )?;
     }
     Ok(true)
 }
 
 /// The unknown keys recorded, oldest first (at most `limit`), and how many there are.
-pub fn unknown_keys(conn: &Connection, limit: usize) -> rusqlite::Result<(Vec<UnknownKey>, i64)> {
-    let total: i64 = conn.query_row("SELECT COUNT(*) FROM unknown_keys", [], |r| r.get(0))?;
-    let mut stmt = conn.prepare(
+pub fn unknown_keys(conn: &Db<'_>, limit: usize) -> DbResult<(Vec<UnknownKey>, i64)> {
+    let total: i64 =
+        conn.query_one("SELECT COUNT(*) FROM unknown_keys", params![], |r| r.get(0))?;
+    let rows = conn.query_rows(
         "SELECT key, first_ms, last_ms, events, last_event FROM unknown_keys \
          ORDER BY first_ms, key LIMIT ?1",
-    )?;
-    let rows = stmt
-        .query_map([limit as i64], |r| {
+        params![limit],
+        |r| {
             Ok(UnknownKey {
                 key: r.get(0)?,
                 first_ms: r.get(1)?,
@@ -185,14 +178,15 @@ pub fn unknown_keys(conn: &Connection, limit: usize) -> rusqlite::Result<(Vec<Un
                 events: r.get(3)?,
                 last_event: r.get(4)?,
             })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+        },
+    )?;
     Ok((rows, total))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::db::DbConn;
 
     fn keys(ranges: &[(i64, &str)]) -> MssKeys {
         MssKeys {
@@ -231,7 +225,9 @@ mod tests {
     #[test]
     fn each_start_is_a_new_incarnation_and_a_restored_copy_gets_keys_its_original_never_used() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("k.db")).unwrap();
+        let owner =
+            DbConn::from_sqlite(rusqlite::Connection::open(dir.path().join("k.db")).unwrap());
+        let conn = owner.db();
         conn.execute_batch(
             "CREATE TABLE requests (id INTEGER PRIMARY KEY);
              CREATE TABLE incarnations (first_id INTEGER PRIMARY KEY, nonce TEXT NOT NULL,
@@ -246,14 +242,15 @@ mod tests {
         conn.execute_batch("INSERT INTO requests(id) VALUES (1), (2)")
             .unwrap();
         let backup = dir.path().join("b.db");
-        conn.execute("VACUUM INTO ?1", [backup.to_str().unwrap()])
+        conn.execute("VACUUM INTO ?1", params![backup.to_str().unwrap()])
             .unwrap();
         // The original goes on: requests 3 and 4 under `again`'s nonce.
         conn.execute_batch("INSERT INTO requests(id) VALUES (3), (4)")
             .unwrap();
         let lost: Vec<String> = (3..=4).map(|id| again.key(id)).collect();
         // The backup restored and started: 1 and 2 keep their keys, 3 and 4 are new ones.
-        let restored = Connection::open(&backup).unwrap();
+        let restored = DbConn::from_sqlite(rusqlite::Connection::open(&backup).unwrap());
+        let restored = restored.db();
         let now = MssKeys::begin(&restored, 3).unwrap();
         assert_eq!(now.key(1), again.key(1));
         assert_eq!(now.key(2), again.key(2));

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::writer::{read_candidate, CANDIDATE_COLUMNS};
+use super::candidate::{read_candidate, CANDIDATE_COLUMNS};
+use super::db::{params, DbError};
 use super::{CommitObserver, Ledger, LedgerError, PositionBasis};
 use crate::policy::order::ShareSnapshot;
 use crate::policy::queue::{Place, RankKey, Ranking, RankingBuilder};
@@ -147,16 +148,17 @@ impl Ledger {
             .run(move |conn| {
                 let standing = ShareSnapshot::new(&policy, inputs.usage, &inputs.queues);
                 let mut ranking = RankingBuilder::new(&policy.order, &standing, inputs.now_ms);
-                let mut stmt = conn.prepare_cached(&format!(
-                    "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued'"
-                ))?;
-                let mut rows = stmt.query([])?;
-                while let Some(row) = rows.next()? {
-                    // A group no longer configured: the writer does not queue it either.
-                    if let Some(c) = read_candidate(&policy, row)? {
-                        ranking.push(&c);
-                    }
-                }
+                conn.for_each(
+                    &format!("SELECT {CANDIDATE_COLUMNS} FROM requests WHERE state = 'queued'"),
+                    params![],
+                    |row| {
+                        // A group no longer configured: the writer does not queue it either.
+                        if let Some(c) = read_candidate(&policy, row)? {
+                            ranking.push(&c);
+                        }
+                        Ok::<_, DbError>(())
+                    },
+                )?;
                 Ok(ranking.finish())
             })
             .await?;

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::db::{params, Db, DbConn, DbError, DbResult, Row};
 use mss_adapters::{Direction, EventCursor, TransferRef};
-use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::mss_key::MssKeys;
 use super::stored_explain::StoredExplain;
@@ -15,7 +15,7 @@ use crate::domain::{Class, RequestState};
 
 pub(super) struct ReadPool {
     path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<DbConn>>,
 }
 
 /// Idle connections kept for reuse.
@@ -33,15 +33,15 @@ impl ReadPool {
     pub async fn run<T, F>(self: &std::sync::Arc<Self>, f: F) -> Result<T, LedgerError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        F: FnOnce(&Db<'_>) -> DbResult<T> + Send + 'static,
     {
         let pool = self.clone();
         tokio::task::spawn_blocking(move || {
             let conn = match pool.take() {
                 Some(c) => c,
-                None => schema::open_reader(&pool.path)?,
+                None => DbConn::from_sqlite(schema::open_reader(&pool.path)?),
             };
-            let out = f(&conn);
+            let out = f(&conn.db());
             pool.give_back(conn);
             Ok(out?)
         })
@@ -50,15 +50,15 @@ impl ReadPool {
     }
 
     /// A connection of its own, not pooled (a reload's snapshot, held while it is prepared).
-    pub fn fresh(&self) -> rusqlite::Result<Connection> {
-        schema::open_reader(&self.path)
+    pub fn fresh(&self) -> DbResult<DbConn> {
+        Ok(DbConn::from_sqlite(schema::open_reader(&self.path)?))
     }
 
-    fn take(&self) -> Option<Connection> {
+    fn take(&self) -> Option<DbConn> {
         self.idle.lock().ok()?.pop()
     }
 
-    fn give_back(&self, conn: Connection) {
+    fn give_back(&self, conn: DbConn) {
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < MAX_IDLE {
                 idle.push(conn);
@@ -128,63 +128,57 @@ impl RequestRecord {
     }
 }
 
-fn bad_column(i: usize, what: &str) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        i,
-        rusqlite::types::Type::Text,
-        format!("unknown {what}").into(),
-    )
+fn bad_column(i: usize, what: &str) -> DbError {
+    DbError::column(i, format!("unknown {what}"))
 }
 
-pub(super) fn stored_direction(i: usize, s: &str) -> rusqlite::Result<Direction> {
+pub(super) fn stored_direction(i: usize, s: &str) -> DbResult<Direction> {
     Direction::parse(s).ok_or_else(|| bad_column(i, "direction"))
 }
 
 /// A stored state; an unknown value is a corrupt row, reported as an error.
-pub(super) fn parse_state(i: usize, s: &str) -> rusqlite::Result<RequestState> {
+pub(super) fn parse_state(i: usize, s: &str) -> DbResult<RequestState> {
     RequestState::parse(s).ok_or_else(|| bad_column(i, "state"))
 }
 
 /// A stored position (written only from a `u64` at most `i64::MAX`): a negative one is a
 /// corrupt row, reported as an error.
-pub(super) fn stored_position(i: usize, p: Option<i64>) -> rusqlite::Result<Option<u64>> {
+pub(super) fn stored_position(i: usize, p: Option<i64>) -> DbResult<Option<u64>> {
     p.map(|p| u64::try_from(p).map_err(|_| bad_column(i, "position")))
         .transpose()
 }
 
 /// A stored byte offset (written only from a `u64` at most 1 PB): a negative one is a corrupt
 /// row, reported as an error.
-pub(super) fn stored_offset(i: usize, o: Option<i64>) -> rusqlite::Result<Option<u64>> {
+pub(super) fn stored_offset(i: usize, o: Option<i64>) -> DbResult<Option<u64>> {
     o.map(|o| u64::try_from(o).map_err(|_| bad_column(i, "offset_bytes")))
         .transpose()
 }
 
 /// A stored QoS; an unknown value is a corrupt row, reported as an error.
-pub(super) fn stored_qos(i: usize, s: &str) -> rusqlite::Result<crate::policy::multifactor::Qos> {
+pub(super) fn stored_qos(i: usize, s: &str) -> DbResult<crate::policy::multifactor::Qos> {
     crate::policy::multifactor::Qos::parse(s).ok_or_else(|| bad_column(i, "qos"))
 }
 
 /// A stored class; an unknown value is a corrupt row, reported as an error.
-pub(super) fn parse_class(i: usize, s: &str) -> rusqlite::Result<Class> {
+pub(super) fn parse_class(i: usize, s: &str) -> DbResult<Class> {
     Class::parse(s).ok_or_else(|| bad_column(i, "class"))
 }
 
 /// A record's stored explanation; one that does not read is a corrupt row.
-fn stored_explain(row: &Row<'_>) -> rusqlite::Result<Option<StoredExplain>> {
-    let Some(text) = row.get::<_, Option<String>>("explain")? else {
+fn stored_explain(row: &Row<'_>) -> DbResult<Option<StoredExplain>> {
+    let Some(text) = row.get::<Option<String>>("explain")? else {
         return Ok(None);
     };
-    StoredExplain::parse(&text).map(Some).map_err(|e| {
-        let i = row.as_ref().column_index("explain").unwrap_or(0);
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
-    })
+    StoredExplain::parse(&text)
+        .map(Some)
+        .map_err(|e| DbError::column(row.index_of("explain").unwrap_or(0), e.to_string()))
 }
 
 /// A whole record, read by column name from a SELECT of [`columns::record_columns`].
-fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
-    let text = |name: &str| -> rusqlite::Result<(usize, String)> {
-        Ok((row.as_ref().column_index(name)?, row.get(name)?))
-    };
+fn record(row: &Row<'_>) -> DbResult<RequestRecord> {
+    let text =
+        |name: &str| -> DbResult<(usize, String)> { Ok((row.index_of(name)?, row.get(name)?)) };
     let (i, direction) = text("direction")?;
     let direction = stored_direction(i, &direction)?;
     let (i, class) = text("class")?;
@@ -197,7 +191,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         client_request_id: row.get("client_request_id")?,
         user: row.get("user_name")?,
         file: row.get("file")?,
-        size_bytes: row.get::<_, i64>("size_bytes")? as u64,
+        size_bytes: row.get::<i64>("size_bytes")? as u64,
         access_mode: row.get("access_mode")?,
         physics_group: row.get("physics_group")?,
         volume: row.get("volume")?,
@@ -205,12 +199,12 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         group: row.get("group_path")?,
         class,
         mss_priority: row.get("mss_priority")?,
-        charged: row.get::<_, i64>("charged")? as u64,
+        charged: row.get::<i64>("charged")? as u64,
         state,
-        attempt: row.get::<_, i64>("attempt")? as u32,
+        attempt: row.get::<u32>("attempt")?,
         mss_id: row.get("mss_id")?,
-        bytes_done: row.get::<_, i64>("bytes_done")? as u64,
-        cancel_requested: row.get::<_, i64>("cancel_requested")? != 0,
+        bytes_done: row.get::<i64>("bytes_done")? as u64,
+        cancel_requested: row.get::<bool>("cancel_requested")?,
         last_error: row.get("last_error")?,
         created_ms: row.get("created_ms")?,
         submitted_ms: row.get("submitted_ms")?,
@@ -219,41 +213,39 @@ fn record(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         held_reason: row.get("held_reason")?,
         library: row.get("library")?,
         qos: row
-            .get::<_, Option<String>>("qos")?
-            .map(|q| stored_qos(row.as_ref().column_index("qos")?, &q))
+            .get::<Option<String>>("qos")?
+            .map(|q| stored_qos(row.index_of("qos")?, &q))
             .transpose()?,
         user_factor: row.get("user_factor")?,
         explain: stored_explain(row)?,
         local_file: row.get("local_file")?,
         bfid: row.get("bfid")?,
-        position: stored_position(row.as_ref().column_index("position")?, row.get("position")?)?,
+        position: stored_position(row.index_of("position")?, row.get("position")?)?,
         rides_on: row.get("rides_on")?,
         volume_source: row.get("volume_source")?,
-        offset_bytes: stored_offset(
-            row.as_ref().column_index("offset_bytes")?,
-            row.get("offset_bytes")?,
-        )?,
+        offset_bytes: stored_offset(row.index_of("offset_bytes")?, row.get("offset_bytes")?)?,
         // Set by the reader, which knows the incarnations.
         mss_key: String::new(),
     })
 }
 
-pub(super) fn request(
-    c: &Connection,
-    keys: &MssKeys,
-    id: i64,
-) -> rusqlite::Result<Option<RequestRecord>> {
-    let mut found = c
-        .prepare_cached(&format!(
-            "SELECT {} FROM requests WHERE id = ?1",
-            columns::record_columns()
-        ))?
-        .query_row([id], record)
-        .optional()?;
+pub(super) fn request(c: &Db<'_>, keys: &MssKeys, id: i64) -> DbResult<Option<RequestRecord>> {
+    let mut found = c.query_opt(record_by_id(), params![id], record)?;
     if let Some(r) = &mut found {
         r.mss_key = keys.key(r.id);
     }
     Ok(found)
+}
+
+/// `SELECT {record columns} FROM requests WHERE id = ?1`, made once.
+fn record_by_id() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "SELECT {} FROM requests WHERE id = ?1",
+            columns::record_columns()
+        )
+    })
 }
 
 /// What the dispatcher needs to submit one request.
@@ -280,43 +272,46 @@ pub struct ToSubmit {
 }
 
 pub(super) fn to_submit(
-    c: &Connection,
+    c: &Db<'_>,
     keys: &MssKeys,
     after_id: i64,
     now_ms: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<ToSubmit>> {
-    let mut stmt = c.prepare_cached(
+) -> DbResult<Vec<ToSubmit>> {
+    c.query_rows(
         "SELECT id, attempt, file, size_bytes, mss_priority, volume, group_path, direction, \
          local_file, bfid, position, release_seq, offset_bytes FROM requests WHERE state = 'accepted' AND id > ?1 AND next_attempt_ms <= ?2 \
          ORDER BY mss_priority DESC, release_seq, id LIMIT ?3",
-    )?;
-    let rows = stmt.query_map(params![after_id, now_ms, limit as i64], |row| {
-        let direction: String = row.get(7)?;
-        let id = row.get(0)?;
-        Ok(ToSubmit {
-            id,
-            key: keys.key(id),
-            attempt: row.get::<_, i64>(1)? as u32,
-            file: row.get(2)?,
-            size_bytes: row.get::<_, i64>(3)? as u64,
-            mss_priority: row.get(4)?,
-            volume: row.get(5)?,
-            group: row.get(6)?,
-            direction: stored_direction(7, &direction)?,
-            local_file: row.get(8)?,
-            bfid: row.get(9)?,
-            position: stored_position(10, row.get(10)?)?,
-            release_seq: row.get(11)?,
-            offset_bytes: stored_offset(12, row.get(12)?)?,
-        })
-    })?;
-    rows.collect()
+        params![after_id, now_ms, limit],
+        |row| {
+            let direction: String = row.get(7)?;
+            let id = row.get(0)?;
+            Ok(ToSubmit {
+                id,
+                key: keys.key(id),
+                attempt: row.get(1)?,
+                file: row.get(2)?,
+                size_bytes: row.get::<i64>(3)? as u64,
+                mss_priority: row.get(4)?,
+                volume: row.get(5)?,
+                group: row.get(6)?,
+                direction: stored_direction(7, &direction)?,
+                local_file: row.get(8)?,
+                bfid: row.get(9)?,
+                position: stored_position(10, row.get(10)?)?,
+                release_seq: row.get(11)?,
+                offset_bytes: stored_offset(12, row.get(12)?)?,
+            })
+        },
+    )
 }
 
-pub(super) fn next_retry_ms(c: &Connection) -> rusqlite::Result<Option<i64>> {
-    c.prepare_cached("SELECT MIN(next_attempt_ms) FROM requests WHERE state = 'accepted'")?
-        .query_row([], |r| r.get(0))
+pub(super) fn next_retry_ms(c: &Db<'_>) -> DbResult<Option<i64>> {
+    c.query_one(
+        "SELECT MIN(next_attempt_ms) FROM requests WHERE state = 'accepted'",
+        params![],
+        |r| r.get(0),
+    )
 }
 
 /// A request at the MSS, as the adapter names it.
@@ -329,9 +324,9 @@ pub struct InFlight {
 
 const IN_FLIGHT_COLUMNS: &str = "id, attempt, mss_id, file, size_bytes";
 
-fn in_flight_row(keys: &MssKeys, r: &Row<'_>) -> rusqlite::Result<InFlight> {
+fn in_flight_row(keys: &MssKeys, r: &Row<'_>) -> DbResult<InFlight> {
     let id: i64 = r.get(0)?;
-    let attempt = r.get::<_, i64>(1)? as u32;
+    let attempt: u32 = r.get(1)?;
     Ok(InFlight {
         id,
         attempt,
@@ -340,64 +335,64 @@ fn in_flight_row(keys: &MssKeys, r: &Row<'_>) -> rusqlite::Result<InFlight> {
             attempt,
             mss_id: r.get(2)?,
             file: r.get(3)?,
-            size_bytes: r.get::<_, i64>(4)?.max(0) as u64,
+            size_bytes: r.get::<i64>(4)?.max(0) as u64,
         },
     })
 }
 
-pub(super) fn in_flight(c: &Connection, keys: &MssKeys) -> rusqlite::Result<Vec<InFlight>> {
-    let mut stmt = c.prepare_cached(&format!(
-        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
-         ORDER BY id"
-    ))?;
-    let rows = stmt.query_map([], |r| in_flight_row(keys, r))?;
-    rows.collect()
+pub(super) fn in_flight(c: &Db<'_>, keys: &MssKeys) -> DbResult<Vec<InFlight>> {
+    c.query_rows(
+        &format!(
+            "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
+             ORDER BY id"
+        ),
+        params![],
+        |r| in_flight_row(keys, r),
+    )
 }
 
 /// In-flight requests the MSS has said nothing of since `before_ms` (no event, no status).
 pub(super) fn stale(
-    c: &Connection,
+    c: &Db<'_>,
     keys: &MssKeys,
     before_ms: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<InFlight>> {
-    let mut stmt = c.prepare_cached(&format!(
-        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
-         AND COALESCE(checked_ms, started_ms, submitted_ms, created_ms) <= ?1 ORDER BY id LIMIT ?2"
-    ))?;
-    let rows = stmt.query_map(params![before_ms, limit as i64], |r| in_flight_row(keys, r))?;
-    rows.collect()
+) -> DbResult<Vec<InFlight>> {
+    c.query_rows(
+        &format!(
+            "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE state IN ('submitted', 'running') \
+             AND COALESCE(checked_ms, started_ms, submitted_ms, created_ms) <= ?1 ORDER BY id LIMIT ?2"
+        ),
+        params![before_ms, limit],
+        |r| in_flight_row(keys, r),
+    )
 }
 
-pub(super) fn cancelling(c: &Connection, keys: &MssKeys) -> rusqlite::Result<Vec<InFlight>> {
-    let mut stmt = c.prepare_cached(&format!(
-        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE {CANCELLING} ORDER BY id"
-    ))?;
-    let rows = stmt.query_map([], |r| in_flight_row(keys, r))?;
-    rows.collect()
+pub(super) fn cancelling(c: &Db<'_>, keys: &MssKeys) -> DbResult<Vec<InFlight>> {
+    c.query_rows(
+        &format!("SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE {CANCELLING} ORDER BY id"),
+        params![],
+        |r| in_flight_row(keys, r),
+    )
 }
 
 /// Requests whose cancel is asked for and that have not ended (`requests_cancelling`).
-pub(super) fn cancel_pending(c: &Connection) -> rusqlite::Result<Vec<i64>> {
-    let mut stmt = c.prepare_cached(
+pub(super) fn cancel_pending(c: &Db<'_>) -> DbResult<Vec<i64>> {
+    c.query_rows(
         "SELECT id FROM requests WHERE cancel_requested = 1 \
          AND state IN ('accepted', 'submitted', 'running') ORDER BY id",
-    )?;
-    let rows = stmt.query_map([], |r| r.get(0))?;
-    rows.collect()
+        params![],
+        |r| r.get(0),
+    )
 }
 
 /// Request `id`, if its cancel is one to carry to the MSS now (as [`cancelling`] lists them).
-pub(super) fn cancelling_one(
-    c: &Connection,
-    keys: &MssKeys,
-    id: i64,
-) -> rusqlite::Result<Option<InFlight>> {
-    c.prepare_cached(&format!(
-        "SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE id = ?1 AND {CANCELLING}"
-    ))?
-    .query_row([id], |r| in_flight_row(keys, r))
-    .optional()
+pub(super) fn cancelling_one(c: &Db<'_>, keys: &MssKeys, id: i64) -> DbResult<Option<InFlight>> {
+    c.query_opt(
+        &format!("SELECT {IN_FLIGHT_COLUMNS} FROM requests WHERE id = ?1 AND {CANCELLING}"),
+        params![id],
+        |r| in_flight_row(keys, r),
+    )
 }
 
 /// A request whose cancel goes to the MSS: asked for, at the MSS, and no rider waiting on its
@@ -415,25 +410,26 @@ pub struct GroupRow {
     pub pending: u64,
 }
 
-pub(super) fn groups(c: &Connection) -> rusqlite::Result<Vec<GroupRow>> {
-    let mut stmt =
-        c.prepare_cached("SELECT path, usage, usage_bytes, pending FROM groups ORDER BY path")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(GroupRow {
-            path: r.get(0)?,
-            usage: r.get::<_, Wide>(1)?.0.max(0) as u128,
-            usage_bytes: r.get::<_, Wide>(2)?.0.max(0) as u128,
-            pending: r.get::<_, i64>(3)?.max(0) as u64,
-        })
-    })?;
-    rows.collect()
+pub(super) fn groups(c: &Db<'_>) -> DbResult<Vec<GroupRow>> {
+    c.query_rows(
+        "SELECT path, usage, usage_bytes, pending FROM groups ORDER BY path",
+        params![],
+        |r| {
+            Ok(GroupRow {
+                path: r.get(0)?,
+                usage: r.get::<Wide>(1)?.0.max(0) as u128,
+                usage_bytes: r.get::<Wide>(2)?.0.max(0) as u128,
+                pending: r.get::<i64>(3)?.max(0) as u64,
+            })
+        },
+    )
 }
 
-pub(super) fn event_cursor(c: &Connection) -> rusqlite::Result<EventCursor> {
-    let get = |key: &str| -> rusqlite::Result<Option<String>> {
-        c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
-            .query_row([key], |r| r.get(0))
-            .optional()
+pub(super) fn event_cursor(c: &Db<'_>) -> DbResult<EventCursor> {
+    let get = |key: &str| -> DbResult<Option<String>> {
+        c.query_opt("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+            r.get(0)
+        })
     };
     Ok(EventCursor {
         epoch: get("mss_event_epoch")?.unwrap_or_default(),
@@ -443,11 +439,13 @@ pub(super) fn event_cursor(c: &Connection) -> rusqlite::Result<EventCursor> {
     })
 }
 
-pub(super) fn state_counts(c: &Connection) -> rusqlite::Result<Vec<(RequestState, u64)>> {
-    let mut stmt = c.prepare_cached("SELECT state, COUNT(*) FROM requests GROUP BY state")?;
-    let rows = stmt.query_map([], |r| {
-        let s: String = r.get(0)?;
-        Ok((parse_state(0, &s)?, r.get::<_, i64>(1)? as u64))
-    })?;
-    rows.collect()
+pub(super) fn state_counts(c: &Db<'_>) -> DbResult<Vec<(RequestState, u64)>> {
+    c.query_rows(
+        "SELECT state, COUNT(*) FROM requests GROUP BY state",
+        params![],
+        |r| {
+            let s: String = r.get(0)?;
+            Ok((parse_state(0, &s)?, r.get::<i64>(1)? as u64))
+        },
+    )
 }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use super::db::{params, Db, DbError, DbResult};
 
 use super::wide::Wide;
 
@@ -24,18 +24,18 @@ const META_T0: &str = "half_life_t0_ms";
 const CHARGE_DATE: &str =
     "COALESCE(charged_ms, CASE WHEN state = 'done' THEN finished_ms ELSE created_ms END)";
 
-pub(super) fn meta(c: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
-    c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
-        .query_row([key], |r| r.get(0))
-        .optional()
+pub(super) fn meta(c: &Db<'_>, key: &str) -> DbResult<Option<String>> {
+    c.query_opt("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+        r.get(0)
+    })
 }
 
-pub(super) fn set_meta(tx: &Transaction<'_>, key: &str, value: &str) -> rusqlite::Result<()> {
-    tx.prepare_cached(
+pub(super) fn set_meta(tx: &Db<'_>, key: &str, value: &str) -> DbResult<()> {
+    tx.execute(
         "INSERT INTO meta(key, value) VALUES (?1, ?2) \
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-    )?
-    .execute(params![key, value])?;
+        params![key, value],
+    )?;
     Ok(())
 }
 
@@ -48,17 +48,13 @@ pub struct Loaded {
 
 /// The book for an instant in the past: the current charges dated up to `at_ms`, replayed from
 /// the requests (a full scan; the stored aggregates hold the present).
-pub fn book_as_of(
-    c: &Connection,
-    policy: &PolicySettings,
-    at_ms: i64,
-) -> rusqlite::Result<UsageBook> {
+pub fn book_as_of(c: &Db<'_>, policy: &PolicySettings, at_ms: i64) -> DbResult<UsageBook> {
     rebuild_book(c, policy, default_t0(policy, at_ms), at_ms, Some(at_ms))
 }
 
 /// The book as stored, or rebuilt in memory from the requests if the stored aggregates are for
 /// another model. Reads only.
-pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqlite::Result<Loaded> {
+pub fn load_book(c: &Db<'_>, policy: &PolicySettings, now_ms: i64) -> DbResult<Loaded> {
     let stored_model = meta(c, META_MODEL)?;
     let t0 = match meta(c, META_T0)?.and_then(|v| v.parse::<i64>().ok()) {
         Some(t0) => t0,
@@ -67,39 +63,29 @@ pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqli
     let fresh = stored_model.is_none() && !has_requests(c)?;
     if stored_model.as_deref() == Some(&policy.usage_model.signature()) || fresh {
         let mut book = UsageBook::new(policy, t0);
-        let mut stmt = c.prepare_cached("SELECT path, usage, decayed FROM groups")?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, Wide>(1)?,
-                r.get::<_, f64>(2)?,
-            ))
-        })?;
-        for row in rows {
-            let (path, Wide(usage), decayed) = row?;
+        c.for_each("SELECT path, usage, decayed FROM groups", params![], |r| {
+            let (path, Wide(usage), decayed) =
+                (r.get::<String>(0)?, r.get::<Wide>(1)?, r.get::<f64>(2)?);
             if let Some(g) = policy.group_by_path(&path) {
                 book.load_cumulative(g, usage.max(0) as u128);
                 book.load_decayed(g, decayed);
             }
-        }
+            Ok::<_, DbError>(())
+        })?;
         if let UsageModel::Windows { depth, .. } = policy.usage_model {
             let from = policy.usage_model.window_of(now_ms) - depth as i64 + 1;
-            let mut stmt = c.prepare_cached(
+            c.for_each(
                 "SELECT path, \"window\", usage FROM usage_windows WHERE \"window\" >= ?1",
+                params![from],
+                |r| {
+                    let (path, window, Wide(usage)) =
+                        (r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<Wide>(2)?);
+                    if let Some(g) = policy.group_by_path(&path) {
+                        book.load_window(g, window, usage);
+                    }
+                    Ok::<_, DbError>(())
+                },
             )?;
-            let rows = stmt.query_map([from], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, Wide>(2)?,
-                ))
-            })?;
-            for row in rows {
-                let (path, window, Wide(usage)) = row?;
-                if let Some(g) = policy.group_by_path(&path) {
-                    book.load_window(g, window, usage);
-                }
-            }
         }
         book.roll(now_ms);
         return Ok(Loaded {
@@ -113,8 +99,10 @@ pub fn load_book(c: &Connection, policy: &PolicySettings, now_ms: i64) -> rusqli
     })
 }
 
-fn has_requests(c: &Connection) -> rusqlite::Result<bool> {
-    c.query_row("SELECT EXISTS (SELECT 1 FROM requests)", [], |r| r.get(0))
+fn has_requests(c: &Db<'_>) -> DbResult<bool> {
+    c.query_one("SELECT EXISTS (SELECT 1 FROM requests)", params![], |r| {
+        r.get(0)
+    })
 }
 
 /// A reference time for a new half-life accumulator: a whole number of half-lives, a little
@@ -130,43 +118,43 @@ fn default_t0(policy: &PolicySettings, now_ms: i64) -> i64 {
 
 /// Replay every current charge, dated (up to `until_ms` if given), into a new book.
 fn rebuild_book(
-    c: &Connection,
+    c: &Db<'_>,
     policy: &PolicySettings,
     t0: i64,
     now_ms: i64,
     until_ms: Option<i64>,
-) -> rusqlite::Result<UsageBook> {
+) -> DbResult<UsageBook> {
     let mut book = UsageBook::new(policy, t0);
-    let mut stmt = c.prepare(&format!(
-        "SELECT group_path, charged, {CHARGE_DATE} FROM requests \
-         WHERE charged != 0 AND {CHARGE_DATE} <= ?1 ORDER BY id"
-    ))?;
-    let mut rows = stmt.query([until_ms.unwrap_or(i64::MAX)])?;
-    while let Some(r) = rows.next()? {
-        let path: String = r.get(0)?;
-        if let Some(g) = policy.group_by_path(&path) {
-            book.add(g, i128::from(r.get::<_, i64>(1)?), r.get(2)?);
-        }
-    }
+    c.for_each(
+        &format!(
+            "SELECT group_path, charged, {CHARGE_DATE} FROM requests \
+             WHERE charged != 0 AND {CHARGE_DATE} <= ?1 ORDER BY id"
+        ),
+        params![until_ms.unwrap_or(i64::MAX)],
+        |r| {
+            let path: String = r.get(0)?;
+            if let Some(g) = policy.group_by_path(&path) {
+                book.add(g, i128::from(r.get::<i64>(1)?), r.get(2)?);
+            }
+            Ok::<_, DbError>(())
+        },
+    )?;
     book.roll(now_ms);
     Ok(book)
 }
 
 /// Store a rebuilt book's model-dependent aggregates (in the caller's transaction).
-pub fn persist_rebuilt(
-    tx: &Transaction<'_>,
-    policy: &PolicySettings,
-    book: &UsageBook,
-) -> rusqlite::Result<()> {
+pub fn persist_rebuilt(tx: &Db<'_>, policy: &PolicySettings, book: &UsageBook) -> DbResult<()> {
     for g in policy.group_ids() {
-        tx.prepare_cached("UPDATE groups SET decayed = ?2 WHERE path = ?1")?
-            .execute(params![policy.group(g).path.as_str(), book.decayed(g)])?;
-    }
-    tx.execute("DELETE FROM usage_windows", [])?;
-    if let UsageModel::Windows { .. } = policy.usage_model {
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3)",
+        tx.execute(
+            "UPDATE groups SET decayed = ?2 WHERE path = ?1",
+            params![policy.group(g).path.as_str(), book.decayed(g)],
         )?;
+    }
+    tx.execute("DELETE FROM usage_windows", params![])?;
+    if let UsageModel::Windows { .. } = policy.usage_model {
+        let mut insert =
+            tx.prepare("INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3)")?;
         for ((path, window), usage) in window_sums(tx, &policy.usage_model)? {
             insert.execute(params![path, window, Wide(usage)])?;
         }
@@ -176,28 +164,22 @@ pub fn persist_rebuilt(
 
 /// Every current charge summed per group and window, in Rust: SQL's `SUM()` raises "integer
 /// overflow" past `i64`.
-fn window_sums(
-    c: &Connection,
-    model: &UsageModel,
-) -> rusqlite::Result<BTreeMap<(String, i64), i128>> {
+fn window_sums(c: &Db<'_>, model: &UsageModel) -> DbResult<BTreeMap<(String, i64), i128>> {
     let mut sums = BTreeMap::new();
-    let mut stmt = c.prepare(&format!(
-        "SELECT group_path, {CHARGE_DATE}, charged FROM requests WHERE charged != 0"
-    ))?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let key = (r.get::<_, String>(0)?, model.window_of(r.get(1)?));
-        *sums.entry(key).or_default() += i128::from(r.get::<_, i64>(2)?);
-    }
+    c.for_each(
+        &format!("SELECT group_path, {CHARGE_DATE}, charged FROM requests WHERE charged != 0"),
+        params![],
+        |r| {
+            let key = (r.get::<String>(0)?, model.window_of(r.get(1)?));
+            *sums.entry(key).or_default() += i128::from(r.get::<i64>(2)?);
+            Ok::<_, DbError>(())
+        },
+    )?;
     Ok(sums)
 }
 
 /// Record which model the aggregates are kept for, and the half-life reference time.
-pub fn store_model(
-    tx: &Transaction<'_>,
-    policy: &PolicySettings,
-    book: &UsageBook,
-) -> rusqlite::Result<()> {
+pub fn store_model(tx: &Db<'_>, policy: &PolicySettings, book: &UsageBook) -> DbResult<()> {
     set_meta(tx, META_MODEL, &policy.usage_model.signature())?;
     if let Some(acc) = book.half_life() {
         set_meta(tx, META_T0, &acc.t0_ms.to_string())?;
@@ -206,26 +188,27 @@ pub fn store_model(
 }
 
 /// Per-group ledger figures, indexed by group id.
-pub fn group_counts(c: &Connection, policy: &PolicySettings) -> rusqlite::Result<Vec<GroupCounts>> {
+pub fn group_counts(c: &Db<'_>, policy: &PolicySettings) -> DbResult<Vec<GroupCounts>> {
     let mut out = vec![GroupCounts::default(); policy.groups.len()];
-    let mut stmt = c.prepare_cached("SELECT path, pending, held, usage_bytes FROM groups")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, i64>(2)?,
-            r.get::<_, Wide>(3)?,
-        ))
-    })?;
-    for row in rows {
-        let (path, pending, held, Wide(bytes)) = row?;
-        if let Some(GroupId(i)) = policy.group_by_path(&path) {
-            out[i] = GroupCounts {
-                pending: pending.max(0) as u64,
-                held: held.max(0) as u64,
-                usage_bytes: bytes.max(0) as u128,
-            };
-        }
-    }
+    c.for_each(
+        "SELECT path, pending, held, usage_bytes FROM groups",
+        params![],
+        |r| {
+            let (path, pending, held, Wide(bytes)) = (
+                r.get::<String>(0)?,
+                r.get::<i64>(1)?,
+                r.get::<i64>(2)?,
+                r.get::<Wide>(3)?,
+            );
+            if let Some(GroupId(i)) = policy.group_by_path(&path) {
+                out[i] = GroupCounts {
+                    pending: pending.max(0) as u64,
+                    held: held.max(0) as u64,
+                    usage_bytes: bytes.max(0) as u128,
+                };
+            }
+            Ok::<_, DbError>(())
+        },
+    )?;
     Ok(out)
 }

@@ -8,10 +8,10 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use super::db::{params, Db, DbError, DbResult, Param};
 use serde::Serialize;
 
-use super::writer::{read_candidate, CANDIDATE_COLUMNS};
+use super::candidate::{read_candidate, CANDIDATE_COLUMNS};
 use crate::domain::PolicySettings;
 use crate::policy::order::{is_fair, Candidate, ShareSnapshot};
 use crate::policy::queue::Ranking;
@@ -51,31 +51,34 @@ pub struct VolumeWait {
 /// [`VolumeWait`] of queued request `c` (read with its volume, and whether no volume lookup
 /// has answered for it) at `now`.
 pub(super) fn volume_wait<U: UsageLookup>(
-    c: &Connection,
+    c: &Db<'_>,
     policy: &PolicySettings,
     standing: &ShareSnapshot<'_, U>,
     (request, volume, unanswered): (&Candidate, Option<&str>, bool),
     now: i64,
-) -> rusqlite::Result<VolumeWait> {
+) -> DbResult<VolumeWait> {
     let settings = &policy.order.release.volumes;
     let volume = volume.filter(|v| !v.is_empty());
     // Waiting for the lookup's answer, among its group's requests that wait for theirs.
     let locating = volume.is_none() && unanswered && settings.lookup_wait_ms.is_some();
     let group_path = policy.group(request.group).path.as_str();
     // One statement per case, so each uses the index on the queued rows by library and volume.
-    let figures = |sql: &str, p: &[&dyn rusqlite::ToSql]| {
-        c.prepare_cached(&format!(
-            "SELECT COALESCE(SUM(size_bytes), 0), COUNT(*), MIN(created_ms), MAX(created_ms) \
-             FROM requests WHERE state = 'queued' AND library = ?1 AND {sql}"
-        ))?
-        .query_row(p, |r| {
-            Ok((
-                r.get::<_, i64>(0)?.max(0) as u64,
-                r.get::<_, i64>(1)?.max(0) as u64,
-                r.get::<_, Option<i64>>(2)?.unwrap_or(request.created_ms),
-                r.get::<_, Option<i64>>(3)?.unwrap_or(request.created_ms),
-            ))
-        })
+    let figures = |sql: &str, p: &[&dyn Param]| {
+        c.query_one(
+            &format!(
+                "SELECT COALESCE(SUM(size_bytes), 0), COUNT(*), MIN(created_ms), MAX(created_ms) \
+                 FROM requests WHERE state = 'queued' AND library = ?1 AND {sql}"
+            ),
+            p,
+            |r| {
+                Ok((
+                    r.get::<i64>(0)?.max(0) as u64,
+                    r.get::<i64>(1)?.max(0) as u64,
+                    r.get::<Option<i64>>(2)?.unwrap_or(request.created_ms),
+                    r.get::<Option<i64>>(3)?.unwrap_or(request.created_ms),
+                ))
+            },
+        )
     };
     let (bytes, files, oldest_ms, newest_ms) = match volume {
         Some(v) => figures("volume = ?2", params![request.library, v])?,
@@ -117,26 +120,26 @@ pub(super) fn volume_wait<U: UsageLookup>(
 
 /// The volumes in flight at `library` (released requests not yet ended), as (volume, group
 /// for a pseudo-volume).
-fn volumes_in_flight(
-    c: &Connection,
-    library: &str,
-) -> rusqlite::Result<BTreeSet<(Option<String>, String)>> {
+fn volumes_in_flight(c: &Db<'_>, library: &str) -> DbResult<BTreeSet<(Option<String>, String)>> {
     let mut out = BTreeSet::new();
     // Two queries so each uses its partial index (ready rows, rows at the MSS).
     for state in ["state = 'accepted'", "state IN ('submitted', 'running')"] {
-        let mut stmt = c.prepare_cached(&format!(
-            "SELECT DISTINCT volume, group_path FROM requests \
-             WHERE {state} AND library = ?1 AND release_seq IS NOT NULL"
-        ))?;
-        let mut rows = stmt.query([library])?;
-        while let Some(r) = rows.next()? {
-            let volume: Option<String> = r.get(0)?;
-            let key = match volume.filter(|v| !v.is_empty()) {
-                Some(v) => (Some(v), String::new()),
-                None => (None, r.get(1)?),
-            };
-            out.insert(key);
-        }
+        c.for_each(
+            &format!(
+                "SELECT DISTINCT volume, group_path FROM requests \
+                 WHERE {state} AND library = ?1 AND release_seq IS NOT NULL"
+            ),
+            params![library],
+            |r| {
+                let volume: Option<String> = r.get(0)?;
+                let key = match volume.filter(|v| !v.is_empty()) {
+                    Some(v) => (Some(v), String::new()),
+                    None => (None, r.get(1)?),
+                };
+                out.insert(key);
+                Ok::<_, DbError>(())
+            },
+        )?;
     }
     Ok(out)
 }
@@ -144,24 +147,23 @@ fn volumes_in_flight(
 /// `request`'s group's place among the groups with requests queued at its library, ranked by
 /// each group's oldest request as held mode ranks requests: (position, groups waiting).
 fn group_place<U: UsageLookup>(
-    c: &Connection,
+    c: &Db<'_>,
     policy: &PolicySettings,
     standing: &ShareSnapshot<'_, U>,
     request: &Candidate,
     now: i64,
-) -> rusqlite::Result<(Option<usize>, usize)> {
+) -> DbResult<(Option<usize>, usize)> {
     let mut heads = Vec::new();
-    let mut stmt = c.prepare_cached(&format!(
+    let mut stmt = c.prepare(&format!(
         "SELECT {CANDIDATE_COLUMNS} FROM requests \
          WHERE state = 'queued' AND library = ?1 AND group_path = ?2 ORDER BY id LIMIT 1"
     ))?;
     for g in policy.group_ids().filter(|&g| is_fair(policy, g)) {
         let head = stmt
-            .query_row(
+            .query_opt(
                 params![request.library, policy.group(g).path.as_str()],
                 |r| read_candidate(policy, r),
-            )
-            .optional()?
+            )?
             .flatten();
         heads.extend(head);
     }

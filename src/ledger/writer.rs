@@ -39,13 +39,13 @@ use tracing::{debug, error};
 
 use command::{log_committed, Reply, Traced};
 pub(in crate::ledger) use command::{Admitted, Command};
-pub(super) use release::{read_candidate, CANDIDATE_COLUMNS};
 pub use reload::PreparedReload;
 pub(super) use reload::{Step, Ticket};
 pub(super) use removed::unfinished_of;
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
+use super::db::Db;
 use super::live::Published;
 use super::stored_explain::StoredExplain;
 
@@ -342,7 +342,7 @@ impl Writer {
             if let Some(factor) = rebase {
                 txn.tx
                     .execute("UPDATE groups SET decayed = decayed * ?1", [factor])?;
-                usage::store_model(txn.tx, txn.policy, &txn.st.usage)?;
+                usage::store_model(&Db::borrowed(txn.tx), txn.policy, &txn.st.usage)?;
             }
             for command in commands {
                 let (reply, result) = txn.apply(command);
@@ -351,12 +351,14 @@ impl Writer {
             }
             txn.release_queued()?;
             txn.flush_deltas()?;
-            txn.report.flush(txn.tx)
+            (txn.report)
+                .flush(&Db::borrowed(txn.tx))
+                .map_err(rusqlite::Error::from)
         })();
         let (ready, unknown_keys) = (txn.ready, txn.unknown_keys);
         let changed = txn.changed.into_ids();
         let outcome = outcome
-            .and_then(|()| self.file.check())
+            .and_then(|()| self.file.check().map_err(rusqlite::Error::from))
             .and_then(|()| tx.commit());
         if outcome.is_ok() {
             self.reloads.committed(changed);

@@ -270,7 +270,23 @@ fn the_ledgers_shared_sql_is_portable() {
     assert!(
         lines.is_empty(),
         "invariant broken: The ledger's shared SQL is portable (SQLite-only spellings only in \
-         schema, backup, restore):\n{}",
+         schema, backup, restore and the `Db` layer):\n{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn only_the_sqlite_files_name_rusqlite() {
+    // The ledger runs its SQL through `ledger::db` (docs/ha.md, step 3), so a PostgreSQL
+    // backend is a variant there, not an edit of every file: only the layer and the SQLite-only
+    // files (`dialect::NAMES_RUSQLITE`) name rusqlite.
+    let lines: Vec<String> = (dialect::rusqlite_outside_the_db_layer().iter())
+        .map(|h| format!("  {h}"))
+        .collect();
+    assert!(
+        lines.is_empty(),
+        "invariant broken: Only the `Db` layer and the SQLite-only files of the ledger name \
+         rusqlite (use `ledger::db`, or its escape hatch `Db::sqlite()` in a SQLite-only file):\n{}",
         lines.join("\n")
     );
 }
@@ -749,6 +765,7 @@ const NOT_INVARIANTS: &[&str] = &[
     "the_reader_tells_unit_tests_from_the_stand_ins",
     "the_code_view_blanks_comments_and_literals",
     "each_sqlite_only_spelling_is_found_and_its_portable_one_is_not",
+    "rusqlite_is_found_in_code_and_not_in_comments_or_literals",
     "the_reader_finds_a_functions_name_as_the_shape_script_does",
 ];
 

@@ -3,7 +3,7 @@
 //! (`outputs`), is refused; otherwise the request is held (a feasibility cap), queued (the held
 //! release mode) or decided and charged now.
 
-use rusqlite::{params, OptionalExtension};
+use crate::ledger::db::{params, DbResult};
 
 use super::idempotency::fingerprint;
 use super::queued;
@@ -37,7 +37,7 @@ struct Entry {
 impl Txn<'_, '_> {
     /// Record one new request (a replay answers with the stored one; the queued-bytes caps are
     /// checked after it, so a replay is never refused).
-    pub fn accept_one(&mut self, item: &NewRequest) -> rusqlite::Result<Admitted> {
+    pub fn accept_one(&mut self, item: &NewRequest) -> DbResult<Admitted> {
         let fp = fingerprint(&item.station, &item.client_request_id);
         if let Some(a) = self.replay_of(fp, item)? {
             return Ok(Ok(a));
@@ -71,9 +71,10 @@ impl Txn<'_, '_> {
         let id = self.insert(item, &entry, candidate.slots)?;
         self.note(id);
         self.hold_output(item, id);
-        self.tx
-            .prepare_cached("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)")?
-            .execute(params![id, fp as i64])?;
+        self.db().execute(
+            "INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)",
+            params![id, fp as i64],
+        )?;
         self.st.remember(fp, id);
         if matches!(entry.state, RequestState::Accepted | RequestState::Queued) {
             self.offer_new(item, id, entry.state == RequestState::Queued);
@@ -185,7 +186,7 @@ impl Txn<'_, '_> {
     }
 
     /// The new row; returns its id.
-    fn insert(&self, item: &NewRequest, e: &Entry, slots: u32) -> rusqlite::Result<i64> {
+    fn insert(&self, item: &NewRequest, e: &Entry, slots: u32) -> DbResult<i64> {
         let row = NewRow {
             item,
             group_path: self.policy.group(item.group).path.as_str(),
@@ -201,12 +202,10 @@ impl Txn<'_, '_> {
             explain: e.explain.as_deref(),
             rides_on: e.rides_on,
         };
-        // SQLite's own way to the new id, kept over the portable `RETURNING id`: with RETURNING
-        // batch ingest measured about a quarter slower (docs/ha.md, step 2). The PostgreSQL
-        // ledger will take `RETURNING id` through the coming `Db` layer.
-        (self.tx.prepare_cached(columns::insert_sql())?)
-            .execute(rusqlite::params_from_iter(row.values()))?;
-        Ok(self.tx.last_insert_rowid())
+        // Each backend's own way to the new id (`Db::insert_id`): SQLite's `last_insert_rowid()`,
+        // kept over `RETURNING id`, with which batch ingest measured about a quarter slower
+        // (docs/ha.md, step 2).
+        self.db().insert_id(columns::insert_sql(), row.values())
     }
 
     /// Count, queue and charge a request just inserted.
@@ -275,7 +274,7 @@ impl Txn<'_, '_> {
 
     /// The stored request this one replays, if any: an unfinished one with its fingerprint (in
     /// memory), else a finished one (on disk).
-    fn replay_of(&self, fp: u64, item: &NewRequest) -> rusqlite::Result<Option<Accepted>> {
+    fn replay_of(&self, fp: u64, item: &NewRequest) -> DbResult<Option<Accepted>> {
         let unfinished: Vec<i64> = self.st.idempotency.candidates(fp).collect();
         for id in unfinished {
             if let Some(a) = self.replayed(id, item)? {
@@ -292,23 +291,22 @@ impl Txn<'_, '_> {
 
     /// The stored request `id`, if it really is this station's `client_request_id` (a
     /// fingerprint hit is confirmed against the row).
-    fn replayed(&self, id: i64, item: &NewRequest) -> rusqlite::Result<Option<Accepted>> {
-        self.tx
-            .prepare_cached(
-                "SELECT id, group_path, class, mss_priority, state, held_reason FROM requests \
-                 WHERE id = ?1 AND station = ?2 AND client_request_id = ?3",
-            )?
-            .query_row(params![id, item.station, item.client_request_id], |r| {
+    fn replayed(&self, id: i64, item: &NewRequest) -> DbResult<Option<Accepted>> {
+        self.db().query_opt(
+            "SELECT id, group_path, class, mss_priority, state, held_reason FROM requests \
+             WHERE id = ?1 AND station = ?2 AND client_request_id = ?3",
+            params![id, item.station, item.client_request_id],
+            |r| {
                 Ok(Accepted {
                     id: r.get(0)?,
                     group: r.get(1)?,
-                    class: parse_class(2, &r.get::<_, String>(2)?)?,
+                    class: parse_class(2, &r.get::<String>(2)?)?,
                     mss_priority: r.get(3)?,
-                    state: parse_state(4, &r.get::<_, String>(4)?)?,
+                    state: parse_state(4, &r.get::<String>(4)?)?,
                     duplicate: true,
                     held_reason: r.get(5)?,
                 })
-            })
-            .optional()
+            },
+        )
     }
 }

@@ -194,14 +194,14 @@ impl Reply {
 
 /// A result and the reply it makes (with a stand-in answer when it failed: the reply then
 /// carries the transaction's error).
-fn reply<T, R>(
-    result: rusqlite::Result<T>,
+fn reply<T, R, E: Into<rusqlite::Error>>(
+    result: Result<T, E>,
     failed: T,
     make: impl FnOnce(T) -> R,
 ) -> (R, rusqlite::Result<()>) {
     match result {
         Ok(v) => (make(v), Ok(())),
-        Err(e) => (make(failed), Err(e)),
+        Err(e) => (make(failed), Err(e.into())),
     }
 }
 
@@ -290,15 +290,15 @@ impl Txn<'_, '_> {
 impl Txn<'_, '_> {
     /// Apply `one` to each item in turn, keeping each answer, up to the first failure (which
     /// fails the transaction).
-    fn each_in_turn<I, T>(
+    fn each_in_turn<I, T, E: Into<rusqlite::Error>>(
         &mut self,
         items: &[I],
-        mut one: impl FnMut(&mut Self, &I) -> rusqlite::Result<T>,
+        mut one: impl FnMut(&mut Self, &I) -> Result<T, E>,
     ) -> (Vec<T>, rusqlite::Result<()>) {
         let mut out = Vec::with_capacity(items.len());
         let r = items
             .iter()
-            .try_for_each(|i| one(self, i).map(|a| out.push(a)));
+            .try_for_each(|i| one(self, i).map(|a| out.push(a)).map_err(Into::into));
         (out, r)
     }
 

@@ -18,7 +18,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension};
+use crate::ledger::db::{params, DbResult};
 
 use super::state::Txn;
 
@@ -154,34 +154,33 @@ impl FinishedFilter {
 impl Txn<'_, '_> {
     /// Finished requests that may carry fingerprint `fp` (confirmed against the row by the
     /// caller): an index probe of `idempotency_finished`.
-    pub fn finished_with(&self, fp: u64) -> rusqlite::Result<Vec<i64>> {
+    pub fn finished_with(&self, fp: u64) -> DbResult<Vec<i64>> {
         if !self.st.idempotency.may_have_finished(fp) {
             return Ok(Vec::new());
         }
-        let mut stmt = self
-            .tx
-            .prepare_cached("SELECT id FROM idempotency_finished WHERE fingerprint = ?1")?;
-        let ids = stmt.query_map([fp as i64], |r| r.get(0))?;
-        ids.collect()
+        self.db().query_rows(
+            "SELECT id FROM idempotency_finished WHERE fingerprint = ?1",
+            params![fp as i64],
+            |r| r.get(0),
+        )
     }
 
     /// Request `id` became final: its fingerprint moves from memory and the `idempotency` table
     /// to `idempotency_finished` (a rollback puts the memory back).
-    pub fn key_finished(&mut self, id: i64) -> rusqlite::Result<()> {
-        let fp: Option<i64> = self
-            .tx
-            .prepare_cached("DELETE FROM idempotency WHERE id = ?1 RETURNING fingerprint")?
-            .query_row([id], |r| r.get(0))
-            .optional()?;
+    pub fn key_finished(&mut self, id: i64) -> DbResult<()> {
+        let fp: Option<i64> = self.db().query_opt(
+            "DELETE FROM idempotency WHERE id = ?1 RETURNING fingerprint",
+            params![id],
+            |r| r.get(0),
+        )?;
         let Some(fp) = fp else {
             return Ok(()); // moved already
         };
-        self.tx
-            .prepare_cached(
-                "INSERT INTO idempotency_finished (fingerprint, id) VALUES (?1, ?2) \
-                 ON CONFLICT DO NOTHING",
-            )?
-            .execute(params![fp, id])?;
+        self.db().execute(
+            "INSERT INTO idempotency_finished (fingerprint, id) VALUES (?1, ?2) \
+             ON CONFLICT DO NOTHING",
+            params![fp, id],
+        )?;
         self.st.idempotency.finished(fp as u64);
         self.st.forget(fp as u64, id);
         Ok(())

@@ -12,7 +12,6 @@ use tracing::{info, warn};
 use super::idempotency::Idempotency;
 use super::outputs::Outputs;
 use super::queued::{Owner, QueuedBytes};
-use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::removed::removed_groups;
 use super::rows::RowState;
 use super::state::WriterState;
@@ -20,6 +19,8 @@ use super::volumes;
 use super::Writer;
 use crate::clock::Clock;
 use crate::domain::PolicySettings;
+use crate::ledger::candidate::{read_candidate, CANDIDATE_COLUMNS};
+use crate::ledger::db::{params, Db, DbError};
 use crate::ledger::live::Published;
 use crate::ledger::mss_key::MssKeys;
 use crate::ledger::wide::Wide;
@@ -41,15 +42,18 @@ impl Writer {
     ) -> Result<Writer, LedgerError> {
         let file = identity::DbFile::of(&options.path)?;
         refuse_removed_groups(&conn, &policy)?;
-        let idempotency = load_idempotency(&conn)?;
+        let db = Db::borrowed(&conn);
+        let idempotency = load_idempotency(&db)?;
         info!(requests = idempotency.len(), "idempotency keys loaded");
-        let outputs = Outputs::load(&conn, options.read_outputs.clone())?;
+        let outputs = Outputs::load(&db, options.read_outputs.clone())?;
         let state =
             load_state(&mut conn, &policy, clock.now_ms(), idempotency)?.with_outputs(outputs);
         // Committed before any request of this start exists (see `ledger::mss_key`).
-        let keys = MssKeys::begin(&conn, clock.now_ms()).map_err(|e| LedgerError::Open {
-            path: options.path.clone(),
-            message: format!("cannot record this start's incarnation: {e}"),
+        let keys = MssKeys::begin(&Db::borrowed(&conn), clock.now_ms()).map_err(|e| {
+            LedgerError::Open {
+                path: options.path.clone(),
+                message: format!("cannot record this start's incarnation: {e}"),
+            }
         })?;
         published.publish(
             &policy,
@@ -79,7 +83,7 @@ pub(super) fn refuse_removed_groups(
     conn: &Connection,
     policy: &PolicySettings,
 ) -> Result<(), LedgerError> {
-    let removed = removed_groups(conn, policy)?;
+    let removed = removed_groups(&Db::borrowed(conn), policy)?;
     if removed.0.is_empty() {
         return Ok(());
     }
@@ -127,7 +131,7 @@ pub(super) fn finish_state(
     idempotency: Idempotency,
 ) -> Result<WriterState, LedgerError> {
     let usage = load_usage(conn, policy, now)?;
-    let held = usage::group_counts(conn, policy)?
+    let held = usage::group_counts(&Db::borrowed(conn), policy)?
         .into_iter()
         .map(|c| c.held)
         .collect();
@@ -150,7 +154,7 @@ pub(super) fn finish_state(
         );
     }
     let release_seq = volumes::last_release_seq(conn)?;
-    let queues = load_fbsng_priorities(conn, policy)?;
+    let queues = load_fbsng_priorities(&Db::borrowed(conn), policy)?;
     // Which groups repay a ride's lead is not in the rows: every group ahead of its share does
     // (a reload or a rollback gives the queue the set it had instead).
     volumes.repay_every_lead(&ShareSnapshot::new(policy, usage.at(now), &queues));
@@ -168,20 +172,18 @@ pub(super) fn finish_state(
 
 /// A row for every configured group; a warning for stored usage of a group no longer
 /// configured.
-pub(super) fn add_groups(
-    conn: &Transaction<'_>,
-    policy: &PolicySettings,
-) -> Result<(), LedgerError> {
+pub(super) fn add_groups(tx: &Transaction<'_>, policy: &PolicySettings) -> Result<(), LedgerError> {
+    let conn = &Db::borrowed(tx);
     for g in &policy.groups {
         conn.execute(
             "INSERT INTO groups(path) VALUES (?1) ON CONFLICT DO NOTHING",
-            [g.path.as_str()],
+            params![g.path.as_str()],
         )?;
     }
-    let mut stmt = conn.prepare("SELECT path, usage FROM groups")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Wide>(1)?)))?;
-    for row in rows {
-        let (path, Wide(usage)) = row?;
+    let rows = conn.query_rows("SELECT path, usage FROM groups", params![], |r| {
+        Ok((r.get::<String>(0)?, r.get::<Wide>(1)?))
+    })?;
+    for (path, Wide(usage)) in rows {
         if usage != 0 && policy.group_by_path(&path).is_none() {
             warn!(
                 group = %path,
@@ -201,36 +203,39 @@ fn load_usage(
     now: i64,
 ) -> Result<UsageBook, LedgerError> {
     let started = std::time::Instant::now();
-    let loaded = usage::load_book(tx, policy, now)?;
+    let db = Db::borrowed(tx);
+    let loaded = usage::load_book(&db, policy, now)?;
     if loaded.rebuilt {
-        usage::persist_rebuilt(tx, policy, &loaded.book)?;
+        usage::persist_rebuilt(&db, policy, &loaded.book)?;
         info!(
             model = %policy.usage_model.describe(),
             millis = started.elapsed().as_millis() as u64,
             "usage aggregates rebuilt from the requests for a changed usage model"
         );
     } else {
-        usage::store_model(tx, policy, &loaded.book)?;
+        usage::store_model(&db, policy, &loaded.book)?;
     }
     Ok(loaded.book)
 }
 
-fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
+fn load_idempotency(conn: &Db<'_>) -> Result<Idempotency, LedgerError> {
     // Sized once: a map grown by doubling leaves its outgrown tables (as much again as the
     // final one) to the allocator.
-    let rows: i64 = conn.query_row("SELECT COUNT(*) FROM idempotency", [], |r| r.get(0))?;
+    let rows: i64 = conn.query_one("SELECT COUNT(*) FROM idempotency", params![], |r| r.get(0))?;
     let mut idempotency = Idempotency::with_capacity(usize::try_from(rows).unwrap_or(0));
-    let mut stmt = conn.prepare("SELECT id, fingerprint FROM idempotency")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
-    for row in rows {
-        let (id, fp) = row?;
+    conn.for_each("SELECT id, fingerprint FROM idempotency", params![], |r| {
+        let (id, fp) = (r.get::<i64>(0)?, r.get::<i64>(1)?);
         idempotency.insert(fp as u64, id);
-    }
-    let mut stmt = conn.prepare("SELECT fingerprint FROM idempotency_finished")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        idempotency.finished(row.get::<_, i64>(0)? as u64);
-    }
+        Ok::<_, DbError>(())
+    })?;
+    conn.for_each(
+        "SELECT fingerprint FROM idempotency_finished",
+        params![],
+        |r| {
+            idempotency.finished(r.get::<i64>(0)? as u64);
+            Ok::<_, DbError>(())
+        },
+    )?;
     Ok(idempotency)
 }
 
@@ -238,21 +243,20 @@ fn load_idempotency(conn: &Connection) -> Result<Idempotency, LedgerError> {
 /// user of a station (each unfinished state through its partial index, as `removed.rs` reads
 /// them).
 pub(super) fn load_queued_bytes(
-    conn: &Connection,
+    conn: &Db<'_>,
     policy: &PolicySettings,
 ) -> Result<QueuedBytes, LedgerError> {
     let mut tally = QueuedBytes::default();
     let columns = "group_path, station, user_name, size_bytes";
-    let mut stmt = conn.prepare(&format!(
+    let sql = format!(
         // Row by row, not SUM(): a sum of sizes may pass i64, which SQLite refuses.
         "SELECT {columns} FROM requests WHERE state = 'held' \
          UNION ALL SELECT {columns} FROM requests WHERE state = 'queued' \
          UNION ALL SELECT {columns} FROM requests WHERE state = 'accepted' \
          UNION ALL SELECT {columns} FROM requests WHERE state = 'riding' \
          UNION ALL SELECT {columns} FROM requests WHERE state IN ('submitted', 'running')"
-    ))?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
+    );
+    conn.for_each(&sql, params![], |r| {
         let path: String = r.get(0)?;
         let fair = policy.group_by_path(&path).filter(|&g| {
             matches!(
@@ -266,15 +270,16 @@ pub(super) fn load_queued_bytes(
                 station: &station,
                 user: &user,
             };
-            tally.add(g, owner, i128::from(r.get::<_, i64>(3)?.max(0)));
+            tally.add(g, owner, i128::from(r.get::<i64>(3)?.max(0)));
         }
-    }
+        Ok::<_, DbError>(())
+    })?;
     Ok(tally)
 }
 
 /// The held release queue, from the rows `queued` (empty in the volumes mode).
 pub(super) fn load_held_queue(
-    conn: &Connection,
+    conn: &Db<'_>,
     policy: &PolicySettings,
 ) -> Result<HeldQueue, LedgerError> {
     // The volumes mode keeps its own queue (`volumes::load_volume_queue`).
@@ -283,15 +288,15 @@ pub(super) fn load_held_queue(
     } else {
         "state = 'queued'"
     };
-    let expected: i64 = conn.query_row(
+    let expected: i64 = conn.query_one(
         &format!("SELECT COUNT(*) FROM requests WHERE {where_queued}"),
-        [],
+        params![],
         |r| r.get(0),
     )?;
     let mut stmt = conn.prepare(&format!(
         "SELECT {CANDIDATE_COLUMNS} FROM requests WHERE {where_queued} ORDER BY id"
     ))?;
-    let rows = stmt.query_map([], |r| read_candidate(policy, r))?;
+    let rows = stmt.query_map(params![], |r| read_candidate(policy, r))?;
     // Streamed into the queue in id order (not collected first: at 1M queued a copy of
     // every request would be 100 MB more at start).
     let (mut failed, mut unconfigured) = (None, 0usize);
@@ -315,31 +320,29 @@ pub(super) fn load_held_queue(
 }
 
 /// The slots outstanding per library: rows `accepted`, `submitted`, `running`.
-pub(super) fn load_outstanding(conn: &Connection) -> Result<HashMap<String, u32>, LedgerError> {
+pub(super) fn load_outstanding(conn: &Db<'_>) -> Result<HashMap<String, u32>, LedgerError> {
     let mut outstanding = HashMap::new();
-    let mut stmt = conn.prepare(
+    let rows = conn.query_rows(
         "SELECT library, SUM(slots) FROM requests \
          WHERE state IN ('accepted', 'submitted', 'running') GROUP BY library",
+        params![],
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
     )?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-    for row in rows {
-        let (lib, n) = row?;
+    for (lib, n) in rows {
         outstanding.insert(lib, n.clamp(0, i64::from(u32::MAX)) as u32);
     }
     Ok(outstanding)
 }
 
 /// The FBSNG queue priorities, from the groups' rows.
-fn load_fbsng_priorities(
-    conn: &Connection,
-    policy: &PolicySettings,
-) -> Result<Queues, LedgerError> {
+fn load_fbsng_priorities(conn: &Db<'_>, policy: &PolicySettings) -> Result<Queues, LedgerError> {
     let mut queues = Queues::new(&policy.order.fbsng);
-    let mut stmt =
-        conn.prepare("SELECT path, queue_priority FROM groups WHERE queue_priority IS NOT NULL")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-    for row in rows {
-        let (path, p) = row?;
+    let rows = conn.query_rows(
+        "SELECT path, queue_priority FROM groups WHERE queue_priority IS NOT NULL",
+        params![],
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
+    )?;
+    for (path, p) in rows {
         if let Some(g) = policy.group_by_path(&path) {
             if let Some(slot) = queues.priority.get_mut(g.0) {
                 *slot = p;
@@ -427,7 +430,7 @@ impl Writer {
         );
         // Fingerprints: memory holds the `idempotency` table's, which are the unfinished
         // requests'; every final request's is in `idempotency_finished`, under its own.
-        let table = load_idempotency(&self.conn)?;
+        let table = load_idempotency(&Db::borrowed(&self.conn))?;
         differ(
             "fingerprints",
             format!("{:?}", self.state.idempotency.entries()),
@@ -487,7 +490,7 @@ impl Writer {
                 )
                 .unwrap_or(false)
         };
-        let outputs = Outputs::load(&self.conn, self.state.outputs.rule())?;
+        let outputs = Outputs::load(&Db::borrowed(&self.conn), self.state.outputs.rule())?;
         differ(
             "station-side copies held",
             format!("{:?}", self.state.outputs.held_by_id()),

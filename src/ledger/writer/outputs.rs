@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::ledger::db::{params, Db, DbError, DbResult};
 
 use super::idempotency::fingerprint;
 use super::state::{Txn, Undo, WriterState};
@@ -115,7 +115,7 @@ impl Outputs {
 
     /// The copies of the unfinished reads, from the rows (at start-up), through the partial
     /// indexes of the unfinished states.
-    pub fn load(conn: &Connection, rule: Option<Arc<dyn ReadOutput>>) -> rusqlite::Result<Self> {
+    pub fn load(conn: &Db<'_>, rule: Option<Arc<dyn ReadOutput>>) -> DbResult<Self> {
         let mut outputs = Outputs::new(rule);
         if outputs.rule.is_none() {
             return Ok(outputs);
@@ -135,15 +135,14 @@ impl Outputs {
         ]
         .map(select)
         .join(" UNION ALL ");
-        let mut stmt = conn.prepare(&sql)?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
+        conn.for_each(&sql, params![], |r| {
             let (id, file, local): (i64, String, Option<String>) =
                 (r.get(0)?, r.get(1)?, r.get(2)?);
             if let Some(out) = outputs.output_of(&file, local.as_deref()) {
                 outputs.hold(id, Outputs::held(&out, &file));
             }
-        }
+            Ok::<_, DbError>(())
+        })?;
         Ok(outputs)
     }
 }
@@ -190,22 +189,18 @@ impl WriterState {
 impl Txn<'_, '_> {
     /// Why new read `item` may not be recorded: another unfinished read, of another file,
     /// writes its copy (confirmed against that read's row).
-    pub(super) fn output_in_use(&self, item: &NewRequest) -> rusqlite::Result<Option<OutputInUse>> {
+    pub(super) fn output_in_use(&self, item: &NewRequest) -> DbResult<Option<OutputInUse>> {
         let Some((output, held)) = self.output_of(item) else {
             return Ok(None);
         };
         for id in self.st.outputs.others(held) {
-            let row: Option<(String, String, Option<String>)> = self
-                .tx
-                .prepare_cached(
-                    "SELECT station, file, local_file FROM requests WHERE id = ?1 \
-                     AND direction = 'read' AND file != ?2 \
-                     AND state NOT IN ('done', 'failed', 'cancelled')",
-                )?
-                .query_row(params![id, item.file], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
-                .optional()?;
+            let row: Option<(String, String, Option<String>)> = self.db().query_opt(
+                "SELECT station, file, local_file FROM requests WHERE id = ?1 \
+                 AND direction = 'read' AND file != ?2 \
+                 AND state NOT IN ('done', 'failed', 'cancelled')",
+                params![id, item.file],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
             let Some((station, file, local)) = row else {
                 continue;
             };

@@ -9,49 +9,25 @@ use super::state::{Charge, Txn};
 use super::volumes::{read_place, PLACE_COLUMNS};
 use crate::domain::{GroupId, PolicySettings};
 use crate::ledger::aggregates::HourRow;
-use crate::ledger::read::stored_qos;
-use crate::policy;
+
 use crate::policy::order::{Candidate, Placement, ShareSnapshot};
 use crate::shares::limits::held_by;
 
 /// A row's volume and tape position.
 type Place = (Option<String>, Option<u64>);
 
-/// Columns [`read_candidate`] reads.
-pub(in crate::ledger) const CANDIDATE_COLUMNS: &str =
-    "id, group_path, library, created_ms, size_bytes, access_mode, \
-     qos, user_factor, slots, passed";
+pub(in crate::ledger) use crate::ledger::candidate::CANDIDATE_COLUMNS;
 
-/// A request row as the ordering sees it (`None` for a group no longer configured).
+/// [`crate::ledger::candidate::read_candidate`] of a rusqlite row, for the writer's code not yet
+/// on the `Db` layer (docs/ha.md, step 3).
 pub(in crate::ledger) fn read_candidate(
     policy: &PolicySettings,
     r: &rusqlite::Row<'_>,
 ) -> rusqlite::Result<Option<Candidate>> {
-    let path: String = r.get(1)?;
-    let Some(group) = policy.group_by_path(&path) else {
-        return Ok(None);
-    };
-    let size: i64 = r.get(4)?;
-    let mode: String = r.get(5)?;
-    let qos = match r.get::<_, Option<String>>(6)? {
-        Some(q) => Some(stored_qos(6, &q)?),
-        None => None,
-    };
-    let user: Option<f64> = r.get(7)?;
-    let order = &policy.order;
-    Ok(Some(Candidate {
-        id: r.get(0)?,
-        group,
-        library: r.get(2)?,
-        created_ms: r.get(3)?,
-        size_bytes: size.max(0) as u64,
-        benefit: policy::benefit(policy, &mode, size.max(0) as u64),
-        qos: order.qos(qos, &mode),
-        user: user.unwrap_or(1.0),
-        queue: order.queue_factor(&mode),
-        slots: r.get::<_, i64>(8)?.clamp(1, i64::from(u32::MAX)) as u32,
-        passed: r.get::<_, i64>(9)?.clamp(0, i64::from(u32::MAX)) as u32,
-    }))
+    Ok(crate::ledger::candidate::read_candidate(
+        policy,
+        &crate::ledger::db::Row::from_sqlite(r),
+    )?)
 }
 
 impl Txn<'_, '_> {

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use rusqlite::{Connection, OptionalExtension};
+use crate::ledger::db::{params, Db, DbResult};
 
 use super::state::Txn;
 use crate::domain::{PolicySettings, RequestState};
@@ -71,27 +71,26 @@ pub struct GroupCancel {
 }
 
 /// The groups with unfinished requests that `policy` does not configure (empty: none).
-pub(super) fn removed_groups(
-    conn: &Connection,
-    policy: &PolicySettings,
-) -> rusqlite::Result<RemovedGroups> {
+pub(super) fn removed_groups(conn: &Db<'_>, policy: &PolicySettings) -> DbResult<RemovedGroups> {
     // A request whose cancellation the MSS was asked for is settling (its event refunds it by
     // path): it does not hold a group in the configuration.
-    let mut stmt = conn.prepare(&format!(
-        "SELECT group_path, state, COUNT(*) FROM ({}) \
-         GROUP BY group_path, state ORDER BY group_path, state",
-        unfinished(" AND cancel_requested = 0")
-    ))?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            parse_state(1, &r.get::<_, String>(1)?)?,
-            r.get::<_, i64>(2)?,
-        ))
-    })?;
+    let rows = conn.query_rows(
+        &format!(
+            "SELECT group_path, state, COUNT(*) FROM ({}) \
+             GROUP BY group_path, state ORDER BY group_path, state",
+            unfinished(" AND cancel_requested = 0")
+        ),
+        params![],
+        |r| {
+            Ok((
+                r.get::<String>(0)?,
+                parse_state(1, &r.get::<String>(1)?)?,
+                r.get::<i64>(2)?,
+            ))
+        },
+    )?;
     let mut groups: Vec<RemovedGroup> = Vec::new();
-    for row in rows {
-        let (path, state, n) = row?;
+    for (path, state, n) in rows {
         if policy.group_by_path(&path).is_some() {
             continue;
         }
@@ -109,30 +108,29 @@ pub(super) fn removed_groups(
 
 /// The ids of group `path`'s unfinished requests, in id order (a read connection: the writer
 /// is not held while a large group is listed).
-pub(in crate::ledger) fn unfinished_of(
-    conn: &Connection,
-    path: &str,
-) -> rusqlite::Result<Vec<i64>> {
-    let mut stmt = conn.prepare(&format!(
-        "SELECT id FROM ({}) WHERE group_path = ?1 ORDER BY id",
-        unfinished("")
-    ))?;
-    let rows = stmt.query_map([path], |r| r.get(0))?;
-    rows.collect()
+pub(in crate::ledger) fn unfinished_of(conn: &Db<'_>, path: &str) -> DbResult<Vec<i64>> {
+    conn.query_rows(
+        &format!(
+            "SELECT id FROM ({}) WHERE group_path = ?1 ORDER BY id",
+            unfinished("")
+        ),
+        params![path],
+        |r| r.get(0),
+    )
 }
 
 impl Txn<'_, '_> {
     /// Cancel each of `ids` still unfinished, as a single cancel does: those not at the MSS
     /// cancelled and refunded now, those at the MSS flagged for the dispatcher; one ended since
     /// it was listed is reported `AlreadyFinal` and left as it is; an unknown id is skipped.
-    pub fn cancel_listed(&mut self, ids: &[i64]) -> rusqlite::Result<Vec<GroupCancel>> {
+    pub fn cancel_listed(&mut self, ids: &[i64]) -> DbResult<Vec<GroupCancel>> {
         let mut out = Vec::with_capacity(ids.len());
         for &id in ids {
-            let previous: Option<String> = self
-                .tx
-                .prepare_cached("SELECT state FROM requests WHERE id = ?1")?
-                .query_row([id], |r| r.get(0))
-                .optional()?;
+            let previous: Option<String> = self.db().query_opt(
+                "SELECT state FROM requests WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )?;
             let Some(previous) = previous else {
                 continue;
             };

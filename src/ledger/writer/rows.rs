@@ -38,11 +38,12 @@ pub(super) struct RowState {
 impl RowState {
     /// Read from the rows, as start-up does.
     pub fn read(conn: &Connection, policy: &PolicySettings) -> Result<RowState, LedgerError> {
+        let db = crate::ledger::db::Db::borrowed(conn);
         Ok(RowState {
-            queue: super::load::load_held_queue(conn, policy)?,
+            queue: super::load::load_held_queue(&db, policy)?,
             volumes: volumes::load_waiting(conn, policy)?,
-            queued: super::load::load_queued_bytes(conn, policy)?,
-            outstanding: super::load::load_outstanding(conn)?,
+            queued: super::load::load_queued_bytes(&db, policy)?,
+            outstanding: super::load::load_outstanding(&db)?,
             // Uses the partial index on in-flight requests.
             priority_waiting: conn.query_row(
                 "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \

@@ -9,6 +9,7 @@ use tracing::warn;
 use super::coalesce::Carriers;
 use super::state::Txn;
 use crate::domain::{Class, RequestState};
+use crate::ledger::db::Db;
 use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
@@ -336,7 +337,7 @@ impl Txn<'_, '_> {
         };
         let what = format!("{what} (attempt {})", event.attempt);
         let key = mss_adapters::answer::clip(&event.key, mss_adapters::answer::MAX_MESSAGE_CHARS);
-        if mss_key::record_unknown(self.tx, &key, &what, self.now)? {
+        if mss_key::record_unknown(&Db::borrowed(self.tx), &key, &what, self.now)? {
             warn!(mss_key = %key, event = %what, "the mss reports a transfer this ledger did not \
                   issue (a request lost with a restored backup?): kept in unknown_keys \
                   (mssbroker unknown-keys)");

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use rusqlite::{params, Transaction};
+use rusqlite::Transaction;
+
+use crate::ledger::db::{params, DbResult};
 
 use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
@@ -540,9 +542,9 @@ impl Txn<'_, '_> {
     }
 
     /// Write the per-group deltas, the half-life accumulators and the queue priorities.
-    pub fn flush_deltas(&self) -> rusqlite::Result<()> {
-        let (tx, deltas, policy) = (self.tx, &self.deltas, self.policy);
-        let mut stmt = tx.prepare_cached(
+    pub fn flush_deltas(&self) -> DbResult<()> {
+        let (tx, deltas, policy) = (self.db(), &self.deltas, self.policy);
+        let mut stmt = tx.prepare(
             "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
              VALUES (?1, ?2, ?3, ?4, ?5) \
              ON CONFLICT(path) DO UPDATE SET usage = wide_add(groups.usage, excluded.usage), \
@@ -561,7 +563,7 @@ impl Txn<'_, '_> {
         }
         // The accumulator is written whole: the stored value is bit for bit the one in memory,
         // so a restart reads back exactly what the decisions used.
-        let mut stmt = tx.prepare_cached("UPDATE groups SET decayed = ?2 WHERE path = ?1")?;
+        let mut stmt = tx.prepare("UPDATE groups SET decayed = ?2 WHERE path = ?1")?;
         for &g in &deltas.decayed {
             stmt.execute(params![
                 policy.group(g).path.as_str(),
@@ -569,8 +571,7 @@ impl Txn<'_, '_> {
             ])?;
         }
         if deltas.queues {
-            let mut stmt =
-                tx.prepare_cached("UPDATE groups SET queue_priority = ?2 WHERE path = ?1")?;
+            let mut stmt = tx.prepare("UPDATE groups SET queue_priority = ?2 WHERE path = ?1")?;
             for g in policy.group_ids().filter(|&g| is_fair(policy, g)) {
                 stmt.execute(params![
                     policy.group(g).path.as_str(),
@@ -578,7 +579,7 @@ impl Txn<'_, '_> {
                 ])?;
             }
         }
-        let mut stmt = tx.prepare_cached(
+        let mut stmt = tx.prepare(
             "INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3) \
              ON CONFLICT(path, \"window\") DO UPDATE SET \
              usage = wide_add(usage_windows.usage, excluded.usage)",

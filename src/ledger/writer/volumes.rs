@@ -354,8 +354,9 @@ const META_MODE: &str = "release_mode";
 /// (`noted.rs`): it runs only where none is being prepared, at start and in a reload's install.
 pub(super) fn enter_mode(tx: &Transaction<'_>, policy: &PolicySettings) -> rusqlite::Result<usize> {
     let mode = policy.order.release.mode.name();
-    let was = crate::ledger::usage::meta(tx, META_MODE)?;
-    crate::ledger::usage::set_meta(tx, META_MODE, mode)?;
+    let db = crate::ledger::db::Db::borrowed(tx);
+    let was = crate::ledger::usage::meta(&db, META_MODE)?;
+    crate::ledger::usage::set_meta(&db, META_MODE, mode)?;
     if !policy.order.volumes() || was.as_deref() == Some(mode) {
         return Ok(0);
     }
