@@ -87,6 +87,44 @@ impl std::str::FromStr for DatabaseUrl {
 
 /// tokio-postgres's complaint, kept only where it names an option and not a value: its other
 /// messages can quote a character of the string, which may be the password's.
+/// A host the broker would reach in plain text beyond this machine: it has no TLS connector
+/// for PostgreSQL yet, so the ledger and the leadership contender both refuse such a string
+/// before connecting ("nothing beyond loopback without TLS").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("database.url: host `{host}` is neither a loopback address nor a unix socket, and the broker connects to PostgreSQL without TLS (not supported yet): give 127.0.0.1, ::1, localhost or a unix socket's directory (host=/run/postgresql)")]
+pub struct BeyondLoopback {
+    pub host: String,
+}
+
+impl DatabaseUrl {
+    /// Refuse a host that is neither loopback nor a unix socket. Where the string gives a
+    /// `hostaddr` for a host, that address is where the connection goes, so it is judged
+    /// instead.
+    pub fn only_loopback(&self) -> Result<(), BeyondLoopback> {
+        let (hosts, addrs) = (self.config.get_hosts(), self.config.get_hostaddrs());
+        let beyond =
+            (0..hosts.len().max(addrs.len())).find_map(|i| match (addrs.get(i), hosts.get(i)) {
+                (Some(addr), _) => (!addr.is_loopback()).then(|| addr.to_string()),
+                (None, Some(Host::Tcp(name))) => (!is_loopback_name(name)).then(|| name.clone()),
+                (None, Some(Host::Unix(_)) | None) => None,
+            });
+        match beyond {
+            Some(host) => Err(BeyondLoopback { host }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `localhost` or a loopback IP address (`[::1]` as the URL writes it too). A name is not
+/// resolved: another name for a loopback address is refused.
+fn is_loopback_name(name: &str) -> bool {
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback())
+}
+
 fn unreadable(e: &tokio_postgres::Error) -> DatabaseUrlError {
     let cause = std::error::Error::source(e)
         .map(ToString::to_string)

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, GenericClient, NoTls};
 
-use crate::database_url::DatabaseUrl;
+use crate::database_url::{BeyondLoopback, DatabaseUrl};
 
 mod office;
 
@@ -94,8 +94,14 @@ pub struct Contender {
 }
 
 impl Contender {
-    /// Start contending for `url`'s leadership (on the current tokio runtime).
-    pub fn start(url: DatabaseUrl, identity: Identity, timing: Timing) -> Contender {
+    /// Start contending for `url`'s leadership (on the current tokio runtime); a host beyond
+    /// loopback is refused before any connection, as the ledger's is (no TLS yet).
+    pub fn start(
+        url: DatabaseUrl,
+        identity: Identity,
+        timing: Timing,
+    ) -> Result<Contender, BeyondLoopback> {
+        url.only_loopback()?;
         let (tx, role) = watch::channel(Role::Standby);
         let refusals = Arc::new(AtomicU64::new(0));
         let run = Run {
@@ -105,11 +111,11 @@ impl Contender {
             role: tx,
             refusals: Arc::clone(&refusals),
         };
-        Contender {
+        Ok(Contender {
             role,
             refusals,
             task: tokio::spawn(run.contend()),
-        }
+        })
     }
 
     /// The role as it changes (Standby, Leader, Lost, Leader ...).

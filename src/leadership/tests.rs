@@ -25,7 +25,28 @@ fn contender(cluster: &Cluster, name: &str) -> Contender {
         holder: name.to_string(),
         advertised_url: format!("http://{name}.example:8080"),
     };
-    Contender::start(url, identity, fast())
+    Contender::start(url, identity, fast()).expect("a loopback cluster")
+}
+
+/// No TLS yet: a contender refuses a host beyond loopback before connecting, naming the key,
+/// as the ledger's connection does (a leader's session would carry its password and queries in
+/// clear text). No runtime is needed: nothing is spawned.
+#[test]
+fn a_host_beyond_loopback_is_refused_before_any_connection() {
+    let url = DatabaseUrl::parse("postgresql://broker:secret@db.example.org/mss").unwrap();
+    let identity = Identity {
+        holder: "a".to_string(),
+        advertised_url: "http://a.example:8080".to_string(),
+    };
+    let refused = Contender::start(url, identity, fast())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        refused.starts_with("database.url:") && refused.contains("db.example.org"),
+        "{refused}"
+    );
+    assert!(!refused.contains("secret"), "{refused}");
 }
 
 async fn admin(cluster: &Cluster) -> Client {

@@ -20,7 +20,9 @@ pub const SQLITE_ONLY: &[&str] = &[
 
 /// The ledger's files that may name `rusqlite`: the `Db` layer itself, and the SQLite-only code
 /// that reaches the connection through its escape hatch `Db::sqlite()` (docs/ha.md, step 3:
-/// schema and PRAGMAs, backup, restore, the `wide_add`/`wide_sum` registration).
+/// schema and PRAGMAs, backup, restore, the `wide_add`/`wide_sum` registration), and the
+/// ingest measurement's SQLite side (`postgres/ingest_form.rs`: one group commit written with
+/// the ledger's SQLite settings, beside PostgreSQL's forms, for `examples/pg_ingest.rs`).
 pub const NAMES_RUSQLITE: &[&str] = &[
     "src/ledger/db.rs",
     "src/ledger/db/",
@@ -28,6 +30,7 @@ pub const NAMES_RUSQLITE: &[&str] = &[
     "src/ledger/backup.rs",
     "src/ledger/restore.rs",
     "src/ledger/wide.rs",
+    "src/ledger/postgres/ingest_form.rs",
 ];
 
 /// Files not yet moved onto the `Db` layer (docs/ha.md, step 3: what is left), each to leave

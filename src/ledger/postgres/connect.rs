@@ -11,18 +11,15 @@
 //!
 //! Every error shows the URL as `DatabaseUrl` shows it: never the password.
 
-use std::net::IpAddr;
-
 use postgres::{Client, NoTls};
-use tokio_postgres::config::Host;
 
-use crate::database_url::DatabaseUrl;
+use crate::database_url::{BeyondLoopback, DatabaseUrl};
 
 /// Why the ledger has no connection.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("database.url: host `{host}` is neither a loopback address nor a unix socket, and the broker connects to PostgreSQL without TLS (not supported yet): give 127.0.0.1, ::1, localhost or a unix socket's directory (host=/run/postgresql)")]
-    PlainTextBeyondLoopback { host: String },
+    #[error(transparent)]
+    PlainTextBeyondLoopback(#[from] BeyondLoopback),
     #[error("connecting to {url}: {source}")]
     Connect {
         url: String,
@@ -33,7 +30,7 @@ pub enum ConnectError {
 
 /// A ledger connection to `url` (refused, before connecting, beyond loopback).
 pub fn connect(url: &DatabaseUrl) -> Result<Client, ConnectError> {
-    only_loopback(url)?;
+    url.only_loopback()?;
     let mut config = postgres::Config::from(url.config().clone());
     let name = url.config().get_application_name().unwrap_or("mssbroker");
     config.application_name(&format!("{name} ledger"));
@@ -43,30 +40,6 @@ pub fn connect(url: &DatabaseUrl) -> Result<Client, ConnectError> {
             url: url.to_string(),
             source,
         })
-}
-
-/// Refuse a host that is neither loopback nor a unix socket. Where the string gives a
-/// `hostaddr` for a host, that address is where the connection goes, so it is judged instead.
-pub fn only_loopback(url: &DatabaseUrl) -> Result<(), ConnectError> {
-    let config = url.config();
-    let (hosts, addrs) = (config.get_hosts(), config.get_hostaddrs());
-    let beyond =
-        (0..hosts.len().max(addrs.len())).find_map(|i| match (addrs.get(i), hosts.get(i)) {
-            (Some(addr), _) => (!addr.is_loopback()).then(|| addr.to_string()),
-            (None, Some(Host::Tcp(name))) => (!is_loopback_name(name)).then(|| name.clone()),
-            (None, Some(Host::Unix(_)) | None) => None,
-        });
-    match beyond {
-        Some(host) => Err(ConnectError::PlainTextBeyondLoopback { host }),
-        None => Ok(()),
-    }
-}
-
-/// `localhost` or a loopback IP address (`[::1]` as the URL writes it too). A name is not
-/// resolved: another name for a loopback address is refused.
-fn is_loopback_name(name: &str) -> bool {
-    let bare = name.trim_start_matches('[').trim_end_matches(']');
-    bare.eq_ignore_ascii_case("localhost") || bare.parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
 }
 
 #[cfg(test)]
@@ -92,7 +65,7 @@ mod tests {
             "postgresql://broker@%2Frun%2Fpostgresql/mss",
             "host=db.example.org hostaddr=127.0.0.1 user=broker dbname=mss",
         ] {
-            assert!(only_loopback(&url(ok)).is_ok(), "{ok}");
+            assert!(url(ok).only_loopback().is_ok(), "{ok}");
         }
     }
 
@@ -111,7 +84,7 @@ mod tests {
                 "10.1.1.1",
             ),
         ] {
-            let refused = only_loopback(&url(bad)).expect_err(bad);
+            let refused = url(bad).only_loopback().expect_err(bad);
             let shown = refused.to_string();
             assert!(
                 shown.starts_with("database.url:") && shown.contains(host),
@@ -121,7 +94,7 @@ mod tests {
             // connect() refuses the same before any connection is tried.
             assert!(matches!(
                 connect(&url(bad)),
-                Err(ConnectError::PlainTextBeyondLoopback { .. })
+                Err(ConnectError::PlainTextBeyondLoopback(..))
             ));
         }
     }
