@@ -163,17 +163,8 @@ fn a_database_from_a_newer_build_is_refused_by_every_command() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("`{}` did not refuse the newer database", args[0]);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        let what = format!("`{}` did not refuse the newer database", args[0]);
+        let status = exit_within_30_s(&mut child, &what);
         let mut err = String::new();
         std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
         assert!(!status.success(), "{}: {err}", args[0]);
@@ -283,19 +274,28 @@ fn mss_sim_refuses_a_failure_rate_outside_zero_to_one_as_simulate_does() {
         .spawn()
         .unwrap();
     // A simulator that took the flag would listen until stopped: wait for an exit, not forever.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("mss-sim took --failure-rate 1.5 and kept running");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = exit_within_30_s(
+        &mut child,
+        "mss-sim took --failure-rate 1.5 and kept running",
+    );
     let out = child.wait_with_output().unwrap();
     assert!(!status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--failure-rate 1.5"), "{stderr}");
+}
+
+/// Wait for `child` to exit; a process still running after 30 s is killed and the test fails
+/// with `what` (a command that should have refused to start and did not).
+fn exit_within_30_s(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

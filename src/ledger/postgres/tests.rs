@@ -8,6 +8,15 @@ use tokio_postgres::{Client, NoTls};
 
 use super::schema::{self, PgSchemaError};
 
+/// A ledger connection (the blocking client of `connect.rs`) to `cluster`, its schema created:
+/// where the server tests of the PostgreSQL pieces start.
+pub(in crate::ledger::postgres) fn ledger_client(cluster: &Cluster) -> postgres::Client {
+    let url = crate::database_url::DatabaseUrl::parse(&cluster.url()).expect("the cluster's url");
+    let mut client = super::connect::connect(&url).expect("a connection");
+    client.batch_execute(schema::SCHEMA).expect("the schema");
+    client
+}
+
 async fn connect(cluster: &Cluster) -> Client {
     let (client, connection) = tokio_postgres::connect(&cluster.url(), NoTls)
         .await

@@ -2,25 +2,11 @@
 //! (pg-cluster), beside the SQLite ledger.
 
 use pg_cluster::Cluster;
-use postgres::Client;
 
-use crate::database_url::DatabaseUrl;
-use crate::ledger::postgres::connect::connect;
 use crate::ledger::postgres::ingest_form::{self, Form, Prepared, Row};
 use crate::ledger::postgres::placeholders::rewrite;
-use crate::ledger::postgres::schema;
+use crate::ledger::postgres::tests::ledger_client as ledger;
 use crate::ledger::wide::Wide;
-
-fn url(s: &str) -> DatabaseUrl {
-    DatabaseUrl::parse(s).expect("a valid url")
-}
-
-/// A ledger connection to the cluster, its schema created.
-fn ledger(cluster: &Cluster) -> Client {
-    let mut client = connect(&url(&cluster.url())).expect("a connection");
-    client.batch_execute(schema::SCHEMA).expect("the schema");
-    client
-}
 
 /// The statements of the accept path and the finishing of a request's key, rewritten, on the
 /// server: each prepared, run, and its effect read back.

@@ -8,22 +8,9 @@ use postgres::Client;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use crate::database_url::DatabaseUrl;
-use crate::ledger::postgres::connect::connect;
 use crate::ledger::postgres::numeric::NumericError;
-use crate::ledger::postgres::schema;
+use crate::ledger::postgres::tests::ledger_client as ledger;
 use crate::ledger::wide::Wide;
-
-fn url(s: &str) -> DatabaseUrl {
-    DatabaseUrl::parse(s).expect("a valid url")
-}
-
-/// A ledger connection to the cluster, its schema created.
-fn ledger(cluster: &Cluster) -> Client {
-    let mut client = connect(&url(&cluster.url())).expect("a connection");
-    client.batch_execute(schema::SCHEMA).expect("the schema");
-    client
-}
 
 /// Any `Wide`, with more of the values near the edges and of ledger-like size.
 fn wide() -> impl Strategy<Value = i128> {
