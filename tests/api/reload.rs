@@ -12,9 +12,10 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::helpers::{
-    assert_each_attempt_once, key_id, open_db, request, run_ok, test_config, wait_final,
-    wait_for_text, ServeProcess, SimProcess, BIN,
+    assert_each_attempt_once, key_id, open_db, request, run_ok, set_faults, test_config,
+    wait_final, wait_for_text, ServeProcess, SimProcess, BIN,
 };
+use mss_adapters::protocol::Faults;
 
 /// The shares of the base configuration the tests change.
 const SHARES: &str = "reprocessing = 30\nmc = 30\n";
@@ -116,6 +117,12 @@ async fn submit_sized(base: &str, prefix: &str, mode: &str, n: usize, size: u64)
         ids.push(body["id"].as_i64().unwrap());
     }
     ids
+}
+
+/// How many of `group`'s requests are marked as being sent (`sent_attempt`).
+fn marked_in(db: &Path, group: &str) -> i64 {
+    let sql = "SELECT COUNT(*) FROM requests WHERE group_path = ?1 AND sent_attempt IS NOT NULL";
+    (open_db(db).query_row(sql, [group], |r| r.get(0))).expect("count")
 }
 
 /// Unfinished and cancelled requests of `group` in the database.
@@ -397,9 +404,21 @@ async fn removing_a_group_with_unfinished_requests_is_refused_until_cancel_group
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_with_a_removed_groups_unfinished_requests_refuses_naming_them() {
-    let setup = Setup::new("http://127.0.0.1:9");
+    // An MSS that refuses every call, slowly, keeps the requests accepted, and the kill lands
+    // between a send's mark and its refusal: the restarted broker cannot know the MSS did not
+    // take them, and must ask it (an absent MSS never answers, so its cancel never ends).
+    let sim = SimProcess::start_with(1, 50.0);
+    let down = Faults {
+        down_for_ms: 600_000,
+        delay_ms: 3_000,
+        ..Faults::default()
+    };
+    set_faults(&sim, &down).await;
+    let setup = Setup::new(&sim.url);
     let mut broker = setup.start();
     submit_n(&broker.base, "mc", "mc", 2).await;
+    let db = setup.db.clone();
+    wait_until(move || marked_in(&db, "mc") == 2, "both sends marked").await;
     broker.kill();
     setup.write("reprocessing = 30\n");
     let mut child = Command::new(BIN)
@@ -432,13 +451,15 @@ async fn a_start_with_a_removed_groups_unfinished_requests_refuses_naming_them()
     assert!(stderr.contains("mssbroker cancel --group mc"), "{stderr}");
     assert_eq!(states_of(&setup.db, "mc"), ["accepted"; 2]);
 
-    // With the old configuration, cancel them; then the new one starts.
+    // With the old configuration, cancel them; then the new one starts. The MSS is back, its
+    // one drive busy with another client's file, so what reaches it waits there pending and
+    // the cancel drops it.
+    set_faults(&sim, &Faults::default()).await;
+    occupy_the_drive(&sim).await;
     setup.write(SHARES);
     let mut old = setup.start();
     let (status, body) = post(&old.base, "/v1/admin/cancel-group", &json!({"group": "mc"})).await;
     assert_eq!(status, 200, "{body}");
-    // A cancel may land while a send to the absent MSS is out: the refused connection ends it
-    // moments later (see the test above).
     let db = setup.db.clone();
     let all_cancelled = move || states_of(&db, "mc") == ["cancelled"; 2];
     wait_until(all_cancelled, "the mc requests cancelled").await;
@@ -446,6 +467,33 @@ async fn a_start_with_a_removed_groups_unfinished_requests_refuses_naming_them()
     setup.write("reprocessing = 30\n");
     let new = setup.start();
     assert!(node(&get(&new.base, "/v1/groups").await, "mc").is_none());
+}
+
+/// Submit, straight to `sim`, a 10 TB read that holds its one drive for the rest of a test, and
+/// wait until it runs.
+async fn occupy_the_drive(sim: &SimProcess) {
+    let client = reqwest::Client::new();
+    let blocker = json!({"key": "another-client-1", "attempt": 1, "file": "/pnfs/other/big",
+        "size_bytes": 10_000_000_000_000_u64, "priority": 0, "group": "other"});
+    let resp = (client.post(format!("{}/v1/transfers", sim.url)))
+        .json(&blocker)
+        .send()
+        .await
+        .expect("the simulator answers");
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    let url = format!("{}/v1/transfers/another-client-1", sim.url);
+    let start = Instant::now();
+    loop {
+        let status: Value = (client.get(&url).send().await.expect("answers"))
+            .json()
+            .await
+            .expect("JSON");
+        if status["state"] == "running" {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
