@@ -11,6 +11,11 @@
 //! that session and contends again like any standby, and should it win it leads at a new epoch
 //! (its state loaded from the database anew).
 //!
+//! A leader that cannot open its term (its ledger will not load, its adapter will not build)
+//! **resigns** ([`Resigner::resign`]): its session ends, so the lock is free at once, and it
+//! waits `Timing::after_resigning` before contending again, so that a standby that can serve
+//! wins meanwhile instead of the same broker taking office and failing in a loop.
+//!
 //! A lost leader may still have a write transaction in flight. [`fence`] closes that gap: every
 //! write transaction calls it first; it reads the epoch `FOR SHARE` and refuses with
 //! [`FenceError::Fenced`] when it is not the caller's, so the transaction aborts. The row lock
@@ -22,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, GenericClient, NoTls};
 
@@ -67,13 +72,14 @@ pub struct Identity {
     pub advertised_url: String,
 }
 
-/// How often a contender tries for the lock and beats its heart, and how long a heartbeat may
-/// take before the leader gives up.
+/// How often a contender tries for the lock and beats its heart, how long a heartbeat may
+/// take before the leader gives up, and how long a leader that resigned stands aside.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     pub contend_every: Duration,
     pub heartbeat_every: Duration,
     pub heartbeat_timeout: Duration,
+    pub after_resigning: Duration,
 }
 
 impl Default for Timing {
@@ -82,6 +88,8 @@ impl Default for Timing {
             contend_every: Duration::from_secs(1),
             heartbeat_every: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(3),
+            // Ten tries of a standby: it wins first unless it cannot connect either.
+            after_resigning: Duration::from_secs(10),
         }
     }
 }
@@ -89,8 +97,28 @@ impl Default for Timing {
 /// A running contender; dropped, it stops and its session ends (releasing the lock).
 pub struct Contender {
     role: watch::Receiver<Role>,
+    resigner: Resigner,
     refusals: Arc<AtomicU64>,
     task: JoinHandle<()>,
+}
+
+/// Gives up the leadership won at an epoch (see the module's doc): what a term that cannot
+/// open calls. Cloneable; a resignation of an epoch no longer held is ignored.
+#[derive(Debug, Clone)]
+pub struct Resigner(mpsc::UnboundedSender<i64>);
+
+impl Resigner {
+    /// A resigner and the receiving end a contender (or a test) reads.
+    pub fn channel() -> (Resigner, mpsc::UnboundedReceiver<i64>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Resigner(tx), rx)
+    }
+
+    /// Give up the leadership held at `epoch`.
+    pub fn resign(&self, epoch: i64) {
+        // The contender gone: nothing is held any more.
+        let _ = self.0.send(epoch);
+    }
 }
 
 impl Contender {
@@ -103,16 +131,19 @@ impl Contender {
     ) -> Result<Contender, BeyondLoopback> {
         url.only_loopback()?;
         let (tx, role) = watch::channel(Role::Standby);
+        let (resigner, resignations) = Resigner::channel();
         let refusals = Arc::new(AtomicU64::new(0));
         let run = Run {
             url,
             identity,
             timing,
             role: tx,
+            resignations,
             refusals: Arc::clone(&refusals),
         };
         Ok(Contender {
             role,
+            resigner,
             refusals,
             task: tokio::spawn(run.contend()),
         })
@@ -121,6 +152,11 @@ impl Contender {
     /// The role as it changes (Standby, Leader, Lost, Leader ...).
     pub fn role(&self) -> watch::Receiver<Role> {
         self.role.clone()
+    }
+
+    /// What gives up the leadership this contender wins (for the terms it drives).
+    pub fn resigner(&self) -> Resigner {
+        self.resigner.clone()
     }
 
     /// How many times the lock was found held by another (for tests and metrics).
@@ -141,7 +177,16 @@ struct Run {
     identity: Identity,
     timing: Timing,
     role: watch::Sender<Role>,
+    resignations: mpsc::UnboundedReceiver<i64>,
     refusals: Arc<AtomicU64>,
+}
+
+/// Why a leader's hold ended.
+enum Ended {
+    /// The session failed: why.
+    Lost(&'static str),
+    /// The leader resigned its epoch.
+    Resigned,
 }
 
 /// A connection and the task that drives it (finished: the connection has ended).
@@ -157,18 +202,30 @@ impl Drop for Session {
 }
 
 impl Run {
-    async fn contend(self) {
+    async fn contend(mut self) {
         loop {
+            let mut pause = self.timing.contend_every;
             if let Some(mut session) = self.connect().await {
                 if let Some(epoch) = self.win(&mut session).await {
                     self.role.send_replace(Role::Leader { epoch });
-                    let why = self.hold(&mut session, epoch).await;
-                    tracing::warn!(epoch, why, "leadership lost: standing by");
+                    match self.hold(&mut session, epoch).await {
+                        Ended::Lost(why) => {
+                            tracing::warn!(epoch, why, "leadership lost: standing by");
+                        }
+                        Ended::Resigned => {
+                            tracing::warn!(
+                                epoch,
+                                "leadership resigned: this broker could not take office; \
+                                 standing aside for another"
+                            );
+                            pause = self.timing.after_resigning;
+                        }
+                    }
                     self.role.send_replace(Role::Lost { epoch });
                 }
                 // The session ends here (dropped): a lost leader never carries on in it.
             }
-            tokio::time::sleep(self.timing.contend_every).await;
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -224,19 +281,25 @@ impl Run {
         }
     }
 
-    /// Beat the heart until the session fails; why it did.
-    async fn hold(&self, session: &mut Session, epoch: i64) -> &'static str {
+    /// Beat the heart until the session fails or the leader resigns `epoch`.
+    async fn hold(&mut self, session: &mut Session, epoch: i64) -> Ended {
         let mut beat = tokio::time::interval(self.timing.heartbeat_every);
         loop {
             tokio::select! {
-                _ = &mut session.driver => return "the connection ended",
+                _ = &mut session.driver => return Ended::Lost("the connection ended"),
+                resigned = self.resignations.recv() => match resigned {
+                    Some(e) if e == epoch => return Ended::Resigned,
+                    // An earlier epoch's: nothing to give up. (None cannot come: the
+                    // `Contender` keeps a sender, and dropping it aborts this task.)
+                    Some(_) | None => continue,
+                },
                 _ = beat.tick() => {}
             }
             let check = office::heartbeat(&session.client, epoch);
             match tokio::time::timeout(self.timing.heartbeat_timeout, check).await {
                 Ok(Ok(())) => {}
-                Ok(Err(why)) => return why,
-                Err(_) => return "the heartbeat went unanswered",
+                Ok(Err(why)) => return Ended::Lost(why),
+                Err(_) => return Ended::Lost("the heartbeat went unanswered"),
             }
         }
     }

@@ -46,6 +46,7 @@ use crate::office::OfficeSlot;
 use crate::server::{PlainHttp, ServerSettings};
 use crate::tls::TlsSource;
 use reload::{LoadSettings, Loaded, Reloader};
+pub use term::Leadership;
 use term::{Term, TermContext};
 
 /// Why the broker could not start.
@@ -132,17 +133,18 @@ impl Application {
         Application::build_led(loaded, load, clock, term::sole_leader()).await
     }
 
-    /// Build from settings given in-process, holding office as `role` says (the seam a
-    /// leadership `Contender`'s `role()` plugs into; tests drive it through the sender).
+    /// Build from settings given in-process, holding office as `leadership` says (the seam a
+    /// leadership `Contender`'s `role()` and `resigner()` plug into; tests drive a role watch
+    /// through its sender).
     pub async fn build_with_role(
         settings: &Settings,
         clock: Arc<dyn Clock>,
-        role: watch::Receiver<Role>,
+        leadership: impl Into<Leadership>,
     ) -> Result<Application, StartupError> {
         let loaded = Loaded::in_process(settings.clone());
         let again = loaded.clone();
         let load: LoadSettings = Arc::new(move || Ok(again.clone()));
-        Application::build_led(loaded, load, clock, role).await
+        Application::build_led(loaded, load, clock, leadership).await
     }
 
     /// Build from `loaded` (which `load` produced), holding office as `role` says: when it
@@ -151,8 +153,9 @@ impl Application {
         loaded: Loaded,
         load: LoadSettings,
         clock: Arc<dyn Clock>,
-        role: watch::Receiver<Role>,
+        leadership: impl Into<Leadership>,
     ) -> Result<Application, StartupError> {
+        let Leadership { role, resigner } = leadership.into();
         let settings = &loaded.settings;
         let identities = load_identities(settings, None)?;
         refuse_plain_http(&settings.server)?;
@@ -178,6 +181,7 @@ impl Application {
             clock: clock.clone(),
             metrics: metrics.clone(),
             http_url,
+            resigner,
         });
         let leading = role.borrow().leading();
         let first = match leading {

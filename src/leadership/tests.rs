@@ -16,6 +16,7 @@ fn fast() -> Timing {
         contend_every: Duration::from_millis(50),
         heartbeat_every: Duration::from_millis(100),
         heartbeat_timeout: Duration::from_secs(2),
+        after_resigning: Duration::from_millis(50),
     }
 }
 
@@ -188,6 +189,59 @@ async fn a_terminated_leader_reports_lost_and_the_other_leads_at_the_next_epoch(
     assert_eq!(role(old), Role::Lost { epoch });
     let recorded = current(&admin).await.expect("read").expect("a row").0;
     assert_eq!(recorded, epoch + 1);
+}
+
+/// A leader whose term cannot open resigns: it reports `Lost`, its lock is free and the standby
+/// takes office at the next epoch, while the resigned one stands aside (it contends again only
+/// after `after_resigning`: here longer than the test, so it is never seen trying). A
+/// resignation of an epoch no longer held changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_resigns_stands_aside_and_a_standby_takes_office() {
+    let cluster = Cluster::start().expect("a cluster");
+    let url = DatabaseUrl::parse(&cluster.url()).expect("the cluster's url");
+    let aside = Timing {
+        after_resigning: WAIT * 2,
+        ..fast()
+    };
+    let start = |name: &str| {
+        let identity = Identity {
+            holder: name.to_string(),
+            advertised_url: format!("http://{name}.example:8080"),
+        };
+        Contender::start(url.clone(), identity, aside).expect("a loopback cluster")
+    };
+    let (a, b) = (start("a"), start("b"));
+    let (i, epoch) = one_leads(&[&a, &b]).await;
+    let (old, new) = if i == 0 { (&a, &b) } else { (&b, &a) };
+    let tried = old.refusals();
+    old.resigner().resign(epoch);
+    until("the resignation", || {
+        (role(old) == Role::Lost { epoch }).then_some(())
+    })
+    .await;
+    until("the takeover", || {
+        (role(new) == Role::Leader { epoch: epoch + 1 }).then_some(())
+    })
+    .await;
+
+    // The new leader is told to resign the old epoch: it keeps office while a third contender
+    // is refused the lock twice.
+    new.resigner().resign(epoch);
+    let witness = contender(&cluster, "c");
+    refused_again(&witness, 2).await;
+    assert_eq!(role(new), Role::Leader { epoch: epoch + 1 });
+    assert_eq!(role(old), Role::Lost { epoch });
+    assert_eq!(
+        old.refusals(),
+        tried,
+        "the resigned broker contended at once"
+    );
+    let admin = admin(&cluster).await;
+    let (recorded, holder, _) = current(&admin).await.expect("read").expect("a row");
+    assert_eq!(
+        (recorded, holder.as_str()),
+        (epoch + 1, if i == 0 { "b" } else { "a" })
+    );
 }
 
 /// A write transaction as the ledger's writer will run it: fence first, write, commit.

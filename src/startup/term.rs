@@ -11,6 +11,11 @@
 //! process's life, its first term opened while the broker is built (so a ledger that cannot be
 //! opened stops the start, as before). A role watch whose sender is dropped (its source ended)
 //! is taken as `Standby` for good.
+//!
+//! A term that cannot open (its ledger will not load, its adapter will not build) leaves the
+//! broker a standby and, when leadership is contended, resigns the epoch through the
+//! [`Leadership`]'s `Resigner`, so another broker takes office instead of this one winning and
+//! failing again.
 
 use std::sync::Arc;
 
@@ -22,7 +27,7 @@ use super::StartupError;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::dispatcher::Dispatcher;
-use crate::leadership::Role;
+use crate::leadership::{Resigner, Role};
 use crate::ledger::identity::DbFile;
 use crate::ledger::Ledger;
 use crate::live_settings::LiveSettings;
@@ -39,6 +44,22 @@ pub fn sole_leader() -> watch::Receiver<Role> {
         .subscribe()
 }
 
+/// What drives the terms: the role as it changes, and (when leadership is contended) what gives
+/// up an epoch whose term cannot open. A bare role watch is one with nothing to resign to.
+pub struct Leadership {
+    pub role: watch::Receiver<Role>,
+    pub resigner: Option<Resigner>,
+}
+
+impl From<watch::Receiver<Role>> for Leadership {
+    fn from(role: watch::Receiver<Role>) -> Self {
+        Leadership {
+            role,
+            resigner: None,
+        }
+    }
+}
+
 /// What every term is built from: the process's parts.
 pub(super) struct TermContext {
     pub settings: Settings,
@@ -47,6 +68,8 @@ pub(super) struct TermContext {
     pub metrics: Arc<Metrics>,
     /// The URL the HTTP adapter talks to (the embedded simulator's when it runs).
     pub http_url: String,
+    /// Gives up an epoch whose term cannot open (None: leadership is not contended).
+    pub resigner: Option<Resigner>,
 }
 
 /// An opened term, not yet started.
@@ -202,15 +225,30 @@ async fn follow(
                 Ok(Ok(term)) => Some(term.start(ctx, slot)),
                 Ok(Err(e)) => {
                     error!(epoch, error = %e, "cannot take office; staying a standby");
+                    ctx.resign(epoch);
                     None
                 }
                 Err(e) => {
                     error!(epoch, error = %e, "opening the term failed; staying a standby");
+                    ctx.resign(epoch);
                     None
                 }
             }
         }
         (_, running) => running,
+    }
+}
+
+impl TermContext {
+    /// Give up `epoch`, whose term could not open, where leadership is contended.
+    fn resign(&self, epoch: i64) {
+        if let Some(r) = &self.resigner {
+            warn!(
+                epoch,
+                "resigning the leadership: another broker may take office"
+            );
+            r.resign(epoch);
+        }
     }
 }
 

@@ -73,3 +73,37 @@ async fn a_write_that_took_the_office_before_the_term_ended_is_not_acknowledged(
     let _ = stop.send(());
     let _ = server.await;
 }
+
+/// A term that cannot open (here its ledger's path is a directory) leaves the broker a standby
+/// and resigns that epoch, so a contended leadership passes to another broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_that_cannot_open_resigns_its_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = crate::tests::TestConfig::new().settings();
+    settings.database.path = dir.path().join("not-a-file");
+    std::fs::create_dir(&settings.database.path).unwrap();
+    settings.server.listen = "127.0.0.1:0".parse().unwrap();
+    let (role, watched) = watch::channel(Role::Standby);
+    let (resigner, mut resigned) = crate::leadership::Resigner::channel();
+    let leadership = crate::startup::Leadership {
+        role: watched,
+        resigner: Some(resigner),
+    };
+    let clock = Arc::new(crate::clock::SystemClock);
+    let app = Application::build_with_role(&settings, clock, leadership)
+        .await
+        .unwrap();
+    let slot = app.state.office.clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    role.send(Role::Leader { epoch: 5 }).unwrap();
+    let epoch = tokio::time::timeout(Duration::from_secs(20), resigned.recv())
+        .await
+        .expect("a resignation within 20 s");
+    assert_eq!(epoch, Some(5));
+    assert!(slot.current().is_err(), "an office was published");
+    let _ = stop.send(());
+    let _ = server.await;
+}
