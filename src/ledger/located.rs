@@ -2,7 +2,7 @@
 //! the requests the locator (`dispatcher::locator`) looks up, and what it found stored on
 //! them through the writer (`writer/located.rs`).
 
-use super::db::{params, Db, DbResult};
+use super::db::{params, spelled, Db, DbResult, Spelled};
 
 use super::{Command, Ledger, LedgerError};
 
@@ -19,13 +19,21 @@ pub struct VolumeFound {
 /// What `volume_source` holds for a request whose lookup failed.
 pub const LOOKUP_FAILED: &str = "failed";
 
+/// Queued requests without a volume not yet looked up, after `after_id` (at most `?2`), in id
+/// order: (id, file). Read through the partial index `requests_unlocated` (named to SQLite's
+/// planner; PostgreSQL's matches the predicate itself).
+const UNLOCATED: Spelled = spelled!(
+    "SELECT id, file FROM requests",
+    [indexed_by requests_unlocated],
+    " WHERE state = 'queued' AND volume IS NULL AND volume_source IS NULL AND id > ?1 \
+     ORDER BY id LIMIT ?2",
+);
+
 /// Queued requests without a volume not yet looked up, after `after_id`, in id order: (id,
-/// file). Read through the partial index `requests_unlocated`.
+/// file).
 fn unlocated(c: &Db<'_>, after_id: i64, limit: usize) -> DbResult<Vec<(i64, String)>> {
     c.query_rows(
-        "SELECT id, file FROM requests INDEXED BY requests_unlocated \
-         WHERE state = 'queued' AND volume IS NULL AND volume_source IS NULL AND id > ?1 \
-         ORDER BY id LIMIT ?2",
+        c.dialect().pick(&UNLOCATED),
         params![after_id, limit],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )
