@@ -34,8 +34,8 @@ mod row;
 #[cfg(test)]
 pub(crate) mod testdb;
 
-pub use dialect::{Dialect, Spelled};
 pub(crate) use dialect::spelled;
+pub use dialect::{Dialect, Spelled};
 
 pub(crate) use param::params;
 pub use param::{Param, Value};
@@ -115,7 +115,9 @@ pub struct DbConn {
 
 enum Owned {
     Sqlite(rusqlite::Connection),
-    Postgres(pg::PgConn),
+    // Boxed: the client and its caches are four times a SQLite connection's size, and a
+    // `DbConn` is moved in and out of the read pool.
+    Postgres(Box<pg::PgConn>),
 }
 
 impl DbConn {
@@ -130,7 +132,7 @@ impl DbConn {
     /// brought to the latest version).
     pub fn from_postgres(client: postgres::Client) -> DbConn {
         DbConn {
-            inner: Owned::Postgres(pg::PgConn::new(client)),
+            inner: Owned::Postgres(Box::new(pg::PgConn::new(client))),
         }
     }
 
@@ -520,10 +522,11 @@ impl Stmt<'_> {
     ) -> DbResult<impl Iterator<Item = DbResult<T>> + 's> {
         use itertools::Either;
         match &mut self.inner {
-            StmtInner::Sqlite(s) => Ok(Either::Left(s.query_and_then(
-                rusqlite::params_from_iter(binds(params)),
-                move |r| f(&Row::from_sqlite(r)),
-            )?)),
+            StmtInner::Sqlite(s) => Ok(Either::Left(
+                s.query_and_then(rusqlite::params_from_iter(binds(params)), move |r| {
+                    f(&Row::from_sqlite(r))
+                })?,
+            )),
             // Collected first (the client is free for the caller's own statements meanwhile).
             StmtInner::Postgres(c, s) => {
                 let rows = c.query(s, &pg::values(params)?)?;

@@ -193,7 +193,11 @@ fn mismatch(value: &Value<'_>, ty: &Type) -> BoxError {
     format!("{kind} where PostgreSQL expects {ty}").into()
 }
 
-fn narrowed<T: TryFrom<i64> + ToSql>(i: i64, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+fn narrowed<T: TryFrom<i64> + ToSql>(
+    i: i64,
+    ty: &Type,
+    out: &mut BytesMut,
+) -> Result<IsNull, BoxError> {
     T::try_from(i)
         .map_err(|_| BoxError::from(format!("{i} is out of range for {ty}")))?
         .to_sql(ty, out)
@@ -265,7 +269,9 @@ pub(super) fn column(row: &postgres::Row, i: usize) -> DbResult<ColumnValue<'_>>
         DbError::column(i, problem)
     };
     let value = match *base(ty) {
-        Type::INT8 => row.try_get::<_, Option<i64>>(i).map(|v| v.map(ColumnValue::Integer)),
+        Type::INT8 => row
+            .try_get::<_, Option<i64>>(i)
+            .map(|v| v.map(ColumnValue::Integer)),
         Type::INT4 => row
             .try_get::<_, Option<i32>>(i)
             .map(|v| v.map(|n| ColumnValue::Integer(n.into()))),
@@ -275,18 +281,27 @@ pub(super) fn column(row: &postgres::Row, i: usize) -> DbResult<ColumnValue<'_>>
         Type::BOOL => row
             .try_get::<_, Option<bool>>(i)
             .map(|v| v.map(|b| ColumnValue::Integer(b.into()))),
-        Type::FLOAT8 => row.try_get::<_, Option<f64>>(i).map(|v| v.map(ColumnValue::Real)),
+        Type::FLOAT8 => row
+            .try_get::<_, Option<f64>>(i)
+            .map(|v| v.map(ColumnValue::Real)),
         Type::FLOAT4 => row
             .try_get::<_, Option<f32>>(i)
             .map(|v| v.map(|f| ColumnValue::Real(f.into()))),
         Type::NUMERIC => row
             .try_get::<_, Option<Wide>>(i)
             .map(|v| v.map(|w| ColumnValue::Wide(w.0))),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
-            row.try_get::<_, Option<&str>>(i).map(|v| v.map(ColumnValue::Text))
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => row
+            .try_get::<_, Option<&str>>(i)
+            .map(|v| v.map(ColumnValue::Text)),
+        Type::BYTEA => row
+            .try_get::<_, Option<&[u8]>>(i)
+            .map(|v| v.map(ColumnValue::Blob)),
+        _ => {
+            return Err(DbError::column(
+                i,
+                format!("a {ty}, which the ledger does not read"),
+            ))
         }
-        Type::BYTEA => row.try_get::<_, Option<&[u8]>>(i).map(|v| v.map(ColumnValue::Blob)),
-        _ => return Err(DbError::column(i, format!("a {ty}, which the ledger does not read"))),
     };
     Ok(value.map_err(bad)?.unwrap_or(ColumnValue::Null))
 }

@@ -34,7 +34,7 @@ enum Place {
     },
     Postgres {
         _cluster: Arc<Cluster>,
-        url: DatabaseUrl,
+        url: Box<DatabaseUrl>,
     },
 }
 
@@ -73,7 +73,7 @@ impl TestDb {
                 let url = format!("{}/{name}", base.trim_end_matches("/postgres"));
                 Place::Postgres {
                     _cluster: cluster,
-                    url: DatabaseUrl::parse(&url).expect("the database's url"),
+                    url: Box::new(DatabaseUrl::parse(&url).expect("the database's url")),
                 }
             }
         };
@@ -119,7 +119,6 @@ impl TestDb {
             Place::Postgres { url, .. } => url.to_string(),
         }
     }
-
 }
 
 /// `on_both!(a, b)`: for each test function `a(Backend)`, a module `a` with the tests `sqlite`

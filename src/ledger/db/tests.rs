@@ -217,7 +217,11 @@ fn a_transaction_commits_or_rolls_back_and_lends_itself_as_a_db(backend: Backend
     insert(&tx, &1i64, &"a", &None::<Wide>).expect("insert");
     tx.commit().expect("commit");
     assert_eq!(count(&conn.db()), 1);
-    assert_eq!(count(&other.db()), 1, "committed: seen by another connection");
+    assert_eq!(
+        count(&other.db()),
+        1,
+        "committed: seen by another connection"
+    );
     let tx = conn.transaction().expect("begin");
     insert(&tx, &2i64, &"b", &None::<Wide>).expect("insert");
     tx.rollback().expect("rollback");
@@ -301,7 +305,10 @@ fn a_closure_over_rows_may_run_statements_of_its_own(backend: Backend) {
     let seen = db
         .query_rows("SELECT id, n FROM t ORDER BY n", params![], |r| {
             let (id, n): (i64, i64) = (r.get(0)?, r.get(1)?);
-            db.execute("UPDATE t SET s = ?2 WHERE id = ?1", params![id, format!("n{n}")])?;
+            db.execute(
+                "UPDATE t SET s = ?2 WHERE id = ?1",
+                params![id, format!("n{n}")],
+            )?;
             Ok(n)
         })
         .expect("rows");

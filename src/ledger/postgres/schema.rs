@@ -220,8 +220,7 @@ pub fn migrate(client: &mut Client) -> Result<i64, PgSchemaError> {
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1)
          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
         &[&LATEST.to_string()],
-    )
-    ?;
+    )?;
     tx.commit()?;
     Ok(from)
 }
@@ -234,8 +233,7 @@ pub fn version(client: &mut impl GenericClient) -> Result<i64, PgSchemaError> {
     if !has_meta {
         return Ok(0);
     }
-    let row = client
-        .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])?;
+    let row = client.query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])?;
     match row {
         None => Ok(0),
         Some(r) => r
@@ -248,12 +246,11 @@ pub fn version(client: &mut impl GenericClient) -> Result<i64, PgSchemaError> {
 /// An unversioned database with a table of ours in it is someone else's (or a half-made one):
 /// not created over.
 fn refuse_foreign_tables(client: &mut impl GenericClient) -> Result<(), PgSchemaError> {
-    let found = client
-        .query_opt(
-            "SELECT table_name::text FROM information_schema.tables
+    let found = client.query_opt(
+        "SELECT table_name::text FROM information_schema.tables
              WHERE table_schema = current_schema() AND table_name = ANY($1) LIMIT 1",
-            &[&vec!["requests", "groups", "idempotency", "report_hours"]],
-        )?;
+        &[&vec!["requests", "groups", "idempotency", "report_hours"]],
+    )?;
     match found {
         Some(row) => Err(PgSchemaError::NotOurs {
             table: row.try_get(0)?,
@@ -264,13 +261,12 @@ fn refuse_foreign_tables(client: &mut impl GenericClient) -> Result<(), PgSchema
 
 /// The database's identity (as SQLite's `schema::instance`): a random id made once.
 pub fn instance(client: &mut impl GenericClient) -> Result<String, postgres::Error> {
-    client
-        .execute(
-            "INSERT INTO meta (key, value)
+    client.execute(
+        "INSERT INTO meta (key, value)
              VALUES ('instance', substr(md5(gen_random_uuid()::text), 1, 16))
              ON CONFLICT (key) DO NOTHING",
-            &[],
-        )?;
+        &[],
+    )?;
     client
         .query_one("SELECT value FROM meta WHERE key = 'instance'", &[])?
         .try_get(0)

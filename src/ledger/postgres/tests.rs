@@ -155,10 +155,7 @@ fn a_second_start_changes_nothing() {
     client
         .execute("INSERT INTO groups (path, usage) VALUES ('/a', 5)", &[])
         .expect("a row");
-    assert_eq!(
-        schema::migrate(&mut client).expect("again"),
-        schema::LATEST
-    );
+    assert_eq!(schema::migrate(&mut client).expect("again"), schema::LATEST);
     assert_eq!(schema::instance(&mut client).expect("again"), instance);
     let usage: String = client
         .query_one("SELECT usage::text FROM groups WHERE path = '/a'", &[])
@@ -254,7 +251,6 @@ fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
     ] {
         client
             .execute(&upsert, &[&path, &usage, &"0", &1i64, &0i64])
-            
             .expect("an upsert");
     }
     let row = client
@@ -272,16 +268,12 @@ fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
     );
     assert_eq!(row.get::<_, String>(2), "0", "wide_sum over no rows");
     // Past i128 the sum is refused (as SQLite's wide_add refuses), not rounded or stored.
-    let over = client
-        .execute(&upsert, &[&"/a", &"1", &"0", &0i64, &0i64])
-        ;
+    let over = client.execute(&upsert, &[&"/a", &"1", &"0", &0i64, &0i64]);
     assert!(over.is_err(), "a sum past i128 was stored");
-    let past = client
-        .query_one(
-            "SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/a', '/b')",
-            &[],
-        )
-        ;
+    let past = client.query_one(
+        "SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/a', '/b')",
+        &[],
+    );
     assert!(past.is_err(), "wide_sum past i128 answered");
 }
 
@@ -318,7 +310,10 @@ fn the_ledger_refuses_a_newer_schema_with_the_same_error_on_both_backends(backen
     }
     let shown = refused.to_string();
     assert!(
-        shown.starts_with(&format!("the database {} has schema version {newer}", test.shown())),
+        shown.starts_with(&format!(
+            "the database {} has schema version {newer}",
+            test.shown()
+        )),
         "{shown}"
     );
     // Left as it was: the version and the rows (read without the ledger's opening).

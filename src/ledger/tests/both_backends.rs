@@ -112,7 +112,12 @@ fn answers(db: &Db<'_>, fixture: &Fixture, keys: &MssKeys, ids: &[i64]) -> Vec<S
     let reread = MssKeys::read(db).expect("the keys");
     say(
         "keys",
-        format!("{:?}", ids.iter().map(|id| reread.key(*id) == keys.key(*id)).collect::<Vec<_>>()),
+        format!(
+            "{:?}",
+            ids.iter()
+                .map(|id| reread.key(*id) == keys.key(*id))
+                .collect::<Vec<_>>()
+        ),
     );
     for id in ids {
         let mut r = read::request(db, keys, *id)
@@ -139,44 +144,92 @@ fn answers(db: &Db<'_>, fixture: &Fixture, keys: &MssKeys, ids: &[i64]) -> Vec<S
     let submit = read::to_submit(db, keys, 0, NOW, 10).expect("to submit");
     say(
         "to_submit",
-        format!("{:?}", submit.iter().map(|s| (s.file.clone(), s.attempt, s.mss_priority, s.group.clone())).collect::<Vec<_>>()),
+        format!(
+            "{:?}",
+            submit
+                .iter()
+                .map(|s| (s.file.clone(), s.attempt, s.mss_priority, s.group.clone()))
+                .collect::<Vec<_>>()
+        ),
     );
-    say("next_retry_ms", format!("{:?}", read::next_retry_ms(db).expect("next retry")));
-    say("in_flight", format!("{:?}", rel(read::in_flight(db, keys).expect("in flight"))));
-    say("stale", format!("{:?}", rel(read::stale(db, keys, NOW, 10).expect("stale"))));
-    say("cancelling", format!("{:?}", rel(read::cancelling(db, keys).expect("cancelling"))));
+    say(
+        "next_retry_ms",
+        format!("{:?}", read::next_retry_ms(db).expect("next retry")),
+    );
+    say(
+        "in_flight",
+        format!("{:?}", rel(read::in_flight(db, keys).expect("in flight"))),
+    );
+    say(
+        "stale",
+        format!("{:?}", rel(read::stale(db, keys, NOW, 10).expect("stale"))),
+    );
+    say(
+        "cancelling",
+        format!("{:?}", rel(read::cancelling(db, keys).expect("cancelling"))),
+    );
     say(
         "cancel_pending",
-        format!("{:?}", read::cancel_pending(db).expect("pending").iter().map(|id| id - ids[0]).collect::<Vec<_>>()),
+        format!(
+            "{:?}",
+            read::cancel_pending(db)
+                .expect("pending")
+                .iter()
+                .map(|id| id - ids[0])
+                .collect::<Vec<_>>()
+        ),
     );
     for id in ids {
         say(
             "cancelling_one",
-            format!("{:?}", read::cancelling_one(db, keys, *id).expect("one").map(|f| f.id - ids[0])),
+            format!(
+                "{:?}",
+                read::cancelling_one(db, keys, *id)
+                    .expect("one")
+                    .map(|f| f.id - ids[0])
+            ),
         );
     }
     say("groups", format!("{:?}", read::groups(db).expect("groups")));
-    say("event_cursor", format!("{:?}", read::event_cursor(db).expect("cursor")));
+    say(
+        "event_cursor",
+        format!("{:?}", read::event_cursor(db).expect("cursor")),
+    );
     let mut counts = read::state_counts(db).expect("counts");
     counts.sort_by_key(|(s, _)| s.as_str());
     say("state_counts", format!("{counts:?}"));
     say(
         "group_counts",
-        format!("{:?}", usage::group_counts(db, &fixture.settings.policy).expect("group counts")),
+        format!(
+            "{:?}",
+            usage::group_counts(db, &fixture.settings.policy).expect("group counts")
+        ),
     );
-    say("meta", format!("{:?}", usage::meta(db, "mss_event_after").expect("meta")));
-    say("totals_before", format!("{:?}", history::totals_before(db, 3).expect("totals")));
+    say(
+        "meta",
+        format!("{:?}", usage::meta(db, "mss_event_after").expect("meta")),
+    );
+    say(
+        "totals_before",
+        format!("{:?}", history::totals_before(db, 3).expect("totals")),
+    );
     let rows = history::report_rows(db, 1..4).expect("report rows");
     let (mut hours, mut waits) = (rows.hours, rows.waits);
     hours.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     waits.sort();
-    say("report before", format!("{:?}", rows.before.into_iter().collect::<BTreeMap<_, _>>()));
+    say(
+        "report before",
+        format!("{:?}", rows.before.into_iter().collect::<BTreeMap<_, _>>()),
+    );
     say("report hours", format!("{hours:?}"));
     say("report waits", format!("{waits:?}"));
     let mut since = history::wait_rows_since(db, 1, 3).expect("wait rows");
     since.sort();
     say("wait_rows_since", format!("{since:?}"));
-    say("unknown_keys", format!("{:?}", mss_key::unknown_keys(db, 10).expect("unknown keys")));
+    say(
+        "unknown_keys",
+        format!("{:?}", mss_key::unknown_keys(db, 10).expect("unknown keys")),
+    );
     out
 }
 
@@ -206,19 +259,92 @@ fn the_readers_answer_on_postgresql_as_on_sqlite() {
             .unwrap_or_else(|| panic!("no answer {what}"))
     };
     assert_eq!(pg_ids.len(), REQUESTS.len());
-    assert!(pg_ids.windows(2).all(|w| w[0] < w[1]), "ids in insert order");
-    assert!(line("groups").contains(&format!("usage: {BIG}")), "{}", line("groups"));
+    assert!(
+        pg_ids.windows(2).all(|w| w[0] < w[1]),
+        "ids in insert order"
+    );
+    assert!(
+        line("groups").contains(&format!("usage: {BIG}")),
+        "{}",
+        line("groups")
+    );
     assert!(line("groups").contains(&format!("usage_bytes: {}", BIG * 2 - 1)));
     // Each group's bytes_done was added twice, one hour at a time: past i64, exact.
     assert!(line("report hours").contains(&format!("bytes_done: {}", BIG * 2)));
     assert!(line("event_cursor").contains("\"e7\"") && line("event_cursor").contains("42"));
     assert_eq!(line("meta"), "Some(\"42\")");
     let unknown = line("unknown_keys");
-    assert!(unknown.contains("events: 2") && unknown.ends_with(", 2)"), "{unknown}");
+    assert!(
+        unknown.contains("events: 2") && unknown.ends_with(", 2)"),
+        "{unknown}"
+    );
     for (_, _, _, state) in REQUESTS {
-        assert!(line("state_counts").contains(&format!("{state:?}, 1")), "{state:?}");
+        assert!(
+            line("state_counts").contains(&format!("{state:?}, 1")),
+            "{state:?}"
+        );
     }
     let in_flight = line("in_flight");
     assert!(in_flight.contains("r2") && in_flight.contains("r3") && !in_flight.contains("r1"));
     assert!(line("cancelling").contains("r3") && !line("cancelling").contains("r2"));
+}
+
+/// The usage book under the windows model: rebuilt from the requests, stored (the groups'
+/// decayed figures, the `"window"` rows, the model in `meta`) in a transaction, loaded back.
+fn usage_answers(
+    db: &Db<'_>,
+    conn: &mut crate::ledger::db::DbConn,
+    fixture: &Fixture,
+) -> Vec<String> {
+    let policy = &fixture.settings.policy;
+    let mut out = Vec::new();
+    let as_of = usage::book_as_of(db, policy, NOW).expect("the book as of now");
+    out.push(format!("as of: {as_of:?}"));
+    let first = usage::load_book(db, policy, NOW).expect("a book");
+    out.push(format!("rebuilt: {} {:?}", first.rebuilt, first.book));
+    let tx = conn.transaction().expect("begin");
+    usage::persist_rebuilt(&tx, policy, &first.book).expect("stored");
+    tx.commit().expect("commit");
+    let windows: i64 = conn
+        .db()
+        .query_one("SELECT COUNT(*) FROM usage_windows", params![], |r| {
+            r.get(0)
+        })
+        .expect("windows");
+    out.push(format!("window rows: {windows}"));
+    let again = usage::load_book(&conn.db(), policy, NOW).expect("the stored book");
+    out.push(format!("loaded: {} {:?}", again.rebuilt, again.book));
+    out
+}
+
+#[test]
+fn the_usage_book_is_rebuilt_stored_and_loaded_alike_on_both_backends() {
+    let config = super::CONFIG.replace(
+        "[mss]",
+        "[usage]\nmodel = \"windows\"\ninterval_secs = 3600\ndepth = 2\n[mss]",
+    );
+    let fixture = Fixture::with_config(&config);
+    let mut answered = Vec::new();
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let test = TestDb::new(backend);
+        let mut conn = test.ledger();
+        {
+            let db = conn.db();
+            write(&db, &fixture);
+        }
+        // Read on a connection of its own, written on the ledger's (as the read pool and the
+        // writer do).
+        let reader = test.connect();
+        answered.push(usage_answers(&reader.db(), &mut conn, &fixture));
+    }
+    assert_eq!(
+        answered[0], answered[1],
+        "the backends answered differently"
+    );
+    let pg = &answered[1];
+    assert!(pg[1].starts_with("rebuilt: true"), "{}", pg[1]);
+    assert!(pg[3].starts_with("loaded: false"), "{}", pg[3]);
+    // One window row per group charged in the window of NOW (every request is charged at NOW).
+    let groups: std::collections::BTreeSet<&str> = REQUESTS.iter().map(|r| r.1).collect();
+    assert_eq!(pg[2], format!("window rows: {}", groups.len()));
 }
