@@ -31,8 +31,6 @@ mod dialect;
 mod param;
 mod pg;
 mod row;
-#[cfg(test)]
-pub(crate) mod testdb;
 
 pub(crate) use dialect::spelled;
 pub use dialect::{Dialect, Spelled};
@@ -564,4 +562,4 @@ impl Stmt<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -59,7 +59,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::db::testdb::{on_both, Backend, TestDb};
+    use crate::ledger::db::tests::testdb::{on_both, Backend, TestDb};
     use crate::ledger::db::{Dialect, Value};
 
     /// Requests: (state, volume, volume_source); the ones `unlocated` lists are queued with

@@ -2,9 +2,11 @@
 //! runs on each, `on_both!`): typed reads, a bad value a typed error, the statement cache,
 //! transactions and the read snapshot.
 
-use super::testdb::{on_both, Backend, TestDb};
+pub(crate) mod testdb;
+
 use super::*;
 use crate::ledger::wide::Wide;
+use testdb::{on_both, Backend, TestDb};
 
 /// The test table, as each backend spells its types (a wide sum is TEXT on SQLite, NUMERIC on
 /// PostgreSQL, as in the ledger's schemas).
@@ -122,6 +124,11 @@ fn a_value_that_does_not_fit_its_type_is_a_column_error_naming_the_column(backen
         .query_one("SELECT n FROM t", params![], |r| r.get::<i64>("nope"))
         .expect_err("unknown column");
     assert!(e.to_string().contains("nope"), "{e}");
+    // A type the ledger never stores (a timestamp: text on SQLite, its own type on PostgreSQL).
+    match db.query_one("SELECT CURRENT_TIMESTAMP", params![], |r| r.get::<i64>(0)) {
+        Err(DbError::Column { column, .. }) => assert_eq!(column, "0"),
+        other => panic!("a timestamp read as an integer: {other:?}"),
+    }
     assert!(matches!(
         db.query_one("SELECT n FROM t WHERE id = -5", params![], |r| r
             .get::<i64>(0)),

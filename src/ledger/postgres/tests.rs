@@ -7,7 +7,7 @@ use pg_cluster::Cluster;
 use postgres::{Client, NoTls};
 
 use super::schema::{self, PgSchemaError};
-use crate::ledger::db::testdb::{on_both, Backend, TestDb};
+use crate::ledger::db::tests::testdb::{on_both, Backend, TestDb};
 use crate::ledger::db::{params, Dialect};
 use crate::ledger::LedgerError;
 

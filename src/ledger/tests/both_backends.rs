@@ -10,7 +10,7 @@ use super::Fixture;
 use crate::domain::{Class, RequestState};
 use crate::ledger::aggregates::{HourRow, ReportDeltas, HOUR_MS};
 use crate::ledger::columns::{self, NewRow};
-use crate::ledger::db::testdb::{Backend, TestDb};
+use crate::ledger::db::tests::testdb::{Backend, TestDb};
 use crate::ledger::db::{params, Db};
 use crate::ledger::mss_key::{self, MssKeys};
 use crate::ledger::wide::Wide;

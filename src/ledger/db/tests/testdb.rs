@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pg_cluster::Cluster;
 
-use super::DbConn;
 use crate::database_url::DatabaseUrl;
+use crate::ledger::db::DbConn;
 
 /// Which backend a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,11 +128,11 @@ macro_rules! on_both {
         mod $name {
             #[test]
             fn sqlite() {
-                super::$name($crate::ledger::db::testdb::Backend::Sqlite)
+                super::$name($crate::ledger::db::tests::testdb::Backend::Sqlite)
             }
             #[test]
             fn postgres() {
-                super::$name($crate::ledger::db::testdb::Backend::Postgres)
+                super::$name($crate::ledger::db::tests::testdb::Backend::Postgres)
             }
         }
     )+};
