@@ -13,18 +13,19 @@
 //! - [`Param`] / [`params!`] and [`Value`]: what a statement binds;
 //! - [`Row`] / [`FromColumn`]: typed reads, an unreadable value a [`DbError::Column`].
 //!
-//! `Db` is an enum over the backends, today `Sqlite` alone; step 4 adds `Postgres` beside it
-//! (an enum rather than a trait: the ledger's functions take `&Db` and stay non-generic, the
-//! closures over rows stay plain `FnMut(&Row)`, which a trait with generic methods could not
-//! keep object-safe, and a backend's own code is a `match` arm here, not a second impl the
-//! callers choose between). Its PostgreSQL arm will hold the `postgres` client in a `RefCell`
-//! (its queries take `&mut`), run `BEGIN`/`COMMIT` itself so a [`Tx`] still derefs to its `Db`,
-//! rewrite `?N` to `$N` once per cached statement, and give [`Db::insert_id`] its
-//! `RETURNING id`.
+//! `Db` is an enum over the backends, `Sqlite` and `Postgres` (an enum rather than a trait: the
+//! ledger's functions take `&Db` and stay non-generic, the closures over rows stay plain
+//! `FnMut(&Row)`, which a trait with generic methods could not keep object-safe, and a
+//! backend's own code is a `match` arm here, not a second impl the callers choose between). The
+//! PostgreSQL arm (`db/pg.rs`) holds the `postgres` client in a `RefCell` (its queries take
+//! `&mut`), runs `BEGIN`/`COMMIT` itself so a [`Tx`] still derefs to its `Db`, rewrites `?N` to
+//! `$N` once per cached statement, and gives [`Db::insert_id`] its `RETURNING id`. Where the
+//! two dialects spell a statement differently, [`spelled!`] makes both texts and
+//! [`Db::dialect`] picks one (`db/dialect.rs`).
 //!
 //! SQLite-only code (schema migrations and PRAGMAs, backup, restore, the update hook, the
 //! registration of `wide_add`/`wide_sum`) reaches the connection through one named escape
-//! hatch, [`Db::sqlite`]; the tidy test `tidy::only_the_sqlite_files_name_rusqlite` keeps every
+//! hatch, [`Db::sqlite`] (`None` on PostgreSQL); the tidy test `tidy::only_the_sqlite_files_name_rusqlite` keeps every
 //! other file of `src/ledger` off rusqlite.
 
 mod dialect;
