@@ -144,6 +144,24 @@ fn a_parameter_past_the_largest_integer_is_refused_and_nothing_is_written(backen
     assert!(e.to_string().contains("past the largest INTEGER"), "{e}");
     let e = insert(&db, &usize::MAX, &"x", &None::<Wide>).expect_err("refused");
     assert!(e.to_string().contains("usize"), "{e}");
+    if db.dialect() == Dialect::Postgres {
+        // PostgreSQL does not convert: a value of another kind than the server inferred for
+        // the parameter is refused naming both, as is an integer past an INTEGER parameter
+        // (SQLite would store text in n, and has no 32-bit parameters).
+        let e = insert(&db, &"seven", &"x", &None::<Wide>).expect_err("text for a BIGINT");
+        let shown = format!("{e}: {:?}", std::error::Error::source(&e));
+        assert!(
+            shown.contains("text where PostgreSQL expects int8"),
+            "{shown}"
+        );
+        let e = db
+            .query_one("SELECT CAST(?1 AS INTEGER) + 0", params![i64::MAX], |r| {
+                r.get::<i64>(0)
+            })
+            .expect_err("past an INTEGER parameter");
+        let shown = format!("{e}: {:?}", std::error::Error::source(&e));
+        assert!(shown.contains("out of range for int4"), "{shown}");
+    }
     let rows: i64 = db
         .query_one("SELECT COUNT(*) FROM t", params![], |r| r.get(0))
         .expect("count");
