@@ -13,22 +13,28 @@
 //! - [`Param`] / [`params!`] and [`Value`]: what a statement binds;
 //! - [`Row`] / [`FromColumn`]: typed reads, an unreadable value a [`DbError::Column`].
 //!
-//! `Db` is an enum over the backends, today `Sqlite` alone; step 4 adds `Postgres` beside it
-//! (an enum rather than a trait: the ledger's functions take `&Db` and stay non-generic, the
-//! closures over rows stay plain `FnMut(&Row)`, which a trait with generic methods could not
-//! keep object-safe, and a backend's own code is a `match` arm here, not a second impl the
-//! callers choose between). Its PostgreSQL arm will hold the `postgres` client in a `RefCell`
-//! (its queries take `&mut`), run `BEGIN`/`COMMIT` itself so a [`Tx`] still derefs to its `Db`,
-//! rewrite `?N` to `$N` once per cached statement, and give [`Db::insert_id`] its
-//! `RETURNING id`.
+//! `Db` is an enum over the backends, `Sqlite` and `Postgres` (an enum rather than a trait: the
+//! ledger's functions take `&Db` and stay non-generic, the closures over rows stay plain
+//! `FnMut(&Row)`, which a trait with generic methods could not keep object-safe, and a
+//! backend's own code is a `match` arm here, not a second impl the callers choose between). The
+//! PostgreSQL arm (`db/pg.rs`) holds the `postgres` client in a `RefCell` (its queries take
+//! `&mut`), runs `BEGIN`/`COMMIT` itself so a [`Tx`] still derefs to its `Db`, rewrites `?N` to
+//! `$N` once per cached statement, and gives [`Db::insert_id`] its `RETURNING id`. Where the
+//! two dialects spell a statement differently, [`spelled!`] makes both texts and
+//! [`Db::dialect`] picks one (`db/dialect.rs`).
 //!
 //! SQLite-only code (schema migrations and PRAGMAs, backup, restore, the update hook, the
 //! registration of `wide_add`/`wide_sum`) reaches the connection through one named escape
-//! hatch, [`Db::sqlite`]; the tidy test `tidy::only_the_sqlite_files_name_rusqlite` keeps every
+//! hatch, [`Db::sqlite`] (`None` on PostgreSQL); the tidy test `tidy::only_the_sqlite_files_name_rusqlite` keeps every
 //! other file of `src/ledger` off rusqlite.
 
+mod dialect;
 mod param;
+mod pg;
 mod row;
+
+pub(crate) use dialect::spelled;
+pub use dialect::{Dialect, Spelled};
 
 pub(crate) use param::params;
 pub use param::{Param, Value};
@@ -43,6 +49,19 @@ pub enum DbError {
     /// The database refused or failed (busy, disk full, I/O, a constraint, bad SQL).
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
+    /// The PostgreSQL server refused or failed, or the connection is gone.
+    #[error(transparent)]
+    Postgres(#[from] postgres::Error),
+    /// A statement the layer cannot run as given (a bad placeholder, a nested transaction).
+    #[error("{0}")]
+    Sql(String),
+    /// A statement was started on a PostgreSQL connection while another still held it (one
+    /// started from inside another's row reading, which the layer does not allow there).
+    #[error("the connection is busy with another statement")]
+    Busy,
+    /// SQLite-only code was handed a PostgreSQL connection.
+    #[error("a PostgreSQL connection cannot run SQLite-only code")]
+    NotSqlite,
     /// A column's value is not what the ledger stores there: a corrupt row.
     #[error("column {column}: {problem}")]
     Column { column: String, problem: String },
@@ -95,6 +114,9 @@ pub struct DbConn {
 
 enum Owned {
     Sqlite(rusqlite::Connection),
+    // Boxed: the client and its caches are four times a SQLite connection's size, and a
+    // `DbConn` is moved in and out of the read pool.
+    Postgres(Box<pg::PgConn>),
 }
 
 impl DbConn {
@@ -105,10 +127,21 @@ impl DbConn {
         }
     }
 
+    /// The ledger's connection on a PostgreSQL database (`postgres::open` makes it, its schema
+    /// brought to the latest version).
+    pub fn from_postgres(client: postgres::Client) -> DbConn {
+        DbConn {
+            inner: Owned::Postgres(Box::new(pg::PgConn::new(client))),
+        }
+    }
+
     /// The handle statements run through.
     pub fn db(&self) -> Db<'_> {
         match &self.inner {
             Owned::Sqlite(c) => Db::borrowed(c),
+            Owned::Postgres(c) => Db {
+                inner: Inner::Postgres(c),
+            },
         }
     }
 
@@ -118,19 +151,21 @@ impl DbConn {
         self.db().begin()
     }
 
-    /// The escape hatch for SQLite-only code (see [`Db::sqlite`]).
+    /// The escape hatch for SQLite-only code (see [`Db::sqlite`]); `None` on PostgreSQL.
     #[allow(dead_code)] // the writer's, once it is on the layer (docs/ha.md, step 3)
-    pub fn sqlite(&self) -> &rusqlite::Connection {
+    pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
         match &self.inner {
-            Owned::Sqlite(c) => c,
+            Owned::Sqlite(c) => Some(c),
+            Owned::Postgres(_) => None,
         }
     }
 
     /// The rusqlite connection itself (for the writer's code not yet on the layer: a reload's
-    /// snapshot).
-    pub fn into_sqlite(self) -> rusqlite::Connection {
+    /// snapshot). A PostgreSQL connection has none: [`DbError::NotSqlite`].
+    pub fn into_sqlite(self) -> DbResult<rusqlite::Connection> {
         match self.inner {
-            Owned::Sqlite(c) => c,
+            Owned::Sqlite(c) => Ok(c),
+            Owned::Postgres(_) => Err(DbError::NotSqlite),
         }
     }
 }
@@ -145,6 +180,7 @@ pub struct Db<'c> {
 #[derive(Clone, Copy)]
 enum Inner<'c> {
     Sqlite(&'c rusqlite::Connection),
+    Postgres(&'c pg::PgConn),
 }
 
 impl<'c> Db<'c> {
@@ -157,18 +193,32 @@ impl<'c> Db<'c> {
     }
 
     /// The escape hatch for SQLite-only code (schema, PRAGMAs, backup, restore, hooks, the
-    /// wide functions): the rusqlite connection under this handle.
-    pub fn sqlite(&self) -> &'c rusqlite::Connection {
+    /// wide functions): the rusqlite connection under this handle; `None` on PostgreSQL.
+    pub fn sqlite(&self) -> Option<&'c rusqlite::Connection> {
         match self.inner {
-            Inner::Sqlite(c) => c,
+            Inner::Sqlite(c) => Some(c),
+            Inner::Postgres(_) => None,
         }
     }
 
-    /// A statement from the connection's cache (compiled once, kept for the next call).
+    /// Which SQL dialect the connection speaks, for the few fragments that differ
+    /// ([`Spelled`]).
+    pub fn dialect(&self) -> Dialect {
+        match self.inner {
+            Inner::Sqlite(_) => Dialect::Sqlite,
+            Inner::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// A statement from the connection's cache (compiled once, kept for the next call; on
+    /// PostgreSQL prepared from its `$N` rewrite).
     pub fn prepare(&self, sql: &str) -> DbResult<Stmt<'c>> {
         match self.inner {
             Inner::Sqlite(c) => Ok(Stmt {
                 inner: StmtInner::Sqlite(c.prepare_cached(sql)?),
+            }),
+            Inner::Postgres(c) => Ok(Stmt {
+                inner: StmtInner::Postgres(c, c.statement(sql)?),
             }),
         }
     }
@@ -180,15 +230,24 @@ impl<'c> Db<'c> {
 
     /// Run an INSERT of one row into a table with an `id` key; returns the new row's id.
     /// (SQLite: `last_insert_rowid()`, measured a quarter faster on batch ingest than
-    /// `RETURNING id`, docs/ha.md; PostgreSQL will take `RETURNING id`.)
+    /// `RETURNING id`, docs/ha.md; PostgreSQL: the statement with ` RETURNING id`, cached
+    /// apart under the same text.)
     pub fn insert_id<'v>(
         &self,
         sql: &str,
         values: impl IntoIterator<Item = Value<'v>>,
     ) -> DbResult<i64> {
-        self.prepare(sql)?.execute_values(values)?;
         match self.inner {
-            Inner::Sqlite(c) => Ok(c.last_insert_rowid()),
+            Inner::Sqlite(c) => {
+                self.prepare(sql)?.execute_values(values)?;
+                Ok(c.last_insert_rowid())
+            }
+            Inner::Postgres(c) => {
+                let values: Vec<Value<'v>> = values.into_iter().collect();
+                let rows = c.query(&c.returning_id(sql)?, &values)?;
+                let row = rows.first().ok_or(DbError::NoRow)?;
+                Row::from_postgres(row).get(0)
+            }
         }
     }
 
@@ -246,6 +305,11 @@ impl<'c> Db<'c> {
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
                 params![name],
             ),
+            // A name as the ledger writes it (unquoted): looked up as PostgreSQL folds it.
+            Inner::Postgres(_) => self.exists(
+                "SELECT 1 WHERE to_regclass(CAST(?1 AS TEXT)) IS NOT NULL",
+                params![name],
+            ),
         }
     }
 
@@ -256,6 +320,11 @@ impl<'c> Db<'c> {
                 "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2",
                 params![table, column],
             ),
+            Inner::Postgres(_) => self.exists(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() \
+                 AND table_name::text = lower(?1) AND column_name::text = lower(?2)",
+                params![table, column],
+            ),
         }
     }
 
@@ -263,35 +332,55 @@ impl<'c> Db<'c> {
     pub fn execute_batch(&self, sql: &str) -> DbResult<()> {
         match self.inner {
             Inner::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Inner::Postgres(c) => c.batch(sql),
         }
     }
 
     /// A read transaction whose snapshot is fixed when this returns (a first read is made):
     /// every later read in it sees the same commit (`live.rs`).
     pub fn snapshot(&self) -> DbResult<Tx<'c>> {
-        let tx = self.begin()?;
         match self.inner {
             Inner::Sqlite(_) => {
-                tx.query_one("SELECT COUNT(*) FROM sqlite_master", params![], |_| Ok(()))?
+                let tx = self.begin()?;
+                tx.query_one("SELECT COUNT(*) FROM sqlite_master", params![], |_| Ok(()))?;
+                Ok(tx)
+            }
+            // PostgreSQL takes the snapshot at the transaction's first statement, not at BEGIN.
+            Inner::Postgres(c) => {
+                let tx = self.tx(TxInner::Postgres(
+                    c.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?,
+                ));
+                tx.execute_batch("SELECT 1")?;
+                Ok(tx)
             }
         }
-        Ok(tx)
     }
 
     fn begin(&self) -> DbResult<Tx<'c>> {
-        match self.inner {
-            Inner::Sqlite(c) => Ok(Tx {
-                db: *self,
-                sqlite: c.unchecked_transaction()?,
-            }),
-        }
+        let inner = match self.inner {
+            Inner::Sqlite(c) => TxInner::Sqlite(c.unchecked_transaction()?),
+            Inner::Postgres(c) => TxInner::Postgres(c.begin("BEGIN")?),
+        };
+        Ok(self.tx(inner))
+    }
+
+    fn tx(&self, inner: TxInner<'c>) -> Tx<'c> {
+        Tx { db: *self, inner }
     }
 }
 
 /// A transaction; derefs to its [`Db`]. Dropped without [`Tx::commit`], it rolls back.
 pub struct Tx<'a> {
     db: Db<'a>,
-    sqlite: rusqlite::Transaction<'a>,
+    inner: TxInner<'a>,
+}
+
+/// SQLite's transaction is rusqlite's; PostgreSQL's is `BEGIN`/`COMMIT` sent on the shared
+/// client (a `postgres::Transaction` would borrow the client `&mut` for its whole life, and the
+/// `Tx` could not lend its `Db`).
+enum TxInner<'a> {
+    Sqlite(rusqlite::Transaction<'a>),
+    Postgres(pg::PgTx<'a>),
 }
 
 impl<'a> std::ops::Deref for Tx<'a> {
@@ -304,11 +393,17 @@ impl<'a> std::ops::Deref for Tx<'a> {
 
 impl Tx<'_> {
     pub fn commit(self) -> DbResult<()> {
-        Ok(self.sqlite.commit()?)
+        match self.inner {
+            TxInner::Sqlite(t) => Ok(t.commit()?),
+            TxInner::Postgres(t) => t.commit(),
+        }
     }
 
     pub fn rollback(self) -> DbResult<()> {
-        Ok(self.sqlite.rollback()?)
+        match self.inner {
+            TxInner::Sqlite(t) => Ok(t.rollback()?),
+            TxInner::Postgres(t) => t.rollback(),
+        }
     }
 }
 
@@ -319,6 +414,7 @@ pub struct Stmt<'a> {
 
 enum StmtInner<'a> {
     Sqlite(rusqlite::CachedStatement<'a>),
+    Postgres(&'a pg::PgConn, postgres::Statement),
 }
 
 /// A [`Param`] as rusqlite binds it.
@@ -361,6 +457,7 @@ impl Stmt<'_> {
     pub fn execute(&mut self, params: &[&dyn Param]) -> DbResult<usize> {
         match &mut self.inner {
             StmtInner::Sqlite(s) => Ok(s.execute(rusqlite::params_from_iter(binds(params)))?),
+            StmtInner::Postgres(c, s) => c.execute(s, &pg::values(params)?),
         }
     }
 
@@ -371,6 +468,7 @@ impl Stmt<'_> {
     ) -> DbResult<usize> {
         match &mut self.inner {
             StmtInner::Sqlite(s) => Ok(s.execute(rusqlite::params_from_iter(values))?),
+            StmtInner::Postgres(c, s) => c.execute(s, &values.into_iter().collect::<Vec<_>>()),
         }
     }
 
@@ -395,6 +493,10 @@ impl Stmt<'_> {
                     None => Ok(None),
                 }
             }
+            StmtInner::Postgres(c, s) => match c.query(s, &pg::values(params)?)?.first() {
+                Some(r) => f(&Row::from_postgres(r)).map(Some),
+                None => Ok(None),
+            },
         }
     }
 
@@ -417,11 +519,20 @@ impl Stmt<'_> {
         params: &[&dyn Param],
         mut f: impl FnMut(&Row<'_>) -> DbResult<T> + 's,
     ) -> DbResult<impl Iterator<Item = DbResult<T>> + 's> {
+        use itertools::Either;
         match &mut self.inner {
-            StmtInner::Sqlite(s) => Ok(s
-                .query_and_then(rusqlite::params_from_iter(binds(params)), move |r| {
+            StmtInner::Sqlite(s) => Ok(Either::Left(
+                s.query_and_then(rusqlite::params_from_iter(binds(params)), move |r| {
                     f(&Row::from_sqlite(r))
-                })?),
+                })?,
+            )),
+            // Collected first (the client is free for the caller's own statements meanwhile).
+            StmtInner::Postgres(c, s) => {
+                let rows = c.query(s, &pg::values(params)?)?;
+                Ok(Either::Right(
+                    rows.into_iter().map(move |r| f(&Row::from_postgres(&r))),
+                ))
+            }
         }
     }
 
@@ -440,9 +551,16 @@ impl Stmt<'_> {
                 }
                 Ok(())
             }
+            // Collected first, as `query_map`; a portal could stream a large export later.
+            StmtInner::Postgres(c, s) => {
+                for r in &c.query(s, &pg::values(params)?)? {
+                    f(&Row::from_postgres(r))?;
+                }
+                Ok(())
+            }
         }
     }
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

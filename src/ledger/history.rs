@@ -308,6 +308,7 @@ mod tests {
         // The plan seeks the key per group: no full scan of report_waits.
         let plan: Vec<String> = c
             .sqlite()
+            .expect("a SQLite ledger")
             .prepare(&format!("EXPLAIN QUERY PLAN {WAIT_ROWS_SINCE}"))
             .unwrap()
             .query_map([7, 9], |r| r.get::<_, String>(3))

@@ -1397,6 +1397,7 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
 }
 
 /// The queued-bytes caps through the writer.
+mod both_backends;
 mod coalesce;
 mod commit_faults;
 mod commit_rollback;

@@ -15,6 +15,9 @@ pub enum ColumnValue<'a> {
     Real(f64),
     Text(&'a str),
     Blob(&'a [u8]),
+    /// An exact integer past what SQLite's INTEGER holds as such: PostgreSQL's NUMERIC (the
+    /// `wide` sums, and `SUM` over BIGINT).
+    Wide(i128),
 }
 
 impl ColumnValue<'_> {
@@ -25,6 +28,7 @@ impl ColumnValue<'_> {
             ColumnValue::Real(_) => "a real",
             ColumnValue::Text(_) => "text",
             ColumnValue::Blob(_) => "a blob",
+            ColumnValue::Wide(_) => "a wide decimal",
         }
     }
 }
@@ -57,6 +61,10 @@ impl FromColumn for i64 {
     fn from_column(value: ColumnValue<'_>) -> Result<Self, Mismatch> {
         match value {
             ColumnValue::Integer(i) => Ok(i),
+            // PostgreSQL's SUM over BIGINT is a NUMERIC; SQLite's an INTEGER.
+            ColumnValue::Wide(w) => {
+                i64::try_from(w).map_err(|_| Mismatch(format!("{w} is out of range for i64")))
+            }
             v => Err(Mismatch::expected("an integer", &v)),
         }
     }
@@ -89,6 +97,7 @@ impl FromColumn for f64 {
         match value {
             ColumnValue::Real(f) => Ok(f),
             ColumnValue::Integer(i) => Ok(i as f64),
+            ColumnValue::Wide(w) => Ok(w as f64),
             v => Err(Mismatch::expected("a number", &v)),
         }
     }
@@ -112,11 +121,13 @@ impl FromColumn for Vec<u8> {
     }
 }
 
-/// A wide sum: its TEXT decimal, or an INTEGER written before the columns were widened.
+/// A wide sum: its TEXT decimal, or an INTEGER written before the columns were widened (SQLite);
+/// a NUMERIC (PostgreSQL).
 impl FromColumn for Wide {
     fn from_column(value: ColumnValue<'_>) -> Result<Self, Mismatch> {
         match value {
             ColumnValue::Integer(i) => Ok(Wide(i128::from(i))),
+            ColumnValue::Wide(w) => Ok(Wide(w)),
             ColumnValue::Text(s) => s
                 .parse()
                 .map(Wide)
@@ -145,6 +156,8 @@ impl ColumnIndex for &str {
                 .as_ref()
                 .column_index(self)
                 .map_err(|_| DbError::column(self, "no such column in the result")),
+            Inner::Postgres(r) => super::pg::position(r, self)
+                .ok_or_else(|| DbError::column(self, "no such column in the result")),
         }
     }
 }
@@ -156,6 +169,7 @@ pub struct Row<'r> {
 
 enum Inner<'r> {
     Sqlite(&'r rusqlite::Row<'r>),
+    Postgres(&'r postgres::Row),
 }
 
 impl<'r> Row<'r> {
@@ -163,6 +177,13 @@ impl<'r> Row<'r> {
     pub fn from_sqlite(row: &'r rusqlite::Row<'r>) -> Row<'r> {
         Row {
             inner: Inner::Sqlite(row),
+        }
+    }
+
+    /// A PostgreSQL row as the layer reads it.
+    pub(super) fn from_postgres(row: &'r postgres::Row) -> Row<'r> {
+        Row {
+            inner: Inner::Postgres(row),
         }
     }
 
@@ -191,6 +212,7 @@ impl<'r> Row<'r> {
                 ),
                 ValueRef::Blob(b) => ColumnValue::Blob(b),
             }),
+            Inner::Postgres(r) => super::pg::column(r, i),
         }
     }
 }

@@ -17,7 +17,7 @@
 //! and every later step run in one transaction under a transaction advisory lock, so brokers
 //! starting together migrate once.
 
-use tokio_postgres::{Client, GenericClient};
+use postgres::{Client, GenericClient};
 
 /// The first PostgreSQL version: created whole by `SCHEMA`.
 pub const FIRST: i64 = 12;
@@ -41,7 +41,7 @@ pub enum PgSchemaError {
     #[error("meta.schema_version is not a PostgreSQL schema version (a number from {FIRST})")]
     UnreadableVersion,
     #[error("creating or migrating the schema: {0}")]
-    Database(#[from] tokio_postgres::Error),
+    Database(#[from] postgres::Error),
 }
 
 /// Version 12 whole (see the module's documentation for the translation).
@@ -190,11 +190,10 @@ const META: &str = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value
 /// Bring the database's schema to `LATEST` (creating it on an empty database), in one
 /// transaction; the version it was at (0: it was empty). A newer version is refused before
 /// anything is written.
-pub async fn migrate(client: &mut Client) -> Result<i64, PgSchemaError> {
-    let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
-        .await?;
-    let from = version(&tx).await?;
+pub fn migrate(client: &mut Client) -> Result<i64, PgSchemaError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])?;
+    let from = version(&mut tx)?;
     if from > LATEST {
         return Err(PgSchemaError::SchemaTooNew {
             found: from,
@@ -208,37 +207,33 @@ pub async fn migrate(client: &mut Client) -> Result<i64, PgSchemaError> {
         return Err(PgSchemaError::UnreadableVersion);
     }
     if from == 0 {
-        refuse_foreign_tables(&tx).await?;
-        tx.batch_execute(META).await?;
-        tx.batch_execute(SCHEMA).await?;
+        refuse_foreign_tables(&mut tx)?;
+        tx.batch_execute(META)?;
+        tx.batch_execute(SCHEMA)?;
     }
     for (number, step) in (FIRST + 1..).zip(STEPS) {
         if number > from.max(FIRST) {
-            tx.batch_execute(step).await?;
+            tx.batch_execute(step)?;
         }
     }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1)
          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
         &[&LATEST.to_string()],
-    )
-    .await?;
-    tx.commit().await?;
+    )?;
+    tx.commit()?;
     Ok(from)
 }
 
 /// The schema version recorded (0: no `meta` table, or no version in it).
-pub async fn version(client: &impl GenericClient) -> Result<i64, PgSchemaError> {
+pub fn version(client: &mut impl GenericClient) -> Result<i64, PgSchemaError> {
     let has_meta: bool = client
-        .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])
-        .await?
+        .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])?
         .try_get(0)?;
     if !has_meta {
         return Ok(0);
     }
-    let row = client
-        .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
-        .await?;
+    let row = client.query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])?;
     match row {
         None => Ok(0),
         Some(r) => r
@@ -250,14 +245,12 @@ pub async fn version(client: &impl GenericClient) -> Result<i64, PgSchemaError> 
 
 /// An unversioned database with a table of ours in it is someone else's (or a half-made one):
 /// not created over.
-async fn refuse_foreign_tables(client: &impl GenericClient) -> Result<(), PgSchemaError> {
-    let found = client
-        .query_opt(
-            "SELECT table_name::text FROM information_schema.tables
+fn refuse_foreign_tables(client: &mut impl GenericClient) -> Result<(), PgSchemaError> {
+    let found = client.query_opt(
+        "SELECT table_name::text FROM information_schema.tables
              WHERE table_schema = current_schema() AND table_name = ANY($1) LIMIT 1",
-            &[&vec!["requests", "groups", "idempotency", "report_hours"]],
-        )
-        .await?;
+        &[&vec!["requests", "groups", "idempotency", "report_hours"]],
+    )?;
     match found {
         Some(row) => Err(PgSchemaError::NotOurs {
             table: row.try_get(0)?,
@@ -267,17 +260,14 @@ async fn refuse_foreign_tables(client: &impl GenericClient) -> Result<(), PgSche
 }
 
 /// The database's identity (as SQLite's `schema::instance`): a random id made once.
-pub async fn instance(client: &impl GenericClient) -> Result<String, tokio_postgres::Error> {
-    client
-        .execute(
-            "INSERT INTO meta (key, value)
+pub fn instance(client: &mut impl GenericClient) -> Result<String, postgres::Error> {
+    client.execute(
+        "INSERT INTO meta (key, value)
              VALUES ('instance', substr(md5(gen_random_uuid()::text), 1, 16))
              ON CONFLICT (key) DO NOTHING",
-            &[],
-        )
-        .await?;
+        &[],
+    )?;
     client
-        .query_one("SELECT value FROM meta WHERE key = 'instance'", &[])
-        .await?
+        .query_one("SELECT value FROM meta WHERE key = 'instance'", &[])?
         .try_get(0)
 }

@@ -4,9 +4,12 @@
 use std::collections::BTreeMap;
 
 use pg_cluster::Cluster;
-use tokio_postgres::{Client, NoTls};
+use postgres::{Client, NoTls};
 
 use super::schema::{self, PgSchemaError};
+use crate::ledger::db::tests::testdb::{on_both, Backend, TestDb};
+use crate::ledger::db::{params, Dialect};
+use crate::ledger::LedgerError;
 
 /// A ledger connection (the blocking client of `connect.rs`) to `cluster`, its schema created:
 /// where the server tests of the PostgreSQL pieces start.
@@ -17,18 +20,14 @@ pub(in crate::ledger::postgres) fn ledger_client(cluster: &Cluster) -> postgres:
     client
 }
 
-async fn connect(cluster: &Cluster) -> Client {
-    let (client, connection) = tokio_postgres::connect(&cluster.url(), NoTls)
-        .await
-        .expect("a connection");
-    tokio::spawn(connection);
-    client
+fn connect(cluster: &Cluster) -> Client {
+    Client::connect(&cluster.url(), NoTls).expect("a connection")
 }
 
 /// Columns by table: (name, type, not null).
 type Columns = BTreeMap<String, Vec<(String, String, bool)>>;
 
-async fn pg_columns(client: &Client) -> Columns {
+fn pg_columns(client: &mut Client) -> Columns {
     let mut out = Columns::new();
     for r in client
         .query(
@@ -37,7 +36,6 @@ async fn pg_columns(client: &Client) -> Columns {
              ORDER BY table_name, ordinal_position",
             &[],
         )
-        .await
         .expect("columns")
     {
         out.entry(r.get(0))
@@ -47,14 +45,13 @@ async fn pg_columns(client: &Client) -> Columns {
     out
 }
 
-async fn pg_indexes(client: &Client) -> Vec<String> {
+fn pg_indexes(client: &mut Client) -> Vec<String> {
     client
         .query(
             "SELECT indexname::text FROM pg_indexes WHERE schemaname = current_schema()
              AND indexname NOT LIKE '%_pkey' ORDER BY 1",
             &[],
         )
-        .await
         .expect("indexes")
         .iter()
         .map(|r| r.get(0))
@@ -118,18 +115,18 @@ fn both_backends_are_at_the_same_version() {
     assert_eq!(schema::LATEST, crate::ledger::schema::LATEST);
 }
 
-#[tokio::test]
-async fn the_schema_is_created_on_an_empty_database_as_sqlite_has_it() {
+#[test]
+fn the_schema_is_created_on_an_empty_database_as_sqlite_has_it() {
     let cluster = Cluster::start().expect("a cluster");
-    let mut client = connect(&cluster).await;
-    assert_eq!(schema::migrate(&mut client).await.expect("created"), 0);
+    let mut client = connect(&cluster);
+    assert_eq!(schema::migrate(&mut client).expect("created"), 0);
     assert_eq!(
-        schema::version(&client).await.expect("version"),
+        schema::version(&mut client).expect("version"),
         schema::LATEST
     );
 
     let (sqlite, sqlite_indexes) = sqlite_schema();
-    let pg = pg_columns(&client).await;
+    let pg = pg_columns(&mut client);
     assert_eq!(
         pg.keys().collect::<Vec<_>>(),
         sqlite.keys().collect::<Vec<_>>(),
@@ -146,74 +143,71 @@ async fn the_schema_is_created_on_an_empty_database_as_sqlite_has_it() {
         found.sort();
         assert_eq!(found, expected_sorted, "the columns of {table}");
     }
-    assert_eq!(pg_indexes(&client).await, sqlite_indexes, "indexes");
+    assert_eq!(pg_indexes(&mut client), sqlite_indexes, "indexes");
 }
 
-#[tokio::test]
-async fn a_second_start_changes_nothing() {
+#[test]
+fn a_second_start_changes_nothing() {
     let cluster = Cluster::start().expect("a cluster");
-    let mut client = connect(&cluster).await;
-    schema::migrate(&mut client).await.expect("created");
-    let instance = schema::instance(&client).await.expect("an instance id");
+    let mut client = connect(&cluster);
+    schema::migrate(&mut client).expect("created");
+    let instance = schema::instance(&mut client).expect("an instance id");
     client
         .execute("INSERT INTO groups (path, usage) VALUES ('/a', 5)", &[])
-        .await
         .expect("a row");
-    assert_eq!(
-        schema::migrate(&mut client).await.expect("again"),
-        schema::LATEST
-    );
-    assert_eq!(schema::instance(&client).await.expect("again"), instance);
+    assert_eq!(schema::migrate(&mut client).expect("again"), schema::LATEST);
+    assert_eq!(schema::instance(&mut client).expect("again"), instance);
     let usage: String = client
         .query_one("SELECT usage::text FROM groups WHERE path = '/a'", &[])
-        .await
         .expect("kept")
         .get(0);
     assert_eq!(usage, "5");
 }
 
-#[tokio::test]
-async fn a_newer_schema_is_refused_and_left_as_it_is() {
+#[test]
+fn a_newer_schema_is_refused_and_left_as_it_is() {
     let cluster = Cluster::start().expect("a cluster");
-    let mut client = connect(&cluster).await;
-    schema::migrate(&mut client).await.expect("created");
+    let mut client = connect(&cluster);
+    schema::migrate(&mut client).expect("created");
     let newer = schema::LATEST + 1;
     client
         .execute(
             "UPDATE meta SET value = $1 WHERE key = 'schema_version'",
             &[&newer.to_string()],
         )
-        .await
         .expect("a newer version");
-    match schema::migrate(&mut client).await {
+    match schema::migrate(&mut client) {
         Err(PgSchemaError::SchemaTooNew { found, known }) => {
             assert_eq!((found, known), (newer, schema::LATEST))
         }
         other => panic!("a newer schema was not refused: {other:?}"),
     }
-    assert_eq!(schema::version(&client).await.expect("version"), newer);
+    assert_eq!(schema::version(&mut client).expect("version"), newer);
 }
 
-#[tokio::test]
-async fn another_applications_tables_are_not_created_over() {
+#[test]
+fn another_applications_tables_are_not_created_over() {
     let cluster = Cluster::start().expect("a cluster");
-    let mut client = connect(&cluster).await;
+    let mut client = connect(&cluster);
     client
         .batch_execute("CREATE TABLE groups (gid int)")
-        .await
         .expect("a foreign table");
     assert!(matches!(
-        schema::migrate(&mut client).await,
+        schema::migrate(&mut client),
         Err(PgSchemaError::NotOurs { table }) if table == "groups"
     ));
-    assert_eq!(schema::version(&client).await.expect("version"), 0);
+    assert_eq!(schema::version(&mut client).expect("version"), 0);
 }
 
-#[tokio::test]
-async fn brokers_starting_together_create_the_schema_once() {
+#[test]
+fn brokers_starting_together_create_the_schema_once() {
     let cluster = Cluster::start().expect("a cluster");
-    let (mut a, mut b) = (connect(&cluster).await, connect(&cluster).await);
-    let (ra, rb) = tokio::join!(schema::migrate(&mut a), schema::migrate(&mut b));
+    let (mut a, mut b) = (connect(&cluster), connect(&cluster));
+    let (ra, rb) = std::thread::scope(|s| {
+        let ra = s.spawn(|| schema::migrate(&mut a));
+        let rb = s.spawn(|| schema::migrate(&mut b));
+        (ra.join().expect("a"), rb.join().expect("b"))
+    });
     let mut froms = [ra.expect("a"), rb.expect("b")];
     froms.sort();
     assert_eq!(froms, [0, schema::LATEST]);
@@ -230,11 +224,11 @@ fn dollars(sql: &str) -> String {
     out
 }
 
-#[tokio::test]
-async fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
+#[test]
+fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
     let cluster = Cluster::start().expect("a cluster");
-    let mut client = connect(&cluster).await;
-    schema::migrate(&mut client).await.expect("created");
+    let mut client = connect(&cluster);
+    schema::migrate(&mut client).expect("created");
     // The writer's upsert of a group's deltas (writer/state.rs) with the two changes
     // PostgreSQL needs (docs/ha.md): the target's columns qualified (an unqualified `usage`
     // beside `excluded` is ambiguous there; SQLite takes either), and the wide parameters cast
@@ -257,7 +251,6 @@ async fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
     ] {
         client
             .execute(&upsert, &[&path, &usage, &"0", &1i64, &0i64])
-            .await
             .expect("an upsert");
     }
     let row = client
@@ -267,7 +260,6 @@ async fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
                     (SELECT wide_sum(usage)::text FROM groups WHERE path = '/none')",
             &[],
         )
-        .await
         .expect("read");
     assert_eq!(row.get::<_, String>(0), i128::MAX.to_string());
     assert_eq!(
@@ -276,15 +268,68 @@ async fn wide_sums_are_exact_past_i64_with_the_ledgers_upsert() {
     );
     assert_eq!(row.get::<_, String>(2), "0", "wide_sum over no rows");
     // Past i128 the sum is refused (as SQLite's wide_add refuses), not rounded or stored.
-    let over = client
-        .execute(&upsert, &[&"/a", &"1", &"0", &0i64, &0i64])
-        .await;
+    let over = client.execute(&upsert, &[&"/a", &"1", &"0", &0i64, &0i64]);
     assert!(over.is_err(), "a sum past i128 was stored");
-    let past = client
-        .query_one(
-            "SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/a', '/b')",
-            &[],
-        )
-        .await;
+    let past = client.query_one(
+        "SELECT wide_sum(usage)::text FROM groups WHERE path IN ('/a', '/b')",
+        &[],
+    );
     assert!(past.is_err(), "wide_sum past i128 answered");
+}
+
+on_both!(the_ledger_refuses_a_newer_schema_with_the_same_error_on_both_backends);
+
+/// The broker's opening of its ledger (`schema::open_writer`, `postgres::open`) refuses a
+/// database written by a newer build with one error, naming where the database is and both
+/// versions, and leaves it as it was.
+fn the_ledger_refuses_a_newer_schema_with_the_same_error_on_both_backends(backend: Backend) {
+    let test = TestDb::new(backend);
+    let newer = crate::ledger::schema::LATEST + 1;
+    {
+        let conn = test.ledger();
+        let db = conn.db();
+        db.execute("INSERT INTO groups (path) VALUES (?1)", params!["/kept"])
+            .expect("a row");
+        db.execute_batch(&match db.dialect() {
+            Dialect::Sqlite => format!("PRAGMA user_version = {newer}"),
+            Dialect::Postgres => {
+                format!("UPDATE meta SET value = '{newer}' WHERE key = 'schema_version'")
+            }
+        })
+        .expect("a newer version");
+    }
+    let refused = match test.open_ledger() {
+        Err(e) => e,
+        Ok(_) => panic!("a newer schema was opened"),
+    };
+    match &refused {
+        LedgerError::SchemaTooNew { found, known, .. } => {
+            assert_eq!((*found, *known), (newer, crate::ledger::schema::LATEST))
+        }
+        e => panic!("refused with another error: {e}"),
+    }
+    let shown = refused.to_string();
+    assert!(
+        shown.starts_with(&format!(
+            "the database {} has schema version {newer}",
+            test.shown()
+        )),
+        "{shown}"
+    );
+    // Left as it was: the version and the rows (read without the ledger's opening).
+    let conn = test.connect();
+    let db = conn.db();
+    let version: i64 = match db.dialect() {
+        Dialect::Sqlite => db.query_one("PRAGMA user_version", params![], |r| r.get(0)),
+        Dialect::Postgres => db.query_one(
+            "SELECT CAST(value AS BIGINT) FROM meta WHERE key = 'schema_version'",
+            params![],
+            |r| r.get(0),
+        ),
+    }
+    .expect("the version");
+    assert_eq!(version, newer);
+    assert!(db
+        .exists("SELECT 1 FROM groups WHERE path = ?1", params!["/kept"])
+        .expect("the row"));
 }

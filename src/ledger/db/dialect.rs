@@ -1,0 +1,79 @@
+//! The few places the ledger's SQL is spelled differently on the two backends, kept here rather
+//! than as `if postgres` in the ledger: a statement that needs one is written once with
+//! [`spelled!`], which makes both texts at compile time (so, as every other statement, it is
+//! `&'static str`, cached by its text, never built per call), and run as
+//! `db.dialect().pick(&STATEMENT)`.
+//!
+//! The fragments:
+//!
+//! - `[indexed_by NAME]`: SQLite's `INDEXED BY NAME` (the planner told which partial index to
+//!   read); nothing on PostgreSQL, whose planner matches a partial index's predicate itself
+//!   and has no such clause.
+//! - `[greatest "A", "B"]`: the larger of two values: SQLite's scalar `MAX(A, B)`, PostgreSQL's
+//!   `GREATEST(A, B)` (PostgreSQL's `MAX` is only the aggregate, SQLite has no `GREATEST`).
+//!   One difference: `GREATEST` ignores a NULL, `MAX` gives NULL; use it on NOT NULL values.
+
+/// Which SQL a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A statement as each backend spells it (made by [`spelled!`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Spelled {
+    pub sqlite: &'static str,
+    pub postgres: &'static str,
+}
+
+impl Dialect {
+    /// The statement's text in this dialect.
+    pub fn pick(self, statement: &Spelled) -> &'static str {
+        match self {
+            Dialect::Sqlite => statement.sqlite,
+            Dialect::Postgres => statement.postgres,
+        }
+    }
+}
+
+/// `spelled!("SELECT ... FROM requests", [indexed_by requests_unlocated], " WHERE ...")`: a
+/// [`Spelled`] whose texts are the parts concatenated, each fragment in its dialect's spelling.
+macro_rules! spelled {
+    ($($part:tt),+ $(,)?) => {
+        $crate::ledger::db::Spelled {
+            sqlite: concat!($($crate::ledger::db::spelled!(@sqlite $part)),+),
+            postgres: concat!($($crate::ledger::db::spelled!(@postgres $part)),+),
+        }
+    };
+    (@$dialect:ident $text:literal) => { $text };
+    (@sqlite [indexed_by $index:ident]) => { concat!(" INDEXED BY ", stringify!($index)) };
+    (@postgres [indexed_by $index:ident]) => { "" };
+    (@sqlite [greatest $a:literal, $b:literal]) => { concat!("MAX(", $a, ", ", $b, ")") };
+    (@postgres [greatest $a:literal, $b:literal]) => { concat!("GREATEST(", $a, ", ", $b, ")") };
+}
+pub(crate) use spelled;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOTH: Spelled = spelled!(
+        "SELECT id FROM requests",
+        [indexed_by requests_unlocated],
+        " WHERE id > ",
+        [greatest "?1", "next_attempt_ms"],
+    );
+
+    #[test]
+    fn each_dialect_gets_its_own_spelling_of_one_text() {
+        assert_eq!(
+            Dialect::Sqlite.pick(&BOTH),
+            "SELECT id FROM requests INDEXED BY requests_unlocated WHERE id > MAX(?1, next_attempt_ms)"
+        );
+        assert_eq!(
+            Dialect::Postgres.pick(&BOTH),
+            "SELECT id FROM requests WHERE id > GREATEST(?1, next_attempt_ms)"
+        );
+    }
+}
