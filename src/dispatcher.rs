@@ -53,6 +53,7 @@ mod batches;
 mod cancels;
 mod last_call;
 mod locator;
+mod marked;
 mod submit;
 
 pub use crate::domain::mss::{AdapterSettings, MssSettings, SimulatorSettings};
@@ -386,6 +387,13 @@ impl Dispatcher {
 
     async fn submit_loop(self: Arc<Self>) {
         let mut backoff = Backoff::new(self.settings.retry);
+        // Before this term sends anything: what earlier brokers marked (`marked.rs`).
+        while let Err(e) = self.settle_marked_sends().await {
+            let d = backoff.next();
+            warn!(error = %e, retry_in_ms = d.as_millis() as u64, "ledger error settling the sends of earlier brokers");
+            tokio::time::sleep(d).await;
+        }
+        backoff.reset();
         loop {
             match self.submit_once().await {
                 Ok(Step::Worked(_)) => backoff.reset(),

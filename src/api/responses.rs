@@ -117,6 +117,11 @@ pub struct RequestBody {
     pub charged: u64,
     pub cancel_requested: bool,
     pub last_error: Option<String>,
+    /// An `accepted` request an earlier broker (before a crash, a restart or a takeover) may
+    /// or may not have sent, which this MSS can neither be asked about nor deduplicate: held
+    /// for an operator, never sent again by itself; `last_error` says so. Resolved by
+    /// `POST /v1/requests/{id}/resend` or a cancel (docs/operations.md, "Unsettled sends").
+    pub unsettled: bool,
     /// Why the request is held (state `held`), or was when it was cancelled while held.
     pub held_reason: Option<String>,
     pub created_ms: i64,
@@ -281,6 +286,7 @@ impl From<RequestRecord> for RequestBody {
             charged: r.charged,
             cancel_requested: r.cancel_requested,
             last_error: r.last_error,
+            unsettled: r.unsettled,
             held_reason: r.held_reason,
             created_ms: r.created_ms,
             submitted_ms: r.submitted_ms,
@@ -307,6 +313,14 @@ impl From<RequestRecord> for RequestBody {
 pub struct ReleaseBody {
     pub id: i64,
     pub released: bool,
+}
+
+/// `POST /v1/requests/{id}/resend`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ResendBody {
+    pub id: i64,
+    /// It was unsettled and is now sent again, with the same key and attempt.
+    pub resent: bool,
 }
 
 /// `GET /v1/mss`: the adapter and its capabilities.

@@ -91,6 +91,11 @@ pub(in crate::ledger) enum Command {
         items: Vec<crate::ledger::VolumeFound>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
+    /// An operator's resend of an unsettled request (`ledger::unsettled`).
+    ResendUnsettled {
+        id: i64,
+        reply: oneshot::Sender<Result<usize, LedgerError>>,
+    },
     /// Cancel these requests of a group (one chunk of `cancel --group`).
     CancelListed {
         ids: Vec<i64>,
@@ -264,6 +269,11 @@ impl Txn<'_, '_> {
             }
             Command::Release { reply: tx } => {
                 reply(self.release_held(), 0, |n| Reply::Count(tx, n))
+            }
+            Command::ResendUnsettled { id, reply: tx } => {
+                self.note(id);
+                let resent = crate::ledger::unsettled::resend(&self.db(), id, self.now);
+                reply(resent, 0, |n| Reply::Count(tx, n))
             }
             Command::Tick { reply } => (Reply::Done(reply), Ok(())),
             Command::Cancel { id, reply: tx, .. } => {
