@@ -47,7 +47,10 @@
 //! start it takes every cancel the ledger has pending (`cancel_pending`), and the submit loop hands
 //! it the cancels its answers call for (`AfterSubmit::CancelAtMss`, `CancelRequested`).
 //! `dispatcher/batches.rs`: `whole`, a full read of ready requests cut before a `volumes` batch it
-//! would split (the batch goes whole in the next call).
+//! would split (the batch goes whole in the next call). `dispatcher/marked.rs`:
+//! `settle_marked_sends`, run once at the start of a term's submit loop: the sends an earlier
+//! broker marked go again with the same key where the MSS deduplicates, and are held
+//! `unsettled` for an operator where it cannot (issue 42, docs/ha.md).
 
 mod batches;
 mod cancels;

@@ -185,7 +185,12 @@ async fn a_marked_send_the_mss_cannot_settle_is_held_for_an_operator_not_resent(
         "size_bytes": 1_500, "access_mode": "analysis", "physics_group": "top",
     });
     let id = submit(&client, &broker.base, &body).await;
-    wait_for_count(&db, MARKED, 1, Duration::from_secs(20)).await;
+    let dropped_file = "/pnfs/test/u3";
+    let mut dropped_body = body.clone();
+    dropped_body["client_request_id"] = json!("u3");
+    dropped_body["file"] = json!(dropped_file);
+    let dropped = submit(&client, &broker.base, &dropped_body).await;
+    wait_for_count(&db, MARKED, 2, Duration::from_secs(20)).await;
     let calls_before = standin.calls().len();
     assert!(calls_before > 0, "the broker tried to send");
     broker.kill();
@@ -202,7 +207,15 @@ async fn a_marked_send_the_mss_cannot_settle_is_held_for_an_operator_not_resent(
         why.contains("unsettled") && why.contains("tape_rest"),
         "{held}"
     );
-    assert_eq!(unsettled_metric(&client, &broker.base).await, 1);
+    wait_request(
+        &client,
+        &broker.base,
+        dropped,
+        Duration::from_secs(20),
+        |r| r["unsettled"] == true,
+    )
+    .await;
+    assert_eq!(unsettled_metric(&client, &broker.base).await, 2);
     // The dispatcher runs: a request made after the restart is staged and done, and the held
     // one was not staged meanwhile.
     let other = submit(
@@ -233,6 +246,23 @@ async fn a_marked_send_the_mss_cannot_settle_is_held_for_an_operator_not_resent(
     let (status, r) = post(&client, resend("999999"), &json!({})).await;
     assert_eq!(status, 404, "{r}");
     assert_eq!(staged(&standin, file), 0);
+
+    // The other one is not wanted: cancelled, it is never staged, ends cancelled and refunded.
+    let resp = (client
+        .delete(format!("{}/v1/requests/{dropped}", broker.base))
+        .send()
+        .await)
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let ended = wait_final(&client, &broker.base, &[dropped], Duration::from_secs(30)).await;
+    assert_eq!(
+        (ended[0]["state"].as_str(), ended[0]["charged"].as_i64()),
+        (Some("cancelled"), Some(0)),
+        "{}",
+        ended[0]
+    );
+    assert_eq!(staged(&standin, dropped_file), 0);
+    assert_eq!(unsettled_metric(&client, &broker.base).await, 1);
 
     // The operator found the MSS does not hold it: resend, once.
     let (status, r) = post(&client, resend(&id.to_string()), &json!({})).await;
