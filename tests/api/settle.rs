@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use mss_adapters::protocol::{BadAnswer, Faults};
+use mss_adapters::standin::encp as encp_standin;
 use mss_adapters::standin::{Plan, TapeRestStandin};
 use serde_json::{json, Value};
 
@@ -321,4 +322,78 @@ fn check_config_says_how_the_adapter_settles_an_unanswered_send() {
             && tape.contains("unsettled"),
         "{tape}"
     );
+}
+
+/// New in step 6, encp: what runs and ran is in the adapter's memory alone, so a send the
+/// killed broker marked is held for an operator too. The send could not start encp (its
+/// command is missing: the adapter answers "unavailable", and the mark stays); after the
+/// restart encp is there, and the request is not run until the operator resends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encp_send_marked_before_a_kill_is_held_for_an_operator_not_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    // The command is a link to the stand-in encp that does not exist yet.
+    let command = dir.path().join("encp");
+    let mss = crate::adapters::encp_mss(dir.path(), 3).replace(
+        &encp_standin::script().display().to_string(),
+        &command.display().to_string(),
+    );
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, config_with(&mss)).unwrap();
+    let db = dir.path().join("broker.db");
+    let client = reqwest::Client::new();
+
+    let mut broker = ServeProcess::start(&config, &db);
+    let id = submit(
+        &client,
+        &broker.base,
+        &request("e1", "analysis", "higgs", 1_000),
+    )
+    .await;
+    wait_for_count(&db, MARKED, 1, Duration::from_secs(20)).await;
+    broker.kill();
+    std::os::unix::fs::symlink(encp_standin::script(), &command).unwrap();
+    encp_standin::control(dir.path(), "e1", "bytes 1000\n").unwrap();
+
+    let broker = ServeProcess::start(&config, &db);
+    let held = wait_request(&client, &broker.base, id, Duration::from_secs(20), |r| {
+        r["unsettled"] == true
+    })
+    .await;
+    let why = held["last_error"].as_str().unwrap_or_default();
+    assert!(why.contains("encp"), "{held}");
+    // The dispatcher runs: a request made after the restart runs and is done; the held one
+    // did not run meanwhile.
+    let other = submit(
+        &client,
+        &broker.base,
+        &request("e2", "analysis", "higgs", 1_000),
+    )
+    .await;
+    encp_standin::control(dir.path(), "e2", "bytes 1000\n").unwrap();
+    let done = wait_final(&client, &broker.base, &[other], Duration::from_secs(30)).await;
+    assert_eq!(done[0]["state"], "done", "{}", done[0]);
+    let runs_of = |name: &str| {
+        let source = format!("/pnfs/test/{name}");
+        (encp_standin::runs(dir.path()).iter())
+            .filter(|r| r.source() == Some(source.as_str()))
+            .count()
+    };
+    assert_eq!(runs_of("e1"), 0);
+
+    let (status, r) = post(
+        &client,
+        format!("{}/v1/requests/{id}/resend", broker.base),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let done = wait_final(&client, &broker.base, &[id], Duration::from_secs(30)).await;
+    assert_eq!(
+        (done[0]["state"].as_str(), done[0]["attempt"].as_i64()),
+        (Some("done"), Some(1)),
+        "{}",
+        done[0]
+    );
+    assert_eq!(runs_of("e1"), 1);
 }
