@@ -208,6 +208,7 @@ async fn a_marked_send_the_mss_cannot_settle_is_held_for_an_operator_not_resent(
         why.contains("unsettled") && why.contains("tape_rest"),
         "{held}"
     );
+    assert_eq!(held["explain"]["unsettled"], why, "{held}");
     wait_request(
         &client,
         &broker.base,
