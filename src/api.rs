@@ -115,6 +115,7 @@ pub fn router_and_openapi(state: AppState) -> (Router, utoipa::openapi::OpenApi)
             requests::cancel_request
         ))
         .routes(utoipa_axum::routes!(requests::release_request))
+        .routes(utoipa_axum::routes!(requests::resend_request))
         .routes(utoipa_axum::routes!(reads::mss))
         .routes(utoipa_axum::routes!(reads::groups))
         .routes(utoipa_axum::routes!(reads::report))

@@ -47,12 +47,16 @@
 //! start it takes every cancel the ledger has pending (`cancel_pending`), and the submit loop hands
 //! it the cancels its answers call for (`AfterSubmit::CancelAtMss`, `CancelRequested`).
 //! `dispatcher/batches.rs`: `whole`, a full read of ready requests cut before a `volumes` batch it
-//! would split (the batch goes whole in the next call).
+//! would split (the batch goes whole in the next call). `dispatcher/marked.rs`:
+//! `settle_marked_sends`, run once at the start of a term's submit loop: the sends an earlier
+//! broker marked go again with the same key where the MSS deduplicates, and are held
+//! `unsettled` for an operator where it cannot (issue 42, docs/ha.md).
 
 mod batches;
 mod cancels;
 mod last_call;
 mod locator;
+mod marked;
 mod submit;
 
 pub use crate::domain::mss::{AdapterSettings, MssSettings, SimulatorSettings};
@@ -386,6 +390,13 @@ impl Dispatcher {
 
     async fn submit_loop(self: Arc<Self>) {
         let mut backoff = Backoff::new(self.settings.retry);
+        // Before this term sends anything: what earlier brokers marked (`marked.rs`).
+        while let Err(e) = self.settle_marked_sends().await {
+            let d = backoff.next();
+            warn!(error = %e, retry_in_ms = d.as_millis() as u64, "ledger error settling the sends of earlier brokers");
+            tokio::time::sleep(d).await;
+        }
+        backoff.reset();
         loop {
             match self.submit_once().await {
                 Ok(Step::Worked(_)) => backoff.reset(),

@@ -102,6 +102,7 @@ pub mod restore;
 mod schema;
 pub mod stored_explain;
 mod types;
+mod unsettled;
 mod usage;
 mod volume_wait;
 mod wide;
@@ -125,6 +126,7 @@ pub use types::{
     NoObserver, OutputInUse, PositionBasis, QueuedCapRefused, QueuedExplain, QueuedPlacement,
     RankInputs, Refused, RequestExtras, RequestInput, SubmittedTransfer,
 };
+pub use unsettled::UNSETTLED_MS;
 pub use volume_wait::VolumeWait;
 use writer::Command;
 pub use writer::{GroupCancel, PreparedReload, RemovedGroup, RemovedGroups};

@@ -251,16 +251,22 @@ impl Metrics {
 
     /// The exposition: the in-process metrics, then the ledger's figures (`wait_bins` from
     /// [`WaitTotals::read`]).
-    pub fn encode(
-        &self,
-        totals: &[(String, HourRow)],
-        shares: &SharesView,
-        wait_bins: &WaitBins,
-    ) -> String {
+    pub fn encode(&self, ledger: &crate::ledger::MetricFigures, wait_bins: &WaitBins) -> String {
+        let (totals, shares) = (&ledger.totals, &ledger.shares);
         let figures = LedgerFigures::default();
         figures.add_totals(totals, shares);
         figures.add_shares(shares);
         let mut figures = figures.registry();
+        let unsettled = Gauge::<i64>::default();
+        unsettled.set(ledger.unsettled);
+        figures.register(
+            "mssbroker_unsettled_requests",
+            "Requests held for an operator: sends an earlier broker (before a crash, a restart \
+             or a takeover) may or may not have made, which this adapter's MSS can neither be \
+             asked about nor deduplicate; never sent again by themselves (docs/operations.md, \
+             Unsettled sends)",
+            unsettled,
+        );
         figures.register(
             "mssbroker_request_wait_seconds",
             "Time from a request's acceptance to its first start at the MSS, by group (kind priority: data taking); counted at the start, from the ledger's wait histograms",

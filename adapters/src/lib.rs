@@ -182,6 +182,36 @@ pub struct Capabilities {
     pub bfid: bool,
     /// Most transfers that may be outstanding at the MSS at once (`None`: no limit).
     pub max_outstanding: Option<usize>,
+    /// What the MSS knows of a key after the broker that sent it is gone (a crash, a
+    /// takeover by another broker): whether a send it may or may not have made can be settled.
+    pub settling: Settling,
+}
+
+/// What an MSS remembers of the broker's keys beyond the life of one broker process: the
+/// memory of the adapter object itself does not count (a restarted broker, or another host
+/// taking over, has a new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settling {
+    /// The MSS can be asked the status of a key and attempt whose MSS id the broker never
+    /// recorded (`MssAdapter::status` with `mss_id: None`).
+    pub status_by_key: bool,
+    /// A second submission of the same key and attempt never makes a second transfer at the
+    /// MSS: it is answered as a duplicate. Only then may a send the broker marked but never
+    /// saw answered be sent again blindly.
+    pub dedup_by_key: bool,
+}
+
+impl Settling {
+    /// An MSS that knows its transfers by the broker's key (the simulator, FTS3).
+    pub const BY_KEY: Settling = Settling {
+        status_by_key: true,
+        dedup_by_key: true,
+    };
+    /// An MSS that knows nothing of the broker's keys once the adapter that sent them is gone.
+    pub const NONE: Settling = Settling {
+        status_by_key: false,
+        dedup_by_key: false,
+    };
 }
 
 impl Capabilities {
@@ -201,6 +231,7 @@ impl Capabilities {
             writes_need_local_file: false,
             bfid: false,
             max_outstanding: None,
+            settling: Settling::BY_KEY,
         }
     }
 }

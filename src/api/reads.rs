@@ -241,9 +241,7 @@ pub(super) async fn metrics(
                 format!("reading the waits: {e}"),
             )
         })??;
-    let text = state
-        .metrics
-        .encode(&figures.totals, &figures.shares, &waits);
+    let text = state.metrics.encode(&figures, &waits);
     Ok(exposition(&headers, text))
 }
 

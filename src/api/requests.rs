@@ -1,4 +1,5 @@
-//! One request by its id: `GET`, `DELETE` (cancel) and `POST .../release`.
+//! One request by its id: `GET`, `DELETE` (cancel), `POST .../release` and an operator's
+//! `POST .../resend` of an unsettled send.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -240,4 +241,50 @@ pub(super) async fn release_request(
             ))
         }
     }
+}
+
+/// An operator's resolution of an unsettled request (`"unsettled": true`: a send an earlier
+/// broker may or may not have made, which this MSS can neither be asked about nor
+/// deduplicate): send it again, with the same key and attempt. The operator has looked at the
+/// MSS and found it does not hold the transfer, or accepts a second one.
+#[utoipa::path(post, path = "/v1/requests/{id}/resend", params(("id" = i64, Path, description = "request id", minimum = 1)), responses(
+    (status = 200, description = "sent again, with the same key and attempt", body = responses::ResendBody),
+    (status = 400, body = error::ErrorBody), (status = 401, body = error::ErrorBody),
+    (status = 403, body = error::ErrorBody), (status = 404, body = error::ErrorBody),
+    (status = 409, description = "the request is not unsettled", body = error::ErrorBody),
+    (status = 503, body = error::ErrorBody),
+))]
+pub(super) async fn resend_request(
+    State(state): State<AppHandle>,
+    caller: Caller,
+    raw: Result<Path<String>, PathRejection>,
+) -> Result<Json<responses::ResendBody>, ApiError> {
+    caller.require(&[RoleKind::Operator], "resend an unsettled request")?;
+    let office = state.office()?;
+    let id = id_of(raw)?;
+    let Some(r) = office.ledger.request(id).await? else {
+        return Err(ApiError::not_found(format!("no request {id}")));
+    };
+    let not_unsettled = || {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            Some("id"),
+            format!(
+                "request {id} is {} and not unsettled: only an unsettled send is resent",
+                r.state.as_str()
+            ),
+        )
+    };
+    if !r.unsettled {
+        return Err(not_unsettled());
+    }
+    if !office.ledger.resend_unsettled(id).await? {
+        return Err(not_unsettled());
+    }
+    super::still_in_office(&office)?;
+    tracing::info!(
+        request_id = id,
+        "an operator resolved an unsettled send: sent again"
+    );
+    Ok(Json(responses::ResendBody { id, resent: true }))
 }

@@ -117,6 +117,12 @@ pub struct RequestBody {
     pub charged: u64,
     pub cancel_requested: bool,
     pub last_error: Option<String>,
+    /// An `accepted` request an earlier broker (before a crash, a restart or a takeover) may
+    /// or may not have sent, which this MSS can neither be asked about nor deduplicate: held
+    /// for an operator, never sent again by itself; `last_error` and `explain.unsettled` say
+    /// so. Resolved by
+    /// `POST /v1/requests/{id}/resend` or a cancel (docs/operations.md, "Unsettled sends").
+    pub unsettled: bool,
     /// Why the request is held (state `held`), or was when it was cancelled while held.
     pub held_reason: Option<String>,
     pub created_ms: i64,
@@ -257,6 +263,7 @@ impl From<crate::ledger::VolumeWait> for VolumeWaitBody {
 
 impl From<RequestRecord> for RequestBody {
     fn from(r: RequestRecord) -> Self {
+        let explain = explained(&r);
         RequestBody {
             id: r.id,
             client_request_id: r.client_request_id,
@@ -281,6 +288,7 @@ impl From<RequestRecord> for RequestBody {
             charged: r.charged,
             cancel_requested: r.cancel_requested,
             last_error: r.last_error,
+            unsettled: r.unsettled,
             held_reason: r.held_reason,
             created_ms: r.created_ms,
             submitted_ms: r.submitted_ms,
@@ -289,7 +297,7 @@ impl From<RequestRecord> for RequestBody {
             library: r.library,
             qos: r.qos.map(|q| q.as_str().to_string()),
             user_factor: r.user_factor,
-            explain: r.explain.and_then(|e| serde_json::to_value(e.explain).ok()),
+            explain,
             position_basis: None,
             local_file: r.local_file,
             bfid: r.bfid,
@@ -307,6 +315,25 @@ impl From<RequestRecord> for RequestBody {
 pub struct ReleaseBody {
     pub id: i64,
     pub released: bool,
+}
+
+/// A record's explanation as answered: the stored one, and for an unsettled request why it
+/// waits for an operator (`unsettled`: its `last_error`).
+fn explained(r: &RequestRecord) -> Option<Value> {
+    let mut explain = (r.explain.as_ref()).and_then(|e| serde_json::to_value(&e.explain).ok());
+    if let (true, Some(Value::Object(fields))) = (r.unsettled, explain.as_mut()) {
+        let why = r.last_error.clone().unwrap_or_default();
+        fields.insert("unsettled".to_string(), Value::String(why));
+    }
+    explain
+}
+
+/// `POST /v1/requests/{id}/resend`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ResendBody {
+    pub id: i64,
+    /// It was unsettled and is now sent again, with the same key and attempt.
+    pub resent: bool,
 }
 
 /// `GET /v1/mss`: the adapter and its capabilities.

@@ -12,7 +12,7 @@ use mss_adapters::encp::RawEncpConfig;
 use mss_adapters::fts3::RawFts3Config;
 use mss_adapters::rest::Issue;
 use mss_adapters::tape_rest::RawTapeRestConfig;
-use mss_adapters::{Band, PriorityScale};
+use mss_adapters::{Band, PriorityScale, Settling};
 use serde::Deserialize;
 
 mod checks;
@@ -456,6 +456,28 @@ pub(super) fn describe(mss: &MssSettings) -> String {
         yes(caps.writes),
         caps.max_outstanding
             .map_or("unlimited".to_string(), |n| format!("at most {n}")),
+    ) + &describe_settling(mss.adapter.name(), caps.settling)
+}
+
+/// What a restarted broker, or one taking over, does with a send the one before it may have
+/// made (docs/ha.md, "How a new leader settles what the old one sent").
+fn describe_settling(adapter: &str, s: Settling) -> String {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let then = if s.dedup_by_key {
+        "a send left unanswered by a crash or a takeover is sent again with the same key and \
+         attempt, which the mss answers as a duplicate"
+            .to_string()
+    } else {
+        format!(
+            "a send left unanswered by a crash or a takeover is NOT sent again: the {adapter} \
+             adapter cannot tell whether the mss has it, so such requests are flagged \
+             `unsettled` for an operator (docs/operations.md, \"Unsettled sends\")"
+        )
+    };
+    format!(
+        "mss settling: status by key {}, deduplicates by key {}; {then}\n",
+        yes(s.status_by_key),
+        yes(s.dedup_by_key),
     )
 }
 

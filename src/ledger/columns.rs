@@ -94,6 +94,8 @@ const COLUMNS: &[(&str, Fill)] = &[
     ),
     ("rides_on", fill_null!(|r| r.rides_on)),
     ("volume_source", None),
+    // Read for `RequestRecord::unsettled` (`unsettled.rs`); the writer sets it.
+    ("next_attempt_ms", None),
     (
         "offset_bytes",
         fill_null!(|r| r

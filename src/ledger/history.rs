@@ -38,6 +38,9 @@ pub struct MetricFigures {
     /// Per group path, the aggregates summed over all time.
     pub totals: Vec<(String, HourRow)>,
     pub shares: SharesView,
+    /// Requests held for an operator: sends an earlier broker may have made, which this MSS
+    /// cannot settle (`ledger::unsettled`).
+    pub unsettled: i64,
 }
 
 /// The share view of the database behind `c` at `at_ms` (used by `GET /v1/groups` and by
@@ -155,6 +158,7 @@ pub(super) fn metric_figures(
     Ok(MetricFigures {
         totals: totals_before(c, i64::MAX)?,
         shares: read_shares(c, policy, now_ms, now_ms)?,
+        unsettled: super::unsettled::count(c)?,
     })
 }
 

@@ -113,6 +113,9 @@ pub struct RequestRecord {
     pub offset_bytes: Option<u64>,
     /// The key its transfers carry at the MSS (`ledger::mss_key`).
     pub mss_key: String,
+    /// A send an earlier broker marked and may or may not have made, which this MSS cannot
+    /// settle: held for an operator, never sent again by itself (`ledger::unsettled`).
+    pub unsettled: bool,
 }
 
 impl RequestRecord {
@@ -226,6 +229,8 @@ fn record(row: &Row<'_>) -> DbResult<RequestRecord> {
         offset_bytes: stored_offset(row.index_of("offset_bytes")?, row.get("offset_bytes")?)?,
         // Set by the reader, which knows the incarnations.
         mss_key: String::new(),
+        unsettled: state == RequestState::Accepted
+            && row.get::<i64>("next_attempt_ms")? == super::unsettled::UNSETTLED_MS,
     })
 }
 

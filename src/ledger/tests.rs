@@ -1409,5 +1409,6 @@ mod random_sequences;
 mod reload;
 mod reload_noting;
 mod retry_paths;
+mod unsettled;
 mod volume_flights;
 mod volume_lookup;

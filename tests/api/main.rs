@@ -37,6 +37,7 @@ mod request_id;
 mod reserve;
 mod restore;
 mod ride;
+mod settle;
 mod shares;
 mod simulate;
 mod simulate_volumes;

@@ -26,6 +26,7 @@ async fn the_served_document_matches_the_router() {
         ("GET", "/v1/requests/{id}"),
         ("DELETE", "/v1/requests/{id}"),
         ("POST", "/v1/requests/{id}/release"),
+        ("POST", "/v1/requests/{id}/resend"),
         ("GET", "/v1/mss"),
         ("GET", "/v1/groups"),
         ("GET", "/v1/report"),

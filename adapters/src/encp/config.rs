@@ -12,7 +12,7 @@ use super::local::{has_dot_segment, has_parent_dir};
 use super::status::DEFAULT_FATAL_STATUSES;
 use crate::check::positive;
 use crate::rest::Issue;
-use crate::{Capabilities, PriorityScale};
+use crate::{Capabilities, PriorityScale, Settling};
 
 mod args;
 use args::ArgLists;
@@ -487,6 +487,10 @@ impl EncpConfig {
             // `--get-bfid` is a user2 option.
             bfid: self.build.allows(Build::User2),
             max_outstanding: Some(self.max_processes),
+            // The runs and their ends are known to the adapter's memory alone: a broker that
+            // starts after another had run encp cannot ask about them, and a resend runs encp
+            // again (or refuses the output the first run left, at attempt 1: `existing.rs`).
+            settling: Settling::NONE,
         }
     }
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::check::{non_negative, positive};
 use crate::rest::{self, Issue, RawAuth, RestAuth};
-use crate::{Band, Capabilities, PriorityScale};
+use crate::{Band, Capabilities, PriorityScale, Settling};
 
 /// FTS3's priority range.
 pub const MIN_PRIORITY: i64 = 1;
@@ -319,6 +319,10 @@ impl Fts3Config {
             writes_need_local_file: true,
             bfid: false,
             max_outstanding: self.max_outstanding,
+            // Deterministic job ids (`sid = <prefix>-<key>-<attempt>`): a resend is FTS3's 409
+            // for our sid, and a key's job is found by its sid or among this broker's jobs in
+            // flight (`fts3.rs`, `batch/lookup.rs`).
+            settling: Settling::BY_KEY,
         }
     }
 }

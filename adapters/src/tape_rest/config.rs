@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::duration;
 use crate::check::positive;
 use crate::rest::{Issue, RawAuth, RestAuth};
-use crate::{Capabilities, PriorityScale};
+use crate::{Capabilities, PriorityScale, Settling};
 
 /// Errors that mean staging the file again will not help.
 pub const DEFAULT_FATAL_PATTERNS: &[&str] = &[
@@ -178,6 +178,10 @@ impl TapeRestConfig {
             writes_need_local_file: false,
             bfid: false,
             max_outstanding: self.max_outstanding,
+            // No client-chosen request id and no listing of stage requests (`tape_rest.rs`): a
+            // stage request whose answer was not recorded cannot be found again, and a resend
+            // is a second stage request.
+            settling: Settling::NONE,
         }
     }
 }

@@ -91,6 +91,11 @@ pub(in crate::ledger) enum Command {
         items: Vec<crate::ledger::VolumeFound>,
         reply: oneshot::Sender<Result<usize, LedgerError>>,
     },
+    /// An operator's resend of an unsettled request (`ledger::unsettled`).
+    ResendUnsettled {
+        id: i64,
+        reply: oneshot::Sender<Result<usize, LedgerError>>,
+    },
     /// Cancel these requests of a group (one chunk of `cancel --group`).
     CancelListed {
         ids: Vec<i64>,
@@ -265,6 +270,7 @@ impl Txn<'_, '_> {
             Command::Release { reply: tx } => {
                 reply(self.release_held(), 0, |n| Reply::Count(tx, n))
             }
+            Command::ResendUnsettled { id, reply } => self.resend_unsettled(id, reply),
             Command::Tick { reply } => (Reply::Done(reply), Ok(())),
             Command::Cancel { id, reply: tx, .. } => {
                 reply(self.cancel(id), CancelOutcome::NotFound, |o| {
@@ -288,6 +294,17 @@ impl Txn<'_, '_> {
 }
 
 impl Txn<'_, '_> {
+    /// An operator's resend of unsettled request `id` (`ledger::unsettled::resend`).
+    fn resend_unsettled(
+        &mut self,
+        id: i64,
+        tx: oneshot::Sender<Result<usize, LedgerError>>,
+    ) -> (Reply, rusqlite::Result<()>) {
+        self.note(id);
+        let resent = crate::ledger::unsettled::resend(&self.db(), id, self.now);
+        reply(resent, 0, |n| Reply::Count(tx, n))
+    }
+
     /// Apply `one` to each item in turn, keeping each answer, up to the first failure (which
     /// fails the transaction).
     fn each_in_turn<I, T, E: Into<rusqlite::Error>>(
