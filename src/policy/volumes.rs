@@ -38,6 +38,7 @@ use crate::domain::order::VolumeSettings;
 use crate::domain::GroupId;
 use crate::shares::UsageLookup;
 
+mod choice;
 mod eligibility;
 mod label;
 mod ride;
@@ -389,7 +390,8 @@ impl VolumeQueue {
         let under = |g: GroupId| ride::not_ahead(standing, g);
         let may_ride = |g: GroupId| ride::allowance(s, standing, repaying, g);
         let rides = |g: GroupId| if no_riders { 0 } else { may_ride(g) };
-        let weighs = |g: GroupId| may_ride(g) > 0;
+        let weighs = |o: GroupId| choice::weight(s, standing, may_ride(o) > 0, o);
+        let width = choice::width(s);
         let caps = state::NodeCaps::new(standing.policy);
         let sticky = if reserve.priority_waiting {
             Vec::new()
@@ -417,7 +419,7 @@ impl VolumeQueue {
         }
         let at = (library, &*lib, &self.index);
         let g = lead_group(order, standing, at, now_ms, |g| {
-            caps.allows(g, &lib.node_flights) && lib.best_volume(g, &weighs).is_some()
+            caps.allows(g, &lib.node_flights) && lib.best_volume(g, width, &weighs).is_some()
         })?;
         // An old request on a small tape does not wait behind the group's fuller ones: its
         // volume goes, and the request is in the batch whatever its position.
@@ -425,7 +427,7 @@ impl VolumeQueue {
         let locate = |id| index.get(&id).map(|(_, vol, pos)| (vol, *pos));
         let (vol, first) = match lib.overdue(g, now_ms.saturating_sub(s.max_age_ms), locate) {
             Some((vol, k)) => (vol, Some(k)),
-            None => (lib.best_volume(g, &weighs)?, None),
+            None => (lib.best_volume(g, width, &weighs)?, None),
         };
         Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
     }

@@ -11,7 +11,7 @@ use crate::policy::order::Candidate;
 use crate::policy::queue::Waiting;
 
 /// How many of a group's fullest eligible volumes [`Lib::best_volume`] weighs.
-const CONSIDERED: usize = 16;
+pub(super) const CONSIDERED: usize = 16;
 
 /// The requests waiting on one volume.
 #[derive(Debug, Clone, Default)]
@@ -354,17 +354,24 @@ impl Lib {
         Some(w.candidate(*g, library))
     }
 
-    /// `g`'s best eligible volume not in flight (after [`Self::promote`]): of its
-    /// [`CONSIDERED`] eligible volumes with the most bytes queued, the one whose mount would read
-    /// the most (`g`'s bytes and those of the groups `rides` admits).
-    pub fn best_volume(&self, g: GroupId, rides: &dyn Fn(GroupId) -> bool) -> Option<VolumeId> {
+    /// `g`'s best eligible volume not in flight (after [`Self::promote`]): of its `width`
+    /// eligible volumes with the most bytes queued, the one whose mount would read the most:
+    /// `g`'s bytes and those of each other group times `weight` (`choice::weight`).
+    pub fn best_volume(
+        &self,
+        g: GroupId,
+        width: usize,
+        weight: &dyn Fn(GroupId) -> f64,
+    ) -> Option<VolumeId> {
         let read = |vol: &VolumeId| {
-            self.vols.get(vol).map_or(0, |v| {
+            self.vols.get(vol).map_or(0.0, |v| {
                 v.groups
                     .iter()
-                    .filter(|(&o, _)| o == g || rides(o))
-                    .map(|(_, on)| on.bytes)
-                    .sum::<u64>()
+                    .map(|(&o, on)| {
+                        let w = if o == g { 1.0 } else { weight(o) };
+                        w * on.bytes as f64
+                    })
+                    .sum::<f64>()
             })
         };
         self.groups
@@ -373,9 +380,9 @@ impl Lib {
             .iter()
             .map(|(_, v)| v)
             .filter(|v| !self.flights.contains_key(*v))
-            .take(CONSIDERED)
+            .take(width)
             .map(|v| (read(v), v))
-            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+            .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)))
             .map(|(_, v)| v.clone())
     }
 

@@ -233,3 +233,69 @@ fn on_a_library_that_keeps_up_no_fair_share_request_waits_past_max_age_and_a_bat
         );
     }
 }
+
+/// Experiment (issue 39, the volume choice by who reads it): `VOLCHOICE` lists variants
+/// `ride,ahead,behind,width` separated by `;` (`-` for unset ride or choice), each run in
+/// `volumes` mode on both traces under both policies against `pass_through`.
+#[test]
+#[ignore = "an experiment, run by hand"]
+fn volume_choice_experiment() {
+    use crate::domain::order::ShareChoice;
+    let spec_text = std::env::var("VOLCHOICE").unwrap_or_else(|_| "-,-,0,16".into());
+    let spec = RunSpec {
+        baseline: None,
+        window_bytes: 10 * TB,
+        retry: RetrySettings::default(),
+    };
+    let lib = library(6, 1);
+    let traces: Vec<(&str, Vec<TraceRecord>)> = [("shared", false), ("own", true)]
+        .into_iter()
+        .filter(|(n, _)| std::env::var("VOLTRACE").map_or(true, |t| t == *n))
+        .map(|(n, own)| (n, trace(own)))
+        .collect();
+    let mut base = Vec::new();
+    for (name, records) in &traces {
+        for algorithm in ["sam", "fair_tree"] {
+            let p = policy(algorithm, "pass_through");
+            let load = arrivals(&p, records).expect("classified");
+            let r = simulate(&p, &lib, &load, spec).expect("simulated");
+            base.push(((*name, algorithm), r));
+        }
+    }
+    for variant in spec_text.split(';') {
+        let f: Vec<&str> = variant.split(',').collect();
+        let ride = (f[0] != "-").then(|| f[0].parse::<f64>().expect("ride") as u64);
+        let choice = (f[1] != "-").then(|| ShareChoice {
+            ahead: f[1].parse().expect("ahead"),
+            behind: f[2].parse().expect("behind"),
+            width: f[3].parse().expect("width"),
+            scale: f.get(4).map_or(1.0, |x| x.parse().expect("scale")),
+        });
+        let mut line = format!("{variant:<22}");
+        let mut worst_err: f64 = 0.0;
+        for (name, records) in &traces {
+            for algorithm in ["sam", "fair_tree"] {
+                let mut p = (*policy(algorithm, "volumes")).clone();
+                p.order.release.volumes.ride_lead_bytes = ride;
+                p.order.release.volumes.share_choice = choice;
+                let p = std::sync::Arc::new(p);
+                let load = arrivals(&p, records).expect("classified");
+                let v = simulate(&p, &lib, &load, spec).expect("simulated");
+                let Some((_, pt)) = base.iter().find(|(k, _)| *k == (*name, algorithm)) else {
+                    continue;
+                };
+                let err = v.share_error_eligible_max_pp.unwrap_or(f64::NAN);
+                worst_err = worst_err.max(err);
+                line += &format!(
+                    " | {name}/{algorithm} m{:.2} t{:.2} e{:.2} s{:.2} p{:.0}",
+                    mounts(&v) / mounts(pt),
+                    v.makespan_s / pt.makespan_s,
+                    eff(&v) / eff(pt),
+                    err,
+                    v.priority_wait_p99_s.unwrap_or(f64::NAN),
+                );
+            }
+        }
+        eprintln!("{line} | worst share {worst_err:.2}");
+    }
+}
