@@ -136,6 +136,9 @@ pub struct ShareChoice {
     pub width: usize,
     /// The lead, in batches, at which a group's weight is full.
     pub scale: f64,
+    /// Riders fill a batch's room in the order of their weight (the most behind first), not
+    /// in tape position.
+    pub riders_by_share: bool,
 }
 
 impl Default for VolumeSettings {

@@ -392,6 +392,9 @@ impl VolumeQueue {
         let rides = |g: GroupId| if no_riders { 0 } else { may_ride(g) };
         let weighs = |o: GroupId| choice::weight(s, standing, may_ride(o) > 0, o);
         let width = choice::width(s);
+        let rank = |o: GroupId| choice::weight(s, standing, true, o);
+        let rank = (s.share_choice.is_some_and(|c| c.riders_by_share))
+            .then_some(&rank as &dyn Fn(GroupId) -> f64);
         let caps = state::NodeCaps::new(standing.policy);
         let sticky = if reserve.priority_waiting {
             Vec::new()
@@ -411,7 +414,7 @@ impl VolumeQueue {
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);
-                return Some(lib.cut(s, library, at, None, &rides));
+                return Some(lib.cut(s, library, at, None, &rides, rank));
             }
         }
         if lib.flights.len() >= max_volumes as usize {
@@ -429,7 +432,14 @@ impl VolumeQueue {
             Some((vol, k)) => (vol, Some(k)),
             None => (lib.best_volume(g, width, &weighs)?, None),
         };
-        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
+        Some(lib.cut(
+            s,
+            library,
+            (vol, g, BatchReason::Chosen),
+            first,
+            &rides,
+            rank,
+        ))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight

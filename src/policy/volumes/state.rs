@@ -398,6 +398,7 @@ impl Lib {
         (vol, g, reason): (VolumeId, GroupId, BatchReason),
         first: Option<(u64, i64)>,
         rides: &dyn Fn(GroupId) -> super::ride::Allowance,
+        rank: Option<&dyn Fn(GroupId) -> f64>,
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
@@ -420,12 +421,14 @@ impl Lib {
                 .map(|&o| (o, rides(o)))
                 .filter(|&(_, room)| room > 0)
                 .collect();
-            let others: Vec<&(u64, i64)> = v
+            let mut others: Vec<(f64, &(u64, i64))> = v
                 .reqs
                 .iter()
                 .filter(|(_, (o, _))| riders.contains_key(o))
-                .map(|(k, _)| k)
+                .map(|(k, (o, _))| (rank.map_or(0.0, |r| r(*o)), k))
                 .collect();
+            others.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let others = others.into_iter().map(|(_, k)| k);
             for k in own.chain(others).filter(|&&k| Some(k) != first) {
                 let Some((o, w)) = v.reqs.get(k) else {
                     continue;

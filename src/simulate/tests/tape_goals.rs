@@ -270,6 +270,7 @@ fn volume_choice_experiment() {
             behind: f[2].parse().expect("behind"),
             width: f[3].parse().expect("width"),
             scale: f.get(4).map_or(1.0, |x| x.parse().expect("scale")),
+            riders_by_share: f.get(5) == Some(&"r"),
         });
         let mut line = format!("{variant:<22}");
         let mut worst_err: f64 = 0.0;
