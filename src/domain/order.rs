@@ -139,6 +139,9 @@ pub struct ShareChoice {
     /// Riders fill a batch's room in the order of their weight (the most behind first), not
     /// in tape position.
     pub riders_by_share: bool,
+    /// A group whose best volume scores below 0 (its mount would read more for groups ahead
+    /// than for itself and those behind) is passed over while another group may go.
+    pub postpone: bool,
 }
 
 impl Default for VolumeSettings {

@@ -421,8 +421,26 @@ impl VolumeQueue {
             return None;
         }
         let at = (library, &*lib, &self.index);
-        let g = lead_group(order, standing, at, now_ms, |g| {
-            caps.allows(g, &lib.node_flights) && lib.best_volume(g, width, &weighs).is_some()
+        let postpone = s.share_choice.is_some_and(|c| c.postpone);
+        let bound_ms = now_ms.saturating_sub(s.max_age_ms);
+        let index = &self.index;
+        let locate = |id| index.get(&id).map(|(_, vol, pos)| (vol, *pos));
+        let worth = |g: GroupId| {
+            lib.best_scored(g, width, &weighs)
+                .is_some_and(|(score, _)| score >= 0.0)
+                || lib.overdue(g, bound_ms, locate).is_some()
+        };
+        let first_choice = postpone
+            .then(|| {
+                lead_group(order, standing, at, now_ms, |g| {
+                    caps.allows(g, &lib.node_flights) && worth(g)
+                })
+            })
+            .flatten();
+        let g = first_choice.or_else(|| {
+            lead_group(order, standing, at, now_ms, |g| {
+                caps.allows(g, &lib.node_flights) && lib.best_volume(g, width, &weighs).is_some()
+            })
         })?;
         // An old request on a small tape does not wait behind the group's fuller ones: its
         // volume goes, and the request is in the batch whatever its position.

@@ -363,6 +363,16 @@ impl Lib {
         width: usize,
         weight: &dyn Fn(GroupId) -> f64,
     ) -> Option<VolumeId> {
+        self.best_scored(g, width, weight).map(|(_, v)| v)
+    }
+
+    /// [`Self::best_volume`] and its score.
+    pub fn best_scored(
+        &self,
+        g: GroupId,
+        width: usize,
+        weight: &dyn Fn(GroupId) -> f64,
+    ) -> Option<(f64, VolumeId)> {
         let read = |vol: &VolumeId| {
             self.vols.get(vol).map_or(0.0, |v| {
                 v.groups
@@ -383,7 +393,7 @@ impl Lib {
             .take(width)
             .map(|v| (read(v), v))
             .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)))
-            .map(|(_, v)| v.clone())
+            .map(|(score, v)| (score, v.clone()))
     }
 
     /// The batch of `vol` led by `g`: `first` (a (position, id) of `g` on it, always taken),

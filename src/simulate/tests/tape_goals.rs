@@ -271,6 +271,7 @@ fn volume_choice_experiment() {
             width: f[3].parse().expect("width"),
             scale: f.get(4).map_or(1.0, |x| x.parse().expect("scale")),
             riders_by_share: f.get(5) == Some(&"r"),
+            postpone: f.get(6) == Some(&"p"),
         });
         let mut line = format!("{variant:<22}");
         let mut worst_err: f64 = 0.0;
