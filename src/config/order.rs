@@ -424,7 +424,6 @@ fn validate_volumes(raw: &RawVolumes, issues: &mut Issues) -> VolumeSettings {
         // Set from `[mss.volume_lookup]` once `[mss]` is read (`config::mss`).
         lookup_wait_ms: None,
         ride_lead_bytes: ride_lead_bytes(raw.ride_lead_bytes, issues),
-        share_choice: None,
     }
 }
 

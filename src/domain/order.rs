@@ -117,31 +117,6 @@ pub struct VolumeSettings {
     /// at most `b`, and a group whose ride the bound cut rides no more until it is back at its
     /// share; `None`, only groups not ahead of their share ride, as much as the batch holds.
     pub ride_lead_bytes: Option<u64>,
-    /// The volume choice by who reads it (issue 39, experiment): `None`, of the chosen group's
-    /// fullest eligible volumes the one whose mount reads the most; `Some`, the one whose mount
-    /// reads the most for groups at or behind their share ([`ShareChoice`]).
-    pub share_choice: Option<ShareChoice>,
-}
-
-/// How [`VolumeSettings::share_choice`] weighs the bytes a mount would read, per group on the
-/// volume, by the group's lead over its share `r` in batches (`batch_max_bytes`, or
-/// `batch_max_files` where the benefit is files; positive: ahead): a group at or behind its share
-/// that may ride counts `1 + behind * min(-r, 1)`, a group ahead `-ahead * min(r, 1)`, the
-/// chosen group 1.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ShareChoice {
-    pub ahead: f64,
-    pub behind: f64,
-    /// How many of the chosen group's fullest eligible volumes are weighed.
-    pub width: usize,
-    /// The lead, in batches, at which a group's weight is full.
-    pub scale: f64,
-    /// Riders fill a batch's room in the order of their weight (the most behind first), not
-    /// in tape position.
-    pub riders_by_share: bool,
-    /// A group whose best volume scores below 0 (its mount would read more for groups ahead
-    /// than for itself and those behind) is passed over while another group may go.
-    pub postpone: bool,
 }
 
 impl Default for VolumeSettings {
@@ -159,7 +134,6 @@ impl Default for VolumeSettings {
             libraries: BTreeMap::new(),
             lookup_wait_ms: None,
             ride_lead_bytes: None,
-            share_choice: None,
         }
     }
 }

@@ -38,7 +38,6 @@ use crate::domain::order::VolumeSettings;
 use crate::domain::GroupId;
 use crate::shares::UsageLookup;
 
-mod choice;
 mod eligibility;
 mod label;
 mod ride;
@@ -390,11 +389,7 @@ impl VolumeQueue {
         let under = |g: GroupId| ride::not_ahead(standing, g);
         let may_ride = |g: GroupId| ride::allowance(s, standing, repaying, g);
         let rides = |g: GroupId| if no_riders { 0 } else { may_ride(g) };
-        let weighs = |o: GroupId| choice::weight(s, standing, may_ride(o) > 0, o);
-        let width = choice::width(s);
-        let rank = |o: GroupId| choice::weight(s, standing, true, o);
-        let rank = (s.share_choice.is_some_and(|c| c.riders_by_share))
-            .then_some(&rank as &dyn Fn(GroupId) -> f64);
+        let weighs = |g: GroupId| may_ride(g) > 0;
         let caps = state::NodeCaps::new(standing.policy);
         let sticky = if reserve.priority_waiting {
             Vec::new()
@@ -414,33 +409,15 @@ impl VolumeQueue {
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);
-                return Some(lib.cut(s, library, at, None, &rides, rank));
+                return Some(lib.cut(s, library, at, None, &rides));
             }
         }
         if lib.flights.len() >= max_volumes as usize {
             return None;
         }
         let at = (library, &*lib, &self.index);
-        let postpone = s.share_choice.is_some_and(|c| c.postpone);
-        let bound_ms = now_ms.saturating_sub(s.max_age_ms);
-        let index = &self.index;
-        let locate = |id| index.get(&id).map(|(_, vol, pos)| (vol, *pos));
-        let worth = |g: GroupId| {
-            lib.best_scored(g, width, &weighs)
-                .is_some_and(|(score, _)| score >= 0.0)
-                || lib.overdue(g, bound_ms, locate).is_some()
-        };
-        let first_choice = postpone
-            .then(|| {
-                lead_group(order, standing, at, now_ms, |g| {
-                    caps.allows(g, &lib.node_flights) && worth(g)
-                })
-            })
-            .flatten();
-        let g = first_choice.or_else(|| {
-            lead_group(order, standing, at, now_ms, |g| {
-                caps.allows(g, &lib.node_flights) && lib.best_volume(g, width, &weighs).is_some()
-            })
+        let g = lead_group(order, standing, at, now_ms, |g| {
+            caps.allows(g, &lib.node_flights) && lib.best_volume(g, &weighs).is_some()
         })?;
         // An old request on a small tape does not wait behind the group's fuller ones: its
         // volume goes, and the request is in the batch whatever its position.
@@ -448,16 +425,9 @@ impl VolumeQueue {
         let locate = |id| index.get(&id).map(|(_, vol, pos)| (vol, *pos));
         let (vol, first) = match lib.overdue(g, now_ms.saturating_sub(s.max_age_ms), locate) {
             Some((vol, k)) => (vol, Some(k)),
-            None => (lib.best_volume(g, width, &weighs)?, None),
+            None => (lib.best_volume(g, &weighs)?, None),
         };
-        Some(lib.cut(
-            s,
-            library,
-            (vol, g, BatchReason::Chosen),
-            first,
-            &rides,
-            rank,
-        ))
+        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight

@@ -11,7 +11,7 @@ use crate::policy::order::Candidate;
 use crate::policy::queue::Waiting;
 
 /// How many of a group's fullest eligible volumes [`Lib::best_volume`] weighs.
-pub(super) const CONSIDERED: usize = 16;
+const CONSIDERED: usize = 16;
 
 /// The requests waiting on one volume.
 #[derive(Debug, Clone, Default)]
@@ -354,34 +354,17 @@ impl Lib {
         Some(w.candidate(*g, library))
     }
 
-    /// `g`'s best eligible volume not in flight (after [`Self::promote`]): of its `width`
-    /// eligible volumes with the most bytes queued, the one whose mount would read the most:
-    /// `g`'s bytes and those of each other group times `weight` (`choice::weight`).
-    pub fn best_volume(
-        &self,
-        g: GroupId,
-        width: usize,
-        weight: &dyn Fn(GroupId) -> f64,
-    ) -> Option<VolumeId> {
-        self.best_scored(g, width, weight).map(|(_, v)| v)
-    }
-
-    /// [`Self::best_volume`] and its score.
-    pub fn best_scored(
-        &self,
-        g: GroupId,
-        width: usize,
-        weight: &dyn Fn(GroupId) -> f64,
-    ) -> Option<(f64, VolumeId)> {
+    /// `g`'s best eligible volume not in flight (after [`Self::promote`]): of its
+    /// [`CONSIDERED`] eligible volumes with the most bytes queued, the one whose mount would read
+    /// the most (`g`'s bytes and those of the groups `rides` admits).
+    pub fn best_volume(&self, g: GroupId, rides: &dyn Fn(GroupId) -> bool) -> Option<VolumeId> {
         let read = |vol: &VolumeId| {
-            self.vols.get(vol).map_or(0.0, |v| {
+            self.vols.get(vol).map_or(0, |v| {
                 v.groups
                     .iter()
-                    .map(|(&o, on)| {
-                        let w = if o == g { 1.0 } else { weight(o) };
-                        w * on.bytes as f64
-                    })
-                    .sum::<f64>()
+                    .filter(|(&o, _)| o == g || rides(o))
+                    .map(|(_, on)| on.bytes)
+                    .sum::<u64>()
             })
         };
         self.groups
@@ -390,10 +373,10 @@ impl Lib {
             .iter()
             .map(|(_, v)| v)
             .filter(|v| !self.flights.contains_key(*v))
-            .take(width)
+            .take(CONSIDERED)
             .map(|v| (read(v), v))
-            .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)))
-            .map(|(score, v)| (score, v.clone()))
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+            .map(|(_, v)| v.clone())
     }
 
     /// The batch of `vol` led by `g`: `first` (a (position, id) of `g` on it, always taken),
@@ -408,7 +391,6 @@ impl Lib {
         (vol, g, reason): (VolumeId, GroupId, BatchReason),
         first: Option<(u64, i64)>,
         rides: &dyn Fn(GroupId) -> super::ride::Allowance,
-        rank: Option<&dyn Fn(GroupId) -> f64>,
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
@@ -431,14 +413,12 @@ impl Lib {
                 .map(|&o| (o, rides(o)))
                 .filter(|&(_, room)| room > 0)
                 .collect();
-            let mut others: Vec<(f64, &(u64, i64))> = v
+            let others: Vec<&(u64, i64)> = v
                 .reqs
                 .iter()
                 .filter(|(_, (o, _))| riders.contains_key(o))
-                .map(|(k, (o, _))| (rank.map_or(0.0, |r| r(*o)), k))
+                .map(|(k, _)| k)
                 .collect();
-            others.sort_by(|a, b| b.0.total_cmp(&a.0));
-            let others = others.into_iter().map(|(_, k)| k);
             for k in own.chain(others).filter(|&&k| Some(k) != first) {
                 let Some((o, w)) = v.reqs.get(k) else {
                     continue;
