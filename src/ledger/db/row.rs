@@ -178,6 +178,14 @@ impl<'r> Row<'r> {
         name.position(self)
     }
 
+    /// How many columns the row has (a `SELECT *` read whole: the reload's debug check of
+    /// un-noted rows, `writer/noted.rs`).
+    pub fn column_count(&self) -> usize {
+        match self.inner {
+            Inner::Sqlite(r) => r.as_ref().column_count(),
+        }
+    }
+
     fn value(&self, i: usize) -> Result<ColumnValue<'_>, DbError> {
         use rusqlite::types::ValueRef;
         match self.inner {
