@@ -25,7 +25,7 @@ impl Ledger {
         policy: Arc<PolicySettings>,
     ) -> Result<PreparedReload, LedgerError> {
         let reads = self.reads.clone();
-        let snapshot = tokio::task::spawn_blocking(move || reads.fresh().map(|c| c.into_sqlite()))
+        let snapshot = tokio::task::spawn_blocking(move || reads.fresh())
             .await
             .map_err(|_| LedgerError::Closed)??;
         let ticket = Arc::new(Ticket);
