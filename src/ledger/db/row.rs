@@ -159,8 +159,8 @@ enum Inner<'r> {
 }
 
 impl<'r> Row<'r> {
-    /// A rusqlite row as the layer reads it (for the writer's code not yet on the layer).
-    pub fn from_sqlite(row: &'r rusqlite::Row<'r>) -> Row<'r> {
+    /// A rusqlite row as the layer reads it.
+    pub(super) fn from_sqlite(row: &'r rusqlite::Row<'r>) -> Row<'r> {
         Row {
             inner: Inner::Sqlite(row),
         }
