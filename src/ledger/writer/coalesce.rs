@@ -222,9 +222,9 @@ impl Txn<'_, '_> {
         for id in self.st.carriers.get(key) {
             let found: Option<(String, bool)> = self.tx.query_opt(
                 "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 \
-                     AND local_file IS ?3 AND direction = 'read' \
-                     AND state IN ('queued', 'accepted', 'submitted', 'running') \
-                     AND cancel_requested = 0",
+                 AND local_file IS ?3 AND direction = 'read' \
+                 AND state IN ('queued', 'accepted', 'submitted', 'running') \
+                 AND cancel_requested = 0",
                 params![id, item.file, item.extras.local_file],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?;
@@ -308,7 +308,7 @@ impl Txn<'_, '_> {
         for id in self.riders(carrier)? {
             let row: Option<(String, String, i64)> = self.tx.query_opt(
                 "SELECT group_path, access_mode, size_bytes FROM requests \
-                     WHERE id = ?1 AND charged_ms IS NULL",
+                 WHERE id = ?1 AND charged_ms IS NULL",
                 params![id],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?;
@@ -320,7 +320,7 @@ impl Txn<'_, '_> {
             self.note(id);
             self.tx.execute(
                 "UPDATE requests SET charged = ?2, charged_bytes = ?3, charged_ms = ?4 \
-                     WHERE id = ?1",
+                 WHERE id = ?1",
                 params![id, benefit as i64, size as i64, self.now],
             )?;
             let charge = Charge {
@@ -391,7 +391,7 @@ impl Txn<'_, '_> {
             self.note(first);
             self.tx.execute(
                 "UPDATE requests SET (release_seq, release_lead) = \
-                     (SELECT release_seq, release_lead FROM requests WHERE id = ?2) WHERE id = ?1",
+                 (SELECT release_seq, release_lead FROM requests WHERE id = ?2) WHERE id = ?1",
                 params![first, carrier],
             )?;
         }
@@ -442,8 +442,8 @@ impl Txn<'_, '_> {
         self.note(first);
         self.tx.query_one(
             "UPDATE requests SET state = ?2, rides_on = NULL, next_attempt_ms = \
-                 CASE WHEN ?2 = 'accepted' THEN ?3 ELSE next_attempt_ms END WHERE id = ?1 \
-                 RETURNING file, local_file",
+             CASE WHEN ?2 = 'accepted' THEN ?3 ELSE next_attempt_ms END WHERE id = ?1 \
+             RETURNING file, local_file",
             params![first, state.as_str(), self.now],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )

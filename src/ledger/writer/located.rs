@@ -24,8 +24,8 @@ impl Txn<'_, '_> {
             self.note(item.id);
             let changed = self.tx.execute(
                 "UPDATE requests SET volume = COALESCE(?2, volume), \
-                     position = COALESCE(?3, position), volume_source = ?4 \
-                     WHERE id = ?1 AND volume_source IS NULL AND (volume IS NULL OR volume = '')",
+                 position = COALESCE(?3, position), volume_source = ?4 \
+                 WHERE id = ?1 AND volume_source IS NULL AND (volume IS NULL OR volume = '')",
                 params![item.id, volume, position, source],
             )?;
             if changed == 0 {

@@ -85,7 +85,7 @@ impl Txn<'_, '_> {
             self.note(c.id);
             let read: Option<(String, Option<String>)> = self.tx.query_one(
                 "UPDATE requests SET state = 'queued', held_reason = NULL, \
-                     released_ms = ?2 WHERE id = ?1 RETURNING direction = 'read', file, local_file",
+                 released_ms = ?2 WHERE id = ?1 RETURNING direction = 'read', file, local_file",
                 params![c.id, self.now],
                 |r| Ok(r.get::<bool>(0)?.then_some((r.get(1)?, r.get(2)?))),
             )?;
@@ -108,9 +108,9 @@ impl Txn<'_, '_> {
         self.note(c.id);
         let read: Option<(String, Option<String>)> = self.tx.query_one(
             "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
-                 charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
-                 released_ms = ?6, explain = ?7 WHERE id = ?1 \
-                 RETURNING direction = 'read', file, local_file",
+             charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
+             released_ms = ?6, explain = ?7 WHERE id = ?1 \
+             RETURNING direction = 'read', file, local_file",
             params![
                 c.id,
                 p.class.as_str(),

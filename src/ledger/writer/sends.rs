@@ -18,7 +18,7 @@ impl Txn<'_, '_> {
             self.note(id);
             let first = self.tx.execute(
                 "UPDATE requests SET sent_attempt = ?2 WHERE id = ?1 AND attempt = ?2 \
-                     AND state = 'accepted' AND sent_attempt IS NOT ?2",
+                 AND state = 'accepted' AND sent_attempt IS NOT ?2",
                 params![id, attempt],
             )? == 1;
             // Not marked now: already marked by an earlier send (a resend), or not to be sent.

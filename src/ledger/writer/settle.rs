@@ -2,13 +2,13 @@
 //! finished or failed it (its events), a caller cancelled it; and the terminal step that settles
 //! its charge ([`Txn::finalize`], `settle/finalize.rs`).
 
-use crate::ledger::db::{params, DbError, DbResult};
 use mss_adapters::{EventCursor, EventKind, MssEvent};
 use tracing::warn;
 
 use super::coalesce::Carriers;
 use super::state::Txn;
 use crate::domain::{Class, RequestState};
+use crate::ledger::db::{params, DbError, DbResult};
 use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
@@ -78,9 +78,9 @@ impl Txn<'_, '_> {
     pub(super) fn load_charged(&self, id: i64) -> DbResult<Option<Charged>> {
         self.tx.query_opt(
             "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
-                 COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
-                 slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
-                 local_file, sent_attempt IS attempt, station FROM requests WHERE id = ?1",
+             COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
+             slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
+             local_file, sent_attempt IS attempt, station FROM requests WHERE id = ?1",
             params![id],
             |r| {
                 Ok(Charged {
@@ -143,7 +143,7 @@ impl Txn<'_, '_> {
         self.note(item.id);
         self.tx.execute(
             "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
-                 submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
+             submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
             params![item.id, new_state.as_str(), item.mss_id, self.now],
         )?;
         self.moved(row.class, Some(row.state), new_state);
@@ -253,7 +253,7 @@ impl Txn<'_, '_> {
         self.note(id);
         self.tx.execute(
             "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
-                 next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
+             next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
             params![id, self.now, reason],
         )?;
         self.ready = true;
@@ -338,8 +338,8 @@ impl Txn<'_, '_> {
         let key = mss_adapters::answer::clip(&event.key, mss_adapters::answer::MAX_MESSAGE_CHARS);
         if mss_key::record_unknown(self.tx, &key, &what, self.now)? {
             warn!(mss_key = %key, event = %what, "the mss reports a transfer this ledger did not \
-                  issue (a request lost with a restored backup?): kept in unknown_keys \
-                  (mssbroker unknown-keys)");
+                                                  issue (a request lost with a restored backup?): kept in unknown_keys \
+                                                  (mssbroker unknown-keys)");
         }
         self.unknown_keys += 1;
         Ok(())
@@ -355,7 +355,7 @@ impl Txn<'_, '_> {
         self.note(id);
         self.tx.execute(
             "UPDATE requests SET state = 'running', started_ms = COALESCE(started_ms, ?2), \
-                 submitted_ms = COALESCE(submitted_ms, ?2), checked_ms = ?2 WHERE id = ?1",
+             submitted_ms = COALESCE(submitted_ms, ?2), checked_ms = ?2 WHERE id = ?1",
             params![id, self.now],
         )?;
         if row.started_ms.is_none() {
@@ -388,7 +388,7 @@ impl Txn<'_, '_> {
                 self.note(id);
                 self.tx.execute(
                     "UPDATE requests SET state = 'accepted', attempt = ?2, \
-                         mss_id = NULL, next_attempt_ms = ?3, last_error = ?4 WHERE id = ?1",
+                     mss_id = NULL, next_attempt_ms = ?3, last_error = ?4 WHERE id = ?1",
                     params![id, attempt, due, &*clip_error(reason)],
                 )?;
                 self.moved(row.class, Some(row.state), RequestState::Accepted);
@@ -458,7 +458,7 @@ impl Txn<'_, '_> {
         self.note(id);
         self.tx.execute(
             "UPDATE requests SET state = ?2, cancel_requested = 1, \
-                 submitted_ms = COALESCE(submitted_ms, ?3), checked_ms = ?3 WHERE id = ?1",
+             submitted_ms = COALESCE(submitted_ms, ?3), checked_ms = ?3 WHERE id = ?1",
             params![id, to.as_str(), self.now],
         )?;
         self.moved(row.class, Some(row.state), to);
@@ -485,7 +485,7 @@ impl Txn<'_, '_> {
             self.note(i.id);
             n += self.tx.execute(
                 "UPDATE requests SET mss_priority = ?3, explain = ?4 \
-                     WHERE id = ?1 AND attempt = ?2 AND state = 'submitted'",
+                 WHERE id = ?1 AND attempt = ?2 AND state = 'submitted'",
                 params![i.id, i.attempt, i.mss_priority, i.explain.to_text()],
             )?;
         }

@@ -78,8 +78,8 @@ impl Txn<'_, '_> {
         self.note(id);
         self.tx.execute(
             "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, \
-                 bytes_done = ?5, finished_ms = ?6, last_error = COALESCE(?7, last_error), \
-                 charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
+             bytes_done = ?5, finished_ms = ?6, last_error = COALESCE(?7, last_error), \
+             charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
             params![
                 id,
                 state.as_str(),
