@@ -217,7 +217,7 @@ impl Ledger {
         let (tx, rx) = mpsc::channel(options.commit_batch_max.max(64));
         let published = Arc::new(live::Published::new(policy.clone()));
         let state = writer::Writer::load(
-            conn,
+            db::DbConn::from_sqlite(conn),
             policy.clone(),
             clock.clone(),
             options,

@@ -2,8 +2,7 @@
 //! the port, docs/ha.md). One SQL dialect for both backends (`?N` placeholders, the portable
 //! spellings of step 2); what differs is here, behind one type:
 //!
-//! - [`Db`]: a connection, owned or borrowed ([`Db::borrowed`] wraps a `&rusqlite::Connection`,
-//!   a transaction included, at no cost), with `execute`, `query_one` / `query_opt` /
+//! - [`Db`]: a handle on a connection ([`DbConn`], owned) or a transaction, with `execute`, `query_one` / `query_opt` /
 //!   `query_rows` / `for_each`, `exists`, `execute_batch`, `insert_id`, and [`Db::prepare`], a
 //!   statement from the connection's cache (every call goes through the cache: a statement is
 //!   compiled once per connection, and the SQL is never copied per call);
@@ -94,18 +93,6 @@ impl From<rusqlite::Error> for super::LedgerError {
     }
 }
 
-/// For code not yet on the layer (docs/ha.md, step 3: what is left) that calls a function on it
-/// with `?`: a database error as it was, the layer's own as its message.
-impl From<DbError> for rusqlite::Error {
-    fn from(e: DbError) -> rusqlite::Error {
-        match e {
-            DbError::Sqlite(e) => e,
-            DbError::NoRow => rusqlite::Error::QueryReturnedNoRows,
-            e => rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
-        }
-    }
-}
-
 /// A connection to the ledger's database, owned (and `Send`: the read pool keeps them). Its
 /// statements run through [`DbConn::db`], the handle every ledger function takes.
 pub struct DbConn {
@@ -138,7 +125,9 @@ impl DbConn {
     /// The handle statements run through.
     pub fn db(&self) -> Db<'_> {
         match &self.inner {
-            Owned::Sqlite(c) => Db::borrowed(c),
+            Owned::Sqlite(c) => Db {
+                inner: Inner::Sqlite(c),
+            },
             Owned::Postgres(c) => Db {
                 inner: Inner::Postgres(c),
             },
@@ -146,26 +135,15 @@ impl DbConn {
     }
 
     /// Begin a transaction; it rolls back when dropped without [`Tx::commit`].
-    #[allow(dead_code)] // the writer's, once it is on the layer (docs/ha.md, step 3)
     pub fn transaction(&mut self) -> DbResult<Tx<'_>> {
         self.db().begin()
     }
 
     /// The escape hatch for SQLite-only code (see [`Db::sqlite`]); `None` on PostgreSQL.
-    #[allow(dead_code)] // the writer's, once it is on the layer (docs/ha.md, step 3)
     pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
         match &self.inner {
             Owned::Sqlite(c) => Some(c),
             Owned::Postgres(_) => None,
-        }
-    }
-
-    /// The rusqlite connection itself (for the writer's code not yet on the layer: a reload's
-    /// snapshot). A PostgreSQL connection has none: [`DbError::NotSqlite`].
-    pub fn into_sqlite(self) -> DbResult<rusqlite::Connection> {
-        match self.inner {
-            Owned::Sqlite(c) => Ok(c),
-            Owned::Postgres(_) => Err(DbError::NotSqlite),
         }
     }
 }
@@ -184,14 +162,6 @@ enum Inner<'c> {
 }
 
 impl<'c> Db<'c> {
-    /// A handle on a rusqlite connection (or transaction) someone else holds: a pointer, no
-    /// copy (for the writer's code not yet on the layer).
-    pub fn borrowed(conn: &'c rusqlite::Connection) -> Db<'c> {
-        Db {
-            inner: Inner::Sqlite(conn),
-        }
-    }
-
     /// The escape hatch for SQLite-only code (schema, PRAGMAs, backup, restore, hooks, the
     /// wide functions): the rusqlite connection under this handle; `None` on PostgreSQL.
     pub fn sqlite(&self) -> Option<&'c rusqlite::Connection> {

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use super::db::DbConn;
 use super::writer::{Command, PreparedReload, Step, Ticket};
 use super::{Ledger, LedgerError};
 use crate::domain::PolicySettings;
@@ -26,10 +25,9 @@ impl Ledger {
         policy: Arc<PolicySettings>,
     ) -> Result<PreparedReload, LedgerError> {
         let reads = self.reads.clone();
-        let snapshot =
-            tokio::task::spawn_blocking(move || reads.fresh().and_then(DbConn::into_sqlite))
-                .await
-                .map_err(|_| LedgerError::Closed)??;
+        let snapshot = tokio::task::spawn_blocking(move || reads.fresh())
+            .await
+            .map_err(|_| LedgerError::Closed)??;
         let ticket = Arc::new(Ticket);
         let claim = Arc::downgrade(&ticket);
         let (generation, snapshot) = self

@@ -1148,9 +1148,9 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
     assert_eq!(mc(&reopened.0.shares(now, now).await.unwrap()), mc(&before));
     close(reopened);
 
-    let c = super::schema::open_reader(&f.path).unwrap();
+    let c = super::db::DbConn::from_sqlite(super::schema::open_reader(&f.path).unwrap());
     let text = |sql: &str| -> Vec<String> {
-        c.prepare(sql)
+        (c.sqlite().expect("a SQLite ledger").prepare(sql))
             .unwrap()
             .query_map([], |r| r.get(0))
             .unwrap()
@@ -1165,11 +1165,8 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
         ],
         "two estimates in the first window, three actuals in the second"
     );
-    let report = history::report_rows(
-        &super::db::Db::borrowed(&c),
-        0..(now + 3_600_000 - 1).div_euclid(3_600_000) + 1,
-    )
-    .unwrap();
+    let report =
+        history::report_rows(&c.db(), 0..(now + 3_600_000 - 1).div_euclid(3_600_000) + 1).unwrap();
     let (bytes, benefit) = report
         .hours
         .iter()
@@ -1181,7 +1178,7 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
         (bytes, benefit),
         (3 * i128::from(SIZE), 3 * i128::from(SIZE))
     );
-    let totals = history::totals_before(&super::db::Db::borrowed(&c), i64::MAX).unwrap();
+    let totals = history::totals_before(&c.db(), i64::MAX).unwrap();
     let mc_total = &totals.iter().find(|(p, _)| p == "mc").unwrap().1;
     assert_eq!(mc_total.bytes_done, 3 * i128::from(SIZE));
 }

@@ -33,7 +33,6 @@ mod volumes;
 
 use std::sync::Arc;
 
-use rusqlite::Connection;
 use tokio::sync::{mpsc, Notify};
 use tracing::{debug, error};
 
@@ -45,7 +44,7 @@ pub(super) use removed::unfinished_of;
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
-use super::db::Db;
+use super::db::{params, DbConn, DbResult};
 use super::live::Published;
 use super::stored_explain::StoredExplain;
 
@@ -57,7 +56,7 @@ use crate::policy::order::Placement;
 use state::{Deltas, Txn, WriterState};
 
 pub(super) struct Writer {
-    conn: Connection,
+    conn: DbConn,
     /// This ledger's MSS keys, this start's incarnation included (`ledger::mss_key`).
     keys: Arc<MssKeys>,
     policy: Arc<PolicySettings>,
@@ -298,7 +297,7 @@ impl Writer {
     /// journal cannot undo (a batch released, a request ended). If even reading fails, it is
     /// tried again before the next transaction.
     fn reload_volumes(&mut self) {
-        match volumes::load_volume_queue(&self.conn, &self.policy, self.clock.now_ms()) {
+        match volumes::load_volume_queue(&self.conn.db(), &self.policy, self.clock.now_ms()) {
             Ok(v) => {
                 self.state.reload_volumes(v);
                 self.volumes_stale = false;
@@ -317,7 +316,7 @@ impl Writer {
         &mut self,
         commands: Vec<Command>,
         replies: &mut Vec<Reply>,
-    ) -> (rusqlite::Result<()>, bool, u64) {
+    ) -> (DbResult<()>, bool, u64) {
         let now = self.clock.now_ms();
         let rebase = self.state.usage.rebase(now);
         self.state.usage.roll(now);
@@ -341,8 +340,8 @@ impl Writer {
         let outcome = (|| {
             if let Some(factor) = rebase {
                 txn.tx
-                    .execute("UPDATE groups SET decayed = decayed * ?1", [factor])?;
-                usage::store_model(&Db::borrowed(txn.tx), txn.policy, &txn.st.usage)?;
+                    .execute("UPDATE groups SET decayed = decayed * ?1", params![factor])?;
+                usage::store_model(txn.tx, txn.policy, &txn.st.usage)?;
             }
             for command in commands {
                 let (reply, result) = txn.apply(command);
@@ -351,14 +350,12 @@ impl Writer {
             }
             txn.release_queued()?;
             txn.flush_deltas()?;
-            (txn.report)
-                .flush(&Db::borrowed(txn.tx))
-                .map_err(rusqlite::Error::from)
+            txn.report.flush(txn.tx)
         })();
         let (ready, unknown_keys) = (txn.ready, txn.unknown_keys);
         let changed = txn.changed.into_ids();
         let outcome = outcome
-            .and_then(|()| self.file.check().map_err(rusqlite::Error::from))
+            .and_then(|()| self.file.check())
             .and_then(|()| tx.commit());
         if outcome.is_ok() {
             self.reloads.committed(changed);

@@ -173,8 +173,8 @@ enum Inner<'r> {
 }
 
 impl<'r> Row<'r> {
-    /// A rusqlite row as the layer reads it (for the writer's code not yet on the layer).
-    pub fn from_sqlite(row: &'r rusqlite::Row<'r>) -> Row<'r> {
+    /// A rusqlite row as the layer reads it.
+    pub(super) fn from_sqlite(row: &'r rusqlite::Row<'r>) -> Row<'r> {
         Row {
             inner: Inner::Sqlite(row),
         }
@@ -197,6 +197,15 @@ impl<'r> Row<'r> {
     /// The position of the column named `name`.
     pub fn index_of(&self, name: &str) -> Result<usize, DbError> {
         name.position(self)
+    }
+
+    /// How many columns the row has (a `SELECT *` read whole: the reload's debug check of
+    /// un-noted rows, `writer/noted.rs`).
+    pub fn column_count(&self) -> usize {
+        match self.inner {
+            Inner::Sqlite(r) => r.as_ref().column_count(),
+            Inner::Postgres(r) => r.len(),
+        }
     }
 
     fn value(&self, i: usize) -> Result<ColumnValue<'_>, DbError> {

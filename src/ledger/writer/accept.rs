@@ -71,7 +71,7 @@ impl Txn<'_, '_> {
         let id = self.insert(item, &entry, candidate.slots)?;
         self.note(id);
         self.hold_output(item, id);
-        self.db().execute(
+        self.tx.execute(
             "INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)",
             params![id, fp as i64],
         )?;
@@ -205,7 +205,7 @@ impl Txn<'_, '_> {
         // Each backend's own way to the new id (`Db::insert_id`): SQLite's `last_insert_rowid()`,
         // kept over `RETURNING id`, with which batch ingest measured about a quarter slower
         // (docs/ha.md, step 2).
-        self.db().insert_id(columns::insert_sql(), row.values())
+        self.tx.insert_id(columns::insert_sql(), row.values())
     }
 
     /// Count, queue and charge a request just inserted.
@@ -292,7 +292,7 @@ impl Txn<'_, '_> {
     /// The stored request `id`, if it really is this station's `client_request_id` (a
     /// fingerprint hit is confirmed against the row).
     fn replayed(&self, id: i64, item: &NewRequest) -> DbResult<Option<Accepted>> {
-        self.db().query_opt(
+        self.tx.query_opt(
             "SELECT id, group_path, class, mss_priority, state, held_reason FROM requests \
              WHERE id = ?1 AND station = ?2 AND client_request_id = ?3",
             params![id, item.station, item.client_request_id],

@@ -31,14 +31,14 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::ledger::db::{params, Db, DbError, DbResult};
 
 use super::idempotency::fingerprint;
-use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::state::{Charge, Txn, Undo};
 use super::volumes::{read_place, PLACE_COLUMNS};
 use crate::domain::order::Coalesce;
 use crate::domain::{Class, RequestState};
+use crate::ledger::candidate::{read_candidate, CANDIDATE_COLUMNS};
 use crate::ledger::read::parse_class;
 use crate::ledger::NewRequest;
 use crate::policy::order::is_fair;
@@ -145,24 +145,24 @@ impl Carriers {
 
     /// The reads that may carry their file under `coalesce`, from the rows (at start and at
     /// reload): those in flight, and with `coalesce = "queued"` those queued in the broker.
-    pub fn load(conn: &Connection, coalesce: Coalesce) -> rusqlite::Result<Carriers> {
+    pub fn load(db: &Db<'_>, coalesce: Coalesce) -> DbResult<Carriers> {
         let queued = if coalesce == Coalesce::Queued {
             "UNION ALL SELECT id, file, local_file FROM requests \
              WHERE state = 'queued' AND direction = 'read'"
         } else {
             ""
         };
-        let mut stmt = conn.prepare(&format!(
+        let sql = format!(
             "SELECT id, file, local_file FROM requests WHERE state = 'accepted' \
              AND direction = 'read' {queued} UNION ALL SELECT id, file, local_file FROM requests \
              WHERE state IN ('submitted', 'running') AND direction = 'read' ORDER BY id"
-        ))?;
-        let mut rows = stmt.query([])?;
+        );
         let mut carriers = Carriers::default();
-        while let Some(r) = rows.next()? {
+        db.for_each(&sql, params![], |r| {
             let (file, local): (String, Option<String>) = (r.get(1)?, r.get(2)?);
             carriers.offer(Carriers::key(&file, local.as_deref()), r.get(0)?);
-        }
+            Ok::<_, DbError>(())
+        })?;
         Ok(carriers)
     }
 }
@@ -210,7 +210,7 @@ impl Txn<'_, '_> {
     pub(super) fn carrier_for(
         &mut self,
         item: &NewRequest,
-    ) -> rusqlite::Result<Option<(i64, CarrierView)>> {
+    ) -> DbResult<Option<(i64, CarrierView)>> {
         let Some(key) = carrier_key(item) else {
             return Ok(None);
         };
@@ -220,18 +220,14 @@ impl Txn<'_, '_> {
         }
         let fair = is_fair(self.policy, item.group);
         for id in self.st.carriers.get(key) {
-            let found: Option<(String, bool)> = self
-                .tx
-                .prepare_cached(
-                    "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 \
-                     AND local_file IS ?3 AND direction = 'read' \
-                     AND state IN ('queued', 'accepted', 'submitted', 'running') \
-                     AND cancel_requested = 0",
-                )?
-                .query_row(params![id, item.file, item.extras.local_file], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()?;
+            let found: Option<(String, bool)> = self.tx.query_opt(
+                "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 \
+                 AND local_file IS ?3 AND direction = 'read' \
+                 AND state IN ('queued', 'accepted', 'submitted', 'running') \
+                 AND cancel_requested = 0",
+                params![id, item.file, item.extras.local_file],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
             let Some((class, decided)) = found else {
                 // Stale (another file's fingerprint, or a carrier its caller cancelled).
                 self.st.forget_carrier(key, id);
@@ -278,16 +274,17 @@ impl Txn<'_, '_> {
 
     /// The riders waiting on `carrier` in the order they stand to carry its file on
     /// (`transition::take_over_order`: the first takes over if the carrier is cancelled).
-    fn riders(&self, carrier: i64) -> rusqlite::Result<Vec<i64>> {
-        let mut stmt = self.tx.prepare_cached(
+    fn riders(&self, carrier: i64) -> DbResult<Vec<i64>> {
+        let rows = self.tx.query_rows(
             "SELECT id, class = 'priority' FROM requests WHERE rides_on = ?1 AND state = 'riding'",
+            params![carrier],
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
-        let rows = stmt.query_map([carrier], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(take_over_order(rows.collect::<rusqlite::Result<Vec<_>>>()?))
+        Ok(take_over_order(rows))
     }
 
     /// Whether any request rides on `carrier`.
-    pub(super) fn has_riders(&self, carrier: i64) -> rusqlite::Result<bool> {
+    pub(super) fn has_riders(&self, carrier: i64) -> DbResult<bool> {
         Ok(!self.riders(carrier)?.is_empty())
     }
 
@@ -298,7 +295,7 @@ impl Txn<'_, '_> {
         carrier: i64,
         key: Option<u64>,
         end: CarrierEnd,
-    ) -> rusqlite::Result<()> {
+    ) -> DbResult<()> {
         if let Some(key) = key {
             self.st.forget_carrier(key, carrier);
         }
@@ -307,28 +304,25 @@ impl Txn<'_, '_> {
 
     /// `carrier`, queued in the broker, was just decided and charged: so are its riders, each
     /// to its own group (a rider of a decided carrier was charged when it joined).
-    pub(super) fn charge_riders(&mut self, carrier: i64) -> rusqlite::Result<()> {
+    pub(super) fn charge_riders(&mut self, carrier: i64) -> DbResult<()> {
         for id in self.riders(carrier)? {
-            let row: Option<(String, String, i64)> = self
-                .tx
-                .prepare_cached(
-                    "SELECT group_path, access_mode, size_bytes FROM requests \
-                     WHERE id = ?1 AND charged_ms IS NULL",
-                )?
-                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?;
+            let row: Option<(String, String, i64)> = self.tx.query_opt(
+                "SELECT group_path, access_mode, size_bytes FROM requests \
+                 WHERE id = ?1 AND charged_ms IS NULL",
+                params![id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
             let Some((path, mode, size)) = row else {
                 continue;
             };
             let size = size.max(0) as u64;
             let benefit = crate::policy::benefit(self.policy, &mode, size);
             self.note(id);
-            self.tx
-                .prepare_cached(
-                    "UPDATE requests SET charged = ?2, charged_bytes = ?3, charged_ms = ?4 \
-                     WHERE id = ?1",
-                )?
-                .execute(params![id, benefit as i64, size as i64, self.now])?;
+            self.tx.execute(
+                "UPDATE requests SET charged = ?2, charged_bytes = ?3, charged_ms = ?4 \
+                 WHERE id = ?1",
+                params![id, benefit as i64, size as i64, self.now],
+            )?;
             let charge = Charge {
                 usage: i128::from(benefit),
                 at_ms: self.now,
@@ -342,7 +336,7 @@ impl Txn<'_, '_> {
 
     /// `carrier`'s attempt ended as `end`: its riders follow by the shared rule
     /// (`policy::transition::riders_follow`, which the simulator's engine calls too).
-    pub(super) fn carrier_ended(&mut self, carrier: i64, end: CarrierEnd) -> rusqlite::Result<()> {
+    pub(super) fn carrier_ended(&mut self, carrier: i64, end: CarrierEnd) -> DbResult<()> {
         let follow = riders_follow(carrier, end);
         if follow == RidersFollow::WaitOn {
             return Ok(());
@@ -377,7 +371,7 @@ impl Txn<'_, '_> {
         state: RequestState,
         bytes: Option<u64>,
         error: Option<&str>,
-    ) -> rusqlite::Result<()> {
+    ) -> DbResult<()> {
         match self.load_charged(id)? {
             Some(row) if row.riding() => self.finalize(id, &row, state, bytes, error),
             _ => Ok(()),
@@ -388,19 +382,18 @@ impl Txn<'_, '_> {
     /// `carrier` was released in a volume's batch, `first` reads that volume in its flight
     /// (counted until it ends, and numbered with the carrier's batch, so a restart counts it
     /// too).
-    fn promote(&mut self, carrier: i64, first: i64, rest: &[i64]) -> rusqlite::Result<()> {
+    fn promote(&mut self, carrier: i64, first: i64, rest: &[i64]) -> DbResult<()> {
         let Some(row) = self.load_charged(first)? else {
             return Ok(());
         };
         let (file, local) = self.unlink(first, RequestState::Accepted)?;
         if self.st.volume_join_flight(first, carrier) {
             self.note(first);
-            self.tx
-                .prepare_cached(
-                    "UPDATE requests SET (release_seq, release_lead) = \
-                     (SELECT release_seq, release_lead FROM requests WHERE id = ?2) WHERE id = ?1",
-                )?
-                .execute(params![first, carrier])?;
+            self.tx.execute(
+                "UPDATE requests SET (release_seq, release_lead) = \
+                 (SELECT release_seq, release_lead FROM requests WHERE id = ?2) WHERE id = ?1",
+                params![first, carrier],
+            )?;
         }
         self.took_transfer(&row);
         self.took_over(first, rest, (&file, local.as_deref()))
@@ -409,14 +402,15 @@ impl Txn<'_, '_> {
     /// `carrier`, queued in the broker, went to `held` at its release (its group over a
     /// feasibility cap): a held request carries nothing (it may wait indefinitely), so its
     /// riders go on as if it had been cancelled in the queue.
-    pub(super) fn carrier_held(&mut self, carrier: i64) -> rusqlite::Result<()> {
+    pub(super) fn carrier_held(&mut self, carrier: i64) -> DbResult<()> {
         if !self.has_riders(carrier)? {
             return Ok(());
         }
-        let (file, local): (String, Option<String>) = self
-            .tx
-            .prepare_cached("SELECT file, local_file FROM requests WHERE id = ?1")?
-            .query_row([carrier], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (file, local): (String, Option<String>) = self.tx.query_one(
+            "SELECT file, local_file FROM requests WHERE id = ?1",
+            params![carrier],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         self.st
             .forget_carrier(Carriers::key(&file, local.as_deref()), carrier);
         self.carrier_ended(carrier, CarrierEnd::Cancelled { decided: false })
@@ -424,14 +418,14 @@ impl Txn<'_, '_> {
 
     /// `first`'s carrier, still queued in the broker, was cancelled: `first` takes its place
     /// in the queue (not charged, like any queued request) and `rest` ride on it.
-    fn promote_queued(&mut self, first: i64, rest: &[i64]) -> rusqlite::Result<()> {
+    fn promote_queued(&mut self, first: i64, rest: &[i64]) -> DbResult<()> {
         let Some(row) = self.load_charged(first)? else {
             return Ok(());
         };
         let (file, local) = self.unlink(first, RequestState::Queued)?;
         let sql =
             format!("SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests WHERE id = ?1");
-        let queued = self.tx.prepare_cached(&sql)?.query_row([first], |r| {
+        let queued = self.tx.query_one(&sql, params![first], |r| {
             Ok(read_candidate(self.policy, r)?.map(|c| (c, read_place(r))))
         })?;
         if let Some((c, place)) = queued {
@@ -444,21 +438,15 @@ impl Txn<'_, '_> {
 
     /// `first` rides no longer: it moves to `state` (`accepted`: ready to submit now); its file
     /// and local copy.
-    fn unlink(
-        &mut self,
-        first: i64,
-        state: RequestState,
-    ) -> rusqlite::Result<(String, Option<String>)> {
+    fn unlink(&mut self, first: i64, state: RequestState) -> DbResult<(String, Option<String>)> {
         self.note(first);
-        self.tx
-            .prepare_cached(
-                "UPDATE requests SET state = ?2, rides_on = NULL, next_attempt_ms = \
-                 CASE WHEN ?2 = 'accepted' THEN ?3 ELSE next_attempt_ms END WHERE id = ?1 \
-                 RETURNING file, local_file",
-            )?
-            .query_row(params![first, state.as_str(), self.now], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+        self.tx.query_one(
+            "UPDATE requests SET state = ?2, rides_on = NULL, next_attempt_ms = \
+             CASE WHEN ?2 = 'accepted' THEN ?3 ELSE next_attempt_ms END WHERE id = ?1 \
+             RETURNING file, local_file",
+            params![first, state.as_str(), self.now],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// `first` carries its file now, for itself and for `rest`.
@@ -467,11 +455,11 @@ impl Txn<'_, '_> {
         first: i64,
         rest: &[i64],
         (file, local): (&str, Option<&str>),
-    ) -> rusqlite::Result<()> {
+    ) -> DbResult<()> {
         self.st.offer_carrier(Carriers::key(file, local), first);
         let mut stmt = self
             .tx
-            .prepare_cached("UPDATE requests SET rides_on = ?1 WHERE id = ?2")?;
+            .prepare("UPDATE requests SET rides_on = ?1 WHERE id = ?2")?;
         for id in rest {
             self.note(*id);
             stmt.execute(params![first, id])?;

@@ -13,6 +13,7 @@ use tracing::debug;
 use super::reload;
 use super::state::Txn;
 use super::GroupCancel;
+use crate::ledger::db::DbResult;
 use crate::ledger::{
     Accepted, AfterSubmit, CancelOutcome, LedgerError, NewPriority, NewRequest, SubmittedTransfer,
 };
@@ -199,20 +200,16 @@ impl Reply {
 
 /// A result and the reply it makes (with a stand-in answer when it failed: the reply then
 /// carries the transaction's error).
-fn reply<T, R, E: Into<rusqlite::Error>>(
-    result: Result<T, E>,
-    failed: T,
-    make: impl FnOnce(T) -> R,
-) -> (R, rusqlite::Result<()>) {
+fn reply<T, R>(result: DbResult<T>, failed: T, make: impl FnOnce(T) -> R) -> (R, DbResult<()>) {
     match result {
         Ok(v) => (make(v), Ok(())),
-        Err(e) => (make(failed), Err(e.into())),
+        Err(e) => (make(failed), Err(e)),
     }
 }
 
 impl Txn<'_, '_> {
     /// Apply one command inside the transaction. The reply carries the answer to send on commit.
-    pub(super) fn apply(&mut self, command: Command) -> (Reply, rusqlite::Result<()>) {
+    pub(super) fn apply(&mut self, command: Command) -> (Reply, DbResult<()>) {
         match command {
             Command::Accept { items, reply, .. } => {
                 let (out, r) = self.each_in_turn(&items, Txn::accept_one);
@@ -299,23 +296,23 @@ impl Txn<'_, '_> {
         &mut self,
         id: i64,
         tx: oneshot::Sender<Result<usize, LedgerError>>,
-    ) -> (Reply, rusqlite::Result<()>) {
+    ) -> (Reply, DbResult<()>) {
         self.note(id);
-        let resent = crate::ledger::unsettled::resend(&self.db(), id, self.now);
+        let resent = crate::ledger::unsettled::resend(self.tx, id, self.now);
         reply(resent, 0, |n| Reply::Count(tx, n))
     }
 
     /// Apply `one` to each item in turn, keeping each answer, up to the first failure (which
     /// fails the transaction).
-    fn each_in_turn<I, T, E: Into<rusqlite::Error>>(
+    fn each_in_turn<I, T>(
         &mut self,
         items: &[I],
-        mut one: impl FnMut(&mut Self, &I) -> Result<T, E>,
-    ) -> (Vec<T>, rusqlite::Result<()>) {
+        mut one: impl FnMut(&mut Self, &I) -> DbResult<T>,
+    ) -> (Vec<T>, DbResult<()>) {
         let mut out = Vec::with_capacity(items.len());
         let r = items
             .iter()
-            .try_for_each(|i| one(self, i).map(|a| out.push(a)).map_err(Into::into));
+            .try_for_each(|i| one(self, i).map(|a| out.push(a)));
         (out, r)
     }
 
@@ -325,7 +322,7 @@ impl Txn<'_, '_> {
         &mut self,
         events: &[MssEvent],
         cursor: Option<&EventCursor>,
-    ) -> (usize, rusqlite::Result<()>) {
+    ) -> (usize, DbResult<()>) {
         let mut changed = 0;
         let r = (events.iter())
             .try_for_each(|e| self.apply_event(e).map(|c| changed += usize::from(c)))
@@ -338,7 +335,7 @@ impl Txn<'_, '_> {
 #[cfg(test)]
 fn refuse_audit_inside_a_transaction(
     reply: oneshot::Sender<Result<Vec<String>, LedgerError>>,
-) -> (Reply, rusqlite::Result<()>) {
+) -> (Reply, DbResult<()>) {
     let why = "an audit cannot run inside a transaction".to_string();
     let _ = reply.send(Err(LedgerError::Storage(why)));
     (Reply::Sent, Ok(()))

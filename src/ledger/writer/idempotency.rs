@@ -158,7 +158,7 @@ impl Txn<'_, '_> {
         if !self.st.idempotency.may_have_finished(fp) {
             return Ok(Vec::new());
         }
-        self.db().query_rows(
+        self.tx.query_rows(
             "SELECT id FROM idempotency_finished WHERE fingerprint = ?1",
             params![fp as i64],
             |r| r.get(0),
@@ -168,7 +168,7 @@ impl Txn<'_, '_> {
     /// Request `id` became final: its fingerprint moves from memory and the `idempotency` table
     /// to `idempotency_finished` (a rollback puts the memory back).
     pub fn key_finished(&mut self, id: i64) -> DbResult<()> {
-        let fp: Option<i64> = self.db().query_opt(
+        let fp: Option<i64> = self.tx.query_opt(
             "DELETE FROM idempotency WHERE id = ?1 RETURNING fingerprint",
             params![id],
             |r| r.get(0),
@@ -176,7 +176,7 @@ impl Txn<'_, '_> {
         let Some(fp) = fp else {
             return Ok(()); // moved already
         };
-        self.db().execute(
+        self.tx.execute(
             "INSERT INTO idempotency_finished (fingerprint, id) VALUES (?1, ?2) \
              ON CONFLICT DO NOTHING",
             params![fp, id],

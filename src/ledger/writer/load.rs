@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rusqlite::{Connection, Transaction};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
@@ -20,7 +19,7 @@ use super::Writer;
 use crate::clock::Clock;
 use crate::domain::PolicySettings;
 use crate::ledger::candidate::{read_candidate, CANDIDATE_COLUMNS};
-use crate::ledger::db::{params, Db, DbError};
+use crate::ledger::db::{params, Db, DbConn, DbError};
 use crate::ledger::live::Published;
 use crate::ledger::mss_key::MssKeys;
 use crate::ledger::wide::Wide;
@@ -34,26 +33,23 @@ impl Writer {
     /// Make sure every configured group has a row, and load usage from the stored aggregates.
     /// Refuses a configuration that leaves out a group with unfinished requests.
     pub fn load(
-        mut conn: Connection,
+        mut conn: DbConn,
         policy: Arc<PolicySettings>,
         clock: Arc<dyn Clock>,
         options: &LedgerOptions,
         (ready, published): (Arc<Notify>, Arc<Published>),
     ) -> Result<Writer, LedgerError> {
         let file = identity::DbFile::of(&options.path)?;
-        refuse_removed_groups(&conn, &policy)?;
-        let db = Db::borrowed(&conn);
-        let idempotency = load_idempotency(&db)?;
+        refuse_removed_groups(&conn.db(), &policy)?;
+        let idempotency = load_idempotency(&conn.db())?;
         info!(requests = idempotency.len(), "idempotency keys loaded");
-        let outputs = Outputs::load(&db, options.read_outputs.clone())?;
+        let outputs = Outputs::load(&conn.db(), options.read_outputs.clone())?;
         let state =
             load_state(&mut conn, &policy, clock.now_ms(), idempotency)?.with_outputs(outputs);
         // Committed before any request of this start exists (see `ledger::mss_key`).
-        let keys = MssKeys::begin(&Db::borrowed(&conn), clock.now_ms()).map_err(|e| {
-            LedgerError::Open {
-                path: options.path.clone(),
-                message: format!("cannot record this start's incarnation: {e}"),
-            }
+        let keys = MssKeys::begin(&conn.db(), clock.now_ms()).map_err(|e| LedgerError::Open {
+            path: options.path.clone(),
+            message: format!("cannot record this start's incarnation: {e}"),
         })?;
         published.publish(
             &policy,
@@ -80,10 +76,10 @@ impl Writer {
 
 /// The groups left out of `policy` that still have unfinished requests, as an error.
 pub(super) fn refuse_removed_groups(
-    conn: &Connection,
+    db: &Db<'_>,
     policy: &PolicySettings,
 ) -> Result<(), LedgerError> {
-    let removed = removed_groups(&Db::borrowed(conn), policy)?;
+    let removed = removed_groups(db, policy)?;
     if removed.0.is_empty() {
         return Ok(());
     }
@@ -95,7 +91,7 @@ pub(super) fn refuse_removed_groups(
 /// groups' rows, aggregates rebuilt for a new usage model) is committed only once the whole
 /// memory was read, so a load that fails (a refused reload) leaves the file as it was.
 pub(super) fn load_state(
-    conn: &mut Connection,
+    conn: &mut DbConn,
     policy: &PolicySettings,
     now: i64,
     idempotency: Idempotency,
@@ -108,7 +104,7 @@ pub(super) fn load_state(
 
 /// [`load_state`]'s work, in its transaction.
 fn read_state(
-    conn: &Transaction<'_>,
+    conn: &Db<'_>,
     policy: &PolicySettings,
     now: i64,
     idempotency: Idempotency,
@@ -124,14 +120,14 @@ fn read_state(
 /// usage model), the held counts and FBSNG queue priorities (per group), the volumes in flight
 /// and the last release sequence. Called after `add_groups`.
 pub(super) fn finish_state(
-    conn: &Transaction<'_>,
+    conn: &Db<'_>,
     policy: &PolicySettings,
     now: i64,
     rows: RowState,
     idempotency: Idempotency,
 ) -> Result<WriterState, LedgerError> {
     let usage = load_usage(conn, policy, now)?;
-    let held = usage::group_counts(&Db::borrowed(conn), policy)?
+    let held = usage::group_counts(conn, policy)?
         .into_iter()
         .map(|c| c.held)
         .collect();
@@ -154,7 +150,7 @@ pub(super) fn finish_state(
         );
     }
     let release_seq = volumes::last_release_seq(conn)?;
-    let queues = load_fbsng_priorities(&Db::borrowed(conn), policy)?;
+    let queues = load_fbsng_priorities(conn, policy)?;
     // Which groups repay a ride's lead is not in the rows: every group ahead of its share does
     // (a reload or a rollback gives the queue the set it had instead).
     volumes.repay_every_lead(&ShareSnapshot::new(policy, usage.at(now), &queues));
@@ -172,8 +168,7 @@ pub(super) fn finish_state(
 
 /// A row for every configured group; a warning for stored usage of a group no longer
 /// configured.
-pub(super) fn add_groups(tx: &Transaction<'_>, policy: &PolicySettings) -> Result<(), LedgerError> {
-    let conn = &Db::borrowed(tx);
+pub(super) fn add_groups(conn: &Db<'_>, policy: &PolicySettings) -> Result<(), LedgerError> {
     for g in &policy.groups {
         conn.execute(
             "INSERT INTO groups(path) VALUES (?1) ON CONFLICT DO NOTHING",
@@ -197,23 +192,18 @@ pub(super) fn add_groups(tx: &Transaction<'_>, policy: &PolicySettings) -> Resul
 
 /// The usage book, rebuilt from the requests if the usage model changed (the rebuilt
 /// aggregates written in the caller's transaction).
-fn load_usage(
-    tx: &Transaction<'_>,
-    policy: &PolicySettings,
-    now: i64,
-) -> Result<UsageBook, LedgerError> {
+fn load_usage(db: &Db<'_>, policy: &PolicySettings, now: i64) -> Result<UsageBook, LedgerError> {
     let started = std::time::Instant::now();
-    let db = Db::borrowed(tx);
-    let loaded = usage::load_book(&db, policy, now)?;
+    let loaded = usage::load_book(db, policy, now)?;
     if loaded.rebuilt {
-        usage::persist_rebuilt(&db, policy, &loaded.book)?;
+        usage::persist_rebuilt(db, policy, &loaded.book)?;
         info!(
             model = %policy.usage_model.describe(),
             millis = started.elapsed().as_millis() as u64,
             "usage aggregates rebuilt from the requests for a changed usage model"
         );
     } else {
-        usage::store_model(&db, policy, &loaded.book)?;
+        usage::store_model(db, policy, &loaded.book)?;
     }
     Ok(loaded.book)
 }
@@ -430,14 +420,15 @@ impl Writer {
         );
         // Fingerprints: memory holds the `idempotency` table's, which are the unfinished
         // requests'; every final request's is in `idempotency_finished`, under its own.
-        let table = load_idempotency(&Db::borrowed(&self.conn))?;
+        let table = load_idempotency(&self.conn.db())?;
         differ(
             "fingerprints",
             format!("{:?}", self.state.idempotency.entries()),
             format!("{:?}", table.entries()),
         );
+        let db = self.conn.db();
         let count = |sql: &str| -> Result<i64, LedgerError> {
-            Ok(self.conn.query_row(sql, [], |r| r.get(0))?)
+            Ok(db.query_one(sql, params![], |r| r.get(0))?)
         };
         let finals = "('done', 'failed', 'cancelled')";
         differ(
@@ -458,22 +449,22 @@ impl Writer {
             .to_string(),
             "0".into(),
         );
-        let mut finals_stmt = self.conn.prepare(&format!(
-            "SELECT id, station, client_request_id FROM requests WHERE state IN {finals}"
-        ))?;
-        let mut on_disk = self.conn.prepare(
-            "SELECT COUNT(*) FROM idempotency_finished WHERE fingerprint = ?1 AND id = ?2",
-        )?;
-        let mut final_rows = finals_stmt.query([])?;
+        let finals_sql =
+            format!("SELECT id, station, client_request_id FROM requests WHERE state IN {finals}");
         let mut missing = Vec::new();
-        while let Some(r) = final_rows.next()? {
+        db.for_each(&finals_sql, params![], |r| {
             let (id, station, crid): (i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
             let fp = super::idempotency::fingerprint(&station, &crid) as i64;
-            let n: i64 = on_disk.query_row(rusqlite::params![fp, id], |r| r.get(0))?;
+            let n: i64 = db.query_one(
+                "SELECT COUNT(*) FROM idempotency_finished WHERE fingerprint = ?1 AND id = ?2",
+                params![fp, id],
+                |r| r.get(0),
+            )?;
             if n != 1 || !self.state.idempotency.may_have_finished(fp as u64) {
                 missing.push(id);
             }
-        }
+            Ok::<_, DbError>(())
+        })?;
         differ(
             "final requests without their fingerprint in `idempotency_finished` and its filter",
             format!("{missing:?}"),
@@ -482,15 +473,14 @@ impl Writer {
         // A carrier whose caller asked to cancel it carries nothing more (`carrier_for`
         // forgets it when it meets it).
         let cancelling = |id: &i64| {
-            self.conn
-                .query_row(
-                    "SELECT cancel_requested FROM requests WHERE id = ?1",
-                    [id],
-                    |r| r.get::<_, bool>(0),
-                )
-                .unwrap_or(false)
+            db.query_one(
+                "SELECT cancel_requested FROM requests WHERE id = ?1",
+                params![id],
+                |r| r.get::<bool>(0),
+            )
+            .unwrap_or(false)
         };
-        let outputs = Outputs::load(&Db::borrowed(&self.conn), self.state.outputs.rule())?;
+        let outputs = Outputs::load(&db, self.state.outputs.rule())?;
         differ(
             "station-side copies held",
             format!("{:?}", self.state.outputs.held_by_id()),

@@ -6,7 +6,7 @@
 //! the answer and moves nowhere. The queue is changed through `WriterState`, so a rollback
 //! rebuilds it from the rows, which then hold no answer: the locator asks again.
 
-use rusqlite::params;
+use crate::ledger::db::{params, DbResult};
 use tracing::debug;
 
 use super::state::Txn;
@@ -14,7 +14,7 @@ use crate::ledger::{VolumeFound, LOOKUP_FAILED};
 
 impl Txn<'_, '_> {
     /// Store `items`; returns how many requests took a volume.
-    pub fn located(&mut self, items: &[VolumeFound]) -> rusqlite::Result<usize> {
+    pub fn located(&mut self, items: &[VolumeFound]) -> DbResult<usize> {
         let mut took = 0;
         for item in items {
             let (volume, position, source) = match &item.found {
@@ -22,14 +22,12 @@ impl Txn<'_, '_> {
                 None => (None, None, LOOKUP_FAILED),
             };
             self.note(item.id);
-            let changed = self
-                .tx
-                .prepare_cached(
-                    "UPDATE requests SET volume = COALESCE(?2, volume), \
-                     position = COALESCE(?3, position), volume_source = ?4 \
-                     WHERE id = ?1 AND volume_source IS NULL AND (volume IS NULL OR volume = '')",
-                )?
-                .execute(params![item.id, volume, position, source])?;
+            let changed = self.tx.execute(
+                "UPDATE requests SET volume = COALESCE(?2, volume), \
+                 position = COALESCE(?3, position), volume_source = ?4 \
+                 WHERE id = ?1 AND volume_source IS NULL AND (volume IS NULL OR volume = '')",
+                params![item.id, volume, position, source],
+            )?;
             if changed == 0 {
                 continue;
             }

@@ -9,6 +9,9 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 
+#[cfg(debug_assertions)]
+use crate::ledger::db::{params, ColumnValue, Db, DbError, DbResult, FromColumn, Mismatch};
+
 /// Most rows noted during one preparation before the writer gives up noting (8 bytes and some
 /// per row); the install then reads everything on the writer.
 pub(super) const MAX_NOTED: usize = 2_000_000;
@@ -74,11 +77,7 @@ impl Noted {
 /// any column changed) but are not in `noted`: each is a statement that forgot to note. Reads
 /// every row twice, so only debug builds call it.
 #[cfg(debug_assertions)]
-pub(super) fn unnoted(
-    snapshot: &rusqlite::Connection,
-    now: &rusqlite::Connection,
-    noted: &HashSet<i64>,
-) -> rusqlite::Result<Vec<i64>> {
+pub(super) fn unnoted(snapshot: &Db<'_>, now: &Db<'_>, noted: &HashSet<i64>) -> DbResult<Vec<i64>> {
     let was = every_row(snapshot)?;
     let is = every_row(now)?;
     let ids: std::collections::BTreeSet<i64> = was.keys().chain(is.keys()).copied().collect();
@@ -88,21 +87,42 @@ pub(super) fn unnoted(
         .collect())
 }
 
+/// One column's value as stored, compared as it is (a real by its bits).
+#[cfg(debug_assertions)]
+#[derive(PartialEq)]
+enum Cell {
+    Null,
+    Integer(i64),
+    Real(u64),
+    Text(String),
+    Blob(Vec<u8>),
+    Wide(i128),
+}
+
+#[cfg(debug_assertions)]
+impl FromColumn for Cell {
+    fn from_column(value: ColumnValue<'_>) -> Result<Cell, Mismatch> {
+        Ok(match value {
+            ColumnValue::Null => Cell::Null,
+            ColumnValue::Integer(i) => Cell::Integer(i),
+            ColumnValue::Real(f) => Cell::Real(f.to_bits()),
+            ColumnValue::Text(t) => Cell::Text(t.to_owned()),
+            ColumnValue::Blob(b) => Cell::Blob(b.to_vec()),
+            ColumnValue::Wide(w) => Cell::Wide(w),
+        })
+    }
+}
+
 /// Every `requests` row, all its columns, by id.
 #[cfg(debug_assertions)]
-fn every_row(
-    conn: &rusqlite::Connection,
-) -> rusqlite::Result<std::collections::HashMap<i64, Vec<rusqlite::types::Value>>> {
-    let mut stmt = conn.prepare("SELECT * FROM requests")?;
-    let n = stmt.column_count();
-    let id_at = stmt.column_index("id")?;
-    let mut rows = stmt.query([])?;
+fn every_row(db: &Db<'_>) -> DbResult<std::collections::HashMap<i64, Vec<Cell>>> {
     let mut out = std::collections::HashMap::new();
-    while let Some(r) = rows.next()? {
-        let values = (0..n)
-            .map(|i| r.get::<_, rusqlite::types::Value>(i))
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        out.insert(r.get(id_at)?, values);
-    }
+    db.for_each("SELECT * FROM requests", params![], |r| {
+        let values = (0..r.column_count())
+            .map(|i| r.get::<Cell>(i))
+            .collect::<DbResult<Vec<_>>>()?;
+        out.insert(r.get(r.index_of("id")?)?, values);
+        Ok::<_, DbError>(())
+    })?;
     Ok(out)
 }

@@ -194,7 +194,7 @@ impl Txn<'_, '_> {
             return Ok(None);
         };
         for id in self.st.outputs.others(held) {
-            let row: Option<(String, String, Option<String>)> = self.db().query_opt(
+            let row: Option<(String, String, Option<String>)> = self.tx.query_opt(
                 "SELECT station, file, local_file FROM requests WHERE id = ?1 \
                  AND direction = 'read' AND file != ?2 \
                  AND state NOT IN ('done', 'failed', 'cancelled')",

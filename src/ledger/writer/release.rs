@@ -2,13 +2,14 @@
 //! when their group is back under every cap; queued requests (the held release mode) are
 //! released while their library has free slots, each the policy's first at that instant.
 
-use rusqlite::params;
+use crate::ledger::db::{params, DbResult};
 use tracing::warn;
 
 use super::state::{Charge, Txn};
 use super::volumes::{read_place, PLACE_COLUMNS};
-use crate::domain::{GroupId, PolicySettings};
+use crate::domain::GroupId;
 use crate::ledger::aggregates::HourRow;
+use crate::ledger::candidate::{read_candidate, CANDIDATE_COLUMNS};
 
 use crate::policy::order::{Candidate, Placement, ShareSnapshot};
 use crate::shares::limits::held_by;
@@ -16,25 +17,11 @@ use crate::shares::limits::held_by;
 /// A row's volume and tape position.
 type Place = (Option<String>, Option<u64>);
 
-pub(in crate::ledger) use crate::ledger::candidate::CANDIDATE_COLUMNS;
-
-/// [`crate::ledger::candidate::read_candidate`] of a rusqlite row, for the writer's code not yet
-/// on the `Db` layer (docs/ha.md, step 3).
-pub(in crate::ledger) fn read_candidate(
-    policy: &PolicySettings,
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<Option<Candidate>> {
-    Ok(crate::ledger::candidate::read_candidate(
-        policy,
-        &crate::ledger::db::Row::from_sqlite(r),
-    )?)
-}
-
 impl Txn<'_, '_> {
     /// Release held requests, oldest first per group, while their group is under every
     /// feasibility cap on its path; each is decided and charged as it is released. Returns how
     /// many.
-    pub fn release_held(&mut self) -> rusqlite::Result<usize> {
+    pub fn release_held(&mut self) -> DbResult<usize> {
         let waiting: Vec<GroupId> = (self.st.held.iter().enumerate())
             .filter(|(_, &h)| h > 0)
             .map(|(i, _)| GroupId(i))
@@ -47,22 +34,26 @@ impl Txn<'_, '_> {
     }
 
     /// Release group `g`'s held requests, 64 rows at a time, until one is over a cap.
-    fn release_group(&mut self, g: GroupId) -> rusqlite::Result<usize> {
+    fn release_group(&mut self, g: GroupId) -> DbResult<usize> {
         let path = self.policy.group(g).path.to_string();
         let mut released = 0;
         loop {
             let batch: Vec<(Candidate, Place)> = self
                 .tx
-                .prepare_cached(&format!(
-                    "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests \
-                     WHERE state = 'held' AND group_path = ?1 ORDER BY id LIMIT 64"
-                ))?
-                .query_map([&path], |r| {
-                    let place = read_place(r)?;
-                    Ok(read_candidate(self.policy, r)?.map(|c| (c, place)))
-                })?
-                .filter_map(Result::transpose)
-                .collect::<rusqlite::Result<_>>()?;
+                .query_rows(
+                    &format!(
+                        "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS} FROM requests \
+                         WHERE state = 'held' AND group_path = ?1 ORDER BY id LIMIT 64"
+                    ),
+                    params![path],
+                    |r| {
+                        let place = read_place(r)?;
+                        Ok(read_candidate(self.policy, r)?.map(|c| (c, place)))
+                    },
+                )?
+                .into_iter()
+                .flatten()
+                .collect();
             if batch.is_empty() {
                 // The count said some were held but none are: put the count right rather than
                 // hold the group's new requests behind nothing.
@@ -85,22 +76,19 @@ impl Txn<'_, '_> {
 
     /// One held request released: into the broker's queue (held and volumes release modes:
     /// decided and charged when the queue releases it), or decided and charged now.
-    fn release_one(&mut self, path: &str, c: Candidate, place: Place) -> rusqlite::Result<()> {
+    fn release_one(&mut self, path: &str, c: Candidate, place: Place) -> DbResult<()> {
         let released = HourRow {
             released: 1,
             ..HourRow::default()
         };
         if self.policy.order.held() || self.policy.order.volumes() {
             self.note(c.id);
-            let read: Option<(String, Option<String>)> = self
-                .tx
-                .prepare_cached(
-                    "UPDATE requests SET state = 'queued', held_reason = NULL, \
-                     released_ms = ?2 WHERE id = ?1 RETURNING direction = 'read', file, local_file",
-                )?
-                .query_row(params![c.id, self.now], |r| {
-                    Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?)))
-                })?;
+            let read: Option<(String, Option<String>)> = self.tx.query_one(
+                "UPDATE requests SET state = 'queued', held_reason = NULL, \
+                 released_ms = ?2 WHERE id = ?1 RETURNING direction = 'read', file, local_file",
+                params![c.id, self.now],
+                |r| Ok(r.get::<bool>(0)?.then_some((r.get(1)?, r.get(2)?))),
+            )?;
             // Queued in the broker, it may carry its file (a restart forgot it while held).
             self.offer_read(c.id, read, true);
             self.charge(path, Charge::held(-1));
@@ -116,32 +104,24 @@ impl Txn<'_, '_> {
     }
 
     /// Decide a released request at `p`, charge it and make it ready to submit.
-    pub(super) fn decide_and_charge(
-        &mut self,
-        c: &Candidate,
-        p: &Placement,
-    ) -> rusqlite::Result<()> {
+    pub(super) fn decide_and_charge(&mut self, c: &Candidate, p: &Placement) -> DbResult<()> {
         self.note(c.id);
-        let read: Option<(String, Option<String>)> = self
-            .tx
-            .prepare_cached(
-                "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
-                 charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
-                 released_ms = ?6, explain = ?7 WHERE id = ?1 \
-                 RETURNING direction = 'read', file, local_file",
-            )?
-            .query_row(
-                params![
-                    c.id,
-                    p.class.as_str(),
-                    p.mss_priority,
-                    c.benefit as i64,
-                    c.size_bytes as i64,
-                    self.now,
-                    super::explain_text(p),
-                ],
-                |r| Ok(r.get::<_, bool>(0)?.then_some((r.get(1)?, r.get(2)?))),
-            )?;
+        let read: Option<(String, Option<String>)> = self.tx.query_one(
+            "UPDATE requests SET state = 'accepted', class = ?2, mss_priority = ?3, \
+             charged = ?4, charged_bytes = ?5, charged_ms = ?6, held_reason = NULL, \
+             released_ms = ?6, explain = ?7 WHERE id = ?1 \
+             RETURNING direction = 'read', file, local_file",
+            params![
+                c.id,
+                p.class.as_str(),
+                p.mss_priority,
+                c.benefit as i64,
+                c.size_bytes as i64,
+                self.now,
+                super::explain_text(p),
+            ],
+            |r| Ok(r.get::<bool>(0)?.then_some((r.get(1)?, r.get(2)?))),
+        )?;
         self.offer_read(c.id, read, false);
         let path = self.policy.group(c.group).path.to_string();
         let charge = Charge {
@@ -160,7 +140,7 @@ impl Txn<'_, '_> {
     /// is no longer `held`), each the policy's first at this instant; each is decided and
     /// charged as it goes, so the next choice sees it. A request whose group is now over a
     /// feasibility cap goes back to `held`.
-    pub fn release_queued(&mut self) -> rusqlite::Result<usize> {
+    pub fn release_queued(&mut self) -> DbResult<usize> {
         let mut released = 0;
         if self.policy.order.volumes() {
             released += self.release_volumes()?;
@@ -185,7 +165,7 @@ impl Txn<'_, '_> {
 
     /// Slots free for fair-share work at library `lib` (`None`: none): in held mode what the
     /// limit leaves, less the drives reserved for the priority classes (`policy::reserve`).
-    fn free_slots(&self, lib: &str) -> rusqlite::Result<Option<u32>> {
+    fn free_slots(&self, lib: &str) -> DbResult<Option<u32>> {
         let order = &self.policy.order;
         let used = self.st.outstanding.get(lib).copied().unwrap_or(0);
         let free = if order.held() {
@@ -205,18 +185,17 @@ impl Txn<'_, '_> {
 
     /// Release the queue's pick (or hold it again if its group is now over a cap). Returns
     /// whether it was released.
-    fn release_pick(&mut self, pick: crate::policy::queue::Pick) -> rusqlite::Result<bool> {
+    fn release_pick(&mut self, pick: crate::policy::queue::Pick) -> DbResult<bool> {
         let c = &pick.candidate;
         self.st.dequeue(c.id);
         let path = self.policy.group(c.group).path.to_string();
         if let Some(reason) = held_by(self.policy, &self.st.usage.at(self.now), c.group, c.benefit)
         {
             self.note(c.id);
-            self.tx
-                .prepare_cached(
-                    "UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1",
-                )?
-                .execute(params![c.id, reason])?;
+            self.tx.execute(
+                "UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1",
+                params![c.id, reason],
+            )?;
             self.charge(&path, Charge::held(1));
             self.carrier_held(c.id)?;
             return Ok(false);
@@ -230,9 +209,10 @@ impl Txn<'_, '_> {
         }
         for &id in &pick.passed_over {
             self.note(id);
-            self.tx
-                .prepare_cached("UPDATE requests SET passed = passed + 1 WHERE id = ?1")?
-                .execute([id])?;
+            self.tx.execute(
+                "UPDATE requests SET passed = passed + 1 WHERE id = ?1",
+                params![id],
+            )?;
             self.st.passed_over(id);
         }
         Ok(true)

@@ -26,7 +26,6 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
-use rusqlite::Connection;
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
@@ -37,6 +36,7 @@ use super::rows::{Row, RowState};
 use super::volumes;
 use super::Writer;
 use crate::domain::PolicySettings;
+use crate::ledger::db::{params, DbConn};
 use crate::ledger::LedgerError;
 
 /// The writer's part in reloads: what it keeps while one is being prepared, and the number of
@@ -78,7 +78,7 @@ pub struct PreparedReload {
     policy: Arc<PolicySettings>,
     generation: u64,
     /// The snapshot the rows were read from, its read transaction still open.
-    snapshot: Connection,
+    snapshot: DbConn,
     rows: Option<Box<RowState>>,
     /// Dropped with the preparation: the writer then stops noting.
     _ticket: Arc<Ticket>,
@@ -89,11 +89,11 @@ impl PreparedReload {
     /// `policy` leaves out a group with unfinished requests). Blocking: run off the writer.
     pub(in crate::ledger) fn read(
         policy: Arc<PolicySettings>,
-        (generation, snapshot, ticket): (u64, Connection, Arc<Ticket>),
+        (generation, snapshot, ticket): (u64, DbConn, Arc<Ticket>),
     ) -> Result<PreparedReload, LedgerError> {
-        refuse_removed_groups(&snapshot, &policy)?;
+        refuse_removed_groups(&snapshot.db(), &policy)?;
         let started = std::time::Instant::now();
-        let rows = RowState::read(&snapshot, &policy)?;
+        let rows = RowState::read(&snapshot.db(), &policy)?;
         info!(
             millis = started.elapsed().as_millis() as u64,
             queued = rows.queue.len() + rows.volumes.len(),
@@ -113,9 +113,9 @@ impl PreparedReload {
 pub(in crate::ledger) enum Step {
     /// Step 1: open `snapshot`'s read transaction and note the rows changed from now on.
     Snapshot {
-        snapshot: Connection,
+        snapshot: DbConn,
         ticket: Weak<Ticket>,
-        reply: oneshot::Sender<Result<(u64, Connection), LedgerError>>,
+        reply: oneshot::Sender<Result<(u64, DbConn), LedgerError>>,
     },
     /// Step 3: put a prepared reload in force.
     Install {
@@ -163,13 +163,21 @@ impl Writer {
     /// forgotten).
     fn reload_snapshot(
         &mut self,
-        snapshot: Connection,
+        snapshot: DbConn,
         ticket: Weak<Ticket>,
-    ) -> Result<(u64, Connection), LedgerError> {
+    ) -> Result<(u64, DbConn), LedgerError> {
         self.stop_noting();
-        snapshot.execute_batch("BEGIN")?;
+        // The read transaction stays open on the connection handed to the preparation, not in
+        // a `Tx` borrowing it: SQLite's own BEGIN (the escape hatch, docs/ha.md step 3; step 4
+        // gives PostgreSQL its REPEATABLE READ snapshot here).
+        match snapshot.sqlite() {
+            Some(c) => c.execute_batch("BEGIN")?,
+            None => {
+                (snapshot.db()).execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?
+            }
+        }
         // A read transaction takes its snapshot at its first read.
-        snapshot.query_row("SELECT COUNT(*) FROM meta", [], |r| r.get::<_, i64>(0))?;
+        (snapshot.db()).query_one("SELECT COUNT(*) FROM meta", params![], |r| r.get::<i64>(0))?;
         self.reloads.generation += 1;
         self.reloads.noting = Some(Noting {
             generation: self.reloads.generation,
@@ -236,7 +244,7 @@ impl Writer {
         // memory as the snapshot had it: found here in tests, before anything is written.
         #[cfg(debug_assertions)]
         {
-            let missed = super::noted::unnoted(&p.snapshot, &tx, &noted)?;
+            let missed = super::noted::unnoted(&p.snapshot.db(), &tx, &noted)?;
             assert!(
                 missed.is_empty(),
                 "requests rows changed while a reload was prepared, not noted by the writer: {missed:?}"
@@ -247,7 +255,7 @@ impl Writer {
         volumes::enter_mode(&tx, policy)?;
         let mut outside = false;
         for id in noted {
-            let was = Row::read(&p.snapshot, policy, id)?;
+            let was = Row::read(&p.snapshot.db(), policy, id)?;
             let is = Row::read(&tx, policy, id)?;
             outside |= is.as_ref().is_some_and(|r| r.unfinished_outside(policy));
             rows.replace(policy, was.as_ref(), is.as_ref());
@@ -268,7 +276,7 @@ impl Writer {
         &mut self,
         policy: Arc<PolicySettings>,
     ) -> Result<(), LedgerError> {
-        refuse_removed_groups(&self.conn, &policy)?;
+        refuse_removed_groups(&self.conn.db(), &policy)?;
         self.file.check()?;
         let state = load_state(
             &mut self.conn,

@@ -126,7 +126,7 @@ impl Txn<'_, '_> {
     pub fn cancel_listed(&mut self, ids: &[i64]) -> DbResult<Vec<GroupCancel>> {
         let mut out = Vec::with_capacity(ids.len());
         for &id in ids {
-            let previous: Option<String> = self.db().query_opt(
+            let previous: Option<String> = self.tx.query_opt(
                 "SELECT state FROM requests WHERE id = ?1",
                 params![id],
                 |r| r.get(0),

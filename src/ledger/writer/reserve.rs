@@ -3,18 +3,12 @@
 //! MSS, the last time one moved) goes to [`reservation`], whose answer caps the `held` mode's
 //! free slots (`release.rs`) and the `volumes` mode's volumes in flight (`volumes.rs`).
 
-use crate::ledger::db::{params, Db, DbResult};
+use crate::ledger::db::{params, DbResult};
 
 use super::state::Txn;
 use crate::policy::reserve::{reservation, Reservation};
 
 impl Txn<'_, '_> {
-    /// The transaction as the `Db` layer's handle (while the writer's own transaction is still
-    /// rusqlite's: docs/ha.md, step 3).
-    pub fn db(&self) -> Db<'_> {
-        Db::borrowed(self.tx)
-    }
-
     /// What the reservation holds back at `library` now.
     pub fn reservation(&self, library: &str) -> Reservation {
         let demand = self.st.priority_demand();
@@ -29,7 +23,7 @@ impl Txn<'_, '_> {
     /// Slots priority-class requests take at `library` (accepted, submitted, running): only
     /// asked while a reservation holds, through the partial indexes on those states.
     pub fn priority_slots(&self, library: &str) -> DbResult<u32> {
-        let n: i64 = self.db().query_one(
+        let n: i64 = self.tx.query_one(
             "SELECT COALESCE(SUM(slots), 0) FROM (\
              SELECT slots FROM requests WHERE state = 'accepted' AND class = 'priority' \
              AND library = ?1 UNION ALL \

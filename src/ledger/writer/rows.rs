@@ -7,14 +7,13 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension};
-
 use super::coalesce::Carriers;
 use super::queued::{Owner, QueuedBytes};
-use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::volumes::{self, read_place, PLACE_COLUMNS};
 use crate::domain::order::Coalesce;
 use crate::domain::{GroupKind, PolicySettings};
+use crate::ledger::candidate::{read_candidate, CANDIDATE_COLUMNS};
+use crate::ledger::db::{params, Db};
 use crate::ledger::LedgerError;
 use crate::policy::order::Candidate;
 use crate::policy::queue::HeldQueue;
@@ -37,21 +36,20 @@ pub(super) struct RowState {
 
 impl RowState {
     /// Read from the rows, as start-up does.
-    pub fn read(conn: &Connection, policy: &PolicySettings) -> Result<RowState, LedgerError> {
-        let db = crate::ledger::db::Db::borrowed(conn);
+    pub fn read(db: &Db<'_>, policy: &PolicySettings) -> Result<RowState, LedgerError> {
         Ok(RowState {
-            queue: super::load::load_held_queue(&db, policy)?,
-            volumes: volumes::load_waiting(conn, policy)?,
-            queued: super::load::load_queued_bytes(&db, policy)?,
-            outstanding: super::load::load_outstanding(&db)?,
+            queue: super::load::load_held_queue(db, policy)?,
+            volumes: volumes::load_waiting(db, policy)?,
+            queued: super::load::load_queued_bytes(db, policy)?,
+            outstanding: super::load::load_outstanding(db)?,
             // Uses the partial index on in-flight requests.
-            priority_waiting: conn.query_row(
+            priority_waiting: db.query_one(
                 "SELECT COUNT(*) FROM requests WHERE state IN ('submitted', 'running') \
                  AND state = 'submitted' AND class = 'priority'",
-                [],
+                params![],
                 |r| r.get(0),
             )?,
-            carriers: Carriers::load(conn, policy.order.release.coalesce)?,
+            carriers: Carriers::load(db, policy.order.release.coalesce)?,
         })
     }
 
@@ -140,44 +138,38 @@ pub(super) struct Row {
 }
 
 impl Row {
-    /// Row `id` as `conn` sees it (`None`: there is none), read for `policy`.
-    pub fn read(
-        conn: &Connection,
-        policy: &PolicySettings,
-        id: i64,
-    ) -> Result<Option<Row>, LedgerError> {
-        let mut stmt = conn.prepare_cached(&format!(
+    /// Row `id` as `db` sees it (`None`: there is none), read for `policy`.
+    pub fn read(db: &Db<'_>, policy: &PolicySettings, id: i64) -> Result<Option<Row>, LedgerError> {
+        let sql = format!(
             "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, state, class, user_name, direction, \
              file, local_file, station FROM requests WHERE id = ?1"
-        ))?;
-        let row = stmt
-            .query_row([id], |r| {
-                let state: String = r.get(12)?;
-                // Read as the loaders read it: only a queued row becomes a candidate.
-                let candidate = match state.as_str() {
-                    "queued" => read_candidate(policy, r)?,
-                    _ => None,
-                };
-                let (volume, position) = read_place(r)?;
-                Ok(Row {
-                    id,
-                    state,
-                    class: r.get(13)?,
-                    group_path: r.get(1)?,
-                    user: r.get(14)?,
-                    size_bytes: r.get(4)?,
-                    library: r.get(2)?,
-                    slots: r.get(8)?,
-                    direction: r.get(15)?,
-                    file: r.get(16)?,
-                    local_file: r.get(17)?,
-                    station: r.get(18)?,
-                    candidate,
-                    volume,
-                    position,
-                })
+        );
+        let row = db.query_opt(&sql, params![id], |r| {
+            let state: String = r.get(12)?;
+            // Read as the loaders read it: only a queued row becomes a candidate.
+            let candidate = match state.as_str() {
+                "queued" => read_candidate(policy, r)?,
+                _ => None,
+            };
+            let (volume, position) = read_place(r)?;
+            Ok(Row {
+                id,
+                state,
+                class: r.get(13)?,
+                group_path: r.get(1)?,
+                user: r.get(14)?,
+                size_bytes: r.get(4)?,
+                library: r.get(2)?,
+                slots: r.get(8)?,
+                direction: r.get(15)?,
+                file: r.get(16)?,
+                local_file: r.get(17)?,
+                station: r.get(18)?,
+                candidate,
+                volume,
+                position,
             })
-            .optional()?;
+        })?;
         Ok(row)
     }
 

@@ -2,7 +2,7 @@
 //! possibly at the MSS before it goes; `deferred` holds back a send the MSS answered "not yet"
 //! (`mark_unsent`, which may end a request, is with the other outcomes in `settle.rs`).
 
-use rusqlite::{params, OptionalExtension};
+use crate::ledger::db::{params, DbResult};
 
 use super::settle::clip_error;
 use super::state::Txn;
@@ -12,28 +12,25 @@ impl Txn<'_, '_> {
     /// request is still `accepted`, so that a cancel from now on goes to the MSS. Returns the
     /// ids marked, in order, each with whether this is its attempt's first send (no earlier one
     /// may have reached the MSS); the others ended or moved on meanwhile and are not sent.
-    pub fn mark_sending(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<Vec<(i64, bool)>> {
+    pub fn mark_sending(&mut self, items: &[(i64, u32)]) -> DbResult<Vec<(i64, bool)>> {
         let mut marked = Vec::with_capacity(items.len());
         for &(id, attempt) in items {
             self.note(id);
-            let first = self
-                .tx
-                .prepare_cached(
-                    "UPDATE requests SET sent_attempt = ?2 WHERE id = ?1 AND attempt = ?2 \
-                     AND state = 'accepted' AND sent_attempt IS NOT ?2",
-                )?
-                .execute(params![id, attempt])?
-                == 1;
+            let first = self.tx.execute(
+                "UPDATE requests SET sent_attempt = ?2 WHERE id = ?1 AND attempt = ?2 \
+                 AND state = 'accepted' AND sent_attempt IS NOT ?2",
+                params![id, attempt],
+            )? == 1;
             // Not marked now: already marked by an earlier send (a resend), or not to be sent.
             let resend = !first
                 && self
                     .tx
-                    .prepare_cached(
+                    .query_opt(
                         "SELECT 1 FROM requests WHERE id = ?1 AND attempt = ?2 \
                          AND state = 'accepted'",
+                        params![id, attempt],
+                        |_| Ok(()),
                     )?
-                    .query_row(params![id, attempt], |_| Ok(()))
-                    .optional()?
                     .is_some();
             if first || resend {
                 marked.push((id, first));
@@ -45,20 +42,15 @@ impl Txn<'_, '_> {
     /// The MSS deferred these sends (it made nothing: FTS3's destination held by another
     /// transfer): not sent again before `until_ms`, so the ready requests behind them go
     /// meanwhile. Same attempt; `last_error` says why (the MSS's text: clipped, `clip_error`).
-    pub fn deferred(
-        &mut self,
-        items: &[(i64, u32)],
-        until_ms: i64,
-        reason: &str,
-    ) -> rusqlite::Result<()> {
-        let mut stmt = self.tx.prepare_cached(
+    pub fn deferred(&mut self, items: &[(i64, u32)], until_ms: i64, reason: &str) -> DbResult<()> {
+        let mut stmt = self.tx.prepare(
             "UPDATE requests SET next_attempt_ms = MAX(next_attempt_ms, ?3), last_error = ?4 \
              WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
         )?;
         let reason = clip_error(reason);
         for &(id, attempt) in items {
             self.note(id);
-            stmt.execute(params![id, attempt, until_ms, reason])?;
+            stmt.execute(params![id, attempt, until_ms, &*reason])?;
         }
         Ok(())
     }

@@ -3,13 +3,12 @@
 //! its charge ([`Txn::finalize`], `settle/finalize.rs`).
 
 use mss_adapters::{EventCursor, EventKind, MssEvent};
-use rusqlite::{params, OptionalExtension};
 use tracing::warn;
 
 use super::coalesce::Carriers;
 use super::state::Txn;
 use crate::domain::{Class, RequestState};
-use crate::ledger::db::Db;
+use crate::ledger::db::{params, DbError, DbResult};
 use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
@@ -76,44 +75,43 @@ impl Txn<'_, '_> {
         self.queued_moved(key, Some(row.state), to);
     }
 
-    pub(super) fn load_charged(&self, id: i64) -> rusqlite::Result<Option<Charged>> {
-        self.tx
-            .prepare_cached(
-                "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
-                 COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
-                 slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
-                 local_file, sent_attempt IS attempt, station FROM requests WHERE id = ?1",
-            )?
-            .query_row([id], |r| {
+    pub(super) fn load_charged(&self, id: i64) -> DbResult<Option<Charged>> {
+        self.tx.query_opt(
+            "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
+             COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
+             slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
+             local_file, sent_attempt IS attempt, station FROM requests WHERE id = ?1",
+            params![id],
+            |r| {
                 Ok(Charged {
-                    state: parse_state(0, &r.get::<_, String>(0)?)?,
-                    attempt: r.get::<_, i64>(1)? as u32,
+                    state: parse_state(0, &r.get::<String>(0)?)?,
+                    attempt: r.get::<i64>(1)? as u32,
                     group: r.get(2)?,
                     access_mode: r.get(3)?,
                     charged: r.get(4)?,
                     charged_bytes: r.get(5)?,
                     charged_ms: r.get(6)?,
-                    class: parse_class(7, &r.get::<_, String>(7)?)?,
+                    class: parse_class(7, &r.get::<String>(7)?)?,
                     created_ms: r.get(8)?,
                     started_ms: r.get(9)?,
                     library: r.get(10)?,
-                    slots: r.get::<_, i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
-                    cancel_requested: r.get::<_, i64>(12)? != 0,
+                    slots: r.get::<i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
+                    cancel_requested: r.get::<i64>(12)? != 0,
                     user: r.get(13)?,
-                    size_bytes: r.get::<_, i64>(14)?.max(0) as u64,
-                    carrier_key: (r.get::<_, bool>(15)?)
+                    size_bytes: r.get::<i64>(14)?.max(0) as u64,
+                    carrier_key: (r.get::<bool>(15)?)
                         .then(|| {
-                            Ok::<_, rusqlite::Error>(Carriers::key(
-                                &r.get::<_, String>(16)?,
-                                r.get::<_, Option<String>>(17)?.as_deref(),
+                            Ok::<_, DbError>(Carriers::key(
+                                &r.get::<String>(16)?,
+                                r.get::<Option<String>>(17)?.as_deref(),
                             ))
                         })
                         .transpose()?,
                     maybe_at_mss: r.get(18)?,
                     station: r.get(19)?,
                 })
-            })
-            .optional()
+            },
+        )
     }
 
     /// A rider takes over its carrier's place: ready for the MSS as a request of its own.
@@ -129,7 +127,7 @@ impl Txn<'_, '_> {
         self.tally(row, RequestState::Queued);
     }
 
-    pub fn submitted_one(&mut self, item: &SubmittedTransfer) -> rusqlite::Result<AfterSubmit> {
+    pub fn submitted_one(&mut self, item: &SubmittedTransfer) -> DbResult<AfterSubmit> {
         let Some(row) = self.load_charged(item.id)? else {
             return Ok(AfterSubmit::Recorded);
         };
@@ -143,12 +141,11 @@ impl Txn<'_, '_> {
         // checked_ms: this attempt's news (submitted_ms stays the first attempt's, for the
         // reports), so the stale sweep counts a retry's silence from its own submission.
         self.note(item.id);
-        self.tx
-            .prepare_cached(
-                "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
-                 submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
-            )?
-            .execute(params![item.id, new_state.as_str(), item.mss_id, self.now])?;
+        self.tx.execute(
+            "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
+             submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
+            params![item.id, new_state.as_str(), item.mss_id, self.now],
+        )?;
         self.moved(row.class, Some(row.state), new_state);
         self.tally(&row, new_state);
         Ok(if row.state == RequestState::Cancelled {
@@ -166,7 +163,7 @@ impl Txn<'_, '_> {
     pub fn submitted_late_one(
         &mut self,
         item: &SubmittedTransfer,
-    ) -> rusqlite::Result<Option<AfterSubmit>> {
+    ) -> DbResult<Option<AfterSubmit>> {
         let resent = self
             .load_charged(item.id)?
             .is_some_and(|row| row.attempt == item.attempt && row.state == RequestState::Accepted);
@@ -176,7 +173,7 @@ impl Txn<'_, '_> {
         self.submitted_one(item).map(Some)
     }
 
-    pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<()> {
+    pub fn rejected(&mut self, id: i64, attempt: u32, reason: &str) -> DbResult<()> {
         let Some(row) = self.load_charged(id)? else {
             return Ok(());
         };
@@ -197,19 +194,21 @@ impl Txn<'_, '_> {
 
     /// Whether `row` is a request cancelled while the MSS might hold it and never named by
     /// an MSS answer (`cancel_maybe_at_mss`): what the MSS says of its send settles it.
-    fn cancelled_unnamed(&self, id: i64, row: &Charged) -> rusqlite::Result<bool> {
+    fn cancelled_unnamed(&self, id: i64, row: &Charged) -> DbResult<bool> {
         if !(row.cancel_requested && row.maybe_at_mss) {
             return Ok(false);
         }
-        self.tx
-            .prepare_cached("SELECT mss_id IS NULL FROM requests WHERE id = ?1")?
-            .query_row([id], |r| r.get(0))
+        self.tx.query_one(
+            "SELECT mss_id IS NULL FROM requests WHERE id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
     }
 
     /// These first sends of their attempts could not connect to the MSS: nothing reached it.
     /// The mark goes (a cancel is final at once again); one whose cancel was asked for while it
     /// was being sent (`cancel_maybe_at_mss`, no MSS id) ends cancelled now.
-    pub fn mark_unsent(&mut self, items: &[(i64, u32)]) -> rusqlite::Result<()> {
+    pub fn mark_unsent(&mut self, items: &[(i64, u32)]) -> DbResult<()> {
         for &(id, attempt) in items {
             let Some(row) = self.load_charged(id)? else {
                 continue;
@@ -220,9 +219,10 @@ impl Txn<'_, '_> {
             match row.state {
                 RequestState::Accepted => {
                     self.note(id);
-                    self.tx
-                        .prepare_cached("UPDATE requests SET sent_attempt = NULL WHERE id = ?1")?
-                        .execute([id])?;
+                    self.tx.execute(
+                        "UPDATE requests SET sent_attempt = NULL WHERE id = ?1",
+                        params![id],
+                    )?;
                 }
                 RequestState::Submitted if self.cancelled_unnamed(id, &row)? => {
                     self.finalize(id, &row, RequestState::Cancelled, None, None)?;
@@ -234,7 +234,7 @@ impl Txn<'_, '_> {
     }
 
     /// The MSS lost an in-flight attempt: back to `accepted` as the next attempt, at once.
-    pub fn resubmit_lost(&mut self, id: i64, attempt: u32, reason: &str) -> rusqlite::Result<bool> {
+    pub fn resubmit_lost(&mut self, id: i64, attempt: u32, reason: &str) -> DbResult<bool> {
         let Some(row) = self.load_charged(id)? else {
             return Ok(false);
         };
@@ -251,12 +251,11 @@ impl Txn<'_, '_> {
         self.moved(row.class, Some(row.state), RequestState::Accepted);
         self.tally(&row, RequestState::Accepted);
         self.note(id);
-        self.tx
-            .prepare_cached(
-                "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
-                 next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
-            )?
-            .execute(params![id, self.now, reason])?;
+        self.tx.execute(
+            "UPDATE requests SET state = 'accepted', attempt = attempt + 1, mss_id = NULL, \
+             next_attempt_ms = ?2, last_error = ?3 WHERE id = ?1",
+            params![id, self.now, reason],
+        )?;
         self.ready = true;
         self.carrier_ended(id, CarrierEnd::Retried)?;
         Ok(true)
@@ -265,7 +264,7 @@ impl Txn<'_, '_> {
     /// Apply one MSS event. Events of another attempt, of unknown requests, or of requests
     /// already final change nothing, so a duplicated or replayed event is harmless. Returns
     /// whether it changed the request.
-    pub fn apply_event(&mut self, event: &MssEvent) -> rusqlite::Result<bool> {
+    pub fn apply_event(&mut self, event: &MssEvent) -> DbResult<bool> {
         let KeyOwner::Ours(id) = self.keys.owner(&event.key) else {
             self.unknown_key(event)?;
             return Ok(false);
@@ -328,7 +327,7 @@ impl Txn<'_, '_> {
     /// An event for a key this ledger did not issue: a transfer of a request it lost (a backup
     /// restored after the request was acknowledged), or another broker's. Kept in
     /// `unknown_keys`, logged the first time, counted; never applied to a request.
-    fn unknown_key(&mut self, event: &MssEvent) -> rusqlite::Result<()> {
+    fn unknown_key(&mut self, event: &MssEvent) -> DbResult<()> {
         let what = match &event.kind {
             EventKind::Started => "started",
             EventKind::Done { .. } => "done",
@@ -337,29 +336,28 @@ impl Txn<'_, '_> {
         };
         let what = format!("{what} (attempt {})", event.attempt);
         let key = mss_adapters::answer::clip(&event.key, mss_adapters::answer::MAX_MESSAGE_CHARS);
-        if mss_key::record_unknown(&Db::borrowed(self.tx), &key, &what, self.now)? {
+        if mss_key::record_unknown(self.tx, &key, &what, self.now)? {
             warn!(mss_key = %key, event = %what, "the mss reports a transfer this ledger did not \
-                  issue (a request lost with a restored backup?): kept in unknown_keys \
-                  (mssbroker unknown-keys)");
+                                                  issue (a request lost with a restored backup?): kept in unknown_keys \
+                                                  (mssbroker unknown-keys)");
         }
         self.unknown_keys += 1;
         Ok(())
     }
 
     /// The MSS started the request's attempt.
-    fn started(&mut self, id: i64, row: &Charged) -> rusqlite::Result<bool> {
+    fn started(&mut self, id: i64, row: &Charged) -> DbResult<bool> {
         if !matches!(row.state, RequestState::Accepted | RequestState::Submitted) {
             return Ok(false);
         }
         // started_ms is the first start: a report's wait is from queueing to first start;
         // checked_ms is this attempt's news, which the stale sweep counts from.
         self.note(id);
-        self.tx
-            .prepare_cached(
-                "UPDATE requests SET state = 'running', started_ms = COALESCE(started_ms, ?2), \
-                 submitted_ms = COALESCE(submitted_ms, ?2), checked_ms = ?2 WHERE id = ?1",
-            )?
-            .execute(params![id, self.now])?;
+        self.tx.execute(
+            "UPDATE requests SET state = 'running', started_ms = COALESCE(started_ms, ?2), \
+             submitted_ms = COALESCE(submitted_ms, ?2), checked_ms = ?2 WHERE id = ?1",
+            params![id, self.now],
+        )?;
         if row.started_ms.is_none() {
             let over_priority = row.class != Class::Priority && self.st.priority_waiting > 0;
             self.report.started(
@@ -383,23 +381,16 @@ impl Txn<'_, '_> {
 
     /// The MSS failed the attempt: another attempt after a backoff, or failed for good
     /// ([`after_failure`]).
-    fn failed(
-        &mut self,
-        id: i64,
-        row: &Charged,
-        reason: &str,
-        retryable: bool,
-    ) -> rusqlite::Result<()> {
+    fn failed(&mut self, id: i64, row: &Charged, reason: &str, retryable: bool) -> DbResult<()> {
         match self.after_failure(row, retryable) {
             AfterFailure::Retry { attempt, after } => {
                 let due = self.now + after.as_millis() as i64;
                 self.note(id);
-                self.tx
-                    .prepare_cached(
-                        "UPDATE requests SET state = 'accepted', attempt = ?2, \
-                         mss_id = NULL, next_attempt_ms = ?3, last_error = ?4 WHERE id = ?1",
-                    )?
-                    .execute(params![id, attempt, due, clip_error(reason)])?;
+                self.tx.execute(
+                    "UPDATE requests SET state = 'accepted', attempt = ?2, \
+                     mss_id = NULL, next_attempt_ms = ?3, last_error = ?4 WHERE id = ?1",
+                    params![id, attempt, due, &*clip_error(reason)],
+                )?;
                 self.moved(row.class, Some(row.state), RequestState::Accepted);
                 self.tally(row, RequestState::Accepted);
                 self.ready = true;
@@ -417,8 +408,8 @@ impl Txn<'_, '_> {
         after_failure(self.retry, row.attempt, retryable)
     }
 
-    pub fn store_cursor(&self, cursor: &EventCursor) -> rusqlite::Result<()> {
-        let mut stmt = self.tx.prepare_cached(
+    pub fn store_cursor(&self, cursor: &EventCursor) -> DbResult<()> {
+        let mut stmt = self.tx.prepare(
             "INSERT INTO meta(key, value) VALUES (?1, ?2) \
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         )?;
@@ -427,7 +418,7 @@ impl Txn<'_, '_> {
         Ok(())
     }
 
-    pub fn cancel(&mut self, id: i64) -> rusqlite::Result<CancelOutcome> {
+    pub fn cancel(&mut self, id: i64) -> DbResult<CancelOutcome> {
         let Some(row) = self.load_charged(id)? else {
             return Ok(CancelOutcome::NotFound);
         };
@@ -450,9 +441,10 @@ impl Txn<'_, '_> {
             return self.cancel_maybe_at_mss(id, &row);
         }
         self.note(id);
-        self.tx
-            .prepare_cached("UPDATE requests SET cancel_requested = 1 WHERE id = ?1")?
-            .execute([id])?;
+        self.tx.execute(
+            "UPDATE requests SET cancel_requested = 1 WHERE id = ?1",
+            params![id],
+        )?;
         Ok(CancelOutcome::Requested(row.state))
     }
 
@@ -461,25 +453,24 @@ impl Txn<'_, '_> {
     /// again. The cancel goes to the MSS by its key; if the MSS does not hold it, the stale
     /// sweep's status finds it unknown and `resubmit_lost` ends it cancelled; if it does, its events or
     /// its status settle it (transferred: charged).
-    fn cancel_maybe_at_mss(&mut self, id: i64, row: &Charged) -> rusqlite::Result<CancelOutcome> {
+    fn cancel_maybe_at_mss(&mut self, id: i64, row: &Charged) -> DbResult<CancelOutcome> {
         let to = RequestState::Submitted;
         self.note(id);
-        self.tx
-            .prepare_cached(
-                "UPDATE requests SET state = ?2, cancel_requested = 1, \
-                 submitted_ms = COALESCE(submitted_ms, ?3), checked_ms = ?3 WHERE id = ?1",
-            )?
-            .execute(params![id, to.as_str(), self.now])?;
+        self.tx.execute(
+            "UPDATE requests SET state = ?2, cancel_requested = 1, \
+             submitted_ms = COALESCE(submitted_ms, ?3), checked_ms = ?3 WHERE id = ?1",
+            params![id, to.as_str(), self.now],
+        )?;
         self.moved(row.class, Some(row.state), to);
         self.tally(row, to);
         Ok(CancelOutcome::Requested(to))
     }
 
     /// The MSS confirmed these in-flight requests are still queued or running.
-    pub fn confirm_in_flight(&self, ids: &[i64]) -> rusqlite::Result<()> {
+    pub fn confirm_in_flight(&self, ids: &[i64]) -> DbResult<()> {
         let mut stmt = self
             .tx
-            .prepare_cached("UPDATE requests SET checked_ms = ?2 WHERE id = ?1")?;
+            .prepare("UPDATE requests SET checked_ms = ?2 WHERE id = ?1")?;
         for id in ids {
             self.note(*id);
             stmt.execute(params![id, self.now])?;
@@ -488,22 +479,15 @@ impl Txn<'_, '_> {
     }
 
     /// Record priorities the MSS took (for the attempt still at the MSS, not yet running).
-    pub fn reprioritised(&self, items: &[NewPriority]) -> rusqlite::Result<usize> {
+    pub fn reprioritised(&self, items: &[NewPriority]) -> DbResult<usize> {
         let mut n = 0;
         for i in items {
             self.note(i.id);
-            n += self
-                .tx
-                .prepare_cached(
-                    "UPDATE requests SET mss_priority = ?3, explain = ?4 \
-                     WHERE id = ?1 AND attempt = ?2 AND state = 'submitted'",
-                )?
-                .execute(params![
-                    i.id,
-                    i.attempt,
-                    i.mss_priority,
-                    i.explain.to_text()
-                ])?;
+            n += self.tx.execute(
+                "UPDATE requests SET mss_priority = ?3, explain = ?4 \
+                 WHERE id = ?1 AND attempt = ?2 AND state = 'submitted'",
+                params![i.id, i.attempt, i.mss_priority, i.explain.to_text()],
+            )?;
         }
         Ok(n)
     }

@@ -7,9 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use rusqlite::Transaction;
-
-use crate::ledger::db::{params, DbResult};
+use crate::ledger::db::{params, DbResult, Tx};
 
 use super::coalesce::Carriers;
 use super::idempotency::Idempotency;
@@ -445,7 +443,7 @@ pub(super) struct Deltas {
 /// One transaction at work: the open SQL transaction, the writer's memory and what this
 /// transaction adds up (deltas, report aggregates, whether something became ready).
 pub(super) struct Txn<'a, 'c> {
-    pub tx: &'a Transaction<'c>,
+    pub tx: &'a Tx<'c>,
     /// This ledger's MSS keys (an event's key to its request).
     pub keys: &'a super::super::mss_key::MssKeys,
     pub policy: &'a PolicySettings,
@@ -543,7 +541,7 @@ impl Txn<'_, '_> {
 
     /// Write the per-group deltas, the half-life accumulators and the queue priorities.
     pub fn flush_deltas(&self) -> DbResult<()> {
-        let (tx, deltas, policy) = (self.db(), &self.deltas, self.policy);
+        let (tx, deltas, policy) = (self.tx, &self.deltas, self.policy);
         let mut stmt = tx.prepare(
             "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
              VALUES (?1, ?2, ?3, ?4, ?5) \

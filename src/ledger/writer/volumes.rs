@@ -11,14 +11,14 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, Connection, Transaction};
+use crate::ledger::db::{params, Db, DbError, DbResult, Row};
 use tracing::{info, warn};
 
-use super::release::{read_candidate, CANDIDATE_COLUMNS};
 use super::state::{Charge, Txn};
 use crate::domain::GroupId;
 use crate::domain::PolicySettings;
 use crate::ledger::aggregates::HourRow;
+use crate::ledger::candidate::{read_candidate, CANDIDATE_COLUMNS};
 use crate::policy::order::{Candidate, ShareSnapshot};
 use crate::policy::volumes::{Batch, BatchReason, VolumeId, VolumeQueue};
 use crate::shares::limits::held_by;
@@ -55,9 +55,7 @@ impl<L: UsageLookup> UsageLookup for WithBatch<'_, L> {
 pub(in crate::ledger) const PLACE_COLUMNS: &str = "volume, position";
 
 /// The volume and tape position of a row read as `{CANDIDATE_COLUMNS}, {PLACE_COLUMNS}`.
-pub(in crate::ledger) fn read_place(
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(Option<String>, Option<u64>)> {
+pub(in crate::ledger) fn read_place(r: &Row<'_>) -> DbResult<(Option<String>, Option<u64>)> {
     let volume: Option<String> = r.get(10)?;
     let position: Option<i64> = r.get(11)?;
     Ok((volume, position.and_then(|p| u64::try_from(p).ok())))
@@ -73,7 +71,7 @@ impl Txn<'_, '_> {
         c: Candidate,
         volume: Option<&str>,
         position: Option<u64>,
-    ) -> rusqlite::Result<()> {
+    ) -> DbResult<()> {
         let lookup = self.policy.order.release.volumes.lookup_wait_ms.is_some();
         let unanswered = self.policy.order.volumes()
             && lookup
@@ -105,15 +103,17 @@ impl Txn<'_, '_> {
     }
 
     /// Whether a lookup answered for request `id` (`volume_source` set).
-    fn looked_up(&self, id: i64) -> rusqlite::Result<bool> {
-        self.tx
-            .prepare_cached("SELECT volume_source IS NOT NULL FROM requests WHERE id = ?1")?
-            .query_row([id], |r| r.get(0))
+    fn looked_up(&self, id: i64) -> DbResult<bool> {
+        self.tx.query_one(
+            "SELECT volume_source IS NOT NULL FROM requests WHERE id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
     }
 
     /// Release the batches the volume queue gives, per library, until it gives none. Returns
     /// how many requests were released.
-    pub fn release_volumes(&mut self) -> rusqlite::Result<usize> {
+    pub fn release_volumes(&mut self) -> DbResult<usize> {
         let mut released = 0;
         for lib in self.st.volumes.libraries() {
             loop {
@@ -139,7 +139,7 @@ impl Txn<'_, '_> {
     /// of their placements: a piggy-backed request never lowers the mount it rides on), charged
     /// each to its own group and numbered in position order. Every request leaves the queue, so
     /// the next `next_batch` sees a smaller one.
-    fn release_batch(&mut self, mut batch: Batch) -> rusqlite::Result<usize> {
+    fn release_batch(&mut self, mut batch: Batch) -> DbResult<usize> {
         let mut going = Vec::with_capacity(batch.requests.len());
         // What the batch has let go so far counts against the caps, as it would were its
         // requests released one at a time.
@@ -179,11 +179,10 @@ impl Txn<'_, '_> {
             self.decide_and_charge(c, &p)?;
             self.st.release_seq += 1;
             self.note(c.id);
-            self.tx
-                .prepare_cached(
-                    "UPDATE requests SET release_seq = ?2, release_lead = ?3 WHERE id = ?1",
-                )?
-                .execute(params![c.id, self.st.release_seq, lead_path])?;
+            self.tx.execute(
+                "UPDATE requests SET release_seq = ?2, release_lead = ?3 WHERE id = ?1",
+                params![c.id, self.st.release_seq, lead_path],
+            )?;
             let path = self.policy.group(c.group).path.to_string();
             self.report
                 .add(&path, self.now, HourRow::default().decided(p.class));
@@ -193,12 +192,13 @@ impl Txn<'_, '_> {
     }
 
     /// A request of a batch whose group is over a feasibility cap: `held` again, uncharged.
-    fn hold_again(&mut self, c: &Candidate, reason: &str) -> rusqlite::Result<()> {
+    fn hold_again(&mut self, c: &Candidate, reason: &str) -> DbResult<()> {
         self.st.dequeue_volume(c.id);
         self.note(c.id);
-        self.tx
-            .prepare_cached("UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1")?
-            .execute(params![c.id, reason])?;
+        self.tx.execute(
+            "UPDATE requests SET state = 'held', held_reason = ?2 WHERE id = ?1",
+            params![c.id, reason],
+        )?;
         let path = self.policy.group(c.group).path.to_string();
         self.charge(&path, Charge::held(1));
         self.carrier_held(c.id)
@@ -217,21 +217,18 @@ type InFlight = (Candidate, Option<u64>, bool, Option<GroupId>);
 /// `max_volumes` count. (What another release mode sent is numbered when this mode is entered,
 /// [`enter_mode`], and counts from then on.)
 pub(super) fn load_volume_queue(
-    conn: &Connection,
+    db: &Db<'_>,
     policy: &PolicySettings,
     now: i64,
-) -> rusqlite::Result<VolumeQueue> {
-    let mut queue = load_waiting(conn, policy)?;
-    add_flights(conn, policy, now, &mut queue)?;
+) -> DbResult<VolumeQueue> {
+    let mut queue = load_waiting(db, policy)?;
+    add_flights(db, policy, now, &mut queue)?;
     Ok(queue)
 }
 
 /// [`load_volume_queue`]'s first part: the `queued` requests in id order (a reload reads them
 /// off the writer, from its snapshot).
-pub(super) fn load_waiting(
-    conn: &Connection,
-    policy: &PolicySettings,
-) -> rusqlite::Result<VolumeQueue> {
+pub(super) fn load_waiting(db: &Db<'_>, policy: &PolicySettings) -> DbResult<VolumeQueue> {
     let settings = &policy.order.release.volumes;
     let mut queue = VolumeQueue::default();
     // Only the volumes mode keeps this queue: in `held` mode the queued rows are the held
@@ -240,12 +237,11 @@ pub(super) fn load_waiting(
         return Ok(queue);
     }
     let lookup = settings.lookup_wait_ms.is_some();
-    let mut stmt = conn.prepare(&format!(
+    let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, volume_source IS NULL FROM requests \
          WHERE state = 'queued' ORDER BY id"
-    ))?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
+    );
+    db.for_each(&sql, params![], |r| {
         match read_candidate(policy, r)? {
             Some(c) => {
                 let (volume, position) = read_place(r)?;
@@ -258,43 +254,44 @@ pub(super) fn load_waiting(
             }
             None => warn!("a queued request of a group no longer configured stays queued"),
         }
-    }
+        Ok::<_, DbError>(())
+    })?;
     Ok(queue)
 }
 
 /// [`load_volume_queue`]'s second part: the volumes in flight, from the rows at `now`, into
 /// `queue` (which holds the waiting requests).
 pub(super) fn add_flights(
-    conn: &Connection,
+    db: &Db<'_>,
     policy: &PolicySettings,
     now: i64,
     queue: &mut VolumeQueue,
-) -> rusqlite::Result<()> {
+) -> DbResult<()> {
     let settings = &policy.order.release.volumes;
     if !policy.order.volumes() {
         return Ok(());
     }
     let mut flights: BTreeMap<(String, VolumeId), Vec<InFlight>> = BTreeMap::new();
-    let mut stmt = conn.prepare(&format!(
+    let sql = format!(
         "SELECT {CANDIDATE_COLUMNS}, {PLACE_COLUMNS}, release_led, release_lead FROM requests \
          WHERE state IN ('accepted', 'submitted', 'running') AND release_seq IS NOT NULL \
          ORDER BY release_seq"
-    ))?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
+    );
+    db.for_each(&sql, params![], |r| {
         let Some(c) = read_candidate(policy, r)? else {
-            continue;
+            return Ok::<_, DbError>(());
         };
         let (volume, position) = read_place(r)?;
-        let led = r.get::<_, Option<bool>>(12)?.unwrap_or(false);
-        let lead = r.get::<_, Option<String>>(13)?;
+        let led = r.get::<Option<bool>>(12)?.unwrap_or(false);
+        let lead = r.get::<Option<String>>(13)?;
         let lead = lead.and_then(|path| policy.group_by_path(&path));
         let key = (c.library.clone(), VolumeId::of(volume.as_deref(), c.group));
         flights
             .entry(key)
             .or_default()
             .push((c, position, led, lead));
-    }
+        Ok(())
+    })?;
     for ((library, volume), reqs) in flights {
         let named = reqs.iter().find_map(|r| r.3);
         let marked = reqs
@@ -327,13 +324,13 @@ pub(super) fn add_flights(
 /// batches are numbered after it, so they are submitted after it, also after a restart when
 /// the highest numbers are at the MSS and one of those is retried. (The partial indexes on
 /// ready and in-flight requests answer this without reading the table's history.)
-pub(super) fn last_release_seq(conn: &Connection) -> rusqlite::Result<i64> {
-    let seq: Option<i64> = conn.query_row(
+pub(super) fn last_release_seq(db: &Db<'_>) -> DbResult<i64> {
+    let seq: Option<i64> = db.query_one(
         "SELECT MAX(s) FROM ( \
              SELECT MAX(release_seq) AS s FROM requests WHERE state = 'accepted' \
              UNION ALL \
              SELECT MAX(release_seq) FROM requests WHERE state IN ('submitted', 'running'))",
-        [],
+        params![],
         |r| r.get(0),
     )?;
     Ok(seq.unwrap_or(0))
@@ -352,23 +349,21 @@ const META_MODE: &str = "release_mode";
 /// the volumes, and are never numbered.) Records the mode in force, in the caller's
 /// transaction. Returns how many requests were numbered. Its rows are not noted for a reload
 /// (`noted.rs`): it runs only where none is being prepared, at start and in a reload's install.
-pub(super) fn enter_mode(tx: &Transaction<'_>, policy: &PolicySettings) -> rusqlite::Result<usize> {
+pub(super) fn enter_mode(tx: &Db<'_>, policy: &PolicySettings) -> DbResult<usize> {
     let mode = policy.order.release.mode.name();
-    let db = crate::ledger::db::Db::borrowed(tx);
-    let was = crate::ledger::usage::meta(&db, META_MODE)?;
-    crate::ledger::usage::set_meta(&db, META_MODE, mode)?;
+    let was = crate::ledger::usage::meta(tx, META_MODE)?;
+    crate::ledger::usage::set_meta(tx, META_MODE, mode)?;
     if !policy.order.volumes() || was.as_deref() == Some(mode) {
         return Ok(0);
     }
-    let ids: Vec<i64> = tx
-        .prepare(
-            "SELECT id FROM requests WHERE state = 'accepted' AND release_seq IS NULL \
-             AND class != 'priority' UNION ALL SELECT id FROM requests \
-             WHERE state IN ('submitted', 'running') AND release_seq IS NULL \
-             AND class != 'priority' ORDER BY id",
-        )?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let ids: Vec<i64> = tx.query_rows(
+        "SELECT id FROM requests WHERE state = 'accepted' AND release_seq IS NULL \
+         AND class != 'priority' UNION ALL SELECT id FROM requests \
+         WHERE state IN ('submitted', 'running') AND release_seq IS NULL \
+         AND class != 'priority' ORDER BY id",
+        params![],
+        |r| r.get(0),
+    )?;
     let mut seq = last_release_seq(tx)?;
     let mut stmt = tx
         .prepare("UPDATE requests SET release_seq = ?2, release_lead = group_path WHERE id = ?1")?;

@@ -3,7 +3,7 @@
 //! riders' outcome and its place in the queues given up, and its group's charge settled: the
 //! estimate taken back at its own date, the actual charged now (`policy::transition::settle`).
 
-use rusqlite::params;
+use crate::ledger::db::{params, DbResult};
 
 use super::super::coalesce::carrier_end;
 use super::super::state::{Charge, Txn};
@@ -25,7 +25,7 @@ impl Txn<'_, '_> {
         state: RequestState,
         actual_bytes: Option<u64>,
         error: Option<&str>,
-    ) -> rusqlite::Result<()> {
+    ) -> DbResult<()> {
         let (benefit, bytes) = self.benefit_of(row, actual_bytes);
         self.write_final_row(id, state, (benefit, bytes), error)?;
         self.report_final(row, state, (benefit, bytes));
@@ -74,23 +74,22 @@ impl Txn<'_, '_> {
         state: RequestState,
         (benefit, bytes): (i64, i64),
         error: Option<&str>,
-    ) -> rusqlite::Result<()> {
+    ) -> DbResult<()> {
         self.note(id);
-        self.tx
-            .prepare_cached(
-                "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, \
-                 bytes_done = ?5, finished_ms = ?6, last_error = COALESCE(?7, last_error), \
-                 charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
-            )?
-            .execute(params![
+        self.tx.execute(
+            "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, \
+             bytes_done = ?5, finished_ms = ?6, last_error = COALESCE(?7, last_error), \
+             charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
+            params![
                 id,
                 state.as_str(),
                 benefit,
                 bytes,
                 bytes,
                 self.now,
-                error.map(clip_error)
-            ])?;
+                error.map(clip_error).as_deref()
+            ],
+        )?;
         Ok(())
     }
 
