@@ -104,6 +104,14 @@ fn contend(settings: &crate::config::Settings) -> anyhow::Result<Option<Contende
     let Some(url) = &settings.database.url else {
         return Ok(None);
     };
+    // Until the writer's statements run on PostgreSQL (docs/ha.md, step 4), a term could not
+    // open there: refused at start rather than contending for a leadership it cannot hold.
+    if !crate::ledger::POSTGRES_LEDGER_COMPLETE {
+        anyhow::bail!(
+            "database.url: the PostgreSQL ledger is not complete in this build (issue 42, \
+             docs/ha.md step 4); use database.path (SQLite)"
+        );
+    }
     let scheme = match settings.server.tls {
         Some(_) => "https",
         None => "http",
