@@ -74,7 +74,8 @@ enum Command {
         /// Address to listen on, overriding server.listen (port 0: any free port).
         #[arg(long)]
         listen: Option<SocketAddr>,
-        /// SQLite database file, overriding database.path.
+        /// SQLite database file, overriding database.path; or a PostgreSQL URL
+        /// (postgresql://user@host/dbname), overriding database.url.
         #[arg(long)]
         db: Option<PathBuf>,
     },
@@ -205,6 +206,11 @@ fn check_config(
 }
 
 /// The configuration layers over the file: `MSSBROKER__*` variables, then the flags.
+/// `--db`'s value is a PostgreSQL URL, not a file (libpq's two URL schemes).
+fn is_postgres_url(db: &str) -> bool {
+    db.starts_with("postgresql://") || db.starts_with("postgres://")
+}
+
 fn layers(
     listen: Option<SocketAddr>,
     db: Option<PathBuf>,
@@ -224,7 +230,12 @@ fn layers(
                 }],
             });
         };
-        layers.flag("--db", "database.path", d);
+        let key = if is_postgres_url(d) {
+            "database.url"
+        } else {
+            "database.path"
+        };
+        layers.flag("--db", key, d);
     }
     Ok(layers)
 }

@@ -127,7 +127,11 @@ pub struct Settings {
 
 #[derive(Debug, Clone)]
 pub struct DatabaseSettings {
+    /// The SQLite ledger's file (unused when `url` is given).
     pub path: PathBuf,
+    /// The PostgreSQL ledger's connection string, checked (`[database] url`); shown without
+    /// its password or query.
+    pub url: Option<crate::database_url::DatabaseUrl>,
     /// Most commands one group commit takes.
     pub commit_batch_max: usize,
 }
@@ -221,10 +225,35 @@ impl mss_adapters::check::Issues for Issues {
 // Validation
 // ---------------------------------------------------------------------------------------------
 
+/// `[database] url`, checked: readable, naming a host, user and database, and (until the broker
+/// speaks TLS to PostgreSQL) on loopback or a unix socket. The errors never quote the string.
+fn database_url(
+    text: Option<&str>,
+    issues: &mut Issues,
+) -> Option<crate::database_url::DatabaseUrl> {
+    let url = match crate::database_url::DatabaseUrl::parse(text?) {
+        Ok(url) => url,
+        Err(e) => {
+            let message = e.to_string();
+            let message = message.strip_prefix("database url: ").unwrap_or(&message);
+            issues.add("database.url", message.to_string());
+            return None;
+        }
+    };
+    if let Err(e) = url.only_loopback() {
+        let message = e.to_string();
+        let message = message.strip_prefix("database.url: ").unwrap_or(&message);
+        issues.add("database.url", message.to_string());
+        return None;
+    }
+    Some(url)
+}
+
 fn validate(raw: RawConfig, origin: &str, base: &Path, issues: &mut Issues) -> Option<Settings> {
     let server = server::validate_server(&raw.server, base, issues);
     let database = DatabaseSettings {
         path: PathBuf::from(&raw.database.path),
+        url: database_url(raw.database.url.as_deref(), issues),
         commit_batch_max: positive(
             raw.database.commit_batch_max,
             "database.commit_batch_max",

@@ -4,7 +4,8 @@
 use crate::config::{layers, ConfigError};
 use crate::live_settings::Reload;
 use crate::startup::reload::{LoadSettings, Loaded};
-use crate::startup::Application;
+use crate::leadership::{Contender, Identity, Timing};
+use crate::startup::{Application, Leadership};
 use anyhow::Context;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -51,9 +52,20 @@ pub(super) async fn serve(
         Err(e) => tracing::warn!(error = %e, "cannot raise the file-descriptor limit"),
     }
     let clock = Arc::new(crate::clock::SystemClock);
-    let app = Application::build_reloadable(loaded, load, clock)
-        .await
-        .with_context(|| format!("cannot start with {}", settings.origin))?;
+    // On PostgreSQL every broker of the database contends for its leadership; the contender
+    // lives as long as the server (dropped, its session ends and the lock is free).
+    let contender = contend(&settings)?;
+    let app = match &contender {
+        Some(c) => {
+            let leadership = Leadership {
+                role: c.role(),
+                resigner: Some(c.resigner()),
+            };
+            Application::build_led(loaded, load, clock, leadership).await
+        }
+        None => Application::build_reloadable(loaded, load, clock).await,
+    }
+    .with_context(|| format!("cannot start with {}", settings.origin))?;
     reload_on_sighup(hangups, app.reloader());
     // Before the banner and the "serving" line: a SIGTERM from then on stops it gracefully.
     let stops = StopSignals::install()?;
@@ -63,7 +75,7 @@ pub(super) async fn serve(
         app.local_addr(),
         app.mss_url(),
         settings.origin,
-        settings.database.path.display()
+        database_shown(&settings)
     ));
     let (why_tx, why) = tokio::sync::oneshot::channel();
     app.run_until_stopped(async move {
@@ -73,8 +85,53 @@ pub(super) async fn serve(
     })
     .await?;
     let signal = why.await.unwrap_or("shutdown");
+    drop(contender);
     tracing::info!(signal, "mssbroker stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The ledger as the banner names it: the SQLite file, or the PostgreSQL URL without its
+/// password or query.
+fn database_shown(settings: &crate::config::Settings) -> String {
+    match &settings.database.url {
+        Some(url) => url.to_string(),
+        None => settings.database.path.display().to_string(),
+    }
+}
+
+/// A leadership contender for `[database] url`, when the ledger is on PostgreSQL.
+fn contend(settings: &crate::config::Settings) -> anyhow::Result<Option<Contender>> {
+    let Some(url) = &settings.database.url else {
+        return Ok(None);
+    };
+    // Until the writer's statements run on PostgreSQL (docs/ha.md, step 4), a term could not
+    // open there: refused at start rather than contending for a leadership it cannot hold.
+    if !crate::ledger::POSTGRES_LEDGER_COMPLETE {
+        anyhow::bail!(
+            "database.url: the PostgreSQL ledger is not complete in this build (issue 42, \
+             docs/ha.md step 4); use database.path (SQLite)"
+        );
+    }
+    let scheme = match settings.server.tls {
+        Some(_) => "https",
+        None => "http",
+    };
+    let identity = Identity {
+        holder: format!("{} pid {}", host_name(), std::process::id()),
+        advertised_url: format!("{scheme}://{}", settings.server.listen),
+    };
+    let contender = Contender::start(url.clone(), identity, Timing::default())?;
+    tracing::info!(database = %url, "contending for the leadership: standing by until it is won");
+    Ok(Some(contender))
+}
+
+/// This host's name as the kernel has it (for the `leader` row's holder), or "unknown host".
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown host".to_string())
 }
 
 /// Print a start-up banner. It is for whoever reads stdout; a closed stdout (a supervisor that

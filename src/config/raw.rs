@@ -116,6 +116,8 @@ impl Default for RawServer {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawDatabase {
     pub path: String,
+    /// A PostgreSQL connection string: when given, the ledger is there and `path` is unused.
+    pub url: Option<String>,
     pub commit_batch_max: i64,
 }
 
@@ -123,6 +125,7 @@ impl Default for RawDatabase {
     fn default() -> Self {
         RawDatabase {
             path: "data/mssbroker.db".into(),
+            url: None,
             commit_batch_max: 8192,
         }
     }

@@ -289,3 +289,49 @@ fn secure_deployment_keys_are_refused_by_name() {
     assert!(!s.server.trusted_proxies[0].contains("10.0.1.7".parse().unwrap()));
     assert!(s.token_file.is_none() && s.auth.x509.len() == 1);
 }
+
+/// `[database] url`: a loopback or unix-socket PostgreSQL is taken and shown without its
+/// password; an unreadable string, one missing a part, or a host beyond loopback is refused
+/// naming `database.url`, never quoting the password.
+#[test]
+fn a_database_url_is_checked_naming_the_key_and_never_shown_with_its_password() {
+    let with = |url: &str| format!("{}\n[database]\nurl = \"{url}\"\n", base());
+    let ok = Settings::parse(
+        &with("postgresql://broker:s3cret@127.0.0.1:5432/mss?target_session_attrs=read-write"),
+        "test",
+    )
+    .expect("a loopback url");
+    let url = ok.database.url.as_ref().expect("the url kept");
+    assert_eq!(url.to_string(), "postgresql://broker@127.0.0.1:5432/mss");
+    assert!(!format!("{ok:?}").contains("s3cret"), "{ok:?}");
+    let socket = Settings::parse(
+        &with("host=/run/postgresql user=broker dbname=mss password=s3cret"),
+        "test",
+    )
+    .expect("a unix socket");
+    assert!(socket.database.url.is_some());
+    assert!(Settings::parse(&base(), "test")
+        .unwrap()
+        .database
+        .url
+        .is_none());
+
+    for (url, says) in [
+        (
+            "postgresql://broker:s3cret@db.example.org/mss",
+            "db.example.org",
+        ),
+        ("postgresql://broker:s3cret@127.0.0.1/", "no database name"),
+        (
+            "postgresql://broker:s3cret@127.0.0.1/mss?bogus=1",
+            "unknown option",
+        ),
+        ("postgresql://broker:s3cret@[::1/mss", ""),
+    ] {
+        let got = issues(&with(url));
+        assert_eq!(got.len(), 1, "{url}: {got:?}");
+        assert!(got[0].starts_with("database.url: "), "{url}: {got:?}");
+        assert!(got[0].contains(says), "{url}: {got:?}");
+        assert!(!got[0].contains("s3cret"), "{url}: {got:?}");
+    }
+}

@@ -333,6 +333,11 @@ fn fixed_server(was: &Settings, now: &Settings) -> Vec<Pair> {
             debug_text(&now.database.path),
         ),
         (
+            "database.url",
+            debug_text(&was.database.url),
+            debug_text(&now.database.url),
+        ),
+        (
             "database.commit_batch_max",
             debug_text(was.database.commit_batch_max),
             debug_text(now.database.commit_batch_max),

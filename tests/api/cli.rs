@@ -299,3 +299,30 @@ fn exit_within_30_s(child: &mut std::process::Child, what: &str) -> std::process
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `serve --db` takes a PostgreSQL URL for `database.url`: one beyond loopback is refused
+/// before anything starts (no TLS to PostgreSQL yet), naming the key and the host, never the
+/// password.
+#[test]
+fn serve_db_takes_a_postgresql_url_and_refuses_one_beyond_loopback_without_its_password() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/broker.toml");
+    let url = "postgresql://broker:pw-s3cret@db.example.org:5432/mss";
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config", shipped, "--listen", "127.0.0.1:0"])
+        .args(["--db", url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = exit_within_30_s(&mut child, "serve took a database beyond loopback");
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!status.success());
+    assert!(stderr.contains("database.url"), "{stderr}");
+    assert!(stderr.contains("db.example.org"), "{stderr}");
+    assert!(
+        !stderr.contains("s3cret") && !stdout.contains("s3cret"),
+        "{stderr}{stdout}"
+    );
+}
