@@ -69,7 +69,8 @@ pub(super) struct Writer {
     published: Arc<Published>,
     metrics: Arc<dyn super::CommitObserver>,
     /// The database file as opened: checked before every COMMIT (see `ledger::identity`).
-    file: super::identity::DbFile,
+    /// `None` on PostgreSQL: no file.
+    file: Option<super::identity::DbFile>,
     /// The volume queue could not be reloaded after a rollback: tried again before the next
     /// transaction, so a batch the rollback undid does not hold its volume's slot for ever.
     volumes_stale: bool,
@@ -82,6 +83,16 @@ impl Writer {
     pub fn keys(&self) -> Arc<MssKeys> {
         self.keys.clone()
     }
+
+    /// The SQLite file is still the one opened (nothing to check on PostgreSQL).
+    fn check_file(&self) -> Result<(), super::db::DbError> {
+        check_file(self.file.as_ref())
+    }
+}
+
+/// `file` (SQLite's, as opened) is still the file at its path; `None` (PostgreSQL): nothing.
+fn check_file(file: Option<&super::identity::DbFile>) -> Result<(), super::db::DbError> {
+    file.map_or(Ok(()), |f| f.check())
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -355,7 +366,7 @@ impl Writer {
         let (ready, unknown_keys) = (txn.ready, txn.unknown_keys);
         let changed = txn.changed.into_ids();
         let outcome = outcome
-            .and_then(|()| self.file.check())
+            .and_then(|()| check_file(self.file.as_ref()))
             .and_then(|()| tx.commit());
         if outcome.is_ok() {
             self.reloads.committed(changed);
