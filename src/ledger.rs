@@ -79,7 +79,6 @@
 //! the writer thread ends), `identity.rs` (`DbFile`: the opened file's device and inode, checked
 //! against the path before every COMMIT), `tests.rs`.
 
-
 /// Whether a broker may run on the PostgreSQL ledger (`[database] url`): not until the writer's
 /// statements, the fence and the read pool run there (docs/ha.md, step 4). `serve` refuses the
 /// key while this is false.
@@ -299,11 +298,7 @@ fn open_backend(
     options: &LedgerOptions,
 ) -> Result<(Option<lock::DbLock>, db::DbConn, read::ReadPool), LedgerError> {
     match &options.url {
-        Some(url) => Ok((
-            None,
-            postgres::open(url)?,
-            read::ReadPool::postgres(url),
-        )),
+        Some(url) => Ok((None, postgres::open(url)?, read::ReadPool::postgres(url))),
         None => {
             let lock = lock::DbLock::acquire(&options.path)?;
             let conn = schema::open_writer(&options.path)?;

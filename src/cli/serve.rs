@@ -2,9 +2,9 @@
 //! which and when it has stopped; SIGHUP reloads the configuration: see `reload`).
 
 use crate::config::{layers, ConfigError};
+use crate::leadership::{Contender, Identity, Timing};
 use crate::live_settings::Reload;
 use crate::startup::reload::{LoadSettings, Loaded};
-use crate::leadership::{Contender, Identity, Timing};
 use crate::startup::{Application, Leadership};
 use anyhow::Context;
 use std::io::Write;

@@ -75,6 +75,10 @@ pub enum DbError {
     /// password.
     #[error("{0}")]
     Connect(String),
+    /// The write transaction's fence refused it (PostgreSQL: another broker leads at a later
+    /// epoch, or none does): nothing of it is committed, and the writer takes no more groups.
+    #[error("{0}")]
+    Fenced(String),
     /// `query_one` found no row.
     #[error("the query returned no row")]
     NoRow,

@@ -7,10 +7,10 @@ use super::db::{params, Db, DbConn, DbError, DbResult, Row};
 use mss_adapters::{Direction, EventCursor, TransferRef};
 
 use super::mss_key::MssKeys;
+use super::postgres::connect;
 use super::stored_explain::StoredExplain;
 use super::wide::Wide;
 use super::LedgerError;
-use super::postgres::connect;
 use super::{columns, schema};
 use crate::database_url::DatabaseUrl;
 use crate::domain::{Class, RequestState};

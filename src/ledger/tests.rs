@@ -83,9 +83,31 @@ impl Fixture {
         let mut f = Fixture::new();
         if backend == Backend::Postgres {
             // Its admin client blocks on a runtime of its own: not on an async thread.
-            f.pg = Some(tokio::task::block_in_place(|| TestDb::new(backend)));
+            let db = tokio::task::block_in_place(|| TestDb::new(backend));
+            f.pg = Some(db);
+            // A broker took office at the fixture's epoch (the writer's fence reads it).
+            f.set_leader_epoch(f.epoch);
         }
         f
+    }
+
+    /// The `leader` row's epoch set to `epoch` from a connection of its own (a broker taking
+    /// office, as `leadership` does); PostgreSQL only.
+    fn set_leader_epoch(&self, epoch: i64) {
+        let db = self.pg.as_ref().expect("a PostgreSQL fixture");
+        tokio::task::block_in_place(|| {
+            let conn = db.connect();
+            let db = conn.db();
+            db.execute_batch(crate::leadership::LEADER_TABLE)
+                .expect("the leader table");
+            db.execute(
+                "INSERT INTO leader (only_row, epoch, holder, advertised_url, since) \
+                 VALUES (TRUE, ?1, 'test', 'http://127.0.0.1:1', now()) \
+                 ON CONFLICT (only_row) DO UPDATE SET epoch = excluded.epoch",
+                crate::ledger::db::params![epoch],
+            )
+            .expect("the leader row");
+        });
     }
 
     fn open(&self) -> (Ledger, std::thread::JoinHandle<()>) {
@@ -1427,7 +1449,44 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
     );
 }
 
-/// The writer's paths on both backends (PostgreSQL: issue 42, step 4).
+/// On PostgreSQL a ledger opened at epoch N whose `leader` row another broker moved to N+1
+/// commits nothing: the submission is refused (an error, never an accepted answer), no row is
+/// written, and the writer takes no more commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_submission_is_refused_and_nothing_is_committed() {
+    let mut f = Fixture::on(Backend::Postgres);
+    f.epoch = 7;
+    f.set_leader_epoch(7);
+    let opened = f.open();
+    let l = opened.0.clone();
+    let first = accept(&l, f.request("before", "mc", "x", 100)).await;
+    assert!(!first.duplicate, "taken while this broker leads");
+    f.set_leader_epoch(8);
+    let refused = l.accept(vec![f.request("after", "mc", "x", 200)]).await;
+    assert!(
+        refused.is_err(),
+        "a deposed leader's submission: {refused:?}"
+    );
+    let again = l.accept(vec![f.request("later", "mc", "x", 300)]).await;
+    assert!(again.is_err(), "and every later one: {again:?}");
+    let rows: Vec<String> = tokio::task::block_in_place(|| {
+        let conn = f.pg.as_ref().expect("postgres").connect();
+        let rows = (conn.db())
+            .query_rows(
+                "SELECT client_request_id FROM requests ORDER BY id",
+                crate::ledger::db::params![],
+                |r| r.get::<String>(0),
+            )
+            .expect("the rows");
+        drop(conn);
+        rows
+    });
+    assert_eq!(rows, ["before"], "nothing of the fenced groups committed");
+    drop(l);
+    close(opened);
+}
+
+// The writer's paths on both backends (PostgreSQL: issue 42, step 4).
 on_both_async!(
     restart_restores_every_groups_usage_and_decisions,
     resubmission_is_idempotent,

@@ -117,11 +117,7 @@ impl TermContext {
             self.clock.clone(),
             self.metrics.clone(),
         );
-        let readiness = Readiness::new(
-            ledger.clone(),
-            db_file(&options)?,
-            dispatcher.last_call(),
-        );
+        let readiness = Readiness::new(ledger.clone(), db_file(&options)?, dispatcher.last_call());
         let office = Office::new(epoch, ledger, mss, cancel_tx, readiness, term);
         Ok(Term {
             office: Arc::new(office),

@@ -72,6 +72,8 @@ impl Writer {
             published,
             metrics: options.metrics.clone(),
             file,
+            fence_epoch: options.url.as_ref().map(|_| options.epoch),
+            fenced: false,
             volumes_stale: false,
             reloads: Default::default(),
         })

@@ -87,10 +87,8 @@ impl Txn<'_, '_> {
     }
 
     pub(super) fn load_charged(&self, id: i64) -> DbResult<Option<Charged>> {
-        self.tx.query_opt(
-            self.tx.dialect().pick(&LOAD_CHARGED),
-            params![id],
-            |r| {
+        self.tx
+            .query_opt(self.tx.dialect().pick(&LOAD_CHARGED), params![id], |r| {
                 Ok(Charged {
                     state: parse_state(0, &r.get::<String>(0)?)?,
                     attempt: r.get::<i64>(1)? as u32,
@@ -118,8 +116,7 @@ impl Txn<'_, '_> {
                     maybe_at_mss: r.get(18)?,
                     station: r.get(19)?,
                 })
-            },
-        )
+            })
     }
 
     /// A rider takes over its carrier's place: ready for the MSS as a request of its own.
