@@ -84,9 +84,9 @@ pub enum DbError {
     NoRow,
 }
 
-/// A PostgreSQL error as the ledger's errors show it: the server's SQLSTATE and message when it
-/// answered (never the statement's values: a message names columns and types, a constraint's
-/// detail, which may hold values, is left out), the client's text otherwise.
+/// A PostgreSQL error as the ledger's errors show it: the server's message and SQLSTATE when it
+/// answered (a constraint's detail is left out; a message may quote a value it could not take,
+/// which is ledger data: no secret is stored in the ledger), the client's text otherwise.
 fn pg_text(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
