@@ -175,6 +175,8 @@ async fn direct_round(options: &BenchOptions, round: usize) -> anyhow::Result<Ro
     let ledger_options = LedgerOptions {
         path: dir.join("bench.db"),
         commit_batch_max: settings.database.commit_batch_max,
+        url: None,
+        epoch: 1,
         retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
         read_outputs: settings.mss.read_outputs(),

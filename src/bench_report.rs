@@ -67,6 +67,8 @@ async fn fill(
     let options = LedgerOptions {
         path: path.to_path_buf(),
         commit_batch_max: settings.database.commit_batch_max,
+        url: None,
+        epoch: 1,
         retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
         read_outputs: settings.mss.read_outputs(),

@@ -35,6 +35,8 @@ use crate::database_url::{BeyondLoopback, DatabaseUrl};
 
 mod office;
 
+#[cfg(test)]
+pub(crate) use office::CREATE as LEADER_TABLE;
 pub use office::{fence, FenceError};
 
 /// The session advisory lock whose holder leads: the bytes of "mssbrokr" as a big-endian

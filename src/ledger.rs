@@ -211,18 +211,16 @@ impl Ledger {
         policy: Arc<PolicySettings>,
         clock: Arc<dyn Clock>,
     ) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
-        // Before the database is opened: a second writer must not even migrate it.
-        let lock = lock::DbLock::acquire(&options.path)?;
-        let conn = schema::open_writer(&options.path)?;
-        let instance = schema::instance(&conn).map_err(|e| LedgerError::Open {
-            path: options.path.clone(),
+        let (lock, conn, reads) = open_backend(options)?;
+        let instance = schema::instance(&conn.db()).map_err(|e| LedgerError::Open {
+            path: options.shown(),
             message: e.to_string(),
         })?;
         let ready = Arc::new(Notify::new());
         let (tx, rx) = mpsc::channel(options.commit_batch_max.max(64));
         let published = Arc::new(live::Published::new(policy.clone()));
         let state = writer::Writer::load(
-            db::DbConn::from_sqlite(conn),
+            conn,
             policy.clone(),
             clock.clone(),
             options,
@@ -239,10 +237,10 @@ impl Ledger {
                 drop(lock);
             })
             .map_err(|e| LedgerError::Open {
-                path: options.path.clone(),
+                path: options.shown(),
                 message: format!("cannot start the writer thread: {e}"),
             })?;
-        let reads = Arc::new(read::ReadPool::new(&options.path));
+        let reads = Arc::new(reads);
         Ok((
             Ledger {
                 tx,
@@ -289,6 +287,27 @@ impl Ledger {
     /// Wait for a commit that made requests ready to submit.
     pub fn ready(&self) -> &Arc<Notify> {
         &self.ready
+    }
+}
+
+/// The writer's connection and the read pool on the backend `options` name, with the lock file
+/// the SQLite ledger takes before its file is opened (a second writer must not even migrate
+/// it). PostgreSQL has no lock file: the leadership lock is the exclusion, and every write
+/// transaction is fenced at the term's epoch.
+fn open_backend(
+    options: &LedgerOptions,
+) -> Result<(Option<lock::DbLock>, db::DbConn, read::ReadPool), LedgerError> {
+    match &options.url {
+        Some(url) => Ok((None, postgres::open(url)?, read::ReadPool::postgres(url))),
+        None => {
+            let lock = lock::DbLock::acquire(&options.path)?;
+            let conn = schema::open_writer(&options.path)?;
+            Ok((
+                Some(lock),
+                db::DbConn::from_sqlite(conn),
+                read::ReadPool::new(&options.path),
+            ))
+        }
     }
 }
 

@@ -59,20 +59,19 @@ pub struct Problem {
 /// What readiness looks at.
 pub struct Readiness {
     ledger: Ledger,
-    db_path: PathBuf,
-    /// The database file as the writer opened it.
-    db_file: DbFile,
+    /// The SQLite database's path and its file as the writer opened it (`None` on PostgreSQL:
+    /// no file to check; a lost server shows as the writer's stale heartbeat).
+    db: Option<(PathBuf, DbFile)>,
     mss: Arc<LastCall>,
     /// The checks that failed at the previous probe (empty: ready; `None`: no probe yet).
     last: Mutex<Option<Vec<&'static str>>>,
 }
 
 impl Readiness {
-    pub fn new(ledger: Ledger, db_path: PathBuf, db_file: DbFile, mss: Arc<LastCall>) -> Self {
+    pub fn new(ledger: Ledger, db: Option<(PathBuf, DbFile)>, mss: Arc<LastCall>) -> Self {
         Readiness {
             ledger,
-            db_path,
-            db_file,
+            db,
             mss,
             last: Mutex::new(None),
         }
@@ -124,11 +123,13 @@ impl Readiness {
                 ),
             );
         }
-        if let Err(e) = self.db_file.check() {
-            add("database", e.to_string());
-        }
-        for problem in writable(&self.db_path) {
-            add("database", problem);
+        if let Some((path, file)) = &self.db {
+            if let Err(e) = file.check() {
+                add("database", e.to_string());
+            }
+            for problem in writable(path) {
+                add("database", problem);
+            }
         }
         match self.mss.get() {
             None => add("mss", "no call to the mss has been made yet".into()),
@@ -221,6 +222,8 @@ mod tests {
         let options = LedgerOptions {
             path: path.clone(),
             commit_batch_max: 64,
+            url: None,
+            epoch: 1,
             retry: settings.mss.retry,
             metrics: Arc::new(NoObserver),
             read_outputs: settings.mss.read_outputs(),
@@ -229,7 +232,7 @@ mod tests {
         let (ledger, writer) = Ledger::open(&options, settings.policy.clone(), clock).unwrap();
         let mss = Arc::new(LastCall::default());
         let file = DbFile::of(&path).unwrap();
-        let readiness = Readiness::new(ledger.clone(), path.clone(), file, mss.clone());
+        let readiness = Readiness::new(ledger.clone(), Some((path.clone(), file)), mss.clone());
         ledger.tick().await.unwrap();
         assert!(ledger.writer_heartbeat_age() < WRITER_STALE);
         // No call to the MSS yet.

@@ -281,11 +281,17 @@ type SimulatorHandle = (
     tokio::task::JoinHandle<std::io::Result<()>>,
 );
 
-/// The ledger's options from `settings`.
-fn ledger_options(settings: &Settings, metrics: Arc<crate::metrics::Metrics>) -> LedgerOptions {
+/// The ledger's options from `settings`, for a term at `epoch`.
+fn ledger_options(
+    settings: &Settings,
+    metrics: Arc<crate::metrics::Metrics>,
+    epoch: i64,
+) -> LedgerOptions {
     LedgerOptions {
         path: settings.database.path.clone(),
         commit_batch_max: settings.database.commit_batch_max,
+        url: settings.database.url.clone(),
+        epoch,
         retry: settings.mss.retry,
         metrics,
         read_outputs: settings.mss.read_outputs(),

@@ -173,6 +173,8 @@ async fn decisions(settings: &Settings, ids: &[i64], samples: usize) -> anyhow::
     let options = LedgerOptions {
         path: settings.database.path.clone(),
         commit_batch_max: settings.database.commit_batch_max,
+        url: None,
+        epoch: 1,
         retry: settings.mss.retry,
         metrics: Arc::new(crate::metrics::Metrics::default()),
         read_outputs: settings.mss.read_outputs(),

@@ -7,7 +7,7 @@ use tokio_postgres::{Client, GenericClient};
 
 use super::{Identity, LOCK_KEY};
 
-const CREATE: &str = "CREATE TABLE IF NOT EXISTS leader (
+pub(crate) const CREATE: &str = "CREATE TABLE IF NOT EXISTS leader (
     only_row       BOOLEAN     PRIMARY KEY DEFAULT TRUE CHECK (only_row),
     epoch          BIGINT      NOT NULL,
     holder         TEXT        NOT NULL,

@@ -7,25 +7,54 @@ use super::db::{params, Db, DbConn, DbError, DbResult, Row};
 use mss_adapters::{Direction, EventCursor, TransferRef};
 
 use super::mss_key::MssKeys;
+use super::postgres::connect;
 use super::stored_explain::StoredExplain;
 use super::wide::Wide;
 use super::LedgerError;
 use super::{columns, schema};
+use crate::database_url::DatabaseUrl;
 use crate::domain::{Class, RequestState};
 
 pub(super) struct ReadPool {
-    path: PathBuf,
+    source: Source,
     idle: Mutex<Vec<DbConn>>,
 }
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 8;
 
+/// Where the pool's connections come from.
+enum Source {
+    /// The SQLite file, opened read-only (WAL: reads beside the writer).
+    File(PathBuf),
+    /// The PostgreSQL database: a connection of the ledger's own (`postgres::connect`).
+    Postgres(Box<DatabaseUrl>),
+}
+
 impl ReadPool {
     pub fn new(path: &Path) -> ReadPool {
+        ReadPool::from(Source::File(path.to_path_buf()))
+    }
+
+    /// A pool of connections to the PostgreSQL ledger at `url`.
+    pub fn postgres(url: &DatabaseUrl) -> ReadPool {
+        ReadPool::from(Source::Postgres(Box::new(url.clone())))
+    }
+
+    fn from(source: Source) -> ReadPool {
         ReadPool {
-            path: path.to_path_buf(),
+            source,
             idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new connection from the source.
+    fn open(&self) -> DbResult<DbConn> {
+        match &self.source {
+            Source::File(path) => Ok(DbConn::from_sqlite(schema::open_reader(path)?)),
+            Source::Postgres(url) => connect::connect(url)
+                .map(DbConn::from_postgres)
+                .map_err(|e| DbError::Connect(e.to_string())),
         }
     }
 
@@ -39,7 +68,7 @@ impl ReadPool {
         tokio::task::spawn_blocking(move || {
             let conn = match pool.take() {
                 Some(c) => c,
-                None => DbConn::from_sqlite(schema::open_reader(&pool.path)?),
+                None => pool.open()?,
             };
             let out = f(&conn.db());
             pool.give_back(conn);
@@ -51,7 +80,7 @@ impl ReadPool {
 
     /// A connection of its own, not pooled (a reload's snapshot, held while it is prepared).
     pub fn fresh(&self) -> DbResult<DbConn> {
-        Ok(DbConn::from_sqlite(schema::open_reader(&self.path)?))
+        self.open()
     }
 
     fn take(&self) -> Option<DbConn> {
@@ -62,6 +91,22 @@ impl ReadPool {
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < MAX_IDLE {
                 idle.push(conn);
+            }
+        }
+    }
+}
+
+impl Drop for ReadPool {
+    /// A PostgreSQL client owns a runtime, which may not be dropped on an async thread (where
+    /// the last `Ledger` handle often goes): its idle connections are closed on a thread of
+    /// their own.
+    fn drop(&mut self) {
+        if let Source::Postgres(_) = self.source {
+            let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|e| e.into_inner()));
+            if !idle.is_empty() {
+                let _ = std::thread::Builder::new()
+                    .name("ledger-reads-close".into())
+                    .spawn(move || drop(idle));
             }
         }
     }

@@ -542,23 +542,27 @@ fn recount_groups(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// The database's identity: a random id made once, when the database is created.
-pub fn instance(conn: &Connection) -> rusqlite::Result<String> {
+/// The database's identity: a random id made once, when the database is created (on either
+/// backend: `meta` has `key` as its primary key on both).
+pub fn instance(conn: &super::db::Db<'_>) -> super::db::DbResult<String> {
+    use super::db::params;
     use sha2::{Digest, Sha256};
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
-    let seed = format!("{now}-{}-{:p}", std::process::id(), conn);
+    let seed = format!("{now}-{}-{:p}", std::process::id(), &now);
     let digest = Sha256::digest(seed.as_bytes());
     let fresh: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     conn.execute(
-        "INSERT OR IGNORE INTO meta(key, value) VALUES ('instance', ?1)",
-        [&fresh],
+        "INSERT INTO meta(key, value) VALUES ('instance', ?1) ON CONFLICT(key) DO NOTHING",
+        params![fresh],
     )?;
-    conn.query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
-        r.get(0)
-    })
+    conn.query_one(
+        "SELECT value FROM meta WHERE key = 'instance'",
+        params![],
+        |r| r.get::<String>(0),
+    )
 }
 
 /// A read connection (the version is checked by its openers, `open_read_only` and the writer).

@@ -10,7 +10,27 @@ use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::Class;
 use crate::domain::{RequestState, RetrySettings};
+use crate::ledger::db::tests::testdb::{Backend, TestDb};
 use crate::shares::view::SharesView;
+
+/// `on_both_async!(a, b)`: for each async test function `a(Backend)`, a module `a` with the
+/// tests `sqlite` and `postgres` awaiting it (on a multi-threaded runtime: the PostgreSQL
+/// client blocks, so the ledger is opened in `block_in_place`).
+macro_rules! on_both_async {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            use $crate::ledger::db::tests::testdb::Backend;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(Backend::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(Backend::Postgres).await
+            }
+        }
+    )+};
+}
 
 const CONFIG: &str = r#"
 [policy]
@@ -32,6 +52,10 @@ url = "http://127.0.0.1:1"
 struct Fixture {
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
+    /// The PostgreSQL database the ledger is opened on (`Fixture::on`); `None`: the file.
+    pg: Option<TestDb>,
+    /// The epoch the ledger is opened at (its writer's fence on PostgreSQL).
+    epoch: i64,
     settings: Settings,
     clock: ManualClock,
 }
@@ -47,9 +71,43 @@ impl Fixture {
         Fixture {
             _dir: dir,
             path,
+            pg: None,
+            epoch: 1,
             settings: Settings::parse(text, "test").unwrap(),
             clock: ManualClock::new(1_000_000),
         }
+    }
+
+    /// A fixture on `backend`: SQLite's file, or a fresh PostgreSQL database.
+    fn on(backend: Backend) -> Fixture {
+        let mut f = Fixture::new();
+        if backend == Backend::Postgres {
+            // Its admin client blocks on a runtime of its own: not on an async thread.
+            let db = tokio::task::block_in_place(|| TestDb::new(backend));
+            f.pg = Some(db);
+            // A broker took office at the fixture's epoch (the writer's fence reads it).
+            f.set_leader_epoch(f.epoch);
+        }
+        f
+    }
+
+    /// The `leader` row's epoch set to `epoch` from a connection of its own (a broker taking
+    /// office, as `leadership` does); PostgreSQL only.
+    fn set_leader_epoch(&self, epoch: i64) {
+        let db = self.pg.as_ref().expect("a PostgreSQL fixture");
+        tokio::task::block_in_place(|| {
+            let conn = db.connect();
+            let db = conn.db();
+            db.execute_batch(crate::leadership::LEADER_TABLE)
+                .expect("the leader table");
+            db.execute(
+                "INSERT INTO leader (only_row, epoch, holder, advertised_url, since) \
+                 VALUES (TRUE, ?1, 'test', 'http://127.0.0.1:1', now()) \
+                 ON CONFLICT (only_row) DO UPDATE SET epoch = excluded.epoch",
+                crate::ledger::db::params![epoch],
+            )
+            .expect("the leader row");
+        });
     }
 
     fn open(&self) -> (Ledger, std::thread::JoinHandle<()>) {
@@ -126,9 +184,8 @@ fn close((ledger, handle): (Ledger, std::thread::JoinHandle<()>)) {
     handle.join().unwrap();
 }
 
-#[tokio::test]
-async fn restart_restores_every_groups_usage_and_decisions() {
-    let f = Fixture::new();
+async fn restart_restores_every_groups_usage_and_decisions(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let ledger = opened.0.clone();
     let mut items = Vec::new();
@@ -153,7 +210,7 @@ async fn restart_restores_every_groups_usage_and_decisions() {
     let restarted = reopened.0.accept(second.to_vec()).await.unwrap();
 
     // A ledger that never restarts takes all sixty in one run.
-    let straight_f = Fixture::new();
+    let straight_f = Fixture::on(backend);
     let twin = straight_f.open();
     twin.0.accept(first.to_vec()).await.unwrap();
     let straight = twin.0.accept(second.to_vec()).await.unwrap();
@@ -170,9 +227,8 @@ async fn restart_restores_every_groups_usage_and_decisions() {
     close(twin);
 }
 
-#[tokio::test]
-async fn resubmission_is_idempotent() {
-    let f = Fixture::new();
+async fn resubmission_is_idempotent(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let a = l
@@ -323,9 +379,8 @@ async fn a_request_and_its_charge_are_never_committed_apart() {
     close(opened);
 }
 
-#[tokio::test]
-async fn completion_reconciles_and_failure_refunds() {
-    let f = Fixture::new();
+async fn completion_reconciles_and_failure_refunds(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let acc = l
@@ -417,9 +472,8 @@ async fn completion_reconciles_and_failure_refunds() {
     close(opened);
 }
 
-#[tokio::test]
-async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
-    let f = Fixture::new();
+async fn cancel_refunds_before_submission_and_asks_the_mss_after(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let acc = l
@@ -475,9 +529,8 @@ async fn cancel_refunds_before_submission_and_asks_the_mss_after() {
 /// by the answer that names it and the MSS's cancel, or by `resubmit_lost` when the MSS does not hold
 /// it. A request never marked for its attempt is cancelled at once; one cancelled before it
 /// was marked is not sent at all.
-#[tokio::test]
-async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
-    let f = Fixture::new();
+async fn a_cancel_of_a_request_being_sent_goes_to_the_mss(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let acc = l
@@ -553,9 +606,8 @@ async fn a_cancel_of_a_request_being_sent_goes_to_the_mss() {
 
 /// A first send that could not connect to the MSS left nothing there: the mark goes, and a
 /// cancel is final at once again; one cancelled while it was being sent ends cancelled.
-#[tokio::test]
-async fn a_first_send_that_could_not_connect_is_unmarked() {
-    let f = Fixture::new();
+async fn a_first_send_that_could_not_connect_is_unmarked(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let acc = l
@@ -583,9 +635,8 @@ async fn a_first_send_that_could_not_connect_is_unmarked() {
 
 /// A send the MSS deferred stays `accepted` at its attempt, with the reason, and is not offered
 /// to the submit step again before the instant given, while the requests behind it are.
-#[tokio::test]
-async fn a_deferred_send_waits_until_its_instant_while_the_others_go() {
-    let f = Fixture::new();
+async fn a_deferred_send_waits_until_its_instant_while_the_others_go(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let acc = l
@@ -630,9 +681,8 @@ async fn a_deferred_send_waits_until_its_instant_while_the_others_go() {
 /// A deferral's reason is the MSS's text (FTS3's message inside the adapter's): kept clipped,
 /// as every MSS text in `last_error` is (ARCHITECTURE.md, "MSS text is clipped where it is
 /// kept").
-#[tokio::test]
-async fn a_deferred_sends_reason_is_clipped_where_it_is_kept() {
-    let f = Fixture::new();
+async fn a_deferred_sends_reason_is_clipped_where_it_is_kept(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let acc = l
@@ -655,9 +705,8 @@ async fn a_deferred_sends_reason_is_clipped_where_it_is_kept() {
 /// A send refused by the MSS after the request was cancelled while it was out: the MSS took
 /// nothing, so the request ends cancelled and refunded now, with the refusal's text (not left
 /// for the stale sweep to find it unknown at the MSS).
-#[tokio::test]
-async fn a_refused_send_of_a_request_cancelled_meanwhile_ends_it_cancelled() {
-    let f = Fixture::new();
+async fn a_refused_send_of_a_request_cancelled_meanwhile_ends_it_cancelled(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let a = l
@@ -681,9 +730,8 @@ async fn a_refused_send_of_a_request_cancelled_meanwhile_ends_it_cancelled() {
 /// An MSS that answers a cancel with a failure (EOS lists a cancelled file with an error) must not
 /// get the request again as the next attempt: a cancel asked while it was at the MSS ends it
 /// cancelled and refunded, whatever failure comes back.
-#[tokio::test]
-async fn a_failure_after_a_cancel_is_a_cancel_not_a_retry() {
-    let f = Fixture::new();
+async fn a_failure_after_a_cancel_is_a_cancel_not_a_retry(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let acc = l
@@ -711,9 +759,8 @@ async fn a_failure_after_a_cancel_is_a_cancel_not_a_retry() {
     close(opened);
 }
 
-#[tokio::test]
-async fn a_replay_after_restart_is_still_a_duplicate() {
-    let f = Fixture::new();
+async fn a_replay_after_restart_is_still_a_duplicate(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let first = opened
         .0
@@ -1287,6 +1334,8 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
     let options = LedgerOptions {
         path: f.path.clone(),
         commit_batch_max: 1024,
+        url: f.pg.as_ref().and_then(|db| db.url().cloned()),
+        epoch: f.epoch,
         retry: RetrySettings {
             max_attempts: 2,
             base: Duration::from_millis(100),
@@ -1295,11 +1344,18 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
         metrics: Arc::new(crate::ledger::NoObserver),
         read_outputs: f.settings.mss.read_outputs(),
     };
-    Ledger::open(
-        &options,
-        f.settings.policy.clone(),
-        Arc::new(f.clock.clone()),
-    )
+    let open = || {
+        Ledger::open(
+            &options,
+            f.settings.policy.clone(),
+            Arc::new(f.clock.clone()),
+        )
+    };
+    match options.url {
+        // The PostgreSQL client blocks on a runtime of its own: not on an async thread.
+        Some(_) => tokio::task::block_in_place(open),
+        None => open(),
+    }
 }
 
 #[tokio::test]
@@ -1392,6 +1448,58 @@ async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
         "nothing is created in a database the binary does not know"
     );
 }
+
+/// On PostgreSQL a ledger opened at epoch N whose `leader` row another broker moved to N+1
+/// commits nothing: the submission is refused (an error, never an accepted answer), no row is
+/// written, and the writer takes no more commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_submission_is_refused_and_nothing_is_committed() {
+    let mut f = Fixture::on(Backend::Postgres);
+    f.epoch = 7;
+    f.set_leader_epoch(7);
+    let opened = f.open();
+    let l = opened.0.clone();
+    let first = accept(&l, f.request("before", "mc", "x", 100)).await;
+    assert!(!first.duplicate, "taken while this broker leads");
+    f.set_leader_epoch(8);
+    let refused = l.accept(vec![f.request("after", "mc", "x", 200)]).await;
+    assert!(
+        refused.is_err(),
+        "a deposed leader's submission: {refused:?}"
+    );
+    let again = l.accept(vec![f.request("later", "mc", "x", 300)]).await;
+    assert!(again.is_err(), "and every later one: {again:?}");
+    let rows: Vec<String> = tokio::task::block_in_place(|| {
+        let conn = f.pg.as_ref().expect("postgres").connect();
+        let rows = (conn.db())
+            .query_rows(
+                "SELECT client_request_id FROM requests ORDER BY id",
+                crate::ledger::db::params![],
+                |r| r.get::<String>(0),
+            )
+            .expect("the rows");
+        drop(conn);
+        rows
+    });
+    assert_eq!(rows, ["before"], "nothing of the fenced groups committed");
+    drop(l);
+    close(opened);
+}
+
+// The writer's paths on both backends (PostgreSQL: issue 42, step 4).
+on_both_async!(
+    restart_restores_every_groups_usage_and_decisions,
+    resubmission_is_idempotent,
+    completion_reconciles_and_failure_refunds,
+    cancel_refunds_before_submission_and_asks_the_mss_after,
+    a_cancel_of_a_request_being_sent_goes_to_the_mss,
+    a_first_send_that_could_not_connect_is_unmarked,
+    a_deferred_send_waits_until_its_instant_while_the_others_go,
+    a_deferred_sends_reason_is_clipped_where_it_is_kept,
+    a_refused_send_of_a_request_cancelled_meanwhile_ends_it_cancelled,
+    a_failure_after_a_cancel_is_a_cancel_not_a_retry,
+    a_replay_after_restart_is_still_a_duplicate,
+);
 
 /// The queued-bytes caps through the writer.
 mod both_backends;

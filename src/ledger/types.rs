@@ -236,7 +236,14 @@ pub struct NewPriority {
 /// Settings of the ledger.
 #[derive(Clone)]
 pub struct LedgerOptions {
+    /// The SQLite ledger's file (unused when `url` is given).
     pub path: PathBuf,
+    /// The PostgreSQL ledger (`[database] url`): when given, the ledger is there and `path` is
+    /// not used; no lock file is taken (the leadership lock is the exclusion, docs/ha.md).
+    pub url: Option<crate::database_url::DatabaseUrl>,
+    /// The term's epoch (`startup::term`): on PostgreSQL every write transaction is fenced at
+    /// it (`leadership::fence`). 1 where leadership is not contended.
+    pub epoch: i64,
     pub commit_batch_max: usize,
     pub retry: RetrySettings,
     /// Where commit latency and batch size are recorded (`metrics::Metrics` in the broker).
@@ -244,6 +251,17 @@ pub struct LedgerOptions {
     /// Where the configured adapter writes a read's station-side copy (`None`: nowhere, as the
     /// simulator): two unfinished reads of different files may not share one.
     pub read_outputs: Option<Arc<dyn mss_adapters::ReadOutput>>,
+}
+
+impl LedgerOptions {
+    /// Where the ledger is, as its errors name it: the file, or the URL as `DatabaseUrl` shows
+    /// it (no password, no query).
+    pub fn shown(&self) -> PathBuf {
+        match &self.url {
+            Some(url) => PathBuf::from(url.to_string()),
+            None => self.path.clone(),
+        }
+    }
 }
 
 /// Where the writer reports each group committed (not one rolled back): how long it took and

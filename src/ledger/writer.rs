@@ -15,6 +15,7 @@
 mod accept;
 mod coalesce;
 mod command;
+mod fence;
 mod idempotency;
 mod load;
 mod located;
@@ -69,7 +70,13 @@ pub(super) struct Writer {
     published: Arc<Published>,
     metrics: Arc<dyn super::CommitObserver>,
     /// The database file as opened: checked before every COMMIT (see `ledger::identity`).
-    file: super::identity::DbFile,
+    /// `None` on PostgreSQL: no file.
+    file: Option<super::identity::DbFile>,
+    /// The term's epoch every write transaction is fenced at (PostgreSQL; `None` on SQLite,
+    /// whose lock file is the exclusion).
+    fence_epoch: Option<i64>,
+    /// A transaction was fenced: this writer takes no more groups (its thread ends).
+    fenced: bool,
     /// The volume queue could not be reloaded after a rollback: tried again before the next
     /// transaction, so a batch the rollback undid does not hold its volume's slot for ever.
     volumes_stale: bool,
@@ -82,6 +89,16 @@ impl Writer {
     pub fn keys(&self) -> Arc<MssKeys> {
         self.keys.clone()
     }
+
+    /// The SQLite file is still the one opened (nothing to check on PostgreSQL).
+    fn check_file(&self) -> Result<(), super::db::DbError> {
+        check_file(self.file.as_ref())
+    }
+}
+
+/// `file` (SQLite's, as opened) is still the file at its path; `None` (PostgreSQL): nothing.
+fn check_file(file: Option<&super::identity::DbFile>) -> Result<(), super::db::DbError> {
+    file.map_or(Ok(()), |f| f.check())
 }
 
 /// Longest the writer waits for more commands before committing what it has.
@@ -133,6 +150,12 @@ impl Writer {
             last = commands.len();
             if self.commit_gathered(commands) {
                 heartbeat.beat();
+            }
+            if self.fenced {
+                // Another broker leads: every later command would be refused alike. Its
+                // callers find the writer closed; the heartbeat stops (`/readyz`).
+                error!("ledger writer fenced: another broker leads; taking no more commands");
+                break;
             }
         }
         debug!("ledger writer stopped");
@@ -324,6 +347,14 @@ impl Writer {
             Ok(tx) => tx,
             Err(e) => return (Err(e), false, 0),
         };
+        // First in every write transaction on PostgreSQL: a group of a deposed leader is
+        // rolled back, every caller answered with the error (never a 202).
+        if let Some(epoch) = self.fence_epoch {
+            if let Err(e) = fence::fence(&tx, epoch) {
+                self.fenced = matches!(e, super::db::DbError::Fenced(_));
+                return (Err(e), false, 0);
+            }
+        }
         let mut txn = Txn {
             tx: &tx,
             keys: &self.keys,
@@ -355,7 +386,7 @@ impl Writer {
         let (ready, unknown_keys) = (txn.ready, txn.unknown_keys);
         let changed = txn.changed.into_ids();
         let outcome = outcome
-            .and_then(|()| self.file.check())
+            .and_then(|()| check_file(self.file.as_ref()))
             .and_then(|()| tx.commit());
         if outcome.is_ok() {
             self.reloads.committed(changed);

@@ -86,6 +86,8 @@ async fn a_hand_worked_report() {
     let options = LedgerOptions {
         path: dir.path().join("r.db"),
         commit_batch_max: 64,
+        url: None,
+        epoch: 1,
         retry: RetrySettings {
             max_attempts: 1,
             base: Duration::from_millis(10),
@@ -369,6 +371,8 @@ async fn one_short_wait() -> Report {
     let options = LedgerOptions {
         path: dir.path().join("r.db"),
         commit_batch_max: 64,
+        url: None,
+        epoch: 1,
         retry: RetrySettings {
             max_attempts: 1,
             base: Duration::from_millis(10),

@@ -17,6 +17,7 @@
 //! [`Leadership`]'s `Resigner`, so another broker takes office instead of this one winning and
 //! failing again.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -29,7 +30,7 @@ use crate::config::Settings;
 use crate::dispatcher::Dispatcher;
 use crate::leadership::{Resigner, Role};
 use crate::ledger::identity::DbFile;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, LedgerOptions};
 use crate::live_settings::LiveSettings;
 use crate::metrics::Metrics;
 use crate::office::mss_gate::{Gated, InOffice};
@@ -87,11 +88,21 @@ pub(super) struct Running {
     writer: std::thread::JoinHandle<()>,
 }
 
+/// The database file readiness checks (its identity and that it is writable): none on
+/// PostgreSQL, where a lost server shows as the writer's failed statements and its stale
+/// heartbeat.
+fn db_file(options: &LedgerOptions) -> Result<Option<(PathBuf, DbFile)>, StartupError> {
+    match options.url {
+        Some(_) => Ok(None),
+        None => Ok(Some((options.path.clone(), DbFile::of(&options.path)?))),
+    }
+}
+
 impl TermContext {
     /// Open a term at `epoch`: the ledger (with the policy in force), the gated adapter, the
     /// dispatcher and readiness. Blocking (the ledger opens its file and loads its state).
     pub fn open(&self, epoch: i64) -> Result<Term, StartupError> {
-        let options = super::ledger_options(&self.settings, self.metrics.clone());
+        let options = super::ledger_options(&self.settings, self.metrics.clone(), epoch);
         let policy = self.live.get().policy.clone();
         let (ledger, writer) = Ledger::open(&options, policy, self.clock.clone())?;
         let term = InOffice::new();
@@ -106,12 +117,7 @@ impl TermContext {
             self.clock.clone(),
             self.metrics.clone(),
         );
-        let readiness = Readiness::new(
-            ledger.clone(),
-            options.path.clone(),
-            DbFile::of(&options.path)?,
-            dispatcher.last_call(),
-        );
+        let readiness = Readiness::new(ledger.clone(), db_file(&options)?, dispatcher.last_call());
         let office = Office::new(epoch, ledger, mss, cancel_tx, readiness, term);
         Ok(Term {
             office: Arc::new(office),

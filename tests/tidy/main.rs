@@ -475,8 +475,17 @@ fn a_deferred_send_does_not_head_the_next_batch() {
         "MssError::Deferred",
         &code("src/dispatcher/submit.rs", "MssError::Deferred"),
     );
-    let held_back = text("src/ledger/writer/sends.rs", "MAX(next_attempt_ms");
-    assert_found(invariant, "MAX(next_attempt_ms in the update", &held_back);
+    // The larger of the instant kept and the new one: SQLite's `MAX`, PostgreSQL's `GREATEST`,
+    // through the dialect fragment `[greatest]`.
+    let held_back = text(
+        "src/ledger/writer/sends.rs",
+        "[greatest \"next_attempt_ms\"",
+    );
+    assert_found(
+        invariant,
+        "[greatest \"next_attempt_ms\", ..] in the update",
+        &held_back,
+    );
 }
 
 #[test]

@@ -220,6 +220,8 @@ impl Rig {
         let options = LedgerOptions {
             path: db.clone(),
             commit_batch_max: 64,
+            url: None,
+            epoch: 1,
             retry: settings.mss.retry,
             metrics: Arc::new(crate::ledger::NoObserver),
             read_outputs: settings.mss.read_outputs(),

@@ -12,6 +12,10 @@
 //! - `[greatest "A", "B"]`: the larger of two values: SQLite's scalar `MAX(A, B)`, PostgreSQL's
 //!   `GREATEST(A, B)` (PostgreSQL's `MAX` is only the aggregate, SQLite has no `GREATEST`).
 //!   One difference: `GREATEST` ignores a NULL, `MAX` gives NULL; use it on NOT NULL values.
+//! - `[is "A", "B"]` / `[is_not "A", "B"]`: null-safe (in)equality of two values: SQLite's
+//!   `A IS B` / `A IS NOT B`, PostgreSQL's `A IS NOT DISTINCT FROM B` / `A IS DISTINCT FROM B`
+//!   (PostgreSQL's `IS` takes only NULL, TRUE, FALSE). SQLite keeps its own text, so its plans
+//!   do not change.
 
 /// Which SQL a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +55,10 @@ macro_rules! spelled {
     (@postgres [indexed_by $index:ident]) => { "" };
     (@sqlite [greatest $a:literal, $b:literal]) => { concat!("MAX(", $a, ", ", $b, ")") };
     (@postgres [greatest $a:literal, $b:literal]) => { concat!("GREATEST(", $a, ", ", $b, ")") };
+    (@sqlite [is $a:literal, $b:literal]) => { concat!($a, " IS ", $b) };
+    (@postgres [is $a:literal, $b:literal]) => { concat!($a, " IS NOT DISTINCT FROM ", $b) };
+    (@sqlite [is_not $a:literal, $b:literal]) => { concat!($a, " IS NOT ", $b) };
+    (@postgres [is_not $a:literal, $b:literal]) => { concat!($a, " IS DISTINCT FROM ", $b) };
 }
 pub(crate) use spelled;
 
@@ -63,17 +71,23 @@ mod tests {
         [indexed_by requests_unlocated],
         " WHERE id > ",
         [greatest "?1", "next_attempt_ms"],
+        " AND ",
+        [is "local_file", "?2"],
+        " AND ",
+        [is_not "sent_attempt", "?3"],
     );
 
     #[test]
     fn each_dialect_gets_its_own_spelling_of_one_text() {
         assert_eq!(
             Dialect::Sqlite.pick(&BOTH),
-            "SELECT id FROM requests INDEXED BY requests_unlocated WHERE id > MAX(?1, next_attempt_ms)"
+            "SELECT id FROM requests INDEXED BY requests_unlocated WHERE id > MAX(?1, next_attempt_ms) \
+             AND local_file IS ?2 AND sent_attempt IS NOT ?3"
         );
         assert_eq!(
             Dialect::Postgres.pick(&BOTH),
-            "SELECT id FROM requests WHERE id > GREATEST(?1, next_attempt_ms)"
+            "SELECT id FROM requests WHERE id > GREATEST(?1, next_attempt_ms) \
+             AND local_file IS NOT DISTINCT FROM ?2 AND sent_attempt IS DISTINCT FROM ?3"
         );
     }
 }

@@ -189,6 +189,8 @@ async fn a_rolled_back_group_is_not_counted_as_a_commit() {
     let options = LedgerOptions {
         path: f.path.clone(),
         commit_batch_max: 1024,
+        url: None,
+        epoch: 1,
         retry: RetrySettings {
             max_attempts: 2,
             base: Duration::from_millis(100),

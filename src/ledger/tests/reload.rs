@@ -31,6 +31,8 @@ fn open(
     let options = LedgerOptions {
         path: path.to_path_buf(),
         commit_batch_max: 64,
+        url: None,
+        epoch: 1,
         retry: RetrySettings {
             max_attempts: 2,
             base: Duration::from_millis(100),

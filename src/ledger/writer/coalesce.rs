@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 
-use crate::ledger::db::{params, Db, DbError, DbResult};
+use crate::ledger::db::{params, spelled, Db, DbError, DbResult, Spelled};
 
 use super::idempotency::fingerprint;
 use super::state::{Charge, Txn, Undo};
@@ -204,6 +204,15 @@ pub(super) fn carrier_end<'e>(
     }
 }
 
+/// Carrier `?1`, if it still carries file `?2` to the copy `?3` (none: the adapter's own):
+/// its class, and whether its class is decided (not queued).
+const CARRIER: Spelled = spelled!(
+    "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 AND ",
+    [is "local_file", "?3"],
+    " AND direction = 'read' AND state IN ('queued', 'accepted', 'submitted', 'running') \
+     AND cancel_requested = 0",
+);
+
 impl Txn<'_, '_> {
     /// The request a new read of `item` rides on, if any, and what a rider needs to know of it
     /// (whether it is decided, released to the MSS side, or still queued in the broker).
@@ -221,10 +230,7 @@ impl Txn<'_, '_> {
         let fair = is_fair(self.policy, item.group);
         for id in self.st.carriers.get(key) {
             let found: Option<(String, bool)> = self.tx.query_opt(
-                "SELECT class, state != 'queued' FROM requests WHERE id = ?1 AND file = ?2 \
-                 AND local_file IS ?3 AND direction = 'read' \
-                 AND state IN ('queued', 'accepted', 'submitted', 'running') \
-                 AND cancel_requested = 0",
+                self.tx.dialect().pick(&CARRIER),
                 params![id, item.file, item.extras.local_file],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?;

@@ -39,7 +39,11 @@ impl Writer {
         options: &LedgerOptions,
         (ready, published): (Arc<Notify>, Arc<Published>),
     ) -> Result<Writer, LedgerError> {
-        let file = identity::DbFile::of(&options.path)?;
+        // The file's identity, checked before every COMMIT: SQLite only.
+        let file = match options.url {
+            Some(_) => None,
+            None => Some(identity::DbFile::of(&options.path)?),
+        };
         refuse_removed_groups(&conn.db(), &policy)?;
         let idempotency = load_idempotency(&conn.db())?;
         info!(requests = idempotency.len(), "idempotency keys loaded");
@@ -48,7 +52,7 @@ impl Writer {
             load_state(&mut conn, &policy, clock.now_ms(), idempotency)?.with_outputs(outputs);
         // Committed before any request of this start exists (see `ledger::mss_key`).
         let keys = MssKeys::begin(&conn.db(), clock.now_ms()).map_err(|e| LedgerError::Open {
-            path: options.path.clone(),
+            path: options.shown(),
             message: format!("cannot record this start's incarnation: {e}"),
         })?;
         published.publish(
@@ -68,6 +72,8 @@ impl Writer {
             published,
             metrics: options.metrics.clone(),
             file,
+            fence_epoch: options.url.as_ref().map(|_| options.epoch),
+            fenced: false,
             volumes_stale: false,
             reloads: Default::default(),
         })

@@ -215,7 +215,7 @@ impl Writer {
             return self.reload_from_rows(p.policy);
         };
         // Nothing is written to a file that is no longer the database (as before a commit).
-        self.file.check()?;
+        self.check_file()?;
         let started = std::time::Instant::now();
         let count = noted.len();
         let state = self.caught_up(&p, *rows, noted)?;
@@ -277,7 +277,7 @@ impl Writer {
         policy: Arc<PolicySettings>,
     ) -> Result<(), LedgerError> {
         refuse_removed_groups(&self.conn.db(), &policy)?;
-        self.file.check()?;
+        self.check_file()?;
         let state = load_state(
             &mut self.conn,
             &policy,

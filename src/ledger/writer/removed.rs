@@ -76,7 +76,7 @@ pub(super) fn removed_groups(conn: &Db<'_>, policy: &PolicySettings) -> DbResult
     // path): it does not hold a group in the configuration.
     let rows = conn.query_rows(
         &format!(
-            "SELECT group_path, state, COUNT(*) FROM ({}) \
+            "SELECT group_path, state, COUNT(*) FROM ({}) AS u \
              GROUP BY group_path, state ORDER BY group_path, state",
             unfinished(" AND cancel_requested = 0")
         ),
@@ -111,7 +111,7 @@ pub(super) fn removed_groups(conn: &Db<'_>, policy: &PolicySettings) -> DbResult
 pub(in crate::ledger) fn unfinished_of(conn: &Db<'_>, path: &str) -> DbResult<Vec<i64>> {
     conn.query_rows(
         &format!(
-            "SELECT id FROM ({}) WHERE group_path = ?1 ORDER BY id",
+            "SELECT id FROM ({}) AS u WHERE group_path = ?1 ORDER BY id",
             unfinished("")
         ),
         params![path],

@@ -28,7 +28,7 @@ impl Txn<'_, '_> {
              SELECT slots FROM requests WHERE state = 'accepted' AND class = 'priority' \
              AND library = ?1 UNION ALL \
              SELECT slots FROM requests WHERE state IN ('submitted', 'running') \
-             AND class = 'priority' AND library = ?1)",
+             AND class = 'priority' AND library = ?1) AS p",
             params![library],
             |r| r.get(0),
         )?;

@@ -2,10 +2,24 @@
 //! possibly at the MSS before it goes; `deferred` holds back a send the MSS answered "not yet"
 //! (`mark_unsent`, which may end a request, is with the other outcomes in `settle.rs`).
 
-use crate::ledger::db::{params, DbResult};
+use crate::ledger::db::{params, spelled, DbResult, Spelled};
 
 use super::settle::clip_error;
 use super::state::Txn;
+
+/// Marks attempt `?2` of request `?1` as being sent, unless it is already.
+const MARK_SENDING: Spelled = spelled!(
+    "UPDATE requests SET sent_attempt = ?2 WHERE id = ?1 AND attempt = ?2 \
+     AND state = 'accepted' AND ",
+    [is_not "sent_attempt", "?2"],
+);
+
+/// Holds attempt `?2` of request `?1` back until `?3` (never earlier than it was), saying why.
+const DEFER: Spelled = spelled!(
+    "UPDATE requests SET next_attempt_ms = ",
+    [greatest "next_attempt_ms", "?3"],
+    ", last_error = ?4 WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
+);
 
 impl Txn<'_, '_> {
     /// These submissions are about to be sent: mark each attempt (`sent_attempt`) while the
@@ -16,11 +30,10 @@ impl Txn<'_, '_> {
         let mut marked = Vec::with_capacity(items.len());
         for &(id, attempt) in items {
             self.note(id);
-            let first = self.tx.execute(
-                "UPDATE requests SET sent_attempt = ?2 WHERE id = ?1 AND attempt = ?2 \
-                 AND state = 'accepted' AND sent_attempt IS NOT ?2",
-                params![id, attempt],
-            )? == 1;
+            let first = self
+                .tx
+                .execute(self.tx.dialect().pick(&MARK_SENDING), params![id, attempt])?
+                == 1;
             // Not marked now: already marked by an earlier send (a resend), or not to be sent.
             let resend = !first
                 && self
@@ -43,10 +56,7 @@ impl Txn<'_, '_> {
     /// transfer): not sent again before `until_ms`, so the ready requests behind them go
     /// meanwhile. Same attempt; `last_error` says why (the MSS's text: clipped, `clip_error`).
     pub fn deferred(&mut self, items: &[(i64, u32)], until_ms: i64, reason: &str) -> DbResult<()> {
-        let mut stmt = self.tx.prepare(
-            "UPDATE requests SET next_attempt_ms = MAX(next_attempt_ms, ?3), last_error = ?4 \
-             WHERE id = ?1 AND attempt = ?2 AND state = 'accepted'",
-        )?;
+        let mut stmt = self.tx.prepare(self.tx.dialect().pick(&DEFER))?;
         let reason = clip_error(reason);
         for &(id, attempt) in items {
             self.note(id);

@@ -8,7 +8,7 @@ use tracing::warn;
 use super::coalesce::Carriers;
 use super::state::Txn;
 use crate::domain::{Class, RequestState};
-use crate::ledger::db::{params, DbError, DbResult};
+use crate::ledger::db::{params, spelled, DbError, DbResult, Spelled};
 use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
@@ -43,6 +43,17 @@ pub(super) struct Charged {
     maybe_at_mss: bool,
 }
 
+/// What settling request `?1` reads of it (`Charged`): whether its attempt was sent is a
+/// null-safe comparison (`sent_attempt` is NULL until a send).
+const LOAD_CHARGED: Spelled = spelled!(
+    "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
+     COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
+     slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
+     local_file, ",
+    [is "sent_attempt", "attempt"],
+    ", station FROM requests WHERE id = ?1",
+);
+
 impl Charged {
     /// Whether it waits on another request's transfer (a coalesced duplicate).
     pub(super) fn riding(&self) -> bool {
@@ -76,13 +87,8 @@ impl Txn<'_, '_> {
     }
 
     pub(super) fn load_charged(&self, id: i64) -> DbResult<Option<Charged>> {
-        self.tx.query_opt(
-            "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
-             COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
-             slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
-             local_file, sent_attempt IS attempt, station FROM requests WHERE id = ?1",
-            params![id],
-            |r| {
+        self.tx
+            .query_opt(self.tx.dialect().pick(&LOAD_CHARGED), params![id], |r| {
                 Ok(Charged {
                     state: parse_state(0, &r.get::<String>(0)?)?,
                     attempt: r.get::<i64>(1)? as u32,
@@ -110,8 +116,7 @@ impl Txn<'_, '_> {
                     maybe_at_mss: r.get(18)?,
                     station: r.get(19)?,
                 })
-            },
-        )
+            })
     }
 
     /// A rider takes over its carrier's place: ready for the MSS as a request of its own.

@@ -329,7 +329,7 @@ pub(super) fn last_release_seq(db: &Db<'_>) -> DbResult<i64> {
         "SELECT MAX(s) FROM ( \
              SELECT MAX(release_seq) AS s FROM requests WHERE state = 'accepted' \
              UNION ALL \
-             SELECT MAX(release_seq) FROM requests WHERE state IN ('submitted', 'running'))",
+             SELECT MAX(release_seq) FROM requests WHERE state IN ('submitted', 'running')) AS m",
         params![],
         |r| r.get(0),
     )?;

@@ -111,6 +111,14 @@ impl TestDb {
         }
     }
 
+    /// The PostgreSQL database's URL (`None` on SQLite).
+    pub(crate) fn url(&self) -> Option<&DatabaseUrl> {
+        match &self.place {
+            Place::Sqlite { .. } => None,
+            Place::Postgres { url, .. } => Some(url),
+        }
+    }
+
     /// Where the database is, as the ledger's errors name it: the file, or the URL as
     /// `DatabaseUrl` shows it.
     pub(crate) fn shown(&self) -> String {

@@ -79,7 +79,7 @@ impl Txn<'_, '_> {
         self.tx.execute(
             "UPDATE requests SET state = ?2, charged = ?3, charged_bytes = ?4, \
              bytes_done = ?5, finished_ms = ?6, last_error = COALESCE(?7, last_error), \
-             charged_ms = CASE WHEN ?3 != 0 THEN ?6 END WHERE id = ?1",
+             charged_ms = ?8 WHERE id = ?1",
             params![
                 id,
                 state.as_str(),
@@ -87,7 +87,10 @@ impl Txn<'_, '_> {
                 bytes,
                 bytes,
                 self.now,
-                error.map(clip_error).as_deref()
+                error.map(clip_error).as_deref(),
+                // Charged now when charged at all (computed here, not as `CASE WHEN ?3 != 0`:
+                // PostgreSQL would type `?3` both BIGINT and INTEGER there).
+                (benefit != 0).then_some(self.now)
             ],
         )?;
         Ok(())
