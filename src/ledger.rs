@@ -1,4 +1,5 @@
-//! The ledger: SQLite, the broker's source of truth and the only module that writes SQL.
+//! The ledger: SQLite (or PostgreSQL, `[database] url`: docs/ha.md), the broker's source of
+//! truth and the only module that writes SQL.
 //!
 //! One writer thread owns the write connection. Callers send it commands over a channel; it takes
 //! whatever is waiting (up to `commit_batch_max`) and runs it as one transaction, so many
@@ -13,8 +14,12 @@
 //!
 //! The only module that writes SQL, through `db.rs` (`DbConn`, `Db`, `Tx`: the layer every
 //! statement runs through instead of rusqlite, one SQL dialect with `?N` placeholders, typed row
-//! reads; today over SQLite alone, its escape hatch `Db::sqlite()` for the SQLite-only files:
-//! schema, backup, restore, wide; docs/ha.md, step 3). `candidate.rs` (`read_candidate`, a
+//! reads; over SQLite or PostgreSQL (`db/pg.rs`), a spelling that differs per backend a
+//! `spelled!` fragment of `db/dialect.rs`, its escape hatch `Db::sqlite()` for the SQLite-only
+//! files: schema, backup, restore, wide; docs/ha.md, steps 3 and 4). On PostgreSQL there is no
+//! lock file (the leadership lock excludes a second writer) and every write transaction first
+//! fences on the term's epoch (`writer/fence.rs`: a stale one rolls the group back and stops
+//! the writer). `candidate.rs` (`read_candidate`, a
 //! request row as the ordering sees it, for the writer and the questions off it). `schema.rs` (tables, pragmas, the schema version in `PRAGMA
 //! user_version`: 1 is `SCHEMA`, reached from an unversioned file by the column migrations, later
 //! changes numbered `STEPS`; a newer file refused with `SchemaTooNew`; the database's random
