@@ -7,12 +7,16 @@
 //!
 //! It is shown (Display, Debug, every error) as `postgresql://user@hosts/dbname`: never the
 //! password nor any other setting of the query part, whichever way the string gave them.
+//!
+//! Without TLS it may name only this machine (loopback, a unix socket): [`DatabaseUrl::only_loopback`].
+//! With `sslmode=verify-full` and `sslrootcert` (the `tls` module) it may name any host, the
+//! server's certificate and name checked: how brokers on two hosts reach one database.
 
 use std::fmt;
 use std::time::Duration;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
-use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::config::Host;
 use tokio_postgres::Config;
 
 /// Connecting gives up after this (per host: the next host of several is tried).
@@ -37,6 +41,7 @@ const LIBRARY_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 #[derive(Clone)]
 pub struct DatabaseUrl {
     config: Config,
+    tls: Option<PgTls>,
 }
 
 /// What is wrong with a connection string (never quoting a value from it).
@@ -56,18 +61,65 @@ pub enum DatabaseUrlError {
     PortsDoNotMatchHosts { hosts: usize, ports: usize },
     #[error("database url: tcp_user_timeout={seconds} is read as seconds (libpq reads milliseconds): give at most {MAX_TCP_USER_TIMEOUT_SECS} seconds, or leave it out for the broker's {TCP_USER_TIMEOUT:?}")]
     TcpUserTimeoutInMilliseconds { seconds: u64 },
-    #[error("database url: sslmode=require is not supported yet (the broker connects without TLS: use a unix socket or a trusted network, sslmode=disable or prefer)")]
-    TlsRequired,
+    #[error("database url: {0}")]
+    Tls(String),
 }
 
 impl DatabaseUrl {
     /// Parse and check `text`; see the module's documentation for the forms.
     pub fn parse(text: &str) -> Result<DatabaseUrl, DatabaseUrlError> {
-        let config: Config = text.parse().map_err(|e| unreadable(&e))?;
+        let (rest, tls) = tls::take_tls(text)?;
+        let config: Config = rest.parse().map_err(|e| unreadable(&e))?;
         check(&config)?;
         Ok(DatabaseUrl {
             config: with_timeouts(config),
+            tls,
         })
+    }
+
+    /// The TLS the string asked for (`sslmode=verify-full`), or None: plain text, which
+    /// [`DatabaseUrl::only_loopback`] allows only to this machine.
+    pub fn tls(&self) -> Option<&PgTls> {
+        self.tls.as_ref()
+    }
+
+    /// A connection through tokio-postgres (TLS or not, as the string asked), its driver
+    /// spawned on the current runtime; the driver's handle ends when the connection does.
+    pub async fn connect_async(
+        &self,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error> {
+        fn drive<F>(connection: F) -> tokio::task::JoinHandle<()>
+        where
+            F: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+        {
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "a PostgreSQL connection ended");
+                }
+            })
+        }
+        match &self.tls {
+            Some(tls) => {
+                let (client, connection) = self.config.connect(tls.connector()).await?;
+                Ok((client, drive(connection)))
+            }
+            None => {
+                let (client, connection) = self.config.connect(tokio_postgres::NoTls).await?;
+                Ok((client, drive(connection)))
+            }
+        }
+    }
+
+    /// A blocking connection (the ledger's) with `config` (this string's, perhaps renamed),
+    /// TLS or not as the string asked.
+    pub fn connect_blocking(
+        &self,
+        config: &postgres::Config,
+    ) -> Result<postgres::Client, postgres::Error> {
+        match &self.tls {
+            Some(tls) => config.connect(tls.connector()),
+            None => config.connect(postgres::NoTls),
+        }
     }
 
     /// The settings to connect with: the string's, and this module's timeouts and keepalives
@@ -87,20 +139,24 @@ impl std::str::FromStr for DatabaseUrl {
 
 /// tokio-postgres's complaint, kept only where it names an option and not a value: its other
 /// messages can quote a character of the string, which may be the password's.
-/// A host the broker would reach in plain text beyond this machine: it has no TLS connector
-/// for PostgreSQL yet, so the ledger and the leadership contender both refuse such a string
-/// before connecting ("nothing beyond loopback without TLS").
+/// A host the broker would reach in plain text beyond this machine: the ledger and the
+/// leadership contender both refuse such a string before connecting ("nothing beyond
+/// loopback without TLS"), unless it asks for `sslmode=verify-full`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("database.url: host `{host}` is neither a loopback address nor a unix socket, and the broker connects to PostgreSQL without TLS (not supported yet): give 127.0.0.1, ::1, localhost or a unix socket's directory (host=/run/postgresql)")]
+#[error("database.url: host `{host}` is neither a loopback address nor a unix socket, and the string asks for no TLS: give sslmode=verify-full with sslrootcert=<the CA file>, or 127.0.0.1, ::1, localhost or a unix socket's directory (host=/run/postgresql)")]
 pub struct BeyondLoopback {
     pub host: String,
 }
 
 impl DatabaseUrl {
-    /// Refuse a host that is neither loopback nor a unix socket. Where the string gives a
-    /// `hostaddr` for a host, that address is where the connection goes, so it is judged
-    /// instead.
+    /// Refuse a host that is neither loopback nor a unix socket, unless every connection is
+    /// TLS with the server's certificate and name checked (`sslmode=verify-full`). Where the
+    /// string gives a `hostaddr` for a host, that address is where the connection goes, so it
+    /// is judged instead.
     pub fn only_loopback(&self) -> Result<(), BeyondLoopback> {
+        if self.tls.is_some() {
+            return Ok(());
+        }
         let (hosts, addrs) = (self.config.get_hosts(), self.config.get_hostaddrs());
         let beyond =
             (0..hosts.len().max(addrs.len())).find_map(|i| match (addrs.get(i), hosts.get(i)) {
@@ -159,9 +215,6 @@ fn check(config: &Config) -> Result<(), DatabaseUrlError> {
                 seconds: t.as_secs(),
             });
         }
-    }
-    if matches!(config.get_ssl_mode(), SslMode::Require) {
-        return Err(DatabaseUrlError::TlsRequired);
     }
     Ok(())
 }
@@ -238,6 +291,10 @@ impl fmt::Debug for DatabaseUrl {
         write!(f, "DatabaseUrl({self})")
     }
 }
+
+mod tls;
+
+pub use tls::PgTls;
 
 #[cfg(test)]
 mod tests;

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, GenericClient, NoTls};
+use tokio_postgres::{Client, GenericClient};
 
 use crate::database_url::{BeyondLoopback, DatabaseUrl};
 
@@ -232,15 +232,8 @@ impl Run {
     }
 
     async fn connect(&self) -> Option<Session> {
-        match self.url.config().connect(NoTls).await {
-            Ok((client, connection)) => {
-                let driver = tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::debug!(error = %e, "leadership connection ended");
-                    }
-                });
-                Some(Session { client, driver })
-            }
+        match self.url.connect_async().await {
+            Ok((client, driver)) => Some(Session { client, driver }),
             Err(e) => {
                 tracing::debug!(url = %self.url, error = %e, "leadership: cannot connect");
                 None

@@ -143,6 +143,40 @@ impl Cluster {
         self.pg_ctl_start()
     }
 
+    /// Serve TLS from now on with this certificate (chain) and key, both PEM, and accept TCP
+    /// connections only over TLS (`hostssl` in `pg_hba.conf`; the unix socket stays plain):
+    /// the files are written into the data directory for the server's user, `ssl = on` is set
+    /// and the configuration reloaded.
+    pub fn serve_tls(&self, cert_pem: &str, key_pem: &str) -> Result<(), ClusterError> {
+        let data = self.data();
+        for (name, pem) in [("server.crt", cert_pem), ("server.key", key_pem)] {
+            let path = data.join(name);
+            std::fs::write(&path, pem).map_err(|source| io(&format!("writing {name}"), source))?;
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|source| io(&format!("chmod {name}"), source))?;
+            hand_over(&path, self.run_as.as_ref())?;
+        }
+        let hba = "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n";
+        let hba_path = data.join("pg_hba.conf");
+        std::fs::write(&hba_path, hba).map_err(|source| io("writing pg_hba.conf", source))?;
+        hand_over(&hba_path, self.run_as.as_ref())?;
+        self.psql("ALTER SYSTEM SET ssl = on")?;
+        self.psql("SELECT pg_reload_conf()")?;
+        // The reload is asynchronous: wait until a new session sees it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.psql("SHOW ssl")? != "on" {
+            if Instant::now() > deadline {
+                return Err(self.with_log(ClusterError::Failed {
+                    command: "ALTER SYSTEM SET ssl = on".to_string(),
+                    status: "not on after 10 s".to_string(),
+                    output: String::new(),
+                }));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     /// Run SQL through `psql` (as the superuser, over the socket); its output, unaligned.
     pub fn psql(&self, sql: &str) -> Result<String, ClusterError> {
         let out = run(Command::new("psql")

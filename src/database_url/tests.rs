@@ -64,6 +64,24 @@ fn each_refusal_names_what_is_wrong() {
         ("postgresql://broker@db1", "no database"),
         ("host=a,b,c port=1,2 user=u dbname=d", "3 hosts but 2 ports"),
         ("postgresql://u@h/d?sslmode=require", "sslmode=require"),
+        ("postgresql://u@h/d?sslmode=verify-ca", "sslmode=verify-ca"),
+        ("host=h user=u dbname=d sslmode=allow", "sslmode=allow"),
+        (
+            "postgresql://u@h/d?sslmode=verify-full",
+            "needs sslrootcert",
+        ),
+        (
+            "postgresql://u@h/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+            "sslrootcert `/nonexistent/ca.pem`",
+        ),
+        (
+            "postgresql://u@h/d?sslmode=verify-full&sslrootcert=system",
+            "sslrootcert=system is not taken",
+        ),
+        (
+            "postgresql://u@h/d?sslrootcert=/etc/ca.pem",
+            "only with sslmode=verify-full",
+        ),
         ("host='unterminated", "not a libpq connection string"),
         (
             "postgresql://u@h/d?tcp_user_timeout=10000",
@@ -126,4 +144,74 @@ fn the_timeouts_are_set_unless_the_string_sets_its_own() {
     assert_eq!(c.get_tcp_user_timeout(), Some(&Duration::from_secs(3)));
     assert_eq!(c.get_keepalives_idle(), Duration::from_secs(7));
     assert_eq!(c.get_application_name(), Some("x"));
+}
+
+#[test]
+fn the_tls_settings_are_taken_out_of_either_form_and_the_rest_left_as_written() {
+    let (rest, taken) = tls::taken_keys(
+        "postgresql://u:pw@db1/mss?sslmode=verify-full&target_session_attrs=read-write&sslrootcert=%2Fetc%2Fca.pem",
+    );
+    assert_eq!(
+        rest,
+        "postgresql://u:pw@db1/mss?target_session_attrs=read-write"
+    );
+    assert_eq!(
+        taken,
+        [
+            ("sslmode".to_string(), "verify-full".to_string()),
+            ("sslrootcert".to_string(), "/etc/ca.pem".to_string())
+        ]
+    );
+    let (rest, taken) = tls::taken_keys(
+        "host=db1 sslrootcert = '/etc/my ca.pem' user=u password='a b\\'c' sslmode=verify-full dbname=mss sslcert=/c.pem sslkey=/k.pem",
+    );
+    assert_eq!(rest, "host=db1 user=u password='a b\\'c' dbname=mss");
+    assert_eq!(
+        taken,
+        [
+            ("sslmode".to_string(), "verify-full".to_string()),
+            ("sslrootcert".to_string(), "/etc/my ca.pem".to_string()),
+            ("sslcert".to_string(), "/c.pem".to_string()),
+            ("sslkey".to_string(), "/k.pem".to_string())
+        ]
+    );
+    let (rest, taken) = tls::taken_keys("postgresql://u@db1/mss?sslmode=verify-full");
+    assert_eq!(rest, "postgresql://u@db1/mss");
+    assert_eq!(taken.len(), 1);
+}
+
+/// A CA certificate written to a temporary file (what `sslrootcert` names).
+fn a_ca_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&key).expect("a CA");
+    let path = dir.path().join("ca.pem");
+    std::fs::write(&path, ca.pem()).expect("written");
+    (dir, path)
+}
+
+#[test]
+fn with_verify_full_any_host_is_taken_and_plain_text_is_never_left_to_chance() {
+    let (_dir, ca) = a_ca_file();
+    let ca = ca.display().to_string();
+    for text in [
+        format!("postgresql://broker:{SECRET}@db.example.org/mss?sslmode=verify-full&sslrootcert={ca}"),
+        format!("host=db1.example.org,db2.example.org user=broker dbname=mss sslmode=verify-full sslrootcert={ca} target_session_attrs=read-write"),
+    ] {
+        let url = DatabaseUrl::parse(&text).expect(&text);
+        assert!(url.tls().is_some(), "{text}");
+        assert!(url.only_loopback().is_ok(), "{text}");
+        // What tokio-postgres connects with: TLS required, never a fallback to plain text.
+        assert_eq!(url.config().get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        assert_hidden(&text);
+        assert!(!url.to_string().contains("ca.pem"), "{url}");
+    }
+    let plain = DatabaseUrl::parse("postgresql://broker@db.example.org/mss").expect("parsed");
+    assert!(plain.tls().is_none());
+    let e = plain
+        .only_loopback()
+        .expect_err("plain text beyond loopback");
+    assert!(e.to_string().contains("sslmode=verify-full"), "{e}");
 }

@@ -3,15 +3,16 @@
 //! (a dead server or network fails the writer's statements within seconds), named
 //! `"<application_name> ledger"` in `pg_stat_activity` (beside the leadership's session).
 //!
-//! No TLS yet (`DatabaseUrl` refuses `sslmode=require`): so, as `serve` refuses plain HTTP
-//! beyond loopback, the ledger connects only to loopback addresses (`localhost`, 127.0.0.0/8,
-//! `::1`) and unix sockets, and refuses any other host with an error naming `database.url`
-//! before anything is sent: the broker's queries, and its password if it has one, never cross
-//! a network in clear text.
+//! TLS when the string asks for `sslmode=verify-full` (the server's certificate and name
+//! checked against `sslrootcert`); otherwise, as `serve` refuses plain HTTP beyond loopback,
+//! the ledger connects only to loopback addresses (`localhost`, 127.0.0.0/8, `::1`) and unix
+//! sockets, and refuses any other host with an error naming `database.url` before anything is
+//! sent: the broker's queries, and its password if it has one, never cross a network in clear
+//! text.
 //!
 //! Every error shows the URL as `DatabaseUrl` shows it: never the password.
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use crate::database_url::{BeyondLoopback, DatabaseUrl};
 
@@ -34,8 +35,7 @@ pub fn connect(url: &DatabaseUrl) -> Result<Client, ConnectError> {
     let mut config = postgres::Config::from(url.config().clone());
     let name = url.config().get_application_name().unwrap_or("mssbroker");
     config.application_name(&format!("{name} ledger"));
-    config
-        .connect(NoTls)
+    url.connect_blocking(&config)
         .map_err(|source| ConnectError::Connect {
             url: url.to_string(),
             source,

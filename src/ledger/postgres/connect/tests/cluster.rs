@@ -111,3 +111,93 @@ fn a_refused_or_failed_connection_never_shows_the_password() {
         );
     }
 }
+
+/// A CA and a certificate it signed for `names`, in PEM: (CA certificate, certificate, key).
+fn signed_for(names: &[&str]) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("a key")).expect("a CA");
+    let key = KeyPair::generate().expect("a key");
+    let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+    let cert = CertificateParams::new(names)
+        .expect("params")
+        .signed_by(&key, &ca)
+        .expect("signed");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// `sslmode=verify-full`: the ledger's connection is TLS, the server's certificate checked
+/// against `sslrootcert` and its name against the host; another CA, or a host the certificate
+/// does not name, is refused, and no error shows the password. The server takes TCP only over
+/// TLS here (`hostssl`), so a plain connection is refused by it too.
+#[test]
+fn with_verify_full_the_ledger_connects_over_tls_and_refuses_a_server_it_cannot_verify() {
+    let cluster = Cluster::start().expect("a cluster");
+    let (ca, cert, key) = signed_for(&["localhost"]);
+    cluster.serve_tls(&cert, &key).expect("TLS on");
+    let files = tempfile::tempdir().expect("a directory");
+    let ca_file = files.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).expect("written");
+    let (other_ca, _, _) = signed_for(&["localhost"]);
+    let other_file = files.path().join("other.pem");
+    std::fs::write(&other_file, other_ca).expect("written");
+    let port = cluster.port();
+    let with = |host: &str, ca: &std::path::Path| {
+        url(&format!(
+            "postgresql://postgres:pw-not-shown@{host}:{port}/postgres?sslmode=verify-full&sslrootcert={}",
+            ca.display()
+        ))
+    };
+
+    let mut client = connect(&with("localhost", &ca_file)).expect("a TLS connection");
+    let over_tls: bool = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .expect("its session")
+        .get(0);
+    assert!(over_tls, "the ledger's session is not TLS");
+
+    for (refused, why) in [
+        (with("localhost", &other_file), "another CA"),
+        (
+            with("127.0.0.1", &ca_file),
+            "a name the certificate does not hold",
+        ),
+        (url(&cluster.url()), "plain text"),
+    ] {
+        let Err(e) = connect(&refused) else {
+            panic!("{why}: connected");
+        };
+        let e = e.to_string();
+        assert!(!e.contains("pw-not-shown"), "{why}: {e}");
+        assert!(e.contains(&format!(":{port}/postgres")), "{why}: {e}");
+    }
+}
+
+/// The leadership's asynchronous connection takes the same TLS.
+#[tokio::test]
+async fn the_asynchronous_connection_is_tls_too() {
+    let cluster = Cluster::start().expect("a cluster");
+    let (ca, cert, key) = signed_for(&["localhost"]);
+    cluster.serve_tls(&cert, &key).expect("TLS on");
+    let files = tempfile::tempdir().expect("a directory");
+    let ca_file = files.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).expect("written");
+    let url = url(&format!(
+        "host=localhost port={} user=postgres dbname=postgres sslmode=verify-full sslrootcert={}",
+        cluster.port(),
+        ca_file.display()
+    ));
+    let (client, _driver) = url.connect_async().await.expect("a TLS connection");
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("its session");
+    assert!(row.get::<_, bool>(0), "the session is not TLS");
+}
