@@ -84,10 +84,11 @@
 //! the writer thread ends), `identity.rs` (`DbFile`: the opened file's device and inode, checked
 //! against the path before every COMMIT), `tests.rs`.
 
-/// Whether a broker may run on the PostgreSQL ledger (`[database] url`): not until the writer's
-/// statements, the fence and the read pool run there (docs/ha.md, step 4). `serve` refuses the
-/// key while this is false.
-pub const POSTGRES_LEDGER_COMPLETE: bool = false;
+/// Whether a broker may run on the PostgreSQL ledger (`[database] url`): `serve` refuses the
+/// key while this is false. True since the broker passes end to end there (the writer, the
+/// fence, the read pool, `serve --db postgresql://…` with the simulator: tests/api/postgres.rs,
+/// and the failover rounds, tests/api/failover.rs; docs/ha.md, steps 4 and 7).
+pub const POSTGRES_LEDGER_COMPLETE: bool = true;
 
 pub mod aggregates;
 pub mod backup;

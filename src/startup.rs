@@ -148,7 +148,11 @@ impl Application {
     }
 
     /// Build from `loaded` (which `load` produced), holding office as `role` says: when it
-    /// leads already, the first term's ledger is opened here (an error stops the start).
+    /// leads already and leadership is not contended (no `Resigner`: the sole leader, or a role
+    /// a test drives), the first term's ledger is opened here (an error stops the start). A
+    /// contended leadership's first term is opened by the terms' task, off the async threads
+    /// (PostgreSQL's blocking client may not run on them) and resigned if it cannot open,
+    /// like every later term.
     pub async fn build_led(
         loaded: Loaded,
         load: LoadSettings,
@@ -183,7 +187,10 @@ impl Application {
             http_url,
             resigner,
         });
-        let leading = role.borrow().leading();
+        let leading = match terms.resigner {
+            Some(_) => None,
+            None => role.borrow().leading(),
+        };
         let first = match leading {
             Some(epoch) => Some(terms.open(epoch)?),
             None => None,

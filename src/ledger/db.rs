@@ -158,6 +158,16 @@ impl DbConn {
         self.db().begin()
     }
 
+    /// Whether the connection is known to have ended (PostgreSQL: the server or the network
+    /// closed it, seen by a statement that failed; a SQLite connection never ends so). Such a
+    /// connection fails every later statement: the read pool drops it, the writer stops.
+    pub fn is_closed(&self) -> bool {
+        match &self.inner {
+            Owned::Sqlite(_) => false,
+            Owned::Postgres(c) => c.is_closed(),
+        }
+    }
+
     /// The escape hatch for SQLite-only code (see [`Db::sqlite`]); `None` on PostgreSQL.
     pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
         match &self.inner {

@@ -87,7 +87,12 @@ impl ReadPool {
         self.idle.lock().ok()?.pop()
     }
 
+    /// Keep `conn` for the next read, unless it has ended (PostgreSQL: the server restarted or
+    /// ended the session): a new one is opened then, rather than the next read failing too.
     fn give_back(&self, conn: DbConn) {
+        if conn.is_closed() {
+            return;
+        }
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < MAX_IDLE {
                 idle.push(conn);
@@ -498,4 +503,54 @@ pub(super) fn state_counts(c: &Db<'_>) -> DbResult<Vec<(RequestState, u64)>> {
             Ok((parse_state(0, &s)?, r.get::<i64>(1)? as u64))
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::ReadPool;
+    use crate::ledger::db::params;
+    use crate::ledger::db::tests::testdb::{Backend, TestDb};
+
+    /// The session of the pool's connection, read through the pool.
+    async fn session(pool: &Arc<ReadPool>) -> Result<i64, crate::ledger::LedgerError> {
+        pool.run(|db| db.query_one("SELECT pg_backend_pid()", params![], |r| r.get(0)))
+            .await
+    }
+
+    /// End session `pid` from another connection of `test`'s database; returns once it is
+    /// gone. Blocking (PostgreSQL's blocking client).
+    fn end_session(test: &TestDb, pid: i64) {
+        let admin = test.connect();
+        let db = admin.db();
+        let ended = db.query_one("SELECT pg_terminate_backend(?1::int)", params![pid], |r| {
+            r.get::<bool>(0)
+        });
+        assert!(ended.expect("terminated"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let gone = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ?1::int)";
+        while !db
+            .query_one(gone, params![pid], |r| r.get::<bool>(0))
+            .expect("read")
+        {
+            assert!(Instant::now() < deadline, "the session was never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A pooled PostgreSQL connection the server has ended fails the read that finds it so,
+    /// and only that one: it is not kept, and the next read runs on a new connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pooled_connection_the_server_ended_is_not_kept() {
+        let test = tokio::task::block_in_place(|| TestDb::new(Backend::Postgres));
+        let pool = Arc::new(ReadPool::postgres(test.url().expect("a url")));
+        let pid = session(&pool).await.expect("a read");
+        tokio::task::block_in_place(|| end_session(&test, pid));
+        assert!(session(&pool).await.is_err(), "the ended connection's read");
+        let again = session(&pool).await.expect("a read on a new connection");
+        assert_ne!(again, pid);
+        tokio::task::block_in_place(|| drop((pool, test)));
+    }
 }

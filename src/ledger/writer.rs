@@ -157,6 +157,15 @@ impl Writer {
                 error!("ledger writer fenced: another broker leads; taking no more commands");
                 break;
             }
+            if self.conn.is_closed() {
+                // PostgreSQL ended the connection (a restart, a terminated session): every
+                // later group would fail alike, and a writer never reconnects and carries on
+                // (docs/ha.md). Its thread's end ends the term, which resigns its epoch.
+                error!(
+                    "ledger writer's connection to the database is lost; taking no more commands"
+                );
+                break;
+            }
         }
         debug!("ledger writer stopped");
     }

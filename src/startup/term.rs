@@ -169,8 +169,16 @@ impl Running {
     }
 }
 
+/// How often a contended term looks whether its writer's thread has ended.
+const WRITER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Terms as `role` says, starting with `running` (the first term, started before the server
 /// serves its first request), until `stop` completes; then the term in force ends.
+///
+/// Where leadership is contended, a term whose writer stops (fenced, or its PostgreSQL
+/// connection lost: it never reconnects and carries on) ends there and resigns its epoch, so
+/// that a standby takes office rather than this broker leading with no writer; the next term
+/// comes with the next `Leader`.
 pub(super) async fn hold(
     ctx: Arc<TermContext>,
     slot: Arc<OfficeSlot>,
@@ -180,14 +188,19 @@ pub(super) async fn hold(
 ) {
     // A role whose source has ended (a `Contender` gone) is no longer known: standing by.
     let mut ended = false;
+    // Whether to follow the role: not after a term was given up, until the role changes.
+    let mut follow_role = true;
     loop {
-        let now = if ended {
-            Role::Standby
-        } else {
-            *role.borrow_and_update()
-        };
-        slot.saw(now);
-        running = follow(&ctx, &slot, now, running).await;
+        if follow_role {
+            let now = if ended {
+                Role::Standby
+            } else {
+                *role.borrow_and_update()
+            };
+            slot.saw(now);
+            running = follow(&ctx, &slot, now, running).await;
+        }
+        follow_role = true;
         if ended {
             let _ = (&mut stop).await;
             break;
@@ -195,6 +208,14 @@ pub(super) async fn hold(
         tokio::select! {
             changed = role.changed() => ended = changed.is_err(),
             _ = &mut stop => break,
+            epoch = writer_stopped(&ctx, running.as_ref()) => {
+                error!(epoch, "the ledger writer has stopped: ending the term of office");
+                if let Some(r) = running.take() {
+                    r.end(&ctx, &slot).await;
+                }
+                ctx.resign(epoch);
+                follow_role = false;
+            }
         }
         if ended {
             error!("the leadership role's source has ended: standing by until a restart");
@@ -203,6 +224,18 @@ pub(super) async fn hold(
     if let Some(r) = running {
         r.end(&ctx, &slot).await;
     }
+}
+
+/// Completes with the term's epoch once the writer of `running` has ended, where leadership
+/// is contended (with none, the sole leader keeps its term as before: nothing to hand over to).
+async fn writer_stopped(ctx: &TermContext, running: Option<&Running>) -> i64 {
+    let Some(r) = running.filter(|_| ctx.resigner.is_some()) else {
+        return std::future::pending().await;
+    };
+    while !r.writer.is_finished() {
+        tokio::time::sleep(WRITER_CHECK).await;
+    }
+    r.office.epoch
 }
 
 /// The term in force once `role` is followed from `running`.

@@ -27,6 +27,7 @@ mod offsets;
 mod openapi;
 mod overflow;
 mod policies;
+mod postgres;
 mod process;
 mod queued_caps;
 mod ready;

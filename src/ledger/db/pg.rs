@@ -53,6 +53,11 @@ impl PgConn {
         }
     }
 
+    /// Whether the connection has ended (a client in use is not).
+    pub(super) fn is_closed(&self) -> bool {
+        self.client.try_borrow().is_ok_and(|c| c.is_closed())
+    }
+
     /// The client, for one round trip.
     pub(super) fn client(&self) -> DbResult<RefMut<'_, Client>> {
         self.client.try_borrow_mut().map_err(|_| DbError::Busy)

@@ -29,18 +29,36 @@ pub enum ConnectError {
     },
 }
 
-/// A ledger connection to `url` (refused, before connecting, beyond loopback).
+/// A ledger connection to `url` (refused, before connecting, beyond loopback), exempt from
+/// the role's `idle_session_timeout` (see [`NO_IDLE_SESSION_TIMEOUT`]).
 pub fn connect(url: &DatabaseUrl) -> Result<Client, ConnectError> {
     url.only_loopback()?;
     let mut config = postgres::Config::from(url.config().clone());
     let name = url.config().get_application_name().unwrap_or("mssbroker");
     config.application_name(&format!("{name} ledger"));
-    url.connect_blocking(&config)
-        .map_err(|source| ConnectError::Connect {
-            url: url.to_string(),
-            source,
-        })
+    let failed = |source| ConnectError::Connect {
+        url: url.to_string(),
+        source,
+    };
+    let mut client = url.connect_blocking(&config).map_err(failed)?;
+    client
+        .batch_execute(NO_IDLE_SESSION_TIMEOUT)
+        .map_err(failed)?;
+    Ok(client)
 }
+
+/// `idle_session_timeout` off for this session. docs/ha.md asks for it on the broker's role,
+/// so that the server ends a *frozen* leader's leadership session (and frees the lock); the
+/// ledger's own connections are idle whenever the broker is (the writer's between groups, the
+/// read pool's between reads), and a leader's connection ended under it would leave its writer
+/// failing every group. They hold no lock while idle (the fence's row lock lives only inside a
+/// transaction, which `idle_in_transaction_session_timeout` still ends), so only the
+/// leadership session needs the timeout. The setting exists from PostgreSQL 14.
+const NO_IDLE_SESSION_TIMEOUT: &str = "DO $$ BEGIN \
+    IF current_setting('server_version_num')::int >= 140000 THEN \
+        SET idle_session_timeout = 0; \
+    END IF; \
+    END $$";
 
 #[cfg(test)]
 mod tests {

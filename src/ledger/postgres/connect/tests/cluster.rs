@@ -201,3 +201,43 @@ async fn the_asynchronous_connection_is_tls_too() {
         .expect("its session");
     assert!(row.get::<_, bool>(0), "the session is not TLS");
 }
+
+/// The role's `idle_session_timeout` (docs/ha.md: it ends a frozen leader's leadership session)
+/// does not end the ledger's own idle connections: one opened beside a plain session of the
+/// same role is still answering once the server has ended that session for idling.
+#[test]
+fn the_ledgers_connection_outlives_the_roles_idle_session_timeout() {
+    let cluster = Cluster::start().expect("a cluster");
+    cluster
+        .psql("ALTER ROLE postgres SET idle_session_timeout = '1s'")
+        .expect("the role's timeout");
+    let mut ledger = connect(&url(&cluster.url())).expect("a ledger connection");
+    let mut plain = postgres::Client::connect(&cluster.url(), postgres::NoTls).expect("a session");
+    let shown = |c: &mut postgres::Client| -> String {
+        c.query_one("SHOW idle_session_timeout", &[])
+            .expect("shown")
+            .get(0)
+    };
+    assert_eq!(shown(&mut plain), "1s", "the role's setting is in force");
+    assert_eq!(shown(&mut ledger), "0", "the ledger's session is exempt");
+    let pid: i32 = plain
+        .query_one("SELECT pg_backend_pid()", &[])
+        .expect("its pid")
+        .get(0);
+    // Wait for the server to end the plain session, looking from outside (a query on it would
+    // make it busy again); the ledger's session idles as long.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let alive = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}");
+    while cluster.psql(&alive).expect("pg_stat_activity") != "0" {
+        assert!(
+            Instant::now() < deadline,
+            "the plain session was never ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        shown(&mut ledger),
+        "0",
+        "the ledger's idle session still answers"
+    );
+}

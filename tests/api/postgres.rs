@@ -1,0 +1,381 @@
+//! The broker end to end on PostgreSQL (issue 42, docs/ha.md step 4's last check): a throwaway
+//! cluster (pg-cluster), the real `mssbroker serve --db postgresql://…` process and the real
+//! simulator process. Submissions (single and a batch) are acknowledged, answered by `GET`,
+//! transferred once and charged once; a broker killed with SIGKILL under load and started again
+//! on the same database loses nothing and sends nothing twice. The helpers here serve the
+//! failover rounds too (`failover.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mss_adapters::protocol::ReceivedResponse;
+use pg_cluster::Cluster;
+use serde_json::{json, Value};
+
+use crate::helpers::{
+    key_id, request, test_config, wait_final, BrokerFiles, ServeProcess, SimProcess,
+};
+
+/// `serve` on the cluster's database (`--db` takes the URL as it takes a file's path).
+pub fn serve_on(files: &BrokerFiles, cluster: &Cluster) -> ServeProcess {
+    ServeProcess::start(&files.config, Path::new(&cluster.url()))
+}
+
+/// `GET base path`: the status and the JSON body (`None`: no answer, the broker is down).
+pub async fn get(client: &reqwest::Client, base: &str, path: &str) -> Option<(u16, Value)> {
+    let resp = client.get(format!("{base}{path}")).send().await.ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.json().await.unwrap_or(Value::Null)))
+}
+
+/// `POST base path body`, as `get`.
+pub async fn post(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: &Value,
+) -> Option<(u16, Value)> {
+    let resp = client
+        .post(format!("{base}{path}"))
+        .json(body)
+        .send()
+        .await
+        .ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.json().await.unwrap_or(Value::Null)))
+}
+
+/// Poll `/readyz` until it answers 200 (the broker leads and is ready); panics after `limit`
+/// with the last answer.
+pub async fn wait_ready(client: &reqwest::Client, base: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let answer = get(client, base, "/readyz").await;
+        if matches!(answer, Some((200, _))) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{base} not ready after {limit:?}: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait until the broker at `base` answers `/readyz` as a standby (503 naming "standby").
+pub async fn standing_by(client: &reqwest::Client, base: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let answer = get(client, base, "/readyz").await;
+        if matches!(&answer, Some((503, v)) if v.get("standby").is_some()) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{base} not a standby after {limit:?}: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The simulator never queued the same MSS key twice (a stricter form of
+/// `assert_each_attempt_once`: a second attempt of a key would be a second transfer too).
+pub fn assert_each_key_once(received: &ReceivedResponse) {
+    let mut seen = HashSet::new();
+    let twice: Vec<&str> = (received.received.iter())
+        .filter(|r| !seen.insert(r.key.as_str()))
+        .map(|r| r.key.as_str())
+        .collect();
+    assert_eq!(twice, Vec::<&str>::new(), "keys the MSS received twice");
+}
+
+/// Every request is done, each charged its size, each key at the MSS once and only the
+/// broker's requests there; and each group's (and priority class's) usage as `GET /v1/groups`
+/// shows it equals the sum of its requests' charges. `requests` are `GET /v1/requests/{id}`
+/// answers, all of the ledger's requests.
+pub async fn assert_transferred_and_charged_once(
+    client: &reqwest::Client,
+    base: &str,
+    sim: &SimProcess,
+    requests: &[Value],
+) {
+    for r in requests {
+        assert_eq!(r["state"], "done", "{r}");
+        assert_eq!(r["charged"], r["size_bytes"], "charged its size once: {r}");
+    }
+    let received = sim.received().await;
+    assert_each_key_once(&received);
+    let ids: HashSet<i64> = requests.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    let at_mss: HashSet<i64> = (received.received.iter()).map(|t| key_id(&t.key)).collect();
+    assert_eq!(
+        at_mss, ids,
+        "the MSS received exactly the ledger's requests"
+    );
+    let mut charges: HashMap<String, i64> = HashMap::new();
+    for r in requests {
+        let group = r["group"].as_str().unwrap().to_string();
+        *charges.entry(group).or_default() += r["charged"].as_i64().unwrap();
+    }
+    let (status, groups) = get(client, base, "/v1/groups").await.expect("an answer");
+    assert_eq!(status, 200, "{groups}");
+    let leaves = (groups["groups"].as_array().unwrap().iter()).filter(|g| g["leaf"] == true);
+    let classes = groups["priority_classes"].as_array().unwrap().iter();
+    let mut usage: HashMap<String, i64> = HashMap::new();
+    for g in leaves.chain(classes) {
+        let used = g["usage"].as_i64().unwrap();
+        if used != 0 {
+            usage.insert(g["path"].as_str().unwrap().to_string(), used);
+        }
+    }
+    assert_eq!(
+        usage, charges,
+        "each group's usage is the sum of its charges"
+    );
+}
+
+/// A request of the load: its mode and group follow `n`.
+pub fn load_request(crid: &str, n: u64) -> Value {
+    const MODES: [(&str, &str); 4] = [
+        ("analysis", "higgs"),
+        ("analysis", "top"),
+        ("mc", "x"),
+        ("datataking", "daq"),
+    ];
+    let (mode, group) = MODES[(n % 4) as usize];
+    request(crid, mode, group, 1_000_000 + n % 977)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_on_postgresql_acknowledges_transfers_and_charges_once_across_a_kill() {
+    let cluster = Cluster::start().expect("a PostgreSQL cluster");
+    let sim = SimProcess::start();
+    let files = BrokerFiles::for_sim(&sim);
+    let client = reqwest::Client::new();
+    let broker = serve_on(&files, &cluster);
+    let base = broker.base.clone();
+    wait_ready(&client, &base, Duration::from_secs(30)).await;
+
+    // One request, then a batch: each acknowledged with its id.
+    let single = request("single-1", "mc", "x", 7_000_000);
+    let (status, first) = post(&client, &base, "/v1/requests", &single).await.unwrap();
+    assert_eq!(status, 202, "{first}");
+    let first_id = first["id"].as_i64().unwrap();
+    let batch: Vec<Value> = (0..20)
+        .map(|n| load_request(&format!("b-{n}"), n))
+        .collect();
+    let (status, answer) = post(
+        &client,
+        &base,
+        "/v1/requests/batch",
+        &json!({ "requests": batch }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["accepted"], 20, "{answer}");
+    let mut ids: Vec<i64> = (answer["results"].as_array().unwrap().iter())
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.push(first_id);
+    let done = wait_final(&client, &base, &ids, Duration::from_secs(60)).await;
+    assert_transferred_and_charged_once(&client, &base, &sim, &done).await;
+    // A resubmission is the same request, answered as a duplicate.
+    let (status, again) = post(&client, &base, "/v1/requests", &single).await.unwrap();
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(
+        (again["id"].as_i64(), &again["duplicate"]),
+        (Some(first_id), &json!(true))
+    );
+    let (status, one) = get(&client, &base, &format!("/v1/requests/{first_id}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, &one["client_request_id"]),
+        (200, &json!("single-1"))
+    );
+
+    // Under load from 8 clients, SIGKILL, then the same database again.
+    let acknowledged: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
+    let mut clients = Vec::new();
+    for c in 0..8u64 {
+        let (client, base, acks) = (client.clone(), base.clone(), acknowledged.clone());
+        clients.push(tokio::spawn(async move {
+            for n in (c * 1_000_000).. {
+                let crid = format!("k-{n}");
+                match post(&client, &base, "/v1/requests", &load_request(&crid, n)).await {
+                    Some((202, v)) => {
+                        acks.lock().unwrap().insert(crid, v["id"].as_i64().unwrap());
+                    }
+                    Some((status, v)) => panic!("{crid}: {status} {v}"),
+                    None => return,
+                }
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acknowledged.lock().unwrap().len() < 100 {
+        assert!(Instant::now() < deadline, "the load was not acknowledged");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut broker = broker;
+    broker.kill();
+    for c in clients {
+        c.await.expect("a client ends when the broker is gone");
+    }
+    let broker = serve_on(&files, &cluster);
+    let base = broker.base.clone();
+    wait_ready(&client, &base, Duration::from_secs(30)).await;
+    let acks = acknowledged.lock().unwrap().clone();
+    // Every acknowledged request is there under its id, and a client resubmitting after the
+    // crash gets that id back.
+    for (crid, id) in &acks {
+        let n: u64 = crid.trim_start_matches("k-").parse().unwrap();
+        let (status, v) = post(&client, &base, "/v1/requests", &load_request(crid, n))
+            .await
+            .unwrap();
+        assert_eq!((status, v["id"].as_i64()), (202, Some(*id)), "{crid}: {v}");
+        assert_eq!(v["duplicate"], true, "{crid}: {v}");
+    }
+    // Everything the ledger holds (the acknowledged and those in flight at the kill)
+    // finishes, each sent and charged once.
+    let (status, metrics) = get_text(&client, &base, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("mssbroker_leader 1"), "{metrics}");
+    let all = ledger_ids(&cluster);
+    assert!(ids.iter().chain(acks.values()).all(|id| all.contains(id)));
+    let done = wait_final(&client, &base, &all, Duration::from_secs(120)).await;
+    assert_transferred_and_charged_once(&client, &base, &sim, &done).await;
+    // The share report counts each done request once.
+    let (status, report) = get(&client, &base, "/v1/report").await.unwrap();
+    assert_eq!(status, 200, "{report}");
+    let files_done: i64 = (report["groups"].as_array().unwrap().iter())
+        .filter(|g| g["leaf"] == true)
+        .map(|g| g["files_done"].as_i64().unwrap())
+        .sum();
+    assert_eq!(files_done, done.len() as i64, "{report}");
+    let (status, page) = get_text(&client, &base, "/report").await;
+    assert_eq!(status, 200, "{page}");
+    eprintln!(
+        "{} requests on PostgreSQL, {} acknowledged under load before the kill",
+        done.len(),
+        acks.len()
+    );
+    drop(broker);
+}
+
+/// `GET base path` as text.
+async fn get_text(client: &reqwest::Client, base: &str, path: &str) -> (u16, String) {
+    let resp = client.get(format!("{base}{path}")).send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// Every request id the ledger holds, read from the database itself.
+pub fn ledger_ids(cluster: &Cluster) -> Vec<i64> {
+    let ids = cluster
+        .psql("SELECT id FROM requests ORDER BY id")
+        .expect("the requests' ids");
+    ids.lines().map(|l| l.parse().expect("an id")).collect()
+}
+
+/// A leader whose ledger connections the server ends (an administrator's
+/// `pg_terminate_backend`, say) acknowledges nothing more, ends its term and resigns: the
+/// standby takes office and takes the resubmission. (Before, the leader kept its leadership
+/// with a writer whose every group failed: no broker took writes again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_ledger_connections_end_resigns_and_the_standby_takes_office() {
+    let cluster = Cluster::start().expect("a PostgreSQL cluster");
+    let sim = SimProcess::start();
+    let files = BrokerFiles::for_sim(&sim);
+    let client = reqwest::Client::new();
+    let first = serve_on(&files, &cluster);
+    wait_ready(&client, &first.base, Duration::from_secs(30)).await;
+    let second = serve_on(&files, &cluster);
+    standing_by(&client, &second.base, Duration::from_secs(30)).await;
+    let one = request("r-1", "mc", "x", 3_000_000);
+    let (status, r1) = post(&client, &first.base, "/v1/requests", &one)
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{r1}");
+    // Only a leader has a ledger open: these are the first broker's.
+    let ended = tokio::task::block_in_place(|| {
+        cluster.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = 'mssbroker ledger'",
+        )
+    });
+    assert_ne!(ended.expect("terminated"), "0");
+    let two = request("r-2", "mc", "x", 4_000_000);
+    let (status, refused) = post(&client, &first.base, "/v1/requests", &two)
+        .await
+        .unwrap();
+    assert_eq!(status, 503, "{refused}");
+    // The standby takes office; the client resubmits there.
+    wait_ready(&client, &second.base, Duration::from_secs(30)).await;
+    standing_by(&client, &first.base, Duration::from_secs(30)).await;
+    let (status, r2) = post(&client, &second.base, "/v1/requests", &two)
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{r2}");
+    let ids = ledger_ids(&cluster);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let done = wait_final(&client, &second.base, &ids, Duration::from_secs(60)).await;
+    assert_transferred_and_charged_once(&client, &second.base, &sim, &done).await;
+}
+
+/// A broker whose contender already leads when the broker is built (it won before `serve`
+/// built the application) opens its first term off the async threads: PostgreSQL's blocking
+/// client may not run on them (before, the build panicked: "Cannot start a runtime from
+/// within a runtime").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_leading_before_it_is_built_opens_its_term_and_acknowledges() {
+    use mssbroker::database_url::DatabaseUrl;
+    use mssbroker::leadership::{Contender, Identity, Timing};
+    use mssbroker::startup::{Application, Leadership};
+
+    let cluster = Cluster::start().expect("a PostgreSQL cluster");
+    let sim = SimProcess::start();
+    let url = DatabaseUrl::parse(&cluster.url()).expect("a url");
+    let mut settings =
+        mssbroker::config::Settings::parse(&test_config(Some(&sim.url)), "test").expect("settings");
+    settings.database.url = Some(url.clone());
+    let identity = Identity {
+        holder: "a test".into(),
+        advertised_url: "http://127.0.0.1:1".into(),
+    };
+    let contender = Contender::start(url, identity, Timing::default()).expect("contending");
+    let mut role = contender.role();
+    role.wait_for(|r| r.leading().is_some())
+        .await
+        .expect("it leads");
+    let leadership = Leadership {
+        role: contender.role(),
+        resigner: Some(contender.resigner()),
+    };
+    let clock = std::sync::Arc::new(mssbroker::clock::SystemClock);
+    let app = Application::build_with_role(&settings, clock, leadership)
+        .await
+        .expect("built");
+    let base = format!("http://{}", app.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    wait_ready(&client, &base, Duration::from_secs(30)).await;
+    let one = request("early-1", "mc", "x", 5_000_000);
+    let (status, r) = post(&client, &base, "/v1/requests", &one).await.unwrap();
+    assert_eq!(status, 202, "{r}");
+    let done = wait_final(
+        &client,
+        &base,
+        &[r["id"].as_i64().unwrap()],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_transferred_and_charged_once(&client, &base, &sim, &done).await;
+    let _ = stop.send(());
+    served.await.expect("served").expect("stopped cleanly");
+    drop(contender);
+}
