@@ -225,8 +225,8 @@ impl mss_adapters::check::Issues for Issues {
 // Validation
 // ---------------------------------------------------------------------------------------------
 
-/// `[database] url`, checked: readable, naming a host, user and database, and (until the broker
-/// speaks TLS to PostgreSQL) on loopback or a unix socket. The errors never quote the string.
+/// `[database] url`, checked: readable, naming a host, user and database, its TLS files
+/// readable, and without TLS on loopback or a unix socket. The errors never quote the string.
 fn database_url(
     text: Option<&str>,
     issues: &mut Issues,

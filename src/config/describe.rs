@@ -30,6 +30,7 @@ fn describe_limits(l: &NodeLimits) -> String {
 pub fn describe(settings: &Settings) -> String {
     let p = &settings.policy;
     let mut out = format!("configuration {} is valid\n\n", settings.origin);
+    out.push_str(&describe_database(&settings.database));
     out.push_str("priority classes (strictly ahead of all fair-share requests):\n");
     for g in &p.groups {
         if let GroupKind::Priority { mss_priority, .. } = g.kind {
@@ -95,6 +96,22 @@ pub fn describe(settings: &Settings) -> String {
         }
     }
     out
+}
+
+/// Where the ledger is, and on PostgreSQL whether the connection is TLS and that brokers on
+/// it share one leadership (never the password or the query of the string).
+fn describe_database(d: &super::DatabaseSettings) -> String {
+    match &d.url {
+        None => format!("database: SQLite {}\n\n", d.path.display()),
+        Some(url) => format!(
+            "database: PostgreSQL {url} ({}); every broker on it contends for the \
+             leadership, one leads\n\n",
+            match url.tls() {
+                Some(_) => "TLS, server certificate and name checked",
+                None => "plain text, this machine only",
+            }
+        ),
+    }
 }
 
 /// Longest value `describe_sources` prints whole.

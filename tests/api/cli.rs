@@ -301,7 +301,7 @@ fn exit_within_30_s(child: &mut std::process::Child, what: &str) -> std::process
 }
 
 /// `serve --db` takes a PostgreSQL URL for `database.url`: one beyond loopback is refused
-/// before anything starts (no TLS to PostgreSQL yet), naming the key and the host, never the
+/// before anything starts (no `sslmode=verify-full`), naming the key and the host, never the
 /// password.
 #[test]
 fn serve_db_takes_a_postgresql_url_and_refuses_one_beyond_loopback_without_its_password() {
@@ -324,5 +324,76 @@ fn serve_db_takes_a_postgresql_url_and_refuses_one_beyond_loopback_without_its_p
     assert!(
         !stderr.contains("s3cret") && !stdout.contains("s3cret"),
         "{stderr}{stdout}"
+    );
+}
+
+/// `check-config` says where the ledger is: the SQLite file, or the PostgreSQL database (shown
+/// without its password or query) and whether its connections are TLS; with
+/// `sslmode=verify-full` a host beyond this machine is taken, and an unreadable CA file is
+/// refused naming the key and the file.
+#[test]
+fn check_config_says_where_the_ledger_is_and_whether_postgresql_is_reached_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, crate::helpers::test_config(None)).unwrap();
+    let check = |url: Option<&str>| {
+        let mut command = Command::new(BIN);
+        command.arg("check-config").arg(&config);
+        if let Some(url) = url {
+            command.env("MSSBROKER__DATABASE__URL", url);
+        }
+        let out = command.output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!said.contains("pw-s3cret"), "{said}");
+        (out.status.success(), said)
+    };
+    let line = |said: &str| {
+        said.lines()
+            .find(|l| l.starts_with("database:"))
+            .unwrap_or_else(|| panic!("no database line in {said}"))
+            .to_string()
+    };
+    let (ok, said) = check(None);
+    assert!(ok && line(&said).starts_with("database: SQLite "), "{said}");
+
+    let (ok, said) = check(Some("postgresql://broker:pw-s3cret@127.0.0.1:5432/mss"));
+    assert!(ok, "{said}");
+    assert_eq!(
+        line(&said),
+        "database: PostgreSQL postgresql://broker@127.0.0.1:5432/mss (plain text, this machine \
+         only); every broker on it contends for the leadership, one leads"
+    );
+
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_file = dir.path().join("db-ca.pem");
+    std::fs::write(&ca_file, params.self_signed(&key).unwrap().pem()).unwrap();
+    let remote = format!(
+        "postgresql://broker:pw-s3cret@db1.example.org:5432,db2.example.org:5432/mss?target_session_attrs=read-write&sslmode=verify-full&sslrootcert={}",
+        ca_file.display()
+    );
+    let (ok, said) = check(Some(&remote));
+    assert!(ok, "{said}");
+    assert!(
+        line(&said).starts_with(
+            "database: PostgreSQL postgresql://broker@db1.example.org:5432,db2.example.org:5432/mss \
+             (TLS, server certificate and name checked)"
+        ),
+        "{said}"
+    );
+
+    let missing = remote.replace("db-ca.pem", "no-such-ca.pem");
+    let (ok, said) = check(Some(&missing));
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("database.url")
+            && said.contains("sslrootcert")
+            && said.contains("no-such-ca.pem"),
+        "{said}"
     );
 }
