@@ -6,7 +6,7 @@
 //!
 //! - **kill**: SIGKILL of the leader, then started again (it stands by);
 //! - **freeze**: SIGSTOP of the leader; SIGCONT once the standby has answered a 202. The resumed
-//!   broker must acknowledge nothing new and stand by;
+//!   broker must acknowledge nothing new and serve as a standby;
 //! - **database restart**: PostgreSQL stopped `-m immediate` and started again.
 //!
 //! After each round: every acknowledged request is in the ledger under its id and
@@ -399,6 +399,7 @@ async fn failover_rounds_lose_no_acknowledged_request_and_send_none_twice() {
                     let resumed_ms = now_ms();
                     brokers.process(slot).signal("CONT");
                     standing_by(&client, &old, Duration::from_secs(30)).await;
+                    assert_serves_as_a_standby(&client, &old).await;
                     assert_resumed_acknowledged_nothing_new(
                         &client,
                         &brokers.base(other),
@@ -450,6 +451,26 @@ async fn failover_rounds_lose_no_acknowledged_request_and_send_none_twice() {
         received.duplicates,
         brokers.starts
     );
+}
+
+/// The broker at `base` serves as a standby: a write answers 503 with `Retry-After`, and its
+/// metrics say it holds no term.
+async fn assert_serves_as_a_standby(client: &reqwest::Client, base: &str) {
+    let body = load_request("standby-probe", 0);
+    let resp = (client
+        .post(format!("{base}/v1/requests"))
+        .json(&body)
+        .send())
+    .await
+    .expect("an answer");
+    assert_eq!(resp.status().as_u16(), 503, "a write to a standby");
+    assert!(resp.headers().contains_key("retry-after"), "{resp:?}");
+    let metrics = (client.get(format!("{base}/metrics")).send().await)
+        .expect("metrics")
+        .text()
+        .await
+        .expect("a body");
+    assert!(metrics.contains("mssbroker_leader 0"), "{metrics}");
 }
 
 /// A resumed old leader acknowledges nothing it did not commit before it was frozen: every
