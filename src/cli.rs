@@ -211,6 +211,20 @@ fn is_postgres_url(db: &str) -> bool {
     db.starts_with("postgresql://") || db.starts_with("postgres://")
 }
 
+/// `--db` of a command that reads or writes a SQLite ledger file (`report`, `shares`, `backup`,
+/// `restore`, `unknown-keys`, `trace export`): a PostgreSQL URL is refused before anything is
+/// opened, saying what to do instead, and never shown (it may hold a password, which the
+/// file's "no database at ..." would have printed).
+fn sqlite_file(db: &std::path::Path, command: &str, instead: &str) -> anyhow::Result<()> {
+    match db.to_str() {
+        Some(d) if is_postgres_url(d) => anyhow::bail!(
+            "--db: `mssbroker {command}` reads a SQLite ledger file, and this is a PostgreSQL \
+             URL (not shown: it may hold a password); {instead}"
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn layers(
     listen: Option<SocketAddr>,
     db: Option<PathBuf>,

@@ -30,6 +30,12 @@ pub(super) fn run(args: BackupArgs) -> anyhow::Result<ExitCode> {
         pages_per_step: i32::from(args.pages_per_step.max(1)),
         pause: Duration::from_millis(args.pause_ms),
     };
+    super::sqlite_file(
+        &args.db,
+        "backup",
+        "back a PostgreSQL ledger up with the server's tools (pg_dump, or pg_basebackup with WAL \
+         archiving; docs/ha.md)",
+    )?;
     let summary = copy_database(&args.db, &args.to, options)?;
     println!(
         "backup {} -> {}: {} pages, {} bytes, {:.3} s",

@@ -89,6 +89,7 @@ pub(super) async fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
                 settings.limits.max_report_buckets,
             )
             .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            super::sqlite_file(db, "report", "ask the leading broker instead (--url)")?;
             if !db.exists() {
                 bail!("--db: no database at {}", db.display());
             }
@@ -151,6 +152,8 @@ pub(super) fn shares(args: SharesArgs) -> anyhow::Result<ExitCode> {
     };
     let shown = match (&args.db, &args.usage) {
         (Some(db), _) => {
+            let instead = "give the leading broker's usage (GET /v1/groups) as --usage";
+            super::sqlite_file(db, "shares", instead)?;
             if !db.exists() {
                 bail!("--db: no database at {}", db.display());
             }

@@ -26,6 +26,12 @@ pub(super) fn run_restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     let stamp = jiff::Timestamp::now()
         .strftime("%Y%m%dT%H%M%SZ")
         .to_string();
+    super::sqlite_file(
+        &args.db,
+        "restore",
+        "restore a PostgreSQL ledger with the server's tools (pg_restore, or a base backup and \
+         its WAL; docs/ha.md)",
+    )?;
     let s = restore(&args.from, &args.db, &stamp)?;
     println!(
         "restored {} -> {}: {} requests, last id {}",
@@ -66,6 +72,8 @@ pub(super) struct UnknownKeysArgs {
 }
 
 pub(super) fn run_unknown_keys(args: UnknownKeysArgs) -> anyhow::Result<ExitCode> {
+    let instead = "on PostgreSQL read the table unknown_keys with psql";
+    super::sqlite_file(&args.db, "unknown-keys", instead)?;
     let reader = LedgerReader::open(&args.db)?;
     let (keys, total) = reader.unknown_keys(args.limit)?;
     match args.format {

@@ -100,6 +100,8 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     };
     let since = instant("since", &args.since)?;
     let until = instant("until", &args.until)?;
+    let instead = "exporting a PostgreSQL ledger's trace is not built yet";
+    super::sqlite_file(&args.db, "trace export", instead)?;
     if !args.db.exists() {
         anyhow::bail!("--db: no database at {}", args.db.display());
     }

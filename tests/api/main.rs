@@ -13,6 +13,7 @@ mod config_layers;
 mod crash;
 mod crash_volumes;
 mod end_to_end;
+mod failover;
 mod failures;
 mod faults;
 mod first_run;

@@ -379,3 +379,42 @@ async fn a_broker_leading_before_it_is_built_opens_its_term_and_acknowledges() {
     served.await.expect("served").expect("stopped cleanly");
     drop(contender);
 }
+
+/// The commands that read or write a SQLite ledger file refuse a PostgreSQL URL in `--db`,
+/// saying what to do instead, and never show it: it may hold a password (before, they printed
+/// "no database at postgresql://broker:<password>@...").
+#[test]
+fn the_sqlite_file_commands_refuse_a_postgresql_url_without_showing_it() {
+    let secret = "S3cret-pw";
+    let url = format!("postgresql://broker:{secret}@127.0.0.1:1/mss");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("copy.db");
+    let file = file.to_str().unwrap();
+    for args in [
+        vec!["report", "--db", &url],
+        vec!["shares", "--db", &url],
+        vec!["backup", "--db", &url, "--to", file],
+        vec!["restore", "--from", file, "--db", &url],
+        vec!["unknown-keys", "--db", &url],
+        vec!["trace", "export", "--db", &url, "--out", file],
+    ] {
+        let out = std::process::Command::new(crate::helpers::BIN)
+            .args(&args)
+            .output()
+            .expect("run mssbroker");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{args:?}: {stdout}");
+        assert!(
+            stderr.contains("--db:") && stderr.contains("PostgreSQL URL"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains(secret) && !stdout.contains(secret),
+            "{args:?} showed the password: {stderr}"
+        );
+        assert!(!Path::new(file).exists(), "{args:?} wrote {file}");
+    }
+}
