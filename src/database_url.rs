@@ -69,8 +69,22 @@ impl DatabaseUrl {
     /// Parse and check `text`; see the module's documentation for the forms.
     pub fn parse(text: &str) -> Result<DatabaseUrl, DatabaseUrlError> {
         let (rest, tls) = tls::take_tls(text)?;
-        let config: Config = rest.parse().map_err(|e| unreadable(&e))?;
+        let mut config: Config = rest.parse().map_err(|e| unreadable(&e))?;
         check(&config)?;
+        if tls.is_some() {
+            if config
+                .get_hosts()
+                .iter()
+                .any(|h| matches!(h, Host::Unix(_)))
+            {
+                return Err(DatabaseUrlError::Tls(
+                    "sslmode=verify-full with a unix socket's directory as a host: PostgreSQL \
+                     offers no TLS on its socket; give TCP hosts, or leave TLS out for a socket"
+                        .to_string(),
+                ));
+            }
+            config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
         Ok(DatabaseUrl {
             config: with_timeouts(config),
             tls,

@@ -48,6 +48,9 @@ fn a_password_is_never_shown_by_an_error() {
         format!("host=db1 user=broker dbname=mss password='{SECRET}"),
         format!("host=db1 user=broker password={SECRET} dbname"),
         format!("host=db1 user=broker password={SECRET} port=1,2,3 dbname=mss"),
+        format!(
+            "host=db1 sslmode=verify-full sslrootcert='/etc/ca.pem password={SECRET} dbname=mss"
+        ),
     ] {
         assert!(DatabaseUrl::parse(&text).is_err(), "{text} was accepted");
         assert_hidden(&text);
@@ -214,4 +217,50 @@ fn with_verify_full_any_host_is_taken_and_plain_text_is_never_left_to_chance() {
         .only_loopback()
         .expect_err("plain text beyond loopback");
     assert!(e.to_string().contains("sslmode=verify-full"), "{e}");
+}
+
+/// Nothing in the rest of a string can take TLS away once it asked for `verify-full`: TLS is
+/// required on the parsed settings, not by text an escape could swallow; a raw `?` in a
+/// password does not move the query; a quote left open is refused; a unix socket (where
+/// PostgreSQL offers no TLS) is refused rather than failing at connect.
+#[test]
+fn verify_full_is_kept_whatever_the_rest_of_the_string_holds() {
+    let (_dir, ca) = a_ca_file();
+    let ca = ca.display().to_string();
+    let trailing_escape = format!(
+        "host=db1.example.org user=u dbname=mss sslmode=verify-full sslrootcert={ca} password=abc\\"
+    );
+    match DatabaseUrl::parse(&trailing_escape) {
+        Ok(url) => {
+            assert!(url.tls().is_some());
+            assert_eq!(
+                url.config().get_ssl_mode(),
+                tokio_postgres::config::SslMode::Require
+            );
+        }
+        Err(e) => assert!(!e.to_string().contains("abc"), "{e}"),
+    }
+    let raw_question_mark =
+        format!("postgresql://u:pa?ss@db1.example.org/mss?sslmode=verify-full&sslrootcert={ca}");
+    let url = DatabaseUrl::parse(&raw_question_mark).expect("a raw ? in the password");
+    assert!(url.tls().is_some());
+    assert_eq!(url.config().get_password(), Some(&b"pa?ss"[..]));
+    assert_eq!(url.config().get_dbname(), Some("mss"));
+    assert_eq!(
+        url.config().get_ssl_mode(),
+        tokio_postgres::config::SslMode::Require
+    );
+
+    let open_quote = format!("host=db1 sslmode=verify-full sslrootcert='{ca} password={SECRET}");
+    let e = DatabaseUrl::parse(&open_quote)
+        .expect_err("an open quote")
+        .to_string();
+    assert!(e.contains("never closed") && !e.contains(SECRET), "{e}");
+
+    let socket =
+        format!("host=/run/postgresql user=u dbname=mss sslmode=verify-full sslrootcert={ca}");
+    let e = DatabaseUrl::parse(&socket)
+        .expect_err("TLS on a socket")
+        .to_string();
+    assert!(e.contains("unix socket"), "{e}");
 }

@@ -1,9 +1,9 @@
 //! TLS to PostgreSQL: libpq's `sslmode=verify-full` with `sslrootcert=<CA file>` (and, for a
 //! client certificate, `sslcert` and `sslkey`), in either form of the string. tokio-postgres
 //! reads only `sslmode` `disable`, `prefer` and `require`, and neither file, so these four
-//! settings are taken out of the string before it parses the rest; what is left gets
-//! `sslmode=require`, so that tokio-postgres never falls back to plain text, and the
-//! connections are made through a rustls connector (`tokio-postgres-rustls`) that checks the
+//! settings are taken out of the string before it parses the rest; the parsed settings then
+//! get `sslmode=require` (set on them, not written into the string), so that tokio-postgres
+//! never falls back to plain text, and the connections are made through a rustls connector (`tokio-postgres-rustls`) that checks the
 //! server's certificate against the given CA and its name against the host connected to.
 //!
 //! Only `verify-full` is taken: `require` and `verify-ca` encrypt without checking whom the
@@ -45,22 +45,16 @@ struct TlsKeys {
 
 const TAKEN: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
 
-/// `text` without its TLS settings (with `sslmode=require` where they asked for TLS), and the
-/// TLS they asked for.
+/// `text` without its TLS settings, and the TLS they asked for. The caller makes a string
+/// with TLS require it in the parsed settings (`ssl_mode(Require)`), never by adding text to
+/// the string, whose escapes could swallow it.
 pub(super) fn take_tls(text: &str) -> Result<(String, Option<PgTls>), DatabaseUrlError> {
     let (rest, keys) = if is_url(text) {
         take_from_url(text)
     } else {
-        take_from_settings(text)
+        take_from_settings(text)?
     };
-    let tls = tls_of(keys)?;
-    let rest = match (&tls, is_url(text)) {
-        (None, _) => rest,
-        (Some(_), true) if rest.contains('?') => format!("{rest}&sslmode=require"),
-        (Some(_), true) => format!("{rest}?sslmode=require"),
-        (Some(_), false) => format!("{rest} sslmode=require"),
-    };
-    Ok((rest, tls))
+    Ok((rest, tls_of(keys)?))
 }
 
 fn is_url(text: &str) -> bool {
@@ -159,11 +153,18 @@ fn file_error(key: &str, path: &Path, message: impl std::fmt::Display) -> Databa
     DatabaseUrlError::Tls(format!("{key} `{}`: {message}", path.display()))
 }
 
-/// The URL form: the TLS settings are parameters of the query.
+/// The URL form: the TLS settings are parameters of the query, which begins at the first `?`
+/// after the credentials (a password may hold a raw `?`; it ends at the first `@`, as
+/// tokio-postgres reads it).
 fn take_from_url(text: &str) -> (String, TlsKeys) {
-    let Some((head, query)) = text.split_once('?') else {
+    let after_scheme = text.find("://").map_or(0, |i| i + 3);
+    let from = text[after_scheme..]
+        .find('@')
+        .map_or(after_scheme, |i| after_scheme + i + 1);
+    let Some(at) = text[from..].find('?').map(|i| from + i) else {
         return (text.to_string(), TlsKeys::default());
     };
+    let (head, query) = (&text[..at], &text[at + 1..]);
     let mut keys = TlsKeys::default();
     let mut kept = Vec::new();
     for pair in query.split('&') {
@@ -189,8 +190,10 @@ fn decode(s: &str) -> String {
 
 /// The key=value form: whitespace-separated `key = value` pairs, a value quoted with `'` or
 /// not, `\` escaping the next character (libpq's rules). Pairs this module takes are cut out
-/// of the text; anything it cannot read is left for tokio-postgres to refuse.
-fn take_from_settings(text: &str) -> (String, TlsKeys) {
+/// of the text; anything else it cannot read is left for tokio-postgres to refuse. A quote
+/// left open in a value this module takes is refused here, quoting nothing: what follows it
+/// may be a password.
+fn take_from_settings(text: &str) -> Result<(String, TlsKeys), DatabaseUrlError> {
     let mut keys = TlsKeys::default();
     let mut rest = String::new();
     let bytes: Vec<char> = text.chars().collect();
@@ -214,7 +217,19 @@ fn take_from_settings(text: &str) -> (String, TlsKeys) {
             while i < bytes.len() && bytes[i].is_whitespace() {
                 i += 1;
             }
-            i = read_value(&bytes, i, &mut value);
+            match read_value(&bytes, i, &mut value) {
+                Some(end) => i = end,
+                None if TAKEN.contains(&name.as_str()) => {
+                    return Err(DatabaseUrlError::Tls(format!(
+                        "{name}: a quoted value is never closed (a `'` without its pair)"
+                    )))
+                }
+                // Not ours: tokio-postgres refuses the rest as it is.
+                None => {
+                    rest.extend(&bytes[start..]);
+                    break;
+                }
+            }
         }
         if TAKEN.contains(&name.as_str()) {
             keys.set(&name, value);
@@ -222,11 +237,12 @@ fn take_from_settings(text: &str) -> (String, TlsKeys) {
             rest.extend(&bytes[start..i]);
         }
     }
-    (rest.trim().to_string(), keys)
+    Ok((rest.trim().to_string(), keys))
 }
 
-/// One value from `at`: quoted or up to whitespace; the index after it.
-fn read_value(chars: &[char], mut at: usize, value: &mut String) -> usize {
+/// One value from `at`: quoted or up to whitespace; the index after it, or None for a quote
+/// never closed.
+fn read_value(chars: &[char], mut at: usize, value: &mut String) -> Option<usize> {
     let quoted = chars.get(at) == Some(&'\'');
     if quoted {
         at += 1;
@@ -240,13 +256,13 @@ fn read_value(chars: &[char], mut at: usize, value: &mut String) -> usize {
                 at += 2;
                 continue;
             }
-            '\'' if quoted => return at + 1,
-            c if c.is_whitespace() && !quoted => return at,
+            '\'' if quoted => return Some(at + 1),
+            c if c.is_whitespace() && !quoted => return Some(at),
             c => value.push(c),
         }
         at += 1;
     }
-    at.min(chars.len())
+    (!quoted).then_some(chars.len())
 }
 
 impl TlsKeys {
@@ -267,7 +283,7 @@ pub(super) fn taken_keys(text: &str) -> (String, Vec<(String, String)>) {
     let (rest, k) = if is_url(text) {
         take_from_url(text)
     } else {
-        take_from_settings(text)
+        take_from_settings(text).expect("readable")
     };
     let pairs = [
         ("sslmode", k.mode),
