@@ -206,9 +206,17 @@ fn check_config(
 }
 
 /// The configuration layers over the file: `MSSBROKER__*` variables, then the flags.
-/// `--db`'s value is a PostgreSQL URL, not a file (libpq's two URL schemes).
+/// `--db`'s value is a PostgreSQL connection string, not a file: one of libpq's two URL
+/// schemes, or its key=value form (a word that begins with one of libpq's keys and `=`, as
+/// `host=/run/postgresql user=broker dbname=mss`).
 fn is_postgres_url(db: &str) -> bool {
-    db.starts_with("postgresql://") || db.starts_with("postgres://")
+    const KEYS: [&str; 6] = ["host", "hostaddr", "port", "user", "password", "dbname"];
+    db.starts_with("postgresql://")
+        || db.starts_with("postgres://")
+        || db.split_whitespace().any(|word| {
+            word.split_once('=')
+                .is_some_and(|(key, _)| KEYS.contains(&key.trim()))
+        })
 }
 
 /// `--db` of a command that reads or writes a SQLite ledger file (`report`, `shares`, `backup`,

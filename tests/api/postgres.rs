@@ -386,18 +386,23 @@ async fn a_broker_leading_before_it_is_built_opens_its_term_and_acknowledges() {
 #[test]
 fn the_sqlite_file_commands_refuse_a_postgresql_url_without_showing_it() {
     let secret = "S3cret-pw";
-    let url = format!("postgresql://broker:{secret}@127.0.0.1:1/mss");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("copy.db");
     let file = file.to_str().unwrap();
-    for args in [
-        vec!["report", "--db", &url],
-        vec!["shares", "--db", &url],
-        vec!["backup", "--db", &url, "--to", file],
-        vec!["restore", "--from", file, "--db", &url],
-        vec!["unknown-keys", "--db", &url],
-        vec!["trace", "export", "--db", &url, "--out", file],
-    ] {
+    let urls = [
+        format!("postgresql://broker:{secret}@127.0.0.1:1/mss"),
+        format!("host=127.0.0.1 port=1 user=broker password={secret} dbname=mss"),
+    ];
+    for args in urls.iter().flat_map(|url| {
+        [
+            vec!["report", "--db", url],
+            vec!["shares", "--db", url],
+            vec!["backup", "--db", url, "--to", file],
+            vec!["restore", "--from", file, "--db", url],
+            vec!["unknown-keys", "--db", url],
+            vec!["trace", "export", "--db", url, "--out", file],
+        ]
+    }) {
         let out = std::process::Command::new(crate::helpers::BIN)
             .args(&args)
             .output()
