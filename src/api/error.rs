@@ -137,7 +137,10 @@ impl From<LedgerError> for ApiError {
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             None,
-            "the ledger could not commit; nothing was changed, try again",
+            // Not "nothing was changed": on PostgreSQL a connection lost during COMMIT leaves
+            // the outcome unknown; a resubmission with the same key is answered either way.
+            "the ledger could not confirm the commit; send it again (with the same \
+             client_request_id, a request already committed is answered as it is, never made twice)",
         );
         e.retry_after = Some(1);
         e
