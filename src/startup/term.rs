@@ -150,6 +150,21 @@ impl Term {
     }
 }
 
+impl Term {
+    /// Give up a term opened but never started (its role changed while it opened): nothing
+    /// was published and no loop ran; the writer ends with the last ledger handle, joined.
+    async fn abandon(self) {
+        let Term {
+            office,
+            dispatcher,
+            cancels,
+            writer,
+        } = self;
+        drop((office, dispatcher, cancels));
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    }
+}
+
 impl Running {
     /// End the term: withdraw the office (no acknowledgement, no MSS call from here on), stop
     /// the loops, then wait for the writer, which ends with the last ledger handle.
@@ -198,7 +213,7 @@ pub(super) async fn hold(
                 *role.borrow_and_update()
             };
             slot.saw(now);
-            running = follow(&ctx, &slot, now, running).await;
+            running = follow(&ctx, &slot, now, running, &role).await;
         }
         follow_role = true;
         if ended {
@@ -244,6 +259,7 @@ async fn follow(
     slot: &OfficeSlot,
     role: Role,
     running: Option<Running>,
+    current: &watch::Receiver<Role>,
 ) -> Option<Running> {
     let leading = role.leading();
     let running = match running {
@@ -261,6 +277,17 @@ async fn follow(
         (Some(epoch), None) => {
             let opening = ctx.clone();
             match tokio::task::spawn_blocking(move || opening.open(epoch)).await {
+                // Opening takes a while (the ledger loads its state): a leadership lost
+                // meanwhile must not start loops or publish an office at a stale epoch. (The
+                // loop then follows the new role, which it has not yet seen.)
+                Ok(Ok(term)) if current.borrow().leading() != Some(epoch) => {
+                    warn!(
+                        epoch,
+                        "the leadership was lost while the term opened: not taking office"
+                    );
+                    term.abandon().await;
+                    None
+                }
                 Ok(Ok(term)) => Some(term.start(ctx, slot)),
                 Ok(Err(e)) => {
                     error!(epoch, error = %e, "cannot take office; staying a standby");

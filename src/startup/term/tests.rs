@@ -107,3 +107,32 @@ async fn a_term_that_cannot_open_resigns_its_epoch() {
     let _ = stop.send(());
     let _ = server.await;
 }
+
+/// A term whose leadership is lost while it opens (the role watch no longer leads at its
+/// epoch once the ledger has loaded) does not take office: no office is published, no loop
+/// starts, and its writer is joined (a term opened next on the same file opens and leads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_whose_leadership_is_lost_while_it_opens_does_not_take_office() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = crate::tests::TestConfig::new().settings();
+    settings.database.path = dir.path().join("term.db");
+    settings.server.listen = "127.0.0.1:0".parse().unwrap();
+    let (_role, watched) = watch::channel(Role::Standby);
+    let clock = Arc::new(crate::clock::SystemClock);
+    let app = Application::build_with_role(&settings, clock, watched)
+        .await
+        .unwrap();
+    let slot = app.state.office.clone();
+
+    let (_lost, now) = watch::channel(Role::Lost { epoch: 5 });
+    let term = super::follow(&app.terms, &slot, Role::Leader { epoch: 5 }, None, &now).await;
+    assert!(term.is_none(), "a term started at a lost epoch");
+    assert!(slot.current().is_err(), "an office was published");
+
+    let (_led, now) = watch::channel(Role::Leader { epoch: 6 });
+    let term = super::follow(&app.terms, &slot, Role::Leader { epoch: 6 }, None, &now)
+        .await
+        .expect("the next term opens on the same file: the abandoned writer was joined");
+    assert_eq!(slot.current().expect("published").epoch, 6);
+    term.end(&app.terms, &slot).await;
+}
