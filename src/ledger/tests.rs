@@ -80,7 +80,12 @@ impl Fixture {
 
     /// A fixture on `backend`: SQLite's file, or a fresh PostgreSQL database.
     fn on(backend: Backend) -> Fixture {
-        let mut f = Fixture::new();
+        Fixture::with_config_on(backend, CONFIG)
+    }
+
+    /// [`Fixture::with_config`] on `backend`.
+    fn with_config_on(backend: Backend, text: &str) -> Fixture {
+        let mut f = Fixture::with_config(text);
         if backend == Backend::Postgres {
             // Its admin client blocks on a runtime of its own: not on an async thread.
             let db = tokio::task::block_in_place(|| TestDb::new(backend));
@@ -108,6 +113,66 @@ impl Fixture {
             )
             .expect("the leader row");
         });
+    }
+
+    /// `read` run on a connection of its own to the fixture's database (the file, or the
+    /// PostgreSQL database), as a test reads or tampers with what the ledger stored.
+    fn with_db<T>(&self, read: impl FnOnce(&crate::ledger::db::Db<'_>) -> T) -> T {
+        match &self.pg {
+            // Its client blocks on a runtime of its own: not on an async thread.
+            Some(db) => tokio::task::block_in_place(|| read(&db.connect().db())),
+            None => {
+                let conn = rusqlite::Connection::open(&self.path).expect("the ledger's file");
+                crate::ledger::wide::register(&conn).expect("the wide functions");
+                read(&crate::ledger::db::DbConn::from_sqlite(conn).db())
+            }
+        }
+    }
+
+    /// `op` run with every COMMIT of the writer failing, after every statement and every
+    /// change to memory (what a full disk or an I/O error at COMMIT does). SQLite: the file
+    /// moved away for `op` (`identity::DbFile::check` fails right before `tx.commit()`).
+    /// PostgreSQL: a deferred constraint trigger on every ledger table raises at COMMIT while a
+    /// flag is set (made on first use; a transaction that wrote no row commits).
+    async fn commits_failing<T>(&self, op: impl std::future::Future<Output = T>) -> T {
+        if self.pg.is_none() {
+            let away = self.path.with_extension("away");
+            std::fs::rename(&self.path, &away).expect("the file moved away");
+            let r = op.await;
+            std::fs::rename(&away, &self.path).expect("the file back");
+            return r;
+        }
+        self.fail_commits(true);
+        let r = op.await;
+        self.fail_commits(false);
+        r
+    }
+
+    /// PostgreSQL: whether every COMMIT that wrote a row fails (see `commits_failing`).
+    fn fail_commits(&self, on: bool) {
+        const FAULT: &str =
+            "CREATE TABLE IF NOT EXISTS test_commit_fails (fail BOOLEAN NOT NULL); \
+            CREATE OR REPLACE FUNCTION test_commit_fails() RETURNS trigger LANGUAGE plpgsql AS $$ \
+            BEGIN IF EXISTS (SELECT 1 FROM test_commit_fails WHERE fail) THEN \
+            RAISE EXCEPTION 'the COMMIT fails (a fault the test injects)'; END IF; \
+            RETURN NULL; END $$; \
+            DO $$ DECLARE t TEXT; BEGIN \
+            IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'test_commit_fails') THEN \
+            FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() \
+            AND tablename NOT IN ('test_commit_fails', 'leader') LOOP \
+            EXECUTE format('CREATE CONSTRAINT TRIGGER test_commit_fails \
+            AFTER INSERT OR UPDATE OR DELETE ON %I DEFERRABLE INITIALLY DEFERRED \
+            FOR EACH ROW EXECUTE FUNCTION test_commit_fails()', t); \
+            END LOOP; END IF; END $$;";
+        self.with_db(|db| {
+            db.execute_batch(FAULT)?;
+            db.execute_batch("DELETE FROM test_commit_fails")?;
+            db.execute(
+                "INSERT INTO test_commit_fails (fail) VALUES (?1)",
+                crate::ledger::db::params![on],
+            )
+        })
+        .expect("the injected fault");
     }
 
     fn open(&self) -> (Ledger, std::thread::JoinHandle<()>) {
@@ -1331,7 +1396,12 @@ fn user_version(c: &rusqlite::Connection) -> i64 {
 
 /// Open a fixture's database, the error left to the caller.
 fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
-    let options = LedgerOptions {
+    open_with(f, &options(f))
+}
+
+/// The options the fixture's ledger is opened with.
+fn options(f: &Fixture) -> LedgerOptions {
+    LedgerOptions {
         path: f.path.clone(),
         commit_batch_max: 1024,
         url: f.pg.as_ref().and_then(|db| db.url().cloned()),
@@ -1343,10 +1413,17 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
         },
         metrics: Arc::new(crate::ledger::NoObserver),
         read_outputs: f.settings.mss.read_outputs(),
-    };
+    }
+}
+
+/// The fixture's ledger opened with `options`.
+fn open_with(
+    f: &Fixture,
+    options: &LedgerOptions,
+) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
     let open = || {
         Ledger::open(
-            &options,
+            options,
             f.settings.policy.clone(),
             Arc::new(f.clock.clone()),
         )

@@ -278,9 +278,10 @@ pub(super) fn load_held_queue(
     conn: &Db<'_>,
     policy: &PolicySettings,
 ) -> Result<HeldQueue, LedgerError> {
-    // The volumes mode keeps its own queue (`volumes::load_volume_queue`).
+    // The volumes mode keeps its own queue (`volumes::load_volume_queue`). `FALSE`, not `0`:
+    // PostgreSQL wants a boolean after WHERE.
     let where_queued = if policy.order.volumes() {
-        "0"
+        "FALSE"
     } else {
         "state = 'queued'"
     };
