@@ -36,7 +36,7 @@ use super::rows::{Row, RowState};
 use super::volumes;
 use super::Writer;
 use crate::domain::PolicySettings;
-use crate::ledger::db::{params, DbConn};
+use crate::ledger::db::DbConn;
 use crate::ledger::LedgerError;
 
 /// The writer's part in reloads: what it keeps while one is being prepared, and the number of
@@ -168,16 +168,9 @@ impl Writer {
     ) -> Result<(u64, DbConn), LedgerError> {
         self.stop_noting();
         // The read transaction stays open on the connection handed to the preparation, not in
-        // a `Tx` borrowing it: SQLite's own BEGIN (the escape hatch, docs/ha.md step 3; step 4
-        // gives PostgreSQL its REPEATABLE READ snapshot here).
-        match snapshot.sqlite() {
-            Some(c) => c.execute_batch("BEGIN")?,
-            None => {
-                (snapshot.db()).execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?
-            }
-        }
-        // A read transaction takes its snapshot at its first read.
-        (snapshot.db()).query_one("SELECT COUNT(*) FROM meta", params![], |r| r.get::<i64>(0))?;
+        // a `Tx` borrowing it; its snapshot is fixed here, between two commits (SQLite's
+        // BEGIN, PostgreSQL's REPEATABLE READ READ ONLY).
+        snapshot.hold_snapshot()?;
         self.reloads.generation += 1;
         self.reloads.noting = Some(Noting {
             generation: self.reloads.generation,
