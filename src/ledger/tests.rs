@@ -1687,6 +1687,100 @@ async fn a_deposed_leaders_submission_is_refused_and_nothing_is_committed() {
     close(opened);
 }
 
+/// A PostgreSQL fixture whose ledger was opened once at epoch 7 and closed (its schema, groups
+/// and first incarnation written).
+async fn led_once_at_epoch_7() -> Fixture {
+    let mut f = Fixture::on(Backend::Postgres);
+    f.epoch = 7;
+    f.set_leader_epoch(7);
+    let opened = f.open();
+    accept(&opened.0, f.request("before", "mc", "x", 100)).await;
+    close(opened);
+    f
+}
+
+/// The fixture's configuration with a group `new` added: an open or a reload under it writes
+/// that group's row.
+fn with_a_new_group() -> Settings {
+    let config = CONFIG.replace("[shares]\n", "[shares]\nnew = 2\n");
+    Settings::parse(&config, "test").expect("the configuration")
+}
+
+/// On PostgreSQL the writes a term makes at load (the instance id, the groups' rows and
+/// rebuilt aggregates, the start's incarnation) are fenced as its groups are: a ledger opened
+/// at epoch 7 after another broker took office at 8 is refused and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_deposed_before_it_opens_writes_nothing_at_load() {
+    let mut f = led_once_at_epoch_7().await;
+    f.settings = with_a_new_group();
+    let before = every_row(&f);
+    f.set_leader_epoch(8);
+    let refused = match try_open(&f) {
+        Err(e) => e.to_string(),
+        Ok(opened) => {
+            close(opened);
+            panic!("a deposed term opened its ledger")
+        }
+    };
+    assert!(refused.contains("fenced"), "{refused}");
+    assert_eq!(every_row(&f), before, "a deposed term wrote at load");
+}
+
+/// The epoch goes stale in the middle of a load, without timing: a trigger on `groups` moves
+/// the `leader` row to epoch 8 inside the load's first transaction (which read the fence at 7,
+/// and commits the new group's row). The start's incarnation, written after, is refused: the
+/// ledger does not open, and no incarnation of the deposed term is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_deposed_during_its_load_records_no_incarnation() {
+    let mut f = led_once_at_epoch_7().await;
+    f.settings = with_a_new_group();
+    let incarnations = |f: &Fixture| -> Vec<String> {
+        (every_row(f).into_iter())
+            .filter(|r| r.starts_with("incarnations:"))
+            .collect()
+    };
+    let before = incarnations(&f);
+    assert_eq!(before.len(), 1, "the first term's incarnation");
+    f.with_db(|db| {
+        db.execute_batch(
+            "CREATE FUNCTION depose() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN UPDATE leader SET epoch = 8; RETURN NULL; END $$; \
+             CREATE TRIGGER depose AFTER INSERT ON groups FOR EACH ROW \
+             EXECUTE FUNCTION depose();",
+        )
+    })
+    .expect("the trigger");
+    let refused = match try_open(&f) {
+        Err(e) => e.to_string(),
+        Ok(opened) => {
+            close(opened);
+            panic!("a term deposed during its load opened its ledger")
+        }
+    };
+    assert!(refused.contains("fenced"), "{refused}");
+    let epoch = f.with_db(|db| {
+        db.query_one("SELECT epoch FROM leader", db::params![], |r| {
+            r.get::<i64>(0)
+        })
+    });
+    assert_eq!(epoch.expect("the epoch"), 8, "deposed during the load");
+    assert_eq!(incarnations(&f), before, "a deposed term's incarnation");
+}
+
+/// A reload's install is a write transaction of the term, fenced too: a deposed leader's
+/// reload is refused and writes nothing (not the new group's row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_reload_is_refused_and_writes_nothing() {
+    let f = led_once_at_epoch_7().await;
+    let opened = f.open();
+    let before = every_row(&f);
+    f.set_leader_epoch(8);
+    let refused = opened.0.reload(with_a_new_group().policy).await;
+    assert!(refused.is_err(), "a deposed leader's reload: {refused:?}");
+    assert_eq!(every_row(&f), before, "a deposed leader's reload wrote");
+    close(opened);
+}
+
 // The writer's paths on both backends (PostgreSQL: issue 42, step 4).
 on_both_async!(
     a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default,
