@@ -211,6 +211,25 @@ fn is_postgres_url(db: &str) -> bool {
     db.starts_with("postgresql://") || db.starts_with("postgres://")
 }
 
+/// `backup` and `restore` copy and swap SQLite files: given a PostgreSQL database among
+/// `paths` (a flag and its value) they refuse, before touching any file, naming PostgreSQL's own
+/// tools. The URL is not shown (it may hold a password).
+fn refuse_postgres(command: &str, paths: &[(&str, &std::path::Path)]) -> anyhow::Result<()> {
+    let given = paths
+        .iter()
+        .find(|(_, p)| p.to_str().is_some_and(is_postgres_url));
+    match given {
+        Some((flag, _)) => anyhow::bail!(
+            "{command}: {flag} names a PostgreSQL database; `mssbroker {command}` works on a \
+             SQLite ledger file only. A PostgreSQL ledger is backed up and restored with \
+             PostgreSQL's own tools: pg_dump / pg_restore for a copy, pg_basebackup with WAL \
+             archiving for point-in-time recovery (PITR; pgBackRest or Patroni do both). See \
+             docs/ha.md, \"Backup and restore on PostgreSQL\". Nothing was written."
+        ),
+        None => Ok(()),
+    }
+}
+
 fn layers(
     listen: Option<SocketAddr>,
     db: Option<PathBuf>,

@@ -17,12 +17,13 @@ pub(super) struct RestoreArgs {
     #[arg(long)]
     from: PathBuf,
     /// The broker's database: kept as `<db>.replaced-<UTC time>` and replaced. The broker must
-    /// be stopped.
+    /// be stopped. A PostgreSQL ledger is refused: use PostgreSQL's tools (docs/ha.md).
     #[arg(long)]
     db: PathBuf,
 }
 
 pub(super) fn run_restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
+    super::refuse_postgres("restore", &[("--from", &args.from), ("--db", &args.db)])?;
     let stamp = jiff::Timestamp::now()
         .strftime("%Y%m%dT%H%M%SZ")
         .to_string();
