@@ -1549,7 +1549,23 @@ fn open_with(
     match options.url {
         // The PostgreSQL client blocks on a runtime of its own: not on an async thread.
         Some(_) => tokio::task::block_in_place(open),
-        None => open(),
+        None => lock_released(open),
+    }
+}
+
+/// `open` once the lock a closed ledger released is free. A process another test of this
+/// binary starts (pg-cluster's `initdb`, `pg_ctl`, `psql`) holds a copy of every descriptor
+/// from its fork to its exec, the lock file's too: a lock just released may still be held for
+/// that moment. Waited for (polled), up to 10 s; past that the refusal is the answer.
+fn lock_released<T>(open: impl Fn() -> Result<T, LedgerError>) -> Result<T, LedgerError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match open() {
+            Err(LedgerError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            opened => return opened,
+        }
     }
 }
 

@@ -44,11 +44,14 @@ fn open(
         metrics: Arc::new(NoObserver),
         read_outputs: None,
     };
-    let open = || Ledger::open(&options, policy, Arc::new(ManualClock::new(1_000_000)));
+    let open = || {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        Ledger::open(&options, policy.clone(), clock)
+    };
     match options.url {
         // The PostgreSQL client blocks on a runtime of its own: not on an async thread.
         Some(_) => tokio::task::block_in_place(open),
-        None => open(),
+        None => super::lock_released(open),
     }
 }
 
