@@ -219,19 +219,38 @@ fn is_postgres_url(db: &str) -> bool {
         })
 }
 
-/// `--db` of a command that reads or writes a SQLite ledger file (`report`, `shares`, `backup`,
-/// `restore`, `unknown-keys`, `trace export`): a PostgreSQL URL is refused before anything is
-/// opened, saying what to do instead, and never shown (it may hold a password, which the
+/// The paths of a command that reads or writes SQLite ledger files (`report`, `shares`,
+/// `backup`, `restore`, `unknown-keys`, `trace export`), each with its flag: a PostgreSQL
+/// connection string among them is refused before anything is opened or written, naming the
+/// flag and saying what to do instead, and never shown (it may hold a password, which the
 /// file's "no database at ..." would have printed).
-fn sqlite_file(db: &std::path::Path, command: &str, instead: &str) -> anyhow::Result<()> {
-    match db.to_str() {
-        Some(d) if is_postgres_url(d) => anyhow::bail!(
-            "--db: `mssbroker {command}` reads a SQLite ledger file, and this is a PostgreSQL \
+fn sqlite_files(
+    command: &str,
+    paths: &[(&str, &std::path::Path)],
+    instead: &str,
+) -> anyhow::Result<()> {
+    let given = paths
+        .iter()
+        .find(|(_, p)| p.to_str().is_some_and(is_postgres_url));
+    match given {
+        Some((flag, _)) => anyhow::bail!(
+            "{flag}: `mssbroker {command}` reads a SQLite ledger file, and this is a PostgreSQL \
              URL (not shown: it may hold a password); {instead}"
         ),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
+
+/// [`sqlite_files`] for a command whose one file is `--db`.
+fn sqlite_file(db: &std::path::Path, command: &str, instead: &str) -> anyhow::Result<()> {
+    sqlite_files(command, &[("--db", db)], instead)
+}
+
+/// What `backup` and `restore` say to do with a PostgreSQL ledger instead.
+const POSTGRES_BACKUP: &str = "a PostgreSQL ledger is backed up and restored with PostgreSQL's \
+    own tools: pg_dump / pg_restore for a copy, pg_basebackup with WAL archiving for \
+    point-in-time recovery (PITR; pgBackRest or Patroni do both). See docs/ha.md, \"Backup and \
+    restore on PostgreSQL\". Nothing was written.";
 
 fn layers(
     listen: Option<SocketAddr>,

@@ -189,6 +189,16 @@ impl From<db::DbError> for LedgerError {
     }
 }
 
+/// The database's instance id, recorded on its first open in a write transaction of the term
+/// (fenced on PostgreSQL, as every write of the writer).
+fn record_instance(conn: &mut db::DbConn, options: &LedgerOptions) -> db::DbResult<String> {
+    let fence_epoch = options.url.as_ref().map(|_| options.epoch);
+    let tx = writer::write_transaction(conn, fence_epoch)?;
+    let instance = schema::instance(&tx)?;
+    tx.commit()?;
+    Ok(instance)
+}
+
 /// A handle to the ledger; cheap to clone.
 #[derive(Clone)]
 pub struct Ledger {
@@ -217,8 +227,8 @@ impl Ledger {
         policy: Arc<PolicySettings>,
         clock: Arc<dyn Clock>,
     ) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
-        let (lock, conn, reads) = open_backend(options)?;
-        let instance = schema::instance(&conn.db()).map_err(|e| LedgerError::Open {
+        let (lock, mut conn, reads) = open_backend(options)?;
+        let instance = record_instance(&mut conn, options).map_err(|e| LedgerError::Open {
             path: options.shown(),
             message: e.to_string(),
         })?;

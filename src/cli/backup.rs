@@ -11,7 +11,8 @@ use crate::ledger::backup::{backup as copy_database, BackupOptions};
 
 #[derive(Debug, Args)]
 pub(super) struct BackupArgs {
-    /// The broker's SQLite database (read only; the broker may be running).
+    /// The broker's SQLite database (read only; the broker may be running). A PostgreSQL
+    /// ledger is refused: use PostgreSQL's tools (docs/ha.md).
     #[arg(long)]
     db: PathBuf,
     /// The new file to write (refused if it exists).
@@ -26,16 +27,15 @@ pub(super) struct BackupArgs {
 }
 
 pub(super) fn run(args: BackupArgs) -> anyhow::Result<ExitCode> {
+    super::sqlite_files(
+        "backup",
+        &[("--db", &args.db), ("--to", &args.to)],
+        super::POSTGRES_BACKUP,
+    )?;
     let options = BackupOptions {
         pages_per_step: i32::from(args.pages_per_step.max(1)),
         pause: Duration::from_millis(args.pause_ms),
     };
-    super::sqlite_file(
-        &args.db,
-        "backup",
-        "back a PostgreSQL ledger up with the server's tools (pg_dump, or pg_basebackup with WAL \
-         archiving; docs/ha.md)",
-    )?;
     let summary = copy_database(&args.db, &args.to, options)?;
     println!(
         "backup {} -> {}: {} pages, {} bytes, {:.3} s",

@@ -17,21 +17,20 @@ pub(super) struct RestoreArgs {
     #[arg(long)]
     from: PathBuf,
     /// The broker's database: kept as `<db>.replaced-<UTC time>` and replaced. The broker must
-    /// be stopped.
+    /// be stopped. A PostgreSQL ledger is refused: use PostgreSQL's tools (docs/ha.md).
     #[arg(long)]
     db: PathBuf,
 }
 
 pub(super) fn run_restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
+    super::sqlite_files(
+        "restore",
+        &[("--from", &args.from), ("--db", &args.db)],
+        super::POSTGRES_BACKUP,
+    )?;
     let stamp = jiff::Timestamp::now()
         .strftime("%Y%m%dT%H%M%SZ")
         .to_string();
-    super::sqlite_file(
-        &args.db,
-        "restore",
-        "restore a PostgreSQL ledger with the server's tools (pg_restore, or a base backup and \
-         its WAL; docs/ha.md)",
-    )?;
     let s = restore(&args.from, &args.db, &stamp)?;
     println!(
         "restored {} -> {}: {} requests, last id {}",

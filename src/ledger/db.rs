@@ -168,6 +168,27 @@ impl DbConn {
         }
     }
 
+    /// Begin a read transaction whose snapshot is fixed when this returns, as
+    /// [`Db::snapshot`], but left open on the connection rather than in a [`Tx`] borrowing it:
+    /// the connection travels with its snapshot (the reload's preparation, `writer/reload.rs`)
+    /// and the transaction ends with the connection. A later `transaction` on it is refused on
+    /// PostgreSQL, as a nested one is.
+    pub fn hold_snapshot(&self) -> DbResult<()> {
+        match &self.inner {
+            Owned::Sqlite(c) => {
+                c.execute_batch("BEGIN")?;
+                // SQLite takes the snapshot at the first read, not at BEGIN.
+                c.query_row("SELECT COUNT(*) FROM sqlite_master", [], |_| Ok(()))?;
+                Ok(())
+            }
+            Owned::Postgres(c) => {
+                c.hold(SNAPSHOT)?;
+                // PostgreSQL takes the snapshot at the first statement, not at BEGIN.
+                c.batch("SELECT 1")
+            }
+        }
+    }
+
     /// The escape hatch for SQLite-only code (see [`Db::sqlite`]); `None` on PostgreSQL.
     pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
         match &self.inner {
@@ -346,9 +367,7 @@ impl<'c> Db<'c> {
             }
             // PostgreSQL takes the snapshot at the transaction's first statement, not at BEGIN.
             Inner::Postgres(c) => {
-                let tx = self.tx(TxInner::Postgres(
-                    c.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?,
-                ));
+                let tx = self.tx(TxInner::Postgres(c.begin(SNAPSHOT)?));
                 tx.execute_batch("SELECT 1")?;
                 Ok(tx)
             }
@@ -367,6 +386,9 @@ impl<'c> Db<'c> {
         Tx { db: *self, inner }
     }
 }
+
+/// PostgreSQL's read transaction for a snapshot: every read in it sees one commit.
+const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// A transaction; derefs to its [`Db`]. Dropped without [`Tx::commit`], it rolls back.
 pub struct Tx<'a> {

@@ -1,4 +1,5 @@
-//! Ledger tests against a real SQLite file.
+//! Ledger tests against a real SQLite file and, for each test whose subject PostgreSQL has
+//! (`on_both_async!`), a real PostgreSQL database in a pg-cluster.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +57,8 @@ struct Fixture {
     pg: Option<TestDb>,
     /// The epoch the ledger is opened at (its writer's fence on PostgreSQL).
     epoch: i64,
+    /// PostgreSQL: the connection `with_db` reads through, kept (a test reads after each step).
+    side: std::sync::Mutex<Option<crate::ledger::db::DbConn>>,
     settings: Settings,
     clock: ManualClock,
 }
@@ -73,6 +76,7 @@ impl Fixture {
             path,
             pg: None,
             epoch: 1,
+            side: Default::default(),
             settings: Settings::parse(text, "test").unwrap(),
             clock: ManualClock::new(1_000_000),
         }
@@ -80,7 +84,12 @@ impl Fixture {
 
     /// A fixture on `backend`: SQLite's file, or a fresh PostgreSQL database.
     fn on(backend: Backend) -> Fixture {
-        let mut f = Fixture::new();
+        Fixture::with_config_on(backend, CONFIG)
+    }
+
+    /// [`Fixture::with_config`] on `backend`.
+    fn with_config_on(backend: Backend, text: &str) -> Fixture {
+        let mut f = Fixture::with_config(text);
         if backend == Backend::Postgres {
             // Its admin client blocks on a runtime of its own: not on an async thread.
             let db = tokio::task::block_in_place(|| TestDb::new(backend));
@@ -94,20 +103,80 @@ impl Fixture {
     /// The `leader` row's epoch set to `epoch` from a connection of its own (a broker taking
     /// office, as `leadership` does); PostgreSQL only.
     fn set_leader_epoch(&self, epoch: i64) {
-        let db = self.pg.as_ref().expect("a PostgreSQL fixture");
-        tokio::task::block_in_place(|| {
-            let conn = db.connect();
-            let db = conn.db();
-            db.execute_batch(crate::leadership::LEADER_TABLE)
-                .expect("the leader table");
-            db.execute(
-                "INSERT INTO leader (only_row, epoch, holder, advertised_url, since) \
-                 VALUES (TRUE, ?1, 'test', 'http://127.0.0.1:1', now()) \
-                 ON CONFLICT (only_row) DO UPDATE SET epoch = excluded.epoch",
-                crate::ledger::db::params![epoch],
+        take_office(self.pg.as_ref().expect("a PostgreSQL fixture"), epoch);
+    }
+
+    /// `read` run on a connection of its own to the fixture's database (the file, or the
+    /// PostgreSQL database), as a test reads or tampers with what the ledger stored.
+    fn with_db<T>(&self, read: impl FnOnce(&crate::ledger::db::Db<'_>) -> T) -> T {
+        match &self.pg {
+            // Its client blocks on a runtime of its own: not on an async thread.
+            Some(db) => tokio::task::block_in_place(|| {
+                let mut side = self.side.lock().unwrap_or_else(|e| e.into_inner());
+                read(&side.get_or_insert_with(|| db.connect()).db())
+            }),
+            None => {
+                let conn = rusqlite::Connection::open(&self.path).expect("the ledger's file");
+                crate::ledger::wide::register(&conn).expect("the wide functions");
+                read(&crate::ledger::db::DbConn::from_sqlite(conn).db())
+            }
+        }
+    }
+
+    /// `op` run with every COMMIT of the writer failing, after every statement and every
+    /// change to memory (what a full disk or an I/O error at COMMIT does). SQLite: the file
+    /// moved away for `op` (`identity::DbFile::check` fails right before `tx.commit()`).
+    /// PostgreSQL: a deferred constraint trigger on every ledger table raises at COMMIT while a
+    /// flag is set (made on first use; a transaction that wrote no row commits).
+    async fn commits_failing<T>(&self, op: impl std::future::Future<Output = T>) -> T {
+        if self.pg.is_none() {
+            let away = self.path.with_extension("away");
+            std::fs::rename(&self.path, &away).expect("the file moved away");
+            let r = op.await;
+            std::fs::rename(&away, &self.path).expect("the file back");
+            return r;
+        }
+        self.fail_commits(true);
+        let r = op.await;
+        self.fail_commits(false);
+        // PostgreSQL's identity does not roll back: a failed INSERT leaves a gap in the ids
+        // (harmless), which SQLite's rowid does not. Set back, so a ledger that failed a commit
+        // numbers its requests as its twin that never did (`commit_faults` compares the rows).
+        self.with_db(|db| {
+            db.execute_batch(
+                "SELECT setval(pg_get_serial_sequence('requests', 'id'), \
+                 COALESCE((SELECT MAX(id) FROM requests), 0) + 1, false)",
             )
-            .expect("the leader row");
-        });
+        })
+        .expect("the ids set back");
+        r
+    }
+
+    /// PostgreSQL: whether every COMMIT that wrote a row fails (see `commits_failing`).
+    fn fail_commits(&self, on: bool) {
+        const FAULT: &str =
+            "CREATE TABLE IF NOT EXISTS test_commit_fails (fail BOOLEAN NOT NULL); \
+            CREATE OR REPLACE FUNCTION test_commit_fails() RETURNS trigger LANGUAGE plpgsql AS $$ \
+            BEGIN IF EXISTS (SELECT 1 FROM test_commit_fails WHERE fail) THEN \
+            RAISE EXCEPTION 'the COMMIT fails (a fault the test injects)'; END IF; \
+            RETURN NULL; END $$; \
+            DO $$ DECLARE t TEXT; BEGIN \
+            IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'test_commit_fails') THEN \
+            FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() \
+            AND tablename NOT IN ('test_commit_fails', 'leader') LOOP \
+            EXECUTE format('CREATE CONSTRAINT TRIGGER test_commit_fails \
+            AFTER INSERT OR UPDATE OR DELETE ON %I DEFERRABLE INITIALLY DEFERRED \
+            FOR EACH ROW EXECUTE FUNCTION test_commit_fails()', t); \
+            END LOOP; END IF; END $$;";
+        self.with_db(|db| {
+            db.execute_batch(FAULT)?;
+            db.execute_batch("DELETE FROM test_commit_fails")?;
+            db.execute(
+                "INSERT INTO test_commit_fails (fail) VALUES (?1)",
+                crate::ledger::db::params![on],
+            )
+        })
+        .expect("the injected fault");
     }
 
     fn open(&self) -> (Ledger, std::thread::JoinHandle<()>) {
@@ -139,6 +208,96 @@ impl Fixture {
             },
             group: group_id,
             benefit: crate::policy::benefit(policy, mode, size),
+        }
+    }
+}
+
+/// A broker took office at `epoch` on the PostgreSQL database `db`: the `leader` row the
+/// writer's fence reads, set from a connection of its own (as `leadership` does).
+fn take_office(db: &TestDb, epoch: i64) {
+    on_test_db(db, |db| {
+        db.execute_batch(crate::leadership::LEADER_TABLE)?;
+        db.execute(
+            "INSERT INTO leader (only_row, epoch, holder, advertised_url, since) \
+             VALUES (TRUE, ?1, 'test', 'http://127.0.0.1:1', now()) \
+             ON CONFLICT (only_row) DO UPDATE SET epoch = excluded.epoch",
+            crate::ledger::db::params![epoch],
+        )
+    })
+    .expect("the leader row");
+}
+
+/// `read` run on a connection of its own to `db` (PostgreSQL's client blocks on a runtime of
+/// its own: off the async thread).
+fn on_test_db<T>(db: &TestDb, read: impl FnOnce(&crate::ledger::db::Db<'_>) -> T) -> T {
+    match db.url() {
+        Some(_) => tokio::task::block_in_place(|| read(&db.connect().db())),
+        None => read(&db.connect().db()),
+    }
+}
+
+/// The seeds per configuration of the random-sequence tests (`random_sequences`,
+/// `commit_faults`): `MSSBROKER_SEQUENCE_SEEDS`, else 8 on SQLite and 2 on PostgreSQL (each
+/// step there is several round trips to a server; 8 would add minutes to the suite).
+fn sequence_seeds(backend: Backend) -> u64 {
+    let default = match backend {
+        Backend::Sqlite => 8,
+        Backend::Postgres => 2,
+    };
+    std::env::var("MSSBROKER_SEQUENCE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A column's value as text, whatever its type (what [`every_row`] compares).
+struct Shown(String);
+
+impl crate::ledger::db::FromColumn for Shown {
+    fn from_column(
+        value: crate::ledger::db::ColumnValue<'_>,
+    ) -> Result<Shown, crate::ledger::db::Mismatch> {
+        Ok(Shown(format!("{value:?}")))
+    }
+}
+
+/// Every row of every ledger table, as text ("table: a | b"), sorted: what "the database is
+/// unchanged" compares, on either backend (PostgreSQL's `leader` row, a timestamp, and a test's
+/// fault table left out).
+fn every_row(f: &Fixture) -> Vec<String> {
+    f.with_db(every_row_in).expect("every row")
+}
+
+/// [`every_row`] of the database `db` is a connection to.
+fn every_row_in(db: &crate::ledger::db::Db<'_>) -> crate::ledger::db::DbResult<Vec<String>> {
+    let tables = match db.sqlite() {
+        Some(_) => "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+        None => {
+            "SELECT CAST(tablename AS TEXT) FROM pg_tables WHERE schemaname = current_schema() \
+             AND tablename NOT IN ('leader', 'test_commit_fails') ORDER BY 1"
+        }
+    };
+    let tables = db.query_rows(tables, crate::ledger::db::params![], |r| r.get::<String>(0))?;
+    let mut out = Vec::new();
+    for t in tables {
+        let sql = format!("SELECT * FROM \"{t}\"");
+        db.for_each(&sql, crate::ledger::db::params![], |r| {
+            let cells = (0..r.column_count())
+                .map(|i| r.get::<Shown>(i).map(|c| c.0))
+                .collect::<Result<Vec<_>, _>>()?;
+            out.push(format!("{t}: {}", cells.join(" | ")));
+            Ok::<_, crate::ledger::db::DbError>(())
+        })?;
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl Drop for Fixture {
+    /// A PostgreSQL client owns a runtime, which may not be dropped on an async thread.
+    fn drop(&mut self) {
+        if let Some(side) = self.side.get_mut().ok().and_then(Option::take) {
+            let _ = std::thread::spawn(move || drop(side)).join();
         }
     }
 }
@@ -254,9 +413,8 @@ async fn resubmission_is_idempotent(backend: Backend) {
 
 /// A stored class, state or QoS this build does not know is a corrupt row: every reader of it
 /// (a record, a replay, the writer settling it) reports an error instead of a default.
-#[tokio::test]
-async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default() {
-    let f = Fixture::new();
+async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let a = l
@@ -265,8 +423,8 @@ async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default() {
         .unwrap();
     let id = a[0].id;
     let tamper = |sql: &str| {
-        let c = rusqlite::Connection::open(&f.path).unwrap();
-        c.execute(sql, [id]).unwrap();
+        f.with_db(|db| db.execute(sql, db::params![id]))
+            .expect("tampered");
     };
     tamper("UPDATE requests SET class = 'sideways' WHERE id = ?1");
     let e = l.request(id).await.unwrap_err();
@@ -289,9 +447,8 @@ async fn a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default() {
 /// A decision's explain is stored in the ledger's versioned format (version 2, by position), and
 /// a row an older build wrote (version 1's named fields, with its version or without) reads back
 /// with the same figures.
-#[tokio::test]
-async fn a_stored_explain_of_an_older_build_reads_back() {
-    let f = Fixture::new();
+async fn a_stored_explain_of_an_older_build_reads_back(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let a = l
@@ -301,44 +458,55 @@ async fn a_stored_explain_of_an_older_build_reads_back() {
     let id = a[0].id;
     let fresh = l.request(id).await.unwrap().unwrap().explain.unwrap();
     assert_eq!(fresh.v, stored_explain::VERSION);
-    let c = rusqlite::Connection::open(&f.path).unwrap();
-    let text: String = c
-        .query_row("SELECT explain FROM requests WHERE id = ?1", [id], |r| {
-            r.get(0)
+    let text: String = f
+        .with_db(|db| {
+            db.query_one(
+                "SELECT explain FROM requests WHERE id = ?1",
+                db::params![id],
+                |r| r.get(0),
+            )
         })
-        .unwrap();
+        .expect("the stored explain");
     assert!(text.starts_with("[2,"), "{text}");
     // The same explanation as older builds wrote it: named fields, then with the version.
     let named = serde_json::to_value(&fresh.explain).unwrap();
     let mut with_v = named.clone();
     with_v.as_object_mut().unwrap().insert("v".into(), 1.into());
     for old in [named, with_v] {
-        c.execute(
-            "UPDATE requests SET explain = ?2 WHERE id = ?1",
-            rusqlite::params![id, old.to_string()],
-        )
-        .unwrap();
+        f.with_db(|db| {
+            db.execute(
+                "UPDATE requests SET explain = ?2 WHERE id = ?1",
+                db::params![id, old.to_string()],
+            )
+        })
+        .expect("an older build's explain");
         let read = l.request(id).await.unwrap().unwrap().explain.unwrap();
         assert_eq!((read.v, &read.explain), (1, &fresh.explain), "{old}");
     }
     close(opened);
 }
 
-#[tokio::test]
-async fn a_request_and_its_charge_are_never_committed_apart() {
-    let f = Fixture::new();
+async fn a_request_and_its_charge_are_never_committed_apart(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     l.accept(vec![f.request("ok", "mc", "x", 100)])
         .await
         .unwrap();
-    // Make the groups update fail, after the request row was inserted in the same transaction.
-    let side = rusqlite::Connection::open(&f.path).unwrap();
-    side.execute_batch(
+    // Make the groups update fail, after the request row was inserted in the same transaction
+    // (a trigger, in each backend's own DDL).
+    let side = |sqlite: &str, postgres: &str| {
+        let sql = if f.pg.is_some() { postgres } else { sqlite };
+        f.with_db(|db| db.execute_batch(sql)).expect("a trigger");
+    };
+    side(
         "CREATE TRIGGER boom BEFORE UPDATE ON groups WHEN CAST(NEW.usage AS INTEGER) > 1000 \
          BEGIN SELECT RAISE(ABORT, 'disk full (simulated)'); END;",
-    )
-    .unwrap();
+        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'disk full (simulated)'; END $$; \
+         CREATE TRIGGER boom BEFORE UPDATE ON groups FOR EACH ROW \
+         WHEN (NEW.usage > 1000) EXECUTE FUNCTION boom();",
+    );
     let err = l
         .accept(vec![f.request("big", "mc", "x", 5_000)])
         .await
@@ -352,17 +520,20 @@ async fn a_request_and_its_charge_are_never_committed_apart() {
     );
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (100, 1));
     // The in-memory usage was rolled back too: the next decision sees 100, not 5100.
-    side.execute_batch("DROP TRIGGER boom").unwrap();
+    side("DROP TRIGGER boom", "DROP TRIGGER boom ON groups");
     l.accept(vec![f.request("big", "mc", "x", 5_000)])
         .await
         .unwrap();
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (5_100, 2));
     // And the other way round: the request insert fails, so no charge lands.
-    side.execute_batch(
+    side(
         "CREATE TRIGGER boom2 BEFORE INSERT ON requests WHEN NEW.size_bytes = 777 \
          BEGIN SELECT RAISE(ABORT, 'io error (simulated)'); END;",
-    )
-    .unwrap();
+        "CREATE FUNCTION boom2() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'io error (simulated)'; END $$; \
+         CREATE TRIGGER boom2 BEFORE INSERT ON requests FOR EACH ROW \
+         WHEN (NEW.size_bytes = 777) EXECUTE FUNCTION boom2();",
+    );
     assert!(l
         .accept(vec![
             f.request("x1", "mc", "x", 10),
@@ -796,14 +967,13 @@ async fn a_replay_after_restart_is_still_a_duplicate(backend: Backend) {
 /// completions with actual bytes, refunds, time passing) decides every request as one that ran
 /// straight through, and reports bit-for-bit the same figures, which match the closed form
 /// `sum b * 0.5^((t - t_j) / H)` of the charges as dated.
-#[tokio::test]
-async fn half_life_usage_has_no_drift_across_restarts() {
+async fn half_life_usage_has_no_drift_across_restarts(backend: Backend) {
     let config = CONFIG.replace(
         "[shares]",
         "[usage]\nmodel = \"half_life\"\nhalf_life_secs = 60\n[shares]",
     );
-    let restarted = Fixture::with_config(&config);
-    let straight = Fixture::with_config(&config);
+    let restarted = Fixture::with_config_on(backend, &config);
+    let straight = Fixture::with_config_on(backend, &config);
     let twin = straight.open();
     let mut decisions = (Vec::new(), Vec::new());
     let mut seq = 0;
@@ -853,32 +1023,29 @@ async fn half_life_usage_has_no_drift_across_restarts() {
     let view_a = serde_json::to_value(reopened.0.shares(at, at).await.unwrap()).unwrap();
     let view_b = serde_json::to_value(twin.0.shares(at, at).await.unwrap()).unwrap();
     assert_eq!(view_a, view_b);
-    let stored = |path: &std::path::Path| -> Vec<(String, f64)> {
-        let c = rusqlite::Connection::open(path).unwrap();
-        let mut st = c
-            .prepare("SELECT path, decayed FROM groups ORDER BY path")
-            .unwrap();
-        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
-    assert_eq!(
-        stored(&restarted.path),
-        stored(&straight.path),
-        "bit for bit"
-    );
-    // The closed form from the requests as stored: each current charge dated by charged_ms.
-    let c = rusqlite::Connection::open(&restarted.path).unwrap();
-    let mut st = c
-        .prepare("SELECT charged, charged_ms FROM requests WHERE group_path = 'mc/x' OR group_path = 'mc'")
-        .unwrap();
-    let closed: f64 = st
-        .query_map([], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?))
+    let stored = |f: &Fixture| -> Vec<(String, f64)> {
+        f.with_db(|db| {
+            db.query_rows(
+                "SELECT path, decayed FROM groups ORDER BY path",
+                db::params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
         })
-        .unwrap()
-        .map(Result::unwrap)
+        .expect("the decayed usage")
+    };
+    assert_eq!(stored(&restarted), stored(&straight), "bit for bit");
+    // The closed form from the requests as stored: each current charge dated by charged_ms.
+    let charges: Vec<(i64, Option<i64>)> = restarted
+        .with_db(|db| {
+            db.query_rows(
+                "SELECT charged, charged_ms FROM requests \
+                 WHERE group_path = 'mc/x' OR group_path = 'mc'",
+                db::params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+        .expect("the charges");
+    let closed: f64 = (charges.into_iter())
         .filter_map(|(b, t)| t.map(|t| b as f64 * (-((at - t) as f64) / 60_000.0).exp2()))
         .sum();
     let mc = view_a["groups"]
@@ -903,30 +1070,47 @@ type Aggregates = (Vec<(String, i64, [i64; 15])>, Vec<(String, i64, i64, i64)>);
 /// The report aggregates recomputed from the request rows: per (group, hour) the same columns
 /// as `report_hours` (but `started_over_priority`, which depends on what else was waiting), and
 /// the wait histogram.
-fn recompute_aggregates(path: &std::path::Path) -> Aggregates {
+fn recompute_aggregates(f: &Fixture) -> Aggregates {
     use super::aggregates::{hour_of, wait_bin};
     use std::collections::BTreeMap;
-    let c = rusqlite::Connection::open(path).unwrap();
+    type Stored = (
+        String,
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let stored: Vec<(Stored, Option<String>, i64, i64)> = f
+        .with_db(|db| {
+            db.query_rows(
+                "SELECT group_path, state, class, created_ms, started_ms, finished_ms, \
+                 released_ms, held_reason, bytes_done, charged FROM requests",
+                crate::ledger::db::params![],
+                |r| {
+                    Ok((
+                        (
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                            r.get(4)?,
+                            r.get(5)?,
+                            r.get(6)?,
+                        ),
+                        r.get(7)?,
+                        r.get(8)?,
+                        r.get(9)?,
+                    ))
+                },
+            )
+        })
+        .expect("the requests");
     let mut rows: BTreeMap<(String, i64), [i64; 15]> = BTreeMap::new();
     let mut waits: BTreeMap<(String, i64, i64), i64> = BTreeMap::new();
-    let mut st = c
-        .prepare(
-            "SELECT group_path, state, class, created_ms, started_ms, finished_ms, released_ms, \
-             held_reason, bytes_done, charged FROM requests",
-        )
-        .unwrap();
-    let mut q = st.query([]).unwrap();
-    while let Some(r) = q.next().unwrap() {
-        let path: String = r.get(0).unwrap();
-        let state: String = r.get(1).unwrap();
-        let class: String = r.get(2).unwrap();
-        let created: i64 = r.get(3).unwrap();
-        let started: Option<i64> = r.get(4).unwrap();
-        let finished: Option<i64> = r.get(5).unwrap();
-        let released: Option<i64> = r.get(6).unwrap();
-        let held_reason: Option<String> = r.get(7).unwrap();
-        let bytes: i64 = r.get(8).unwrap();
-        let charged: i64 = r.get(9).unwrap();
+    for (row, held_reason, bytes, charged) in stored {
+        let (path, state, class, created, started, finished, released) = row;
         let held_cancelled = state == "cancelled" && held_reason.is_some() && released.is_none();
         let was_held = state == "held" || released.is_some() || held_cancelled;
         let mut at = |ms: i64, col: usize, v: i64| {
@@ -985,39 +1169,36 @@ fn recompute_aggregates(path: &std::path::Path) -> Aggregates {
 }
 
 /// The maintained aggregates, in the shape of [`recompute_aggregates`].
-fn stored_aggregates(path: &std::path::Path) -> Aggregates {
-    let c = super::schema::open_reader(path).unwrap();
-    let mut st = c
-        .prepare(
+fn stored_aggregates(f: &Fixture) -> Aggregates {
+    let rows = f.with_db(|db| {
+        db.query_rows(
             "SELECT path, hour, accepted, held, released, held_cancelled, front, back, priority, \
              started, wait_ms_sum, done, failed, cancelled, bytes_done, benefit_done \
              FROM report_hours ORDER BY path, hour",
+            crate::ledger::db::params![],
+            |r| {
+                let mut v = [0i64; 15];
+                for (i, slot) in v.iter_mut().enumerate().take(14) {
+                    // bytes_done and benefit_done are wide decimals; the rest plain integers.
+                    let wide: super::wide::Wide = r.get(i + 2)?;
+                    *slot = i64::try_from(wide.0).expect("within i64");
+                }
+                Ok((r.get(0)?, r.get(1)?, v))
+            },
         )
-        .unwrap();
-    let rows = st
-        .query_map([], |r| {
-            let mut v = [0i64; 15];
-            for (i, slot) in v.iter_mut().enumerate().take(14) {
-                // bytes_done and benefit_done are wide decimals; the rest plain integers.
-                let wide: super::wide::Wide = r.get(i + 2)?;
-                *slot = i64::try_from(wide.0).unwrap();
-            }
-            Ok((r.get(0)?, r.get(1)?, v))
-        })
-        .unwrap()
-        .map(Result::unwrap)
+    });
+    let rows = (rows.expect("the report's hours").into_iter())
         // A row can be all zeros only if nothing happened: the recomputation has none.
         .filter(|(_, _, v): &(String, i64, [i64; 15])| v.iter().any(|x| *x != 0))
         .collect();
-    let mut st = c
-        .prepare("SELECT path, hour, bin, count FROM report_waits ORDER BY path, hour, bin")
-        .unwrap();
-    let waits = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    (rows, waits)
+    let waits = f.with_db(|db| {
+        db.query_rows(
+            "SELECT path, hour, bin, count FROM report_waits ORDER BY path, hour, bin",
+            crate::ledger::db::params![],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+    });
+    (rows, waits.expect("the report's waits"))
 }
 
 #[derive(Debug, Clone)]
@@ -1044,6 +1225,8 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
     ]
 }
 
+// SQLite-only: a proptest builds a runtime per case; on PostgreSQL the same recomputation
+// runs after each pass-through sequence of `random_sequences`.
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
 
@@ -1095,8 +1278,8 @@ proptest::proptest! {
             }
             close(opened);
         });
-        let (stored, stored_waits) = stored_aggregates(&f.path);
-        let (recomputed, recomputed_waits) = recompute_aggregates(&f.path);
+        let (stored, stored_waits) = stored_aggregates(&f);
+        let (recomputed, recomputed_waits) = recompute_aggregates(&f);
         proptest::prop_assert_eq!(stored, recomputed);
         proptest::prop_assert_eq!(stored_waits, recomputed_waits);
     }
@@ -1104,9 +1287,8 @@ proptest::proptest! {
 
 /// A fair-share request that starts while a priority-class request waits is counted (the
 /// report's "data taking held back" figure); once the priority request runs, none is.
-#[tokio::test]
-async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
-    let f = Fixture::new();
+async fn fair_share_starts_over_waiting_priority_requests_are_counted(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let daq = l
@@ -1133,14 +1315,16 @@ async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
         .await
         .unwrap();
     close(opened);
-    let conn = rusqlite::Connection::open(&f.path).unwrap();
     let over = |p: &str| -> (i64, i64, i64) {
-        conn.query_row(
-            "SELECT SUM(started_over_priority), SUM(started), SUM(wait_ms_sum) FROM report_hours WHERE path = ?1",
-            [p],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .unwrap()
+        f.with_db(|db| {
+            db.query_one(
+                "SELECT SUM(started_over_priority), SUM(started), SUM(wait_ms_sum) \
+                 FROM report_hours WHERE path = ?1",
+                db::params![p],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+        })
+        .expect("the report's starts")
     };
     assert_eq!(
         over("mc"),
@@ -1153,14 +1337,13 @@ async fn fair_share_starts_over_waiting_priority_requests_are_counted() {
 /// Usage past i64 (and past u64) under the windows model: the group sums, the window sums and
 /// the report's bytes and benefit done are exact, in memory and on disk, and a restart loads
 /// the same book (SQLite's INTEGER is i64; these are wide decimals).
-#[tokio::test]
-async fn sums_past_i64_are_exact_and_survive_a_restart() {
+async fn sums_past_i64_are_exact_and_survive_a_restart(backend: Backend) {
     const SIZE: u64 = 4_000_000_000_000_000_000;
     let config = CONFIG.replace(
         "[mss]",
         "[usage]\nmodel = \"windows\"\ninterval_secs = 3600\ndepth = 2\n[mss]",
     );
-    let f = Fixture::with_config(&config);
+    let f = Fixture::with_config_on(backend, &config);
     let opened = f.open();
     let l = &opened.0;
     let mut ids = Vec::new();
@@ -1195,44 +1378,44 @@ async fn sums_past_i64_are_exact_and_survive_a_restart() {
     assert_eq!(mc(&reopened.0.shares(now, now).await.unwrap()), mc(&before));
     close(reopened);
 
-    let c = super::db::DbConn::from_sqlite(super::schema::open_reader(&f.path).unwrap());
-    let text = |sql: &str| -> Vec<String> {
-        (c.sqlite().expect("a SQLite ledger").prepare(sql))
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
-    assert_eq!(
-        text("SELECT usage FROM usage_windows WHERE path = 'mc' ORDER BY window"),
-        [
-            (2 * u128::from(SIZE)).to_string(),
-            (3 * u128::from(SIZE)).to_string()
-        ],
-        "two estimates in the first window, three actuals in the second"
-    );
-    let report =
-        history::report_rows(&c.db(), 0..(now + 3_600_000 - 1).div_euclid(3_600_000) + 1).unwrap();
-    let (bytes, benefit) = report
-        .hours
-        .iter()
-        .filter(|(p, _, _)| p == "mc")
-        .fold((0, 0), |(b, n), (_, _, r)| {
-            (b + r.bytes_done, n + r.benefit_done)
-        });
-    assert_eq!(
-        (bytes, benefit),
-        (3 * i128::from(SIZE), 3 * i128::from(SIZE))
-    );
-    let totals = history::totals_before(&c.db(), i64::MAX).unwrap();
-    let mc_total = &totals.iter().find(|(p, _)| p == "mc").unwrap().1;
-    assert_eq!(mc_total.bytes_done, 3 * i128::from(SIZE));
+    f.with_db(|db| {
+        let windows = db.query_rows(
+            "SELECT usage FROM usage_windows WHERE path = 'mc' ORDER BY \"window\"",
+            db::params![],
+            |r| r.get::<wide::Wide>(0),
+        );
+        assert_eq!(
+            windows.expect("the windows"),
+            [
+                wide::Wide(2 * i128::from(SIZE)),
+                wide::Wide(3 * i128::from(SIZE))
+            ],
+            "two estimates in the first window, three actuals in the second"
+        );
+        let hours = 0..(now + 3_600_000 - 1).div_euclid(3_600_000) + 1;
+        let report = history::report_rows(db, hours).expect("the report");
+        let (bytes, benefit) = report
+            .hours
+            .iter()
+            .filter(|(p, _, _)| p == "mc")
+            .fold((0, 0), |(b, n), (_, _, r)| {
+                (b + r.bytes_done, n + r.benefit_done)
+            });
+        assert_eq!(
+            (bytes, benefit),
+            (3 * i128::from(SIZE), 3 * i128::from(SIZE))
+        );
+        let totals = history::totals_before(db, i64::MAX).expect("the totals");
+        let mc_total = &totals.iter().find(|(p, _)| p == "mc").unwrap().1;
+        assert_eq!(mc_total.bytes_done, 3 * i128::from(SIZE));
+    });
 }
 
 /// A database written by the schema before the wide columns (INTEGER sums, one of them already
 /// overflowed into a REAL) opens: the columns become TEXT with the same figures (the
 /// overflowed group's recomputed exactly from its requests), and charges add to them exactly.
+// SQLite-only: SQLite's own schema and migrations (PostgreSQL's are `postgres/schema.rs`'s,
+// tested in `ledger::postgres`).
 #[tokio::test]
 async fn an_old_shape_database_is_migrated() {
     let f = Fixture::new();
@@ -1331,7 +1514,12 @@ fn user_version(c: &rusqlite::Connection) -> i64 {
 
 /// Open a fixture's database, the error left to the caller.
 fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
-    let options = LedgerOptions {
+    open_with(f, &options(f))
+}
+
+/// The options the fixture's ledger is opened with.
+fn options(f: &Fixture) -> LedgerOptions {
+    LedgerOptions {
         path: f.path.clone(),
         commit_batch_max: 1024,
         url: f.pg.as_ref().and_then(|db| db.url().cloned()),
@@ -1343,10 +1531,17 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
         },
         metrics: Arc::new(crate::ledger::NoObserver),
         read_outputs: f.settings.mss.read_outputs(),
-    };
+    }
+}
+
+/// The fixture's ledger opened with `options`.
+fn open_with(
+    f: &Fixture,
+    options: &LedgerOptions,
+) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
     let open = || {
         Ledger::open(
-            &options,
+            options,
             f.settings.policy.clone(),
             Arc::new(f.clock.clone()),
         )
@@ -1354,10 +1549,28 @@ fn try_open(f: &Fixture) -> Result<(Ledger, std::thread::JoinHandle<()>), Ledger
     match options.url {
         // The PostgreSQL client blocks on a runtime of its own: not on an async thread.
         Some(_) => tokio::task::block_in_place(open),
-        None => open(),
+        None => lock_released(open),
     }
 }
 
+/// `open` once the lock a closed ledger released is free. A process another test of this
+/// binary starts (pg-cluster's `initdb`, `pg_ctl`, `psql`) holds a copy of every descriptor
+/// from its fork to its exec, the lock file's too: a lock just released may still be held for
+/// that moment. Waited for (polled), up to 10 s; past that the refusal is the answer.
+fn lock_released<T>(open: impl Fn() -> Result<T, LedgerError>) -> Result<T, LedgerError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match open() {
+            Err(LedgerError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            opened => return opened,
+        }
+    }
+}
+
+// SQLite-only: SQLite's own schema and migrations (PostgreSQL's are `postgres/schema.rs`'s,
+// tested in `ledger::postgres`).
 #[tokio::test]
 async fn a_new_database_is_created_at_the_latest_version() {
     let f = Fixture::new();
@@ -1366,6 +1579,8 @@ async fn a_new_database_is_created_at_the_latest_version() {
     assert_eq!(user_version(&c), super::schema::LATEST);
 }
 
+// SQLite-only: SQLite's own schema and migrations (PostgreSQL's are `postgres/schema.rs`'s,
+// tested in `ledger::postgres`).
 #[tokio::test]
 async fn an_old_database_missing_added_columns_keeps_its_rows_and_is_versioned() {
     let f = Fixture::new();
@@ -1410,6 +1625,8 @@ async fn an_old_database_missing_added_columns_keeps_its_rows_and_is_versioned()
     assert_eq!(user_version(&c), super::schema::LATEST);
 }
 
+// SQLite-only: its openers are SQLite's (PostgreSQL's refusal, with the same error:
+// `ledger::postgres::tests::the_ledger_refuses_a_newer_schema_with_the_same_error_on_both_backends`).
 #[tokio::test]
 async fn a_database_newer_than_the_binary_is_refused_by_every_opener() {
     let f = Fixture::new();
@@ -1486,8 +1703,108 @@ async fn a_deposed_leaders_submission_is_refused_and_nothing_is_committed() {
     close(opened);
 }
 
+/// A PostgreSQL fixture whose ledger was opened once at epoch 7 and closed (its schema, groups
+/// and first incarnation written).
+async fn led_once_at_epoch_7() -> Fixture {
+    let mut f = Fixture::on(Backend::Postgres);
+    f.epoch = 7;
+    f.set_leader_epoch(7);
+    let opened = f.open();
+    accept(&opened.0, f.request("before", "mc", "x", 100)).await;
+    close(opened);
+    f
+}
+
+/// The fixture's configuration with a group `new` added: an open or a reload under it writes
+/// that group's row.
+fn with_a_new_group() -> Settings {
+    let config = CONFIG.replace("[shares]\n", "[shares]\nnew = 2\n");
+    Settings::parse(&config, "test").expect("the configuration")
+}
+
+/// On PostgreSQL the writes a term makes at load (the instance id, the groups' rows and
+/// rebuilt aggregates, the start's incarnation) are fenced as its groups are: a ledger opened
+/// at epoch 7 after another broker took office at 8 is refused and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_deposed_before_it_opens_writes_nothing_at_load() {
+    let mut f = led_once_at_epoch_7().await;
+    f.settings = with_a_new_group();
+    let before = every_row(&f);
+    f.set_leader_epoch(8);
+    let refused = match try_open(&f) {
+        Err(e) => e.to_string(),
+        Ok(opened) => {
+            close(opened);
+            panic!("a deposed term opened its ledger")
+        }
+    };
+    assert!(refused.contains("fenced"), "{refused}");
+    assert_eq!(every_row(&f), before, "a deposed term wrote at load");
+}
+
+/// The epoch goes stale in the middle of a load, without timing: a trigger on `groups` moves
+/// the `leader` row to epoch 8 inside the load's first transaction (which read the fence at 7,
+/// and commits the new group's row). The start's incarnation, written after, is refused: the
+/// ledger does not open, and no incarnation of the deposed term is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_deposed_during_its_load_records_no_incarnation() {
+    let mut f = led_once_at_epoch_7().await;
+    f.settings = with_a_new_group();
+    let incarnations = |f: &Fixture| -> Vec<String> {
+        (every_row(f).into_iter())
+            .filter(|r| r.starts_with("incarnations:"))
+            .collect()
+    };
+    let before = incarnations(&f);
+    assert_eq!(before.len(), 1, "the first term's incarnation");
+    f.with_db(|db| {
+        db.execute_batch(
+            "CREATE FUNCTION depose() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN UPDATE leader SET epoch = 8; RETURN NULL; END $$; \
+             CREATE TRIGGER depose AFTER INSERT ON groups FOR EACH ROW \
+             EXECUTE FUNCTION depose();",
+        )
+    })
+    .expect("the trigger");
+    let refused = match try_open(&f) {
+        Err(e) => e.to_string(),
+        Ok(opened) => {
+            close(opened);
+            panic!("a term deposed during its load opened its ledger")
+        }
+    };
+    assert!(refused.contains("fenced"), "{refused}");
+    let epoch = f.with_db(|db| {
+        db.query_one("SELECT epoch FROM leader", db::params![], |r| {
+            r.get::<i64>(0)
+        })
+    });
+    assert_eq!(epoch.expect("the epoch"), 8, "deposed during the load");
+    assert_eq!(incarnations(&f), before, "a deposed term's incarnation");
+}
+
+/// A reload's install is a write transaction of the term, fenced too: a deposed leader's
+/// reload is refused and writes nothing (not the new group's row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_reload_is_refused_and_writes_nothing() {
+    let f = led_once_at_epoch_7().await;
+    let opened = f.open();
+    let before = every_row(&f);
+    f.set_leader_epoch(8);
+    let refused = opened.0.reload(with_a_new_group().policy).await;
+    assert!(refused.is_err(), "a deposed leader's reload: {refused:?}");
+    assert_eq!(every_row(&f), before, "a deposed leader's reload wrote");
+    close(opened);
+}
+
 // The writer's paths on both backends (PostgreSQL: issue 42, step 4).
 on_both_async!(
+    a_corrupt_class_or_state_in_a_row_is_an_error_not_a_default,
+    a_stored_explain_of_an_older_build_reads_back,
+    a_request_and_its_charge_are_never_committed_apart,
+    half_life_usage_has_no_drift_across_restarts,
+    fair_share_starts_over_waiting_priority_requests_are_counted,
+    sums_past_i64_are_exact_and_survive_a_restart,
     restart_restores_every_groups_usage_and_decisions,
     resubmission_is_idempotent,
     completion_reconciles_and_failure_refunds,

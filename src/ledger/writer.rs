@@ -39,6 +39,7 @@ use tracing::{debug, error};
 
 use command::{log_committed, Reply, Traced};
 pub(in crate::ledger) use command::{Admitted, Command};
+pub(super) use fence::write_transaction;
 pub use reload::PreparedReload;
 pub(super) use reload::{Step, Ticket};
 pub(super) use removed::unfinished_of;
@@ -352,18 +353,15 @@ impl Writer {
         let now = self.clock.now_ms();
         let rebase = self.state.usage.rebase(now);
         self.state.usage.roll(now);
-        let tx = match self.conn.transaction() {
+        // The fence first in every write transaction on PostgreSQL: a group of a deposed
+        // leader is rolled back, every caller answered with the error (never a 202).
+        let tx = match fence::write_transaction(&mut self.conn, self.fence_epoch) {
             Ok(tx) => tx,
-            Err(e) => return (Err(e), false, 0),
-        };
-        // First in every write transaction on PostgreSQL: a group of a deposed leader is
-        // rolled back, every caller answered with the error (never a 202).
-        if let Some(epoch) = self.fence_epoch {
-            if let Err(e) = fence::fence(&tx, epoch) {
+            Err(e) => {
                 self.fenced = matches!(e, super::db::DbError::Fenced(_));
                 return (Err(e), false, 0);
             }
-        }
+        };
         let mut txn = Txn {
             tx: &tx,
             keys: &self.keys,

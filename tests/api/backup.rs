@@ -204,3 +204,30 @@ fn the_report_heading_keeps_the_instants_case() {
         "{first}"
     );
 }
+
+/// Given a PostgreSQL database (as `serve --db` takes one), `backup` refuses before touching
+/// anything: exit 1, a message naming PostgreSQL's own tools and where the docs say more,
+/// never the URL's password, and no file written (the URL is not taken for a path: the
+/// working directory stays empty).
+#[test]
+fn a_postgresql_database_is_refused_naming_its_tools_and_nothing_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = "postgresql://broker:s3cret-pw@127.0.0.1:5432/mss";
+    for (db, to) in [(url, "copy.db"), ("broker.db", url)] {
+        let out = Command::new(BIN)
+            .current_dir(dir.path())
+            .args(["backup", "--db", db, "--to", to])
+            .output()
+            .expect("run mssbroker backup");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        for named in ["pg_dump", "pg_basebackup", "PITR", "docs/ha.md"] {
+            assert!(err.contains(named), "{named}: {err}");
+        }
+        let flag = if db == url { "--db" } else { "--to" };
+        assert!(err.contains(flag), "{flag}: {err}");
+        assert!(!err.contains("s3cret-pw"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").collect();
+        assert!(left.is_empty(), "written: {left:?}");
+    }
+}

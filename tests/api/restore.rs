@@ -140,3 +140,35 @@ async fn restore_refuses_while_the_broker_runs() {
     assert!(err.contains("lock"), "{err}");
     assert!(!files.db.with_extension("db.restoring").exists());
 }
+
+/// Given a PostgreSQL database (`--db`, or `--from`), `restore` refuses before touching
+/// anything: exit 1, a message naming PostgreSQL's own tools and where the docs say more,
+/// never the URL's password, and no file moved, written or created (the URL is not taken for
+/// a path).
+#[test]
+fn a_postgresql_database_is_refused_naming_its_tools_and_nothing_is_touched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backup = dir.path().join("backup.db");
+    std::fs::write(&backup, b"a backup").expect("write");
+    let url = "postgres://broker:s3cret-pw@127.0.0.1/mss";
+    for (from, db) in [("backup.db", url), (url, "broker.db")] {
+        let out = std::process::Command::new(crate::helpers::BIN)
+            .current_dir(dir.path())
+            .args(["restore", "--from", from, "--db", db])
+            .output()
+            .expect("run restore");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        for named in ["pg_dump", "pg_basebackup", "PITR", "docs/ha.md"] {
+            assert!(err.contains(named), "{named}: {err}");
+        }
+        let flag = if db == url { "--db" } else { "--from" };
+        assert!(err.contains(flag), "{flag}: {err}");
+        assert!(!err.contains("s3cret-pw"), "{err}");
+        let left: Vec<_> = (std::fs::read_dir(dir.path()).expect("dir"))
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left, ["backup.db"], "the directory changed");
+        assert_eq!(std::fs::read(&backup).expect("read"), b"a backup");
+    }
+}

@@ -113,6 +113,16 @@ impl PgConn {
 
     /// Open a transaction (`begin`: `BEGIN` or a stronger one); one at a time.
     pub(super) fn begin(&self, begin: &str) -> DbResult<PgTx<'_>> {
+        self.hold(begin)?;
+        Ok(PgTx {
+            conn: self,
+            open: true,
+        })
+    }
+
+    /// Open a transaction that no guard ends: it lasts as long as the connection
+    /// (`DbConn::hold_snapshot`); one at a time.
+    pub(super) fn hold(&self, begin: &str) -> DbResult<()> {
         if self.in_transaction.get() {
             return Err(DbError::Sql(
                 "a transaction is already open on this connection".into(),
@@ -120,10 +130,7 @@ impl PgConn {
         }
         self.batch(begin)?;
         self.in_transaction.set(true);
-        Ok(PgTx {
-            conn: self,
-            open: true,
-        })
+        Ok(())
     }
 }
 

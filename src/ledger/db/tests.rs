@@ -34,6 +34,7 @@ on_both!(
     a_transaction_commits_or_rolls_back_and_lends_itself_as_a_db,
     a_transaction_inside_a_transaction_is_refused,
     a_snapshot_keeps_reading_the_commit_it_began_at,
+    a_held_snapshot_travels_with_its_connection_and_keeps_its_commit,
     rows_stream_one_at_a_time_and_an_error_stops_them,
     a_closure_over_rows_may_run_statements_of_its_own,
     a_new_rows_id_and_the_tables_and_columns_there_are,
@@ -284,6 +285,39 @@ fn a_snapshot_keeps_reading_the_commit_it_began_at(backend: Backend) {
     assert_eq!(count(&snap), 0, "the snapshot was fixed before the insert");
     drop(snap);
     assert_eq!(count(&reader), 1);
+}
+
+/// `DbConn::hold_snapshot` (the reload's): the connection moves to another thread with its
+/// read transaction open, and reads there the commit it began at; it writes nothing, and a
+/// second transaction on it is refused while the snapshot is held.
+fn a_held_snapshot_travels_with_its_connection_and_keeps_its_commit(backend: Backend) {
+    let test = TestDb::new(backend);
+    let writer = open(&test);
+    let writer = writer.db();
+    insert(&writer, &1i64, &"a", &None::<Wide>).expect("insert");
+    let held = test.connect();
+    held.hold_snapshot().expect("a held snapshot");
+    insert(&writer, &2i64, &"b", &None::<Wide>).expect("insert");
+    let held = std::thread::spawn(move || {
+        let count = held
+            .db()
+            .query_one("SELECT COUNT(*) FROM t", params![], |r| r.get::<i64>(0));
+        assert_eq!(count.expect("count"), 1, "the commit the snapshot began at");
+        held
+    })
+    .join()
+    .expect("the other thread");
+    if backend == Backend::Postgres {
+        let mut held = held;
+        assert!(
+            held.transaction().is_err(),
+            "a transaction inside the held one"
+        );
+        let wrote = held.db().execute("DELETE FROM t", params![]);
+        assert!(wrote.is_err(), "a read-only snapshot wrote");
+    }
+    let now = writer.query_one("SELECT COUNT(*) FROM t", params![], |r| r.get::<i64>(0));
+    assert_eq!(now.expect("count"), 2);
 }
 
 fn rows_stream_one_at_a_time_and_an_error_stops_them(backend: Backend) {

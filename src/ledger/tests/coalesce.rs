@@ -25,9 +25,8 @@ async fn apply(l: &Ledger, id: i64, attempt: u32, seq: u64, kind: EventKind) {
 
 /// Two stations read one file: the second rides on the first, is never submitted, and both
 /// are done with one transfer's bytes, each charged to its own group.
-#[tokio::test]
-async fn a_duplicate_read_rides_and_completes_with_its_carrier() {
-    let f = Fixture::new();
+async fn a_duplicate_read_rides_and_completes_with_its_carrier(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "analysis", "higgs", "/pnfs/same")).await;
@@ -57,14 +56,14 @@ async fn a_duplicate_read_rides_and_completes_with_its_carrier() {
     assert_eq!(usage_of(&groups, "mc"), (700 + 500 + 500, 2));
     // The report counts the rider as coalesced, in its own group; the carrier is not.
     let coalesced = |path: &str| -> i64 {
-        rusqlite::Connection::open(&f.path)
-            .unwrap()
-            .query_row(
+        f.with_db(|db| {
+            db.query_one(
                 "SELECT COALESCE(SUM(coalesced), 0) FROM report_hours WHERE path = ?1",
-                [path],
+                crate::ledger::db::params![path],
                 |r| r.get(0),
             )
-            .unwrap()
+        })
+        .expect("the report's coalesced count")
     };
     assert_eq!((coalesced("mc"), coalesced("analysis/higgs")), (1, 0));
     drop(l);
@@ -73,9 +72,8 @@ async fn a_duplicate_read_rides_and_completes_with_its_carrier() {
 
 /// The carrier fails for good: its riders fail with its error and are refunded; a retryable
 /// failure keeps them riding until the next attempt ends.
-#[tokio::test]
-async fn riders_fail_with_their_carrier_and_wait_through_its_retries() {
-    let f = Fixture::new();
+async fn riders_fail_with_their_carrier_and_wait_through_its_retries(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/one")).await;
@@ -107,9 +105,8 @@ async fn riders_fail_with_their_carrier_and_wait_through_its_retries() {
 
 /// Cancelling a rider leaves its carrier; cancelling a carrier not yet at the MSS hands the
 /// transfer to its oldest rider, on which the others then ride.
-#[tokio::test]
-async fn cancelling_one_of_two_leaves_the_other() {
-    let f = Fixture::new();
+async fn cancelling_one_of_two_leaves_the_other(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/two")).await;
@@ -136,9 +133,10 @@ async fn cancelling_one_of_two_leaves_the_other() {
 /// The carrier's caller cancels while the MSS has it and a rider waits: the MSS is not asked
 /// to cancel; when the transfer ends the rider is done and the carrier cancelled and refunded.
 /// The rider survives a restart in between.
-#[tokio::test]
-async fn a_carrier_cancelled_at_the_mss_keeps_the_transfer_for_its_rider_across_a_restart() {
-    let f = Fixture::new();
+async fn a_carrier_cancelled_at_the_mss_keeps_the_transfer_for_its_rider_across_a_restart(
+    backend: Backend,
+) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/three")).await;
@@ -190,9 +188,8 @@ async fn a_carrier_cancelled_at_the_mss_keeps_the_transfer_for_its_rider_across_
 
 /// A priority-class read does not ride on a fair-share carrier (it would wait at a lower
 /// class); a held request is not a carrier.
-#[tokio::test]
-async fn a_priority_read_does_not_ride_on_a_fair_share_carrier() {
-    let f = Fixture::new();
+async fn a_priority_read_does_not_ride_on_a_fair_share_carrier(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/five")).await;
@@ -209,9 +206,8 @@ async fn a_priority_read_does_not_ride_on_a_fair_share_carrier() {
 /// after a restart too. (Found by `tests/api/crash_volumes.rs`: the carrier map kept one read
 /// per file, the fair-share one, so a second data-taking read of the file got a transfer of
 /// its own beside the first.)
-#[tokio::test]
-async fn a_priority_read_beside_a_fair_share_carrier_carries_for_later_ones() {
-    let f = Fixture::new();
+async fn a_priority_read_beside_a_fair_share_carrier_carries_for_later_ones(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/both")).await;
@@ -258,9 +254,8 @@ async fn a_priority_read_beside_a_fair_share_carrier_carries_for_later_ones() {
 /// read ride on it: the priority-class one takes the transfer over, and the fair-share one
 /// rides on it (never the other way round, which would leave data taking behind a
 /// fair-share transfer).
-#[tokio::test]
-async fn a_priority_rider_takes_over_before_an_older_fair_share_one() {
-    let f = Fixture::new();
+async fn a_priority_rider_takes_over_before_an_older_fair_share_one(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let x = accept(&l, read_of(&f, "x", "datataking", "raw", "/pnfs/raw")).await;
@@ -291,10 +286,9 @@ async fn a_priority_rider_takes_over_before_an_older_fair_share_one() {
 /// Held release mode, one slot: a duplicate of a request still queued in the broker rides on
 /// it uncharged; cancelling the queued carrier puts the rider in its place in the queue; when
 /// that one is released, its own rider is charged with it, and both finish with one transfer.
-#[tokio::test]
-async fn a_duplicate_of_a_queued_request_rides_and_is_charged_at_its_release() {
+async fn a_duplicate_of_a_queued_request_rides_and_is_charged_at_its_release(backend: Backend) {
     let held = "[release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"queued\"\n";
-    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
+    let f = Fixture::with_config_on(backend, &format!("{CONFIG}{held}"));
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/first")).await;
@@ -343,10 +337,9 @@ async fn a_duplicate_of_a_queued_request_rides_and_is_charged_at_its_release() {
 
 /// `coalesce = "in_flight"` (the default) leaves a duplicate of a queued request on its own;
 /// `"off"` leaves every duplicate on its own.
-#[tokio::test]
-async fn the_coalesce_setting_chooses_what_a_duplicate_rides_on() {
+async fn the_coalesce_setting_chooses_what_a_duplicate_rides_on(backend: Backend) {
     let held = "[release]\nmode = \"held\"\nlimit = 1\n";
-    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
+    let f = Fixture::with_config_on(backend, &format!("{CONFIG}{held}"));
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/seven")).await;
@@ -363,7 +356,7 @@ async fn the_coalesce_setting_chooses_what_a_duplicate_rides_on() {
     close(opened);
 
     let off = "[release]\ncoalesce = \"off\"\n";
-    let f = Fixture::with_config(&format!("{CONFIG}{off}"));
+    let f = Fixture::with_config_on(backend, &format!("{CONFIG}{off}"));
     let opened = f.open();
     let l = opened.0.clone();
     accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/nine")).await;
@@ -376,10 +369,9 @@ async fn the_coalesce_setting_chooses_what_a_duplicate_rides_on() {
 /// A queued read still carries its file after a restart: the carriers are rebuilt from the
 /// rows, `queued` ones included, so a new duplicate rides on it rather than costing a second
 /// transfer.
-#[tokio::test]
-async fn a_queued_carrier_still_carries_after_a_restart() {
+async fn a_queued_carrier_still_carries_after_a_restart(backend: Backend) {
     let held = "[release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"queued\"\n";
-    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
+    let f = Fixture::with_config_on(backend, &format!("{CONFIG}{held}"));
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/first")).await;
@@ -402,11 +394,10 @@ async fn a_queued_carrier_still_carries_after_a_restart() {
 
 /// A read released from a feasibility hold into the broker's queue carries its file from
 /// then on, as one queued at its arrival does, a restart during the hold notwithstanding.
-#[tokio::test]
-async fn a_read_released_from_a_hold_into_the_queue_carries_its_file() {
+async fn a_read_released_from_a_hold_into_the_queue_carries_its_file(backend: Backend) {
     let extra = "[targets.\"mc\"]\nfeasibility_cap = 1000\n\
                  [release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"queued\"\n";
-    let f = Fixture::with_config(&format!("{CONFIG}{extra}"));
+    let f = Fixture::with_config_on(backend, &format!("{CONFIG}{extra}"));
     let opened = f.open();
     let l = opened.0.clone();
     let sized = |crid: &str, mode: &str, group: &str, file: &str, size: u64| {
@@ -452,10 +443,9 @@ async fn a_read_released_from_a_hold_into_the_queue_carries_its_file() {
 /// `coalesce = "in_flight"` (the default): a read queued in the broker carries nothing, so it
 /// does not stand in the way of a later read of the same file released first (here a data
 /// taking read): a third read rides on that one.
-#[tokio::test]
-async fn a_queued_read_does_not_keep_a_released_one_from_carrying_its_file() {
+async fn a_queued_read_does_not_keep_a_released_one_from_carrying_its_file(backend: Backend) {
     let held = "[release]\nmode = \"held\"\nlimit = 1\n";
-    let f = Fixture::with_config(&format!("{CONFIG}{held}"));
+    let f = Fixture::with_config_on(backend, &format!("{CONFIG}{held}"));
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read_of(&f, "a", "mc", "x", "/pnfs/first")).await;
@@ -470,3 +460,18 @@ async fn a_queued_read_does_not_keep_a_released_one_from_carrying_its_file() {
     drop(l);
     close(opened);
 }
+
+on_both_async!(
+    a_duplicate_read_rides_and_completes_with_its_carrier,
+    riders_fail_with_their_carrier_and_wait_through_its_retries,
+    cancelling_one_of_two_leaves_the_other,
+    a_carrier_cancelled_at_the_mss_keeps_the_transfer_for_its_rider_across_a_restart,
+    a_priority_read_does_not_ride_on_a_fair_share_carrier,
+    a_priority_read_beside_a_fair_share_carrier_carries_for_later_ones,
+    a_priority_rider_takes_over_before_an_older_fair_share_one,
+    a_duplicate_of_a_queued_request_rides_and_is_charged_at_its_release,
+    the_coalesce_setting_chooses_what_a_duplicate_rides_on,
+    a_queued_carrier_still_carries_after_a_restart,
+    a_read_released_from_a_hold_into_the_queue_carries_its_file,
+    a_queued_read_does_not_keep_a_released_one_from_carrying_its_file,
+);

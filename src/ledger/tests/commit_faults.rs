@@ -2,8 +2,9 @@
 //! the same command sent again (the disk freed, the file back) does exactly what it would have
 //! done had the failure never happened. Two ledgers are driven by the same random sequence of
 //! commands; before some commands, ledger A first gets the same command with its COMMIT failing
-//! (the database file moved away: `identity::DbFile::check` fails right before `tx.commit()`,
-//! after every statement and every change to memory). After every step, both must have given
+//! (`Fixture::commits_failing`: on SQLite the database file moved away, so
+//! `identity::DbFile::check` fails right before `tx.commit()`; on PostgreSQL a deferred trigger
+//! raises at COMMIT; either after every statement and every change to memory). After every step, both must have given
 //! the same answers and hold the same rows. `FAULTS_COALESCE` (default `queued`: duplicates ride
 //! on queued and in-flight reads; `off` leaves the carrier map out), `FAULTS_CONFIG`, `FAULTS_SEED` and
 //! `FAULTS_ONLY` (the numbers of the faults to inject, comma separated) narrow a failure down.
@@ -69,39 +70,10 @@ async fn apply(l: &Ledger, op: &Op) -> Result<String, LedgerError> {
 
 /// Every row of every table (but the database's random instance id and its incarnations'
 /// nonces), as text.
-pub(super) fn dump(path: &std::path::Path) -> Vec<String> {
-    let c = rusqlite::Connection::open(path).expect("open");
-    let tables: Vec<String> = c
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    let mut out = Vec::new();
-    for t in tables {
-        let mut stmt = c.prepare(&format!("SELECT * FROM \"{t}\"")).unwrap();
-        let n = stmt.column_count();
-        let mut rows: Vec<String> = stmt
-            .query_map([], |r| {
-                let cells: Vec<String> = (0..n)
-                    .map(|i| match r.get_ref(i).unwrap() {
-                        rusqlite::types::ValueRef::Text(t) => {
-                            format!("{:?}", String::from_utf8_lossy(t))
-                        }
-                        v => format!("{v:?}"),
-                    })
-                    .collect();
-                Ok(format!("{t}: {}", cells.join(" | ")))
-            })
-            .unwrap()
-            .map(|r| r.unwrap())
-            .filter(|row| !row.contains("\"instance\"") && !row.starts_with("incarnations:"))
-            .collect();
-        rows.sort();
-        out.extend(rows);
-    }
-    out
+fn dump(f: &Fixture) -> Vec<String> {
+    (every_row(f).into_iter())
+        .filter(|row| !row.contains("\"instance\"") && !row.starts_with("incarnations:"))
+        .collect()
 }
 
 struct Pair {
@@ -137,10 +109,7 @@ impl Pair {
             return "[]".into();
         }
         if fault && !masked {
-            let away = self.fa.path.with_extension("away");
-            std::fs::rename(&self.fa.path, &away).unwrap();
-            let failed = apply(&la, &op).await;
-            std::fs::rename(&away, &self.fa.path).unwrap();
+            let failed = self.fa.commits_failing(apply(&la, &op)).await;
             match failed {
                 Err(_) => {
                     self.faults += 1;
@@ -200,7 +169,7 @@ impl Pair {
                 r.input.volume = Some(format!("V{}", self.rng.below(2)));
                 r.input.extras.position = Some(self.rng.below(1000));
                 self.run(Op::Accept(vec![r]), fault).await;
-                self.ids = all_ids(&self.fa.path);
+                self.ids = all_ids(&self.fa);
             }
             25..45 => {
                 // Each ledger keys its requests with a nonce of its own: compared without.
@@ -309,7 +278,7 @@ impl Pair {
                 self.run(Op::Tick, fault).await;
             }
         }
-        let (da, db) = (dump(&self.fa.path), dump(&self.fb.path));
+        let (da, db) = (dump(&self.fa), dump(&self.fb));
         if da != db {
             let only_a: Vec<_> = da.iter().filter(|r| !db.contains(r)).collect();
             let only_b: Vec<_> = db.iter().filter(|r| !da.contains(r)).collect();
@@ -322,20 +291,20 @@ impl Pair {
     }
 }
 
-fn all_ids(path: &std::path::Path) -> Vec<i64> {
-    rusqlite::Connection::open(path)
-        .unwrap()
-        .prepare("SELECT id FROM requests ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect()
+fn all_ids(f: &Fixture) -> Vec<i64> {
+    f.with_db(|db| {
+        db.query_rows(
+            "SELECT id FROM requests ORDER BY id",
+            crate::ledger::db::params![],
+            |r| r.get(0),
+        )
+    })
+    .expect("the ids")
 }
 
-async fn run(config: &str, seed: u64, steps: usize) {
-    let fa = Fixture::with_config(config);
-    let fb = Fixture::with_config(config);
+async fn run(backend: Backend, config: &str, seed: u64, steps: usize) {
+    let fa = Fixture::with_config_on(backend, config);
+    let fb = Fixture::with_config_on(backend, config);
     let a = Some(fa.open());
     let b = Some(fb.open());
     let mut p = Pair {
@@ -376,12 +345,8 @@ fn configs() -> [String; 3] {
     ]
 }
 
-#[tokio::test]
-async fn a_failed_commit_then_the_same_command_equals_the_command_alone() {
-    let seeds: u64 = std::env::var("MSSBROKER_SEQUENCE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
+async fn a_failed_commit_then_the_same_command_equals_the_command_alone(backend: Backend) {
+    let seeds = sequence_seeds(backend);
     let one = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u64>().ok());
     for (i, config) in configs().iter().enumerate() {
         if one("FAULTS_CONFIG").is_some_and(|c| c != i as u64) {
@@ -392,7 +357,9 @@ async fn a_failed_commit_then_the_same_command_equals_the_command_alone() {
                 continue;
             }
             eprintln!("config {i} seed {seed}");
-            run(config, seed, 150).await;
+            run(backend, config, seed, 150).await;
         }
     }
 }
+
+on_both_async!(a_failed_commit_then_the_same_command_equals_the_command_alone,);

@@ -1,30 +1,26 @@
 //! A COMMIT that fails must leave no trace in the writer's memory (`WriterState::checkpoint`,
 //! `rollback`): what the writer does next is what it would have done had the failed
-//! transaction never run. The failure is injected with the database file moved away for one
-//! command: `identity::DbFile::check` then fails right before `tx.commit()`, after every
-//! statement and every change to memory (what a disk full or an I/O error at COMMIT does).
+//! transaction never run. The failure is injected for one command, after every statement and
+//! every change to memory (what a disk full or an I/O error at COMMIT does): on SQLite with the
+//! database file moved away (`identity::DbFile::check` then fails right before `tx.commit()`),
+//! on PostgreSQL by a deferred constraint trigger that raises at COMMIT itself.
 
 use super::*;
 
-/// Run `op` with the database file moved away, so the writer's COMMIT fails (the identity check
-/// right before `tx.commit()`, after every statement and every change to memory).
+/// Run `op` with the writer's COMMIT failing (see the module's doc).
 pub(super) async fn commit_failing<T: std::fmt::Debug>(
     f: &Fixture,
     op: impl std::future::Future<Output = Result<T, LedgerError>>,
 ) {
-    let away = f.path.with_extension("away");
-    std::fs::rename(&f.path, &away).unwrap();
-    let r = op.await;
-    std::fs::rename(&away, &f.path).unwrap();
+    let r = f.commits_failing(op).await;
     assert!(r.is_err(), "the commit was to fail: {r:?}");
 }
 
 /// A cancel of a carrier whose COMMIT fails (503; the station does not try again) leaves the
 /// carrier in flight, and the writer's carrier map still has it (its changes are journalled):
 /// a later read of the same file rides on it rather than costing a second transfer.
-#[tokio::test]
-async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file() {
-    let f = Fixture::new();
+async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let read = |crid: &str| {
@@ -60,8 +56,7 @@ async fn a_carrier_whose_cancel_failed_to_commit_still_carries_its_file() {
 /// volumes are sticky: the checkpoint keeps them (`VolumeQueue::memory`) and the reload gets
 /// them back, else the next release would mount another tape. The same requests after the
 /// same steps, with and without that failed cancel, must be released alike.
-#[tokio::test]
-async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
+async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume(backend: Backend) {
     let config = format!(
         "{CONFIG}[release]\nmode = \"volumes\"\n[release.volumes]\nmin_volume_bytes = 10000\n\
          min_volume_files = 1000\nquiet_secs = 3600\nmax_age_secs = 86400\n\
@@ -69,7 +64,7 @@ async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
     );
     let mut released = Vec::new();
     for fail in [false, true] {
-        let f = Fixture::with_config(&config);
+        let f = Fixture::with_config_on(backend, &config);
         let opened = f.open();
         let l = opened.0.clone();
         let on = |crid: &str, mode: &str, group: &str, size: u64, vol: &str| {
@@ -127,9 +122,8 @@ async fn a_rolled_back_transaction_does_not_forget_a_sticky_volume() {
 /// (`Ledger::submitted_late`): it names the transfer and asks for the cancel to be carried, as
 /// it would have the first time. A request of the same batch still `accepted` is left to its
 /// resend's answer.
-#[tokio::test]
-async fn an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent() {
-    let f = Fixture::new();
+async fn an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let cancelled = accept(&l, f.request("a", "mc", "x", 500)).await.id;
@@ -172,8 +166,7 @@ async fn an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent() {
 /// The commit histograms (`mssbroker_ledger_commit_seconds`, `_commands`) count commits: a
 /// group whose COMMIT failed was rolled back and is not one (under a full disk they would go on
 /// counting commits while nothing is written).
-#[tokio::test]
-async fn a_rolled_back_group_is_not_counted_as_a_commit() {
+async fn a_rolled_back_group_is_not_counted_as_a_commit(backend: Backend) {
     #[derive(Default)]
     struct Counted(std::sync::Mutex<Vec<usize>>, std::sync::Mutex<Vec<usize>>);
     impl CommitObserver for Counted {
@@ -184,23 +177,13 @@ async fn a_rolled_back_group_is_not_counted_as_a_commit() {
             self.1.lock().unwrap().push(commands);
         }
     }
-    let f = Fixture::new();
+    let f = Fixture::on(backend);
     let counted = Arc::new(Counted::default());
     let options = LedgerOptions {
-        path: f.path.clone(),
-        commit_batch_max: 1024,
-        url: None,
-        epoch: 1,
-        retry: RetrySettings {
-            max_attempts: 2,
-            base: Duration::from_millis(100),
-            max: Duration::from_millis(1000),
-        },
         metrics: counted.clone(),
-        read_outputs: None,
+        ..options(&f)
     };
-    let clock = Arc::new(f.clock.clone());
-    let opened = Ledger::open(&options, f.settings.policy.clone(), clock).unwrap();
+    let opened = open_with(&f, &options).unwrap();
     let l = opened.0.clone();
     let a = accept(&l, f.request("a", "mc", "x", 500)).await;
     commit_failing(&f, l.cancel(a.id)).await;
@@ -219,3 +202,10 @@ async fn a_rolled_back_group_is_not_counted_as_a_commit() {
     drop(l);
     close(opened);
 }
+
+on_both_async!(
+    a_carrier_whose_cancel_failed_to_commit_still_carries_its_file,
+    a_rolled_back_transaction_does_not_forget_a_sticky_volume,
+    an_answer_recorded_late_names_a_request_cancelled_while_it_was_sent,
+    a_rolled_back_group_is_not_counted_as_a_commit,
+);

@@ -4,11 +4,11 @@
 
 use super::*;
 
-/// Rows of `table`, by the file.
+/// Rows of `table`, as stored.
 fn rows(f: &Fixture, table: &str) -> i64 {
-    let c = rusqlite::Connection::open(&f.path).unwrap();
-    c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
-        .unwrap()
+    let sql = format!("SELECT COUNT(*) FROM {table}");
+    f.with_db(|db| db.query_one(&sql, crate::ledger::db::params![], |r| r.get(0)))
+        .expect("a count")
 }
 
 /// Three requests: one done, one cancelled, one left unfinished; their ids.
@@ -38,9 +38,10 @@ async fn replayed(f: &Fixture, l: &Ledger, ids: [i64; 3]) {
     assert_eq!(usage_of(&l.groups().await.unwrap(), "mc"), (600, 1));
 }
 
-#[tokio::test]
-async fn a_finished_requests_key_leaves_memory_and_its_replay_is_still_a_duplicate() {
-    let f = Fixture::new();
+async fn a_finished_requests_key_leaves_memory_and_its_replay_is_still_a_duplicate(
+    backend: Backend,
+) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = &opened.0;
     let ids = three(&f, l).await;
@@ -66,6 +67,8 @@ async fn a_finished_requests_key_leaves_memory_and_its_replay_is_still_a_duplica
 
 /// A database of version 9 kept every fingerprint in `idempotency`: opening it moves the
 /// finished requests' to `idempotency_finished`, and their replays are still duplicates.
+// SQLite-only: it rewinds the file's schema to version 9 (PostgreSQL's schema has its own
+// migrations, tested in `ledger::postgres`).
 #[tokio::test]
 async fn a_version_9_database_moves_its_finished_keys_out_of_memory() {
     let f = Fixture::new();
@@ -98,3 +101,5 @@ async fn a_version_9_database_moves_its_finished_keys_out_of_memory() {
     replayed(&f, l, ids).await;
     close(opened);
 }
+
+on_both_async!(a_finished_requests_key_leaves_memory_and_its_replay_is_still_a_duplicate,);

@@ -33,18 +33,22 @@ async fn in_use(l: &Ledger, item: NewRequest) -> OutputInUse {
 
 /// The requests stored.
 fn rows(f: &Fixture) -> i64 {
-    let c = crate::ledger::schema::open_reader(&f.path).unwrap();
-    c.query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
-        .unwrap()
+    f.with_db(|db| {
+        db.query_one(
+            "SELECT COUNT(*) FROM requests",
+            crate::ledger::db::params![],
+            |r| r.get(0),
+        )
+    })
+    .expect("the requests stored")
 }
 
 async fn audit_clean(l: &Ledger) {
     assert_eq!(l.audit().await.unwrap(), Vec::<String>::new());
 }
 
-#[tokio::test]
-async fn a_read_of_another_file_to_a_copy_in_use_is_refused_until_that_read_ends() {
-    let f = Fixture::with_config(&encp_config());
+async fn a_read_of_another_file_to_a_copy_in_use_is_refused_until_that_read_ends(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &encp_config());
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, read(&f, "a", "/pnfs/a/f.root", Some("/data/x.out"))).await;
@@ -100,9 +104,8 @@ async fn a_read_of_another_file_to_a_copy_in_use_is_refused_until_that_read_ends
 }
 
 /// Two reads in one call are checked in order: the second sees the first.
-#[tokio::test]
-async fn a_batch_is_checked_item_by_item() {
-    let f = Fixture::with_config(&encp_config());
+async fn a_batch_is_checked_item_by_item(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &encp_config());
     let opened = f.open();
     let l = opened.0.clone();
     let answers = l
@@ -126,9 +129,8 @@ async fn a_batch_is_checked_item_by_item() {
 
 /// A COMMIT that fails leaves the copies as they were: an acceptance rolled back holds none,
 /// an end rolled back frees none.
-#[tokio::test]
-async fn a_rolled_back_transaction_neither_holds_nor_frees_a_copy() {
-    let f = Fixture::with_config(&encp_config());
+async fn a_rolled_back_transaction_neither_holds_nor_frees_a_copy(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &encp_config());
     let opened = f.open();
     let l = opened.0.clone();
     commit_failing(
@@ -146,9 +148,8 @@ async fn a_rolled_back_transaction_neither_holds_nor_frees_a_copy() {
 }
 
 /// The simulator writes no station-side copy: nothing is refused for one.
-#[tokio::test]
-async fn an_adapter_that_writes_no_copy_refuses_nothing() {
-    let f = Fixture::new();
+async fn an_adapter_that_writes_no_copy_refuses_nothing(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     accept(&l, read(&f, "a", "/pnfs/a/f.root", Some("/data/x.out"))).await;
@@ -156,3 +157,10 @@ async fn an_adapter_that_writes_no_copy_refuses_nothing() {
     drop(l);
     close(opened);
 }
+
+on_both_async!(
+    a_read_of_another_file_to_a_copy_in_use_is_refused_until_that_read_ends,
+    a_batch_is_checked_item_by_item,
+    a_rolled_back_transaction_neither_holds_nor_frees_a_copy,
+    an_adapter_that_writes_no_copy_refuses_nothing,
+);

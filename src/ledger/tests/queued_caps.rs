@@ -22,9 +22,8 @@ fn over(r: Result<Vec<Accepted>, LedgerError>) -> QueuedCapRefused {
 /// replay is answered; every unfinished request counts, at the MSS, running and lost back to
 /// `accepted` alike (a move between unfinished states changes no total); a restart rebuilds
 /// the tally from the rows; only an end frees room.
-#[tokio::test]
-async fn the_node_cap_counts_every_unfinished_request_and_survives_a_restart() {
-    let f = Fixture::with_config(&config());
+async fn the_node_cap_counts_every_unfinished_request_and_survives_a_restart(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &config());
     let opened = f.open();
     let l = opened.0.clone();
     let first = accept(&l, f.request("a", "analysis", "higgs", 600)).await;
@@ -82,9 +81,8 @@ async fn the_node_cap_counts_every_unfinished_request_and_survives_a_restart() {
 /// Riders count from their acceptance (issue 37): a duplicate read that rides on another takes
 /// its own bytes from the cap, so riders cannot pile up past it, and a carrier's cancel that
 /// promotes a rider changes no total. The writer's memory agrees with the rows throughout.
-#[tokio::test]
-async fn a_rider_counts_against_the_caps_and_its_promotion_changes_no_total() {
-    let f = Fixture::with_config(&config());
+async fn a_rider_counts_against_the_caps_and_its_promotion_changes_no_total(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &config());
     let opened = f.open();
     let l = opened.0.clone();
     let read = |crid: &str, size: u64| {
@@ -112,9 +110,8 @@ async fn a_rider_counts_against_the_caps_and_its_promotion_changes_no_total() {
 
 /// The user cap counts the user's requests in every group; priority classes are neither
 /// counted nor refused; a batch is answered item by item, the earlier items counting.
-#[tokio::test]
-async fn the_user_cap_spans_groups_and_a_batch_is_checked_item_by_item() {
-    let f = Fixture::with_config(&config());
+async fn the_user_cap_spans_groups_and_a_batch_is_checked_item_by_item(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &config());
     let opened = f.open();
     let l = opened.0.clone();
     accept(&l, f.request("a", "mc", "x", 1000)).await;
@@ -147,11 +144,10 @@ async fn the_user_cap_spans_groups_and_a_batch_is_checked_item_by_item() {
 /// it would be below the bytes really unfinished, and a request past the cap would be
 /// accepted. (A rollback replays its journal through the same arithmetic:
 /// `WriterState::rollback`.)
-#[tokio::test]
-async fn a_user_tally_past_u64_is_exact_and_still_refuses_past_the_cap() {
+async fn a_user_tally_past_u64_is_exact_and_still_refuses_past_the_cap(backend: Backend) {
     let most = i64::MAX as u64;
     let sizes = format!("{CONFIG}\n[limits]\nmax_size_bytes = {most}\n");
-    let f = Fixture::with_config(&sizes);
+    let f = Fixture::with_config_on(backend, &sizes);
     let opened = f.open();
     let l = opened.0.clone();
     // Three of the largest, with no cap: 3 * (2^63 - 1) bytes unfinished.
@@ -186,3 +182,10 @@ async fn a_user_tally_past_u64_is_exact_and_still_refuses_past_the_cap() {
     drop(l);
     close(opened);
 }
+
+on_both_async!(
+    the_node_cap_counts_every_unfinished_request_and_survives_a_restart,
+    a_rider_counts_against_the_caps_and_its_promotion_changes_no_total,
+    the_user_cap_spans_groups_and_a_batch_is_checked_item_by_item,
+    a_user_tally_past_u64_is_exact_and_still_refuses_past_the_cap,
+);

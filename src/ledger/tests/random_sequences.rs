@@ -1,12 +1,15 @@
 //! Random sequences of everything that can happen to requests, through the writer and a real
-//! SQLite file: accepts of shared files (so reads coalesce) across groups and data taking,
+//! SQLite file or PostgreSQL database: accepts of shared files (so reads coalesce) across groups and data taking,
 //! sends answered, unanswered, unreachable or refused, MSS events (started, done, failed,
 //! cancelled), losses, cancels, releases, time passing and restarts, in `pass_through`, `held`
 //! and `volumes` with a feasibility cap. After every step the ledger's books must hold
 //! (`check`); at the end the MSS does everything it is given and every request must be final.
-//! `MSSBROKER_SEQUENCE_SEEDS` sets the seeds per configuration (the suite runs 8; docs/testing.md).
+//! `MSSBROKER_SEQUENCE_SEEDS` sets the seeds per configuration (the suite runs 8 on SQLite and 2
+//! on PostgreSQL; docs/testing.md).
 
 use super::*;
+use crate::ledger::db::{params, Db};
+use crate::ledger::wide::Wide;
 
 /// xorshift64: a stream per seed, so a failing seed replays exactly.
 struct Rng(u64);
@@ -24,42 +27,45 @@ impl Rng {
     }
 }
 
-fn count(c: &rusqlite::Connection, sql: &str, path: &str) -> i64 {
-    c.query_row(sql, [path], |r| r.get(0)).expect("count")
+fn count(c: &Db<'_>, sql: &str, path: &str) -> i64 {
+    c.query_one(sql, params![path], |r| r.get(0))
+        .expect("count")
 }
 
 /// The books: per group, usage is the sum of the requests' charges, `pending` the requests not
 /// final, `held` those held; no rider waits on a carrier that ended or is held; queued and
 /// held requests are uncharged, and those at or bound for the MSS are charged.
-fn check(path: &std::path::Path, log: &[String]) {
-    let c = rusqlite::Connection::open(path).expect("open");
-    let groups: Vec<(String, String, i64, i64)> = c
-        .prepare("SELECT path, usage, pending, held FROM groups")
-        .expect("prepare")
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .expect("query")
-        .map(|r| r.expect("row"))
-        .collect();
+fn check(f: &Fixture, log: &[String]) {
+    f.with_db(|c| books(c, log));
+}
+
+fn books(c: &Db<'_>, log: &[String]) {
+    let groups: Vec<(String, Wide, i64, i64)> = c
+        .query_rows(
+            "SELECT path, usage, pending, held FROM groups",
+            params![],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .expect("the groups");
     let log = log.join("\n");
     for (path, usage, pending, held) in groups {
         let charged = count(
-            &c,
+            c,
             "SELECT COALESCE(SUM(charged), 0) FROM requests WHERE group_path = ?1",
             &path,
         );
         let open = count(
-            &c,
+            c,
             "SELECT COUNT(*) FROM requests WHERE group_path = ?1 \
              AND state NOT IN ('done', 'failed', 'cancelled')",
             &path,
         );
         let nheld = count(
-            &c,
+            c,
             "SELECT COUNT(*) FROM requests WHERE group_path = ?1 AND state = 'held'",
             &path,
         );
-        let usage: i128 = usage.parse().expect("a wide decimal");
-        assert_eq!(usage, i128::from(charged), "usage of {path}\n{log}");
+        assert_eq!(usage.0, i128::from(charged), "usage of {path}\n{log}");
         assert_eq!(
             (pending, held),
             (open, nheld),
@@ -67,19 +73,17 @@ fn check(path: &std::path::Path, log: &[String]) {
         );
     }
     let wrong: Vec<i64> = c
-        .prepare(
+        .query_rows(
             "SELECT r.id FROM requests r JOIN requests c ON c.id = r.rides_on \
              WHERE r.state = 'riding' \
              AND c.state NOT IN ('queued', 'accepted', 'submitted', 'running') \
              UNION ALL SELECT id FROM requests \
              WHERE (state IN ('queued', 'held') AND charged != 0) \
              OR (state IN ('accepted', 'submitted', 'running') AND charged_ms IS NULL)",
+            params![],
+            |r| r.get(0),
         )
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .map(|r| r.expect("row"))
-        .collect();
+        .expect("the orphans");
     assert!(
         wrong.is_empty(),
         "orphan riders or charges {wrong:?}\n{log}"
@@ -142,20 +146,22 @@ impl Sequence {
     /// with `coalesce = "off"`, not on a request still queued in the broker with `"in_flight"`,
     /// on a read of the same file, and a priority-class one only on a priority-class one.
     fn rides_as_configured(&self, id: i64) {
-        let c = rusqlite::Connection::open(&self.f.path).expect("open");
         let (file, class, carrier_file, carrier_class, carrier_state): (
             String,
             String,
             String,
             String,
             String,
-        ) = c
-            .query_row(
-                "SELECT r.file, r.class, c.file, c.class, c.state FROM requests r \
-                 JOIN requests c ON c.id = r.rides_on WHERE r.id = ?1",
-                [id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-            )
+        ) = self
+            .f
+            .with_db(|c| {
+                c.query_one(
+                    "SELECT r.file, r.class, c.file, c.class, c.state FROM requests r \
+                     JOIN requests c ON c.id = r.rides_on WHERE r.id = ?1",
+                    params![id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                )
+            })
             .expect("a rider and its carrier");
         let log = self.log.join("\n");
         let coalesce = self.f.settings.policy.order.release.coalesce;
@@ -295,7 +301,7 @@ impl Sequence {
                 self.log.push("restart".into());
             }
         }
-        check(&self.f.path, &self.log);
+        check(&self.f, &self.log);
         let wrong = self.ledger().audit().await.expect("audited");
         assert!(
             wrong.is_empty(),
@@ -333,32 +339,36 @@ impl Sequence {
                 l.apply_status_events(vec![e]).await.expect("applied");
             }
         }
-        check(&self.f.path, &self.log);
+        check(&self.f, &self.log);
     }
 }
 
 /// Requests not final once the MSS has done everything (those a feasibility cap holds are
 /// waiting for usage that never decays under the cumulative model).
-fn never_final(path: &std::path::Path) -> Vec<(i64, String)> {
-    rusqlite::Connection::open(path)
-        .expect("open")
-        .prepare(
+fn never_final(f: &Fixture) -> Vec<(i64, String)> {
+    f.with_db(|c| {
+        c.query_rows(
             "SELECT id, state FROM requests \
              WHERE state NOT IN ('done', 'failed', 'cancelled', 'held')",
+            params![],
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
-        .expect("prepare")
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .map(|r| r.expect("row"))
-        .collect()
+    })
+    .expect("the requests not final")
 }
 
-async fn run(config: &str, seed: u64, steps: usize) {
-    run_reloading(config, &[], seed, steps).await
+async fn run(backend: Backend, config: &str, seed: u64, steps: usize) {
+    run_reloading(backend, config, &[], seed, steps).await
 }
 
-async fn run_reloading(config: &str, reloads: &[String], seed: u64, steps: usize) {
-    let f = Fixture::with_config(config);
+async fn run_reloading(
+    backend: Backend,
+    config: &str,
+    reloads: &[String],
+    seed: u64,
+    steps: usize,
+) {
+    let f = Fixture::with_config_on(backend, config);
     let opened = Some(f.open());
     let mut s = Sequence {
         f,
@@ -373,7 +383,7 @@ async fn run_reloading(config: &str, reloads: &[String], seed: u64, steps: usize
         s.step(n).await;
     }
     s.drain().await;
-    let open = never_final(&s.f.path);
+    let open = never_final(&s.f);
     assert!(
         open.is_empty(),
         "never final: {open:?}\n{}",
@@ -382,8 +392,8 @@ async fn run_reloading(config: &str, reloads: &[String], seed: u64, steps: usize
     close(s.opened.take().expect("open"));
     // The recomputation models pass-through's hours only (a held release counts as held once).
     if !config.contains("[release]") && reloads.is_empty() {
-        let (stored, _) = stored_aggregates(&s.f.path);
-        let (recomputed, _) = recompute_aggregates(&s.f.path);
+        let (stored, _) = stored_aggregates(&s.f);
+        let (recomputed, _) = recompute_aggregates(&s.f);
         assert_eq!(
             stored,
             recomputed,
@@ -391,14 +401,6 @@ async fn run_reloading(config: &str, reloads: &[String], seed: u64, steps: usize
             s.log.join("\n")
         );
     }
-}
-
-/// The seeds per configuration: `MSSBROKER_SEQUENCE_SEEDS`, 8 in the suite.
-fn seeds() -> u64 {
-    std::env::var("MSSBROKER_SEQUENCE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8)
 }
 
 /// The feasibility cap every configuration has.
@@ -418,12 +420,11 @@ fn configs() -> [String; 3] {
     ]
 }
 
-#[tokio::test]
-async fn random_sequences_keep_the_books_and_end_every_request() {
-    let seeds = seeds();
+async fn random_sequences_keep_the_books_and_end_every_request(backend: Backend) {
+    let seeds = sequence_seeds(backend);
     for config in configs() {
         for seed in 0..seeds {
-            run(&config, seed, 150).await;
+            run(backend, &config, seed, 150).await;
         }
     }
 }
@@ -431,9 +432,8 @@ async fn random_sequences_keep_the_books_and_end_every_request() {
 /// The same sequences with reloads among the steps: each to one of the configurations, which
 /// differ in the release mode, its limit, `coalesce` and `[release.volumes]`. The books must
 /// hold after each step and every request must end once the MSS does everything.
-#[tokio::test]
-async fn random_sequences_with_reloads_keep_the_books_and_end_every_request() {
-    let seeds = seeds();
+async fn random_sequences_with_reloads_keep_the_books_and_end_every_request(backend: Backend) {
+    let seeds = sequence_seeds(backend);
     let caps = CAPS;
     let mut reloads = configs().to_vec();
     reloads.extend([
@@ -481,7 +481,12 @@ async fn random_sequences_with_reloads_keep_the_books_and_end_every_request() {
     ]);
     for config in configs() {
         for seed in 0..seeds {
-            run_reloading(&config, &reloads, seed, 200).await;
+            run_reloading(backend, &config, &reloads, seed, 200).await;
         }
     }
 }
+
+on_both_async!(
+    random_sequences_keep_the_books_and_end_every_request,
+    random_sequences_with_reloads_keep_the_books_and_end_every_request,
+);

@@ -1,4 +1,5 @@
-//! `Ledger::reload` and `cancel_group` against a real SQLite file: the writer's memory is
+//! `Ledger::reload` and `cancel_group` on each backend (a real SQLite file, a PostgreSQL
+//! database; the reload's snapshot is each one's own read transaction): the writer's memory is
 //! rebuilt by path for a reordered tree (a queued request released after the reload is charged
 //! to its own group), and a policy that leaves out a group with unfinished requests is refused
 //! at reload and at open until the group's requests are cancelled.
@@ -13,6 +14,8 @@ use crate::clock::ManualClock;
 use crate::config::Settings;
 use crate::domain::RequestState;
 use crate::domain::RetrySettings;
+use crate::ledger::db::tests::testdb::{Backend, TestDb};
+use crate::ledger::db::{params, Db};
 
 const SHARES: &str = "mc = 3\nan = 1\n";
 
@@ -25,13 +28,13 @@ fn config(shares: &str) -> Arc<PolicySettings> {
 }
 
 fn open(
-    path: &std::path::Path,
+    db: &TestDb,
     policy: Arc<PolicySettings>,
 ) -> Result<(Ledger, std::thread::JoinHandle<()>), LedgerError> {
     let options = LedgerOptions {
-        path: path.to_path_buf(),
+        path: db.path().map(|p| p.to_path_buf()).unwrap_or_default(),
         commit_batch_max: 64,
-        url: None,
+        url: db.url().cloned(),
         epoch: 1,
         retry: RetrySettings {
             max_attempts: 2,
@@ -41,7 +44,25 @@ fn open(
         metrics: Arc::new(NoObserver),
         read_outputs: None,
     };
-    Ledger::open(&options, policy, Arc::new(ManualClock::new(1_000_000)))
+    let open = || {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        Ledger::open(&options, policy.clone(), clock)
+    };
+    match options.url {
+        // The PostgreSQL client blocks on a runtime of its own: not on an async thread.
+        Some(_) => tokio::task::block_in_place(open),
+        None => super::lock_released(open),
+    }
+}
+
+/// A new database on `backend`; on PostgreSQL with a broker in office at the ledger's epoch.
+fn new_db(backend: Backend) -> TestDb {
+    if backend == Backend::Sqlite {
+        return TestDb::new(backend);
+    }
+    let db = tokio::task::block_in_place(|| TestDb::new(backend));
+    super::take_office(&db, 1);
+    db
 }
 
 /// A request classified under `policy`.
@@ -76,10 +97,8 @@ async fn usage_of(ledger: &Ledger, path: &str) -> u128 {
     rows.iter().find(|r| r.path == path).map_or(0, |r| r.usage)
 }
 
-#[tokio::test]
-async fn a_reordered_tree_keeps_every_figure_with_its_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
+async fn a_reordered_tree_keeps_every_figure_with_its_path(backend: Backend) {
+    let db = new_db(backend);
     let before = config(SHARES);
     let (ledger, writer) = open(&db, before.clone()).unwrap();
     // One slot: mc-1 is released within its own commit (its answer still says queued: read it
@@ -127,10 +146,8 @@ async fn a_reordered_tree_keeps_every_figure_with_its_path() {
     writer.join().unwrap();
 }
 
-#[tokio::test]
-async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
+async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled(backend: Backend) {
+    let db = new_db(backend);
     let before = config(SHARES);
     let (ledger, writer) = open(&db, before.clone()).unwrap();
     for crid in ["top-1", "top-2"] {
@@ -191,41 +208,38 @@ async fn a_removed_group_with_unfinished_requests_is_refused_until_cancelled() {
 /// with the rest. Had it committed them first, the writer would go on charging under the old
 /// model over aggregates kept for the new one: charges made meanwhile would never reach
 /// `usage_windows`, and a restart on the new configuration would decide without them.
-#[tokio::test]
-async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
+async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were(backend: Backend) {
+    let db = new_db(backend);
     let before = config(&format!("{SHARES}[usage]\nmodel = \"none\"\n"));
     let windows = "[usage]\nmodel = \"windows\"\ninterval_secs = 43200\ndepth = 8\ndecay = 0.8\n";
     let after = config(&format!("{SHARES}{windows}"));
     let (ledger, writer) = open(&db, before.clone()).unwrap();
     let first = (ledger.accept(vec![item(&before, "mc-1", "mc", "x")]).await).unwrap();
     let queued = (ledger.accept(vec![item(&before, "an-1", "an", "x")]).await).unwrap();
-    let side = rusqlite::Connection::open(&db).unwrap();
+    let side = |sql: &str, id: i64| {
+        super::on_test_db(&db, |d| d.execute(sql, params![id])).expect("a side write")
+    };
     let model = || -> String {
-        side.query_row(
-            "SELECT value FROM meta WHERE key = 'usage_model'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap()
+        super::on_test_db(&db, |d| {
+            d.query_one(
+                "SELECT value FROM meta WHERE key = 'usage_model'",
+                params![],
+                |r| r.get(0),
+            )
+        })
+        .expect("the stored model")
     };
     let was = model();
     // The queued row cannot be read back: the reload fails after the usage step.
-    side.execute(
+    side(
         "UPDATE requests SET qos = 'urgent' WHERE id = ?1",
-        [queued[0].id],
-    )
-    .unwrap();
+        queued[0].id,
+    );
     assert!(
         ledger.reload(after.clone()).await.is_err(),
         "the reload is refused"
     );
-    side.execute(
-        "UPDATE requests SET qos = NULL WHERE id = ?1",
-        [queued[0].id],
-    )
-    .unwrap();
+    side("UPDATE requests SET qos = NULL WHERE id = ?1", queued[0].id);
     // Still the old policy: cancel mc-1 (refunded) and release an-1 (charged).
     assert!(Arc::ptr_eq(&ledger.policy(), &before));
     ledger.cancel(first[0].id).await.unwrap();
@@ -234,14 +248,14 @@ async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were() {
     drop(ledger);
     writer.join().unwrap();
     let windowed = |path: &str| -> i128 {
-        let rows: Vec<String> = side
-            .prepare("SELECT usage FROM usage_windows WHERE path = ?1")
-            .unwrap()
-            .query_map([path], |r| r.get(0))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        rows.iter().map(|u| u.parse::<i128>().unwrap()).sum()
+        let rows = super::on_test_db(&db, |d: &Db<'_>| {
+            d.query_rows(
+                "SELECT usage FROM usage_windows WHERE path = ?1",
+                params![path],
+                |r| r.get::<crate::ledger::wide::Wide>(0),
+            )
+        });
+        rows.expect("the usage windows").iter().map(|u| u.0).sum()
     };
     let stored = (model(), windowed("mc"), windowed("an"));
     // Restarted on the new configuration, the windows hold every charge: an's 1000, mc's none.
@@ -259,31 +273,9 @@ async fn a_refused_reload_leaves_the_usage_aggregates_as_they_were() {
     );
 }
 
-/// Every row of every table of the file, as text, sorted: what "the database is unchanged"
-/// compares.
-fn dump(db: &std::path::Path) -> Vec<String> {
-    let c = rusqlite::Connection::open(db).unwrap();
-    let tables: Vec<String> = c
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut out = Vec::new();
-    for t in tables {
-        let mut stmt = c.prepare(&format!("SELECT * FROM \"{t}\"")).unwrap();
-        let n = stmt.column_count();
-        let mut rows = stmt.query([]).unwrap();
-        while let Some(r) = rows.next().unwrap() {
-            let values: Vec<String> = (0..n)
-                .map(|i| format!("{:?}", r.get::<_, rusqlite::types::Value>(i).unwrap()))
-                .collect();
-            out.push(format!("{t}: {}", values.join(", ")));
-        }
-    }
-    out.sort();
-    out
+/// Every row of every table, as text, sorted: what "the database is unchanged" compares.
+fn dump(db: &TestDb) -> Vec<String> {
+    super::on_test_db(db, super::every_row_in).expect("every row")
 }
 
 /// A reload is read off the writer from a snapshot; what is committed meanwhile (requests
@@ -291,10 +283,8 @@ fn dump(db: &std::path::Path) -> Vec<String> {
 /// writer's memory is what the rows say (audited) and the queue goes on under the new policy.
 /// Without the catch-up the new queue would still hold the cancelled and the released requests
 /// and miss the one queued meanwhile.
-#[tokio::test]
-async fn a_reload_catches_up_with_what_was_committed_while_it_was_prepared() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
+async fn a_reload_catches_up_with_what_was_committed_while_it_was_prepared(backend: Backend) {
+    let db = new_db(backend);
     let before = config(SHARES);
     let (ledger, writer) = open(&db, before.clone()).unwrap();
     let one = |crid: &str, mode: &str| item(&before, crid, mode, "x");
@@ -343,10 +333,8 @@ async fn a_reload_catches_up_with_what_was_committed_while_it_was_prepared() {
 /// it leaves out, found at install) writes nothing: the groups' rows it had added in its
 /// transaction are rolled back with the rest; every table is as it was, and the old policy
 /// stays in force.
-#[tokio::test]
-async fn a_reload_refused_at_install_leaves_every_row_as_it_was() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
+async fn a_reload_refused_at_install_leaves_every_row_as_it_was(backend: Backend) {
+    let db = new_db(backend);
     let before = config("mc = 3\nan = 1\nold = 1\n");
     let (ledger, writer) = open(&db, before.clone()).unwrap();
     (ledger.accept(vec![item(&before, "mc-1", "mc", "x")]).await).unwrap();
@@ -376,3 +364,11 @@ async fn a_reload_refused_at_install_leaves_every_row_as_it_was() {
     drop(ledger);
     writer.join().unwrap();
 }
+
+on_both_async!(
+    a_reordered_tree_keeps_every_figure_with_its_path,
+    a_removed_group_with_unfinished_requests_is_refused_until_cancelled,
+    a_refused_reload_leaves_the_usage_aggregates_as_they_were,
+    a_reload_catches_up_with_what_was_committed_while_it_was_prepared,
+    a_reload_refused_at_install_leaves_every_row_as_it_was,
+);

@@ -136,11 +136,10 @@ async fn step(f: &Fixture, l: &Ledger, rng: &mut Rng, n: u64, ids: &mut Vec<i64>
     }
 }
 
-#[tokio::test]
-async fn every_row_changed_while_a_reload_is_prepared_is_noted() {
+async fn every_row_changed_while_a_reload_is_prepared_is_noted(backend: Backend) {
     for config in configs() {
         for seed in 1..=4u64 {
-            let f = Fixture::with_config(&config);
+            let f = Fixture::with_config_on(backend, &config);
             let (l, handle) = f.open();
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let mut ids = Vec::new();
@@ -160,3 +159,5 @@ async fn every_row_changed_while_a_reload_is_prepared_is_noted() {
         }
     }
 }
+
+on_both_async!(every_row_changed_while_a_reload_is_prepared_is_noted,);

@@ -29,9 +29,8 @@ fn fatal() -> EventKind {
 /// docs/coalescing.md: a carrier whose caller cancelled while riders wait is not cancelled at
 /// the MSS, and "when the transfer ends, the riders take its result". It fails for good: the
 /// rider fails with it, each is refunded once, and nothing is sent again.
-#[tokio::test]
-async fn a_cancelled_carrier_that_fails_for_good_fails_its_riders() {
-    let f = Fixture::new();
+async fn a_cancelled_carrier_that_fails_for_good_fails_its_riders(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let read = |crid: &str, mode: &str, group: &str| {
@@ -76,9 +75,8 @@ async fn a_cancelled_carrier_that_fails_for_good_fails_its_riders() {
 
 /// A retried attempt is not stale the moment it is submitted again: the sweep counts its
 /// silence from its own submission, not from the first attempt's start an hour before.
-#[tokio::test]
-async fn a_resubmitted_attempt_is_not_stale_at_once() {
-    let f = Fixture::new();
+async fn a_resubmitted_attempt_is_not_stale_at_once(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, f.request("a", "mc", "x", 100)).await;
@@ -103,9 +101,8 @@ async fn a_resubmitted_attempt_is_not_stale_at_once() {
 
 /// A retried attempt sent with an unreadable answer, then cancelled: not judged lost by the
 /// next sweep (its clock starts at the cancel, as the first attempt's does).
-#[tokio::test]
-async fn a_retried_attempt_cancelled_while_maybe_at_the_mss_is_not_stale_at_once() {
-    let f = Fixture::new();
+async fn a_retried_attempt_cancelled_while_maybe_at_the_mss_is_not_stale_at_once(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, f.request("a", "mc", "x", 100)).await;
@@ -126,3 +123,9 @@ async fn a_retried_attempt_cancelled_while_maybe_at_the_mss_is_not_stale_at_once
     drop(l);
     close(opened);
 }
+
+on_both_async!(
+    a_cancelled_carrier_that_fails_for_good_fails_its_riders,
+    a_resubmitted_attempt_is_not_stale_at_once,
+    a_retried_attempt_cancelled_while_maybe_at_the_mss_is_not_stale_at_once,
+);

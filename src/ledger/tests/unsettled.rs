@@ -11,9 +11,8 @@ async fn offered(f: &Fixture, l: &Ledger) -> Vec<(i64, u32)> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_flagged_send_waits_for_the_operators_resend_with_its_attempt() {
-    let f = Fixture::new();
+async fn a_flagged_send_waits_for_the_operators_resend_with_its_attempt(backend: Backend) {
+    let f = Fixture::on(backend);
     let opened = f.open();
     let l = opened.0.clone();
     let a = accept(&l, f.request("a", "mc", "x", 500)).await;
@@ -59,3 +58,5 @@ async fn a_flagged_send_waits_for_the_operators_resend_with_its_attempt() {
     assert_eq!(l.unsettled_count().await.unwrap(), 0);
     assert!(!l.request(b.id).await.unwrap().unwrap().unsettled);
 }
+
+on_both_async!(a_flagged_send_waits_for_the_operators_resend_with_its_attempt,);

@@ -59,9 +59,11 @@ async fn state_of(l: &Ledger, id: i64) -> RequestState {
 /// a may lead one volume. a's batch on V1 carries b's request on V1 with it (a rider of the
 /// mount); a's own request ends while b's still reads V1: V1 is in flight, led by a, so a's
 /// request on V2 waits, before a restart and after it (the rows name the leader).
-#[tokio::test]
-async fn a_restart_counts_a_volume_in_flight_against_the_group_that_led_it() {
-    let f = Fixture::with_config(&volumes_config("[targets.\"a\"]\nmax_volumes = 1", 8));
+async fn a_restart_counts_a_volume_in_flight_against_the_group_that_led_it(backend: Backend) {
+    let f = Fixture::with_config_on(
+        backend,
+        &volumes_config("[targets.\"a\"]\nmax_volumes = 1", 8),
+    );
     let opened = f.open();
     let l = opened.0.clone();
     let both = l
@@ -110,9 +112,8 @@ async fn a_restart_counts_a_volume_in_flight_against_the_group_that_led_it() {
 /// One volume at a time. b's read of a1's file rides on it; a1 is cancelled before the MSS has
 /// it and b's read carries the transfer on: it still reads V1, so V2's request waits until it
 /// ends, and a restart in between counts it too.
-#[tokio::test]
-async fn a_rider_that_takes_over_its_carriers_read_keeps_the_volume_in_flight() {
-    let f = Fixture::with_config(&volumes_config("", 1));
+async fn a_rider_that_takes_over_its_carriers_read_keeps_the_volume_in_flight(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &volumes_config("", 1));
     let opened = f.open();
     let l = opened.0.clone();
     let a1 = accept(&l, on_volume(&f, "a1", "a", "/pnfs/same", ("V1", 1))).await;
@@ -158,11 +159,10 @@ async fn a_rider_that_takes_over_its_carriers_read_keeps_the_volume_in_flight() 
 /// analysis/top's r riding on it; when q's turn comes mc is over its feasibility cap and q goes
 /// to `held`: r, whose group has no cap, takes q's place in the queue instead of waiting on a
 /// request that may never be released, and is then released and charged to its own group.
-#[tokio::test]
-async fn a_rider_does_not_wait_on_a_carrier_held_at_its_release() {
+async fn a_rider_does_not_wait_on_a_carrier_held_at_its_release(backend: Backend) {
     let extra = "[targets.\"mc\"]\nfeasibility_cap = 1000\n\
                  [release]\nmode = \"held\"\nlimit = 1\ncoalesce = \"queued\"\n";
-    let f = Fixture::with_config(&format!("{CONFIG}{extra}"));
+    let f = Fixture::with_config_on(backend, &format!("{CONFIG}{extra}"));
     let opened = f.open();
     let l = opened.0.clone();
     let read = |crid: &str, mode: &str, group: &str, file: &str, size: u64| {
@@ -212,18 +212,17 @@ async fn a_rider_does_not_wait_on_a_carrier_held_at_its_release() {
 
 /// After a restart, a new batch is numbered after the released requests already at the MSS,
 /// so a retried one of them is not submitted in the middle of the new batch.
-#[tokio::test]
-async fn a_restart_numbers_new_batches_after_those_at_the_mss() {
-    let f = Fixture::with_config(&volumes_config("", 8));
+async fn a_restart_numbers_new_batches_after_those_at_the_mss(backend: Backend) {
+    let f = Fixture::with_config_on(backend, &volumes_config("", 8));
     let seq = |id: i64| -> i64 {
-        rusqlite::Connection::open(&f.path)
-            .unwrap()
-            .query_row(
+        f.with_db(|db| {
+            db.query_one(
                 "SELECT release_seq FROM requests WHERE id = ?1",
-                [id],
+                crate::ledger::db::params![id],
                 |r| r.get(0),
             )
-            .unwrap()
+        })
+        .expect("the release sequence")
     };
     let opened = f.open();
     let l = opened.0.clone();
@@ -251,12 +250,11 @@ async fn a_restart_numbers_new_batches_after_those_at_the_mss() {
 /// rows do not hold, as a rolled-back transaction does: V1's batch ended a moment ago, so with
 /// `sticky_secs` V1 stays mounted for b2 (too small a volume to be chosen on its own) before
 /// b3's fuller V2 takes the one drive.
-#[tokio::test]
-async fn a_reload_keeps_a_volume_that_just_ended_sticky() {
+async fn a_reload_keeps_a_volume_that_just_ended_sticky(backend: Backend) {
     let text = volumes_config("", 1)
         .replace("min_volume_bytes = 100\n", "min_volume_bytes = 1000\n")
         .replace("sticky_secs = 0\n", "sticky_secs = 3600\n");
-    let f = Fixture::with_config(&text);
+    let f = Fixture::with_config_on(backend, &text);
     let opened = f.open();
     let l = opened.0.clone();
     let mut big = on_volume(&f, "a1", "a", "/pnfs/a1", ("V1", 1));
@@ -294,11 +292,10 @@ async fn a_reload_keeps_a_volume_that_just_ended_sticky() {
 /// and b's on V2 went to the MSS under `pass_through`; they are in flight as much as a batch is,
 /// so a's request on V3, eligible, waits until both have ended, before a restart and after it.
 /// Before, they were not counted: V3 went at once, a third volume at the MSS.
-#[tokio::test]
-async fn a_reload_into_volumes_counts_what_pass_through_sent() {
+async fn a_reload_into_volumes_counts_what_pass_through_sent(backend: Backend) {
     let volumes = volumes_config("", 1);
     let passing = volumes.replace("mode = \"volumes\"", "mode = \"pass_through\"");
-    let mut f = Fixture::with_config(&passing);
+    let mut f = Fixture::with_config_on(backend, &passing);
     let opened = f.open();
     let l = opened.0.clone();
     let a1 = accept(&l, on_volume(&f, "a1", "a", "/pnfs/a1", ("V1", 1))).await;
@@ -336,3 +333,12 @@ async fn a_reload_into_volumes_counts_what_pass_through_sent() {
     drop(l);
     close(opened);
 }
+
+on_both_async!(
+    a_restart_counts_a_volume_in_flight_against_the_group_that_led_it,
+    a_rider_that_takes_over_its_carriers_read_keeps_the_volume_in_flight,
+    a_rider_does_not_wait_on_a_carrier_held_at_its_release,
+    a_restart_numbers_new_batches_after_those_at_the_mss,
+    a_reload_keeps_a_volume_that_just_ended_sticky,
+    a_reload_into_volumes_counts_what_pass_through_sent,
+);

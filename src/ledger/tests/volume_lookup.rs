@@ -57,9 +57,10 @@ async fn record(l: &Ledger, id: i64) -> RequestRecord {
     l.request(id).await.unwrap().unwrap()
 }
 
-#[tokio::test]
-async fn an_answer_moves_a_waiting_request_to_its_tape_and_a_failed_one_lets_it_go() {
-    let f = Fixture::with_config(CONFIG);
+async fn an_answer_moves_a_waiting_request_to_its_tape_and_a_failed_one_lets_it_go(
+    backend: Backend,
+) {
+    let f = Fixture::with_config_on(backend, CONFIG);
     let opened = f.open();
     let l = &opened.0;
     let x = accept(l, read(&f, "x", None)).await.id;
@@ -119,9 +120,8 @@ async fn an_answer_moves_a_waiting_request_to_its_tape_and_a_failed_one_lets_it_
     close(opened);
 }
 
-#[tokio::test]
-async fn a_request_released_before_its_answer_keeps_it_and_a_restart_asks_again() {
-    let f = Fixture::with_config(CONFIG);
+async fn a_request_released_before_its_answer_keeps_it_and_a_restart_asks_again(backend: Backend) {
+    let f = Fixture::with_config_on(backend, CONFIG);
     let opened = f.open();
     let l = &opened.0;
     let z = accept(l, read(&f, "z", None)).await.id;
@@ -155,3 +155,8 @@ async fn a_request_released_before_its_answer_keeps_it_and_a_restart_asks_again(
     assert_eq!(l.audit().await.unwrap(), Vec::<String>::new());
     close(opened);
 }
+
+on_both_async!(
+    an_answer_moves_a_waiting_request_to_its_tape_and_a_failed_one_lets_it_go,
+    a_request_released_before_its_answer_keeps_it_and_a_restart_asks_again,
+);

@@ -5,10 +5,25 @@
 //! `leadership::fence`, with the same errors.
 
 use crate::leadership::FenceError;
-use crate::ledger::db::{params, Db, DbError, DbResult};
+use crate::ledger::db::{params, Db, DbConn, DbError, DbResult, Tx};
 
 /// PostgreSQL's SQLSTATE for a table that does not exist (no broker ever took office here).
 const UNDEFINED_TABLE: &str = "42P01";
+
+/// A write transaction on `conn`, its first statement the fence at `epoch` on PostgreSQL
+/// (`None`: SQLite, whose lock file is the exclusion). Every write a term makes goes through
+/// one: at load (`load_state`, the start's incarnation, the instance id), at a reload's install
+/// and in `transact`; so a term deposed before any of them commits nothing of it.
+pub(in crate::ledger) fn write_transaction(
+    conn: &mut DbConn,
+    epoch: Option<i64>,
+) -> DbResult<Tx<'_>> {
+    let tx = conn.transaction()?;
+    if let Some(epoch) = epoch {
+        fence(&tx, epoch)?;
+    }
+    Ok(tx)
+}
 
 /// The transaction `tx` may write at `epoch`: the `leader` row's epoch is `epoch`.
 pub(super) fn fence(tx: &Db<'_>, epoch: i64) -> DbResult<()> {

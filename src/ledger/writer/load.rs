@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use super::fence::write_transaction;
 use super::idempotency::Idempotency;
 use super::outputs::Outputs;
 use super::queued::{Owner, QueuedBytes};
@@ -19,7 +20,7 @@ use super::Writer;
 use crate::clock::Clock;
 use crate::domain::PolicySettings;
 use crate::ledger::candidate::{read_candidate, CANDIDATE_COLUMNS};
-use crate::ledger::db::{params, Db, DbConn, DbError};
+use crate::ledger::db::{params, Db, DbConn, DbError, Tx};
 use crate::ledger::live::Published;
 use crate::ledger::mss_key::MssKeys;
 use crate::ledger::wide::Wide;
@@ -48,12 +49,17 @@ impl Writer {
         let idempotency = load_idempotency(&conn.db())?;
         info!(requests = idempotency.len(), "idempotency keys loaded");
         let outputs = Outputs::load(&conn.db(), options.read_outputs.clone())?;
-        let state =
-            load_state(&mut conn, &policy, clock.now_ms(), idempotency)?.with_outputs(outputs);
+        // The term's writes at load are fenced as its groups are: a term deposed meanwhile
+        // commits none of them (PostgreSQL).
+        let fence_epoch = options.url.as_ref().map(|_| options.epoch);
+        let tx = write_transaction(&mut conn, fence_epoch)?;
+        let state = load_state(tx, &policy, clock.now_ms(), idempotency)?.with_outputs(outputs);
         // Committed before any request of this start exists (see `ledger::mss_key`).
-        let keys = MssKeys::begin(&conn.db(), clock.now_ms()).map_err(|e| LedgerError::Open {
-            path: options.shown(),
-            message: format!("cannot record this start's incarnation: {e}"),
+        let keys = begin_incarnation(&mut conn, fence_epoch, clock.now_ms()).map_err(|e| {
+            LedgerError::Open {
+                path: options.shown(),
+                message: format!("cannot record this start's incarnation: {e}"),
+            }
         })?;
         published.publish(
             &policy,
@@ -72,7 +78,7 @@ impl Writer {
             published,
             metrics: options.metrics.clone(),
             file,
-            fence_epoch: options.url.as_ref().map(|_| options.epoch),
+            fence_epoch,
             fenced: false,
             volumes_stale: false,
             reloads: Default::default(),
@@ -92,17 +98,30 @@ pub(super) fn refuse_removed_groups(
     Err(LedgerError::RemovedGroups(removed))
 }
 
-/// The writer's memory for `policy`, from the rows and aggregates (`idempotency` is not group
-/// indexed: the caller loads or keeps it). One transaction: what it writes for `policy` (the
-/// groups' rows, aggregates rebuilt for a new usage model) is committed only once the whole
-/// memory was read, so a load that fails (a refused reload) leaves the file as it was.
-pub(super) fn load_state(
+/// This start's incarnation of the MSS keys, recorded in a write transaction of its own
+/// (fenced at `fence_epoch` on PostgreSQL).
+fn begin_incarnation(
     conn: &mut DbConn,
+    fence_epoch: Option<i64>,
+    now: i64,
+) -> Result<MssKeys, DbError> {
+    let tx = write_transaction(conn, fence_epoch)?;
+    let keys = MssKeys::begin(&tx, now)?;
+    tx.commit()?;
+    Ok(keys)
+}
+
+/// The writer's memory for `policy`, from the rows and aggregates (`idempotency` is not group
+/// indexed: the caller loads or keeps it). In `tx`, a write transaction (fenced on PostgreSQL)
+/// committed here: what it writes for `policy` (the groups' rows, aggregates rebuilt for a new
+/// usage model) is committed only once the whole memory was read, so a load that fails (a
+/// refused reload) leaves the database as it was.
+pub(super) fn load_state(
+    tx: Tx<'_>,
     policy: &PolicySettings,
     now: i64,
     idempotency: Idempotency,
 ) -> Result<WriterState, LedgerError> {
-    let tx = conn.transaction()?;
     let state = read_state(&tx, policy, now, idempotency)?;
     tx.commit()?;
     Ok(state)
@@ -278,9 +297,10 @@ pub(super) fn load_held_queue(
     conn: &Db<'_>,
     policy: &PolicySettings,
 ) -> Result<HeldQueue, LedgerError> {
-    // The volumes mode keeps its own queue (`volumes::load_volume_queue`).
+    // The volumes mode keeps its own queue (`volumes::load_volume_queue`). `FALSE`, not `0`:
+    // PostgreSQL wants a boolean after WHERE.
     let where_queued = if policy.order.volumes() {
-        "0"
+        "FALSE"
     } else {
         "state = 'queued'"
     };

@@ -36,7 +36,7 @@ use super::rows::{Row, RowState};
 use super::volumes;
 use super::Writer;
 use crate::domain::PolicySettings;
-use crate::ledger::db::{params, DbConn};
+use crate::ledger::db::{DbConn, DbError, DbResult, Tx};
 use crate::ledger::LedgerError;
 
 /// The writer's part in reloads: what it keeps while one is being prepared, and the number of
@@ -168,16 +168,9 @@ impl Writer {
     ) -> Result<(u64, DbConn), LedgerError> {
         self.stop_noting();
         // The read transaction stays open on the connection handed to the preparation, not in
-        // a `Tx` borrowing it: SQLite's own BEGIN (the escape hatch, docs/ha.md step 3; step 4
-        // gives PostgreSQL its REPEATABLE READ snapshot here).
-        match snapshot.sqlite() {
-            Some(c) => c.execute_batch("BEGIN")?,
-            None => {
-                (snapshot.db()).execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?
-            }
-        }
-        // A read transaction takes its snapshot at its first read.
-        (snapshot.db()).query_one("SELECT COUNT(*) FROM meta", params![], |r| r.get::<i64>(0))?;
+        // a `Tx` borrowing it; its snapshot is fixed here, between two commits (SQLite's
+        // BEGIN, PostgreSQL's REPEATABLE READ READ ONLY).
+        snapshot.hold_snapshot()?;
         self.reloads.generation += 1;
         self.reloads.noting = Some(Noting {
             generation: self.reloads.generation,
@@ -185,6 +178,16 @@ impl Writer {
             ticket,
         });
         Ok((self.reloads.generation, snapshot))
+    }
+
+    /// A write transaction of this term (`fence::write_transaction`); a fenced one leaves the
+    /// writer fenced: it takes no more commands.
+    fn write_transaction(&mut self) -> DbResult<Tx<'_>> {
+        let tx = super::fence::write_transaction(&mut self.conn, self.fence_epoch);
+        if let Err(DbError::Fenced(_)) = &tx {
+            self.fenced = true;
+        }
+        tx
     }
 
     /// Stop noting rows (a reload installed, refused or abandoned).
@@ -239,7 +242,7 @@ impl Writer {
     ) -> Result<super::state::WriterState, LedgerError> {
         let policy = &*p.policy;
         let now = self.clock.now_ms();
-        let tx = self.conn.transaction()?;
+        let tx = self.write_transaction()?;
         // A statement that changed a row without noting it would leave the row's part of the
         // memory as the snapshot had it: found here in tests, before anything is written.
         #[cfg(debug_assertions)]
@@ -278,12 +281,9 @@ impl Writer {
     ) -> Result<(), LedgerError> {
         refuse_removed_groups(&self.conn.db(), &policy)?;
         self.check_file()?;
-        let state = load_state(
-            &mut self.conn,
-            &policy,
-            self.clock.now_ms(),
-            Idempotency::default(),
-        )?;
+        let now = self.clock.now_ms();
+        let tx = self.write_transaction()?;
+        let state = load_state(tx, &policy, now, Idempotency::default())?;
         self.put_in_force(policy, state);
         Ok(())
     }

@@ -111,6 +111,14 @@ impl TestDb {
         }
     }
 
+    /// The SQLite file (`None` on PostgreSQL).
+    pub(crate) fn path(&self) -> Option<&std::path::Path> {
+        match &self.place {
+            Place::Sqlite { path, .. } => Some(path),
+            Place::Postgres { .. } => None,
+        }
+    }
+
     /// The PostgreSQL database's URL (`None` on SQLite).
     pub(crate) fn url(&self) -> Option<&DatabaseUrl> {
         match &self.place {
