@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use mss_adapters::protocol::ReceivedResponse;
 use pg_cluster::Cluster;
 use serde_json::{json, Value};
+use tokio::task::block_in_place;
 
 use crate::helpers::{
     key_id, request, test_config, wait_final, BrokerFiles, ServeProcess, SimProcess,
@@ -80,18 +81,65 @@ pub async fn standing_by(client: &reqwest::Client, base: &str, limit: Duration) 
     }
 }
 
-/// The simulator never queued the same MSS key twice (a stricter form of
-/// `assert_each_attempt_once`: a second attempt of a key would be a second transfer too).
-pub fn assert_each_key_once(received: &ReceivedResponse) {
-    let mut seen = HashSet::new();
-    let twice: Vec<&str> = (received.received.iter())
-        .filter(|r| !seen.insert(r.key.as_str()))
-        .map(|r| r.key.as_str())
-        .collect();
-    assert_eq!(twice, Vec::<&str>::new(), "keys the MSS received twice");
+/// How long a wait that no bound of the issue's sets may take before the test gives up (a
+/// broker's start, a standby's settling, a few hundred requests finishing): generous, for a
+/// loaded 2-core machine running the whole suite. Only the 10 s of the issue's takeover bound
+/// is a claim; these are patience.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// How many transfers the simulator received for each request (`key_id` of each key): a
+/// request sent twice under two keys counts 2, as much as one key received twice.
+pub fn transfers_per_request(received: &ReceivedResponse) -> HashMap<i64, usize> {
+    let mut counts: HashMap<i64, usize> = HashMap::new();
+    for t in &received.received {
+        *counts.entry(key_id(&t.key)).or_default() += 1;
+    }
+    counts
 }
 
-/// Every request is done, each charged its size, each key at the MSS once and only the
+/// The simulator received no request more than once (by request id, whatever its key or
+/// attempt: these tests inject no failure, so no request has a second attempt), and only
+/// requests of the ledger (`ledger`, read after `received`: a request is committed before it is
+/// sent).
+pub fn assert_each_request_at_most_once(received: &ReceivedResponse, ledger: &HashSet<i64>) {
+    let counts = transfers_per_request(received);
+    let twice: HashMap<&i64, &usize> = counts.iter().filter(|(_, &n)| n > 1).collect();
+    assert_eq!(
+        twice,
+        HashMap::new(),
+        "requests the MSS received more than once (id: transfers)"
+    );
+    let strangers: Vec<&i64> = counts.keys().filter(|id| !ledger.contains(id)).collect();
+    assert_eq!(
+        strangers,
+        Vec::<&i64>::new(),
+        "requests the MSS received that the ledger does not hold"
+    );
+}
+
+/// The simulator received each of the ledger's requests exactly once (counted by request id,
+/// so a second transfer under another key counts) and nothing else: as many transfers as the
+/// ledger has requests.
+pub fn assert_each_request_exactly_once(received: &ReceivedResponse, ledger: &HashSet<i64>) {
+    let counts = transfers_per_request(received);
+    let not_once: Vec<(i64, usize)> = (ledger.iter())
+        .map(|id| (*id, counts.get(id).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n != 1)
+        .collect();
+    assert_eq!(
+        not_once,
+        Vec::<(i64, usize)>::new(),
+        "requests the MSS did not receive exactly once (id, transfers)"
+    );
+    assert_eq!(
+        received.received.len(),
+        ledger.len(),
+        "the MSS received as many transfers as the ledger has requests"
+    );
+    assert_each_request_at_most_once(received, ledger);
+}
+
+/// Every request is done, each charged its size, each sent to the MSS exactly once and only the
 /// broker's requests there; and each group's (and priority class's) usage as `GET /v1/groups`
 /// shows it equals the sum of its requests' charges. `requests` are `GET /v1/requests/{id}`
 /// answers, all of the ledger's requests.
@@ -105,14 +153,13 @@ pub async fn assert_transferred_and_charged_once(
         assert_eq!(r["state"], "done", "{r}");
         assert_eq!(r["charged"], r["size_bytes"], "charged its size once: {r}");
     }
-    let received = sim.received().await;
-    assert_each_key_once(&received);
     let ids: HashSet<i64> = requests.iter().map(|r| r["id"].as_i64().unwrap()).collect();
-    let at_mss: HashSet<i64> = (received.received.iter()).map(|t| key_id(&t.key)).collect();
     assert_eq!(
-        at_mss, ids,
-        "the MSS received exactly the ledger's requests"
+        ids.len(),
+        requests.len(),
+        "each request once in {requests:?}"
     );
+    assert_each_request_exactly_once(&sim.received().await, &ids);
     let mut charges: HashMap<String, i64> = HashMap::new();
     for r in requests {
         let group = r["group"].as_str().unwrap().to_string();
@@ -155,7 +202,7 @@ async fn a_broker_on_postgresql_acknowledges_transfers_and_charges_once_across_a
     let client = reqwest::Client::new();
     let broker = serve_on(&files, &cluster);
     let base = broker.base.clone();
-    wait_ready(&client, &base, Duration::from_secs(30)).await;
+    wait_ready(&client, &base, PATIENCE).await;
 
     // One request, then a batch: each acknowledged with its id.
     let single = request("single-1", "mc", "x", 7_000_000);
@@ -179,7 +226,7 @@ async fn a_broker_on_postgresql_acknowledges_transfers_and_charges_once_across_a
         .map(|r| r["id"].as_i64().unwrap())
         .collect();
     ids.push(first_id);
-    let done = wait_final(&client, &base, &ids, Duration::from_secs(60)).await;
+    let done = wait_final(&client, &base, &ids, PATIENCE).await;
     assert_transferred_and_charged_once(&client, &base, &sim, &done).await;
     // A resubmission is the same request, answered as a duplicate.
     let (status, again) = post(&client, &base, "/v1/requests", &single).await.unwrap();
@@ -214,7 +261,7 @@ async fn a_broker_on_postgresql_acknowledges_transfers_and_charges_once_across_a
             }
         }));
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + PATIENCE;
     while acknowledged.lock().unwrap().len() < 100 {
         assert!(Instant::now() < deadline, "the load was not acknowledged");
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -226,7 +273,7 @@ async fn a_broker_on_postgresql_acknowledges_transfers_and_charges_once_across_a
     }
     let broker = serve_on(&files, &cluster);
     let base = broker.base.clone();
-    wait_ready(&client, &base, Duration::from_secs(30)).await;
+    wait_ready(&client, &base, PATIENCE).await;
     let acks = acknowledged.lock().unwrap().clone();
     // Every acknowledged request is there under its id, and a client resubmitting after the
     // crash gets that id back.
@@ -245,7 +292,7 @@ async fn a_broker_on_postgresql_acknowledges_transfers_and_charges_once_across_a
     assert!(metrics.contains("mssbroker_leader 1"), "{metrics}");
     let all = ledger_ids(&cluster);
     assert!(ids.iter().chain(acks.values()).all(|id| all.contains(id)));
-    let done = wait_final(&client, &base, &all, Duration::from_secs(120)).await;
+    let done = wait_final(&client, &base, &all, PATIENCE * 2).await;
     assert_transferred_and_charged_once(&client, &base, &sim, &done).await;
     // The share report counts each done request once.
     let (status, report) = get(&client, &base, "/v1/report").await.unwrap();
@@ -271,6 +318,39 @@ async fn get_text(client: &reqwest::Client, base: &str, path: &str) -> (u16, Str
     (resp.status().as_u16(), resp.text().await.unwrap())
 }
 
+/// End the backends of `application` (`pg_terminate_backend`) and wait until they are gone
+/// from `pg_stat_activity` (the call only signals them): their pids.
+fn end_backends(cluster: &Cluster, application: &str) -> Vec<i64> {
+    let pids = cluster
+        .psql(&format!(
+            "WITH ours AS MATERIALIZED (SELECT pid FROM pg_stat_activity \
+             WHERE application_name = '{application}') \
+             SELECT pid FROM ours WHERE pg_terminate_backend(pid)"
+        ))
+        .expect("terminated");
+    let pids: Vec<i64> = pids.lines().map(|l| l.parse().expect("a pid")).collect();
+    let list = (pids.iter().map(i64::to_string))
+        .collect::<Vec<_>>()
+        .join(",");
+    let start = Instant::now();
+    while !pids.is_empty() {
+        let left = cluster
+            .psql(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid IN ({list})"
+            ))
+            .expect("the backends left");
+        if left == "0" {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{left} of the backends {list} still there after {PATIENCE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pids
+}
+
 /// Every request id the ledger holds, read from the database itself.
 pub fn ledger_ids(cluster: &Cluster) -> Vec<i64> {
     let ids = cluster
@@ -290,37 +370,33 @@ async fn a_leader_whose_ledger_connections_end_resigns_and_the_standby_takes_off
     let files = BrokerFiles::for_sim(&sim);
     let client = reqwest::Client::new();
     let first = serve_on(&files, &cluster);
-    wait_ready(&client, &first.base, Duration::from_secs(30)).await;
+    wait_ready(&client, &first.base, PATIENCE).await;
     let second = serve_on(&files, &cluster);
-    standing_by(&client, &second.base, Duration::from_secs(30)).await;
+    standing_by(&client, &second.base, PATIENCE).await;
     let one = request("r-1", "mc", "x", 3_000_000);
     let (status, r1) = post(&client, &first.base, "/v1/requests", &one)
         .await
         .unwrap();
     assert_eq!(status, 202, "{r1}");
-    // Only a leader has a ledger open: these are the first broker's.
-    let ended = tokio::task::block_in_place(|| {
-        cluster.psql(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE application_name = 'mssbroker ledger'",
-        )
-    });
-    assert_ne!(ended.expect("terminated"), "0");
+    // Only a leader has a ledger open: these are the first broker's. The server ends them;
+    // `pg_terminate_backend` only signals, so wait until the backends have exited.
+    let ended = block_in_place(|| end_backends(&cluster, "mssbroker ledger"));
+    assert!(!ended.is_empty(), "the leader had no ledger connection");
     let two = request("r-2", "mc", "x", 4_000_000);
     let (status, refused) = post(&client, &first.base, "/v1/requests", &two)
         .await
         .unwrap();
     assert_eq!(status, 503, "{refused}");
     // The standby takes office; the client resubmits there.
-    wait_ready(&client, &second.base, Duration::from_secs(30)).await;
-    standing_by(&client, &first.base, Duration::from_secs(30)).await;
+    wait_ready(&client, &second.base, PATIENCE).await;
+    standing_by(&client, &first.base, PATIENCE).await;
     let (status, r2) = post(&client, &second.base, "/v1/requests", &two)
         .await
         .unwrap();
     assert_eq!(status, 202, "{r2}");
     let ids = ledger_ids(&cluster);
     assert_eq!(ids.len(), 2, "{ids:?}");
-    let done = wait_final(&client, &second.base, &ids, Duration::from_secs(60)).await;
+    let done = wait_final(&client, &second.base, &ids, PATIENCE).await;
     assert_transferred_and_charged_once(&client, &second.base, &sim, &done).await;
 }
 
@@ -363,17 +439,11 @@ async fn a_broker_leading_before_it_is_built_opens_its_term_and_acknowledges() {
         let _ = stopped.await;
     }));
     let client = reqwest::Client::new();
-    wait_ready(&client, &base, Duration::from_secs(30)).await;
+    wait_ready(&client, &base, PATIENCE).await;
     let one = request("early-1", "mc", "x", 5_000_000);
     let (status, r) = post(&client, &base, "/v1/requests", &one).await.unwrap();
     assert_eq!(status, 202, "{r}");
-    let done = wait_final(
-        &client,
-        &base,
-        &[r["id"].as_i64().unwrap()],
-        Duration::from_secs(60),
-    )
-    .await;
+    let done = wait_final(&client, &base, &[r["id"].as_i64().unwrap()], PATIENCE).await;
     assert_transferred_and_charged_once(&client, &base, &sim, &done).await;
     let _ = stop.send(());
     served.await.expect("served").expect("stopped cleanly");
