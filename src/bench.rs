@@ -40,6 +40,7 @@ pub mod ingest;
 mod instant_mss;
 mod load;
 mod machine;
+mod pg;
 mod read_back;
 
 pub use machine::{command_line, machine};

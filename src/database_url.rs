@@ -141,6 +141,17 @@ impl DatabaseUrl {
     pub fn config(&self) -> &Config {
         &self.config
     }
+
+    /// The same server, user and settings, naming the database `dbname` (`bench ingest`'s
+    /// database of a round on the server it was given).
+    pub fn with_dbname(&self, dbname: &str) -> DatabaseUrl {
+        let mut config = self.config.clone();
+        config.dbname(dbname);
+        DatabaseUrl {
+            config,
+            tls: self.tls.clone(),
+        }
+    }
 }
 
 impl std::str::FromStr for DatabaseUrl {

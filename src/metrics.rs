@@ -81,6 +81,8 @@ fn seconds_histogram() -> Histogram {
 pub struct Metrics {
     pub commit_seconds: Histogram,
     pub commit_commands: Histogram,
+    /// Round trips to the database server per committed group (PostgreSQL only).
+    pub commit_round_trips: Histogram,
     /// Ledger transactions rolled back (a full disk, an I/O error).
     pub rollbacks: Counter,
     /// MSS events for keys the ledger did not issue (a request lost with a restored backup).
@@ -120,6 +122,10 @@ impl crate::ledger::CommitObserver for Metrics {
         self.rollbacks.inc();
     }
 
+    fn round_trips(&self, trips: u64) {
+        self.commit_round_trips.observe(trips as f64);
+    }
+
     fn unknown_key_events(&self, events: u64) {
         self.unknown_key_events.inc_by(events);
     }
@@ -129,25 +135,38 @@ impl crate::ledger::CommitObserver for Metrics {
     }
 }
 
+/// The ledger's commit histograms, registered: time, commands and round trips per commit.
+fn commits(registry: &mut Registry) -> (Histogram, Histogram, Histogram) {
+    let commit_seconds = seconds_histogram();
+    let commit_commands = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+    let commit_round_trips = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+    // Histograms carry the unit in the name only: OpenMetrics parsers differ on whether a
+    // histogram may have a UNIT line.
+    registry.register(
+        "mssbroker_ledger_commit_seconds",
+        "Time of one ledger group commit (one transaction, one fsync)",
+        commit_seconds.clone(),
+    );
+    registry.register(
+        "mssbroker_ledger_commit_commands",
+        "Commands (requests, batches, event sets) carried by one ledger commit",
+        commit_commands.clone(),
+    );
+    registry.register(
+        "mssbroker_ledger_commit_round_trips",
+        "Round trips to the PostgreSQL server of one ledger commit (statements prepared or \
+         run, BEGIN and COMMIT); nothing on SQLite",
+        commit_round_trips.clone(),
+    );
+    (commit_seconds, commit_commands, commit_round_trips)
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
-        let commit_seconds = seconds_histogram();
-        let commit_commands = Histogram::new(exponential_buckets(1.0, 2.0, 15));
         let mss_call_seconds =
             Family::<CallLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
         let mut registry = Registry::default();
-        // Histograms carry the unit in the name only: OpenMetrics parsers differ on whether a
-        // histogram may have a UNIT line.
-        registry.register(
-            "mssbroker_ledger_commit_seconds",
-            "Time of one ledger group commit (one transaction, one fsync)",
-            commit_seconds.clone(),
-        );
-        registry.register(
-            "mssbroker_ledger_commit_commands",
-            "Commands (requests, batches, event sets) carried by one ledger commit",
-            commit_commands.clone(),
-        );
+        let (commit_seconds, commit_commands, commit_round_trips) = commits(&mut registry);
         let rollbacks = Counter::default();
         registry.register(
             "mssbroker_ledger_rollbacks",
@@ -197,6 +216,7 @@ impl Metrics {
             volume_lookup_cache_hits,
             commit_seconds,
             commit_commands,
+            commit_round_trips,
             rollbacks,
             unknown_key_events,
             ranking_seconds,

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::{summarise, Round};
 use crate::config::Settings;
-use crate::startup::Application;
+use crate::leadership::{Contender, Identity, Role, Timing};
+use crate::startup::{Application, Leadership};
 
 /// The shipped config's demo operator token (may act for any station, not rate limited).
 pub(crate) const TOKEN: &str = "demo-operator";
@@ -30,24 +31,94 @@ pub(crate) struct Broker {
     pub base: String,
     stop: oneshot::Sender<()>,
     server: JoinHandle<Result<(), crate::startup::StartupError>>,
+    /// On PostgreSQL (`[database] url`): the leadership it holds, as `serve` holds it.
+    contender: Option<Contender>,
 }
 
 impl Broker {
+    /// Start the broker of `settings`; on PostgreSQL it contends for the leadership as `serve`
+    /// does, and this returns once it leads (`/readyz` answers 200).
     pub async fn start(settings: &Settings) -> anyhow::Result<Broker> {
-        let app = Application::build(settings).await?;
+        let contender = match &settings.database.url {
+            Some(url) => Some(contend(url)?),
+            None => None,
+        };
+        let app = match &contender {
+            Some(c) => {
+                // Built as a standby, then following the contender's role: a role that already
+                // leads would have the build open the first term's ledger itself, with the
+                // blocking PostgreSQL client on this async thread (a later term opens off it).
+                let (role, follows) = watch::channel(Role::Standby);
+                let leadership = Leadership {
+                    role: follows,
+                    resigner: Some(c.resigner()),
+                };
+                let clock = Arc::new(crate::clock::SystemClock);
+                let app = Application::build_with_role(settings, clock, leadership).await?;
+                tokio::spawn(follow(c.role(), role));
+                app
+            }
+            None => Application::build(settings).await?,
+        };
         let base = format!("{}://{}", app.scheme(), app.local_addr());
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until_stopped(async {
             let _ = stopped.await;
         }));
-        Ok(Broker { base, stop, server })
+        let broker = Broker {
+            base,
+            stop,
+            server,
+            contender,
+        };
+        if broker.contender.is_some() {
+            broker.wait_until_ready().await?;
+        }
+        Ok(broker)
+    }
+
+    /// Wait for `/readyz` to answer 200 (a broker on PostgreSQL leads), at most 30 s.
+    async fn wait_until_ready(&self) -> anyhow::Result<()> {
+        let http = http_client(&self.base, false)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = http.get(format!("{}/readyz", self.base)).send().await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the broker did not take office on PostgreSQL within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
         self.server.await??;
+        drop(self.contender);
         Ok(())
     }
+}
+
+/// Pass every role `source` takes on to `to`, until either end is gone.
+async fn follow(mut source: watch::Receiver<Role>, to: watch::Sender<Role>) {
+    loop {
+        let role = *source.borrow_and_update();
+        if to.send(role).is_err() || source.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A leadership contender on `url`, as `serve` starts one.
+fn contend(url: &crate::database_url::DatabaseUrl) -> anyhow::Result<Contender> {
+    let identity = Identity {
+        holder: format!("bench pid {}", std::process::id()),
+        advertised_url: "http://127.0.0.1:0".to_string(),
+    };
+    Ok(Contender::start(url.clone(), identity, Timing::default())?)
 }
 
 /// A load client for `base`: keep-alive (one idle connection kept), or a new connection for
@@ -161,6 +232,11 @@ pub(super) fn item(tag: &str, c: usize, n: usize) -> Value {
 
 /// The ledger's commit histogram so far, from `GET /metrics`: (commits, commands).
 pub(crate) async fn commits(base: &str) -> anyhow::Result<(f64, f64)> {
+    histogram(base, "mssbroker_ledger_commit_commands").await
+}
+
+/// A histogram of `GET /metrics` so far: (count, sum); (0, 0) where it has none.
+pub(crate) async fn histogram(base: &str, name: &str) -> anyhow::Result<(f64, f64)> {
     let text = http_client(base, false)?
         .get(format!("{base}/metrics"))
         .bearer_auth(TOKEN)
@@ -176,7 +252,7 @@ pub(crate) async fn commits(base: &str) -> anyhow::Result<(f64, f64)> {
             .unwrap_or(0.0)
     };
     Ok((
-        value("mssbroker_ledger_commit_commands_count"),
-        value("mssbroker_ledger_commit_commands_sum"),
+        value(&format!("{name}_count")),
+        value(&format!("{name}_sum")),
     ))
 }

@@ -43,6 +43,16 @@ enum BenchMode {
         /// per call).
         #[arg(long)]
         fresh_connections: bool,
+        /// A PostgreSQL server to measure the ledger on (`postgresql://user@host:port/db`;
+        /// loopback or a unix socket): each round makes a new database there (the user needs
+        /// CREATEDB) and drops it after. Alone, it measures PostgreSQL only.
+        #[arg(long, value_name = "URL")]
+        db: Option<String>,
+        /// The backends to measure, interleaved round by round in one sitting (`sqlite`,
+        /// `postgres`, or both: `sqlite,postgres`), with the ratio PostgreSQL/SQLite [default:
+        /// postgres with --db, else sqlite].
+        #[arg(long, value_enum, value_delimiter = ',')]
+        backends: Vec<BackendName>,
     },
     /// A held-mode broker with `--queued` requests queued: memory, time to the first 202 and
     /// the first explain after a restart, a request read back right after its 202, ingest with
@@ -118,6 +128,42 @@ struct BenchFlags {
     pollers: usize,
 }
 
+/// A backend `bench ingest --backends` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendName {
+    Sqlite,
+    Postgres,
+}
+
+/// The backends of `bench ingest`: those named, in order (postgres with the server of `--db`),
+/// or by default postgres when `--db` is given, else sqlite.
+fn ingest_backends(
+    names: &[BackendName],
+    db: Option<String>,
+) -> anyhow::Result<Vec<crate::bench::ingest::Backend>> {
+    use crate::bench::ingest::Backend;
+    // The error names what is wrong, never a value of the string (it may hold a password).
+    let db = (db.as_deref())
+        .map(crate::database_url::DatabaseUrl::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--db: {e}"))?;
+    let names = match (names, &db) {
+        ([], Some(_)) => &[BackendName::Postgres][..],
+        ([], None) => &[BackendName::Sqlite][..],
+        (names, _) => names,
+    };
+    names
+        .iter()
+        .map(|name| match (name, &db) {
+            (BackendName::Sqlite, _) => Ok(Backend::Sqlite),
+            (BackendName::Postgres, Some(url)) => Ok(Backend::Postgres(Box::new(url.clone()))),
+            (BackendName::Postgres, None) => Err(anyhow::anyhow!(
+                "--backends postgres: give the server with --db postgresql://user@host:port/db"
+            )),
+        })
+        .collect()
+}
+
 /// Run the chosen benchmark.
 pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.mode {
@@ -129,6 +175,8 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             tls_cert,
             tls_key,
             fresh_connections,
+            db,
+            backends,
         }) => {
             let options = crate::bench::ingest::IngestOptions {
                 connections: connections.max(1),
@@ -137,6 +185,7 @@ pub(super) async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 batch: batch.max(2),
                 tls: tls_cert.zip(tls_key),
                 fresh_connections,
+                backends: ingest_backends(&backends, db)?,
             };
             crate::bench::ingest::run(&options).await?;
         }

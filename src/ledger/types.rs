@@ -272,6 +272,9 @@ pub trait CommitObserver: Send + Sync {
     /// A group of `commands` was rolled back (its transaction failed: a full disk, an I/O
     /// error, the file replaced); every command in it was answered with the error.
     fn rolled_back(&self, _commands: usize) {}
+    /// A committed group took `trips` round trips to the database server (PostgreSQL only:
+    /// statements prepared or run, BEGIN and COMMIT; SQLite has no server).
+    fn round_trips(&self, _trips: u64) {}
     /// Committed MSS events named keys this ledger did not issue (`ledger::mss_key`).
     fn unknown_key_events(&self, _events: u64) {}
     /// A ranking of the held queue for explain's positions (`ledger/rank.rs`, off the writer)

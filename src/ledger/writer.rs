@@ -46,6 +46,7 @@ pub(super) use removed::unfinished_of;
 pub use removed::{GroupCancel, RemovedGroup, RemovedGroups};
 
 use super::aggregates::ReportDeltas;
+use super::columns;
 use super::db::{params, DbConn, DbResult};
 use super::live::Published;
 use super::stored_explain::StoredExplain;
@@ -279,8 +280,10 @@ impl Writer {
         // none reads this commit's rows with the memory of the one before (see `live`).
         let published = self.published.clone();
         let gate = published.gate();
+        let trips = self.conn.db().round_trips();
         let (outcome, ready, unknown_keys) = self.transact(commands, &mut replies);
         let elapsed = started.elapsed();
+        let trips = trips.zip(self.conn.db().round_trips()).map(|(a, b)| b - a);
         debug!(
             commands = count,
             micros = elapsed.as_micros() as u64,
@@ -291,6 +294,9 @@ impl Writer {
             Ok(()) => {
                 // Only a group on disk is a commit: a rolled-back one is logged below.
                 self.metrics.committed(elapsed.as_secs_f64(), count);
+                if let Some(trips) = trips {
+                    self.metrics.round_trips(trips);
+                }
                 if unknown_keys > 0 {
                     self.metrics.unknown_key_events(unknown_keys);
                 }
@@ -362,6 +368,14 @@ impl Writer {
                 return (Err(e), false, 0);
             }
         };
+        // The group's new requests get their ids in one round trip where ids are given before
+        // the rows are written (PostgreSQL; nothing on SQLite).
+        let new = command::new_requests(&commands);
+        if new > 0 {
+            if let Err(e) = tx.reserve_ids(columns::insert_sql(), new) {
+                return (Err(e), false, 0);
+            }
+        }
         let mut txn = Txn {
             tx: &tx,
             keys: &self.keys,

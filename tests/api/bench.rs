@@ -63,6 +63,76 @@ fn bench_ingest_prints_positive_figures() {
     assert!(figure(median, "ratio", "ratio") > 0.0, "{text}");
 }
 
+/// `bench ingest` on PostgreSQL beside SQLite, interleaved in one sitting (a throwaway cluster
+/// of the distribution's binaries, a new database per round): each backend's median figures,
+/// PostgreSQL's round trips per commit, the server's durability settings and the ratio.
+#[test]
+fn bench_ingest_on_both_backends_prints_each_median_and_the_ratio() {
+    let cluster = pg_cluster::Cluster::start().expect("a PostgreSQL cluster");
+    let url = cluster.url();
+    let text = bench(&[
+        "ingest",
+        "--connections",
+        "2",
+        "--seconds",
+        "0.3",
+        "--rounds",
+        "1",
+        "--batch",
+        "20",
+        "--backends",
+        "sqlite,postgres",
+        "--db",
+        &url,
+    ]);
+    assert!(
+        text.contains("synchronous_commit=") && text.contains("fsync="),
+        "{text}"
+    );
+    for backend in ["sqlite", "postgres"] {
+        let header = format!("median over 1 round(s) ({backend}):");
+        let median = &text[text
+            .find(&header)
+            .unwrap_or_else(|| panic!("{header}: {text}"))..];
+        for line in ["GET /healthz", "single requests", "batches of 20"] {
+            assert!(figure(median, line, line) > 0.0, "{backend} {line}: {text}");
+            assert!(
+                figure(median, line, "p50") > 0.0,
+                "{backend} {line}: {text}"
+            );
+        }
+        assert!(figure(median, "mean commit", "mean commit") > 0.0, "{text}");
+    }
+    let on_postgres = &text[text.find("(postgres):").expect("postgres")..];
+    assert!(
+        figure(on_postgres, "round trips", "commands,") > 0.0,
+        "{text}"
+    );
+    assert!(
+        figure(&text, "postgres/sqlite:", "single requests") > 0.0,
+        "{text}"
+    );
+    assert!(
+        figure(&text, "postgres/sqlite:", "batches of 20") > 0.0,
+        "{text}"
+    );
+    let left: Vec<String> = {
+        let mut conn = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        (conn.query(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'mssbroker_bench%'",
+            &[],
+        ))
+        .expect("databases")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert!(
+        left.is_empty(),
+        "each round's database is dropped: {left:?}"
+    );
+}
+
 #[test]
 fn bench_backlog_prints_positive_figures() {
     let text = bench(&[

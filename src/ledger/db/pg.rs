@@ -19,7 +19,7 @@
 //! backends.
 
 use std::cell::{Cell, RefCell, RefMut};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::error::Error;
 
 use bytes::BytesMut;
@@ -31,6 +31,12 @@ use super::{DbError, DbResult, Param, Value};
 use crate::ledger::postgres::placeholders;
 use crate::ledger::wide::Wide;
 
+mod batch;
+
+/// Ids reserved at least this many at a time from a table's identity sequence when the
+/// transaction said nothing of how many it needs ([`PgConn::reserve_ids`]).
+const ID_BLOCK: usize = 64;
+
 /// A ledger connection to PostgreSQL, owned (`Send`: a `RefCell` is).
 pub struct PgConn {
     client: RefCell<Client>,
@@ -41,6 +47,17 @@ pub struct PgConn {
     /// Whether a transaction is open (begun by the layer): PostgreSQL only warns on a nested
     /// BEGIN, and the inner COMMIT would commit the outer transaction.
     in_transaction: Cell<bool>,
+    /// The one-row INSERTs gathered in the open transaction (`batch.rs`), sent before the next
+    /// other statement or the COMMIT.
+    pending: RefCell<batch::Pending>,
+    /// By the ledger's `?N` text of an INSERT: whether it can be gathered, and its shape.
+    shapes: RefCell<HashMap<String, Option<batch::Shape>>>,
+    /// By the `$N` text of a gathered statement: the statement prepared from it.
+    gathered: RefCell<HashMap<String, Statement>>,
+    /// By table: ids reserved from its identity sequence and not used yet, in order.
+    ids: RefCell<HashMap<String, VecDeque<i64>>>,
+    /// Round trips to the server so far (statements prepared or run, BEGIN and COMMIT).
+    trips: Cell<u64>,
 }
 
 impl PgConn {
@@ -50,12 +67,29 @@ impl PgConn {
             statements: RefCell::default(),
             returning: RefCell::default(),
             in_transaction: Cell::new(false),
+            pending: RefCell::default(),
+            shapes: RefCell::default(),
+            gathered: RefCell::default(),
+            ids: RefCell::default(),
+            trips: Cell::new(0),
         }
     }
 
     /// Whether the connection has ended (a client in use is not).
     pub(super) fn is_closed(&self) -> bool {
         self.client.try_borrow().is_ok_and(|c| c.is_closed())
+    }
+
+    /// Round trips to the server so far.
+    pub(super) fn round_trips(&self) -> u64 {
+        self.trips.get()
+    }
+
+    /// The client, for one round trip (counted).
+    fn trip(&self) -> DbResult<RefMut<'_, Client>> {
+        let client = self.client()?;
+        self.trips.set(self.trips.get() + 1);
+        Ok(client)
     }
 
     /// The client, for one round trip.
@@ -84,15 +118,16 @@ impl PgConn {
         }
         let mut text = placeholders::rewrite(sql).map_err(|e| DbError::Sql(e.to_string()))?;
         text.push_str(suffix);
-        let statement = self.client()?.prepare(&text)?;
+        let statement = self.trip()?.prepare(&text)?;
         cache.borrow_mut().insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
 
     /// Run `statement` with `values`; the rows it changed.
     pub(super) fn execute(&self, statement: &Statement, values: &[Value<'_>]) -> DbResult<usize> {
+        self.flush()?;
         let binds = binds(values);
-        let n = self.client()?.execute(statement, &refs(&binds))?;
+        let n = self.trip()?.execute(statement, &refs(&binds))?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
@@ -102,13 +137,138 @@ impl PgConn {
         statement: &Statement,
         values: &[Value<'_>],
     ) -> DbResult<Vec<postgres::Row>> {
+        self.flush()?;
         let binds = binds(values);
-        Ok(self.client()?.query(statement, &refs(&binds))?)
+        Ok(self.trip()?.query(statement, &refs(&binds))?)
     }
 
     /// Run statements without parameters (the simple protocol: several at once).
     pub(super) fn batch(&self, sql: &str) -> DbResult<()> {
-        Ok(self.client()?.batch_execute(sql)?)
+        self.flush()?;
+        self.batch_now(sql)
+    }
+
+    fn batch_now(&self, sql: &str) -> DbResult<()> {
+        Ok(self.trip()?.batch_execute(sql)?)
+    }
+
+    /// The shape of `sql` if it is a one-row INSERT that can be gathered (`batch.rs`), and a
+    /// transaction is open to gather it in.
+    fn gatherable(&self, sql: &str) -> Option<batch::Shape> {
+        if !self.in_transaction.get() {
+            return None;
+        }
+        if let Some(shape) = self.shapes.borrow().get(sql) {
+            return shape.clone();
+        }
+        let shape = batch::shape(sql);
+        self.shapes
+            .borrow_mut()
+            .insert(sql.to_owned(), shape.clone());
+        shape
+    }
+
+    /// Gather one row of `sql` to be sent with the others (`batch.rs`); false when it cannot be
+    /// (no transaction, or not a plain one-row INSERT): the caller runs it at once.
+    pub(super) fn insert_later<'v>(
+        &self,
+        sql: &str,
+        values: impl IntoIterator<Item = Value<'v>>,
+    ) -> DbResult<bool> {
+        let Some(shape) = self.gatherable(sql) else {
+            return Ok(false);
+        };
+        self.pending.borrow_mut().push(sql, &shape, None, values)?;
+        Ok(true)
+    }
+
+    /// [`PgConn::insert_later`] for a row of a table with an identity `id`: the id it will have
+    /// (reserved from the table's sequence), or `None` when it cannot be gathered.
+    pub(super) fn insert_later_with_id<'v>(
+        &self,
+        sql: &str,
+        values: impl IntoIterator<Item = Value<'v>>,
+    ) -> DbResult<Option<i64>> {
+        let Some(shape) = self.gatherable(sql) else {
+            return Ok(None);
+        };
+        let id = match self.next_id(&shape.table) {
+            Some(id) => id,
+            None => {
+                self.reserve(&shape.table, ID_BLOCK)?;
+                self.next_id(&shape.table).ok_or(DbError::NoRow)?
+            }
+        };
+        self.pending
+            .borrow_mut()
+            .push(sql, &shape, Some(id), values)?;
+        Ok(Some(id))
+    }
+
+    fn next_id(&self, table: &str) -> Option<i64> {
+        self.ids.borrow_mut().get_mut(table)?.pop_front()
+    }
+
+    /// Have at least `n` ids of the table `sql` inserts into reserved (one round trip when
+    /// fewer are: `n` or [`ID_BLOCK`] more, whichever is larger); nothing when `sql` is not
+    /// gathered.
+    pub(super) fn reserve_ids(&self, sql: &str, n: usize) -> DbResult<()> {
+        let Some(shape) = self.gatherable(sql) else {
+            return Ok(());
+        };
+        let have = self.ids.borrow().get(&shape.table).map_or(0, VecDeque::len);
+        if have < n {
+            self.reserve(&shape.table, (n - have).max(ID_BLOCK))?;
+        }
+        Ok(())
+    }
+
+    /// Reserve `n` more ids from `table`'s identity sequence (not sent with the gathered rows:
+    /// it reads no table).
+    fn reserve(&self, table: &str, n: usize) -> DbResult<()> {
+        let statement = self.statement(
+            "SELECT nextval(pg_get_serial_sequence(?1, 'id')) FROM generate_series(1, ?2)",
+        )?;
+        let n = i64::try_from(n).map_err(|_| DbError::Param(format!("{n} ids")))?;
+        let values = [Value::Text(table), Value::Integer(n)];
+        let binds = binds(&values);
+        let rows = self.trip()?.query(&statement, &refs(&binds))?;
+        let mut ids: Vec<i64> = (rows.iter())
+            .map(|r| r.try_get::<_, i64>(0))
+            .collect::<Result<_, _>>()?;
+        ids.sort_unstable();
+        (self.ids.borrow_mut().entry(table.to_owned()).or_default()).extend(ids);
+        Ok(())
+    }
+
+    /// Send the gathered rows, as one statement (nothing when none are gathered).
+    fn flush(&self) -> DbResult<()> {
+        if self.pending.borrow().is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut *self.pending.borrow_mut());
+        let statements: Vec<(String, bool)> = (pending.statements())
+            .map(|(sql, with_id)| (sql.to_owned(), with_id))
+            .collect();
+        let types = (statements.iter())
+            .map(|(sql, _)| Ok(self.statement(sql)?.params().to_vec()))
+            .collect::<DbResult<Vec<_>>>()?;
+        let text = pending.text(&types);
+        let statement = self.gathered_statement(&text)?;
+        let arrays = pending.arrays();
+        let params: Vec<&(dyn ToSql + Sync)> =
+            arrays.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+        self.trip()?.execute(&statement, &params)?;
+        Ok(())
+    }
+
+    fn gathered_statement(&self, text: &str) -> DbResult<Statement> {
+        if let Some(s) = self.gathered.borrow().get(text) {
+            return Ok(s.clone());
+        }
+        let statement = self.trip()?.prepare(text)?;
+        (self.gathered.borrow_mut()).insert(text.to_owned(), statement.clone());
+        Ok(statement)
     }
 
     /// Open a transaction (`begin`: `BEGIN` or a stronger one); one at a time.
@@ -141,7 +301,12 @@ pub struct PgTx<'c> {
 }
 
 impl PgTx<'_> {
+    /// Send the gathered rows, then COMMIT; if they fail, the transaction is rolled back.
     pub fn commit(mut self) -> DbResult<()> {
+        if let Err(e) = self.conn.flush() {
+            let _ = self.end("ROLLBACK");
+            return Err(e);
+        }
         self.end("COMMIT")
     }
 
@@ -152,7 +317,8 @@ impl PgTx<'_> {
     fn end(&mut self, how: &str) -> DbResult<()> {
         self.open = false;
         self.conn.in_transaction.set(false);
-        self.conn.batch(how)
+        self.conn.pending.borrow_mut().clear();
+        self.conn.batch_now(how)
     }
 }
 

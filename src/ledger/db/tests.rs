@@ -38,6 +38,7 @@ on_both!(
     rows_stream_one_at_a_time_and_an_error_stops_them,
     a_closure_over_rows_may_run_statements_of_its_own,
     a_new_rows_id_and_the_tables_and_columns_there_are,
+    rows_inserted_in_a_transaction_are_seen_by_its_next_statement_and_go_with_its_fate,
 );
 
 fn insert(db: &Db<'_>, n: &dyn Param, s: &dyn Param, w: &dyn Param) -> DbResult<usize> {
@@ -402,4 +403,67 @@ fn a_new_rows_id_and_the_tables_and_columns_there_are(backend: Backend) {
     assert!(db.has_column("t", "w").expect("t.w"));
     assert!(!db.has_column("t", "nope").expect("t.nope"));
     assert!(!db.has_column("nope", "w").expect("nope.w"));
+}
+
+/// `insert_id` and `insert` inside a transaction (gathered on PostgreSQL, `db/pg/batch.rs`):
+/// the next statement sees every row, in order, with the ids `insert_id` answered; a rollback
+/// leaves none; a broken key fails the COMMIT and nothing of the transaction is written.
+fn rows_inserted_in_a_transaction_are_seen_by_its_next_statement_and_go_with_its_fate(
+    backend: Backend,
+) {
+    let test = TestDb::new(backend);
+    let mut conn = open(&test);
+    conn.db()
+        .execute_batch("CREATE TABLE u (id BIGINT PRIMARY KEY, s TEXT)")
+        .expect("u");
+    let sql = "INSERT INTO t (n, s) VALUES (?1, ?2)";
+    let other = "INSERT INTO u (id, s) VALUES (?1, ?2)";
+    let rows = |db: &Db<'_>| -> Vec<(i64, i64, Option<String>)> {
+        db.query_rows("SELECT id, n, s FROM t ORDER BY id", params![], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .expect("rows")
+    };
+    let tx = conn.transaction().expect("begin");
+    tx.reserve_ids(sql, 2).expect("ids");
+    let mut ids = Vec::new();
+    for n in 1..=3i64 {
+        let s = format!("s{n}");
+        let id = (tx.insert_id(sql, [Value::Integer(n), Value::Text(&s)])).expect("insert");
+        tx.insert(other, params![id, s]).expect("insert");
+        ids.push(id);
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let seen = rows(&tx);
+    let expected: Vec<_> = (ids.iter().zip(1..))
+        .map(|(id, n)| (*id, n, Some(format!("s{n}"))))
+        .collect();
+    assert_eq!(seen, expected, "the next statement sees every row");
+    let u: Vec<i64> =
+        (tx.query_rows("SELECT id FROM u ORDER BY id", params![], |r| r.get(0))).expect("u");
+    assert_eq!(u, ids);
+    tx.insert_id(sql, [Value::Integer(4), Value::Null])
+        .expect("insert");
+    tx.commit().expect("commit");
+    assert_eq!(rows(&conn.db()).len(), 4, "committed with the last row");
+
+    let tx = conn.transaction().expect("begin");
+    tx.insert_id(sql, [Value::Integer(5), Value::Null])
+        .expect("insert");
+    tx.rollback().expect("rollback");
+    assert_eq!(rows(&conn.db()).len(), 4, "a rollback leaves none");
+
+    let tx = conn.transaction().expect("begin");
+    tx.insert_id(sql, [Value::Integer(6), Value::Null])
+        .expect("insert");
+    // SQLite refuses the row at once; PostgreSQL when the gathered rows are sent.
+    let failed = match tx.insert(other, params![ids[0], "again"]) {
+        Ok(()) => tx.commit().is_err(),
+        Err(_) => {
+            drop(tx);
+            true
+        }
+    };
+    assert!(failed, "a broken key fails the transaction");
+    assert_eq!(rows(&conn.db()).len(), 4, "and nothing of it is written");
 }

@@ -348,3 +348,149 @@ fn the_usage_book_is_rebuilt_stored_and_loaded_alike_on_both_backends() {
     let groups: std::collections::BTreeSet<&str> = REQUESTS.iter().map(|r| r.1).collect();
     assert_eq!(pg[2], format!("window rows: {}", groups.len()));
 }
+
+/// The round trips of each group the writer commits (PostgreSQL's; none on SQLite).
+#[derive(Default)]
+struct Trips(std::sync::Mutex<Vec<u64>>);
+
+impl crate::ledger::CommitObserver for Trips {
+    fn committed(&self, _seconds: f64, _commands: usize) {}
+    fn round_trips(&self, trips: u64) {
+        self.0.lock().expect("trips").push(trips);
+    }
+}
+
+impl Trips {
+    /// The most any group took since `from` commits (a tick of the writer's may commit beside
+    /// a submission's group, with fewer statements), and how many commits there are now.
+    fn most_since(&self, from: usize) -> (Option<u64>, usize) {
+        let all = self.0.lock().expect("trips");
+        (
+            all.get(from..).and_then(|t| t.iter().max().copied()),
+            all.len(),
+        )
+    }
+}
+
+/// `fixture`'s ledger opened as `try_open` opens it, reporting its commits' round trips.
+fn open_counting(
+    f: &Fixture,
+    trips: std::sync::Arc<Trips>,
+) -> (crate::ledger::Ledger, std::thread::JoinHandle<()>) {
+    let options = crate::ledger::LedgerOptions {
+        path: f.path.clone(),
+        commit_batch_max: 1024,
+        url: f.pg.as_ref().and_then(|db| db.url().cloned()),
+        epoch: f.epoch,
+        retry: crate::domain::RetrySettings {
+            max_attempts: 2,
+            base: std::time::Duration::from_millis(100),
+            max: std::time::Duration::from_millis(1000),
+        },
+        metrics: trips,
+        read_outputs: f.settings.mss.read_outputs(),
+    };
+    let policy = f.settings.policy.clone();
+    let clock = std::sync::Arc::new(f.clock.clone());
+    tokio::task::block_in_place(|| crate::ledger::Ledger::open(&options, policy, clock))
+        .expect("the ledger opens")
+}
+
+/// The most round trips a group took while `items` were accepted (all new).
+async fn most_trips(
+    l: &crate::ledger::Ledger,
+    trips: &Trips,
+    items: Vec<crate::ledger::NewRequest>,
+) -> Option<u64> {
+    let (_, from) = trips.most_since(usize::MAX);
+    let a = l.accept(items).await.expect("accepted");
+    assert!(a.iter().all(|a| !a.duplicate));
+    trips.most_since(from).0
+}
+
+/// `n` new reads, `tag0` .. `tag{n-1}`, over two groups' modes.
+fn new_reads(f: &Fixture, tag: &str, n: usize) -> Vec<crate::ledger::NewRequest> {
+    (0..n)
+        .map(|i| {
+            let (mode, group) = [("mc", "x"), ("analysis", "higgs")][i % 2];
+            f.request(&format!("{tag}{i}"), mode, group, 1_000 + i as u64)
+        })
+        .collect()
+}
+
+/// Issue 42's batched ingest: a group of many new requests, one of them resubmitted and one
+/// file read again by another station in the same group, committed through the writer. Each
+/// answer names the id its own request got, in order (the rows hold them so), the resubmission
+/// answers the first's id as a duplicate and is charged once, the second read rides on the
+/// first. On PostgreSQL the rows of a group go to the server together: a group of 40 new
+/// requests takes no more round trips than a group of 4 but for one reservation of ids (row by
+/// row it took two per request).
+async fn a_group_of_new_requests_gets_its_ids_in_order_with_a_resubmission_and_a_rider(
+    backend: Backend,
+) {
+    let f = Fixture::on(backend);
+    let trips = std::sync::Arc::new(Trips::default());
+    let opened = open_counting(&f, trips.clone());
+    let l = opened.0.clone();
+
+    let mut items = new_reads(&f, "g", 40);
+    let resubmitted = items[5].clone();
+    items.insert(20, resubmitted);
+    let mut rider = f.request("rider", "mc", "x", 77);
+    rider.input.station = "st-rider".into();
+    rider.input.file = items[7].input.file.clone();
+    items.insert(30, rider);
+    let answers = l.accept(items.clone()).await.expect("accepted");
+
+    assert_eq!(answers.len(), items.len());
+    let new: Vec<i64> = (answers.iter())
+        .filter(|a| !a.duplicate)
+        .map(|a| a.id)
+        .collect();
+    assert_eq!(new.len(), 41, "40 new requests and the rider");
+    assert!(new.windows(2).all(|w| w[0] < w[1]), "ids in order: {new:?}");
+    assert!(answers[20].duplicate, "the resubmission replays");
+    assert_eq!(answers[20].id, answers[5].id, "with the first's id");
+    assert_eq!(answers[30].state, RequestState::Riding);
+    for (item, a) in items.iter().zip(&answers) {
+        let r = l.request(a.id).await.expect("read").expect("stored");
+        assert_eq!(
+            (r.station.as_str(), r.client_request_id.as_str()),
+            (
+                item.input.station.as_str(),
+                item.input.client_request_id.as_str()
+            ),
+            "request {} holds its own row",
+            a.id
+        );
+        if a.state == RequestState::Riding {
+            assert_eq!(r.rides_on, Some(answers[7].id), "the rider's carrier");
+        }
+    }
+    let groups = l.groups().await.expect("groups");
+    let pending: u64 = groups.iter().map(|g| g.pending).sum();
+    assert_eq!(
+        pending, 41,
+        "each new request counted once, the resubmission not"
+    );
+    let again = l.accept(vec![items[12].clone()]).await.expect("replayed");
+    assert!(again[0].duplicate && again[0].id == answers[12].id);
+
+    // Round trips per group: 40 new requests against 4 (the same groups and hour).
+    let small = most_trips(&l, &trips, new_reads(&f, "small", 4)).await;
+    let large = most_trips(&l, &trips, new_reads(&f, "large", 40)).await;
+    match backend {
+        Backend::Sqlite => assert_eq!((small, large), (None, None), "no server, no trips"),
+        Backend::Postgres => {
+            let (small, large) = (small.expect("counted"), large.expect("counted"));
+            assert!(
+                large <= small + 1,
+                "a group of 40 took {large} round trips, a group of 4 {small}"
+            );
+        }
+    }
+    drop(l);
+    super::close(opened);
+}
+
+on_both_async!(a_group_of_new_requests_gets_its_ids_in_order_with_a_resubmission_and_a_rider);

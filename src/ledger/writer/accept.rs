@@ -71,7 +71,7 @@ impl Txn<'_, '_> {
         let id = self.insert(item, &entry, candidate.slots)?;
         self.note(id);
         self.hold_output(item, id);
-        self.tx.execute(
+        self.tx.insert(
             "INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)",
             params![id, fp as i64],
         )?;
@@ -204,7 +204,8 @@ impl Txn<'_, '_> {
         };
         // Each backend's own way to the new id (`Db::insert_id`): SQLite's `last_insert_rowid()`,
         // kept over `RETURNING id`, with which batch ingest measured about a quarter slower
-        // (docs/ha.md, step 2).
+        // (docs/ha.md, step 2); PostgreSQL's id reserved beforehand, the row gathered with the
+        // group's others into one statement over arrays (`db/pg/batch.rs`).
         self.tx.insert_id(columns::insert_sql(), row.values())
     }
 

@@ -128,6 +128,16 @@ impl Command {
     }
 }
 
+/// How many new requests `commands` carry (each may become a row of `requests`).
+pub(super) fn new_requests(commands: &[Command]) -> usize {
+    (commands.iter())
+        .map(|c| match c {
+            Command::Accept { items, .. } => items.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// One new request's answer: recorded, or refused on arrival.
 pub(in crate::ledger) type Admitted = Result<Accepted, crate::ledger::Refused>;
 
