@@ -139,16 +139,9 @@ impl Fixture {
         self.fail_commits(true);
         let r = op.await;
         self.fail_commits(false);
-        // PostgreSQL's identity does not roll back: a failed INSERT leaves a gap in the ids
-        // (harmless), which SQLite's rowid does not. Set back, so a ledger that failed a commit
-        // numbers its requests as its twin that never did (`commit_faults` compares the rows).
-        self.with_db(|db| {
-            db.execute_batch(
-                "SELECT setval(pg_get_serial_sequence('requests', 'id'), \
-                 COALESCE((SELECT MAX(id) FROM requests), 0) + 1, false)",
-            )
-        })
-        .expect("the ids set back");
+        // No setting back of the ids: a transaction that does not commit gives the ids it took
+        // back to the writer's reserve (`db/pg.rs`), so a ledger that failed a commit numbers
+        // its requests as its twin that never did (`commit_faults` compares the rows).
         r
     }
 

@@ -56,6 +56,9 @@ pub struct PgConn {
     gathered: RefCell<HashMap<String, Statement>>,
     /// By table: ids reserved from its identity sequence and not used yet, in order.
     ids: RefCell<HashMap<String, VecDeque<i64>>>,
+    /// The ids the open transaction took from `ids`: back to the front of the reserve when it
+    /// does not commit, so a rolled-back group leaves no gap (as SQLite's rowid does not).
+    taken: RefCell<Vec<(String, i64)>>,
     /// Round trips to the server so far (statements prepared or run, BEGIN and COMMIT).
     trips: Cell<u64>,
 }
@@ -71,6 +74,7 @@ impl PgConn {
             shapes: RefCell::default(),
             gathered: RefCell::default(),
             ids: RefCell::default(),
+            taken: RefCell::default(),
             trips: Cell::new(0),
         }
     }
@@ -206,7 +210,22 @@ impl PgConn {
     }
 
     fn next_id(&self, table: &str) -> Option<i64> {
-        self.ids.borrow_mut().get_mut(table)?.pop_front()
+        let id = self.ids.borrow_mut().get_mut(table)?.pop_front()?;
+        self.taken.borrow_mut().push((table.to_owned(), id));
+        Some(id)
+    }
+
+    /// The ids the transaction took, kept (it committed) or given back to the reserve in
+    /// their order (it did not: they were never written).
+    fn settle_taken(&self, committed: bool) {
+        let taken = std::mem::take(&mut *self.taken.borrow_mut());
+        if committed {
+            return;
+        }
+        let mut ids = self.ids.borrow_mut();
+        for (table, id) in taken.into_iter().rev() {
+            ids.entry(table).or_default().push_front(id);
+        }
     }
 
     /// Have at least `n` ids of the table `sql` inserts into reserved (one round trip when
@@ -318,7 +337,9 @@ impl PgTx<'_> {
         self.open = false;
         self.conn.in_transaction.set(false);
         self.conn.pending.borrow_mut().clear();
-        self.conn.batch_now(how)
+        let ended = self.conn.batch_now(how);
+        self.conn.settle_taken(how == "COMMIT" && ended.is_ok());
+        ended
     }
 }
 
