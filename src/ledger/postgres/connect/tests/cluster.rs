@@ -127,18 +127,25 @@ fn signed_for(names: &[&str]) -> (String, String, String) {
     (ca.pem(), cert.pem(), key.serialize_pem())
 }
 
-/// `sslmode=verify-full`: the ledger's connection is TLS, the server's certificate checked
-/// against `sslrootcert` and its name against the host; another CA, or a host the certificate
-/// does not name, is refused, and no error shows the password. The server takes TCP only over
-/// TLS here (`hostssl`), so a plain connection is refused by it too.
-#[test]
-fn with_verify_full_the_ledger_connects_over_tls_and_refuses_a_server_it_cannot_verify() {
+/// A cluster serving TLS only, with a certificate for `localhost`, and the file of the CA
+/// that signed it (in the directory returned with it).
+fn serving_tls() -> (Cluster, tempfile::TempDir, std::path::PathBuf) {
     let cluster = Cluster::start().expect("a cluster");
     let (ca, cert, key) = signed_for(&["localhost"]);
     cluster.serve_tls(&cert, &key).expect("TLS on");
     let files = tempfile::tempdir().expect("a directory");
     let ca_file = files.path().join("ca.pem");
     std::fs::write(&ca_file, ca).expect("written");
+    (cluster, files, ca_file)
+}
+
+/// `sslmode=verify-full`: the ledger's connection is TLS, the server's certificate checked
+/// against `sslrootcert` and its name against the host; another CA, or a host the certificate
+/// does not name, is refused, and no error shows the password. The server takes TCP only over
+/// TLS here (`hostssl`), so a plain connection is refused by it too.
+#[test]
+fn with_verify_full_the_ledger_connects_over_tls_and_refuses_a_server_it_cannot_verify() {
+    let (cluster, files, ca_file) = serving_tls();
     let (other_ca, _, _) = signed_for(&["localhost"]);
     let other_file = files.path().join("other.pem");
     std::fs::write(&other_file, other_ca).expect("written");
@@ -180,12 +187,7 @@ fn with_verify_full_the_ledger_connects_over_tls_and_refuses_a_server_it_cannot_
 /// The leadership's asynchronous connection takes the same TLS.
 #[tokio::test]
 async fn the_asynchronous_connection_is_tls_too() {
-    let cluster = Cluster::start().expect("a cluster");
-    let (ca, cert, key) = signed_for(&["localhost"]);
-    cluster.serve_tls(&cert, &key).expect("TLS on");
-    let files = tempfile::tempdir().expect("a directory");
-    let ca_file = files.path().join("ca.pem");
-    std::fs::write(&ca_file, ca).expect("written");
+    let (cluster, _files, ca_file) = serving_tls();
     let url = url(&format!(
         "host=localhost port={} user=postgres dbname=postgres sslmode=verify-full sslrootcert={}",
         cluster.port(),
