@@ -153,17 +153,11 @@ fn server_config(
 }
 
 fn read_certs(path: &Path, key: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    pem_certificates(path).map_err(|message| tls_error(key, path, message))
-}
-
-/// The PEM certificates of the file at `path`, at least one, or what is wrong with it (also
-/// PostgreSQL's `sslrootcert` and `sslcert`, `database_url/tls.rs`).
-pub(crate) fn pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cannot read PEM certificates: {e}"))?;
+        .map_err(|e| tls_error(key, path, format!("cannot read PEM certificates: {e}")))?;
     if certs.is_empty() {
-        return Err("holds no PEM certificate".to_string());
+        return Err(tls_error(key, path, "holds no PEM certificate"));
     }
     Ok(certs)
 }

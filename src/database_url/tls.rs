@@ -130,7 +130,13 @@ fn read_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>, Da
             "{key}=system is not taken: give the file of the CA that signed the server's certificate"
         )));
     }
-    crate::tls::pem_certificates(path).map_err(|message| file_error(key, path, message))
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| file_error(key, path, format!("cannot read PEM certificates: {e}")))?;
+    if certs.is_empty() {
+        return Err(file_error(key, path, "holds no PEM certificate"));
+    }
+    Ok(certs)
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, DatabaseUrlError> {
