@@ -221,8 +221,21 @@ impl<'c> Db<'c> {
     /// at once, as [`Db::execute`]. PostgreSQL, inside a transaction: gathered as
     /// [`Db::insert_id`] gathers (sent with the other gathered rows, as one statement).
     pub fn insert(&self, sql: &str, params: &[&dyn Param]) -> DbResult<()> {
+        self.later(sql, params)
+    }
+
+    /// Run an UPDATE of one row by its key (`UPDATE t SET .. WHERE key = ?1`) whose count of
+    /// changed rows the caller does not need. SQLite: at once, as [`Db::execute`].
+    /// PostgreSQL, inside a transaction: gathered with the transaction's other rows of the
+    /// statement and sent as one statement over arrays before the next other statement or the
+    /// COMMIT, after every gathered row that touches the same row (`db/pg/batch.rs`).
+    pub fn update(&self, sql: &str, params: &[&dyn Param]) -> DbResult<()> {
+        self.later(sql, params)
+    }
+
+    fn later(&self, sql: &str, params: &[&dyn Param]) -> DbResult<()> {
         if let Inner::Postgres(c) = self.inner {
-            if c.insert_later(sql, pg::values(params)?)? {
+            if c.later(sql, pg::values(params)?)? {
                 return Ok(());
             }
         }

@@ -156,8 +156,8 @@ impl PgConn {
         Ok(self.trip()?.batch_execute(sql)?)
     }
 
-    /// The shape of `sql` if it is a one-row INSERT that can be gathered (`batch.rs`), and a
-    /// transaction is open to gather it in.
+    /// The shape of `sql` if it is a one-row INSERT or UPDATE that can be gathered
+    /// (`batch.rs`), and a transaction is open to gather it in.
     fn gatherable(&self, sql: &str) -> Option<batch::Shape> {
         if !self.in_transaction.get() {
             return None;
@@ -173,8 +173,9 @@ impl PgConn {
     }
 
     /// Gather one row of `sql` to be sent with the others (`batch.rs`); false when it cannot be
-    /// (no transaction, or not a plain one-row INSERT): the caller runs it at once.
-    pub(super) fn insert_later<'v>(
+    /// (no transaction, or not a plain one-row INSERT or UPDATE by a key): the caller runs it
+    /// at once.
+    pub(super) fn later<'v>(
         &self,
         sql: &str,
         values: impl IntoIterator<Item = Value<'v>>,
@@ -186,7 +187,7 @@ impl PgConn {
         Ok(true)
     }
 
-    /// [`PgConn::insert_later`] for a row of a table with an identity `id`: the id it will have
+    /// [`PgConn::later`] for a row of a table with an identity `id`: the id it will have
     /// (reserved from the table's sequence), or `None` when it cannot be gathered.
     pub(super) fn insert_later_with_id<'v>(
         &self,
@@ -196,6 +197,9 @@ impl PgConn {
         let Some(shape) = self.gatherable(sql) else {
             return Ok(None);
         };
+        if !matches!(shape.kind, batch::Kind::Insert { .. }) {
+            return Ok(None);
+        }
         let id = match self.next_id(&shape.table) {
             Some(id) => id,
             None => {
@@ -260,24 +264,24 @@ impl PgConn {
         Ok(())
     }
 
-    /// Send the gathered rows, as one statement (nothing when none are gathered).
+    /// Send the gathered rows, in as few statements as their order allows (nothing when none
+    /// are gathered).
     fn flush(&self) -> DbResult<()> {
         if self.pending.borrow().is_empty() {
             return Ok(());
         }
         let pending = std::mem::take(&mut *self.pending.borrow_mut());
-        let statements: Vec<(String, bool)> = (pending.statements())
-            .map(|(sql, with_id)| (sql.to_owned(), with_id))
-            .collect();
-        let types = (statements.iter())
-            .map(|(sql, _)| Ok(self.statement(sql)?.params().to_vec()))
-            .collect::<DbResult<Vec<_>>>()?;
-        let text = pending.text(&types);
-        let statement = self.gathered_statement(&text)?;
-        let arrays = pending.arrays();
-        let params: Vec<&(dyn ToSql + Sync)> =
-            arrays.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-        self.trip()?.execute(&statement, &params)?;
+        for range in pending.statements() {
+            let types = (pending.sqls(range.clone()))
+                .map(|sql| Ok(self.statement(sql)?.params().to_vec()))
+                .collect::<DbResult<Vec<_>>>()?;
+            let text = pending.text(range.clone(), &types)?;
+            let statement = self.gathered_statement(&text)?;
+            let arrays = pending.arrays(range);
+            let params: Vec<&(dyn ToSql + Sync)> =
+                arrays.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+            self.trip()?.execute(&statement, &params)?;
+        }
         Ok(())
     }
 

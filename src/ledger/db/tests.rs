@@ -2,6 +2,7 @@
 //! runs on each, `on_both!`): typed reads, a bad value a typed error, the statement cache,
 //! transactions and the read snapshot.
 
+mod gathered;
 pub(crate) mod testdb;
 
 use super::*;

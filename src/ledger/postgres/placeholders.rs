@@ -27,6 +27,13 @@ pub enum PlaceholderError {
 
 /// `sql` with every `?N` outside literals, quoted identifiers and comments written `$N`.
 pub fn rewrite(sql: &str) -> Result<String, PlaceholderError> {
+    rename(sql, |n| format!("${n}"))
+}
+
+/// `sql` with every `?N` outside literals, quoted identifiers and comments written as `to`
+/// spells it, given N's digits (a gathered UPDATE's `?3` becomes a column of its rows,
+/// `db/pg/batch.rs`).
+pub fn rename(sql: &str, to: impl Fn(&str) -> String) -> Result<String, PlaceholderError> {
     let bytes = sql.as_bytes();
     let mut out = String::with_capacity(sql.len());
     // `copied`: where the text not yet copied to `out` starts.
@@ -46,8 +53,8 @@ pub fn rewrite(sql: &str) -> Result<String, PlaceholderError> {
                     return Err(PlaceholderError::Zero { at: i });
                 }
                 out.push_str(&sql[copied..i]);
-                out.push('$');
-                copied = i + 1;
+                out.push_str(&to(&sql[i + 1..end]));
+                copied = end;
                 end
             }
             _ => i + 1,

@@ -1,64 +1,42 @@
-//! The PostgreSQL arm's gathered INSERTs (issue 42, docs/ha.md "The ingest form on
+//! The PostgreSQL arm's gathered statements (issue 42, docs/ha.md "The ingest form on
 //! PostgreSQL"): inside a transaction, a one-row `INSERT INTO t (cols) VALUES (?1, .., ?N)`
 //! given to [`Db::insert_id`](super::super::Db::insert_id) or
-//! [`Db::insert`](super::super::Db::insert) is not sent at once. Its values join the other rows
-//! of the same statement, and every gathered statement goes to the server as **one** statement
-//! over arrays (`INSERT INTO t (cols) SELECT * FROM unnest($1::type[], ...)`, several tables as
-//! data-modifying `WITH` parts of one statement) before the connection's next other statement
-//! or the COMMIT. So a group of N new requests costs one round trip, not 2N.
+//! [`Db::insert`](super::super::Db::insert), and a one-row `UPDATE t SET .. WHERE key = ?1`
+//! given to [`Db::update`](super::super::Db::update) (`shape.rs`), is not sent at once. Its
+//! values join the other rows of the same statement, and the gathered statements go to the
+//! server over arrays (`INSERT INTO t (cols) SELECT * FROM unnest($1::type[], ...)`, `UPDATE t
+//! SET c = gathered.p2 FROM unnest(...) AS gathered(p1, ..) WHERE t.key = gathered.p1`), as
+//! few statements as their order allows (several as data-modifying `WITH` parts of one), before
+//! the connection's next other statement or the COMMIT. So a group of N new requests, or N
+//! answers of the MSS, costs one round trip, not N.
 //!
-//! Every other statement sees what it would have seen (the rows are sent before it), so the
-//! ledger's logic reads as on SQLite. What differs: an INSERT's error (a broken key) is reported
-//! by the statement that sends the rows, and the rows of two tables are written in the order of
-//! each statement's first row (the ledger's schema has no foreign keys; a second table's rows
-//! would see the first's in any case, since the constraint checks run at the statement's end).
+//! **Order.** Every other statement sees what it would have seen (the rows are sent before
+//! it), so the ledger's logic reads as on SQLite. Among the gathered rows, two that touch the
+//! same row of a table (they agree on its key column; or their key columns differ, or a key is
+//! not a plain integer or text, and they might) keep their order: the later goes to a later
+//! batch, and two batches that touch the same row never share a statement (the parts of one
+//! statement see one snapshot, and PostgreSQL updates a row once per statement). Rows that
+//! touch different rows commute, and are gathered in the first batch of their statement that
+//! follows everything they must follow. What differs from SQLite: an error (a broken key) is
+//! reported by the statement that sends the rows or by COMMIT, and the whole group is rolled
+//! back either way.
 //!
 //! A row gathered by `insert_id` gets its id before it is written, from ids reserved from its
 //! table's identity sequence (`nextval`, in blocks; an id reserved and not used is a gap, as a
 //! rolled-back INSERT leaves one).
 
+use std::collections::HashSet;
+use std::ops::Range;
+
 use postgres::types::Type;
 
 use super::Bind;
 use crate::ledger::db::{DbError, DbResult, Value};
+use crate::ledger::postgres::placeholders;
 
-/// A one-row INSERT that can be gathered: its table, its column list as written, and how many
-/// parameters (`?1` .. `?N`, in order, one per column) it takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::ledger::db) struct Shape {
-    pub table: String,
-    pub columns: String,
-    pub params: usize,
-}
+mod shape;
 
-/// The shape of `sql` if it is exactly `INSERT INTO table (columns) VALUES (?1, ?2, .., ?N)`
-/// (N the number of columns); anything else (a literal, a conflict clause, RETURNING) is run as
-/// it is, at once.
-pub(in crate::ledger::db) fn shape(sql: &str) -> Option<Shape> {
-    let rest = sql.trim().strip_prefix("INSERT INTO ")?.trim_start();
-    let table_end = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(rest.len());
-    let (table, rest) = rest.split_at(table_end);
-    let rest = rest.trim_start().strip_prefix('(')?;
-    let (columns, rest) = rest.split_once(')')?;
-    let values = rest.trim_start().strip_prefix("VALUES")?.trim_start();
-    let values = values.strip_prefix('(')?.trim_end().strip_suffix(')')?;
-    let n = columns.split(',').count();
-    let numbered = values
-        .split(',')
-        .map(str::trim)
-        .enumerate()
-        .all(|(i, p)| p.strip_prefix('?') == Some((i + 1).to_string().as_str()));
-    let params = values.split(',').count();
-    (!table.is_empty() && numbered && params == n && !columns.contains(['(', '\'', ';'])).then(
-        || Shape {
-            table: table.to_string(),
-            columns: columns.trim().to_string(),
-            params,
-        },
-    )
-}
+pub(in crate::ledger::db) use shape::{shape, Kind, Shape};
 
 /// A bound value kept until the rows are sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,20 +71,106 @@ impl Owned {
             Owned::Wide(w) => Value::Wide(*w),
         }
     }
+
+    /// The value as a row's key, when it is one that can be compared (an integer or text).
+    fn key(&self) -> Option<Key> {
+        match self {
+            Owned::Integer(i) => Some(Key::Integer(*i)),
+            Owned::Text(s) => Some(Key::Text(s.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// What a gathered row is known by in its table (its key column's value).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Integer(i64),
+    Text(String),
+}
+
+/// Which rows of a table a row or a batch touches: those with these values in this column
+/// (`keys`), or any row when a value could not be compared (`any`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Touch {
+    table: String,
+    column: String,
+    keys: HashSet<Key>,
+    any: bool,
+}
+
+impl Touch {
+    fn of(shape: &Shape, with_id: bool, key: Option<Key>) -> Touch {
+        Touch {
+            table: shape.table.clone(),
+            column: shape.key_column(with_id).to_owned(),
+            any: key.is_none(),
+            keys: key.into_iter().collect(),
+        }
+    }
+
+    /// Whether the two may touch one row: same table, and a key in common, a key column that
+    /// differs, or a key that could not be compared.
+    fn meets(&self, other: &Touch) -> bool {
+        self.table == other.table
+            && (self.column != other.column
+                || self.any
+                || other.any
+                || !self.keys.is_disjoint(&other.keys))
+    }
+
+    fn add(&mut self, other: Touch) {
+        self.any |= other.any;
+        self.keys.extend(other.keys);
+    }
 }
 
 /// The gathered rows of one statement (with the id column first when `insert_id` gave the ids),
-/// column by column.
+/// column by column, and the rows of tables they touch.
 #[derive(Debug)]
 struct Batch {
     sql: String,
     shape: Shape,
     with_id: bool,
     columns: Vec<Vec<Owned>>,
+    touch: Touch,
 }
 
-/// The rows gathered in the open transaction, by statement, in the order of each one's first
-/// row.
+impl Batch {
+    /// Its part of a statement, its arrays numbered from `$next` (advanced past them), each of
+    /// the type the server inferred for its one-row form (`types`).
+    fn text(&self, types: &[Type], next: &mut usize) -> DbResult<String> {
+        let arrays: Vec<String> = (self.with_id.then_some(&Type::INT8).into_iter())
+            .chain(types)
+            .map(|ty| {
+                let p = format!("${next}::\"{}\".\"{}\"[]", ty.schema(), ty.name());
+                *next += 1;
+                p
+            })
+            .collect();
+        let arrays = arrays.join(", ");
+        let table = &self.shape.table;
+        Ok(match &self.shape.kind {
+            Kind::Insert { columns } => {
+                let id = if self.with_id { "id, " } else { "" };
+                format!("INSERT INTO {table} ({id}{columns}) SELECT * FROM unnest({arrays})")
+            }
+            Kind::Update { set, key } => {
+                let set = placeholders::rename(set, |n| format!("gathered.p{n}"))
+                    .map_err(|e| DbError::Sql(e.to_string()))?;
+                let names: Vec<String> = (1..=self.shape.params).map(|n| format!("p{n}")).collect();
+                format!(
+                    "UPDATE {table} SET {set} FROM unnest({arrays}) AS gathered({}) \
+                     WHERE {table}.{key} = gathered.p1",
+                    names.join(", ")
+                )
+            }
+        })
+    }
+}
+
+/// The rows gathered in the open transaction, in batches whose order keeps the order of rows
+/// that touch one row.
 #[derive(Debug, Default)]
 pub(in crate::ledger::db) struct Pending {
     batches: Vec<Batch>,
@@ -133,17 +197,25 @@ impl Pending {
             .chain(values)
             .map(Owned::of)
             .collect();
-        let want = shape.params + usize::from(id.is_some());
+        let with_id = id.is_some();
+        let want = shape.params + usize::from(with_id);
         if row.len() != want {
             return Err(DbError::Sql(format!(
-                "{} values for the {} parameters of an INSERT into {}",
-                row.len() - usize::from(id.is_some()),
+                "{} values for the {} parameters of a statement on {}",
+                row.len() - usize::from(with_id),
                 shape.params,
                 shape.table
             )));
         }
-        let with_id = id.is_some();
-        let i = match (self.batches.iter()).position(|b| b.sql == sql && b.with_id == with_id) {
+        let touch = Touch::of(shape, with_id, row.first().and_then(Owned::key));
+        // After every batch that touches the same row: the first of its statement there.
+        let after = (self.batches.iter())
+            .rposition(|b| b.touch.meets(&touch))
+            .map_or(0, |i| i + 1);
+        let found = (self.batches[after..].iter())
+            .position(|b| b.sql == sql && b.with_id == with_id)
+            .map(|i| after + i);
+        let i = match found {
             Some(i) => i,
             None => {
                 self.batches.push(Batch {
@@ -151,45 +223,51 @@ impl Pending {
                     shape: shape.clone(),
                     with_id,
                     columns: vec![Vec::new(); want],
+                    touch: Touch {
+                        keys: HashSet::new(),
+                        any: false,
+                        ..touch.clone()
+                    },
                 });
                 self.batches.len() - 1
             }
         };
-        for (column, v) in self.batches[i].columns.iter_mut().zip(row) {
+        let batch = &mut self.batches[i];
+        batch.touch.add(touch);
+        for (column, v) in batch.columns.iter_mut().zip(row) {
             column.push(v);
         }
         Ok(())
     }
 
-    /// The statements gathered (their `?N` text), each with whether its ids were given.
-    pub fn statements(&self) -> impl Iterator<Item = (&str, bool)> {
-        self.batches.iter().map(|b| (b.sql.as_str(), b.with_id))
+    /// The statements to send, in order: runs of batches of which no two touch one row.
+    pub fn statements(&self) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for (i, b) in self.batches.iter().enumerate() {
+            let joins = out.last().is_some_and(|r| {
+                (self.batches[r.clone()].iter()).all(|other| !other.touch.meets(&b.touch))
+            });
+            match out.last_mut() {
+                Some(r) if joins => r.end = i + 1,
+                _ => out.push(i..i + 1),
+            }
+        }
+        out
     }
 
-    /// The one statement that writes every gathered row, given each batch's parameter types
-    /// (as the server inferred them for its one-row form, in [`Pending::statements`]' order).
-    pub fn text(&self, types: &[Vec<Type>]) -> String {
+    /// The one-row statements (their `?N` text) of a statement's batches, in order.
+    pub fn sqls(&self, statement: Range<usize>) -> impl Iterator<Item = &str> {
+        self.batches[statement].iter().map(|b| b.sql.as_str())
+    }
+
+    /// The text of the statement that writes its batches' rows, given each batch's parameter
+    /// types (as the server inferred them for its one-row form, in [`Pending::sqls`]' order).
+    pub fn text(&self, statement: Range<usize>, types: &[Vec<Type>]) -> DbResult<String> {
         let mut next = 1;
-        let parts: Vec<String> = (self.batches.iter().zip(types))
-            .map(|(b, types)| {
-                let id = if b.with_id { "id, " } else { "" };
-                let arrays: Vec<String> = (b.with_id.then_some(&Type::INT8).into_iter())
-                    .chain(types)
-                    .map(|ty| {
-                        let p = format!("${next}::\"{}\".\"{}\"[]", ty.schema(), ty.name());
-                        next += 1;
-                        p
-                    })
-                    .collect();
-                format!(
-                    "INSERT INTO {} ({id}{}) SELECT * FROM unnest({})",
-                    b.shape.table,
-                    b.shape.columns,
-                    arrays.join(", ")
-                )
-            })
-            .collect();
-        match parts.split_last() {
+        let parts: Vec<String> = (self.batches[statement].iter().zip(types))
+            .map(|(b, types)| b.text(types, &mut next))
+            .collect::<DbResult<_>>()?;
+        Ok(match parts.split_last() {
             Some((last, [])) => last.clone(),
             Some((last, first)) => {
                 let with: Vec<String> = (first.iter().enumerate())
@@ -198,12 +276,13 @@ impl Pending {
                 format!("WITH {} {last}", with.join(", "))
             }
             None => String::new(),
-        }
+        })
     }
 
-    /// Each column's values, as arrays to bind in [`Pending::text`]'s order.
-    pub fn arrays(&self) -> Vec<Vec<Bind<'_>>> {
-        (self.batches.iter())
+    /// Each column's values of a statement's batches, as arrays to bind in
+    /// [`Pending::text`]'s order.
+    pub fn arrays(&self, statement: Range<usize>) -> Vec<Vec<Bind<'_>>> {
+        (self.batches[statement].iter())
             .flat_map(|b| b.columns.iter())
             .map(|c| c.iter().map(|v| Bind(v.value())).collect())
             .collect()
@@ -214,58 +293,142 @@ impl Pending {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_a_one_row_insert_of_numbered_parameters_is_gathered() {
-        assert_eq!(
-            shape("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)"),
-            Some(Shape {
-                table: "idempotency".into(),
-                columns: "id, fingerprint".into(),
-                params: 2,
+    const REQUEST: &str = "INSERT INTO requests (station, size) VALUES (?1, ?2)";
+    const KEY: &str = "INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)";
+    const SENT: &str = "UPDATE requests SET sent = ?2 WHERE id = ?1";
+    const STATE: &str = "UPDATE requests SET state = ?2, at = COALESCE(at, ?3) WHERE id = ?1";
+
+    fn push(p: &mut Pending, sql: &str, id: Option<i64>, values: &[Value<'_>]) {
+        let shape = shape(sql).expect("gathered");
+        p.push(sql, &shape, id, values.iter().copied())
+            .expect("a row");
+    }
+
+    /// Each statement's batches as (its one-row statement, how many rows).
+    fn plan(p: &Pending) -> Vec<Vec<(&str, usize)>> {
+        (p.statements().into_iter())
+            .map(|r| {
+                (p.batches[r].iter())
+                    .map(|b| (b.sql.as_str(), b.columns[0].len()))
+                    .collect()
             })
-        );
-        let ledger = crate::ledger::columns::insert_sql();
-        let s = shape(ledger).expect("the accept path's INSERT");
-        assert_eq!((s.table.as_str(), s.params), ("requests", 28));
-        for other in [
-            "INSERT INTO t (a, b) VALUES (?1, 'x')",
-            "INSERT INTO t (a, b) VALUES (?2, ?1)",
-            "INSERT INTO t (a, b) VALUES (?1)",
-            "INSERT INTO t (a) VALUES (?1) ON CONFLICT DO NOTHING",
-            "INSERT INTO t (a) VALUES (?1) RETURNING id",
-            "INSERT INTO t (a) SELECT ?1",
-            "INSERT INTO t (a) VALUES (?1), (?2)",
-            "UPDATE t SET a = ?1",
-        ] {
-            assert_eq!(shape(other), None, "{other}");
-        }
+            .collect()
     }
 
     #[test]
     fn rows_of_two_statements_become_one_statement_over_arrays() {
         let mut p = Pending::default();
-        let a = "INSERT INTO requests (station, size) VALUES (?1, ?2)";
-        let b = "INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)";
-        let (sa, sb) = (shape(a).expect("a"), shape(b).expect("b"));
         for id in [7, 8] {
-            p.push(a, &sa, Some(id), [Value::Text("st"), Value::Integer(id)])
-                .expect("a row");
-            p.push(b, &sb, None, [Value::Integer(id), Value::Null])
-                .expect("a row");
+            push(
+                &mut p,
+                REQUEST,
+                Some(id),
+                &[Value::Text("st"), Value::Integer(id)],
+            );
+            push(&mut p, KEY, None, &[Value::Integer(id), Value::Null]);
         }
-        let text = p.text(&[vec![Type::TEXT, Type::INT8], vec![Type::INT8, Type::INT8]]);
+        let [statement] = &p.statements()[..] else {
+            panic!("one statement: {:?}", p.statements());
+        };
+        let types = [vec![Type::TEXT, Type::INT8], vec![Type::INT8, Type::INT8]];
         assert_eq!(
-            text,
+            p.text(statement.clone(), &types).expect("text"),
             "WITH gathered_0 AS (INSERT INTO requests (id, station, size) SELECT * FROM \
              unnest($1::\"pg_catalog\".\"int8\"[], $2::\"pg_catalog\".\"text\"[], \
              $3::\"pg_catalog\".\"int8\"[])) INSERT INTO idempotency (id, fingerprint) \
              SELECT * FROM unnest($4::\"pg_catalog\".\"int8\"[], $5::\"pg_catalog\".\"int8\"[])"
         );
-        let arrays = p.arrays();
+        let arrays = p.arrays(statement.clone());
         let ids: Vec<Value<'_>> = arrays[0].iter().map(|b| b.0).collect();
         assert_eq!(ids, [Value::Integer(7), Value::Integer(8)]);
         assert_eq!(arrays.len(), 5);
-        let wrong = p.push(a, &sa, Some(9), [Value::Text("only one")]);
+        let sa = shape(REQUEST).expect("a");
+        let wrong = p.push(REQUEST, &sa, Some(9), [Value::Text("only one")]);
         assert!(matches!(wrong, Err(DbError::Sql(_))), "{wrong:?}");
+    }
+
+    #[test]
+    fn updates_of_other_rows_join_the_inserts_and_name_their_rows_by_key() {
+        let mut p = Pending::default();
+        push(
+            &mut p,
+            REQUEST,
+            Some(10),
+            &[Value::Text("st"), Value::Integer(1)],
+        );
+        for id in [3, 4] {
+            push(
+                &mut p,
+                STATE,
+                None,
+                &[
+                    Value::Integer(id),
+                    Value::Text("submitted"),
+                    Value::Integer(5),
+                ],
+            );
+        }
+        push(
+            &mut p,
+            REQUEST,
+            Some(11),
+            &[Value::Text("st"), Value::Integer(1)],
+        );
+        assert_eq!(plan(&p), [vec![(REQUEST, 2), (STATE, 2)]]);
+        let types = [
+            vec![Type::TEXT, Type::INT8],
+            vec![Type::INT8, Type::TEXT, Type::INT8],
+        ];
+        let text = p.text(0..2, &types).expect("text");
+        assert!(
+            text.ends_with(
+                "UPDATE requests SET state = gathered.p2, at = COALESCE(at, gathered.p3) FROM \
+                 unnest($4::\"pg_catalog\".\"int8\"[], $5::\"pg_catalog\".\"text\"[], \
+                 $6::\"pg_catalog\".\"int8\"[]) AS gathered(p1, p2, p3) WHERE requests.id = \
+                 gathered.p1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rows_that_touch_one_row_keep_their_order_in_statements_of_their_own() {
+        let mut p = Pending::default();
+        push(
+            &mut p,
+            REQUEST,
+            Some(10),
+            &[Value::Text("st"), Value::Integer(1)],
+        );
+        // Row 10's update waits for its insert; row 3's joins the first batch of its statement.
+        push(&mut p, SENT, None, &[Value::Integer(10), Value::Integer(1)]);
+        push(&mut p, SENT, None, &[Value::Integer(3), Value::Integer(1)]);
+        // Row 3 again: after its first update, in a batch of its own.
+        push(&mut p, SENT, None, &[Value::Integer(3), Value::Integer(2)]);
+        // Row 4 goes with the first batch of SENT that nothing of row 4 precedes.
+        push(&mut p, SENT, None, &[Value::Integer(4), Value::Integer(1)]);
+        // A key that cannot be compared (NULL) touches every row of its table.
+        push(
+            &mut p,
+            STATE,
+            None,
+            &[Value::Null, Value::Text("x"), Value::Null],
+        );
+        push(&mut p, KEY, None, &[Value::Integer(10), Value::Integer(0)]);
+        assert_eq!(
+            plan(&p),
+            [
+                vec![(REQUEST, 1)],
+                vec![(SENT, 3)],
+                vec![(SENT, 1)],
+                // Another table's row: it touches none of these, so shares the last statement.
+                vec![(STATE, 1), (KEY, 1)],
+            ]
+        );
+        let rows: Vec<Value<'_>> = p.arrays(1..2)[0].iter().map(|b| b.0).collect();
+        assert_eq!(
+            rows,
+            [Value::Integer(10), Value::Integer(3), Value::Integer(4)]
+        );
     }
 }

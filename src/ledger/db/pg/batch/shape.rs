@@ -1,0 +1,179 @@
+//! Which statements can be gathered, and what each one's row touches: a one-row INSERT of
+//! numbered parameters, or a one-row UPDATE by a key (`WHERE key = ?1`) whose assignments name
+//! only the other parameters. Anything else (a literal among the values, a conflict clause,
+//! RETURNING, a subquery, a WHERE with more in it) is run as it is, at once.
+
+/// A statement that can be gathered: its table, what it does, and how many parameters (`?1` ..
+/// `?N`) it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::ledger::db) struct Shape {
+    pub table: String,
+    pub kind: Kind,
+    pub params: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::ledger::db) enum Kind {
+    /// `INSERT INTO table (columns) VALUES (?1, .., ?N)`, one parameter per column, in order.
+    Insert { columns: String },
+    /// `UPDATE table SET set WHERE key = ?1`, `set` naming `?2` .. `?N`, each at least once.
+    Update { set: String, key: String },
+}
+
+impl Shape {
+    /// The column a row of this statement is known by (the first inserted, or the UPDATE's
+    /// key): two rows of one table touch the same row when they agree on it. `with_id`: the
+    /// layer gives the row's id as its first column.
+    pub fn key_column(&self, with_id: bool) -> &str {
+        match &self.kind {
+            Kind::Insert { .. } if with_id => "id",
+            Kind::Insert { columns } => columns.split(',').next().unwrap_or("").trim(),
+            Kind::Update { key, .. } => key,
+        }
+    }
+}
+
+/// The shape of `sql` if it can be gathered.
+pub(in crate::ledger::db) fn shape(sql: &str) -> Option<Shape> {
+    insert(sql).or_else(|| update(sql))
+}
+
+fn insert(sql: &str) -> Option<Shape> {
+    let rest = sql.trim().strip_prefix("INSERT INTO ")?.trim_start();
+    let (table, rest) = identifier(rest);
+    let rest = rest.trim_start().strip_prefix('(')?;
+    let (columns, rest) = rest.split_once(')')?;
+    let values = rest.trim_start().strip_prefix("VALUES")?.trim_start();
+    let values = values.strip_prefix('(')?.trim_end().strip_suffix(')')?;
+    let n = columns.split(',').count();
+    let numbered = values
+        .split(',')
+        .map(str::trim)
+        .enumerate()
+        .all(|(i, p)| p.strip_prefix('?') == Some((i + 1).to_string().as_str()));
+    let params = values.split(',').count();
+    (!table.is_empty() && numbered && params == n && !columns.contains(['(', '\'', ';'])).then(
+        || Shape {
+            table: table.to_string(),
+            kind: Kind::Insert {
+                columns: columns.trim().to_string(),
+            },
+            params,
+        },
+    )
+}
+
+fn update(sql: &str) -> Option<Shape> {
+    let rest = sql.trim().strip_prefix("UPDATE ")?.trim_start();
+    let (table, rest) = identifier(rest);
+    let rest = rest.trim_start().strip_prefix("SET ")?;
+    let (set, condition) = rest.rsplit_once(" WHERE ")?;
+    let (key, rest) = identifier(condition.trim_start());
+    let rest = rest.trim_start().strip_prefix('=')?.trim();
+    let plain = !set.is_empty()
+        && !set.contains(['\'', '"', ';'])
+        && !set.contains("--")
+        && !set.contains("/*")
+        && !set.to_ascii_uppercase().contains("SELECT")
+        && !set.to_ascii_uppercase().contains(" WHERE ");
+    let params = parameters(set)?;
+    (!table.is_empty() && !key.is_empty() && rest == "?1" && plain && params >= 2).then(|| Shape {
+        table: table.to_string(),
+        kind: Kind::Update {
+            set: set.trim().to_string(),
+            key: key.to_string(),
+        },
+        params,
+    })
+}
+
+/// The leading SQL identifier of `text` (letters, digits, `_`), and the rest.
+fn identifier(text: &str) -> (&str, &str) {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    text.split_at(end)
+}
+
+/// N when `set` names exactly the parameters `?2` .. `?N` (each at least once, none other).
+fn parameters(set: &str) -> Option<usize> {
+    let mut seen = Vec::new();
+    let mut rest = set;
+    while let Some(at) = rest.find('?') {
+        let digits: String = rest[at + 1..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let n: usize = digits.parse().ok()?;
+        if n < 2 || n > 64 {
+            return None;
+        }
+        seen.push(n);
+        rest = &rest[at + 1 + digits.len()..];
+    }
+    let max = *seen.iter().max()?;
+    (2..=max).all(|k| seen.contains(&k)).then_some(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_one_row_insert_of_numbered_parameters_is_gathered() {
+        assert_eq!(
+            shape("INSERT INTO idempotency (id, fingerprint) VALUES (?1, ?2)"),
+            Some(Shape {
+                table: "idempotency".into(),
+                kind: Kind::Insert {
+                    columns: "id, fingerprint".into()
+                },
+                params: 2,
+            })
+        );
+        let ledger = crate::ledger::columns::insert_sql();
+        let s = shape(ledger).expect("the accept path's INSERT");
+        assert_eq!((s.table.as_str(), s.params), ("requests", 28));
+        assert_eq!((s.key_column(true), s.key_column(false)), ("id", "station"));
+    }
+
+    #[test]
+    fn a_one_row_update_by_its_key_is_gathered() {
+        let s = shape(
+            "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
+             submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
+        )
+        .expect("the submitted UPDATE");
+        assert_eq!(
+            (s.table.as_str(), s.params, s.key_column(false)),
+            ("requests", 4, "id")
+        );
+        let by_path = shape("UPDATE groups SET decayed = ?2 WHERE path = ?1").expect("by path");
+        assert_eq!((by_path.params, by_path.key_column(false)), (2, "path"));
+    }
+
+    #[test]
+    fn anything_else_is_run_at_once() {
+        for other in [
+            "INSERT INTO t (a, b) VALUES (?1, 'x')",
+            "INSERT INTO t (a, b) VALUES (?2, ?1)",
+            "INSERT INTO t (a, b) VALUES (?1)",
+            "INSERT INTO t (a) VALUES (?1) ON CONFLICT DO NOTHING",
+            "INSERT INTO t (a) VALUES (?1) RETURNING id",
+            "INSERT INTO t (a) SELECT ?1",
+            "INSERT INTO t (a) VALUES (?1), (?2)",
+            "UPDATE t SET a = ?1",
+            "UPDATE t SET a = ?2 WHERE id = ?1 AND state = 'accepted'",
+            "UPDATE t SET a = ?2 WHERE id = ?1 RETURNING a",
+            "UPDATE t SET a = ?3 WHERE id = ?1",
+            "UPDATE t SET a = 'x' WHERE id = ?1",
+            "UPDATE t SET a = ?2, b = 'x' WHERE id = ?1",
+            "UPDATE t SET a = (SELECT MAX(b) FROM t) + ?2 WHERE id = ?1",
+            "UPDATE t SET a = ?2 WHERE id > ?1",
+            "UPDATE t SET a = a + 1 WHERE id = ?1",
+            "DELETE FROM t WHERE id = ?1",
+        ] {
+            assert_eq!(shape(other), None, "{other}");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Gathered statements read as statements run one at a time (`db/pg/batch.rs`): a random
+//! sequence of one-row INSERTs and UPDATEs by key in one transaction (rows updated twice, a row
+//! updated in the group that inserted it, a key that names no row, UPDATEs whose result depends
+//! on their order) leaves, at every read and after the COMMIT, exactly what a model applying
+//! them in order holds. On SQLite they run at once, so the same test pins the model.
+
+use std::collections::BTreeMap;
+
+use super::testdb::{on_both, Backend, TestDb};
+use crate::ledger::db::{params, Db, Value};
+
+on_both!(a_random_sequence_of_gathered_rows_reads_as_if_run_in_order);
+
+const INSERT: &str = "INSERT INTO t (n, s) VALUES (?1, ?2)";
+const ADD: &str = "UPDATE t SET n = n + ?2 WHERE id = ?1";
+const SCALE: &str = "UPDATE t SET s = ?2, n = (n * ?3) % 1000003 WHERE id = ?1";
+
+/// A small deterministic generator (xorshift), so a failure names its seed.
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn table(db: &Db<'_>) -> BTreeMap<i64, (i64, String)> {
+    db.query_rows("SELECT id, n, s FROM t ORDER BY id", params![], |r| {
+        Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
+    })
+    .expect("rows")
+    .into_iter()
+    .collect()
+}
+
+fn a_random_sequence_of_gathered_rows_reads_as_if_run_in_order(backend: Backend) {
+    let test = TestDb::new(backend);
+    let mut conn = super::open(&test);
+    let mut model: BTreeMap<i64, (i64, String)> = BTreeMap::new();
+    for seed in 1..=25u64 {
+        let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let tx = conn.transaction().expect("begin");
+        let mut group = model.clone();
+        for step in 0..40 {
+            let ids: Vec<i64> = group.keys().copied().collect();
+            // A key of a row there is, most of the time; else one that names no row.
+            let mut any_id = |random: &mut Random| match ids.len() as u64 {
+                0 => -1,
+                n if random.below(8) > 0 => ids[random.below(n) as usize],
+                _ => -1 - random.below(5) as i64,
+            };
+            match random.below(10) {
+                0..=2 => {
+                    let n = random.below(100) as i64;
+                    let s = format!("s{seed}.{step}");
+                    let id = tx
+                        .insert_id(INSERT, [Value::Integer(n), Value::Text(&s)])
+                        .expect("insert");
+                    group.insert(id, (n, s));
+                }
+                3..=5 => {
+                    let (id, by) = (any_id(&mut random), random.below(7) as i64 - 3);
+                    tx.update(ADD, params![id, by]).expect("add");
+                    group.entry(id).and_modify(|r| r.0 += by);
+                }
+                6..=8 => {
+                    let (id, times) = (any_id(&mut random), random.below(3) as i64 + 2);
+                    let s = format!("x{seed}.{step}");
+                    tx.update(SCALE, params![id, s, times]).expect("scale");
+                    group
+                        .entry(id)
+                        .and_modify(|r| *r = (r.0 * times % 1_000_003, s.clone()));
+                }
+                _ => assert_eq!(table(&tx), group, "seed {seed}, read at step {step}"),
+            }
+        }
+        if random.below(4) == 0 {
+            tx.rollback().expect("rollback");
+        } else {
+            tx.commit().expect("commit");
+            model = group;
+        }
+        assert_eq!(table(&conn.db()), model, "seed {seed}, after its end");
+    }
+    assert!(
+        model.len() > 50,
+        "the sequences wrote rows: {}",
+        model.len()
+    );
+}
