@@ -47,7 +47,7 @@ fn a_random_sequence_of_gathered_rows_reads_as_if_run_in_order(backend: Backend)
         for step in 0..40 {
             let ids: Vec<i64> = group.keys().copied().collect();
             // A key of a row there is, most of the time; else one that names no row.
-            let mut any_id = |random: &mut Random| match ids.len() as u64 {
+            let any_id = |random: &mut Random| match ids.len() as u64 {
                 0 => -1,
                 n if random.below(8) > 0 => ids[random.below(n) as usize],
                 _ => -1 - random.below(5) as i64,

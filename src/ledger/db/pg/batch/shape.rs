@@ -105,7 +105,7 @@ fn parameters(set: &str) -> Option<usize> {
             .take_while(char::is_ascii_digit)
             .collect();
         let n: usize = digits.parse().ok()?;
-        if n < 2 || n > 64 {
+        if !(2..=64).contains(&n) {
             return None;
         }
         seen.push(n);
