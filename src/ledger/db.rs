@@ -456,8 +456,15 @@ fn output(value: Value<'_>) -> ToSqlOutput<'_> {
             Value::Blob(b) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
             // As `Wide` stores itself: the exact decimal, in TEXT.
             Value::Wide(w) => ToSqlOutput::from(w.to_string()),
+            Value::Ids(ids) => ToSqlOutput::from(ids_json(ids)),
         }
     }
+}
+
+/// `[1,2,3]`: a list of keys as SQLite's `json_each` reads it.
+fn ids_json(ids: &[i64]) -> String {
+    let items: Vec<String> = ids.iter().map(i64::to_string).collect();
+    format!("[{}]", items.join(","))
 }
 
 fn binds<'p>(params: &'p [&'p dyn Param]) -> impl Iterator<Item = Bind<'p>> + 'p {

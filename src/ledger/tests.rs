@@ -1817,6 +1817,7 @@ mod coalesce;
 mod commit_faults;
 mod commit_rollback;
 mod finished_keys;
+mod group_answers;
 mod offsets;
 mod outputs;
 mod queued_caps;

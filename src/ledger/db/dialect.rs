@@ -16,6 +16,10 @@
 //!   `A IS B` / `A IS NOT B`, PostgreSQL's `A IS NOT DISTINCT FROM B` / `A IS DISTINCT FROM B`
 //!   (PostgreSQL's `IS` takes only NULL, TRUE, FALSE). SQLite keeps its own text, so its plans
 //!   do not change.
+//! - `[in_ids "A", "?N"]`: whether A is one of a list of keys bound as `Value::Ids` (a
+//!   `Vec<i64>`): SQLite's `A IN (SELECT value FROM json_each(?N))` over the list as JSON,
+//!   PostgreSQL's `A = ANY(?N)` over a BIGINT[] (one statement reads a group's rows by key,
+//!   each by its index, instead of one round trip per row).
 
 /// Which SQL a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,12 +55,18 @@ macro_rules! spelled {
         }
     };
     (@$dialect:ident $text:literal) => { $text };
+    // A text shared by several statements: a macro giving a literal, in parentheses.
+    (@$dialect:ident ($text:expr)) => { $text };
     (@sqlite [indexed_by $index:ident]) => { concat!(" INDEXED BY ", stringify!($index)) };
     (@postgres [indexed_by $index:ident]) => { "" };
     (@sqlite [greatest $a:literal, $b:literal]) => { concat!("MAX(", $a, ", ", $b, ")") };
     (@postgres [greatest $a:literal, $b:literal]) => { concat!("GREATEST(", $a, ", ", $b, ")") };
     (@sqlite [is $a:literal, $b:literal]) => { concat!($a, " IS ", $b) };
     (@postgres [is $a:literal, $b:literal]) => { concat!($a, " IS NOT DISTINCT FROM ", $b) };
+    (@sqlite [in_ids $a:literal, $b:literal]) => {
+        concat!($a, " IN (SELECT value FROM json_each(", $b, "))")
+    };
+    (@postgres [in_ids $a:literal, $b:literal]) => { concat!($a, " = ANY(", $b, ")") };
     (@sqlite [is_not $a:literal, $b:literal]) => { concat!($a, " IS NOT ", $b) };
     (@postgres [is_not $a:literal, $b:literal]) => { concat!($a, " IS DISTINCT FROM ", $b) };
 }
@@ -75,6 +85,8 @@ mod tests {
         [is "local_file", "?2"],
         " AND ",
         [is_not "sent_attempt", "?3"],
+        " AND ",
+        [in_ids "id", "?4"],
     );
 
     #[test]
@@ -82,12 +94,13 @@ mod tests {
         assert_eq!(
             Dialect::Sqlite.pick(&BOTH),
             "SELECT id FROM requests INDEXED BY requests_unlocated WHERE id > MAX(?1, next_attempt_ms) \
-             AND local_file IS ?2 AND sent_attempt IS NOT ?3"
+             AND local_file IS ?2 AND sent_attempt IS NOT ?3 AND id IN (SELECT value FROM json_each(?4))"
         );
         assert_eq!(
             Dialect::Postgres.pick(&BOTH),
             "SELECT id FROM requests WHERE id > GREATEST(?1, next_attempt_ms) \
-             AND local_file IS NOT DISTINCT FROM ?2 AND sent_attempt IS DISTINCT FROM ?3"
+             AND local_file IS NOT DISTINCT FROM ?2 AND sent_attempt IS DISTINCT FROM ?3 \
+             AND id = ANY(?4)"
         );
     }
 }

@@ -16,6 +16,9 @@ pub enum Value<'a> {
     Blob(&'a [u8]),
     /// An exact wide sum: TEXT decimal on SQLite (`wide.rs`), NUMERIC on PostgreSQL.
     Wide(i128),
+    /// A list of keys, for `[in_ids ..]` (`dialect.rs`): a JSON array in TEXT on SQLite (read
+    /// by `json_each`), a BIGINT[] on PostgreSQL.
+    Ids(&'a [i64]),
 }
 
 impl<'a> From<&'a str> for Value<'a> {
@@ -145,6 +148,18 @@ impl Param for [u8] {
 impl Param for Vec<u8> {
     fn value(&self) -> Result<Value<'_>, DbError> {
         Ok(Value::Blob(self))
+    }
+}
+
+impl Param for [i64] {
+    fn value(&self) -> Result<Value<'_>, DbError> {
+        Ok(Value::Ids(self))
+    }
+}
+
+impl Param for Vec<i64> {
+    fn value(&self) -> Result<Value<'_>, DbError> {
+        Ok(Value::Ids(self))
     }
 }
 

@@ -392,6 +392,7 @@ fn mismatch(value: &Value<'_>, ty: &Type) -> BoxError {
         Value::Text(_) => "text",
         Value::Blob(_) => "a blob",
         Value::Wide(_) => "a wide decimal",
+        Value::Ids(_) => "a list of keys",
     };
     format!("{kind} where PostgreSQL expects {ty}").into()
 }
@@ -434,6 +435,10 @@ impl ToSql for Bind<'_> {
             },
             Value::Blob(b) => match *base {
                 Type::BYTEA => b.to_sql(base, out),
+                _ => Err(mismatch(&self.0, ty)),
+            },
+            Value::Ids(ids) => match *ty {
+                Type::INT8_ARRAY => ids.to_sql(ty, out),
                 _ => Err(mismatch(&self.0, ty)),
             },
             Value::Wide(w) => match *base {

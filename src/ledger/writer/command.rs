@@ -226,7 +226,7 @@ impl Txn<'_, '_> {
                 (Reply::Accept(reply, out), r)
             }
             Command::Submitted { items, reply } => {
-                let (out, r) = self.each_in_turn(&items, Txn::submitted_one);
+                let (out, r) = self.submitted(&items);
                 (Reply::Submitted(reply, out), r)
             }
             Command::SubmittedLate { items, reply } => {

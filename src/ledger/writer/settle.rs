@@ -8,7 +8,9 @@ use tracing::warn;
 use super::coalesce::Carriers;
 use super::state::Txn;
 use crate::domain::{Class, RequestState};
-use crate::ledger::db::{params, spelled, DbError, DbResult, Spelled};
+use std::collections::{HashMap, HashSet};
+
+use crate::ledger::db::{params, spelled, DbError, DbResult, Row, Spelled};
 use crate::ledger::mss_key::{self, KeyOwner};
 use crate::ledger::read::{parse_class, parse_state};
 use crate::ledger::{AfterSubmit, CancelOutcome, NewPriority, SubmittedTransfer};
@@ -43,15 +45,31 @@ pub(super) struct Charged {
     maybe_at_mss: bool,
 }
 
-/// What settling request `?1` reads of it (`Charged`): whether its attempt was sent is a
-/// null-safe comparison (`sent_attempt` is NULL until a send).
+/// The columns of [`Charged`], in its order, to the one whose spelling differs between the
+/// backends (whether the attempt was sent: `sent_attempt` is NULL until a send, so the
+/// comparison is null-safe).
+macro_rules! charged_columns {
+    () => {
+        "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
+         COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
+         slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
+         local_file, station, "
+    };
+}
+
+/// What settling request `?1` reads of it (`Charged`).
 const LOAD_CHARGED: Spelled = spelled!(
-    "SELECT state, attempt, group_path, access_mode, charged, charged_bytes, \
-     COALESCE(charged_ms, created_ms), class, created_ms, started_ms, library, \
-     slots, cancel_requested, user_name, size_bytes, direction = 'read', file, \
-     local_file, ",
+    (charged_columns!()),
     [is "sent_attempt", "attempt"],
-    ", station FROM requests WHERE id = ?1",
+    " FROM requests WHERE id = ?1",
+);
+
+/// What settling the requests of a list (`?1`) reads of each, and its id (column 20).
+const LOAD_CHARGED_LIST: Spelled = spelled!(
+    (charged_columns!()),
+    [is "sent_attempt", "attempt"],
+    ", id FROM requests WHERE ",
+    [in_ids "id", "?1"],
 );
 
 impl Charged {
@@ -75,6 +93,37 @@ pub(super) fn clip_error(text: &str) -> std::borrow::Cow<'_, str> {
     mss_adapters::answer::clip(text, 500)
 }
 
+/// A row of [`charged_columns`] as [`Charged`].
+fn charged(r: &Row<'_>) -> DbResult<Charged> {
+    Ok(Charged {
+        state: parse_state(0, &r.get::<String>(0)?)?,
+        attempt: r.get::<i64>(1)? as u32,
+        group: r.get(2)?,
+        access_mode: r.get(3)?,
+        charged: r.get(4)?,
+        charged_bytes: r.get(5)?,
+        charged_ms: r.get(6)?,
+        class: parse_class(7, &r.get::<String>(7)?)?,
+        created_ms: r.get(8)?,
+        started_ms: r.get(9)?,
+        library: r.get(10)?,
+        slots: r.get::<i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
+        cancel_requested: r.get::<i64>(12)? != 0,
+        user: r.get(13)?,
+        size_bytes: r.get::<i64>(14)?.max(0) as u64,
+        carrier_key: (r.get::<bool>(15)?)
+            .then(|| {
+                Ok::<_, DbError>(Carriers::key(
+                    &r.get::<String>(16)?,
+                    r.get::<Option<String>>(17)?.as_deref(),
+                ))
+            })
+            .transpose()?,
+        station: r.get(18)?,
+        maybe_at_mss: r.get(19)?,
+    })
+}
+
 impl Txn<'_, '_> {
     /// `row` moves to `to`: the queued-bytes tallies follow.
     fn tally(&mut self, row: &Charged, to: RequestState) {
@@ -87,36 +136,17 @@ impl Txn<'_, '_> {
     }
 
     pub(super) fn load_charged(&self, id: i64) -> DbResult<Option<Charged>> {
-        self.tx
-            .query_opt(self.tx.dialect().pick(&LOAD_CHARGED), params![id], |r| {
-                Ok(Charged {
-                    state: parse_state(0, &r.get::<String>(0)?)?,
-                    attempt: r.get::<i64>(1)? as u32,
-                    group: r.get(2)?,
-                    access_mode: r.get(3)?,
-                    charged: r.get(4)?,
-                    charged_bytes: r.get(5)?,
-                    charged_ms: r.get(6)?,
-                    class: parse_class(7, &r.get::<String>(7)?)?,
-                    created_ms: r.get(8)?,
-                    started_ms: r.get(9)?,
-                    library: r.get(10)?,
-                    slots: r.get::<i64>(11)?.clamp(0, i64::from(u32::MAX)) as u32,
-                    cancel_requested: r.get::<i64>(12)? != 0,
-                    user: r.get(13)?,
-                    size_bytes: r.get::<i64>(14)?.max(0) as u64,
-                    carrier_key: (r.get::<bool>(15)?)
-                        .then(|| {
-                            Ok::<_, DbError>(Carriers::key(
-                                &r.get::<String>(16)?,
-                                r.get::<Option<String>>(17)?.as_deref(),
-                            ))
-                        })
-                        .transpose()?,
-                    maybe_at_mss: r.get(18)?,
-                    station: r.get(19)?,
-                })
-            })
+        (self.tx).query_opt(self.tx.dialect().pick(&LOAD_CHARGED), params![id], charged)
+    }
+
+    /// [`Txn::load_charged`] of every request of `ids` there is, in one statement, by id.
+    pub(super) fn load_charged_list(&self, ids: &[i64]) -> DbResult<HashMap<i64, Charged>> {
+        let ids = ids.to_vec();
+        let sql = self.tx.dialect().pick(&LOAD_CHARGED_LIST);
+        (self
+            .tx
+            .query_rows(sql, params![ids], |r| Ok((r.get(20)?, charged(r)?))))
+        .map(|rows| rows.into_iter().collect())
     }
 
     /// A rider takes over its carrier's place: ready for the MSS as a request of its own.
@@ -132,8 +162,43 @@ impl Txn<'_, '_> {
         self.tally(row, RequestState::Queued);
     }
 
+    /// The MSS took these: [`Txn::submitted_one`] of each in turn, their rows read in one
+    /// statement first (each answer changes only its own request's row).
+    pub fn submitted(&mut self, items: &[SubmittedTransfer]) -> (Vec<AfterSubmit>, DbResult<()>) {
+        let ids: Vec<i64> = items.iter().map(|i| i.id).collect();
+        let mut rows = match self.load_charged_list(&ids) {
+            Ok(rows) => rows,
+            Err(e) => return (Vec::new(), Err(e)),
+        };
+        let mut seen = HashSet::with_capacity(items.len());
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            // A second answer for one request reads its row as the first left it.
+            let again = !seen.insert(item.id);
+            let row = match rows.remove(&item.id) {
+                None if again => self.load_charged(item.id),
+                row => Ok(row),
+            };
+            match row.and_then(|row| self.submitted_row(item, row)) {
+                Ok(after) => out.push(after),
+                Err(e) => return (out, Err(e)),
+            }
+        }
+        (out, Ok(()))
+    }
+
     pub fn submitted_one(&mut self, item: &SubmittedTransfer) -> DbResult<AfterSubmit> {
-        let Some(row) = self.load_charged(item.id)? else {
+        let row = self.load_charged(item.id)?;
+        self.submitted_row(item, row)
+    }
+
+    /// [`Txn::submitted_one`] given what [`Txn::load_charged`] read of its request.
+    fn submitted_row(
+        &mut self,
+        item: &SubmittedTransfer,
+        row: Option<Charged>,
+    ) -> DbResult<AfterSubmit> {
+        let Some(row) = row else {
             return Ok(AfterSubmit::Recorded);
         };
         if row.attempt != item.attempt {
@@ -146,7 +211,7 @@ impl Txn<'_, '_> {
         // checked_ms: this attempt's news (submitted_ms stays the first attempt's, for the
         // reports), so the stale sweep counts a retry's silence from its own submission.
         self.note(item.id);
-        self.tx.execute(
+        self.tx.update(
             "UPDATE requests SET state = ?2, mss_id = COALESCE(mss_id, ?3), \
              submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
             params![item.id, new_state.as_str(), item.mss_id, self.now],

@@ -47,6 +47,7 @@ enum Owned {
     Text(String),
     Blob(Vec<u8>),
     Wide(i128),
+    Ids(Vec<i64>),
 }
 
 impl Owned {
@@ -58,6 +59,7 @@ impl Owned {
             Value::Text(s) => Owned::Text(s.to_owned()),
             Value::Blob(b) => Owned::Blob(b.to_vec()),
             Value::Wide(w) => Owned::Wide(w),
+            Value::Ids(ids) => Owned::Ids(ids.to_vec()),
         }
     }
 
@@ -69,6 +71,7 @@ impl Owned {
             Owned::Text(s) => Value::Text(s),
             Owned::Blob(b) => Value::Blob(b),
             Owned::Wide(w) => Value::Wide(*w),
+            Owned::Ids(ids) => Value::Ids(ids),
         }
     }
 
