@@ -131,9 +131,9 @@ impl ReportDeltas {
             .or_default() += 1;
     }
 
-    /// Write the deltas (in the caller's transaction).
+    /// Write the deltas (in the caller's transaction; gathered on PostgreSQL, `Db::insert`).
     pub fn flush(&self, tx: &Db<'_>) -> DbResult<()> {
-        let mut stmt = tx.prepare(
+        const HOURS: &str =
             "INSERT INTO report_hours (path, hour, accepted, held, released, held_cancelled, \
              front, back, priority, started, wait_ms_sum, done, failed, cancelled, bytes_done, \
              benefit_done, started_over_priority, coalesced) \
@@ -156,8 +156,7 @@ impl ReportDeltas {
              benefit_done = wide_add(report_hours.benefit_done, excluded.benefit_done), \
              started_over_priority = \
              report_hours.started_over_priority + excluded.started_over_priority, \
-             coalesced = report_hours.coalesced + excluded.coalesced",
-        )?;
+             coalesced = report_hours.coalesced + excluded.coalesced";
         for (path, hour, r) in self
             .hours
             .iter()
@@ -166,38 +165,39 @@ impl ReportDeltas {
             if r.is_zero() {
                 continue;
             }
-            stmt.execute(params![
-                path,
-                hour,
-                r.accepted,
-                r.held,
-                r.released,
-                r.held_cancelled,
-                r.front,
-                r.back,
-                r.priority,
-                r.started,
-                r.wait_ms_sum,
-                r.done,
-                r.failed,
-                r.cancelled,
-                Wide(r.bytes_done),
-                Wide(r.benefit_done),
-                r.started_over_priority,
-                r.coalesced
-            ])?;
+            tx.insert(
+                HOURS,
+                params![
+                    path,
+                    hour,
+                    r.accepted,
+                    r.held,
+                    r.released,
+                    r.held_cancelled,
+                    r.front,
+                    r.back,
+                    r.priority,
+                    r.started,
+                    r.wait_ms_sum,
+                    r.done,
+                    r.failed,
+                    r.cancelled,
+                    Wide(r.bytes_done),
+                    Wide(r.benefit_done),
+                    r.started_over_priority,
+                    r.coalesced
+                ],
+            )?;
         }
-        let mut stmt = tx.prepare(
-            "INSERT INTO report_waits (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT(path, hour, bin) DO UPDATE SET \
-             count = report_waits.count + excluded.count",
-        )?;
+        const WAITS: &str = "INSERT INTO report_waits (path, hour, bin, count) \
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT(path, hour, bin) DO UPDATE SET \
+             count = report_waits.count + excluded.count";
         for (path, (hour, bin), n) in self
             .waits
             .iter()
             .flat_map(|(p, w)| w.iter().map(move |(k, n)| (p, k, n)))
         {
-            stmt.execute(params![path, hour, bin, n])?;
+            tx.insert(WAITS, params![path, hour, bin, n])?;
         }
         Ok(())
     }

@@ -539,57 +539,54 @@ impl Txn<'_, '_> {
         place(&self.policy.order, &standing, c, self.now)
     }
 
-    /// Write the per-group deltas, the half-life accumulators and the queue priorities.
+    /// Write the per-group deltas, the half-life accumulators and the queue priorities (each
+    /// row gathered on PostgreSQL: `Db::insert`, `Db::update`).
     pub fn flush_deltas(&self) -> DbResult<()> {
         let (tx, deltas, policy) = (self.tx, &self.deltas, self.policy);
-        let mut stmt = tx.prepare(
-            "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
-             VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT(path) DO UPDATE SET usage = wide_add(groups.usage, excluded.usage), \
-             usage_bytes = wide_add(groups.usage_bytes, excluded.usage_bytes), \
-             pending = groups.pending + excluded.pending, \
-             held = groups.held + excluded.held",
-        )?;
         for (path, c) in deltas.groups.iter().filter(|(_, c)| !c.is_zero()) {
-            stmt.execute(params![
-                path,
-                Wide(c.usage),
-                Wide(c.bytes),
-                c.pending,
-                c.held
-            ])?;
+            let (usage, bytes) = (Wide(c.usage), Wide(c.bytes));
+            tx.insert(GROUP_DELTAS, params![path, usage, bytes, c.pending, c.held])?;
         }
         // The accumulator is written whole: the stored value is bit for bit the one in memory,
         // so a restart reads back exactly what the decisions used.
-        let mut stmt = tx.prepare("UPDATE groups SET decayed = ?2 WHERE path = ?1")?;
         for &g in &deltas.decayed {
-            stmt.execute(params![
-                policy.group(g).path.as_str(),
-                self.st.usage.decayed(g)
-            ])?;
+            let (path, decayed) = (policy.group(g).path.as_str(), self.st.usage.decayed(g));
+            tx.update(
+                "UPDATE groups SET decayed = ?2 WHERE path = ?1",
+                params![path, decayed],
+            )?;
         }
         if deltas.queues {
-            let mut stmt = tx.prepare("UPDATE groups SET queue_priority = ?2 WHERE path = ?1")?;
             for g in policy.group_ids().filter(|&g| is_fair(policy, g)) {
-                stmt.execute(params![
-                    policy.group(g).path.as_str(),
-                    self.st.queues.get(g.0)
-                ])?;
+                let (path, queue) = (policy.group(g).path.as_str(), self.st.queues.get(g.0));
+                tx.update(
+                    "UPDATE groups SET queue_priority = ?2 WHERE path = ?1",
+                    params![path, queue],
+                )?;
             }
         }
-        let mut stmt = tx.prepare(
-            "INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3) \
-             ON CONFLICT(path, \"window\") DO UPDATE SET \
-             usage = wide_add(usage_windows.usage, excluded.usage)",
-        )?;
         for ((path, window), usage) in &deltas.windows {
             if *usage != 0 {
-                stmt.execute(params![path, window, Wide(*usage)])?;
+                tx.insert(WINDOW_DELTAS, params![path, window, Wide(*usage)])?;
             }
         }
         Ok(())
     }
 }
+
+/// A group's changes in a transaction, added to its row.
+const GROUP_DELTAS: &str = "INSERT INTO groups(path, usage, usage_bytes, pending, held) \
+     VALUES (?1, ?2, ?3, ?4, ?5) \
+     ON CONFLICT(path) DO UPDATE SET usage = wide_add(groups.usage, excluded.usage), \
+     usage_bytes = wide_add(groups.usage_bytes, excluded.usage_bytes), \
+     pending = groups.pending + excluded.pending, \
+     held = groups.held + excluded.held";
+
+/// A usage window's benefit in a transaction, added to its row.
+const WINDOW_DELTAS: &str =
+    "INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3) \
+     ON CONFLICT(path, \"window\") DO UPDATE SET \
+     usage = wide_add(usage_windows.usage, excluded.usage)";
 
 #[cfg(test)]
 mod tests {

@@ -154,9 +154,11 @@ impl Batch {
         let arrays = arrays.join(", ");
         let table = &self.shape.table;
         Ok(match &self.shape.kind {
-            Kind::Insert { columns } => {
+            Kind::Insert { columns, conflict } => {
                 let id = if self.with_id { "id, " } else { "" };
-                format!("INSERT INTO {table} ({id}{columns}) SELECT * FROM unnest({arrays})")
+                format!(
+                    "INSERT INTO {table} ({id}{columns}) SELECT * FROM unnest({arrays}){conflict}"
+                )
             }
             Kind::Update { set, key } => {
                 let set = placeholders::rename(set, |n| format!("gathered.p{n}"))

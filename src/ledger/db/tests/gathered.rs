@@ -1,7 +1,7 @@
 //! Gathered statements read as statements run one at a time (`db/pg/batch.rs`): a random
 //! sequence of one-row INSERTs and UPDATEs by key in one transaction (rows updated twice, a row
-//! updated in the group that inserted it, a key that names no row, UPDATEs whose result depends
-//! on their order) leaves, at every read and after the COMMIT, exactly what a model applying
+//! updated in the group that inserted it, a key that names no row, UPDATEs and upserts whose
+//! result depends on their order) leaves, at every read and after the COMMIT, exactly what a model applying
 //! them in order holds. On SQLite they run at once, so the same test pins the model.
 
 use std::collections::BTreeMap;
@@ -13,6 +13,9 @@ on_both!(a_random_sequence_of_gathered_rows_reads_as_if_run_in_order);
 
 const INSERT: &str = "INSERT INTO t (n, s) VALUES (?1, ?2)";
 const ADD: &str = "UPDATE t SET n = n + ?2 WHERE id = ?1";
+const UPSERT: &str = "INSERT INTO c (k, total) VALUES (?1, ?2) \
+     ON CONFLICT(k) DO UPDATE SET total = (c.total * 2 + excluded.total) % 1000003";
+const TAKE: &str = "UPDATE c SET total = total - ?2 WHERE k = ?1";
 const SCALE: &str = "UPDATE t SET s = ?2, n = (n * ?3) % 1000003 WHERE id = ?1";
 
 /// A small deterministic generator (xorshift), so a failure names its seed.
@@ -27,32 +30,41 @@ impl Random {
     }
 }
 
-fn table(db: &Db<'_>) -> BTreeMap<i64, (i64, String)> {
-    db.query_rows("SELECT id, n, s FROM t ORDER BY id", params![], |r| {
+/// Both tables: `t` by id, `c` by key.
+type Tables = (BTreeMap<i64, (i64, String)>, BTreeMap<String, i64>);
+
+fn tables(db: &Db<'_>) -> Tables {
+    let t = db.query_rows("SELECT id, n, s FROM t", params![], |r| {
         Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
-    })
-    .expect("rows")
-    .into_iter()
-    .collect()
+    });
+    let c = db.query_rows("SELECT k, total FROM c", params![], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    });
+    let (t, c) = (t.expect("t"), c.expect("c"));
+    (t.into_iter().collect(), c.into_iter().collect())
 }
 
 fn a_random_sequence_of_gathered_rows_reads_as_if_run_in_order(backend: Backend) {
     let test = TestDb::new(backend);
     let mut conn = super::open(&test);
-    let mut model: BTreeMap<i64, (i64, String)> = BTreeMap::new();
+    (conn.db())
+        .execute_batch("CREATE TABLE c (k TEXT PRIMARY KEY, total BIGINT NOT NULL)")
+        .expect("c");
+    let mut model: Tables = Default::default();
     for seed in 1..=25u64 {
         let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let tx = conn.transaction().expect("begin");
-        let mut group = model.clone();
+        let (mut group, mut counts) = model.clone();
         for step in 0..40 {
             let ids: Vec<i64> = group.keys().copied().collect();
+            let k = format!("k{}", random.below(4));
             // A key of a row there is, most of the time; else one that names no row.
             let any_id = |random: &mut Random| match ids.len() as u64 {
                 0 => -1,
                 n if random.below(8) > 0 => ids[random.below(n) as usize],
                 _ => -1 - random.below(5) as i64,
             };
-            match random.below(10) {
+            match random.below(13) {
                 0..=2 => {
                     let n = random.below(100) as i64;
                     let s = format!("s{seed}.{step}");
@@ -74,20 +86,34 @@ fn a_random_sequence_of_gathered_rows_reads_as_if_run_in_order(backend: Backend)
                         .entry(id)
                         .and_modify(|r| *r = (r.0 * times % 1_000_003, s.clone()));
                 }
-                _ => assert_eq!(table(&tx), group, "seed {seed}, read at step {step}"),
+                9 | 10 => {
+                    let v = random.below(50) as i64;
+                    tx.insert(UPSERT, params![k, v]).expect("upsert");
+                    let total = counts.get(&k).map_or(v, |t| (t * 2 + v) % 1_000_003);
+                    counts.insert(k, total);
+                }
+                11 => {
+                    let v = random.below(9) as i64;
+                    tx.update(TAKE, params![k, v]).expect("take");
+                    counts.entry(k).and_modify(|t| *t -= v);
+                }
+                _ => {
+                    let now = (group.clone(), counts.clone());
+                    assert_eq!(tables(&tx), now, "seed {seed}, read at step {step}");
+                }
             }
         }
         if random.below(4) == 0 {
             tx.rollback().expect("rollback");
         } else {
             tx.commit().expect("commit");
-            model = group;
+            model = (group, counts);
         }
-        assert_eq!(table(&conn.db()), model, "seed {seed}, after its end");
+        assert_eq!(tables(&conn.db()), model, "seed {seed}, after its end");
     }
+    let (t, c) = &model;
     assert!(
-        model.len() > 50,
-        "the sequences wrote rows: {}",
-        model.len()
+        t.len() > 50 && c.len() == 4,
+        "the sequences wrote rows: {model:?}"
     );
 }

@@ -1,7 +1,8 @@
 //! Which statements can be gathered, and what each one's row touches: a one-row INSERT of
-//! numbered parameters, or a one-row UPDATE by a key (`WHERE key = ?1`) whose assignments name
-//! only the other parameters. Anything else (a literal among the values, a conflict clause,
-//! RETURNING, a subquery, a WHERE with more in it) is run as it is, at once.
+//! numbered parameters (an upsert too: its conflict clause names no parameter), or a one-row
+//! UPDATE by a key (`WHERE key = ?1`) whose assignments name only the other parameters.
+//! Anything else (a literal among the values, RETURNING, a subquery, a WHERE with more in it)
+//! is run as it is, at once.
 
 /// A statement that can be gathered: its table, what it does, and how many parameters (`?1` ..
 /// `?N`) it takes.
@@ -14,8 +15,9 @@ pub(in crate::ledger::db) struct Shape {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(in crate::ledger::db) enum Kind {
-    /// `INSERT INTO table (columns) VALUES (?1, .., ?N)`, one parameter per column, in order.
-    Insert { columns: String },
+    /// `INSERT INTO table (columns) VALUES (?1, .., ?N)`, one parameter per column, in order;
+    /// then `conflict` (empty, or ` ON CONFLICT ..` without parameters).
+    Insert { columns: String, conflict: String },
     /// `UPDATE table SET set WHERE key = ?1`, `set` naming `?2` .. `?N`, each at least once.
     Update { set: String, key: String },
 }
@@ -27,7 +29,14 @@ impl Shape {
     pub fn key_column(&self, with_id: bool) -> &str {
         match &self.kind {
             Kind::Insert { .. } if with_id => "id",
-            Kind::Insert { columns } => columns.split(',').next().unwrap_or("").trim(),
+            // An upsert's rows are known by their conflict target (its first column).
+            Kind::Insert { columns, conflict } => conflict
+                .split_once('(')
+                .map_or(columns.as_str(), |(_, target)| target)
+                .split([',', ')'])
+                .next()
+                .unwrap_or("")
+                .trim(),
             Kind::Update { key, .. } => key,
         }
     }
@@ -44,7 +53,14 @@ fn insert(sql: &str) -> Option<Shape> {
     let rest = rest.trim_start().strip_prefix('(')?;
     let (columns, rest) = rest.split_once(')')?;
     let values = rest.trim_start().strip_prefix("VALUES")?.trim_start();
-    let values = values.strip_prefix('(')?.trim_end().strip_suffix(')')?;
+    let (values, conflict) = values.strip_prefix('(')?.split_once(')')?;
+    let conflict = conflict.trim_end();
+    if !(conflict.is_empty() || conflict.trim_start().starts_with("ON CONFLICT"))
+        || !plain(conflict)
+        || conflict.contains('?')
+    {
+        return None;
+    }
     let n = columns.split(',').count();
     let numbered = values
         .split(',')
@@ -57,6 +73,7 @@ fn insert(sql: &str) -> Option<Shape> {
             table: table.to_string(),
             kind: Kind::Insert {
                 columns: columns.trim().to_string(),
+                conflict: conflict.to_string(),
             },
             params,
         },
@@ -70,13 +87,8 @@ fn update(sql: &str) -> Option<Shape> {
     let (set, condition) = rest.rsplit_once(" WHERE ")?;
     let (key, rest) = identifier(condition.trim_start());
     let rest = rest.trim_start().strip_prefix('=')?.trim();
-    let plain = !set.is_empty()
-        && !set.contains(['\'', '"', ';'])
-        && !set.contains("--")
-        && !set.contains("/*")
-        && !set.to_ascii_uppercase().contains("SELECT")
-        && !set.to_ascii_uppercase().contains(" WHERE ");
     let params = parameters(set)?;
+    let plain = plain(set) && !set.to_ascii_uppercase().contains(" WHERE ");
     (!table.is_empty() && !key.is_empty() && rest == "?1" && plain && params >= 2).then(|| Shape {
         table: table.to_string(),
         kind: Kind::Update {
@@ -85,6 +97,17 @@ fn update(sql: &str) -> Option<Shape> {
         },
         params,
     })
+}
+
+/// Whether `text` is plain code: no literal, quoted name, comment, second statement, subquery
+/// or RETURNING, so its parameters can be renamed by a scan and its rows read by a key.
+fn plain(text: &str) -> bool {
+    let upper = text.to_ascii_uppercase();
+    !text.contains(['\'', '"', ';'])
+        && !text.contains("--")
+        && !text.contains("/*")
+        && !upper.contains("SELECT")
+        && !upper.contains("RETURNING")
 }
 
 /// The leading SQL identifier of `text` (letters, digits, `_`), and the rest.
@@ -126,7 +149,8 @@ mod tests {
             Some(Shape {
                 table: "idempotency".into(),
                 kind: Kind::Insert {
-                    columns: "id, fingerprint".into()
+                    columns: "id, fingerprint".into(),
+                    conflict: String::new(),
                 },
                 params: 2,
             })
@@ -135,6 +159,14 @@ mod tests {
         let s = shape(ledger).expect("the accept path's INSERT");
         assert_eq!((s.table.as_str(), s.params), ("requests", 28));
         assert_eq!((s.key_column(true), s.key_column(false)), ("id", "station"));
+        let upsert = shape(
+            "INSERT INTO report_waits (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT(hour, path, bin) DO UPDATE SET count = report_waits.count + excluded.count",
+        )
+        .expect("an upsert");
+        assert_eq!((upsert.params, upsert.key_column(false)), (4, "hour"));
+        let nothing = shape("INSERT INTO f (a, b) VALUES (?1, ?2) ON CONFLICT DO NOTHING");
+        assert_eq!(nothing.expect("do nothing").key_column(false), "a");
     }
 
     #[test]
@@ -158,7 +190,10 @@ mod tests {
             "INSERT INTO t (a, b) VALUES (?1, 'x')",
             "INSERT INTO t (a, b) VALUES (?2, ?1)",
             "INSERT INTO t (a, b) VALUES (?1)",
-            "INSERT INTO t (a) VALUES (?1) ON CONFLICT DO NOTHING",
+            "INSERT INTO t (a) VALUES (?1) ON CONFLICT(a) DO UPDATE SET b = ?2",
+            "INSERT INTO t (a) VALUES (?1) ON CONFLICT(a) DO UPDATE SET b = 'x'",
+            "INSERT INTO t (a) VALUES (?1) ON CONFLICT(a) DO NOTHING RETURNING a",
+            "INSERT INTO t (a) VALUES (?1) ; DELETE FROM t",
             "INSERT INTO t (a) VALUES (?1) RETURNING id",
             "INSERT INTO t (a) SELECT ?1",
             "INSERT INTO t (a) VALUES (?1), (?2)",
