@@ -246,21 +246,23 @@ impl PgConn {
         Ok(())
     }
 
-    /// Reserve `n` more ids from `table`'s identity sequence (not sent with the gathered rows:
-    /// it reads no table).
+    /// Reserve `n` more ids from `table`'s identity sequence, in one step: the sequence is
+    /// moved past a block of `n` (`setval(s, nextval(s) + n - 1)`) rather than asked `n` times
+    /// (each `nextval` costs the server microseconds; a batch of 1000 requests paid more for
+    /// its ids than for its rows). No other broker moves the sequence meanwhile: the ledger
+    /// reserves inside its write transactions, which are fenced (`writer/fence.rs`), so two
+    /// terms' transactions never overlap. Not sent with the gathered rows: it reads no table.
     fn reserve(&self, table: &str, n: usize) -> DbResult<()> {
         let statement = self.statement(
-            "SELECT nextval(pg_get_serial_sequence(?1, 'id')) FROM generate_series(1, ?2)",
+            "SELECT setval(pg_get_serial_sequence(?1, 'id'), \
+             nextval(pg_get_serial_sequence(?1, 'id')) + ?2 - 1)",
         )?;
-        let n = i64::try_from(n).map_err(|_| DbError::Param(format!("{n} ids")))?;
+        let n = i64::try_from(n.max(1)).map_err(|_| DbError::Param(format!("{n} ids")))?;
         let values = [Value::Text(table), Value::Integer(n)];
         let binds = binds(&values);
         let rows = self.trip()?.query(&statement, &refs(&binds))?;
-        let mut ids: Vec<i64> = (rows.iter())
-            .map(|r| r.try_get::<_, i64>(0))
-            .collect::<Result<_, _>>()?;
-        ids.sort_unstable();
-        (self.ids.borrow_mut().entry(table.to_owned()).or_default()).extend(ids);
+        let last: i64 = rows.first().ok_or(DbError::NoRow)?.try_get(0)?;
+        (self.ids.borrow_mut().entry(table.to_owned()).or_default()).extend(last - n + 1..=last);
         Ok(())
     }
 
