@@ -98,6 +98,14 @@ impl DbConn {
         self.db().begin()
     }
 
+    /// Begin a transaction whose first statement is `sql`, a read of one integer or of no row
+    /// (the fence, `writer/fence.rs`), without parameters. PostgreSQL: sent with the BEGIN, in
+    /// one round trip (the simple protocol), so every write transaction costs one round trip
+    /// less. If the read fails, the transaction is rolled back and the error returned.
+    pub fn transaction_reading(&mut self, sql: &str) -> DbResult<(Tx<'_>, Option<i64>)> {
+        self.db().begin_reading(sql)
+    }
+
     /// Whether the connection is known to have ended (PostgreSQL: the server or the network
     /// closed it, seen by a statement that failed; a SQLite connection never ends so). Such a
     /// connection fails every later statement: the read pool drops it, the writer stops.
@@ -360,6 +368,25 @@ impl<'c> Db<'c> {
                 let tx = self.tx(TxInner::Postgres(c.begin(SNAPSHOT)?));
                 tx.execute_batch("SELECT 1")?;
                 Ok(tx)
+            }
+        }
+    }
+
+    /// [`DbConn::transaction_reading`].
+    fn begin_reading(&self, sql: &str) -> DbResult<(Tx<'c>, Option<i64>)> {
+        match self.inner {
+            Inner::Postgres(c) => {
+                let (tx, value) = c.begin_reading("BEGIN", sql)?;
+                let tx = self.tx(TxInner::Postgres(tx));
+                let value = (value.as_deref())
+                    .map(|v| (v.parse::<i64>()).map_err(|e| DbError::column(0, e.to_string())))
+                    .transpose()?;
+                Ok((tx, value))
+            }
+            Inner::Sqlite(_) => {
+                let tx = self.begin()?;
+                let value = tx.query_opt(sql, params![], |r| r.get::<i64>(0))?;
+                Ok((tx, value))
             }
         }
     }

@@ -305,6 +305,43 @@ impl PgConn {
         })
     }
 
+    /// Open a transaction (`begin`) and run `sql` in it, in one round trip (the simple
+    /// protocol: no parameters); the first column of its first row, as text (`None`: no row or
+    /// NULL). If either fails, whatever was begun is rolled back and the error returned.
+    pub(super) fn begin_reading(
+        &self,
+        begin: &str,
+        sql: &str,
+    ) -> DbResult<(PgTx<'_>, Option<String>)> {
+        if self.in_transaction.get() {
+            return Err(DbError::Sql(
+                "a transaction is already open on this connection".into(),
+            ));
+        }
+        self.flush()?;
+        let answer = self.trip()?.simple_query(&format!("{begin}; {sql}"));
+        let messages = match answer {
+            Ok(messages) => messages,
+            Err(e) => {
+                // The BEGIN may have run before the read failed.
+                let _ = self.batch_now("ROLLBACK");
+                return Err(e.into());
+            }
+        };
+        self.in_transaction.set(true);
+        let value = messages.iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_owned)),
+            _ => None,
+        });
+        Ok((
+            PgTx {
+                conn: self,
+                open: true,
+            },
+            value.flatten(),
+        ))
+    }
+
     /// Open a transaction that no guard ends: it lasts as long as the connection
     /// (`DbConn::hold_snapshot`); one at a time.
     pub(super) fn hold(&self, begin: &str) -> DbResult<()> {

@@ -40,6 +40,7 @@ on_both!(
     a_closure_over_rows_may_run_statements_of_its_own,
     a_new_rows_id_and_the_tables_and_columns_there_are,
     rows_inserted_in_a_transaction_are_seen_by_its_next_statement_and_go_with_its_fate,
+    a_transaction_may_begin_with_a_read_and_one_that_fails_is_rolled_back,
 );
 
 fn insert(db: &Db<'_>, n: &dyn Param, s: &dyn Param, w: &dyn Param) -> DbResult<usize> {
@@ -467,4 +468,40 @@ fn rows_inserted_in_a_transaction_are_seen_by_its_next_statement_and_go_with_its
     };
     assert!(failed, "a broken key fails the transaction");
     assert_eq!(rows(&conn.db()).len(), 4, "and nothing of it is written");
+}
+
+/// `transaction_reading` (the fence's form, one round trip on PostgreSQL): the read's value or
+/// no row; the transaction is open and writes; a read that fails ends what was begun, and the
+/// connection goes on.
+fn a_transaction_may_begin_with_a_read_and_one_that_fails_is_rolled_back(backend: Backend) {
+    let test = TestDb::new(backend);
+    let mut conn = open(&test);
+    insert(&conn.db(), &41i64, &"a", &Value::Null).expect("a row");
+    let (tx, n) = conn
+        .transaction_reading("SELECT n + 1 FROM t WHERE s = 'a'")
+        .expect("begun");
+    assert_eq!(n, Some(42));
+    insert(&tx, &1i64, &"b", &Value::Null).expect("written in it");
+    tx.rollback().expect("rollback");
+    let (tx, none) = conn
+        .transaction_reading("SELECT n FROM t WHERE s = 'nobody'")
+        .expect("begun");
+    assert_eq!(none, None);
+    insert(&tx, &2i64, &"c", &Value::Null).expect("written in it");
+    tx.commit().expect("commit");
+    let failed = conn.transaction_reading("SELECT n FROM no_such_table");
+    assert!(failed.is_err(), "a read of no table fails");
+    drop(failed);
+    let names: Vec<String> = (conn.db())
+        .query_rows("SELECT s FROM t ORDER BY s", params![], |r| r.get(0))
+        .expect("the connection goes on");
+    assert_eq!(
+        names,
+        ["a", "c"],
+        "the rolled-back row is not there, the committed one is"
+    );
+    conn.transaction()
+        .expect("no transaction is left open")
+        .commit()
+        .expect("commit");
 }
