@@ -33,9 +33,10 @@ use crate::ledger::wide::Wide;
 
 mod batch;
 
-/// Ids reserved at least this many at a time from a table's identity sequence when the
-/// transaction said nothing of how many it needs ([`PgConn::reserve_ids`]).
-const ID_BLOCK: usize = 64;
+/// Ids reserved at least this many at a time from a table's identity sequence
+/// ([`PgConn::reserve_ids`]): a reservation is a round trip, so a block lasts a single
+/// request's group tens of commits; the ids of a block a term leaves unused are a gap.
+const ID_BLOCK: usize = 1024;
 
 /// A ledger connection to PostgreSQL, owned (`Send`: a `RefCell` is).
 pub struct PgConn {
