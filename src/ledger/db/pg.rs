@@ -198,7 +198,8 @@ impl PgConn {
         let Some(shape) = self.gatherable(sql) else {
             return Ok(None);
         };
-        if !matches!(shape.kind, batch::Kind::Insert { .. }) {
+        // A plain INSERT only: an upsert's row may keep the id it had, or not be written.
+        if !matches!(&shape.kind, batch::Kind::Insert { conflict, .. } if conflict.is_empty()) {
             return Ok(None);
         }
         let id = match self.next_id(&shape.table) {
@@ -252,7 +253,10 @@ impl PgConn {
     /// (each `nextval` costs the server microseconds; a batch of 1000 requests paid more for
     /// its ids than for its rows). No other broker moves the sequence meanwhile: the ledger
     /// reserves inside its write transactions, which are fenced (`writer/fence.rs`), so two
-    /// terms' transactions never overlap. Not sent with the gathered rows: it reads no table.
+    /// terms' transactions never overlap. (Someone else's `nextval` on the sequence meanwhile,
+    /// a hand-made INSERT, would take an id of the block and break the group that reaches it;
+    /// the broker's role owns its tables, so `setval` needs no grant `nextval` did not.) Not
+    /// sent with the gathered rows: it reads no table.
     fn reserve(&self, table: &str, n: usize) -> DbResult<()> {
         let statement = self.statement(
             "SELECT setval(pg_get_serial_sequence(?1, 'id'), \

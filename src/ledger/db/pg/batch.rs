@@ -85,38 +85,45 @@ impl Owned {
     }
 }
 
-/// What a gathered row is known by in its table (its key column's value).
+/// One value of what a gathered row is known by in its table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
     Integer(i64),
     Text(String),
 }
 
-/// Which rows of a table a row or a batch touches: those with these values in this column
-/// (`keys`), or any row when a value could not be compared (`any`).
+/// Which rows of a table a row or a batch touches: those with these values (`keys`) in these
+/// columns (`Shape::key`), or any row when a value could not be compared or a column was not
+/// given (`any`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Touch {
     table: String,
-    column: String,
-    keys: HashSet<Key>,
+    columns: Vec<String>,
+    keys: HashSet<Vec<Key>>,
     any: bool,
 }
 
 impl Touch {
-    fn of(shape: &Shape, with_id: bool, key: Option<Key>) -> Touch {
+    fn of(shape: &Shape, with_id: bool, row: &[Owned]) -> Touch {
+        let (columns, at) = shape.key(with_id);
+        let key = at.and_then(|at| {
+            (at.iter())
+                .map(|&i| row.get(i).and_then(Owned::key))
+                .collect::<Option<Vec<Key>>>()
+        });
         Touch {
             table: shape.table.clone(),
-            column: shape.key_column(with_id).to_owned(),
+            columns,
             any: key.is_none(),
             keys: key.into_iter().collect(),
         }
     }
 
-    /// Whether the two may touch one row: same table, and a key in common, a key column that
-    /// differs, or a key that could not be compared.
+    /// Whether the two may touch one row: same table, and a key in common, key columns that
+    /// differ, or a key that could not be compared.
     fn meets(&self, other: &Touch) -> bool {
         self.table == other.table
-            && (self.column != other.column
+            && (self.columns != other.columns
                 || self.any
                 || other.any
                 || !self.keys.is_disjoint(&other.keys))
@@ -215,7 +222,7 @@ impl Pending {
                 shape.table
             )));
         }
-        let touch = Touch::of(shape, with_id, row.first().and_then(Owned::key));
+        let touch = Touch::of(shape, with_id, &row);
         // After every batch that touches the same row: the first of its statement there.
         let after = (self.batches.iter())
             .rposition(|b| b.touch.meets(&touch))
@@ -396,6 +403,52 @@ mod tests {
                  gathered.p1"
             ),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn upserts_are_known_by_their_whole_conflict_target() {
+        const WAITS: &str = "INSERT INTO w (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT(path, hour, bin) DO UPDATE SET count = w.count + excluded.count";
+        const BY_B: &str = "INSERT INTO v (a, b, n) VALUES (?1, ?2, ?3) \
+             ON CONFLICT(b) DO UPDATE SET n = v.n + excluded.n";
+        let mut p = Pending::default();
+        let (g, h) = (Value::Text("g"), Value::Integer(7));
+        for bin in [1, 2, 3] {
+            push(
+                &mut p,
+                WAITS,
+                None,
+                &[g, h, Value::Integer(bin), Value::Integer(1)],
+            );
+        }
+        // The same (path, hour, bin) again: a row changed twice, so a statement of its own.
+        push(
+            &mut p,
+            WAITS,
+            None,
+            &[g, h, Value::Integer(2), Value::Integer(1)],
+        );
+        // Known by `b`, not by its first column: the second row with b = 5 waits.
+        push(
+            &mut p,
+            BY_B,
+            None,
+            &[Value::Integer(1), Value::Integer(5), Value::Integer(1)],
+        );
+        push(
+            &mut p,
+            BY_B,
+            None,
+            &[Value::Integer(2), Value::Integer(5), Value::Integer(1)],
+        );
+        assert_eq!(
+            plan(&p),
+            [
+                vec![(WAITS, 3)],
+                vec![(WAITS, 1), (BY_B, 1)],
+                vec![(BY_B, 1)]
+            ]
         );
     }
 

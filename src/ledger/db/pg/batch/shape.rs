@@ -23,21 +23,29 @@ pub(in crate::ledger::db) enum Kind {
 }
 
 impl Shape {
-    /// The column a row of this statement is known by (the first inserted, or the UPDATE's
-    /// key): two rows of one table touch the same row when they agree on it. `with_id`: the
-    /// layer gives the row's id as its first column.
-    pub fn key_column(&self, with_id: bool) -> &str {
+    /// The columns a row of this statement is known by, and where each is among the row's
+    /// values (`with_id`: the layer gives the row's id as its first value): an UPDATE's key
+    /// (`?1`); an upsert's conflict target; else the first column inserted. Two rows of one
+    /// table touch the same row when they agree on them. `None` when a column of the conflict
+    /// target is not among those inserted (the row is then taken to touch any row).
+    pub fn key(&self, with_id: bool) -> (Vec<String>, Option<Vec<usize>>) {
         match &self.kind {
-            Kind::Insert { .. } if with_id => "id",
-            // An upsert's rows are known by their conflict target (its first column).
-            Kind::Insert { columns, conflict } => conflict
-                .split_once('(')
-                .map_or(columns.as_str(), |(_, target)| target)
-                .split([',', ')'])
-                .next()
-                .unwrap_or("")
-                .trim(),
-            Kind::Update { key, .. } => key,
+            Kind::Insert { .. } if with_id => (vec!["id".into()], Some(vec![0])),
+            Kind::Insert { columns, conflict } => {
+                let names: Vec<&str> = columns.split(',').map(str::trim).collect();
+                let target: Vec<String> = match conflict.split_once('(') {
+                    Some((_, rest)) => (rest.split(')').next().unwrap_or(""))
+                        .split(',')
+                        .map(|c| c.trim().to_string())
+                        .collect(),
+                    None => names.first().map(|c| c.to_string()).into_iter().collect(),
+                };
+                let at = (target.iter())
+                    .map(|t| names.iter().position(|n| n == t))
+                    .collect::<Option<Vec<usize>>>();
+                (target, at)
+            }
+            Kind::Update { key, .. } => (vec![key.clone()], Some(vec![0])),
         }
     }
 }
@@ -88,7 +96,14 @@ fn update(sql: &str) -> Option<Shape> {
     let (key, rest) = identifier(condition.trim_start());
     let rest = rest.trim_start().strip_prefix('=')?.trim();
     let params = parameters(set)?;
-    let plain = plain(set) && !set.to_ascii_uppercase().contains(" WHERE ");
+    let upper = set.to_ascii_uppercase();
+    // Only the row's own columns: no second table, and the key itself is never assigned
+    // (the row would be known by a key it no longer has).
+    let plain = plain(set)
+        && !set.contains('"')
+        && !upper.contains(" WHERE ")
+        && !upper.contains(" FROM ")
+        && !assigns(set, key);
     (!table.is_empty() && !key.is_empty() && rest == "?1" && plain && params >= 2).then(|| Shape {
         table: table.to_string(),
         kind: Kind::Update {
@@ -103,11 +118,19 @@ fn update(sql: &str) -> Option<Shape> {
 /// or RETURNING, so its parameters can be renamed by a scan and its rows read by a key.
 fn plain(text: &str) -> bool {
     let upper = text.to_ascii_uppercase();
-    !text.contains(['\'', '"', ';'])
+    !text.contains(['\'', ';'])
         && !text.contains("--")
         && !text.contains("/*")
         && !upper.contains("SELECT")
         && !upper.contains("RETURNING")
+}
+
+/// Whether `set` assigns `column` (`column = ..` at its start or after a comma).
+fn assigns(set: &str, column: &str) -> bool {
+    set.split(',').any(|part| {
+        (part.trim_start().strip_prefix(column))
+            .is_some_and(|rest| rest.trim_start().starts_with('='))
+    })
 }
 
 /// The leading SQL identifier of `text` (letters, digits, `_`), and the rest.
@@ -127,6 +150,9 @@ fn parameters(set: &str) -> Option<usize> {
             .chars()
             .take_while(char::is_ascii_digit)
             .collect();
+        if digits.starts_with('0') {
+            return None;
+        }
         let n: usize = digits.parse().ok()?;
         if !(2..=64).contains(&n) {
             return None;
@@ -158,15 +184,30 @@ mod tests {
         let ledger = crate::ledger::columns::insert_sql();
         let s = shape(ledger).expect("the accept path's INSERT");
         assert_eq!((s.table.as_str(), s.params), ("requests", 28));
-        assert_eq!((s.key_column(true), s.key_column(false)), ("id", "station"));
+        let names = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        assert_eq!(s.key(true), (names(&["id"]), Some(vec![0])));
+        assert_eq!(s.key(false), (names(&["station"]), Some(vec![0])));
+        // An upsert is known by its whole conflict target, each column where it is inserted.
         let upsert = shape(
             "INSERT INTO report_waits (path, hour, bin, count) VALUES (?1, ?2, ?3, ?4) \
              ON CONFLICT(hour, path, bin) DO UPDATE SET count = report_waits.count + excluded.count",
         )
         .expect("an upsert");
-        assert_eq!((upsert.params, upsert.key_column(false)), (4, "hour"));
+        assert_eq!(upsert.params, 4);
+        assert_eq!(
+            upsert.key(false),
+            (names(&["hour", "path", "bin"]), Some(vec![1, 0, 2]))
+        );
+        let windows = shape(
+            "INSERT INTO usage_windows(path, \"window\", usage) VALUES (?1, ?2, ?3) \
+             ON CONFLICT(path, \"window\") DO UPDATE SET usage = wide_add(usage_windows.usage, excluded.usage)",
+        )
+        .expect("a quoted column");
+        assert_eq!(windows.key(false).1, Some(vec![0, 1]));
+        let elsewhere = shape("INSERT INTO f (a, b) VALUES (?1, ?2) ON CONFLICT(c) DO NOTHING");
+        assert_eq!(elsewhere.expect("a target not inserted").key(false).1, None);
         let nothing = shape("INSERT INTO f (a, b) VALUES (?1, ?2) ON CONFLICT DO NOTHING");
-        assert_eq!(nothing.expect("do nothing").key_column(false), "a");
+        assert_eq!(nothing.expect("do nothing").key(false).0, names(&["a"]));
     }
 
     #[test]
@@ -176,12 +217,11 @@ mod tests {
              submitted_ms = COALESCE(submitted_ms, ?4), checked_ms = ?4 WHERE id = ?1",
         )
         .expect("the submitted UPDATE");
-        assert_eq!(
-            (s.table.as_str(), s.params, s.key_column(false)),
-            ("requests", 4, "id")
-        );
+        assert_eq!((s.table.as_str(), s.params), ("requests", 4));
+        assert_eq!(s.key(false), (vec!["id".to_string()], Some(vec![0])));
         let by_path = shape("UPDATE groups SET decayed = ?2 WHERE path = ?1").expect("by path");
-        assert_eq!((by_path.params, by_path.key_column(false)), (2, "path"));
+        assert_eq!(by_path.params, 2);
+        assert_eq!(by_path.key(false).0, ["path"]);
     }
 
     #[test]
@@ -207,6 +247,11 @@ mod tests {
             "UPDATE t SET a = ?2 WHERE id > ?1",
             "UPDATE t SET a = a + 1 WHERE id = ?1",
             "DELETE FROM t WHERE id = ?1",
+            "UPDATE t SET a = ?2 FROM u WHERE id = ?1",
+            "UPDATE t SET id = ?2 WHERE id = ?1",
+            "UPDATE t SET a = ?2, id = ?3 WHERE id = ?1",
+            "UPDATE t SET a = ?02 WHERE id = ?1",
+            "UPDATE t SET \"a\" = ?2 WHERE id = ?1",
         ] {
             assert_eq!(shape(other), None, "{other}");
         }
