@@ -23,6 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::error::Error;
 
 use bytes::BytesMut;
+use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::types::{to_sql_checked, IsNull, Kind, ToSql, Type};
 use postgres::{Client, Statement};
 
@@ -37,6 +38,9 @@ mod batch;
 /// ([`PgConn::reserve_ids`]): a reservation is a round trip, so a block lasts a single
 /// request's group tens of commits; the ids of a block a term leaves unused are a gap.
 const ID_BLOCK: usize = 1024;
+
+/// A gathered plain INSERT of at least this many rows goes by COPY (`PgConn::copy_in`).
+const COPY_ROWS: usize = 256;
 
 /// A ledger connection to PostgreSQL, owned (`Send`: a `RefCell` is).
 pub struct PgConn {
@@ -278,17 +282,52 @@ impl PgConn {
             return Ok(());
         }
         let pending = std::mem::take(&mut *self.pending.borrow_mut());
-        for range in pending.statements() {
-            let types = (pending.sqls(range.clone()))
+        for run in pending.statements() {
+            // The batches of a run touch no row in common, so they may go in any order: the
+            // large plain INSERTs by COPY first, the rest as one statement.
+            let (copies, rest): (Vec<usize>, Vec<usize>) = run
+                .iter()
+                .partition(|&&i| pending.copy(i, COPY_ROWS).is_some());
+            for i in copies {
+                self.copy_in(&pending, i)?;
+            }
+            if rest.is_empty() {
+                continue;
+            }
+            let types = (pending.sqls(&rest))
                 .map(|sql| Ok(self.statement(sql)?.params().to_vec()))
                 .collect::<DbResult<Vec<_>>>()?;
-            let text = pending.text(range.clone(), &types)?;
+            let text = pending.text(&rest, &types)?;
             let statement = self.gathered_statement(&text)?;
-            let arrays = pending.arrays(range);
+            let arrays = pending.arrays(&rest);
             let params: Vec<&(dyn ToSql + Sync)> =
                 arrays.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
             self.trip()?.execute(&statement, &params)?;
         }
+        Ok(())
+    }
+
+    /// Send batch `i`'s rows by `COPY .. FROM STDIN (FORMAT binary)`, each value of the type
+    /// the server inferred for the one-row INSERT's parameter (two round trips: the COPY
+    /// asked for, the rows and their end).
+    fn copy_in(&self, pending: &batch::Pending, i: usize) -> DbResult<()> {
+        let one = [i];
+        let (Some(text), Some(sql)) = (pending.copy(i, COPY_ROWS), pending.sqls(&one).next())
+        else {
+            return Ok(());
+        };
+        let mut types = Vec::new();
+        if pending.with_id(i) {
+            types.push(Type::INT8);
+        }
+        types.extend(self.statement(sql)?.params().iter().cloned());
+        self.trips.set(self.trips.get() + 1);
+        let mut client = self.trip()?;
+        let mut writer = BinaryCopyInWriter::new(client.copy_in(&text)?, &types);
+        for row in pending.rows(i) {
+            writer.write(&refs(&row))?;
+        }
+        writer.finish()?;
         Ok(())
     }
 

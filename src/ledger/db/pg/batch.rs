@@ -26,7 +26,6 @@
 //! rolled-back INSERT leaves one).
 
 use std::collections::HashSet;
-use std::ops::Range;
 
 use postgres::types::Type;
 
@@ -255,32 +254,33 @@ impl Pending {
         Ok(())
     }
 
-    /// The statements to send, in order: runs of batches of which no two touch one row.
-    pub fn statements(&self) -> Vec<Range<usize>> {
-        let mut out: Vec<Range<usize>> = Vec::new();
+    /// The statements to send, in order: runs of batches (by index) of which no two touch one
+    /// row, so that within a run they may go in any order.
+    pub fn statements(&self) -> Vec<Vec<usize>> {
+        let mut out: Vec<Vec<usize>> = Vec::new();
         for (i, b) in self.batches.iter().enumerate() {
-            let joins = out.last().is_some_and(|r| {
-                (self.batches[r.clone()].iter()).all(|other| !other.touch.meets(&b.touch))
+            let joins = out.last().is_some_and(|run| {
+                (run.iter()).all(|&other| !self.batches[other].touch.meets(&b.touch))
             });
             match out.last_mut() {
-                Some(r) if joins => r.end = i + 1,
-                _ => out.push(i..i + 1),
+                Some(run) if joins => run.push(i),
+                _ => out.push(vec![i]),
             }
         }
         out
     }
 
-    /// The one-row statements (their `?N` text) of a statement's batches, in order.
-    pub fn sqls(&self, statement: Range<usize>) -> impl Iterator<Item = &str> {
-        self.batches[statement].iter().map(|b| b.sql.as_str())
+    /// The one-row statements (their `?N` text) of these batches, in order.
+    pub fn sqls<'a>(&'a self, batches: &'a [usize]) -> impl Iterator<Item = &'a str> {
+        batches.iter().map(|&i| self.batches[i].sql.as_str())
     }
 
-    /// The text of the statement that writes its batches' rows, given each batch's parameter
+    /// The text of the statement that writes these batches' rows, given each batch's parameter
     /// types (as the server inferred them for its one-row form, in [`Pending::sqls`]' order).
-    pub fn text(&self, statement: Range<usize>, types: &[Vec<Type>]) -> DbResult<String> {
+    pub fn text(&self, batches: &[usize], types: &[Vec<Type>]) -> DbResult<String> {
         let mut next = 1;
-        let parts: Vec<String> = (self.batches[statement].iter().zip(types))
-            .map(|(b, types)| b.text(types, &mut next))
+        let parts: Vec<String> = (batches.iter().zip(types))
+            .map(|(&i, types)| self.batches[i].text(types, &mut next))
             .collect::<DbResult<_>>()?;
         Ok(match parts.split_last() {
             Some((last, [])) => last.clone(),
@@ -294,13 +294,43 @@ impl Pending {
         })
     }
 
-    /// Each column's values of a statement's batches, as arrays to bind in
-    /// [`Pending::text`]'s order.
-    pub fn arrays(&self, statement: Range<usize>) -> Vec<Vec<Bind<'_>>> {
-        (self.batches[statement].iter())
-            .flat_map(|b| b.columns.iter())
+    /// Each column's values of these batches, as arrays to bind in [`Pending::text`]'s order.
+    pub fn arrays(&self, batches: &[usize]) -> Vec<Vec<Bind<'_>>> {
+        (batches.iter())
+            .flat_map(|&i| self.batches[i].columns.iter())
             .map(|c| c.iter().map(|v| Bind(v.value())).collect())
             .collect()
+    }
+
+    /// The `COPY .. FROM STDIN (FORMAT binary)` of batch `i` when it is a plain INSERT of at
+    /// least `rows` rows (the server reads COPY's rows for less than an INSERT's arrays, and a
+    /// large group pays COPY's extra round trip once); `None` otherwise.
+    pub fn copy(&self, i: usize, rows: usize) -> Option<String> {
+        let b = &self.batches[i];
+        match &b.shape.kind {
+            Kind::Insert { columns, conflict }
+                if conflict.is_empty() && b.columns.first().is_some_and(|c| c.len() >= rows) =>
+            {
+                let id = if b.with_id { "id, " } else { "" };
+                let table = &b.shape.table;
+                Some(format!(
+                    "COPY {table} ({id}{columns}) FROM STDIN (FORMAT binary)"
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether batch `i`'s rows begin with the id the layer gave them.
+    pub fn with_id(&self, i: usize) -> bool {
+        self.batches[i].with_id
+    }
+
+    /// Batch `i`'s rows, each as its values to bind, in order.
+    pub fn rows(&self, i: usize) -> impl Iterator<Item = Vec<Bind<'_>>> {
+        let columns = &self.batches[i].columns;
+        let n = columns.first().map_or(0, Vec::len);
+        (0..n).map(move |r| columns.iter().map(|c| Bind(c[r].value())).collect())
     }
 }
 
@@ -322,9 +352,9 @@ mod tests {
     /// Each statement's batches as (its one-row statement, how many rows).
     fn plan(p: &Pending) -> Vec<Vec<(&str, usize)>> {
         (p.statements().into_iter())
-            .map(|r| {
-                (p.batches[r].iter())
-                    .map(|b| (b.sql.as_str(), b.columns[0].len()))
+            .map(|run| {
+                (run.iter())
+                    .map(|&i| (p.batches[i].sql.as_str(), p.batches[i].columns[0].len()))
                     .collect()
             })
             .collect()
@@ -347,13 +377,13 @@ mod tests {
         };
         let types = [vec![Type::TEXT, Type::INT8], vec![Type::INT8, Type::INT8]];
         assert_eq!(
-            p.text(statement.clone(), &types).expect("text"),
+            p.text(statement, &types).expect("text"),
             "WITH gathered_0 AS (INSERT INTO requests (id, station, size) SELECT \
              unnest($1::\"pg_catalog\".\"int8\"[]), unnest($2::\"pg_catalog\".\"text\"[]), \
              unnest($3::\"pg_catalog\".\"int8\"[])) INSERT INTO idempotency (id, fingerprint) \
              SELECT unnest($4::\"pg_catalog\".\"int8\"[]), unnest($5::\"pg_catalog\".\"int8\"[])"
         );
-        let arrays = p.arrays(statement.clone());
+        let arrays = p.arrays(statement);
         let ids: Vec<Value<'_>> = arrays[0].iter().map(|b| b.0).collect();
         assert_eq!(ids, [Value::Integer(7), Value::Integer(8)]);
         assert_eq!(arrays.len(), 5);
@@ -394,7 +424,7 @@ mod tests {
             vec![Type::TEXT, Type::INT8],
             vec![Type::INT8, Type::TEXT, Type::INT8],
         ];
-        let text = p.text(0..2, &types).expect("text");
+        let text = p.text(&[0, 1], &types).expect("text");
         assert!(
             text.ends_with(
                 "UPDATE requests SET state = gathered.p2, at = COALESCE(at, gathered.p3) FROM \
@@ -486,7 +516,7 @@ mod tests {
                 vec![(STATE, 1), (KEY, 1)],
             ]
         );
-        let rows: Vec<Value<'_>> = p.arrays(1..2)[0].iter().map(|b| b.0).collect();
+        let rows: Vec<Value<'_>> = p.arrays(&[1])[0].iter().map(|b| b.0).collect();
         assert_eq!(
             rows,
             [Value::Integer(10), Value::Integer(3), Value::Integer(4)]

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use super::testdb::{on_both, Backend, TestDb};
 use crate::ledger::db::{params, Db, Value};
 
-on_both!(a_random_sequence_of_gathered_rows_reads_as_if_run_in_order);
+on_both!(
+    a_random_sequence_of_gathered_rows_reads_as_if_run_in_order,
+    a_large_group_goes_by_copy_and_reads_as_if_run_in_order,
+);
 
 const INSERT: &str = "INSERT INTO t (n, s) VALUES (?1, ?2)";
 const ADD: &str = "UPDATE t SET n = n + ?2 WHERE id = ?1";
@@ -116,4 +119,53 @@ fn a_random_sequence_of_gathered_rows_reads_as_if_run_in_order(backend: Backend)
         t.len() > 50 && c.len() == 4,
         "the sequences wrote rows: {model:?}"
     );
+}
+
+/// A group past `COPY_ROWS` rows of one INSERT (sent by COPY on PostgreSQL), some of them
+/// updated in the same group (after the COPY, in a later statement), another table's rows
+/// beside them: every row as written one at a time, ids in order; a rollback leaves none.
+fn a_large_group_goes_by_copy_and_reads_as_if_run_in_order(backend: Backend) {
+    let test = TestDb::new(backend);
+    let mut conn = super::open(&test);
+    (conn.db())
+        .execute_batch("CREATE TABLE c (k TEXT PRIMARY KEY, total BIGINT NOT NULL)")
+        .expect("c");
+    for commit in [false, true] {
+        let tx = conn.transaction().expect("begin");
+        let mut expected: Tables = Default::default();
+        let mut ids = Vec::new();
+        for n in 0..600i64 {
+            let s = format!("row {n}, with a comma and a \"quote\"");
+            let id = (tx.insert_id(INSERT, [Value::Integer(n), Value::Text(&s)])).expect("insert");
+            tx.insert(UPSERT, params![format!("k{}", n % 3), 1i64])
+                .expect("upsert");
+            ids.push(id);
+            expected.0.insert(id, (n, s));
+        }
+        for k in 0..3 {
+            // 1, then doubled plus one for each later row of its key.
+            let total = (0..200).fold(
+                0i64,
+                |t, i| if i == 0 { 1 } else { (t * 2 + 1) % 1_000_003 },
+            );
+            expected.1.insert(format!("k{k}"), total);
+        }
+        for &id in ids.iter().step_by(7) {
+            tx.update(ADD, params![id, 1000i64]).expect("add");
+            expected.0.entry(id).and_modify(|r| r.0 += 1000);
+        }
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order");
+        assert_eq!(tables(&tx), expected, "read in the group");
+        if commit {
+            tx.commit().expect("commit");
+            assert_eq!(tables(&conn.db()), expected, "committed");
+        } else {
+            tx.rollback().expect("rollback");
+            assert_eq!(
+                tables(&conn.db()),
+                Tables::default(),
+                "a rollback leaves none"
+            );
+        }
+    }
 }
