@@ -2,7 +2,9 @@
 //! statements take `&mut`, the layer's handles are shared), a statement cache keyed by the
 //! ledger's `?N` text holding the statement prepared from its `$N` rewrite
 //! (`postgres/placeholders.rs`), the binding of a [`Value`] as the type the server inferred for
-//! its parameter, and the reading of a column as a [`ColumnValue`].
+//! its parameter, the reading of a column as a `ColumnValue` (`pg/column.rs`), and a
+//! transaction's gathered writes (`pg/batch.rs`), sent over arrays or, for a large plain
+//! INSERT, by binary COPY.
 //!
 //! Each statement borrows the client for one round trip and gives it back before any row is
 //! read by the caller (rows are collected first), so a closure over rows may run statements of
@@ -12,7 +14,7 @@
 //! Binding follows the server's inference, as SQLite's loose typing would take the value: an
 //! integer binds as BIGINT, INTEGER or SMALLINT (out of range: an error, never wrapped), as
 //! BOOLEAN (not 0) or as NUMERIC (the `wide` domain); a real as DOUBLE PRECISION or REAL; text
-//! as TEXT, VARCHAR, NAME or a domain over them; a blob as BYTEA; a wide sum as NUMERIC or the
+//! as TEXT, VARCHAR, NAME or a domain over them; a blob as BYTEA; a list of keys as BIGINT[]; a wide sum as NUMERIC or the
 //! `wide` domain (as BIGINT when it fits); NULL as any type. A value where the server expects
 //! another kind (text for a number) is refused, naming the parameter: PostgreSQL does not
 //! convert, and a silent conversion would hide a statement that reads differently on the two
@@ -27,12 +29,14 @@ use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::types::{to_sql_checked, IsNull, Kind, ToSql, Type};
 use postgres::{Client, Statement};
 
-use super::row::ColumnValue;
 use super::{DbError, DbResult, Param, Value};
 use crate::ledger::postgres::placeholders;
 use crate::ledger::wide::Wide;
 
 mod batch;
+mod column;
+
+pub(super) use column::{column, position};
 
 /// Ids reserved at least this many at a time from a table's identity sequence
 /// ([`PgConn::reserve_ids`]): a reservation is a round trip, so a block lasts a single
@@ -541,66 +545,4 @@ impl ToSql for Bind<'_> {
     }
 
     to_sql_checked!();
-}
-
-/// Column `i` of `row` as the layer reads it: the integers as integers (a BOOLEAN as 0 or 1,
-/// as SQLite stores a flag), a NUMERIC that is an integer as a wide decimal, text, bytea, the
-/// reals; any other type, or a NUMERIC that is not a `Wide`, is a [`DbError::Column`].
-pub(super) fn column(row: &postgres::Row, i: usize) -> DbResult<ColumnValue<'_>> {
-    let ty = row
-        .columns()
-        .get(i)
-        .ok_or_else(|| DbError::column(i, "no such column in the result"))?
-        .type_();
-    let bad = |e: postgres::Error| {
-        let problem = match e.source() {
-            Some(source) => source.to_string(),
-            None => e.to_string(),
-        };
-        DbError::column(i, problem)
-    };
-    let value = match *base(ty) {
-        Type::INT8 => row
-            .try_get::<_, Option<i64>>(i)
-            .map(|v| v.map(ColumnValue::Integer)),
-        Type::INT4 => row
-            .try_get::<_, Option<i32>>(i)
-            .map(|v| v.map(|n| ColumnValue::Integer(n.into()))),
-        Type::INT2 => row
-            .try_get::<_, Option<i16>>(i)
-            .map(|v| v.map(|n| ColumnValue::Integer(n.into()))),
-        Type::BOOL => row
-            .try_get::<_, Option<bool>>(i)
-            .map(|v| v.map(|b| ColumnValue::Integer(b.into()))),
-        Type::FLOAT8 => row
-            .try_get::<_, Option<f64>>(i)
-            .map(|v| v.map(ColumnValue::Real)),
-        Type::FLOAT4 => row
-            .try_get::<_, Option<f32>>(i)
-            .map(|v| v.map(|f| ColumnValue::Real(f.into()))),
-        Type::NUMERIC => row
-            .try_get::<_, Option<Wide>>(i)
-            .map(|v| v.map(|w| ColumnValue::Wide(w.0))),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => row
-            .try_get::<_, Option<&str>>(i)
-            .map(|v| v.map(ColumnValue::Text)),
-        Type::BYTEA => row
-            .try_get::<_, Option<&[u8]>>(i)
-            .map(|v| v.map(ColumnValue::Blob)),
-        _ => {
-            return Err(DbError::column(
-                i,
-                format!("a {ty}, which the ledger does not read"),
-            ))
-        }
-    };
-    Ok(value.map_err(bad)?.unwrap_or(ColumnValue::Null))
-}
-
-/// The position of the column named `name` (compared as SQLite compares names: ASCII case
-/// ignored; PostgreSQL folds unquoted names to lower case).
-pub(super) fn position(row: &postgres::Row, name: &str) -> Option<usize> {
-    row.columns()
-        .iter()
-        .position(|c| c.name().eq_ignore_ascii_case(name))
 }
