@@ -11,21 +11,7 @@ use super::*;
 use crate::ledger::db::{params, Db};
 use crate::ledger::wide::Wide;
 
-/// xorshift64: a stream per seed, so a failing seed replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use crate::ledger::db::tests::testdb::Rng;
 
 fn count(c: &Db<'_>, sql: &str, path: &str) -> i64 {
     c.query_one(sql, params![path], |r| r.get(0))

@@ -10,17 +10,7 @@
 use super::*;
 use crate::ledger::VolumeFound;
 
-/// xorshift64: a stream per seed, so a failing seed replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use crate::ledger::db::tests::testdb::Rng;
 
 fn configs() -> [String; 3] {
     let caps = "[targets.mc]\nfeasibility_cap = 1500\n";

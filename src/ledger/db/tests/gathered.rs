@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::testdb::{on_both, Backend, TestDb};
+use super::testdb::{on_both, Backend, Rng, TestDb};
 use crate::ledger::db::{params, Db, Value};
 
 on_both!(
@@ -20,18 +20,6 @@ const UPSERT: &str = "INSERT INTO c (k, total) VALUES (?1, ?2) \
      ON CONFLICT(k) DO UPDATE SET total = (c.total * 2 + excluded.total) % 1000003";
 const TAKE: &str = "UPDATE c SET total = total - ?2 WHERE k = ?1";
 const SCALE: &str = "UPDATE t SET s = ?2, n = (n * ?3) % 1000003 WHERE id = ?1";
-
-/// A small deterministic generator (xorshift), so a failure names its seed.
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Both tables: `t` by id, `c` by key.
 type Tables = (BTreeMap<i64, (i64, String)>, BTreeMap<String, i64>);
@@ -55,14 +43,14 @@ fn a_random_sequence_of_gathered_rows_reads_as_if_run_in_order(backend: Backend)
         .expect("c");
     let mut model: Tables = Default::default();
     for seed in 1..=25u64 {
-        let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut random = Rng::new(seed);
         let tx = conn.transaction().expect("begin");
         let (mut group, mut counts) = model.clone();
         for step in 0..40 {
             let ids: Vec<i64> = group.keys().copied().collect();
             let k = format!("k{}", random.below(4));
             // A key of a row there is, most of the time; else one that names no row.
-            let any_id = |random: &mut Random| match ids.len() as u64 {
+            let any_id = |random: &mut Rng| match ids.len() as u64 {
                 0 => -1,
                 n if random.below(8) > 0 => ids[random.below(n) as usize],
                 _ => -1 - random.below(5) as i64,
