@@ -115,6 +115,7 @@ pub(super) struct RawVolumes {
     max_volumes: i64,
     libraries: BTreeMap<String, i64>,
     ride_lead_bytes: Option<i64>,
+    remainder_bytes: i64,
 }
 
 impl Default for RawVolumes {
@@ -131,6 +132,7 @@ impl Default for RawVolumes {
             max_volumes: i64::from(d.max_volumes),
             libraries: BTreeMap::new(),
             ride_lead_bytes: None,
+            remainder_bytes: d.remainder_bytes as i64,
         }
     }
 }
@@ -424,7 +426,20 @@ fn validate_volumes(raw: &RawVolumes, issues: &mut Issues) -> VolumeSettings {
         // Set from `[mss.volume_lookup]` once `[mss]` is read (`config::mss`).
         lookup_wait_ms: None,
         ride_lead_bytes: ride_lead_bytes(raw.ride_lead_bytes, issues),
+        remainder_bytes: bytes_or_off(raw.remainder_bytes, key("remainder_bytes"), issues),
     }
+}
+
+/// `v` bytes, 0 (off) or more, else 0 and an issue naming `key`.
+fn bytes_or_off(v: i64, key: String, issues: &mut Issues) -> u64 {
+    if v < 0 {
+        issues.add(
+            key,
+            format!("must be 0 (off) or a number of bytes, got {v}"),
+        );
+        return 0;
+    }
+    v as u64
 }
 
 /// `v` when it is in `1..=max`, else 1 and an issue naming `key`.

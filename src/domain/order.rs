@@ -117,6 +117,10 @@ pub struct VolumeSettings {
     /// at most `b`, and a group whose ride the bound cut rides no more until it is back at its
     /// share; `None`, only groups not ahead of their share ride, as much as the batch holds.
     pub ride_lead_bytes: Option<u64>,
+    /// A batch takes along every request it would leave on its volume when they hold at most
+    /// this many bytes and each of their groups has the credit for them
+    /// (`policy::volumes::remainder`); 0: off.
+    pub remainder_bytes: u64,
 }
 
 impl Default for VolumeSettings {
@@ -134,6 +138,7 @@ impl Default for VolumeSettings {
             libraries: BTreeMap::new(),
             lookup_wait_ms: None,
             ride_lead_bytes: None,
+            remainder_bytes: 50_000_000_000,
         }
     }
 }

@@ -40,6 +40,7 @@ use crate::shares::UsageLookup;
 
 mod eligibility;
 mod label;
+mod remainder;
 mod ride;
 mod state;
 #[cfg(test)]
@@ -104,6 +105,9 @@ pub struct Batch {
     /// Groups whose ride `[release.volumes] ride_lead_bytes` cut short: once the batch starts,
     /// they ride no more until they are back at their share (`ride`).
     pub ride_capped: Vec<GroupId>,
+    /// Per group, the benefit of its requests taken along as the volume's remainder
+    /// (`[release.volumes] remainder_bytes`), which its credit pays (`remainder`).
+    pub remainder: Vec<(GroupId, u64)>,
 }
 
 impl Batch {
@@ -119,6 +123,7 @@ impl Batch {
 pub struct VolumeMemory {
     libs: Vec<(Label, state::LibMemory)>,
     repaying: BTreeSet<GroupId>,
+    credit: remainder::Credit,
 }
 
 impl VolumeMemory {
@@ -131,6 +136,7 @@ impl VolumeMemory {
                 .map(|(name, lib)| (name, lib.regroup(&regroup)))
                 .collect(),
             repaying: self.repaying.into_iter().filter_map(&regroup).collect(),
+            credit: self.credit.regroup(&regroup),
         }
     }
 }
@@ -161,6 +167,9 @@ pub struct VolumeQueue {
     /// back at their share. Kept over a rollback and a reload ([`VolumeMemory`]); after a
     /// restart, rebuilt as every group ahead of its share ([`Self::repay_every_lead`]).
     repaying: BTreeSet<GroupId>,
+    /// What each group's remainders may take (`remainder`). Kept as `repaying` is; a start
+    /// begins with none.
+    credit: remainder::Credit,
 }
 
 impl VolumeQueue {
@@ -255,6 +264,7 @@ impl VolumeQueue {
                 .map(|(name, lib)| (name.clone(), lib.memory()))
                 .collect(),
             repaying: self.repaying.clone(),
+            credit: self.credit.clone(),
         }
     }
 
@@ -265,6 +275,7 @@ impl VolumeQueue {
             self.libs.entry(name).or_default().restore(memory);
         }
         self.repaying = m.repaying;
+        self.credit = m.credit;
     }
 
     /// A queue rebuilt from the rows with no memory of which groups repay a lead (a start):
@@ -390,11 +401,29 @@ impl VolumeQueue {
         let may_ride = |g: GroupId| ride::allowance(s, standing, repaying, g);
         let rides = |g: GroupId| if no_riders { 0 } else { may_ride(g) };
         let weighs = |g: GroupId| may_ride(g) > 0;
+        let credit = &self.credit;
+        let remains = |g: GroupId| if no_riders { 0 } else { credit.room(g) };
+        let take = (
+            &rides as &dyn Fn(GroupId) -> u64,
+            &remains as &dyn Fn(GroupId) -> u64,
+        );
         let caps = state::NodeCaps::new(standing.policy);
         let sticky = if reserve.priority_waiting {
             Vec::new()
         } else {
             lib.sticky_volumes(max_volumes)
+        };
+        // The group the policy ranks first: it would lead the next batch anyway, so it may keep
+        // a mounted volume it has requests on, ahead of its share or not.
+        let first = match sticky.is_empty() {
+            true => None,
+            false => lead_group(
+                order,
+                standing,
+                (library, &*lib, &self.index),
+                now_ms,
+                |_| true,
+            ),
         };
         for vol in sticky {
             let on_it = |g: GroupId| {
@@ -405,11 +434,11 @@ impl VolumeQueue {
             // A volume no longer in flight starts a new flight, led by `g`: its caps count it.
             let flying = lib.flights.contains_key(&vol);
             let may_lead = |g| flying || caps.allows(g, &lib.node_flights);
-            let allowed = |g| on_it(g) && under(g) && may_lead(g);
+            let allowed = |g| on_it(g) && (under(g) || Some(g) == first) && may_lead(g);
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);
-                return Some(lib.cut(s, library, at, None, &rides));
+                return Some(lib.cut(s, library, at, None, take));
             }
         }
         if lib.flights.len() >= max_volumes as usize {
@@ -427,7 +456,7 @@ impl VolumeQueue {
             Some((vol, k)) => (vol, Some(k)),
             None => (lib.best_volume(g, &weighs)?, None),
         };
-        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, &rides))
+        Some(lib.cut(s, library, (vol, g, BatchReason::Chosen), first, take))
     }
 
     /// `batch` was committed and sent: its requests leave the queue and its volume is in flight
@@ -462,6 +491,7 @@ impl VolumeQueue {
         lib.take(settings, &batch.volume, &here);
         lib.started(&caps, batch, now_ms);
         self.repaying.extend(batch.ride_capped.iter().copied());
+        self.credit.started(policy, batch);
     }
 
     /// The group whose `max_volumes` counts `volume`'s flight in `library` (the group that led

@@ -13,7 +13,7 @@ use crate::trace::TraceRecord;
 use mss_adapters::sim::library::LibraryConfig;
 
 /// The `[release.volumes]` keys a sweep may vary.
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 10] = [
     "min_volume_bytes",
     "min_volume_files",
     "quiet_secs",
@@ -23,6 +23,7 @@ const KEYS: [&str; 9] = [
     "sticky_secs",
     "max_volumes",
     "ride_lead_bytes",
+    "remainder_bytes",
 ];
 
 /// `KEY=V1,V2,...` read.

@@ -736,6 +736,7 @@ url = "http://127.0.0.1:1"
             requests: vec![candidate(1)],
             bytes: 10,
             ride_capped: vec![],
+            remainder: vec![],
         };
         st.volume_batch_started(policy, &batch, 0);
         assert!(st.volumes.is_empty());

@@ -314,6 +314,7 @@ pub(super) fn add_flights(
             bytes: requests.iter().map(|c| c.size_bytes).sum(),
             requests,
             ride_capped: Vec::new(),
+            remainder: Vec::new(),
         };
         queue.batch_started(settings, policy, &batch, now);
     }

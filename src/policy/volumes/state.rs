@@ -4,6 +4,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::eligibility::eligible_from;
+use super::ride::Allowance;
 use super::{Batch, BatchReason, PosSet, VolumeId};
 use crate::domain::order::VolumeSettings;
 use crate::domain::{GroupId, PolicySettings};
@@ -390,11 +391,12 @@ impl Lib {
         library: &str,
         (vol, g, reason): (VolumeId, GroupId, BatchReason),
         first: Option<(u64, i64)>,
-        rides: &dyn Fn(GroupId) -> super::ride::Allowance,
+        (rides, remains): (&dyn Fn(GroupId) -> Allowance, &dyn Fn(GroupId) -> u64),
     ) -> Batch {
         let mut picked: Vec<(u64, i64)> = Vec::new();
         let mut bytes = 0u64;
         let mut capped: BTreeSet<GroupId> = BTreeSet::new();
+        let mut spent = Vec::new();
         if let Some(v) = self.vols.get(&vol) {
             if let Some((k, (_, w))) = first.and_then(|k| Some((k, v.reqs.get(&k)?))) {
                 bytes += w.size_bytes();
@@ -437,6 +439,12 @@ impl Lib {
                 picked.push(*k);
             }
             picked.sort_unstable();
+            if let Some(t) = super::remainder::take(s, &vol, v, &picked, remains) {
+                picked.extend(t.keys);
+                picked.sort_unstable();
+                bytes = bytes.saturating_add(t.bytes);
+                spent = t.spent;
+            }
         }
         let requests = picked
             .iter()
@@ -453,6 +461,7 @@ impl Lib {
             requests,
             bytes,
             ride_capped: capped.into_iter().collect(),
+            remainder: spent,
         }
     }
 
