@@ -5,10 +5,11 @@
 //! Enstore's dismount delay: about four minutes of an LTO-9 drive, the time it streams 90 GB.
 //!
 //! What keeps the shares: every fair-share group has a **credit**, in benefit units. Each batch
-//! released adds the group's share of the batch's benefit to it (at most two full batches'
+//! released adds the group's share of the batch's benefit to it (at most one full batch's
 //! worth, `cap`), and a group's requests ride as a remainder only while its credit covers them,
 //! which they then spend. So a group's remainders never take more than its share of what the
-//! library reads, beyond a burst of two batches (2 pp of a 10 TB window with 100 GB batches);
+//! library reads, beyond a burst of one batch (1 pp of a 10 TB window with 100 GB batches, the
+//! step a batch moves a share by anyway; two batches' worth passed 2 pp on a goals trace);
 //! they are charged to the group as any request, so the group choice, which ranks a group ahead
 //! of its share last, repays what they add. Pure: the credit lives in the `VolumeQueue`, kept
 //! over a rollback and a reload (`VolumeMemory`); a start begins with none.
@@ -63,12 +64,12 @@ impl Credit {
     }
 }
 
-/// The most credit a group holds: the benefit of two full batches.
+/// The most credit a group holds: the benefit of one full batch.
 fn cap(policy: &PolicySettings, s: &VolumeSettings) -> u64 {
-    let bytes = s.batch_max_bytes.saturating_mul(2);
+    let bytes = s.batch_max_bytes;
     match &policy.benefit {
         Benefit::Bytes => bytes,
-        Benefit::Files => u64::from(s.batch_max_files).saturating_mul(2),
+        Benefit::Files => u64::from(s.batch_max_files),
         Benefit::WeightedBytes(w) => {
             bytes.saturating_mul(w.values().copied().max().unwrap_or(1).max(1))
         }

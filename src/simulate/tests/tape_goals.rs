@@ -4,8 +4,8 @@
 //! The traces are the issue's (docs/volumes.md, "Issue 39's goals") scaled down: seed 7,
 //! `SCALE` of its 80,000 recalls at the same 0.3/s over `SCALE` of its 3,000 volumes (the
 //! same requests per volume), half in campaigns, data taking at 0.006/s. The configuration is
-//! the shipped one with `limit` and `max_volumes` at the 6 drives (`ride_lead_bytes` unset, as
-//! shipped). The full-size runs are the documented `simulate --compare`
+//! the shipped one with `limit` and `max_volumes` at the 6 drives (`ride_lead_bytes` unset and
+//! `remainder_bytes` 50 GB, as shipped). The full-size runs are the documented `simulate --compare`
 //! commands; their figures are in docs/volumes.md.
 
 use super::super::*;
@@ -129,11 +129,13 @@ fn figures(m: &Modes) -> String {
 }
 
 /// Met on both traces under both policies: data taking's p99 wait at most 300 s in `held` and
-/// `volumes`; `volumes` at most a third of `held`'s mounts per TB and within 2 pp of every share
-/// per 10 TB window over eligible demand (the figure the goals use: docs/volumes.md); every
-/// request done. On own tapes, also `volumes`' drive efficiency at least 0.85 times
-/// `pass_through`'s; under Fair Tree its makespan at most 1.15 times. No tolerance beyond the
-/// goals' own figures.
+/// `volumes`; `volumes` at most a third of `held`'s mounts per TB, within 2 pp of every share
+/// per 10 TB window over eligible demand (the figure the goals use: docs/volumes.md), and a
+/// drive efficiency at least 0.85 times `pass_through`'s; every request done. Against
+/// `pass_through`: mounts per TB at most 1.5 times on shared tapes and no more on own tapes,
+/// a makespan at most 1.15 times, under Fair Tree on both traces and under SAM except where
+/// `volumes_stays_within_its_measured_distance_of_the_missed_goals` says. No tolerance beyond
+/// the goals' own figures.
 #[test]
 fn issue_39_goals_met_on_shared_and_own_tapes() {
     for ((trace, algorithm), m) in runs() {
@@ -150,19 +152,25 @@ fn issue_39_goals_met_on_shared_and_own_tapes() {
         let (v, p) = (&m.volumes, &m.pass_through);
         let err = v.share_error_eligible_max_pp.expect("windows");
         assert!(err <= 2.0, "{at}: share error {err}");
-        if *trace == "own" {
-            assert!(eff(v) >= 0.85 * eff(p), "{at}");
-            if *algorithm == "fair_tree" {
-                assert!(v.makespan_s <= 1.15 * p.makespan_s, "{at}");
-            }
+        assert!(eff(v) >= 0.85 * eff(p), "{at}");
+        let sam = *algorithm == "sam";
+        if *trace == "shared" {
+            assert!(mounts(v) <= 1.5 * mounts(p), "{at}");
+        } else if !sam {
+            assert!(mounts(v) <= mounts(p), "{at}");
+        }
+        if !(sam && *trace == "shared") {
+            assert!(v.makespan_s <= 1.15 * p.makespan_s, "{at}");
         }
     }
 }
 
 /// The goals these traces miss, as a bound on how far: `volumes` against `pass_through` no
-/// worse than measured (2026-11-29, the shipped defaults) by more than 5 %, so a change that
-/// moves `volumes` further from a goal fails here, and one that reaches it does not.
-/// docs/volumes.md, "Issue 39's goals", gives the full-size figures and why they are missed.
+/// worse than measured (2026-11-29, the shipped defaults, remainders on) by more than 5 %, so
+/// a change that moves `volumes` further from a goal fails here, and one that reaches it does
+/// not. Only SAM misses any at this size: a makespan of 1.21 times on shared tapes (goal 1.15)
+/// and 1.14 times the mounts on own tapes (goal 1.0). docs/volumes.md, "Remainders", gives the
+/// full-size figures and why SAM's `pass_through` is the harder mark.
 #[test]
 fn volumes_stays_within_its_measured_distance_of_the_missed_goals() {
     for ((trace, algorithm), m) in runs() {
@@ -172,19 +180,16 @@ fn volumes_stays_within_its_measured_distance_of_the_missed_goals() {
         let makespan_ratio = v.makespan_s / p.makespan_s;
         let eff_ratio = eff(v) / eff(p);
         eprintln!("{at}\n  volumes/pass_through: mounts x{mount_ratio:.2} makespan x{makespan_ratio:.2} eff x{eff_ratio:.2}");
-        if *trace == "own" {
-            // Goal: mounts at most pass_through's (measured 1.32 SAM, 1.12 Fair Tree); under
-            // SAM a makespan at most 1.15 times (1.20).
-            assert!(mount_ratio <= 1.39, "{at}");
-            assert!(makespan_ratio <= 1.26, "{at}");
+        if *algorithm != "sam" {
             continue;
         }
-        // Goals: mounts at most 1.5 times pass_through's (measured 1.79 SAM, 1.80 Fair Tree), a
-        // makespan at most 1.15 times (1.44, 1.34) and a drive efficiency at least 0.85 times
-        // (0.72, 0.76).
-        assert!(mount_ratio <= 1.89, "{at}");
-        assert!(makespan_ratio <= 1.51, "{at}");
-        assert!(eff_ratio >= 0.68, "{at}");
+        if *trace == "own" {
+            // Goal: mounts at most pass_through's (measured 1.14).
+            assert!(mount_ratio <= 1.20, "{at}");
+        } else {
+            // Goal: a makespan at most 1.15 times pass_through's (measured 1.21).
+            assert!(makespan_ratio <= 1.27, "{at}");
+        }
     }
 }
 

@@ -106,15 +106,15 @@ fn while_a_priority_request_waits_no_remainder_rides() {
 }
 
 #[test]
-fn the_credit_is_at_most_two_full_batches_and_survives_a_rollback() {
+fn the_credit_is_at_most_one_full_batch_and_survives_a_rollback() {
     let mut h = H::new("remainder_bytes = 1000");
     h.book.add(h.g("a"), 1_000_000, 0);
-    // 30 batches of 200 earn a 1,500, capped at two batches' worth: 500 (250-byte batches).
+    // 30 batches of 200 earn a 1,500, capped at one batch's worth: 250 (250-byte batches).
     earn(&mut h, 30, 0);
     let memory = h.q.memory();
     let on_v = |h: &mut H| {
         let a: Vec<i64> = (0..3)
-            .map(|p| h.add("a", Some("V"), 10 + p, 170, 0))
+            .map(|p| h.add("a", Some("V"), 10 + p, 100, 0))
             .collect();
         (h.add("b", Some("V"), 0, 100, 0), a)
     };
@@ -122,13 +122,13 @@ fn the_credit_is_at_most_two_full_batches_and_survives_a_rollback() {
     h.q = VolumeQueue::default();
     h.q.restore(memory.clone());
     let (b1, a) = on_v(&mut h);
-    // a's 510 bytes are more than its 500 of credit: they stay.
+    // a's 300 bytes are more than its 250 of credit: they stay.
     assert_eq!(ids(&h.next(0).expect("b's batch")), vec![b1]);
     h.q.remove(&h.p.order.release.volumes, a[2]);
-    // 340 go: the credit was kept over the rollback.
+    // 200 go: the credit was kept over the rollback.
     let b = h.next(0).expect("b's batch");
     assert_eq!(ids(&b), vec![b1, a[0], a[1]]);
-    assert_eq!(b.remainder, vec![(h.g("a"), 340)]);
+    assert_eq!(b.remainder, vec![(h.g("a"), 200)]);
     // A start has no memory: no credit, nothing rides.
     h.q = VolumeQueue::default();
     let (b1, a) = on_v(&mut h);
@@ -163,10 +163,10 @@ fn the_group_ranked_first_keeps_its_mounted_volume_though_ahead_of_its_share() {
 
 proptest! {
     /// Whatever the requests and standings, a group's remainders never take more than its
-    /// share of the benefit released so far plus two full batches (the credit's cap), and each batch's
+    /// share of the benefit released so far plus one full batch (the credit's cap), and each batch's
     /// remainder is within `remainder_bytes`.
     #[test]
-    fn remainders_never_give_a_group_more_than_its_share_and_two_batches(
+    fn remainders_never_give_a_group_more_than_its_share_and_one_batch(
         reqs in proptest::collection::vec((0u8..2, 0u8..150, 0u64..50, 1u64..80), 1..400),
         a_ahead in prop_oneof![0i128..2000, Just(1_000_000)],
     ) {
@@ -188,8 +188,8 @@ proptest! {
                 }
                 released += batch.requests.iter().map(|c| c.benefit).sum::<u64>();
                 // At every batch, not only at the end.
-                prop_assert!(took[0] <= released / 4 + 500, "a took {} of {released}", took[0]);
-                prop_assert!(took[1] <= released * 3 / 4 + 500, "b took {} of {released}", took[1]);
+                prop_assert!(took[0] <= released / 4 + 250, "a took {} of {released}", took[0]);
+                prop_assert!(took[1] <= released * 3 / 4 + 250, "b took {} of {released}", took[1]);
                 for c in &batch.requests {
                     h.q.request_finished(&h.p, c.id, now);
                 }
