@@ -29,17 +29,18 @@
 //! on that volume); a decision reads the groups of one library and the volumes in flight, never
 //! the whole queue.
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::order::{place, Algorithm, Candidate, OrderSettings, ShareSnapshot};
+use super::order::{Candidate, OrderSettings, ShareSnapshot};
 use super::reserve::Reservation;
 use crate::domain::order::VolumeSettings;
 use crate::domain::GroupId;
 use crate::shares::UsageLookup;
+use lead::lead_group;
 
 mod eligibility;
 mod label;
+mod lead;
 mod remainder;
 mod ride;
 mod state;
@@ -538,73 +539,6 @@ impl VolumeQueue {
                 self.libs.remove(&lib);
             }
         }
-    }
-}
-
-/// The group the policy ranks first among those with waiting requests in `lib` that `allowed`
-/// admits: a starved group (oldest request waited `max_wait`) first, oldest first; FBSNG by queue
-/// priority; otherwise the highest placement of the group's oldest request (oldest first on a
-/// tie). One placement per group, never per request.
-fn lead_group<U: UsageLookup>(
-    order: &OrderSettings,
-    standing: &ShareSnapshot<'_, U>,
-    (library, lib, index): (&str, &Lib, &Index),
-    now_ms: i64,
-    allowed: impl Fn(GroupId) -> bool,
-) -> Option<GroupId> {
-    let oldest = |g: GroupId| {
-        let id = lib.oldest_of(g)?;
-        let (_, vol, pos) = index.get(&id)?;
-        lib.waiting(library, vol, id, *pos)
-    };
-    let groups: Vec<(GroupId, Candidate)> = lib
-        .groups
-        .keys()
-        .filter(|&&g| allowed(g))
-        .filter_map(|&g| Some((g, oldest(g)?)))
-        .collect();
-    if let Some(max_wait) = order.max_wait_ms {
-        let starved = groups
-            .iter()
-            .filter(|(_, c)| now_ms - c.created_ms >= max_wait)
-            .min_by_key(|(_, c)| (c.created_ms, c.id));
-        if let Some((g, _)) = starved {
-            return Some(*g);
-        }
-    }
-    if order.algorithm == Algorithm::Fbsng {
-        let q = standing
-            .queues
-            .order(groups.iter().map(|(g, _)| g.0))
-            .into_iter()
-            .next()?;
-        return Some(GroupId(q));
-    }
-    groups
-        .iter()
-        .map(|(g, c)| {
-            (
-                Reverse(Score(place(order, standing, c, now_ms).score)),
-                c.id,
-                *g,
-            )
-        })
-        .min()
-        .map(|(_, _, g)| g)
-}
-
-/// A score ordered by `total_cmp`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Score(f64);
-impl Eq for Score {}
-impl PartialOrd for Score {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Score {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
     }
 }
 
