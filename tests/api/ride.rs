@@ -2,7 +2,9 @@
 //! service and the real simulator process: a group ahead of its share whose lead stays within
 //! the bound rides on the batch another group leads on a volume, in the same MSS call, charged
 //! to its own group; a group the ride would carry past the bound does not ride, and after a
-//! restart it still does not ride before it is back at its share.
+//! restart it still does not ride before it is back at its share. And remainders
+//! (`[release.volumes] remainder_bytes`): what a batch would leave on its volume goes with it,
+//! whatever its groups' standing, when it is small enough and their credit covers it.
 //!
 //! Shares (tests/fixtures/base.toml): reprocessing 30 %, mc 30 %, analysis/top 30 %,
 //! analysis/higgs 10 %. The bound is 25 GB. mc and top are led to 40 GB each (a lead of
@@ -21,8 +23,12 @@ const BOUND: u64 = 25 * GB;
 
 /// Volumes eligible at 4 files (never by bytes or age within a test), batches as large as a
 /// volume, room for every volume of the test in flight, and riding with `ride` (`None`: unset).
+/// With `ride` set, remainders are off: these tests pin the bound alone, and a remainder is
+/// bounded by its group's credit, not by it (`remainder_bytes` below).
 fn config(sim: &SimProcess, ride: Option<u64>) -> String {
-    let ride = ride.map_or(String::new(), |b| format!("ride_lead_bytes = {b}\n"));
+    let ride = ride.map_or(String::new(), |b| {
+        format!("ride_lead_bytes = {b}\nremainder_bytes = 0\n")
+    });
     format!(
         "{}\n[release]\nmode = \"volumes\"\n\n[release.volumes]\n\
          min_volume_bytes = 1000000000000000\nmin_volume_files = 4\nquiet_secs = 3600\n\
@@ -183,4 +189,45 @@ async fn a_group_the_bound_stopped_does_not_ride_again_after_a_restart() {
         Some(40 * GB)
     );
     app.stop().await;
+}
+
+/// Remainders through the service: with `ride_lead_bytes` unset, mc and top are ahead of their
+/// shares and may not ride on reprocessing's batch on VA, but their 10 + 20 GB are all that
+/// batch would leave on the tape. Each has earned 30 % of the 80 GB released (24 GB of credit),
+/// which covers its part: at `remainder_bytes` = 30 GB both go in reprocessing's MSS call, each
+/// charged to its own group; at 25 GB the 30 GB left are too many and neither goes (all or
+/// none: a mount is needed for what stays anyway).
+#[tokio::test]
+async fn a_small_remainder_goes_with_the_batch_charged_to_its_own_group_and_a_larger_one_waits() {
+    for (limit, taken) in [(30 * GB, true), (25 * GB, false)] {
+        let sim = SimProcess::start_with(1, 1.0);
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("broker.db");
+        let config = format!("{}remainder_bytes = {limit}\n", config(&sim, None));
+        let app = TestApp::spawn_on(&config, db.clone()).await;
+        mc_and_top_ahead(&app, &sim).await;
+        let (reprocessing, mc, top) = shared_volume(&app).await;
+        if taken {
+            let r = received_all(&sim, &[reprocessing[0], mc, top, reprocessing[1]]).await;
+            let call = call_of(&r, top);
+            assert_eq!(call, [reprocessing[0], mc, top, reprocessing[1]], "{r:?}");
+            for (id, group, bytes) in [(mc, "mc", 10 * GB), (top, "analysis/top", 20 * GB)] {
+                let (g, _, led_by, charged) = row(&db, id);
+                assert_eq!(
+                    (g.as_str(), led_by.as_deref(), charged),
+                    (group, Some("reprocessing"), bytes as i64)
+                );
+            }
+            let top_usage = app.group("analysis/top").await["usage_bytes"].as_u64();
+            assert_eq!(top_usage, Some(60 * GB));
+        } else {
+            let r = received_all(&sim, &reprocessing).await;
+            assert_eq!(call_of(&r, reprocessing[0]), reprocessing, "{r:?}");
+            for id in [mc, top] {
+                let (_, state, _, charged) = row(&db, id);
+                assert_eq!((state.as_str(), charged), ("queued", 0), "{id}");
+            }
+        }
+        app.stop().await;
+    }
 }
