@@ -355,8 +355,9 @@ impl VolumeQueue {
 
     /// The batch to release next at `library`, if any. First a volume in flight that is nearly
     /// done (or finished within `sticky_ms`, while fewer than `max_volumes` are in flight) and
-    /// has requests of a group not ahead of its share, led by the one of those the policy ranks
-    /// first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
+    /// has requests of a group not ahead of its share or ranked first by the policy (ties
+    /// included: under SAM every front group, or every group when none is front), led by the
+    /// one of those the policy ranks first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
     /// first among those with an eligible volume not in flight and under their `[targets]`
     /// `max_volumes` (starved first, then the policy's order, as
     /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and the volume of that
@@ -414,17 +415,11 @@ impl VolumeQueue {
         } else {
             lib.sticky_volumes(max_volumes)
         };
-        // The group the policy ranks first: it would lead the next batch anyway, so it may keep
-        // a mounted volume it has requests on, ahead of its share or not.
+        // The groups the policy ranks first, ties included: one of them leads the next batch
+        // anyway, so each may keep a mounted volume it has requests on, ahead of its share or not.
         let first = match sticky.is_empty() {
-            true => None,
-            false => lead_group(
-                order,
-                standing,
-                (library, &*lib, &self.index),
-                now_ms,
-                |_| true,
-            ),
+            true => Vec::new(),
+            false => lead::ranked_first(order, standing, (library, &*lib, &self.index), now_ms),
         };
         for vol in sticky {
             let on_it = |g: GroupId| {
@@ -435,7 +430,7 @@ impl VolumeQueue {
             // A volume no longer in flight starts a new flight, led by `g`: its caps count it.
             let flying = lib.flights.contains_key(&vol);
             let may_lead = |g| flying || caps.allows(g, &lib.node_flights);
-            let allowed = |g| on_it(g) && (under(g) || Some(g) == first) && may_lead(g);
+            let allowed = |g| on_it(g) && (under(g) || first.contains(&g)) && may_lead(g);
             let at = (library, &*lib, &self.index);
             if let Some(g) = lead_group(order, standing, at, now_ms, allowed) {
                 let at = (vol, g, BatchReason::Sticky);

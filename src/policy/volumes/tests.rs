@@ -9,16 +9,16 @@ use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::shares::UsageBook;
 
-/// Fair-share groups a (1/4) and b (3/4) under Fair Tree, in the volumes mode with small
+/// Fair-share groups a (1/4) and b (3/4) under `algorithm` (Fair Tree in [`H::new`]), in the volumes mode with small
 /// thresholds: 100 bytes or 3 files, quiet 10 s, max age 100 s, batches of 250 bytes or 4 files,
 /// sticky 5 s, 2 volumes per library.
-fn policy(extra: &str) -> Arc<PolicySettings> {
+fn policy_under(algorithm: &str, extra: &str) -> Arc<PolicySettings> {
     let text = format!(
         r#"
 [policy]
 p_front = 20
 p_back = 10
-algorithm = "fair_tree"
+algorithm = "{algorithm}"
 [usage]
 model = "none"
 [[priority_classes]]
@@ -57,7 +57,11 @@ struct H {
 
 impl H {
     fn new(extra: &str) -> H {
-        let p = policy(extra);
+        H::under("fair_tree", extra)
+    }
+
+    fn under(algorithm: &str, extra: &str) -> H {
+        let p = policy_under(algorithm, extra);
         H {
             book: UsageBook::new(&p, 0),
             queues: Queues::new(&p.order.fbsng),

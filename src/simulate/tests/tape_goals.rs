@@ -166,11 +166,12 @@ fn issue_39_goals_met_on_shared_and_own_tapes() {
 }
 
 /// The goals these traces miss, as a bound on how far: `volumes` against `pass_through` no
-/// worse than measured (2026-11-29, the shipped defaults, remainders on) by more than 5 %, so
-/// a change that moves `volumes` further from a goal fails here, and one that reaches it does
-/// not. Only SAM misses any at this size: a makespan of 1.21 times on shared tapes (goal 1.15)
-/// and 1.14 times the mounts on own tapes (goal 1.0). docs/volumes.md, "Remainders", gives the
-/// full-size figures and why SAM's `pass_through` is the harder mark.
+/// worse than measured (2026-11-30, the shipped defaults, remainders on, SAM's tied groups
+/// keeping a mounted volume) by more than 5 %, so a change that moves `volumes` further from a
+/// goal fails here, and one that reaches it does not. Only SAM misses any at this size: a
+/// makespan of 1.18 times on shared tapes (goal 1.15) and 1.11 times the mounts on own tapes
+/// (goal 1.0). docs/volumes.md, "Remainders" and "Ties under SAM", gives the full-size figures
+/// and why SAM's `pass_through` is the harder mark.
 #[test]
 fn volumes_stays_within_its_measured_distance_of_the_missed_goals() {
     for ((trace, algorithm), m) in runs() {
@@ -184,11 +185,11 @@ fn volumes_stays_within_its_measured_distance_of_the_missed_goals() {
             continue;
         }
         if *trace == "own" {
-            // Goal: mounts at most pass_through's (measured 1.14).
-            assert!(mount_ratio <= 1.20, "{at}");
+            // Goal: mounts at most pass_through's (measured 1.11; 1.14 before SAM's ties).
+            assert!(mount_ratio <= 1.16, "{at}");
         } else {
-            // Goal: a makespan at most 1.15 times pass_through's (measured 1.21).
-            assert!(makespan_ratio <= 1.27, "{at}");
+            // Goal: a makespan at most 1.15 times pass_through's (measured 1.18; 1.21 before).
+            assert!(makespan_ratio <= 1.24, "{at}");
         }
     }
 }

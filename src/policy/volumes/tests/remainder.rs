@@ -161,6 +161,37 @@ fn the_group_ranked_first_keeps_its_mounted_volume_though_ahead_of_its_share() {
     assert_eq!((turn.reason, ids(&turn)), (BatchReason::Chosen, vec![b1]));
 }
 
+#[test]
+fn under_sam_every_group_tied_first_keeps_its_mounted_volume() {
+    // SAM places a request front or back (seed 000): with no group front, every group is first
+    // in SAM's own terms and the oldest request only orders them. a is ahead of its share and
+    // b's request is the older, yet a keeps its mounted volume V. The rule before (the group
+    // lead_group picks, here b) sent b's W and left a's requests on V for another mount.
+    let mut h = H::under("sam", "remainder_bytes = 0");
+    let (a, b) = (h.g("a"), h.g("b"));
+    h.book.add(a, 800, 0);
+    h.book.add(b, 2950, 0);
+    let w = h.add("b", Some("W"), 0, 100, 0);
+    let on_v: Vec<i64> = (0..6).map(|p| h.add("a", Some("V"), p, 100, 0)).collect();
+    // a is front ((800 + 100) / 3850 < 1/4), b back: a's V goes first.
+    let first = h.start(0).expect("a's batch");
+    assert_eq!(ids(&first), on_v[..2].to_vec());
+    h.q.request_finished(&h.p, on_v[0], 10);
+    // Now a has 1000 of 3950 (ahead of 1/4) and both are back: (1000 + 100) / 4050 >= 1/4,
+    // (2950 + 100) / 4050 >= 3/4.
+    let standing = ShareSnapshot::new(&h.p, h.book.at(10), &h.queues);
+    assert!(!ride::not_ahead(&standing, a));
+    let next = h.next(10).expect("V's next batch");
+    assert_eq!(
+        (next.reason, ids(&next)),
+        (BatchReason::Sticky, on_v[2..4].to_vec())
+    );
+    // With b front ((2950 + 100) / 5050 < 3/4), b alone is first: its turn, not V's.
+    h.book.add(a, 1000, 10);
+    let turn = h.next(10).expect("b's batch");
+    assert_eq!((turn.reason, ids(&turn)), (BatchReason::Chosen, vec![w]));
+}
+
 proptest! {
     /// Whatever the requests and standings, a group's remainders never take more than its
     /// share of the benefit released so far plus one full batch (the credit's cap), and each batch's
