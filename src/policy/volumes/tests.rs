@@ -449,9 +449,10 @@ proptest! {
     #[test]
     fn a_batch_keeps_its_caps_and_position_order(
         reqs in proptest::collection::vec((0u8..2, 0u8..3, 0u64..50, 1u64..120), 1..60),
+        algorithm in prop_oneof![Just("fair_tree"), Just("sam")],
     ) {
         // Remainders of up to 60 bytes may take a batch past its 250 bytes.
-        let mut h = H::new("remainder_bytes = 60");
+        let mut h = H::under(algorithm, "remainder_bytes = 60");
         for (g, v, pos, size) in &reqs {
             let g = if *g == 0 { "a" } else { "b" };
             let v = format!("V{v}");
@@ -565,8 +566,15 @@ fn riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid() {
     // rides on b's mounts until the bound stops it, then rides no more until b's batches bring
     // it back to its share.
     const BOUND: f64 = 150.0;
+    for algorithm in ["fair_tree", "sam"] {
+        riders_within_the_bound_under(algorithm, BOUND);
+    }
+}
+
+/// [`riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid`] under `algorithm`.
+fn riders_within_the_bound_under(algorithm: &str, bound: f64) {
     // The bound alone: remainders, which it does not bound, are off (their credit is theirs).
-    let mut h = H::new("ride_lead_bytes = 150\nremainder_bytes = 0");
+    let mut h = H::under(algorithm, "ride_lead_bytes = 150\nremainder_bytes = 0");
     let (a, bg) = (h.g("a"), h.g("b"));
     let (mut rode, mut capped, mut repaid) = (0, 0, 0);
     let mut repaying: Option<GroupId> = None;
@@ -590,12 +598,12 @@ fn riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid() {
                 }
                 rode += 1;
                 assert!(
-                    lead_of(&h, o, now) <= BOUND + 1e-6,
-                    "round {round}: {o:?} rode to a lead of {}",
+                    lead_of(&h, o, now) <= bound + 1e-6,
+                    "{algorithm}, round {round}: {o:?} rode to a lead of {}",
                     lead_of(&h, o, now)
                 );
                 if repaying == Some(o) {
-                    panic!("round {round}: {o:?} rode while repaying its lead");
+                    panic!("{algorithm}, round {round}: {o:?} rode while repaying its lead");
                 }
             }
             if let Some(&g) = batch.ride_capped.first() {
@@ -612,8 +620,14 @@ fn riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid() {
             }
         }
     }
-    assert!(rode > 10 && capped > 3, "rode {rode}, capped {capped}");
-    assert!(repaid + 1 >= capped, "repaid {repaid} of {capped} leads");
+    assert!(
+        rode > 10 && capped > 3,
+        "{algorithm}: rode {rode}, capped {capped}"
+    );
+    assert!(
+        repaid + 1 >= capped,
+        "{algorithm}: repaid {repaid} of {capped} leads"
+    );
 }
 
 #[test]

@@ -195,13 +195,15 @@ fn under_sam_every_group_tied_first_keeps_its_mounted_volume() {
 proptest! {
     /// Whatever the requests and standings, a group's remainders never take more than its
     /// share of the benefit released so far plus one full batch (the credit's cap), and each batch's
-    /// remainder is within `remainder_bytes`.
+    /// remainder is within `remainder_bytes`; under Fair Tree and under SAM (whose tied groups
+    /// keep a mounted volume).
     #[test]
     fn remainders_never_give_a_group_more_than_its_share_and_one_batch(
         reqs in proptest::collection::vec((0u8..2, 0u8..150, 0u64..50, 1u64..80), 1..400),
         a_ahead in prop_oneof![0i128..2000, Just(1_000_000)],
+        algorithm in prop_oneof![Just("fair_tree"), Just("sam")],
     ) {
-        let mut h = H::new("remainder_bytes = 90");
+        let mut h = H::under(algorithm, "remainder_bytes = 90");
         h.book.add(h.g("a"), a_ahead, 0);
         for (g, v, pos, size) in &reqs {
             let g = if *g == 0 { "a" } else { "b" };
