@@ -357,9 +357,9 @@ impl VolumeQueue {
     /// done (or finished within `sticky_ms`, while fewer than `max_volumes` are in flight) and
     /// has requests of a group not ahead of its share or ranked first by the policy (ties
     /// included: under SAM every front group, or every group when none is front), led by the
-    /// one of those the policy ranks first. Else, if fewer than `max_volumes` volumes are in flight, the group the policy ranks
-    /// first among those with an eligible volume not in flight and under their `[targets]`
-    /// `max_volumes` (starved first, then the policy's order, as
+    /// one of those the policy ranks first. Else, if fewer than `max_volumes` volumes are in
+    /// flight, the group the policy ranks first among those with an eligible volume not in
+    /// flight and under their `[targets]` `max_volumes` (starved first, then the policy's order, as
     /// [`super::queue::HeldQueue::pick`]; FBSNG by queue priority), and the volume of that
     /// group's oldest request that has waited `max_age_ms` on a volume not in flight (that
     /// request first in the batch), else of the group's fullest eligible volumes the one whose

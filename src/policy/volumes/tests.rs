@@ -9,9 +9,9 @@ use crate::policy::fbsng::Queues;
 use crate::policy::multifactor::Qos;
 use crate::shares::UsageBook;
 
-/// Fair-share groups a (1/4) and b (3/4) under `algorithm` (Fair Tree in [`H::new`]), in the volumes mode with small
-/// thresholds: 100 bytes or 3 files, quiet 10 s, max age 100 s, batches of 250 bytes or 4 files,
-/// sticky 5 s, 2 volumes per library.
+/// Fair-share groups a (1/4) and b (3/4) under `algorithm` (Fair Tree in [`H::new`]), in the
+/// volumes mode with small thresholds: 100 bytes or 3 files, quiet 10 s, max age 100 s, batches
+/// of 250 bytes or 4 files, sticky 5 s, 2 volumes per library.
 fn policy_under(algorithm: &str, extra: &str) -> Arc<PolicySettings> {
     let text = format!(
         r#"
@@ -565,14 +565,14 @@ fn riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid() {
     // batches go (two drives); b has a backlog of tapes of its own, so it always has work. a
     // rides on b's mounts until the bound stops it, then rides no more until b's batches bring
     // it back to its share.
-    const BOUND: f64 = 150.0;
     for algorithm in ["fair_tree", "sam"] {
-        riders_within_the_bound_under(algorithm, BOUND);
+        riders_within_the_bound_under(algorithm);
     }
 }
 
 /// [`riders_never_carry_a_group_past_ride_lead_bytes_and_the_lead_is_repaid`] under `algorithm`.
-fn riders_within_the_bound_under(algorithm: &str, bound: f64) {
+fn riders_within_the_bound_under(algorithm: &str) {
+    const BOUND: f64 = 150.0;
     // The bound alone: remainders, which it does not bound, are off (their credit is theirs).
     let mut h = H::under(algorithm, "ride_lead_bytes = 150\nremainder_bytes = 0");
     let (a, bg) = (h.g("a"), h.g("b"));
@@ -598,7 +598,7 @@ fn riders_within_the_bound_under(algorithm: &str, bound: f64) {
                 }
                 rode += 1;
                 assert!(
-                    lead_of(&h, o, now) <= bound + 1e-6,
+                    lead_of(&h, o, now) <= BOUND + 1e-6,
                     "{algorithm}, round {round}: {o:?} rode to a lead of {}",
                     lead_of(&h, o, now)
                 );

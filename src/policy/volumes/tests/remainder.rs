@@ -194,9 +194,9 @@ fn under_sam_every_group_tied_first_keeps_its_mounted_volume() {
 
 proptest! {
     /// Whatever the requests and standings, a group's remainders never take more than its
-    /// share of the benefit released so far plus one full batch (the credit's cap), and each batch's
-    /// remainder is within `remainder_bytes`; under Fair Tree and under SAM (whose tied groups
-    /// keep a mounted volume).
+    /// share of the benefit released so far plus one full batch (the credit's cap), and each
+    /// batch's remainder is within `remainder_bytes`; under Fair Tree and under SAM (whose tied
+    /// groups keep a mounted volume).
     #[test]
     fn remainders_never_give_a_group_more_than_its_share_and_one_batch(
         reqs in proptest::collection::vec((0u8..2, 0u8..150, 0u64..50, 1u64..80), 1..400),
